@@ -1,0 +1,178 @@
+// Package datapath is the only code in shunt that talks to the kernel's BPF
+// subsystem: it loads the programs, pins and adopts maps and links under the
+// instance's bpffs directory, attaches programs to pod interfaces, and writes
+// map contents computed elsewhere as a diff against what the kernel holds.
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Mode is how traffic between pods of the node is forwarded.
+type Mode string
+
+const (
+	ModeRedirectPeer Mode = "redirect-peer" // tc + bpf_redirect_peer (default)
+	ModeRedirect     Mode = "redirect"      // tc + bpf_redirect
+	ModeBridge       Mode = "bridge"        // classic Linux bridge, no BPF: a baseline
+	ModeRouted       Mode = "routed"        // host routing over veths, no BPF: a baseline
+)
+
+// Modes lists every forwarding mode, the default first.
+var Modes = []Mode{ModeRedirectPeer, ModeRedirect, ModeBridge, ModeRouted}
+
+// ParseMode validates a mode name.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown forwarding mode %q: use one of %v", s, Modes)
+}
+
+// UsesBPF says whether pod interfaces get shunt's tc programs in this mode.
+func (m Mode) UsesBPF() bool { return m == ModeRedirectPeer || m == ModeRedirect }
+
+// Config says where the datapath keeps its pins and how it forwards.
+type Config struct {
+	PinDir string // e.g. /sys/fs/bpf/shunt
+	Mode   Mode
+}
+
+// Datapath holds the loaded programs and maps of one shunt instance.
+type Datapath struct {
+	cfg  Config
+	objs podtcObjects
+}
+
+// Open loads the BPF objects, adopting maps already pinned under cfg.PinDir
+// (so a restarted agent keeps every entry the datapath is using) and pinning
+// new ones. It never flushes a map.
+func Open(cfg Config) (*Datapath, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("removing memlock limit: %w", err)
+	}
+	if err := EnsureBPFFS(filepath.Dir(cfg.PinDir)); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.PinDir, "links"), 0o700); err != nil {
+		return nil, fmt.Errorf("creating pin directory: %w", err)
+	}
+	spec, err := loadPodtc()
+	if err != nil {
+		return nil, err
+	}
+	mode := podtcShuntFwdModeSHUNT_FWD_REDIRECT_PEER
+	if cfg.Mode == ModeRedirect {
+		mode = podtcShuntFwdModeSHUNT_FWD_REDIRECT
+	}
+	if err := spec.Variables[podtcVarCONFIG].Set(podtcShuntConfig{FwdMode: mode}); err != nil {
+		return nil, fmt.Errorf("setting load-time config: %w", err)
+	}
+	d := &Datapath{cfg: cfg}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
+	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+		return nil, explainLoadError(err, cfg.PinDir)
+	}
+	return d, nil
+}
+
+// explainLoadError turns the loader's errors into ones that say what to do.
+func explainLoadError(err error, pinDir string) error {
+	var verr *ebpf.VerifierError
+	if errors.As(err, &verr) {
+		return fmt.Errorf("the kernel verifier rejected a shunt program (verifier log tail below):\n%+v", verr)
+	}
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return fmt.Errorf("a map pinned under %s was created by an incompatible shunt version: %w; "+
+			"run `shunt uninstall` to remove the old datapath, then start again", pinDir, err)
+	}
+	return fmt.Errorf("loading BPF objects: %w", err)
+}
+
+// Close releases this process's handles. Pinned maps and links stay, so the
+// datapath keeps forwarding while no agent runs.
+func (d *Datapath) Close() error { return d.objs.Close() }
+
+func (d *Datapath) linkPin(ifname string) string {
+	return filepath.Join(d.cfg.PinDir, "links", "from-pod-"+ifname)
+}
+
+// AttachPod attaches the from-pod program at tcx ingress of a pod's host-side
+// veth and pins the link. An existing pinned link on the same interface is
+// adopted and atomically switched to this agent's program, so a restart never
+// leaves the interface without a program.
+func (d *Datapath) AttachPod(ifname string, ifindex int) error {
+	if !d.cfg.Mode.UsesBPF() {
+		return nil
+	}
+	pin := d.linkPin(ifname)
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		info, ierr := l.Info()
+		if ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex {
+			err := l.Update(d.objs.ShuntFromPod)
+			l.Close()
+			if err != nil {
+				return fmt.Errorf("updating program on %s: %w", ifname, err)
+			}
+			return nil
+		}
+		// Stale pin: the interface it was attached to is gone.
+		l.Unpin()
+		l.Close()
+	}
+	l, err := link.AttachTCX(link.TCXOptions{
+		Interface: ifindex,
+		Program:   d.objs.ShuntFromPod,
+		Attach:    ebpf.AttachTCXIngress,
+	})
+	if err != nil {
+		return fmt.Errorf("attaching tc program to %s ingress (tcx needs Linux 6.6+): %w", ifname, err)
+	}
+	defer l.Close()
+	if err := l.Pin(pin); err != nil {
+		return fmt.Errorf("pinning tc link of %s: %w", ifname, err)
+	}
+	return nil
+}
+
+// DetachPod removes the program from a pod interface (a no-op when none).
+func (d *Datapath) DetachPod(ifname string) error {
+	return unpinLink(d.linkPin(ifname))
+}
+
+func unpinLink(pin string) error {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		// Not loadable as a link: remove the file anyway.
+		return os.Remove(pin)
+	}
+	defer l.Close()
+	if err := l.Unpin(); err != nil {
+		return fmt.Errorf("unpinning %s: %w", pin, err)
+	}
+	return nil
+}
+
+// Uninstall removes every pin of an instance: links first (which detaches
+// their programs), then maps. Running it twice is a no-op.
+func Uninstall(pinDir string) error {
+	links, _ := filepath.Glob(filepath.Join(pinDir, "links", "*"))
+	var errs []error
+	for _, pin := range links {
+		errs = append(errs, unpinLink(pin))
+	}
+	errs = append(errs, os.RemoveAll(pinDir))
+	return errors.Join(errs...)
+}

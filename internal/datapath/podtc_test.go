@@ -1,0 +1,184 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// requireBPF skips tests that need root and a BPF-capable kernel.
+func requireBPF(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_NET_ADMIN) to load BPF programs")
+	}
+}
+
+// openTestDatapath loads the objects with pins in a private directory that
+// the test removes afterwards.
+func openTestDatapath(t *testing.T, mode Mode) *Datapath {
+	t.Helper()
+	requireBPF(t)
+	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
+	d, err := Open(Config{PinDir: pinDir, Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		if err := Uninstall(pinDir); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+// ipv4Packet builds Ethernet + IPv4 + 8 bytes of UDP-ish payload.
+func ipv4Packet(src, dst netip.Addr, ttl uint8) []byte {
+	var b bytes.Buffer
+	b.Write([]byte{0xaa, 0, 0, 0, 0, 1, 0xaa, 0, 0, 0, 0, 2, 0x08, 0x00}) // dst, src, IPv4
+	ip := make([]byte, 20)
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], 28)
+	ip[8] = ttl
+	ip[9] = 17
+	s, d := src.As4(), dst.As4()
+	copy(ip[12:], s[:])
+	copy(ip[16:], d[:])
+	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip))
+	b.Write(ip)
+	b.Write([]byte{0x30, 0x39, 0x00, 0x50, 0, 8, 0, 0})
+	return b.Bytes()
+}
+
+// badIHL sets the IPv4 header length field to 4 words, which no valid packet has.
+func badIHL(pkt []byte) []byte {
+	pkt[14] = 0x44
+	return pkt
+}
+
+func ipChecksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+const (
+	tcActOK       = 0
+	tcActShot     = 2
+	tcActRedirect = 7
+)
+
+func TestFromPodVerdicts(t *testing.T) {
+	for _, mode := range []Mode{ModeRedirectPeer, ModeRedirect} {
+		t.Run(string(mode), func(t *testing.T) {
+			d := openTestDatapath(t, mode)
+			podMAC, _ := net.ParseMAC("02:00:00:00:00:0b")
+			nodeMAC, _ := net.ParseMAC("02:00:00:00:00:0c")
+			known := netip.MustParseAddr("10.99.0.11")
+			if err := d.SyncEndpoints([]Endpoint{{IP: known, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC}}); err != nil {
+				t.Fatal(err)
+			}
+			src := netip.MustParseAddr("10.99.0.10")
+
+			cases := []struct {
+				name    string
+				pkt     []byte
+				verdict uint32
+			}{
+				{"to local pod is redirected", ipv4Packet(src, known, 64), tcActRedirect},
+				{"to unknown address goes to the stack", ipv4Packet(src, netip.MustParseAddr("192.0.2.9"), 64), tcActOK},
+				{"ttl 1 goes to the stack for ICMP", ipv4Packet(src, known, 1), tcActOK},
+				{"arp passes", append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xaa, 0, 0, 0, 0, 2, 0x08, 0x06}, make([]byte, 28)...), tcActOK},
+				{"ipv4 header length below 20 bytes is dropped", badIHL(ipv4Packet(src, known, 64)), tcActShot},
+			}
+			for _, c := range cases {
+				ret, out, err := d.objs.ShuntFromPod.Test(c.pkt)
+				if err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				if ret != c.verdict {
+					t.Errorf("%s: verdict %d, want %d", c.name, ret, c.verdict)
+				}
+				if ret != tcActRedirect {
+					continue
+				}
+				if !bytes.Equal(out[0:6], podMAC) || !bytes.Equal(out[6:12], nodeMAC) {
+					t.Errorf("%s: MACs not rewritten: dst %x src %x", c.name, out[0:6], out[6:12])
+				}
+				ip := out[14:34]
+				if ip[8] != 63 {
+					t.Errorf("%s: TTL %d, want 63", c.name, ip[8])
+				}
+				if ipChecksum(ip) != 0 {
+					t.Errorf("%s: IPv4 header checksum invalid after TTL decrement", c.name)
+				}
+			}
+
+			counters, err := d.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]uint64{}
+			for _, c := range counters {
+				got[c.Reason] += c.Packets
+			}
+			want := map[string]uint64{"forwarded": 1, "to-stack": 1, "ttl-exceeded": 1, "not-ipv4": 1, "invalid-packet": 1}
+			for r, n := range want {
+				if got[r] != n {
+					t.Errorf("counter %s = %d, want %d (all: %v)", r, got[r], n, got)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncEndpointsDiff(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	mac, _ := net.ParseMAC("02:00:00:00:00:01")
+	a := Endpoint{IP: netip.MustParseAddr("10.99.0.1"), Ifindex: 5, PodMAC: mac, NodeMAC: mac}
+	b := Endpoint{IP: netip.MustParseAddr("10.99.0.2"), Ifindex: 6, PodMAC: mac, NodeMAC: mac}
+	if err := d.SyncEndpoints([]Endpoint{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	b.Ifindex = 7
+	if err := d.SyncEndpoints([]Endpoint{b}); err != nil {
+		t.Fatal(err)
+	}
+	var v podtcEndpointInfo
+	if err := d.objs.ShuntEndpoints.Lookup(endpointKey(a.IP), &v); err == nil {
+		t.Errorf("stale endpoint %s still in map", a.IP)
+	}
+	if err := d.objs.ShuntEndpoints.Lookup(endpointKey(b.IP), &v); err != nil || v.Ifindex != 7 {
+		t.Errorf("endpoint %s: %+v, %v; want ifindex 7", b.IP, v, err)
+	}
+	if n := countEntries(t, d.objs.ShuntEndpoints); n != 1 {
+		t.Errorf("%d entries, want 1", n)
+	}
+}
+
+func countEntries(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var n int
+	var k podtcEndpointKey
+	var v podtcEndpointInfo
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
