@@ -1,0 +1,43 @@
+# shunt — the two commands of the README:
+#   make demo   build everything and run the lab demo
+#   make test   run the whole test suite (what CI runs)
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+BIN := bin
+
+.PHONY: all setup build generate check-generated demo demo-down test test-unit bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+# Generated Go and BPF objects are committed, so building needs no clang.
+build:
+	$(GO) build -o $(BIN)/ ./cmd/shunt ./cmd/shuntd
+
+generate:
+	$(GO) generate ./...
+
+# CI regenerates the BPF objects and fails when the committed ones differ.
+check-generated: generate
+	@git diff --exit-code --stat -- internal/ || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+
+demo: setup build
+	@scripts/demo.sh
+
+demo-down: build
+	$(BIN)/shunt lab down
+
+# The whole suite: unit tests everywhere, BPF_PROG_TEST_RUN tests, and the
+# end-to-end lab tests (root needed; they skip with a reason without it).
+test: setup build check-generated
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+
+bench: setup build
+	bench/run forwarding
+
+clean:
+	rm -rf $(BIN)

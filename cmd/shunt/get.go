@@ -1,0 +1,221 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/shuntnet/shunt/internal/api"
+)
+
+// kubectlName turns a store key "Pod/ns/name" into kubectl's "pod/name".
+func kubectlName(key string) string {
+	parts := strings.Split(key, "/")
+	return strings.ToLower(parts[0]) + "/" + parts[len(parts)-1]
+}
+
+type getOptions struct {
+	namespace     string
+	allNamespaces bool
+	output        string
+}
+
+func newGetCmd(g *globals) *cobra.Command {
+	o := &getOptions{}
+	cmd := &cobra.Command{
+		Use:   "get KIND [NAME] [-n NS|-A] [-o wide|json|yaml|name]",
+		Short: "list objects with their status (pods, namespaces)",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch o.output {
+			case "", "wide", "json", "yaml", "name":
+			default:
+				return fmt.Errorf("unknown output format %q: use wide, json, yaml or name", o.output)
+			}
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			name := ""
+			if len(args) == 2 {
+				name = args[1]
+			}
+			switch strings.ToLower(args[0]) {
+			case "pods", "pod", "po":
+				return getPods(c, o, name)
+			case "namespaces", "namespace", "ns":
+				return getNamespaces(c, o, name)
+			default:
+				return fmt.Errorf("unknown kind %q: use pods or namespaces", args[0])
+			}
+		},
+	}
+	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default", "namespace")
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list across all namespaces")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json, yaml or name")
+	return cmd
+}
+
+// fetchPods returns the pods selected by namespace and name.
+func fetchPods(c *api.Client, o *getOptions, name string) (*corev1.PodList, error) {
+	var list corev1.PodList
+	if err := c.Do("GET", "/v1/pods", nil, &list); err != nil {
+		return nil, err
+	}
+	items := list.Items[:0]
+	for _, p := range list.Items {
+		if (o.allNamespaces || p.Namespace == o.namespace) && (name == "" || p.Name == name) {
+			items = append(items, p)
+		}
+	}
+	list.Items = items
+	if name != "" && len(items) == 0 {
+		return nil, fmt.Errorf("pods %q not found in namespace %q", name, o.namespace)
+	}
+	return &list, nil
+}
+
+func getPods(c *api.Client, o *getOptions, name string) error {
+	list, err := fetchPods(c, o, name)
+	if err != nil {
+		return err
+	}
+	if done, err := printStructured(o.output, list, len(list.Items), func(i int) string { return "pod/" + list.Items[i].Name }); done {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	defer w.Flush()
+	header := "NAME\tREADY\tSTATUS\tRESTARTS\tAGE"
+	if o.allNamespaces {
+		header = "NAMESPACE\t" + header
+	}
+	if o.output == "wide" {
+		header += "\tIP\tNODE"
+	}
+	fmt.Fprintln(w, header)
+	for _, p := range list.Items {
+		ready := 0
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Ready {
+				ready++
+			}
+		}
+		row := fmt.Sprintf("%s\t%d/%d\t%s\t0\t%s", p.Name, ready, len(p.Spec.Containers), podStatus(p), age(p.CreationTimestamp.Time))
+		if o.allNamespaces {
+			row = p.Namespace + "\t" + row
+		}
+		if o.output == "wide" {
+			row += "\t" + orNone(p.Status.PodIP) + "\t" + orNone(p.Spec.NodeName)
+		}
+		fmt.Fprintln(w, row)
+	}
+	if len(list.Items) == 0 {
+		fmt.Fprintf(os.Stderr, "No resources found in %s namespace.\n", o.namespace)
+	}
+	return nil
+}
+
+// podStatus is kubectl's STATUS column: a terminated container's reason
+// wins over the phase.
+func podStatus(p corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return t.Reason
+		}
+	}
+	if p.Status.Phase == corev1.PodSucceeded {
+		return "Completed"
+	}
+	return string(p.Status.Phase)
+}
+
+func getNamespaces(c *api.Client, o *getOptions, name string) error {
+	var list corev1.NamespaceList
+	if err := c.Do("GET", "/v1/namespaces", nil, &list); err != nil {
+		return err
+	}
+	if name != "" {
+		items := list.Items[:0]
+		for _, n := range list.Items {
+			if n.Name == name {
+				items = append(items, n)
+			}
+		}
+		if len(items) == 0 {
+			return fmt.Errorf("namespaces %q not found", name)
+		}
+		list.Items = items
+	}
+	if done, err := printStructured(o.output, &list, len(list.Items), func(i int) string { return "namespace/" + list.Items[i].Name }); done {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	defer w.Flush()
+	fmt.Fprintln(w, "NAME\tSTATUS\tLABELS")
+	for _, n := range list.Items {
+		var labels []string
+		for k, v := range n.Labels {
+			labels = append(labels, k+"="+v)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.Status.Phase, orNone(strings.Join(labels, ",")))
+	}
+	return nil
+}
+
+// printStructured handles -o json|yaml|name; done is false for tables.
+func printStructured(format string, v any, n int, name func(int) string) (done bool, err error) {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "    ")
+		return true, enc.Encode(v)
+	case "yaml":
+		data, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = os.Stdout.Write(data)
+		return true, err
+	case "name":
+		for i := range n {
+			fmt.Println(name(i))
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// age prints durations the way kubectl does: 45s, 3m12s, 5h, 2d.
+func age(t time.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 10*time.Minute:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		if d < time.Hour {
+			return fmt.Sprintf("%dm", int(d.Minutes()))
+		}
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}

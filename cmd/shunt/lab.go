@@ -1,0 +1,365 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/agent"
+	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/podexec"
+	"github.com/shuntnet/shunt/internal/podnet"
+)
+
+func newLabCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "a node of pods (network namespaces + cgroups) on this machine",
+	}
+	cmd.AddCommand(newLabUpCmd(g), newLabDownCmd(g), newLabExecCmd(g), newLabLogsCmd(g),
+		newLabServeCmd(), newLabProbeCmd())
+	return cmd
+}
+
+func newLabUpCmd(g *globals) *cobra.Command {
+	var (
+		files         []string
+		mode, podCIDR string
+		wait          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "up [-f FILE|DIR|-] [--mode MODE] [--pod-cidr CIDR]",
+		Short: "start the node agent for this lab (if not running) and apply manifests",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var objs []api.Object
+			if len(files) > 0 {
+				// Check the files before starting anything.
+				var err error
+				if objs, err = readObjects(files); err != nil {
+					return err
+				}
+			}
+			c, inst, err := g.client()
+			if err != nil {
+				return err
+			}
+			if err := ensureAgent(c, inst, mode, podCIDR); err != nil {
+				return err
+			}
+			if len(objs) == 0 {
+				return nil
+			}
+			var resp api.ChangesResponse
+			err = c.Do("POST", "/v1/apply", api.ObjectsRequest{Objects: objs}, &resp)
+			printChanges(resp.Changes)
+			if err != nil {
+				return err
+			}
+			return waitPodsRunning(c, wait)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - (repeatable)")
+	cmd.Flags().StringVar(&mode, "mode", "", "pod forwarding: redirect-peer (default), redirect, bridge or routed")
+	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default "+agent.DefaultPodCIDR+")")
+	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the pods' containers to run (0: don't)")
+	return cmd
+}
+
+// ensureAgent starts shuntd for the instance unless one answers already.
+func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR string) error {
+	if c.Alive() {
+		var st api.Status
+		if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+			return err
+		}
+		if (mode != "" && mode != st.Mode) || (podCIDR != "" && podCIDR != st.PodCIDR) {
+			return fmt.Errorf("lab %q runs with mode %s and pod CIDR %s; run `shunt --instance %s lab down` first to change them",
+				inst.Name, st.Mode, st.PodCIDR, inst.Name)
+		}
+		return nil
+	}
+	exe, err := siblingExecutable("shuntd")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(inst.StateDir(), 0o700); err != nil {
+		return err
+	}
+	logPath := filepath.Join(inst.StateDir(), "shuntd.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := []string{"--instance", inst.Name}
+	if mode != "" {
+		args = append(args, "--mode", mode)
+	}
+	if podCIDR != "" {
+		args = append(args, "--pod-cidr", podCIDR)
+	}
+	agentCmd := exec.Command(exe, args...)
+	agentCmd.Stdout, agentCmd.Stderr = logf, logf
+	agentCmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := agentCmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", exe, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agentCmd.Wait() }()
+	deadline := time.After(20 * time.Second)
+	for !c.Alive() {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("shuntd exited (%v):\n%s", err, tail(logPath, 15))
+		case <-deadline:
+			return fmt.Errorf("shuntd did not answer within 20s; its log %s ends with:\n%s", logPath, tail(logPath, 15))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(os.Stderr, "shuntd started for lab %q (pid %d, log %s)\n", inst.Name, agentCmd.Process.Pid, logPath)
+	return nil
+}
+
+// siblingExecutable finds another shunt binary next to this one, else on PATH.
+func siblingExecutable(name string) (string, error) {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("cannot find %s next to this binary or on PATH: run `make build`", name)
+	}
+	return p, nil
+}
+
+func tail(path string, n int) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitPodsRunning waits until every container of every pod runs, and fails
+// early when one has already exited with an error.
+func waitPodsRunning(c *api.Client, timeout time.Duration) error {
+	if timeout == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var list corev1.PodList
+		if err := c.Do("GET", "/v1/pods", nil, &list); err != nil {
+			return err
+		}
+		var waiting []string
+		for _, p := range list.Items {
+			switch p.Status.Phase {
+			case corev1.PodRunning, corev1.PodSucceeded:
+				continue
+			case corev1.PodFailed:
+				return fmt.Errorf("pod %s/%s failed: see `shunt lab logs %s -n %s`", p.Namespace, p.Name, p.Name, p.Namespace)
+			}
+			waiting = append(waiting, p.Namespace+"/"+p.Name)
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pods not running after %s: %s", timeout, strings.Join(waiting, ", "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func newLabDownCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "remove the lab: pods, programs, pins, interfaces, cgroups, state",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return uninstall(g) },
+	}
+}
+
+func newUninstallCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "uninstall",
+		Short: "remove everything this shunt instance created (a second run is a no-op)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return uninstall(g) },
+	}
+}
+
+// uninstall asks a running agent to tear down and exit, or cleans up
+// directly when none runs.
+func uninstall(g *globals) error {
+	c, inst, err := g.client()
+	if err != nil {
+		return err
+	}
+	if c.Alive() {
+		var st api.Status
+		if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+			return err
+		}
+		if err := c.Do("POST", "/v1/shutdown?uninstall=true", nil, nil); err != nil {
+			return err
+		}
+		// Wait for the agent to finish and exit.
+		for i := 0; i < 200 && syscall.Kill(st.PID, 0) == nil; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// Also sweeps whatever a crashed agent left behind.
+	if err := agent.Uninstall(inst); err != nil {
+		return err
+	}
+	fmt.Printf("lab %q removed\n", inst.Name)
+	return nil
+}
+
+// podTarget locates a running pod's namespace and cgroup.
+func podTarget(g *globals, ns, name string) (podexec.Target, error) {
+	inst, err := g.inst()
+	if err != nil {
+		return podexec.Target{}, err
+	}
+	root, err := cgroup.Root()
+	if err != nil {
+		return podexec.Target{}, err
+	}
+	t := podexec.Target{
+		NetnsPath:  podnet.NetnsPath(inst.PodNetns(ns, name)),
+		CgroupPath: inst.PodCgroupDir(root, ns, name),
+	}
+	if _, err := os.Stat(t.NetnsPath); err != nil {
+		return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, inst.Name)
+	}
+	return t, nil
+}
+
+func newLabExecCmd(g *globals) *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{
+		Use:   "exec POD [-n NS] -- CMD [ARGS...]",
+		Short: "run a command inside a pod; its exit code is passed through",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return errors.New("usage: shunt lab exec POD [-n NS] -- CMD [ARGS...]")
+			}
+			t, err := podTarget(g, ns, args[0])
+			if err != nil {
+				return err
+			}
+			c := exec.Command(args[1], args[2:]...)
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+			c.Env = append(os.Environ(), "SHUNT_POD_NAME="+args[0], "SHUNT_POD_NAMESPACE="+ns)
+			if err := podexec.Start(t, c); err != nil {
+				return err
+			}
+			err = c.Wait()
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return exitError{ee.ExitCode()}
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "namespace of the pod")
+	return cmd
+}
+
+func newLabLogsCmd(g *globals) *cobra.Command {
+	var ns, container string
+	cmd := &cobra.Command{
+		Use:   "logs POD [-n NS] [-c CONTAINER]",
+		Short: "print the output of a pod's containers",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			inst, err := g.inst()
+			if err != nil {
+				return err
+			}
+			dir := filepath.Join(inst.StateDir(), "pods", ns+"_"+args[0])
+			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+			if len(logs) == 0 {
+				return fmt.Errorf("pod %s/%s not found in lab %q", ns, args[0], inst.Name)
+			}
+			for _, l := range logs {
+				name := strings.TrimSuffix(filepath.Base(l), ".log")
+				if container != "" && name != container {
+					continue
+				}
+				if container == "" && len(logs) > 1 {
+					fmt.Printf("==> %s <==\n", name)
+				}
+				f, err := os.Open(l)
+				if err != nil {
+					return err
+				}
+				io.Copy(os.Stdout, f)
+				f.Close()
+				if container != "" {
+					return nil
+				}
+			}
+			if container != "" {
+				return fmt.Errorf("container %q not found in pod %s/%s", container, ns, args[0])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "namespace of the pod")
+	cmd.Flags().StringVarP(&container, "container", "c", "", "container name (default: all)")
+	return cmd
+}
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status [-o json]",
+		Short: "summarise the agent: mode, pod network, datapath counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			var st api.Status
+			if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+				return err
+			}
+			if done, err := printStructured(output, st, 0, nil); done {
+				return err
+			}
+			fmt.Printf("instance:  %s (shuntd pid %d)\nmode:      %s\npod CIDR:  %s (node %s)\npods:      %d\npins:      %s\n",
+				st.Instance, st.PID, st.Mode, st.PodCIDR, st.NodeIP, st.Pods, st.PinDir)
+			if len(st.Counters) > 0 {
+				fmt.Println("datapath counters:")
+				for _, c := range st.Counters {
+					fmt.Printf("  %-16s %-9s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	return cmd
+}

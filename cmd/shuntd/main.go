@@ -1,0 +1,100 @@
+// Command shuntd is shunt's node agent. It runs in the foreground with
+// structured logs; `shunt lab up` starts it in the background for a lab.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shuntnet/shunt/internal/agent"
+	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/instance"
+)
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "shuntd:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	var (
+		inst, mode, podCIDR, logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:           "shuntd",
+		Short:         "shunt node agent: eBPF pod networking, services and policy",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			i, err := instance.New(inst)
+			if err != nil {
+				return err
+			}
+			cfg := agent.Config{Instance: i, PodCIDR: podCIDR}
+			if mode != "" {
+				if cfg.Mode, err = datapath.ParseMode(mode); err != nil {
+					return err
+				}
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.ShimExe, cfg.BinDir = exe, filepath.Dir(exe)
+			a, err := agent.New(cfg, log.With("instance", i.Name))
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return a.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&inst, "instance", envOr("SHUNT_INSTANCE", instance.Default), "name of this shunt node on the machine (env SHUNT_INSTANCE)")
+	cmd.Flags().StringVar(&mode, "mode", "", fmt.Sprintf("pod forwarding mode %v (default: as persisted, else redirect-peer)", datapath.Modes))
+	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default: as persisted, else "+agent.DefaultPodCIDR+")")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.AddCommand(newShimCmd())
+	return cmd
+}
+
+// newShimCmd is the per-container supervisor the agent starts; not for users.
+func newShimCmd() *cobra.Command {
+	var netnsPath, exitFile string
+	cmd := &cobra.Command{
+		Use:    "shim --netns PATH --exit-file FILE -- CMD [ARGS...]",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		Run: func(cmd *cobra.Command, args []string) {
+			os.Exit(agent.RunShim(netnsPath, exitFile, args))
+		},
+	}
+	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
+	cmd.Flags().StringVar(&exitFile, "exit-file", "", "where to record the exit status")
+	cmd.MarkFlagRequired("netns")
+	cmd.MarkFlagRequired("exit-file")
+	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,450 @@
+// Package agent is the node agent (shuntd): it keeps the desired state from
+// its sources, builds pods in the lab, computes datapath contents and hands
+// them to internal/datapath, and serves the CLI over a Unix socket.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/ipam"
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/podexec"
+	"github.com/shuntnet/shunt/internal/podnet"
+)
+
+// DefaultPodCIDR is the lab node's pod network unless --pod-cidr says otherwise.
+const DefaultPodCIDR = "10.244.0.0/24"
+
+// Config is how shuntd was started.
+type Config struct {
+	Instance instance.Instance
+	Mode     datapath.Mode // empty: as persisted, else redirect-peer
+	PodCIDR  string        // empty: as persisted, else DefaultPodCIDR
+	BinDir   string        // put first on containers' PATH (where shunt lives)
+	ShimExe  string        // executable providing `shim` (shuntd itself)
+}
+
+// Agent is one running shuntd.
+type Agent struct {
+	cfg        Config
+	log        *slog.Logger
+	cgroupRoot string
+	pool       ipam.Pool
+	node       podnet.Node
+	dp         *datapath.Datapath
+
+	mu    sync.Mutex // guards state and store; held for a whole apply
+	state *State
+	store *model.Store
+
+	shutdown chan bool // true: uninstall before exiting
+}
+
+// New checks the machine, adopts persisted state and pinned datapath, and
+// brings the node to the desired state. The caller then calls Serve.
+func New(cfg Config, log *slog.Logger) (*Agent, error) {
+	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	inst := cfg.Instance
+	for _, d := range []string{inst.StateDir(), inst.RunDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	state, err := loadState(inst.StateDir())
+	if err != nil {
+		return nil, err
+	}
+	if err := settle(&state.Mode, cfg.Mode, datapath.ModeRedirectPeer, "mode", inst); err != nil {
+		return nil, err
+	}
+	if err := settle(&state.PodCIDR, cfg.PodCIDR, DefaultPodCIDR, "pod CIDR", inst); err != nil {
+		return nil, err
+	}
+	pool, err := ipam.NewPool(state.PodCIDR)
+	if err != nil {
+		return nil, err
+	}
+	root, err := cgroup.Root()
+	if err != nil {
+		return nil, err
+	}
+	objs, err := decodeObjects(state.Objects)
+	if err != nil {
+		return nil, fmt.Errorf("persisted state: %w", err)
+	}
+	store, err := model.NewStore(objs)
+	if err != nil {
+		return nil, fmt.Errorf("persisted state: %w", err)
+	}
+	a := &Agent{
+		cfg: cfg, log: log, cgroupRoot: root, pool: pool, state: state, store: store,
+		node: podnet.Node{
+			Bridge: state.Mode == datapath.ModeBridge, PodCIDR: pool.CIDR,
+			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(),
+		},
+		shutdown: make(chan bool, 1),
+	}
+	if err := podnet.SetupNode(a.node); err != nil {
+		return nil, err
+	}
+	if err := cgroup.Create(filepath.Join(inst.CgroupDir(root), "pods")); err != nil {
+		return nil, err
+	}
+	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("datapath loaded", "mode", state.Mode, "podCIDR", pool.CIDR, "nodeIP", pool.NodeIP(), "pins", inst.PinDir())
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.reconcile(); err != nil {
+		a.dp.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// settle picks a setting: what was persisted wins, and a flag that asks for
+// something else is an error rather than a silent change of a live node.
+func settle[T ~string](persisted *T, flag, def T, what string, inst instance.Instance) error {
+	switch {
+	case *persisted == "" && flag != "":
+		*persisted = flag
+	case *persisted == "":
+		*persisted = def
+	case flag != "" && flag != *persisted:
+		return fmt.Errorf("instance %q already runs with %s %s; run `shunt --instance %s lab down` first to change it to %s",
+			inst.Name, what, *persisted, inst.Name, flag)
+	}
+	return nil
+}
+
+// Close releases the agent's handles; pinned programs and pods stay.
+func (a *Agent) Close() error { return a.dp.Close() }
+
+func podKey(ns, name string) string { return ns + "/" + name }
+
+// reconcile makes pods, programs and maps match the store. Called with mu held.
+func (a *Agent) reconcile() error {
+	desired := map[string]*corev1.Pod{}
+	for _, p := range a.store.Pods() {
+		desired[podKey(p.Namespace, p.Name)] = p
+	}
+	var errs []error
+	for key, rec := range a.state.Pods {
+		if _, ok := desired[key]; !ok {
+			errs = append(errs, a.deletePod(rec))
+			delete(a.state.Pods, key)
+		}
+	}
+	var endpoints []datapath.Endpoint
+	for _, key := range slices.Sorted(mapsKeys(desired)) {
+		rec, err := a.ensurePod(desired[key])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		endpoints = append(endpoints, rec.endpoint)
+	}
+	if err := a.dp.SyncEndpoints(endpoints); err != nil {
+		errs = append(errs, err)
+	}
+	if err := a.persist(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func (a *Agent) persist() error {
+	objs, err := storeObjects(a.store.Objects())
+	if err != nil {
+		return err
+	}
+	a.state.Objects = objs
+	return a.state.save(a.cfg.Instance.StateDir())
+}
+
+type ensured struct {
+	*PodRecord
+	endpoint datapath.Endpoint
+}
+
+// ensurePod builds a pod that does not exist yet and repairs one whose
+// plumbing is gone (after a reboot, say); a healthy pod is left alone.
+func (a *Agent) ensurePod(pod *corev1.Pod) (ensured, error) {
+	key := podKey(pod.Namespace, pod.Name)
+	rec := a.state.Pods[key]
+	fresh := rec == nil
+	if fresh {
+		ip, err := a.pool.Allocate(a.addressesInUse())
+		if err != nil {
+			return ensured{}, fmt.Errorf("pod %s: %w", key, err)
+		}
+		inst := a.cfg.Instance
+		rec = &PodRecord{
+			Namespace: pod.Namespace, Name: pod.Name, UID: newUID(), IP: ip.String(),
+			Netns:   inst.PodNetns(pod.Namespace, pod.Name),
+			HostIf:  inst.PodHostIf(pod.Namespace, pod.Name),
+			Cgroup:  inst.PodCgroupDir(a.cgroupRoot, pod.Namespace, pod.Name),
+			Created: time.Now().UTC(),
+		}
+	}
+	plumbing := a.podPlumbing(rec)
+	links, inspectErr := podnet.Inspect(plumbing)
+	if inspectErr != nil {
+		var err error
+		if links, err = podnet.SetupPod(a.node, plumbing); err != nil {
+			return ensured{}, err
+		}
+	}
+	if err := a.dp.AttachPod(rec.HostIf, links.HostIfindex); err != nil {
+		return ensured{}, fmt.Errorf("pod %s: %w", key, err)
+	}
+	if fresh || inspectErr != nil {
+		// New plumbing means new processes: old ones (if any) lost their network.
+		if err := cgroup.Remove(rec.Cgroup); err != nil {
+			return ensured{}, err
+		}
+		if err := a.startContainers(pod, rec); err != nil {
+			a.deletePod(rec)
+			return ensured{}, fmt.Errorf("pod %s: %w", key, err)
+		}
+		a.log.Info("pod started", "pod", key, "ip", rec.IP, "veth", rec.HostIf)
+	}
+	a.state.Pods[key] = rec
+	return ensured{rec, datapath.Endpoint{
+		IP: netip.MustParseAddr(rec.IP), Ifindex: links.HostIfindex,
+		PodMAC: links.PodMAC, NodeMAC: links.HostMAC,
+	}}, nil
+}
+
+func (a *Agent) podPlumbing(rec *PodRecord) podnet.Pod {
+	return podnet.Pod{
+		Netns: rec.Netns, HostIf: rec.HostIf, PodIP: netip.MustParseAddr(rec.IP),
+		Alias: a.cfg.Instance.PodLinkAlias(rec.Namespace, rec.Name),
+	}
+}
+
+func (a *Agent) addressesInUse() map[netip.Addr]bool {
+	used := map[netip.Addr]bool{}
+	for _, r := range a.state.Pods {
+		used[netip.MustParseAddr(r.IP)] = true
+	}
+	return used
+}
+
+func newUID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func (a *Agent) podDir(rec *PodRecord) string {
+	return filepath.Join(a.cfg.Instance.StateDir(), "pods", rec.Namespace+"_"+rec.Name)
+}
+
+// startContainers runs each container's command under a shim in the pod's
+// cgroup; the shim enters the pod's network namespace for the command.
+func (a *Agent) startContainers(pod *corev1.Pod, rec *PodRecord) error {
+	dir := a.podDir(rec)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := cgroup.Create(rec.Cgroup); err != nil {
+		return err
+	}
+	rec.Containers = nil
+	for _, c := range pod.Spec.Containers {
+		cr := ContainerRecord{
+			Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"),
+			ExitFile: filepath.Join(dir, c.Name+".exit"), Started: time.Now().UTC(),
+		}
+		logf, err := os.OpenFile(cr.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		argv := append(slices.Clone(c.Command), c.Args...)
+		shim := exec.Command(a.cfg.ShimExe, append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile, "--"}, argv...)...)
+		shim.Stdout, shim.Stderr = logf, logf
+		shim.Dir = c.WorkingDir
+		if shim.Dir == "" {
+			shim.Dir = "/"
+		}
+		shim.Env = a.containerEnv(pod, rec, c)
+		// Its own session: the container survives the agent's exit and its
+		// terminal signals.
+		shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		err = podexec.Start(podexec.Target{CgroupPath: rec.Cgroup}, shim)
+		logf.Close()
+		if err != nil {
+			return fmt.Errorf("container %s: starting %q: %w", c.Name, argv, err)
+		}
+		cr.ShimPID = shim.Process.Pid
+		go shim.Wait() // reap it while this agent lives; init does after
+		rec.Containers = append(rec.Containers, cr)
+	}
+	return nil
+}
+
+func (a *Agent) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Container) []string {
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	if a.cfg.BinDir != "" {
+		path = a.cfg.BinDir + ":" + path
+	}
+	env := []string{
+		"PATH=" + path, "HOME=/root", "HOSTNAME=" + pod.Name,
+		"SHUNT_POD_NAME=" + pod.Name, "SHUNT_POD_NAMESPACE=" + pod.Namespace, "SHUNT_POD_IP=" + rec.IP,
+		"SHUNT_INSTANCE=" + a.cfg.Instance.Name,
+	}
+	for _, e := range c.Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	return env
+}
+
+// deletePod kills the pod's processes and removes its plumbing and programs.
+func (a *Agent) deletePod(rec *PodRecord) error {
+	errs := []error{
+		cgroup.Remove(rec.Cgroup),
+		a.dp.DetachPod(rec.HostIf),
+		podnet.TeardownPod(a.podPlumbing(rec)),
+		os.RemoveAll(a.podDir(rec)),
+	}
+	a.log.Info("pod deleted", "pod", podKey(rec.Namespace, rec.Name))
+	return errors.Join(errs...)
+}
+
+// Apply validates and applies objects all or nothing, then reconciles.
+func (a *Agent) Apply(objs []manifest.Object) ([]model.Change, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	next, changes, err := a.store.Apply(objs)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.checkCapacity(next); err != nil {
+		return nil, err
+	}
+	a.store = next
+	return changes, a.reconcile()
+}
+
+// Delete removes objects all or nothing, then reconciles.
+func (a *Agent) Delete(objs []manifest.Object) ([]model.Change, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	next, changes, err := a.store.Delete(objs)
+	if err != nil {
+		return nil, err
+	}
+	a.store = next
+	return changes, a.reconcile()
+}
+
+// checkCapacity refuses an apply the pod CIDR cannot hold, before anything
+// is built, so an apply never stops half way for want of addresses.
+func (a *Agent) checkCapacity(next *model.Store) error {
+	if n := len(next.Pods()); n > a.pool.Size() {
+		return fmt.Errorf("nothing applied: %d pods do not fit in pod CIDR %s (%d addresses): use a larger --pod-cidr",
+			n, a.pool.CIDR, a.pool.Size())
+	}
+	return nil
+}
+
+// Uninstall tears down everything of this instance. Called with no apply running.
+func (a *Agent) Uninstall() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for key, rec := range a.state.Pods {
+		errs = append(errs, a.deletePod(rec))
+		delete(a.state.Pods, key)
+	}
+	a.dp.Close()
+	errs = append(errs, Uninstall(a.cfg.Instance))
+	return errors.Join(errs...)
+}
+
+// Uninstall removes what an instance created, also when no agent runs and
+// its state is gone: pods are found by namespace names and interface
+// aliases. A second run is a no-op.
+func Uninstall(inst instance.Instance) error {
+	var errs []error
+	if root, err := cgroup.Root(); err == nil {
+		errs = append(errs, cgroup.Remove(inst.CgroupDir(root)))
+	}
+	if names, err := podnet.LinksWithAliasPrefix(inst.LinkAliasPrefix()); err == nil {
+		for _, n := range names {
+			errs = append(errs, podnet.DeleteLink(n))
+		}
+	}
+	if entries, err := os.ReadDir(podnet.NetnsDir); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), inst.Name+"-") {
+				errs = append(errs, podnet.TeardownPod(podnet.Pod{Netns: e.Name()}))
+			}
+		}
+	}
+	errs = append(errs,
+		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
+		datapath.Uninstall(inst.PinDir()),
+		os.RemoveAll(inst.StateDir()),
+		os.RemoveAll(inst.RunDir()),
+	)
+	return errors.Join(errs...)
+}
+
+// Run serves the API until ctx ends or a client asks for shutdown.
+func (a *Agent) Run(ctx context.Context) error {
+	srv, err := a.serveAPI()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
+	select {
+	case <-ctx.Done():
+		a.log.Info("stopping; pods and datapath keep running")
+		return nil
+	case uninstall := <-a.shutdown:
+		if uninstall {
+			a.log.Info("uninstalling")
+			return a.Uninstall()
+		}
+		return nil
+	}
+}

@@ -1,0 +1,204 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// serveAPI listens on the instance's socket (root only: it controls the node).
+func (a *Agent) serveAPI() (*http.Server, error) {
+	sock := a.cfg.Instance.Socket()
+	os.Remove(sock)
+	old := syscall.Umask(0o077)
+	ln, err := net.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", a.handleStatus)
+	mux.HandleFunc("GET /v1/pods", a.handlePods)
+	mux.HandleFunc("GET /v1/namespaces", a.handleNamespaces)
+	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.Apply))
+	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.Delete))
+	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
+		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
+		writeJSON(w, http.StatusOK, struct{}{})
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	return srv, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, api.Error{Error: err.Error()})
+}
+
+func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req api.ObjectsRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		stored := make([]StoredObject, len(req.Objects))
+		for i, o := range req.Objects {
+			stored[i] = StoredObject{Source: o.Source, Object: o.Object}
+		}
+		objs, err := decodeObjects(stored)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		changes, err := do(objs)
+		resp := api.ChangesResponse{}
+		for _, c := range changes {
+			resp.Changes = append(resp.Changes, api.Change{Key: c.Key, Action: c.Action})
+		}
+		if err != nil {
+			var code = http.StatusInternalServerError
+			if changes == nil {
+				code = http.StatusUnprocessableEntity // refused as a whole
+			}
+			writeError(w, code, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	st := api.Status{
+		Instance: a.cfg.Instance.Name, PID: os.Getpid(), Mode: string(a.state.Mode),
+		PodCIDR: a.pool.CIDR.String(), NodeIP: a.pool.NodeIP().String(),
+		PinDir: a.cfg.Instance.PinDir(), Pods: len(a.state.Pods),
+	}
+	a.mu.Unlock()
+	counters, err := a.dp.Counters()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	st.Counters = counters
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (a *Agent) handlePods(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list := corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
+	for _, p := range a.store.Pods() {
+		list.Items = append(list.Items, a.podWithStatus(p))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list := corev1.NamespaceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
+	for _, ns := range a.store.Namespaces() {
+		n := *ns.DeepCopy()
+		n.Status.Phase = corev1.NamespaceActive
+		list.Items = append(list.Items, n)
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// podWithStatus fills in what the API server and kubelet would: UID,
+// addresses, phase and container states.
+func (a *Agent) podWithStatus(p *corev1.Pod) corev1.Pod {
+	out := *p.DeepCopy()
+	out.APIVersion, out.Kind = "v1", "Pod"
+	rec := a.state.Pods[podKey(p.Namespace, p.Name)]
+	if rec == nil {
+		out.Status.Phase = corev1.PodPending
+		return out
+	}
+	out.UID = types.UID(rec.UID)
+	out.CreationTimestamp = metav1.NewTime(rec.Created)
+	out.Spec.NodeName = a.cfg.Instance.Name
+	out.Status.PodIP = rec.IP
+	out.Status.PodIPs = []corev1.PodIP{{IP: rec.IP}}
+	out.Status.HostIP = a.pool.NodeIP().String()
+	start := metav1.NewTime(rec.Created)
+	out.Status.StartTime = &start
+	running, failed := 0, 0
+	for _, c := range rec.Containers {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: imageOf(p, c.Name)}
+		if st, ok := readExitStatus(c.ExitFile); ok {
+			reason := "Completed"
+			if st.ExitCode != 0 {
+				reason, failed = "Error", failed+1
+			}
+			cs.State.Terminated = &corev1.ContainerStateTerminated{
+				ExitCode: int32(st.ExitCode), Reason: reason, Message: st.Error, Signal: 0,
+				StartedAt: metav1.NewTime(c.Started), FinishedAt: metav1.NewTime(st.FinishedAt),
+			}
+		} else if processAlive(c.ShimPID) {
+			running++
+			cs.Ready, cs.Started = true, ptr(true)
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.Started)}
+		} else {
+			failed++
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Unknown",
+				Message: "the container's shim is gone without recording an exit status"}
+		}
+		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, cs)
+	}
+	total := len(rec.Containers)
+	switch {
+	case running == total && total > 0:
+		out.Status.Phase = corev1.PodRunning
+	case running > 0:
+		out.Status.Phase = corev1.PodRunning
+	case failed > 0:
+		out.Status.Phase = corev1.PodFailed
+	default:
+		out.Status.Phase = corev1.PodSucceeded
+	}
+	ready := corev1.ConditionFalse
+	if running == total && total > 0 {
+		ready = corev1.ConditionTrue
+	}
+	out.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
+	return out
+}
+
+func imageOf(p *corev1.Pod, container string) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,121 @@
+// Package api is the agent's local HTTP API over a Unix socket: the request
+// and response types and a client for the CLI.
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/shuntnet/shunt/internal/datapath"
+)
+
+// Object is a manifest object on the wire, with where it came from so the
+// agent's errors can name the file.
+type Object struct {
+	Source string          `json:"source"`
+	Object json.RawMessage `json:"object"`
+}
+
+// ObjectsRequest is the body of apply and delete.
+type ObjectsRequest struct {
+	Objects []Object `json:"objects"`
+}
+
+// Change says what happened to one object.
+type Change struct {
+	Key    string `json:"key"`
+	Action string `json:"action"`
+}
+
+// ChangesResponse answers apply and delete.
+type ChangesResponse struct {
+	Changes []Change `json:"changes"`
+}
+
+// Status is the agent's summary.
+type Status struct {
+	Instance string             `json:"instance"`
+	PID      int                `json:"pid"`
+	Mode     string             `json:"mode"`
+	PodCIDR  string             `json:"podCIDR"`
+	NodeIP   string             `json:"nodeIP"`
+	PinDir   string             `json:"pinDir"`
+	Pods     int                `json:"pods"`
+	Counters []datapath.Counter `json:"counters"`
+}
+
+// Error is the body of every failed request.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// Client talks to one agent.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// NewClient returns a client for the agent listening on socket.
+func NewClient(socket string) *Client {
+	return &Client{socket: socket, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}}
+}
+
+// Do sends a request and decodes the JSON answer into out (if not nil).
+func (c *Client) Do(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, "http://shuntd"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the shunt agent at %s (is it running? `shunt lab up` starts it): %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e Error
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s", e.Error)
+		}
+		return fmt.Errorf("agent answered %s: %s", resp.Status, data)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// Alive says whether an agent answers on the socket.
+func (c *Client) Alive() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://shuntd/v1/status", nil)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}

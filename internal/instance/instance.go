@@ -1,0 +1,74 @@
+// Package instance names everything one shunt node creates on the machine:
+// state and socket paths, bpffs pins, cgroups, namespaces and interfaces.
+// Several instances (a lab, a test, a benchmark) can run side by side
+// because every name derives from the instance name.
+package instance
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"regexp"
+)
+
+// Default is the instance used when none is named.
+const Default = "shunt"
+
+var validName = regexp.MustCompile(`^[a-z][a-z0-9]{0,9}$`)
+
+// Instance is one shunt node on this machine.
+type Instance struct{ Name string }
+
+// New validates the name: it becomes part of interface names, which the
+// kernel limits to 15 bytes.
+func New(name string) (Instance, error) {
+	if !validName.MatchString(name) {
+		return Instance{}, fmt.Errorf("invalid instance name %q: use 1-10 lowercase letters and digits, starting with a letter", name)
+	}
+	return Instance{Name: name}, nil
+}
+
+// StateDir keeps the agent's persisted state and the pods' logs.
+func (i Instance) StateDir() string { return filepath.Join("/var/lib/shunt", i.Name) }
+
+// RunDir holds the agent's socket and pid file.
+func (i Instance) RunDir() string { return filepath.Join("/run/shunt", i.Name) }
+
+// Socket is the agent's API socket.
+func (i Instance) Socket() string { return filepath.Join(i.RunDir(), "shuntd.sock") }
+
+// PinDir holds pinned maps and links on bpffs.
+func (i Instance) PinDir() string { return filepath.Join("/sys/fs/bpf", i.Name) }
+
+// CgroupDir is the instance's subtree below the cgroup v2 root.
+func (i Instance) CgroupDir(root string) string { return filepath.Join(root, i.Name) }
+
+// PodCgroupDir is one pod's cgroup.
+func (i Instance) PodCgroupDir(root, namespace, name string) string {
+	return filepath.Join(i.CgroupDir(root), "pods", namespace+"_"+name)
+}
+
+// NodeIf is the node interface holding the node's pod-network address.
+func (i Instance) NodeIf() string { return i.Name + "_host" }
+
+// PodNetns names a pod's network namespace.
+func (i Instance) PodNetns(namespace, name string) string {
+	return i.Name + "-" + namespace + "-" + name
+}
+
+// PodHostIf names the host side of a pod's veth: "lxc" and a hash, the
+// Cilium convention, short enough for IFNAMSIZ whatever the pod is called.
+func (i Instance) PodHostIf(namespace, name string) string {
+	h := sha256.Sum256([]byte(i.Name + "/" + namespace + "/" + name))
+	return "lxc" + hex.EncodeToString(h[:5])
+}
+
+// LinkAliasPrefix marks every interface of this instance, so uninstall can
+// find them even without the agent's state.
+func (i Instance) LinkAliasPrefix() string { return "shunt:" + i.Name + ":" }
+
+// PodLinkAlias is the alias set on a pod's host veth.
+func (i Instance) PodLinkAlias(namespace, name string) string {
+	return i.LinkAliasPrefix() + namespace + "/" + name
+}

@@ -1,0 +1,181 @@
+// Package model is the desired state of a node: the Kubernetes objects the
+// sources (lab manifests today, informers later) say should exist. Changes
+// produce a new Store or an error and never a half-applied one, so an apply
+// is all or nothing.
+package model
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/manifest"
+)
+
+// DefaultNamespace always exists, as in Kubernetes.
+const DefaultNamespace = "default"
+
+// Store is an immutable set of objects by manifest key.
+type Store struct {
+	objs map[string]manifest.Object
+}
+
+// NewStore returns a store holding objs, checked like an apply.
+func NewStore(objs []manifest.Object) (*Store, error) {
+	s, _, err := (&Store{}).Apply(objs)
+	return s, err
+}
+
+// Change says what an apply or delete did to one object.
+type Change struct {
+	Key    string `json:"key"`
+	Action string `json:"action"` // created, configured, unchanged, deleted
+}
+
+func (s *Store) clone() *Store {
+	c := &Store{objs: make(map[string]manifest.Object, len(s.objs))}
+	for k, v := range s.objs {
+		c.objs[k] = v
+	}
+	return c
+}
+
+// Apply returns a new store with objs created or updated.
+func (s *Store) Apply(objs []manifest.Object) (*Store, []Change, error) {
+	next := s.clone()
+	var changes []Change
+	var problems []string
+	for _, o := range objs {
+		key := o.Key()
+		old, exists := next.objs[key]
+		switch {
+		case !exists:
+			changes = append(changes, Change{key, "created"})
+		case equalIgnoringSource(old, o):
+			changes = append(changes, Change{key, "unchanged"})
+			continue
+		default:
+			if msg := immutableChange(old, o); msg != "" {
+				problems = append(problems, fmt.Sprintf("%s: %s %s: %s", o.Source, o.Kind(), nsName(o), msg))
+				continue
+			}
+			changes = append(changes, Change{key, "configured"})
+		}
+		next.objs[key] = o
+	}
+	problems = append(problems, next.checkNamespaces()...)
+	if len(problems) > 0 {
+		return nil, nil, fmt.Errorf("nothing applied:\n%s", strings.Join(problems, "\n"))
+	}
+	return next, changes, nil
+}
+
+// Delete returns a new store without objs. Deleting a Namespace deletes
+// everything in it, as Kubernetes does.
+func (s *Store) Delete(objs []manifest.Object) (*Store, []Change, error) {
+	next := s.clone()
+	var changes []Change
+	var problems []string
+	for _, o := range objs {
+		key := o.Key()
+		if _, ok := next.objs[key]; !ok {
+			problems = append(problems, fmt.Sprintf("%s: %s %s: not found", o.Source, o.Kind(), nsName(o)))
+			continue
+		}
+		delete(next.objs, key)
+		changes = append(changes, Change{key, "deleted"})
+		if o.Kind() == "Namespace" {
+			_, name := o.NamespaceName()
+			for k, other := range next.objs {
+				if ns, _ := other.NamespaceName(); ns == name {
+					delete(next.objs, k)
+					changes = append(changes, Change{k, "deleted"})
+				}
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, nil, fmt.Errorf("nothing deleted:\n%s", strings.Join(problems, "\n"))
+	}
+	return next, changes, nil
+}
+
+// checkNamespaces reports namespaced objects whose namespace does not exist.
+func (s *Store) checkNamespaces() []string {
+	var problems []string
+	for _, o := range s.Objects() {
+		ns, _ := o.NamespaceName()
+		if ns == "" || ns == DefaultNamespace {
+			continue
+		}
+		if _, ok := s.objs["Namespace//"+ns]; !ok {
+			problems = append(problems, fmt.Sprintf("%s: %s %s: metadata.namespace: namespace %q not found: add a Namespace object",
+				o.Source, o.Kind(), nsName(o), ns))
+		}
+	}
+	return problems
+}
+
+func nsName(o manifest.Object) string {
+	ns, name := o.NamespaceName()
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+func equalIgnoringSource(a, b manifest.Object) bool { return reflect.DeepEqual(a.Obj, b.Obj) }
+
+// immutableChange says why an update is refused, as the API server would:
+// a pod's spec cannot change once it runs (its labels can).
+func immutableChange(old, updated manifest.Object) string {
+	op, ok1 := old.Obj.(*corev1.Pod)
+	np, ok2 := updated.Obj.(*corev1.Pod)
+	if ok1 && ok2 && !reflect.DeepEqual(op.Spec, np.Spec) {
+		return "spec: pod updates may not change the spec (only labels and annotations): delete the pod and apply it again"
+	}
+	return ""
+}
+
+// Objects returns every object, sorted by key.
+func (s *Store) Objects() []manifest.Object {
+	keys := make([]string, 0, len(s.objs))
+	for k := range s.objs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]manifest.Object, len(keys))
+	for i, k := range keys {
+		out[i] = s.objs[k]
+	}
+	return out
+}
+
+// Pods returns every pod, sorted by namespace and name.
+func (s *Store) Pods() []*corev1.Pod { return ofType[*corev1.Pod](s) }
+
+// Namespaces returns every declared namespace plus the implicit default one.
+func (s *Store) Namespaces() []*corev1.Namespace {
+	out := ofType[*corev1.Namespace](s)
+	for _, ns := range out {
+		if ns.Name == DefaultNamespace {
+			return out
+		}
+	}
+	def := &corev1.Namespace{}
+	def.APIVersion, def.Kind, def.Name = "v1", "Namespace", DefaultNamespace
+	return append([]*corev1.Namespace{def}, out...)
+}
+
+func ofType[T any](s *Store) []T {
+	var out []T
+	for _, o := range s.Objects() {
+		if t, ok := o.Obj.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}

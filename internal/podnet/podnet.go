@@ -1,0 +1,307 @@
+// Package podnet builds the network plumbing of lab pods and of the lab
+// node, the way a CNI plugin does on a real node: one network namespace per
+// pod, a veth pair into it, a /32 address and routes. It touches network
+// interfaces only; BPF programs are attached by internal/datapath.
+package podnet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// NetnsDir is where named network namespaces live (as with `ip netns`).
+const NetnsDir = "/run/netns"
+
+// PodIfName is the pod side of the veth, as every container runtime names it.
+const PodIfName = "eth0"
+
+// Node is the host side of a lab node.
+type Node struct {
+	Bridge  bool         // classic bridge mode: pods share one L2 segment
+	PodCIDR netip.Prefix // addresses pods get
+	NodeIP  netip.Addr   // the node's address in PodCIDR, the pods' gateway
+	HostIf  string       // name of the bridge (bridge mode) or of the dummy holding NodeIP
+	MTU     int
+}
+
+// Pod is the plumbing of one pod.
+type Pod struct {
+	Netns  string // name under NetnsDir
+	HostIf string // host side of the veth
+	PodIP  netip.Addr
+	Alias  string // interface alias set on HostIf so leftovers can be found
+}
+
+// Links is what the datapath needs to forward to a pod.
+type Links struct {
+	HostIfindex int
+	HostMAC     net.HardwareAddr
+	PodMAC      net.HardwareAddr
+}
+
+// NetnsPath returns the bind-mount path of a named namespace.
+func NetnsPath(name string) string { return filepath.Join(NetnsDir, name) }
+
+// SetupNode creates the node's interface holding NodeIP (a bridge in bridge
+// mode, a dummy otherwise) and enables IPv4 forwarding. It is idempotent.
+func SetupNode(n Node) error {
+	var l netlink.Link
+	la := netlink.NewLinkAttrs()
+	la.Name = n.HostIf
+	la.MTU = n.mtu()
+	prefixLen := 32
+	if n.Bridge {
+		l = &netlink.Bridge{LinkAttrs: la}
+		prefixLen = n.PodCIDR.Bits()
+	} else {
+		l = &netlink.Dummy{LinkAttrs: la}
+	}
+	if err := netlink.LinkAdd(l); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("creating node interface %s: %w", n.HostIf, err)
+	}
+	l, err := netlink.LinkByName(n.HostIf)
+	if err != nil {
+		return fmt.Errorf("looking up node interface %s: %w", n.HostIf, err)
+	}
+	addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.NodeIP, prefixLen))}
+	if err := netlink.AddrReplace(l, addr); err != nil {
+		return fmt.Errorf("adding %s to %s: %w", addr, n.HostIf, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("setting %s up: %w", n.HostIf, err)
+	}
+	// Pods reach other networks through the node, and in the routed baseline
+	// pod-to-pod traffic is forwarded by the host stack.
+	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+}
+
+// TeardownNode removes the node interface (a no-op when absent).
+func TeardownNode(n Node) error {
+	l, err := netlink.LinkByName(n.HostIf)
+	if err != nil {
+		return nil
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("deleting %s: %w", n.HostIf, err)
+	}
+	return nil
+}
+
+func (n Node) mtu() int {
+	if n.MTU == 0 {
+		return 1500
+	}
+	return n.MTU
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// SetupPod creates the pod's namespace and veth pair and configures both
+// ends. It is idempotent: an existing pod is only re-inspected.
+func SetupPod(n Node, p Pod) (Links, error) {
+	if links, err := Inspect(p); err == nil {
+		return links, nil
+	}
+	// A half-built pod (namespace without veth) is rebuilt from scratch.
+	if err := TeardownPod(p); err != nil {
+		return Links{}, err
+	}
+	ns, err := newNamedNetns(p.Netns)
+	if err != nil {
+		return Links{}, err
+	}
+	defer ns.Close()
+	links, err := setupVeth(n, p, ns)
+	if err != nil {
+		TeardownPod(p)
+		return Links{}, fmt.Errorf("pod %s: %w", p.Netns, err)
+	}
+	return links, nil
+}
+
+// newNamedNetns creates a named namespace without moving the calling thread
+// into it for longer than the creation itself.
+func newNamedNetns(name string) (netns.NsHandle, error) {
+	result := make(chan struct {
+		ns  netns.NsHandle
+		err error
+	}, 1)
+	// netns.NewNamed switches the thread it runs on; do it on a locked
+	// thread that is thrown away afterwards, so no goroutine of the process
+	// ever runs in the pod's namespace by accident.
+	go func() {
+		runtime.LockOSThread()
+		ns, err := netns.NewNamed(name)
+		result <- struct {
+			ns  netns.NsHandle
+			err error
+		}{ns, err}
+	}()
+	r := <-result
+	if r.err != nil {
+		return 0, fmt.Errorf("creating network namespace %s: %w", name, r.err)
+	}
+	return r.ns, nil
+}
+
+func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
+	la := netlink.NewLinkAttrs()
+	la.Name = p.HostIf
+	la.MTU = n.mtu()
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: PodIfName, PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return Links{}, fmt.Errorf("creating veth %s: %w", p.HostIf, err)
+	}
+	host, err := netlink.LinkByName(p.HostIf)
+	if err != nil {
+		return Links{}, err
+	}
+	if p.Alias != "" {
+		if err := netlink.LinkSetAlias(host, p.Alias); err != nil {
+			return Links{}, fmt.Errorf("setting alias on %s: %w", p.HostIf, err)
+		}
+	}
+	nh, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return Links{}, err
+	}
+	defer nh.Close()
+	pod, err := nh.LinkByName(PodIfName)
+	if err != nil {
+		return Links{}, err
+	}
+	hostMAC, podMAC := host.Attrs().HardwareAddr, pod.Attrs().HardwareAddr
+
+	// Pod side: address, loopback, default route via the node.
+	prefixLen := 32
+	if n.Bridge {
+		prefixLen = n.PodCIDR.Bits()
+	}
+	if err := nh.AddrAdd(pod, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(p.PodIP, prefixLen))}); err != nil {
+		return Links{}, fmt.Errorf("adding %s to the pod: %w", p.PodIP, err)
+	}
+	if lo, err := nh.LinkByName("lo"); err == nil {
+		nh.LinkSetUp(lo)
+	}
+	if err := nh.LinkSetUp(pod); err != nil {
+		return Links{}, err
+	}
+	gw := n.NodeIP.AsSlice()
+	if !n.Bridge {
+		// The gateway is the host veth itself: a static neighbour entry
+		// saves the ARP round trip and works without proxy ARP.
+		if err := nh.NeighSet(&netlink.Neigh{LinkIndex: pod.Attrs().Index, State: netlink.NUD_PERMANENT,
+			IP: gw, HardwareAddr: hostMAC}); err != nil {
+			return Links{}, fmt.Errorf("adding gateway neighbour in the pod: %w", err)
+		}
+	}
+	def := &netlink.Route{LinkIndex: pod.Attrs().Index, Gw: gw, Flags: int(netlink.FLAG_ONLINK)}
+	if err := nh.RouteAdd(def); err != nil {
+		return Links{}, fmt.Errorf("adding default route in the pod: %w", err)
+	}
+
+	// Host side.
+	if n.Bridge {
+		br, err := netlink.LinkByName(n.HostIf)
+		if err != nil {
+			return Links{}, fmt.Errorf("bridge %s: %w", n.HostIf, err)
+		}
+		if err := netlink.LinkSetMaster(host, br); err != nil {
+			return Links{}, fmt.Errorf("adding %s to bridge %s: %w", p.HostIf, n.HostIf, err)
+		}
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return Links{}, err
+	}
+	if !n.Bridge {
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: host.Attrs().Index, State: netlink.NUD_PERMANENT,
+			IP: p.PodIP.AsSlice(), HardwareAddr: podMAC}); err != nil {
+			return Links{}, fmt.Errorf("adding pod neighbour on the host: %w", err)
+		}
+		route := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: ipNet(netip.PrefixFrom(p.PodIP, 32)),
+			Scope: netlink.SCOPE_LINK, Src: n.NodeIP.AsSlice()}
+		if err := netlink.RouteReplace(route); err != nil {
+			return Links{}, fmt.Errorf("adding host route to %s: %w", p.PodIP, err)
+		}
+	}
+	return Links{HostIfindex: host.Attrs().Index, HostMAC: hostMAC, PodMAC: podMAC}, nil
+}
+
+// Inspect reads the plumbing of an existing pod.
+func Inspect(p Pod) (Links, error) {
+	ns, err := netns.GetFromName(p.Netns)
+	if err != nil {
+		return Links{}, fmt.Errorf("pod namespace %s: %w", p.Netns, err)
+	}
+	defer ns.Close()
+	host, err := netlink.LinkByName(p.HostIf)
+	if err != nil {
+		return Links{}, fmt.Errorf("pod interface %s: %w", p.HostIf, err)
+	}
+	nh, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return Links{}, err
+	}
+	defer nh.Close()
+	pod, err := nh.LinkByName(PodIfName)
+	if err != nil {
+		return Links{}, fmt.Errorf("pod %s: %s: %w", p.Netns, PodIfName, err)
+	}
+	return Links{HostIfindex: host.Attrs().Index, HostMAC: host.Attrs().HardwareAddr, PodMAC: pod.Attrs().HardwareAddr}, nil
+}
+
+// TeardownPod deletes the veth (its peer and routes go with it) and the
+// namespace. Absent pieces are not an error.
+func TeardownPod(p Pod) error {
+	var errs []error
+	if l, err := netlink.LinkByName(p.HostIf); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", p.HostIf, err))
+		}
+	}
+	if _, err := os.Stat(NetnsPath(p.Netns)); err == nil {
+		if err := netns.DeleteNamed(p.Netns); err != nil {
+			// Not a mount point any more (half-deleted): remove the file.
+			if rerr := os.Remove(NetnsPath(p.Netns)); rerr != nil {
+				errs = append(errs, fmt.Errorf("deleting namespace %s: %w", p.Netns, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LinksWithAliasPrefix lists host interfaces whose alias starts with prefix:
+// how uninstall finds pod veths even when the agent's state is lost.
+func LinksWithAliasPrefix(prefix string) ([]string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, l := range links {
+		if a := l.Attrs().Alias; a != "" && len(a) >= len(prefix) && a[:len(prefix)] == prefix {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	return names, nil
+}
+
+// DeleteLink deletes a host interface by name (a no-op when absent).
+func DeleteLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil
+	}
+	return netlink.LinkDel(l)
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The lab demo behind `make demo`: a node of pods built from examples/demo,
+# traffic between them through shunt's BPF datapath, and what it counted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shunt() { bin/shunt "$@"; }
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "starting the lab (forwarding mode ${MODE:-redirect-peer}) with examples/demo"
+shunt lab up -f examples/demo/ ${MODE:+--mode "$MODE"}
+
+step "pods"
+shunt get pods -A -o wide
+
+ip_of() { shunt get pods -n "$1" "$2" -o json | jq -r .status.podIP; }
+v1=$(ip_of shop backend-v1)
+v2=$(ip_of shop backend-v2)
+fe=$(ip_of shop frontend)
+node=$(shunt status -o json | jq -r .nodeIP)
+
+step "frontend -> backends: TCP, UDP (unconnected socket) and HTTP, pod to pod on the node"
+shunt lab exec -n shop frontend -- shunt lab probe \
+	--tcp "$v1:9000" --udp "$v1:9000" --http "http://$v1:8080/" \
+	--tcp "$v2:9000" --udp "$v2:9000" --http "http://$v2:8080/"
+
+step "monitoring/scraper -> frontend (HTTP) and -> backend-v1 (ICMP)"
+shunt lab exec -n monitoring scraper -- shunt lab probe --http "http://$fe/" --count 3
+shunt lab exec -n monitoring scraper -- ping -c 2 -W 1 "$v1" | tail -n 2
+
+step "pod -> node ($node) and node -> pod"
+shunt lab exec -n shop frontend -- ping -c 1 -W 1 "$node" | tail -n 2
+bin/shunt lab probe --http "http://$fe/"
+
+step "what the datapath did (per-reason counters from the tc programs)"
+shunt status
+
+cat <<EOT
+
+The lab stays up. Try:
+  bin/shunt get pods -A -o wide
+  bin/shunt lab exec -n shop frontend -- shunt lab probe --tcp $v2:9000 --count 5
+  bin/shunt lab logs -n shop backend-v1
+Remove it with: make demo-down   (or bin/shunt lab down)
+EOT
