@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -29,7 +30,7 @@ type Node struct {
 	Bridge  bool         // classic bridge mode: pods share one L2 segment
 	PodCIDR netip.Prefix // addresses pods get
 	NodeIP  netip.Addr   // the node's address in PodCIDR, the pods' gateway
-	HostIf  string       // name of the bridge (bridge mode) or of the dummy holding NodeIP
+	HostIf  string       // name of the bridge (bridge mode) or of the veth holding NodeIP
 	MTU     int
 }
 
@@ -52,7 +53,9 @@ type Links struct {
 func NetnsPath(name string) string { return filepath.Join(NetnsDir, name) }
 
 // SetupNode creates the node's interface holding NodeIP (a bridge in bridge
-// mode, a dummy otherwise) and enables IPv4 forwarding. It is idempotent.
+// mode, otherwise one end of a veth pair, as cilium_host/cilium_net: the
+// dummy driver is not in every kernel) and enables IPv4 forwarding. It is
+// idempotent.
 func SetupNode(n Node) error {
 	var l netlink.Link
 	la := netlink.NewLinkAttrs()
@@ -63,7 +66,7 @@ func SetupNode(n Node) error {
 		l = &netlink.Bridge{LinkAttrs: la}
 		prefixLen = n.PodCIDR.Bits()
 	} else {
-		l = &netlink.Dummy{LinkAttrs: la}
+		l = &netlink.Veth{LinkAttrs: la, PeerName: nodePeerIf(n.HostIf)}
 	}
 	if err := netlink.LinkAdd(l); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("creating node interface %s: %w", n.HostIf, err)
@@ -79,9 +82,17 @@ func SetupNode(n Node) error {
 	if err := netlink.LinkSetUp(l); err != nil {
 		return fmt.Errorf("setting %s up: %w", n.HostIf, err)
 	}
+	if peer, err := netlink.LinkByName(nodePeerIf(n.HostIf)); err == nil {
+		netlink.LinkSetUp(peer)
+	}
 	// Pods reach other networks through the node, and in the routed baseline
 	// pod-to-pod traffic is forwarded by the host stack.
 	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+}
+
+// nodePeerIf names the other end of the node veth: foo_host -> foo_net.
+func nodePeerIf(hostIf string) string {
+	return strings.TrimSuffix(hostIf, "_host") + "_net"
 }
 
 // TeardownNode removes the node interface (a no-op when absent).
