@@ -268,6 +268,10 @@ func newLabExecCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// As in the pod's containers, shunt's own tools are on PATH.
+			if self, err := os.Executable(); err == nil {
+				os.Setenv("PATH", filepath.Dir(self)+":"+os.Getenv("PATH"))
+			}
 			c := exec.Command(args[1], args[2:]...)
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 			c.Env = append(os.Environ(), "SHUNT_POD_NAME="+args[0], "SHUNT_POD_NAMESPACE="+ns)

@@ -20,6 +20,11 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// usageError exits with code 2, as a bad invocation.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+
 func main() {
 	err := newRootCmd().Execute()
 	var ee exitError
@@ -27,6 +32,9 @@ func main() {
 	case err == nil:
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(2)
 	default:
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
