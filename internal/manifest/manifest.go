@@ -20,7 +20,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // Object is one parsed manifest document.
@@ -190,8 +190,18 @@ func decodeDocument(src string, raw []byte) ([]Object, error) {
 		return nil, fmt.Errorf("%s: %s: apiVersion: %q is not served; use %q", src, head.Kind, head.APIVersion, info.apiVersion)
 	}
 	obj := info.new()
-	if err := yaml.UnmarshalStrict(raw, obj); err != nil {
-		return nil, fmt.Errorf("%s: %s %s: %s", src, head.Kind, nameIn(raw), cleanDecodeError(err))
+	// sigs.k8s.io/json is the API server's strict decoder: its errors carry
+	// the full field path (spec.containers[0].comand), not just the name.
+	strictErrs, err := sigsjson.UnmarshalStrict(raw, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s %s: %v", src, head.Kind, nameIn(raw), err)
+	}
+	if len(strictErrs) > 0 {
+		msgs := make([]string, len(strictErrs))
+		for i, e := range strictErrs {
+			msgs[i] = e.Error()
+		}
+		return nil, fmt.Errorf("%s: %s %s: %s", src, head.Kind, nameIn(raw), strings.Join(msgs, "; "))
 	}
 	if info.namespaced && metaOf(obj).GetNamespace() == "" {
 		metaOf(obj).SetNamespace("default")
@@ -214,14 +224,6 @@ func nameIn(raw []byte) string {
 		return m.Metadata.Namespace + "/" + m.Metadata.Name
 	}
 	return m.Metadata.Name
-}
-
-// cleanDecodeError strips decoder prefixes so the field name stands out.
-func cleanDecodeError(err error) string {
-	s := err.Error()
-	s = strings.TrimPrefix(s, "error unmarshaling JSON: while decoding JSON: ")
-	s = strings.ReplaceAll(s, "json: unknown field", "unknown field")
-	return s
 }
 
 // metaOf returns the object's metadata accessor; every supported kind has one.
