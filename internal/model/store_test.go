@@ -55,7 +55,7 @@ func TestApplyCreatesConfiguresAndRefusesWhole(t *testing.T) {
 		t.Errorf("changes %s", got)
 	}
 	// A spec change and a missing namespace: refused as a whole.
-	bad := pod("shop", "a", "yy", "true") + pod("default", "c", "xx", "sleep") + pod("nowhere", "d", "xx", "sleep")
+	bad := pod("shop", "a", "yy", "echo") + pod("default", "c", "xx", "sleep") + pod("nowhere", "d", "xx", "sleep")
 	if _, _, err := s.Apply(parse(t, bad)); err == nil ||
 		!strings.Contains(err.Error(), "Pod shop/a: spec: pod updates may not change the spec") ||
 		!strings.Contains(err.Error(), `metadata.namespace: namespace "nowhere" not found`) {
