@@ -87,7 +87,11 @@ func getPods(c *api.Client, o *getOptions, name string) error {
 	if err != nil {
 		return err
 	}
-	if done, err := printStructured(o.output, list, len(list.Items), func(i int) string { return "pod/" + list.Items[i].Name }); done {
+	var obj any = list
+	if name != "" {
+		obj = &list.Items[0] // as kubectl: a named object prints as itself, not a List
+	}
+	if done, err := printStructured(o.output, obj, len(list.Items), func(i int) string { return "pod/" + list.Items[i].Name }); done {
 		return err
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
@@ -153,7 +157,11 @@ func getNamespaces(c *api.Client, o *getOptions, name string) error {
 		}
 		list.Items = items
 	}
-	if done, err := printStructured(o.output, &list, len(list.Items), func(i int) string { return "namespace/" + list.Items[i].Name }); done {
+	var obj any = &list
+	if name != "" {
+		obj = &list.Items[0]
+	}
+	if done, err := printStructured(o.output, obj, len(list.Items), func(i int) string { return "namespace/" + list.Items[i].Name }); done {
 		return err
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)

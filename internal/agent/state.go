@@ -105,6 +105,10 @@ func decodeObjects(stored []StoredObject) ([]manifest.Object, error) {
 		if err != nil {
 			return nil, err
 		}
+		// One object per entry: keep the file#doc it came from, not "#1".
+		for i := range objs {
+			objs[i].Source = so.Source
+		}
 		out = append(out, objs...)
 	}
 	return out, nil

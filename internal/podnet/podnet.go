@@ -54,8 +54,8 @@ func NetnsPath(name string) string { return filepath.Join(NetnsDir, name) }
 
 // SetupNode creates the node's interface holding NodeIP (a bridge in bridge
 // mode, otherwise one end of a veth pair, as cilium_host/cilium_net: the
-// dummy driver is not in every kernel) and enables IPv4 forwarding. It is
-// idempotent.
+// dummy driver is not in every kernel). It is idempotent. It leaves the
+// machine's global ip_forward alone: forwarding is enabled per pod veth.
 func SetupNode(n Node) error {
 	var l netlink.Link
 	la := netlink.NewLinkAttrs()
@@ -85,9 +85,7 @@ func SetupNode(n Node) error {
 	if peer, err := netlink.LinkByName(nodePeerIf(n.HostIf)); err == nil {
 		netlink.LinkSetUp(peer)
 	}
-	// Pods reach other networks through the node, and in the routed baseline
-	// pod-to-pod traffic is forwarded by the host stack.
-	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	return nil
 }
 
 // nodePeerIf names the other end of the node veth: foo_host -> foo_net.
@@ -217,9 +215,14 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 			return Links{}, fmt.Errorf("adding gateway neighbour in the pod: %w", err)
 		}
 	}
-	def := &netlink.Route{LinkIndex: pod.Attrs().Index, Gw: gw, Flags: int(netlink.FLAG_ONLINK)}
-	if err := nh.RouteAdd(def); err != nil {
-		return Links{}, fmt.Errorf("adding default route in the pod: %w", err)
+	// Lab pods route only the pod network through the node, no default
+	// route: the lab never sends a packet off this machine (a pod's DNS
+	// lookup of the host's resolver fails at once instead of leaking out).
+	if !n.Bridge {
+		r := &netlink.Route{LinkIndex: pod.Attrs().Index, Dst: ipNet(n.PodCIDR), Gw: gw, Flags: int(netlink.FLAG_ONLINK)}
+		if err := nh.RouteAdd(r); err != nil {
+			return Links{}, fmt.Errorf("adding pod network route in the pod: %w", err)
+		}
 	}
 
 	// Host side.
@@ -236,6 +239,13 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 		return Links{}, err
 	}
 	if !n.Bridge {
+		// IPv4 forwarding is decided by the device a packet comes in on:
+		// enabling it on the pod's veth alone lets the node route between
+		// pods without making the whole machine a router.
+		fwd := filepath.Join("/proc/sys/net/ipv4/conf", p.HostIf, "forwarding")
+		if err := os.WriteFile(fwd, []byte("1"), 0o644); err != nil {
+			return Links{}, fmt.Errorf("enabling forwarding on %s: %w", p.HostIf, err)
+		}
 		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: host.Attrs().Index, State: netlink.NUD_PERMANENT,
 			IP: p.PodIP.AsSlice(), HardwareAddr: podMAC}); err != nil {
 			return Links{}, fmt.Errorf("adding pod neighbour on the host: %w", err)
