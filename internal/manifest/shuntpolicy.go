@@ -23,10 +23,10 @@ type ShuntNetworkPolicySpec struct {
 
 // ShuntRule allows or denies traffic with the peers and ports it names.
 type ShuntRule struct {
-	Action string                          `json:"action,omitempty"` // allow (default) or deny; deny wins
-	Peers  []ShuntPeer                     `json:"peers,omitempty"`
+	Action string                           `json:"action,omitempty"` // allow (default) or deny; deny wins
+	Peers  []ShuntPeer                      `json:"peers,omitempty"`
 	Ports  []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
-	HTTP   []HTTPRule                      `json:"http,omitempty"`
+	HTTP   []HTTPRule                       `json:"http,omitempty"`
 }
 
 // ShuntPeer is a set of pods, a CIDR or an entity.
