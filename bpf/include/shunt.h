@@ -60,4 +60,79 @@ struct metrics_value {
 	__u64 bytes;
 };
 
+/*
+ * Services. A service port is a set of entries in shunt_services keyed by
+ * (VIP, port, protocol, slot): slot 0 is the service itself, slots
+ * 1..backend_count name its backends. The agent writes new slots before the
+ * slot-0 entry that makes them visible, and deletes old slots only after it,
+ * so a lookup never finds a service without backends it could use.
+ */
+struct service_key {
+	__u32 vip;      /* network byte order */
+	__u16 port;     /* network byte order */
+	__u8 proto;     /* IPPROTO_TCP / IPPROTO_UDP */
+	__u8 pad;
+	__u16 slot;     /* 0: the service; 1..n: backend slots */
+	__u16 pad2;
+};
+
+enum service_flags {
+	SERVICE_F_AFFINITY = 1, /* ClientIP session affinity */
+};
+
+struct service_value {
+	__u32 id;               /* slot 0: service id; slot n: backend id */
+	__u16 backend_count;    /* slot 0: active backends (0: refuse) */
+	__u16 flags;            /* enum service_flags */
+	__u32 affinity_timeout; /* seconds */
+	__u32 pad;
+};
+
+struct backend_value {
+	__u32 ip;   /* network byte order */
+	__u16 port; /* network byte order */
+	__u8 proto;
+	__u8 pad;
+};
+
+/* ClientIP affinity. At the socket layer the client is identified by its
+ * network namespace (one pod = one netns): the netns cookie. */
+struct affinity_key {
+	__u64 client_cookie;
+	__u32 service_id;
+	__u32 pad;
+};
+
+struct affinity_value {
+	__u64 last_used_ns;
+	__u32 backend_id;
+	__u32 pad;
+};
+
+/* Reverse translation for UDP replies and getpeername: which service a
+ * socket reached when it talked to a backend. Keyed by netns cookie, socket
+ * cookie and backend, so sockets in different pods never collide and one
+ * unconnected socket can talk to several services at once. */
+struct revnat_key {
+	__u64 netns_cookie;
+	__u64 sock_cookie;
+	__u32 backend_ip;
+	__u16 backend_port;
+	__u16 pad;
+};
+
+struct revnat_value {
+	__u32 vip;
+	__u16 vport;
+	__u16 pad;
+};
+
+/* Per-socket record of a connect-time translation (TCP, connected UDP). */
+struct sock_translation {
+	__u32 vip;
+	__u32 backend_ip;
+	__u16 vport;
+	__u16 backend_port;
+};
+
 #endif /* SHUNT_H */

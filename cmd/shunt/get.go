@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/shuntnet/shunt/internal/api"
@@ -31,7 +32,7 @@ func newGetCmd(g *globals) *cobra.Command {
 	o := &getOptions{}
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME] [-n NS|-A] [-o wide|json|yaml|name]",
-		Short: "list objects with their status (pods, namespaces)",
+		Short: "list objects with their status (pods, services, endpointslices, namespaces)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch o.output {
@@ -52,8 +53,12 @@ func newGetCmd(g *globals) *cobra.Command {
 				return getPods(c, o, name)
 			case "namespaces", "namespace", "ns":
 				return getNamespaces(c, o, name)
+			case "services", "service", "svc":
+				return getServices(c, o, name)
+			case "endpointslices", "endpointslice":
+				return getEndpointSlices(c, o, name)
 			default:
-				return fmt.Errorf("unknown kind %q: use pods or namespaces", args[0])
+				return fmt.Errorf("unknown kind %q: use pods, services, endpointslices or namespaces", args[0])
 			}
 		},
 	}
@@ -226,4 +231,132 @@ func age(t time.Time) string {
 	default:
 		return fmt.Sprintf("%dd", int(d.Hours()/24))
 	}
+}
+
+func inScope(o *getOptions, ns, objName, name string) bool {
+	return (o.allNamespaces || ns == o.namespace) && (name == "" || objName == name)
+}
+
+func getServices(c *api.Client, o *getOptions, name string) error {
+	var list corev1.ServiceList
+	if err := c.Do("GET", "/v1/services", nil, &list); err != nil {
+		return err
+	}
+	items := list.Items[:0]
+	for _, s := range list.Items {
+		if inScope(o, s.Namespace, s.Name, name) {
+			items = append(items, s)
+		}
+	}
+	list.Items = items
+	if name != "" && len(items) == 0 {
+		return fmt.Errorf("services %q not found in namespace %q", name, o.namespace)
+	}
+	var obj any = &list
+	if name != "" {
+		obj = &list.Items[0]
+	}
+	if done, err := printStructured(o.output, obj, len(list.Items), func(i int) string { return "service/" + list.Items[i].Name }); done {
+		return err
+	}
+	var slices discoveryv1.EndpointSliceList
+	if o.output == "wide" {
+		if err := c.Do("GET", "/v1/endpointslices", nil, &slices); err != nil {
+			return err
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	defer w.Flush()
+	header := "NAME\tTYPE\tCLUSTER-IP\tPORT(S)\tAGE"
+	if o.allNamespaces {
+		header = "NAMESPACE\t" + header
+	}
+	if o.output == "wide" {
+		header += "\tSELECTOR\tENDPOINTS"
+	}
+	fmt.Fprintln(w, header)
+	for _, s := range list.Items {
+		var ports []string
+		for _, p := range s.Spec.Ports {
+			ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
+		}
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", s.Name, s.Spec.Type, orNone(s.Spec.ClusterIP), strings.Join(ports, ","), age(s.CreationTimestamp.Time))
+		if o.allNamespaces {
+			row = s.Namespace + "\t" + row
+		}
+		if o.output == "wide" {
+			var sel []string
+			for k, v := range s.Spec.Selector {
+				sel = append(sel, k+"="+v)
+			}
+			row += "\t" + orNone(strings.Join(sel, ",")) + "\t" + orNone(strings.Join(readyEndpoints(slices, s.Namespace, s.Name), ","))
+		}
+		fmt.Fprintln(w, row)
+	}
+	return nil
+}
+
+// readyEndpoints lists ip:port of a service's ready endpoints, as
+// kubectl's ENDPOINTS column.
+func readyEndpoints(slices discoveryv1.EndpointSliceList, ns, svc string) []string {
+	var out []string
+	for _, sl := range slices.Items {
+		if sl.Namespace != ns || sl.Labels[discoveryv1.LabelServiceName] != svc {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				for _, p := range sl.Ports {
+					if p.Port != nil {
+						out = append(out, fmt.Sprintf("%s:%d", a, *p.Port))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func getEndpointSlices(c *api.Client, o *getOptions, name string) error {
+	var list discoveryv1.EndpointSliceList
+	if err := c.Do("GET", "/v1/endpointslices", nil, &list); err != nil {
+		return err
+	}
+	items := list.Items[:0]
+	for _, s := range list.Items {
+		if inScope(o, s.Namespace, s.Name, name) {
+			items = append(items, s)
+		}
+	}
+	list.Items = items
+	if done, err := printStructured(o.output, &list, len(list.Items), func(i int) string { return "endpointslice/" + list.Items[i].Name }); done {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	defer w.Flush()
+	fmt.Fprintln(w, "NAME\tADDRESSTYPE\tPORTS\tENDPOINTS")
+	for _, s := range list.Items {
+		var ports, addrs []string
+		for _, p := range s.Ports {
+			if p.Port != nil {
+				ports = append(ports, fmt.Sprint(*p.Port))
+			}
+		}
+		for _, ep := range s.Endpoints {
+			state := ""
+			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+				state = " (terminating)"
+			} else if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				state = " (not ready)"
+			}
+			for _, a := range ep.Addresses {
+				addrs = append(addrs, a+state)
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.AddressType, orNone(strings.Join(ports, ",")), orNone(strings.Join(addrs, ",")))
+	}
+	return nil
 }

@@ -36,6 +36,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	var (
 		files         []string
 		mode, podCIDR string
+		serviceCIDR   string
 		wait          time.Duration
 	)
 	cmd := &cobra.Command{
@@ -55,7 +56,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := ensureAgent(c, inst, mode, podCIDR); err != nil {
+			if err := ensureAgent(c, inst, mode, podCIDR, serviceCIDR); err != nil {
 				return err
 			}
 			if len(objs) == 0 {
@@ -73,20 +74,21 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - (repeatable)")
 	cmd.Flags().StringVar(&mode, "mode", "", "pod forwarding: redirect-peer (default), redirect, bridge or routed")
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default "+agent.DefaultPodCIDR+")")
+	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default "+agent.DefaultServiceCIDR+")")
 	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the pods' containers to run (0: don't)")
 	return cmd
 }
 
 // ensureAgent starts shuntd for the instance unless one answers already.
-func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR string) error {
+func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string) error {
 	if c.Alive() {
 		var st api.Status
 		if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
 			return err
 		}
-		if (mode != "" && mode != st.Mode) || (podCIDR != "" && podCIDR != st.PodCIDR) {
-			return fmt.Errorf("lab %q runs with mode %s and pod CIDR %s; run `shunt --instance %s lab down` first to change them",
-				inst.Name, st.Mode, st.PodCIDR, inst.Name)
+		if (mode != "" && mode != st.Mode) || (podCIDR != "" && podCIDR != st.PodCIDR) || (serviceCIDR != "" && serviceCIDR != st.ServiceCIDR) {
+			return fmt.Errorf("lab %q runs with mode %s, pod CIDR %s and service CIDR %s; run `shunt --instance %s lab down` first to change them",
+				inst.Name, st.Mode, st.PodCIDR, st.ServiceCIDR, inst.Name)
 		}
 		return nil
 	}
@@ -109,6 +111,9 @@ func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR string) er
 	}
 	if podCIDR != "" {
 		args = append(args, "--pod-cidr", podCIDR)
+	}
+	if serviceCIDR != "" {
+		args = append(args, "--service-cidr", serviceCIDR)
 	}
 	agentCmd := exec.Command(exe, args...)
 	agentCmd.Stdout, agentCmd.Stderr = logf, logf

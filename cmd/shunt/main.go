@@ -75,6 +75,7 @@ func newRootCmd() *cobra.Command {
 		newDeleteCmd(g),
 		newGetCmd(g),
 		newStatusCmd(g),
+		newMapCmd(g),
 		newUninstallCmd(g),
 	)
 	return root

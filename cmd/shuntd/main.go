@@ -27,7 +27,7 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	var (
-		inst, mode, podCIDR, logLevel string
+		inst, mode, podCIDR, serviceCIDR, logLevel string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -45,7 +45,7 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := agent.Config{Instance: i, PodCIDR: podCIDR}
+			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR}
 			if mode != "" {
 				if cfg.Mode, err = datapath.ParseMode(mode); err != nil {
 					return err
@@ -69,6 +69,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&inst, "instance", envOr("SHUNT_INSTANCE", instance.Default), "name of this shunt node on the machine (env SHUNT_INSTANCE)")
 	cmd.Flags().StringVar(&mode, "mode", "", fmt.Sprintf("pod forwarding mode %v (default: as persisted, else redirect-peer)", datapath.Modes))
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default: as persisted, else "+agent.DefaultPodCIDR+")")
+	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default: as persisted, else "+agent.DefaultServiceCIDR+")")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(newShimCmd())
 	return cmd

@@ -37,11 +37,12 @@ const DefaultPodCIDR = "10.244.0.0/24"
 
 // Config is how shuntd was started.
 type Config struct {
-	Instance instance.Instance
-	Mode     datapath.Mode // empty: as persisted, else redirect-peer
-	PodCIDR  string        // empty: as persisted, else DefaultPodCIDR
-	BinDir   string        // put first on containers' PATH (where shunt lives)
-	ShimExe  string        // executable providing `shim` (shuntd itself)
+	Instance    instance.Instance
+	Mode        datapath.Mode // empty: as persisted, else redirect-peer
+	PodCIDR     string        // empty: as persisted, else DefaultPodCIDR
+	ServiceCIDR string        // empty: as persisted, else DefaultServiceCIDR
+	BinDir      string        // put first on containers' PATH (where shunt lives)
+	ShimExe     string        // executable providing `shim` (shuntd itself)
 }
 
 // Agent is one running shuntd.
@@ -49,13 +50,16 @@ type Agent struct {
 	cfg        Config
 	log        *slog.Logger
 	cgroupRoot string
-	pool       ipam.Pool
+	pool       ipam.Pool // pod addresses
+	svcPool    ipam.Pool // ClusterIPs
 	node       podnet.Node
 	dp         *datapath.Datapath
 
 	mu    sync.Mutex // guards state and store; held for a whole apply
 	state *State
 	store *model.Store
+
+	lastServices string // what syncServices last wrote, to skip no-op resyncs
 
 	shutdown chan bool // true: uninstall before exiting
 }
@@ -82,9 +86,19 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := settle(&state.PodCIDR, cfg.PodCIDR, DefaultPodCIDR, "pod CIDR", inst); err != nil {
 		return nil, err
 	}
+	if err := settle(&state.ServiceCIDR, cfg.ServiceCIDR, DefaultServiceCIDR, "service CIDR", inst); err != nil {
+		return nil, err
+	}
 	pool, err := ipam.NewPool(state.PodCIDR)
 	if err != nil {
 		return nil, err
+	}
+	svcPool, err := ipam.NewPool(state.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("service CIDR: %w", err)
+	}
+	if svcPool.CIDR.Overlaps(pool.CIDR) {
+		return nil, fmt.Errorf("service CIDR %s overlaps pod CIDR %s", svcPool.CIDR, pool.CIDR)
 	}
 	root, err := cgroup.Root()
 	if err != nil {
@@ -99,7 +113,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("persisted state: %w", err)
 	}
 	a := &Agent{
-		cfg: cfg, log: log, cgroupRoot: root, pool: pool, state: state, store: store,
+		cfg: cfg, log: log, cgroupRoot: root, pool: pool, svcPool: svcPool, state: state, store: store,
 		node: podnet.Node{
 			Bridge: state.Mode == datapath.ModeBridge, PodCIDR: pool.CIDR,
 			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(),
@@ -116,7 +130,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("datapath loaded", "mode", state.Mode, "podCIDR", pool.CIDR, "nodeIP", pool.NodeIP(), "pins", inst.PinDir())
+	// The cgroup v2 root: pods and the node's own processes reach services.
+	if err := a.dp.AttachSocketLB(root); err != nil {
+		a.dp.Close()
+		return nil, err
+	}
+	log.Info("datapath loaded", "mode", state.Mode, "podCIDR", pool.CIDR, "nodeIP", pool.NodeIP(),
+		"serviceCIDR", svcPool.CIDR, "pins", inst.PinDir())
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := a.reconcile(); err != nil {
@@ -169,6 +189,9 @@ func (a *Agent) reconcile() error {
 		endpoints = append(endpoints, rec.endpoint)
 	}
 	if err := a.dp.SyncEndpoints(endpoints); err != nil {
+		errs = append(errs, err)
+	}
+	if err := a.syncServices(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := a.persist(); err != nil {
@@ -359,7 +382,11 @@ func (a *Agent) Apply(objs []manifest.Object) ([]model.Change, error) {
 	if err := a.checkCapacity(next); err != nil {
 		return nil, err
 	}
-	a.store = next
+	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next)
+	if err != nil {
+		return nil, err
+	}
+	a.store, a.state.ClusterIPs = next, ips
 	return changes, a.reconcile()
 }
 
@@ -371,7 +398,11 @@ func (a *Agent) Delete(objs []manifest.Object) ([]model.Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.store = next
+	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next)
+	if err != nil {
+		return nil, err
+	}
+	a.store, a.state.ClusterIPs = next, ips
 	return changes, a.reconcile()
 }
 
@@ -436,15 +467,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer srv.Close()
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
-	select {
-	case <-ctx.Done():
-		a.log.Info("stopping; pods and datapath keep running")
-		return nil
-	case uninstall := <-a.shutdown:
-		if uninstall {
-			a.log.Info("uninstalling")
-			return a.Uninstall()
+	// Containers start and exit on their own: follow their readiness into
+	// the service endpoints, as the endpoint controller does.
+	resync := time.NewTicker(500 * time.Millisecond)
+	defer resync.Stop()
+	for {
+		select {
+		case <-resync.C:
+			a.mu.Lock()
+			if err := a.syncServices(); err != nil {
+				a.log.Error("service sync failed", "err", err)
+			}
+			a.mu.Unlock()
+			continue
+		case <-ctx.Done():
+			a.log.Info("stopping; pods and datapath keep running")
+			return nil
+		case uninstall := <-a.shutdown:
+			if uninstall {
+				a.log.Info("uninstalling")
+				return a.Uninstall()
+			}
+			return nil
 		}
-		return nil
 	}
 }

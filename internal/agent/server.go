@@ -3,12 +3,14 @@ package agent
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shuntnet/shunt/internal/api"
@@ -31,6 +33,9 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
 	mux.HandleFunc("GET /v1/pods", a.handlePods)
 	mux.HandleFunc("GET /v1/namespaces", a.handleNamespaces)
+	mux.HandleFunc("GET /v1/services", a.handleServices)
+	mux.HandleFunc("GET /v1/endpointslices", a.handleEndpointSlices)
+	mux.HandleFunc("GET /v1/maps/services", a.handleServiceMap)
 	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.Apply))
 	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.Delete))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +94,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	st := api.Status{
 		Instance: a.cfg.Instance.Name, PID: os.Getpid(), Mode: string(a.state.Mode),
-		PodCIDR: a.pool.CIDR.String(), NodeIP: a.pool.NodeIP().String(),
+		PodCIDR: a.pool.CIDR.String(), NodeIP: a.pool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
 		PinDir: a.cfg.Instance.PinDir(), Pods: len(a.state.Pods),
 	}
 	a.mu.Unlock()
@@ -202,3 +207,69 @@ func processAlive(pid int) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list := corev1.ServiceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
+	for _, s := range a.store.Services() {
+		svc := *s.DeepCopy()
+		svc.APIVersion, svc.Kind = "v1", "Service"
+		if ip := a.state.ClusterIPs[s.Namespace+"/"+s.Name]; ip != "" {
+			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip, []string{ip}
+		}
+		list.Items = append(list.Items, svc)
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (a *Agent) handleEndpointSlices(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list := discoveryv1.EndpointSliceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
+	slices := a.endpointSlices()
+	for _, s := range a.store.Services() {
+		for _, sl := range slices[s.Namespace+"/"+s.Name] {
+			list.Items = append(list.Items, *sl)
+		}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// handleServiceMap decodes what the kernel's service maps hold, named with
+// the agent's desired state so drift would be visible.
+func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	names := map[string]string{}
+	for _, p := range a.desiredServicePorts() {
+		names[fmt.Sprintf("%s:%d/%d", p.VIP, p.Port, p.Proto)] = p.Name
+	}
+	a.mu.Unlock()
+	entries, err := a.dp.DumpServices()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	out := []api.ServiceEntry{}
+	for _, e := range entries {
+		se := api.ServiceEntry{
+			Service: names[fmt.Sprintf("%s:%d/%d", e.VIP, e.Port, e.Proto)], VIP: e.VIP.String(), Port: e.Port,
+			Protocol: protoName(e.Proto), ID: e.ID, Affinity: e.AffinityTimeout, Backends: []string{},
+		}
+		for _, b := range e.Backends {
+			se.Backends = append(se.Backends, fmt.Sprintf("%s:%d (#%d)", b.IP, b.Port, b.ID))
+		}
+		out = append(out, se)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case 6:
+		return "TCP"
+	case 17:
+		return "UDP"
+	}
+	return fmt.Sprint(p)
+}

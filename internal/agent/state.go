@@ -15,10 +15,12 @@ import (
 // State is what the agent persists in its state directory: the desired
 // objects (so a restart needs no re-apply) and what it built for each pod.
 type State struct {
-	Mode    datapath.Mode         `json:"mode"`
-	PodCIDR string                `json:"podCIDR"`
-	Objects []StoredObject        `json:"objects"`
-	Pods    map[string]*PodRecord `json:"pods"` // by namespace/name
+	Mode        datapath.Mode         `json:"mode"`
+	PodCIDR     string                `json:"podCIDR"`
+	ServiceCIDR string                `json:"serviceCIDR"`
+	ClusterIPs  map[string]string     `json:"clusterIPs"` // service ns/name -> allocated ClusterIP
+	Objects     []StoredObject        `json:"objects"`
+	Pods        map[string]*PodRecord `json:"pods"` // by namespace/name
 }
 
 // StoredObject is a manifest object with where it came from.

@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/shuntnet/shunt/internal/datapath"
@@ -40,14 +42,26 @@ type ChangesResponse struct {
 
 // Status is the agent's summary.
 type Status struct {
-	Instance string             `json:"instance"`
-	PID      int                `json:"pid"`
-	Mode     string             `json:"mode"`
-	PodCIDR  string             `json:"podCIDR"`
-	NodeIP   string             `json:"nodeIP"`
-	PinDir   string             `json:"pinDir"`
-	Pods     int                `json:"pods"`
-	Counters []datapath.Counter `json:"counters"`
+	Instance    string             `json:"instance"`
+	PID         int                `json:"pid"`
+	Mode        string             `json:"mode"`
+	PodCIDR     string             `json:"podCIDR"`
+	ServiceCIDR string             `json:"serviceCIDR"`
+	NodeIP      string             `json:"nodeIP"`
+	PinDir      string             `json:"pinDir"`
+	Pods        int                `json:"pods"`
+	Counters    []datapath.Counter `json:"counters"`
+}
+
+// ServiceEntry is one decoded service port of the datapath's maps.
+type ServiceEntry struct {
+	Service  string   `json:"service"` // ns/name:port, from the agent's state
+	VIP      string   `json:"vip"`
+	Port     uint16   `json:"port"`
+	Protocol string   `json:"protocol"`
+	ID       uint32   `json:"id"`
+	Affinity uint32   `json:"affinityTimeoutSeconds,omitempty"`
+	Backends []string `json:"backends"` // ip:port (backend id)
 }
 
 // Error is the body of every failed request.
@@ -86,6 +100,9 @@ func (c *Client) Do(method, path string, in, out any) error {
 		return err
 	}
 	resp, err := c.http.Do(req)
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("permission denied on the agent's socket %s: it is root-only, run shunt as root", c.socket)
+	}
 	if err != nil {
 		return fmt.Errorf("cannot reach the shunt agent at %s (is it running? `shunt lab up` starts it): %w", c.socket, err)
 	}

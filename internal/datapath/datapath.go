@@ -50,7 +50,8 @@ type Config struct {
 // Datapath holds the loaded programs and maps of one shunt instance.
 type Datapath struct {
 	cfg  Config
-	objs podtcObjects
+	objs podtcObjects  // tc programs on pod veths
+	sock socklbObjects // socket-layer service load balancing
 }
 
 // Open loads the BPF objects, adopting maps already pinned under cfg.PinDir
@@ -82,6 +83,15 @@ func Open(cfg Config) (*Datapath, error) {
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
+	sockSpec, err := loadSocklb()
+	if err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	if err := sockSpec.LoadAndAssign(&d.sock, opts); err != nil {
+		d.objs.Close()
+		return nil, explainLoadError(err, cfg.PinDir)
+	}
 	return d, nil
 }
 
@@ -100,7 +110,7 @@ func explainLoadError(err error, pinDir string) error {
 
 // Close releases this process's handles. Pinned maps and links stay, so the
 // datapath keeps forwarding while no agent runs.
-func (d *Datapath) Close() error { return d.objs.Close() }
+func (d *Datapath) Close() error { return errors.Join(d.objs.Close(), d.sock.Close()) }
 
 func (d *Datapath) linkPin(ifname string) string {
 	return filepath.Join(d.cfg.PinDir, "links", "from-pod-"+ifname)

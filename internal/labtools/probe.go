@@ -39,7 +39,8 @@ const (
 type ProbeOptions struct {
 	Timeout      time.Duration
 	Send         string
-	UDPConnected bool // use a connected UDP socket (sees ICMP port unreachable)
+	UDPConnected bool          // use a connected UDP socket (sees ICMP port unreachable)
+	Hold         time.Duration // TCP: keep the connection this long, then talk again
 }
 
 // classify maps a network error to an outcome.
@@ -83,7 +84,27 @@ func ProbeTCP(target string, o ProbeOptions) Result {
 		}
 		return res
 	}
-	return r.answered(string(buf[:n]), start)
+	reply := string(buf[:n])
+	if o.Hold > 0 {
+		// An established connection must survive whatever happens
+		// meanwhile (backends scaled, service deleted): talk again.
+		time.Sleep(o.Hold)
+		c.SetDeadline(time.Now().Add(o.Timeout))
+		if _, err := io.WriteString(c, o.Send); err != nil {
+			res := classify(&r, err)
+			res.Result, res.Error = Failed, "connection broken after hold: "+res.Error
+			return res
+		}
+		if n, err := c.Read(buf); n == 0 {
+			if err == nil {
+				err = io.EOF
+			}
+			res := classify(&r, err)
+			res.Result, res.Error = Failed, "connection broken after hold: "+res.Error
+			return res
+		}
+	}
+	return r.answered(reply, start)
 }
 
 func (r Result) answered(reply string, start time.Time) Result {

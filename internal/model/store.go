@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/shuntnet/shunt/internal/manifest"
 )
@@ -67,6 +68,7 @@ func (s *Store) Apply(objs []manifest.Object) (*Store, []Change, error) {
 		next.objs[key] = o
 	}
 	problems = append(problems, next.checkNamespaces()...)
+	problems = append(problems, next.checkSliceServices()...)
 	if len(problems) > 0 {
 		return nil, nil, fmt.Errorf("nothing applied:\n%s", strings.Join(problems, "\n"))
 	}
@@ -74,26 +76,33 @@ func (s *Store) Apply(objs []manifest.Object) (*Store, []Change, error) {
 }
 
 // Delete returns a new store without objs. Deleting a Namespace deletes
-// everything in it, as Kubernetes does.
+// everything in it, deleting a Service its EndpointSlices.
 func (s *Store) Delete(objs []manifest.Object) (*Store, []Change, error) {
 	next := s.clone()
 	var changes []Change
 	var problems []string
+	cascaded := map[string]bool{}
 	for _, o := range objs {
 		key := o.Key()
 		if _, ok := next.objs[key]; !ok {
-			problems = append(problems, fmt.Sprintf("%s: %s %s: not found", o.Source, o.Kind(), nsName(o)))
+			if !cascaded[key] { // deleted with its owner earlier in this request
+				problems = append(problems, fmt.Sprintf("%s: %s %s: not found", o.Source, o.Kind(), nsName(o)))
+			}
 			continue
 		}
 		delete(next.objs, key)
 		changes = append(changes, Change{key, "deleted"})
-		if o.Kind() == "Namespace" {
-			_, name := o.NamespaceName()
-			for k, other := range next.objs {
-				if ns, _ := other.NamespaceName(); ns == name {
-					delete(next.objs, k)
-					changes = append(changes, Change{k, "deleted"})
-				}
+		// Dependents go with their owner, as Kubernetes' garbage collector
+		// does: a namespace's objects, a service's EndpointSlices.
+		ns, name := o.NamespaceName()
+		for k, other := range next.objs {
+			otherNS, _ := other.NamespaceName()
+			slice, isSlice := other.Obj.(*discoveryv1.EndpointSlice)
+			if (o.Kind() == "Namespace" && otherNS == name) ||
+				(o.Kind() == "Service" && isSlice && otherNS == ns && slice.Labels[discoveryv1.LabelServiceName] == name) {
+				delete(next.objs, k)
+				cascaded[k] = true
+				changes = append(changes, Change{k, "deleted"})
 			}
 		}
 	}
@@ -114,6 +123,23 @@ func (s *Store) checkNamespaces() []string {
 		if _, ok := s.objs["Namespace//"+ns]; !ok {
 			problems = append(problems, fmt.Sprintf("%s: %s %s: metadata.namespace: namespace %q not found: add a Namespace object",
 				o.Source, o.Kind(), nsName(o), ns))
+		}
+	}
+	return problems
+}
+
+// checkSliceServices reports EndpointSlices whose Service does not exist.
+func (s *Store) checkSliceServices() []string {
+	var problems []string
+	for _, o := range s.Objects() {
+		slice, ok := o.Obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			continue
+		}
+		svc := slice.Labels[discoveryv1.LabelServiceName]
+		if _, ok := s.objs["Service/"+slice.Namespace+"/"+svc]; !ok {
+			problems = append(problems, fmt.Sprintf("%s: EndpointSlice %s: metadata.labels[%s]: service %q not found in namespace %q",
+				o.Source, nsName(o), discoveryv1.LabelServiceName, svc, slice.Namespace))
 		}
 	}
 	return problems
@@ -152,6 +178,14 @@ func (s *Store) Objects() []manifest.Object {
 		out[i] = s.objs[k]
 	}
 	return out
+}
+
+// Services returns every service, sorted by namespace and name.
+func (s *Store) Services() []*corev1.Service { return ofType[*corev1.Service](s) }
+
+// EndpointSlices returns the hand-written slices, sorted.
+func (s *Store) EndpointSlices() []*discoveryv1.EndpointSlice {
+	return ofType[*discoveryv1.EndpointSlice](s)
 }
 
 // Pods returns every pod, sorted by namespace and name.

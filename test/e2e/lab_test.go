@@ -42,9 +42,10 @@ func TestMain(m *testing.M) {
 
 // lab is one shunt instance created by a test and removed after it.
 type lab struct {
-	t        *testing.T
-	instance string
-	cidr     string
+	t           *testing.T
+	instance    string
+	cidr        string
+	serviceCIDR string
 }
 
 func requireRoot(t *testing.T) {
@@ -64,6 +65,7 @@ func newLab(t *testing.T, mode string, manifests ...string) *lab {
 		instance: fmt.Sprintf("e2e%06d", rand.IntN(1000000)),
 		cidr:     fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(250)),
 	}
+	l.serviceCIDR = fmt.Sprintf("10.%d.%d.0/24", 100+rand.IntN(50), rand.IntN(250))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("agent log:\n%s", readFile("/var/lib/shunt/"+l.instance+"/shuntd.log"))
@@ -71,7 +73,7 @@ func newLab(t *testing.T, mode string, manifests ...string) *lab {
 		l.shunt("lab", "down")
 		l.assertGone()
 	})
-	args := []string{"lab", "up", "--pod-cidr", l.cidr, "--mode", mode}
+	args := []string{"lab", "up", "--pod-cidr", l.cidr, "--service-cidr", l.serviceCIDR, "--mode", mode}
 	for _, m := range manifests {
 		args = append(args, "-f", m)
 	}

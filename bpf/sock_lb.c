@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Service load balancing at the socket layer. A connect() (or an unconnected
+ * UDP sendmsg()) to a service VIP is rewritten to a backend before the kernel
+ * routes it, so packets carry the backend address from the first one and no
+ * per-packet NAT is left. recvmsg() and getpeername() translate the backend
+ * back to the VIP, so applications (and resolvers checking reply sources)
+ * see the address they used.
+ */
+#include <linux/in.h>
+#include <errno.h>
+#include <stdbool.h>
+#include "lib/common.h"
+#include "lib/services.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* Per-socket record of a connect-time translation (TCP and connected UDP):
+ * freed with the socket, so nothing to garbage-collect. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sock_translation);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_sock_svc SEC(".maps");
+
+/* Verdicts of cgroup sock_addr programs. */
+#define SOCK_ALLOW 1
+#define SOCK_REJECT 0
+
+/* Where a socket hook sends a connection or datagram. */
+struct dest {
+	__u32 ip;   /* network byte order */
+	__u16 port; /* network byte order */
+};
+
+/* translate picks the backend for a service destination. Returns
+ * SOCK_REJECT (with ECONNREFUSED as the syscall's error) for a service
+ * without backends; *out is changed only when dst is a service. */
+static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst, __u8 proto, bool connect)
+{
+	struct service_value *svc;
+	struct backend_value *be;
+	__u32 backend_id = 0;
+
+	svc = lookup_service(dst->ip, dst->port, proto);
+	if (!svc)
+		return SOCK_ALLOW;
+
+	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), &backend_id);
+	if (!be) {
+		/* Fail fast and say why: a timeout would hide the cause. */
+		bpf_set_retval(-ECONNREFUSED);
+		return SOCK_REJECT;
+	}
+
+	if (connect) {
+		struct sock_translation *st = bpf_sk_storage_get(&shunt_sock_svc, ctx->sk, 0,
+								 BPF_SK_STORAGE_GET_F_CREATE);
+		if (st) {
+			st->vip = dst->ip;
+			st->vport = dst->port;
+			st->backend_ip = be->ip;
+			st->backend_port = be->port;
+		}
+	}
+	if (proto == IPPROTO_UDP) {
+		struct revnat_key key = {
+			.netns_cookie = bpf_get_netns_cookie(ctx),
+			.sock_cookie = bpf_get_socket_cookie(ctx),
+			.backend_ip = be->ip,
+			.backend_port = be->port,
+		};
+		struct revnat_value rev = { .vip = dst->ip, .vport = dst->port };
+
+		bpf_map_update_elem(&shunt_revnat, &key, &rev, BPF_ANY);
+	}
+	dst->ip = be->ip;
+	dst->port = be->port;
+	return SOCK_ALLOW;
+}
+
+/* reverse turns a backend the kernel reports back into the service the
+ * socket used: from the socket's own record for connected sockets, else
+ * from the UDP reverse map. Returns false when src is no backend of ours. */
+static __always_inline bool reverse(struct bpf_sock_addr *ctx, struct dest *src)
+{
+	struct sock_translation *st;
+	struct revnat_value *rev;
+
+	st = bpf_sk_storage_get(&shunt_sock_svc, ctx->sk, 0, 0);
+	if (st && st->backend_ip == src->ip && st->backend_port == src->port) {
+		src->ip = st->vip;
+		src->port = st->vport;
+		return true;
+	}
+	struct revnat_key key = {
+		.netns_cookie = bpf_get_netns_cookie(ctx),
+		.sock_cookie = bpf_get_socket_cookie(ctx),
+		.backend_ip = src->ip,
+		.backend_port = src->port,
+	};
+	rev = bpf_map_lookup_elem(&shunt_revnat, &key);
+	if (!rev)
+		return false;
+	src->ip = rev->vip;
+	src->port = rev->vport;
+	return true;
+}
+
+/* IPv4 sockets. */
+
+static __always_inline int xlate4(struct bpf_sock_addr *ctx, __u8 proto, bool connect)
+{
+	struct dest d = { .ip = ctx->user_ip4, .port = (__u16)ctx->user_port };
+	int ret = translate(ctx, &d, proto, connect);
+
+	ctx->user_ip4 = d.ip;
+	ctx->user_port = d.port;
+	return ret;
+}
+
+static __always_inline void reverse4(struct bpf_sock_addr *ctx)
+{
+	struct dest d = { .ip = ctx->user_ip4, .port = (__u16)ctx->user_port };
+
+	if (reverse(ctx, &d)) {
+		ctx->user_ip4 = d.ip;
+		ctx->user_port = d.port;
+	}
+}
+
+SEC("cgroup/connect4")
+int shunt_connect4(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return SOCK_ALLOW;
+	return xlate4(ctx, ctx->protocol, true);
+}
+
+SEC("cgroup/sendmsg4")
+int shunt_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return xlate4(ctx, IPPROTO_UDP, false);
+}
+
+SEC("cgroup/recvmsg4")
+int shunt_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	reverse4(ctx);
+	return SOCK_ALLOW;
+}
+
+SEC("cgroup/getpeername4")
+int shunt_getpeername4(struct bpf_sock_addr *ctx)
+{
+	reverse4(ctx);
+	return SOCK_ALLOW;
+}
+
+/* Dual-stack IPv6 sockets talking to IPv4 services through v4-mapped
+ * addresses (::ffff:a.b.c.d): what Go's net.ListenUDP("udp", nil) and many
+ * servers use. Services themselves are IPv4 only for now. */
+
+static __always_inline bool v4mapped(struct bpf_sock_addr *ctx)
+{
+	return ctx->user_ip6[0] == 0 && ctx->user_ip6[1] == 0 &&
+	       ctx->user_ip6[2] == bpf_htonl(0x0000ffff);
+}
+
+static __always_inline int xlate6(struct bpf_sock_addr *ctx, __u8 proto, bool connect)
+{
+	if (!v4mapped(ctx))
+		return SOCK_ALLOW;
+	struct dest d = { .ip = ctx->user_ip6[3], .port = (__u16)ctx->user_port };
+	int ret = translate(ctx, &d, proto, connect);
+
+	ctx->user_ip6[3] = d.ip;
+	ctx->user_port = d.port;
+	return ret;
+}
+
+static __always_inline void reverse6(struct bpf_sock_addr *ctx)
+{
+	if (!v4mapped(ctx))
+		return;
+	struct dest d = { .ip = ctx->user_ip6[3], .port = (__u16)ctx->user_port };
+
+	if (reverse(ctx, &d)) {
+		ctx->user_ip6[3] = d.ip;
+		ctx->user_port = d.port;
+	}
+}
+
+SEC("cgroup/connect6")
+int shunt_connect6(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return SOCK_ALLOW;
+	return xlate6(ctx, ctx->protocol, true);
+}
+
+SEC("cgroup/sendmsg6")
+int shunt_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return xlate6(ctx, IPPROTO_UDP, false);
+}
+
+SEC("cgroup/recvmsg6")
+int shunt_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	reverse6(ctx);
+	return SOCK_ALLOW;
+}
+
+SEC("cgroup/getpeername6")
+int shunt_getpeername6(struct bpf_sock_addr *ctx)
+{
+	reverse6(ctx);
+	return SOCK_ALLOW;
+}

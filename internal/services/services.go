@@ -1,0 +1,226 @@
+// Package services computes, from Services, EndpointSlices and pods, the
+// exact service table the datapath must hold. It is pure: no I/O, no kernel.
+//
+// EndpointSlices are derived from the pods a Service selects, the way the
+// endpoint-slice controller does, unless the Service has no selector, in
+// which case the hand-written slices labelled with its name are used.
+package services
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/shuntnet/shunt/internal/datapath"
+)
+
+// Pod is a pod as the service controller sees it.
+type Pod struct {
+	Pod         *corev1.Pod
+	IP          string
+	Ready       bool // every container runs
+	Terminating bool
+}
+
+// DeriveSlices builds the EndpointSlices of a selector Service: one slice
+// per distinct set of resolved ports (a named targetPort may resolve to a
+// different number on each pod), endpoints sorted by address.
+func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice {
+	if svc.Spec.Selector == nil {
+		return nil
+	}
+	sel := labels.SelectorFromSet(svc.Spec.Selector)
+	groups := map[string]*discoveryv1.EndpointSlice{}
+	var order []string
+	for _, p := range pods {
+		if p.Pod.Namespace != svc.Namespace || p.IP == "" || !sel.Matches(labels.Set(p.Pod.Labels)) {
+			continue
+		}
+		ports := resolvePorts(svc, p.Pod)
+		sig := portSignature(ports)
+		slice, ok := groups[sig]
+		if !ok {
+			slice = &discoveryv1.EndpointSlice{
+				TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+				ObjectMeta: metav1.ObjectMeta{
+					Namespace: svc.Namespace,
+					Labels: map[string]string{
+						discoveryv1.LabelServiceName: svc.Name,
+						discoveryv1.LabelManagedBy:   "shunt.io/lab",
+					},
+				},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       ports,
+			}
+			groups[sig] = slice
+			order = append(order, sig)
+		}
+		ready, serving, terminating := p.Ready && !p.Terminating, p.Ready, p.Terminating
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses: []string{p.IP},
+			Conditions: discoveryv1.EndpointConditions{
+				Ready: &ready, Serving: &serving, Terminating: &terminating,
+			},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: p.Pod.Namespace, Name: p.Pod.Name},
+		})
+	}
+	sort.Strings(order)
+	out := make([]*discoveryv1.EndpointSlice, 0, len(order))
+	for i, sig := range order {
+		s := groups[sig]
+		s.Name = fmt.Sprintf("%s-%d", svc.Name, i+1)
+		sort.Slice(s.Endpoints, func(a, b int) bool {
+			return addrLess(s.Endpoints[a].Addresses[0], s.Endpoints[b].Addresses[0])
+		})
+		out = append(out, s)
+	}
+	return out
+}
+
+func addrLess(a, b string) bool {
+	pa, ea := netip.ParseAddr(a)
+	pb, eb := netip.ParseAddr(b)
+	if ea != nil || eb != nil {
+		return a < b
+	}
+	return pa.Less(pb)
+}
+
+// resolvePorts maps each service port to the pod's port number; a named
+// targetPort the pod does not declare leaves that port out, as the
+// controller does.
+func resolvePorts(svc *corev1.Service, pod *corev1.Pod) []discoveryv1.EndpointPort {
+	var out []discoveryv1.EndpointPort
+	for _, sp := range svc.Spec.Ports {
+		num, ok := targetPortOn(sp, pod)
+		if !ok {
+			continue
+		}
+		name, proto := sp.Name, sp.Protocol
+		out = append(out, discoveryv1.EndpointPort{Name: &name, Protocol: &proto, Port: &num})
+	}
+	return out
+}
+
+func targetPortOn(sp corev1.ServicePort, pod *corev1.Pod) (int32, bool) {
+	if sp.TargetPort.Type == intstr.Int {
+		return sp.TargetPort.IntVal, true
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == sp.TargetPort.StrVal && cp.Protocol == sp.Protocol {
+				return cp.ContainerPort, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func portSignature(ports []discoveryv1.EndpointPort) string {
+	parts := make([]string, len(ports))
+	for i, p := range ports {
+		parts[i] = fmt.Sprintf("%s/%s/%d", *p.Name, *p.Protocol, *p.Port)
+	}
+	return strings.Join(parts, ",")
+}
+
+var protoNumbers = map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.ProtocolUDP: 17}
+
+// Ports computes the datapath entries of one Service from its slices:
+// one entry per service port, backends that are ready and not terminating,
+// sorted. SCTP ports are not load balanced at the socket layer (yet) and
+// are left out. A headless Service (clusterIP None) has no entries.
+func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice) []datapath.ServicePort {
+	if !clusterIP.IsValid() {
+		return nil
+	}
+	var timeout uint32
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		timeout = uint32(*svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds)
+	}
+	var out []datapath.ServicePort
+	for _, sp := range svc.Spec.Ports {
+		proto, ok := protoNumbers[sp.Protocol]
+		if !ok {
+			continue
+		}
+		port := datapath.ServicePort{
+			Name: fmt.Sprintf("%s/%s:%s", svc.Namespace, svc.Name, portLabel(sp)),
+			VIP:  clusterIP, Port: uint16(sp.Port), Proto: proto, AffinityTimeout: timeout,
+		}
+		seen := map[datapath.Backend]bool{}
+		for _, s := range slices {
+			num, ok := slicePort(s, sp)
+			if !ok {
+				continue
+			}
+			for _, ep := range s.Endpoints {
+				if !usable(ep) {
+					continue
+				}
+				for _, a := range ep.Addresses {
+					ip, err := netip.ParseAddr(a)
+					if err != nil || !ip.Is4() {
+						continue
+					}
+					b := datapath.Backend{IP: ip, Port: uint16(num)}
+					if !seen[b] {
+						seen[b] = true
+						port.Backends = append(port.Backends, b)
+					}
+				}
+			}
+		}
+		sort.Slice(port.Backends, func(i, j int) bool {
+			a, b := port.Backends[i], port.Backends[j]
+			if a.IP != b.IP {
+				return a.IP.Less(b.IP)
+			}
+			return a.Port < b.Port
+		})
+		out = append(out, port)
+	}
+	return out
+}
+
+func portLabel(sp corev1.ServicePort) string {
+	if sp.Name != "" {
+		return sp.Name
+	}
+	return fmt.Sprintf("%d/%s", sp.Port, sp.Protocol)
+}
+
+// slicePort finds the slice's port for a service port: same name and protocol.
+func slicePort(s *discoveryv1.EndpointSlice, sp corev1.ServicePort) (int32, bool) {
+	for _, p := range s.Ports {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		if name == sp.Name && proto == sp.Protocol && p.Port != nil {
+			return *p.Port, true
+		}
+	}
+	return 0, false
+}
+
+// usable: ready (unset counts as ready) and not terminating. Terminating
+// endpoints keep their established connections but get no new ones.
+func usable(ep discoveryv1.Endpoint) bool {
+	c := ep.Conditions
+	if c.Terminating != nil && *c.Terminating {
+		return false
+	}
+	return c.Ready == nil || *c.Ready
+}

@@ -1,0 +1,257 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const servicesManifest = "testdata/services.yaml"
+
+func (l *lab) clusterIP(svc string) string {
+	l.t.Helper()
+	var s struct {
+		Spec struct {
+			ClusterIP string `json:"clusterIP"`
+		}
+	}
+	if err := json.Unmarshal([]byte(l.mustShunt("get", "svc", svc, "-o", "json")), &s); err != nil {
+		l.t.Fatal(err)
+	}
+	return s.Spec.ClusterIP
+}
+
+type probeResult struct {
+	Result, Peer, Remote, Error string
+}
+
+// probeJSON runs a probe (in pod, or on the node for "") and decodes every attempt.
+func (l *lab) probeJSON(pod string, args ...string) []probeResult {
+	l.t.Helper()
+	args = append([]string{"lab", "probe", "-o", "json", "--expect", "any", "--timeout", "2s"}, args...)
+	if pod != "" {
+		args = append([]string{"lab", "exec", pod, "--", filepath.Join(binDir, "shunt")}, args...)
+	}
+	out := l.mustShunt(args...)
+	var rs []probeResult
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r probeResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			l.t.Fatalf("probe output %q: %v", line, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func peers(rs []probeResult) map[string]int {
+	m := map[string]int{}
+	for _, r := range rs {
+		if r.Result == "connected" {
+			m[r.Peer]++
+		} else {
+			m[r.Result+": "+r.Error]++
+		}
+	}
+	return m
+}
+
+func TestServiceClusterIP(t *testing.T) {
+	l := newLab(t, "redirect-peer", servicesManifest)
+	vip := l.clusterIP("web")
+
+	for _, from := range []string{"client", ""} { // a pod, and the node itself
+		got := peers(l.probeJSON(from, "--tcp", vip+":80", "--count", "30"))
+		if got["web-1"] == 0 || got["web-2"] == 0 || got["web-1"]+got["web-2"] != 30 {
+			t.Errorf("from %q: TCP to %s:80 not spread over both backends: %v", from, vip, got)
+		}
+		got = peers(l.probeJSON(from, "--udp", vip+":53", "--count", "30"))
+		if got["web-1"] == 0 || got["web-2"] == 0 || got["web-1"]+got["web-2"] != 30 {
+			t.Errorf("from %q: UDP to %s:53 not spread over both backends: %v", from, vip, got)
+		}
+		l.probe(from, "connected", "--http", "http://"+vip+":8000/")
+	}
+
+	// Applications see the address they dialled: getpeername for TCP and
+	// connected UDP, the reply's source for unconnected UDP.
+	for _, args := range [][]string{{"--tcp", vip + ":80"}, {"--udp", vip + ":53"}, {"--udp", vip + ":53", "--udp-connected"}} {
+		r := l.probeJSON("client", args...)[0]
+		want := args[1]
+		if r.Result != "connected" || r.Remote != want {
+			t.Errorf("%v: result %s, peer address seen by the app %q, want %q", args, r.Result, r.Remote, want)
+		}
+	}
+
+	// Named targetPort resolves per pod: web-1 serves api on 8080, web-2 on 8081.
+	dump := l.mustShunt("map", "dump", "services")
+	if !strings.Contains(dump, ":8080 (#") || !strings.Contains(dump, ":8081 (#") {
+		t.Errorf("named targetPort not resolved per pod:\n%s", dump)
+	}
+
+	// No endpoints: refused at once, TCP and UDP, not a timeout.
+	empty := l.clusterIP("empty")
+	start := time.Now()
+	l.probe("client", "refused", "--tcp", empty+":80", "--udp", empty+":53")
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("refusing a service without endpoints took %s", d)
+	}
+}
+
+func TestServiceDNSThroughClusterIP(t *testing.T) {
+	l := newLab(t, "redirect-peer", servicesManifest, "testdata/dns.yaml")
+	vip := l.clusterIP("dns")
+	dig := []string{"dig", "@" + vip, "web.shunt.test", "+short", "+time=1", "+tries=3"}
+	var out string
+	for i := 0; i < 20; i++ { // dnsmasq needs a moment to bind
+		o, code := l.shunt(append([]string{"lab", "exec", "client", "--"}, dig...)...)
+		if out = o; code == 0 && strings.TrimSpace(o) == "10.1.2.3" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.TrimSpace(out) != "10.1.2.3" {
+		t.Errorf("dig @%s from a pod: %q", vip, out)
+	}
+	node, err := exec.Command(dig[0], dig[1:]...).CombinedOutput()
+	if strings.TrimSpace(string(node)) != "10.1.2.3" {
+		t.Errorf("dig @%s from the node: %q %v", vip, node, err)
+	}
+}
+
+func TestServiceAffinity(t *testing.T) {
+	l := newLab(t, "redirect-peer", servicesManifest, "testdata/affinity.yaml")
+	vip := l.clusterIP("sticky")
+	got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20"))
+	if len(got) != 1 {
+		t.Errorf("within the affinity timeout one client must stick to one backend: %v", got)
+	}
+	// After the timeout (1s) a new choice is made: over several expiries,
+	// both backends must show up (all the same: probability 2^-9).
+	seen := map[string]int{}
+	for i := 0; i < 10 && len(seen) < 2; i++ {
+		time.Sleep(1100 * time.Millisecond)
+		for p := range peers(l.probeJSON("client", "--tcp", vip+":80")) {
+			seen[p]++
+		}
+	}
+	if len(seen) < 2 {
+		t.Errorf("affinity never moved after its timeout: %v", seen)
+	}
+}
+
+func TestServiceEndpointChangesKeepConnections(t *testing.T) {
+	l := newLab(t, "redirect-peer", servicesManifest)
+	dir := t.TempDir()
+	ip1, ip2 := l.podIP("web-1"), l.podIP("web-2")
+	slice := func(name, terminating1 string, withSecond bool) string {
+		p := filepath.Join(dir, name)
+		doc := `apiVersion: v1
+kind: Service
+metadata: {name: manual}
+spec:
+  ports: [{name: api, port: 80}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: manual-1, labels: {kubernetes.io/service-name: manual}}
+addressType: IPv4
+ports: [{name: api, port: 8080}]
+endpoints:
+- addresses: [` + ip1 + `]
+  conditions: {ready: true, terminating: ` + terminating1 + `}
+`
+		if withSecond {
+			doc += `---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: manual-2, labels: {kubernetes.io/service-name: manual}}
+addressType: IPv4
+ports: [{name: api, port: 8081}]
+endpoints:
+- addresses: [` + ip2 + `]
+`
+		}
+		os.WriteFile(p, []byte(doc), 0o644)
+		return p
+	}
+	l.mustShunt("apply", "-f", slice("one.yaml", "false", false))
+	vip := l.clusterIP("manual")
+	if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-1"] != 10 {
+		t.Fatalf("one endpoint: %v", got)
+	}
+
+	// A connection held open across the changes must keep working.
+	held := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--",
+		filepath.Join(binDir, "shunt"), "lab", "probe", "--tcp", vip+":80", "--hold", "3s", "--timeout", "2s")
+	heldOut := &strings.Builder{}
+	held.Stdout, held.Stderr = heldOut, heldOut
+	if err := held.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+
+	// Scale up, then mark the first endpoint terminating: new connections
+	// go to web-2 only.
+	l.mustShunt("apply", "-f", slice("two.yaml", "false", true))
+	if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20")); got["web-1"] == 0 || got["web-2"] == 0 {
+		t.Errorf("scaled to two endpoints: %v", got)
+	}
+	l.mustShunt("apply", "-f", slice("term.yaml", "true", true))
+	if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-2"] != 10 {
+		t.Errorf("web-1 terminating: new connections %v, want all on web-2", got)
+	}
+	if err := held.Wait(); err != nil {
+		t.Errorf("held connection broke while endpoints changed: %v\n%s", err, heldOut)
+	}
+
+	// A service deleted while a connection runs leaves the connection running.
+	held = exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--",
+		filepath.Join(binDir, "shunt"), "lab", "probe", "--tcp", vip+":80", "--hold", "2s", "--timeout", "2s")
+	heldOut.Reset()
+	held.Stdout, held.Stderr = heldOut, heldOut
+	held.Start()
+	time.Sleep(500 * time.Millisecond)
+	l.mustShunt("delete", "-f", slice("term.yaml", "true", true))
+	if err := held.Wait(); err != nil {
+		t.Errorf("held connection broke when its service was deleted: %v\n%s", err, heldOut)
+	}
+	if out := l.mustShunt("get", "endpointslices"); strings.Contains(out, "manual") {
+		t.Errorf("slices of a deleted service remain:\n%s", out)
+	}
+}
+
+func TestServiceBadInput(t *testing.T) {
+	l := newLab(t, "redirect-peer", servicesManifest)
+	dir := t.TempDir()
+	taken := l.clusterIP("web")
+	cases := []struct{ name, doc, want string }{
+		{"overlap.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: clash}\nspec: {clusterIP: " + taken + ", ports: [{port: 80}]}\n",
+			"spec.clusterIP: " + taken + " is already allocated to Service default/web"},
+		{"outside.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: far}\nspec: {clusterIP: 192.0.2.77, ports: [{port: 80}]}\n",
+			"is not in the service CIDR"},
+		{"immutable.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: " + strings.TrimSuffix(l.serviceCIDR, "0/24") + "200, selector: {app: web}, ports: [{name: api, port: 80, targetPort: api}]}\n",
+			"spec.clusterIP: field is immutable"},
+		{"orphan.yaml", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: o, labels: {kubernetes.io/service-name: ghost}}\naddressType: IPv4\nendpoints: []\n",
+			`service "ghost" not found`},
+		{"proto.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: icmp}\nspec: {ports: [{port: 80, protocol: ICMP}]}\n",
+			`proto.yaml#1: Service default/icmp: spec.ports[0].protocol: unsupported protocol "ICMP"`},
+		{"range.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: big}\nspec: {ports: [{port: 70000}]}\n",
+			"spec.ports[0].port: 70000 is out of range"},
+	}
+	for _, c := range cases {
+		p := filepath.Join(dir, c.name)
+		os.WriteFile(p, []byte(c.doc), 0o644)
+		out, code := l.shunt("apply", "-f", p)
+		if code == 0 || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d:\n%s\nwant %q", c.name, code, out, c.want)
+		}
+	}
+	if out := l.mustShunt("get", "svc"); strings.Contains(out, "clash") || strings.Contains(out, "far") {
+		t.Errorf("a rejected service was applied:\n%s", out)
+	}
+	l.probe("client", "connected", "--tcp", taken+":80")
+}
