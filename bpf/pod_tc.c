@@ -9,12 +9,12 @@
 #include "lib/common.h"
 #include "lib/metrics.h"
 #include "lib/endpoints.h"
+#include "lib/tc_nat.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 volatile const struct shunt_config CONFIG = {};
 
-#define IP_CSUM_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, check))
 #define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
 
 /* Decrement the TTL as a router would; the checksum is patched incrementally
@@ -54,7 +54,21 @@ int shunt_from_pod(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 
-	ep = lookup_endpoint(ip->daddr);
+	__u32 daddr = ip->daddr;
+	int verdict = tc_service_nat(skb, ip, data_end, &daddr);
+	if (verdict >= 0)
+		return verdict;
+	/* Helpers may have moved the packet: reload the pointers. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	eth = data;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end) {
+		count(SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_FROM_POD, skb->len);
+		return TC_ACT_SHOT;
+	}
+
+	ep = lookup_endpoint(daddr);
 	if (!ep) {
 		count(SHUNT_REASON_TO_STACK, SHUNT_DIR_FROM_POD, skb->len);
 		return TC_ACT_OK;

@@ -9,7 +9,6 @@
  */
 #include <linux/in.h>
 #include <errno.h>
-#include <stdbool.h>
 #include "lib/common.h"
 #include "lib/services.h"
 

@@ -45,6 +45,8 @@ enum shunt_reason {
 	SHUNT_REASON_INVALID_PACKET = 3,  /* dropped: truncated or malformed header */
 	SHUNT_REASON_TTL_EXCEEDED = 4,    /* passed to the stack so it can answer ICMP */
 	SHUNT_REASON_REDIRECT_FAILED = 5, /* dropped: redirect helper returned an error */
+	SHUNT_REASON_SERVICE_NO_BACKEND = 6, /* dropped: service without endpoints (tc path) */
+	SHUNT_REASON_SERVICE_XLATE = 7,   /* tc path: translated to a backend or back */
 	SHUNT_REASON_MAX,
 };
 
@@ -125,6 +127,25 @@ struct revnat_value {
 	__u32 vip;
 	__u16 vport;
 	__u16 pad;
+};
+
+/* Per-flow translation of the tc fallback, for packets no hooked socket
+ * translated. Two entries per flow: the original direction (client -> VIP)
+ * names the backend, the reply direction (backend -> client) names the VIP. */
+struct tc_nat_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct tc_nat_value {
+	__u32 addr;  /* the address (and port) to write in place of the original */
+	__u16 port;
+	__u8 reply;  /* 1: rewrite the source (reply direction), 0: the destination */
+	__u8 pad;
 };
 
 /* Per-socket record of a connect-time translation (TCP, connected UDP). */

@@ -3,6 +3,7 @@
 #ifndef SHUNT_LIB_COMMON_H
 #define SHUNT_LIB_COMMON_H
 
+#include <stdbool.h>
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>

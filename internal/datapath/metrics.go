@@ -5,6 +5,7 @@ import "fmt"
 // Reason names mirror enum shunt_reason in bpf/include/shunt.h, in order.
 var reasonNames = []string{
 	"forwarded", "to-stack", "not-ipv4", "invalid-packet", "ttl-exceeded", "redirect-failed",
+	"service-no-backend", "service-translated",
 }
 
 var directionNames = []string{"from-pod", "to-pod"}

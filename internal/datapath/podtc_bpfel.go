@@ -45,12 +45,35 @@ const (
 	podtcShuntFwdModeSHUNT_FWD_REDIRECT      podtcShuntFwdMode = 1
 )
 
+type podtcTcNatKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type podtcTcNatValue struct {
+	_     structs.HostLayout
+	Addr  uint32
+	Port  uint16
+	Reply uint8
+	Pad   uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	podtcMapShuntAffinity  = "shunt_affinity"
+	podtcMapShuntBackends  = "shunt_backends"
 	podtcMapShuntEndpoints = "shunt_endpoints"
 	podtcMapShuntMetrics   = "shunt_metrics"
+	podtcMapShuntRevnat    = "shunt_revnat"
+	podtcMapShuntServices  = "shunt_services"
+	podtcMapShuntTcNat     = "shunt_tc_nat"
 	podtcProgShuntFromPod  = "shunt_from_pod"
 	podtcVarCONFIG         = "CONFIG"
 )
@@ -104,8 +127,13 @@ type podtcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcMapSpecs struct {
+	ShuntAffinity  *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends  *ebpf.MapSpec `ebpf:"shunt_backends"`
 	ShuntEndpoints *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntMetrics   *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntRevnat    *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices  *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntTcNat     *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
 }
 
 // podtcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -135,14 +163,24 @@ func (o *podtcObjects) Close() error {
 //
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcMaps struct {
+	ShuntAffinity  *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends  *ebpf.Map `ebpf:"shunt_backends"`
 	ShuntEndpoints *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntMetrics   *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntRevnat    *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices  *ebpf.Map `ebpf:"shunt_services"`
+	ShuntTcNat     *ebpf.Map `ebpf:"shunt_tc_nat"`
 }
 
 func (m *podtcMaps) Close() error {
 	return _PodtcClose(
+		m.ShuntAffinity,
+		m.ShuntBackends,
 		m.ShuntEndpoints,
 		m.ShuntMetrics,
+		m.ShuntRevnat,
+		m.ShuntServices,
+		m.ShuntTcNat,
 	)
 }
 

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The tc fallback of service load balancing: per-packet DNAT for traffic
+ * that did not go through a hooked socket (raw sockets, processes outside
+ * the hooked cgroups, later traffic from other nodes). Kept small: the
+ * socket hooks are the main path. */
+#ifndef SHUNT_LIB_TC_NAT_H
+#define SHUNT_LIB_TC_NAT_H
+
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include "common.h"
+#include "services.h"
+#include "metrics.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct tc_nat_key);
+	__type(value, struct tc_nat_value);
+	__uint(max_entries, 131072);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_tc_nat SEC(".maps");
+
+#define IP_DST_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, daddr))
+#define IP_SRC_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, saddr))
+#define IP_CSUM_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, check))
+
+/* rewrite_l4 replaces an address and a port of the packet, fixing the IPv4
+ * header checksum and the TCP/UDP checksum (which covers the address via the
+ * pseudo-header). l4off is the transport header offset; is_dst picks
+ * destination or source. */
+static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 proto, bool is_dst,
+				      __u32 old_ip, __u32 new_ip, __u16 old_port, __u16 new_port)
+{
+	__u32 csum_off = l4off + (proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
+						       : __builtin_offsetof(struct udphdr, check));
+	__u32 port_off = l4off + (is_dst ? 2 : 0);
+	__u64 flags = BPF_F_PSEUDO_HDR | sizeof(new_ip);
+
+	if (proto == IPPROTO_UDP)
+		flags |= BPF_F_MARK_MANGLED_0; /* a zero UDP checksum means "none" */
+	if (bpf_l4_csum_replace(skb, csum_off, old_ip, new_ip, flags) < 0 ||
+	    bpf_l4_csum_replace(skb, csum_off, old_port, new_port,
+				sizeof(new_port) | (proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0)) < 0 ||
+	    bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_ip, new_ip, sizeof(new_ip)) < 0 ||
+	    bpf_skb_store_bytes(skb, is_dst ? IP_DST_OFF : IP_SRC_OFF, &new_ip, sizeof(new_ip), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, port_off, &new_port, sizeof(new_port), 0) < 0)
+		return -1;
+	return 0;
+}
+
+/* tc_service_nat translates one packet a pod sent: towards a service VIP it
+ * picks (once per flow) and writes a backend; a reply from a backend gets
+ * the VIP back as its source. Returns the verdict to use, or -1 to go on.
+ * *daddr is updated to the destination after translation. */
+static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, void *data_end, __u32 *daddr)
+{
+	__u32 l4off = ETH_HLEN + ip->ihl * 4;
+	__u8 proto = ip->protocol;
+	__u16 ports[2];
+	struct tc_nat_value *nat;
+
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return -1;
+	if (ip->frag_off & bpf_htons(0x1fff)) /* non-first fragments carry no ports */
+		return -1;
+	if (bpf_skb_load_bytes(skb, l4off, ports, sizeof(ports)) < 0)
+		return -1;
+
+	struct tc_nat_key key = {
+		.saddr = ip->saddr, .daddr = ip->daddr, .sport = ports[0], .dport = ports[1], .proto = proto,
+	};
+	__u32 saddr = ip->saddr, vip = ip->daddr;
+
+	nat = bpf_map_lookup_elem(&shunt_tc_nat, &key);
+	if (nat) {
+		/* Known flow: forward entries rewrite the destination, reply
+		 * entries the source. */
+		struct tc_nat_value v = *nat;
+		bool is_dst = !v.reply;
+
+		if (rewrite_l4(skb, l4off, proto, is_dst, is_dst ? vip : saddr, v.addr,
+			       is_dst ? ports[1] : ports[0], v.port) < 0)
+			return TC_ACT_SHOT;
+		if (is_dst)
+			*daddr = v.addr;
+		count(SHUNT_REASON_SERVICE_XLATE, SHUNT_DIR_FROM_POD, skb->len);
+		return -1;
+	}
+
+	struct service_value *svc = lookup_service(vip, ports[1], proto);
+	if (!svc)
+		return -1;
+	__u32 backend_id = 0;
+	struct backend_value *be = select_backend(svc, vip, ports[1], proto, saddr, &backend_id);
+	if (!be) {
+		count(SHUNT_REASON_SERVICE_NO_BACKEND, SHUNT_DIR_FROM_POD, skb->len);
+		return TC_ACT_SHOT;
+	}
+	struct tc_nat_value fwd = { .addr = be->ip, .port = be->port };
+	struct tc_nat_key rkey = {
+		.saddr = be->ip, .daddr = saddr, .sport = be->port, .dport = ports[0], .proto = proto,
+	};
+	struct tc_nat_value rev = { .addr = vip, .port = ports[1], .reply = 1 };
+
+	if (bpf_map_update_elem(&shunt_tc_nat, &key, &fwd, BPF_ANY) < 0 ||
+	    bpf_map_update_elem(&shunt_tc_nat, &rkey, &rev, BPF_ANY) < 0)
+		return TC_ACT_SHOT;
+	if (rewrite_l4(skb, l4off, proto, true, vip, be->ip, ports[1], be->port) < 0)
+		return TC_ACT_SHOT;
+	*daddr = be->ip;
+	count(SHUNT_REASON_SERVICE_XLATE, SHUNT_DIR_FROM_POD, skb->len);
+	return -1;
+}
+
+#endif

@@ -1,0 +1,145 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+)
+
+// tcpPacket builds Ethernet + IPv4 + a 20-byte TCP header (SYN) with valid
+// checksums.
+func tcpPacket(src netip.Addr, sport uint16, dst netip.Addr, dport uint16) []byte {
+	var b bytes.Buffer
+	b.Write([]byte{0xaa, 0, 0, 0, 0, 1, 0xaa, 0, 0, 0, 0, 2, 0x08, 0x00})
+	ip := make([]byte, 20)
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], 40)
+	ip[8], ip[9] = 64, 6
+	s, d := src.As4(), dst.As4()
+	copy(ip[12:], s[:])
+	copy(ip[16:], d[:])
+	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip))
+	tcp := make([]byte, 20)
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], dport)
+	tcp[12], tcp[13] = 5<<4, 0x02
+	binary.BigEndian.PutUint16(tcp[16:], l4Checksum(ip, tcp))
+	b.Write(ip)
+	b.Write(tcp)
+	return b.Bytes()
+}
+
+// l4Checksum computes the TCP/UDP checksum over the pseudo-header; over a
+// segment that already holds its checksum the result is 0 when valid.
+func l4Checksum(ip, seg []byte) uint16 {
+	pseudo := append(append([]byte{}, ip[12:20]...), 0, ip[9], byte(len(seg)>>8), byte(len(seg)))
+	return ipChecksum(append(pseudo, seg...))
+}
+
+type flow struct {
+	src, dst     netip.Addr
+	sport, dport uint16
+}
+
+func parseFlow(t *testing.T, pkt []byte) flow {
+	t.Helper()
+	ip, tcp := pkt[14:34], pkt[34:54]
+	if ipChecksum(ip) != 0 {
+		t.Error("IPv4 checksum invalid after translation")
+	}
+	if l4Checksum(ip, tcp) != 0 {
+		t.Error("TCP checksum invalid after translation")
+	}
+	return flow{netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20])),
+		binary.BigEndian.Uint16(tcp[0:]), binary.BigEndian.Uint16(tcp[2:])}
+}
+
+// TestTCServiceFallback: a packet to a VIP that no socket hook translated
+// is sent to a backend, the reply comes back from the VIP, and a service
+// without backends drops.
+func TestTCServiceFallback(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
+	client, backend := netip.MustParseAddr("10.99.0.10"), netip.MustParseAddr("10.99.0.11")
+	vip, empty := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11")
+	if err := d.SyncEndpoints([]Endpoint{
+		{IP: client, Ifindex: 1, PodMAC: mac, NodeMAC: mac},
+		{IP: backend, Ifindex: 2, PodMAC: mac, NodeMAC: mac},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SyncServices([]ServicePort{
+		{Name: "web", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{{IP: backend, Port: 8080}}},
+		{Name: "empty", VIP: empty, Port: 80, Proto: 6},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(pkt []byte) (uint32, []byte) {
+		t.Helper()
+		ret, out, err := d.objs.ShuntFromPod.Test(pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ret, out
+	}
+
+	for i := 0; i < 2; i++ { // the second packet of the flow uses the flow entry
+		ret, out := run(tcpPacket(client, 40000, vip, 80))
+		if ret != tcActRedirect {
+			t.Fatalf("packet %d to the VIP: verdict %d, want redirect", i, ret)
+		}
+		if got, want := parseFlow(t, out), (flow{client, backend, 40000, 8080}); got != want {
+			t.Errorf("packet %d to the VIP translated to %+v, want %+v", i, got, want)
+		}
+	}
+	ret, out := run(tcpPacket(backend, 8080, client, 40000))
+	if ret != tcActRedirect {
+		t.Fatalf("reply: verdict %d, want redirect", ret)
+	}
+	if got, want := parseFlow(t, out), (flow{vip, client, 80, 40000}); got != want {
+		t.Errorf("reply translated to %+v, want %+v", got, want)
+	}
+	// Traffic straight to the backend is left alone.
+	_, out = run(tcpPacket(client, 40001, backend, 8080))
+	if got, want := parseFlow(t, out), (flow{client, backend, 40001, 8080}); got != want {
+		t.Errorf("direct traffic changed: %+v", got)
+	}
+	if ret, _ := run(tcpPacket(client, 40002, empty, 80)); ret != tcActShot {
+		t.Errorf("service without backends: verdict %d, want drop", ret)
+	}
+}
+
+func TestSyncServicesKeepsIDsAndRemovesStale(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	vip := netip.MustParseAddr("10.96.0.20")
+	b1, b2 := Backend{netip.MustParseAddr("10.99.0.1"), 80}, Backend{netip.MustParseAddr("10.99.0.2"), 80}
+	if err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b1, b2}}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := d.DumpServices()
+	if err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b2}, AffinityTimeout: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := d.DumpServices()
+	if len(after) != 1 || after[0].ID != before[0].ID || len(after[0].Backends) != 1 ||
+		after[0].Backends[0].IP != b2.IP || after[0].Backends[0].ID != before[0].Backends[1].ID || after[0].AffinityTimeout != 5 {
+		t.Errorf("before %+v\nafter %+v: ids must be kept, backend b1 removed", before, after)
+	}
+	var n int
+	var id uint32
+	var v socklbBackendValue
+	for it := d.sock.ShuntBackends.Iterate(); it.Next(&id, &v); {
+		n++
+	}
+	if n != 1 {
+		t.Errorf("%d backends left, want 1", n)
+	}
+	if err := d.SyncServices(nil); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := d.DumpServices(); len(all) != 0 {
+		t.Errorf("services left after removing all: %+v", all)
+	}
+}
