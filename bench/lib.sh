@@ -23,12 +23,27 @@ cleanup_labs() {
 }
 trap cleanup_labs EXIT
 
-# lab_up INSTANCE MODE CIDR MANIFEST: start a lab and remember to remove it.
+# lab_up INSTANCE MODE CIDR MANIFEST [LAB UP FLAGS...]: start a lab and
+# remember to remove it.
 lab_up() {
-	LABS+=("$1")
-	$SHUNT --instance "$1" lab down >/dev/null 2>&1 || true
-	$SHUNT --instance "$1" lab up --mode "$2" --pod-cidr "$3" -f "$4" >/dev/null
+	local inst=$1 mode=$2 cidr=$3 manifest=$4
+	shift 4
+	LABS+=("$inst")
+	$SHUNT --instance "$inst" lab down >/dev/null 2>&1 || true
+	$SHUNT --instance "$inst" lab up --mode "$mode" --pod-cidr "$cidr" -f "$manifest" "$@" >/dev/null
 }
+
+# timed CMD...: run a command, print its wall-clock seconds.
+timed() {
+	local t0 t1
+	t0=$(date +%s%N)
+	"$@" >/dev/null
+	t1=$(date +%s%N)
+	awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.4f\n", ns / 1e9 }'
+}
+
+# ms SECONDS: seconds to milliseconds.
+ms() { awk -v s="$1" 'BEGIN { printf "%.2f\n", s * 1000 }'; }
 
 # pod_ip INSTANCE POD
 pod_ip() { $SHUNT --instance "$1" get pods "$2" -o json | jq -r .status.podIP; }

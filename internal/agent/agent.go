@@ -116,7 +116,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg: cfg, log: log, cgroupRoot: root, pool: pool, svcPool: svcPool, state: state, store: store,
 		node: podnet.Node{
 			Bridge: state.Mode == datapath.ModeBridge, PodCIDR: pool.CIDR,
-			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(),
+			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: svcPool.CIDR,
 		},
 		shutdown: make(chan bool, 1),
 	}

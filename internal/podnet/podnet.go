@@ -30,8 +30,11 @@ type Node struct {
 	Bridge  bool         // classic bridge mode: pods share one L2 segment
 	PodCIDR netip.Prefix // addresses pods get
 	NodeIP  netip.Addr   // the node's address in PodCIDR, the pods' gateway
-	HostIf  string       // name of the bridge (bridge mode) or of the veth holding NodeIP
-	MTU     int
+	// ServiceCIDR is routed through the node too, so packets to a ClusterIP
+	// that no socket hook translated reach the tc fallback.
+	ServiceCIDR netip.Prefix
+	HostIf      string // name of the bridge (bridge mode) or of the veth holding NodeIP
+	MTU         int
 }
 
 // Pod is the plumbing of one pod.
@@ -218,10 +221,17 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 	// Lab pods route only the pod network through the node, no default
 	// route: the lab never sends a packet off this machine (a pod's DNS
 	// lookup of the host's resolver fails at once instead of leaking out).
+	routes := []netip.Prefix{n.ServiceCIDR}
 	if !n.Bridge {
-		r := &netlink.Route{LinkIndex: pod.Attrs().Index, Dst: ipNet(n.PodCIDR), Gw: gw, Flags: int(netlink.FLAG_ONLINK)}
+		routes = append(routes, n.PodCIDR) // in bridge mode it is on-link
+	}
+	for _, dst := range routes {
+		if !dst.IsValid() {
+			continue
+		}
+		r := &netlink.Route{LinkIndex: pod.Attrs().Index, Dst: ipNet(dst), Gw: gw, Flags: int(netlink.FLAG_ONLINK)}
 		if err := nh.RouteAdd(r); err != nil {
-			return Links{}, fmt.Errorf("adding pod network route in the pod: %w", err)
+			return Links{}, fmt.Errorf("adding route to %s in the pod: %w", dst, err)
 		}
 	}
 

@@ -24,7 +24,7 @@ func TestBadInputIsRejectedWhole(t *testing.T) {
 		name, body, want string
 	}{
 		{"unparsable.yaml", "kind: [", "unparsable.yaml#1: not valid YAML"},
-		{"unknown-kind.yaml", good + "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n", `unknown-kind.yaml#2: kind: unknown kind "Deployment"`},
+		{"unknown-kind.yaml", good + "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n", `unknown-kind.yaml#2: Deployment d: kind: unknown kind "Deployment"`},
 		{"duplicate.yaml", good + "---\n" + good, "duplicate.yaml#2: Pod default/fresh: metadata.name: duplicate"},
 		{"bad-field.yaml", good + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: other}\nspec: {containers: [{name: c, command: [x], ports: [{containerPort: 99999}]}]}\n",
 			"bad-field.yaml#2: Pod default/other: spec.containers[0].ports[0].containerPort: 99999 is out of range"},

@@ -164,15 +164,25 @@ func (st status) forwarded() uint64 {
 }
 
 // probe runs `shunt lab probe` inside pod (or on the node when pod is "")
-// and fails the test unless every attempt gives want.
+// and fails the test unless every attempt gives want. "connected" is
+// retried for up to 3s: a container runs before its server listens.
 func (l *lab) probe(pod, want string, targets ...string) {
 	l.t.Helper()
 	args := append([]string{"lab", "probe", "--timeout", "2s", "--expect", want}, targets...)
 	if pod != "" {
 		args = append([]string{"lab", "exec", pod, "--", filepath.Join(binDir, "shunt")}, args...)
 	}
-	if out, code := l.shunt(args...); code != 0 {
-		l.t.Errorf("probe from %q %v: want %s, exit %d:\n%s", pod, targets, want, code, out)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		out, code := l.shunt(args...)
+		if code == 0 {
+			return
+		}
+		if want != "connected" || time.Now().After(deadline) {
+			l.t.Errorf("probe from %q %v: want %s, exit %d:\n%s", pod, targets, want, code, out)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

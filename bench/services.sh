@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Services benchmark: connecting to a ClusterIP with N other services
+# programmed, side by side in one run, for N in 0 100 1000 10000 (each
+# service with 10 endpoints; the measured service placed last in rule order):
+#   direct    connect to a backend pod IP, no rules (the floor)
+#   iptables  kube-proxy iptables layout (KUBE-SERVICES -> KUBE-SVC-* ->
+#             statistic -> KUBE-SEP-* DNAT), loaded with iptables-restore
+#   nftables  kube-proxy nftables layout (verdict map on daddr . proto .
+#             dport -> per-service chain -> numgen -> dnat), loaded with nft -f
+#   shunt     socket-layer load balancing, services applied through the agent
+# The iptables and nftables rules live in the client pod's own network
+# namespace (nat OUTPUT, as kube-proxy does for locally started connections),
+# so the benchmark never touches the host's rules. shunt's socket hooks stay
+# attached in every case; for the other cases they find no service and cost
+# one hash lookup per connect, the floor included.
+# Metrics: sockperf TCP request/response p50/p99 (persistent connection),
+# new connections per second (connect, 4-byte request, reply, close; 4
+# workers), programming time (full load; one service update at the largest N).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NS_LIST="0 100 1000 10000"
+args=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--n) NS_LIST=$2; shift 2 ;;
+	*) args+=("$1"); shift ;;
+	esac
+done
+set -- "${args[@]+"${args[@]}"}"
+source bench/lib.sh
+
+OUT=bench/out/services
+mkdir -p "$OUT"
+ROWS=$OUT/rows.jsonl
+: >"$ROWS"
+go build -o bin/ ./bench/cmd/connrate ./bench/cmd/svcgen
+
+INST="bsvc$$"
+INST=${INST:0:10}
+POD_CIDR=10.215.0.0/24
+SVC_CIDR=10.216.0.0/16
+MANIFEST=$OUT/pods.yaml
+{
+	printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: client}\nspec:\n  containers:\n  - {name: idle, command: [sleep, infinity]}\n'
+	for i in $(seq 0 9); do
+		cat <<YAML
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: server-$i, labels: {app: server}}
+spec:
+  containers:
+  - {name: sockperf, command: [taskset, -c, "1", sockperf, server, --tcp, -i, 0.0.0.0, -p, "11111"]}
+  - {name: echo, command: [shunt, lab, serve, --tcp, "8080"]}
+YAML
+	done
+} >"$MANIFEST"
+lab_up "$INST" redirect-peer "$POD_CIDR" "$MANIFEST" --service-cidr "$SVC_CIDR"
+ENDPOINTS=$($SHUNT --instance "$INST" get pods -o json | jq -r '[.items[] | select(.metadata.name | startswith("server")) | .status.podIP] | join(",")')
+DIRECT=${ENDPOINTS%%,*}
+CLIENT_NETNS=/run/netns/$INST-default-client
+inns() { nsenter --net="$CLIENT_NETNS" "$@"; }
+
+cat >"$OUT/commands.txt" <<EOT
+bin/shunt --instance $INST lab up --mode redirect-peer --pod-cidr $POD_CIDR --service-cidr $SVC_CIDR -f $MANIFEST
+# per N, the same table three ways (measured service last):
+bin/svcgen -n N -format iptables -measured ENDPOINTS | nsenter --net=CLIENT_NETNS iptables-restore
+bin/svcgen -n N -format nft -measured ENDPOINTS | nsenter --net=CLIENT_NETNS nft -f -
+bin/svcgen -n N -format yaml -measured ENDPOINTS > svc.yaml; bin/shunt apply -f svc.yaml
+# per case and repetition, from the client pod, to the measured service (or a backend for direct):
+bin/shunt lab exec client -- taskset -c 0 sockperf ping-pong --tcp -i VIP -p 11111 -t $DURATION --msg-size 64 --full-rtt
+bin/shunt lab exec client -- connrate -target VIP:8080 -workers 4 -duration ${DURATION}s
+EOT
+
+# measure CASE N REP IP
+measure() {
+	local c=$1 n=$2 rep=$3 ip=$4 log
+	log=$OUT/sockperf-$c-$n-$rep.log
+	in_pod "$INST" client taskset -c 0 sockperf ping-pong --tcp -i "$ip" -p 11111 -t "$DURATION" --msg-size 64 --full-rtt >"$log" 2>&1
+	row "$c" tcp_rr_p50 us "$(awk '/percentile 50.000 =/ {print $NF}' "$log")" "$rep" "$n"
+	row "$c" tcp_rr_p99 us "$(awk '/percentile 99.000 =/ {print $NF}' "$log")" "$rep" "$n"
+	local rate
+	rate=$(in_pod "$INST" client connrate -target "$ip:8080" -workers 4 -duration "${DURATION}s" | jq .rate)
+	row "$c" conn_rate conn/s "$rate" "$rep" "$n"
+	echo "n=$n rep $rep $c: p50 $(awk '/percentile 50.000 =/ {print $NF}' "$log")us, $rate conn/s"
+}
+
+# The measured VIP at each N (svcgen puts it right after the fillers).
+vip_for() { bin/svcgen -n "$1" -format yaml -measured "$ENDPOINTS" | awk '/clusterIP/ {ip=$2} END {print ip}'; }
+
+for n in $NS_LIST; do
+	vip=$(vip_for "$n")
+	bin/svcgen -n "$n" -format iptables -measured "$ENDPOINTS" >"$OUT/iptables-$n.rules"
+	bin/svcgen -n "$n" -format nft -measured "$ENDPOINTS" >"$OUT/nft-$n.rules"
+	bin/svcgen -n "$n" -format yaml -measured "$ENDPOINTS" >"$OUT/shunt-$n.yaml"
+	for rep in $(seq "$REPS"); do
+		measure direct "$n" "$rep" "$DIRECT"
+
+		t=$(timed inns iptables-restore "$OUT/iptables-$n.rules")
+		row iptables load_time s "$t" "$rep" "$n"
+		measure iptables "$n" "$rep" "$vip"
+		if [ "$n" = "${NS_LIST##* }" ] && [ "$rep" = 1 ]; then
+			# kube-proxy's iptables mode rewrites the table to change one service.
+			row iptables update_time_ms ms "$(ms "$(timed inns iptables-restore "$OUT/iptables-$n.rules")")" "$rep" "$n"
+		fi
+		inns iptables -t nat -F
+		inns iptables -t nat -X
+
+		t=$(timed inns nft -f "$OUT/nft-$n.rules")
+		row nftables load_time s "$t" "$rep" "$n"
+		measure nftables "$n" "$rep" "$vip"
+		if [ "$n" = "${NS_LIST##* }" ] && [ "$rep" = 1 ] && [ "$n" -gt 0 ]; then
+			# One endpoint change: replace the last filler's first endpoint chain.
+			row nftables update_time_ms ms "$(ms "$(timed inns nft add rule ip shunt-bench-kube-proxy sep-$((n - 1))-0-0 meta l4proto tcp dnat to 10.218.0.1:8080)")" "$rep" "$n"
+		fi
+		inns nft delete table ip shunt-bench-kube-proxy
+
+		t=$(timed $SHUNT --instance "$INST" apply -f "$OUT/shunt-$n.yaml")
+		row shunt load_time s "$t" "$rep" "$n"
+		measure shunt "$n" "$rep" "$vip"
+		if [ "$n" = "${NS_LIST##* }" ] && [ "$rep" = 1 ] && [ "$n" -gt 0 ]; then
+			bin/svcgen -n "$n" -format yaml -update -measured "$ENDPOINTS" >"$OUT/shunt-update.yaml"
+			row shunt update_time_ms ms "$(ms "$(timed $SHUNT --instance "$INST" apply -f "$OUT/shunt-update.yaml")")" "$rep" "$n"
+		fi
+		$SHUNT --instance "$INST" delete -f "$OUT/shunt-$n.yaml" >/dev/null
+	done
+done
+
+NOTES=$OUT/notes.md
+cat >"$NOTES" <<'EOT'
+N counts the filler services; the measured service (two ports, ten real endpoints) comes after them.
+load_time and update_time are wall-clock times of the commands shown (for shunt: `shunt apply` end to end, YAML parsing included).
+EOT
+finish "Service load balancing at N services" direct
