@@ -1,31 +1,52 @@
 package manifest
 
 import (
-	"os"
-	"path/filepath"
+	"encoding/json"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-const good = `
-# comment-only documents are skipped
+// good has every supported kind, relying on every default.
+const good = `# A leading comment and empty documents are not counted.
+---
 ---
 apiVersion: v1
 kind: Namespace
-metadata: {name: shop, labels: {team: shop}}
+metadata:
+  name: shop
+  labels: {team: shop}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: web, namespace: shop, labels: {app: web}}
+metadata:
+  name: web
+  namespace: shop
+  labels: {app: web}
+spec:
+  containers:
+  - name: server
+    image: informational/only
+    command: [shunt-lab, serve]
+    args: [--port, "8080"]
+    ports:
+    - {name: http, containerPort: 8080}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
 spec:
   containers:
   - name: c
     command: [sleep, infinity]
-    ports: [{name: http, containerPort: 80}]
 ---
 apiVersion: v1
 kind: Service
@@ -33,20 +54,33 @@ metadata: {name: web, namespace: shop}
 spec:
   selector: {app: web}
   sessionAffinity: ClientIP
-  ports: [{port: 80}]
+  ports:
+  - {name: http, port: 80, targetPort: http}
+  - {name: alt, port: 8080}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+metadata:
+  name: web-abc
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
 addressType: IPv4
-endpoints: [{addresses: [10.0.0.5]}]
-ports: [{port: 80}]
+endpoints:
+- addresses: [10.0.0.5]
+ports:
+- port: 8080
 ---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
-metadata: {name: deny, namespace: shop}
+metadata: {name: web, namespace: shop}
 spec:
-  podSelector: {}
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from:
+    - namespaceSelector: {}
+    - ipBlock: {cidr: 10.0.0.0/8, except: [10.1.0.0/16]}
+    ports:
+    - {port: 8000, endPort: 8100}
   egress: [{}]
 ---
 apiVersion: shunt.io/v1alpha1
@@ -55,128 +89,270 @@ metadata: {name: l7, namespace: shop}
 spec:
   podSelector: {matchLabels: {app: web}}
   ingress:
-  - peers: [{entity: world}]
-    http: [{method: GET, path: /api/.*}]
+  - peers: [{entity: world}, {cidr: "fd00::/64", except: ["fd00::/80"]}]
+    ports: [{port: http}]
+    http: [{method: GET, path: "/api/.*", headers: {X-Team: shop}}]
+  egress:
+  - action: deny
+    peers: [{podSelector: {matchLabels: {app: db}}}]
+...
 `
 
-func TestParseAllKindsWithDefaults(t *testing.T) {
-	objs, err := Parse("good.yaml", []byte(good))
+func mustParse(t *testing.T, source, doc string) []Object {
+	t.Helper()
+	objs, err := Parse(source, []byte(doc))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Parse: %v", err)
 	}
+	return objs
+}
+
+func TestParseAllKindsWithDefaults(t *testing.T) {
+	objs := mustParse(t, "good.yaml", good)
 	if err := Validate(objs); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Validate: %v", err)
 	}
-	var kinds []string
-	for _, o := range objs {
-		kinds = append(kinds, o.Kind())
+	want := []struct{ source, key string }{
+		{"good.yaml#1", "Namespace//shop"},
+		{"good.yaml#2", "Pod/shop/web"},
+		{"good.yaml#3", "Pod/default/client"},
+		{"good.yaml#4", "Service/shop/web"},
+		{"good.yaml#5", "EndpointSlice/shop/web-abc"},
+		{"good.yaml#6", "NetworkPolicy/shop/web"},
+		{"good.yaml#7", "ShuntNetworkPolicy/shop/l7"},
 	}
-	if got := strings.Join(kinds, ","); got != "Namespace,Pod,Service,EndpointSlice,NetworkPolicy,ShuntNetworkPolicy" {
-		t.Fatalf("kinds %s", got)
+	if len(objs) != len(want) {
+		t.Fatalf("got %d objects, want %d", len(objs), len(want))
 	}
-	if objs[1].Source != "good.yaml#3" {
-		t.Errorf("source %q, want good.yaml#3 (documents counted from 1, empty ones included)", objs[1].Source)
+	for i, w := range want {
+		if objs[i].Source != w.source || objs[i].Key() != w.key {
+			t.Errorf("object %d: %s %s, want %s %s", i, objs[i].Source, objs[i].Key(), w.source, w.key)
+		}
 	}
+
+	if ns, name := objs[0].NamespaceName(); ns != "" || name != "shop" || objs[0].Kind() != "Namespace" {
+		t.Errorf("namespace: %q %q %q", objs[0].Kind(), ns, name)
+	}
+	_ = objs[0].Obj.(*corev1.Namespace)
+
 	pod := objs[1].Obj.(*corev1.Pod)
-	if pod.Spec.Containers[0].Ports[0].Protocol != corev1.ProtocolTCP {
-		t.Error("container port protocol not defaulted")
+	if got := pod.Spec.Containers[0].Ports[0].Protocol; got != corev1.ProtocolTCP {
+		t.Errorf("container port protocol %q, want TCP", got)
 	}
-	svc := objs[2].Obj.(*corev1.Service)
-	if svc.Spec.Ports[0].TargetPort.IntVal != 80 || svc.Spec.Type != corev1.ServiceTypeClusterIP ||
-		*svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds != 10800 {
-		t.Errorf("service defaults: %+v", svc.Spec)
+	if got := pod.Spec.Containers[0].Args; !reflect.DeepEqual(got, []string{"--port", "8080"}) {
+		t.Errorf("args %q", got)
 	}
-	if objs[3].Obj.(*discoveryv1.EndpointSlice).Namespace != "shop" {
-		t.Error("endpointslice namespace")
+	if ns, _ := objs[2].NamespaceName(); ns != "default" {
+		t.Errorf("namespace not defaulted: %q", ns)
 	}
-	np := objs[4].Obj.(*networkingv1.NetworkPolicy)
-	if len(np.Spec.PolicyTypes) != 2 {
-		t.Errorf("policyTypes defaulted to %v, want [Ingress Egress]", np.Spec.PolicyTypes)
+
+	svc := objs[3].Obj.(*corev1.Service)
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("service type %q", svc.Spec.Type)
 	}
-	snp := objs[5].Obj.(*ShuntNetworkPolicy)
-	if snp.Spec.Ingress[0].Action != "allow" {
-		t.Error("shunt policy action not defaulted")
+	if got := svc.Spec.Ports[0].TargetPort; got != intstr.FromString("http") {
+		t.Errorf("named targetPort changed to %v", got)
 	}
-	if objs[5].Key() != "ShuntNetworkPolicy/shop/l7" || objs[0].Key() != "Namespace//shop" {
-		t.Errorf("keys %s %s", objs[5].Key(), objs[0].Key())
+	if got := svc.Spec.Ports[1].TargetPort; got != intstr.FromInt32(8080) {
+		t.Errorf("targetPort %v, want defaulted to port 8080", got)
 	}
-	if c, ok := snp.DeepCopyObject().(*ShuntNetworkPolicy); !ok || c.Spec.Ingress[0].HTTP[0].Path != "/api/.*" {
-		t.Error("deep copy lost fields")
+	if svc.Spec.Ports[1].Protocol != corev1.ProtocolTCP {
+		t.Errorf("service port protocol %q", svc.Spec.Ports[1].Protocol)
+	}
+	if got := *svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds; got != 10800 {
+		t.Errorf("ClientIP timeout %d, want 10800", got)
+	}
+
+	slice := objs[4].Obj.(*discoveryv1.EndpointSlice)
+	if *slice.Ports[0].Protocol != corev1.ProtocolTCP || *slice.Ports[0].Name != "" {
+		t.Errorf("slice port not defaulted: %+v", slice.Ports[0])
+	}
+
+	np := objs[5].Obj.(*networkingv1.NetworkPolicy)
+	if got := np.Spec.PolicyTypes; !reflect.DeepEqual(got, []networkingv1.PolicyType{"Ingress", "Egress"}) {
+		t.Errorf("policyTypes %v, want [Ingress Egress]", got)
+	}
+	if *np.Spec.Ingress[0].Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Error("policy port protocol not defaulted")
+	}
+
+	snp := objs[6].Obj.(*ShuntNetworkPolicy)
+	if snp.Spec.Ingress[0].Action != ActionAllow || snp.Spec.Egress[0].Action != ActionDeny {
+		t.Errorf("actions %q %q", snp.Spec.Ingress[0].Action, snp.Spec.Egress[0].Action)
+	}
+	if h := snp.Spec.Ingress[0].HTTP[0]; h.Method != "GET" || h.Path != "/api/.*" || h.Headers["X-Team"] != "shop" {
+		t.Errorf("http rule %+v", h)
+	}
+	if *snp.Spec.Ingress[0].Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Error("shunt policy port protocol not defaulted")
 	}
 }
 
-func TestRejections(t *testing.T) {
-	pod := func(spec string) string {
-		return "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n" + spec
+// The agent stores objects as JSON and parses them again: that must give
+// back the same objects.
+func TestReparseMarshalledObjects(t *testing.T) {
+	for _, o := range mustParse(t, "good.yaml", good) {
+		raw, err := json.Marshal(o.Obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := mustParse(t, o.Source, string(raw))
+		if len(again) != 1 || !reflect.DeepEqual(again[0].Obj, o.Obj) {
+			t.Errorf("%s: reparsed object differs:\n%s", o.Key(), raw)
+		}
 	}
-	cases := []struct {
-		name, doc, want string
+}
+
+func TestParseJSONAndList(t *testing.T) {
+	jsonStream := `{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}
+{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}},
+  {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": [{"port": 53, "protocol": "UDP"}]}}
+]}`
+	yamlList := `apiVersion: v1
+kind: List
+metadata: {}
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: a}}
+- apiVersion: v1
+  kind: Namespace
+  metadata: {name: b}
+`
+	flow := `{apiVersion: v1, kind: Namespace, metadata: {name: a}}` // YAML, though it starts like JSON
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
 	}{
-		{"unknown kind", "apiVersion: v1\nkind: Deployment\nmetadata: {name: x}", `x.yaml#1: kind: unknown kind "Deployment"`},
-		{"wrong apiVersion", "apiVersion: v2\nkind: Pod\nmetadata: {name: x}", `x.yaml#1: Pod: apiVersion: "v2" is not served`},
-		{"unknown field", pod("  containers: [{name: c, command: [x], comand: [y]}]"), `x.yaml#1: Pod p: unknown field "spec.containers[0].comand"`},
-		{"no command", pod("  containers: [{name: c}]"), `x.yaml#1: Pod default/p: spec.containers[0].command: required`},
-		{"bad port", pod("  containers: [{name: c, command: [x], ports: [{containerPort: 70000}]}]"), `spec.containers[0].ports[0].containerPort: 70000 is out of range`},
-		{"bad protocol", pod("  containers: [{name: c, command: [x], ports: [{containerPort: 80, protocol: ICMP}]}]"), `spec.containers[0].ports[0].protocol: unsupported protocol "ICMP"`},
-		{"bad name", "apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name}\nspec: {containers: [{name: c, command: [x]}]}", `Pod default/Bad_Name: metadata.name:`},
-		{"bad label", "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {a: 'b c'}}\nspec: {containers: [{name: c, command: [x]}]}", `metadata.labels[a]`},
-		{"duplicate", pod("  containers: [{name: c, command: [x]}]") + "\n---\n" + pod("  containers: [{name: c, command: [x]}]"), `x.yaml#2: Pod default/p: metadata.name: duplicate: Pod default/p is also defined in x.yaml#1`},
-		{"service port", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 0}]}", `Service default/s: spec.ports[0].port: 0 is out of range`},
-		{"service clusterIP", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {clusterIP: 10.0.0.300, ports: [{port: 80}]}", `spec.clusterIP: "10.0.0.300" is not an IP address`},
-		{"service unnamed ports", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}, {port: 81, name: b}]}", `spec.ports[0].name: required`},
-		{"slice without service", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e}\naddressType: IPv4\nendpoints: [{addresses: ['10.0.0.1']}]", `metadata.labels[kubernetes.io/service-name]: required`},
-		{"slice address family", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e, labels: {kubernetes.io/service-name: s}}\naddressType: IPv4\nendpoints: [{addresses: ['::1']}]", `endpoints[0].addresses[0]: "::1" is not an IPv4 address`},
-		{"endPort below port", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\nspec: {podSelector: {}, ingress: [{ports: [{port: 90, endPort: 80}]}]}", `spec.ingress[0].ports[0].endPort: 80 is below port 90`},
-		{"except outside cidr", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\nspec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8, except: [11.0.0.0/16]}}]}]}", `from[0].ipBlock.cidr.except[0]`},
-		{"bad selector", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\nspec: {podSelector: {matchExpressions: [{key: a, operator: Bogus}]}}", `spec.podSelector:`},
-		{"bad action", "apiVersion: shunt.io/v1alpha1\nkind: ShuntNetworkPolicy\nmetadata: {name: np}\nspec: {podSelector: {}, ingress: [{action: drop}]}", `spec.ingress[0].action: "drop"`},
-		{"namespaced namespace", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, namespace: b}", `metadata.namespace: must be empty`},
-		{"not yaml", "a: [", `x.yaml#1: not valid YAML`},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			objs, err := Parse("x.yaml", []byte(c.doc))
-			if err == nil {
-				err = Validate(objs)
+		{"json stream", jsonStream, []string{"s.json#1 Namespace//a", "s.json#2 items[0] Namespace//b", "s.json#2 items[1] Service/default/s"}},
+		{"yaml list", yamlList, []string{"s.json#1 items[0] Namespace//a", "s.json#1 items[1] Namespace//b"}},
+		{"yaml flow", flow, []string{"s.json#1 Namespace//a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, o := range mustParse(t, "s.json", tc.doc) {
+				got = append(got, o.Source+" "+o.Key())
 			}
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("error %v\nwant it to contain %q", err, c.want)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %q\nwant %q", got, tc.want)
 			}
 		})
 	}
 }
 
-func TestValidateReportsEveryProblem(t *testing.T) {
-	objs, err := Parse("x.yaml", []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}, {name: c, command: [x]}]}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs, ok := Validate(objs).(Errors)
-	if !ok || len(errs) != 2 {
-		t.Fatalf("want 2 problems (missing command, duplicate container), got %v", errs)
+func TestParseErrors(t *testing.T) {
+	pod := "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    command: [x]\n"
+	for _, tc := range []struct {
+		name, doc string
+		want      FieldError // Message is matched as a substring
+	}{
+		{"unknown kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}",
+			FieldError{"x.yaml#1", "Deployment d", "kind", `unknown kind "Deployment": supported kinds are discovery.k8s.io/v1 EndpointSlice, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Pod, v1 Service`}},
+		{"missing kind", "apiVersion: v1\nmetadata: {name: d}",
+			FieldError{"x.yaml#1", "", "kind", "required"}},
+		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: np, namespace: prod}",
+			FieldError{"x.yaml#1", "NetworkPolicy prod/np", "apiVersion", `"networking.k8s.io/v1beta1" is not supported for NetworkPolicy: use "networking.k8s.io/v1"`}},
+		{"missing apiVersion", "kind: Pod\nmetadata: {name: p}",
+			FieldError{"x.yaml#1", "Pod default/p", "apiVersion", `required`}},
+		{"unknown field", pod + "    comand: [y]\n",
+			FieldError{"x.yaml#1", "Pod default/p", "spec.containers[0].comand", "unknown field"}},
+		{"unknown top-level field", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\nspec: {}\nstatuss: {}",
+			FieldError{"x.yaml#1", "Namespace ns", "statuss", "unknown field"}},
+		{"YAML boolean where a string is wanted", "apiVersion: v1\nkind: Namespace\nmetadata: {name: n}",
+			FieldError{"x.yaml#1", "Namespace (unnamed)", "metadata.name", "got bool, want a string (quote it"}},
+		{"field names are case-sensitive", "apiVersion: v1\nkind: Namespace\nmetadata: {Name: n}",
+			FieldError{"x.yaml#1", "Namespace (unnamed)", "metadata.Name", "unknown field"}},
+		{"unknown field in shunt policy", "apiVersion: shunt.io/v1alpha1\nkind: ShuntNetworkPolicy\nmetadata: {name: s}\nspec: {podSelector: {}, ingress: [{peers: [{entity: host, port: 80}]}]}",
+			FieldError{"x.yaml#1", "ShuntNetworkPolicy default/s", "spec.ingress[0].peers[0].port", "unknown field"}},
+		{"duplicate YAML key", pod + "    name: d\n",
+			FieldError{"x.yaml#1", "", "", `not valid YAML: line 8: key "name" already set in map`}},
+		{"duplicate JSON field", `{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "name": "b"}}`,
+			FieldError{"x.yaml#1", "Namespace b", "metadata.name", "duplicate field"}},
+		{"wrong type", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, command: [x], ports: [{containerPort: http}]}]}",
+			FieldError{"x.yaml#1", "Pod default/p", "spec.containers.ports.containerPort", "got string, want an integer"}},
+		{"not a mapping", "- a\n- b\n",
+			FieldError{"x.yaml#1", "", "", "must be a mapping with apiVersion and kind, not a list"}},
+		{"YAML syntax error with file line", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n# second\nmetadata: [\n",
+			FieldError{"x.yaml#2", "", "", "not valid YAML: line 6:"}},
+		{"bad JSON after a good document", `{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}} {"kind": `,
+			FieldError{"x.yaml#2", "", "", "not valid JSON"}},
+		{"nested List", "apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: List, items: []}]",
+			FieldError{"x.yaml#1 items[0]", "", "kind", "cannot contain another List"}},
+		{"List item error", "apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: Namespace, metadata: {name: a, nme: b}}]",
+			FieldError{"x.yaml#1 items[0]", "Namespace a", "metadata.nme", "unknown field"}},
+		{"unknown List field", "apiVersion: v1\nkind: List\nitem: []",
+			FieldError{"x.yaml#1", "List", "item", "unknown field"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(tc.doc))
+			assertHasError(t, err, tc.want)
+		})
 	}
 }
 
-func TestLoadDirectoryAndStdin(t *testing.T) {
-	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
-	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "sub", "a.yml"), []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a manifest"), 0o644)
-	list := `{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "c"}}]}`
-	objs, err := Load([]string{dir, "-"}, strings.NewReader(list))
-	if err != nil {
-		t.Fatal(err)
+// Parse reports every broken document, not just the first.
+func TestParseReportsEveryDocument(t *testing.T) {
+	doc := "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, x: 1}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n---\nkind: Job\n"
+	_, err := Parse("x.yaml", []byte(doc))
+	var errs *Errors
+	if !errors.As(err, &errs) || len(errs.List) != 2 {
+		t.Fatalf("want 2 problems, got %v", err)
 	}
-	var names []string
-	for _, o := range objs {
-		_, n := o.NamespaceName()
-		names = append(names, n+"@"+filepath.Base(o.Source))
+	if errs.List[0].Source != "x.yaml#1" || errs.List[1].Source != "x.yaml#3" {
+		t.Errorf("sources %q %q", errs.List[0].Source, errs.List[1].Source)
 	}
-	if got := strings.Join(names, " "); got != "b@b.yaml#1 a@a.yml#1 c@<stdin>#1 items[0]" {
-		t.Errorf("loaded %s", got)
+}
+
+func TestEmptyStream(t *testing.T) {
+	for _, doc := range []string{"", "\n", "# nothing\n", "---\n---\n", "null\n"} {
+		if objs := mustParse(t, "e.yaml", doc); len(objs) != 0 {
+			t.Errorf("%q: got %d objects", doc, len(objs))
+		}
 	}
-	if _, err := Load([]string{filepath.Join(dir, "missing.yaml")}, nil); err == nil {
-		t.Error("missing file accepted")
+}
+
+func TestObjectBuiltInCode(t *testing.T) {
+	// No TypeMeta: Kind and Key still work, from the Go type.
+	o := Object{Source: "code", Obj: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}}
+	if o.Kind() != "Namespace" || o.Key() != "Namespace//prod" {
+		t.Errorf("kind %q key %q", o.Kind(), o.Key())
 	}
+	if err := Validate([]Object{o}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestShuntPolicyDeepCopy(t *testing.T) {
+	objs := mustParse(t, "good.yaml", good)
+	orig := objs[len(objs)-1].Obj.(*ShuntNetworkPolicy)
+	cp := orig.DeepCopyObject().(*ShuntNetworkPolicy)
+	if !reflect.DeepEqual(cp, orig) {
+		t.Fatalf("copy differs:\n%+v\n%+v", cp, orig)
+	}
+	cp.Spec.Ingress[0].HTTP[0].Headers["X-Team"] = "other"
+	cp.Spec.Ingress[0].Peers[1].Except[0] = "fd00::/96"
+	cp.Spec.Egress[0].Peers[0].PodSelector.MatchLabels["app"] = "other"
+	cp.Labels = map[string]string{"x": "y"}
+	if orig.Spec.Ingress[0].HTTP[0].Headers["X-Team"] != "shop" || orig.Spec.Ingress[0].Peers[1].Except[0] != "fd00::/80" ||
+		orig.Spec.Egress[0].Peers[0].PodSelector.MatchLabels["app"] != "db" || orig.Labels != nil {
+		t.Error("copy shares memory with the original")
+	}
+	if (*ShuntNetworkPolicy)(nil).DeepCopyObject() != nil {
+		t.Error("nil copy is not nil")
+	}
+}
+
+// assertHasError checks that err is a *Errors holding a problem with
+// want's Source, Object and Field whose message contains want.Message.
+func assertHasError(t *testing.T, err error, want FieldError) {
+	t.Helper()
+	var errs *Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("got %v (%T), want *Errors with %q", err, err, want.Error())
+	}
+	for _, fe := range errs.List {
+		if fe.Source == want.Source && fe.Object == want.Object && fe.Field == want.Field && strings.Contains(fe.Message, want.Message) {
+			return
+		}
+	}
+	t.Errorf("got:\n%v\nwant a line like:\n%v", err, want.Error())
 }

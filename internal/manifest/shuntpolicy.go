@@ -1,61 +1,97 @@
 package manifest
 
 import (
+	"maps"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// ShuntNetworkPolicy is shunt's own policy kind (shunt.io/v1alpha1): the
-// selectors of NetworkPolicy plus explicit deny, entities and L7 HTTP rules.
+// ShuntNetworkPolicy is shunt's own policy kind (apiVersion shunt.io/v1alpha1):
+// the selectors of NetworkPolicy plus explicit deny rules, entities (host,
+// world, ...) and L7 HTTP rules.
 type ShuntNetworkPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              ShuntNetworkPolicySpec `json:"spec"`
+
+	Spec ShuntNetworkPolicySpec `json:"spec"`
 }
 
-// ShuntNetworkPolicySpec selects pods and lists rules per direction.
+// ShuntNetworkPolicySpec selects the pods the policy applies to and lists
+// its rules per direction.
 type ShuntNetworkPolicySpec struct {
+	// PodSelector selects pods in the policy's namespace; {} selects all.
 	PodSelector metav1.LabelSelector `json:"podSelector"`
 	Ingress     []ShuntRule          `json:"ingress,omitempty"`
 	Egress      []ShuntRule          `json:"egress,omitempty"`
 }
 
-// ShuntRule allows or denies traffic with the peers and ports it names.
+// Rule actions.
+const (
+	ActionAllow = "allow"
+	ActionDeny  = "deny"
+)
+
+// Peer entities: address sets that are not pods.
+const (
+	EntityHost    = "host"    // the node itself
+	EntityWorld   = "world"   // everything outside the cluster
+	EntityCluster = "cluster" // every pod and node of the cluster
+	EntityAll     = "all"     // anything
+)
+
+// ShuntRule allows or denies traffic to/from its peers on its ports.
 type ShuntRule struct {
-	Action string                           `json:"action,omitempty"` // allow (default) or deny; deny wins
-	Peers  []ShuntPeer                      `json:"peers,omitempty"`
-	Ports  []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
-	HTTP   []HTTPRule                       `json:"http,omitempty"`
+	// Action is "allow" (the default) or "deny".
+	Action string `json:"action,omitempty"`
+	// Peers are the other ends of the traffic; none means any peer.
+	Peers []ShuntPeer `json:"peers,omitempty"`
+	// Ports restricts the rule to these ports; none means all ports.
+	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
+	// HTTP restricts the rule to matching HTTP requests; none means any traffic.
+	HTTP []HTTPRule `json:"http,omitempty"`
 }
 
-// ShuntPeer is a set of pods, a CIDR or an entity.
+// ShuntPeer is one peer: pods (selected by podSelector and/or
+// namespaceSelector), a CIDR with exceptions, or an entity. Exactly one of
+// those forms must be used.
 type ShuntPeer struct {
 	PodSelector       *metav1.LabelSelector `json:"podSelector,omitempty"`
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	CIDR              string                `json:"cidr,omitempty"`
 	Except            []string              `json:"except,omitempty"`
-	Entity            string                `json:"entity,omitempty"` // host, world, cluster, all
+	Entity            string                `json:"entity,omitempty"` // host, world, cluster or all
 }
 
-// HTTPRule matches HTTP requests; empty fields match anything.
+// HTTPRule matches HTTP requests; an empty field matches anything.
 type HTTPRule struct {
-	Method  string            `json:"method,omitempty"`
-	Path    string            `json:"path,omitempty"` // regular expression, anchored
-	Headers map[string]string `json:"headers,omitempty"`
+	Method  string            `json:"method,omitempty"`  // e.g. GET
+	Path    string            `json:"path,omitempty"`    // regular expression (RE2) over the whole path
+	Headers map[string]string `json:"headers,omitempty"` // header name -> exact value
 }
 
 // DeepCopyObject implements runtime.Object.
 func (p *ShuntNetworkPolicy) DeepCopyObject() runtime.Object {
+	if c := p.DeepCopy(); c != nil {
+		return c
+	}
+	return nil // a typed nil in an interface would not be == nil
+}
+
+// DeepCopy returns a copy of p sharing no memory with it. nil and empty
+// slices and maps stay as they were, so copies compare equal with
+// reflect.DeepEqual.
+func (p *ShuntNetworkPolicy) DeepCopy() *ShuntNetworkPolicy {
 	if p == nil {
 		return nil
 	}
-	out := *p
+	out := &ShuntNetworkPolicy{TypeMeta: p.TypeMeta}
 	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	p.Spec.PodSelector.DeepCopyInto(&out.Spec.PodSelector)
 	out.Spec.Ingress = copyRules(p.Spec.Ingress)
 	out.Spec.Egress = copyRules(p.Spec.Egress)
-	return &out
+	return out
 }
 
 func copyRules(in []ShuntRule) []ShuntRule {
@@ -64,30 +100,39 @@ func copyRules(in []ShuntRule) []ShuntRule {
 	}
 	out := make([]ShuntRule, len(in))
 	for i, r := range in {
-		out[i] = ShuntRule{Action: r.Action}
-		for _, pe := range r.Peers {
-			c := ShuntPeer{CIDR: pe.CIDR, Entity: pe.Entity, Except: append([]string(nil), pe.Except...)}
-			if pe.PodSelector != nil {
-				c.PodSelector = pe.PodSelector.DeepCopy()
-			}
-			if pe.NamespaceSelector != nil {
-				c.NamespaceSelector = pe.NamespaceSelector.DeepCopy()
-			}
-			out[i].Peers = append(out[i].Peers, c)
-		}
-		for _, port := range r.Ports {
-			out[i].Ports = append(out[i].Ports, *port.DeepCopy())
-		}
-		for _, h := range r.HTTP {
-			hc := HTTPRule{Method: h.Method, Path: h.Path}
-			if h.Headers != nil {
-				hc.Headers = map[string]string{}
-				for k, v := range h.Headers {
-					hc.Headers[k] = v
+		out[i].Action = r.Action
+		if r.Peers != nil {
+			out[i].Peers = make([]ShuntPeer, len(r.Peers))
+			for j, pe := range r.Peers {
+				out[i].Peers[j] = ShuntPeer{
+					PodSelector:       pe.PodSelector.DeepCopy(), // nil-safe
+					NamespaceSelector: pe.NamespaceSelector.DeepCopy(),
+					CIDR:              pe.CIDR,
+					Except:            copySlice(pe.Except),
+					Entity:            pe.Entity,
 				}
 			}
-			out[i].HTTP = append(out[i].HTTP, hc)
+		}
+		if r.Ports != nil {
+			out[i].Ports = make([]networkingv1.NetworkPolicyPort, len(r.Ports))
+			for j := range r.Ports {
+				r.Ports[j].DeepCopyInto(&out[i].Ports[j])
+			}
+		}
+		if r.HTTP != nil {
+			out[i].HTTP = make([]HTTPRule, len(r.HTTP))
+			for j, h := range r.HTTP {
+				out[i].HTTP[j] = HTTPRule{Method: h.Method, Path: h.Path, Headers: maps.Clone(h.Headers)}
+			}
 		}
 	}
 	return out
+}
+
+// copySlice copies s, keeping nil and empty apart.
+func copySlice[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append(make([]T, 0, len(s)), s...)
 }

@@ -1,9 +1,11 @@
 package manifest
 
 import (
-	"fmt"
 	"net/netip"
-	"strings"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -13,327 +15,497 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// FieldError is one problem with one field of one object.
-type FieldError struct {
-	Source  string // file#doc
-	Object  string // "Pod default/web"
-	Field   string // "spec.containers[0].command"
-	Message string
-}
+// maxClientIPTimeout is the API server's limit on
+// sessionAffinityConfig.clientIP.timeoutSeconds (one day).
+const maxClientIPTimeout = 86400
 
-func (e FieldError) Error() string {
-	return fmt.Sprintf("%s: %s: %s: %s", e.Source, e.Object, e.Field, e.Message)
-}
-
-// Errors is every problem found in a set of objects, one per line.
-type Errors []FieldError
-
-func (e Errors) Error() string {
-	lines := make([]string, len(e))
-	for i, fe := range e {
-		lines[i] = fe.Error()
+// Validate checks each object and the set as a whole (no two objects with
+// the same Key). It reports every problem it finds, as a *Errors, rather
+// than stopping at the first. Objects should have been defaulted (Parse does
+// that); omitted protocols are accepted as the TCP they default to.
+func Validate(objs []Object) error {
+	var errs Errors
+	seen := map[string]string{} // Key -> Source of its first definition
+	for _, o := range objs {
+		c := &checker{source: o.Source, object: o.label(), errs: &errs}
+		info, ok := kindByType[reflect.TypeOf(o.Obj)]
+		if !ok {
+			c.errorf("", "unsupported object type %T: supported kinds are %s", o.Obj, supportedKinds())
+			continue
+		}
+		if first, dup := seen[o.Key()]; dup {
+			c.errorf("metadata.name", "duplicate: %s is also defined in %s", o.label(), first)
+		} else {
+			seen[o.Key()] = o.Source
+		}
+		checkMeta(c, info, o.Obj.(metav1.Object))
+		info.check(c, o.Obj)
 	}
-	return strings.Join(lines, "\n")
+	return errs.orNil()
 }
 
 // checker collects the problems of one object.
 type checker struct {
-	src, obj string
-	errs     *Errors
+	source, object string
+	errs           *Errors
 }
 
-func (c checker) addf(field, format string, args ...any) {
-	*c.errs = append(*c.errs, FieldError{c.src, c.obj, field, fmt.Sprintf(format, args...)})
+func (c *checker) errorf(field path, format string, args ...any) {
+	c.errs.add(c.source, c.object, string(field), format, args...)
 }
 
-// each reports the messages of a k8s validation helper.
-func (c checker) each(field string, msgs []string) {
+// all reports the messages of a k8s.io/apimachinery validation helper.
+func (c *checker) all(field path, msgs []string) {
 	for _, m := range msgs {
-		c.addf(field, "%s", m)
+		c.errorf(field, "%s", m)
 	}
 }
 
-// Validate checks objects one by one and as a set (duplicates); it reports
-// every problem, not just the first.
-func Validate(objs []Object) error {
-	var errs Errors
-	seen := map[string]string{}
-	for _, o := range objs {
-		ns, name := o.NamespaceName()
-		id := o.Kind() + " " + name
-		if ns != "" {
-			id = o.Kind() + " " + ns + "/" + name
-		}
-		c := checker{o.Source, id, &errs}
-		if prev, dup := seen[o.Key()]; dup {
-			c.addf("metadata.name", "duplicate: %s is also defined in %s", id, prev)
-		}
-		seen[o.Key()] = o.Source
-		checkMeta(c, o)
-		switch obj := o.Obj.(type) {
-		case *corev1.Pod:
-			checkPod(c, obj)
-		case *corev1.Service:
-			checkService(c, obj)
-		case *discoveryv1.EndpointSlice:
-			checkEndpointSlice(c, obj)
-		case *networkingv1.NetworkPolicy:
-			checkNetworkPolicy(c, obj)
-		case *ShuntNetworkPolicy:
-			checkShuntPolicy(c, obj)
-		}
+// path is a JSON field path such as spec.containers[0].name.
+type path string
+
+func (p path) child(name string) path {
+	if p == "" {
+		return path(name)
 	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
+	return p + "." + path(name)
 }
 
-func checkMeta(c checker, o Object) {
-	ns, name := o.NamespaceName()
-	switch {
-	case name == "":
-		c.addf("metadata.name", "required")
-	case o.Kind() == "Namespace" || o.Kind() == "Service":
-		c.each("metadata.name", validation.IsDNS1123Label(name))
-	default:
-		c.each("metadata.name", validation.IsDNS1123Subdomain(name))
+func (p path) index(i int) path { return p + path("["+strconv.Itoa(i)+"]") }
+
+func (p path) key(k string) path { return p + path("["+k+"]") }
+
+// ---- metadata ----
+
+func checkMeta(c *checker, info *kindInfo, m metav1.Object) {
+	if m.GetName() == "" {
+		c.errorf("metadata.name", "required")
+	} else {
+		c.all("metadata.name", info.nameRule(m.GetName()))
 	}
-	if ns != "" {
-		c.each("metadata.namespace", validation.IsDNS1123Label(ns))
+	switch ns := m.GetNamespace(); {
+	case !info.namespaced && ns != "":
+		c.errorf("metadata.namespace", "must be empty: %s is cluster-scoped", info.kind)
+	case info.namespaced && ns == "":
+		c.errorf("metadata.namespace", "required")
+	case ns != "":
+		c.all("metadata.namespace", validation.IsDNS1123Label(ns))
 	}
-	for k, v := range metaOf(o.Obj).GetLabels() {
-		c.each("metadata.labels["+k+"]", validation.IsQualifiedName(k))
-		c.each("metadata.labels["+k+"]", validation.IsValidLabelValue(v))
+	checkLabels(c, "metadata.labels", m.GetLabels())
+}
+
+// checkLabels checks label keys and values (also used for selector maps).
+func checkLabels(c *checker, field path, labels map[string]string) {
+	for _, k := range sortedKeys(labels) { // sorted: stable error order
+		c.all(field.key(k), validation.IsQualifiedName(k))
+		c.all(field.key(k), validation.IsValidLabelValue(labels[k]))
 	}
 }
 
-var protocols = map[corev1.Protocol]bool{corev1.ProtocolTCP: true, corev1.ProtocolUDP: true, corev1.ProtocolSCTP: true}
-
-func checkProtocol(c checker, field string, p corev1.Protocol) {
-	if !protocols[p] {
-		c.addf(field, "unsupported protocol %q: use TCP, UDP or SCTP", p)
-	}
-}
-
-func checkPort(c checker, field string, port int32) {
-	if port < 1 || port > 65535 {
-		c.addf(field, "%d is out of range 1-65535", port)
-	}
-}
-
-func checkPod(c checker, p *corev1.Pod) {
-	if len(p.Spec.Containers) == 0 {
-		c.addf("spec.containers", "at least one container is required")
-	}
-	if p.Spec.HostNetwork {
-		c.addf("spec.hostNetwork", "host-network pods are not supported in the lab")
-	}
-	names := map[string]bool{}
-	portNames := map[string]bool{}
-	for i, ctr := range p.Spec.Containers {
-		f := fmt.Sprintf("spec.containers[%d]", i)
-		c.each(f+".name", validation.IsDNS1123Label(ctr.Name))
-		if names[ctr.Name] {
-			c.addf(f+".name", "duplicate container name %q", ctr.Name)
-		}
-		names[ctr.Name] = true
-		if len(ctr.Command) == 0 {
-			c.addf(f+".command", "required: the lab runs command + args inside the pod (the image is not pulled)")
-		}
-		for j, port := range ctr.Ports {
-			pf := fmt.Sprintf("%s.ports[%d]", f, j)
-			checkPort(c, pf+".containerPort", port.ContainerPort)
-			checkProtocol(c, pf+".protocol", port.Protocol)
-			if port.Name != "" {
-				c.each(pf+".name", validation.IsValidPortName(port.Name))
-				if portNames[port.Name] {
-					c.addf(pf+".name", "duplicate port name %q in the pod", port.Name)
-				}
-				portNames[port.Name] = true
-			}
-		}
-	}
-}
-
-func checkService(c checker, s *corev1.Service) {
-	switch s.Spec.Type {
-	case corev1.ServiceTypeClusterIP:
-	default:
-		c.addf("spec.type", "%q is not supported yet: use ClusterIP", s.Spec.Type)
-	}
-	if ip := s.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
-		if _, err := netip.ParseAddr(ip); err != nil {
-			c.addf("spec.clusterIP", "%q is not an IP address", ip)
-		}
-	}
-	if len(s.Spec.Ports) == 0 && s.Spec.ClusterIP != corev1.ClusterIPNone {
-		c.addf("spec.ports", "at least one port is required")
-	}
-	names := map[string]bool{}
-	for i, p := range s.Spec.Ports {
-		f := fmt.Sprintf("spec.ports[%d]", i)
-		checkPort(c, f+".port", p.Port)
-		checkProtocol(c, f+".protocol", p.Protocol)
-		if len(s.Spec.Ports) > 1 && p.Name == "" {
-			c.addf(f+".name", "required when the service has more than one port")
-		}
-		if p.Name != "" {
-			if names[p.Name] {
-				c.addf(f+".name", "duplicate port name %q", p.Name)
-			}
-			names[p.Name] = true
-		}
-		checkTargetPort(c, f+".targetPort", p.TargetPort)
-	}
-	switch s.Spec.SessionAffinity {
-	case corev1.ServiceAffinityNone:
-	case corev1.ServiceAffinityClientIP:
-		if t := *s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds; t < 1 || t > 86400 {
-			c.addf("spec.sessionAffinityConfig.clientIP.timeoutSeconds", "%d is out of range 1-86400", t)
-		}
-	default:
-		c.addf("spec.sessionAffinity", "%q: use None or ClientIP", s.Spec.SessionAffinity)
-	}
-}
-
-func checkTargetPort(c checker, field string, tp intstr.IntOrString) {
-	if tp.Type == intstr.String {
-		c.each(field, validation.IsValidPortName(tp.StrVal))
-		return
-	}
-	checkPort(c, field, tp.IntVal)
-}
-
-func checkEndpointSlice(c checker, s *discoveryv1.EndpointSlice) {
-	is4 := s.AddressType == discoveryv1.AddressTypeIPv4
-	if !is4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
-		c.addf("addressType", "%q: use IPv4 or IPv6", s.AddressType)
-	}
-	if s.Labels[discoveryv1.LabelServiceName] == "" {
-		c.addf("metadata.labels["+discoveryv1.LabelServiceName+"]", "required: names the Service this slice belongs to")
-	}
-	for i, ep := range s.Endpoints {
-		for j, a := range ep.Addresses {
-			ip, err := netip.ParseAddr(a)
-			if err != nil || ip.Is4() != is4 {
-				c.addf(fmt.Sprintf("endpoints[%d].addresses[%d]", i, j), "%q is not an %s address", a, s.AddressType)
-			}
-		}
-	}
-	for i, p := range s.Ports {
-		f := fmt.Sprintf("ports[%d]", i)
-		if p.Port != nil {
-			checkPort(c, f+".port", *p.Port)
-		}
-		if p.Protocol != nil {
-			checkProtocol(c, f+".protocol", *p.Protocol)
-		}
-	}
-}
-
-func checkSelector(c checker, field string, sel *metav1.LabelSelector) {
+func checkSelector(c *checker, field path, sel *metav1.LabelSelector) {
 	if sel == nil {
 		return
 	}
 	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
-		c.addf(field, "%v", err)
+		c.errorf(field, "%v", err)
 	}
 }
 
-func checkPolicyPorts(c checker, field string, ports []networkingv1.NetworkPolicyPort) {
-	for i, p := range ports {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		checkProtocol(c, f+".protocol", *p.Protocol)
-		if p.Port != nil {
-			checkTargetPort(c, f+".port", *p.Port)
-		}
-		if p.EndPort != nil {
-			switch {
-			case p.Port == nil || p.Port.Type != intstr.Int:
-				c.addf(f+".endPort", "requires a numeric port")
-			case *p.EndPort < p.Port.IntVal:
-				c.addf(f+".endPort", "%d is below port %d", *p.EndPort, p.Port.IntVal)
-			default:
-				checkPort(c, f+".endPort", *p.EndPort)
-			}
-		}
+// ---- ports, protocols, addresses: shared by the kinds ----
+
+// protocols are the values of the protocol fields; "" is what TCP defaults from.
+var protocols = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
+
+func checkProtocol(c *checker, field path, p corev1.Protocol) {
+	if p != "" && !slices.Contains(protocols, p) {
+		c.errorf(field, "unsupported protocol %q: use TCP, UDP or SCTP", p)
 	}
 }
 
-func checkCIDR(c checker, field, cidr string, except []string) {
-	p, err := netip.ParsePrefix(cidr)
-	if err != nil {
-		c.addf(field, "%q is not a CIDR", cidr)
+func checkPortNumber(c *checker, field path, port int32) {
+	if port < 1 || port > 65535 {
+		c.errorf(field, "%d is out of range 1-65535", port)
+	}
+}
+
+// checkPortRef checks a port given as a number or as a container port name.
+func checkPortRef(c *checker, field path, p intstr.IntOrString) {
+	if p.Type == intstr.String {
+		c.all(field, validation.IsValidPortName(p.StrVal))
 		return
+	}
+	checkPortNumber(c, field, p.IntVal)
+}
+
+// checkPortName checks an optional port name and that it is unique among
+// names (which maps each name to the field that used it first).
+func checkPortName(c *checker, field path, name string, rule func(string) []string, names map[string]path) {
+	if name == "" {
+		return
+	}
+	c.all(field, rule(name))
+	if first, dup := names[name]; dup {
+		c.errorf(field, "duplicate port name %q (also %s)", name, first)
+		return
+	}
+	names[name] = field
+}
+
+// parseIP parses an address the way the API server's strict validation
+// does: no zones, no IPv4-mapped IPv6, no leading zeros.
+func parseIP(s string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(s)
+	return ip, err == nil && ip.Zone() == "" && !ip.Is4In6()
+}
+
+// checkCIDR checks a CIDR and its exceptions, which must lie strictly
+// inside it.
+func checkCIDR(c *checker, cidrField path, cidr string, exceptField path, except []string) {
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		c.errorf(cidrField, "%q is not a CIDR (e.g. 10.0.0.0/8 or fd00::/64)", cidr)
+		return
+	}
+	if prefix.Masked() != prefix {
+		// 10.0.0.1/8 is most likely a typo; say what it means.
+		c.errorf(cidrField, "%q has host bits set: use %q", cidr, prefix.Masked().String())
 	}
 	for i, e := range except {
 		ep, err := netip.ParsePrefix(e)
-		if err != nil || !p.Contains(ep.Addr()) || ep.Bits() < p.Bits() {
-			c.addf(fmt.Sprintf("%s.except[%d]", field, i), "%q must be a CIDR inside %s", e, cidr)
+		if err != nil || ep.Addr().Is4() != prefix.Addr().Is4() || ep.Bits() <= prefix.Bits() || !prefix.Contains(ep.Addr()) {
+			c.errorf(exceptField.index(i), "%q must be a CIDR strictly inside %s", e, cidr)
 		}
 	}
 }
 
-func checkPeers(c checker, field string, peers []networkingv1.NetworkPolicyPeer) {
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// ---- Pod ----
+
+func checkPod(c *checker, pod *corev1.Pod) {
+	spec := path("spec")
+	if pod.Spec.HostNetwork {
+		c.errorf(spec.child("hostNetwork"), "not supported in the lab: every pod gets its own network namespace")
+	}
+	if len(pod.Spec.Containers) == 0 {
+		c.errorf(spec.child("containers"), "at least one container is required")
+	}
+	names := map[string]bool{}
+	portNames := map[string]path{} // container port names are unique across the pod
+	for i, ctr := range pod.Spec.Containers {
+		f := spec.child("containers").index(i)
+		switch {
+		case ctr.Name == "":
+			c.errorf(f.child("name"), "required")
+		case names[ctr.Name]:
+			c.errorf(f.child("name"), "duplicate container name %q", ctr.Name)
+		default:
+			c.all(f.child("name"), validation.IsDNS1123Label(ctr.Name))
+		}
+		names[ctr.Name] = true
+		if len(ctr.Command) == 0 {
+			c.errorf(f.child("command"), "must not be empty: the lab runs command + args as the container's process (the image is not run)")
+		}
+		for j, port := range ctr.Ports {
+			pf := f.child("ports").index(j)
+			checkPortNumber(c, pf.child("containerPort"), port.ContainerPort)
+			checkProtocol(c, pf.child("protocol"), port.Protocol)
+			checkPortName(c, pf.child("name"), port.Name, validation.IsValidPortName, portNames)
+		}
+	}
+}
+
+// ---- Service ----
+
+func checkService(c *checker, svc *corev1.Service) {
+	spec := path("spec")
+	if t := svc.Spec.Type; t != "" && t != corev1.ServiceTypeClusterIP {
+		c.errorf(spec.child("type"), "%q is not supported in the lab: use ClusterIP (or clusterIP: None for a headless Service)", t)
+	}
+	headless := svc.Spec.ClusterIP == corev1.ClusterIPNone
+	if ip := svc.Spec.ClusterIP; ip != "" && !headless {
+		if _, ok := parseIP(ip); !ok {
+			c.errorf(spec.child("clusterIP"), "%q is not a valid IPv4 or IPv6 address (or None)", ip)
+		}
+	}
+	for i, ip := range svc.Spec.ClusterIPs {
+		if _, ok := parseIP(ip); !ok && ip != corev1.ClusterIPNone {
+			c.errorf(spec.child("clusterIPs").index(i), "%q is not a valid IPv4 or IPv6 address (or None)", ip)
+		}
+	}
+	if len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIPs[0] != svc.Spec.ClusterIP {
+		c.errorf(spec.child("clusterIPs").index(0), "%q must match clusterIP %q", svc.Spec.ClusterIPs[0], svc.Spec.ClusterIP)
+	}
+	checkLabels(c, spec.child("selector"), svc.Spec.Selector)
+
+	if len(svc.Spec.Ports) == 0 && !headless {
+		c.errorf(spec.child("ports"), "at least one port is required (only a headless Service, clusterIP: None, may have none)")
+	}
+	names := map[string]path{}
+	type portProto struct {
+		port  int32
+		proto corev1.Protocol
+	}
+	seen := map[portProto]bool{}
+	for i, p := range svc.Spec.Ports {
+		f := spec.child("ports").index(i)
+		if p.Name == "" && len(svc.Spec.Ports) > 1 {
+			c.errorf(f.child("name"), "required when the Service has more than one port")
+		}
+		checkPortName(c, f.child("name"), p.Name, validation.IsDNS1123Label, names)
+		checkPortNumber(c, f.child("port"), p.Port)
+		checkProtocol(c, f.child("protocol"), p.Protocol)
+		if pp := (portProto{p.Port, p.Protocol}); seen[pp] {
+			c.errorf(f, "duplicate port %d/%s", p.Port, p.Protocol)
+		} else {
+			seen[pp] = true
+		}
+		// A targetPort defaulted from an invalid port was reported just above.
+		if p.TargetPort != intstr.FromInt32(p.Port) && p.TargetPort != intstr.FromInt32(0) {
+			checkPortRef(c, f.child("targetPort"), p.TargetPort)
+		}
+		if p.NodePort != 0 {
+			c.errorf(f.child("nodePort"), "not supported: the lab has ClusterIP Services only")
+		}
+	}
+
+	affinity := svc.Spec.SessionAffinityConfig
+	switch svc.Spec.SessionAffinity {
+	case "", corev1.ServiceAffinityNone:
+		if affinity != nil && affinity.ClientIP != nil {
+			c.errorf(spec.child("sessionAffinityConfig"), "must not be set when sessionAffinity is None")
+		}
+	case corev1.ServiceAffinityClientIP:
+		if affinity != nil && affinity.ClientIP != nil && affinity.ClientIP.TimeoutSeconds != nil {
+			if t := *affinity.ClientIP.TimeoutSeconds; t < 1 || t > maxClientIPTimeout {
+				c.errorf("spec.sessionAffinityConfig.clientIP.timeoutSeconds", "%d is out of range 1-%d", t, maxClientIPTimeout)
+			}
+		}
+	default:
+		c.errorf(spec.child("sessionAffinity"), "%q: use None or ClientIP", svc.Spec.SessionAffinity)
+	}
+}
+
+// ---- EndpointSlice ----
+
+func checkEndpointSlice(c *checker, s *discoveryv1.EndpointSlice) {
+	var wantV4 bool
+	switch s.AddressType {
+	case discoveryv1.AddressTypeIPv4:
+		wantV4 = true
+	case discoveryv1.AddressTypeIPv6:
+	case discoveryv1.AddressTypeFQDN:
+		c.errorf("addressType", "FQDN is not supported in the lab: use IPv4 or IPv6")
+	case "":
+		c.errorf("addressType", "required: IPv4 or IPv6")
+	default:
+		c.errorf("addressType", "%q: use IPv4 or IPv6", s.AddressType)
+	}
+	if s.Labels[discoveryv1.LabelServiceName] == "" {
+		c.errorf(path("metadata.labels").key(discoveryv1.LabelServiceName), "required: names the Service this slice belongs to")
+	}
+	family := s.AddressType == discoveryv1.AddressTypeIPv4 || s.AddressType == discoveryv1.AddressTypeIPv6
+	for i, ep := range s.Endpoints {
+		f := path("endpoints").index(i).child("addresses")
+		if len(ep.Addresses) == 0 {
+			c.errorf(f, "at least one address is required")
+		}
+		for j, a := range ep.Addresses {
+			ip, ok := parseIP(a)
+			switch {
+			case !ok:
+				c.errorf(f.index(j), "%q is not a valid IP address", a)
+			case family && ip.Is4() != wantV4:
+				c.errorf(f.index(j), "%q is not an %s address", a, s.AddressType)
+			}
+		}
+	}
+	names := map[string]path{}
+	for i, p := range s.Ports {
+		f := path("ports").index(i)
+		if p.Name != nil {
+			checkPortName(c, f.child("name"), *p.Name, validation.IsDNS1123Label, names)
+		}
+		if p.Port != nil {
+			checkPortNumber(c, f.child("port"), *p.Port)
+		}
+		if p.Protocol != nil {
+			checkProtocol(c, f.child("protocol"), *p.Protocol)
+		}
+	}
+}
+
+// ---- NetworkPolicy ----
+
+func checkNetworkPolicy(c *checker, np *networkingv1.NetworkPolicy) {
+	spec := path("spec")
+	checkSelector(c, spec.child("podSelector"), &np.Spec.PodSelector)
+	seen := map[networkingv1.PolicyType]bool{}
+	for i, t := range np.Spec.PolicyTypes {
+		f := spec.child("policyTypes").index(i)
+		switch {
+		case t != networkingv1.PolicyTypeIngress && t != networkingv1.PolicyTypeEgress:
+			c.errorf(f, "%q: use Ingress or Egress", t)
+		case seen[t]:
+			c.errorf(f, "duplicate %q", t)
+		}
+		seen[t] = true
+	}
+	for i, r := range np.Spec.Ingress {
+		f := spec.child("ingress").index(i)
+		checkPeers(c, f.child("from"), r.From)
+		checkPolicyPorts(c, f.child("ports"), r.Ports)
+	}
+	for i, r := range np.Spec.Egress {
+		f := spec.child("egress").index(i)
+		checkPeers(c, f.child("to"), r.To)
+		checkPolicyPorts(c, f.child("ports"), r.Ports)
+	}
+}
+
+func checkPeers(c *checker, field path, peers []networkingv1.NetworkPolicyPeer) {
 	for i, pe := range peers {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		checkSelector(c, f+".podSelector", pe.PodSelector)
-		checkSelector(c, f+".namespaceSelector", pe.NamespaceSelector)
+		f := field.index(i)
+		checkSelector(c, f.child("podSelector"), pe.PodSelector)
+		checkSelector(c, f.child("namespaceSelector"), pe.NamespaceSelector)
+		selects := pe.PodSelector != nil || pe.NamespaceSelector != nil
+		switch {
+		case pe.IPBlock == nil && !selects:
+			c.errorf(f, "must set podSelector, namespaceSelector or ipBlock")
+		case pe.IPBlock != nil && selects:
+			c.errorf(f.child("ipBlock"), "cannot be combined with podSelector or namespaceSelector")
+		}
 		if pe.IPBlock != nil {
-			if pe.PodSelector != nil || pe.NamespaceSelector != nil {
-				c.addf(f, "ipBlock cannot be combined with podSelector or namespaceSelector")
-			}
-			checkCIDR(c, f+".ipBlock.cidr", pe.IPBlock.CIDR, pe.IPBlock.Except)
+			b := f.child("ipBlock")
+			checkCIDR(c, b.child("cidr"), pe.IPBlock.CIDR, b.child("except"), pe.IPBlock.Except)
 		}
 	}
 }
 
-func checkNetworkPolicy(c checker, p *networkingv1.NetworkPolicy) {
-	checkSelector(c, "spec.podSelector", &p.Spec.PodSelector)
-	for i, t := range p.Spec.PolicyTypes {
-		if t != networkingv1.PolicyTypeIngress && t != networkingv1.PolicyTypeEgress {
-			c.addf(fmt.Sprintf("spec.policyTypes[%d]", i), "%q: use Ingress or Egress", t)
+// checkPolicyPorts checks NetworkPolicyPorts (also used by ShuntNetworkPolicy).
+func checkPolicyPorts(c *checker, field path, ports []networkingv1.NetworkPolicyPort) {
+	for i, p := range ports {
+		f := field.index(i)
+		if p.Protocol != nil {
+			checkProtocol(c, f.child("protocol"), *p.Protocol)
 		}
-	}
-	for i, r := range p.Spec.Ingress {
-		checkPeers(c, fmt.Sprintf("spec.ingress[%d].from", i), r.From)
-		checkPolicyPorts(c, fmt.Sprintf("spec.ingress[%d].ports", i), r.Ports)
-	}
-	for i, r := range p.Spec.Egress {
-		checkPeers(c, fmt.Sprintf("spec.egress[%d].to", i), r.To)
-		checkPolicyPorts(c, fmt.Sprintf("spec.egress[%d].ports", i), r.Ports)
+		if p.Port != nil {
+			checkPortRef(c, f.child("port"), *p.Port)
+		}
+		if p.EndPort == nil {
+			continue
+		}
+		switch {
+		case p.Port == nil || p.Port.Type != intstr.Int:
+			c.errorf(f.child("endPort"), "requires a numeric port")
+		case *p.EndPort < p.Port.IntVal:
+			c.errorf(f.child("endPort"), "%d must not be below port %d", *p.EndPort, p.Port.IntVal)
+		default:
+			checkPortNumber(c, f.child("endPort"), *p.EndPort)
+		}
 	}
 }
 
-var entities = map[string]bool{"host": true, "world": true, "cluster": true, "all": true}
+// ---- ShuntNetworkPolicy ----
 
-func checkShuntPolicy(c checker, p *ShuntNetworkPolicy) {
-	checkSelector(c, "spec.podSelector", &p.Spec.PodSelector)
-	for dir, rules := range map[string][]ShuntRule{"ingress": p.Spec.Ingress, "egress": p.Spec.Egress} {
-		for i, r := range rules {
-			f := fmt.Sprintf("spec.%s[%d]", dir, i)
-			if r.Action != "allow" && r.Action != "deny" {
-				c.addf(f+".action", "%q: use allow or deny", r.Action)
+var entities = []string{EntityHost, EntityWorld, EntityCluster, EntityAll}
+
+func checkShuntPolicy(c *checker, p *ShuntNetworkPolicy) {
+	spec := path("spec")
+	checkSelector(c, spec.child("podSelector"), &p.Spec.PodSelector)
+	for _, dir := range []struct {
+		name  string
+		rules []ShuntRule
+	}{{"ingress", p.Spec.Ingress}, {"egress", p.Spec.Egress}} {
+		for i, r := range dir.rules {
+			checkShuntRule(c, spec.child(dir.name).index(i), r)
+		}
+	}
+}
+
+func checkShuntRule(c *checker, f path, r ShuntRule) {
+	switch r.Action {
+	case "", ActionAllow, ActionDeny:
+	default:
+		c.errorf(f.child("action"), "%q: use allow or deny", r.Action)
+	}
+	for j, pe := range r.Peers {
+		pf := f.child("peers").index(j)
+		checkSelector(c, pf.child("podSelector"), pe.PodSelector)
+		checkSelector(c, pf.child("namespaceSelector"), pe.NamespaceSelector)
+		forms := 0
+		if pe.PodSelector != nil || pe.NamespaceSelector != nil {
+			forms++
+		}
+		if pe.CIDR != "" {
+			forms++
+			checkCIDR(c, pf.child("cidr"), pe.CIDR, pf.child("except"), pe.Except)
+		} else if len(pe.Except) > 0 {
+			c.errorf(pf.child("except"), "requires cidr")
+		}
+		if pe.Entity != "" {
+			forms++
+			if !slices.Contains(entities, pe.Entity) {
+				c.errorf(pf.child("entity"), "%q: use host, world, cluster or all", pe.Entity)
 			}
-			for j, pe := range r.Peers {
-				pf := fmt.Sprintf("%s.peers[%d]", f, j)
-				checkSelector(c, pf+".podSelector", pe.PodSelector)
-				checkSelector(c, pf+".namespaceSelector", pe.NamespaceSelector)
-				if pe.CIDR != "" {
-					checkCIDR(c, pf+".cidr", pe.CIDR, pe.Except)
-				}
-				if pe.Entity != "" && !entities[pe.Entity] {
-					c.addf(pf+".entity", "%q: use host, world, cluster or all", pe.Entity)
-				}
+		}
+		switch {
+		case forms == 0:
+			c.errorf(pf, "must set podSelector/namespaceSelector, cidr or entity")
+		case forms > 1:
+			c.errorf(pf, "set only one of podSelector/namespaceSelector, cidr and entity (use separate peers)")
+		}
+	}
+	checkPolicyPorts(c, f.child("ports"), r.Ports)
+	for j, h := range r.HTTP {
+		hf := f.child("http").index(j)
+		if h.Method != "" && !isToken(h.Method) {
+			c.errorf(hf.child("method"), "%q is not a valid HTTP method", h.Method)
+		}
+		if _, err := regexp.Compile(h.Path); err != nil {
+			c.errorf(hf.child("path"), "not a valid regular expression: %v", err)
+		}
+		for _, name := range sortedKeys(h.Headers) {
+			if !isToken(name) {
+				c.errorf(hf.child("headers").key(name), "%q is not a valid HTTP header name", name)
 			}
-			checkPolicyPorts(c, f+".ports", r.Ports)
-			for j, h := range r.HTTP {
-				// A method is an HTTP token, as header names are.
-				if h.Method != "" && len(validation.IsHTTPHeaderName(h.Method)) > 0 {
-					c.addf(fmt.Sprintf("%s.http[%d].method", f, j), "%q is not an HTTP method", h.Method)
-				}
+			if !isFieldValue(h.Headers[name]) {
+				c.errorf(hf.child("headers").key(name), "value %q contains control characters", h.Headers[name])
 			}
 		}
 	}
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2), the
+// syntax of methods and header names.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		alnum := 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+		if !alnum && !slices.Contains([]byte("!#$%&'*+-.^_`|~"), b) {
+			return false
+		}
+	}
+	return true
+}
+
+// isFieldValue reports whether s can be an HTTP header value: no control
+// characters other than tab.
+func isFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return false
+		}
+	}
+	return true
 }

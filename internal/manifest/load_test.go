@@ -1,0 +1,136 @@
+package manifest
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func ns(name string) string {
+	return "apiVersion: v1\nkind: Namespace\nmetadata: {name: " + name + "}\n"
+}
+
+// writeFiles creates files (relative path -> content) under a new temp dir.
+func writeFiles(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// sources lists "source key" for each object, with dir made relative.
+func sources(dir string, objs []Object) []string {
+	var out []string
+	for _, o := range objs {
+		src := strings.TrimPrefix(o.Source, dir+string(filepath.Separator))
+		out = append(out, filepath.ToSlash(src)+" "+o.Key())
+	}
+	return out
+}
+
+func TestLoadDirectoryRecursiveSorted(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"b.yaml":           ns("b"),
+		"a.json":           `{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}`,
+		"sub/z.yml":        ns("z") + "---\n" + ns("zz"),
+		"sub/deeper/c.yml": ns("c"),
+		"c.yaml":           ns("c2"),
+		"README.md":        "not a manifest",
+		"notes.txt":        "kind: Nonsense",
+	})
+	objs, err := Load([]string{dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"a.json#1 Namespace//a",
+		"b.yaml#1 Namespace//b",
+		"c.yaml#1 Namespace//c2",
+		"sub/deeper/c.yml#1 Namespace//c",
+		"sub/z.yml#1 Namespace//z",
+		"sub/z.yml#2 Namespace//zz",
+	}
+	if got := sources(dir, objs); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestLoadFilesAndStdin(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"one.yaml": ns("one"), "manifest.txt": ns("txt")})
+	list := `{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "in"}}]}`
+	objs, err := Load([]string{
+		filepath.Join(dir, "one.yaml"),
+		"-",
+		filepath.Join(dir, "manifest.txt"), // named explicitly: read whatever the extension
+	}, strings.NewReader(list))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"one.yaml#1 Namespace//one", "<stdin>#1 items[0] Namespace//in", "manifest.txt#1 Namespace//txt"}
+	if got := sources(dir, objs); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestLoadStdinAlone(t *testing.T) {
+	objs, err := Load([]string{"-"}, strings.NewReader(ns("a")+"---\n"+ns("b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sources("", objs); !reflect.DeepEqual(got, []string{"<stdin>#1 Namespace//a", "<stdin>#2 Namespace//b"}) {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	empty := t.TempDir()
+	dir := writeFiles(t, map[string]string{
+		"a.yaml": ns("dup"),
+		"b.yaml": ns("dup") + "---\nkind: Gadget\n",
+		"c.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n",
+	})
+	for _, tc := range []struct {
+		name  string
+		paths []string
+		stdin string
+		want  []string // lines of the error, with dir replaced by DIR
+	}{
+		{"missing file", []string{filepath.Join(empty, "nope.yaml")}, "",
+			[]string{"EMPTY/nope.yaml: no such file or directory"}},
+		{"empty directory", []string{empty}, "",
+			[]string{"EMPTY: directory has no *.yaml, *.yml or *.json files"}},
+		{"stdin twice", []string{"-", "-"}, ns("a"),
+			[]string{`<stdin>: cannot read: "-" (stdin) given more than once`}},
+		// Parse and validation problems of all files come back together.
+		{"every problem in every file", []string{dir}, "",
+			[]string{
+				"DIR/b.yaml#2: Gadget (unnamed): kind: unknown kind \"Gadget\": supported kinds are discovery.k8s.io/v1 EndpointSlice, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Pod, v1 Service",
+				"DIR/b.yaml#1: Namespace dup: metadata.name: duplicate: Namespace dup is also defined in DIR/a.yaml#1",
+				"DIR/c.yaml#1: Pod default/p: spec.containers[0].command: must not be empty: the lab runs command + args as the container's process (the image is not run)",
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Load(tc.paths, strings.NewReader(tc.stdin))
+			if err == nil {
+				t.Fatalf("no error; loaded %v", sources("", objs))
+			}
+			if _, ok := err.(*Errors); !ok {
+				t.Errorf("error is %T, want *Errors", err)
+			}
+			got := strings.ReplaceAll(strings.ReplaceAll(err.Error(), empty, "EMPTY"), dir, "DIR")
+			if want := strings.Join(tc.want, "\n"); got != want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}

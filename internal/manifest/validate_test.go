@@ -1,0 +1,214 @@
+package manifest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// Small manifest builders keep the table below readable: each case states
+// only the part that is wrong.
+func podDoc(meta, spec string) string {
+	return "apiVersion: v1\nkind: Pod\nmetadata: {name: web" + meta + "}\nspec: " + spec
+}
+
+func ctr(extra string) string { // a pod spec with one container
+	return "{containers: [{name: c, command: [x]" + extra + "}]}"
+}
+
+func svcDoc(spec string) string {
+	return "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: " + spec
+}
+
+func sliceDoc(labels, rest string) string {
+	return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, labels: {" + labels + "}}\n" + rest
+}
+
+func npDoc(spec string) string {
+	return "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\nspec: " + spec
+}
+
+func snpDoc(spec string) string {
+	return "apiVersion: shunt.io/v1alpha1\nkind: ShuntNetworkPolicy\nmetadata: {name: snp}\nspec: " + spec
+}
+
+const svcLabel = "kubernetes.io/service-name: web"
+
+func TestValidateRejects(t *testing.T) {
+	const (
+		pod   = "Pod default/web"
+		svc   = "Service default/web"
+		slice = "EndpointSlice default/web-1"
+		np    = "NetworkPolicy default/np"
+		snp   = "ShuntNetworkPolicy default/snp"
+	)
+	for _, tc := range []struct {
+		name, doc           string
+		object, field, want string // want: a substring of the message
+	}{
+		// metadata
+		{"name required", "apiVersion: v1\nkind: Pod\nmetadata: {namespace: a}\nspec: " + ctr(""), "Pod (unnamed)", "metadata.name", "required"},
+		{"name not a subdomain", "apiVersion: v1\nkind: Pod\nmetadata: {name: Web_1}\nspec: " + ctr(""), "Pod default/Web_1", "metadata.name", "RFC 1123 subdomain"},
+		{"service name not a label", "apiVersion: v1\nkind: Service\nmetadata: {name: a.b}\nspec: {ports: [{port: 80}]}", "Service default/a.b", "metadata.name", "must not contain dots"},
+		{"namespace name not a label", "apiVersion: v1\nkind: Namespace\nmetadata: {name: prod.eu}", "Namespace prod.eu", "metadata.name", "must not contain dots"},
+		{"cluster-scoped with namespace", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, namespace: b}", "Namespace b/a", "metadata.namespace", "must be empty"},
+		{"bad namespace", podDoc(", namespace: Prod", ctr("")), "Pod Prod/web", "metadata.namespace", "RFC 1123 label"},
+		{"bad label key", podDoc(", labels: {'a/b/c': x}", ctr("")), pod, "metadata.labels[a/b/c]", "a valid label key must consist"},
+		{"bad label value", podDoc(", labels: {app: 'two words'}", ctr("")), pod, "metadata.labels[app]", "a valid label must be"},
+
+		// Pod
+		{"no containers", podDoc("", "{containers: []}"), pod, "spec.containers", "at least one container"},
+		{"no command", podDoc("", "{containers: [{name: c, image: nginx}]}"), pod, "spec.containers[0].command", "must not be empty"},
+		{"container name required", podDoc("", "{containers: [{command: [x]}]}"), pod, "spec.containers[0].name", "required"},
+		{"container name invalid", podDoc("", "{containers: [{name: C_1, command: [x]}]}"), pod, "spec.containers[0].name", "RFC 1123 label"},
+		{"duplicate container", podDoc("", "{containers: [{name: c, command: [x]}, {name: c, command: [z]}]}"), pod, "spec.containers[1].name", `duplicate container name "c"`},
+		{"containerPort zero", podDoc("", ctr(", ports: [{containerPort: 0}]")), pod, "spec.containers[0].ports[0].containerPort", "0 is out of range 1-65535"},
+		{"containerPort too big", podDoc("", ctr(", ports: [{containerPort: 65536}]")), pod, "spec.containers[0].ports[0].containerPort", "65536 is out of range"},
+		{"container protocol", podDoc("", ctr(", ports: [{containerPort: 80, protocol: ICMP}]")), pod, "spec.containers[0].ports[0].protocol", `unsupported protocol "ICMP"`},
+		{"container protocol is case-sensitive", podDoc("", ctr(", ports: [{containerPort: 80, protocol: tcp}]")), pod, "spec.containers[0].ports[0].protocol", `"tcp"`},
+		{"port name invalid", podDoc("", ctr(", ports: [{containerPort: 80, name: http_web}]")), pod, "spec.containers[0].ports[0].name", "must contain only alpha-numeric characters"},
+		{"port name too long", podDoc("", ctr(", ports: [{containerPort: 80, name: abcdefghijklmnop}]")), pod, "spec.containers[0].ports[0].name", "no more than 15 characters"},
+		{"port name reused across containers", podDoc("", "{containers: [{name: a, command: [x], ports: [{name: http, containerPort: 80}]}, {name: b, command: [x], ports: [{name: http, containerPort: 81}]}]}"),
+			pod, "spec.containers[1].ports[0].name", `duplicate port name "http" (also spec.containers[0].ports[0].name)`},
+		{"hostNetwork", podDoc("", "{hostNetwork: true, containers: [{name: c, command: [x]}]}"), pod, "spec.hostNetwork", "not supported in the lab"},
+
+		// Service
+		{"service without ports", svcDoc("{selector: {app: web}}"), svc, "spec.ports", "at least one port"},
+		{"service port zero", svcDoc("{ports: [{port: 0}]}"), svc, "spec.ports[0].port", "0 is out of range"},
+		{"service port too big", svcDoc("{ports: [{port: 70000}]}"), svc, "spec.ports[0].port", "70000 is out of range"},
+		{"service protocol", svcDoc("{ports: [{port: 80, protocol: HTTP}]}"), svc, "spec.ports[0].protocol", `unsupported protocol "HTTP"`},
+		{"unnamed port among several", svcDoc("{ports: [{port: 80}, {name: b, port: 81}]}"), svc, "spec.ports[0].name", "required when the Service has more than one port"},
+		{"duplicate port name", svcDoc("{ports: [{name: a, port: 80}, {name: a, port: 81}]}"), svc, "spec.ports[1].name", `duplicate port name "a"`},
+		{"duplicate port", svcDoc("{ports: [{name: a, port: 80}, {name: b, port: 80}]}"), svc, "spec.ports[1]", "duplicate port 80/TCP"},
+		{"service port name not a label", svcDoc("{ports: [{name: A, port: 80}]}"), svc, "spec.ports[0].name", "RFC 1123 label"},
+		{"targetPort out of range", svcDoc("{ports: [{port: 80, targetPort: 70000}]}"), svc, "spec.ports[0].targetPort", "70000 is out of range"},
+		{"targetPort bad name", svcDoc("{ports: [{port: 80, targetPort: not_a_name}]}"), svc, "spec.ports[0].targetPort", "must contain only alpha-numeric characters"},
+		{"service type", svcDoc("{type: NodePort, ports: [{port: 80}]}"), svc, "spec.type", `"NodePort" is not supported in the lab`},
+		{"nodePort", svcDoc("{ports: [{port: 80, nodePort: 30080}]}"), svc, "spec.ports[0].nodePort", "not supported"},
+		{"clusterIP invalid", svcDoc("{clusterIP: 10.0.0.300, ports: [{port: 80}]}"), svc, "spec.clusterIP", `"10.0.0.300" is not a valid IPv4 or IPv6 address`},
+		{"clusterIP with zone", svcDoc("{clusterIP: 'fe80::1%eth0', ports: [{port: 80}]}"), svc, "spec.clusterIP", "not a valid"},
+		{"clusterIPs mismatch", svcDoc("{clusterIP: 10.96.0.10, clusterIPs: [10.96.0.11], ports: [{port: 80}]}"), svc, "spec.clusterIPs[0]", "must match clusterIP"},
+		{"sessionAffinity", svcDoc("{sessionAffinity: Sticky, ports: [{port: 80}]}"), svc, "spec.sessionAffinity", `"Sticky": use None or ClientIP`},
+		{"affinity timeout too long", svcDoc("{sessionAffinity: ClientIP, sessionAffinityConfig: {clientIP: {timeoutSeconds: 86401}}, ports: [{port: 80}]}"),
+			svc, "spec.sessionAffinityConfig.clientIP.timeoutSeconds", "86401 is out of range 1-86400"},
+		{"affinity timeout zero", svcDoc("{sessionAffinity: ClientIP, sessionAffinityConfig: {clientIP: {timeoutSeconds: 0}}, ports: [{port: 80}]}"),
+			svc, "spec.sessionAffinityConfig.clientIP.timeoutSeconds", "0 is out of range"},
+		{"affinity config without ClientIP", svcDoc("{sessionAffinityConfig: {clientIP: {timeoutSeconds: 10}}, ports: [{port: 80}]}"),
+			svc, "spec.sessionAffinityConfig", "must not be set when sessionAffinity is None"},
+		{"bad selector", svcDoc("{selector: {app: 'a b'}, ports: [{port: 80}]}"), svc, "spec.selector[app]", "a valid label must be"},
+
+		// EndpointSlice
+		{"slice without service label", sliceDoc("", "addressType: IPv4"), slice, "metadata.labels[kubernetes.io/service-name]", "required"},
+		{"slice addressType", sliceDoc(svcLabel, "addressType: IPv5"), slice, "addressType", `"IPv5": use IPv4 or IPv6`},
+		{"slice addressType missing", sliceDoc(svcLabel, "endpoints: []"), slice, "addressType", "required"},
+		{"slice FQDN", sliceDoc(svcLabel, "addressType: FQDN"), slice, "addressType", "FQDN is not supported"},
+		{"slice wrong family", sliceDoc(svcLabel, "addressType: IPv4\nendpoints: [{addresses: ['fd00::1']}]"), slice, "endpoints[0].addresses[0]", `"fd00::1" is not an IPv4 address`},
+		{"slice wrong family v6", sliceDoc(svcLabel, "addressType: IPv6\nendpoints: [{addresses: [10.0.0.1]}]"), slice, "endpoints[0].addresses[0]", `"10.0.0.1" is not an IPv6 address`},
+		{"slice bad address", sliceDoc(svcLabel, "addressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}, {addresses: [web]}]"), slice, "endpoints[1].addresses[0]", `"web" is not a valid IP address`},
+		{"slice endpoint without address", sliceDoc(svcLabel, "addressType: IPv4\nendpoints: [{addresses: []}]"), slice, "endpoints[0].addresses", "at least one address"},
+		{"slice port", sliceDoc(svcLabel, "addressType: IPv4\nports: [{port: 0}]"), slice, "ports[0].port", "0 is out of range"},
+		{"slice protocol", sliceDoc(svcLabel, "addressType: IPv4\nports: [{port: 80, protocol: ICMP}]"), slice, "ports[0].protocol", "unsupported protocol"},
+		{"slice duplicate port name", sliceDoc(svcLabel, "addressType: IPv4\nports: [{name: a, port: 80}, {name: a, port: 81}]"), slice, "ports[1].name", "duplicate port name"},
+
+		// NetworkPolicy
+		{"np bad podSelector", npDoc("{podSelector: {matchExpressions: [{key: app, operator: Like}]}}"), np, "spec.podSelector", `"Like" is not a valid label selector operator`},
+		{"np bad peer selector", npDoc("{podSelector: {}, ingress: [{from: [{namespaceSelector: {matchLabels: {'a b': c}}}]}]}"), np, "spec.ingress[0].from[0].namespaceSelector", "name part must consist"},
+		{"np empty peer", npDoc("{podSelector: {}, egress: [{to: [{}]}]}"), np, "spec.egress[0].to[0]", "must set podSelector, namespaceSelector or ipBlock"},
+		{"np ipBlock with selector", npDoc("{podSelector: {}, ingress: [{from: [{podSelector: {}, ipBlock: {cidr: 10.0.0.0/8}}]}]}"), np, "spec.ingress[0].from[0].ipBlock", "cannot be combined"},
+		{"np bad cidr", npDoc("{podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]}"), np, "spec.ingress[0].from[0].ipBlock.cidr", `"10.0.0.0/33" is not a CIDR`},
+		{"np cidr host bits", npDoc("{podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.1.2.3/8}}]}]}"), np, "spec.ingress[0].from[0].ipBlock.cidr", `use "10.0.0.0/8"`},
+		{"np except outside", npDoc("{podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/8, except: [10.1.0.0/16, 11.0.0.0/16]}}]}]}"), np, "spec.egress[0].to[0].ipBlock.except[1]", `"11.0.0.0/16" must be a CIDR strictly inside 10.0.0.0/8`},
+		{"np except equal", npDoc("{podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/8, except: [10.0.0.0/8]}}]}]}"), np, "spec.egress[0].to[0].ipBlock.except[0]", "strictly inside"},
+		{"np except other family", npDoc("{podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/8, except: ['::/64']}}]}]}"), np, "spec.egress[0].to[0].ipBlock.except[0]", "strictly inside"},
+		{"np port out of range", npDoc("{podSelector: {}, ingress: [{ports: [{port: 0}]}]}"), np, "spec.ingress[0].ports[0].port", "0 is out of range"},
+		{"np port bad name", npDoc("{podSelector: {}, ingress: [{ports: [{port: -http}]}]}"), np, "spec.ingress[0].ports[0].port", "must not begin or end with a hyphen"},
+		{"np protocol", npDoc("{podSelector: {}, ingress: [{ports: [{protocol: ICMP}]}]}"), np, "spec.ingress[0].ports[0].protocol", "unsupported protocol"},
+		{"np endPort below port", npDoc("{podSelector: {}, ingress: [{ports: [{port: 90, endPort: 80}]}]}"), np, "spec.ingress[0].ports[0].endPort", "80 must not be below port 90"},
+		{"np endPort with named port", npDoc("{podSelector: {}, ingress: [{ports: [{port: http, endPort: 80}]}]}"), np, "spec.ingress[0].ports[0].endPort", "requires a numeric port"},
+		{"np endPort without port", npDoc("{podSelector: {}, ingress: [{ports: [{endPort: 80}]}]}"), np, "spec.ingress[0].ports[0].endPort", "requires a numeric port"},
+		{"np endPort too big", npDoc("{podSelector: {}, ingress: [{ports: [{port: 80, endPort: 65536}]}]}"), np, "spec.ingress[0].ports[0].endPort", "65536 is out of range"},
+		{"np policyTypes", npDoc("{podSelector: {}, policyTypes: [Ingress, ingress]}"), np, "spec.policyTypes[1]", `"ingress": use Ingress or Egress`},
+		{"np duplicate policyType", npDoc("{podSelector: {}, policyTypes: [Egress, Egress]}"), np, "spec.policyTypes[1]", "duplicate"},
+
+		// ShuntNetworkPolicy
+		{"snp action", snpDoc("{podSelector: {}, ingress: [{action: drop}]}"), snp, "spec.ingress[0].action", `"drop": use allow or deny`},
+		{"snp entity", snpDoc("{podSelector: {}, egress: [{peers: [{entity: internet}]}]}"), snp, "spec.egress[0].peers[0].entity", `"internet": use host, world, cluster or all`},
+		{"snp cidr", snpDoc("{podSelector: {}, egress: [{peers: [{cidr: 10.0.0/8}]}]}"), snp, "spec.egress[0].peers[0].cidr", "is not a CIDR"},
+		{"snp except outside", snpDoc("{podSelector: {}, egress: [{peers: [{cidr: 10.0.0.0/8, except: [192.168.0.0/16]}]}]}"), snp, "spec.egress[0].peers[0].except[0]", "strictly inside"},
+		{"snp except without cidr", snpDoc("{podSelector: {}, egress: [{peers: [{entity: world, except: [10.0.0.0/8]}]}]}"), snp, "spec.egress[0].peers[0].except", "requires cidr"},
+		{"snp empty peer", snpDoc("{podSelector: {}, egress: [{peers: [{}]}]}"), snp, "spec.egress[0].peers[0]", "must set"},
+		{"snp mixed peer", snpDoc("{podSelector: {}, egress: [{peers: [{entity: world, cidr: 10.0.0.0/8}]}]}"), snp, "spec.egress[0].peers[0]", "set only one of"},
+		{"snp bad selector", snpDoc("{podSelector: {matchLabels: {app: 'a b'}}}"), snp, "spec.podSelector", "a valid label must be"},
+		{"snp port", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80, endPort: 70}]}]}"), snp, "spec.ingress[0].ports[0].endPort", "must not be below port 80"},
+		{"snp protocol", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80, protocol: ICMP}]}]}"), snp, "spec.ingress[0].ports[0].protocol", "unsupported protocol"},
+		{"snp http method", snpDoc("{podSelector: {}, ingress: [{http: [{method: 'GET /'}]}]}"), snp, "spec.ingress[0].http[0].method", `"GET /" is not a valid HTTP method`},
+		{"snp http path", snpDoc("{podSelector: {}, ingress: [{http: [{path: '/a[' }]}]}"), snp, "spec.ingress[0].http[0].path", "not a valid regular expression"},
+		{"snp http header name", snpDoc("{podSelector: {}, ingress: [{http: [{headers: {'X Team': a}}]}]}"), snp, "spec.ingress[0].http[0].headers[X Team]", "not a valid HTTP header name"},
+		{"snp http header value", snpDoc("{podSelector: {}, ingress: [{http: [{headers: {X-Team: \"a\\nb\"}}]}]}"), snp, "spec.ingress[0].http[0].headers[X-Team]", "control characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Parse("x.yaml", []byte(tc.doc))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			assertHasError(t, Validate(objs), FieldError{"x.yaml#1", tc.object, tc.field, tc.want})
+		})
+	}
+}
+
+func TestValidateAccepts(t *testing.T) {
+	for _, tc := range []struct{ name, doc string }{
+		{"headless service without ports", svcDoc("{clusterIP: None, selector: {app: web}}")},
+		{"dual-stack clusterIPs", svcDoc("{clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, 'fd00::10'], ports: [{port: 80}]}")},
+		{"one unnamed service port", svcDoc("{ports: [{port: 80, protocol: UDP, targetPort: 8053}]}")},
+		{"ipv6 slice", sliceDoc(svcLabel, "addressType: IPv6\nendpoints: [{addresses: ['fd00::5']}]\nports: [{name: dns, port: 53, protocol: UDP}]")},
+		{"slice port without number", sliceDoc(svcLabel, "addressType: IPv4\nports: [{name: all}]")},
+		{"np named port", npDoc("{podSelector: {}, ingress: [{ports: [{port: http, protocol: SCTP}]}]}")},
+		{"np deny all", npDoc("{podSelector: {}, policyTypes: [Ingress, Egress]}")},
+		{"snp selectors together", snpDoc("{podSelector: {}, egress: [{peers: [{podSelector: {}, namespaceSelector: {matchLabels: {team: a}}}]}]}")},
+		{"snp any HTTP method token", snpDoc("{podSelector: {}, ingress: [{http: [{method: PROPFIND}]}]}")},
+		{"pod without image", podDoc("", "{containers: [{name: c, command: [sleep, '1']}]}")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Parse("x.yaml", []byte(tc.doc))
+			if err == nil {
+				err = Validate(objs)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEverything(t *testing.T) {
+	doc := podDoc("", "{hostNetwork: true, containers: [{name: c}, {name: c, command: [x], ports: [{containerPort: 0}]}]}") + "\n---\n" +
+		podDoc("", ctr("")) // a duplicate of the first
+	objs, err := Parse("x.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Validate(objs)
+	var errs *Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("got %v", err)
+	}
+	want := []string{
+		"x.yaml#1: Pod default/web: spec.hostNetwork: not supported in the lab: every pod gets its own network namespace",
+		"x.yaml#1: Pod default/web: spec.containers[0].command: must not be empty: the lab runs command + args as the container's process (the image is not run)",
+		`x.yaml#1: Pod default/web: spec.containers[1].name: duplicate container name "c"`,
+		"x.yaml#1: Pod default/web: spec.containers[1].ports[0].containerPort: 0 is out of range 1-65535",
+		"x.yaml#2: Pod default/web: metadata.name: duplicate: Pod default/web is also defined in x.yaml#1",
+	}
+	if got := err.Error(); got != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+func TestDuplicateAcrossNamespacesIsFine(t *testing.T) {
+	doc := podDoc(", namespace: a", ctr("")) + "\n---\n" + podDoc(", namespace: b", ctr("")) + "\n---\n" +
+		"apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: a}\nspec: {ports: [{port: 80}]}"
+	if err := Validate(mustParse(t, "x.yaml", doc)); err != nil {
+		t.Error(err)
+	}
+}
