@@ -142,9 +142,33 @@ func SetupPod(n Node, p Pod) (Links, error) {
 	return links, nil
 }
 
+// ensureNetnsDir makes NetnsDir a shared bind mount of itself, as
+// `ip netns add` does. Without it, the first `ip netns add` run later on the
+// machine bind-mounts the directory over our namespace mounts, hiding them
+// so they can no longer be unmounted by path.
+func ensureNetnsDir() error {
+	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == unix.EINVAL { // not a mount point yet
+		if err := unix.Mount(NetnsDir, NetnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s: %w", NetnsDir, err)
+		}
+		err = unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	}
+	if err != nil {
+		return fmt.Errorf("making %s a shared mount: %w", NetnsDir, err)
+	}
+	return nil
+}
+
 // newNamedNetns creates a named namespace without moving the calling thread
 // into it for longer than the creation itself.
 func newNamedNetns(name string) (netns.NsHandle, error) {
+	if err := ensureNetnsDir(); err != nil {
+		return 0, err
+	}
 	result := make(chan struct {
 		ns  netns.NsHandle
 		err error

@@ -132,16 +132,16 @@ func nft(w *bufio.Writer, svcs []service) {
 			var vm []string
 			for j, ep := range s.endpoints {
 				sep := fmt.Sprintf("sep-%d-%d-%d", i, pi, j)
-				fmt.Fprintf(w, "  chain %s { meta l4proto tcp dnat to %s:%d }\n", sep, ep, s.targets[pi])
+				fmt.Fprintf(w, "  chain %s { meta l4proto tcp dnat to %s:%d; }\n", sep, ep, s.targets[pi])
 				vm = append(vm, fmt.Sprintf("%d : goto %s", j, sep))
 			}
-			fmt.Fprintf(w, "  chain %s { numgen random mod %d vmap { %s } }\n", svc, len(s.endpoints), strings.Join(vm, ", "))
+			fmt.Fprintf(w, "  chain %s { numgen random mod %d vmap { %s }; }\n", svc, len(s.endpoints), strings.Join(vm, ", "))
 		}
 	}
-	fmt.Fprintln(w, "  map service-ips { type ipv4_addr . inet_proto . inet_service : verdict")
-	fmt.Fprintf(w, "    elements = { %s } }\n", strings.Join(elems, ",\n      "))
-	fmt.Fprintln(w, "  chain services { ip daddr . meta l4proto . th dport vmap @service-ips }")
-	fmt.Fprintln(w, "  chain output { type nat hook output priority dstnat; policy accept; jump services }")
+	fmt.Fprintln(w, "  map service-ips { type ipv4_addr . inet_proto . inet_service : verdict;")
+	fmt.Fprintf(w, "    elements = { %s }; }\n", strings.Join(elems, ",\n      "))
+	fmt.Fprintln(w, "  chain services { ip daddr . meta l4proto . th dport vmap @service-ips; }")
+	fmt.Fprintln(w, "  chain output { type nat hook output priority -100; policy accept; jump services; }")
 	fmt.Fprintln(w, "}")
 }
 
