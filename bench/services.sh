@@ -60,6 +60,9 @@ ENDPOINTS=$($SHUNT --instance "$INST" get pods -o json | jq -r '[.items[] | sele
 DIRECT=${ENDPOINTS%%,*}
 CLIENT_NETNS=/run/netns/$INST-default-client
 inns() { nsenter --net="$CLIENT_NETNS" "$@"; }
+# Thousands of short connections a second from one client: let it reuse
+# TIME_WAIT ports, or every case after the first runs out of ports.
+inns sysctl -qw net.ipv4.tcp_tw_reuse=1 net.ipv4.ip_local_port_range="1024 65000"
 
 cat >"$OUT/commands.txt" <<EOT
 bin/shunt --instance $INST lab up --mode redirect-peer --pod-cidr $POD_CIDR --service-cidr $SVC_CIDR -f $MANIFEST
@@ -81,6 +84,9 @@ measure() {
 	row "$c" tcp_rr_p99 us "$(awk '/percentile 99.000 =/ {print $NF}' "$log")" "$rep" "$n"
 	local rate
 	rate=$(in_pod "$INST" client connrate -target "$ip:8080" -workers 4 -duration "${DURATION}s" | jq .rate)
+	# Start every case with an empty connection-tracking table in the client
+	# (the NAT baselines fill it; a full table would drop their packets).
+	inns conntrack -F >/dev/null 2>&1 || true
 	row "$c" conn_rate conn/s "$rate" "$rep" "$n"
 	echo "n=$n rep $rep $c: p50 $(awk '/percentile 50.000 =/ {print $NF}' "$log")us, $rate conn/s"
 }

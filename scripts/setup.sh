@@ -3,7 +3,7 @@
 # a second run installs nothing. Used by both `make demo` and `make test`.
 set -euo pipefail
 
-packages=(clang llvm libbpf-dev bpftool iproute2 util-linux sockperf iperf3 dnsutils dnsmasq-base jq iputils-ping iptables nftables)
+packages=(clang llvm libbpf-dev bpftool iproute2 util-linux sockperf iperf3 dnsutils dnsmasq-base jq iputils-ping iptables nftables conntrack)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
