@@ -73,17 +73,18 @@ bin/svcgen -n N -format yaml -measured ENDPOINTS > svc.yaml; bin/shunt apply -f 
 # per case and repetition, from the client pod, to the measured service (or a backend for direct):
 bin/shunt lab exec client -- taskset -c 0 sockperf ping-pong --tcp -i VIP -p 11111 -t $DURATION --msg-size 64 --full-rtt
 bin/shunt lab exec client -- connrate -target VIP:8080 -workers 4 -duration ${DURATION}s
+# direct: sockperf to one backend; connrate spread at random over the ten backends, as a service would
 EOT
 
-# measure CASE N REP IP
+# measure CASE N REP IP [CONNECT TARGETS]
 measure() {
-	local c=$1 n=$2 rep=$3 ip=$4 log
+	local c=$1 n=$2 rep=$3 ip=$4 targets=${5:-$4:8080} log
 	log=$OUT/sockperf-$c-$n-$rep.log
 	in_pod "$INST" client taskset -c 0 sockperf ping-pong --tcp -i "$ip" -p 11111 -t "$DURATION" --msg-size 64 --full-rtt >"$log" 2>&1
 	row "$c" tcp_rr_p50 us "$(awk '/percentile 50.000 =/ {print $NF}' "$log")" "$rep" "$n"
 	row "$c" tcp_rr_p99 us "$(awk '/percentile 99.000 =/ {print $NF}' "$log")" "$rep" "$n"
 	local rate
-	rate=$(in_pod "$INST" client connrate -target "$ip:8080" -workers 4 -duration "${DURATION}s" | jq .rate)
+	rate=$(in_pod "$INST" client connrate -target "$targets" -workers 4 -duration "${DURATION}s" | jq .rate)
 	# Start every case with an empty connection-tracking table in the client
 	# (the NAT baselines fill it; a full table would drop their packets).
 	inns conntrack -F >/dev/null 2>&1 || true
@@ -100,7 +101,7 @@ for n in $NS_LIST; do
 	bin/svcgen -n "$n" -format nft -measured "$ENDPOINTS" >"$OUT/nft-$n.rules"
 	bin/svcgen -n "$n" -format yaml -measured "$ENDPOINTS" >"$OUT/shunt-$n.yaml"
 	for rep in $(seq "$REPS"); do
-		measure direct "$n" "$rep" "$DIRECT"
+		measure direct "$n" "$rep" "$DIRECT" "$(echo "$ENDPOINTS" | sed 's/,/:8080,/g'):8080"
 
 		t=$(timed inns iptables-restore "$OUT/iptables-$n.rules")
 		row iptables load_time s "$t" "$rep" "$n"

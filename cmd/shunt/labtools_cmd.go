@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -13,41 +12,60 @@ import (
 	"github.com/shuntnet/shunt/internal/labtools"
 )
 
+// asUsageError makes bad flags exit 2, like the checks in RunE.
+func asUsageError(_ *cobra.Command, err error) error { return usageError{err} }
+
 func newLabServeCmd() *cobra.Command {
-	var tcp, udp, httpPorts []int
-	var name string
+	var tcp, udp, httpPorts []string
+	var name, bind string
 	cmd := &cobra.Command{
 		Use:   "serve [--tcp PORTS] [--udp PORTS] [--http PORTS] [--name NAME]",
 		Short: "test server for pods: TCP/UDP echo and HTTP, answering with the pod's name",
-		Args:  cobra.NoArgs,
+		Long: `Serve answers every TCP read and every UDP datagram with "NAME <what was
+received>" (no banner: a client that sends nothing gets nothing), and every
+HTTP request with 200 "NAME" and the header X-Shunt-Pod: NAME (/healthz: "ok").
+NAME is --name, else $SHUNT_POD_NAME, else the hostname. It runs until
+SIGTERM or SIGINT.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, p := range append(append(append([]int{}, tcp...), udp...), httpPorts...) {
-				if p < 1 || p > 65535 {
-					return fmt.Errorf("port %d is out of range 1-65535", p)
+			var cfg labtools.ServeConfig
+			for _, f := range []struct {
+				flag  string
+				vals  []string
+				addrs *[]string
+			}{{"tcp", tcp, &cfg.TCP}, {"udp", udp, &cfg.UDP}, {"http", httpPorts, &cfg.HTTP}} {
+				ports, err := labtools.ParsePorts(f.vals)
+				if err != nil {
+					return usageError{fmt.Errorf("--%s: %w", f.flag, err)}
 				}
+				*f.addrs = labtools.ListenAddrs(bind, ports)
 			}
-			if len(tcp)+len(udp)+len(httpPorts) == 0 {
-				return fmt.Errorf("nothing to serve: give --tcp, --udp or --http ports")
+			if len(cfg.TCP)+len(cfg.UDP)+len(cfg.HTTP) == 0 {
+				return usageError{fmt.Errorf("nothing to serve: give --tcp, --udp or --http ports")}
 			}
-			srv, err := labtools.Start(labtools.ServeConfig{Name: name,
-				TCP: labtools.ListenAddrs(tcp), UDP: labtools.ListenAddrs(udp), HTTP: labtools.ListenAddrs(httpPorts)})
+			cfg.Name = name
+			// Listen for signals before binding: a SIGTERM right after
+			// start must still close cleanly.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			srv, err := labtools.Start(cfg)
 			if err != nil {
-				return err
+				return err // a bind failure: exit 1
 			}
+			defer srv.Close()
 			for _, a := range srv.Addrs() {
-				fmt.Println("serving", a)
+				fmt.Fprintln(cmd.OutOrStdout(), "serving", a)
 			}
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-			<-sig
-			srv.Close()
+			<-ctx.Done()
 			return nil
 		},
 	}
-	cmd.Flags().IntSliceVar(&tcp, "tcp", nil, "TCP echo ports (comma-separated or repeated)")
-	cmd.Flags().IntSliceVar(&udp, "udp", nil, "UDP echo ports")
-	cmd.Flags().IntSliceVar(&httpPorts, "http", nil, "HTTP ports")
+	cmd.SetFlagErrorFunc(asUsageError)
+	cmd.Flags().StringSliceVar(&tcp, "tcp", nil, "TCP echo ports (comma-separated or repeated)")
+	cmd.Flags().StringSliceVar(&udp, "udp", nil, "UDP echo ports (comma-separated or repeated)")
+	cmd.Flags().StringSliceVar(&httpPorts, "http", nil, "HTTP ports (comma-separated or repeated)")
 	cmd.Flags().StringVar(&name, "name", "", "name to answer with (default $SHUNT_POD_NAME, else the hostname)")
+	cmd.Flags().StringVar(&bind, "bind", "", "listen on this address only (default: every address)")
 	return cmd
 }
 
@@ -61,7 +79,13 @@ func newLabProbeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "probe [--tcp HOST:PORT] [--udp HOST:PORT] [--http URL] [--expect connected|refused|timeout|any]",
 		Short: "try connections and report connected / refused / timeout; exit 1 when not as expected",
-		Args:  cobra.NoArgs,
+		Long: `Probe tries each target --count times, each time on a new socket, and reports
+each attempt: connected (a reply came back), refused, timeout or error.
+TCP and UDP send --send and expect the lab server's "NAME <echo>" reply; HTTP
+does a GET. With -o json it prints one JSON object per attempt; in text, with
+--count above 1, a summary per target follows, counting outcomes and peers.
+The exit code is 0 if every attempt gave --expect, 1 if not, 2 on bad usage.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch expect {
 			case labtools.Connected, labtools.Refused, labtools.Timeout, "any":
@@ -71,42 +95,51 @@ func newLabProbeCmd() *cobra.Command {
 			if output != "text" && output != "json" {
 				return usageError{fmt.Errorf("-o %q: use text or json", output)}
 			}
-			if len(tcp)+len(udp)+len(urls) == 0 {
+			if count < 1 {
+				return usageError{fmt.Errorf("--count %d: want at least 1", count)}
+			}
+			if opts.Timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout %s: want a positive duration", opts.Timeout)}
+			}
+			type target struct{ proto, addr string }
+			var targets []target
+			for _, g := range []struct {
+				proto string
+				addrs []string
+			}{{"tcp", tcp}, {"udp", udp}, {"http", urls}} {
+				for _, a := range g.addrs {
+					if err := labtools.CheckTarget(g.proto, a); err != nil {
+						return usageError{err}
+					}
+					targets = append(targets, target{g.proto, a})
+				}
+			}
+			if len(targets) == 0 {
 				return usageError{fmt.Errorf("nothing to probe: give --tcp, --udp or --http")}
 			}
-			type job struct {
-				target string
-				probe  func(string, labtools.ProbeOptions) labtools.Result
-			}
-			var jobs []job
-			for _, t := range tcp {
-				jobs = append(jobs, job{t, labtools.ProbeTCP})
-			}
-			for _, t := range udp {
-				jobs = append(jobs, job{t, labtools.ProbeUDP})
-			}
-			for _, t := range urls {
-				jobs = append(jobs, job{t, labtools.ProbeHTTP})
-			}
+
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			enc := json.NewEncoder(out)
 			ok := true
-			enc := json.NewEncoder(os.Stdout)
-			for _, j := range jobs {
+			for _, t := range targets {
 				var results []labtools.Result
 				for range count {
-					r := j.probe(j.target, opts)
+					r := labtools.Probe(t.proto, t.addr, opts)
 					results = append(results, r)
 					if output == "json" {
-						enc.Encode(r)
-					} else if count == 1 {
-						printResult(r)
+						if err := enc.Encode(r); err != nil {
+							return err
+						}
+					} else {
+						fmt.Fprintln(out, r.Text())
 					}
 					if expect != "any" && r.Result != expect {
 						ok = false
-						fmt.Fprintf(os.Stderr, "%s %s: expected %s, got %s %s\n", r.Proto, r.Target, expect, r.Result, r.Error)
+						fmt.Fprintf(errOut, "%s %s: expected %s, got %s: %s\n", r.Proto, r.Target, expect, r.Result, r.Error)
 					}
 				}
 				if count > 1 && output == "text" {
-					fmt.Println(labtools.Summary(results))
+					fmt.Fprintln(out, labtools.Summary(results))
 				}
 			}
 			if !ok {
@@ -115,28 +148,16 @@ func newLabProbeCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.SetFlagErrorFunc(asUsageError)
 	cmd.Flags().StringArrayVar(&tcp, "tcp", nil, "TCP target HOST:PORT (repeatable)")
 	cmd.Flags().StringArrayVar(&udp, "udp", nil, "UDP target HOST:PORT (repeatable)")
 	cmd.Flags().StringArrayVar(&urls, "http", nil, "HTTP URL (repeatable)")
-	cmd.Flags().DurationVar(&opts.Timeout, "timeout", time.Second, "per-attempt timeout")
-	cmd.Flags().StringVar(&opts.Send, "send", "ping", "payload to send")
+	cmd.Flags().DurationVar(&opts.Timeout, "timeout", time.Second, "per-attempt timeout (dial and reply together)")
+	cmd.Flags().StringVar(&opts.Send, "send", "ping", "payload to send over TCP and UDP")
 	cmd.Flags().DurationVar(&opts.Hold, "hold", 0, "TCP: keep each connection open this long, then check it still works")
 	cmd.Flags().BoolVar(&opts.UDPConnected, "udp-connected", false, "use a connected UDP socket (default: unconnected, like resolvers)")
 	cmd.Flags().StringVar(&expect, "expect", labtools.Connected, "expected result of every attempt: connected, refused, timeout or any")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json (one object per attempt)")
 	cmd.Flags().IntVar(&count, "count", 1, "attempts per target, each on a new socket")
 	return cmd
-}
-
-func printResult(r labtools.Result) {
-	switch r.Result {
-	case labtools.Connected:
-		extra := ""
-		if r.Proto == "udp" {
-			extra = " from " + r.Remote
-		}
-		fmt.Printf("%-4s %-28s %s to %s%s in %.2fms\n", r.Proto, r.Target, r.Result, r.Peer, extra, float64(r.RTTus)/1000)
-	default:
-		fmt.Printf("%-4s %-28s %s: %s\n", r.Proto, r.Target, r.Result, r.Error)
-	}
 }

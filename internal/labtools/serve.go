@@ -2,23 +2,34 @@
 // `shunt lab serve` answers TCP, UDP and HTTP with the pod's name, and
 // `shunt lab probe` tells connected / refused / timed out, so tests and the
 // demo can see who answered without any other tool in the pod.
+//
+// The wire protocol is deliberately trivial:
+//
+//   - TCP: for every read of up to 4 KiB the server writes back
+//     "NAME <bytes read>" and keeps the connection open until the client
+//     closes it. There is no banner: a client that sends nothing gets nothing.
+//   - UDP: every datagram gets "NAME <datagram>" back, sent to the datagram's
+//     source from the same (unconnected) socket.
+//   - HTTP: /healthz answers "ok"; every other path answers 200 with the body
+//     "NAME\n". Every response carries the header X-Shunt-Pod: NAME.
 package labtools
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ServeConfig lists the addresses to listen on (":80", "127.0.0.1:0", ...).
 type ServeConfig struct {
-	Name string // answer with this name; default $SHUNT_POD_NAME, else hostname
+	Name string // answer with this name; default PodName()
 	TCP  []string
 	UDP  []string
 	HTTP []string
@@ -26,14 +37,21 @@ type ServeConfig struct {
 
 // Server is a running lab server.
 type Server struct {
-	name      string
-	listeners []net.Listener
-	conns     []net.PacketConn
+	name  string
+	addrs []string // "proto addr", in the order TCP, UDP, HTTP
+
+	listeners []net.Listener // TCP echo and HTTP
+	packets   []net.PacketConn
 	https     []*http.Server
 	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{} // open TCP echo connections, closed by Close
 }
 
-// PodName is the default name the server answers with.
+// PodName is the default name the server answers with: $SHUNT_POD_NAME,
+// else the hostname.
 func PodName() string {
 	if n := os.Getenv("SHUNT_POD_NAME"); n != "" {
 		return n
@@ -43,9 +61,9 @@ func PodName() string {
 }
 
 // Start opens every listener (failing as a whole if one cannot bind) and
-// serves in the background.
+// serves in the background until Close.
 func Start(cfg ServeConfig) (*Server, error) {
-	s := &Server{name: cfg.Name}
+	s := &Server{name: cfg.Name, conns: map[net.Conn]struct{}{}}
 	if s.name == "" {
 		s.name = PodName()
 	}
@@ -53,12 +71,16 @@ func Start(cfg ServeConfig) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	// A wildcard address (":80") gives a dual-stack [::] socket when the
+	// kernel has IPv6, which also takes IPv4; otherwise Go falls back to
+	// 0.0.0.0 by itself.
 	for _, a := range cfg.TCP {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
 			return fail(fmt.Errorf("tcp %s: %w", a, err))
 		}
 		s.listeners = append(s.listeners, ln)
+		s.addrs = append(s.addrs, "tcp "+showAddr(ln.Addr()))
 		s.wg.Add(1)
 		go s.serveTCP(ln)
 	}
@@ -67,7 +89,8 @@ func Start(cfg ServeConfig) (*Server, error) {
 		if err != nil {
 			return fail(fmt.Errorf("udp %s: %w", a, err))
 		}
-		s.conns = append(s.conns, pc)
+		s.packets = append(s.packets, pc)
+		s.addrs = append(s.addrs, "udp "+showAddr(pc.LocalAddr()))
 		s.wg.Add(1)
 		go s.serveUDP(pc)
 	}
@@ -76,45 +99,61 @@ func Start(cfg ServeConfig) (*Server, error) {
 		if err != nil {
 			return fail(fmt.Errorf("http %s: %w", a, err))
 		}
-		srv := &http.Server{Handler: s.httpHandler()}
+		srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 		s.https = append(s.https, srv)
 		s.listeners = append(s.listeners, ln)
+		s.addrs = append(s.addrs, "http "+showAddr(ln.Addr()))
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			srv.Serve(ln)
+			srv.Serve(ln) // returns http.ErrServerClosed on Close
 		}()
 	}
 	return s, nil
 }
 
-// Addrs lists the bound addresses as "proto addr" (tests use port 0).
-func (s *Server) Addrs() []string {
-	var out []string
-	for _, ln := range s.listeners {
-		out = append(out, "tcp "+ln.Addr().String())
+// showAddr prints a wildcard address as ":port" and others as host:port.
+func showAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
 	}
-	for _, pc := range s.conns {
-		out = append(out, "udp "+pc.LocalAddr().String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = ""
 	}
-	return out
+	return net.JoinHostPort(host, port)
 }
 
-// Close stops every listener and waits for the serving goroutines.
+// Name is the name the server answers with.
+func (s *Server) Name() string { return s.name }
+
+// Addrs lists the bound addresses as "proto addr" ("tcp 127.0.0.1:41234",
+// "udp :53", "http :8080"), TCP first, then UDP, then HTTP, each in
+// ServeConfig order. Tests listen on port 0 and learn the port here.
+func (s *Server) Addrs() []string { return append([]string(nil), s.addrs...) }
+
+// Close stops every listener, closes open connections and waits for the
+// serving goroutines. It is safe to call more than once.
 func (s *Server) Close() {
 	for _, h := range s.https {
-		h.Shutdown(context.Background())
+		h.Close()
 	}
 	for _, ln := range s.listeners {
 		ln.Close()
 	}
-	for _, pc := range s.conns {
+	for _, pc := range s.packets {
 		pc.Close()
 	}
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 }
 
-// reply is the answer to every message: the server's name and the echo.
+// reply is the answer to every message: the server's name, a space, the echo.
 func (s *Server) reply(data []byte) []byte {
 	return append([]byte(s.name+" "), data...)
 }
@@ -127,10 +166,27 @@ func (s *Server) serveTCP(ln net.Listener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			// EMFILE and friends: don't spin.
+			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		s.mu.Lock()
+		if s.closed { // accepted just as Close ran
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
-			defer c.Close()
+			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+			}()
 			buf := make([]byte, 4096)
 			for {
 				n, err := c.Read(buf)
@@ -156,7 +212,7 @@ func (s *Server) serveUDP(pc net.PacketConn) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			continue
+			continue // e.g. a queued ICMP error; the next datagram is fine
 		}
 		pc.WriteTo(s.reply(buf[:n]), from)
 	}
@@ -165,26 +221,47 @@ func (s *Server) serveUDP(pc net.PacketConn) {
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, s.name+"\n") })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Shunt-Pod", s.name)
-		io.WriteString(w, s.name+"\n")
+		mux.ServeHTTP(w, r)
 	})
-	return mux
 }
 
-// ListenAddrs turns ports into wildcard listen addresses.
-func ListenAddrs(ports []int) []string {
+// ParsePorts reads port flags: each value may be a comma-separated list
+// ("80,81"), and flags may repeat. Every port must be 1-65535.
+func ParsePorts(values []string) ([]int, error) {
+	var ports []int
+	for _, v := range values {
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" {
+				continue
+			}
+			p, err := strconv.Atoi(f)
+			if err != nil || p < 1 || p > 65535 {
+				return nil, fmt.Errorf("%q is not a port: want a number from 1 to 65535", f)
+			}
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+// ListenAddrs turns ports into listen addresses on host ("" = every address).
+func ListenAddrs(host string, ports []int) []string {
 	out := make([]string, len(ports))
 	for i, p := range ports {
-		out[i] = fmt.Sprintf(":%d", p)
+		out[i] = net.JoinHostPort(host, strconv.Itoa(p))
 	}
 	return out
 }
 
 // firstWord is the name part of a reply.
 func firstWord(s string) string {
-	if i := strings.IndexByte(s, ' '); i >= 0 {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexAny(s, " \t\r\n"); i >= 0 {
 		return s[:i]
 	}
-	return strings.TrimSpace(s)
+	return s
 }

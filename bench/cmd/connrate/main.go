@@ -8,15 +8,17 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 func main() {
-	target := flag.String("target", "", "HOST:PORT to connect to")
+	target := flag.String("target", "", "HOST:PORT to connect to; several, comma-separated, are picked at random per connection")
 	workers := flag.Int("workers", 4, "concurrent connection loops")
 	duration := flag.Duration("duration", 10*time.Second, "how long to run")
 	timeout := flag.Duration("timeout", 2*time.Second, "per-connection timeout")
@@ -25,6 +27,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: connrate -target HOST:PORT [-workers 4] [-duration 10s]")
 		os.Exit(2)
 	}
+	targets := strings.Split(*target, ",")
 	var ok, failed atomic.Int64
 	var firstErr atomic.Value
 	deadline := time.Now().Add(*duration)
@@ -36,7 +39,9 @@ func main() {
 			defer wg.Done()
 			buf := make([]byte, 512)
 			for time.Now().Before(deadline) {
-				if err := once(*target, *timeout, buf); err != nil {
+				// Spreading over the same backends as a service does makes
+				// the direct case a fair floor (same servers, same caches).
+				if err := once(targets[rand.IntN(len(targets))], *timeout, buf); err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
 					continue

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shuntnet/shunt/internal/labtools"
+)
+
+// syncBuffer is written by a command running in another goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func run(ctx context.Context, cmd *cobra.Command, out, errOut *syncBuffer, args ...string) error {
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	return cmd.ExecuteContext(ctx)
+}
+
+// freePort finds a loopback port that is free for now.
+func freePort(t *testing.T, network string) string {
+	t.Helper()
+	var addr net.Addr
+	if network == "udp" {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = pc.LocalAddr()
+		pc.Close()
+	} else {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = l.Addr()
+		l.Close()
+	}
+	_, port, _ := net.SplitHostPort(addr.String())
+	return port
+}
+
+func TestLabServeCmd(t *testing.T) {
+	tcp, udp, http := freePort(t, "tcp"), freePort(t, "udp"), freePort(t, "tcp")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, newLabServeCmd(), &out, &errOut,
+			"--bind", "127.0.0.1", "--tcp", tcp, "--udp", udp, "--http", http, "--name", "pod-x")
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(out.String(), "serving") < 3 {
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited: %v\n%s", err, errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "serving tcp 127.0.0.1:"+tcp+"\n") {
+		t.Errorf("serve output %q", out.String())
+	}
+	o := labtools.ProbeOptions{Timeout: time.Second, Send: "ping"}
+	for _, r := range []labtools.Result{
+		labtools.ProbeTCP("127.0.0.1:"+tcp, o),
+		labtools.ProbeUDP("127.0.0.1:"+udp, o),
+		labtools.ProbeHTTP("http://127.0.0.1:"+http+"/", o),
+	} {
+		if r.Result != labtools.Connected || r.Peer != "pod-x" {
+			t.Errorf("%s: %+v", r.Proto, r)
+		}
+	}
+	cancel() // as SIGTERM would
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestLabServeCmdErrors(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	for _, c := range []struct {
+		args  []string
+		usage bool // exit 2, else 1
+		text  string
+	}{
+		{[]string{"--tcp", "80,0"}, true, `"0" is not a port`},
+		{[]string{"--udp", "70000"}, true, `--udp: "70000" is not a port`},
+		{[]string{"--http", "web"}, true, "not a port"},
+		{[]string{}, true, "nothing to serve"},
+		{[]string{"--bogus"}, true, "unknown flag"},
+		{[]string{"--bind", "127.0.0.1", "--tcp", busyPort}, false, "address already in use"},
+	} {
+		var out, errOut syncBuffer
+		err := run(context.Background(), newLabServeCmd(), &out, &errOut, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.text) || errors.As(err, new(usageError)) != c.usage {
+			t.Errorf("serve %v: %#v, want %q (usage error: %v)", c.args, err, c.text, c.usage)
+		}
+	}
+}
+
+func TestLabProbeCmd(t *testing.T) {
+	lo := []string{"127.0.0.1:0"}
+	srv, err := labtools.Start(labtools.ServeConfig{Name: "pod-a", TCP: lo, UDP: lo, HTTP: lo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	addr := map[string]string{}
+	for _, a := range srv.Addrs() {
+		proto, hostport, _ := strings.Cut(a, " ")
+		addr[proto] = hostport
+	}
+	closed := "127.0.0.1:" + freePort(t, "tcp")
+	probe := func(args ...string) (string, string, error) {
+		var out, errOut syncBuffer
+		err := run(context.Background(), newLabProbeCmd(), &out, &errOut, args...)
+		return out.String(), errOut.String(), err
+	}
+
+	// Connected, with a summary per target for --count.
+	out, _, err := probe("--tcp", addr["tcp"], "--udp", addr["udp"], "--http", "http://"+addr["http"]+"/", "--count", "3")
+	if err != nil {
+		t.Fatalf("probe: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"tcp " + addr["tcp"] + ": 3 connected (pod-a 3)\n",
+		"udp " + addr["udp"] + ": 3 connected (pod-a 3)\n",
+		"http http://" + addr["http"] + "/: 3 connected (pod-a 3)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 12 {
+		t.Errorf("%d lines, want 9 attempts and 3 summaries:\n%s", n, out)
+	}
+
+	// JSON: one object per attempt.
+	out, _, err = probe("-o", "json", "--tcp", addr["tcp"], "--send", "abc", "--count", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("json output:\n%s", out)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"proto": "tcp", "target": addr["tcp"], "result": "connected",
+		"reply": "pod-a abc", "peer": "pod-a", "remote": addr["tcp"], "error": ""} {
+		if r[k] != v {
+			t.Errorf("json %s = %v, want %v", k, r[k], v)
+		}
+	}
+	for _, k := range []string{"local", "rtt_us"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("json has no %s: %v", k, r)
+		}
+	}
+
+	// Refused as expected; a mismatch exits 1 and says why on stderr.
+	if _, _, err := probe("--tcp", closed, "--expect", "refused"); err != nil {
+		t.Errorf("expect refused: %v", err)
+	}
+	if _, _, err := probe("--tcp", closed, "--expect", "any"); err != nil {
+		t.Errorf("expect any: %v", err)
+	}
+	_, stderr, err := probe("--tcp", closed, "--tcp", addr["tcp"])
+	if !errors.Is(err, exitError{1}) || !strings.Contains(stderr, "expected connected, got refused") {
+		t.Errorf("mismatch: %v, stderr %q", err, stderr)
+	}
+
+	// Usage errors exit 2.
+	for _, args := range [][]string{
+		{}, {"--tcp", addr["tcp"], "--expect", "maybe"}, {"--tcp", addr["tcp"], "-o", "yaml"},
+		{"--tcp", addr["tcp"], "--count", "0"}, {"--tcp", "10.0.0.1"}, {"--http", "10.0.0.1:80"},
+		{"--tcp", addr["tcp"], "--timeout", "soon"}, {"--nope"},
+	} {
+		if _, _, err := probe(args...); !errors.As(err, new(usageError)) {
+			t.Errorf("probe %v: %v, want a usage error", args, err)
+		}
+	}
+}
