@@ -59,7 +59,11 @@ type Agent struct {
 	state *State
 	store *model.Store
 
-	lastServices string // what syncServices last wrote, to skip no-op resyncs
+	// lastReadiness is the pods' readiness when services were last synced:
+	// the periodic resync does work only when a container started or ended.
+	lastReadiness string
+	// lastSync is how long the last reconcile spent on each step (logged).
+	lastSync struct{ services, persist time.Duration }
 
 	shutdown chan bool // true: uninstall before exiting
 }
@@ -191,12 +195,15 @@ func (a *Agent) reconcile() error {
 	if err := a.dp.SyncEndpoints(endpoints); err != nil {
 		errs = append(errs, err)
 	}
+	t0 := time.Now()
 	if err := a.syncServices(); err != nil {
 		errs = append(errs, err)
 	}
+	t1 := time.Now()
 	if err := a.persist(); err != nil {
 		errs = append(errs, err)
 	}
+	a.lastSync.services, a.lastSync.persist = t1.Sub(t0), time.Since(t1)
 	return errors.Join(errs...)
 }
 
@@ -375,6 +382,7 @@ func (a *Agent) deletePod(rec *PodRecord) error {
 func (a *Agent) Apply(objs []manifest.Object) ([]model.Change, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	start := time.Now()
 	next, changes, err := a.store.Apply(objs)
 	if err != nil {
 		return nil, err
@@ -382,29 +390,42 @@ func (a *Agent) Apply(objs []manifest.Object) ([]model.Change, error) {
 	if err := a.checkCapacity(next); err != nil {
 		return nil, err
 	}
-	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next)
-	if err != nil {
-		return nil, err
+	if !slices.ContainsFunc(changes, func(c model.Change) bool { return c.Action != "unchanged" }) {
+		return changes, nil // nothing to do, nothing to write
 	}
-	a.store, a.state.ClusterIPs = next, ips
-	return changes, a.reconcile()
+	return changes, a.commit("apply", start, next, len(objs))
 }
 
 // Delete removes objects all or nothing, then reconciles.
 func (a *Agent) Delete(objs []manifest.Object) ([]model.Change, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	start := time.Now()
 	next, changes, err := a.store.Delete(objs)
 	if err != nil {
 		return nil, err
 	}
+	return changes, a.commit("delete", start, next, len(objs))
+}
+
+// commit makes next the desired state: ClusterIPs first (the last check
+// that can refuse the change as a whole), then the node is reconciled.
+// Called with mu held.
+func (a *Agent) commit(op string, start time.Time, next *model.Store, objects int) error {
 	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.store, a.state.ClusterIPs = next, ips
-	return changes, a.reconcile()
+	checked := time.Now()
+	err = a.reconcile()
+	a.log.Info(op, "objects", objects, "checkMs", ms(checked.Sub(start)),
+		"servicesMs", ms(a.lastSync.services), "persistMs", ms(a.lastSync.persist),
+		"totalMs", ms(time.Since(start)), "err", err)
+	return err
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // checkCapacity refuses an apply the pod CIDR cannot hold, before anything
 // is built, so an apply never stops half way for want of addresses.
@@ -475,8 +496,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-resync.C:
 			a.mu.Lock()
-			if err := a.syncServices(); err != nil {
-				a.log.Error("service sync failed", "err", err)
+			if ready := a.readiness(); ready != a.lastReadiness {
+				if err := a.syncServices(); err != nil {
+					a.log.Error("service sync failed", "err", err)
+				} else {
+					a.lastReadiness = ready
+				}
 			}
 			a.mu.Unlock()
 			continue

@@ -102,6 +102,15 @@ func (a *Agent) podReady(rec *PodRecord) bool {
 	return true
 }
 
+// readiness summarises which pods are ready, in a stable order.
+func (a *Agent) readiness() string {
+	var b strings.Builder
+	for _, p := range a.podsForServices() {
+		fmt.Fprintf(&b, "%s/%s=%v,", p.Pod.Namespace, p.Pod.Name, p.Ready)
+	}
+	return b.String()
+}
+
 // endpointSlices returns each Service's slices: derived from its selector,
 // or the hand-written ones for a Service without selector.
 func (a *Agent) endpointSlices() map[string][]*discoveryv1.EndpointSlice {
@@ -131,18 +140,9 @@ func (a *Agent) desiredServicePorts() []datapath.ServicePort {
 	return out
 }
 
-// syncServices writes the service table; called with mu held. It remembers
-// what it wrote so the periodic resync only writes when readiness changed.
+// syncServices writes the service table; called with mu held. The
+// datapath writes only the service ports that changed, so the periodic
+// resync costs one comparison per port when nothing did.
 func (a *Agent) syncServices() error {
-	desired := a.desiredServicePorts()
-	sig := fmt.Sprint(desired)
-	if sig == a.lastServices {
-		return nil
-	}
-	if err := a.dp.SyncServices(desired); err != nil {
-		a.lastServices = ""
-		return err
-	}
-	a.lastServices = sig
-	return nil
+	return a.dp.SyncServices(a.desiredServicePorts())
 }

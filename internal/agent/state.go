@@ -74,7 +74,7 @@ func loadState(dir string) (*State, error) {
 
 // save writes the state atomically: a crash leaves the old or the new file.
 func (s *State) save(dir string) error {
-	data, err := json.MarshalIndent(s, "", "  ")
+	data, err := json.Marshal(s) // compact: the file holds every object, indenting doubles it
 	if err != nil {
 		return err
 	}

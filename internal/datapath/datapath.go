@@ -52,6 +52,8 @@ type Datapath struct {
 	cfg  Config
 	objs podtcObjects  // tc programs on pod veths
 	sock socklbObjects // socket-layer service load balancing
+
+	services serviceTable // in-memory mirror of the service maps
 }
 
 // Open loads the BPF objects, adopting maps already pinned under cfg.PinDir

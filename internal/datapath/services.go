@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/cilium/ebpf"
@@ -63,90 +64,110 @@ type backendKey struct {
 	proto uint8
 }
 
-// SyncServices makes shunt_services and shunt_backends hold exactly the
-// desired service ports. The order of writes keeps every service usable
-// throughout: backends first, then each service's backend slots, then its
-// slot 0 (which publishes the new count), then stale slots, services and
-// backends are deleted. Service and backend ids are kept across syncs (and
-// agent restarts) so affinity entries stay valid.
-func (d *Datapath) SyncServices(desired []ServicePort) error {
-	svcMap, beMap := d.sock.ShuntServices, d.sock.ShuntBackends
+type frontend struct {
+	vip   netip.Addr
+	port  uint16
+	proto uint8
+}
 
-	haveSvc := map[socklbServiceKey]socklbServiceValue{}
-	var sk socklbServiceKey
-	var sv socklbServiceValue
-	it := svcMap.Iterate()
-	for it.Next(&sk, &sv) {
-		haveSvc[sk] = sv
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading shunt_services: %w", err)
-	}
-	haveBe := map[uint32]socklbBackendValue{}
-	beIDs := map[backendKey]uint32{}
+// written is what the kernel holds for one service port.
+type written struct {
+	id       uint32   // service id (slot 0)
+	affinity uint32   // seconds, 0: none
+	backends []uint32 // backend ids, slot order
+}
+
+// serviceTable mirrors shunt_services and shunt_backends in memory, so a
+// sync compares against it instead of reading 100k entries back from the
+// kernel, and writes only the service ports that changed (kube-proxy's
+// partial sync). It is loaded from the kernel once (adopting what an
+// earlier agent wrote) and again after any failed write.
+type serviceTable struct {
+	loaded   bool
+	ports    map[frontend]written
+	backends map[backendKey]uint32
+	refs     map[uint32]int // backend id -> slots using it
+	svcIDs   map[uint32]bool
+	// Next ids to hand out: above every id in use, so allocation is O(1)
+	// (ids are 32 bits; they are not worth recycling).
+	nextBackend, nextService uint32
+}
+
+func (d *Datapath) loadServiceTable() error {
+	t := &d.services
+	t.ports, t.backends, t.refs, t.svcIDs = map[frontend]written{}, map[backendKey]uint32{}, map[uint32]int{}, map[uint32]bool{}
 	var id uint32
 	var bv socklbBackendValue
-	it = beMap.Iterate()
+	it := d.sock.ShuntBackends.Iterate()
 	for it.Next(&id, &bv) {
-		haveBe[id] = bv
-		beIDs[backendKey{fromBe32(bv.Ip), fromBe16(bv.Port), bv.Proto}] = id
+		t.backends[backendKey{fromBe32(bv.Ip), fromBe16(bv.Port), bv.Proto}] = id
+		t.refs[id] += 0
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading shunt_backends: %w", err)
 	}
+	slots := map[socklbServiceKey]socklbServiceValue{}
+	var sk socklbServiceKey
+	var sv socklbServiceValue
+	it = d.sock.ShuntServices.Iterate()
+	for it.Next(&sk, &sv) {
+		slots[sk] = sv
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading shunt_services: %w", err)
+	}
+	for k, v := range slots {
+		if k.Slot != 0 {
+			continue
+		}
+		w := written{id: v.Id}
+		if v.Flags&serviceAffinityFlag != 0 {
+			w.affinity = v.AffinityTimeout
+		}
+		for i := uint16(1); i <= v.BackendCount; i++ {
+			sk := k
+			sk.Slot = i
+			w.backends = append(w.backends, slots[sk].Id)
+			t.refs[slots[sk].Id]++
+		}
+		t.ports[frontend{fromBe32(k.Vip), fromBe16(k.Port), k.Proto}] = w
+		t.svcIDs[v.Id] = true
+	}
+	t.nextBackend, t.nextService = 1, 1
+	for id := range t.refs {
+		t.nextBackend = max(t.nextBackend, id+1)
+	}
+	for id := range t.svcIDs {
+		t.nextService = max(t.nextService, id+1)
+	}
+	t.loaded = true
+	return nil
+}
+
+// SyncServices makes shunt_services and shunt_backends hold exactly the
+// desired service ports, writing only what changed. The order of writes
+// keeps every service usable throughout: a port's backends first, then its
+// backend slots, then its slot 0 (which publishes the new count), then its
+// stale slots; removed services go slot 0 first; unused backends last.
+// Service and backend ids are kept across syncs and agent restarts, so
+// affinity entries stay valid.
+func (d *Datapath) SyncServices(desired []ServicePort) (err error) {
+	t := &d.services
+	if !t.loaded {
+		if err := d.loadServiceTable(); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if err != nil {
+			t.loaded = false // the mirror may be wrong now: reload next time
+		}
+	}()
 
 	// Refuse up front what does not fit, so a full map never leaves a
 	// half-written state: existing services keep working.
-	slots, backends := 0, map[backendKey]bool{}
-	for _, s := range desired {
-		slots += 1 + len(s.Backends)
-		for _, b := range s.Backends {
-			backends[backendKey{b.IP, b.Port, s.Proto}] = true
-		}
-	}
-	if max := int(svcMap.MaxEntries()); slots > max {
-		return fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
-	}
-	if max := int(beMap.MaxEntries()); len(backends) > max {
-		return fmt.Errorf("services need %d backends in shunt_backends, which holds %d", len(backends), max)
-	}
-
-	// Backends: keep ids, allocate new ones from the lowest free.
-	usedIDs := map[uint32]bool{}
-	for _, id := range beIDs {
-		usedIDs[id] = true
-	}
-	nextID := uint32(1)
-	allocate := func(used map[uint32]bool) uint32 {
-		for used[nextID] {
-			nextID++
-		}
-		used[nextID] = true
-		return nextID
-	}
-	wantBe := map[uint32]bool{}
-	for _, k := range sortedBackendKeys(backends) {
-		id, ok := beIDs[k]
-		if !ok {
-			id = allocate(usedIDs)
-			beIDs[k] = id
-			v := socklbBackendValue{Ip: be32(k.ip), Port: be16(k.port), Proto: k.proto}
-			if err := beMap.Put(id, v); err != nil {
-				return fmt.Errorf("writing shunt_backends: %w", err)
-			}
-		}
-		wantBe[id] = true
-	}
-
-	// Services: keep ids of existing ones.
-	svcIDs := map[uint32]bool{}
-	for k, v := range haveSvc {
-		if k.Slot == 0 {
-			svcIDs[v.Id] = true
-		}
-	}
-	nextID = 1
-	wantSvc := map[socklbServiceKey]bool{}
+	slots := 0
+	want := make(map[frontend]bool, len(desired))
 	for _, s := range desired {
 		if !s.VIP.Is4() {
 			return fmt.Errorf("service %s: only IPv4 is supported", s.Name)
@@ -154,76 +175,118 @@ func (d *Datapath) SyncServices(desired []ServicePort) error {
 		if len(s.Backends) > 0xffff {
 			return fmt.Errorf("service %s: %d backends, at most 65535", s.Name, len(s.Backends))
 		}
-		master := socklbServiceKey{Vip: be32(s.VIP), Port: be16(s.Port), Proto: s.Proto}
-		val, exists := haveSvc[master]
-		if !exists {
-			val.Id = allocate(svcIDs)
+		slots += 1 + len(s.Backends)
+		want[frontend{s.VIP, s.Port, s.Proto}] = true
+	}
+	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
+		return fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
+	}
+
+	for _, s := range desired {
+		if err := d.syncServicePort(s); err != nil {
+			return err
 		}
-		// Backend slots first.
-		for i, b := range s.Backends {
-			k := master
-			k.Slot = uint16(i + 1)
-			v := socklbServiceValue{Id: beIDs[backendKey{b.IP, b.Port, s.Proto}]}
-			wantSvc[k] = true
-			if old, ok := haveSvc[k]; ok && old == v {
-				continue
-			}
-			if err := svcMap.Put(k, v); err != nil {
-				return fmt.Errorf("writing shunt_services for %s: %w", s.Name, err)
-			}
-		}
-		// Then the entry that publishes them.
-		nv := socklbServiceValue{Id: val.Id, BackendCount: uint16(len(s.Backends))}
-		if s.AffinityTimeout > 0 {
-			nv.Flags, nv.AffinityTimeout = serviceAffinityFlag, s.AffinityTimeout
-		}
-		wantSvc[master] = true
-		if !exists || val != nv {
-			if err := svcMap.Put(master, nv); err != nil {
-				return fmt.Errorf("writing shunt_services for %s: %w", s.Name, err)
+	}
+	for f, w := range t.ports {
+		if !want[f] {
+			if err := d.deleteServicePort(f, w); err != nil {
+				return err
 			}
 		}
 	}
-	// Stale service entries: slot 0 first, so a removed service stops
-	// being found before its slots go.
-	stale := make([]socklbServiceKey, 0)
-	for k := range haveSvc {
-		if !wantSvc[k] {
-			stale = append(stale, k)
+	for k, id := range t.backends {
+		if t.refs[id] > 0 {
+			continue
 		}
-	}
-	sort.Slice(stale, func(i, j int) bool { return stale[i].Slot < stale[j].Slot })
-	for _, k := range stale {
-		if err := svcMap.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting from shunt_services: %w", err)
+		if err := d.sock.ShuntBackends.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting from shunt_backends: %w", err)
 		}
-	}
-	for id := range haveBe {
-		if !wantBe[id] {
-			if err := beMap.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("deleting from shunt_backends: %w", err)
-			}
-		}
+		delete(t.backends, k)
+		delete(t.refs, id)
 	}
 	return nil
 }
 
-func sortedBackendKeys(m map[backendKey]bool) []backendKey {
-	keys := make([]backendKey, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+func (d *Datapath) syncServicePort(s ServicePort) error {
+	t := &d.services
+	f := frontend{s.VIP, s.Port, s.Proto}
+	old, exists := t.ports[f]
+	ids := make([]uint32, len(s.Backends))
+	for i, b := range s.Backends {
+		k := backendKey{b.IP, b.Port, s.Proto}
+		id, ok := t.backends[k]
+		if !ok {
+			id = t.nextBackend
+			t.nextBackend++
+			v := socklbBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: s.Proto}
+			if err := d.sock.ShuntBackends.Put(id, v); err != nil {
+				return fmt.Errorf("writing shunt_backends (max %d entries): %w", d.sock.ShuntBackends.MaxEntries(), err)
+			}
+			t.backends[k] = id
+			t.refs[id] = 0
+		}
+		ids[i] = id
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.ip != b.ip {
-			return a.ip.Less(b.ip)
+	if exists && old.affinity == s.AffinityTimeout && slices.Equal(old.backends, ids) {
+		return nil // unchanged: the common case of a partial sync
+	}
+	w := written{id: old.id, affinity: s.AffinityTimeout, backends: ids}
+	if !exists {
+		w.id = t.nextService
+		t.nextService++
+		t.svcIDs[w.id] = true
+	}
+	master := socklbServiceKey{Vip: be32(s.VIP), Port: be16(s.Port), Proto: s.Proto}
+	for i, id := range ids {
+		if i < len(old.backends) && old.backends[i] == id {
+			continue
 		}
-		if a.port != b.port {
-			return a.port < b.port
+		k := master
+		k.Slot = uint16(i + 1)
+		if err := d.sock.ShuntServices.Put(k, socklbServiceValue{Id: id}); err != nil {
+			return fmt.Errorf("writing shunt_services for %s: %w", s.Name, err)
 		}
-		return a.proto < b.proto
-	})
-	return keys
+	}
+	mv := socklbServiceValue{Id: w.id, BackendCount: uint16(len(ids))}
+	if s.AffinityTimeout > 0 {
+		mv.Flags, mv.AffinityTimeout = serviceAffinityFlag, s.AffinityTimeout
+	}
+	if err := d.sock.ShuntServices.Put(master, mv); err != nil {
+		return fmt.Errorf("writing shunt_services for %s: %w", s.Name, err)
+	}
+	for i := len(ids); i < len(old.backends); i++ {
+		k := master
+		k.Slot = uint16(i + 1)
+		if err := d.sock.ShuntServices.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting from shunt_services: %w", err)
+		}
+	}
+	for _, id := range ids {
+		t.refs[id]++
+	}
+	for _, id := range old.backends {
+		t.refs[id]--
+	}
+	t.ports[f] = w
+	return nil
+}
+
+func (d *Datapath) deleteServicePort(f frontend, w written) error {
+	t := &d.services
+	master := socklbServiceKey{Vip: be32(f.vip), Port: be16(f.port), Proto: f.proto}
+	for slot := 0; slot <= len(w.backends); slot++ { // slot 0 first: stop new lookups
+		k := master
+		k.Slot = uint16(slot)
+		if err := d.sock.ShuntServices.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting from shunt_services: %w", err)
+		}
+	}
+	for _, id := range w.backends {
+		t.refs[id]--
+	}
+	delete(t.svcIDs, w.id)
+	delete(t.ports, f)
+	return nil
 }
 
 // sockHooks are the socket-layer programs and where they attach.
