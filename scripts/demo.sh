@@ -23,6 +23,16 @@ shunt lab exec -n shop frontend -- shunt lab probe \
 	--tcp "$v1:9000" --udp "$v1:9000" --http "http://$v1:8080/" \
 	--tcp "$v2:9000" --udp "$v2:9000" --http "http://$v2:8080/"
 
+step "services: the backend ClusterIP, translated at connect time in the socket layer"
+shunt get svc -n shop -o wide
+shunt map dump services
+vip=$(shunt get svc -n shop backend -o json | jq -r .spec.clusterIP)
+shunt lab exec -n shop frontend -- shunt lab probe --tcp "$vip:9000" --count 10 | tail -n 1
+shunt lab exec -n shop frontend -- shunt lab probe --udp "$vip:9000" --count 10 | tail -n 1
+shunt lab exec -n shop frontend -- shunt lab probe --http "http://$vip/" --count 10 | tail -n 1
+echo "(the application sees the ClusterIP as its peer:)"
+shunt lab exec -n shop frontend -- shunt lab probe --tcp "$vip:9000" -o json | jq -c '{peer, remote}'
+
 step "monitoring/scraper -> frontend (HTTP) and -> backend-v1 (ICMP)"
 shunt lab exec -n monitoring scraper -- shunt lab probe --http "http://$fe/" --count 3
 shunt lab exec -n monitoring scraper -- ping -c 2 -W 1 "$v1" | tail -n 2

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -184,7 +185,7 @@ func (a *Agent) reconcile() error {
 		}
 	}
 	var endpoints []datapath.Endpoint
-	for _, key := range slices.Sorted(mapsKeys(desired)) {
+	for _, key := range slices.Sorted(maps.Keys(desired)) {
 		rec, err := a.ensurePod(desired[key])
 		if err != nil {
 			errs = append(errs, err)
@@ -205,16 +206,6 @@ func (a *Agent) reconcile() error {
 	}
 	a.lastSync.services, a.lastSync.persist = t1.Sub(t0), time.Since(t1)
 	return errors.Join(errs...)
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func (a *Agent) persist() error {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -141,5 +142,33 @@ func TestSyncServicesKeepsIDsAndRemovesStale(t *testing.T) {
 	}
 	if all, _ := d.DumpServices(); len(all) != 0 {
 		t.Errorf("services left after removing all: %+v", all)
+	}
+}
+
+// TestSyncServicesRefusesWhatDoesNotFit: a table larger than the map is
+// refused before anything is written, and the services already there stay.
+func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	keep := ServicePort{Name: "keep", VIP: netip.MustParseAddr("10.96.0.30"), Port: 80, Proto: 6,
+		Backends: []Backend{{netip.MustParseAddr("10.99.0.1"), 80}}}
+	if err := d.SyncServices([]ServicePort{keep}); err != nil {
+		t.Fatal(err)
+	}
+	max := int(d.sock.ShuntServices.MaxEntries())
+	backends := make([]Backend, 0xffff)
+	for i := range backends {
+		backends[i] = Backend{netip.AddrFrom4([4]byte{10, 98, byte(i >> 8), byte(i)}), 80}
+	}
+	var huge []ServicePort
+	for i := 0; i*0x10000 <= max; i++ {
+		huge = append(huge, ServicePort{Name: "big", VIP: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: 6, Backends: backends})
+	}
+	err := d.SyncServices(append(huge, keep))
+	if err == nil || !strings.Contains(err.Error(), "shunt_services, which holds") {
+		t.Fatalf("oversized table: err %v, want a message naming the map and its size", err)
+	}
+	dump, _ := d.DumpServices()
+	if len(dump) != 1 || dump[0].VIP != keep.VIP || len(dump[0].Backends) != 1 {
+		t.Errorf("after the refused sync the map holds %+v, want only the kept service", dump)
 	}
 }
