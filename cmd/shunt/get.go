@@ -99,16 +99,8 @@ func getPods(c *api.Client, o *getOptions, name string) error {
 	if done, err := printStructured(o.output, obj, len(list.Items), func(i int) string { return "pod/" + list.Items[i].Name }); done {
 		return err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	w := newTable(o, "NAME\tREADY\tSTATUS\tRESTARTS\tAGE", "\tIP\tNODE")
 	defer w.Flush()
-	header := "NAME\tREADY\tSTATUS\tRESTARTS\tAGE"
-	if o.allNamespaces {
-		header = "NAMESPACE\t" + header
-	}
-	if o.output == "wide" {
-		header += "\tIP\tNODE"
-	}
-	fmt.Fprintln(w, header)
 	for _, p := range list.Items {
 		ready := 0
 		for _, cs := range p.Status.ContainerStatuses {
@@ -129,6 +121,20 @@ func getPods(c *api.Client, o *getOptions, name string) error {
 		fmt.Fprintf(os.Stderr, "No resources found in %s namespace.\n", o.namespace)
 	}
 	return nil
+}
+
+// newTable starts a kubectl-style table: a NAMESPACE column with -A, the
+// wide columns with -o wide.
+func newTable(o *getOptions, header, wide string) *tabwriter.Writer {
+	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	if o.allNamespaces {
+		header = "NAMESPACE\t" + header
+	}
+	if o.output == "wide" {
+		header += wide
+	}
+	fmt.Fprintln(w, header)
+	return w
 }
 
 // podStatus is kubectl's STATUS column: a terminated container's reason
@@ -265,16 +271,8 @@ func getServices(c *api.Client, o *getOptions, name string) error {
 			return err
 		}
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	w := newTable(o, "NAME\tTYPE\tCLUSTER-IP\tPORT(S)\tAGE", "\tSELECTOR\tENDPOINTS")
 	defer w.Flush()
-	header := "NAME\tTYPE\tCLUSTER-IP\tPORT(S)\tAGE"
-	if o.allNamespaces {
-		header = "NAMESPACE\t" + header
-	}
-	if o.output == "wide" {
-		header += "\tSELECTOR\tENDPOINTS"
-	}
-	fmt.Fprintln(w, header)
 	for _, s := range list.Items {
 		var ports []string
 		for _, p := range s.Spec.Ports {

@@ -185,14 +185,7 @@ endpoints:
 	}
 
 	// A connection held open across the changes must keep working.
-	held := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--",
-		filepath.Join(binDir, "shunt"), "lab", "probe", "--tcp", vip+":80", "--hold", "3s", "--timeout", "2s")
-	heldOut := &strings.Builder{}
-	held.Stdout, held.Stderr = heldOut, heldOut
-	if err := held.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond)
+	held, heldOut := l.holdConnection("client", vip+":80", "3s")
 
 	// Scale up, then mark the first endpoint terminating: new connections
 	// go to web-2 only.
@@ -209,12 +202,7 @@ endpoints:
 	}
 
 	// A service deleted while a connection runs leaves the connection running.
-	held = exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--",
-		filepath.Join(binDir, "shunt"), "lab", "probe", "--tcp", vip+":80", "--hold", "2s", "--timeout", "2s")
-	heldOut.Reset()
-	held.Stdout, held.Stderr = heldOut, heldOut
-	held.Start()
-	time.Sleep(500 * time.Millisecond)
+	held, heldOut = l.holdConnection("client", vip+":80", "2s")
 	l.mustShunt("delete", "-f", slice("term.yaml", "true", true))
 	if err := held.Wait(); err != nil {
 		t.Errorf("held connection broke when its service was deleted: %v\n%s", err, heldOut)
@@ -222,6 +210,22 @@ endpoints:
 	if out := l.mustShunt("get", "endpointslices"); strings.Contains(out, "manual") {
 		t.Errorf("slices of a deleted service remain:\n%s", out)
 	}
+}
+
+// holdConnection starts, in the background, a probe from pod that connects,
+// talks, holds the connection for hold, then talks again; Wait reports
+// whether the connection survived.
+func (l *lab) holdConnection(pod, target, hold string) (*exec.Cmd, *strings.Builder) {
+	l.t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", pod, "--",
+		filepath.Join(binDir, "shunt"), "lab", "probe", "--tcp", target, "--hold", hold, "--timeout", "2s")
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // connected and holding
+	return cmd, out
 }
 
 func TestServiceBadInput(t *testing.T) {
