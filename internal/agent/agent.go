@@ -63,6 +63,8 @@ type Agent struct {
 	// lastReadiness is the pods' readiness when services were last synced:
 	// the periodic resync does work only when a container started or ended.
 	lastReadiness string
+	// unsaved are the keys of objects changed since they were last written.
+	unsaved map[string]bool
 	// lastSync is how long the last reconcile spent on each step (logged).
 	lastSync struct{ services, persist time.Duration }
 
@@ -124,6 +126,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: svcPool.CIDR,
 		},
 		shutdown: make(chan bool, 1),
+		unsaved:  map[string]bool{},
+	}
+	// Objects read from an older state.json (before objects/ existed) get
+	// their own files on the first persist.
+	for _, o := range store.Objects() {
+		if _, err := os.Stat(objectPath(inst.StateDir(), o.Key())); err != nil {
+			a.unsaved[o.Key()] = true
+		}
 	}
 	if err := podnet.SetupNode(a.node); err != nil {
 		return nil, err
@@ -208,13 +218,22 @@ func (a *Agent) reconcile() error {
 	return errors.Join(errs...)
 }
 
+// persist writes the objects changed since the last persist (one small
+// file each, so an update of one object of 20 000 costs one write), then
+// state.json.
 func (a *Agent) persist() error {
-	objs, err := storeObjects(a.store.Objects())
-	if err != nil {
-		return err
+	dir := a.cfg.Instance.StateDir()
+	for key := range a.unsaved {
+		var o *manifest.Object
+		if obj, ok := a.store.Get(key); ok {
+			o = &obj
+		}
+		if err := saveObject(dir, key, o); err != nil {
+			return err
+		}
+		delete(a.unsaved, key)
 	}
-	a.state.Objects = objs
-	return a.state.save(a.cfg.Instance.StateDir())
+	return a.state.save(dir)
 }
 
 type ensured struct {
@@ -384,7 +403,7 @@ func (a *Agent) Apply(objs []manifest.Object) ([]model.Change, error) {
 	if !slices.ContainsFunc(changes, func(c model.Change) bool { return c.Action != "unchanged" }) {
 		return changes, nil // nothing to do, nothing to write
 	}
-	return changes, a.commit("apply", start, next, len(objs))
+	return changes, a.commit("apply", start, next, changes, len(objs))
 }
 
 // Delete removes objects all or nothing, then reconciles.
@@ -396,18 +415,23 @@ func (a *Agent) Delete(objs []manifest.Object) ([]model.Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	return changes, a.commit("delete", start, next, len(objs))
+	return changes, a.commit("delete", start, next, changes, len(objs))
 }
 
 // commit makes next the desired state: ClusterIPs first (the last check
 // that can refuse the change as a whole), then the node is reconciled.
 // Called with mu held.
-func (a *Agent) commit(op string, start time.Time, next *model.Store, objects int) error {
+func (a *Agent) commit(op string, start time.Time, next *model.Store, changes []model.Change, objects int) error {
 	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next)
 	if err != nil {
 		return err
 	}
 	a.store, a.state.ClusterIPs = next, ips
+	for _, c := range changes {
+		if c.Action != "unchanged" {
+			a.unsaved[c.Key] = true
+		}
+	}
 	checked := time.Now()
 	err = a.reconcile()
 	a.log.Info(op, "objects", objects, "checkMs", ms(checked.Sub(start)),

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,15 +13,17 @@ import (
 	"github.com/shuntnet/shunt/internal/manifest"
 )
 
-// State is what the agent persists in its state directory: the desired
-// objects (so a restart needs no re-apply) and what it built for each pod.
+// State is what the agent persists in its state directory: the settings,
+// ClusterIPs and what it built for each pod in state.json, and the desired
+// objects (so a restart needs no re-apply) one file each under objects/, so
+// that changing one object of 20 000 rewrites one small file.
 type State struct {
 	Mode        datapath.Mode         `json:"mode"`
 	PodCIDR     string                `json:"podCIDR"`
 	ServiceCIDR string                `json:"serviceCIDR"`
-	ClusterIPs  map[string]string     `json:"clusterIPs"` // service ns/name -> allocated ClusterIP
-	Objects     []StoredObject        `json:"objects"`
-	Pods        map[string]*PodRecord `json:"pods"` // by namespace/name
+	ClusterIPs  map[string]string     `json:"clusterIPs"`        // service ns/name -> allocated ClusterIP
+	Objects     []StoredObject        `json:"objects,omitempty"` // read from objects/, never written here
+	Pods        map[string]*PodRecord `json:"pods"`              // by namespace/name
 }
 
 // StoredObject is a manifest object with where it came from.
@@ -54,48 +57,83 @@ type ContainerRecord struct {
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
 
+func objectsDir(dir string) string { return filepath.Join(dir, "objects") }
+
+// objectPath names the file of one object; keys contain slashes.
+func objectPath(dir, key string) string {
+	return filepath.Join(objectsDir(dir), url.PathEscape(key)+".json")
+}
+
 func loadState(dir string) (*State, error) {
+	s := State{Pods: map[string]*PodRecord{}}
 	data, err := os.ReadFile(statePath(dir))
-	if errors.Is(err, os.ErrNotExist) {
-		return &State{Pods: map[string]*PodRecord{}}, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	var s State
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("reading %s: %w (remove the lab with `shunt uninstall` if it is damaged)", statePath(dir), err)
+	if err == nil {
+		if err := json.Unmarshal(data, &s); err != nil {
+			return nil, fmt.Errorf("reading %s: %w (remove the lab with `shunt uninstall` if it is damaged)", statePath(dir), err)
+		}
 	}
 	if s.Pods == nil {
 		s.Pods = map[string]*PodRecord{}
 	}
+	files, _ := filepath.Glob(filepath.Join(objectsDir(dir), "*.json"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var so StoredObject
+		if err := json.Unmarshal(data, &so); err != nil {
+			return nil, fmt.Errorf("reading %s: %w (remove the lab with `shunt uninstall` if it is damaged)", f, err)
+		}
+		s.Objects = append(s.Objects, so)
+	}
 	return &s, nil
 }
 
-// save writes the state atomically: a crash leaves the old or the new file.
-func (s *State) save(dir string) error {
-	data, err := json.Marshal(s) // compact: the file holds every object, indenting doubles it
-	if err != nil {
-		return err
-	}
-	tmp := statePath(dir) + ".tmp"
+// writeAtomic writes a file so that a crash leaves the old or the new one.
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return fmt.Errorf("writing state: %w", err)
 	}
-	return os.Rename(tmp, statePath(dir))
+	return os.Rename(tmp, path)
 }
 
-// storeObjects converts model objects for persistence.
-func storeObjects(objs []manifest.Object) ([]StoredObject, error) {
-	out := make([]StoredObject, 0, len(objs))
-	for _, o := range objs {
-		raw, err := json.Marshal(o.Obj)
-		if err != nil {
-			return nil, fmt.Errorf("encoding %s: %w", o.Key(), err)
-		}
-		out = append(out, StoredObject{Source: o.Source, Object: raw})
+// save writes state.json (settings, ClusterIPs, pods; not the objects).
+func (s *State) save(dir string) error {
+	objs := s.Objects
+	s.Objects = nil
+	data, err := json.Marshal(s)
+	s.Objects = objs
+	if err != nil {
+		return err
 	}
-	return out, nil
+	return writeAtomic(statePath(dir), data)
+}
+
+// saveObject writes one object's file, or removes it when o is nil.
+func saveObject(dir, key string, o *manifest.Object) error {
+	if o == nil {
+		if err := os.Remove(objectPath(dir, key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	raw, err := json.Marshal(o.Obj)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", key, err)
+	}
+	data, err := json.Marshal(StoredObject{Source: o.Source, Object: raw})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(objectsDir(dir), 0o700); err != nil {
+		return err
+	}
+	return writeAtomic(objectPath(dir, key), data)
 }
 
 // decodeObjects parses persisted or received objects with the same strict

@@ -21,7 +21,8 @@ const DefaultNamespace = "default"
 
 // Store is an immutable set of objects by manifest key.
 type Store struct {
-	objs map[string]manifest.Object
+	objs   map[string]manifest.Object
+	sorted []manifest.Object // Objects(), computed once: a store is not changed after Apply/Delete return
 }
 
 // NewStore returns a store holding objs, checked like an apply.
@@ -166,8 +167,17 @@ func immutableChange(old, updated manifest.Object) string {
 	return ""
 }
 
-// Objects returns every object, sorted by key.
+// Get returns the object with a key.
+func (s *Store) Get(key string) (manifest.Object, bool) {
+	o, ok := s.objs[key]
+	return o, ok
+}
+
+// Objects returns every object, sorted by key. Callers must not modify it.
 func (s *Store) Objects() []manifest.Object {
+	if s.sorted != nil {
+		return s.sorted
+	}
 	keys := make([]string, 0, len(s.objs))
 	for k := range s.objs {
 		keys = append(keys, k)
@@ -177,6 +187,7 @@ func (s *Store) Objects() []manifest.Object {
 	for i, k := range keys {
 		out[i] = s.objs[k]
 	}
+	s.sorted = out
 	return out
 }
 
