@@ -63,7 +63,9 @@ type Agent struct {
 	// lastReadiness is the pods' readiness when services were last synced:
 	// the periodic resync does work only when a container started or ended.
 	lastReadiness string
-	// unsaved are the keys of objects changed since they were last written.
+	// objects persists the desired objects; unsaved are the keys changed
+	// since they were last written.
+	objects objectLog
 	unsaved map[string]bool
 	// lastSync is how long the last reconcile spent on each step (logged).
 	lastSync struct{ services, persist time.Duration }
@@ -111,7 +113,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := decodeObjects(state.Objects)
+	objLog := objectLog{dir: inst.StateDir()}
+	stored, err := objLog.load()
+	if err != nil {
+		return nil, err
+	}
+	legacy := len(state.Objects) > 0 // an older state.json held the objects itself
+	objs, err := decodeObjects(append(state.Objects, stored...))
 	if err != nil {
 		return nil, fmt.Errorf("persisted state: %w", err)
 	}
@@ -126,13 +134,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: svcPool.CIDR,
 		},
 		shutdown: make(chan bool, 1),
+		objects:  objLog,
 		unsaved:  map[string]bool{},
 	}
-	// Objects read from an older state.json (before objects/ existed) get
-	// their own files on the first persist.
-	for _, o := range store.Objects() {
-		if _, err := os.Stat(objectPath(inst.StateDir(), o.Key())); err != nil {
-			a.unsaved[o.Key()] = true
+	if legacy {
+		state.Objects = nil
+		if err := a.objects.snapshot(store); err != nil {
+			return nil, err
 		}
 	}
 	if err := podnet.SetupNode(a.node); err != nil {
@@ -218,22 +226,14 @@ func (a *Agent) reconcile() error {
 	return errors.Join(errs...)
 }
 
-// persist writes the objects changed since the last persist (one small
-// file each, so an update of one object of 20 000 costs one write), then
+// persist records the objects changed since the last persist, then
 // state.json.
 func (a *Agent) persist() error {
-	dir := a.cfg.Instance.StateDir()
-	for key := range a.unsaved {
-		var o *manifest.Object
-		if obj, ok := a.store.Get(key); ok {
-			o = &obj
-		}
-		if err := saveObject(dir, key, o); err != nil {
-			return err
-		}
-		delete(a.unsaved, key)
+	if err := a.objects.save(a.store, slices.Sorted(maps.Keys(a.unsaved))); err != nil {
+		return err
 	}
-	return a.state.save(dir)
+	clear(a.unsaved)
+	return a.state.save(a.cfg.Instance.StateDir())
 }
 
 type ensured struct {

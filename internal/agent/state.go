@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,15 +13,14 @@ import (
 )
 
 // State is what the agent persists in its state directory: the settings,
-// ClusterIPs and what it built for each pod in state.json, and the desired
-// objects (so a restart needs no re-apply) one file each under objects/, so
-// that changing one object of 20 000 rewrites one small file.
+// ClusterIPs and what it built for each pod in state.json; the desired
+// objects (so a restart needs no re-apply) are kept by objectLog.
 type State struct {
 	Mode        datapath.Mode         `json:"mode"`
 	PodCIDR     string                `json:"podCIDR"`
 	ServiceCIDR string                `json:"serviceCIDR"`
 	ClusterIPs  map[string]string     `json:"clusterIPs"`        // service ns/name -> allocated ClusterIP
-	Objects     []StoredObject        `json:"objects,omitempty"` // read from objects/, never written here
+	Objects     []StoredObject        `json:"objects,omitempty"` // only in state files of older versions
 	Pods        map[string]*PodRecord `json:"pods"`              // by namespace/name
 }
 
@@ -57,13 +55,6 @@ type ContainerRecord struct {
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
 
-func objectsDir(dir string) string { return filepath.Join(dir, "objects") }
-
-// objectPath names the file of one object; keys contain slashes.
-func objectPath(dir, key string) string {
-	return filepath.Join(objectsDir(dir), url.PathEscape(key)+".json")
-}
-
 func loadState(dir string) (*State, error) {
 	s := State{Pods: map[string]*PodRecord{}}
 	data, err := os.ReadFile(statePath(dir))
@@ -77,18 +68,6 @@ func loadState(dir string) (*State, error) {
 	}
 	if s.Pods == nil {
 		s.Pods = map[string]*PodRecord{}
-	}
-	files, _ := filepath.Glob(filepath.Join(objectsDir(dir), "*.json"))
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		var so StoredObject
-		if err := json.Unmarshal(data, &so); err != nil {
-			return nil, fmt.Errorf("reading %s: %w (remove the lab with `shunt uninstall` if it is damaged)", f, err)
-		}
-		s.Objects = append(s.Objects, so)
 	}
 	return &s, nil
 }
@@ -104,36 +83,11 @@ func writeAtomic(path string, data []byte) error {
 
 // save writes state.json (settings, ClusterIPs, pods; not the objects).
 func (s *State) save(dir string) error {
-	objs := s.Objects
-	s.Objects = nil
 	data, err := json.Marshal(s)
-	s.Objects = objs
 	if err != nil {
 		return err
 	}
 	return writeAtomic(statePath(dir), data)
-}
-
-// saveObject writes one object's file, or removes it when o is nil.
-func saveObject(dir, key string, o *manifest.Object) error {
-	if o == nil {
-		if err := os.Remove(objectPath(dir, key)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	raw, err := json.Marshal(o.Obj)
-	if err != nil {
-		return fmt.Errorf("encoding %s: %w", key, err)
-	}
-	data, err := json.Marshal(StoredObject{Source: o.Source, Object: raw})
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(objectsDir(dir), 0o700); err != nil {
-		return err
-	}
-	return writeAtomic(objectPath(dir, key), data)
 }
 
 // decodeObjects parses persisted or received objects with the same strict

@@ -167,6 +167,9 @@ func immutableChange(old, updated manifest.Object) string {
 	return ""
 }
 
+// Len is the number of objects.
+func (s *Store) Len() int { return len(s.objs) }
+
 // Get returns the object with a key.
 func (s *Store) Get(key string) (manifest.Object, bool) {
 	o, ok := s.objs[key]
