@@ -61,11 +61,14 @@ row() {
 	printf '{"case":"%s","metric":"%s","unit":"%s","value":%s,"rep":%s,"n":%s}\n' "$1" "$2" "$3" "$4" "$5" "$n" >>"$ROWS"
 }
 
-# finish TITLE BASELINE: write results.json and the report.
+# finish TITLE BASELINE [BENCHREPORT FLAGS...]: write results.json and the
+# report (extra flags, e.g. -verdict auto -floor loopback, go to benchreport).
 finish() {
+	local title=$1 baseline=$2
+	shift 2
 	jq -s . "$ROWS" >"$OUT/results.json"
-	go run ./bench/cmd/benchreport -in "$OUT/results.json" -title "$1" -baseline "$2" \
-		-commands "$OUT/commands.txt" ${NOTES:+-notes "$NOTES"}
+	go run ./bench/cmd/benchreport -in "$OUT/results.json" -title "$title" -baseline "$baseline" \
+		-commands "$OUT/commands.txt" ${NOTES:+-notes "$NOTES"} "$@"
 	echo "wrote $OUT/results.md, $OUT/results.json, $OUT/medians.json, $OUT/chart.svg"
 	cat "$OUT/results.md"
 }

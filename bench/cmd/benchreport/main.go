@@ -1,14 +1,24 @@
 // Command benchreport turns the raw rows a benchmark script measured into
 // medians, ratios to a baseline case, a markdown table and an SVG chart. It
 // is shared by every benchmark under bench/ so they all report the same way.
+// Standard library only.
 //
-// Input (results.json): a JSON array of raw rows
+// Input (results.json): a JSON array of raw rows, one per measurement
 //
-//	{"case": "redirect-peer", "metric": "tcp_rr_p50", "unit": "us", "value": 28.7, "rep": 1, "n": 0}
+//	{"case": "redirect-peer", "metric": "tcp_rr_p50", "unit": "us", "value": 28.7, "rep": 1}
 //
-// ("n" is optional: a scale such as the number of services). Output, next to
-// the input: medians.json (rows {case, n, metric, unit, value, reps}),
-// results.md and chart.svg.
+// with an optional integer "n" (a scale such as the number of services or
+// rules). Output, in the same folder:
+//
+//   - medians.json: rows {case, n, metric, unit, value, min, max, reps}, value
+//     being the median over the repetitions (n omitted when 0);
+//   - results.md: header (date, machine, repetitions, verdict), one table
+//     row per (case, n) with each metric's median and its ratio to the
+//     baseline, notes, the commands run;
+//   - chart.svg: one panel per metric, bars per case, or lines against n.
+//
+// Units decide how a metric reads: ns/us/ms/s lower is better, anything else
+// (Gbit/s, conn/s, ...) higher is better.
 package main
 
 import (
@@ -18,78 +28,113 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
 
 func main() {
-	var (
-		in       = flag.String("in", "", "raw results.json")
-		title    = flag.String("title", "Benchmark", "report title")
-		baseline = flag.String("baseline", "", "case the ratios are computed against")
-		commands = flag.String("commands", "", "file with the commands the benchmark ran (quoted in the report)")
-		notes    = flag.String("notes", "", "file with notes/verdict lines appended to the report")
-	)
+	var o options
+	flag.StringVar(&o.in, "in", "", "raw results.json (required)")
+	flag.StringVar(&o.title, "title", "Benchmark", "report title")
+	flag.StringVar(&o.baseline, "baseline", "", "case the ratio columns divide by")
+	flag.StringVar(&o.commands, "commands", "", "file with the commands the benchmark ran, quoted in the report")
+	flag.StringVar(&o.notes, "notes", "", "markdown file appended after the table")
+	flag.StringVar(&o.verdict, "verdict", "", `one-line verdict for the header; "auto": computed (best case per metric vs the baseline)`)
+	flag.StringVar(&o.floor, "floor", "", "comma-separated cases the auto verdict leaves out (references such as loopback)")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: benchreport -in results.json [-title T] [-baseline CASE] [-commands FILE] [-notes FILE] [-verdict auto|TEXT] [-floor CASES]")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
-	if *in == "" {
-		fmt.Fprintln(os.Stderr, "usage: benchreport -in results.json [-title T] [-baseline CASE] [-commands FILE] [-notes FILE]")
+	if o.in == "" || flag.NArg() > 0 {
+		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*in, *title, *baseline, *commands, *notes); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, title, baseline, commandsFile, notesFile string) error {
-	data, err := os.ReadFile(in)
+type options struct {
+	in, title, baseline, commands, notes, verdict, floor string
+}
+
+func run(o options) error {
+	data, err := os.ReadFile(o.in)
 	if err != nil {
 		return err
 	}
 	var rows []Row
 	if err := json.Unmarshal(data, &rows); err != nil {
-		return fmt.Errorf("%s: %w", in, err)
+		return fmt.Errorf("%s: %w", o.in, err)
 	}
 	if len(rows) == 0 {
-		return fmt.Errorf("%s: no rows", in)
+		return fmt.Errorf("%s: no rows", o.in)
+	}
+	for i, r := range rows {
+		if r.Case == "" || r.Metric == "" {
+			return fmt.Errorf("%s: row %d has no case or metric", o.in, i)
+		}
 	}
 	meds := Medians(rows)
-	dir := filepath.Dir(in)
-	out, _ := json.MarshalIndent(meds, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "medians.json"), out, 0o644); err != nil {
+	if o.baseline != "" && !slices.ContainsFunc(meds, func(m Median) bool { return m.Case == o.baseline }) {
+		return fmt.Errorf("baseline %q is not a case in %s", o.baseline, o.in)
+	}
+	dir := filepath.Dir(o.in)
+	out, err := json.MarshalIndent(meds, "", "  ")
+	if err != nil {
 		return err
 	}
-	var commands, notes string
-	if commandsFile != "" {
-		b, err := os.ReadFile(commandsFile)
-		if err != nil {
-			return err
-		}
-		commands = string(b)
-	}
-	if notesFile != "" {
-		b, err := os.ReadFile(notesFile)
-		if err != nil {
-			return err
-		}
-		notes = string(b)
-	}
-	md := Markdown(title, meds, baseline, header(rows), commands, notes)
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "medians.json"), append(out, '\n'), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "chart.svg"), []byte(Chart(title, meds)), 0o644)
+	r := Report{Title: o.title, Baseline: o.baseline, Header: header(rows)}
+	if r.Commands, err = readOptional(o.commands); err != nil {
+		return err
+	}
+	if r.Notes, err = readOptional(o.notes); err != nil {
+		return err
+	}
+	switch o.verdict {
+	case "auto":
+		var floors []string
+		if o.floor != "" {
+			floors = strings.Split(o.floor, ",")
+		}
+		r.Verdict = Verdict(meds, o.baseline, floors)
+	default:
+		r.Verdict = strings.TrimSpace(o.verdict)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(Markdown(r, meds)), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "chart.svg"), []byte(Chart(o.title, meds, o.baseline)), 0o644)
+}
+
+func readOptional(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	return string(b), err
 }
 
 // header describes when and where the numbers were measured.
-func header(rows []Row) string {
-	reps := 0
+func header(rows []Row) []string {
+	var reps []int
 	for _, r := range rows {
-		reps = max(reps, r.Rep)
+		if !slices.Contains(reps, r.Rep) {
+			reps = append(reps, r.Rep)
+		}
 	}
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return fmt.Sprintf("Measured %s on %s, kernel %s, %d CPUs; %d repetitions, medians shown.",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), cpuModel(), strings.TrimSpace(string(kernel)), runtime.NumCPU(), reps)
+	return []string{
+		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		fmt.Sprintf("Machine: %s, %d CPUs (nproc), kernel %s (uname -r)", cpuModel(), runtime.NumCPU(), strings.TrimSpace(string(kernel))),
+		fmt.Sprintf("Repetitions: %d; every number is the median over them", len(reps)),
+	}
 }
 
 func cpuModel() string {

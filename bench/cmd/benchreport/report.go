@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// Row is one raw measurement.
+// Row is one raw measurement: one metric of one case (at scale N) in one
+// repetition.
 type Row struct {
 	Case   string  `json:"case"`
 	N      int     `json:"n,omitempty"`
@@ -18,13 +19,16 @@ type Row struct {
 	Rep    int     `json:"rep,omitempty"`
 }
 
-// Median is the median over repetitions of one (case, n, metric).
+// Median is the median over repetitions of one (case, n, metric), with the
+// smallest and largest repetition so the spread stays visible.
 type Median struct {
 	Case   string  `json:"case"`
 	N      int     `json:"n,omitempty"`
 	Metric string  `json:"metric"`
 	Unit   string  `json:"unit"`
 	Value  float64 `json:"value"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
 	Reps   int     `json:"reps"`
 }
 
@@ -50,7 +54,8 @@ func Medians(rows []Row) []Median {
 	}
 	out := make([]Median, 0, len(order))
 	for _, k := range order {
-		out = append(out, Median{k.Case, k.N, k.Metric, units[k], median(values[k]), len(values[k])})
+		v := values[k]
+		out = append(out, Median{k.Case, k.N, k.Metric, units[k], median(v), slices.Min(v), slices.Max(v), len(v)})
 	}
 	return out
 }
@@ -59,79 +64,139 @@ func median(v []float64) float64 {
 	s := slices.Clone(v)
 	sort.Float64s(s)
 	n := len(s)
+	if n == 0 {
+		return math.NaN()
+	}
 	if n%2 == 1 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// lowerIsBetter says how to read a metric: latencies and times go down.
+// lowerIsBetter says how to read a metric: latencies and times go down,
+// throughputs and rates go up.
 func lowerIsBetter(unit string) bool {
 	switch unit {
-	case "us", "ms", "s":
+	case "ns", "us", "µs", "ms", "s":
 		return true
 	}
 	return false
 }
 
-// layout extracts the distinct cases, ns and metrics in order.
-func layout(meds []Median) (cases []string, ns []int, metrics []string, units map[string]string, val map[key]float64) {
-	units, val = map[string]string{}, map[key]float64{}
-	for _, m := range meds {
-		if !slices.Contains(cases, m.Case) {
-			cases = append(cases, m.Case)
-		}
-		if !slices.Contains(ns, m.N) {
-			ns = append(ns, m.N)
-		}
-		if !slices.Contains(metrics, m.Metric) {
-			metrics = append(metrics, m.Metric)
-		}
-		units[m.Metric] = m.Unit
-		val[key{m.Case, m.N, m.Metric}] = m.Value
+// displayUnit spells a unit for people ("us" is what scripts can type).
+func displayUnit(unit string) string {
+	if unit == "us" {
+		return "µs"
 	}
-	sort.Ints(ns)
-	return
+	return unit
+}
+
+// table is the medians indexed for rendering.
+type table struct {
+	cases   []string
+	ns      []int
+	metrics []string
+	units   map[string]string
+	val     map[key]Median
+}
+
+// scaled says whether the rows carry a scale n (one row per (case, n)).
+func (t table) scaled() bool { return len(t.ns) > 1 || (len(t.ns) == 1 && t.ns[0] != 0) }
+
+func (t table) get(c string, n int, m string) (Median, bool) {
+	v, ok := t.val[key{c, n, m}]
+	return v, ok
+}
+
+// layout extracts the distinct cases, ns and metrics in order.
+func layout(meds []Median) table {
+	t := table{units: map[string]string{}, val: map[key]Median{}}
+	for _, m := range meds {
+		if !slices.Contains(t.cases, m.Case) {
+			t.cases = append(t.cases, m.Case)
+		}
+		if !slices.Contains(t.ns, m.N) {
+			t.ns = append(t.ns, m.N)
+		}
+		if !slices.Contains(t.metrics, m.Metric) {
+			t.metrics = append(t.metrics, m.Metric)
+		}
+		t.units[m.Metric] = m.Unit
+		t.val[key{m.Case, m.N, m.Metric}] = m
+	}
+	sort.Ints(t.ns)
+	return t
+}
+
+// Ratio is value / baseline value of the same metric at the same n; ok is
+// false when either is missing or the baseline is zero.
+func Ratio(meds []Median, baseline string, m Median) (float64, bool) {
+	for _, b := range meds {
+		if b.Case == baseline && b.N == m.N && b.Metric == m.Metric {
+			if b.Value == 0 {
+				return 0, false
+			}
+			return m.Value / b.Value, true
+		}
+	}
+	return 0, false
+}
+
+// Report is everything results.md shows besides the numbers.
+type Report struct {
+	Title    string
+	Baseline string   // case the ratio columns divide by ("" for none)
+	Header   []string // "Key: value" lines (date, machine, repetitions)
+	Verdict  string   // one line, may be empty
+	Notes    string   // free markdown appended after the table
+	Commands string   // the commands the benchmark ran, quoted verbatim
 }
 
 // Markdown renders one table row per (case, n) with every metric's median
 // and, when a baseline is named, its ratio to the baseline at the same n.
-func Markdown(title string, meds []Median, baseline, header, commands, notes string) string {
-	cases, ns, metrics, units, val := layout(meds)
-	scaled := len(ns) > 1 || ns[0] != 0
+func Markdown(r Report, meds []Median) string {
+	t := layout(meds)
 	var b strings.Builder
-	fmt.Fprintf(&b, "# %s\n\n%s\n\n", title, header)
+	fmt.Fprintf(&b, "# %s\n\n", r.Title)
+	for _, h := range r.Header {
+		fmt.Fprintf(&b, "- %s\n", h)
+	}
+	if r.Verdict != "" {
+		fmt.Fprintf(&b, "- **Verdict:** %s\n", r.Verdict)
+	}
+	if len(r.Header) > 0 || r.Verdict != "" {
+		b.WriteString("\n")
+	}
 	cols := []string{"case"}
-	if scaled {
+	if t.scaled() {
 		cols = append(cols, "n")
 	}
-	for _, m := range metrics {
-		cols = append(cols, fmt.Sprintf("%s (%s)", m, units[m]))
-		if baseline != "" {
-			cols = append(cols, "× "+baseline)
+	for _, m := range t.metrics {
+		cols = append(cols, fmt.Sprintf("%s (%s)", m, displayUnit(t.units[m])))
+		if r.Baseline != "" {
+			cols = append(cols, "× "+r.Baseline)
 		}
 	}
 	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
-	for _, n := range ns {
-		for _, c := range cases {
-			if !hasAny(val, c, n, metrics) {
+	for _, n := range t.ns {
+		for _, c := range t.cases {
+			if !hasAny(t, c, n) {
 				continue
 			}
 			cells := []string{c}
-			if scaled {
+			if t.scaled() {
 				cells = append(cells, fmt.Sprint(n))
 			}
-			for _, m := range metrics {
-				v, ok := val[key{c, n, m}]
+			for _, m := range t.metrics {
+				v, ok := t.get(c, n, m)
 				if !ok {
 					cells = append(cells, "—")
 				} else {
-					cells = append(cells, format(v))
+					cells = append(cells, format(v.Value))
 				}
-				if baseline != "" {
-					base, bok := val[key{baseline, n, m}]
-					if ok && bok && base != 0 {
-						cells = append(cells, fmt.Sprintf("%.2f", v/base))
+				if r.Baseline != "" {
+					if q, qok := Ratio(meds, r.Baseline, v); ok && qok {
+						cells = append(cells, fmt.Sprintf("%.2f", q))
 					} else {
 						cells = append(cells, "—")
 					}
@@ -140,34 +205,114 @@ func Markdown(title string, meds []Median, baseline, header, commands, notes str
 			fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 		}
 	}
-	if baseline != "" {
-		b.WriteString("\nRatios are to `" + baseline + "` at the same scale; for latencies lower is better, for throughput and rates higher is better.\n")
+	if r.Baseline != "" {
+		scale := ""
+		if t.scaled() {
+			scale = " at the same n"
+		}
+		fmt.Fprintf(&b, "\nMedians over the repetitions; `× %s` is the ratio to `%s`%s, measured in the same run. Latencies and times: lower is better; throughputs and rates: higher is better. medians.json also holds each median's min and max.\n", r.Baseline, r.Baseline, scale)
 	}
-	if notes != "" {
-		b.WriteString("\n" + strings.TrimSpace(notes) + "\n")
+	if r.Notes != "" {
+		b.WriteString("\n" + strings.TrimSpace(r.Notes) + "\n")
 	}
-	if commands != "" {
-		b.WriteString("\nCommands:\n\n```sh\n" + strings.TrimSpace(commands) + "\n```\n")
+	if r.Commands != "" {
+		b.WriteString("\nCommands:\n\n```sh\n" + strings.TrimSpace(r.Commands) + "\n```\n")
 	}
 	return b.String()
 }
 
-func hasAny(val map[key]float64, c string, n int, metrics []string) bool {
-	for _, m := range metrics {
-		if _, ok := val[key{c, n, m}]; ok {
+func hasAny(t table, c string, n int) bool {
+	for _, m := range t.metrics {
+		if _, ok := t.get(c, n, m); ok {
 			return true
 		}
 	}
 	return false
 }
 
+// Verdict names, per metric, the best case (leaving out floors such as
+// loopback, which are references rather than contenders) and how it
+// compares with the baseline; metrics won by the same case share a clause.
+// With a scale n it judges the largest n. When the winner's range over the
+// repetitions overlaps the runner-up's, it says so: that ranking is noise.
+func Verdict(meds []Median, baseline string, floors []string) string {
+	t := layout(meds)
+	if len(t.ns) == 0 {
+		return ""
+	}
+	n := t.ns[len(t.ns)-1]
+	var winners []string
+	clauses := map[string][]string{}
+	for _, m := range t.metrics {
+		var cands []Median
+		for _, c := range t.cases {
+			if v, ok := t.get(c, n, m); ok && !slices.Contains(floors, c) && !math.IsNaN(v.Value) {
+				cands = append(cands, v)
+			}
+		}
+		if len(cands) < 2 {
+			continue
+		}
+		lower := lowerIsBetter(t.units[m])
+		sort.SliceStable(cands, func(i, j int) bool {
+			if lower {
+				return cands[i].Value < cands[j].Value
+			}
+			return cands[i].Value > cands[j].Value
+		})
+		best, second := cands[0], cands[1]
+		word := "highest"
+		if lower {
+			word = "lowest"
+		}
+		var detail []string
+		if q, ok := Ratio(meds, baseline, best); ok && best.Case != baseline {
+			if lower && q <= 1 {
+				detail = append(detail, fmt.Sprintf("%.0f%% below %s", (1-q)*100, baseline))
+			} else {
+				detail = append(detail, fmt.Sprintf("%.2f× %s", q, baseline))
+			}
+		}
+		if best.Reps > 1 && second.Reps > 1 && best.Min <= second.Max && second.Min <= best.Max {
+			detail = append(detail, "range overlaps "+second.Case)
+		}
+		clause := word + " " + m
+		if len(detail) > 0 {
+			clause += " (" + strings.Join(detail, ", ") + ")"
+		}
+		if _, ok := clauses[best.Case]; !ok {
+			winners = append(winners, best.Case)
+		}
+		clauses[best.Case] = append(clauses[best.Case], clause)
+	}
+	if len(winners) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, w := range winners {
+		parts = append(parts, w+": "+strings.Join(clauses[w], ", "))
+	}
+	v := strings.Join(parts, "; ")
+	if len(t.ns) > 1 || n != 0 {
+		v = fmt.Sprintf("at n=%d, %s", n, v)
+	}
+	if len(floors) > 0 {
+		v += " (" + strings.Join(floors, ", ") + " left out as the floor)"
+	}
+	return v + "."
+}
+
 func format(v float64) string {
 	switch {
+	case math.IsNaN(v):
+		return "NaN"
 	case v == math.Trunc(v) && math.Abs(v) >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case math.Abs(v) >= 100:
 		return fmt.Sprintf("%.1f", v)
-	default:
+	case math.Abs(v) >= 0.01 || v == 0:
 		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
 	}
 }
