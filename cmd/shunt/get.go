@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -74,14 +75,8 @@ func fetchPods(c *api.Client, o *getOptions, name string) (*corev1.PodList, erro
 	if err := c.Do("GET", "/v1/pods", nil, &list); err != nil {
 		return nil, err
 	}
-	items := list.Items[:0]
-	for _, p := range list.Items {
-		if (o.allNamespaces || p.Namespace == o.namespace) && (name == "" || p.Name == name) {
-			items = append(items, p)
-		}
-	}
-	list.Items = items
-	if name != "" && len(items) == 0 {
+	list.Items = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !inScope(o, p.Namespace, p.Name, name) })
+	if name != "" && len(list.Items) == 0 {
 		return nil, fmt.Errorf("pods %q not found in namespace %q", name, o.namespace)
 	}
 	return &list, nil
@@ -248,14 +243,8 @@ func getServices(c *api.Client, o *getOptions, name string) error {
 	if err := c.Do("GET", "/v1/services", nil, &list); err != nil {
 		return err
 	}
-	items := list.Items[:0]
-	for _, s := range list.Items {
-		if inScope(o, s.Namespace, s.Name, name) {
-			items = append(items, s)
-		}
-	}
-	list.Items = items
-	if name != "" && len(items) == 0 {
+	list.Items = slices.DeleteFunc(list.Items, func(s corev1.Service) bool { return !inScope(o, s.Namespace, s.Name, name) })
+	if name != "" && len(list.Items) == 0 {
 		return fmt.Errorf("services %q not found in namespace %q", name, o.namespace)
 	}
 	var obj any = &list
@@ -323,13 +312,7 @@ func getEndpointSlices(c *api.Client, o *getOptions, name string) error {
 	if err := c.Do("GET", "/v1/endpointslices", nil, &list); err != nil {
 		return err
 	}
-	items := list.Items[:0]
-	for _, s := range list.Items {
-		if inScope(o, s.Namespace, s.Name, name) {
-			items = append(items, s)
-		}
-	}
-	list.Items = items
+	list.Items = slices.DeleteFunc(list.Items, func(s discoveryv1.EndpointSlice) bool { return !inScope(o, s.Namespace, s.Name, name) })
 	if done, err := printStructured(o.output, &list, len(list.Items), func(i int) string { return "endpointslice/" + list.Items[i].Name }); done {
 		return err
 	}
