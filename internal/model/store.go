@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shuntnet/shunt/internal/manifest"
 )
@@ -50,9 +51,18 @@ func (s *Store) Apply(objs []manifest.Object) (*Store, []Change, error) {
 	next := s.clone()
 	var changes []Change
 	var problems []string
+	now := metav1.Now()
 	for _, o := range objs {
 		key := o.Key()
 		old, exists := next.objs[key]
+		// The API server stamps creation once; an update keeps the stamp.
+		if meta, ok := o.Obj.(metav1.Object); ok {
+			if exists {
+				meta.SetCreationTimestamp(old.Obj.(metav1.Object).GetCreationTimestamp())
+			} else if ts := meta.GetCreationTimestamp(); ts.IsZero() {
+				meta.SetCreationTimestamp(now)
+			}
+		}
 		switch {
 		case !exists:
 			changes = append(changes, Change{key, "created"})

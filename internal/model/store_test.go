@@ -50,9 +50,13 @@ func TestApplyCreatesConfiguresAndRefusesWhole(t *testing.T) {
 	if got := actions(ch); got != "Pod/shop/a=configured Pod/default/b=created" {
 		t.Errorf("changes %s", got)
 	}
-	_, ch, _ = s.Apply(parse(t, pod("default", "b", "xx", "sleep")))
+	created := s.Pods()[0].CreationTimestamp
+	s2, ch, _ := s.Apply(parse(t, pod("default", "b", "xx", "sleep")))
 	if got := actions(ch); got != "Pod/default/b=unchanged" {
 		t.Errorf("changes %s", got)
+	}
+	if created.IsZero() || !s2.Pods()[0].CreationTimestamp.Equal(&created) {
+		t.Errorf("creation timestamp %v, then %v: set once and kept", created, s2.Pods()[0].CreationTimestamp)
 	}
 	// A spec change and a missing namespace: refused as a whole.
 	bad := pod("shop", "a", "yy", "echo") + pod("default", "c", "xx", "sleep") + pod("nowhere", "d", "xx", "sleep")
