@@ -55,7 +55,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 	}
 
 	__u32 daddr = ip->daddr;
-	int verdict = tc_service_nat(skb, ip, data_end, &daddr);
+	int verdict = tc_service_nat(skb, ip, &daddr);
 	if (verdict >= 0)
 		return verdict;
 	/* Helpers may have moved the packet: reload the pointers. */

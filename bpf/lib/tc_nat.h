@@ -53,7 +53,7 @@ static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 p
  * picks (once per flow) and writes a backend; a reply from a backend gets
  * the VIP back as its source. Returns the verdict to use, or -1 to go on.
  * *daddr is updated to the destination after translation. */
-static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, void *data_end, __u32 *daddr)
+static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, __u32 *daddr)
 {
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
 	__u8 proto = ip->protocol;

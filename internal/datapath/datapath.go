@@ -126,32 +126,44 @@ func (d *Datapath) AttachPod(ifname string, ifindex int) error {
 	if !d.cfg.Mode.UsesBPF() {
 		return nil
 	}
-	pin := d.linkPin(ifname)
+	onThisInterface := func(l link.Link) bool {
+		info, err := l.Info()
+		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
+	}
+	attach := func() (link.Link, error) {
+		l, err := link.AttachTCX(link.TCXOptions{
+			Interface: ifindex, Program: d.objs.ShuntFromPod, Attach: ebpf.AttachTCXIngress,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("attaching tc program to %s ingress (tcx needs Linux 6.6+): %w", ifname, err)
+		}
+		return l, nil
+	}
+	return attachPinned(d.linkPin(ifname), d.objs.ShuntFromPod, onThisInterface, attach)
+}
+
+// attachPinned makes the link pinned at pin run prog. A pinned link that
+// still attaches where it should (valid) is adopted and switched to prog
+// atomically, so a restarted agent never leaves a hook without a program;
+// a stale one is unpinned; otherwise attach creates the link, which is pinned.
+func attachPinned(pin string, prog *ebpf.Program, valid func(link.Link) bool, attach func() (link.Link, error)) error {
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		info, ierr := l.Info()
-		if ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex {
-			err := l.Update(d.objs.ShuntFromPod)
-			l.Close()
-			if err != nil {
-				return fmt.Errorf("updating program on %s: %w", ifname, err)
+		defer l.Close()
+		if valid(l) {
+			if err := l.Update(prog); err != nil {
+				return fmt.Errorf("switching pinned link %s to the new program: %w", pin, err)
 			}
 			return nil
 		}
-		// Stale pin: the interface it was attached to is gone.
 		l.Unpin()
-		l.Close()
 	}
-	l, err := link.AttachTCX(link.TCXOptions{
-		Interface: ifindex,
-		Program:   d.objs.ShuntFromPod,
-		Attach:    ebpf.AttachTCXIngress,
-	})
+	l, err := attach()
 	if err != nil {
-		return fmt.Errorf("attaching tc program to %s ingress (tcx needs Linux 6.6+): %w", ifname, err)
+		return err
 	}
 	defer l.Close()
 	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("pinning tc link of %s: %w", ifname, err)
+		return fmt.Errorf("pinning link %s: %w", pin, err)
 	}
 	return nil
 }

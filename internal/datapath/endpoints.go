@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -18,12 +17,9 @@ type Endpoint struct {
 	NodeMAC net.HardwareAddr
 }
 
-func endpointKey(ip netip.Addr) podtcEndpointKey {
-	b := ip.As4()
-	// The C side compares against iphdr->daddr, which is in network order:
-	// keep the bytes as they are on the wire.
-	return podtcEndpointKey{Ip4: binary.NativeEndian.Uint32(b[:])}
-}
+// endpointKey keeps the address in network order: the C side compares it
+// with iphdr->daddr.
+func endpointKey(ip netip.Addr) podtcEndpointKey { return podtcEndpointKey{Ip4: be32(ip)} }
 
 func endpointValue(e Endpoint) podtcEndpointInfo {
 	v := podtcEndpointInfo{Ifindex: uint32(e.Ifindex)}

@@ -315,24 +315,18 @@ func (d *Datapath) sockHooks() []struct {
 // so pods and the node's own processes are covered) with pinned links; links
 // pinned by an earlier agent are adopted and switched to this agent's programs.
 func (d *Datapath) AttachSocketLB(cgroupPath string) error {
+	// A cgroup link stays valid as long as its cgroup exists.
+	always := func(link.Link) bool { return true }
 	for _, h := range d.sockHooks() {
-		pin := filepath.Join(d.cfg.PinDir, "links", "sock-"+h.name)
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			err := l.Update(h.prog)
-			l.Close()
+		attach := func() (link.Link, error) {
+			l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: h.at, Program: h.prog})
 			if err != nil {
-				return fmt.Errorf("updating %s program: %w", h.name, err)
+				return nil, fmt.Errorf("attaching %s to cgroup %s: %w", h.name, cgroupPath, err)
 			}
-			continue
+			return l, nil
 		}
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: h.at, Program: h.prog})
-		if err != nil {
-			return fmt.Errorf("attaching %s to cgroup %s: %w", h.name, cgroupPath, err)
-		}
-		err = l.Pin(pin)
-		l.Close()
-		if err != nil {
-			return fmt.Errorf("pinning %s link: %w", h.name, err)
+		if err := attachPinned(filepath.Join(d.cfg.PinDir, "links", "sock-"+h.name), h.prog, always, attach); err != nil {
+			return err
 		}
 	}
 	return nil
