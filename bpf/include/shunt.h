@@ -29,11 +29,109 @@ struct endpoint_key {
 	__u32 ip4;
 };
 
+enum endpoint_flags {
+	ENDPOINT_F_INGRESS_ISOLATED = 1, /* some policy selects the pod for ingress */
+	ENDPOINT_F_EGRESS_ISOLATED = 2,  /* some policy selects the pod for egress */
+};
+
 struct endpoint_info {
 	__u32 ifindex;     /* host-side veth of the pod */
-	__u32 flags;       /* reserved */
+	__u32 flags;       /* enum endpoint_flags */
 	__u8 pod_mac[6];   /* MAC of the pod's eth0 */
 	__u8 node_mac[6];  /* MAC of the host-side veth (the pod's gateway) */
+	__u32 identity;    /* the pod's security identity */
+};
+
+/*
+ * Identities. A pod's identity stands for its (namespace, namespace labels,
+ * pod labels): pods with the same labels share it, and policy names
+ * identities, never addresses. Reserved identities stand for what is not a
+ * pod; CIDR identities stand for the prefixes that policies name, so
+ * ipBlock rules match any address in them, pods included.
+ */
+enum shunt_identity {
+	SHUNT_ID_ANY = 0,        /* in policy keys: any peer */
+	SHUNT_ID_HOST = 1,       /* the node's own addresses */
+	SHUNT_ID_WORLD = 2,      /* anything the ipcache does not know */
+	SHUNT_ID_FIRST_POD = 256,
+	SHUNT_ID_FIRST_CIDR = 16777216, /* 1 << 24 */
+};
+
+/* shunt_ipcache and shunt_cidr_identities are LPM tries: address/prefix ->
+ * identity. The first holds pods and node addresses; the second the prefixes
+ * policies name (ipBlock cidr and except). */
+struct ipcache_key {
+	__u32 prefixlen; /* LPM: bits of ip4 that count */
+	__u32 ip4;       /* network byte order */
+};
+
+struct ipcache_value {
+	__u32 identity;
+	__u32 pad;
+};
+
+/*
+ * Policy: one LPM trie for every local pod and both directions, keyed by
+ * (pod address, peer identity, direction, protocol, destination port).
+ * Everything up to the direction is always matched in full; a wildcard
+ * protocol stops the prefix before proto, a port range is one or more port
+ * prefixes. The program looks up the peer's identity, its CIDR identity and
+ * SHUNT_ID_ANY; a deny from any of them wins over an allow.
+ */
+#define POLICY_PREFIX_FIXED 72 /* endpoint + identity + egress, in bits */
+#define POLICY_PREFIX_PROTO 80 /* ... + proto; add 0..16 port bits */
+
+struct policy_key {
+	__u32 prefixlen;
+	__u32 endpoint;  /* the local pod's IPv4, network byte order */
+	__u32 identity;  /* the peer, or SHUNT_ID_ANY */
+	__u8 egress;     /* 0: ingress, 1: egress */
+	__u8 proto;      /* 0 with prefix POLICY_PREFIX_FIXED: any protocol */
+	__u16 dport;     /* network byte order */
+};
+
+enum policy_verdict {
+	POLICY_NONE = 0,  /* no rule matched (never stored) */
+	POLICY_ALLOW = 1,
+	POLICY_DENY = 2,
+};
+
+struct policy_value {
+	__u8 verdict;     /* enum policy_verdict */
+	__u8 pad;
+	__u16 proxy_port; /* reserved for L7 redirection */
+	__u32 rule_id;    /* the rule that decided, named by the agent */
+};
+
+/*
+ * Connection tracking: one entry per connection, keyed by its tuple with
+ * the lower (address, port) end first so both directions find the same
+ * entry with one lookup. Created when policy admits a connection's first
+ * packet; later packets of either direction, and ICMP errors about it,
+ * pass without policy lookups.
+ */
+struct ct_key {
+	__u32 addr_a; /* network byte order; (addr_a, port_a) <= (addr_b, port_b) */
+	__u32 addr_b;
+	__u16 port_a; /* ICMP echo: the identifier on both sides */
+	__u16 port_b;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+enum ct_flags {
+	CT_F_ORIG_IS_A = 1, /* the connection was opened from the a end */
+	CT_F_REPLY_SEEN = 2,
+	CT_F_FIN_A = 4,     /* a sent FIN */
+	CT_F_FIN_B = 8,
+	CT_F_RST = 16,
+};
+
+struct ct_value {
+	__u64 last_seen_ns; /* bpf_ktime_get_ns of the last refresh */
+	__u64 created_ns;
+	__u32 flags;        /* enum ct_flags */
+	__u32 rule_id;      /* the ingress or egress rule that admitted it (0: not isolated) */
 };
 
 /* Why a packet took the path it did. Counted per (reason, direction) and
@@ -47,6 +145,10 @@ enum shunt_reason {
 	SHUNT_REASON_REDIRECT_FAILED = 5, /* dropped: redirect helper returned an error */
 	SHUNT_REASON_SERVICE_NO_BACKEND = 6, /* dropped: service without endpoints (tc path) */
 	SHUNT_REASON_SERVICE_XLATE = 7,   /* tc path: translated to a backend or back */
+	SHUNT_REASON_POLICY_DENIED = 8,   /* dropped: a deny rule matched */
+	SHUNT_REASON_POLICY_NOT_ALLOWED = 9, /* dropped: isolated and no rule allows it */
+	SHUNT_REASON_CT_FULL = 10,        /* dropped: connection could not be recorded (fail closed) */
+	SHUNT_REASON_SPOOFED = 11,        /* dropped: source is not the sending pod's address */
 	SHUNT_REASON_MAX,
 };
 

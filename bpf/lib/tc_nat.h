@@ -12,6 +12,7 @@
 #include "common.h"
 #include "services.h"
 #include "metrics.h"
+#include "flow.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -52,25 +53,22 @@ static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 p
 /* tc_service_nat translates one packet a pod sent: towards a service VIP it
  * picks (once per flow) and writes a backend; a reply from a backend gets
  * the VIP back as its source. Returns the verdict to use, or -1 to go on.
- * *daddr is updated to the destination after translation. */
-static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, __u32 *daddr)
+ * A translated destination is written back into f, so what follows (policy,
+ * forwarding) sees the backend; a reply keeps the backend as its source in
+ * f, which is what the connection was admitted with. */
+static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f)
 {
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
-	__u8 proto = ip->protocol;
-	__u16 ports[2];
+	__u8 proto = f->proto;
 	struct tc_nat_value *nat;
 
-	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
-		return -1;
-	if (ip->frag_off & bpf_htons(0x1fff)) /* non-first fragments carry no ports */
-		return -1;
-	if (bpf_skb_load_bytes(skb, l4off, ports, sizeof(ports)) < 0)
+	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || !f->has_ports)
 		return -1;
 
 	struct tc_nat_key key = {
-		.saddr = ip->saddr, .daddr = ip->daddr, .sport = ports[0], .dport = ports[1], .proto = proto,
+		.saddr = f->saddr, .daddr = f->daddr, .sport = f->sport, .dport = f->dport, .proto = proto,
 	};
-	__u32 saddr = ip->saddr, vip = ip->daddr;
+	__u32 saddr = f->saddr, vip = f->daddr;
 
 	nat = bpf_map_lookup_elem(&shunt_tc_nat, &key);
 	if (nat) {
@@ -80,35 +78,40 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 		bool is_dst = !v.reply;
 
 		if (rewrite_l4(skb, l4off, proto, is_dst, is_dst ? vip : saddr, v.addr,
-			       is_dst ? ports[1] : ports[0], v.port) < 0)
+			       is_dst ? f->dport : f->sport, v.port) < 0)
 			return TC_ACT_SHOT;
-		if (is_dst)
-			*daddr = v.addr;
+		if (is_dst) {
+			f->daddr = v.addr;
+			f->dport = v.port;
+		}
 		count(SHUNT_REASON_SERVICE_XLATE, SHUNT_DIR_FROM_POD, skb->len);
 		return -1;
 	}
 
-	struct service_value *svc = lookup_service(vip, ports[1], proto);
+	struct service_value *svc = lookup_service(vip, f->dport, proto);
 	if (!svc)
 		return -1;
 	__u32 backend_id = 0;
-	struct backend_value *be = select_backend(svc, vip, ports[1], proto, saddr, &backend_id);
+	struct backend_value *be = select_backend(svc, vip, f->dport, proto, saddr, &backend_id);
 	if (!be) {
 		count(SHUNT_REASON_SERVICE_NO_BACKEND, SHUNT_DIR_FROM_POD, skb->len);
 		return TC_ACT_SHOT;
 	}
 	struct tc_nat_value fwd = { .addr = be->ip, .port = be->port };
 	struct tc_nat_key rkey = {
-		.saddr = be->ip, .daddr = saddr, .sport = be->port, .dport = ports[0], .proto = proto,
+		.saddr = be->ip, .daddr = saddr, .sport = be->port, .dport = f->sport, .proto = proto,
 	};
-	struct tc_nat_value rev = { .addr = vip, .port = ports[1], .reply = 1 };
+	struct tc_nat_value rev = { .addr = vip, .port = f->dport, .reply = 1 };
+	__u32 be_ip = be->ip;
+	__u16 be_port = be->port;
 
 	if (bpf_map_update_elem(&shunt_tc_nat, &key, &fwd, BPF_ANY) < 0 ||
 	    bpf_map_update_elem(&shunt_tc_nat, &rkey, &rev, BPF_ANY) < 0)
 		return TC_ACT_SHOT;
-	if (rewrite_l4(skb, l4off, proto, true, vip, be->ip, ports[1], be->port) < 0)
+	if (rewrite_l4(skb, l4off, proto, true, vip, be_ip, f->dport, be_port) < 0)
 		return TC_ACT_SHOT;
-	*daddr = be->ip;
+	f->daddr = be_ip;
+	f->dport = be_port;
 	count(SHUNT_REASON_SERVICE_XLATE, SHUNT_DIR_FROM_POD, skb->len);
 	return -1;
 }

@@ -54,6 +54,7 @@ type Datapath struct {
 	sock socklbObjects // socket-layer service load balancing
 
 	services serviceTable // in-memory mirror of the service maps
+	pol      policyMaps   // in-memory mirrors of the endpoint and policy maps
 }
 
 // Open loads the BPF objects, adopting maps already pinned under cfg.PinDir
@@ -94,6 +95,7 @@ func Open(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
+	d.initPolicyMaps()
 	return d, nil
 }
 
@@ -114,32 +116,51 @@ func explainLoadError(err error, pinDir string) error {
 // datapath keeps forwarding while no agent runs.
 func (d *Datapath) Close() error { return errors.Join(d.objs.Close(), d.sock.Close()) }
 
-func (d *Datapath) linkPin(ifname string) string {
-	return filepath.Join(d.cfg.PinDir, "links", "from-pod-"+ifname)
+// podHooks are the programs on a pod's host-side veth: from-pod at ingress
+// (what the pod sends), to-pod at egress (what the host delivers to it).
+type podHook struct {
+	name   string
+	prog   *ebpf.Program
+	attach ebpf.AttachType
 }
 
-// AttachPod attaches the from-pod program at tcx ingress of a pod's host-side
-// veth and pins the link. An existing pinned link on the same interface is
-// adopted and atomically switched to this agent's program, so a restart never
-// leaves the interface without a program.
+func (d *Datapath) podHooks() []podHook {
+	return []podHook{
+		{"from-pod", d.objs.ShuntFromPod, ebpf.AttachTCXIngress},
+		{"to-pod", d.objs.ShuntToPod, ebpf.AttachTCXEgress},
+	}
+}
+
+func (d *Datapath) linkPin(hook, ifname string) string {
+	return filepath.Join(d.cfg.PinDir, "links", hook+"-"+ifname)
+}
+
+// AttachPod attaches the pod programs at tcx ingress and egress of a pod's
+// host-side veth and pins the links. An existing pinned link on the same
+// interface is adopted and atomically switched to this agent's program, so
+// a restart never leaves the interface without a program.
 func (d *Datapath) AttachPod(ifname string, ifindex int) error {
 	if !d.cfg.Mode.UsesBPF() {
 		return nil
 	}
-	onThisInterface := func(l link.Link) bool {
-		info, err := l.Info()
-		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
-	}
-	attach := func() (link.Link, error) {
-		l, err := link.AttachTCX(link.TCXOptions{
-			Interface: ifindex, Program: d.objs.ShuntFromPod, Attach: ebpf.AttachTCXIngress,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("attaching tc program to %s ingress (tcx needs Linux 6.6+): %w", ifname, err)
+	for _, h := range d.podHooks() {
+		onThisInterface := func(l link.Link) bool {
+			info, err := l.Info()
+			return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
+				ebpf.AttachType(info.TCX().AttachType) == h.attach
 		}
-		return l, nil
+		attach := func() (link.Link, error) {
+			l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: h.prog, Attach: h.attach})
+			if err != nil {
+				return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", h.name, ifname, err)
+			}
+			return l, nil
+		}
+		if err := attachPinned(d.linkPin(h.name, ifname), h.prog, onThisInterface, attach); err != nil {
+			return err
+		}
 	}
-	return attachPinned(d.linkPin(ifname), d.objs.ShuntFromPod, onThisInterface, attach)
+	return nil
 }
 
 // attachPinned makes the link pinned at pin run prog. A pinned link that
@@ -170,7 +191,11 @@ func attachPinned(pin string, prog *ebpf.Program, valid func(link.Link) bool, at
 
 // DetachPod removes the program from a pod interface (a no-op when none).
 func (d *Datapath) DetachPod(ifname string) error {
-	return unpinLink(d.linkPin(ifname))
+	var errs []error
+	for _, h := range d.podHooks() {
+		errs = append(errs, unpinLink(d.linkPin(h.name, ifname)))
+	}
+	return errors.Join(errs...)
 }
 
 func unpinLink(pin string) error {

@@ -1,12 +1,9 @@
 package datapath
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-
-	"github.com/cilium/ebpf"
 )
 
 // Endpoint is the desired shunt_endpoints entry of one local pod.
@@ -15,6 +12,10 @@ type Endpoint struct {
 	Ifindex int
 	PodMAC  net.HardwareAddr
 	NodeMAC net.HardwareAddr
+
+	Identity        uint32 // the pod's security identity
+	IngressIsolated bool   // some policy selects the pod for ingress
+	EgressIsolated  bool   // some policy selects the pod for egress
 }
 
 // endpointKey keeps the address in network order: the C side compares it
@@ -22,7 +23,13 @@ type Endpoint struct {
 func endpointKey(ip netip.Addr) podtcEndpointKey { return podtcEndpointKey{Ip4: be32(ip)} }
 
 func endpointValue(e Endpoint) podtcEndpointInfo {
-	v := podtcEndpointInfo{Ifindex: uint32(e.Ifindex)}
+	v := podtcEndpointInfo{Ifindex: uint32(e.Ifindex), Identity: e.Identity}
+	if e.IngressIsolated {
+		v.Flags |= uint32(podtcEndpointFlagsENDPOINT_F_INGRESS_ISOLATED)
+	}
+	if e.EgressIsolated {
+		v.Flags |= uint32(podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED)
+	}
 	copy(v.PodMac[:], e.PodMAC)
 	copy(v.NodeMac[:], e.NodeMAC)
 	return v
@@ -39,32 +46,9 @@ func (d *Datapath) SyncEndpoints(desired []Endpoint) error {
 		}
 		want[endpointKey(e.IP)] = endpointValue(e)
 	}
-	m := d.objs.ShuntEndpoints
-	have := map[podtcEndpointKey]podtcEndpointInfo{}
-	var k podtcEndpointKey
-	var v podtcEndpointInfo
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		have[k] = v
+	stale, err := d.pol.endpoints.write(want, nil)
+	if err != nil {
+		return err
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading shunt_endpoints: %w", err)
-	}
-	for k, v := range want {
-		if old, ok := have[k]; ok && old == v {
-			continue
-		}
-		if err := m.Put(k, v); err != nil {
-			return fmt.Errorf("writing shunt_endpoints (max %d entries): %w", m.MaxEntries(), err)
-		}
-	}
-	for k := range have {
-		if _, ok := want[k]; ok {
-			continue
-		}
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting from shunt_endpoints: %w", err)
-		}
-	}
-	return nil
+	return d.pol.endpoints.prune(stale)
 }

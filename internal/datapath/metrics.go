@@ -3,10 +3,14 @@ package datapath
 import "fmt"
 
 // Reason names mirror enum shunt_reason in bpf/include/shunt.h, in order.
-var reasonNames = []string{
+var reasonNames = [...]string{
 	"forwarded", "to-stack", "not-ipv4", "invalid-packet", "ttl-exceeded", "redirect-failed",
-	"service-no-backend", "service-translated",
+	"service-no-backend", "service-translated", "policy-denied", "policy-not-allowed", "ct-full", "spoofed",
 }
+
+// The names must cover the enum exactly: a reason added in C without a
+// name here (or a stale name) fails to compile.
+const _ = uint(len(reasonNames)-int(podtcShuntReasonSHUNT_REASON_MAX)) + uint(int(podtcShuntReasonSHUNT_REASON_MAX)-len(reasonNames))
 
 var directionNames = []string{"from-pod", "to-pod"}
 

@@ -13,12 +13,38 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type podtcCtKey struct {
+	_     structs.HostLayout
+	AddrA uint32
+	AddrB uint32
+	PortA uint16
+	PortB uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type podtcCtValue struct {
+	_          structs.HostLayout
+	LastSeenNs uint64
+	CreatedNs  uint64
+	Flags      uint32
+	RuleId     uint32
+}
+
+type podtcEndpointFlags uint32
+
+const (
+	podtcEndpointFlagsENDPOINT_F_INGRESS_ISOLATED podtcEndpointFlags = 1
+	podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED  podtcEndpointFlags = 2
+)
+
 type podtcEndpointInfo struct {
-	_       structs.HostLayout
-	Ifindex uint32
-	Flags   uint32
-	PodMac  [6]uint8
-	NodeMac [6]uint8
+	_        structs.HostLayout
+	Ifindex  uint32
+	Flags    uint32
+	PodMac   [6]uint8
+	NodeMac  [6]uint8
+	Identity uint32
 }
 
 type podtcEndpointKey struct {
@@ -26,11 +52,49 @@ type podtcEndpointKey struct {
 	Ip4 uint32
 }
 
+type podtcIpcacheKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Ip4       uint32
+}
+
+type podtcIpcacheValue struct {
+	_        structs.HostLayout
+	Identity uint32
+	Pad      uint32
+}
+
 type podtcMetricsValue struct {
 	_       structs.HostLayout
 	Packets uint64
 	Bytes   uint64
 }
+
+type podtcPolicyKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Endpoint  uint32
+	Identity  uint32
+	Egress    uint8
+	Proto     uint8
+	Dport     uint16
+}
+
+type podtcPolicyValue struct {
+	_         structs.HostLayout
+	Verdict   uint8
+	Pad       uint8
+	ProxyPort uint16
+	RuleId    uint32
+}
+
+type podtcPolicyVerdict uint32
+
+const (
+	podtcPolicyVerdictPOLICY_NONE  podtcPolicyVerdict = 0
+	podtcPolicyVerdictPOLICY_ALLOW podtcPolicyVerdict = 1
+	podtcPolicyVerdictPOLICY_DENY  podtcPolicyVerdict = 2
+)
 
 type podtcShuntConfig struct {
 	_       structs.HostLayout
@@ -43,6 +107,34 @@ type podtcShuntFwdMode uint32
 const (
 	podtcShuntFwdModeSHUNT_FWD_REDIRECT_PEER podtcShuntFwdMode = 0
 	podtcShuntFwdModeSHUNT_FWD_REDIRECT      podtcShuntFwdMode = 1
+)
+
+type podtcShuntIdentity uint32
+
+const (
+	podtcShuntIdentitySHUNT_ID_ANY        podtcShuntIdentity = 0
+	podtcShuntIdentitySHUNT_ID_HOST       podtcShuntIdentity = 1
+	podtcShuntIdentitySHUNT_ID_WORLD      podtcShuntIdentity = 2
+	podtcShuntIdentitySHUNT_ID_FIRST_POD  podtcShuntIdentity = 256
+	podtcShuntIdentitySHUNT_ID_FIRST_CIDR podtcShuntIdentity = 16777216
+)
+
+type podtcShuntReason uint32
+
+const (
+	podtcShuntReasonSHUNT_REASON_FORWARDED          podtcShuntReason = 0
+	podtcShuntReasonSHUNT_REASON_TO_STACK           podtcShuntReason = 1
+	podtcShuntReasonSHUNT_REASON_NOT_IPV4           podtcShuntReason = 2
+	podtcShuntReasonSHUNT_REASON_INVALID_PACKET     podtcShuntReason = 3
+	podtcShuntReasonSHUNT_REASON_TTL_EXCEEDED       podtcShuntReason = 4
+	podtcShuntReasonSHUNT_REASON_REDIRECT_FAILED    podtcShuntReason = 5
+	podtcShuntReasonSHUNT_REASON_SERVICE_NO_BACKEND podtcShuntReason = 6
+	podtcShuntReasonSHUNT_REASON_SERVICE_XLATE      podtcShuntReason = 7
+	podtcShuntReasonSHUNT_REASON_POLICY_DENIED      podtcShuntReason = 8
+	podtcShuntReasonSHUNT_REASON_POLICY_NOT_ALLOWED podtcShuntReason = 9
+	podtcShuntReasonSHUNT_REASON_CT_FULL            podtcShuntReason = 10
+	podtcShuntReasonSHUNT_REASON_SPOOFED            podtcShuntReason = 11
+	podtcShuntReasonSHUNT_REASON_MAX                podtcShuntReason = 12
 )
 
 type podtcTcNatKey struct {
@@ -67,15 +159,24 @@ type podtcTcNatValue struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	podtcMapShuntAffinity  = "shunt_affinity"
-	podtcMapShuntBackends  = "shunt_backends"
-	podtcMapShuntEndpoints = "shunt_endpoints"
-	podtcMapShuntMetrics   = "shunt_metrics"
-	podtcMapShuntRevnat    = "shunt_revnat"
-	podtcMapShuntServices  = "shunt_services"
-	podtcMapShuntTcNat     = "shunt_tc_nat"
-	podtcProgShuntFromPod  = "shunt_from_pod"
-	podtcVarCONFIG         = "CONFIG"
+	podtcMapShuntAffinity       = "shunt_affinity"
+	podtcMapShuntBackends       = "shunt_backends"
+	podtcMapShuntCidrIdentities = "shunt_cidr_identities"
+	podtcMapShuntCt             = "shunt_ct"
+	podtcMapShuntEndpoints      = "shunt_endpoints"
+	podtcMapShuntIpcache        = "shunt_ipcache"
+	podtcMapShuntMetrics        = "shunt_metrics"
+	podtcMapShuntPolicy         = "shunt_policy"
+	podtcMapShuntRevnat         = "shunt_revnat"
+	podtcMapShuntServices       = "shunt_services"
+	podtcMapShuntTcNat          = "shunt_tc_nat"
+	podtcProgShuntFromPod       = "shunt_from_pod"
+	podtcProgShuntToPod         = "shunt_to_pod"
+	podtcVarCONFIG              = "CONFIG"
+	podtcVarBtfEndpointFlags    = "_btf_endpoint_flags"
+	podtcVarBtfIdentity         = "_btf_identity"
+	podtcVarBtfReason           = "_btf_reason"
+	podtcVarBtfVerdict          = "_btf_verdict"
 )
 
 // loadPodtc returns the embedded CollectionSpec for podtc.
@@ -121,26 +222,35 @@ type podtcSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcProgramSpecs struct {
 	ShuntFromPod *ebpf.ProgramSpec `ebpf:"shunt_from_pod"`
+	ShuntToPod   *ebpf.ProgramSpec `ebpf:"shunt_to_pod"`
 }
 
 // podtcMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcMapSpecs struct {
-	ShuntAffinity  *ebpf.MapSpec `ebpf:"shunt_affinity"`
-	ShuntBackends  *ebpf.MapSpec `ebpf:"shunt_backends"`
-	ShuntEndpoints *ebpf.MapSpec `ebpf:"shunt_endpoints"`
-	ShuntMetrics   *ebpf.MapSpec `ebpf:"shunt_metrics"`
-	ShuntRevnat    *ebpf.MapSpec `ebpf:"shunt_revnat"`
-	ShuntServices  *ebpf.MapSpec `ebpf:"shunt_services"`
-	ShuntTcNat     *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
+	ShuntAffinity       *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends       *ebpf.MapSpec `ebpf:"shunt_backends"`
+	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
+	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
+	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
+	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntPolicy         *ebpf.MapSpec `ebpf:"shunt_policy"`
+	ShuntRevnat         *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices       *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntTcNat          *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
 }
 
 // podtcVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcVariableSpecs struct {
-	CONFIG *ebpf.VariableSpec `ebpf:"CONFIG"`
+	CONFIG           *ebpf.VariableSpec `ebpf:"CONFIG"`
+	BtfEndpointFlags *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
+	BtfIdentity      *ebpf.VariableSpec `ebpf:"_btf_identity"`
+	BtfReason        *ebpf.VariableSpec `ebpf:"_btf_reason"`
+	BtfVerdict       *ebpf.VariableSpec `ebpf:"_btf_verdict"`
 }
 
 // podtcObjects contains all objects after they have been loaded into the kernel.
@@ -163,21 +273,29 @@ func (o *podtcObjects) Close() error {
 //
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcMaps struct {
-	ShuntAffinity  *ebpf.Map `ebpf:"shunt_affinity"`
-	ShuntBackends  *ebpf.Map `ebpf:"shunt_backends"`
-	ShuntEndpoints *ebpf.Map `ebpf:"shunt_endpoints"`
-	ShuntMetrics   *ebpf.Map `ebpf:"shunt_metrics"`
-	ShuntRevnat    *ebpf.Map `ebpf:"shunt_revnat"`
-	ShuntServices  *ebpf.Map `ebpf:"shunt_services"`
-	ShuntTcNat     *ebpf.Map `ebpf:"shunt_tc_nat"`
+	ShuntAffinity       *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends       *ebpf.Map `ebpf:"shunt_backends"`
+	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
+	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
+	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
+	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntPolicy         *ebpf.Map `ebpf:"shunt_policy"`
+	ShuntRevnat         *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices       *ebpf.Map `ebpf:"shunt_services"`
+	ShuntTcNat          *ebpf.Map `ebpf:"shunt_tc_nat"`
 }
 
 func (m *podtcMaps) Close() error {
 	return _PodtcClose(
 		m.ShuntAffinity,
 		m.ShuntBackends,
+		m.ShuntCidrIdentities,
+		m.ShuntCt,
 		m.ShuntEndpoints,
+		m.ShuntIpcache,
 		m.ShuntMetrics,
+		m.ShuntPolicy,
 		m.ShuntRevnat,
 		m.ShuntServices,
 		m.ShuntTcNat,
@@ -188,7 +306,11 @@ func (m *podtcMaps) Close() error {
 //
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcVariables struct {
-	CONFIG *ebpf.Variable `ebpf:"CONFIG"`
+	CONFIG           *ebpf.Variable `ebpf:"CONFIG"`
+	BtfEndpointFlags *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
+	BtfIdentity      *ebpf.Variable `ebpf:"_btf_identity"`
+	BtfReason        *ebpf.Variable `ebpf:"_btf_reason"`
+	BtfVerdict       *ebpf.Variable `ebpf:"_btf_verdict"`
 }
 
 // podtcPrograms contains all programs after they have been loaded into the kernel.
@@ -196,11 +318,13 @@ type podtcVariables struct {
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcPrograms struct {
 	ShuntFromPod *ebpf.Program `ebpf:"shunt_from_pod"`
+	ShuntToPod   *ebpf.Program `ebpf:"shunt_to_pod"`
 }
 
 func (p *podtcPrograms) Close() error {
 	return _PodtcClose(
 		p.ShuntFromPod,
+		p.ShuntToPod,
 	)
 }
 

@@ -87,10 +87,15 @@ func TestFromPodVerdicts(t *testing.T) {
 			podMAC, _ := net.ParseMAC("02:00:00:00:00:0b")
 			nodeMAC, _ := net.ParseMAC("02:00:00:00:00:0c")
 			known := netip.MustParseAddr("10.99.0.11")
-			if err := d.SyncEndpoints([]Endpoint{{IP: known, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC}}); err != nil {
+			src := netip.MustParseAddr("10.99.0.10")
+			// Test runs see the packet arrive on lo (ifindex 1): the
+			// sending pod's veth as far as the source check goes.
+			if err := d.SyncEndpoints([]Endpoint{
+				{IP: known, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC},
+				{IP: src, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC},
+			}); err != nil {
 				t.Fatal(err)
 			}
-			src := netip.MustParseAddr("10.99.0.10")
 
 			cases := []struct {
 				name    string
@@ -102,6 +107,7 @@ func TestFromPodVerdicts(t *testing.T) {
 				{"ttl 1 goes to the stack for ICMP", ipv4Packet(src, known, 1), tcActOK},
 				{"arp passes", append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xaa, 0, 0, 0, 0, 2, 0x08, 0x06}, make([]byte, 28)...), tcActOK},
 				{"ipv4 header length below 20 bytes is dropped", badIHL(ipv4Packet(src, known, 64)), tcActShot},
+				{"a source that is not the pod's address is dropped", ipv4Packet(netip.MustParseAddr("10.99.0.99"), known, 64), tcActShot},
 			}
 			for _, c := range cases {
 				ret, out, err := d.objs.ShuntFromPod.Test(c.pkt)
@@ -134,7 +140,7 @@ func TestFromPodVerdicts(t *testing.T) {
 			for _, c := range counters {
 				got[c.Reason] += c.Packets
 			}
-			want := map[string]uint64{"forwarded": 1, "to-stack": 1, "ttl-exceeded": 1, "not-ipv4": 1, "invalid-packet": 1}
+			want := map[string]uint64{"forwarded": 1, "to-stack": 1, "ttl-exceeded": 1, "not-ipv4": 1, "invalid-packet": 1, "spoofed": 1}
 			for r, n := range want {
 				if got[r] != n {
 					t.Errorf("counter %s = %d, want %d (all: %v)", r, got[r], n, got)

@@ -67,7 +67,7 @@ func TestTCServiceFallback(t *testing.T) {
 	vip, empty := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11")
 	if err := d.SyncEndpoints([]Endpoint{
 		{IP: client, Ifindex: 1, PodMAC: mac, NodeMAC: mac},
-		{IP: backend, Ifindex: 2, PodMAC: mac, NodeMAC: mac},
+		{IP: backend, Ifindex: 1, PodMAC: mac, NodeMAC: mac}, // test runs arrive on lo
 	}); err != nil {
 		t.Fatal(err)
 	}

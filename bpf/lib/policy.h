@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Identity-based network policy. A new connection is admitted by the egress
+ * policy of the sending pod and the ingress policy of the receiving pod
+ * (each only when the pod is isolated in that direction), then tracked, so
+ * its later packets cost one conntrack lookup. Every lookup is a hash or an
+ * LPM trie lookup: the cost does not grow with the number of rules. */
+#ifndef SHUNT_LIB_POLICY_H
+#define SHUNT_LIB_POLICY_H
+
+#include "common.h"
+#include "flow.h"
+#include "conntrack.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct ipcache_key);
+	__type(value, struct ipcache_value);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_ipcache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct ipcache_key);
+	__type(value, struct ipcache_value);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_cidr_identities SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct policy_key);
+	__type(value, struct policy_value);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_policy SEC(".maps");
+
+/* identity_of: the identity of an address that is not a local pod. */
+static __always_inline __u32 identity_of(__u32 addr)
+{
+	struct ipcache_key k = { .prefixlen = 32, .ip4 = addr };
+	struct ipcache_value *v = bpf_map_lookup_elem(&shunt_ipcache, &k);
+
+	return v ? v->identity : SHUNT_ID_WORLD;
+}
+
+/* cidr_identity_of: the identity of the longest policy prefix holding addr,
+ * 0 when no policy names one. */
+static __always_inline __u32 cidr_identity_of(__u32 addr)
+{
+	struct ipcache_key k = { .prefixlen = 32, .ip4 = addr };
+	struct ipcache_value *v = bpf_map_lookup_elem(&shunt_cidr_identities, &k);
+
+	return v ? v->identity : 0;
+}
+
+static __always_inline __u8 policy_lookup(__u32 endpoint, __u8 egress, __u32 identity, struct flow *f,
+					  __u32 *rule)
+{
+	struct policy_key k = {
+		.prefixlen = POLICY_PREFIX_PROTO + 16,
+		.endpoint = endpoint,
+		.identity = identity,
+		.egress = egress,
+		.proto = f->proto,
+		.dport = f->has_ports ? f->dport : 0,
+	};
+	struct policy_value *v = bpf_map_lookup_elem(&shunt_policy, &k);
+
+	if (!v)
+		return POLICY_NONE;
+	*rule = v->rule_id;
+	return v->verdict;
+}
+
+/* policy_verdict looks the peer up by its identity, its CIDR identity and
+ * as "any peer"; a deny from any of them wins, then an allow. */
+static __always_inline __u8 policy_verdict(__u32 endpoint, __u8 egress, __u32 peer, __u32 peer_addr,
+					   struct flow *f, __u32 *rule)
+{
+	__u32 r_id = 0, r_cidr = 0, r_any = 0;
+	__u32 cidr = cidr_identity_of(peer_addr);
+	__u8 v_id = policy_lookup(endpoint, egress, peer, f, &r_id);
+	__u8 v_cidr = cidr ? policy_lookup(endpoint, egress, cidr, f, &r_cidr) : POLICY_NONE;
+	__u8 v_any = policy_lookup(endpoint, egress, SHUNT_ID_ANY, f, &r_any);
+
+	if (v_id == POLICY_DENY || v_cidr == POLICY_DENY || v_any == POLICY_DENY) {
+		*rule = v_id == POLICY_DENY ? r_id : v_cidr == POLICY_DENY ? r_cidr : r_any;
+		return POLICY_DENY;
+	}
+	if (v_id == POLICY_ALLOW || v_cidr == POLICY_ALLOW || v_any == POLICY_ALLOW) {
+		*rule = v_id == POLICY_ALLOW ? r_id : v_cidr == POLICY_ALLOW ? r_cidr : r_any;
+		return POLICY_ALLOW;
+	}
+	*rule = 0;
+	return POLICY_NONE;
+}
+
+/* One side of a connection as policy sees it. A local pod has its endpoint
+ * entry; anything else is known by address only. */
+struct policy_side {
+	__u32 addr;
+	__u32 identity;
+	__u32 flags;    /* enum endpoint_flags; 0 when not a local pod */
+	bool local;
+};
+
+static __always_inline __u32 verdict_reason(__u8 v)
+{
+	return v == POLICY_DENY ? SHUNT_REASON_POLICY_DENIED : SHUNT_REASON_POLICY_NOT_ALLOWED;
+}
+
+/* policy_admit decides a packet between src and dst: a packet of a known
+ * connection (or an ICMP error about one) passes; a new connection needs
+ * the egress policy of src and the ingress policy of dst, and is recorded.
+ * Returns 0 to pass, or the drop reason. */
+static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *src, struct policy_side *dst,
+					  __u32 *decided_by)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 rule = 0;
+	__u8 v;
+
+	*decided_by = 0;
+	if (ct_lookup(f, now) || ct_related(f))
+		return 0;
+	if (src->local && (src->flags & ENDPOINT_F_EGRESS_ISOLATED)) {
+		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, &rule);
+		*decided_by = rule;
+		if (v != POLICY_ALLOW)
+			return verdict_reason(v);
+	}
+	if (dst->local && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)) {
+		v = policy_verdict(dst->addr, 0, src->identity, src->addr, f, &rule);
+		*decided_by = rule;
+		if (v != POLICY_ALLOW)
+			return verdict_reason(v);
+	}
+	if (ct_create(f, rule, now) < 0)
+		return SHUNT_REASON_CT_FULL;
+	return 0;
+}
+
+#endif

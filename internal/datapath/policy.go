@@ -1,0 +1,363 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+)
+
+// Reserved identities (enum shunt_identity in bpf/include/shunt.h).
+const (
+	IdentityAny       = uint32(podtcShuntIdentitySHUNT_ID_ANY)
+	IdentityHost      = uint32(podtcShuntIdentitySHUNT_ID_HOST)
+	IdentityWorld     = uint32(podtcShuntIdentitySHUNT_ID_WORLD)
+	FirstPodIdentity  = uint32(podtcShuntIdentitySHUNT_ID_FIRST_POD)
+	FirstCIDRIdentity = uint32(podtcShuntIdentitySHUNT_ID_FIRST_CIDR)
+)
+
+// Verdict is what a policy entry says (enum policy_verdict).
+type Verdict uint8
+
+const (
+	VerdictNone  = Verdict(podtcPolicyVerdictPOLICY_NONE)
+	VerdictAllow = Verdict(podtcPolicyVerdictPOLICY_ALLOW)
+	VerdictDeny  = Verdict(podtcPolicyVerdictPOLICY_DENY)
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case VerdictAllow:
+		return "allow"
+	case VerdictDeny:
+		return "deny"
+	}
+	return "none"
+}
+
+// PrefixIdentity maps an address prefix to an identity (shunt_ipcache,
+// shunt_cidr_identities).
+type PrefixIdentity struct {
+	Prefix   netip.Prefix
+	Identity uint32
+}
+
+// PolicyKey is where a policy entry applies: one local pod, one direction,
+// one peer identity (IdentityAny: every peer), a protocol (0: all) and a
+// destination port prefix (PortBits of Port count; 0: all ports).
+type PolicyKey struct {
+	Endpoint netip.Addr
+	Egress   bool
+	Identity uint32
+	Proto    uint8
+	Port     uint16
+	PortBits uint8
+}
+
+// PolicyEntry is one desired shunt_policy entry.
+type PolicyEntry struct {
+	PolicyKey
+	Verdict Verdict
+	RuleID  uint32 // names the deciding rule in traces and flows
+}
+
+// PolicyState is the whole desired content of the policy maps.
+type PolicyState struct {
+	IPCache        []PrefixIdentity // pods and node addresses
+	CIDRIdentities []PrefixIdentity // prefixes policies name
+	Entries        []PolicyEntry
+}
+
+// Canonical masks the port bits beyond the prefix and drops the port of an
+// any-protocol key, so equal entries compare equal (the kernel ignores
+// those bits too).
+func (k PolicyKey) Canonical() PolicyKey {
+	if k.Proto == 0 {
+		k.Port, k.PortBits = 0, 0
+		return k
+	}
+	if k.PortBits > 16 {
+		k.PortBits = 16
+	}
+	k.Port &= ^uint16(0) << (16 - k.PortBits)
+	if k.PortBits == 0 {
+		k.Port = 0
+	}
+	return k
+}
+
+func policyKey(k PolicyKey) podtcPolicyKey {
+	k = k.Canonical()
+	key := podtcPolicyKey{
+		Prefixlen: 72, Endpoint: be32(k.Endpoint), Identity: k.Identity, Proto: k.Proto, Dport: be16(k.Port),
+	}
+	if k.Egress {
+		key.Egress = 1
+	}
+	if k.Proto != 0 {
+		key.Prefixlen = 80 + uint32(k.PortBits)
+	}
+	return key
+}
+
+func fromPolicyKey(k podtcPolicyKey) PolicyKey {
+	pk := PolicyKey{Endpoint: fromBe32(k.Endpoint), Egress: k.Egress == 1, Identity: k.Identity, Proto: k.Proto}
+	if k.Prefixlen >= 80 {
+		pk.Port, pk.PortBits = fromBe16(k.Dport), uint8(k.Prefixlen-80)
+	} else {
+		pk.Proto = 0
+	}
+	return pk.Canonical()
+}
+
+func ipcacheKey(p netip.Prefix) podtcIpcacheKey {
+	p = p.Masked()
+	return podtcIpcacheKey{Prefixlen: uint32(p.Bits()), Ip4: be32(p.Addr())}
+}
+
+func fromIpcacheKey(k podtcIpcacheKey) netip.Prefix {
+	return netip.PrefixFrom(fromBe32(k.Ip4), int(k.Prefixlen))
+}
+
+// mirroredMap keeps the content of one BPF map in memory, read from the
+// kernel once, so a sync writes only what changed without reading the map
+// back every time.
+type mirroredMap[K comparable, V comparable] struct {
+	m      *ebpf.Map
+	name   string
+	loaded bool
+	have   map[K]V
+}
+
+func (mm *mirroredMap[K, V]) load() error {
+	if mm.loaded {
+		return nil
+	}
+	mm.have = map[K]V{}
+	var k K
+	var v V
+	it := mm.m.Iterate()
+	for it.Next(&k, &v) {
+		mm.have[k] = v
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading %s: %w", mm.name, err)
+	}
+	mm.loaded = true
+	return nil
+}
+
+// write puts every new or changed entry and returns the stale keys, which
+// the caller deletes (prune) once everything that replaces them is in.
+// When old and new together do not fit, the stale entries dropFirst picks
+// are deleted before the writes (for policy: allows, so the squeeze fails
+// closed). The caller checks the desired content fits (capacity).
+func (mm *mirroredMap[K, V]) write(want map[K]V, dropFirst func(V) bool) ([]K, error) {
+	if err := mm.load(); err != nil {
+		return nil, err
+	}
+	max := int(mm.m.MaxEntries())
+	var stale []K
+	for k := range mm.have {
+		if _, ok := want[k]; !ok {
+			stale = append(stale, k)
+		}
+	}
+	if added := len(want) - (len(mm.have) - len(stale)); len(mm.have)+added > max && dropFirst != nil {
+		var keep []K
+		for _, k := range stale {
+			if dropFirst(mm.have[k]) {
+				if err := mm.delete(k); err != nil {
+					return nil, err
+				}
+			} else {
+				keep = append(keep, k)
+			}
+		}
+		stale = keep
+	}
+	for k, v := range want {
+		if old, ok := mm.have[k]; ok && old == v {
+			continue
+		}
+		if err := mm.m.Put(k, v); err != nil {
+			return nil, fmt.Errorf("writing %s (max %d entries): %w", mm.name, max, err)
+		}
+		mm.have[k] = v
+	}
+	return stale, nil
+}
+
+func (mm *mirroredMap[K, V]) delete(k K) error {
+	if err := mm.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting from %s: %w", mm.name, err)
+	}
+	delete(mm.have, k)
+	return nil
+}
+
+func (mm *mirroredMap[K, V]) prune(stale []K) error {
+	for _, k := range stale {
+		if err := mm.delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyMaps are the mirrors of the maps SyncPolicy writes.
+type policyMaps struct {
+	endpoints mirroredMap[podtcEndpointKey, podtcEndpointInfo]
+	ipcache   mirroredMap[podtcIpcacheKey, podtcIpcacheValue]
+	cidrs     mirroredMap[podtcIpcacheKey, podtcIpcacheValue]
+	policy    mirroredMap[podtcPolicyKey, podtcPolicyValue]
+}
+
+func (d *Datapath) initPolicyMaps() {
+	d.pol = policyMaps{
+		endpoints: mirroredMap[podtcEndpointKey, podtcEndpointInfo]{m: d.objs.ShuntEndpoints, name: "shunt_endpoints"},
+		ipcache:   mirroredMap[podtcIpcacheKey, podtcIpcacheValue]{m: d.objs.ShuntIpcache, name: "shunt_ipcache"},
+		cidrs:     mirroredMap[podtcIpcacheKey, podtcIpcacheValue]{m: d.objs.ShuntCidrIdentities, name: "shunt_cidr_identities"},
+		policy:    mirroredMap[podtcPolicyKey, podtcPolicyValue]{m: d.objs.ShuntPolicy, name: "shunt_policy"},
+	}
+}
+
+func prefixMap(list []PrefixIdentity, what string) (map[podtcIpcacheKey]podtcIpcacheValue, error) {
+	out := make(map[podtcIpcacheKey]podtcIpcacheValue, len(list))
+	for _, p := range list {
+		if !p.Prefix.Addr().Is4() {
+			return nil, fmt.Errorf("%s %s: only IPv4 prefixes are supported", what, p.Prefix)
+		}
+		out[ipcacheKey(p.Prefix)] = podtcIpcacheValue{Identity: p.Identity}
+	}
+	return out, nil
+}
+
+// SyncPolicy makes the endpoint, ipcache and policy maps hold exactly the
+// desired state, in an order that never opens what neither the old nor the
+// new state allows for longer than the sync itself: new identities and
+// policy entries first, then the endpoints (identities, isolation), then
+// what is stale. When a policy map is too small for the desired state the
+// sync is refused before anything changes, so the previous policy stays in
+// force (fail closed).
+func (d *Datapath) SyncPolicy(state PolicyState, endpoints []Endpoint) error {
+	wantEP := make(map[podtcEndpointKey]podtcEndpointInfo, len(endpoints))
+	for _, e := range endpoints {
+		if !e.IP.Is4() {
+			return fmt.Errorf("endpoint %s: only IPv4 pod addresses are supported", e.IP)
+		}
+		wantEP[endpointKey(e.IP)] = endpointValue(e)
+	}
+	wantIP, err := prefixMap(state.IPCache, "ipcache entry")
+	if err != nil {
+		return err
+	}
+	wantCIDR, err := prefixMap(state.CIDRIdentities, "CIDR identity")
+	if err != nil {
+		return err
+	}
+	wantPol := make(map[podtcPolicyKey]podtcPolicyValue, len(state.Entries))
+	for _, e := range state.Entries {
+		if !e.Endpoint.Is4() {
+			return fmt.Errorf("policy entry for %s: only IPv4 pods are supported", e.Endpoint)
+		}
+		wantPol[policyKey(e.PolicyKey)] = podtcPolicyValue{Verdict: uint8(e.Verdict), RuleId: e.RuleID}
+	}
+	for _, c := range []struct {
+		mm   interface{ capacity() (string, int) }
+		want int
+	}{{&d.pol.ipcache, len(wantIP)}, {&d.pol.cidrs, len(wantCIDR)}, {&d.pol.policy, len(wantPol)}, {&d.pol.endpoints, len(wantEP)}} {
+		if name, max := c.mm.capacity(); c.want > max {
+			return fmt.Errorf("%s is full: %d entries needed, the map holds %d; nothing changed, the previous policy stays in force",
+				name, c.want, max)
+		}
+	}
+
+	isAllow := func(v podtcPolicyValue) bool { return v.Verdict == uint8(VerdictAllow) }
+	staleIP, err := d.pol.ipcache.write(wantIP, nil)
+	if err != nil {
+		return err
+	}
+	staleCIDR, err := d.pol.cidrs.write(wantCIDR, nil)
+	if err != nil {
+		return err
+	}
+	stalePol, err := d.pol.policy.write(wantPol, isAllow)
+	if err != nil {
+		return err
+	}
+	staleEP, err := d.pol.endpoints.write(wantEP, nil)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.pol.endpoints.prune(staleEP), d.pol.policy.prune(stalePol),
+		d.pol.cidrs.prune(staleCIDR), d.pol.ipcache.prune(staleIP))
+}
+
+func (mm *mirroredMap[K, V]) capacity() (string, int) { return mm.name, int(mm.m.MaxEntries()) }
+
+// PolicyEntries reads shunt_policy back from the kernel, decoded.
+func (d *Datapath) PolicyEntries() ([]PolicyEntry, error) {
+	var out []PolicyEntry
+	var k podtcPolicyKey
+	var v podtcPolicyValue
+	it := d.objs.ShuntPolicy.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, PolicyEntry{PolicyKey: fromPolicyKey(k), Verdict: Verdict(v.Verdict), RuleID: v.RuleId})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading shunt_policy: %w", err)
+	}
+	slices.SortFunc(out, func(a, b PolicyEntry) int { return comparePolicyKeys(a.PolicyKey, b.PolicyKey) })
+	return out, nil
+}
+
+func comparePolicyKeys(a, b PolicyKey) int {
+	if c := a.Endpoint.Compare(b.Endpoint); c != 0 {
+		return c
+	}
+	for _, c := range []int{boolInt(a.Egress) - boolInt(b.Egress), int(a.Identity) - int(b.Identity),
+		int(a.Proto) - int(b.Proto), int(a.Port) - int(b.Port), int(a.PortBits) - int(b.PortBits)} {
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// IPCache reads shunt_ipcache and shunt_cidr_identities back, decoded.
+func (d *Datapath) IPCache() (pods, cidrs []PrefixIdentity, err error) {
+	read := func(m *ebpf.Map, name string) ([]PrefixIdentity, error) {
+		var out []PrefixIdentity
+		var k podtcIpcacheKey
+		var v podtcIpcacheValue
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			out = append(out, PrefixIdentity{Prefix: fromIpcacheKey(k), Identity: v.Identity})
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", name, err)
+		}
+		slices.SortFunc(out, func(a, b PrefixIdentity) int {
+			if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+				return c
+			}
+			return a.Prefix.Bits() - b.Prefix.Bits()
+		})
+		return out, nil
+	}
+	if pods, err = read(d.objs.ShuntIpcache, "shunt_ipcache"); err != nil {
+		return nil, nil, err
+	}
+	cidrs, err = read(d.objs.ShuntCidrIdentities, "shunt_cidr_identities")
+	return pods, cidrs, err
+}
