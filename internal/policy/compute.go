@@ -1,0 +1,457 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/manifest"
+)
+
+// Input is everything policy depends on.
+type Input struct {
+	Namespaces      []*corev1.Namespace
+	Pods            []Pod
+	NetworkPolicies []*networkingv1.NetworkPolicy
+	ShuntPolicies   []*manifest.ShuntNetworkPolicy
+	HostAddrs       []netip.Addr // the node's own addresses: the host identity
+}
+
+// Rule names one rule of one policy; its ID travels in the policy map
+// entries, conntrack and flows.
+type Rule struct {
+	ID        uint32 `json:"id"`
+	Kind      string `json:"kind,omitempty"` // NetworkPolicy, ShuntNetworkPolicy; "" for built-in rules
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Direction string `json:"direction,omitempty"` // ingress, egress
+	Index     int    `json:"index"`
+	Action    string `json:"action"` // allow, deny
+}
+
+func (r Rule) String() string {
+	if r.Kind == "" {
+		return r.Name
+	}
+	return fmt.Sprintf("%s %s/%s %s[%d] (%s)", r.Kind, r.Namespace, r.Name, r.Direction, r.Index, r.Action)
+}
+
+// RuleNode is the built-in rule under which the node reaches its own pods
+// even when they are isolated for ingress, as Kubernetes specifies (health
+// checks come from there). A ShuntNetworkPolicy can still deny the host.
+const (
+	RuleNode     = 1
+	firstRuleID  = 16
+	ruleNodeName = "node-to-local-pod (always allowed)"
+)
+
+// EndpointPolicy is the policy summary of one local pod.
+type EndpointPolicy struct {
+	Pod               string     `json:"pod"`
+	IP                netip.Addr `json:"ip"`
+	Identity          uint32     `json:"identity"`
+	IngressIsolatedBy []string   `json:"ingressIsolatedBy,omitempty"` // policies selecting it for ingress
+	EgressIsolatedBy  []string   `json:"egressIsolatedBy,omitempty"`
+}
+
+// CIDRIdentity is the identity of one prefix a policy names.
+type CIDRIdentity struct {
+	ID     uint32       `json:"id"`
+	Prefix netip.Prefix `json:"prefix"`
+}
+
+// Result is the computed policy state.
+type Result struct {
+	Identities []Identity                // pod identities, by id
+	CIDRs      []CIDRIdentity            // by id
+	Endpoints  map[string]EndpointPolicy // local pods by ns/name
+	State      datapath.PolicyState      // exactly what the maps must hold
+	Rules      map[uint32]Rule
+	Warnings   []string
+	Alloc      Allocations
+
+	podIdentity map[string]uint32 // every pod by ns/name
+	hostAddrs   map[netip.Addr]bool
+	podByIP     map[netip.Addr]string
+}
+
+type entryValue struct {
+	verdict datapath.Verdict
+	rule    uint32
+}
+
+type computation struct {
+	in          Input
+	res         *Result
+	nsLabels    map[string]map[string]string
+	identities  map[uint32]*Identity
+	idPods      map[uint32][]*corev1.Pod
+	cidrByID    map[uint32]netip.Prefix
+	cidrSorted  []CIDRIdentity // by address, then prefix length
+	rules       *allocator
+	entries     map[datapath.PolicyKey]entryValue
+	podIDs      []uint32 // every pod identity, sorted
+	localByKey  map[string]Pod
+	selectorErr map[string]bool
+}
+
+// Compute turns the input into the policy maps' content. prev are the
+// numbers handed out by the previous computation.
+func Compute(in Input, prev Allocations) *Result {
+	c := &computation{
+		in: in,
+		res: &Result{
+			Endpoints: map[string]EndpointPolicy{}, Rules: map[uint32]Rule{},
+			podIdentity: map[string]uint32{}, hostAddrs: map[netip.Addr]bool{}, podByIP: map[netip.Addr]string{},
+		},
+		nsLabels:   map[string]map[string]string{},
+		identities: map[uint32]*Identity{},
+		idPods:     map[uint32][]*corev1.Pod{},
+		cidrByID:   map[uint32]netip.Prefix{},
+		entries:    map[datapath.PolicyKey]entryValue{},
+		localByKey: map[string]Pod{},
+	}
+	c.res.Rules[RuleNode] = Rule{ID: RuleNode, Name: ruleNodeName, Action: "allow"}
+	c.identify(prev)
+	c.allocateCIDRs(prev)
+	c.rules = newAllocator(prev.Rules, firstRuleID)
+	c.applyNetworkPolicies()
+	c.applyShuntPolicies()
+	c.finish()
+	c.res.Alloc.Rules = c.rules.next
+	return c.res
+}
+
+func (c *computation) namespaceLabels(ns string) map[string]string {
+	if l, ok := c.nsLabels[ns]; ok {
+		return l
+	}
+	return map[string]string{NamespaceNameLabel: ns}
+}
+
+// identify gives every pod its identity and fills the ipcache.
+func (c *computation) identify(prev Allocations) {
+	for _, ns := range c.in.Namespaces {
+		l := maps.Clone(ns.Labels)
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[NamespaceNameLabel] = ns.Name
+		c.nsLabels[ns.Name] = l
+	}
+	alloc := newAllocator(prev.Identities, datapath.FirstPodIdentity)
+	pods := slices.Clone(c.in.Pods)
+	slices.SortFunc(pods, func(a, b Pod) int { return compareStrings(a.key(), b.key()) })
+	for _, p := range pods {
+		nsl := c.namespaceLabels(p.Pod.Namespace)
+		id := alloc.get(identityKey(p.Pod.Namespace, p.Pod.Labels, nsl))
+		ident := c.identities[id]
+		if ident == nil {
+			ident = &Identity{ID: id, Namespace: p.Pod.Namespace, Labels: p.Pod.Labels, NamespaceLabels: nsl}
+			c.identities[id] = ident
+		}
+		ident.Pods = append(ident.Pods, p.key())
+		c.idPods[id] = append(c.idPods[id], p.Pod)
+		c.res.podIdentity[p.key()] = id
+		if p.IP.IsValid() {
+			c.res.State.IPCache = append(c.res.State.IPCache, datapath.PrefixIdentity{
+				Prefix: netip.PrefixFrom(p.IP, p.IP.BitLen()), Identity: id})
+			c.res.podByIP[p.IP] = p.key()
+		}
+		if p.Local && p.IP.IsValid() {
+			c.localByKey[p.key()] = p
+			c.res.Endpoints[p.key()] = EndpointPolicy{Pod: p.key(), IP: p.IP, Identity: id}
+		}
+	}
+	for _, a := range c.in.HostAddrs {
+		if _, isPod := c.res.podByIP[a]; isPod || c.res.hostAddrs[a] {
+			continue
+		}
+		c.res.hostAddrs[a] = true
+		c.res.State.IPCache = append(c.res.State.IPCache, datapath.PrefixIdentity{
+			Prefix: netip.PrefixFrom(a, a.BitLen()), Identity: datapath.IdentityHost})
+	}
+	c.res.Alloc.Identities = alloc.next
+	c.podIDs = slices.Sorted(maps.Keys(c.identities))
+	for _, id := range c.podIDs {
+		c.res.Identities = append(c.res.Identities, *c.identities[id])
+	}
+}
+
+// allocateCIDRs gives every prefix a policy names (cidr and except) an
+// identity, and indexes them so a block finds the prefixes inside it.
+func (c *computation) allocateCIDRs(prev Allocations) {
+	seen := map[netip.Prefix]bool{}
+	add := func(s string) {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			seen[p.Masked()] = true
+		}
+	}
+	for _, np := range c.in.NetworkPolicies {
+		for _, r := range np.Spec.Ingress {
+			for _, pe := range r.From {
+				if pe.IPBlock != nil {
+					add(pe.IPBlock.CIDR)
+					for _, e := range pe.IPBlock.Except {
+						add(e)
+					}
+				}
+			}
+		}
+		for _, r := range np.Spec.Egress {
+			for _, pe := range r.To {
+				if pe.IPBlock != nil {
+					add(pe.IPBlock.CIDR)
+					for _, e := range pe.IPBlock.Except {
+						add(e)
+					}
+				}
+			}
+		}
+	}
+	for _, sp := range c.in.ShuntPolicies {
+		for _, rules := range [][]manifest.ShuntRule{sp.Spec.Ingress, sp.Spec.Egress} {
+			for _, r := range rules {
+				for _, pe := range r.Peers {
+					if pe.CIDR != "" {
+						add(pe.CIDR)
+						for _, e := range pe.Except {
+							add(e)
+						}
+					}
+				}
+			}
+		}
+	}
+	prefixes := slices.SortedFunc(maps.Keys(seen), comparePrefixes)
+	alloc := newAllocator(prev.CIDRs, datapath.FirstCIDRIdentity)
+	for _, p := range prefixes {
+		id := alloc.get(p.String())
+		c.cidrByID[id] = p
+		c.cidrSorted = append(c.cidrSorted, CIDRIdentity{ID: id, Prefix: p})
+		c.res.State.CIDRIdentities = append(c.res.State.CIDRIdentities, datapath.PrefixIdentity{Prefix: p, Identity: id})
+	}
+	c.res.Alloc.CIDRs = alloc.next
+	c.res.CIDRs = slices.Clone(c.cidrSorted)
+	slices.SortFunc(c.res.CIDRs, func(a, b CIDRIdentity) int { return int(a.ID) - int(b.ID) })
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// blockIdentities are the CIDR identities an address block (cidr minus
+// excepts) selects: prefixes inside cidr and inside no except. The ipcache
+// answers an address with its longest policy prefix, and that prefix lies
+// inside the block exactly when the address does.
+func (c *computation) blockIdentities(cidr string, except []string) []uint32 {
+	block, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return nil
+	}
+	block = block.Masked()
+	var excepts []netip.Prefix
+	for _, e := range except {
+		if p, err := netip.ParsePrefix(e); err == nil {
+			excepts = append(excepts, p.Masked())
+		}
+	}
+	// Prefixes inside block start at or after its address: binary search,
+	// then walk while they still start inside it.
+	i := sort.Search(len(c.cidrSorted), func(i int) bool {
+		return comparePrefixes(c.cidrSorted[i].Prefix, block) >= 0
+	})
+	var out []uint32
+	for ; i < len(c.cidrSorted) && block.Contains(c.cidrSorted[i].Prefix.Addr()); i++ {
+		p := c.cidrSorted[i].Prefix
+		if p.Bits() < block.Bits() {
+			continue
+		}
+		if slices.ContainsFunc(excepts, func(e netip.Prefix) bool { return e.Bits() <= p.Bits() && e.Contains(p.Addr()) }) {
+			continue
+		}
+		out = append(out, c.cidrSorted[i].ID)
+	}
+	return out
+}
+
+// selector turns a validated label selector into a matcher; manifests are
+// validated before they reach here, so an error selects nothing.
+func selector(s *metav1.LabelSelector) labels.Selector {
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return labels.Nothing()
+	}
+	return sel
+}
+
+// podIdentitiesMatching: identities of pods whose namespace matches nsSel
+// (nil: only policyNS) and whose labels match podSel (nil: all).
+func (c *computation) podIdentitiesMatching(policyNS string, podSel, nsSel *metav1.LabelSelector) []uint32 {
+	var ps, nss labels.Selector
+	if podSel != nil {
+		ps = selector(podSel)
+	}
+	if nsSel != nil {
+		nss = selector(nsSel)
+	}
+	var out []uint32
+	for _, id := range c.podIDs {
+		ident := c.identities[id]
+		if nss == nil && ident.Namespace != policyNS {
+			continue
+		}
+		if nss != nil && !nss.Matches(labels.Set(ident.NamespaceLabels)) {
+			continue
+		}
+		if ps != nil && !ps.Matches(labels.Set(ident.Labels)) {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// selectedLocalPods are the local pods in ns whose labels match sel.
+func (c *computation) selectedLocalPods(ns string, sel metav1.LabelSelector) []Pod {
+	s := selector(&sel)
+	var out []Pod
+	for _, key := range slices.Sorted(maps.Keys(c.localByKey)) {
+		p := c.localByKey[key]
+		if p.Pod.Namespace == ns && s.Matches(labels.Set(p.Pod.Labels)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *computation) isolate(p Pod, egress bool, by string) {
+	ep := c.res.Endpoints[p.key()]
+	if egress {
+		if !slices.Contains(ep.EgressIsolatedBy, by) {
+			ep.EgressIsolatedBy = append(ep.EgressIsolatedBy, by)
+		}
+	} else if !slices.Contains(ep.IngressIsolatedBy, by) {
+		ep.IngressIsolatedBy = append(ep.IngressIsolatedBy, by)
+	}
+	c.res.Endpoints[p.key()] = ep
+}
+
+func (c *computation) rule(kind, ns, name, dir string, index int, action string) uint32 {
+	id := c.rules.get(fmt.Sprintf("%s/%s/%s/%s/%d", kind, ns, name, dir, index))
+	c.res.Rules[id] = Rule{ID: id, Kind: kind, Namespace: ns, Name: name, Direction: dir, Index: index, Action: action}
+	return id
+}
+
+// put records one entry; a deny replaces an allow for the same key, and
+// among equal verdicts the rule with the lower id stays (deterministic).
+func (c *computation) put(k datapath.PolicyKey, v datapath.Verdict, rule uint32) {
+	k = k.Canonical()
+	old, ok := c.entries[k]
+	if ok && (old.verdict == datapath.VerdictDeny && v == datapath.VerdictAllow ||
+		old.verdict == v && old.rule <= rule) {
+		return
+	}
+	c.entries[k] = entryValue{v, rule}
+}
+
+// finish adds the node's built-in ingress allow, drops allows a deny of the
+// same peer covers (the LPM lookup would otherwise prefer a narrower allow
+// over a broader deny), sets isolation, and lays the entries out sorted.
+func (c *computation) finish() {
+	for _, ep := range c.res.Endpoints {
+		if len(ep.IngressIsolatedBy) > 0 {
+			c.put(datapath.PolicyKey{Endpoint: ep.IP, Identity: datapath.IdentityHost}, datapath.VerdictAllow, RuleNode)
+		}
+	}
+	type group struct {
+		ep       netip.Addr
+		egress   bool
+		identity uint32
+	}
+	denies := map[group][]datapath.PolicyKey{}
+	for k, v := range c.entries {
+		if v.verdict == datapath.VerdictDeny {
+			g := group{k.Endpoint, k.Egress, k.Identity}
+			denies[g] = append(denies[g], k)
+		}
+	}
+	for k, v := range c.entries {
+		if v.verdict != datapath.VerdictAllow {
+			continue
+		}
+		if slices.ContainsFunc(denies[group{k.Endpoint, k.Egress, k.Identity}], func(d datapath.PolicyKey) bool { return covers(d, k) }) {
+			delete(c.entries, k)
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(c.entries), comparePolicyKeys) {
+		v := c.entries[k]
+		c.res.State.Entries = append(c.res.State.Entries, datapath.PolicyEntry{PolicyKey: k, Verdict: v.verdict, RuleID: v.rule})
+	}
+	for key, ep := range c.res.Endpoints {
+		slices.Sort(ep.IngressIsolatedBy)
+		slices.Sort(ep.EgressIsolatedBy)
+		c.res.Endpoints[key] = ep
+	}
+}
+
+// covers says whether every packet key a matches also matches d.
+func covers(d, a datapath.PolicyKey) bool {
+	if d.Proto == 0 {
+		return true
+	}
+	return d.Proto == a.Proto && d.PortBits <= a.PortBits && portInPrefix(a.Port, d.Port, d.PortBits)
+}
+
+func portInPrefix(port, prefix uint16, bits uint8) bool {
+	if bits == 0 {
+		return true
+	}
+	mask := ^uint16(0) << (16 - bits)
+	return port&mask == prefix&mask
+}
+
+func comparePolicyKeys(a, b datapath.PolicyKey) int {
+	if c := a.Endpoint.Compare(b.Endpoint); c != 0 {
+		return c
+	}
+	key := func(k datapath.PolicyKey) [5]int {
+		e := 0
+		if k.Egress {
+			e = 1
+		}
+		return [5]int{e, int(k.Identity), int(k.Proto), int(k.Port), int(k.PortBits)}
+	}
+	ka, kb := key(a), key(b)
+	return slices.Compare(ka[:], kb[:])
+}
+
+// Endpoint returns the datapath endpoint fields policy decides for a local pod.
+func (r *Result) Endpoint(podKey string) (identity uint32, ingressIsolated, egressIsolated bool) {
+	ep, ok := r.Endpoints[podKey]
+	if !ok {
+		return r.podIdentity[podKey], false, false
+	}
+	return ep.Identity, len(ep.IngressIsolatedBy) > 0, len(ep.EgressIsolatedBy) > 0
+}

@@ -1,0 +1,108 @@
+// Package policy computes, without I/O, what the datapath needs to enforce
+// network policy: an identity for every distinct (namespace, labels) set,
+// the ipcache (address -> identity), identities for the CIDRs policies
+// name, and per local pod and direction the policy entries (peer identity,
+// protocol, port prefix -> allow/deny, deciding rule). Trace explains a
+// verdict from the same entries.
+package policy
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/datapath"
+)
+
+// NamespaceNameLabel is the label the API server puts on every namespace,
+// so a namespaceSelector can pick namespaces by name.
+const NamespaceNameLabel = "kubernetes.io/metadata.name"
+
+// Pod is a pod as policy sees it.
+type Pod struct {
+	Pod   *corev1.Pod
+	IP    netip.Addr // invalid while the pod has no address
+	Local bool       // runs on this node: gets policy entries
+}
+
+func (p Pod) key() string { return p.Pod.Namespace + "/" + p.Pod.Name }
+
+// Identity is one security identity: the pods of one namespace that carry
+// the same labels (in a namespace with the same labels) share it.
+type Identity struct {
+	ID              uint32            `json:"id"`
+	Namespace       string            `json:"namespace,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	NamespaceLabels map[string]string `json:"namespaceLabels,omitempty"`
+	Pods            []string          `json:"pods,omitempty"` // ns/name
+	Reserved        string            `json:"reserved,omitempty"`
+}
+
+// ReservedIdentities are the identities of what is not a pod.
+var ReservedIdentities = []Identity{
+	{ID: datapath.IdentityHost, Reserved: "host"},
+	{ID: datapath.IdentityWorld, Reserved: "world"},
+}
+
+// Allocations are the numbers handed out so far. They are kept across
+// computations and agent restarts, so an identity or rule keeps its number
+// while it exists and unchanged policy never rewrites a map entry.
+type Allocations struct {
+	Identities map[string]uint32 `json:"identities,omitempty"` // identity key -> id
+	CIDRs      map[string]uint32 `json:"cidrs,omitempty"`      // prefix -> id
+	Rules      map[string]uint32 `json:"rules,omitempty"`      // rule key -> id
+}
+
+// allocator hands out stable numbers: a key keeps the number it had; new
+// keys get the lowest free number from first. Keys not asked for again are
+// forgotten when the computation ends.
+type allocator struct {
+	prev  map[string]uint32
+	next  map[string]uint32
+	used  map[uint32]bool
+	first uint32
+	free  uint32
+}
+
+func newAllocator(prev map[string]uint32, first uint32) *allocator {
+	a := &allocator{prev: prev, next: map[string]uint32{}, used: map[uint32]bool{}, first: first, free: first}
+	for _, id := range prev {
+		a.used[id] = true
+	}
+	return a
+}
+
+func (a *allocator) get(key string) uint32 {
+	if id, ok := a.next[key]; ok {
+		return id
+	}
+	id, ok := a.prev[key]
+	if !ok {
+		for a.used[a.free] {
+			a.free++
+		}
+		id = a.free
+		a.used[id] = true
+	}
+	a.next[key] = id
+	return id
+}
+
+// labelsKey is a canonical text of a label set.
+func labelsKey(l map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(l[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+func identityKey(ns string, podLabels, nsLabels map[string]string) string {
+	return ns + "\x01" + labelsKey(podLabels) + "\x01" + labelsKey(nsLabels)
+}
