@@ -33,7 +33,7 @@ func newGetCmd(g *globals) *cobra.Command {
 	o := &getOptions{}
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME] [-n NS|-A] [-o wide|json|yaml|name]",
-		Short: "list objects with their status (pods, services, endpointslices, namespaces)",
+		Short: "list objects with their status (pods, services, endpointslices, namespaces, identities)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch o.output {
@@ -58,8 +58,10 @@ func newGetCmd(g *globals) *cobra.Command {
 				return getServices(c, o, name)
 			case "endpointslices", "endpointslice":
 				return getEndpointSlices(c, o, name)
+			case "identities", "identity":
+				return getIdentities(c, o)
 			default:
-				return fmt.Errorf("unknown kind %q: use pods, services, endpointslices or namespaces", args[0])
+				return fmt.Errorf("unknown kind %q: use pods, services, endpointslices, namespaces or identities", args[0])
 			}
 		},
 	}

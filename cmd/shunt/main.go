@@ -76,6 +76,7 @@ func newRootCmd() *cobra.Command {
 		newGetCmd(g),
 		newStatusCmd(g),
 		newMapCmd(g),
+		newPolicyCmd(g),
 		newUninstallCmd(g),
 	)
 	return root

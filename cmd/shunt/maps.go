@@ -15,9 +15,9 @@ func newMapCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "map", Short: "inspect the datapath's BPF maps, decoded"}
 	var output string
 	dump := &cobra.Command{
-		Use:   "dump services|backends [-o json]",
+		Use:   "dump services|backends|policy POD [-o json]",
 		Short: "print a map's contents as the kernel holds them",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()
 			if err != nil {
@@ -25,8 +25,13 @@ func newMapCmd(g *globals) *cobra.Command {
 			}
 			switch args[0] {
 			case "services", "backends":
+			case "policy":
+				if len(args) != 2 {
+					return usageError{fmt.Errorf("map dump policy needs a pod: shunt map dump policy NS/NAME")}
+				}
+				return dumpPolicyMap(c, args[1], output)
 			default:
-				return fmt.Errorf("unknown map %q: use services or backends", args[0])
+				return fmt.Errorf("unknown map %q: use services, backends or policy", args[0])
 			}
 			var entries []api.ServiceEntry
 			if err := c.Do("GET", "/v1/maps/services", nil, &entries); err != nil {

@@ -45,6 +45,9 @@ func sendObjects(g *globals, path string, files []string) ([]api.Change, error) 
 	if err := c.Do("POST", path, api.ObjectsRequest{Objects: objs}, &resp); err != nil {
 		return nil, err
 	}
+	for _, w := range resp.Warnings {
+		fmt.Fprintln(os.Stderr, "Warning:", w)
+	}
 	return resp.Changes, nil
 }
 

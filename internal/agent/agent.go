@@ -31,6 +31,7 @@ import (
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // DefaultPodCIDR is the lab node's pod network unless --pod-cidr says otherwise.
@@ -68,7 +69,9 @@ type Agent struct {
 	objects objectLog
 	unsaved map[string]bool
 	// lastSync is how long the last reconcile spent on each step (logged).
-	lastSync struct{ services, persist time.Duration }
+	lastSync struct{ policy, services, persist time.Duration }
+	// policy is the policy state last written to the datapath.
+	policy *policy.Result
 
 	shutdown chan bool // true: uninstall before exiting
 }
@@ -189,7 +192,10 @@ func (a *Agent) Close() error { return a.dp.Close() }
 
 func podKey(ns, name string) string { return ns + "/" + name }
 
-// reconcile makes pods, programs and maps match the store. Called with mu held.
+// reconcile makes pods, programs and maps match the store. New pods get
+// their plumbing, identity and policy before their containers start, so no
+// process ever runs unprotected by the policy that selects it. Called with
+// mu held.
 func (a *Agent) reconcile() error {
 	desired := map[string]*corev1.Pod{}
 	for _, p := range a.store.Pods() {
@@ -202,27 +208,56 @@ func (a *Agent) reconcile() error {
 			delete(a.state.Pods, key)
 		}
 	}
-	var endpoints []datapath.Endpoint
+	var built []ensured
 	for _, key := range slices.Sorted(maps.Keys(desired)) {
-		rec, err := a.ensurePod(desired[key])
+		e, err := a.ensurePod(desired[key])
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		endpoints = append(endpoints, rec.endpoint)
+		built = append(built, e)
 	}
-	if err := a.dp.SyncEndpoints(endpoints); err != nil {
-		errs = append(errs, err)
-	}
+
 	t0 := time.Now()
+	pol, err := a.computePolicy(a.store)
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		endpoints := make([]datapath.Endpoint, len(built))
+		for i, e := range built {
+			endpoints[i] = e.endpoint
+			endpoints[i].Identity, endpoints[i].IngressIsolated, endpoints[i].EgressIsolated =
+				pol.Endpoint(podKey(e.Namespace, e.Name))
+		}
+		if err := a.dp.SyncPolicy(pol.State, endpoints); err != nil {
+			errs = append(errs, err)
+		} else {
+			a.policy, a.state.Policy = pol, pol.Alloc
+		}
+	}
+	t1 := time.Now()
+
+	for _, e := range built {
+		if !e.start {
+			continue
+		}
+		if err := a.startContainers(desired[podKey(e.Namespace, e.Name)], e.PodRecord); err != nil {
+			a.deletePod(e.PodRecord)
+			delete(a.state.Pods, podKey(e.Namespace, e.Name))
+			errs = append(errs, fmt.Errorf("pod %s/%s: %w", e.Namespace, e.Name, err))
+			continue
+		}
+		a.log.Info("pod started", "pod", podKey(e.Namespace, e.Name), "ip", e.IP, "veth", e.HostIf)
+	}
+	t2 := time.Now()
 	if err := a.syncServices(); err != nil {
 		errs = append(errs, err)
 	}
-	t1 := time.Now()
+	t3 := time.Now()
 	if err := a.persist(); err != nil {
 		errs = append(errs, err)
 	}
-	a.lastSync.services, a.lastSync.persist = t1.Sub(t0), time.Since(t1)
+	a.lastSync.policy, a.lastSync.services, a.lastSync.persist = t1.Sub(t0), t3.Sub(t2), time.Since(t3)
 	return errors.Join(errs...)
 }
 
@@ -239,27 +274,38 @@ func (a *Agent) persist() error {
 type ensured struct {
 	*PodRecord
 	endpoint datapath.Endpoint
+	start    bool // new plumbing: its containers must be (re)started
 }
 
-// ensurePod builds a pod that does not exist yet and repairs one whose
-// plumbing is gone (after a reboot, say); a healthy pod is left alone.
+// newPodRecord gives a pod its address and names; nothing is built yet.
+func (a *Agent) newPodRecord(pod *corev1.Pod) (*PodRecord, error) {
+	key := podKey(pod.Namespace, pod.Name)
+	ip, err := a.pool.Allocate(a.addressesInUse())
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", key, err)
+	}
+	inst := a.cfg.Instance
+	return &PodRecord{
+		Namespace: pod.Namespace, Name: pod.Name, UID: newUID(), IP: ip.String(),
+		Netns:   inst.PodNetns(pod.Namespace, pod.Name),
+		HostIf:  inst.PodHostIf(pod.Namespace, pod.Name),
+		Cgroup:  inst.PodCgroupDir(a.cgroupRoot, pod.Namespace, pod.Name),
+		Created: time.Now().UTC(),
+	}, nil
+}
+
+// ensurePod builds a pod's plumbing when it does not exist yet, or is gone
+// (after a reboot, say); a healthy pod is left alone. Containers are
+// started by the caller once the datapath knows the pod.
 func (a *Agent) ensurePod(pod *corev1.Pod) (ensured, error) {
 	key := podKey(pod.Namespace, pod.Name)
 	rec := a.state.Pods[key]
-	fresh := rec == nil
-	if fresh {
-		ip, err := a.pool.Allocate(a.addressesInUse())
-		if err != nil {
-			return ensured{}, fmt.Errorf("pod %s: %w", key, err)
+	if rec == nil {
+		var err error
+		if rec, err = a.newPodRecord(pod); err != nil {
+			return ensured{}, err
 		}
-		inst := a.cfg.Instance
-		rec = &PodRecord{
-			Namespace: pod.Namespace, Name: pod.Name, UID: newUID(), IP: ip.String(),
-			Netns:   inst.PodNetns(pod.Namespace, pod.Name),
-			HostIf:  inst.PodHostIf(pod.Namespace, pod.Name),
-			Cgroup:  inst.PodCgroupDir(a.cgroupRoot, pod.Namespace, pod.Name),
-			Created: time.Now().UTC(),
-		}
+		a.state.Pods[key] = rec
 	}
 	plumbing := a.podPlumbing(rec)
 	links, inspectErr := podnet.Inspect(plumbing)
@@ -268,26 +314,18 @@ func (a *Agent) ensurePod(pod *corev1.Pod) (ensured, error) {
 		if links, err = podnet.SetupPod(a.node, plumbing); err != nil {
 			return ensured{}, err
 		}
-	}
-	if err := a.dp.AttachPod(rec.HostIf, links.HostIfindex); err != nil {
-		return ensured{}, fmt.Errorf("pod %s: %w", key, err)
-	}
-	if fresh || inspectErr != nil {
 		// New plumbing means new processes: old ones (if any) lost their network.
 		if err := cgroup.Remove(rec.Cgroup); err != nil {
 			return ensured{}, err
 		}
-		if err := a.startContainers(pod, rec); err != nil {
-			a.deletePod(rec)
-			return ensured{}, fmt.Errorf("pod %s: %w", key, err)
-		}
-		a.log.Info("pod started", "pod", key, "ip", rec.IP, "veth", rec.HostIf)
 	}
-	a.state.Pods[key] = rec
+	if err := a.dp.AttachPod(rec.HostIf, links.HostIfindex); err != nil {
+		return ensured{}, fmt.Errorf("pod %s: %w", key, err)
+	}
 	return ensured{rec, datapath.Endpoint{
 		IP: netip.MustParseAddr(rec.IP), Ifindex: links.HostIfindex,
 		PodMAC: links.PodMAC, NodeMAC: links.HostMAC,
-	}}, nil
+	}, inspectErr != nil}, nil
 }
 
 func (a *Agent) podPlumbing(rec *PodRecord) podnet.Pod {
@@ -426,6 +464,9 @@ func (a *Agent) commit(op string, start time.Time, next *model.Store, changes []
 	if err != nil {
 		return err
 	}
+	if err := a.checkPolicyFits(next); err != nil {
+		return err
+	}
 	a.store, a.state.ClusterIPs = next, ips
 	for _, c := range changes {
 		if c.Action != "unchanged" {
@@ -434,7 +475,7 @@ func (a *Agent) commit(op string, start time.Time, next *model.Store, changes []
 	}
 	checked := time.Now()
 	err = a.reconcile()
-	a.log.Info(op, "objects", objects, "checkMs", ms(checked.Sub(start)),
+	a.log.Info(op, "objects", objects, "checkMs", ms(checked.Sub(start)), "policyMs", ms(a.lastSync.policy),
 		"servicesMs", ms(a.lastSync.services), "persistMs", ms(a.lastSync.persist),
 		"totalMs", ms(time.Since(start)), "err", err)
 	return err

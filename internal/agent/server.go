@@ -36,6 +36,9 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/services", a.handleServices)
 	mux.HandleFunc("GET /v1/endpointslices", a.handleEndpointSlices)
 	mux.HandleFunc("GET /v1/maps/services", a.handleServiceMap)
+	mux.HandleFunc("GET /v1/maps/policy", a.handlePolicyMap)
+	mux.HandleFunc("GET /v1/identities", a.handleIdentities)
+	mux.HandleFunc("GET /v1/policy/trace", a.handleTrace)
 	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.Apply))
 	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.Delete))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +89,7 @@ func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)
 			writeError(w, code, err)
 			return
 		}
+		resp.Warnings = a.Warnings()
 		writeJSON(w, http.StatusOK, resp)
 	}
 }
@@ -270,6 +274,8 @@ func protoName(p uint8) string {
 		return "TCP"
 	case 17:
 		return "UDP"
+	case 132:
+		return "SCTP"
 	}
 	return fmt.Sprint(p)
 }

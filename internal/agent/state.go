@@ -10,6 +10,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // State is what the agent persists in its state directory: the settings,
@@ -22,6 +23,9 @@ type State struct {
 	ClusterIPs  map[string]string     `json:"clusterIPs"`        // service ns/name -> allocated ClusterIP
 	Objects     []StoredObject        `json:"objects,omitempty"` // only in state files of older versions
 	Pods        map[string]*PodRecord `json:"pods"`              // by namespace/name
+	// Policy are the identity, CIDR and rule numbers handed out, kept so
+	// they stay the same across restarts.
+	Policy policy.Allocations `json:"policy"`
 }
 
 // StoredObject is a manifest object with where it came from.

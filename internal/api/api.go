@@ -37,7 +37,29 @@ type Change struct {
 
 // ChangesResponse answers apply and delete.
 type ChangesResponse struct {
-	Changes []Change `json:"changes"`
+	Changes  []Change `json:"changes"`
+	Warnings []string `json:"warnings,omitempty"` // accepted, but worth knowing (kubectl prints them)
+}
+
+// PolicyMap is the decoded content of shunt_policy for one pod.
+type PolicyMap struct {
+	Pod               string           `json:"pod"`
+	IP                string           `json:"ip"`
+	Identity          uint32           `json:"identity"`
+	IngressIsolatedBy []string         `json:"ingressIsolatedBy,omitempty"`
+	EgressIsolatedBy  []string         `json:"egressIsolatedBy,omitempty"`
+	Entries           []PolicyMapEntry `json:"entries"`
+}
+
+// PolicyMapEntry is one policy map entry, decoded.
+type PolicyMapEntry struct {
+	Direction string `json:"direction"`
+	Identity  uint32 `json:"identity"`
+	Peer      string `json:"peer"`  // what the identity stands for
+	Ports     string `json:"ports"` // e.g. 80/TCP, 8000-8063/TCP, all/UDP, any
+	Verdict   string `json:"verdict"`
+	RuleID    uint32 `json:"ruleID"`
+	Rule      string `json:"rule,omitempty"`
 }
 
 // Status is the agent's summary.

@@ -91,21 +91,21 @@ func (k PolicyKey) Canonical() PolicyKey {
 func policyKey(k PolicyKey) podtcPolicyKey {
 	k = k.Canonical()
 	key := podtcPolicyKey{
-		Prefixlen: 72, Endpoint: be32(k.Endpoint), Identity: k.Identity, Proto: k.Proto, Dport: be16(k.Port),
+		Prefixlen: PolicyPrefixFixed, Endpoint: be32(k.Endpoint), Identity: k.Identity, Proto: k.Proto, Dport: be16(k.Port),
 	}
 	if k.Egress {
 		key.Egress = 1
 	}
 	if k.Proto != 0 {
-		key.Prefixlen = 80 + uint32(k.PortBits)
+		key.Prefixlen = PolicyPrefixProto + uint32(k.PortBits)
 	}
 	return key
 }
 
 func fromPolicyKey(k podtcPolicyKey) PolicyKey {
 	pk := PolicyKey{Endpoint: fromBe32(k.Endpoint), Egress: k.Egress == 1, Identity: k.Identity, Proto: k.Proto}
-	if k.Prefixlen >= 80 {
-		pk.Port, pk.PortBits = fromBe16(k.Dport), uint8(k.Prefixlen-80)
+	if k.Prefixlen >= PolicyPrefixProto {
+		pk.Port, pk.PortBits = fromBe16(k.Dport), uint8(k.Prefixlen-PolicyPrefixProto)
 	} else {
 		pk.Proto = 0
 	}
@@ -265,14 +265,8 @@ func (d *Datapath) SyncPolicy(state PolicyState, endpoints []Endpoint) error {
 		}
 		wantPol[policyKey(e.PolicyKey)] = podtcPolicyValue{Verdict: uint8(e.Verdict), RuleId: e.RuleID}
 	}
-	for _, c := range []struct {
-		mm   interface{ capacity() (string, int) }
-		want int
-	}{{&d.pol.ipcache, len(wantIP)}, {&d.pol.cidrs, len(wantCIDR)}, {&d.pol.policy, len(wantPol)}, {&d.pol.endpoints, len(wantEP)}} {
-		if name, max := c.mm.capacity(); c.want > max {
-			return fmt.Errorf("%s is full: %d entries needed, the map holds %d; nothing changed, the previous policy stays in force",
-				name, c.want, max)
-		}
+	if err := d.PolicyFits(state, len(wantEP)); err != nil {
+		return err
 	}
 
 	isAllow := func(v podtcPolicyValue) bool { return v.Verdict == uint8(VerdictAllow) }
@@ -296,7 +290,26 @@ func (d *Datapath) SyncPolicy(state PolicyState, endpoints []Endpoint) error {
 		d.pol.cidrs.prune(staleCIDR), d.pol.ipcache.prune(staleIP))
 }
 
-func (mm *mirroredMap[K, V]) capacity() (string, int) { return mm.name, int(mm.m.MaxEntries()) }
+// PolicyFits says whether a desired policy state (and this many local pods)
+// fits the maps, so a change can be refused before anything is built.
+func (d *Datapath) PolicyFits(state PolicyState, endpoints int) error {
+	for _, c := range []struct {
+		m    *ebpf.Map
+		name string
+		want int
+	}{
+		{d.objs.ShuntIpcache, "shunt_ipcache", len(state.IPCache)},
+		{d.objs.ShuntCidrIdentities, "shunt_cidr_identities", len(state.CIDRIdentities)},
+		{d.objs.ShuntPolicy, "shunt_policy", len(state.Entries)},
+		{d.objs.ShuntEndpoints, "shunt_endpoints", endpoints},
+	} {
+		if max := int(c.m.MaxEntries()); c.want > max {
+			return fmt.Errorf("%s is full: %d entries needed, the map holds %d; nothing changed, the previous policy stays in force",
+				c.name, c.want, max)
+		}
+	}
+	return nil
+}
 
 // PolicyEntries reads shunt_policy back from the kernel, decoded.
 func (d *Datapath) PolicyEntries() ([]PolicyEntry, error) {
@@ -361,3 +374,10 @@ func (d *Datapath) IPCache() (pods, cidrs []PrefixIdentity, err error) {
 	cidrs, err = read(d.objs.ShuntCidrIdentities, "shunt_cidr_identities")
 	return pods, cidrs, err
 }
+
+// Prefix lengths of policy keys (POLICY_PREFIX_* in shunt.h), for code that
+// evaluates entries as the LPM trie does.
+const (
+	PolicyPrefixFixed = 72
+	PolicyPrefixProto = 80
+)

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shuntnet/shunt/internal/manifest"
@@ -210,6 +211,16 @@ func (s *Store) Services() []*corev1.Service { return ofType[*corev1.Service](s)
 // EndpointSlices returns the hand-written slices, sorted.
 func (s *Store) EndpointSlices() []*discoveryv1.EndpointSlice {
 	return ofType[*discoveryv1.EndpointSlice](s)
+}
+
+// NetworkPolicies returns every Kubernetes NetworkPolicy, sorted.
+func (s *Store) NetworkPolicies() []*networkingv1.NetworkPolicy {
+	return ofType[*networkingv1.NetworkPolicy](s)
+}
+
+// ShuntPolicies returns every ShuntNetworkPolicy, sorted.
+func (s *Store) ShuntPolicies() []*manifest.ShuntNetworkPolicy {
+	return ofType[*manifest.ShuntNetworkPolicy](s)
 }
 
 // Pods returns every pod, sorted by namespace and name.

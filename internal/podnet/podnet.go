@@ -360,3 +360,19 @@ func DeleteLink(name string) error {
 	}
 	return netlink.LinkDel(l)
 }
+
+// HostAddresses lists the IPv4 addresses of the host's network namespace:
+// traffic from any of them comes from the node.
+func HostAddresses() ([]netip.Addr, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("listing host addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
+			out = append(out, ip)
+		}
+	}
+	return out, nil
+}

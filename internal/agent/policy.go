@@ -1,0 +1,230 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/podnet"
+	"github.com/shuntnet/shunt/internal/policy"
+)
+
+// computePolicy computes the policy state of store over the pods this
+// agent has records (addresses) for.
+func (a *Agent) computePolicy(store *model.Store) (*policy.Result, error) {
+	hosts, err := podnet.HostAddresses()
+	if err != nil {
+		return nil, err
+	}
+	in := policy.Input{
+		Namespaces: store.Namespaces(), NetworkPolicies: store.NetworkPolicies(), ShuntPolicies: store.ShuntPolicies(),
+		HostAddrs: append([]netip.Addr{a.pool.NodeIP()}, hosts...),
+	}
+	for _, p := range store.Pods() {
+		pod := policy.Pod{Pod: p, Local: true}
+		if rec := a.state.Pods[podKey(p.Namespace, p.Name)]; rec != nil {
+			pod.IP = netip.MustParseAddr(rec.IP)
+		}
+		in.Pods = append(in.Pods, pod)
+	}
+	return policy.Compute(in, a.state.Policy), nil
+}
+
+// checkPolicyFits refuses a change whose policy would not fit the maps,
+// before anything is built. Pods the change adds get their addresses here
+// (given back when the change is refused), so their entries count too.
+func (a *Agent) checkPolicyFits(next *model.Store) error {
+	var added []string
+	for _, p := range next.Pods() {
+		key := podKey(p.Namespace, p.Name)
+		if a.state.Pods[key] != nil {
+			continue
+		}
+		rec, err := a.newPodRecord(p)
+		if err != nil {
+			break // the pod CIDR is full: reconcile reports it per pod
+		}
+		a.state.Pods[key] = rec
+		added = append(added, key)
+	}
+	pol, err := a.computePolicy(next)
+	if err == nil {
+		err = a.dp.PolicyFits(pol.State, len(next.Pods()))
+	}
+	if err != nil {
+		for _, key := range added {
+			delete(a.state.Pods, key)
+		}
+		return fmt.Errorf("nothing applied: %w", err)
+	}
+	return nil
+}
+
+// Warnings are what the last policy computation wants the user to know.
+func (a *Agent) Warnings() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.policy == nil {
+		return nil
+	}
+	return a.policy.Warnings
+}
+
+func (a *Agent) handleIdentities(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := slices.Clone(policy.ReservedIdentities)
+	if a.policy != nil {
+		out = append(out, a.policy.Identities...)
+		for _, c := range a.policy.CIDRs {
+			out = append(out, policy.Identity{ID: c.ID, Reserved: "cidr:" + c.Prefix.String()})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// parsePeer reads a trace end: ns/name, a pod name in the default
+// namespace, or an IP address.
+func parsePeer(s string) policy.Peer {
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return policy.Peer{IP: ip}
+	}
+	if !strings.Contains(s, "/") {
+		s = model.DefaultNamespace + "/" + s
+	}
+	return policy.Peer{Pod: s}
+}
+
+// ParsePortProto reads "80", "80/tcp", "53/udp", "icmp".
+func ParsePortProto(s string) (proto uint8, port uint16, err error) {
+	num, name, _ := strings.Cut(strings.ToLower(s), "/")
+	if num == "icmp" {
+		return 1, 0, nil
+	}
+	protos := map[string]uint8{"": 6, "tcp": 6, "udp": 17, "sctp": 132}
+	proto, ok := protos[name]
+	if !ok {
+		return 0, 0, fmt.Errorf("unknown protocol %q in %q: use tcp, udp or sctp (e.g. 53/udp)", name, s)
+	}
+	n, err := strconv.ParseUint(num, 10, 16)
+	if err != nil || n == 0 {
+		return 0, 0, fmt.Errorf("bad port %q in %q: want 1-65535, e.g. 80/tcp", num, s)
+	}
+	return proto, uint16(n), nil
+}
+
+func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	proto, port, err := ParsePortProto(q.Get("port"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.policy == nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no policy computed yet"))
+		return
+	}
+	var ends [2]policy.Peer
+	for i, s := range []string{q.Get("from"), q.Get("to")} {
+		if s == "" {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("trace needs --from and --to"))
+			return
+		}
+		p := parsePeer(s)
+		if p.Pod != "" {
+			if _, ok := a.state.Pods[p.Pod]; !ok {
+				writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s (give ns/name, a pod of the default namespace, or an IP)", p.Pod))
+				return
+			}
+		}
+		if ends[i], err = a.policy.Resolve(p); err != nil {
+			writeError(w, http.StatusNotFound, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, a.policy.Trace(ends[0], ends[1], proto, port))
+}
+
+// handlePolicyMap decodes what the kernel's policy map holds for one pod,
+// named with the agent's identities and rules.
+func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
+	p := parsePeer(r.URL.Query().Get("pod"))
+	a.mu.Lock()
+	rec := a.state.Pods[p.Pod]
+	pol := a.policy
+	a.mu.Unlock()
+	if rec == nil || pol == nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s", p.Pod))
+		return
+	}
+	entries, err := a.dp.PolicyEntries()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	ip := netip.MustParseAddr(rec.IP)
+	ep := pol.Endpoints[p.Pod]
+	out := api.PolicyMap{Pod: p.Pod, IP: rec.IP, Identity: ep.Identity,
+		IngressIsolatedBy: ep.IngressIsolatedBy, EgressIsolatedBy: ep.EgressIsolatedBy, Entries: []api.PolicyMapEntry{}}
+	names := identityNames(pol)
+	for _, e := range entries {
+		if e.Endpoint != ip {
+			continue
+		}
+		me := api.PolicyMapEntry{Direction: "ingress", Identity: e.Identity, Peer: names[e.Identity],
+			Ports: portText(e.PolicyKey), Verdict: e.Verdict.String(), RuleID: e.RuleID}
+		if e.Egress {
+			me.Direction = "egress"
+		}
+		if rule, ok := pol.Rules[e.RuleID]; ok {
+			me.Rule = rule.String()
+		}
+		out.Entries = append(out.Entries, me)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// identityNames describes every identity: labels of a pod identity, the
+// prefix of a CIDR identity, the reserved names.
+func identityNames(pol *policy.Result) map[uint32]string {
+	names := map[uint32]string{datapath.IdentityAny: "any"}
+	for _, r := range policy.ReservedIdentities {
+		names[r.ID] = r.Reserved
+	}
+	for _, id := range pol.Identities {
+		var labels []string
+		for _, k := range slices.Sorted(maps.Keys(id.Labels)) {
+			labels = append(labels, k+"="+id.Labels[k])
+		}
+		names[id.ID] = fmt.Sprintf("ns=%s %s", id.Namespace, strings.Join(labels, ","))
+	}
+	for _, c := range pol.CIDRs {
+		names[c.ID] = "cidr " + c.Prefix.String()
+	}
+	return names
+}
+
+func portText(k datapath.PolicyKey) string {
+	if k.Proto == 0 {
+		return "any"
+	}
+	proto := protoName(k.Proto)
+	if k.PortBits == 0 {
+		return "all/" + proto
+	}
+	lo := k.Port
+	hi := lo | ^(^uint16(0) << (16 - k.PortBits))
+	if lo == hi {
+		return fmt.Sprintf("%d/%s", lo, proto)
+	}
+	return fmt.Sprintf("%d-%d/%s", lo, hi, proto)
+}
