@@ -41,7 +41,22 @@ step "pod -> node ($node) and node -> pod"
 shunt lab exec -n shop frontend -- ping -c 1 -W 1 "$node" | tail -n 2
 bin/shunt lab probe --http "http://$fe/"
 
-step "what the datapath did (per-reason counters from the tc programs)"
+step "network policy (examples/policy): backends take their API only from the frontend"
+shunt apply -f examples/policy/
+shunt get identities
+shunt map dump policy shop/backend-v1
+echo "frontend -> backend ClusterIP (allowed):"
+shunt lab exec -n shop frontend -- shunt lab probe --tcp "$vip:9000" --count 4 | tail -n 1
+echo "scraper -> backend-v1 API (denied: dropped at the backend's veth):"
+shunt lab exec -n monitoring scraper -- shunt lab probe --tcp "$v1:9000" --timeout 500ms --expect timeout
+echo "scraper -> backend-v1 HTTP (allowed by the namespace rule):"
+shunt lab exec -n monitoring scraper -- shunt lab probe --http "http://$v1:8080/"
+echo "why (computed from the same state the datapath holds, no traffic sent):"
+shunt policy trace --from monitoring/scraper --to shop/backend-v1 --port 9000 || true
+shunt policy trace --from shop/frontend --to shop/backend-v1 --port 9000
+shunt policy trace --from monitoring/scraper --to shop/frontend --port 8443 || true
+
+step "what the datapath did (per-reason counters from the tc programs; drops by reason)"
 shunt status
 
 cat <<EOT

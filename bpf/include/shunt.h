@@ -30,8 +30,10 @@ struct endpoint_key {
 };
 
 enum endpoint_flags {
-	ENDPOINT_F_INGRESS_ISOLATED = 1, /* some policy selects the pod for ingress */
-	ENDPOINT_F_EGRESS_ISOLATED = 2,  /* some policy selects the pod for egress */
+	ENDPOINT_F_INGRESS_ISOLATED = 1, /* some policy isolates the pod for ingress: default deny */
+	ENDPOINT_F_EGRESS_ISOLATED = 2,  /* some policy isolates the pod for egress: default deny */
+	ENDPOINT_F_INGRESS_RULES = 4,    /* the pod has ingress entries (e.g. denies) to look up */
+	ENDPOINT_F_EGRESS_RULES = 8,     /* the pod has egress entries to look up */
 };
 
 struct endpoint_info {

@@ -116,7 +116,9 @@ static __always_inline __u32 verdict_reason(__u8 v)
 /* policy_admit decides a packet between src and dst: a packet of a known
  * connection (or an ICMP error about one) passes; a new connection needs
  * the egress policy of src and the ingress policy of dst, and is recorded.
- * Returns 0 to pass, or the drop reason. */
+ * A direction with entries is looked up; a deny drops; no match drops only
+ * when the pod is isolated for that direction (deny-only policies take
+ * away without isolating). Returns 0 to pass, or the drop reason. */
 static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *src, struct policy_side *dst,
 					  __u32 *decided_by)
 {
@@ -127,16 +129,16 @@ static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *sr
 	*decided_by = 0;
 	if (ct_lookup(f, now) || ct_related(f))
 		return 0;
-	if (src->local && (src->flags & ENDPOINT_F_EGRESS_ISOLATED)) {
+	if (src->local && (src->flags & (ENDPOINT_F_EGRESS_ISOLATED | ENDPOINT_F_EGRESS_RULES))) {
 		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, &rule);
 		*decided_by = rule;
-		if (v != POLICY_ALLOW)
+		if (v == POLICY_DENY || (v == POLICY_NONE && (src->flags & ENDPOINT_F_EGRESS_ISOLATED)))
 			return verdict_reason(v);
 	}
-	if (dst->local && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)) {
+	if (dst->local && (dst->flags & (ENDPOINT_F_INGRESS_ISOLATED | ENDPOINT_F_INGRESS_RULES))) {
 		v = policy_verdict(dst->addr, 0, src->identity, src->addr, f, &rule);
 		*decided_by = rule;
-		if (v != POLICY_ALLOW)
+		if (v == POLICY_DENY || (v == POLICY_NONE && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)))
 			return verdict_reason(v);
 	}
 	if (ct_create(f, rule, now) < 0)

@@ -226,8 +226,7 @@ func (a *Agent) reconcile() error {
 		endpoints := make([]datapath.Endpoint, len(built))
 		for i, e := range built {
 			endpoints[i] = e.endpoint
-			endpoints[i].Identity, endpoints[i].IngressIsolated, endpoints[i].EgressIsolated =
-				pol.Endpoint(podKey(e.Namespace, e.Name))
+			pol.Endpoint(podKey(e.Namespace, e.Name), &endpoints[i])
 		}
 		if err := a.dp.SyncPolicy(pol.State, endpoints); err != nil {
 			errs = append(errs, err)

@@ -14,8 +14,10 @@ type Endpoint struct {
 	NodeMAC net.HardwareAddr
 
 	Identity        uint32 // the pod's security identity
-	IngressIsolated bool   // some policy selects the pod for ingress
-	EgressIsolated  bool   // some policy selects the pod for egress
+	IngressIsolated bool   // some policy isolates the pod for ingress (default deny)
+	EgressIsolated  bool   // some policy isolates the pod for egress (default deny)
+	IngressRules    bool   // the pod has ingress policy entries (look them up even when not isolated)
+	EgressRules     bool   // the pod has egress policy entries
 }
 
 // endpointKey keeps the address in network order: the C side compares it
@@ -29,6 +31,12 @@ func endpointValue(e Endpoint) podtcEndpointInfo {
 	}
 	if e.EgressIsolated {
 		v.Flags |= uint32(podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED)
+	}
+	if e.IngressRules {
+		v.Flags |= uint32(podtcEndpointFlagsENDPOINT_F_INGRESS_RULES)
+	}
+	if e.EgressRules {
+		v.Flags |= uint32(podtcEndpointFlagsENDPOINT_F_EGRESS_RULES)
 	}
 	copy(v.PodMac[:], e.PodMAC)
 	copy(v.NodeMac[:], e.NodeMAC)

@@ -36,6 +36,8 @@ type podtcEndpointFlags uint32
 const (
 	podtcEndpointFlagsENDPOINT_F_INGRESS_ISOLATED podtcEndpointFlags = 1
 	podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED  podtcEndpointFlags = 2
+	podtcEndpointFlagsENDPOINT_F_INGRESS_RULES    podtcEndpointFlags = 4
+	podtcEndpointFlagsENDPOINT_F_EGRESS_RULES     podtcEndpointFlags = 8
 )
 
 type podtcEndpointInfo struct {

@@ -66,7 +66,7 @@ func TestPolicyVerdicts(t *testing.T) {
 	endpoints := []Endpoint{ // test runs see packets on lo: every pod's "veth" is ifindex 1
 		{IP: a, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idA, IngressIsolated: true, EgressIsolated: true},
 		{IP: b, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idB, IngressIsolated: true},
-		{IP: c, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idC},
+		{IP: c, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idC, IngressRules: true}, // deny-only
 	}
 	key := func(ep netip.Addr, egress bool, id uint32, proto uint8, port uint16, bits uint8) PolicyKey {
 		return PolicyKey{Endpoint: ep, Egress: egress, Identity: id, Proto: proto, Port: port, PortBits: bits}
@@ -87,6 +87,7 @@ func TestPolicyVerdicts(t *testing.T) {
 			{key(b, false, idA, 6, 6000, 16), VerdictAllow, 6},
 			{key(b, false, idA, 6, 7000, 16), VerdictAllow, 6},
 			{key(b, false, IdentityHost, 0, 0, 0), VerdictAllow, 7},
+			{key(c, false, IdentityWorld, 6, 8443, 16), VerdictDeny, 8},
 		},
 	}
 	if err := d.SyncPolicy(state, endpoints); err != nil {
@@ -119,6 +120,7 @@ func TestPolicyVerdicts(t *testing.T) {
 		{"world->a: ICMP error about a's udp flow is related", "to-pod", packet(world, a, 1, icmpUnreachable(udpOut)), tcActOK},
 		{"world->a: ICMP error about nothing a sent", "to-pod", packet(world, a, 1, icmpUnreachable(packet(a, world, 17, udpDatagram(1, 2)))), tcActShot},
 		{"world->c: c is not isolated", "to-pod", packet(world, c, 6, tcpSegment(40013, 80, tcpSYN)), tcActOK},
+		{"world->c:8443: c's deny-only rule applies without isolation", "to-pod", packet(world, c, 6, tcpSegment(40014, 8443, tcpSYN)), tcActShot},
 	}
 	for _, tc := range cases {
 		prog := fromPod
@@ -142,8 +144,8 @@ func TestPolicyVerdicts(t *testing.T) {
 	for _, c := range counters {
 		got[c.Reason] += c.Packets
 	}
-	if got["policy-denied"] != 1 || got["policy-not-allowed"] != 7 {
-		t.Errorf("drop counters: denied %d (want 1), not allowed %d (want 7); all %v",
+	if got["policy-denied"] != 2 || got["policy-not-allowed"] != 7 {
+		t.Errorf("drop counters: denied %d (want 2), not allowed %d (want 7); all %v",
 			got["policy-denied"], got["policy-not-allowed"], got)
 	}
 }

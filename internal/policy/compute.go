@@ -60,6 +60,8 @@ type EndpointPolicy struct {
 	Identity          uint32     `json:"identity"`
 	IngressIsolatedBy []string   `json:"ingressIsolatedBy,omitempty"` // policies selecting it for ingress
 	EgressIsolatedBy  []string   `json:"egressIsolatedBy,omitempty"`
+	IngressRules      bool       `json:"ingressRules,omitempty"` // has ingress entries (a deny-only policy has no isolation)
+	EgressRules       bool       `json:"egressRules,omitempty"`
 }
 
 // CIDRIdentity is the identity of one prefix a policy names.
@@ -405,11 +407,16 @@ func (c *computation) finish() {
 			delete(c.entries, k)
 		}
 	}
+	withRules := map[netip.Addr][2]bool{} // [ingress, egress]
 	for _, k := range slices.SortedFunc(maps.Keys(c.entries), comparePolicyKeys) {
 		v := c.entries[k]
 		c.res.State.Entries = append(c.res.State.Entries, datapath.PolicyEntry{PolicyKey: k, Verdict: v.verdict, RuleID: v.rule})
+		has := withRules[k.Endpoint]
+		has[boolIndex(k.Egress)] = true
+		withRules[k.Endpoint] = has
 	}
 	for key, ep := range c.res.Endpoints {
+		ep.IngressRules, ep.EgressRules = withRules[ep.IP][0], withRules[ep.IP][1]
 		slices.Sort(ep.IngressIsolatedBy)
 		slices.Sort(ep.EgressIsolatedBy)
 		c.res.Endpoints[key] = ep
@@ -447,11 +454,22 @@ func comparePolicyKeys(a, b datapath.PolicyKey) int {
 	return slices.Compare(ka[:], kb[:])
 }
 
-// Endpoint returns the datapath endpoint fields policy decides for a local pod.
-func (r *Result) Endpoint(podKey string) (identity uint32, ingressIsolated, egressIsolated bool) {
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Endpoint fills in the fields of a local pod's datapath endpoint that
+// policy decides.
+func (r *Result) Endpoint(podKey string, e *datapath.Endpoint) {
 	ep, ok := r.Endpoints[podKey]
 	if !ok {
-		return r.podIdentity[podKey], false, false
+		e.Identity = r.podIdentity[podKey]
+		return
 	}
-	return ep.Identity, len(ep.IngressIsolatedBy) > 0, len(ep.EgressIsolatedBy) > 0
+	e.Identity = ep.Identity
+	e.IngressIsolated, e.EgressIsolated = len(ep.IngressIsolatedBy) > 0, len(ep.EgressIsolatedBy) > 0
+	e.IngressRules, e.EgressRules = ep.IngressRules, ep.EgressRules
 }

@@ -313,3 +313,33 @@ spec:
 		}
 	}
 }
+
+// A deny-only policy takes away without isolating: everything else stays
+// allowed, and the pod is marked for lookups so the deny is enforced.
+func TestDenyOnlyPolicyDoesNotIsolate(t *testing.T) {
+	docs := append(append([]string{}, basePods...), `
+apiVersion: shunt.io/v1alpha1
+kind: ShuntNetworkPolicy
+metadata: {name: no-admin, namespace: prod}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress:
+  - action: deny
+    peers: [{namespaceSelector: {matchLabels: {env: dev}}}]
+    ports: [{port: 8443}]`)
+	r := Compute(world(t, docs...), Allocations{})
+	var e datapath.Endpoint
+	r.Endpoint("prod/db", &e)
+	if e.IngressIsolated || !e.IngressRules || e.EgressRules {
+		t.Errorf("endpoint flags %+v: want ingress rules without isolation", e)
+	}
+	for _, chk := range []struct {
+		from string
+		port uint16
+		want string
+	}{{"dev/tool", 8443, "denied"}, {"dev/tool", 443, "allowed"}, {"prod/web", 8443, "allowed"}} {
+		if got := verdict(t, r, chk.from, "prod/db", 6, chk.port); got != chk.want {
+			t.Errorf("%s -> prod/db:%d: %s, want %s", chk.from, chk.port, got, chk.want)
+		}
+	}
+}

@@ -141,16 +141,23 @@ func (r *Result) Trace(from, to Peer, proto uint8, port uint16) Trace {
 		}
 		egress := dir == "egress"
 		s := Step{Direction: dir, Pod: local.Pod, PeerIdentity: r.identityOf(peer), PeerCIDR: r.cidrIdentityOf(peer.IP)}
-		s.IsolatedBy = ep.IngressIsolatedBy
+		var hasRules bool
+		s.IsolatedBy, hasRules = ep.IngressIsolatedBy, ep.IngressRules
 		if egress {
-			s.IsolatedBy = ep.EgressIsolatedBy
+			s.IsolatedBy, hasRules = ep.EgressIsolatedBy, ep.EgressRules
 		}
-		if len(s.IsolatedBy) == 0 {
+		if len(s.IsolatedBy) == 0 && !hasRules {
 			s.Verdict, s.Explanation = "allow", fmt.Sprintf("no policy selects %s for %s: not isolated", local.Pod, dir)
 			t.Steps = append(t.Steps, s)
 			return true
 		}
 		v, ruleID := r.verdict(ep.IP, egress, s.PeerIdentity, s.PeerCIDR, proto, port)
+		if v == datapath.VerdictNone && len(s.IsolatedBy) == 0 {
+			s.Verdict = "allow"
+			s.Explanation = fmt.Sprintf("no deny rule matches, and no policy isolates %s for %s", local.Pod, dir)
+			t.Steps = append(t.Steps, s)
+			return true
+		}
 		if rule, ok := r.Rules[ruleID]; ok && v != datapath.VerdictNone {
 			s.Rule = &rule
 		}

@@ -51,6 +51,8 @@ func TestPolicyWithServicesDNSAndShuntPolicy(t *testing.T) {
 	l.probe("other", "connected", "--udp", web1+":5353", "--tcp", web1+":8080")
 	l.probe("other", "timeout", "--http", "http://"+web1+":9090/")
 	l.probe("client", "connected", "--http", "http://"+web1+":9090/")
+	l.probe("client", "timeout", "--tcp", l.podIP("web-2")+":8081") // the deny-only egress policy
+	l.probe("client", "connected", "--tcp", web1+":8080", "--udp", web+":53")
 	l.probe("", "timeout", "--tcp", web1+":8080")
 	l.probe("", "connected", "--http", "http://"+web1+":9090/")
 	out, code = l.shunt("policy", "trace", "--from", "other", "--to", "web-1", "--port", "9090")
