@@ -22,6 +22,7 @@
 #include "lib/flow.h"
 #include "lib/tc_nat.h"
 #include "lib/policy.h"
+#include "lib/flows.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -33,6 +34,11 @@ const volatile enum shunt_identity _btf_identity = 0;
 const volatile enum policy_verdict _btf_verdict = 0;
 const volatile enum endpoint_flags _btf_endpoint_flags = 0;
 const volatile enum shunt_reason _btf_reason = 0;
+const volatile enum flow_mode _btf_flow_mode = 0;
+const volatile enum flow_verdict _btf_flow_verdict = 0;
+const volatile enum flow_event_type _btf_flow_event = 0;
+const volatile enum flow_point _btf_flow_point = 0;
+const volatile struct flow_event _btf_flow_event_struct = {};
 
 #define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
 
@@ -77,9 +83,41 @@ static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb, __u32 di
 	return ip;
 }
 
-static __always_inline int drop(struct __sk_buff *skb, __u32 reason, __u32 dir)
+/* What one packet's flow event reports, filled in along the way. */
+struct pkt {
+	struct flow f;
+	__u32 dir;         /* enum shunt_direction, also the flow point */
+	__u32 orig_daddr;  /* before the tc service translation */
+	__u16 orig_dport;
+	__u32 src_identity;
+	__u32 dst_identity;
+	__u32 rule;
+	__u8 event;        /* enum flow_event_type */
+};
+
+/* done counts a packet's outcome and, when the sampling wants it, reports it. */
+static __always_inline void done(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason)
 {
-	count(reason, dir, skb->len);
+	count(reason, p->dir, skb->len);
+	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
+	if (!flow_wanted(flow_mode(), event))
+		return;
+	struct flow_event e = {
+		.saddr = p->f.saddr, .daddr = p->f.daddr, .sport = p->f.sport, .dport = p->f.dport,
+		.proto = p->f.proto, .tcp_flags = p->f.tcp_flags, .verdict = verdict, .reason = reason,
+		.point = p->dir, .event = event, .ifindex = skb->ifindex, .src_identity = p->src_identity,
+		.dst_identity = p->dst_identity, .rule_id = p->rule, .len = skb->len,
+	};
+	if (p->orig_daddr != p->f.daddr || p->orig_dport != p->f.dport) {
+		e.orig_daddr = p->orig_daddr;
+		e.orig_dport = p->orig_dport;
+	}
+	flow_emit(&e);
+}
+
+static __always_inline int drop(struct __sk_buff *skb, struct pkt *p, __u32 reason)
+{
+	done(skb, p, FLOW_DROPPED, reason);
 	return TC_ACT_SHOT;
 }
 
@@ -88,45 +126,49 @@ int shunt_from_pod(struct __sk_buff *skb)
 {
 	struct endpoint_info *ep;
 	struct iphdr *ip;
-	struct flow f;
+	struct pkt p = { .dir = SHUNT_DIR_FROM_POD };
 	int verdict;
 	long ret;
 
 	ip = ipv4_header(skb, SHUNT_DIR_FROM_POD, &verdict);
 	if (!ip)
 		return verdict;
-	if (parse_flow(skb, ip, &f) < 0)
-		return drop(skb, SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_FROM_POD);
+	if (parse_flow(skb, ip, &p.f) < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	p.orig_daddr = p.f.daddr;
+	p.orig_dport = p.f.dport;
 
 	/* A pod may only send from its own address: policy trusts the
 	 * source identity, so a forged one must not get through. */
-	ep = lookup_endpoint(f.saddr);
+	ep = lookup_endpoint(p.f.saddr);
 	if (!ep || ep->ifindex != skb->ifindex)
-		return drop(skb, SHUNT_REASON_SPOOFED, SHUNT_DIR_FROM_POD);
+		return drop(skb, &p, SHUNT_REASON_SPOOFED);
 	struct policy_side src = {
-		.addr = f.saddr, .identity = ep->identity, .flags = ep->flags, .local = true,
+		.addr = p.f.saddr, .identity = ep->identity, .flags = ep->flags, .local = true,
 	};
+	p.src_identity = ep->identity;
 
-	verdict = tc_service_nat(skb, ip, &f);
+	__u32 reason;
+	verdict = tc_service_nat(skb, ip, &p.f, &reason);
 	if (verdict >= 0)
-		return verdict;
+		return drop(skb, &p, reason);
 
-	struct policy_side dst = { .addr = f.daddr };
-	ep = lookup_endpoint(f.daddr);
+	struct policy_side dst = { .addr = p.f.daddr };
+	ep = lookup_endpoint(p.f.daddr);
 	if (ep) {
 		dst.identity = ep->identity;
 		dst.flags = ep->flags;
 		dst.local = true;
 	} else {
-		dst.identity = identity_of(f.daddr);
+		dst.identity = identity_of(p.f.daddr);
 	}
-	__u32 rule;
-	__u32 reason = policy_admit(&f, &src, &dst, &rule);
+	p.dst_identity = dst.identity;
+	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
 	if (reason)
-		return drop(skb, reason, SHUNT_DIR_FROM_POD);
+		return drop(skb, &p, reason);
 
 	if (!ep) {
-		count(SHUNT_REASON_TO_STACK, SHUNT_DIR_FROM_POD, skb->len);
+		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
 	/* Copy what we need before helpers invalidate packet pointers. */
@@ -140,22 +182,22 @@ int shunt_from_pod(struct __sk_buff *skb)
 	void *data_end = (void *)(long)skb->data_end;
 	ip = data + ETH_HLEN;
 	if ((void *)(ip + 1) > data_end)
-		return drop(skb, SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_FROM_POD);
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
 	/* Let the stack generate ICMP time exceeded. */
 	if (ip->ttl <= 1) {
-		count(SHUNT_REASON_TTL_EXCEEDED, SHUNT_DIR_FROM_POD, skb->len);
+		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TTL_EXCEEDED);
 		return TC_ACT_OK;
 	}
 	if (ip_dec_ttl(skb, ip) < 0 || bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
-		return drop(skb, SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_FROM_POD);
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
 
 	if (CONFIG.fwd_mode == SHUNT_FWD_REDIRECT_PEER)
 		ret = bpf_redirect_peer(ifindex, 0);
 	else
 		ret = bpf_redirect(ifindex, 0);
 	if (ret != TC_ACT_REDIRECT)
-		return drop(skb, SHUNT_REASON_REDIRECT_FAILED, SHUNT_DIR_FROM_POD);
-	count(SHUNT_REASON_FORWARDED, SHUNT_DIR_FROM_POD, skb->len);
+		return drop(skb, &p, SHUNT_REASON_REDIRECT_FAILED);
+	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
 	return TC_ACT_REDIRECT;
 }
 
@@ -164,29 +206,32 @@ int shunt_to_pod(struct __sk_buff *skb)
 {
 	struct endpoint_info *ep;
 	struct iphdr *ip;
-	struct flow f;
+	struct pkt p = { .dir = SHUNT_DIR_TO_POD };
 	int verdict;
 
 	ip = ipv4_header(skb, SHUNT_DIR_TO_POD, &verdict);
 	if (!ip)
 		return verdict;
-	if (parse_flow(skb, ip, &f) < 0)
-		return drop(skb, SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_TO_POD);
-	ep = lookup_endpoint(f.daddr);
+	if (parse_flow(skb, ip, &p.f) < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	p.orig_daddr = p.f.daddr;
+	p.orig_dport = p.f.dport;
+	ep = lookup_endpoint(p.f.daddr);
 	if (!ep) {
 		/* Not addressed to the pod (broadcast, a stale route): the
 		 * pod's stack decides, policy has nothing to protect. */
-		count(SHUNT_REASON_TO_STACK, SHUNT_DIR_TO_POD, skb->len);
+		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
 	struct policy_side dst = {
-		.addr = f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
+		.addr = p.f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
 	};
-	struct policy_side src = { .addr = f.saddr, .identity = identity_of(f.saddr) };
-	__u32 rule;
-	__u32 reason = policy_admit(&f, &src, &dst, &rule);
+	struct policy_side src = { .addr = p.f.saddr, .identity = identity_of(p.f.saddr) };
+	p.src_identity = src.identity;
+	p.dst_identity = dst.identity;
+	__u32 reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
 	if (reason)
-		return drop(skb, reason, SHUNT_DIR_TO_POD);
-	count(SHUNT_REASON_FORWARDED, SHUNT_DIR_TO_POD, skb->len);
+		return drop(skb, &p, reason);
+	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
 	return TC_ACT_OK;
 }

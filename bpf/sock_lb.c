@@ -11,6 +11,8 @@
 #include <errno.h>
 #include "lib/common.h"
 #include "lib/services.h"
+#include "lib/metrics.h"
+#include "lib/flows.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -34,6 +36,22 @@ struct dest {
 	__u16 port; /* network byte order */
 };
 
+/* sock_flow reports a socket hook's decision about a service destination:
+ * the caller is named by its cgroup, as no packet (or source address)
+ * exists yet. */
+static __always_inline void sock_flow(struct dest *svc, __u32 be_ip, __u16 be_port, __u8 proto, __u8 verdict,
+				      __u32 reason)
+{
+	if (!flow_wanted(flow_mode(), FLOW_EV_SOCK))
+		return;
+	struct flow_event e = {
+		.cgroup_id = bpf_get_current_cgroup_id(), .daddr = be_ip, .dport = be_port,
+		.orig_daddr = svc->ip, .orig_dport = svc->port, .proto = proto, .verdict = verdict,
+		.reason = reason, .point = FLOW_POINT_SOCK, .event = FLOW_EV_SOCK,
+	};
+	flow_emit(&e);
+}
+
 /* translate picks the backend for a service destination. Returns
  * SOCK_REJECT (with ECONNREFUSED as the syscall's error) for a service
  * without backends; *out is changed only when dst is a service. */
@@ -51,8 +69,12 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 	if (!be) {
 		/* Fail fast and say why: a timeout would hide the cause. */
 		bpf_set_retval(-ECONNREFUSED);
+		sock_flow(dst, 0, 0, proto, FLOW_DROPPED, SHUNT_REASON_SERVICE_NO_BACKEND);
 		return SOCK_REJECT;
 	}
+	/* Unconnected UDP goes through here on every datagram: report a
+	 * socket's first datagram to a backend, not each one. */
+	bool report = true;
 
 	if (connect) {
 		struct sock_translation *st = bpf_sk_storage_get(&shunt_sock_svc, ctx->sk, 0,
@@ -73,8 +95,12 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 		};
 		struct revnat_value rev = { .vip = dst->ip, .vport = dst->port };
 
+		if (!connect && bpf_map_lookup_elem(&shunt_revnat, &key))
+			report = false;
 		bpf_map_update_elem(&shunt_revnat, &key, &rev, BPF_ANY);
 	}
+	if (report)
+		sock_flow(dst, be->ip, be->port, proto, FLOW_TRANSLATED, SHUNT_REASON_SERVICE_XLATE);
 	dst->ip = be->ip;
 	dst->port = be->port;
 	return SOCK_ALLOW;

@@ -252,6 +252,71 @@ struct tc_nat_value {
 	__u8 pad;
 };
 
+/*
+ * Flow events, sent to the agent through the shunt_flows ring buffer. What is
+ * sent depends on shunt_flow_config: drops, connection starts and ends and
+ * service translations by default, every packet when tracing, nothing when
+ * off. A full ring buffer never blocks a packet: the event is counted lost.
+ */
+enum flow_mode {
+	FLOW_MODE_OFF = 0,
+	FLOW_MODE_DEFAULT = 1, /* drops, connection start/end, translations */
+	FLOW_MODE_ALL = 2,     /* every packet */
+};
+
+struct flow_config {
+	__u32 mode; /* enum flow_mode */
+	__u32 pad;
+};
+
+enum flow_verdict {
+	FLOW_FORWARDED = 0,  /* delivered (to a pod, or to the host stack) */
+	FLOW_DROPPED = 1,
+	FLOW_TRANSLATED = 2, /* a socket's service destination rewritten to a backend */
+	FLOW_REDIRECTED_PROXY = 3,
+};
+
+enum flow_event_type {
+	FLOW_EV_PACKET = 0,    /* a packet (tracing every packet) */
+	FLOW_EV_CONN_NEW = 1,  /* first packet of a new connection */
+	FLOW_EV_CONN_END = 2,  /* TCP FIN or RST */
+	FLOW_EV_DROP = 3,
+	FLOW_EV_SOCK = 4,      /* a socket hook's decision (connect, sendmsg) */
+};
+
+enum flow_point {
+	FLOW_POINT_FROM_POD = 0, /* tc ingress of the pod's host veth */
+	FLOW_POINT_TO_POD = 1,   /* tc egress of the pod's host veth */
+	FLOW_POINT_SOCK = 2,     /* cgroup socket hook */
+};
+
+struct flow_event {
+	__u64 ts_ns;        /* bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	__u64 cgroup_id;    /* socket hooks: the caller's cgroup */
+	__u32 saddr;        /* network byte order; after translation */
+	__u32 daddr;
+	__u32 orig_daddr;   /* service address before translation, 0 if none */
+	__u16 sport;        /* network byte order */
+	__u16 dport;
+	__u16 orig_dport;
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 verdict;       /* enum flow_verdict */
+	__u8 reason;        /* enum shunt_reason */
+	__u8 point;         /* enum flow_point */
+	__u8 event;         /* enum flow_event_type */
+	__u32 ifindex;
+	__u32 src_identity;
+	__u32 dst_identity;
+	__u32 rule_id;      /* the policy rule that decided, 0 if none */
+	__u32 len;          /* packet length */
+};
+
+struct flow_stats {
+	__u64 emitted;
+	__u64 lost; /* the ring buffer was full */
+};
+
 /* Per-socket record of a connect-time translation (TCP, connected UDP). */
 struct sock_translation {
 	__u32 vip;

@@ -118,17 +118,25 @@ static __always_inline __u32 verdict_reason(__u8 v)
  * the egress policy of src and the ingress policy of dst, and is recorded.
  * A direction with entries is looked up; a deny drops; no match drops only
  * when the pod is isolated for that direction (deny-only policies take
- * away without isolating). Returns 0 to pass, or the drop reason. */
+ * away without isolating). Returns 0 to pass, or the drop reason; *event
+ * says what the packet is to its connection (new, end, or just a packet). */
 static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *src, struct policy_side *dst,
-					  __u32 *decided_by)
+					  __u32 *decided_by, __u8 *event)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u32 rule = 0;
 	__u8 v;
 
 	*decided_by = 0;
-	if (ct_lookup(f, now) || ct_related(f))
+	*event = FLOW_EV_PACKET;
+	if (ct_lookup(f, now)) {
+		if (f->proto == IPPROTO_TCP && (f->tcp_flags & (SHUNT_TCPF_FIN | SHUNT_TCPF_RST)))
+			*event = FLOW_EV_CONN_END;
 		return 0;
+	}
+	if (ct_related(f))
+		return 0;
+	*event = FLOW_EV_CONN_NEW;
 	if (src->local && (src->flags & (ENDPOINT_F_EGRESS_ISOLATED | ENDPOINT_F_EGRESS_RULES))) {
 		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, &rule);
 		*decided_by = rule;

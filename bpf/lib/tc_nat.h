@@ -56,8 +56,9 @@ static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 p
  * A translated destination is written back into f, so what follows (policy,
  * forwarding) sees the backend; a reply keeps the backend as its source in
  * f, which is what the connection was admitted with. */
-static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f)
+static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f, __u32 *reason)
 {
+	*reason = SHUNT_REASON_INVALID_PACKET;
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
 	__u8 proto = f->proto;
 	struct tc_nat_value *nat;
@@ -94,7 +95,7 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 	__u32 backend_id = 0;
 	struct backend_value *be = select_backend(svc, vip, f->dport, proto, saddr, &backend_id);
 	if (!be) {
-		count(SHUNT_REASON_SERVICE_NO_BACKEND, SHUNT_DIR_FROM_POD, skb->len);
+		*reason = SHUNT_REASON_SERVICE_NO_BACKEND;
 		return TC_ACT_SHOT;
 	}
 	struct tc_nat_value fwd = { .addr = be->ip, .port = be->port };

@@ -22,3 +22,4 @@ func EnsureBPFFS(dir string) error {
 	}
 	return nil
 }
+

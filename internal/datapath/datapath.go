@@ -45,6 +45,9 @@ func (m Mode) UsesBPF() bool { return m == ModeRedirectPeer || m == ModeRedirect
 type Config struct {
 	PinDir string // e.g. /sys/fs/bpf/shunt
 	Mode   Mode
+	// FlowBufferBytes sizes the flow event ring buffer (rounded up to a
+	// power of two); 0 keeps the built-in 4 MiB.
+	FlowBufferBytes int
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
@@ -81,6 +84,9 @@ func Open(cfg Config) (*Datapath, error) {
 	if err := spec.Variables[podtcVarCONFIG].Set(podtcShuntConfig{FwdMode: mode}); err != nil {
 		return nil, fmt.Errorf("setting load-time config: %w", err)
 	}
+	if cfg.FlowBufferBytes > 0 {
+		spec.Maps["shunt_flows"].MaxEntries = flowBufferSize(cfg.FlowBufferBytes)
+	}
 	d := &Datapath{cfg: cfg}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
@@ -91,7 +97,13 @@ func Open(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	if err := sockSpec.LoadAndAssign(&d.sock, opts); err != nil {
+	// One ring buffer for every program: it is not pinned (a restarted
+	// agent may size it differently), so the socket programs are given
+	// the one just created.
+	sockSpec.Maps["shunt_flows"].MaxEntries = spec.Maps["shunt_flows"].MaxEntries
+	sockOpts := *opts
+	sockOpts.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
+	if err := sockSpec.LoadAndAssign(&d.sock, &sockOpts); err != nil {
 		d.objs.Close()
 		return nil, explainLoadError(err, cfg.PinDir)
 	}

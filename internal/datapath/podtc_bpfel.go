@@ -54,6 +54,77 @@ type podtcEndpointKey struct {
 	Ip4 uint32
 }
 
+type podtcFlowConfig struct {
+	_    structs.HostLayout
+	Mode uint32
+	Pad  uint32
+}
+
+type podtcFlowEvent struct {
+	_           structs.HostLayout
+	TsNs        uint64
+	CgroupId    uint64
+	Saddr       uint32
+	Daddr       uint32
+	OrigDaddr   uint32
+	Sport       uint16
+	Dport       uint16
+	OrigDport   uint16
+	Proto       uint8
+	TcpFlags    uint8
+	Verdict     uint8
+	Reason      uint8
+	Point       uint8
+	Event       uint8
+	Ifindex     uint32
+	SrcIdentity uint32
+	DstIdentity uint32
+	RuleId      uint32
+	Len         uint32
+	_           [4]byte
+}
+
+type podtcFlowEventType uint32
+
+const (
+	podtcFlowEventTypeFLOW_EV_PACKET   podtcFlowEventType = 0
+	podtcFlowEventTypeFLOW_EV_CONN_NEW podtcFlowEventType = 1
+	podtcFlowEventTypeFLOW_EV_CONN_END podtcFlowEventType = 2
+	podtcFlowEventTypeFLOW_EV_DROP     podtcFlowEventType = 3
+	podtcFlowEventTypeFLOW_EV_SOCK     podtcFlowEventType = 4
+)
+
+type podtcFlowMode uint32
+
+const (
+	podtcFlowModeFLOW_MODE_OFF     podtcFlowMode = 0
+	podtcFlowModeFLOW_MODE_DEFAULT podtcFlowMode = 1
+	podtcFlowModeFLOW_MODE_ALL     podtcFlowMode = 2
+)
+
+type podtcFlowPoint uint32
+
+const (
+	podtcFlowPointFLOW_POINT_FROM_POD podtcFlowPoint = 0
+	podtcFlowPointFLOW_POINT_TO_POD   podtcFlowPoint = 1
+	podtcFlowPointFLOW_POINT_SOCK     podtcFlowPoint = 2
+)
+
+type podtcFlowStats struct {
+	_       structs.HostLayout
+	Emitted uint64
+	Lost    uint64
+}
+
+type podtcFlowVerdict uint32
+
+const (
+	podtcFlowVerdictFLOW_FORWARDED        podtcFlowVerdict = 0
+	podtcFlowVerdictFLOW_DROPPED          podtcFlowVerdict = 1
+	podtcFlowVerdictFLOW_TRANSLATED       podtcFlowVerdict = 2
+	podtcFlowVerdictFLOW_REDIRECTED_PROXY podtcFlowVerdict = 3
+)
+
 type podtcIpcacheKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -166,6 +237,9 @@ const (
 	podtcMapShuntCidrIdentities = "shunt_cidr_identities"
 	podtcMapShuntCt             = "shunt_ct"
 	podtcMapShuntEndpoints      = "shunt_endpoints"
+	podtcMapShuntFlowConfig     = "shunt_flow_config"
+	podtcMapShuntFlowStats      = "shunt_flow_stats"
+	podtcMapShuntFlows          = "shunt_flows"
 	podtcMapShuntIpcache        = "shunt_ipcache"
 	podtcMapShuntMetrics        = "shunt_metrics"
 	podtcMapShuntPolicy         = "shunt_policy"
@@ -176,6 +250,11 @@ const (
 	podtcProgShuntToPod         = "shunt_to_pod"
 	podtcVarCONFIG              = "CONFIG"
 	podtcVarBtfEndpointFlags    = "_btf_endpoint_flags"
+	podtcVarBtfFlowEvent        = "_btf_flow_event"
+	podtcVarBtfFlowEventStruct  = "_btf_flow_event_struct"
+	podtcVarBtfFlowMode         = "_btf_flow_mode"
+	podtcVarBtfFlowPoint        = "_btf_flow_point"
+	podtcVarBtfFlowVerdict      = "_btf_flow_verdict"
 	podtcVarBtfIdentity         = "_btf_identity"
 	podtcVarBtfReason           = "_btf_reason"
 	podtcVarBtfVerdict          = "_btf_verdict"
@@ -236,6 +315,9 @@ type podtcMapSpecs struct {
 	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig     *ebpf.MapSpec `ebpf:"shunt_flow_config"`
+	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
+	ShuntFlows          *ebpf.MapSpec `ebpf:"shunt_flows"`
 	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntPolicy         *ebpf.MapSpec `ebpf:"shunt_policy"`
@@ -248,11 +330,16 @@ type podtcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcVariableSpecs struct {
-	CONFIG           *ebpf.VariableSpec `ebpf:"CONFIG"`
-	BtfEndpointFlags *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
-	BtfIdentity      *ebpf.VariableSpec `ebpf:"_btf_identity"`
-	BtfReason        *ebpf.VariableSpec `ebpf:"_btf_reason"`
-	BtfVerdict       *ebpf.VariableSpec `ebpf:"_btf_verdict"`
+	CONFIG             *ebpf.VariableSpec `ebpf:"CONFIG"`
+	BtfEndpointFlags   *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
+	BtfFlowEvent       *ebpf.VariableSpec `ebpf:"_btf_flow_event"`
+	BtfFlowEventStruct *ebpf.VariableSpec `ebpf:"_btf_flow_event_struct"`
+	BtfFlowMode        *ebpf.VariableSpec `ebpf:"_btf_flow_mode"`
+	BtfFlowPoint       *ebpf.VariableSpec `ebpf:"_btf_flow_point"`
+	BtfFlowVerdict     *ebpf.VariableSpec `ebpf:"_btf_flow_verdict"`
+	BtfIdentity        *ebpf.VariableSpec `ebpf:"_btf_identity"`
+	BtfReason          *ebpf.VariableSpec `ebpf:"_btf_reason"`
+	BtfVerdict         *ebpf.VariableSpec `ebpf:"_btf_verdict"`
 }
 
 // podtcObjects contains all objects after they have been loaded into the kernel.
@@ -280,6 +367,9 @@ type podtcMaps struct {
 	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig     *ebpf.Map `ebpf:"shunt_flow_config"`
+	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
+	ShuntFlows          *ebpf.Map `ebpf:"shunt_flows"`
 	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntPolicy         *ebpf.Map `ebpf:"shunt_policy"`
@@ -295,6 +385,9 @@ func (m *podtcMaps) Close() error {
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
 		m.ShuntEndpoints,
+		m.ShuntFlowConfig,
+		m.ShuntFlowStats,
+		m.ShuntFlows,
 		m.ShuntIpcache,
 		m.ShuntMetrics,
 		m.ShuntPolicy,
@@ -308,11 +401,16 @@ func (m *podtcMaps) Close() error {
 //
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcVariables struct {
-	CONFIG           *ebpf.Variable `ebpf:"CONFIG"`
-	BtfEndpointFlags *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
-	BtfIdentity      *ebpf.Variable `ebpf:"_btf_identity"`
-	BtfReason        *ebpf.Variable `ebpf:"_btf_reason"`
-	BtfVerdict       *ebpf.Variable `ebpf:"_btf_verdict"`
+	CONFIG             *ebpf.Variable `ebpf:"CONFIG"`
+	BtfEndpointFlags   *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
+	BtfFlowEvent       *ebpf.Variable `ebpf:"_btf_flow_event"`
+	BtfFlowEventStruct *ebpf.Variable `ebpf:"_btf_flow_event_struct"`
+	BtfFlowMode        *ebpf.Variable `ebpf:"_btf_flow_mode"`
+	BtfFlowPoint       *ebpf.Variable `ebpf:"_btf_flow_point"`
+	BtfFlowVerdict     *ebpf.Variable `ebpf:"_btf_flow_verdict"`
+	BtfIdentity        *ebpf.Variable `ebpf:"_btf_identity"`
+	BtfReason          *ebpf.Variable `ebpf:"_btf_reason"`
+	BtfVerdict         *ebpf.Variable `ebpf:"_btf_verdict"`
 }
 
 // podtcPrograms contains all programs after they have been loaded into the kernel.

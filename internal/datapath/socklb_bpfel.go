@@ -76,6 +76,10 @@ type socklbServiceValue struct {
 const (
 	socklbMapShuntAffinity      = "shunt_affinity"
 	socklbMapShuntBackends      = "shunt_backends"
+	socklbMapShuntFlowConfig    = "shunt_flow_config"
+	socklbMapShuntFlowStats     = "shunt_flow_stats"
+	socklbMapShuntFlows         = "shunt_flows"
+	socklbMapShuntMetrics       = "shunt_metrics"
 	socklbMapShuntRevnat        = "shunt_revnat"
 	socklbMapShuntServices      = "shunt_services"
 	socklbMapShuntSockSvc       = "shunt_sock_svc"
@@ -145,11 +149,15 @@ type socklbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
-	ShuntAffinity *ebpf.MapSpec `ebpf:"shunt_affinity"`
-	ShuntBackends *ebpf.MapSpec `ebpf:"shunt_backends"`
-	ShuntRevnat   *ebpf.MapSpec `ebpf:"shunt_revnat"`
-	ShuntServices *ebpf.MapSpec `ebpf:"shunt_services"`
-	ShuntSockSvc  *ebpf.MapSpec `ebpf:"shunt_sock_svc"`
+	ShuntAffinity   *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends   *ebpf.MapSpec `ebpf:"shunt_backends"`
+	ShuntFlowConfig *ebpf.MapSpec `ebpf:"shunt_flow_config"`
+	ShuntFlowStats  *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
+	ShuntFlows      *ebpf.MapSpec `ebpf:"shunt_flows"`
+	ShuntMetrics    *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntRevnat     *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices   *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntSockSvc    *ebpf.MapSpec `ebpf:"shunt_sock_svc"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -178,17 +186,25 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
-	ShuntAffinity *ebpf.Map `ebpf:"shunt_affinity"`
-	ShuntBackends *ebpf.Map `ebpf:"shunt_backends"`
-	ShuntRevnat   *ebpf.Map `ebpf:"shunt_revnat"`
-	ShuntServices *ebpf.Map `ebpf:"shunt_services"`
-	ShuntSockSvc  *ebpf.Map `ebpf:"shunt_sock_svc"`
+	ShuntAffinity   *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends   *ebpf.Map `ebpf:"shunt_backends"`
+	ShuntFlowConfig *ebpf.Map `ebpf:"shunt_flow_config"`
+	ShuntFlowStats  *ebpf.Map `ebpf:"shunt_flow_stats"`
+	ShuntFlows      *ebpf.Map `ebpf:"shunt_flows"`
+	ShuntMetrics    *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntRevnat     *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices   *ebpf.Map `ebpf:"shunt_services"`
+	ShuntSockSvc    *ebpf.Map `ebpf:"shunt_sock_svc"`
 }
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
 		m.ShuntAffinity,
 		m.ShuntBackends,
+		m.ShuntFlowConfig,
+		m.ShuntFlowStats,
+		m.ShuntFlows,
+		m.ShuntMetrics,
 		m.ShuntRevnat,
 		m.ShuntServices,
 		m.ShuntSockSvc,

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Flow events to the agent. The ring buffer is created by the agent at the
+ * size it is told (not pinned: a restart may choose another size) and
+ * shared by every program of the instance. Emitting never waits: when the
+ * buffer is full the event is counted as lost and the packet goes on. */
+#ifndef SHUNT_LIB_FLOWS_H
+#define SHUNT_LIB_FLOWS_H
+
+#include "common.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22); /* the agent sets the size before loading */
+} shunt_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct flow_config);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_flow_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct flow_stats);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_flow_stats SEC(".maps");
+
+/* flow_mode is the current sampling (an array lookup the verifier inlines). */
+static __always_inline __u32 flow_mode(void)
+{
+	__u32 zero = 0;
+	struct flow_config *c = bpf_map_lookup_elem(&shunt_flow_config, &zero);
+
+	return c ? c->mode : FLOW_MODE_OFF;
+}
+
+/* flow_wanted says whether an event of this type is sent in this mode. */
+static __always_inline bool flow_wanted(__u32 mode, __u8 event)
+{
+	if (mode == FLOW_MODE_OFF)
+		return false;
+	return mode == FLOW_MODE_ALL || event != FLOW_EV_PACKET;
+}
+
+static __always_inline void flow_emit(struct flow_event *e)
+{
+	__u32 zero = 0;
+	struct flow_stats *st = bpf_map_lookup_elem(&shunt_flow_stats, &zero);
+
+	e->ts_ns = bpf_ktime_get_ns();
+	if (bpf_ringbuf_output(&shunt_flows, e, sizeof(*e), 0) < 0) {
+		if (st)
+			st->lost++;
+		return;
+	}
+	if (st)
+		st->emitted++;
+}
+
+#endif
