@@ -39,6 +39,7 @@ const volatile enum flow_verdict _btf_flow_verdict = 0;
 const volatile enum flow_event_type _btf_flow_event = 0;
 const volatile enum flow_point _btf_flow_point = 0;
 const volatile struct flow_event _btf_flow_event_struct = {};
+const volatile enum ct_flags _btf_ct_flags = 0;
 
 #define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
 

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +40,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 		mode, podCIDR string
 		serviceCIDR   string
 		wait          time.Duration
+		agentFlags    runFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE|DIR|-] [--mode MODE] [--pod-cidr CIDR]",
@@ -56,7 +59,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := ensureAgent(c, inst, mode, podCIDR, serviceCIDR); err != nil {
+			if err := ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args()); err != nil {
 				return err
 			}
 			if len(objs) == 0 {
@@ -76,11 +79,40 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default "+agent.DefaultPodCIDR+")")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default "+agent.DefaultServiceCIDR+")")
 	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the pods' containers to run (0: don't)")
+	cmd.Flags().StringVar(&agentFlags.flowSampling, "flow-sampling", "", "flow events: default (drops, connection starts/ends, translations), all (every packet) or off")
+	cmd.Flags().IntVar(&agentFlags.flowHistory, "flow-history", 0, "flows the agent keeps for `shunt observe` (default 8192)")
+	cmd.Flags().IntVar(&agentFlags.flowBuffer, "flow-buffer-bytes", 0, "size of the flow ring buffer (default 4 MiB)")
+	cmd.Flags().StringVar(&agentFlags.metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9962)")
 	return cmd
 }
 
-// ensureAgent starts shuntd for the instance unless one answers already.
-func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string) error {
+// runFlags are shuntd settings that apply to this run of the agent only
+// (unlike mode and CIDRs, which the node keeps).
+type runFlags struct {
+	flowSampling, metricsAddr string
+	flowHistory, flowBuffer   int
+}
+
+func (f runFlags) args() []string {
+	var args []string
+	if f.flowSampling != "" {
+		args = append(args, "--flow-sampling", f.flowSampling)
+	}
+	if f.flowHistory > 0 {
+		args = append(args, "--flow-history", fmt.Sprint(f.flowHistory))
+	}
+	if f.flowBuffer > 0 {
+		args = append(args, "--flow-buffer-bytes", fmt.Sprint(f.flowBuffer))
+	}
+	if f.metricsAddr != "" {
+		args = append(args, "--metrics-addr", f.metricsAddr)
+	}
+	return args
+}
+
+// ensureAgent starts shuntd for the instance unless one answers already;
+// extra are run flags for a new agent.
+func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string, extra []string) error {
 	if c.Alive() {
 		var st api.Status
 		if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
@@ -115,7 +147,7 @@ func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCI
 	if serviceCIDR != "" {
 		args = append(args, "--service-cidr", serviceCIDR)
 	}
-	agentCmd := exec.Command(exe, args...)
+	agentCmd := exec.Command(exe, append(args, extra...)...)
 	agentCmd.Stdout, agentCmd.Stderr = logf, logf
 	agentCmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := agentCmd.Start(); err != nil {
@@ -358,8 +390,26 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if done, err := printStructured(output, st, 0, nil); done {
 				return err
 			}
-			fmt.Printf("instance:  %s (shuntd pid %d)\nmode:      %s\npod CIDR:  %s (node %s)\npods:      %d\npins:      %s\n",
-				st.Instance, st.PID, st.Mode, st.PodCIDR, st.NodeIP, st.Pods, st.PinDir)
+			fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
+				st.Instance, st.PID, time.Since(st.Started).Round(time.Second), strings.Join(st.Health, "; "), st.Mode,
+				st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
+			fmt.Printf("flows:     sampling %s, %d emitted, %d lost, %d kept", st.FlowSampling, st.Flows.Emitted, st.Flows.Lost, st.Flows.History)
+			if st.MetricsAddr != "" {
+				fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)
+			}
+			fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
+			var hooks []string
+			for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {
+				hooks = append(hooks, fmt.Sprintf("%s x%d", h, st.Hooks[h]))
+			}
+			fmt.Printf("programs:  %s\n", strings.Join(hooks, ", "))
+			var pressure []string
+			for _, m := range st.Maps {
+				if m.Entries > 0 && m.Type != "Array" && m.Type != "PerCPUArray" {
+					pressure = append(pressure, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Capacity))
+				}
+			}
+			fmt.Printf("maps:      %s\n", strings.Join(pressure, ", "))
 			if len(st.Counters) > 0 {
 				fmt.Println("datapath counters:")
 				for _, c := range st.Counters {

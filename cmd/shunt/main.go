@@ -77,6 +77,9 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(g),
 		newMapCmd(g),
 		newPolicyCmd(g),
+		newObserveCmd(g),
+		newFlowSamplingCmd(g),
+		newMetricsCmd(g),
 		newUninstallCmd(g),
 	)
 	return root

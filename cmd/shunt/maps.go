@@ -2,22 +2,61 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/datapath"
 )
 
 func newMapCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "map", Short: "inspect the datapath's BPF maps, decoded"}
 	var output string
+	var raw bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the datapath's maps with their fill level",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			var maps []datapath.MapInfo
+			if err := c.Do("GET", "/v1/maps", nil, &maps); err != nil {
+				return err
+			}
+			if done, err := printStructured(output, maps, 0, nil); done {
+				return err
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+			defer w.Flush()
+			fmt.Fprintln(w, "NAME\tTYPE\tENTRIES\tCAPACITY\tUSED")
+			for _, m := range maps {
+				entries, used := "-", "-"
+				if m.Entries >= 0 {
+					entries = fmt.Sprint(m.Entries)
+					used = fmt.Sprintf("%.1f%%", 100*float64(m.Entries)/float64(m.Capacity))
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Name, m.Type, entries, m.Capacity, used)
+			}
+			return nil
+		},
+	}
+	list.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	cmd.AddCommand(list)
 	dump := &cobra.Command{
-		Use:   "dump services|backends|policy POD [-o json]",
-		Short: "print a map's contents as the kernel holds them",
-		Args:  cobra.RangeArgs(1, 2),
+		Use:   "dump services|backends|policy POD|MAP [--raw] [-o json]",
+		Short: "print a map's contents as the kernel holds them, decoded (names from the agent)",
+		Long: "services, backends and policy POD are summarised views; any map name from `shunt map list`\n" +
+			"(e.g. shunt_ct, shunt_ipcache, shunt_endpoints) prints its entries decoded, --raw in hex.",
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()
 			if err != nil {
@@ -31,7 +70,7 @@ func newMapCmd(g *globals) *cobra.Command {
 				}
 				return dumpPolicyMap(c, args[1], output)
 			default:
-				return fmt.Errorf("unknown map %q: use services, backends or policy", args[0])
+				return dumpRawMap(c, args[0], raw, output)
 			}
 			var entries []api.ServiceEntry
 			if err := c.Do("GET", "/v1/maps/services", nil, &entries); err != nil {
@@ -75,6 +114,65 @@ func newMapCmd(g *globals) *cobra.Command {
 		},
 	}
 	dump.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	dump.Flags().BoolVar(&raw, "raw", false, "keys and values in hex, as the kernel holds them")
 	cmd.AddCommand(dump)
 	return cmd
+}
+
+// dumpRawMap prints any map: one row per entry, one column per field.
+func dumpRawMap(c *api.Client, name string, raw bool, output string) error {
+	path := "/v1/maps/" + url.PathEscape(name)
+	if raw {
+		path += "?raw=true"
+	}
+	var rows []map[string]any
+	if err := c.Do("GET", path, nil, &rows); err != nil {
+		return err
+	}
+	if done, err := printStructured(output, rows, 0, nil); done {
+		return err
+	}
+	cols := map[string]bool{}
+	for _, r := range rows {
+		for k := range r {
+			cols[k] = true
+		}
+	}
+	order := slices.Sorted(maps.Keys(cols))
+	w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+	defer w.Flush()
+	fmt.Fprintln(w, strings.ToUpper(strings.Join(order, "\t")))
+	for _, r := range rows {
+		vals := make([]string, len(order))
+		for i, k := range order {
+			if v, ok := r[k]; ok {
+				vals[i] = fmt.Sprint(v)
+			} else {
+				vals[i] = "-"
+			}
+		}
+		fmt.Fprintln(w, strings.Join(vals, "\t"))
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(os.Stderr, "%s is empty\n", name)
+	}
+	return nil
+}
+
+func newMetricsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "metrics",
+		Short: "print the agent's Prometheus metrics (what /metrics serves)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			return c.Stream("/metrics", func(line []byte) error {
+				_, err := fmt.Printf("%s\n", line)
+				return err
+			})
+		},
+	}
 }

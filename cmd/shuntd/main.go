@@ -28,6 +28,8 @@ func main() {
 func newRootCmd() *cobra.Command {
 	var (
 		inst, mode, podCIDR, serviceCIDR, logLevel string
+		flowSampling, metricsAddr                  string
+		flowHistory, flowBuffer                    int
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -45,7 +47,11 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR}
+			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
+				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr}
+			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
+				return err
+			}
 			if mode != "" {
 				if cfg.Mode, err = datapath.ParseMode(mode); err != nil {
 					return err
@@ -71,6 +77,10 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default: as persisted, else "+agent.DefaultPodCIDR+")")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default: as persisted, else "+agent.DefaultServiceCIDR+")")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&flowSampling, "flow-sampling", "default", "flow events: default (drops, connection starts/ends, translations), all (every packet) or off")
+	cmd.Flags().IntVar(&flowHistory, "flow-history", 8192, "flows kept in memory for `shunt observe`")
+	cmd.Flags().IntVar(&flowBuffer, "flow-buffer-bytes", 4<<20, "size of the flow ring buffer (a power of two, at least a page)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")
 	cmd.AddCommand(newShimCmd())
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/manifest"
@@ -45,6 +47,11 @@ type Config struct {
 	ServiceCIDR string        // empty: as persisted, else DefaultServiceCIDR
 	BinDir      string        // put first on containers' PATH (where shunt lives)
 	ShimExe     string        // executable providing `shim` (shuntd itself)
+
+	FlowSampling    datapath.FlowMode // what the datapath reports
+	FlowHistory     int               // flows kept in memory (default 8192)
+	FlowBufferBytes int               // size of the flow ring buffer (0: 4 MiB)
+	MetricsAddr     string            // also serve /metrics over TCP here ("": only on the socket)
 }
 
 // Agent is one running shuntd.
@@ -72,6 +79,14 @@ type Agent struct {
 	lastSync struct{ policy, services, persist time.Duration }
 	// policy is the policy state last written to the datapath.
 	policy *policy.Result
+
+	flows    *flows.History            // the last flows, for observe
+	names    atomic.Pointer[flowNames] // names for flow events
+	sampling atomic.Uint32             // current datapath.FlowMode
+	metrics  *metrics
+	// metricsAddr is where /metrics is served over TCP, once it is.
+	metricsAddr atomic.Value
+	started     time.Time
 
 	shutdown chan bool // true: uninstall before exiting
 }
@@ -137,6 +152,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: svcPool.CIDR,
 		},
 		shutdown: make(chan bool, 1),
+		started:  time.Now().UTC(),
 		objects:  objLog,
 		unsaved:  map[string]bool{},
 	}
@@ -152,10 +168,21 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := cgroup.Create(filepath.Join(inst.CgroupDir(root), "pods")); err != nil {
 		return nil, err
 	}
-	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode})
+	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes})
 	if err != nil {
 		return nil, err
 	}
+	if cfg.FlowHistory <= 0 {
+		cfg.FlowHistory = 8192
+	}
+	a.flows = flows.NewHistory(cfg.FlowHistory)
+	a.names.Store(&flowNames{})
+	if err := a.dp.SetFlowMode(cfg.FlowSampling); err != nil {
+		a.dp.Close()
+		return nil, err
+	}
+	a.sampling.Store(uint32(cfg.FlowSampling))
+	a.metrics = newMetrics(a)
 	// The cgroup v2 root: pods and the node's own processes reach services.
 	if err := a.dp.AttachSocketLB(root); err != nil {
 		a.dp.Close()
@@ -257,6 +284,14 @@ func (a *Agent) reconcile() error {
 		errs = append(errs, err)
 	}
 	a.lastSync.policy, a.lastSync.services, a.lastSync.persist = t1.Sub(t0), t3.Sub(t2), time.Since(t3)
+	a.metrics.observeSync("policy", a.lastSync.policy)
+	a.metrics.observeSync("services", a.lastSync.services)
+	a.metrics.observeSync("persist", a.lastSync.persist)
+	ifaces := map[uint32]string{}
+	for _, e := range built {
+		ifaces[uint32(e.endpoint.Ifindex)] = e.HostIf
+	}
+	a.updateFlowNames(ifaces)
 	return errors.Join(errs...)
 }
 
@@ -542,6 +577,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Close()
+	if a.cfg.MetricsAddr != "" {
+		addr, msrv, err := a.metrics.serveTCP(a.cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("serving metrics on %s: %w", a.cfg.MetricsAddr, err)
+		}
+		defer msrv.Close()
+		a.metricsAddr.Store(addr.String())
+		a.log.Info("serving metrics", "addr", addr.String())
+	}
+	fr, err := a.dp.Flows()
+	if err != nil {
+		return err
+	}
+	defer fr.Close()
+	go a.readFlows(fr)
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
 	// Containers start and exit on their own: follow their readiness into
 	// the service endpoints, as the endpoint controller does.

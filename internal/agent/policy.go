@@ -181,7 +181,7 @@ func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		me := api.PolicyMapEntry{Direction: "ingress", Identity: e.Identity, Peer: names[e.Identity],
-			Ports: portText(e.PolicyKey), Verdict: e.Verdict.String(), RuleID: e.RuleID}
+			Ports: datapath.PortsText(e.PolicyKey), Verdict: e.Verdict.String(), RuleID: e.RuleID}
 		if e.Egress {
 			me.Direction = "egress"
 		}
@@ -211,20 +211,4 @@ func identityNames(pol *policy.Result) map[uint32]string {
 		names[c.ID] = "cidr " + c.Prefix.String()
 	}
 	return names
-}
-
-func portText(k datapath.PolicyKey) string {
-	if k.Proto == 0 {
-		return "any"
-	}
-	proto := protoName(k.Proto)
-	if k.PortBits == 0 {
-		return "all/" + proto
-	}
-	lo := k.Port
-	hi := lo | ^(^uint16(0) << (16 - k.PortBits))
-	if lo == hi {
-		return fmt.Sprintf("%d/%s", lo, proto)
-	}
-	return fmt.Sprintf("%d-%d/%s", lo, hi, proto)
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,6 +40,12 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/maps/policy", a.handlePolicyMap)
 	mux.HandleFunc("GET /v1/identities", a.handleIdentities)
 	mux.HandleFunc("GET /v1/policy/trace", a.handleTrace)
+	mux.HandleFunc("GET /v1/flows", a.handleFlows)
+	mux.HandleFunc("GET /v1/flows/sampling", a.handleSampling)
+	mux.HandleFunc("POST /v1/flows/sampling", a.handleSampling)
+	mux.HandleFunc("GET /v1/maps", a.handleMaps)
+	mux.HandleFunc("GET /v1/maps/{name}", a.handleMapDump)
+	mux.Handle("GET /metrics", a.metrics.handler())
 	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.Apply))
 	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.Delete))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +115,33 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.Counters = counters
+	st.Started, st.Features = a.started, a.dp.Features()
+	st.FlowSampling = datapath.FlowMode(a.sampling.Load()).String()
+	st.Flows.History, st.Flows.FollowerMissed = a.flows.Len(), a.flows.Dropped()
+	st.Flows.Emitted, st.Flows.Lost, _ = a.dp.FlowStats()
+	st.MetricsAddr, _ = a.metricsAddr.Load().(string)
+	if st.Hooks, err = a.dp.Hooks(); err != nil {
+		st.Health = append(st.Health, "cannot list attached programs: "+err.Error())
+	}
+	if st.Maps, err = a.dp.Maps(); err != nil {
+		st.Health = append(st.Health, "cannot read maps: "+err.Error())
+	}
+	for _, m := range st.Maps {
+		if m.Entries >= 0 && m.Type != "Array" && m.Type != "PerCPUArray" && m.Entries*10 >= m.Capacity*9 {
+			st.Health = append(st.Health, fmt.Sprintf("map %s is %d%% full (%d of %d)", m.Name, 100*m.Entries/m.Capacity, m.Entries, m.Capacity))
+		}
+	}
+	if st.Flows.Lost > 0 {
+		st.Health = append(st.Health, fmt.Sprintf("%d flow events lost (ring buffer full): raise --flow-buffer-bytes or lower the sampling", st.Flows.Lost))
+	}
+	if want := 2 * st.Pods; st.Mode == string(datapath.ModeRedirectPeer) || st.Mode == string(datapath.ModeRedirect) {
+		if got := st.Hooks["from-pod"] + st.Hooks["to-pod"]; got != want {
+			st.Health = append(st.Health, fmt.Sprintf("%d pod programs attached, %d expected", got, want))
+		}
+	}
+	if len(st.Health) == 0 {
+		st.Health = []string{"ok"}
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 
@@ -258,7 +292,7 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 	for _, e := range entries {
 		se := api.ServiceEntry{
 			Service: names[fmt.Sprintf("%s:%d/%d", e.VIP, e.Port, e.Proto)], VIP: e.VIP.String(), Port: e.Port,
-			Protocol: protoName(e.Proto), ID: e.ID, Affinity: e.AffinityTimeout, Backends: []string{},
+			Protocol: datapath.ProtoName(e.Proto), ID: e.ID, Affinity: e.AffinityTimeout, Backends: []string{},
 		}
 		for _, b := range e.Backends {
 			se.Backends = append(se.Backends, fmt.Sprintf("%s:%d (#%d)", b.IP, b.Port, b.ID))
@@ -268,14 +302,3 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func protoName(p uint8) string {
-	switch p {
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	case 132:
-		return "SCTP"
-	}
-	return fmt.Sprint(p)
-}

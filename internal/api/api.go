@@ -3,6 +3,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -73,6 +74,23 @@ type Status struct {
 	PinDir      string             `json:"pinDir"`
 	Pods        int                `json:"pods"`
 	Counters    []datapath.Counter `json:"counters"`
+
+	Started      time.Time          `json:"started"`
+	Health       []string           `json:"health"` // "ok", or what needs attention
+	Features     []string           `json:"features"`
+	Hooks        map[string]int     `json:"hooks"` // attached programs by hook
+	Maps         []datapath.MapInfo `json:"maps"`
+	FlowSampling string             `json:"flowSampling"`
+	Flows        FlowStatus         `json:"flows"`
+	MetricsAddr  string             `json:"metricsAddr,omitempty"`
+}
+
+// FlowStatus says how flow reporting fares.
+type FlowStatus struct {
+	Emitted        uint64 `json:"emitted"`
+	Lost           uint64 `json:"lost"` // ring buffer full
+	History        int    `json:"history"`
+	FollowerMissed uint64 `json:"followerMissed"`
 }
 
 // ServiceEntry is one decoded service port of the datapath's maps.
@@ -144,6 +162,35 @@ func (c *Client) Do(method, path string, in, out any) error {
 		return nil
 	}
 	return json.Unmarshal(data, out)
+}
+
+// Stream GETs path and calls each for every line of the answer (JSON lines)
+// until the agent ends it or each returns an error.
+func (c *Client) Stream(path string, each func(line []byte) error) error {
+	resp, err := c.http.Get("http://shuntd" + path)
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("permission denied on the agent's socket %s: it is root-only, run shunt as root", c.socket)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot reach the shunt agent at %s (is it running? `shunt lab up` starts it): %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		data, _ := io.ReadAll(resp.Body)
+		var e Error
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s", e.Error)
+		}
+		return fmt.Errorf("agent answered %s: %s", resp.Status, data)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if err := each(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }
 
 // Alive says whether an agent answers on the socket.

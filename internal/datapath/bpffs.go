@@ -22,4 +22,3 @@ func EnsureBPFFS(dir string) error {
 	}
 	return nil
 }
-

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -236,4 +237,38 @@ func Uninstall(pinDir string) error {
 	}
 	errs = append(errs, os.RemoveAll(pinDir))
 	return errors.Join(errs...)
+}
+
+// Hooks counts the pinned program attachments by hook: from-pod (tcx
+// ingress of pod veths), to-pod (tcx egress), sock-connect4, ...
+func (d *Datapath) Hooks() (map[string]int, error) {
+	pins, err := filepath.Glob(filepath.Join(d.cfg.PinDir, "links", "*"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, p := range pins {
+		name := filepath.Base(p)
+		for _, h := range d.podHooks() {
+			if strings.HasPrefix(name, h.name+"-") {
+				name = h.name
+			}
+		}
+		out[name]++
+	}
+	return out, nil
+}
+
+// Features are the kernel features this datapath uses, for status.
+func (d *Datapath) Features() []string {
+	f := []string{"cgroup sock_addr hooks (connect/sendmsg/recvmsg/getpeername)", "sk_storage", "LPM tries", "LRU hash (conntrack)", "ring buffer (flows)"}
+	if d.cfg.Mode.UsesBPF() {
+		f = append([]string{"tcx links (6.6+)"}, f...)
+		if d.cfg.Mode == ModeRedirectPeer {
+			f = append(f, "bpf_redirect_peer")
+		} else {
+			f = append(f, "bpf_redirect")
+		}
+	}
+	return f
 }

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
 )
 
 // TestFlowEvents: drops are reported with reason, identities and rule in
@@ -106,4 +105,3 @@ func TestFlowEvents(t *testing.T) {
 		t.Errorf("flow stats after overflow: emitted %d lost %d (%v); want both > 0", emitted, lost, err)
 	}
 }
-

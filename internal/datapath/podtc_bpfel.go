@@ -13,6 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type podtcCtFlags uint32
+
+const (
+	podtcCtFlagsCT_F_ORIG_IS_A  podtcCtFlags = 1
+	podtcCtFlagsCT_F_REPLY_SEEN podtcCtFlags = 2
+	podtcCtFlagsCT_F_FIN_A      podtcCtFlags = 4
+	podtcCtFlagsCT_F_FIN_B      podtcCtFlags = 8
+	podtcCtFlagsCT_F_RST        podtcCtFlags = 16
+)
+
 type podtcCtKey struct {
 	_     structs.HostLayout
 	AddrA uint32
@@ -249,6 +259,7 @@ const (
 	podtcProgShuntFromPod       = "shunt_from_pod"
 	podtcProgShuntToPod         = "shunt_to_pod"
 	podtcVarCONFIG              = "CONFIG"
+	podtcVarBtfCtFlags          = "_btf_ct_flags"
 	podtcVarBtfEndpointFlags    = "_btf_endpoint_flags"
 	podtcVarBtfFlowEvent        = "_btf_flow_event"
 	podtcVarBtfFlowEventStruct  = "_btf_flow_event_struct"
@@ -331,6 +342,7 @@ type podtcMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcVariableSpecs struct {
 	CONFIG             *ebpf.VariableSpec `ebpf:"CONFIG"`
+	BtfCtFlags         *ebpf.VariableSpec `ebpf:"_btf_ct_flags"`
 	BtfEndpointFlags   *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
 	BtfFlowEvent       *ebpf.VariableSpec `ebpf:"_btf_flow_event"`
 	BtfFlowEventStruct *ebpf.VariableSpec `ebpf:"_btf_flow_event_struct"`
@@ -402,6 +414,7 @@ func (m *podtcMaps) Close() error {
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcVariables struct {
 	CONFIG             *ebpf.Variable `ebpf:"CONFIG"`
+	BtfCtFlags         *ebpf.Variable `ebpf:"_btf_ct_flags"`
 	BtfEndpointFlags   *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
 	BtfFlowEvent       *ebpf.Variable `ebpf:"_btf_flow_event"`
 	BtfFlowEventStruct *ebpf.Variable `ebpf:"_btf_flow_event_struct"`

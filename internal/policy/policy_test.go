@@ -111,7 +111,7 @@ kind: NetworkPolicy
 metadata: {name: deny, namespace: prod}
 spec: {podSelector: {}}`, []string{
 			"prod/web prod/db 6 5432 denied", "dev/web prod/web 6 80 denied",
-			"prod/db dev/web 6 80 allowed", // egress not isolated; dev not selected
+			"prod/db dev/web 6 80 allowed",  // egress not isolated; dev not selected
 			"10.0.0.1 prod/db 6 22 allowed", // the node always reaches its pods
 		}},
 		{"podSelector AND namespaceSelector in one peer vs two peers", `
@@ -167,10 +167,10 @@ metadata: {name: cidr, namespace: prod}
 spec:
   podSelector: {matchLabels: {app: db}}
   ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/24, except: [10.0.0.12/32]}}]}]`, []string{
-			"prod/web prod/db 6 1 allowed",      // 10.0.0.10
-			"prod/web2 prod/db 6 1 allowed",     // 10.0.0.11
-			"dev/tool prod/db 6 1 allowed",      // 10.0.0.14
-			"10.0.0.12 prod/db 6 1 denied",      // prod/db itself is .12: in except
+			"prod/web prod/db 6 1 allowed",  // 10.0.0.10
+			"prod/web2 prod/db 6 1 allowed", // 10.0.0.11
+			"dev/tool prod/db 6 1 allowed",  // 10.0.0.14
+			"10.0.0.12 prod/db 6 1 denied",  // prod/db itself is .12: in except
 			"192.0.2.7 prod/db 6 1 denied",
 		}},
 		{"several policies add up", `

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shuntnet/shunt/internal/flows"
+)
+
+func newObserveCmd(g *globals) *cobra.Command {
+	var (
+		f                         flows.Filter
+		pod, from, to, since, out string
+		port                      uint16
+		last                      int
+		follow                    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "observe [-f] [--pod P] [--verdict DROPPED|FORWARDED|TRANSLATED] [filters] [-o compact|table|json]",
+		Short: "show the datapath's flows: who talked to whom, what was dropped and why",
+		Long: "Prints the flows the agent keeps (the last 20 unless --last says otherwise) and, with -f,\n" +
+			"follows new ones. Pods are NAMESPACE/NAME, or NAME in --namespace (default: default).\n" +
+			"What the datapath reports is set with `shunt flow-sampling` (default: drops, connection\n" +
+			"starts and ends, service translations). -o json prints one flow per line, stable fields:\n" +
+			"time, verdict, dropReason, reason, event, point, source{pod,namespace,ip,port,identity,labels},\n" +
+			"destination{...}, protocol, tcpFlags, service{name,ip,port}, interface, policy, ruleID, length.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch out {
+			case "compact", "table", "json":
+			default:
+				return usageError{fmt.Errorf("unknown output %q: use compact, table or json", out)}
+			}
+			ns := f.Namespace
+			qualify := func(p string) string {
+				if p == "" || strings.Contains(p, "/") {
+					return p
+				}
+				if ns == "" {
+					return "default/" + p
+				}
+				return ns + "/" + p
+			}
+			f.Pod, f.FromPod, f.ToPod = qualify(pod), qualify(from), qualify(to)
+			if pod != "" || from != "" || to != "" {
+				f.Namespace = "" // it qualified the pod names
+			}
+			f.Port = port
+			if since != "" {
+				if d, err := time.ParseDuration(since); err == nil {
+					f.Since = time.Now().Add(-d)
+				} else if t, err := time.Parse(time.RFC3339, since); err == nil {
+					f.Since = t
+				} else {
+					return usageError{fmt.Errorf("bad --since %q: give a duration (5m) or an RFC 3339 time", since)}
+				}
+			}
+			q := f.Query()
+			if _, err := flows.ParseFilter(q); err != nil {
+				return usageError{err}
+			}
+			if last == 0 && !follow && since == "" {
+				last = 20
+			}
+			if last > 0 {
+				q.Set("last", fmt.Sprint(last))
+			}
+			if follow {
+				q.Set("follow", "true")
+			}
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			var tw *tabwriter.Writer
+			if out == "table" {
+				tw = tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+				fmt.Fprintln(tw, "TIME\tSOURCE\tDESTINATION\tPROTO\tVERDICT\tSUMMARY")
+				if follow {
+					tw.Flush()
+				}
+			}
+			err = c.Stream("/v1/flows?"+q.Encode(), func(line []byte) error {
+				if out == "json" {
+					_, err := fmt.Printf("%s\n", line)
+					return err
+				}
+				var fl flows.Flow
+				if err := json.Unmarshal(line, &fl); err != nil {
+					return err
+				}
+				if tw != nil {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", fl.Time.Local().Format("15:04:05.000"),
+						endpointText(fl.Source), endpointText(fl.Destination), fl.Protocol, fl.Verdict, summary(fl))
+					if follow {
+						tw.Flush()
+					}
+					return nil
+				}
+				fmt.Println(compact(fl))
+				return nil
+			})
+			if tw != nil {
+				tw.Flush()
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&follow, "follow", "f", false, "keep printing new flows")
+	fl.IntVar(&last, "last", 0, "only the last N flows of the history (default 20 without -f or --since)")
+	fl.StringVar(&pod, "pod", "", "flows from or to this pod")
+	fl.StringVarP(&f.Namespace, "namespace", "n", "", "flows from or to pods of this namespace (and the namespace of bare pod names)")
+	fl.StringVar(&from, "from-pod", "", "flows from this pod")
+	fl.StringVar(&to, "to-pod", "", "flows to this pod")
+	fl.StringVar(&f.Verdict, "verdict", "", "FORWARDED, DROPPED, TRANSLATED or REDIRECTED")
+	fl.StringVar(&f.Protocol, "protocol", "", "TCP, UDP, ICMP or SCTP")
+	fl.Uint16Var(&port, "port", 0, "source, destination or service port")
+	fl.StringVar(&f.Service, "service", "", "flows translated from this service (NAMESPACE/NAME)")
+	fl.StringVar(&since, "since", "", "flows since a duration ago (5m) or an RFC 3339 time")
+	fl.StringVarP(&out, "output", "o", "compact", "compact, table or json (one flow per line)")
+	return cmd
+}
+
+func endpointText(e flows.Endpoint) string {
+	who := e.Pod
+	if who == "" {
+		who = e.IP
+	}
+	if who == "" && len(e.Labels) > 0 {
+		who = e.Labels[0]
+	}
+	if who == "" {
+		who = "?"
+	}
+	if e.Port != 0 {
+		who = fmt.Sprintf("%s:%d", who, e.Port)
+	}
+	return who
+}
+
+// summary says what happened beyond the verdict: the event, flags, reason,
+// service and deciding rule.
+func summary(fl flows.Flow) string {
+	var parts []string
+	switch fl.Event {
+	case "new":
+		parts = append(parts, "new connection")
+	case "end":
+		parts = append(parts, "connection end")
+	}
+	if fl.TCPFlags != "" {
+		parts = append(parts, fl.TCPFlags)
+	}
+	if fl.DropReason != "" {
+		parts = append(parts, "reason "+fl.DropReason)
+	}
+	if fl.Service != nil {
+		name := fl.Service.Name
+		if name == "" {
+			name = "service"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s:%d", name, fl.Service.IP, fl.Service.Port))
+	}
+	if fl.Policy != "" {
+		parts = append(parts, "by "+fl.Policy)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func compact(fl flows.Flow) string {
+	arrow := "->"
+	if fl.Verdict == "DROPPED" {
+		arrow = "-x"
+	}
+	s := fmt.Sprintf("%s %s %s %s %s %s", fl.Time.Local().Format("Jan _2 15:04:05.000"), endpointText(fl.Source),
+		arrow, endpointText(fl.Destination), fl.Protocol, fl.Verdict)
+	if sum := summary(fl); sum != "" {
+		s += " (" + sum + ")"
+	}
+	return s
+}
+
+func newFlowSamplingCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "flow-sampling [off|default|all]",
+		Short: "show or set what the datapath reports as flows (default: drops, connection starts/ends, translations)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			var resp map[string]string
+			if len(args) == 0 {
+				err = c.Do("GET", "/v1/flows/sampling", nil, &resp)
+			} else {
+				err = c.Do("POST", "/v1/flows/sampling?"+url.Values{"mode": {args[0]}}.Encode(), nil, &resp)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Println(resp["sampling"])
+			return nil
+		},
+	}
+}
