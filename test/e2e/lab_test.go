@@ -59,6 +59,12 @@ func requireRoot(t *testing.T) {
 // it and checks that nothing of it is left, also when the test failed.
 func newLab(t *testing.T, mode string, manifests ...string) *lab {
 	t.Helper()
+	return newLabWith(t, []string{"--mode", mode}, manifests...)
+}
+
+// newLabWith starts a lab with extra `lab up` flags.
+func newLabWith(t *testing.T, flags []string, manifests ...string) *lab {
+	t.Helper()
 	requireRoot(t)
 	l := &lab{
 		t:        t,
@@ -73,7 +79,7 @@ func newLab(t *testing.T, mode string, manifests ...string) *lab {
 		l.shunt("lab", "down")
 		l.assertGone()
 	})
-	args := []string{"lab", "up", "--pod-cidr", l.cidr, "--service-cidr", l.serviceCIDR, "--mode", mode}
+	args := append([]string{"lab", "up", "--pod-cidr", l.cidr, "--service-cidr", l.serviceCIDR}, flags...)
 	for _, m := range manifests {
 		args = append(args, "-f", m)
 	}
