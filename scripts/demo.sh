@@ -56,7 +56,13 @@ shunt policy trace --from monitoring/scraper --to shop/backend-v1 --port 9000 ||
 shunt policy trace --from shop/frontend --to shop/backend-v1 --port 9000
 shunt policy trace --from monitoring/scraper --to shop/frontend --port 8443 || true
 
-step "what the datapath did (per-reason counters from the tc programs; drops by reason)"
+step "flows: what the datapath reported (connection starts and ends, translations, drops with their reason)"
+shunt observe --last 12 -o table
+echo
+echo "only the drops:"
+shunt observe --verdict DROPPED
+
+step "the agent: health, programs, map pressure, counters by reason (also as Prometheus metrics: shunt metrics)"
 shunt status
 
 cat <<EOT
@@ -65,5 +71,7 @@ The lab stays up. Try:
   bin/shunt get pods -A -o wide
   bin/shunt lab exec -n shop frontend -- shunt lab probe --tcp $v2:9000 --count 5
   bin/shunt lab logs -n shop backend-v1
+  bin/shunt observe -f --namespace shop          (follow flows; --verdict DROPPED, -o json, ...)
+  bin/shunt map list; bin/shunt map dump shunt_ct
 Remove it with: make demo-down   (or bin/shunt lab down)
 EOT

@@ -413,7 +413,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if len(st.Counters) > 0 {
 				fmt.Println("datapath counters:")
 				for _, c := range st.Counters {
-					fmt.Printf("  %-16s %-9s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
+					fmt.Printf("  %-20s %-9s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
 				}
 			}
 			return nil
