@@ -46,13 +46,20 @@ static __always_inline bool flow_wanted(__u32 mode, __u8 event)
 	return mode == FLOW_MODE_ALL || event != FLOW_EV_PACKET;
 }
 
+/* flow_emit sends one event. Waking the agent for every event would cost
+ * more than the event (a wakeup per packet on a busy node): the agent
+ * polls, and is woken only for drops or when the buffer is a quarter full. */
 static __always_inline void flow_emit(struct flow_event *e)
 {
 	__u32 zero = 0;
 	struct flow_stats *st = bpf_map_lookup_elem(&shunt_flow_stats, &zero);
+	__u64 wake = BPF_RB_NO_WAKEUP;
 
+	if (e->verdict == FLOW_DROPPED ||
+	    bpf_ringbuf_query(&shunt_flows, BPF_RB_AVAIL_DATA) * 4 > bpf_ringbuf_query(&shunt_flows, BPF_RB_RING_SIZE))
+		wake = BPF_RB_FORCE_WAKEUP;
 	e->ts_ns = bpf_ktime_get_ns();
-	if (bpf_ringbuf_output(&shunt_flows, e, sizeof(*e), 0) < 0) {
+	if (bpf_ringbuf_output(&shunt_flows, e, sizeof(*e), wake) < 0) {
 		if (st)
 			st->lost++;
 		return;

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -83,7 +82,7 @@ func name(names []string, i uint8) string {
 
 func decodeFlow(raw []byte, boot time.Time) (FlowEvent, error) {
 	var e podtcFlowEvent
-	if err := binary.Read(bytes.NewReader(raw), binary.NativeEndian, &e); err != nil {
+	if _, err := binary.Decode(raw, binary.NativeEndian, &e); err != nil {
 		return FlowEvent{}, fmt.Errorf("decoding flow event (%d bytes): %w", len(raw), err)
 	}
 	f := FlowEvent{
@@ -124,7 +123,8 @@ func (d *Datapath) FlowStats() (emitted, lost uint64, err error) {
 // FlowReader reads flow events until Close.
 type FlowReader struct {
 	r    *ringbuf.Reader
-	boot time.Time // wall-clock time of monotonic zero
+	rec  ringbuf.Record // reused: no allocation per event
+	boot time.Time      // wall-clock time of monotonic zero
 }
 
 // Flows opens a reader on the ring buffer.
@@ -136,16 +136,27 @@ func (d *Datapath) Flows() (*FlowReader, error) {
 	return &FlowReader{r: r, boot: monotonicZero()}, nil
 }
 
+// FlowPollInterval is how long events may wait in the ring buffer before
+// the reader collects them: the programs wake the reader only for drops or
+// a quarter-full buffer (see flow_emit), so the rest is polled.
+const FlowPollInterval = 100 * time.Millisecond
+
 // Read blocks for the next event; after Close it returns os.ErrClosed.
 func (fr *FlowReader) Read() (FlowEvent, error) {
-	rec, err := fr.r.Read()
-	if err != nil {
+	for {
+		fr.r.SetDeadline(time.Now().Add(FlowPollInterval))
+		err := fr.r.ReadInto(&fr.rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // nothing left: poll again
+		}
 		if errors.Is(err, ringbuf.ErrClosed) {
 			return FlowEvent{}, os.ErrClosed
 		}
-		return FlowEvent{}, err
+		if err != nil {
+			return FlowEvent{}, err
+		}
+		return decodeFlow(fr.rec.RawSample, fr.boot)
 	}
-	return decodeFlow(rec.RawSample, fr.boot)
 }
 
 // Close stops Read.

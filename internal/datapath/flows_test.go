@@ -43,9 +43,12 @@ func TestFlowEvents(t *testing.T) {
 		var out []FlowEvent
 		for {
 			fr.r.SetDeadline(time.Now().Add(50 * time.Millisecond))
-			e, err := fr.Read()
-			if err != nil {
+			if err := fr.r.ReadInto(&fr.rec); err != nil {
 				return out
+			}
+			e, err := decodeFlow(fr.rec.RawSample, fr.boot)
+			if err != nil {
+				t.Fatal(err)
 			}
 			out = append(out, e)
 		}
