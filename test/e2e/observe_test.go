@@ -94,21 +94,25 @@ func TestObserveFlowsAndMetrics(t *testing.T) {
 		t.Errorf("drop flow: %+v", drop)
 	}
 
-	// Forwarded flows carry pod names, identities and the allowing rule.
+	// Forwarded flows carry pod names, identities and the allowing rule
+	// (events other than drops are collected every 100ms).
 	l.probe("client", "connected", "--http", "http://"+server+":8080/")
 	var allowed bool
-	for _, f := range l.observe("--to-pod", "server", "--verdict", "FORWARDED", "--port", "8080") {
-		if f.Event == "new" && f.Source.Pod == "default/client" && strings.Contains(f.Policy, "NetworkPolicy default/server-http-only") &&
-			len(f.Destination.Labels) > 0 {
-			allowed = true
-		}
-		if f.Destination.Pod != "default/server" && f.Source.Pod != "default/server" {
-			t.Errorf("--to-pod server returned %+v", f)
+	for deadline := time.Now().Add(2 * time.Second); !allowed && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, f := range l.observe("--to-pod", "server", "--verdict", "FORWARDED", "--port", "8080") {
+			if f.Event == "new" && f.Source.Pod == "default/client" && strings.Contains(f.Policy, "NetworkPolicy default/server-http-only") &&
+				len(f.Destination.Labels) > 0 {
+				allowed = true
+			}
+			if f.Destination.Pod != "default/server" {
+				t.Errorf("--to-pod server returned %+v", f)
+			}
 		}
 	}
 	if !allowed {
 		t.Errorf("no new-connection flow client -> server:8080 naming the allowing policy")
 	}
+	time.Sleep(300 * time.Millisecond) // the connection's end events too
 
 	// Filters select exactly what they name.
 	all := l.observe("--last", "1000")
