@@ -52,8 +52,9 @@ static __always_inline __u64 ct_timeout(__u32 flags, __u8 proto)
 /* ct_lookup finds the live connection a packet belongs to and notes what
  * the packet says about its state. An expired entry, or a closing TCP
  * connection whose tuple a new SYN reuses, is no connection: policy decides
- * again. */
-static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now)
+ * again. *closing is set when this packet is the connection's first FIN or
+ * RST (reported once as the connection's end). */
+static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, bool *closing)
 {
 	struct ct_key k;
 	bool src_is_a;
@@ -78,6 +79,8 @@ static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now)
 	}
 	if (!!(flags & CT_F_ORIG_IS_A) != src_is_a)
 		flags |= CT_F_REPLY_SEEN;
+	__u32 closed = CT_F_RST | CT_F_FIN_A | CT_F_FIN_B;
+	*closing = (flags & closed) && !(ct->flags & closed);
 	/* Write only on change, and refresh the timestamp at most once a
 	 * second: most packets of a connection only read the entry. */
 	if (flags != ct->flags)

@@ -127,10 +127,12 @@ static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *sr
 	__u32 rule = 0;
 	__u8 v;
 
+	bool closing = false;
+
 	*decided_by = 0;
 	*event = FLOW_EV_PACKET;
-	if (ct_lookup(f, now)) {
-		if (f->proto == IPPROTO_TCP && (f->tcp_flags & (SHUNT_TCPF_FIN | SHUNT_TCPF_RST)))
+	if (ct_lookup(f, now, &closing)) {
+		if (closing)
 			*event = FLOW_EV_CONN_END;
 		return 0;
 	}
