@@ -21,27 +21,41 @@ import (
 // flowNames is what turns a flow event's numbers into names; rebuilt after
 // every reconcile and swapped in whole, so the flow reader never locks.
 type flowNames struct {
-	pods       map[netip.Addr]string // pod IP -> ns/name
-	ifaces     map[uint32]string     // host veth ifindex -> name
-	cgroups    map[uint64]string     // pod cgroup id -> ns/name
-	services   map[string]string     // "vip:port/proto" -> ns/name:port
-	identities map[uint32][]string   // identity -> labels
-	rules      map[uint32]string     // rule id -> rule
+	pods       map[netip.Addr]string      // pod IP -> ns/name
+	podSides   map[netip.Addr]podSide     // pod IP -> what a flow endpoint says about it, preformatted
+	ifaces     map[uint32]string          // host veth ifindex -> name
+	cgroups    map[uint64]string          // pod cgroup id -> ns/name
+	services   map[serviceFrontend]string // -> ns/name:port
+	identities map[uint32][]string        // identity -> labels
+	rules      map[uint32]string          // rule id -> rule
+}
+
+// podSide is a pod's name, namespace and address text, formatted once per
+// reconcile rather than once per event.
+type podSide struct{ pod, namespace, ip string }
+
+type serviceFrontend struct {
+	vip   netip.Addr
+	port  uint16
+	proto uint8
 }
 
 // updateFlowNames rebuilds the names from the agent's state. Called with mu held.
 func (a *Agent) updateFlowNames(ifaces map[uint32]string) {
-	n := &flowNames{pods: map[netip.Addr]string{}, ifaces: ifaces, cgroups: map[uint64]string{},
-		services: map[string]string{}, identities: map[uint32][]string{}, rules: map[uint32]string{}}
+	n := &flowNames{pods: map[netip.Addr]string{}, podSides: map[netip.Addr]podSide{}, ifaces: ifaces,
+		cgroups: map[uint64]string{}, services: map[serviceFrontend]string{}, identities: map[uint32][]string{},
+		rules: map[uint32]string{}}
 	for key, rec := range a.state.Pods {
-		n.pods[netip.MustParseAddr(rec.IP)] = key
+		ip := netip.MustParseAddr(rec.IP)
+		n.pods[ip] = key
+		n.podSides[ip] = podSide{pod: key, namespace: rec.Namespace, ip: rec.IP}
 		var st syscall.Stat_t
 		if err := syscall.Stat(rec.Cgroup, &st); err == nil {
 			n.cgroups[st.Ino] = key // a cgroup's id is its directory's inode
 		}
 	}
 	for _, p := range a.desiredServicePorts() {
-		n.services[fmt.Sprintf("%s:%d/%d", p.VIP, p.Port, p.Proto)] = p.Name
+		n.services[serviceFrontend{p.VIP, p.Port, p.Proto}] = p.Name
 	}
 	for _, r := range policy.ReservedIdentities {
 		n.identities[r.ID] = []string{"reserved:" + r.Reserved}
@@ -87,14 +101,10 @@ func (n *flowNames) enrich(e datapath.FlowEvent) flows.Flow {
 	}
 	side := func(ip netip.Addr, port uint16, identity uint32) flows.Endpoint {
 		ep := flows.Endpoint{Port: port, Identity: identity, Labels: n.identities[identity]}
-		if ip.IsValid() && !ip.IsUnspecified() {
+		if ps, ok := n.podSides[ip]; ok {
+			ep.Pod, ep.Namespace, ep.IP = ps.pod, ps.namespace, ps.ip
+		} else if ip.IsValid() && !ip.IsUnspecified() {
 			ep.IP = ip.String()
-			if pod, ok := n.pods[ip]; ok {
-				ep.Pod = pod
-			}
-		}
-		if ep.Pod != "" {
-			ep.Namespace, _, _ = strings.Cut(ep.Pod, "/")
 		}
 		return ep
 	}
@@ -111,7 +121,7 @@ func (n *flowNames) enrich(e datapath.FlowEvent) flows.Flow {
 	}
 	if e.OrigDst.IsValid() {
 		fl.Service = &flows.Service{IP: e.OrigDst.String(), Port: e.OrigDstPort,
-			Name: n.services[fmt.Sprintf("%s:%d/%d", e.OrigDst, e.OrigDstPort, e.Proto)]}
+			Name: n.services[serviceFrontend{e.OrigDst, e.OrigDstPort, e.Proto}]}
 	}
 	return fl
 }
