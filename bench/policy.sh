@@ -169,7 +169,7 @@ done
 NOTES=$OUT/notes.md
 {
 	cat <<'EOT'
-R counts the filler ingress rules (each allowing one other /32 on TCP 11111 and 8080); the client's rule comes after them, so iptables walks 2R + 2 rules for every new connection to port 8080 (persistent connections stop at the ESTABLISHED rule).
+R (the `n` column) counts the filler ingress rules (each allowing one other /32 on TCP 11111 and 8080); the client's rule comes after them, so iptables walks 2R + 2 rules for every new connection to port 8080 (persistent connections stop at the ESTABLISHED rule).
 load_time is the wall-clock time of the command shown (iptables-restore of the whole table; for shunt, `shunt apply` end to end: YAML parsing, policy computation, map programming).
 Targets (issue): at R = 10 000, shunt's new-connection rate ≥ 0.95× none and ≥ 1.5× iptables; request/response p50 within 5% of none; the policy computed and programmed in < 1 s.
 Enforcement check (intruder pod, allowed by no rule, to server:8080; expected connected under none, timeout or refused under iptables and shunt):
