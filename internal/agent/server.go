@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"syscall"
 
@@ -46,6 +47,11 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/maps", a.handleMaps)
 	mux.HandleFunc("GET /v1/maps/{name}", a.handleMapDump)
 	mux.Handle("GET /metrics", a.metrics.handler())
+	// Go profiles of the agent (root-only socket), e.g.
+	// curl --unix-socket SOCK http://shuntd/debug/pprof/profile?seconds=10
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.Apply))
 	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.Delete))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
