@@ -79,6 +79,18 @@ type Agent struct {
 	lastSync struct{ policy, services, persist time.Duration }
 	// policy is the policy state last written to the datapath.
 	policy *policy.Result
+	// checkedPolicy was computed for checkedStore by the capacity check of
+	// the change being committed.
+	checkedPolicy *policy.Result
+	checkedStore  *model.Store
+
+	// svcCache holds each service's computed ports; podsVersion changes
+	// whenever pods (objects or readiness) do, which invalidates the
+	// entries of services with a selector.
+	svcCache       map[string]*serviceEntry
+	svcNames       serviceNames // for flows
+	podsVersion    uint64
+	servicesSynced bool
 
 	flows    *flows.History            // the last flows, for observe
 	names    atomic.Pointer[flowNames] // names for flow events
@@ -152,6 +164,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: svcPool.CIDR,
 		},
 		shutdown: make(chan bool, 1),
+		svcCache: map[string]*serviceEntry{},
 		started:  time.Now().UTC(),
 		objects:  objLog,
 		unsaved:  map[string]bool{},
@@ -246,7 +259,11 @@ func (a *Agent) reconcile() error {
 	}
 
 	t0 := time.Now()
-	pol, err := a.computePolicy(a.store)
+	pol, err := a.checkedPolicy, error(nil)
+	if pol == nil || a.checkedStore != a.store {
+		pol, err = a.computePolicy(a.store)
+	}
+	a.checkedPolicy, a.checkedStore = nil, nil
 	if err != nil {
 		errs = append(errs, err)
 	} else {
@@ -494,7 +511,7 @@ func (a *Agent) Delete(objs []manifest.Object) ([]model.Change, error) {
 // that can refuse the change as a whole), then the node is reconciled.
 // Called with mu held.
 func (a *Agent) commit(op string, start time.Time, next *model.Store, changes []model.Change, objects int) error {
-	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next)
+	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next, changes)
 	if err != nil {
 		return err
 	}
@@ -505,6 +522,9 @@ func (a *Agent) commit(op string, start time.Time, next *model.Store, changes []
 	for _, c := range changes {
 		if c.Action != "unchanged" {
 			a.unsaved[c.Key] = true
+			if strings.HasPrefix(c.Key, "Pod/") {
+				a.podsVersion++
+			}
 		}
 	}
 	checked := time.Now()
@@ -602,6 +622,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-resync.C:
 			a.mu.Lock()
 			if ready := a.readiness(); ready != a.lastReadiness {
+				a.podsVersion++
 				if err := a.syncServices(); err != nil {
 					a.log.Error("service sync failed", "err", err)
 				} else {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/shuntnet/shunt/internal/datapath"
@@ -25,7 +26,7 @@ type flowNames struct {
 	podSides   map[netip.Addr]podSide     // pod IP -> what a flow endpoint says about it, preformatted
 	ifaces     map[uint32]string          // host veth ifindex -> name
 	cgroups    map[uint64]string          // pod cgroup id -> ns/name
-	services   map[serviceFrontend]string // -> ns/name:port
+	services   *serviceNames
 	identities map[uint32][]string        // identity -> labels
 	rules      map[uint32]string          // rule id -> rule
 }
@@ -33,6 +34,36 @@ type flowNames struct {
 // podSide is a pod's name, namespace and address text, formatted once per
 // reconcile rather than once per event.
 type podSide struct{ pod, namespace, ip string }
+
+// serviceNames names service frontends for flows; updated with each
+// service change (not rebuilt), read by the flow reader.
+type serviceNames struct {
+	mu sync.RWMutex
+	m  map[serviceFrontend]string
+}
+
+func (s *serviceNames) name(f serviceFrontend) string {
+	if s == nil {
+		return ""
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.m[f]
+}
+
+func (s *serviceNames) update(upsert, remove []datapath.ServicePort) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[serviceFrontend]string{}
+	}
+	for _, p := range remove {
+		delete(s.m, serviceFrontend{p.VIP, p.Port, p.Proto})
+	}
+	for _, p := range upsert {
+		s.m[serviceFrontend{p.VIP, p.Port, p.Proto}] = p.Name
+	}
+}
 
 type serviceFrontend struct {
 	vip   netip.Addr
@@ -43,7 +74,7 @@ type serviceFrontend struct {
 // updateFlowNames rebuilds the names from the agent's state. Called with mu held.
 func (a *Agent) updateFlowNames(ifaces map[uint32]string) {
 	n := &flowNames{pods: map[netip.Addr]string{}, podSides: map[netip.Addr]podSide{}, ifaces: ifaces,
-		cgroups: map[uint64]string{}, services: map[serviceFrontend]string{}, identities: map[uint32][]string{},
+		cgroups: map[uint64]string{}, services: &a.svcNames, identities: map[uint32][]string{},
 		rules: map[uint32]string{}}
 	for key, rec := range a.state.Pods {
 		ip := netip.MustParseAddr(rec.IP)
@@ -53,9 +84,6 @@ func (a *Agent) updateFlowNames(ifaces map[uint32]string) {
 		if err := syscall.Stat(rec.Cgroup, &st); err == nil {
 			n.cgroups[st.Ino] = key // a cgroup's id is its directory's inode
 		}
-	}
-	for _, p := range a.desiredServicePorts() {
-		n.services[serviceFrontend{p.VIP, p.Port, p.Proto}] = p.Name
 	}
 	for _, r := range policy.ReservedIdentities {
 		n.identities[r.ID] = []string{"reserved:" + r.Reserved}
@@ -121,7 +149,7 @@ func (n *flowNames) enrich(e datapath.FlowEvent) flows.Flow {
 	}
 	if e.OrigDst.IsValid() {
 		fl.Service = &flows.Service{IP: e.OrigDst.String(), Port: e.OrigDstPort,
-			Name: n.services[serviceFrontend{e.OrigDst, e.OrigDstPort, e.Proto}]}
+			Name: n.services.name(serviceFrontend{e.OrigDst, e.OrigDstPort, e.Proto})}
 	}
 	return fl
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
@@ -271,10 +272,11 @@ func (a *Agent) handleEndpointSlices(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	list := discoveryv1.EndpointSliceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	slices := a.endpointSlices()
 	for _, s := range a.store.Services() {
-		for _, sl := range slices[s.Namespace+"/"+s.Name] {
-			list.Items = append(list.Items, *sl)
+		if e := a.svcCache[s.Namespace+"/"+s.Name]; e != nil {
+			for _, sl := range append(slices.Clip(e.derived), e.slices...) {
+				list.Items = append(list.Items, *sl)
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, list)

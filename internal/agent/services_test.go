@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ func svc(name, clusterIP string) string {
 
 func TestAssignClusterIPs(t *testing.T) {
 	pool, _ := ipam.NewPool("10.96.0.0/24")
-	ips, err := assignClusterIPs(pool, nil, storeOf(t, svc("a", "")+svc("b", "10.96.0.50")+svc("h", "None")))
+	ips, err := assignClusterIPs(pool, nil, storeOf(t, svc("a", "")+svc("b", "10.96.0.50")+svc("h", "None")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestAssignClusterIPs(t *testing.T) {
 		t.Fatalf("allocated %v", ips)
 	}
 	// Kept across applies; a new service does not take a kept address.
-	again, err := assignClusterIPs(pool, ips, storeOf(t, svc("c", "")+svc("a", "")+svc("b", "")))
+	again, err := assignClusterIPs(pool, ips, storeOf(t, svc("c", "")+svc("a", "")+svc("b", "")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +49,55 @@ func TestAssignClusterIPs(t *testing.T) {
 		{svc("a", "") + svc("b", "") + svc("dup", "10.96.0.2"), "10.96.0.2 is already allocated to Service default/a"},
 		{svc("a", "") + svc("b", "") + svc("far", "10.97.0.1"), "not in the service CIDR 10.96.0.0/24"},
 	} {
-		if _, err := assignClusterIPs(pool, ips, storeOf(t, c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := assignClusterIPs(pool, ips, storeOf(t, c.doc), nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("error %v, want %q", err, c.want)
 		}
+	}
+}
+
+// TestAssignClusterIPsIncrementally: given the step's changes, the result
+// equals a full assignment, and deleted services free their address.
+func TestAssignClusterIPsIncrementally(t *testing.T) {
+	pool, _ := ipam.NewPool("10.96.0.0/24")
+	base := storeOf(t, svc("a", "")+svc("b", "10.96.0.50")+svc("c", ""))
+	ips, err := assignClusterIPs(pool, nil, base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifest.Parse("t.yaml", []byte(svc("d", "")+svc("e", "10.96.0.60")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, changes, err := base.Apply(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc, err := assignClusterIPs(pool, ips, next, changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := assignClusterIPs(pool, ips, next, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(inc, full) || inc["default/d"] != "10.96.0.4" || inc["default/e"] != "10.96.0.60" {
+		t.Errorf("incremental %v, full %v", inc, full)
+	}
+	del, err := manifest.Parse("t.yaml", []byte(svc("a", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, changes, err := next.Delete(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inc, err = assignClusterIPs(pool, inc, after, changes); err != nil || inc["default/a"] != "" || len(inc) != 4 {
+		t.Errorf("after deleting a: %v %v", inc, err)
+	}
+	dup, _ := manifest.Parse("t.yaml", []byte(svc("f", "10.96.0.60")))
+	if bad, changes, err := after.Apply(dup); err != nil {
+		t.Fatal(err)
+	} else if _, err := assignClusterIPs(pool, inc, bad, changes); err == nil || !strings.Contains(err.Error(), "already allocated to Service default/e") {
+		t.Errorf("a taken address requested incrementally: %v", err)
 	}
 }

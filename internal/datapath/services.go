@@ -86,7 +86,8 @@ type serviceTable struct {
 	loaded   bool
 	ports    map[frontend]written
 	backends map[backendKey]uint32
-	refs     map[uint32]int // backend id -> slots using it
+	keys     map[uint32]backendKey // backend id -> its key
+	refs     map[uint32]int        // backend id -> slots using it
 	svcIDs   map[uint32]bool
 	// Next ids to hand out: above every id in use, so allocation is O(1)
 	// (ids are 32 bits; they are not worth recycling).
@@ -96,11 +97,13 @@ type serviceTable struct {
 func (d *Datapath) loadServiceTable() error {
 	t := &d.services
 	t.ports, t.backends, t.refs, t.svcIDs = map[frontend]written{}, map[backendKey]uint32{}, map[uint32]int{}, map[uint32]bool{}
+	t.keys = map[uint32]backendKey{}
 	var id uint32
 	var bv socklbBackendValue
 	it := d.sock.ShuntBackends.Iterate()
 	for it.Next(&id, &bv) {
-		t.backends[backendKey{fromBe32(bv.Ip), fromBe16(bv.Port), bv.Proto}] = id
+		k := backendKey{fromBe32(bv.Ip), fromBe16(bv.Port), bv.Proto}
+		t.backends[k], t.keys[id] = id, k
 		t.refs[id] += 0
 	}
 	if err := it.Err(); err != nil {
@@ -194,14 +197,94 @@ func (d *Datapath) SyncServices(desired []ServicePort) (err error) {
 			}
 		}
 	}
-	for k, id := range t.backends {
-		if t.refs[id] > 0 {
+	return d.collectBackends(nil)
+}
+
+// UpdateServices writes the given service ports and removes the given
+// frontends, leaving every other port alone: what a change to a few of many
+// services needs, at a cost that does not grow with the table. The same
+// write order as SyncServices applies; a change that does not fit is
+// refused before any write.
+func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (err error) {
+	t := &d.services
+	if !t.loaded {
+		if err := d.loadServiceTable(); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if err != nil {
+			t.loaded = false
+		}
+	}()
+	slots := t.slots()
+	for _, s := range remove {
+		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
+			slots -= 1 + len(w.backends)
+		}
+	}
+	for _, s := range upsert {
+		if !s.VIP.Is4() {
+			return fmt.Errorf("service %s: only IPv4 is supported", s.Name)
+		}
+		if len(s.Backends) > 0xffff {
+			return fmt.Errorf("service %s: %d backends, at most 65535", s.Name, len(s.Backends))
+		}
+		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
+			slots -= 1 + len(w.backends)
+		}
+		slots += 1 + len(s.Backends)
+	}
+	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
+		return fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
+	}
+	var candidates []uint32 // backends that may have lost their last user
+	for _, s := range upsert {
+		candidates = append(candidates, t.ports[frontend{s.VIP, s.Port, s.Proto}].backends...)
+		if err := d.syncServicePort(s); err != nil {
+			return err
+		}
+	}
+	for _, s := range remove {
+		f := frontend{s.VIP, s.Port, s.Proto}
+		if w, ok := t.ports[f]; ok {
+			candidates = append(candidates, w.backends...)
+			if err := d.deleteServicePort(f, w); err != nil {
+				return err
+			}
+		}
+	}
+	return d.collectBackends(candidates)
+}
+
+// slots counts the shunt_services entries the table holds.
+func (t *serviceTable) slots() int {
+	n := 0
+	for _, w := range t.ports {
+		n += 1 + len(w.backends)
+	}
+	return n
+}
+
+// collectBackends deletes backends no service port uses any more: among
+// candidates, or all of them when candidates is nil.
+func (d *Datapath) collectBackends(candidates []uint32) error {
+	t := &d.services
+	if candidates == nil {
+		for _, id := range t.backends {
+			candidates = append(candidates, id)
+		}
+	}
+	for _, id := range candidates {
+		k, known := t.keys[id]
+		if !known || t.refs[id] > 0 {
 			continue
 		}
 		if err := d.sock.ShuntBackends.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("deleting from shunt_backends: %w", err)
 		}
 		delete(t.backends, k)
+		delete(t.keys, id)
 		delete(t.refs, id)
 	}
 	return nil
@@ -222,7 +305,7 @@ func (d *Datapath) syncServicePort(s ServicePort) error {
 			if err := d.sock.ShuntBackends.Put(id, v); err != nil {
 				return fmt.Errorf("writing shunt_backends (max %d entries): %w", d.sock.ShuntBackends.MaxEntries(), err)
 			}
-			t.backends[k] = id
+			t.backends[k], t.keys[id] = id, k
 			t.refs[id] = 0
 		}
 		ids[i] = id

@@ -172,3 +172,52 @@ func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
 		t.Errorf("after the refused sync the map holds %+v, want only the kept service", dump)
 	}
 }
+
+// TestUpdateServicesTouchesOnlyWhatChanged: a partial update rewrites one
+// port, removes another, keeps ids, and collects the backends nobody uses.
+func TestUpdateServicesTouchesOnlyWhatChanged(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	ip := netip.MustParseAddr
+	a := ServicePort{Name: "a", VIP: ip("10.96.0.1"), Port: 80, Proto: 6, Backends: []Backend{{ip("10.99.0.1"), 8080}}}
+	b := ServicePort{Name: "b", VIP: ip("10.96.0.2"), Port: 80, Proto: 6, Backends: []Backend{{ip("10.99.0.2"), 8080}}}
+	if err := d.SyncServices([]ServicePort{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := d.DumpServices()
+	b.Backends = []Backend{{ip("10.99.0.3"), 8080}}
+	if err := d.UpdateServices([]ServicePort{b}, []ServicePort{a}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := d.DumpServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != 1 || after[0].VIP != b.VIP || len(after[0].Backends) != 1 || after[0].Backends[0].IP != ip("10.99.0.3") {
+		t.Fatalf("after the update: %+v", after)
+	}
+	for _, s := range before {
+		if s.VIP == b.VIP && s.ID != after[0].ID {
+			t.Errorf("service id changed %d -> %d", s.ID, after[0].ID)
+		}
+	}
+	var id uint32
+	var v socklbBackendValue
+	n := 0
+	it := d.sock.ShuntBackends.Iterate()
+	for it.Next(&id, &v) {
+		n++
+		if fromBe32(v.Ip) != ip("10.99.0.3") {
+			t.Errorf("unused backend %s left in shunt_backends", fromBe32(v.Ip))
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d backends, want 1", n)
+	}
+	// The same through a full sync gives the same table.
+	if err := d.SyncServices([]ServicePort{b}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := d.DumpServices(); len(again) != 1 || again[0].ID != after[0].ID {
+		t.Errorf("full sync after update: %+v", again)
+	}
+}

@@ -60,3 +60,30 @@ func (p Pool) Allocate(inUse map[netip.Addr]bool) (netip.Addr, error) {
 	}
 	return netip.Addr{}, fmt.Errorf("pod CIDR %s is full (%d addresses in use): delete pods or use a larger --pod-cidr", p.CIDR, len(inUse))
 }
+
+// Allocator hands out the lowest free addresses of a pool, one after the
+// other, scanning the pool once for a whole batch instead of once per
+// address.
+type Allocator struct {
+	pool  Pool
+	next  netip.Addr
+	taken func(netip.Addr) bool
+}
+
+// NewAllocator starts a batch; taken says which addresses are in use (it
+// must also report the ones this allocator handed out, if they are to stay
+// unique).
+func (p Pool) NewAllocator(taken func(netip.Addr) bool) *Allocator {
+	return &Allocator{pool: p, next: p.NodeIP().Next(), taken: taken}
+}
+
+// Next returns the lowest free address above the previous one.
+func (a *Allocator) Next() (netip.Addr, error) {
+	for ip := a.next; a.pool.Contains(ip); ip = ip.Next() {
+		if !a.taken(ip) {
+			a.next = ip.Next()
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s is full: remove some or use a larger CIDR", a.pool.CIDR)
+}

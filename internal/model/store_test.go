@@ -92,3 +92,36 @@ func TestDeleteNamespaceCascades(t *testing.T) {
 		t.Errorf("namespaces %v, want the implicit default", ns)
 	}
 }
+
+// TestSortedObjectsFollowApply: the sorted list an apply derives
+// from the previous one equals sorting from scratch.
+func TestSortedObjectsFollowApply(t *testing.T) {
+	s, err := NewStore(parse(t, nsShop+pod("shop", "m", "a", "x")+pod("default", "b", "a", "x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Objects() // computed: later stores derive theirs
+	steps := []string{
+		pod("shop", "a", "a", "x") + pod("shop", "z", "a", "x") + pod("default", "a", "a", "x"),
+		pod("shop", "m", "b", "x") + pod("default", "c", "a", "x"),
+		pod("shop", "b", "a", "x"),
+	}
+	for i, doc := range steps {
+		next, _, err := s.Apply(parse(t, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := next.Objects()
+		fresh := &Store{objs: next.objs}
+		want := fresh.Objects()
+		if len(got) != len(want) {
+			t.Fatalf("step %d: %d objects, want %d", i, len(got), len(want))
+		}
+		for j := range want {
+			if got[j].Key() != want[j].Key() || got[j].Obj != want[j].Obj {
+				t.Fatalf("step %d: object %d is %s, want %s", i, j, got[j].Key(), want[j].Key())
+			}
+		}
+		s = next
+	}
+}
