@@ -22,13 +22,13 @@ import (
 // flowNames is what turns a flow event's numbers into names; rebuilt after
 // every reconcile and swapped in whole, so the flow reader never locks.
 type flowNames struct {
-	pods       map[netip.Addr]string      // pod IP -> ns/name
-	podSides   map[netip.Addr]podSide     // pod IP -> what a flow endpoint says about it, preformatted
-	ifaces     map[uint32]string          // host veth ifindex -> name
-	cgroups    map[uint64]string          // pod cgroup id -> ns/name
+	pods       map[netip.Addr]string  // pod IP -> ns/name
+	podSides   map[netip.Addr]podSide // pod IP -> what a flow endpoint says about it, preformatted
+	ifaces     map[uint32]string      // host veth ifindex -> name
+	cgroups    map[uint64]string      // pod cgroup id -> ns/name
 	services   *serviceNames
-	identities map[uint32][]string        // identity -> labels
-	rules      map[uint32]string          // rule id -> rule
+	identities map[uint32][]string // identity -> labels
+	rules      map[uint32]string   // rule id -> rule
 }
 
 // podSide is a pod's name, namespace and address text, formatted once per

@@ -309,4 +309,3 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
-

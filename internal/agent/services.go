@@ -140,12 +140,12 @@ func (a *Agent) readiness() string {
 // computed from: unchanged inputs give the same ports, so a change to one
 // service of 10 000 recomputes and writes one.
 type serviceEntry struct {
-	svc    *corev1.Service
+	svc     *corev1.Service
 	slices  []*discoveryv1.EndpointSlice // hand-written slices
 	derived []*discoveryv1.EndpointSlice // from the selector, as the endpoint-slice controller would
 	ip      string
-	pods   uint64 // podsVersion, for services with a selector
-	ports  []datapath.ServicePort
+	pods    uint64 // podsVersion, for services with a selector
+	ports   []datapath.ServicePort
 }
 
 func (e *serviceEntry) current(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, ip string, pods uint64) bool {

@@ -210,4 +210,3 @@ func TestFlowOverflowIsCountedAndForwardingGoesOn(t *testing.T) {
 	}
 	l.probe("client", "connected", "--tcp", l.podIP("server")+":7000")
 }
-
