@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/ipam"
+	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/services"
 )
@@ -92,11 +94,7 @@ func assignClusterIPs(pool ipam.Pool, current map[string]string, next *model.Sto
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		const show = 20
-		if n := len(problems); n > show {
-			problems = append(problems[:show], fmt.Sprintf("... and %d more", n-show))
-		}
-		return nil, fmt.Errorf("nothing applied:\n%s", strings.Join(problems, "\n"))
+		return nil, errors.New(manifest.JoinProblems("nothing applied:", problems))
 	}
 	return out, nil
 }

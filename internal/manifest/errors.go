@@ -32,13 +32,31 @@ type Errors struct {
 	List []FieldError
 }
 
-// Error prints one problem per line.
+// MaxShown is how many problems an error message lists; the rest are
+// counted (a generated file with one mistake repeated 10 000 times should
+// not print 10 000 lines).
+const MaxShown = 50
+
+// Error prints one problem per line, at most MaxShown of them.
 func (e *Errors) Error() string {
-	lines := make([]string, len(e.List))
+	lines := make([]string, 0, min(len(e.List), MaxShown+1))
 	for i, fe := range e.List {
-		lines[i] = fe.Error()
+		if i == MaxShown {
+			lines = append(lines, fmt.Sprintf("... and %d more", len(e.List)-MaxShown))
+			break
+		}
+		lines = append(lines, fe.Error())
 	}
 	return strings.Join(lines, "\n")
+}
+
+// JoinProblems formats a list of problems under a heading, one per line, at
+// most MaxShown of them.
+func JoinProblems(heading string, problems []string) string {
+	if n := len(problems); n > MaxShown {
+		problems = append(problems[:MaxShown:MaxShown], fmt.Sprintf("... and %d more", n-MaxShown))
+	}
+	return heading + "\n" + strings.Join(problems, "\n")
 }
 
 func (e *Errors) add(source, object, field, format string, args ...any) {

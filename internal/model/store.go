@@ -5,10 +5,10 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,7 +95,7 @@ func (s *Store) Apply(objs []manifest.Object) (*Store, []Change, error) {
 	problems = append(problems, next.checkNamespaces(touched)...)
 	problems = append(problems, next.checkSliceServices(touched)...)
 	if len(problems) > 0 {
-		return nil, nil, fmt.Errorf("nothing applied:\n%s", strings.Join(problems, "\n"))
+		return nil, nil, errors.New(manifest.JoinProblems("nothing applied:", problems))
 	}
 	next.sorted, next.keys = s.sortedAfter(next, changes)
 	return next, changes, nil
@@ -165,7 +165,7 @@ func (s *Store) Delete(objs []manifest.Object) (*Store, []Change, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, nil, fmt.Errorf("nothing deleted:\n%s", strings.Join(problems, "\n"))
+		return nil, nil, errors.New(manifest.JoinProblems("nothing deleted:", problems))
 	}
 	return next, changes, nil
 }
