@@ -132,14 +132,7 @@ func TestFromPodVerdicts(t *testing.T) {
 				}
 			}
 
-			counters, err := d.Counters()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]uint64{}
-			for _, c := range counters {
-				got[c.Reason] += c.Packets
-			}
+			got := packetsByReason(t, d)
 			want := map[string]uint64{"forwarded": 1, "to-stack": 1, "ttl-exceeded": 1, "not-ipv4": 1, "invalid-packet": 1, "spoofed": 1}
 			for r, n := range want {
 				if got[r] != n {
@@ -187,4 +180,18 @@ func countEntries(t *testing.T, m *ebpf.Map) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// packetsByReason sums the datapath's packet counters per reason.
+func packetsByReason(t *testing.T, d *Datapath) map[string]uint64 {
+	t.Helper()
+	counters, err := d.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, c := range counters {
+		got[c.Reason] += c.Packets
+	}
+	return got
 }

@@ -136,14 +136,7 @@ func TestPolicyVerdicts(t *testing.T) {
 		}
 	}
 
-	counters, err := d.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]uint64{}
-	for _, c := range counters {
-		got[c.Reason] += c.Packets
-	}
+	got := packetsByReason(t, d)
 	if got["policy-denied"] != 2 || got["policy-not-allowed"] != 7 {
 		t.Errorf("drop counters: denied %d (want 2), not allowed %d (want 7); all %v",
 			got["policy-denied"], got["policy-not-allowed"], got)

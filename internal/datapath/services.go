@@ -156,27 +156,18 @@ func (d *Datapath) loadServiceTable() error {
 // affinity entries stay valid.
 func (d *Datapath) SyncServices(desired []ServicePort) (err error) {
 	t := &d.services
-	if !t.loaded {
-		if err := d.loadServiceTable(); err != nil {
-			return err
-		}
+	if err := d.useServiceTable(); err != nil {
+		return err
 	}
-	defer func() {
-		if err != nil {
-			t.loaded = false // the mirror may be wrong now: reload next time
-		}
-	}()
+	defer d.reloadServiceTableOnError(&err)
 
 	// Refuse up front what does not fit, so a full map never leaves a
 	// half-written state: existing services keep working.
 	slots := 0
 	want := make(map[frontend]bool, len(desired))
 	for _, s := range desired {
-		if !s.VIP.Is4() {
-			return fmt.Errorf("service %s: only IPv4 is supported", s.Name)
-		}
-		if len(s.Backends) > 0xffff {
-			return fmt.Errorf("service %s: %d backends, at most 65535", s.Name, len(s.Backends))
+		if err := checkServicePort(s); err != nil {
+			return err
 		}
 		slots += 1 + len(s.Backends)
 		want[frontend{s.VIP, s.Port, s.Proto}] = true
@@ -207,16 +198,10 @@ func (d *Datapath) SyncServices(desired []ServicePort) (err error) {
 // refused before any write.
 func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (err error) {
 	t := &d.services
-	if !t.loaded {
-		if err := d.loadServiceTable(); err != nil {
-			return err
-		}
+	if err := d.useServiceTable(); err != nil {
+		return err
 	}
-	defer func() {
-		if err != nil {
-			t.loaded = false
-		}
-	}()
+	defer d.reloadServiceTableOnError(&err)
 	slots := t.slots()
 	for _, s := range remove {
 		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
@@ -224,11 +209,8 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (e
 		}
 	}
 	for _, s := range upsert {
-		if !s.VIP.Is4() {
-			return fmt.Errorf("service %s: only IPv4 is supported", s.Name)
-		}
-		if len(s.Backends) > 0xffff {
-			return fmt.Errorf("service %s: %d backends, at most 65535", s.Name, len(s.Backends))
+		if err := checkServicePort(s); err != nil {
+			return err
 		}
 		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
 			slots -= 1 + len(w.backends)
@@ -255,6 +237,33 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (e
 		}
 	}
 	return d.collectBackends(candidates)
+}
+
+// useServiceTable loads the in-memory mirror if it is not loaded.
+func (d *Datapath) useServiceTable() error {
+	if d.services.loaded {
+		return nil
+	}
+	return d.loadServiceTable()
+}
+
+// reloadServiceTableOnError marks the mirror stale after a failed write:
+// it may not match the kernel any more, so the next sync reloads it.
+func (d *Datapath) reloadServiceTableOnError(err *error) {
+	if *err != nil {
+		d.services.loaded = false
+	}
+}
+
+// checkServicePort refuses what the maps cannot hold.
+func checkServicePort(s ServicePort) error {
+	if !s.VIP.Is4() {
+		return fmt.Errorf("service %s: only IPv4 is supported", s.Name)
+	}
+	if len(s.Backends) > 0xffff {
+		return fmt.Errorf("service %s: %d backends, at most 65535", s.Name, len(s.Backends))
+	}
+	return nil
 }
 
 // slots counts the shunt_services entries the table holds.
