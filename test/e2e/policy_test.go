@@ -6,21 +6,17 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/labtools"
 	"github.com/shuntnet/shunt/internal/manifest"
-	"github.com/shuntnet/shunt/internal/podnet"
 )
 
 // The NetworkPolicy matrix: namespaces x and z, pods a, b, c in each, every
@@ -142,25 +138,16 @@ func (l *lab) podIPIn(ns, name string) string {
 	return ""
 }
 
-// probeFrom runs one labtools probe inside a pod's network namespace, on a
-// thread of its own that never returns to Go's pool.
+// probeFrom runs one labtools probe inside a pod's network namespace.
 func (l *lab) probeFrom(ns, pod, proto, target string) labtools.Result {
-	res := make(chan labtools.Result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		inst, _ := instance.New(l.instance)
-		h, err := netns.GetFromPath(podnet.NetnsPath(inst.PodNetns(ns, pod)))
-		if err == nil {
-			err = netns.Set(h)
-			h.Close()
-		}
-		if err != nil {
-			res <- labtools.Result{Result: labtools.Failed, Error: err.Error()}
-			return
-		}
-		res <- labtools.Probe(proto, target, labtools.ProbeOptions{Timeout: time.Second, Send: "ping"})
-	}()
-	return <-res
+	var r labtools.Result
+	if err := l.inPod(ns, pod, func() error {
+		r = labtools.Probe(proto, target, labtools.ProbeOptions{Timeout: time.Second, Send: "ping"})
+		return nil
+	}); err != nil {
+		return labtools.Result{Result: labtools.Failed, Error: err.Error()}
+	}
+	return r
 }
 
 // compare probes every pair and port at once and lists the disagreements
