@@ -176,11 +176,7 @@ func getNamespaces(c *api.Client, o *getOptions, name string) error {
 	defer w.Flush()
 	fmt.Fprintln(w, "NAME\tSTATUS\tLABELS")
 	for _, n := range list.Items {
-		var labels []string
-		for k, v := range n.Labels {
-			labels = append(labels, k+"="+v)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.Status.Phase, orNone(strings.Join(labels, ",")))
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.Status.Phase, orNone(labelText(n.Labels)))
 	}
 	return nil
 }

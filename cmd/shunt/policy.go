@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/policy"
 )
 
@@ -64,7 +65,7 @@ func peerText(p policy.Peer) string {
 }
 
 func printTrace(t policy.Trace) {
-	proto := map[uint8]string{1: "ICMP", 6: "TCP", 17: "UDP", 132: "SCTP"}[t.Proto]
+	proto := datapath.ProtoName(t.Proto)
 	verdict := strings.ToUpper(t.Verdict)
 	if t.Reason != "" {
 		verdict += " (" + t.Reason + ")"

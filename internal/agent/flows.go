@@ -22,7 +22,6 @@ import (
 // flowNames is what turns a flow event's numbers into names; rebuilt after
 // every reconcile and swapped in whole, so the flow reader never locks.
 type flowNames struct {
-	pods       map[netip.Addr]string  // pod IP -> ns/name
 	podSides   map[netip.Addr]podSide // pod IP -> what a flow endpoint says about it, preformatted
 	ifaces     map[uint32]string      // host veth ifindex -> name
 	cgroups    map[uint64]string      // pod cgroup id -> ns/name
@@ -73,13 +72,11 @@ type serviceFrontend struct {
 
 // updateFlowNames rebuilds the names from the agent's state. Called with mu held.
 func (a *Agent) updateFlowNames(ifaces map[uint32]string) {
-	n := &flowNames{pods: map[netip.Addr]string{}, podSides: map[netip.Addr]podSide{}, ifaces: ifaces,
+	n := &flowNames{podSides: map[netip.Addr]podSide{}, ifaces: ifaces,
 		cgroups: map[uint64]string{}, services: &a.svcNames, identities: map[uint32][]string{},
 		rules: map[uint32]string{}}
 	for key, rec := range a.state.Pods {
-		ip := netip.MustParseAddr(rec.IP)
-		n.pods[ip] = key
-		n.podSides[ip] = podSide{pod: key, namespace: rec.Namespace, ip: rec.IP}
+		n.podSides[netip.MustParseAddr(rec.IP)] = podSide{pod: key, namespace: rec.Namespace, ip: rec.IP}
 		var st syscall.Stat_t
 		if err := syscall.Stat(rec.Cgroup, &st); err == nil {
 			n.cgroups[st.Ino] = key // a cgroup's id is its directory's inode

@@ -49,8 +49,8 @@ func annotate(row datapath.Row, n *flowNames) {
 				s = s[:i]
 			}
 			if ip, err := netip.ParseAddr(s); err == nil {
-				if pod, ok := n.pods[ip]; ok {
-					row[col+"Pod"] = pod
+				if ps, ok := n.podSides[ip]; ok {
+					row[col+"Pod"] = ps.pod
 				}
 			}
 		case "identity":

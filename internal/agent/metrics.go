@@ -107,14 +107,16 @@ func (c datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descFollowerMissed, prometheus.CounterValue, float64(a.flows.Dropped()))
 	a.mu.Lock()
-	ports := a.desiredServicePorts()
+	ports, backends := 0, 0
+	for _, e := range a.svcCache {
+		ports += len(e.ports)
+		for _, p := range e.ports {
+			backends += len(p.Backends)
+		}
+	}
 	pods := len(a.state.Pods)
 	a.mu.Unlock()
-	backends := 0
-	for _, p := range ports {
-		backends += len(p.Backends)
-	}
-	ch <- prometheus.MustNewConstMetric(descServices, prometheus.GaugeValue, float64(len(ports)))
+	ch <- prometheus.MustNewConstMetric(descServices, prometheus.GaugeValue, float64(ports))
 	ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(backends))
 	ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(pods))
 	if maps, err := a.dp.Maps(); err == nil {

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 )
@@ -41,22 +40,4 @@ func endpointValue(e Endpoint) podtcEndpointInfo {
 	copy(v.PodMac[:], e.PodMAC)
 	copy(v.NodeMac[:], e.NodeMAC)
 	return v
-}
-
-// SyncEndpoints makes shunt_endpoints hold exactly the desired entries:
-// new and changed entries are written before stale ones are deleted, so no
-// pod is ever missing from the map while it exists.
-func (d *Datapath) SyncEndpoints(desired []Endpoint) error {
-	want := make(map[podtcEndpointKey]podtcEndpointInfo, len(desired))
-	for _, e := range desired {
-		if !e.IP.Is4() {
-			return fmt.Errorf("endpoint %s: only IPv4 pod addresses are supported", e.IP)
-		}
-		want[endpointKey(e.IP)] = endpointValue(e)
-	}
-	stale, err := d.pol.endpoints.write(want, nil)
-	if err != nil {
-		return err
-	}
-	return d.pol.endpoints.prune(stale)
 }

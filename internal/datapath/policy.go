@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -323,56 +324,21 @@ func (d *Datapath) PolicyEntries() ([]PolicyEntry, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reading shunt_policy: %w", err)
 	}
-	slices.SortFunc(out, func(a, b PolicyEntry) int { return comparePolicyKeys(a.PolicyKey, b.PolicyKey) })
+	slices.SortFunc(out, func(a, b PolicyEntry) int { return a.PolicyKey.Compare(b.PolicyKey) })
 	return out, nil
 }
 
-func comparePolicyKeys(a, b PolicyKey) int {
-	if c := a.Endpoint.Compare(b.Endpoint); c != 0 {
-		return c
-	}
-	for _, c := range []int{boolInt(a.Egress) - boolInt(b.Egress), int(a.Identity) - int(b.Identity),
-		int(a.Proto) - int(b.Proto), int(a.Port) - int(b.Port), int(a.PortBits) - int(b.PortBits)} {
-		if c != 0 {
-			return c
+// Compare orders policy keys (pod, direction, identity, protocol, port):
+// -1, 0 or +1, for sorting.
+func (k PolicyKey) Compare(o PolicyKey) int {
+	egress := func(k PolicyKey) int {
+		if k.Egress {
+			return 1
 		}
+		return 0
 	}
-	return 0
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// IPCache reads shunt_ipcache and shunt_cidr_identities back, decoded.
-func (d *Datapath) IPCache() (pods, cidrs []PrefixIdentity, err error) {
-	read := func(m *ebpf.Map, name string) ([]PrefixIdentity, error) {
-		var out []PrefixIdentity
-		var k podtcIpcacheKey
-		var v podtcIpcacheValue
-		it := m.Iterate()
-		for it.Next(&k, &v) {
-			out = append(out, PrefixIdentity{Prefix: fromIpcacheKey(k), Identity: v.Identity})
-		}
-		if err := it.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", name, err)
-		}
-		slices.SortFunc(out, func(a, b PrefixIdentity) int {
-			if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
-				return c
-			}
-			return a.Prefix.Bits() - b.Prefix.Bits()
-		})
-		return out, nil
-	}
-	if pods, err = read(d.objs.ShuntIpcache, "shunt_ipcache"); err != nil {
-		return nil, nil, err
-	}
-	cidrs, err = read(d.objs.ShuntCidrIdentities, "shunt_cidr_identities")
-	return pods, cidrs, err
+	return cmp.Or(k.Endpoint.Compare(o.Endpoint), cmp.Compare(egress(k), egress(o)), cmp.Compare(k.Identity, o.Identity),
+		cmp.Compare(k.Proto, o.Proto), cmp.Compare(k.Port, o.Port), cmp.Compare(k.PortBits, o.PortBits))
 }
 
 // Prefix lengths of policy keys (POLICY_PREFIX_* in shunt.h), for code that

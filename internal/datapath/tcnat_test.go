@@ -65,7 +65,7 @@ func TestTCServiceFallback(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	client, backend := netip.MustParseAddr("10.99.0.10"), netip.MustParseAddr("10.99.0.11")
 	vip, empty := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11")
-	if err := d.SyncEndpoints([]Endpoint{
+	if err := d.SyncPolicy(PolicyState{}, []Endpoint{
 		{IP: client, Ifindex: 1, PodMAC: mac, NodeMAC: mac},
 		{IP: backend, Ifindex: 1, PodMAC: mac, NodeMAC: mac}, // test runs arrive on lo
 	}); err != nil {

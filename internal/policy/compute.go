@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -151,7 +152,7 @@ func (c *computation) identify(prev Allocations) {
 	}
 	alloc := newAllocator(prev.Identities, datapath.FirstPodIdentity)
 	pods := slices.Clone(c.in.Pods)
-	slices.SortFunc(pods, func(a, b Pod) int { return compareStrings(a.key(), b.key()) })
+	slices.SortFunc(pods, func(a, b Pod) int { return strings.Compare(a.key(), b.key()) })
 	for _, p := range pods {
 		nsl := c.namespaceLabels(p.Pod.Namespace)
 		id := alloc.get(identityKey(p.Pod.Namespace, p.Pod.Labels, nsl))
@@ -251,16 +252,6 @@ func comparePrefixes(a, b netip.Prefix) int {
 		return c
 	}
 	return a.Bits() - b.Bits()
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // blockIdentities are the CIDR identities an address block (cidr minus
@@ -407,16 +398,21 @@ func (c *computation) finish() {
 			delete(c.entries, k)
 		}
 	}
-	withRules := map[netip.Addr][2]bool{} // [ingress, egress]
-	for _, k := range slices.SortedFunc(maps.Keys(c.entries), comparePolicyKeys) {
+	type directions struct{ ingress, egress bool }
+	withRules := map[netip.Addr]directions{}
+	for _, k := range slices.SortedFunc(maps.Keys(c.entries), datapath.PolicyKey.Compare) {
 		v := c.entries[k]
 		c.res.State.Entries = append(c.res.State.Entries, datapath.PolicyEntry{PolicyKey: k, Verdict: v.verdict, RuleID: v.rule})
 		has := withRules[k.Endpoint]
-		has[boolIndex(k.Egress)] = true
+		if k.Egress {
+			has.egress = true
+		} else {
+			has.ingress = true
+		}
 		withRules[k.Endpoint] = has
 	}
 	for key, ep := range c.res.Endpoints {
-		ep.IngressRules, ep.EgressRules = withRules[ep.IP][0], withRules[ep.IP][1]
+		ep.IngressRules, ep.EgressRules = withRules[ep.IP].ingress, withRules[ep.IP].egress
 		slices.Sort(ep.IngressIsolatedBy)
 		slices.Sort(ep.EgressIsolatedBy)
 		c.res.Endpoints[key] = ep
@@ -437,28 +433,6 @@ func portInPrefix(port, prefix uint16, bits uint8) bool {
 	}
 	mask := ^uint16(0) << (16 - bits)
 	return port&mask == prefix&mask
-}
-
-func comparePolicyKeys(a, b datapath.PolicyKey) int {
-	if c := a.Endpoint.Compare(b.Endpoint); c != 0 {
-		return c
-	}
-	key := func(k datapath.PolicyKey) [5]int {
-		e := 0
-		if k.Egress {
-			e = 1
-		}
-		return [5]int{e, int(k.Identity), int(k.Proto), int(k.Port), int(k.PortBits)}
-	}
-	ka, kb := key(a), key(b)
-	return slices.Compare(ka[:], kb[:])
-}
-
-func boolIndex(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Endpoint fills in the fields of a local pod's datapath endpoint that

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -171,7 +172,7 @@ func policyName(kind, ns, name string) string { return kind + " " + ns + "/" + n
 func (c *computation) applyNetworkPolicies() {
 	nps := slices.Clone(c.in.NetworkPolicies)
 	slices.SortFunc(nps, func(a, b *networkingv1.NetworkPolicy) int {
-		return compareStrings(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	for _, np := range nps {
 		const kind = "NetworkPolicy"
@@ -233,7 +234,7 @@ func (c *computation) shuntPeers(ns string, list []manifest.ShuntPeer) peers {
 func (c *computation) applyShuntPolicies() {
 	sps := slices.Clone(c.in.ShuntPolicies)
 	slices.SortFunc(sps, func(a, b *manifest.ShuntNetworkPolicy) int {
-		return compareStrings(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	for _, sp := range sps {
 		const kind = "ShuntNetworkPolicy"
