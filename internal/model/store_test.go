@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+
 	"github.com/shuntnet/shunt/internal/manifest"
 )
 
@@ -93,35 +95,72 @@ func TestDeleteNamespaceCascades(t *testing.T) {
 	}
 }
 
-// TestSortedObjectsFollowApply: the sorted list an apply derives
-// from the previous one equals sorting from scratch.
-func TestSortedObjectsFollowApply(t *testing.T) {
-	s, err := NewStore(parse(t, nsShop+pod("shop", "m", "a", "x")+pod("default", "b", "a", "x")))
+func service(ns, name string) string {
+	return "---\napiVersion: v1\nkind: Service\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {ports: [{port: 80}]}\n"
+}
+
+func slice(ns, name, svc string) string {
+	return "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: " + name + ", namespace: " + ns +
+		", labels: {kubernetes.io/service-name: " + svc + "}}\naddressType: IPv4\nendpoints: []\n"
+}
+
+func sliceNames(slices []*discoveryv1.EndpointSlice) string {
+	var names []string
+	for _, s := range slices {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// TestStoresShareStructure: a change returns a new store and leaves the old
+// one as it was; the by-service slice index follows relabels and deletes;
+// cascades stay within their namespace ("shop", not "shop2").
+func TestStoresShareStructure(t *testing.T) {
+	base := nsShop + "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: shop2}\n" +
+		service("shop", "a") + service("shop", "b") + service("shop2", "a") +
+		slice("shop", "a-1", "a") + slice("shop", "a-2", "a") + slice("shop2", "a-1", "a") + pod("shop", "p", "x", "sleep")
+	s, err := NewStore(parse(t, base))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Objects() // computed: later stores derive theirs
-	steps := []string{
-		pod("shop", "a", "a", "x") + pod("shop", "z", "a", "x") + pod("default", "a", "a", "x"),
-		pod("shop", "m", "b", "x") + pod("default", "c", "a", "x"),
-		pod("shop", "b", "a", "x"),
+	if got := sliceNames(s.EndpointSlicesFor("shop", "a")); got != "a-1,a-2" {
+		t.Errorf("slices of shop/a: %s", got)
 	}
-	for i, doc := range steps {
-		next, _, err := s.Apply(parse(t, doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := next.Objects()
-		fresh := &Store{objs: next.objs}
-		want := fresh.Objects()
-		if len(got) != len(want) {
-			t.Fatalf("step %d: %d objects, want %d", i, len(got), len(want))
-		}
-		for j := range want {
-			if got[j].Key() != want[j].Key() || got[j].Obj != want[j].Obj {
-				t.Fatalf("step %d: object %d is %s, want %s", i, j, got[j].Key(), want[j].Key())
-			}
-		}
-		s = next
+	// a-2 moves to service b.
+	s2, _, err := s.Apply(parse(t, slice("shop", "a-2", "b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := sliceNames(s2.EndpointSlicesFor("shop", "a")), sliceNames(s2.EndpointSlicesFor("shop", "b")); a != "a-1" || b != "a-2" {
+		t.Errorf("after relabel: a has %q, b has %q", a, b)
+	}
+	if got := sliceNames(s.EndpointSlicesFor("shop", "a")); got != "a-1,a-2" {
+		t.Errorf("the old store changed: %s", got)
+	}
+	// Deleting service b takes its slice, not a's.
+	s3, ch, err := s2.Delete(parse(t, service("shop", "b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(ch); got != "Service/shop/b=deleted EndpointSlice/shop/a-2=deleted" {
+		t.Errorf("changes %s", got)
+	}
+	// Deleting namespace shop takes everything in it and nothing of shop2.
+	s4, ch, err := s3.Delete(parse(t, nsShop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(ch); got != "Namespace//shop=deleted EndpointSlice/shop/a-1=deleted Pod/shop/p=deleted Service/shop/a=deleted" {
+		t.Errorf("changes %s", got)
+	}
+	var keys []string
+	for _, o := range s4.Objects() {
+		keys = append(keys, o.Key())
+	}
+	if got := strings.Join(keys, " "); got != "EndpointSlice/shop2/a-1 Namespace//shop2 Service/shop2/a" {
+		t.Errorf("left %s", got)
+	}
+	if len(s.Objects()) != 9 || len(s.ServicesIn("shop")) != 2 || s4.Len() != 3 {
+		t.Errorf("the first store has %d objects, %d services in shop; the last %d objects", len(s.Objects()), len(s.ServicesIn("shop")), s4.Len())
 	}
 }
