@@ -16,12 +16,12 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/shuntnet/shunt/internal/agent"
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
+	"github.com/shuntnet/shunt/internal/teardown"
 )
 
 func newLabCmd(g *globals) *cobra.Command {
@@ -76,8 +76,8 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - (repeatable)")
 	cmd.Flags().StringVar(&mode, "mode", "", "pod forwarding: redirect-peer (default), redirect, bridge or routed")
-	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default "+agent.DefaultPodCIDR+")")
-	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default "+agent.DefaultServiceCIDR+")")
+	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default "+instance.DefaultPodCIDR+")")
+	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default "+instance.DefaultServiceCIDR+")")
 	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the pods' containers to run (0: don't)")
 	cmd.Flags().StringVar(&agentFlags.flowSampling, "flow-sampling", "", "flow events: default (drops, connection starts/ends, translations), all (every packet) or off")
 	cmd.Flags().IntVar(&agentFlags.flowHistory, "flow-history", 0, "flows the agent keeps for `shunt observe` (default 8192)")
@@ -264,7 +264,7 @@ func uninstall(g *globals) error {
 		}
 	}
 	// Also sweeps whatever a crashed agent left behind.
-	if err := agent.Uninstall(inst); err != nil {
+	if err := teardown.Instance(inst); err != nil {
 		return err
 	}
 	fmt.Printf("lab %q removed\n", inst.Name)

@@ -154,7 +154,7 @@ The exit code is 0 if every attempt gave --expect, 1 if not, 2 on bad usage.`,
 	cmd.Flags().StringArrayVar(&urls, "http", nil, "HTTP URL (repeatable)")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", time.Second, "per-attempt timeout (dial and reply together)")
 	cmd.Flags().StringVar(&opts.Send, "send", "ping", "payload to send over TCP and UDP")
-	cmd.Flags().DurationVar(&opts.Hold, "hold", 0, "TCP: keep each connection open this long, then check it still works")
+	cmd.Flags().DurationVar(&opts.Hold, "hold", 0, "TCP and --udp-connected: keep each socket open this long, then check it still works")
 	cmd.Flags().BoolVar(&opts.UDPConnected, "udp-connected", false, "use a connected UDP socket (default: unconnected, like resolvers)")
 	cmd.Flags().StringVar(&expect, "expect", labtools.Connected, "expected result of every attempt: connected, refused, timeout or any")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json (one object per attempt)")

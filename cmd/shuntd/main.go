@@ -74,8 +74,8 @@ func newRootCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&inst, "instance", envOr("SHUNT_INSTANCE", instance.Default), "name of this shunt node on the machine (env SHUNT_INSTANCE)")
 	cmd.Flags().StringVar(&mode, "mode", "", fmt.Sprintf("pod forwarding mode %v (default: as persisted, else redirect-peer)", datapath.Modes))
-	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default: as persisted, else "+agent.DefaultPodCIDR+")")
-	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default: as persisted, else "+agent.DefaultServiceCIDR+")")
+	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default: as persisted, else "+instance.DefaultPodCIDR+")")
+	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default: as persisted, else "+instance.DefaultServiceCIDR+")")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&flowSampling, "flow-sampling", "default", "flow events: default (drops, connection starts/ends, translations), all (every packet) or off")
 	cmd.Flags().IntVar(&flowHistory, "flow-history", 8192, "flows kept in memory for `shunt observe`")

@@ -34,17 +34,15 @@ import (
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/teardown"
 )
-
-// DefaultPodCIDR is the lab node's pod network unless --pod-cidr says otherwise.
-const DefaultPodCIDR = "10.244.0.0/24"
 
 // Config is how shuntd was started.
 type Config struct {
 	Instance    instance.Instance
 	Mode        datapath.Mode // empty: as persisted, else redirect-peer
-	PodCIDR     string        // empty: as persisted, else DefaultPodCIDR
-	ServiceCIDR string        // empty: as persisted, else DefaultServiceCIDR
+	PodCIDR     string        // empty: as persisted, else instance.DefaultPodCIDR
+	ServiceCIDR string        // empty: as persisted, else instance.DefaultServiceCIDR
 	BinDir      string        // put first on containers' PATH (where shunt lives)
 	ShimExe     string        // executable providing `shim` (shuntd itself)
 
@@ -68,15 +66,18 @@ type Agent struct {
 	state *State
 	store *model.Store
 
-	// lastReadiness is the pods' readiness when services were last synced:
-	// the periodic resync does work only when a container started or ended.
-	lastReadiness string
 	// objects persists the desired objects; unsaved are the keys changed
 	// since they were last written.
 	objects objectLog
 	unsaved map[string]bool
+	// savedState is state.json as last written: unchanged, it is not
+	// written again.
+	savedState []byte
 	// lastSync is how long the last reconcile spent on each step (logged).
 	lastSync struct{ policy, services, persist time.Duration }
+	// podsDirty: pods, namespaces or policies changed since pods and
+	// policy were last reconciled (true at start: everything is checked).
+	podsDirty bool
 	// policy is the policy state last written to the datapath.
 	policy *policy.Result
 	// checkedPolicy was computed for checkedStore by the capacity check of
@@ -84,12 +85,15 @@ type Agent struct {
 	checkedPolicy *policy.Result
 	checkedStore  *model.Store
 
-	// svcCache holds each service's computed ports; podsVersion changes
-	// whenever pods (objects or readiness) do, which invalidates the
-	// entries of services with a selector.
+	// clusterIPs indexes the ClusterIPs the services hold.
+	clusterIPs clusterIPs
+	// svcCache holds each service's computed ports; svcDirty names the
+	// services (namespace/name) to compute again, so a change to one
+	// service of 10 000 computes and writes one.
 	svcCache       map[string]*serviceEntry
-	svcNames       serviceNames // for flows
-	podsVersion    uint64
+	svcDirty       map[string]bool
+	lastReady      map[string]bool // pod readiness as services last saw it
+	svcNames       serviceNames    // for flows
 	servicesSynced bool
 
 	flows    *flows.History            // the last flows, for observe
@@ -122,10 +126,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := settle(&state.Mode, cfg.Mode, datapath.ModeRedirectPeer, "mode", inst); err != nil {
 		return nil, err
 	}
-	if err := settle(&state.PodCIDR, cfg.PodCIDR, DefaultPodCIDR, "pod CIDR", inst); err != nil {
+	if err := settle(&state.PodCIDR, cfg.PodCIDR, instance.DefaultPodCIDR, "pod CIDR", inst); err != nil {
 		return nil, err
 	}
-	if err := settle(&state.ServiceCIDR, cfg.ServiceCIDR, DefaultServiceCIDR, "service CIDR", inst); err != nil {
+	if err := settle(&state.ServiceCIDR, cfg.ServiceCIDR, instance.DefaultServiceCIDR, "service CIDR", inst); err != nil {
 		return nil, err
 	}
 	pool, err := ipam.NewPool(state.PodCIDR)
@@ -148,10 +152,18 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	legacy := len(state.Objects) > 0 // an older state.json held the objects itself
+	// Older state.json files held the objects, or the ClusterIPs, themselves.
+	legacy := len(state.Objects) > 0 || len(state.ClusterIPs) > 0
 	objs, err := decodeObjects(append(state.Objects, stored...))
 	if err != nil {
 		return nil, fmt.Errorf("persisted state: %w", err)
+	}
+	for _, o := range objs {
+		if s, ok := o.Obj.(*corev1.Service); ok && s.Spec.ClusterIP == "" {
+			if ip := state.ClusterIPs[s.Namespace+"/"+s.Name]; ip != "" {
+				s.Spec.ClusterIP, s.Spec.ClusterIPs = ip, []string{ip}
+			}
+		}
 	}
 	store, err := model.NewStore(objs)
 	if err != nil {
@@ -163,14 +175,30 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			Bridge: state.Mode == datapath.ModeBridge, PodCIDR: pool.CIDR,
 			NodeIP: pool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: svcPool.CIDR,
 		},
-		shutdown: make(chan bool, 1),
-		svcCache: map[string]*serviceEntry{},
-		started:  time.Now().UTC(),
-		objects:  objLog,
-		unsaved:  map[string]bool{},
+		shutdown:   make(chan bool, 1),
+		clusterIPs: newClusterIPs(svcPool, store),
+		svcCache:   map[string]*serviceEntry{},
+		svcDirty:   map[string]bool{},
+		lastReady:  map[string]bool{},
+		podsDirty:  true,
+		started:    time.Now().UTC(),
+		objects:    objLog,
+		unsaved:    map[string]bool{},
 	}
-	if legacy {
-		state.Objects = nil
+	// Services persisted without an address (older versions) get one now.
+	var unassigned []model.Change
+	for _, s := range store.Services() {
+		if s.Spec.ClusterIP == "" {
+			unassigned = append(unassigned, model.Change{Key: "Service/" + s.Namespace + "/" + s.Name, Action: "created"})
+		}
+	}
+	ips, err := a.clusterIPs.assign(store, store, unassigned)
+	if err != nil {
+		return nil, fmt.Errorf("persisted state: %w", err)
+	}
+	a.clusterIPs.commit(ips)
+	if legacy || len(unassigned) > 0 {
+		state.Objects, state.ClusterIPs = nil, nil
 		if err := a.objects.snapshot(store); err != nil {
 			return nil, err
 		}
@@ -232,11 +260,44 @@ func (a *Agent) Close() error { return a.dp.Close() }
 
 func podKey(ns, name string) string { return ns + "/" + name }
 
-// reconcile makes pods, programs and maps match the store. New pods get
+// reconcile makes pods, programs and maps match the store, doing only what
+// the changes since the last call need: pods and policy when pods,
+// namespaces or policies changed, the services marked dirty. New pods get
 // their plumbing, identity and policy before their containers start, so no
 // process ever runs unprotected by the policy that selects it. Called with
 // mu held.
 func (a *Agent) reconcile() error {
+	var errs []error
+	t0 := time.Now()
+	if a.podsDirty {
+		err := a.reconcilePods()
+		a.podsDirty = err != nil // retried with the next change
+		errs = append(errs, err)
+	}
+	a.lastSync.policy = time.Since(t0)
+	// Persisting (encoding on the other CPUs) and programming the service
+	// maps (system calls on this one) share nothing: after a bulk change
+	// both take hundreds of milliseconds, so they run side by side.
+	persisted := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		err := a.persist()
+		a.lastSync.persist = time.Since(start)
+		persisted <- err
+	}()
+	t1 := time.Now()
+	errs = append(errs, a.syncServices())
+	a.lastSync.services = time.Since(t1)
+	errs = append(errs, <-persisted)
+	a.metrics.observeSync("policy", a.lastSync.policy)
+	a.metrics.observeSync("services", a.lastSync.services)
+	a.metrics.observeSync("persist", a.lastSync.persist)
+	return errors.Join(errs...)
+}
+
+// reconcilePods builds missing pods, removes deleted ones, writes the
+// policy and starts the containers of new pods. Called with mu held.
+func (a *Agent) reconcilePods() error {
 	desired := map[string]*corev1.Pod{}
 	for _, p := range a.store.Pods() {
 		desired[podKey(p.Namespace, p.Name)] = p
@@ -258,7 +319,6 @@ func (a *Agent) reconcile() error {
 		built = append(built, e)
 	}
 
-	t0 := time.Now()
 	pol, err := a.checkedPolicy, error(nil)
 	if pol == nil || a.checkedStore != a.store {
 		pol, err = a.computePolicy(a.store)
@@ -278,7 +338,6 @@ func (a *Agent) reconcile() error {
 			a.policy, a.state.Policy = pol, pol.Alloc
 		}
 	}
-	t1 := time.Now()
 
 	for _, e := range built {
 		if !e.start {
@@ -292,18 +351,6 @@ func (a *Agent) reconcile() error {
 		}
 		a.log.Info("pod started", "pod", podKey(e.Namespace, e.Name), "ip", e.IP, "veth", e.HostIf)
 	}
-	t2 := time.Now()
-	if err := a.syncServices(); err != nil {
-		errs = append(errs, err)
-	}
-	t3 := time.Now()
-	if err := a.persist(); err != nil {
-		errs = append(errs, err)
-	}
-	a.lastSync.policy, a.lastSync.services, a.lastSync.persist = t1.Sub(t0), t3.Sub(t2), time.Since(t3)
-	a.metrics.observeSync("policy", a.lastSync.policy)
-	a.metrics.observeSync("services", a.lastSync.services)
-	a.metrics.observeSync("persist", a.lastSync.persist)
 	ifaces := map[uint32]string{}
 	for _, e := range built {
 		ifaces[uint32(e.endpoint.Ifindex)] = e.HostIf
@@ -313,13 +360,16 @@ func (a *Agent) reconcile() error {
 }
 
 // persist records the objects changed since the last persist, then
-// state.json.
+// state.json. It reads the store and state and writes only the files and
+// its own bookkeeping, so it may run beside syncServices.
 func (a *Agent) persist() error {
 	if err := a.objects.save(a.store, slices.Sorted(maps.Keys(a.unsaved))); err != nil {
 		return err
 	}
 	clear(a.unsaved)
-	return a.state.save(a.cfg.Instance.StateDir())
+	var err error
+	a.savedState, err = a.state.save(a.cfg.Instance.StateDir(), a.savedState)
+	return err
 }
 
 type ensured struct {
@@ -507,26 +557,32 @@ func (a *Agent) Delete(objs []manifest.Object) ([]model.Change, error) {
 	return changes, a.commit("delete", start, next, changes, len(objs))
 }
 
-// commit makes next the desired state: ClusterIPs first (the last check
-// that can refuse the change as a whole), then the node is reconciled.
-// Called with mu held.
+// commit makes next the desired state: ClusterIPs and policy capacity
+// first (the last checks that can refuse the change as a whole), then the
+// node is reconciled. Called with mu held.
 func (a *Agent) commit(op string, start time.Time, next *model.Store, changes []model.Change, objects int) error {
-	ips, err := assignClusterIPs(a.svcPool, a.state.ClusterIPs, next, changes)
+	ips, err := a.clusterIPs.assign(a.store, next, changes)
 	if err != nil {
 		return err
 	}
-	if err := a.checkPolicyFits(next); err != nil {
-		return err
+	podsOrPolicy := slices.ContainsFunc(changes, func(c model.Change) bool {
+		kind, _, _ := strings.Cut(c.Key, "/")
+		return c.Action != "unchanged" && policyInput[kind]
+	})
+	if podsOrPolicy {
+		if err := a.checkPolicyFits(next); err != nil {
+			return err
+		}
+		a.podsDirty = true
 	}
-	a.store, a.state.ClusterIPs = next, ips
+	a.clusterIPs.commit(ips)
 	for _, c := range changes {
 		if c.Action != "unchanged" {
 			a.unsaved[c.Key] = true
-			if strings.HasPrefix(c.Key, "Pod/") {
-				a.podsVersion++
-			}
+			a.servicesTouched(a.store, next, c.Key)
 		}
 	}
+	a.store = next
 	checked := time.Now()
 	err = a.reconcile()
 	a.log.Info(op, "objects", objects, "checkMs", ms(checked.Sub(start)), "policyMs", ms(a.lastSync.policy),
@@ -534,6 +590,10 @@ func (a *Agent) commit(op string, start time.Time, next *model.Store, changes []
 		"totalMs", ms(time.Since(start)), "err", err)
 	return err
 }
+
+// policyInput are the kinds pods and policy are computed from; a change
+// of only services and slices leaves both alone.
+var policyInput = map[string]bool{"Pod": true, "Namespace": true, "NetworkPolicy": true, "ShuntNetworkPolicy": true}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -557,36 +617,7 @@ func (a *Agent) Uninstall() error {
 		delete(a.state.Pods, key)
 	}
 	a.dp.Close()
-	errs = append(errs, Uninstall(a.cfg.Instance))
-	return errors.Join(errs...)
-}
-
-// Uninstall removes what an instance created, also when no agent runs and
-// its state is gone: pods are found by namespace names and interface
-// aliases. A second run is a no-op.
-func Uninstall(inst instance.Instance) error {
-	var errs []error
-	if root, err := cgroup.Root(); err == nil {
-		errs = append(errs, cgroup.Remove(inst.CgroupDir(root)))
-	}
-	if names, err := podnet.LinksWithAliasPrefix(inst.LinkAliasPrefix()); err == nil {
-		for _, n := range names {
-			errs = append(errs, podnet.DeleteLink(n))
-		}
-	}
-	if entries, err := os.ReadDir(podnet.NetnsDir); err == nil {
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), inst.Name+"-") {
-				errs = append(errs, podnet.TeardownPod(podnet.Pod{Netns: e.Name()}))
-			}
-		}
-	}
-	errs = append(errs,
-		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
-		datapath.Uninstall(inst.PinDir()),
-		os.RemoveAll(inst.StateDir()),
-		os.RemoveAll(inst.RunDir()),
-	)
+	errs = append(errs, teardown.Instance(a.cfg.Instance))
 	return errors.Join(errs...)
 }
 
@@ -621,12 +652,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-resync.C:
 			a.mu.Lock()
-			if ready := a.readiness(); ready != a.lastReadiness {
-				a.podsVersion++
+			if a.readinessChanged() || !a.servicesSynced {
 				if err := a.syncServices(); err != nil {
 					a.log.Error("service sync failed", "err", err)
-				} else {
-					a.lastReadiness = ready
 				}
 			}
 			a.mu.Unlock()

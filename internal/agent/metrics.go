@@ -17,6 +17,9 @@ import (
 type metrics struct {
 	reg  *prometheus.Registry
 	sync *prometheus.HistogramVec
+	// udpDestroyed counts connected UDP sockets closed because their
+	// service backend went away.
+	udpDestroyed prometheus.Counter
 }
 
 var (
@@ -44,6 +47,10 @@ func newMetrics(a *Agent) *metrics {
 			Help:    "Time to compute and write the datapath's state after a change, by step.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs .. 26s
 		}, []string{"step"}),
+		udpDestroyed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shunt_udp_sockets_destroyed_total",
+			Help: "Connected UDP sockets closed because the service backend they were sent to went away.",
+		}),
 	}
 	version := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
@@ -54,7 +61,7 @@ func newMetrics(a *Agent) *metrics {
 		ConstLabels: prometheus.Labels{"version": version, "instance": a.cfg.Instance.Name},
 	})
 	info.Set(1)
-	m.reg.MustRegister(m.sync, info, collectors.NewGoCollector(),
+	m.reg.MustRegister(m.sync, m.udpDestroyed, info, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), datapathCollector{a})
 	return m
 }

@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/parallel"
 )
 
 // objectLog persists the desired objects as a snapshot plus an append-only
@@ -140,21 +142,46 @@ func (l *objectLog) save(store *model.Store, changed []string) error {
 	return nil
 }
 
-// snapshot rewrites every object and empties the journal.
+// snapshotLine encodes one logEntry. Written out by hand because
+// json.Marshal would scan the encoded object a second time.
+func snapshotLine(o manifest.Object) ([]byte, error) {
+	obj, err := json.Marshal(o.Obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", o.Key(), err)
+	}
+	key, _ := json.Marshal(o.Key())
+	src, _ := json.Marshal(o.Source)
+	line := make([]byte, 0, len(obj)+len(key)+len(src)+32)
+	line = append(append(append(line, `{"key":`...), key...), `,"source":`...)
+	line = append(append(append(line, src...), `,"object":`...), obj...)
+	return append(line, '}'), nil
+}
+
+// snapshot rewrites every object and empties the journal. Objects are
+// encoded on every CPU: 20 000 of them take a quarter of a second on one.
 func (l *objectLog) snapshot(store *model.Store) error {
 	objs := store.Objects()
-	entries := make([]logEntry, len(objs))
-	for i, o := range objs {
-		e, err := entryFor(store, o.Key())
-		if err != nil {
-			return err
-		}
-		entries[i] = e
-	}
-	data, err := json.Marshal(entries)
-	if err != nil {
+	lines := make([][]byte, len(objs))
+	errs := make([]error, len(objs))
+	parallel.For(len(objs), func(i int) {
+		lines[i], errs[i] = snapshotLine(objs[i])
+	})
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	size := 2
+	for _, line := range lines {
+		size += len(line) + 2
+	}
+	data := make([]byte, 0, size)
+	data = append(data, '[')
+	for i, line := range lines {
+		if i > 0 {
+			data = append(data, ",\n"...)
+		}
+		data = append(data, line...)
+	}
+	data = append(data, "]\n"...)
 	if err := writeAtomic(l.snapshotPath(), data); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -76,6 +77,7 @@ func writeError(w http.ResponseWriter, code int, err error) {
 
 func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
 		var req api.ObjectsRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			writeError(w, http.StatusBadRequest, err)
@@ -85,9 +87,14 @@ func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)
 		for i, o := range req.Objects {
 			stored[i] = StoredObject{Source: o.Source, Object: o.Object}
 		}
+		// Decoded and validated here, whoever the client is: nothing
+		// reaches the store unchecked.
 		objs, err := decodeObjects(stored)
+		if err == nil {
+			err = manifest.Validate(objs)
+		}
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err)
+			writeError(w, http.StatusUnprocessableEntity, err)
 			return
 		}
 		changes, err := do(objs)
@@ -104,6 +111,7 @@ func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)
 			return
 		}
 		resp.Warnings = a.Warnings()
+		resp.TookMs = ms(time.Since(start))
 		writeJSON(w, http.StatusOK, resp)
 	}
 }
@@ -260,9 +268,6 @@ func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
 	for _, s := range a.store.Services() {
 		svc := *s.DeepCopy()
 		svc.APIVersion, svc.Kind = "v1", "Service"
-		if ip := a.state.ClusterIPs[s.Namespace+"/"+s.Name]; ip != "" {
-			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip, []string{ip}
-		}
 		list.Items = append(list.Items, svc)
 	}
 	writeJSON(w, http.StatusOK, list)

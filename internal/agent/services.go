@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -16,87 +17,109 @@ import (
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
-// DefaultServiceCIDR is where ClusterIPs come from unless --service-cidr says otherwise.
-const DefaultServiceCIDR = "10.96.0.0/16"
+// clusterIPs says which service holds which ClusterIP. The address itself
+// lives in the Service's spec.clusterIP, as the API server records it, so
+// it is persisted with the object; this is the index that finds free ones.
+type clusterIPs struct {
+	pool  ipam.Pool
+	owner map[netip.Addr]string // ClusterIP -> service namespace/name
+}
 
-// assignClusterIPs gives every non-headless Service of next a ClusterIP,
-// keeping existing ones, as the API server's allocator does: a requested
-// address must be in the service CIDR and free, and never changes later.
-// With changes (of the step from the store that current belongs to), only
-// the services they name are looked at; nil looks at all of them.
-func assignClusterIPs(pool ipam.Pool, current map[string]string, next *model.Store, changes []model.Change) (map[string]string, error) {
-	out := map[string]string{}
-	var svcs []*corev1.Service
-	if changes == nil {
-		svcs = next.Services()
-	} else {
-		for k, v := range current {
-			out[k] = v
-		}
-		for _, c := range changes {
-			kind, key, _ := strings.Cut(c.Key, "/")
-			if kind != "Service" || c.Action == "unchanged" {
-				continue
-			}
-			delete(out, key) // looked at again below, if it still exists
-			if o, ok := next.Get(c.Key); ok {
-				svcs = append(svcs, o.Obj.(*corev1.Service))
-			}
+func newClusterIPs(pool ipam.Pool, store *model.Store) clusterIPs {
+	c := clusterIPs{pool: pool, owner: map[netip.Addr]string{}}
+	for _, s := range store.Services() {
+		if ip, err := netip.ParseAddr(s.Spec.ClusterIP); err == nil {
+			c.owner[ip] = s.Namespace + "/" + s.Name
 		}
 	}
-	used := make(map[netip.Addr]string, len(out))
-	for key, ip := range out {
-		used[netip.MustParseAddr(ip)] = key
+	return c
+}
+
+// ipAssignment is what a change does to the ClusterIPs: held becomes the
+// owner of each address, freed addresses go back to the pool.
+type ipAssignment struct {
+	held  map[netip.Addr]string
+	freed []netip.Addr
+}
+
+// assign gives each Service that changes create a ClusterIP, as the API
+// server's allocator does: a requested address must be in the service CIDR
+// and free, otherwise the lowest free one is taken and written into the
+// object's spec (next is not published yet, and a created object is the
+// request's own). old is the store the changes start from. Nothing is
+// changed in c: commit does that once the whole change is accepted.
+func (c *clusterIPs) assign(old, next *model.Store, changes []model.Change) (ipAssignment, error) {
+	a := ipAssignment{held: map[netip.Addr]string{}}
+	taken := func(ip netip.Addr) string {
+		if key, ok := a.held[ip]; ok {
+			return key
+		}
+		return c.owner[ip]
 	}
 	var problems []string
-	alloc := pool.NewAllocator(func(ip netip.Addr) bool { return used[ip] != "" })
-	// Keep existing allocations first so a new service cannot take one.
-	for _, s := range svcs {
-		key := s.Namespace + "/" + s.Name
-		if ip, ok := current[key]; ok {
-			if want := s.Spec.ClusterIP; want != "" && want != ip {
-				problems = append(problems, fmt.Sprintf("Service %s: spec.clusterIP: field is immutable (%s, requested %s): delete the service first", key, ip, want))
+	var alloc *ipam.Allocator
+	for _, ch := range changes {
+		kind, key, _ := strings.Cut(ch.Key, "/")
+		if kind != "Service" {
+			continue
+		}
+		switch ch.Action {
+		case "deleted":
+			if o, ok := old.Get(ch.Key); ok {
+				if ip, err := netip.ParseAddr(o.Obj.(*corev1.Service).Spec.ClusterIP); err == nil {
+					a.freed = append(a.freed, ip)
+				}
+			}
+			continue
+		case "created":
+		default:
+			continue // an update keeps its address (the store refuses a different one)
+		}
+		o, _ := next.Get(ch.Key)
+		s := o.Obj.(*corev1.Service)
+		switch want := s.Spec.ClusterIP; want {
+		case corev1.ClusterIPNone:
+		case "":
+			if alloc == nil {
+				alloc = c.pool.NewAllocator(func(ip netip.Addr) bool { return taken(ip) != "" })
+			}
+			ip, err := alloc.Next()
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: Service %s: service CIDR %v", o.Source, key, err))
 				continue
 			}
-			out[key] = ip
-			used[netip.MustParseAddr(ip)] = key
-		}
-	}
-	for _, s := range svcs {
-		key := s.Namespace + "/" + s.Name
-		if _, done := out[key]; done || s.Spec.ClusterIP == corev1.ClusterIPNone {
-			continue
-		}
-		if _, refused := current[key]; refused {
-			continue
-		}
-		if want := s.Spec.ClusterIP; want != "" {
+			a.held[ip] = key
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = ip.String(), []string{ip.String()}
+		default:
 			ip := netip.MustParseAddr(want) // validated by the manifest reader
 			switch {
-			case !pool.Contains(ip):
-				problems = append(problems, fmt.Sprintf("Service %s: spec.clusterIP: %s is not in the service CIDR %s", key, ip, pool.CIDR))
-			case used[ip] != "":
-				problems = append(problems, fmt.Sprintf("Service %s: spec.clusterIP: %s is already allocated to Service %s", key, ip, used[ip]))
+			case !c.pool.Contains(ip):
+				problems = append(problems, fmt.Sprintf("%s: Service %s: spec.clusterIP: %s is not in the service CIDR %s", o.Source, key, ip, c.pool.CIDR))
+			case taken(ip) != "" && taken(ip) != key:
+				problems = append(problems, fmt.Sprintf("%s: Service %s: spec.clusterIP: %s is already allocated to Service %s", o.Source, key, ip, taken(ip)))
 			default:
-				out[key], used[ip] = ip.String(), key
+				a.held[ip] = key
+				s.Spec.ClusterIPs = []string{want}
 			}
-			continue
 		}
-		ip, err := alloc.Next()
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("Service %s: service CIDR %v", key, err))
-			continue
-		}
-		out[key], used[ip] = ip.String(), key
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		return nil, errors.New(manifest.JoinProblems("nothing applied:", problems))
+		return ipAssignment{}, errors.New(manifest.JoinProblems("nothing applied:", problems))
 	}
-	return out, nil
+	return a, nil
+}
+
+// commit records an accepted assignment.
+func (c *clusterIPs) commit(a ipAssignment) {
+	for _, ip := range a.freed {
+		delete(c.owner, ip)
+	}
+	maps.Copy(c.owner, a.held)
 }
 
 // podsForServices describes the pods as the endpoint controller sees them.
@@ -125,80 +148,114 @@ func (a *Agent) podReady(rec *PodRecord) bool {
 	return true
 }
 
-// readiness summarises which pods are ready, in a stable order.
-func (a *Agent) readiness() string {
-	var b strings.Builder
-	for _, p := range a.podsForServices() {
-		fmt.Fprintf(&b, "%s/%s=%v,", p.Pod.Namespace, p.Pod.Name, p.Ready)
-	}
-	return b.String()
-}
-
-// serviceEntry is one service's computed ports and what they were
-// computed from: unchanged inputs give the same ports, so a change to one
-// service of 10 000 recomputes and writes one.
+// serviceEntry is one service's computed ports and the slices they came
+// from (hand-written, and derived from the selector as the endpoint-slice
+// controller would).
 type serviceEntry struct {
-	svc     *corev1.Service
-	slices  []*discoveryv1.EndpointSlice // hand-written slices
-	derived []*discoveryv1.EndpointSlice // from the selector, as the endpoint-slice controller would
-	ip      string
-	pods    uint64 // podsVersion, for services with a selector
+	slices  []*discoveryv1.EndpointSlice
+	derived []*discoveryv1.EndpointSlice
 	ports   []datapath.ServicePort
 }
 
-func (e *serviceEntry) current(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, ip string, pods uint64) bool {
-	return e != nil && e.svc == svc && e.ip == ip && slicesEqual(e.slices, slices) &&
-		(svc.Spec.Selector == nil || e.pods == pods)
-}
-
-// slicesEqual: the same slice objects (the store never changes an object
-// in place, so the same pointer means the same content).
-func slicesEqual(a, b []*discoveryv1.EndpointSlice) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// computeServices brings the per-service cache up to date with the store
-// and returns the ports that changed (upsert) and those gone (remove).
-// Called with mu held.
-func (a *Agent) computeServices() (upsert, remove []datapath.ServicePort) {
-	written := a.store.EndpointSlicesByService()
-	var pods []services.Pod // computed only if a selector service needs it
-	seen := make(map[string]bool, len(a.svcCache))
-	for _, s := range a.store.Services() {
-		key := s.Namespace + "/" + s.Name
-		seen[key] = true
-		ip := a.state.ClusterIPs[key]
-		old := a.svcCache[key]
-		if old.current(s, written[key], ip, a.podsVersion) {
+// servicesTouched marks the services a change of obj (as it was in old and
+// is in next) can change: a service itself, the service an EndpointSlice
+// names, the selector services a pod matches before or after. Called with
+// mu held.
+func (a *Agent) servicesTouched(old, next *model.Store, key string) {
+	for _, st := range []*model.Store{old, next} {
+		o, ok := st.Get(key)
+		if !ok {
 			continue
 		}
-		e := &serviceEntry{svc: s, slices: written[key], ip: ip, pods: a.podsVersion}
+		switch obj := o.Obj.(type) {
+		case *corev1.Service:
+			a.svcDirty[obj.Namespace+"/"+obj.Name] = true
+		case *discoveryv1.EndpointSlice:
+			a.svcDirty[obj.Namespace+"/"+obj.Labels[discoveryv1.LabelServiceName]] = true
+		case *corev1.Pod:
+			a.podServicesTouched(next, obj)
+		}
+	}
+}
+
+// podServicesTouched marks the services whose selector picks pod.
+func (a *Agent) podServicesTouched(store *model.Store, pod *corev1.Pod) {
+	for _, s := range store.ServicesIn(pod.Namespace) {
+		if services.Selects(s, pod) {
+			a.svcDirty[s.Namespace+"/"+s.Name] = true
+		}
+	}
+}
+
+// readinessChanged marks the services of pods whose readiness changed
+// since the last look and reports whether any did. Containers start and
+// exit on their own; this follows them into the endpoints, as the
+// endpoint controller does. Called with mu held.
+func (a *Agent) readinessChanged() bool {
+	changed := false
+	seen := make(map[string]bool, len(a.state.Pods))
+	for _, p := range a.store.Pods() {
+		key := podKey(p.Namespace, p.Name)
+		rec := a.state.Pods[key]
+		if rec == nil {
+			continue
+		}
+		seen[key] = true
+		ready := a.podReady(rec)
+		if was, known := a.lastReady[key]; !known || was != ready {
+			a.lastReady[key] = ready
+			a.podServicesTouched(a.store, p)
+			changed = true
+		}
+	}
+	for key := range a.lastReady {
+		if !seen[key] {
+			delete(a.lastReady, key)
+		}
+	}
+	return changed
+}
+
+// computeServices recomputes the services marked dirty (every service when
+// the cache is empty) and returns the ports that changed (upsert) and
+// those gone (remove). Called with mu held.
+func (a *Agent) computeServices() (upsert, remove []datapath.ServicePort) {
+	var keys []string
+	if !a.servicesSynced {
+		clear(a.svcCache)
+		for _, s := range a.store.Services() {
+			keys = append(keys, s.Namespace+"/"+s.Name)
+		}
+	} else {
+		keys = slices.Sorted(maps.Keys(a.svcDirty))
+	}
+	clear(a.svcDirty)
+	var pods []services.Pod // computed only if a selector service needs it
+	for _, key := range keys {
+		old := a.svcCache[key]
+		ns, name, _ := strings.Cut(key, "/")
+		o, ok := a.store.Get("Service/" + key)
+		if !ok {
+			if old != nil {
+				remove = append(remove, old.ports...)
+				delete(a.svcCache, key)
+			}
+			continue
+		}
+		s := o.Obj.(*corev1.Service)
+		e := &serviceEntry{slices: a.store.EndpointSlicesFor(ns, name)}
 		if s.Spec.Selector != nil {
 			if pods == nil {
 				pods = a.podsForServices()
 			}
 			e.derived = services.DeriveSlices(s, pods)
 		}
-		addr, _ := netip.ParseAddr(ip)
+		addr, _ := netip.ParseAddr(s.Spec.ClusterIP)
 		e.ports = services.Ports(s, addr, append(slices.Clip(e.derived), e.slices...))
 		a.svcCache[key] = e
 		upsert = append(upsert, e.ports...)
 		if old != nil {
 			remove = append(remove, gonePorts(old.ports, e.ports)...)
-		}
-	}
-	for key, e := range a.svcCache {
-		if !seen[key] {
-			remove = append(remove, e.ports...)
-			delete(a.svcCache, key)
 		}
 	}
 	return upsert, remove
@@ -235,21 +292,45 @@ func (a *Agent) desiredServicePorts() []datapath.ServicePort {
 func (a *Agent) syncServices() error {
 	upsert, remove := a.computeServices()
 	a.svcNames.update(upsert, remove)
-	if !a.servicesSynced {
-		if err := a.dp.SyncServices(a.desiredServicePorts()); err != nil {
-			return err
+	var gone []netip.AddrPort
+	var err error
+	switch {
+	case !a.servicesSynced:
+		gone, err = a.dp.SyncServices(a.desiredServicePorts())
+		a.servicesSynced = err == nil
+	case len(upsert) > 0 || len(remove) > 0:
+		if gone, err = a.dp.UpdateServices(upsert, remove); err != nil {
+			// The cache is ahead of the kernel now: start over next time.
+			clear(a.svcCache)
+			a.servicesSynced = false
 		}
-		a.servicesSynced = true
-		return nil
 	}
-	if len(upsert) == 0 && len(remove) == 0 {
-		return nil
-	}
-	if err := a.dp.UpdateServices(upsert, remove); err != nil {
-		// The cache is ahead of the kernel now: start over next time.
-		clear(a.svcCache)
-		a.servicesSynced = false
+	if err != nil {
 		return err
 	}
+	a.closeStaleUDPSockets(gone)
 	return nil
+}
+
+// closeStaleUDPSockets destroys the connected UDP sockets, on the node and
+// in every pod, that a service sent to a backend no service has any more:
+// they would keep sending into the void (a DNS pod replaced, say). The
+// application sees ECONNABORTED and connects again, through the service.
+// TCP connections are left alone: they end when their peer does. Failing
+// here does not fail the change; it is logged.
+func (a *Agent) closeStaleUDPSockets(gone []netip.AddrPort) {
+	if len(gone) == 0 {
+		return
+	}
+	netns := []string{""} // the agent's own: the node's processes
+	for _, rec := range a.state.Pods {
+		netns = append(netns, filepath.Join(podnet.NetnsDir, rec.Netns))
+	}
+	n, err := a.dp.DestroyUDPSockets(netns, gone)
+	a.metrics.udpDestroyed.Add(float64(n))
+	if err != nil {
+		a.log.Warn("closing UDP sockets of removed backends", "backends", len(gone), "closed", n, "err", err)
+	} else if n > 0 {
+		a.log.Info("closed UDP sockets of removed backends", "backends", len(gone), "closed", n)
+	}
 }

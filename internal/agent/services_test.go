@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
@@ -27,77 +29,81 @@ func svc(name, clusterIP string) string {
 	return "---\napiVersion: v1\nkind: Service\nmetadata: {name: " + name + "}\nspec: {clusterIP: '" + clusterIP + "', ports: [{port: 80}]}\n"
 }
 
-func TestAssignClusterIPs(t *testing.T) {
-	pool, _ := ipam.NewPool("10.96.0.0/24")
-	ips, err := assignClusterIPs(pool, nil, storeOf(t, svc("a", "")+svc("b", "10.96.0.50")+svc("h", "None")), nil)
+// applyIPs applies doc to from and assigns ClusterIPs as the agent's
+// commit does.
+func applyIPs(t *testing.T, c *clusterIPs, from *model.Store, doc string) (*model.Store, error) {
+	t.Helper()
+	next, changes, err := from.Apply(parseAll(t, doc))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if ips["default/a"] != "10.96.0.2" || ips["default/b"] != "10.96.0.50" || ips["default/h"] != "" {
-		t.Fatalf("allocated %v", ips)
-	}
-	// Kept across applies; a new service does not take a kept address.
-	again, err := assignClusterIPs(pool, ips, storeOf(t, svc("c", "")+svc("a", "")+svc("b", "")), nil)
+	a, err := c.assign(from, next, changes)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if again["default/a"] != "10.96.0.2" || again["default/b"] != "10.96.0.50" || again["default/c"] != "10.96.0.3" {
-		t.Errorf("reallocated %v", again)
-	}
-	for _, c := range []struct{ doc, want string }{
-		{svc("a", "10.96.0.9") + svc("b", ""), "spec.clusterIP: field is immutable"},
-		{svc("a", "") + svc("b", "") + svc("dup", "10.96.0.2"), "10.96.0.2 is already allocated to Service default/a"},
-		{svc("a", "") + svc("b", "") + svc("far", "10.97.0.1"), "not in the service CIDR 10.96.0.0/24"},
-	} {
-		if _, err := assignClusterIPs(pool, ips, storeOf(t, c.doc), nil); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("error %v, want %q", err, c.want)
-		}
-	}
+	c.commit(a)
+	return next, nil
 }
 
-// TestAssignClusterIPsIncrementally: given the step's changes, the result
-// equals a full assignment, and deleted services free their address.
-func TestAssignClusterIPsIncrementally(t *testing.T) {
+func clusterIPOf(t *testing.T, s *model.Store, name string) string {
+	t.Helper()
+	o, ok := s.Get("Service/default/" + name)
+	if !ok {
+		t.Fatalf("no service %s", name)
+	}
+	return o.Obj.(*corev1.Service).Spec.ClusterIP
+}
+
+// TestAssignClusterIPs: addresses are allocated lowest first, written into
+// the spec, kept by updates that leave them out, checked when requested
+// and freed with their service; a refused change assigns nothing.
+func TestAssignClusterIPs(t *testing.T) {
 	pool, _ := ipam.NewPool("10.96.0.0/24")
-	base := storeOf(t, svc("a", "")+svc("b", "10.96.0.50")+svc("c", ""))
-	ips, err := assignClusterIPs(pool, nil, base, nil)
+	empty := storeOf(t, "")
+	c := newClusterIPs(pool, empty)
+	s, err := applyIPs(t, &c, empty, svc("a", "")+svc("b", "10.96.0.50")+svc("h", "None"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := manifest.Parse("t.yaml", []byte(svc("d", "")+svc("e", "10.96.0.60")))
+	if clusterIPOf(t, s, "a") != "10.96.0.2" || clusterIPOf(t, s, "b") != "10.96.0.50" || clusterIPOf(t, s, "h") != "None" {
+		t.Fatalf("allocated a=%s b=%s h=%s", clusterIPOf(t, s, "a"), clusterIPOf(t, s, "b"), clusterIPOf(t, s, "h"))
+	}
+	// Kept across applies; a new service does not take a kept address.
+	s, err = applyIPs(t, &c, s, svc("c", "")+svc("a", "")+svc("b", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, changes, err := base.Apply(objs)
+	if clusterIPOf(t, s, "a") != "10.96.0.2" || clusterIPOf(t, s, "b") != "10.96.0.50" || clusterIPOf(t, s, "c") != "10.96.0.3" {
+		t.Errorf("reallocated a=%s b=%s c=%s", clusterIPOf(t, s, "a"), clusterIPOf(t, s, "b"), clusterIPOf(t, s, "c"))
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{svc("a", "10.96.0.9") + svc("b", ""), "spec.clusterIP: field is immutable"},
+		{svc("a", "") + svc("b", "") + svc("dup", "10.96.0.2"), "10.96.0.2 is already allocated to Service default/a"},
+		{svc("x", "10.96.0.70") + svc("x2", "10.96.0.70"), "10.96.0.70 is already allocated to Service default/x"},
+		{svc("a", "") + svc("b", "") + svc("far", "10.97.0.1"), "not in the service CIDR 10.96.0.0/24"},
+	} {
+		if _, err := applyIPs(t, &c, s, tc.doc); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
+	if len(c.owner) != 3 {
+		t.Errorf("refused changes left addresses held: %v", c.owner)
+	}
+	// Deleting a frees its address for the next service.
+	after, changes, err := s.Delete(parseAll(t, svc("a", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inc, err := assignClusterIPs(pool, ips, next, changes)
+	freed, err := c.assign(s, after, changes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	full, err := assignClusterIPs(pool, ips, next, nil)
-	if err != nil {
-		t.Fatal(err)
+	c.commit(freed)
+	if s, err = applyIPs(t, &c, after, svc("d", "")); err != nil || clusterIPOf(t, s, "d") != "10.96.0.2" {
+		t.Errorf("after deleting a, d got %v (%v)", clusterIPOf(t, s, "d"), err)
 	}
-	if !maps.Equal(inc, full) || inc["default/d"] != "10.96.0.4" || inc["default/e"] != "10.96.0.60" {
-		t.Errorf("incremental %v, full %v", inc, full)
-	}
-	del, err := manifest.Parse("t.yaml", []byte(svc("a", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, changes, err := next.Delete(del)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if inc, err = assignClusterIPs(pool, inc, after, changes); err != nil || inc["default/a"] != "" || len(inc) != 4 {
-		t.Errorf("after deleting a: %v %v", inc, err)
-	}
-	dup, _ := manifest.Parse("t.yaml", []byte(svc("f", "10.96.0.60")))
-	if bad, changes, err := after.Apply(dup); err != nil {
-		t.Fatal(err)
-	} else if _, err := assignClusterIPs(pool, inc, bad, changes); err == nil || !strings.Contains(err.Error(), "already allocated to Service default/e") {
-		t.Errorf("a taken address requested incrementally: %v", err)
+	// The index rebuilt from a store (at start) matches the one kept in step.
+	if rebuilt := newClusterIPs(pool, s); !maps.Equal(rebuilt.owner, c.owner) {
+		t.Errorf("rebuilt %v, kept %v", rebuilt.owner, c.owner)
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,16 +14,19 @@ import (
 	"github.com/shuntnet/shunt/internal/policy"
 )
 
-// State is what the agent persists in its state directory: the settings,
-// ClusterIPs and what it built for each pod in state.json; the desired
-// objects (so a restart needs no re-apply) are kept by objectLog.
+// State is what the agent persists in its state directory: the settings
+// and what it built for each pod in state.json; the desired objects (so a
+// restart needs no re-apply), ClusterIPs included in their specs, are kept
+// by objectLog.
 type State struct {
-	Mode        datapath.Mode         `json:"mode"`
-	PodCIDR     string                `json:"podCIDR"`
-	ServiceCIDR string                `json:"serviceCIDR"`
-	ClusterIPs  map[string]string     `json:"clusterIPs"`        // service ns/name -> allocated ClusterIP
-	Objects     []StoredObject        `json:"objects,omitempty"` // only in state files of older versions
-	Pods        map[string]*PodRecord `json:"pods"`              // by namespace/name
+	Mode        datapath.Mode `json:"mode"`
+	PodCIDR     string        `json:"podCIDR"`
+	ServiceCIDR string        `json:"serviceCIDR"`
+	// Only in state files of older versions: the objects, and ClusterIPs
+	// by service namespace/name.
+	Objects    []StoredObject        `json:"objects,omitempty"`
+	ClusterIPs map[string]string     `json:"clusterIPs,omitempty"`
+	Pods       map[string]*PodRecord `json:"pods"` // by namespace/name
 	// Policy are the identity, CIDR and rule numbers handed out, kept so
 	// they stay the same across restarts.
 	Policy policy.Allocations `json:"policy"`
@@ -85,29 +89,28 @@ func writeAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// save writes state.json (settings, ClusterIPs, pods; not the objects).
-func (s *State) save(dir string) error {
+// save writes state.json (settings, pods; not the objects) unless it
+// would be written as last is; it returns what the file now holds.
+func (s *State) save(dir string, last []byte) ([]byte, error) {
 	data, err := json.Marshal(s)
 	if err != nil {
-		return err
+		return last, err
 	}
-	return writeAtomic(statePath(dir), data)
+	if bytes.Equal(data, last) {
+		return last, nil
+	}
+	if err := writeAtomic(statePath(dir), data); err != nil {
+		return last, err
+	}
+	return data, nil
 }
 
 // decodeObjects parses persisted or received objects with the same strict
-// parser as files, so both go through one set of checks.
+// decoder as files, so both go through one set of checks.
 func decodeObjects(stored []StoredObject) ([]manifest.Object, error) {
-	var out []manifest.Object
-	for _, so := range stored {
-		objs, err := manifest.Parse(so.Source, so.Object)
-		if err != nil {
-			return nil, err
-		}
-		// One object per entry: keep the file#doc it came from, not "#1".
-		for i := range objs {
-			objs[i].Source = so.Source
-		}
-		out = append(out, objs...)
+	docs := make([]manifest.Document, len(stored))
+	for i, so := range stored {
+		docs[i] = manifest.Document{Source: so.Source, JSON: so.Object}
 	}
-	return out, nil
+	return manifest.Decode(docs)
 }

@@ -59,6 +59,8 @@ type Datapath struct {
 
 	services serviceTable // in-memory mirror of the service maps
 	pol      policyMaps   // in-memory mirrors of the endpoint and policy maps
+
+	destroyer sockDestroyer // UDP socket iterator, loaded on first use (sockdestroy.go)
 }
 
 // Open loads the BPF objects, adopting maps already pinned under cfg.PinDir
@@ -127,7 +129,9 @@ func explainLoadError(err error, pinDir string) error {
 
 // Close releases this process's handles. Pinned maps and links stay, so the
 // datapath keeps forwarding while no agent runs.
-func (d *Datapath) Close() error { return errors.Join(d.objs.Close(), d.sock.Close()) }
+func (d *Datapath) Close() error {
+	return errors.Join(d.destroyer.close(), d.objs.Close(), d.sock.Close())
+}
 
 // podHooks are the programs on a pod's host-side veth: from-pod at ingress
 // (what the pod sends), to-pod at egress (what the host delivers to it).

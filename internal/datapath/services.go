@@ -153,11 +153,12 @@ func (d *Datapath) loadServiceTable() error {
 // backend slots, then its slot 0 (which publishes the new count), then its
 // stale slots; removed services go slot 0 first; unused backends last.
 // Service and backend ids are kept across syncs and agent restarts, so
-// affinity entries stay valid.
-func (d *Datapath) SyncServices(desired []ServicePort) (err error) {
+// affinity entries stay valid. goneUDP are the UDP backends no service
+// uses any more: connected sockets still point at them (DestroyUDPSockets).
+func (d *Datapath) SyncServices(desired []ServicePort) (goneUDP []netip.AddrPort, err error) {
 	t := &d.services
 	if err := d.useServiceTable(); err != nil {
-		return err
+		return nil, err
 	}
 	defer d.reloadServiceTableOnError(&err)
 
@@ -167,39 +168,40 @@ func (d *Datapath) SyncServices(desired []ServicePort) (err error) {
 	want := make(map[frontend]bool, len(desired))
 	for _, s := range desired {
 		if err := checkServicePort(s); err != nil {
-			return err
+			return nil, err
 		}
 		slots += 1 + len(s.Backends)
 		want[frontend{s.VIP, s.Port, s.Proto}] = true
 	}
 	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
-		return fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
+		return nil, fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
 	}
 
+	var w serviceWrites
 	for _, s := range desired {
-		if err := d.syncServicePort(s); err != nil {
-			return err
-		}
+		d.syncServicePort(s, &w)
 	}
-	for f, w := range t.ports {
+	for f, wr := range t.ports {
 		if !want[f] {
-			if err := d.deleteServicePort(f, w); err != nil {
-				return err
-			}
+			d.deleteServicePort(f, wr, &w)
 		}
 	}
-	return d.collectBackends(nil)
+	d.collectBackends(nil, &w)
+	if err := d.flush(&w); err != nil {
+		return nil, err
+	}
+	return w.goneUDP, nil
 }
 
 // UpdateServices writes the given service ports and removes the given
 // frontends, leaving every other port alone: what a change to a few of many
 // services needs, at a cost that does not grow with the table. The same
 // write order as SyncServices applies; a change that does not fit is
-// refused before any write.
-func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (err error) {
+// refused before any write. goneUDP as for SyncServices.
+func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (goneUDP []netip.AddrPort, err error) {
 	t := &d.services
 	if err := d.useServiceTable(); err != nil {
-		return err
+		return nil, err
 	}
 	defer d.reloadServiceTableOnError(&err)
 	slots := t.slots()
@@ -210,7 +212,7 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (e
 	}
 	for _, s := range upsert {
 		if err := checkServicePort(s); err != nil {
-			return err
+			return nil, err
 		}
 		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
 			slots -= 1 + len(w.backends)
@@ -218,25 +220,26 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (e
 		slots += 1 + len(s.Backends)
 	}
 	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
-		return fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
+		return nil, fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
 	}
+	var w serviceWrites
 	var candidates []uint32 // backends that may have lost their last user
 	for _, s := range upsert {
 		candidates = append(candidates, t.ports[frontend{s.VIP, s.Port, s.Proto}].backends...)
-		if err := d.syncServicePort(s); err != nil {
-			return err
-		}
+		d.syncServicePort(s, &w)
 	}
 	for _, s := range remove {
 		f := frontend{s.VIP, s.Port, s.Proto}
-		if w, ok := t.ports[f]; ok {
-			candidates = append(candidates, w.backends...)
-			if err := d.deleteServicePort(f, w); err != nil {
-				return err
-			}
+		if wr, ok := t.ports[f]; ok {
+			candidates = append(candidates, wr.backends...)
+			d.deleteServicePort(f, wr, &w)
 		}
 	}
-	return d.collectBackends(candidates)
+	d.collectBackends(candidates, &w)
+	if err := d.flush(&w); err != nil {
+		return nil, err
+	}
+	return w.goneUDP, nil
 }
 
 // useServiceTable loads the in-memory mirror if it is not loaded.
@@ -275,9 +278,102 @@ func (t *serviceTable) slots() int {
 	return n
 }
 
-// collectBackends deletes backends no service port uses any more: among
-// candidates, or all of them when candidates is nil.
-func (d *Datapath) collectBackends(candidates []uint32) error {
+// serviceWrites are the map writes of one sync, grouped so that every
+// service stays usable while they are made: new backends, then backend
+// slots, then slot 0 of each changed port (which publishes its new count),
+// then slot 0 of removed ports (no new lookups), then stale slots, then
+// unused backends. Each group is one batch system call when it is large:
+// a full load of 10 000 services writes ~120 000 entries.
+type serviceWrites struct {
+	backendIDs   []uint32
+	backendVals  []socklbBackendValue
+	slotKeys     []socklbServiceKey
+	slotVals     []socklbServiceValue
+	masterKeys   []socklbServiceKey
+	masterVals   []socklbServiceValue
+	goneMasters  []socklbServiceKey
+	goneSlots    []socklbServiceKey
+	goneBackends []uint32
+	goneUDP      []netip.AddrPort // addresses of the gone UDP backends
+}
+
+// flush makes the writes in their order. The mirror was updated while
+// they were planned; if a write fails, the caller reloads it.
+func (d *Datapath) flush(w *serviceWrites) error {
+	backends, services := d.sock.ShuntBackends, d.sock.ShuntServices
+	// In order, stopping at the first failure.
+	for _, step := range []func() error{
+		func() error { return putAll(backends, w.backendIDs, w.backendVals) },
+		func() error { return putAll(services, w.slotKeys, w.slotVals) },
+		func() error { return putAll(services, w.masterKeys, w.masterVals) },
+		func() error { return deleteAll(services, w.goneMasters) },
+		func() error { return deleteAll(services, w.goneSlots) },
+		func() error { return deleteAll(backends, w.goneBackends) },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchMin is the size from which a batch system call beats one call per
+// entry.
+const batchMin = 8
+
+func mapName(m *ebpf.Map) string {
+	if info, err := m.Info(); err == nil {
+		return info.Name
+	}
+	return "map"
+}
+
+// putAll writes keys[i] = vals[i].
+func putAll[K, V any](m *ebpf.Map, keys []K, vals []V) error {
+	if len(keys) >= batchMin {
+		_, err := m.BatchUpdate(keys, vals, nil)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			if err != nil {
+				return fmt.Errorf("writing %s (max %d entries): %w", mapName(m), m.MaxEntries(), err)
+			}
+			return nil
+		}
+	}
+	for i := range keys {
+		if err := m.Put(keys[i], vals[i]); err != nil {
+			return fmt.Errorf("writing %s (max %d entries): %w", mapName(m), m.MaxEntries(), err)
+		}
+	}
+	return nil
+}
+
+// deleteAll deletes keys; keys already gone are not an error.
+func deleteAll[K any](m *ebpf.Map, keys []K) error {
+	for len(keys) >= batchMin {
+		n, err := m.BatchDelete(keys, nil)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			keys = keys[n+1:] // the kernel stops at the missing key
+			continue
+		case errors.Is(err, ebpf.ErrNotSupported):
+		default:
+			return fmt.Errorf("deleting from %s: %w", mapName(m), err)
+		}
+		break
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting from %s: %w", mapName(m), err)
+		}
+	}
+	return nil
+}
+
+// collectBackends plans the deletion of backends no service port uses any
+// more: among candidates, or all of them when candidates is nil.
+func (d *Datapath) collectBackends(candidates []uint32, w *serviceWrites) {
 	t := &d.services
 	if candidates == nil {
 		for _, id := range t.backends {
@@ -289,17 +385,18 @@ func (d *Datapath) collectBackends(candidates []uint32) error {
 		if !known || t.refs[id] > 0 {
 			continue
 		}
-		if err := d.sock.ShuntBackends.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting from shunt_backends: %w", err)
+		w.goneBackends = append(w.goneBackends, id)
+		if k.proto == 17 {
+			w.goneUDP = append(w.goneUDP, netip.AddrPortFrom(k.ip, k.port))
 		}
 		delete(t.backends, k)
 		delete(t.keys, id)
 		delete(t.refs, id)
 	}
-	return nil
 }
 
-func (d *Datapath) syncServicePort(s ServicePort) error {
+// syncServicePort plans the writes that make one port what s says.
+func (d *Datapath) syncServicePort(s ServicePort, w *serviceWrites) {
 	t := &d.services
 	f := frontend{s.VIP, s.Port, s.Proto}
 	old, exists := t.ports[f]
@@ -310,23 +407,21 @@ func (d *Datapath) syncServicePort(s ServicePort) error {
 		if !ok {
 			id = t.nextBackend
 			t.nextBackend++
-			v := socklbBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: s.Proto}
-			if err := d.sock.ShuntBackends.Put(id, v); err != nil {
-				return fmt.Errorf("writing shunt_backends (max %d entries): %w", d.sock.ShuntBackends.MaxEntries(), err)
-			}
+			w.backendIDs = append(w.backendIDs, id)
+			w.backendVals = append(w.backendVals, socklbBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: s.Proto})
 			t.backends[k], t.keys[id] = id, k
 			t.refs[id] = 0
 		}
 		ids[i] = id
 	}
 	if exists && old.affinity == s.AffinityTimeout && slices.Equal(old.backends, ids) {
-		return nil // unchanged: the common case of a partial sync
+		return // unchanged: the common case of a partial sync
 	}
-	w := written{id: old.id, affinity: s.AffinityTimeout, backends: ids}
+	wr := written{id: old.id, affinity: s.AffinityTimeout, backends: ids}
 	if !exists {
-		w.id = t.nextService
+		wr.id = t.nextService
 		t.nextService++
-		t.svcIDs[w.id] = true
+		t.svcIDs[wr.id] = true
 	}
 	master := socklbServiceKey{Vip: be32(s.VIP), Port: be16(s.Port), Proto: s.Proto}
 	for i, id := range ids {
@@ -335,23 +430,19 @@ func (d *Datapath) syncServicePort(s ServicePort) error {
 		}
 		k := master
 		k.Slot = uint16(i + 1)
-		if err := d.sock.ShuntServices.Put(k, socklbServiceValue{Id: id}); err != nil {
-			return fmt.Errorf("writing shunt_services for %s: %w", s.Name, err)
-		}
+		w.slotKeys = append(w.slotKeys, k)
+		w.slotVals = append(w.slotVals, socklbServiceValue{Id: id})
 	}
-	mv := socklbServiceValue{Id: w.id, BackendCount: uint16(len(ids))}
+	mv := socklbServiceValue{Id: wr.id, BackendCount: uint16(len(ids))}
 	if s.AffinityTimeout > 0 {
 		mv.Flags, mv.AffinityTimeout = serviceAffinityFlag, s.AffinityTimeout
 	}
-	if err := d.sock.ShuntServices.Put(master, mv); err != nil {
-		return fmt.Errorf("writing shunt_services for %s: %w", s.Name, err)
-	}
+	w.masterKeys = append(w.masterKeys, master)
+	w.masterVals = append(w.masterVals, mv)
 	for i := len(ids); i < len(old.backends); i++ {
 		k := master
 		k.Slot = uint16(i + 1)
-		if err := d.sock.ShuntServices.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting from shunt_services: %w", err)
-		}
+		w.goneSlots = append(w.goneSlots, k)
 	}
 	for _, id := range ids {
 		t.refs[id]++
@@ -359,26 +450,25 @@ func (d *Datapath) syncServicePort(s ServicePort) error {
 	for _, id := range old.backends {
 		t.refs[id]--
 	}
-	t.ports[f] = w
-	return nil
+	t.ports[f] = wr
 }
 
-func (d *Datapath) deleteServicePort(f frontend, w written) error {
+// deleteServicePort plans the removal of one port: slot 0 first, so no
+// new lookup finds it, then its slots.
+func (d *Datapath) deleteServicePort(f frontend, wr written, w *serviceWrites) {
 	t := &d.services
 	master := socklbServiceKey{Vip: be32(f.vip), Port: be16(f.port), Proto: f.proto}
-	for slot := 0; slot <= len(w.backends); slot++ { // slot 0 first: stop new lookups
+	w.goneMasters = append(w.goneMasters, master)
+	for slot := 1; slot <= len(wr.backends); slot++ {
 		k := master
 		k.Slot = uint16(slot)
-		if err := d.sock.ShuntServices.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting from shunt_services: %w", err)
-		}
+		w.goneSlots = append(w.goneSlots, k)
 	}
-	for _, id := range w.backends {
+	for _, id := range wr.backends {
 		t.refs[id]--
 	}
-	delete(t.svcIDs, w.id)
+	delete(t.svcIDs, wr.id)
 	delete(t.ports, f)
-	return nil
 }
 
 // sockHooks are the socket-layer programs and where they attach.

@@ -3,6 +3,7 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -71,7 +72,7 @@ func TestTCServiceFallback(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SyncServices([]ServicePort{
+	if _, err := d.SyncServices([]ServicePort{
 		{Name: "web", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{{IP: backend, Port: 8080}}},
 		{Name: "empty", VIP: empty, Port: 80, Proto: 6},
 	}); err != nil {
@@ -116,11 +117,11 @@ func TestSyncServicesKeepsIDsAndRemovesStale(t *testing.T) {
 	d := openTestDatapath(t, ModeRedirectPeer)
 	vip := netip.MustParseAddr("10.96.0.20")
 	b1, b2 := Backend{netip.MustParseAddr("10.99.0.1"), 80}, Backend{netip.MustParseAddr("10.99.0.2"), 80}
-	if err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b1, b2}}}); err != nil {
+	if _, err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b1, b2}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := d.DumpServices()
-	if err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b2}, AffinityTimeout: 5}}); err != nil {
+	if _, err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b2}, AffinityTimeout: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := d.DumpServices()
@@ -137,7 +138,7 @@ func TestSyncServicesKeepsIDsAndRemovesStale(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d backends left, want 1", n)
 	}
-	if err := d.SyncServices(nil); err != nil {
+	if _, err := d.SyncServices(nil); err != nil {
 		t.Fatal(err)
 	}
 	if all, _ := d.DumpServices(); len(all) != 0 {
@@ -151,7 +152,7 @@ func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
 	d := openTestDatapath(t, ModeRedirectPeer)
 	keep := ServicePort{Name: "keep", VIP: netip.MustParseAddr("10.96.0.30"), Port: 80, Proto: 6,
 		Backends: []Backend{{netip.MustParseAddr("10.99.0.1"), 80}}}
-	if err := d.SyncServices([]ServicePort{keep}); err != nil {
+	if _, err := d.SyncServices([]ServicePort{keep}); err != nil {
 		t.Fatal(err)
 	}
 	max := int(d.sock.ShuntServices.MaxEntries())
@@ -163,7 +164,7 @@ func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
 	for i := 0; i*0x10000 <= max; i++ {
 		huge = append(huge, ServicePort{Name: "big", VIP: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: 6, Backends: backends})
 	}
-	err := d.SyncServices(append(huge, keep))
+	_, err := d.SyncServices(append(huge, keep))
 	if err == nil || !strings.Contains(err.Error(), "shunt_services, which holds") {
 		t.Fatalf("oversized table: err %v, want a message naming the map and its size", err)
 	}
@@ -180,12 +181,12 @@ func TestUpdateServicesTouchesOnlyWhatChanged(t *testing.T) {
 	ip := netip.MustParseAddr
 	a := ServicePort{Name: "a", VIP: ip("10.96.0.1"), Port: 80, Proto: 6, Backends: []Backend{{ip("10.99.0.1"), 8080}}}
 	b := ServicePort{Name: "b", VIP: ip("10.96.0.2"), Port: 80, Proto: 6, Backends: []Backend{{ip("10.99.0.2"), 8080}}}
-	if err := d.SyncServices([]ServicePort{a, b}); err != nil {
+	if _, err := d.SyncServices([]ServicePort{a, b}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := d.DumpServices()
 	b.Backends = []Backend{{ip("10.99.0.3"), 8080}}
-	if err := d.UpdateServices([]ServicePort{b}, []ServicePort{a}); err != nil {
+	if _, err := d.UpdateServices([]ServicePort{b}, []ServicePort{a}); err != nil {
 		t.Fatal(err)
 	}
 	after, err := d.DumpServices()
@@ -214,10 +215,60 @@ func TestUpdateServicesTouchesOnlyWhatChanged(t *testing.T) {
 		t.Errorf("%d backends, want 1", n)
 	}
 	// The same through a full sync gives the same table.
-	if err := d.SyncServices([]ServicePort{b}); err != nil {
+	if _, err := d.SyncServices([]ServicePort{b}); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := d.DumpServices(); len(again) != 1 || again[0].ID != after[0].ID {
 		t.Errorf("full sync after update: %+v", again)
+	}
+}
+
+// TestServiceWritesInBatches: a sync large enough for batch system calls
+// writes and removes everything, reports the UDP backends no service uses
+// any more (not the TCP ones, not the ones still used), and tolerates an
+// entry that is already gone from the kernel.
+func TestServiceWritesInBatches(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	var ports []ServicePort
+	for i := range 40 {
+		p := ServicePort{Name: fmt.Sprint("s", i), VIP: netip.AddrFrom4([4]byte{10, 96, 1, byte(i)}), Port: 53, Proto: 17}
+		for j := range 10 {
+			p.Backends = append(p.Backends, Backend{netip.AddrFrom4([4]byte{10, 99, byte(i), byte(j)}), 5353})
+		}
+		ports = append(ports, p)
+	}
+	tcp := ports[0]
+	tcp.Proto = 6
+	if gone, err := d.SyncServices(append(ports, tcp)); err != nil || len(gone) != 0 {
+		t.Fatalf("first sync: gone %v, %v", gone, err)
+	}
+	if dump, _ := d.DumpServices(); len(dump) != 41 {
+		t.Fatalf("%d service ports written, want 41", len(dump))
+	}
+	// Someone removed one slot behind our back: the removal still succeeds.
+	k := socklbServiceKey{Vip: be32(ports[5].VIP), Port: be16(53), Proto: 17, Slot: 3}
+	if err := d.sock.ShuntServices.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := d.UpdateServices(nil, ports[:20])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// s0's backends are still used by the TCP port, but as TCP backends:
+	// the UDP ones of s0..s19 are all gone.
+	if len(gone) != 200 {
+		t.Errorf("%d UDP backends reported gone, want 200", len(gone))
+	}
+	if dump, _ := d.DumpServices(); len(dump) != 21 {
+		t.Errorf("%d service ports left, want 21", len(dump))
+	}
+	var id uint32
+	var v socklbBackendValue
+	n := 0
+	for it := d.sock.ShuntBackends.Iterate(); it.Next(&id, &v); {
+		n++
+	}
+	if n != 210 { // s20..s39 UDP, s0 TCP
+		t.Errorf("%d backends left, want 210", n)
 	}
 }

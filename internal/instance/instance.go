@@ -15,6 +15,13 @@ import (
 // Default is the instance used when none is named.
 const Default = "shunt"
 
+// The address ranges of a node unless --pod-cidr and --service-cidr say
+// otherwise.
+const (
+	DefaultPodCIDR     = "10.244.0.0/24"
+	DefaultServiceCIDR = "10.96.0.0/16"
+)
+
 var validName = regexp.MustCompile(`^[a-z][a-z0-9]{0,9}$`)
 
 // Instance is one shunt node on this machine.

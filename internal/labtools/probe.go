@@ -46,7 +46,7 @@ type ProbeOptions struct {
 	Timeout      time.Duration // per attempt, dial and reply together
 	Send         string        // payload for TCP and UDP
 	UDPConnected bool          // use a connected UDP socket (sees ICMP port unreachable)
-	Hold         time.Duration // TCP: keep the connection this long, then talk again
+	Hold         time.Duration // TCP and connected UDP: keep the socket this long, then talk again
 }
 
 // Probe runs one attempt of proto ("tcp", "udp" or "http") against target.
@@ -217,7 +217,24 @@ func ProbeUDP(target string, o ProbeOptions) Result {
 	if !o.UDPConnected {
 		r.Remote = from.String()
 	}
-	return r.answered(string(buf[:n]), start)
+	reply := string(buf[:n])
+	if o.Hold > 0 && o.UDPConnected {
+		// A connected socket keeps its backend: talk again after a while
+		// in which that backend may have gone (the datapath then closes
+		// the socket rather than let it send into the void).
+		time.Sleep(o.Hold)
+		c.SetDeadline(time.Now().Add(o.Timeout))
+		_, err := c.Write([]byte(o.Send))
+		if err == nil {
+			_, err = c.Read(buf)
+		}
+		if err != nil {
+			r = r.fail(err, start)
+			r.Result, r.Error = Failed, "socket broken after hold: "+r.Error
+			return r
+		}
+	}
+	return r.answered(reply, start)
 }
 
 // ProbeHTTP issues one GET on a fresh connection. Any HTTP response is

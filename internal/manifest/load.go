@@ -12,13 +12,40 @@ import (
 const StdinSource = "<stdin>"
 
 // Load reads manifests from files, directories and "-" (stdin), parses them
-// (see Parse) and validates the whole set (see Validate). Directories are
-// walked recursively for *.yaml, *.yml and *.json files, in lexical order
-// within each directory; a file named explicitly is read whatever its
-// extension. Every problem in every file is reported in one *Errors.
+// (see Parse) and validates the whole set (see Validate). Every problem in
+// every file is reported in one *Errors.
 func Load(paths []string, stdin io.Reader) ([]Object, error) {
 	var errs Errors
-	var objs []Object
+	docs := readDocuments(paths, stdin, &errs)
+	objs := decodeAll(docs, &errs)
+	// Validate what did parse too, so one run shows every problem.
+	if err := Validate(objs); err != nil {
+		errs.List = append(errs.List, err.(*Errors).List...)
+	}
+	if err := errs.orNil(); err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+// ReadDocuments reads manifests from files, directories and "-" (stdin)
+// and splits them into documents converted to JSON, without decoding them:
+// what a client does before sending them to the agent, which decodes and
+// validates (Decode, Validate). Directories are walked recursively for
+// *.yaml, *.yml and *.json files, in lexical order within each directory;
+// a file named explicitly is read whatever its extension. Unreadable files
+// and syntax errors are reported together in one *Errors.
+func ReadDocuments(paths []string, stdin io.Reader) ([]Document, error) {
+	var errs Errors
+	docs := readDocuments(paths, stdin, &errs)
+	if err := errs.orNil(); err != nil {
+		return nil, err
+	}
+	return docs, nil
+}
+
+func readDocuments(paths []string, stdin io.Reader, errs *Errors) []Document {
+	var docs []Document
 	readStdin := false
 	for _, p := range paths {
 		files, err := expand(p)
@@ -43,17 +70,10 @@ func Load(paths []string, stdin io.Reader) ([]Object, error) {
 				errs.add(source, "", "", "cannot read: %v", unwrapPath(err))
 				continue
 			}
-			objs = append(objs, parse(source, data, &errs)...)
+			docs = append(docs, splitDocuments(source, data, errs)...)
 		}
 	}
-	// Validate what did parse too, so one run shows every problem.
-	if err := Validate(objs); err != nil {
-		errs.List = append(errs.List, err.(*Errors).List...)
-	}
-	if err := errs.orNil(); err != nil {
-		return nil, err
-	}
-	return objs, nil
+	return docs
 }
 
 // expand turns a path into the manifest files it names.

@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -132,5 +134,46 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("got:\n%s\nwant:\n%s", got, want)
 			}
 		})
+	}
+}
+
+// TestManyDocumentsKeepTheirOrder: documents are decoded and validated on
+// every CPU; objects and problems still come out in file order.
+func TestManyDocumentsKeepTheirOrder(t *testing.T) {
+	var b strings.Builder
+	for i := range 500 {
+		port := "80"
+		if i%50 == 7 {
+			port = "70000" // invalid: every 50th document from the 8th
+		}
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Service\nmetadata: {name: s%d}\nspec: {ports: [{port: %s}]}\n", i, port)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "many.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load([]string{path}, nil)
+	var errs *Errors
+	if !errors.As(err, &errs) || len(errs.List) != 10 {
+		t.Fatalf("want 10 problems, got %v", err)
+	}
+	for i, fe := range errs.List {
+		if want := fmt.Sprintf("%s#%d", path, i*50+8); fe.Source != want {
+			t.Errorf("problem %d from %s, want %s", i, fe.Source, want)
+		}
+	}
+	docs, err := ReadDocuments([]string{path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(docs)
+	if err != nil || len(objs) != 500 {
+		t.Fatalf("decoded %d objects: %v", len(objs), err)
+	}
+	for i, o := range objs {
+		if _, name := o.NamespaceName(); name != fmt.Sprintf("s%d", i) || o.Source != fmt.Sprintf("%s#%d", path, i+1) {
+			t.Fatalf("object %d is %s from %s", i, name, o.Source)
+		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/shuntnet/shunt/internal/parallel"
 )
 
 // ShuntAPIVersion is the apiVersion of shunt's own kinds.
@@ -27,26 +29,72 @@ const ShuntAPIVersion = "shunt.io/v1alpha1"
 // On error it returns a *Errors listing every document that failed.
 func Parse(source string, data []byte) ([]Object, error) {
 	var errs Errors
-	objs := parse(source, data, &errs)
+	objs := decodeAll(splitDocuments(source, data, &errs), &errs)
 	if err := errs.orNil(); err != nil {
 		return nil, err
 	}
 	return objs, nil
 }
 
-// parse is Parse that keeps the objects it could decode, so that Load can
-// still validate them and report everything in one go.
-func parse(source string, data []byte, errs *Errors) []Object {
+// Document is one document of a manifest stream converted to JSON, named
+// "file#N" (N counts the file's non-empty documents from 1). This is what
+// a client sends the agent, which decodes and validates it (Decode).
+type Document struct {
+	Source string
+	JSON   []byte
+}
+
+// Decode decodes documents strictly into typed, defaulted objects (see
+// Parse), a List into its items. It does not validate them.
+func Decode(docs []Document) ([]Object, error) {
+	var errs Errors
+	objs := decodeAll(docs, &errs)
+	if err := errs.orNil(); err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+// decodeAll decodes documents on every CPU (tens of thousands of documents
+// are common, one Service and one EndpointSlice per service, and each takes
+// tens of microseconds), keeping their order and the
+// order of their problems in errs; objects that decoded are returned even
+// when others did not, so Load can still validate them.
+func decodeAll(docs []Document, errs *Errors) []Object {
+	objs := make([][]Object, len(docs))
+	problems := make([]Errors, len(docs))
+	parallel.For(len(docs), func(i int) {
+		objs[i] = decodeDocument(docs[i].Source, docs[i].JSON, &problems[i])
+	})
 	var out []Object
-	for i, doc := range documents(data) {
-		src := source + "#" + strconv.Itoa(i+1)
-		if doc.err != nil {
-			errs.add(src, "", "", "%v", doc.err)
-			continue
-		}
-		out = append(out, decodeDocument(src, doc.json, errs)...)
+	for i := range docs {
+		out = append(out, objs[i]...)
+		errs.List = append(errs.List, problems[i].List...)
 	}
 	return out
+}
+
+// splitDocuments splits a stream into its non-empty documents, converted
+// to JSON and named source#N. Documents holding only comments, whitespace
+// or null are dropped and not counted, so "#2" always means the second
+// real document of the file. Syntax errors go to errs.
+func splitDocuments(source string, data []byte, errs *Errors) []Document {
+	var out []Document
+	for _, doc := range documents(data) {
+		src := source + "#" + strconv.Itoa(len(out)+1)
+		if doc.err != nil {
+			errs.add(src, "", "", "%v", doc.err)
+		}
+		out = append(out, Document{Source: src, JSON: doc.json})
+	}
+	// A document that is not YAML holds its number but has nothing to decode.
+	kept := out[:0]
+	for _, d := range out {
+		if d.JSON != nil {
+			kept = append(kept, d)
+		}
+	}
+	return kept
 }
 
 // document is one document of a stream, converted to JSON.
@@ -55,9 +103,8 @@ type document struct {
 	err  error // the document is not valid YAML/JSON
 }
 
-// documents splits a stream into its non-empty documents. Documents holding
-// only comments, whitespace or null are dropped and not counted, so "#2"
-// always means the second real document of the file.
+// documents splits a stream into its non-empty documents, converting YAML
+// ones to JSON on every CPU.
 func documents(data []byte) []document {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // editors on Windows add a BOM
 	if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
@@ -66,17 +113,22 @@ func documents(data []byte) []document {
 		}
 		// "{apiVersion: v1, ...}" is YAML flow style, not JSON.
 	}
-	var docs []document
-	for _, chunk := range splitYAML(data) {
+	chunks := splitYAML(data)
+	converted := make([]document, len(chunks))
+	parallel.For(len(chunks), func(i int) {
 		// YAMLToJSONStrict rejects duplicate keys, which plain YAML
 		// decoding would silently resolve to the last one.
-		j, err := yaml.YAMLToJSONStrict(chunk.data)
+		j, err := yaml.YAMLToJSONStrict(chunks[i].data)
 		if err != nil {
-			docs = append(docs, document{err: fmt.Errorf("not valid YAML: %s", yamlMessage(err, chunk.line-1))})
-			continue
+			converted[i] = document{err: fmt.Errorf("not valid YAML: %s", yamlMessage(err, chunks[i].line-1))}
+		} else if !isNull(j) {
+			converted[i] = document{json: j}
 		}
-		if !isNull(j) {
-			docs = append(docs, document{json: j})
+	})
+	var docs []document
+	for _, d := range converted {
+		if d.err != nil || d.json != nil {
+			docs = append(docs, d)
 		}
 	}
 	return docs
@@ -183,6 +235,7 @@ func decodeDocument(src string, raw []byte, errs *Errors) []Object {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
+		Metadata   any    `json:"metadata"` // for naming the object in errors, leniently
 	}
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &head); err != nil {
 		field, msg := describeDecodeError(err)
@@ -192,7 +245,7 @@ func decodeDocument(src string, raw []byte, errs *Errors) []Object {
 	if head.Kind == "List" {
 		return decodeList(src, raw, errs)
 	}
-	ns, name := metadataOf(raw)
+	ns, name := namespaceName(head.Metadata)
 	info, ok := kindByName[head.Kind]
 	if !ok {
 		if head.Kind == "" {
@@ -336,17 +389,11 @@ func jsonValueKind(raw []byte) string {
 	}
 }
 
-// metadataOf digs metadata.namespace and .name out of a document leniently,
-// so that errors about a document that does not decode can still name it.
-func metadataOf(raw []byte) (ns, name string) {
-	var m struct {
-		Metadata struct {
-			Namespace any `json:"namespace"`
-			Name      any `json:"name"`
-		} `json:"metadata"`
-	}
-	_ = json.Unmarshal(raw, &m) // best effort: a broken document just stays unnamed
-	ns, _ = m.Metadata.Namespace.(string)
-	name, _ = m.Metadata.Name.(string)
+// namespaceName digs namespace and name out of a decoded metadata value
+// leniently: a broken document just stays unnamed.
+func namespaceName(metadata any) (ns, name string) {
+	m, _ := metadata.(map[string]any)
+	ns, _ = m["namespace"].(string)
+	name, _ = m["name"].(string)
 	return ns, name
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/shuntnet/shunt/internal/parallel"
 )
 
 // maxClientIPTimeout is the API server's limit on
@@ -24,22 +26,31 @@ const maxClientIPTimeout = 86400
 // than stopping at the first. Objects should have been defaulted (Parse does
 // that); omitted protocols are accepted as the TCP they default to.
 func Validate(objs []Object) error {
-	var errs Errors
-	seen := map[string]string{} // Key -> Source of its first definition
-	for _, o := range objs {
-		c := &checker{source: o.Source, object: o.label(), errs: &errs}
+	// Objects are checked on every CPU, each into its own list, and the
+	// lists joined in order: the report does not depend on scheduling.
+	per := make([]Errors, len(objs))
+	parallel.For(len(objs), func(i int) {
+		o := objs[i]
+		c := &checker{source: o.Source, object: o.label(), errs: &per[i]}
 		info, ok := kindByType[reflect.TypeOf(o.Obj)]
 		if !ok {
 			c.errorf("", "unsupported object type %T: supported kinds are %s", o.Obj, supportedKinds())
-			continue
-		}
-		if first, dup := seen[o.Key()]; dup {
-			c.errorf("metadata.name", "duplicate: %s is also defined in %s", o.label(), first)
-		} else {
-			seen[o.Key()] = o.Source
+			return
 		}
 		checkMeta(c, info, o.Obj.(metav1.Object))
 		info.check(c, o.Obj)
+	})
+	var errs Errors
+	seen := make(map[string]string, len(objs)) // Key -> Source of its first definition
+	for i, o := range objs {
+		if _, ok := kindByType[reflect.TypeOf(o.Obj)]; ok {
+			if first, dup := seen[o.Key()]; dup {
+				errs.add(o.Source, o.label(), "metadata.name", "duplicate: %s is also defined in %s", o.label(), first)
+			} else {
+				seen[o.Key()] = o.Source
+			}
+		}
+		errs.List = append(errs.List, per[i].List...)
 	}
 	return errs.orNil()
 }

@@ -29,6 +29,13 @@ type Pod struct {
 	Terminating bool
 }
 
+// Selects reports whether a selector Service picks pod: same namespace,
+// every selector label present with its value.
+func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
+	return svc.Spec.Selector != nil && pod.Namespace == svc.Namespace &&
+		labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels))
+}
+
 // DeriveSlices builds the EndpointSlices of a selector Service: one slice
 // per distinct set of resolved ports (a named targetPort may resolve to a
 // different number on each pod), endpoints sorted by address.
@@ -36,11 +43,10 @@ func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice 
 	if svc.Spec.Selector == nil {
 		return nil
 	}
-	sel := labels.SelectorFromSet(svc.Spec.Selector)
 	groups := map[string]*discoveryv1.EndpointSlice{}
 	var order []string
 	for _, p := range pods {
-		if p.Pod.Namespace != svc.Namespace || p.IP == "" || !sel.Matches(labels.Set(p.Pod.Labels)) {
+		if p.IP == "" || !Selects(svc, p.Pod) {
 			continue
 		}
 		ports := resolvePorts(svc, p.Pod)

@@ -259,3 +259,62 @@ func TestServiceBadInput(t *testing.T) {
 	}
 	l.probe("client", "connected", "--tcp", taken+":80")
 }
+
+// TestConnectedUDPSocketLeavesDeletedBackend: a connected UDP socket keeps
+// the backend its connect was translated to; when that backend's pod is
+// deleted the datapath closes the socket (the application sees an error at
+// once and can connect again, through the service, to a live backend)
+// instead of letting it send into the void.
+func TestConnectedUDPSocketLeavesDeletedBackend(t *testing.T) {
+	l := newLab(t, "redirect-peer", servicesManifest)
+	vip := l.clusterIP("web")
+	cmd := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--",
+		filepath.Join(binDir, "shunt"), "lab", "probe", "-o", "json", "--expect", "any",
+		"--udp", vip+":53", "--udp-connected", "--hold", "4s", "--timeout", "2s")
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel knows the backend the socket really talks to.
+	var backend string
+	for i := 0; i < 30 && backend == ""; i++ {
+		time.Sleep(100 * time.Millisecond)
+		for _, f := range strings.Fields(l.mustShunt("lab", "exec", "client", "--", "ss", "-Hnu", "state", "established")) {
+			if strings.HasSuffix(f, ":5353") {
+				backend = strings.TrimSuffix(f, ":5353")
+			}
+		}
+	}
+	victim, survivor := "web-1", "web-2"
+	switch backend {
+	case l.podIP("web-1"):
+	case l.podIP("web-2"):
+		victim, survivor = survivor, victim
+	default:
+		cmd.Process.Kill()
+		t.Fatalf("no connected UDP socket to a backend found in the client (ss saw %q)", backend)
+	}
+	doc := filepath.Join(t.TempDir(), "victim.yaml")
+	os.WriteFile(doc, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: "+victim+"}\nspec: {containers: [{name: serve, command: [sleep]}]}\n"), 0o644)
+	start := time.Now()
+	l.mustShunt("delete", "-f", doc)
+	cmd.Wait()
+	var r probeResult
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &r); err != nil {
+		t.Fatalf("probe output %q: %v", out, err)
+	}
+	if r.Result != "error" || !strings.Contains(r.Error, "socket broken after hold") ||
+		!(strings.Contains(r.Error, "connection abort") || strings.Contains(r.Error, "destination address required")) {
+		t.Errorf("the socket to deleted %s: %+v, want it closed by the datapath", victim, r)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("the probe ended %v after the delete: it waited for a timeout", took)
+	}
+	if got := peers(l.probeJSON("client", "--udp", vip+":53", "--udp-connected", "--count", "4")); got[survivor] != 4 {
+		t.Errorf("after deleting %s, new sockets reach %v, want all %s", victim, got, survivor)
+	}
+	if n := l.metric("shunt_udp_sockets_destroyed_total"); n < 1 {
+		t.Errorf("shunt_udp_sockets_destroyed_total = %v", n)
+	}
+}
