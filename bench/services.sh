@@ -69,12 +69,23 @@ bin/shunt --instance $INST lab up --mode redirect-peer --pod-cidr $POD_CIDR --se
 # per N, the same table three ways (measured service last):
 bin/svcgen -n N -format iptables -measured ENDPOINTS | nsenter --net=CLIENT_NETNS iptables-restore
 bin/svcgen -n N -format nft -measured ENDPOINTS | nsenter --net=CLIENT_NETNS nft -f -
-bin/svcgen -n N -format yaml -measured ENDPOINTS > svc.yaml; bin/shunt apply -f svc.yaml
+bin/svcgen -n N -format yaml -measured ENDPOINTS > svc.yaml; bin/shunt apply --timing -f svc.yaml
+# one update at the largest N, each repetition: bin/svcgen -n N -format yaml -update -measured ENDPOINTS > upd.yaml; bin/shunt apply --timing -f upd.yaml
 # per case and repetition, from the client pod, to the measured service (or a backend for direct):
 bin/shunt lab exec client -- taskset -c 0 sockperf ping-pong --tcp -i VIP -p 11111 -t $DURATION --msg-size 64 --full-rtt
 bin/shunt lab exec client -- connrate -target VIP:8080 -workers 4 -duration ${DURATION}s
 # direct: sockperf to one backend; connrate spread at random over the ten backends, as a service would
 EOT
+
+# shunt_apply FILE: apply it; print the command's wall-clock seconds and
+# the milliseconds the agent says it took (check, program, persist).
+shunt_apply() {
+	local t0 t1 agent
+	t0=$(date +%s%N)
+	agent=$($SHUNT --instance "$INST" apply --timing -f "$1" 2>&1 >/dev/null | awk '/^agent took/ {print $3}')
+	t1=$(date +%s%N)
+	echo "$(awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.4f", ns / 1e9 }') ${agent:-0}"
+}
 
 # measure CASE N REP IP [CONNECT TARGETS]
 measure() {
@@ -122,12 +133,19 @@ for n in $NS_LIST; do
 		fi
 		inns nft delete table ip shunt-bench-kube-proxy
 
-		t=$(timed $SHUNT --instance "$INST" apply -f "$OUT/shunt-$n.yaml")
+		read -r t agent < <(shunt_apply "$OUT/shunt-$n.yaml")
 		row shunt load_time s "$t" "$rep" "$n"
+		row shunt load_time_agent s "$(awk -v m="$agent" 'BEGIN { printf "%.4f", m / 1000 }')" "$rep" "$n"
 		measure shunt "$n" "$rep" "$vip"
-		if [ "$n" = "${NS_LIST##* }" ] && [ "$rep" = 1 ] && [ "$n" -gt 0 ]; then
+		if [ "$n" = "${NS_LIST##* }" ] && [ "$n" -gt 0 ]; then
+			# Every repetition (on a freshly loaded table) changes one endpoint
+			# of the last filler service.
 			bin/svcgen -n "$n" -format yaml -update -measured "$ENDPOINTS" >"$OUT/shunt-update.yaml"
-			row shunt update_time_ms ms "$(ms "$(timed $SHUNT --instance "$INST" apply -f "$OUT/shunt-update.yaml")")" "$rep" "$n"
+			read -r t agent < <(shunt_apply "$OUT/shunt-update.yaml")
+			row shunt update_time_ms ms "$(ms "$t")" "$rep" "$n"
+			row shunt update_time_agent_ms ms "$agent" "$rep" "$n"
+			# The floor of any `shunt` command on this machine: starting the process.
+			row shunt cli_start_ms ms "$(ms "$(timed $SHUNT --help)")" "$rep" "$n"
 		fi
 		$SHUNT --instance "$INST" delete -f "$OUT/shunt-$n.yaml" >/dev/null
 	done
@@ -136,6 +154,6 @@ done
 NOTES=$OUT/notes.md
 cat >"$NOTES" <<'EOT'
 N counts the filler services; the measured service (two ports, ten real endpoints) comes after them.
-load_time and update_time are wall-clock times of the commands shown (for shunt: `shunt apply` end to end, YAML parsing included).
+load_time and update_time are wall-clock times of the commands shown (for shunt: `shunt apply` end to end: process start, YAML parsing, the request, the agent's work). *_agent is the time the agent reports for the same request (`shunt apply --timing`: decoding and validating, programming the maps, persisting), i.e. the programming time without the client. cli_start_ms is `shunt --help`: what starting the CLI process costs on this machine.
 EOT
 finish "Service load balancing at N services" direct
