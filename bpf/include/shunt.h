@@ -325,4 +325,24 @@ struct sock_translation {
 	__u16 backend_port;
 };
 
+/* Destroying sockets of backends that went away (bpf/sock_destroy.c). */
+
+/* A backend that went away: sockets connected to it through a service are
+ * destroyed. Key of shunt_gone_backends. */
+struct gone_backend {
+	__u32 ip;   /* network byte order */
+	__u16 port; /* network byte order */
+	__u8 proto; /* IPPROTO_UDP (the only iterator so far) */
+	__u8 pad;
+};
+
+/* One record per socket the iterator tried to destroy, written to the
+ * iterator's output (bpf_seq_write): the agent counts them per call and per
+ * network namespace, with no shared counter to reset or race on. */
+struct destroy_result {
+	__u64 cookie; /* socket cookie (SO_COOKIE) */
+	__s32 err;    /* bpf_sock_destroy's return: 0, or a negative errno */
+	__u32 pad;
+};
+
 #endif /* SHUNT_H */

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Types shared between bpf/sock_destroy.c and the Go agent (bpf2go
- * generates sockdestroyGoneBackend and sockdestroyDestroyResult from them),
- * and the few kernel socket types the iterator reads. The kernel types are
+ * The few kernel socket types bpf/sock_destroy.c reads (its map and output
+ * types are in shunt.h with every other). They are
  * declared with only the fields used and preserve_access_index, so their
  * offsets are relocated against the running kernel's BTF at load time
  * (CO-RE) instead of being taken from a generated vmlinux.h.
@@ -12,23 +11,7 @@
 
 #include <linux/types.h>
 
-/* A backend that went away: sockets connected to it through a service are
- * destroyed. Key of shunt_gone_backends. */
-struct gone_backend {
-	__u32 ip;   /* network byte order */
-	__u16 port; /* network byte order */
-	__u8 proto; /* IPPROTO_UDP (the only iterator so far) */
-	__u8 pad;
-};
-
-/* One record per socket the iterator tried to destroy, written to the
- * iterator's output (bpf_seq_write): the agent counts them per call and per
- * network namespace, with no shared counter to reset or race on. */
-struct destroy_result {
-	__u64 cookie; /* socket cookie (SO_COOKIE) */
-	__s32 err;    /* bpf_sock_destroy's return: 0, or a negative errno */
-	__u32 pad;
-};
+#include "shunt.h"
 
 /* Kernel types (CO-RE). */
 
