@@ -2,6 +2,9 @@
 # Every lab a benchmark starts has its own instance name and is removed on
 # exit, also when the benchmark fails.
 
+# A benchmark that measures at several scales sets SCALE_OPT (its option,
+# e.g. --n) and SCALE_LIST (the default scales) before sourcing this file;
+# SCALE_LIST is then what the user gave.
 REPS=3
 DURATION=10
 while [ $# -gt 0 ]; do
@@ -9,6 +12,9 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift 2 ;;
 	--duration) DURATION=$2; shift 2 ;;
 	--quick) REPS=1; DURATION=2; shift ;;
+	"${SCALE_OPT:-}")
+		[ -n "${SCALE_OPT:-}" ] || { echo "unknown option $1" >&2; exit 2; }
+		SCALE_LIST=$2; shift 2 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 done

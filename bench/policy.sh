@@ -19,15 +19,8 @@
 # (enforcement.txt). The order of the cases rotates between repetitions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R_LIST="0 100 1000 10000"
-args=()
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--r) R_LIST=$2; shift 2 ;;
-	*) args+=("$1"); shift ;;
-	esac
-done
-set -- "${args[@]+"${args[@]}"}"
+SCALE_OPT=--r
+SCALE_LIST="0 100 1000 10000"
 source bench/lib.sh
 
 OUT=bench/out/policy
@@ -156,7 +149,7 @@ run_case() {
 }
 
 cases=(none iptables shunt)
-for r in $R_LIST; do
+for r in $SCALE_LIST; do
 	bin/policygen -r "$r" -format iptables -client "$CLIENT" >"$OUT/iptables-$r.rules"
 	bin/policygen -r "$r" -format yaml >"$OUT/policy-$r.yaml"
 	for rep in $(seq "$REPS"); do

@@ -18,15 +18,8 @@
 # workers), programming time (full load; one service update at the largest N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NS_LIST="0 100 1000 10000"
-args=()
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--n) NS_LIST=$2; shift 2 ;;
-	*) args+=("$1"); shift ;;
-	esac
-done
-set -- "${args[@]+"${args[@]}"}"
+SCALE_OPT=--n
+SCALE_LIST="0 100 1000 10000"
 source bench/lib.sh
 
 OUT=bench/out/services
@@ -106,7 +99,7 @@ measure() {
 # The measured VIP at each N (svcgen puts it right after the fillers).
 vip_for() { bin/svcgen -n "$1" -format yaml -measured "$ENDPOINTS" | awk '/clusterIP/ {ip=$2} END {print ip}'; }
 
-for n in $NS_LIST; do
+for n in $SCALE_LIST; do
 	vip=$(vip_for "$n")
 	bin/svcgen -n "$n" -format iptables -measured "$ENDPOINTS" >"$OUT/iptables-$n.rules"
 	bin/svcgen -n "$n" -format nft -measured "$ENDPOINTS" >"$OUT/nft-$n.rules"
@@ -117,7 +110,7 @@ for n in $NS_LIST; do
 		t=$(timed inns iptables-restore "$OUT/iptables-$n.rules")
 		row iptables load_time s "$t" "$rep" "$n"
 		measure iptables "$n" "$rep" "$vip"
-		if [ "$n" = "${NS_LIST##* }" ] && [ "$rep" = 1 ]; then
+		if [ "$n" = "${SCALE_LIST##* }" ] && [ "$rep" = 1 ]; then
 			# kube-proxy's iptables mode rewrites the table to change one service.
 			row iptables update_time_ms ms "$(ms "$(timed inns iptables-restore "$OUT/iptables-$n.rules")")" "$rep" "$n"
 		fi
@@ -127,7 +120,7 @@ for n in $NS_LIST; do
 		t=$(timed inns nft -f "$OUT/nft-$n.rules")
 		row nftables load_time s "$t" "$rep" "$n"
 		measure nftables "$n" "$rep" "$vip"
-		if [ "$n" = "${NS_LIST##* }" ] && [ "$rep" = 1 ] && [ "$n" -gt 0 ]; then
+		if [ "$n" = "${SCALE_LIST##* }" ] && [ "$rep" = 1 ] && [ "$n" -gt 0 ]; then
 			# One endpoint change: replace the last filler's first endpoint chain.
 			row nftables update_time_ms ms "$(ms "$(timed inns nft add rule ip shunt-bench-kube-proxy sep-$((n - 1))-0-0 meta l4proto tcp dnat to 10.218.0.1:8080)")" "$rep" "$n"
 		fi
@@ -137,7 +130,7 @@ for n in $NS_LIST; do
 		row shunt load_time s "$t" "$rep" "$n"
 		row shunt load_time_agent s "$(awk -v m="$agent" 'BEGIN { printf "%.4f", m / 1000 }')" "$rep" "$n"
 		measure shunt "$n" "$rep" "$vip"
-		if [ "$n" = "${NS_LIST##* }" ] && [ "$n" -gt 0 ]; then
+		if [ "$n" = "${SCALE_LIST##* }" ] && [ "$n" -gt 0 ]; then
 			# Every repetition (on a freshly loaded table) changes one endpoint
 			# of the last filler service.
 			bin/svcgen -n "$n" -format yaml -update -measured "$ENDPOINTS" >"$OUT/shunt-update.yaml"
