@@ -198,26 +198,22 @@ func (c *computation) allocateCIDRs(prev Allocations) {
 			seen[p.Masked()] = true
 		}
 	}
-	for _, np := range c.in.NetworkPolicies {
-		for _, r := range np.Spec.Ingress {
-			for _, pe := range r.From {
-				if pe.IPBlock != nil {
-					add(pe.IPBlock.CIDR)
-					for _, e := range pe.IPBlock.Except {
-						add(e)
-					}
+	addBlocks := func(peers []networkingv1.NetworkPolicyPeer) {
+		for _, pe := range peers {
+			if pe.IPBlock != nil {
+				add(pe.IPBlock.CIDR)
+				for _, e := range pe.IPBlock.Except {
+					add(e)
 				}
 			}
 		}
+	}
+	for _, np := range c.in.NetworkPolicies {
+		for _, r := range np.Spec.Ingress {
+			addBlocks(r.From)
+		}
 		for _, r := range np.Spec.Egress {
-			for _, pe := range r.To {
-				if pe.IPBlock != nil {
-					add(pe.IPBlock.CIDR)
-					for _, e := range pe.IPBlock.Except {
-						add(e)
-					}
-				}
-			}
+			addBlocks(r.To)
 		}
 	}
 	for _, sp := range c.in.ShuntPolicies {
