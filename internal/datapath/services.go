@@ -89,6 +89,9 @@ type serviceTable struct {
 	keys     map[uint32]backendKey // backend id -> its key
 	refs     map[uint32]int        // backend id -> slots using it
 	svcIDs   map[uint32]bool
+	// slots counts the shunt_services entries ports hold (1 + backends
+	// each), kept in step so a partial update checks capacity in O(1).
+	slots int
 	// Next ids to hand out: above every id in use, so allocation is O(1)
 	// (ids are 32 bits; they are not worth recycling).
 	nextBackend, nextService uint32
@@ -97,6 +100,7 @@ type serviceTable struct {
 func (d *Datapath) loadServiceTable() error {
 	t := &d.services
 	t.ports, t.backends, t.refs, t.svcIDs = map[frontend]written{}, map[backendKey]uint32{}, map[uint32]int{}, map[uint32]bool{}
+	t.slots = 0
 	t.keys = map[uint32]backendKey{}
 	var id uint32
 	var bv socklbBackendValue
@@ -134,6 +138,7 @@ func (d *Datapath) loadServiceTable() error {
 			t.refs[slots[sk].Id]++
 		}
 		t.ports[frontend{fromBe32(k.Vip), fromBe16(k.Port), k.Proto}] = w
+		t.slots += 1 + len(w.backends)
 		t.svcIDs[v.Id] = true
 	}
 	t.nextBackend, t.nextService = 1, 1
@@ -173,8 +178,8 @@ func (d *Datapath) SyncServices(desired []ServicePort) (goneUDP []netip.AddrPort
 		slots += 1 + len(s.Backends)
 		want[frontend{s.VIP, s.Port, s.Proto}] = true
 	}
-	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
-		return nil, fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
+	if err := d.checkSlots(slots); err != nil {
+		return nil, err
 	}
 
 	var w serviceWrites
@@ -186,11 +191,7 @@ func (d *Datapath) SyncServices(desired []ServicePort) (goneUDP []netip.AddrPort
 			d.deleteServicePort(f, wr, &w)
 		}
 	}
-	d.collectBackends(nil, &w)
-	if err := d.flush(&w); err != nil {
-		return nil, err
-	}
-	return w.goneUDP, nil
+	return d.finish(nil, &w)
 }
 
 // UpdateServices writes the given service ports and removes the given
@@ -204,7 +205,7 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (g
 		return nil, err
 	}
 	defer d.reloadServiceTableOnError(&err)
-	slots := t.slots()
+	slots := t.slots
 	for _, s := range remove {
 		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
 			slots -= 1 + len(w.backends)
@@ -219,8 +220,8 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (g
 		}
 		slots += 1 + len(s.Backends)
 	}
-	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
-		return nil, fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
+	if err := d.checkSlots(slots); err != nil {
+		return nil, err
 	}
 	var w serviceWrites
 	var candidates []uint32 // backends that may have lost their last user
@@ -235,8 +236,24 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (g
 			d.deleteServicePort(f, wr, &w)
 		}
 	}
-	d.collectBackends(candidates, &w)
-	if err := d.flush(&w); err != nil {
+	return d.finish(candidates, &w)
+}
+
+// checkSlots refuses a table of slots entries that shunt_services cannot
+// hold, before anything is written.
+func (d *Datapath) checkSlots(slots int) error {
+	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
+		return fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
+	}
+	return nil
+}
+
+// finish plans the removal of the unused backends among candidates (all
+// of them if nil), makes the planned writes and reports the UDP backends
+// that are gone.
+func (d *Datapath) finish(candidates []uint32, w *serviceWrites) ([]netip.AddrPort, error) {
+	d.collectBackends(candidates, w)
+	if err := d.flush(w); err != nil {
 		return nil, err
 	}
 	return w.goneUDP, nil
@@ -267,15 +284,6 @@ func checkServicePort(s ServicePort) error {
 		return fmt.Errorf("service %s: %d backends, at most 65535", s.Name, len(s.Backends))
 	}
 	return nil
-}
-
-// slots counts the shunt_services entries the table holds.
-func (t *serviceTable) slots() int {
-	n := 0
-	for _, w := range t.ports {
-		n += 1 + len(w.backends)
-	}
-	return n
 }
 
 // serviceWrites are the map writes of one sync, grouped so that every
@@ -450,6 +458,10 @@ func (d *Datapath) syncServicePort(s ServicePort, w *serviceWrites) {
 	for _, id := range old.backends {
 		t.refs[id]--
 	}
+	t.slots += len(wr.backends) - len(old.backends)
+	if !exists {
+		t.slots++
+	}
 	t.ports[f] = wr
 }
 
@@ -468,6 +480,7 @@ func (d *Datapath) deleteServicePort(f frontend, wr written, w *serviceWrites) {
 		t.refs[id]--
 	}
 	delete(t.svcIDs, wr.id)
+	t.slots -= 1 + len(wr.backends)
 	delete(t.ports, f)
 }
 

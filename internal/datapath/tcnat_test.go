@@ -271,4 +271,15 @@ func TestServiceWritesInBatches(t *testing.T) {
 	if n != 210 { // s20..s39 UDP, s0 TCP
 		t.Errorf("%d backends left, want 210", n)
 	}
+	// The slot count kept for capacity checks matches the kernel's map
+	// (the entry deleted behind our back aside).
+	var sk socklbServiceKey
+	var sv socklbServiceValue
+	entries := 0
+	for it := d.sock.ShuntServices.Iterate(); it.Next(&sk, &sv); {
+		entries++
+	}
+	if d.services.slots != entries || entries != 21*11 {
+		t.Errorf("slot count %d, shunt_services holds %d, want %d", d.services.slots, entries, 21*11)
+	}
 }
