@@ -83,13 +83,13 @@ func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
-		stored := make([]StoredObject, len(req.Objects))
+		docs := make([]manifest.Document, len(req.Objects))
 		for i, o := range req.Objects {
-			stored[i] = StoredObject{Source: o.Source, Object: o.Object}
+			docs[i] = manifest.Document{Source: o.Source, JSON: o.Object}
 		}
 		// Decoded and validated here, whoever the client is: nothing
 		// reaches the store unchecked.
-		objs, err := decodeObjects(stored)
+		objs, err := manifest.Decode(docs)
 		if err == nil {
 			err = manifest.Validate(objs)
 		}

@@ -99,7 +99,7 @@ func (c *clusterIPs) assign(old, next *model.Store, changes []model.Change) (ipA
 			switch {
 			case !c.pool.Contains(ip):
 				problems = append(problems, fmt.Sprintf("%s: Service %s: spec.clusterIP: %s is not in the service CIDR %s", o.Source, key, ip, c.pool.CIDR))
-			case taken(ip) != "" && taken(ip) != key:
+			case taken(ip) != "": // a created service holds nothing yet
 				problems = append(problems, fmt.Sprintf("%s: Service %s: spec.clusterIP: %s is already allocated to Service %s", o.Source, key, ip, taken(ip)))
 			default:
 				a.held[ip] = key

@@ -8,17 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/shuntnet/shunt/internal/ipam"
-	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 )
 
 func storeOf(t *testing.T, doc string) *model.Store {
 	t.Helper()
-	objs, err := manifest.Parse("t.yaml", []byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := model.NewStore(objs)
+	s, err := model.NewStore(parseAll(t, doc))
 	if err != nil {
 		t.Fatal(err)
 	}

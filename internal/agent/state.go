@@ -105,7 +105,7 @@ func (s *State) save(dir string, last []byte) ([]byte, error) {
 	return data, nil
 }
 
-// decodeObjects parses persisted or received objects with the same strict
+// decodeObjects parses persisted objects with the same strict
 // decoder as files, so both go through one set of checks.
 func decodeObjects(stored []StoredObject) ([]manifest.Object, error) {
 	docs := make([]manifest.Document, len(stored))

@@ -80,21 +80,16 @@ func decodeAll(docs []Document, errs *Errors) []Object {
 // real document of the file. Syntax errors go to errs.
 func splitDocuments(source string, data []byte, errs *Errors) []Document {
 	var out []Document
-	for _, doc := range documents(data) {
-		src := source + "#" + strconv.Itoa(len(out)+1)
+	for i, doc := range documents(data) {
+		// A document that is not YAML keeps its number but has nothing to decode.
+		src := source + "#" + strconv.Itoa(i+1)
 		if doc.err != nil {
 			errs.add(src, "", "", "%v", doc.err)
+			continue
 		}
 		out = append(out, Document{Source: src, JSON: doc.json})
 	}
-	// A document that is not YAML holds its number but has nothing to decode.
-	kept := out[:0]
-	for _, d := range out {
-		if d.JSON != nil {
-			kept = append(kept, d)
-		}
-	}
-	return kept
+	return out
 }
 
 // document is one document of a stream, converted to JSON.
