@@ -10,14 +10,10 @@
  * receive fails with ECONNABORTED and a resolver opens a new socket, which
  * is translated to a live backend.
  */
-#include <linux/in.h>
 #include "lib/common.h"
 #include "sock_destroy.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
-
-#define AF_INET 2
-#define AF_INET6 10
 
 /* sock_lb's per-socket translation record, given to this program as the
  * pinned map (MapReplacements) when it is loaded: same definition. */

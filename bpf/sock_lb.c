@@ -7,8 +7,6 @@
  * back to the VIP, so applications (and resolvers checking reply sources)
  * see the address they used.
  */
-#include <linux/in.h>
-#include <errno.h>
 #include "lib/common.h"
 #include "lib/services.h"
 #include "lib/metrics.h"

@@ -1,14 +1,50 @@
 #!/usr/bin/env bash
-# Installs what building and testing shunt needs on Debian 12, idempotently:
-# a second run installs nothing. Used by both `make demo` and `make test`.
+# Installs everything building, testing, the demo and the benchmarks call, on
+# Debian 12, idempotently: a second run installs nothing. `make demo`,
+# `make test` and `bench/run` all start with it. Nothing else is installed
+# by hand on any machine: when a program is missing, add it here.
+#
+# The table below is the one list of external programs: every program the
+# build, the tests (test/e2e, the Go tests), scripts/demo.sh and bench/*.sh
+# run, with the Debian package that has it. After installing, each program
+# is checked to be on PATH, so a wrong package name fails here, not in the
+# middle of a test.
 set -euo pipefail
 
-packages=(clang llvm libbpf-dev bpftool iproute2 util-linux sockperf iperf3 dnsutils dnsmasq-base jq iputils-ping iptables nftables conntrack)
+# program          package          who calls it
+programs=(
+	"clang-14          clang-14         make generate: compiles bpf/*.c (pinned: other versions emit other bytes)"
+	"llvm-strip-14     llvm-14          make generate: bpf2go strips DWARF with it"
+	"ip                iproute2         lab, tests, benchmarks: netns, veth, routes"
+	"tc                iproute2         tests, benchmarks: inspect tc attachments"
+	"ss                iproute2         e2e: socket states inside pods"
+	"nsenter           util-linux       benchmarks: run baselines inside a pod's netns"
+	"taskset           util-linux       benchmarks: pin client and server to a core"
+	"mount             mount            agent: bpffs"
+	"timeout           coreutils        benchmarks"
+	"awk               mawk             benchmarks: arithmetic on results"
+	"sysctl            procps           benchmarks"
+	"ping              iputils-ping     demo, e2e: ICMP between pods"
+	"dig               bind9-dnsutils   e2e: DNS through a ClusterIP"
+	"dnsmasq           dnsmasq-base     e2e: a DNS server pod"
+	"jq                jq               demo, benchmarks: read -o json output"
+	"sockperf          sockperf         benchmarks: request/response latency"
+	"iperf3            iperf3           e2e, benchmarks: throughput"
+	"iptables          iptables         benchmarks: iptables baselines"
+	"iptables-restore  iptables         benchmarks: kube-proxy-style rule loads"
+	"nft               nftables         benchmarks: nftables baseline"
+	"conntrack         conntrack        benchmarks: flush conntrack between cases"
+	"bpftool           bpftool          debugging: inspect loaded programs and maps by hand"
+	"curl              curl             debugging: the agent's /debug/pprof over its socket"
+)
+
 missing=()
-for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+for row in "${programs[@]}"; do
+	read -r _ pkg _ <<<"$row"
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
+	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 	if [ "$(id -u)" != 0 ]; then
 		echo "setup: need root to install: ${missing[*]}" >&2
 		exit 1
@@ -17,6 +53,16 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+absent=()
+for row in "${programs[@]}"; do
+	read -r prog pkg _ <<<"$row"
+	command -v "$prog" >/dev/null || PATH=$PATH:/usr/sbin:/sbin command -v "$prog" >/dev/null || absent+=("$prog ($pkg)")
+done
+if ((${#absent[@]})); then
+	echo "setup: installed, but not found on PATH: ${absent[*]}" >&2
+	exit 1
 fi
 
 if ! command -v go >/dev/null; then

@@ -3,18 +3,22 @@
 #ifndef SHUNT_LIB_COMMON_H
 #define SHUNT_LIB_COMMON_H
 
-#include <stdbool.h>
+#include <linux/types.h>
 #include <linux/bpf.h>
-#include <linux/pkt_cls.h>
-#include <linux/if_ether.h>
-#include <linux/ip.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "net.h"
 
 #include "shunt.h"
 
 #ifndef __always_inline
 #define __always_inline inline __attribute__((always_inline))
 #endif
+
+/* C's bool without <stdbool.h>: the build uses no header from outside the
+ * repository (-nostdinc), not even the compiler's own. */
+typedef _Bool bool;
+#define true 1
+#define false 0
 
 #endif

@@ -4,13 +4,7 @@
 #ifndef SHUNT_LIB_FLOW_H
 #define SHUNT_LIB_FLOW_H
 
-#include <linux/in.h>
-#include <linux/icmp.h>
 #include "common.h"
-
-#ifndef IPPROTO_SCTP
-#define IPPROTO_SCTP 132
-#endif
 
 #define SHUNT_TCPF_FIN 0x01
 #define SHUNT_TCPF_SYN 0x02

@@ -6,9 +6,6 @@
 #ifndef SHUNT_LIB_TC_NAT_H
 #define SHUNT_LIB_TC_NAT_H
 
-#include <linux/in.h>
-#include <linux/tcp.h>
-#include <linux/udp.h>
 #include "common.h"
 #include "services.h"
 #include "metrics.h"
