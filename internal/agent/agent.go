@@ -330,7 +330,10 @@ func (a *Agent) reconcilePods() error {
 		endpoints := make([]datapath.Endpoint, len(built))
 		for i, e := range built {
 			endpoints[i] = e.endpoint
-			pol.Endpoint(podKey(e.Namespace, e.Name), &endpoints[i])
+			ep := pol.Endpoint(podKey(e.Namespace, e.Name))
+			endpoints[i].Identity = ep.Identity
+			endpoints[i].IngressIsolated, endpoints[i].EgressIsolated = len(ep.IngressIsolatedBy) > 0, len(ep.EgressIsolatedBy) > 0
+			endpoints[i].IngressRules, endpoints[i].EgressRules = ep.IngressRules, ep.EgressRules
 		}
 		if err := a.dp.SyncPolicy(pol.State, endpoints); err != nil {
 			errs = append(errs, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 // flowNames is what turns a flow event's numbers into names; rebuilt after
@@ -38,10 +39,10 @@ type podSide struct{ pod, namespace, ip string }
 // service change (not rebuilt), read by the flow reader.
 type serviceNames struct {
 	mu sync.RWMutex
-	m  map[serviceFrontend]string
+	m  map[services.Frontend]string
 }
 
-func (s *serviceNames) name(f serviceFrontend) string {
+func (s *serviceNames) name(f services.Frontend) string {
 	if s == nil {
 		return ""
 	}
@@ -50,24 +51,18 @@ func (s *serviceNames) name(f serviceFrontend) string {
 	return s.m[f]
 }
 
-func (s *serviceNames) update(upsert, remove []datapath.ServicePort) {
+func (s *serviceNames) update(upsert, remove []services.Port) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[serviceFrontend]string{}
+		s.m = map[services.Frontend]string{}
 	}
 	for _, p := range remove {
-		delete(s.m, serviceFrontend{p.VIP, p.Port, p.Proto})
+		delete(s.m, p.Frontend)
 	}
 	for _, p := range upsert {
-		s.m[serviceFrontend{p.VIP, p.Port, p.Proto}] = p.Name
+		s.m[p.Frontend] = p.Name
 	}
-}
-
-type serviceFrontend struct {
-	vip   netip.Addr
-	port  uint16
-	proto uint8
 }
 
 // updateFlowNames rebuilds the names from the agent's state. Called with mu held.
@@ -146,7 +141,7 @@ func (n *flowNames) enrich(e datapath.FlowEvent) flows.Flow {
 	}
 	if e.OrigDst.IsValid() {
 		fl.Service = &flows.Service{IP: e.OrigDst.String(), Port: e.OrigDstPort,
-			Name: n.services.name(serviceFrontend{e.OrigDst, e.OrigDstPort, e.Proto})}
+			Name: n.services.name(services.Frontend{VIP: e.OrigDst, Port: e.OrigDstPort, Proto: e.Proto})}
 	}
 	return fl
 }

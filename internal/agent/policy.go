@@ -184,7 +184,7 @@ func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		me := api.PolicyMapEntry{Direction: "ingress", Identity: e.Identity, Peer: names[e.Identity],
-			Ports: datapath.PortsText(e.PolicyKey), Verdict: e.Verdict.String(), RuleID: e.RuleID}
+			Ports: datapath.PortsText(e.Key), Verdict: e.Verdict.String(), RuleID: e.RuleID}
 		if e.Egress {
 			me.Direction = "egress"
 		}
@@ -199,7 +199,7 @@ func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
 // identityNames describes every identity: labels of a pod identity, the
 // prefix of a CIDR identity, the reserved names.
 func identityNames(pol *policy.Result) map[uint32]string {
-	names := map[uint32]string{datapath.IdentityAny: "any"}
+	names := map[uint32]string{policy.IdentityAny: "any"}
 	for _, r := range policy.ReservedIdentities {
 		names[r.ID] = r.Reserved
 	}

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
@@ -154,7 +153,7 @@ func (a *Agent) podReady(rec *PodRecord) bool {
 type serviceEntry struct {
 	slices  []*discoveryv1.EndpointSlice
 	derived []*discoveryv1.EndpointSlice
-	ports   []datapath.ServicePort
+	ports   []services.Port
 }
 
 // servicesTouched marks the services a change of obj (as it was in old and
@@ -219,7 +218,7 @@ func (a *Agent) readinessChanged() bool {
 // computeServices recomputes the services marked dirty (every service when
 // the cache is empty) and returns the ports that changed (upsert) and
 // those gone (remove). Called with mu held.
-func (a *Agent) computeServices() (upsert, remove []datapath.ServicePort) {
+func (a *Agent) computeServices() (upsert, remove []services.Port) {
 	var keys []string
 	if !a.servicesSynced {
 		clear(a.svcCache)
@@ -262,8 +261,8 @@ func (a *Agent) computeServices() (upsert, remove []datapath.ServicePort) {
 }
 
 // gonePorts are the ports of old whose frontend new no longer has.
-func gonePorts(old, new []datapath.ServicePort) []datapath.ServicePort {
-	var out []datapath.ServicePort
+func gonePorts(old, new []services.Port) []services.Port {
+	var out []services.Port
 	for _, o := range old {
 		kept := false
 		for _, n := range new {
@@ -278,8 +277,8 @@ func gonePorts(old, new []datapath.ServicePort) []datapath.ServicePort {
 
 // desiredServicePorts is the whole service table for the datapath, as last
 // computed. Called with mu held.
-func (a *Agent) desiredServicePorts() []datapath.ServicePort {
-	var out []datapath.ServicePort
+func (a *Agent) desiredServicePorts() []services.Port {
+	var out []services.Port
 	for _, key := range slices.Sorted(maps.Keys(a.svcCache)) {
 		out = append(out, a.svcCache[key].ports...)
 	}
@@ -299,7 +298,11 @@ func (a *Agent) syncServices() error {
 		gone, err = a.dp.SyncServices(a.desiredServicePorts())
 		a.servicesSynced = err == nil
 	case len(upsert) > 0 || len(remove) > 0:
-		if gone, err = a.dp.UpdateServices(upsert, remove); err != nil {
+		var frontends []services.Frontend
+		for _, p := range remove {
+			frontends = append(frontends, p.Frontend)
+		}
+		if gone, err = a.dp.UpdateServices(upsert, frontends); err != nil {
 			// The cache is ahead of the kernel now: start over next time.
 			clear(a.svcCache)
 			a.servicesSynced = false

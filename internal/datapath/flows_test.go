@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // TestFlowEvents: drops are reported with reason, identities and rule in
@@ -26,9 +28,9 @@ func TestFlowEvents(t *testing.T) {
 		{IP: a, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300},
 		{IP: b, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 301, IngressIsolated: true, IngressRules: true},
 	}
-	state := PolicyState{Entries: []PolicyEntry{
-		{PolicyKey{Endpoint: b, Identity: 300, Proto: 6, Port: 80, PortBits: 16}, VerdictAllow, 21},
-		{PolicyKey{Endpoint: b, Identity: 300, Proto: 6, Port: 22, PortBits: 16}, VerdictDeny, 22},
+	state := policy.State{Entries: []policy.Entry{
+		{Key: policy.Key{Endpoint: b, Identity: 300, Proto: 6, Port: 80, PortBits: 16}, Verdict: policy.VerdictAllow, RuleID: 21},
+		{Key: policy.Key{Endpoint: b, Identity: 300, Proto: 6, Port: 22, PortBits: 16}, Verdict: policy.VerdictDeny, RuleID: 22},
 	}}
 	if err := d.SyncPolicy(state, eps); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // MapInfo describes one map of the datapath.
@@ -46,7 +47,7 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 					dir = "egress"
 				}
 				return Row{"endpoint": pk.Endpoint.String(), "direction": dir, "identity": pk.Identity,
-					"ports": PortsText(pk), "verdict": Verdict(v.Verdict).String(), "ruleID": v.RuleId}
+					"ports": PortsText(pk), "verdict": policy.Verdict(v.Verdict).String(), "ruleID": v.RuleId}
 			})
 		},
 		"shunt_ct": func() ([]Row, error) {
@@ -239,7 +240,7 @@ func ProtoName(p uint8) string {
 
 // PortsText shows a policy key's protocol and port prefix: "80/TCP",
 // "8000-8063/TCP", "all/UDP", "any".
-func PortsText(k PolicyKey) string {
+func PortsText(k policy.Key) string {
 	if k.Proto == 0 {
 		return "any"
 	}

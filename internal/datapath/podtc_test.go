@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // requireBPF skips tests that need root and a BPF-capable kernel.
@@ -90,7 +91,7 @@ func TestFromPodVerdicts(t *testing.T) {
 			src := netip.MustParseAddr("10.99.0.10")
 			// Test runs see the packet arrive on lo (ifindex 1): the
 			// sending pod's veth as far as the source check goes.
-			if err := d.SyncPolicy(PolicyState{}, []Endpoint{
+			if err := d.SyncPolicy(policy.State{}, []Endpoint{
 				{IP: known, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC},
 				{IP: src, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC},
 			}); err != nil {
@@ -148,11 +149,11 @@ func TestSyncPolicyEndpointsDiff(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
 	a := Endpoint{IP: netip.MustParseAddr("10.99.0.1"), Ifindex: 5, PodMAC: mac, NodeMAC: mac}
 	b := Endpoint{IP: netip.MustParseAddr("10.99.0.2"), Ifindex: 6, PodMAC: mac, NodeMAC: mac}
-	if err := d.SyncPolicy(PolicyState{}, []Endpoint{a, b}); err != nil {
+	if err := d.SyncPolicy(policy.State{}, []Endpoint{a, b}); err != nil {
 		t.Fatal(err)
 	}
 	b.Ifindex = 7
-	if err := d.SyncPolicy(PolicyState{}, []Endpoint{b}); err != nil {
+	if err := d.SyncPolicy(policy.State{}, []Endpoint{b}); err != nil {
 		t.Fatal(err)
 	}
 	var v podtcEndpointInfo

@@ -1,112 +1,47 @@
 package datapath
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
-// Reserved identities (enum shunt_identity in bpf/include/shunt.h).
-const (
-	IdentityAny       = uint32(podtcShuntIdentitySHUNT_ID_ANY)
-	IdentityHost      = uint32(podtcShuntIdentitySHUNT_ID_HOST)
-	IdentityWorld     = uint32(podtcShuntIdentitySHUNT_ID_WORLD)
-	FirstPodIdentity  = uint32(podtcShuntIdentitySHUNT_ID_FIRST_POD)
-	FirstCIDRIdentity = uint32(podtcShuntIdentitySHUNT_ID_FIRST_CIDR)
+// The policy package states the C side's numbers for compute; these fail
+// to compile when bpf/include/shunt.h changes one of them (a negative or
+// non-zero difference is an invalid array index).
+var (
+	_ = [1]struct{}{}[policy.IdentityAny-uint32(podtcShuntIdentitySHUNT_ID_ANY)]
+	_ = [1]struct{}{}[policy.IdentityHost-uint32(podtcShuntIdentitySHUNT_ID_HOST)]
+	_ = [1]struct{}{}[policy.IdentityWorld-uint32(podtcShuntIdentitySHUNT_ID_WORLD)]
+	_ = [1]struct{}{}[policy.FirstPodIdentity-uint32(podtcShuntIdentitySHUNT_ID_FIRST_POD)]
+	_ = [1]struct{}{}[policy.FirstCIDRIdentity-uint32(podtcShuntIdentitySHUNT_ID_FIRST_CIDR)]
+	_ = [1]struct{}{}[policy.VerdictNone-policy.Verdict(podtcPolicyVerdictPOLICY_NONE)]
+	_ = [1]struct{}{}[policy.VerdictAllow-policy.Verdict(podtcPolicyVerdictPOLICY_ALLOW)]
+	_ = [1]struct{}{}[policy.VerdictDeny-policy.Verdict(podtcPolicyVerdictPOLICY_DENY)]
 )
 
-// Verdict is what a policy entry says (enum policy_verdict).
-type Verdict uint8
-
-const (
-	VerdictNone  = Verdict(podtcPolicyVerdictPOLICY_NONE)
-	VerdictAllow = Verdict(podtcPolicyVerdictPOLICY_ALLOW)
-	VerdictDeny  = Verdict(podtcPolicyVerdictPOLICY_DENY)
-)
-
-func (v Verdict) String() string {
-	switch v {
-	case VerdictAllow:
-		return "allow"
-	case VerdictDeny:
-		return "deny"
-	}
-	return "none"
-}
-
-// PrefixIdentity maps an address prefix to an identity (shunt_ipcache,
-// shunt_cidr_identities).
-type PrefixIdentity struct {
-	Prefix   netip.Prefix
-	Identity uint32
-}
-
-// PolicyKey is where a policy entry applies: one local pod, one direction,
-// one peer identity (IdentityAny: every peer), a protocol (0: all) and a
-// destination port prefix (PortBits of Port count; 0: all ports).
-type PolicyKey struct {
-	Endpoint netip.Addr
-	Egress   bool
-	Identity uint32
-	Proto    uint8
-	Port     uint16
-	PortBits uint8
-}
-
-// PolicyEntry is one desired shunt_policy entry.
-type PolicyEntry struct {
-	PolicyKey
-	Verdict Verdict
-	RuleID  uint32 // names the deciding rule in traces and flows
-}
-
-// PolicyState is the whole desired content of the policy maps.
-type PolicyState struct {
-	IPCache        []PrefixIdentity // pods and node addresses
-	CIDRIdentities []PrefixIdentity // prefixes policies name
-	Entries        []PolicyEntry
-}
-
-// Canonical masks the port bits beyond the prefix and drops the port of an
-// any-protocol key, so equal entries compare equal (the kernel ignores
-// those bits too).
-func (k PolicyKey) Canonical() PolicyKey {
-	if k.Proto == 0 {
-		k.Port, k.PortBits = 0, 0
-		return k
-	}
-	if k.PortBits > 16 {
-		k.PortBits = 16
-	}
-	k.Port &= ^uint16(0) << (16 - k.PortBits)
-	if k.PortBits == 0 {
-		k.Port = 0
-	}
-	return k
-}
-
-func policyKey(k PolicyKey) podtcPolicyKey {
+func policyKey(k policy.Key) podtcPolicyKey {
 	k = k.Canonical()
 	key := podtcPolicyKey{
-		Prefixlen: PolicyPrefixFixed, Endpoint: be32(k.Endpoint), Identity: k.Identity, Proto: k.Proto, Dport: be16(k.Port),
+		Prefixlen: policy.PrefixFixed, Endpoint: be32(k.Endpoint), Identity: k.Identity, Proto: k.Proto, Dport: be16(k.Port),
 	}
 	if k.Egress {
 		key.Egress = 1
 	}
 	if k.Proto != 0 {
-		key.Prefixlen = PolicyPrefixProto + uint32(k.PortBits)
+		key.Prefixlen = policy.PrefixProto + uint32(k.PortBits)
 	}
 	return key
 }
 
-func fromPolicyKey(k podtcPolicyKey) PolicyKey {
-	pk := PolicyKey{Endpoint: fromBe32(k.Endpoint), Egress: k.Egress == 1, Identity: k.Identity, Proto: k.Proto}
-	if k.Prefixlen >= PolicyPrefixProto {
-		pk.Port, pk.PortBits = fromBe16(k.Dport), uint8(k.Prefixlen-PolicyPrefixProto)
+func fromPolicyKey(k podtcPolicyKey) policy.Key {
+	pk := policy.Key{Endpoint: fromBe32(k.Endpoint), Egress: k.Egress == 1, Identity: k.Identity, Proto: k.Proto}
+	if k.Prefixlen >= policy.PrefixProto {
+		pk.Port, pk.PortBits = fromBe16(k.Dport), uint8(k.Prefixlen-policy.PrefixProto)
 	} else {
 		pk.Proto = 0
 	}
@@ -225,7 +160,7 @@ func (d *Datapath) initPolicyMaps() {
 	}
 }
 
-func prefixMap(list []PrefixIdentity, what string) (map[podtcIpcacheKey]podtcIpcacheValue, error) {
+func prefixMap(list []policy.PrefixIdentity, what string) (map[podtcIpcacheKey]podtcIpcacheValue, error) {
 	out := make(map[podtcIpcacheKey]podtcIpcacheValue, len(list))
 	for _, p := range list {
 		if !p.Prefix.Addr().Is4() {
@@ -243,7 +178,7 @@ func prefixMap(list []PrefixIdentity, what string) (map[podtcIpcacheKey]podtcIpc
 // what is stale. When a policy map is too small for the desired state the
 // sync is refused before anything changes, so the previous policy stays in
 // force (fail closed).
-func (d *Datapath) SyncPolicy(state PolicyState, endpoints []Endpoint) error {
+func (d *Datapath) SyncPolicy(state policy.State, endpoints []Endpoint) error {
 	wantEP := make(map[podtcEndpointKey]podtcEndpointInfo, len(endpoints))
 	for _, e := range endpoints {
 		if !e.IP.Is4() {
@@ -264,13 +199,13 @@ func (d *Datapath) SyncPolicy(state PolicyState, endpoints []Endpoint) error {
 		if !e.Endpoint.Is4() {
 			return fmt.Errorf("policy entry for %s: only IPv4 pods are supported", e.Endpoint)
 		}
-		wantPol[policyKey(e.PolicyKey)] = podtcPolicyValue{Verdict: uint8(e.Verdict), RuleId: e.RuleID}
+		wantPol[policyKey(e.Key)] = podtcPolicyValue{Verdict: uint8(e.Verdict), RuleId: e.RuleID}
 	}
 	if err := d.PolicyFits(state, len(wantEP)); err != nil {
 		return err
 	}
 
-	isAllow := func(v podtcPolicyValue) bool { return v.Verdict == uint8(VerdictAllow) }
+	isAllow := func(v podtcPolicyValue) bool { return v.Verdict == uint8(policy.VerdictAllow) }
 	staleIP, err := d.pol.ipcache.write(wantIP, nil)
 	if err != nil {
 		return err
@@ -293,7 +228,7 @@ func (d *Datapath) SyncPolicy(state PolicyState, endpoints []Endpoint) error {
 
 // PolicyFits says whether a desired policy state (and this many local pods)
 // fits the maps, so a change can be refused before anything is built.
-func (d *Datapath) PolicyFits(state PolicyState, endpoints int) error {
+func (d *Datapath) PolicyFits(state policy.State, endpoints int) error {
 	for _, c := range []struct {
 		m    *ebpf.Map
 		name string
@@ -313,37 +248,17 @@ func (d *Datapath) PolicyFits(state PolicyState, endpoints int) error {
 }
 
 // PolicyEntries reads shunt_policy back from the kernel, decoded.
-func (d *Datapath) PolicyEntries() ([]PolicyEntry, error) {
-	var out []PolicyEntry
+func (d *Datapath) PolicyEntries() ([]policy.Entry, error) {
+	var out []policy.Entry
 	var k podtcPolicyKey
 	var v podtcPolicyValue
 	it := d.objs.ShuntPolicy.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, PolicyEntry{PolicyKey: fromPolicyKey(k), Verdict: Verdict(v.Verdict), RuleID: v.RuleId})
+		out = append(out, policy.Entry{Key: fromPolicyKey(k), Verdict: policy.Verdict(v.Verdict), RuleID: v.RuleId})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reading shunt_policy: %w", err)
 	}
-	slices.SortFunc(out, func(a, b PolicyEntry) int { return a.PolicyKey.Compare(b.PolicyKey) })
+	slices.SortFunc(out, func(a, b policy.Entry) int { return a.Key.Compare(b.Key) })
 	return out, nil
 }
-
-// Compare orders policy keys (pod, direction, identity, protocol, port):
-// -1, 0 or +1, for sorting.
-func (k PolicyKey) Compare(o PolicyKey) int {
-	egress := func(k PolicyKey) int {
-		if k.Egress {
-			return 1
-		}
-		return 0
-	}
-	return cmp.Or(k.Endpoint.Compare(o.Endpoint), cmp.Compare(egress(k), egress(o)), cmp.Compare(k.Identity, o.Identity),
-		cmp.Compare(k.Proto, o.Proto), cmp.Compare(k.Port, o.Port), cmp.Compare(k.PortBits, o.PortBits))
-}
-
-// Prefix lengths of policy keys (POLICY_PREFIX_* in shunt.h), for code that
-// evaluates entries as the LPM trie does.
-const (
-	PolicyPrefixFixed = 72
-	PolicyPrefixProto = 80
-)

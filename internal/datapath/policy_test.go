@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // packet builds Ethernet + IPv4 + an L4 payload with a valid IPv4 checksum.
@@ -62,32 +64,32 @@ func TestPolicyVerdicts(t *testing.T) {
 	a, b, c := netip.MustParseAddr("10.99.0.10"), netip.MustParseAddr("10.99.0.11"), netip.MustParseAddr("10.99.0.12")
 	node := netip.MustParseAddr("10.99.0.1")
 	world, inCIDR := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("192.0.2.5")
-	const idA, idB, idC, idCIDR = 300, 301, 302, FirstCIDRIdentity
+	const idA, idB, idC, idCIDR = 300, 301, 302, policy.FirstCIDRIdentity
 	endpoints := []Endpoint{ // test runs see packets on lo: every pod's "veth" is ifindex 1
 		{IP: a, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idA, IngressIsolated: true, EgressIsolated: true},
 		{IP: b, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idB, IngressIsolated: true},
 		{IP: c, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idC, IngressRules: true}, // deny-only
 	}
-	key := func(ep netip.Addr, egress bool, id uint32, proto uint8, port uint16, bits uint8) PolicyKey {
-		return PolicyKey{Endpoint: ep, Egress: egress, Identity: id, Proto: proto, Port: port, PortBits: bits}
+	key := func(ep netip.Addr, egress bool, id uint32, proto uint8, port uint16, bits uint8) policy.Key {
+		return policy.Key{Endpoint: ep, Egress: egress, Identity: id, Proto: proto, Port: port, PortBits: bits}
 	}
-	state := PolicyState{
-		IPCache: []PrefixIdentity{
-			{netip.PrefixFrom(a, 32), idA}, {netip.PrefixFrom(b, 32), idB}, {netip.PrefixFrom(c, 32), idC},
-			{netip.PrefixFrom(node, 32), IdentityHost},
+	state := policy.State{
+		IPCache: []policy.PrefixIdentity{
+			{Prefix: netip.PrefixFrom(a, 32), Identity: idA}, {Prefix: netip.PrefixFrom(b, 32), Identity: idB}, {Prefix: netip.PrefixFrom(c, 32), Identity: idC},
+			{Prefix: netip.PrefixFrom(node, 32), Identity: policy.IdentityHost},
 		},
-		CIDRIdentities: []PrefixIdentity{{netip.MustParsePrefix("192.0.2.0/24"), idCIDR}},
-		Entries: []PolicyEntry{
-			{key(a, true, idB, 6, 80, 16), VerdictAllow, 1},
-			{key(a, true, IdentityAny, 17, 53, 16), VerdictAllow, 2},
-			{key(a, true, idCIDR, 6, 0, 0), VerdictAllow, 3},
-			{key(a, true, IdentityAny, 6, 6000, 15), VerdictDeny, 4}, // 6000-6001
-			{key(a, true, idB, 6, 0, 0), VerdictAllow, 5},
-			{key(b, false, idA, 6, 80, 16), VerdictAllow, 6},
-			{key(b, false, idA, 6, 6000, 16), VerdictAllow, 6},
-			{key(b, false, idA, 6, 7000, 16), VerdictAllow, 6},
-			{key(b, false, IdentityHost, 0, 0, 0), VerdictAllow, 7},
-			{key(c, false, IdentityWorld, 6, 8443, 16), VerdictDeny, 8},
+		CIDRIdentities: []policy.PrefixIdentity{{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Identity: idCIDR}},
+		Entries: []policy.Entry{
+			{Key: key(a, true, idB, 6, 80, 16), Verdict: policy.VerdictAllow, RuleID: 1},
+			{Key: key(a, true, policy.IdentityAny, 17, 53, 16), Verdict: policy.VerdictAllow, RuleID: 2},
+			{Key: key(a, true, idCIDR, 6, 0, 0), Verdict: policy.VerdictAllow, RuleID: 3},
+			{Key: key(a, true, policy.IdentityAny, 6, 6000, 15), Verdict: policy.VerdictDeny, RuleID: 4}, // 6000-6001
+			{Key: key(a, true, idB, 6, 0, 0), Verdict: policy.VerdictAllow, RuleID: 5},
+			{Key: key(b, false, idA, 6, 80, 16), Verdict: policy.VerdictAllow, RuleID: 6},
+			{Key: key(b, false, idA, 6, 6000, 16), Verdict: policy.VerdictAllow, RuleID: 6},
+			{Key: key(b, false, idA, 6, 7000, 16), Verdict: policy.VerdictAllow, RuleID: 6},
+			{Key: key(b, false, policy.IdentityHost, 0, 0, 0), Verdict: policy.VerdictAllow, RuleID: 7},
+			{Key: key(c, false, policy.IdentityWorld, 6, 8443, 16), Verdict: policy.VerdictDeny, RuleID: 8},
 		},
 	}
 	if err := d.SyncPolicy(state, endpoints); err != nil {
@@ -154,8 +156,8 @@ func TestPolicyChangeAndCapacity(t *testing.T) {
 		{IP: a, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300},
 		{IP: b, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 301, IngressIsolated: true},
 	}
-	allow := PolicyState{Entries: []PolicyEntry{
-		{PolicyKey{Endpoint: b, Identity: 300, Proto: 6, Port: 80, PortBits: 16}, VerdictAllow, 1},
+	allow := policy.State{Entries: []policy.Entry{
+		{Key: policy.Key{Endpoint: b, Identity: 300, Proto: 6, Port: 80, PortBits: 16}, Verdict: policy.VerdictAllow, RuleID: 1},
 	}}
 	if err := d.SyncPolicy(allow, eps); err != nil {
 		t.Fatal(err)
@@ -171,7 +173,7 @@ func TestPolicyChangeAndCapacity(t *testing.T) {
 	if v := run(packet(a, b, 6, tcpSegment(41000, 80, tcpSYN))); v != tcActRedirect {
 		t.Fatalf("allowed connection: verdict %d", v)
 	}
-	if err := d.SyncPolicy(PolicyState{}, eps); err != nil { // b isolated, nothing allowed
+	if err := d.SyncPolicy(policy.State{}, eps); err != nil { // b isolated, nothing allowed
 		t.Fatal(err)
 	}
 	if v := run(packet(a, b, 6, tcpSegment(41000, 80, tcpACK))); v != tcActRedirect {
@@ -184,10 +186,10 @@ func TestPolicyChangeAndCapacity(t *testing.T) {
 	if err := d.SyncPolicy(allow, eps); err != nil {
 		t.Fatal(err)
 	}
-	huge := PolicyState{}
+	huge := policy.State{}
 	for i := 0; i <= int(d.objs.ShuntPolicy.MaxEntries()); i++ {
-		huge.Entries = append(huge.Entries, PolicyEntry{
-			PolicyKey{Endpoint: b, Identity: uint32(1000 + i), Proto: 6, Port: 80, PortBits: 16}, VerdictAllow, 2})
+		huge.Entries = append(huge.Entries, policy.Entry{
+			Key: policy.Key{Endpoint: b, Identity: uint32(1000 + i), Proto: 6, Port: 80, PortBits: 16}, Verdict: policy.VerdictAllow, RuleID: 2})
 	}
 	err := d.SyncPolicy(huge, eps)
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("shunt_policy is full")) {

@@ -11,24 +11,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/shuntnet/shunt/internal/services"
 )
-
-// ServicePort is the desired state of one service port: what a connect to
-// VIP:Port/Proto may be translated to.
-type ServicePort struct {
-	Name            string // "ns/svc:port", for dumps and errors
-	VIP             netip.Addr
-	Port            uint16
-	Proto           uint8  // 6 TCP, 17 UDP
-	AffinityTimeout uint32 // seconds; 0: no session affinity
-	Backends        []Backend
-}
-
-// Backend is one endpoint address of a service port.
-type Backend struct {
-	IP   netip.Addr
-	Port uint16
-}
 
 const serviceAffinityFlag = 1 // SERVICE_F_AFFINITY
 
@@ -64,12 +49,6 @@ type backendKey struct {
 	proto uint8
 }
 
-type frontend struct {
-	vip   netip.Addr
-	port  uint16
-	proto uint8
-}
-
 // written is what the kernel holds for one service port.
 type written struct {
 	id       uint32   // service id (slot 0)
@@ -84,7 +63,7 @@ type written struct {
 // earlier agent wrote) and again after any failed write.
 type serviceTable struct {
 	loaded   bool
-	ports    map[frontend]written
+	ports    map[services.Frontend]written
 	backends map[backendKey]uint32
 	keys     map[uint32]backendKey // backend id -> its key
 	refs     map[uint32]int        // backend id -> slots using it
@@ -99,7 +78,7 @@ type serviceTable struct {
 
 func (d *Datapath) loadServiceTable() error {
 	t := &d.services
-	t.ports, t.backends, t.refs, t.svcIDs = map[frontend]written{}, map[backendKey]uint32{}, map[uint32]int{}, map[uint32]bool{}
+	t.ports, t.backends, t.refs, t.svcIDs = map[services.Frontend]written{}, map[backendKey]uint32{}, map[uint32]int{}, map[uint32]bool{}
 	t.slots = 0
 	t.keys = map[uint32]backendKey{}
 	var id uint32
@@ -137,7 +116,7 @@ func (d *Datapath) loadServiceTable() error {
 			w.backends = append(w.backends, slots[sk].Id)
 			t.refs[slots[sk].Id]++
 		}
-		t.ports[frontend{fromBe32(k.Vip), fromBe16(k.Port), k.Proto}] = w
+		t.ports[services.Frontend{VIP: fromBe32(k.Vip), Port: fromBe16(k.Port), Proto: k.Proto}] = w
 		t.slots += 1 + len(w.backends)
 		t.svcIDs[v.Id] = true
 	}
@@ -160,7 +139,7 @@ func (d *Datapath) loadServiceTable() error {
 // Service and backend ids are kept across syncs and agent restarts, so
 // affinity entries stay valid. goneUDP are the UDP backends no service
 // uses any more: connected sockets still point at them (DestroyUDPSockets).
-func (d *Datapath) SyncServices(desired []ServicePort) (goneUDP []netip.AddrPort, err error) {
+func (d *Datapath) SyncServices(desired []services.Port) (goneUDP []netip.AddrPort, err error) {
 	t := &d.services
 	if err := d.useServiceTable(); err != nil {
 		return nil, err
@@ -170,13 +149,13 @@ func (d *Datapath) SyncServices(desired []ServicePort) (goneUDP []netip.AddrPort
 	// Refuse up front what does not fit, so a full map never leaves a
 	// half-written state: existing services keep working.
 	slots := 0
-	want := make(map[frontend]bool, len(desired))
+	want := make(map[services.Frontend]bool, len(desired))
 	for _, s := range desired {
 		if err := checkServicePort(s); err != nil {
 			return nil, err
 		}
 		slots += 1 + len(s.Backends)
-		want[frontend{s.VIP, s.Port, s.Proto}] = true
+		want[s.Frontend] = true
 	}
 	if err := d.checkSlots(slots); err != nil {
 		return nil, err
@@ -199,15 +178,15 @@ func (d *Datapath) SyncServices(desired []ServicePort) (goneUDP []netip.AddrPort
 // services needs, at a cost that does not grow with the table. The same
 // write order as SyncServices applies; a change that does not fit is
 // refused before any write. goneUDP as for SyncServices.
-func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (goneUDP []netip.AddrPort, err error) {
+func (d *Datapath) UpdateServices(upsert []services.Port, remove []services.Frontend) (goneUDP []netip.AddrPort, err error) {
 	t := &d.services
 	if err := d.useServiceTable(); err != nil {
 		return nil, err
 	}
 	defer d.reloadServiceTableOnError(&err)
 	slots := t.slots
-	for _, s := range remove {
-		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
+	for _, f := range remove {
+		if w, ok := t.ports[f]; ok {
 			slots -= 1 + len(w.backends)
 		}
 	}
@@ -215,7 +194,7 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (g
 		if err := checkServicePort(s); err != nil {
 			return nil, err
 		}
-		if w, ok := t.ports[frontend{s.VIP, s.Port, s.Proto}]; ok {
+		if w, ok := t.ports[s.Frontend]; ok {
 			slots -= 1 + len(w.backends)
 		}
 		slots += 1 + len(s.Backends)
@@ -226,11 +205,10 @@ func (d *Datapath) UpdateServices(upsert []ServicePort, remove []ServicePort) (g
 	var w serviceWrites
 	var candidates []uint32 // backends that may have lost their last user
 	for _, s := range upsert {
-		candidates = append(candidates, t.ports[frontend{s.VIP, s.Port, s.Proto}].backends...)
+		candidates = append(candidates, t.ports[s.Frontend].backends...)
 		d.syncServicePort(s, &w)
 	}
-	for _, s := range remove {
-		f := frontend{s.VIP, s.Port, s.Proto}
+	for _, f := range remove {
 		if wr, ok := t.ports[f]; ok {
 			candidates = append(candidates, wr.backends...)
 			d.deleteServicePort(f, wr, &w)
@@ -276,7 +254,7 @@ func (d *Datapath) reloadServiceTableOnError(err *error) {
 }
 
 // checkServicePort refuses what the maps cannot hold.
-func checkServicePort(s ServicePort) error {
+func checkServicePort(s services.Port) error {
 	if !s.VIP.Is4() {
 		return fmt.Errorf("service %s: only IPv4 is supported", s.Name)
 	}
@@ -404,9 +382,9 @@ func (d *Datapath) collectBackends(candidates []uint32, w *serviceWrites) {
 }
 
 // syncServicePort plans the writes that make one port what s says.
-func (d *Datapath) syncServicePort(s ServicePort, w *serviceWrites) {
+func (d *Datapath) syncServicePort(s services.Port, w *serviceWrites) {
 	t := &d.services
-	f := frontend{s.VIP, s.Port, s.Proto}
+	f := s.Frontend
 	old, exists := t.ports[f]
 	ids := make([]uint32, len(s.Backends))
 	for i, b := range s.Backends {
@@ -467,9 +445,9 @@ func (d *Datapath) syncServicePort(s ServicePort, w *serviceWrites) {
 
 // deleteServicePort plans the removal of one port: slot 0 first, so no
 // new lookup finds it, then its slots.
-func (d *Datapath) deleteServicePort(f frontend, wr written, w *serviceWrites) {
+func (d *Datapath) deleteServicePort(f services.Frontend, wr written, w *serviceWrites) {
 	t := &d.services
-	master := socklbServiceKey{Vip: be32(f.vip), Port: be16(f.port), Proto: f.proto}
+	master := socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
 	w.goneMasters = append(w.goneMasters, master)
 	for slot := 1; slot <= len(wr.backends); slot++ {
 		k := master

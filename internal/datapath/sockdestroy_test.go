@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"github.com/shuntnet/shunt/internal/services"
+
 	"bufio"
 	"bytes"
 	"errors"
@@ -142,11 +144,11 @@ func TestGoneBackendKeys(t *testing.T) {
 
 func syncDNS(t *testing.T, d *Datapath, backends ...netip.AddrPort) {
 	t.Helper()
-	s := ServicePort{Name: "kube-system/dns:53", VIP: testDNSVIP.Addr(), Port: testDNSVIP.Port(), Proto: protoUDP}
+	s := services.Port{Frontend: services.Frontend{VIP: testDNSVIP.Addr(), Port: testDNSVIP.Port(), Proto: protoUDP}, Name: "kube-system/dns:53"}
 	for _, b := range backends {
-		s.Backends = append(s.Backends, Backend{IP: b.Addr(), Port: b.Port()})
+		s.Backends = append(s.Backends, services.Backend{IP: b.Addr(), Port: b.Port()})
 	}
-	if _, err := d.SyncServices([]ServicePort{s}); err != nil {
+	if _, err := d.SyncServices([]services.Port{s}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,6 +1,9 @@
 package datapath
 
 import (
+	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/services"
+
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -66,15 +69,15 @@ func TestTCServiceFallback(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	client, backend := netip.MustParseAddr("10.99.0.10"), netip.MustParseAddr("10.99.0.11")
 	vip, empty := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11")
-	if err := d.SyncPolicy(PolicyState{}, []Endpoint{
+	if err := d.SyncPolicy(policy.State{}, []Endpoint{
 		{IP: client, Ifindex: 1, PodMAC: mac, NodeMAC: mac},
 		{IP: backend, Ifindex: 1, PodMAC: mac, NodeMAC: mac}, // test runs arrive on lo
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.SyncServices([]ServicePort{
-		{Name: "web", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{{IP: backend, Port: 8080}}},
-		{Name: "empty", VIP: empty, Port: 80, Proto: 6},
+	if _, err := d.SyncServices([]services.Port{
+		{Frontend: services.Frontend{VIP: vip, Port: 80, Proto: 6}, Name: "web", Backends: []services.Backend{{IP: backend, Port: 8080}}},
+		{Frontend: services.Frontend{VIP: empty, Port: 80, Proto: 6}, Name: "empty"},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +119,12 @@ func TestTCServiceFallback(t *testing.T) {
 func TestSyncServicesKeepsIDsAndRemovesStale(t *testing.T) {
 	d := openTestDatapath(t, ModeRedirectPeer)
 	vip := netip.MustParseAddr("10.96.0.20")
-	b1, b2 := Backend{netip.MustParseAddr("10.99.0.1"), 80}, Backend{netip.MustParseAddr("10.99.0.2"), 80}
-	if _, err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b1, b2}}}); err != nil {
+	b1, b2 := services.Backend{IP: netip.MustParseAddr("10.99.0.1"), Port: 80}, services.Backend{IP: netip.MustParseAddr("10.99.0.2"), Port: 80}
+	if _, err := d.SyncServices([]services.Port{{Frontend: services.Frontend{VIP: vip, Port: 80, Proto: 6}, Name: "a", Backends: []services.Backend{b1, b2}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := d.DumpServices()
-	if _, err := d.SyncServices([]ServicePort{{Name: "a", VIP: vip, Port: 80, Proto: 6, Backends: []Backend{b2}, AffinityTimeout: 5}}); err != nil {
+	if _, err := d.SyncServices([]services.Port{{Frontend: services.Frontend{VIP: vip, Port: 80, Proto: 6}, Name: "a", Backends: []services.Backend{b2}, AffinityTimeout: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := d.DumpServices()
@@ -150,19 +153,19 @@ func TestSyncServicesKeepsIDsAndRemovesStale(t *testing.T) {
 // refused before anything is written, and the services already there stay.
 func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
 	d := openTestDatapath(t, ModeRedirectPeer)
-	keep := ServicePort{Name: "keep", VIP: netip.MustParseAddr("10.96.0.30"), Port: 80, Proto: 6,
-		Backends: []Backend{{netip.MustParseAddr("10.99.0.1"), 80}}}
-	if _, err := d.SyncServices([]ServicePort{keep}); err != nil {
+	keep := services.Port{Frontend: services.Frontend{VIP: netip.MustParseAddr("10.96.0.30"), Port: 80, Proto: 6}, Name: "keep",
+		Backends: []services.Backend{{IP: netip.MustParseAddr("10.99.0.1"), Port: 80}}}
+	if _, err := d.SyncServices([]services.Port{keep}); err != nil {
 		t.Fatal(err)
 	}
 	max := int(d.sock.ShuntServices.MaxEntries())
-	backends := make([]Backend, 0xffff)
+	backends := make([]services.Backend, 0xffff)
 	for i := range backends {
-		backends[i] = Backend{netip.AddrFrom4([4]byte{10, 98, byte(i >> 8), byte(i)}), 80}
+		backends[i] = services.Backend{IP: netip.AddrFrom4([4]byte{10, 98, byte(i >> 8), byte(i)}), Port: 80}
 	}
-	var huge []ServicePort
+	var huge []services.Port
 	for i := 0; i*0x10000 <= max; i++ {
-		huge = append(huge, ServicePort{Name: "big", VIP: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: 6, Backends: backends})
+		huge = append(huge, services.Port{Frontend: services.Frontend{VIP: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: 6}, Name: "big", Backends: backends})
 	}
 	_, err := d.SyncServices(append(huge, keep))
 	if err == nil || !strings.Contains(err.Error(), "shunt_services, which holds") {
@@ -179,14 +182,14 @@ func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
 func TestUpdateServicesTouchesOnlyWhatChanged(t *testing.T) {
 	d := openTestDatapath(t, ModeRedirectPeer)
 	ip := netip.MustParseAddr
-	a := ServicePort{Name: "a", VIP: ip("10.96.0.1"), Port: 80, Proto: 6, Backends: []Backend{{ip("10.99.0.1"), 8080}}}
-	b := ServicePort{Name: "b", VIP: ip("10.96.0.2"), Port: 80, Proto: 6, Backends: []Backend{{ip("10.99.0.2"), 8080}}}
-	if _, err := d.SyncServices([]ServicePort{a, b}); err != nil {
+	a := services.Port{Frontend: services.Frontend{VIP: ip("10.96.0.1"), Port: 80, Proto: 6}, Name: "a", Backends: []services.Backend{{IP: ip("10.99.0.1"), Port: 8080}}}
+	b := services.Port{Frontend: services.Frontend{VIP: ip("10.96.0.2"), Port: 80, Proto: 6}, Name: "b", Backends: []services.Backend{{IP: ip("10.99.0.2"), Port: 8080}}}
+	if _, err := d.SyncServices([]services.Port{a, b}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := d.DumpServices()
-	b.Backends = []Backend{{ip("10.99.0.3"), 8080}}
-	if _, err := d.UpdateServices([]ServicePort{b}, []ServicePort{a}); err != nil {
+	b.Backends = []services.Backend{{IP: ip("10.99.0.3"), Port: 8080}}
+	if _, err := d.UpdateServices([]services.Port{b}, []services.Frontend{a.Frontend}); err != nil {
 		t.Fatal(err)
 	}
 	after, err := d.DumpServices()
@@ -215,7 +218,7 @@ func TestUpdateServicesTouchesOnlyWhatChanged(t *testing.T) {
 		t.Errorf("%d backends, want 1", n)
 	}
 	// The same through a full sync gives the same table.
-	if _, err := d.SyncServices([]ServicePort{b}); err != nil {
+	if _, err := d.SyncServices([]services.Port{b}); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := d.DumpServices(); len(again) != 1 || again[0].ID != after[0].ID {
@@ -229,11 +232,11 @@ func TestUpdateServicesTouchesOnlyWhatChanged(t *testing.T) {
 // entry that is already gone from the kernel.
 func TestServiceWritesInBatches(t *testing.T) {
 	d := openTestDatapath(t, ModeRedirectPeer)
-	var ports []ServicePort
+	var ports []services.Port
 	for i := range 40 {
-		p := ServicePort{Name: fmt.Sprint("s", i), VIP: netip.AddrFrom4([4]byte{10, 96, 1, byte(i)}), Port: 53, Proto: 17}
+		p := services.Port{Frontend: services.Frontend{VIP: netip.AddrFrom4([4]byte{10, 96, 1, byte(i)}), Port: 53, Proto: 17}, Name: fmt.Sprint("s", i)}
 		for j := range 10 {
-			p.Backends = append(p.Backends, Backend{netip.AddrFrom4([4]byte{10, 99, byte(i), byte(j)}), 5353})
+			p.Backends = append(p.Backends, services.Backend{IP: netip.AddrFrom4([4]byte{10, 99, byte(i), byte(j)}), Port: 5353})
 		}
 		ports = append(ports, p)
 	}
@@ -250,7 +253,11 @@ func TestServiceWritesInBatches(t *testing.T) {
 	if err := d.sock.ShuntServices.Delete(k); err != nil {
 		t.Fatal(err)
 	}
-	gone, err := d.UpdateServices(nil, ports[:20])
+	var remove []services.Frontend
+	for _, p := range ports[:20] {
+		remove = append(remove, p.Frontend)
+	}
+	gone, err := d.UpdateServices(nil, remove)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/manifest"
 )
 
@@ -76,7 +75,7 @@ type Result struct {
 	Identities []Identity                // pod identities, by id
 	CIDRs      []CIDRIdentity            // by id
 	Endpoints  map[string]EndpointPolicy // local pods by ns/name
-	State      datapath.PolicyState      // exactly what the maps must hold
+	State      State                     // exactly what the maps must hold
 	Rules      map[uint32]Rule
 	Warnings   []string
 	Alloc      Allocations
@@ -87,7 +86,7 @@ type Result struct {
 }
 
 type entryValue struct {
-	verdict datapath.Verdict
+	verdict Verdict
 	rule    uint32
 }
 
@@ -100,7 +99,7 @@ type computation struct {
 	cidrByID    map[uint32]netip.Prefix
 	cidrSorted  []CIDRIdentity // by address, then prefix length
 	rules       *allocator
-	entries     map[datapath.PolicyKey]entryValue
+	entries     map[Key]entryValue
 	podIDs      []uint32 // every pod identity, sorted
 	localByKey  map[string]Pod
 	selectorErr map[string]bool
@@ -119,7 +118,7 @@ func Compute(in Input, prev Allocations) *Result {
 		identities: map[uint32]*Identity{},
 		idPods:     map[uint32][]*corev1.Pod{},
 		cidrByID:   map[uint32]netip.Prefix{},
-		entries:    map[datapath.PolicyKey]entryValue{},
+		entries:    map[Key]entryValue{},
 		localByKey: map[string]Pod{},
 	}
 	c.res.Rules[RuleNode] = Rule{ID: RuleNode, Name: ruleNodeName, Action: "allow"}
@@ -150,7 +149,7 @@ func (c *computation) identify(prev Allocations) {
 		l[NamespaceNameLabel] = ns.Name
 		c.nsLabels[ns.Name] = l
 	}
-	alloc := newAllocator(prev.Identities, datapath.FirstPodIdentity)
+	alloc := newAllocator(prev.Identities, FirstPodIdentity)
 	pods := slices.Clone(c.in.Pods)
 	slices.SortFunc(pods, func(a, b Pod) int { return strings.Compare(a.key(), b.key()) })
 	for _, p := range pods {
@@ -165,7 +164,7 @@ func (c *computation) identify(prev Allocations) {
 		c.idPods[id] = append(c.idPods[id], p.Pod)
 		c.res.podIdentity[p.key()] = id
 		if p.IP.IsValid() {
-			c.res.State.IPCache = append(c.res.State.IPCache, datapath.PrefixIdentity{
+			c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
 				Prefix: netip.PrefixFrom(p.IP, p.IP.BitLen()), Identity: id})
 			c.res.podByIP[p.IP] = p.key()
 		}
@@ -179,8 +178,8 @@ func (c *computation) identify(prev Allocations) {
 			continue
 		}
 		c.res.hostAddrs[a] = true
-		c.res.State.IPCache = append(c.res.State.IPCache, datapath.PrefixIdentity{
-			Prefix: netip.PrefixFrom(a, a.BitLen()), Identity: datapath.IdentityHost})
+		c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
+			Prefix: netip.PrefixFrom(a, a.BitLen()), Identity: IdentityHost})
 	}
 	c.res.Alloc.Identities = alloc.next
 	c.podIDs = slices.Sorted(maps.Keys(c.identities))
@@ -231,12 +230,12 @@ func (c *computation) allocateCIDRs(prev Allocations) {
 		}
 	}
 	prefixes := slices.SortedFunc(maps.Keys(seen), comparePrefixes)
-	alloc := newAllocator(prev.CIDRs, datapath.FirstCIDRIdentity)
+	alloc := newAllocator(prev.CIDRs, FirstCIDRIdentity)
 	for _, p := range prefixes {
 		id := alloc.get(p.String())
 		c.cidrByID[id] = p
 		c.cidrSorted = append(c.cidrSorted, CIDRIdentity{ID: id, Prefix: p})
-		c.res.State.CIDRIdentities = append(c.res.State.CIDRIdentities, datapath.PrefixIdentity{Prefix: p, Identity: id})
+		c.res.State.CIDRIdentities = append(c.res.State.CIDRIdentities, PrefixIdentity{Prefix: p, Identity: id})
 	}
 	c.res.Alloc.CIDRs = alloc.next
 	c.res.CIDRs = slices.Clone(c.cidrSorted)
@@ -355,10 +354,10 @@ func (c *computation) rule(kind, ns, name, dir string, index int, action string)
 
 // put records one entry; a deny replaces an allow for the same key, and
 // among equal verdicts the rule with the lower id stays (deterministic).
-func (c *computation) put(k datapath.PolicyKey, v datapath.Verdict, rule uint32) {
+func (c *computation) put(k Key, v Verdict, rule uint32) {
 	k = k.Canonical()
 	old, ok := c.entries[k]
-	if ok && (old.verdict == datapath.VerdictDeny && v == datapath.VerdictAllow ||
+	if ok && (old.verdict == VerdictDeny && v == VerdictAllow ||
 		old.verdict == v && old.rule <= rule) {
 		return
 	}
@@ -371,7 +370,7 @@ func (c *computation) put(k datapath.PolicyKey, v datapath.Verdict, rule uint32)
 func (c *computation) finish() {
 	for _, ep := range c.res.Endpoints {
 		if len(ep.IngressIsolatedBy) > 0 {
-			c.put(datapath.PolicyKey{Endpoint: ep.IP, Identity: datapath.IdentityHost}, datapath.VerdictAllow, RuleNode)
+			c.put(Key{Endpoint: ep.IP, Identity: IdentityHost}, VerdictAllow, RuleNode)
 		}
 	}
 	type group struct {
@@ -379,26 +378,26 @@ func (c *computation) finish() {
 		egress   bool
 		identity uint32
 	}
-	denies := map[group][]datapath.PolicyKey{}
+	denies := map[group][]Key{}
 	for k, v := range c.entries {
-		if v.verdict == datapath.VerdictDeny {
+		if v.verdict == VerdictDeny {
 			g := group{k.Endpoint, k.Egress, k.Identity}
 			denies[g] = append(denies[g], k)
 		}
 	}
 	for k, v := range c.entries {
-		if v.verdict != datapath.VerdictAllow {
+		if v.verdict != VerdictAllow {
 			continue
 		}
-		if slices.ContainsFunc(denies[group{k.Endpoint, k.Egress, k.Identity}], func(d datapath.PolicyKey) bool { return covers(d, k) }) {
+		if slices.ContainsFunc(denies[group{k.Endpoint, k.Egress, k.Identity}], func(d Key) bool { return covers(d, k) }) {
 			delete(c.entries, k)
 		}
 	}
 	type directions struct{ ingress, egress bool }
 	withRules := map[netip.Addr]directions{}
-	for _, k := range slices.SortedFunc(maps.Keys(c.entries), datapath.PolicyKey.Compare) {
+	for _, k := range slices.SortedFunc(maps.Keys(c.entries), Key.Compare) {
 		v := c.entries[k]
-		c.res.State.Entries = append(c.res.State.Entries, datapath.PolicyEntry{PolicyKey: k, Verdict: v.verdict, RuleID: v.rule})
+		c.res.State.Entries = append(c.res.State.Entries, Entry{Key: k, Verdict: v.verdict, RuleID: v.rule})
 		has := withRules[k.Endpoint]
 		if k.Egress {
 			has.egress = true
@@ -416,7 +415,7 @@ func (c *computation) finish() {
 }
 
 // covers says whether every packet key a matches also matches d.
-func covers(d, a datapath.PolicyKey) bool {
+func covers(d, a Key) bool {
 	if d.Proto == 0 {
 		return true
 	}
@@ -431,15 +430,13 @@ func portInPrefix(port, prefix uint16, bits uint8) bool {
 	return port&mask == prefix&mask
 }
 
-// Endpoint fills in the fields of a local pod's datapath endpoint that
-// policy decides.
-func (r *Result) Endpoint(podKey string, e *datapath.Endpoint) {
+// Endpoint is the policy summary of a local pod for its datapath endpoint:
+// its identity, and what isolates it (a pod no policy selects has only its
+// identity).
+func (r *Result) Endpoint(podKey string) EndpointPolicy {
 	ep, ok := r.Endpoints[podKey]
 	if !ok {
-		e.Identity = r.podIdentity[podKey]
-		return
+		return EndpointPolicy{Pod: podKey, Identity: r.podIdentity[podKey]}
 	}
-	e.Identity = ep.Identity
-	e.IngressIsolated, e.EgressIsolated = len(ep.IngressIsolatedBy) > 0, len(ep.EgressIsolatedBy) > 0
-	e.IngressRules, e.EgressRules = ep.IngressRules, ep.EgressRules
+	return ep
 }

@@ -13,8 +13,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/shuntnet/shunt/internal/datapath"
 )
 
 // NamespaceNameLabel is the label the API server puts on every namespace,
@@ -43,8 +41,8 @@ type Identity struct {
 
 // ReservedIdentities are the identities of what is not a pod.
 var ReservedIdentities = []Identity{
-	{ID: datapath.IdentityHost, Reserved: "host"},
-	{ID: datapath.IdentityWorld, Reserved: "world"},
+	{ID: IdentityHost, Reserved: "host"},
+	{ID: IdentityWorld, Reserved: "world"},
 }
 
 // Allocations are the numbers handed out so far. They are kept across

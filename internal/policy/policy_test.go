@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/manifest"
 )
 
@@ -308,7 +307,7 @@ spec:
 		t.Errorf("allow :80 inside deny 0-1023 of the same peer: %s, want denied", got)
 	}
 	for _, e := range r.State.Entries {
-		if e.Verdict == datapath.VerdictAllow && e.Port == 80 {
+		if e.Verdict == VerdictAllow && e.Port == 80 {
 			t.Errorf("covered allow left in the map (the LPM would prefer it): %+v", e)
 		}
 	}
@@ -328,9 +327,8 @@ spec:
     peers: [{namespaceSelector: {matchLabels: {env: dev}}}]
     ports: [{port: 8443}]`)
 	r := Compute(world(t, docs...), Allocations{})
-	var e datapath.Endpoint
-	r.Endpoint("prod/db", &e)
-	if e.IngressIsolated || !e.IngressRules || e.EgressRules {
+	e := r.Endpoint("prod/db")
+	if len(e.IngressIsolatedBy) > 0 || !e.IngressRules || e.EgressRules {
 		t.Errorf("endpoint flags %+v: want ingress rules without isolation", e)
 	}
 	for _, chk := range []struct {

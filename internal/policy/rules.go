@@ -9,7 +9,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/manifest"
 )
 
@@ -102,13 +101,13 @@ func exact(proto uint8, ports []uint16) []portMatch {
 // emit writes one rule's entries for one local pod. Named ports resolve on
 // the pod itself for ingress and on the peer pods for egress (per peer
 // identity: the union over its pods); a named port matches no CIDR peer.
-func (c *computation) emit(p Pod, egress bool, ps peers, ports []networkingv1.NetworkPolicyPort, v datapath.Verdict, rule uint32) {
+func (c *computation) emit(p Pod, egress bool, ps peers, ports []networkingv1.NetworkPolicyPort, v Verdict, rule uint32) {
 	ids := ps.ids
 	if ps.any {
-		ids = []uint32{datapath.IdentityAny}
+		ids = []uint32{IdentityAny}
 	}
 	put := func(id uint32, m portMatch) {
-		c.put(datapath.PolicyKey{Endpoint: p.IP, Egress: egress, Identity: id, Proto: m.proto, Port: m.port, PortBits: m.bits}, v, rule)
+		c.put(Key{Endpoint: p.IP, Egress: egress, Identity: id, Proto: m.proto, Port: m.port, PortBits: m.bits}, v, rule)
 	}
 	putAll := func(ms []portMatch) {
 		for _, m := range ms {
@@ -188,7 +187,7 @@ func (c *computation) applyNetworkPolicies() {
 					rule := c.rule(kind, np.Namespace, np.Name, "egress", i, manifest.ActionAllow)
 					ps := c.k8sPeers(np.Namespace, r.To)
 					for _, p := range targets {
-						c.emit(p, true, ps, r.Ports, datapath.VerdictAllow, rule)
+						c.emit(p, true, ps, r.Ports, VerdictAllow, rule)
 					}
 				}
 				continue
@@ -197,7 +196,7 @@ func (c *computation) applyNetworkPolicies() {
 				rule := c.rule(kind, np.Namespace, np.Name, "ingress", i, manifest.ActionAllow)
 				ps := c.k8sPeers(np.Namespace, r.From)
 				for _, p := range targets {
-					c.emit(p, false, ps, r.Ports, datapath.VerdictAllow, rule)
+					c.emit(p, false, ps, r.Ports, VerdictAllow, rule)
 				}
 			}
 		}
@@ -214,11 +213,11 @@ func (c *computation) shuntPeers(ns string, list []manifest.ShuntPeer) peers {
 		case pe.Entity == manifest.EntityAll:
 			return peers{any: true}
 		case pe.Entity == manifest.EntityHost:
-			ps.ids = append(ps.ids, datapath.IdentityHost)
+			ps.ids = append(ps.ids, IdentityHost)
 		case pe.Entity == manifest.EntityWorld:
-			ps.ids = append(ps.ids, datapath.IdentityWorld)
+			ps.ids = append(ps.ids, IdentityWorld)
 		case pe.Entity == manifest.EntityCluster:
-			ps.ids = append(append(ps.ids, datapath.IdentityHost), c.podIDs...)
+			ps.ids = append(append(ps.ids, IdentityHost), c.podIDs...)
 		case pe.CIDR != "":
 			ps.cidr = append(ps.cidr, c.blockIdentities(pe.CIDR, pe.Except)...)
 		default:
@@ -251,9 +250,9 @@ func (c *computation) applyShuntPolicies() {
 				}
 			}
 			for i, r := range d.rules {
-				v := datapath.VerdictAllow
+				v := VerdictAllow
 				if r.Action == manifest.ActionDeny {
-					v = datapath.VerdictDeny
+					v = VerdictDeny
 				}
 				if len(r.HTTP) > 0 {
 					c.res.Warnings = append(c.res.Warnings, fmt.Sprintf(

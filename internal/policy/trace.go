@@ -3,8 +3,6 @@ package policy
 import (
 	"fmt"
 	"net/netip"
-
-	"github.com/shuntnet/shunt/internal/datapath"
 )
 
 // Peer is one end of a traced connection: a pod (ns/name) or an address.
@@ -63,9 +61,9 @@ func (r *Result) identityOf(p Peer) uint32 {
 		return r.podIdentity[p.Pod]
 	}
 	if r.hostAddrs[p.IP] {
-		return datapath.IdentityHost
+		return IdentityHost
 	}
-	return datapath.IdentityWorld
+	return IdentityWorld
 }
 
 // cidrIdentityOf is the identity of the longest policy prefix holding ip.
@@ -81,18 +79,18 @@ func (r *Result) cidrIdentityOf(ip netip.Addr) uint32 {
 
 // lookup does what one BPF LPM lookup in shunt_policy does: the matching
 // entry with the longest prefix.
-func (r *Result) lookup(ep netip.Addr, egress bool, identity uint32, proto uint8, port uint16) (datapath.Verdict, uint32) {
-	best, verdict, rule := -1, datapath.VerdictNone, uint32(0)
+func (r *Result) lookup(ep netip.Addr, egress bool, identity uint32, proto uint8, port uint16) (Verdict, uint32) {
+	best, verdict, rule := -1, VerdictNone, uint32(0)
 	for _, e := range r.State.Entries {
 		if e.Endpoint != ep || e.Egress != egress || e.Identity != identity {
 			continue
 		}
-		plen := datapath.PolicyPrefixFixed
+		plen := PrefixFixed
 		if e.Proto != 0 {
 			if e.Proto != proto || !portInPrefix(port, e.Port, e.PortBits) {
 				continue
 			}
-			plen = datapath.PolicyPrefixProto + int(e.PortBits)
+			plen = PrefixProto + int(e.PortBits)
 		}
 		if plen > best {
 			best, verdict, rule = plen, e.Verdict, e.RuleID
@@ -103,28 +101,28 @@ func (r *Result) lookup(ep netip.Addr, egress bool, identity uint32, proto uint8
 
 // verdict combines the three lookups as the datapath does: by identity, by
 // CIDR identity, as any peer; a deny from any wins, then an allow.
-func (r *Result) verdict(ep netip.Addr, egress bool, peer, cidr uint32, proto uint8, port uint16) (datapath.Verdict, uint32) {
+func (r *Result) verdict(ep netip.Addr, egress bool, peer, cidr uint32, proto uint8, port uint16) (Verdict, uint32) {
 	type hit struct {
-		v    datapath.Verdict
+		v    Verdict
 		rule uint32
 	}
-	ids := []uint32{peer, cidr, datapath.IdentityAny}
+	ids := []uint32{peer, cidr, IdentityAny}
 	if cidr == 0 { // no policy prefix holds the address: the datapath skips that lookup
-		ids = []uint32{peer, datapath.IdentityAny}
+		ids = []uint32{peer, IdentityAny}
 	}
 	var hits []hit
 	for _, id := range ids {
 		v, rule := r.lookup(ep, egress, id, proto, port)
 		hits = append(hits, hit{v, rule})
 	}
-	for _, want := range []datapath.Verdict{datapath.VerdictDeny, datapath.VerdictAllow} {
+	for _, want := range []Verdict{VerdictDeny, VerdictAllow} {
 		for _, h := range hits {
 			if h.v == want {
 				return h.v, h.rule
 			}
 		}
 	}
-	return datapath.VerdictNone, 0
+	return VerdictNone, 0
 }
 
 // Trace explains whether a new connection from one peer to another on
@@ -152,19 +150,19 @@ func (r *Result) Trace(from, to Peer, proto uint8, port uint16) Trace {
 			return true
 		}
 		v, ruleID := r.verdict(ep.IP, egress, s.PeerIdentity, s.PeerCIDR, proto, port)
-		if v == datapath.VerdictNone && len(s.IsolatedBy) == 0 {
+		if v == VerdictNone && len(s.IsolatedBy) == 0 {
 			s.Verdict = "allow"
 			s.Explanation = fmt.Sprintf("no deny rule matches, and no policy isolates %s for %s", local.Pod, dir)
 			t.Steps = append(t.Steps, s)
 			return true
 		}
-		if rule, ok := r.Rules[ruleID]; ok && v != datapath.VerdictNone {
+		if rule, ok := r.Rules[ruleID]; ok && v != VerdictNone {
 			s.Rule = &rule
 		}
 		switch v {
-		case datapath.VerdictAllow:
+		case VerdictAllow:
 			s.Verdict, s.Explanation = "allow", "allowed by "+s.Rule.String()
-		case datapath.VerdictDeny:
+		case VerdictDeny:
 			s.Verdict, s.Explanation = "deny", "denied by "+s.Rule.String()
 			t.Verdict, t.Reason = "denied", "policy-denied"
 		default:
@@ -173,7 +171,7 @@ func (r *Result) Trace(from, to Peer, proto uint8, port uint16) Trace {
 			t.Verdict, t.Reason = "denied", "policy-not-allowed"
 		}
 		t.Steps = append(t.Steps, s)
-		return v == datapath.VerdictAllow
+		return v == VerdictAllow
 	}
 	if step("egress", from, to) {
 		step("ingress", to, from)

@@ -17,8 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/shuntnet/shunt/internal/datapath"
 )
 
 // Pod is a pod as the service controller sees it.
@@ -143,7 +141,7 @@ var protoNumbers = map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.Proto
 // one entry per service port, backends that are ready and not terminating,
 // sorted. SCTP ports are not load balanced at the socket layer (yet) and
 // are left out. A headless Service (clusterIP None) has no entries.
-func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice) []datapath.ServicePort {
+func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice) []Port {
 	if !clusterIP.IsValid() {
 		return nil
 	}
@@ -151,17 +149,17 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 		timeout = uint32(*svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds)
 	}
-	var out []datapath.ServicePort
+	var out []Port
 	for _, sp := range svc.Spec.Ports {
 		proto, ok := protoNumbers[sp.Protocol]
 		if !ok {
 			continue
 		}
-		port := datapath.ServicePort{
-			Name: fmt.Sprintf("%s/%s:%s", svc.Namespace, svc.Name, portLabel(sp)),
-			VIP:  clusterIP, Port: uint16(sp.Port), Proto: proto, AffinityTimeout: timeout,
+		port := Port{
+			Frontend: Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto},
+			Name:     fmt.Sprintf("%s/%s:%s", svc.Namespace, svc.Name, portLabel(sp)), AffinityTimeout: timeout,
 		}
-		seen := map[datapath.Backend]bool{}
+		seen := map[Backend]bool{}
 		for _, s := range slices {
 			num, ok := slicePort(s, sp)
 			if !ok {
@@ -176,7 +174,7 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 					if err != nil || !ip.Is4() {
 						continue
 					}
-					b := datapath.Backend{IP: ip, Port: uint16(num)}
+					b := Backend{IP: ip, Port: uint16(num)}
 					if !seen[b] {
 						seen[b] = true
 						port.Backends = append(port.Backends, b)
