@@ -16,6 +16,7 @@ import (
 	"github.com/shuntnet/shunt/internal/agent"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/lab"
 )
 
 func main() {
@@ -93,7 +94,7 @@ func newShimCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
-			os.Exit(agent.RunShim(netnsPath, exitFile, args))
+			os.Exit(lab.RunShim(netnsPath, exitFile, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"net/http"
-	"net/netip"
-	"strings"
 
 	"github.com/shuntnet/shunt/internal/datapath"
 )
@@ -30,37 +28,10 @@ func (a *Agent) handleMapDump(w http.ResponseWriter, r *http.Request) {
 		rows = []datapath.Row{}
 	}
 	if !raw {
-		names := a.names.Load()
+		names := a.rec.Names()
 		for _, row := range rows {
-			annotate(row, names)
+			names.Annotate(row)
 		}
 	}
 	writeJSON(w, http.StatusOK, rows)
-}
-
-// annotate adds names next to the numbers of a decoded row.
-func annotate(row datapath.Row, n *flowNames) {
-	for col, v := range row {
-		switch col {
-		case "ip", "endpoint", "source", "destination", "backend", "prefix":
-			s, _ := v.(string)
-			s, _, _ = strings.Cut(s, "/")
-			if i := strings.LastIndex(s, ":"); i > 0 && strings.Count(s, ".") == 3 {
-				s = s[:i]
-			}
-			if ip, err := netip.ParseAddr(s); err == nil {
-				if ps, ok := n.podSides[ip]; ok {
-					row[col+"Pod"] = ps.pod
-				}
-			}
-		case "identity":
-			if id, ok := v.(uint32); ok && n.identities[id] != nil {
-				row["identityLabels"] = strings.Join(n.identities[id], ",")
-			}
-		case "ruleID":
-			if id, ok := v.(uint32); ok && n.rules[id] != "" {
-				row["rule"] = n.rules[id]
-			}
-		}
-	}
 }

@@ -113,16 +113,12 @@ func (c datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost))
 	}
 	ch <- prometheus.MustNewConstMetric(descFollowerMissed, prometheus.CounterValue, float64(a.flows.Dropped()))
-	a.mu.Lock()
 	ports, backends := 0, 0
-	for _, e := range a.svcCache {
-		ports += len(e.ports)
-		for _, p := range e.ports {
-			backends += len(p.Backends)
-		}
+	for _, p := range a.rec.ServicePorts() {
+		ports++
+		backends += len(p.Backends)
 	}
-	pods := len(a.state.Pods)
-	a.mu.Unlock()
+	pods := len(a.rec.Endpoints())
 	ch <- prometheus.MustNewConstMetric(descServices, prometheus.GaugeValue, float64(ports))
 	ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(backends))
 	ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(pods))

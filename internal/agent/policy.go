@@ -12,81 +12,22 @@ import (
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/model"
-	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
 )
 
-// computePolicy computes the policy state of store over the pods this
-// agent has records (addresses) for.
-func (a *Agent) computePolicy(store *model.Store) (*policy.Result, error) {
-	hosts, err := podnet.HostAddresses()
-	if err != nil {
-		return nil, err
+// Warnings are what the last policy computation wants the user to know.
+func (a *Agent) Warnings() []string {
+	if pol := a.rec.Policy(); pol != nil {
+		return pol.Warnings
 	}
-	in := policy.Input{
-		Namespaces: store.Namespaces(), NetworkPolicies: store.NetworkPolicies(), ShuntPolicies: store.ShuntPolicies(),
-		HostAddrs: append([]netip.Addr{a.pool.NodeIP()}, hosts...),
-	}
-	for _, p := range store.Pods() {
-		pod := policy.Pod{Pod: p, Local: true}
-		if rec := a.state.Pods[podKey(p.Namespace, p.Name)]; rec != nil {
-			pod.IP = netip.MustParseAddr(rec.IP)
-		}
-		in.Pods = append(in.Pods, pod)
-	}
-	return policy.Compute(in, a.state.Policy), nil
-}
-
-// checkPolicyFits refuses a change whose policy would not fit the maps,
-// before anything is built. Pods the change adds get their addresses here
-// (given back when the change is refused), so their entries count too.
-func (a *Agent) checkPolicyFits(next *model.Store) error {
-	var added []string
-	for _, p := range next.Pods() {
-		key := podKey(p.Namespace, p.Name)
-		if a.state.Pods[key] != nil {
-			continue
-		}
-		rec, err := a.newPodRecord(p)
-		if err != nil {
-			break // the pod CIDR is full: reconcile reports it per pod
-		}
-		a.state.Pods[key] = rec
-		added = append(added, key)
-	}
-	pol, err := a.computePolicy(next)
-	if err == nil {
-		err = a.dp.PolicyFits(pol.State, len(next.Pods()))
-	}
-	if err != nil {
-		for _, key := range added {
-			delete(a.state.Pods, key)
-		}
-		return fmt.Errorf("nothing applied: %w", err)
-	}
-	// The reconcile that follows computes from exactly this input: let it
-	// reuse the result (10 000 rules take tens of ms to compute).
-	a.checkedPolicy, a.checkedStore = pol, next
 	return nil
 }
 
-// Warnings are what the last policy computation wants the user to know.
-func (a *Agent) Warnings() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.policy == nil {
-		return nil
-	}
-	return a.policy.Warnings
-}
-
 func (a *Agent) handleIdentities(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	out := slices.Clone(policy.ReservedIdentities)
-	if a.policy != nil {
-		out = append(out, a.policy.Identities...)
-		for _, c := range a.policy.CIDRs {
+	if pol := a.rec.Policy(); pol != nil {
+		out = append(out, pol.Identities...)
+		for _, c := range pol.CIDRs {
 			out = append(out, policy.Identity{ID: c.ID, Reserved: "cidr:" + c.Prefix.String()})
 		}
 	}
@@ -130,12 +71,12 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.policy == nil {
+	pol := a.rec.Policy()
+	if pol == nil {
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no policy computed yet"))
 		return
 	}
+	store := a.lab.Store()
 	var ends [2]policy.Peer
 	for i, s := range []string{q.Get("from"), q.Get("to")} {
 		if s == "" {
@@ -144,29 +85,28 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 		}
 		p := parsePeer(s)
 		if p.Pod != "" {
-			if _, ok := a.state.Pods[p.Pod]; !ok {
+			if _, ok := store.Pod(namespaceName(p.Pod)); !ok {
 				writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s (give ns/name, a pod of the default namespace, or an IP)", p.Pod))
 				return
 			}
 		}
-		if ends[i], err = a.policy.Resolve(p); err != nil {
+		if ends[i], err = pol.Resolve(p); err != nil {
 			writeError(w, http.StatusNotFound, err)
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, a.policy.Trace(ends[0], ends[1], proto, port))
+	writeJSON(w, http.StatusOK, pol.Trace(ends[0], ends[1], proto, port))
 }
 
 // handlePolicyMap decodes what the kernel's policy map holds for one pod,
 // named with the agent's identities and rules.
 func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
 	p := parsePeer(r.URL.Query().Get("pod"))
-	a.mu.Lock()
-	rec := a.state.Pods[p.Pod]
-	pol := a.policy
-	a.mu.Unlock()
-	if rec == nil || pol == nil {
-		writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s", p.Pod))
+	pod, ok := a.lab.Store().Pod(namespaceName(p.Pod))
+	pol := a.rec.Policy()
+	ip, err := netip.ParseAddr(pod.Status.PodIP)
+	if !ok || pol == nil || err != nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s with an address", p.Pod))
 		return
 	}
 	entries, err := a.dp.PolicyEntries()
@@ -174,9 +114,8 @@ func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	ip := netip.MustParseAddr(rec.IP)
-	ep := pol.Endpoints[p.Pod]
-	out := api.PolicyMap{Pod: p.Pod, IP: rec.IP, Identity: ep.Identity,
+	ep := pol.Endpoint(p.Pod)
+	out := api.PolicyMap{Pod: p.Pod, IP: ip.String(), Identity: ep.Identity,
 		IngressIsolatedBy: ep.IngressIsolatedBy, EgressIsolatedBy: ep.EgressIsolatedBy, Entries: []api.PolicyMapEntry{}}
 	names := identityNames(pol)
 	for _, e := range entries {
@@ -214,4 +153,10 @@ func identityNames(pol *policy.Result) map[uint32]string {
 		names[c.ID] = "cidr " + c.Prefix.String()
 	}
 	return names
+}
+
+// namespaceName splits "ns/name".
+func namespaceName(key string) (string, string) {
+	ns, name, _ := strings.Cut(key, "/")
+	return ns, name
 }

@@ -1,14 +1,13 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"slices"
 	"syscall"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
-	"k8s.io/apimachinery/pkg/types"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 // serveAPI listens on the instance's socket (root only: it controls the node).
@@ -54,8 +53,8 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.Apply))
-	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.Delete))
+	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.lab.Apply))
+	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.lab.Delete))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -75,7 +74,10 @@ func writeError(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, api.Error{Error: err.Error()})
 }
 
-func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)) http.HandlerFunc {
+// handleObjects passes apply and delete requests to the lab's API server,
+// which decodes and validates them whoever the client is: nothing reaches
+// the store unchecked.
+func (a *Agent) handleObjects(do func(context.Context, []manifest.Document) ([]model.Change, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var req api.ObjectsRequest
@@ -87,20 +89,10 @@ func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)
 		for i, o := range req.Objects {
 			docs[i] = manifest.Document{Source: o.Source, JSON: o.Object}
 		}
-		// Decoded and validated here, whoever the client is: nothing
-		// reaches the store unchecked.
-		objs, err := manifest.Decode(docs)
-		if err == nil {
-			err = manifest.Validate(objs)
-		}
-		if err != nil {
-			writeError(w, http.StatusUnprocessableEntity, err)
-			return
-		}
-		changes, err := do(objs)
+		changes, err := do(r.Context(), docs)
 		resp := api.ChangesResponse{}
 		for _, c := range changes {
-			resp.Changes = append(resp.Changes, api.Change{Key: c.Key, Action: c.Action})
+			resp.Changes = append(resp.Changes, api.Change{Key: c.Key.String(), Action: string(c.Action)})
 		}
 		if err != nil {
 			var code = http.StatusInternalServerError
@@ -112,18 +104,18 @@ func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)
 		}
 		resp.Warnings = a.Warnings()
 		resp.TookMs = ms(time.Since(start))
+		pol, svc := a.rec.SyncTimes()
+		a.log.Info(r.URL.Path, "objects", len(docs), "policyMs", ms(pol), "servicesMs", ms(svc), "totalMs", resp.TookMs)
 		writeJSON(w, http.StatusOK, resp)
 	}
 }
 
 func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
 	st := api.Status{
 		Instance: a.cfg.Instance.Name, PID: os.Getpid(), Mode: string(a.state.Mode),
-		PodCIDR: a.pool.CIDR.String(), NodeIP: a.pool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
-		PinDir: a.cfg.Instance.PinDir(), Pods: len(a.state.Pods),
+		PodCIDR: a.podPool.CIDR.String(), NodeIP: a.podPool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
+		PinDir: a.cfg.Instance.PinDir(), Pods: len(a.rec.Endpoints()),
 	}
-	a.mu.Unlock()
 	counters, err := a.dp.Counters()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
@@ -161,20 +153,22 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handlePods(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	// Containers exit on their own: bring their status up to date first.
+	if err := a.lab.Resync(r.Context()); err != nil {
+		a.log.Warn("pod status", "err", err)
+	}
 	list := corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, p := range a.store.Pods() {
-		list.Items = append(list.Items, a.podWithStatus(p))
+	for _, p := range a.lab.Store().Pods() {
+		pod := *p.DeepCopy()
+		pod.APIVersion, pod.Kind = "v1", "Pod"
+		list.Items = append(list.Items, pod)
 	}
 	writeJSON(w, http.StatusOK, list)
 }
 
 func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	list := corev1.NamespaceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, ns := range a.store.Namespaces() {
+	for _, ns := range a.lab.Store().Namespaces() {
 		n := *ns.DeepCopy()
 		n.Status.Phase = corev1.NamespaceActive
 		list.Items = append(list.Items, n)
@@ -182,90 +176,9 @@ func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// podWithStatus fills in what the API server and kubelet would: UID,
-// addresses, phase and container states.
-func (a *Agent) podWithStatus(p *corev1.Pod) corev1.Pod {
-	out := *p.DeepCopy()
-	out.APIVersion, out.Kind = "v1", "Pod"
-	rec := a.state.Pods[podKey(p.Namespace, p.Name)]
-	if rec == nil {
-		out.Status.Phase = corev1.PodPending
-		return out
-	}
-	out.UID = types.UID(rec.UID)
-	out.CreationTimestamp = metav1.NewTime(rec.Created)
-	out.Spec.NodeName = a.cfg.Instance.Name
-	out.Status.PodIP = rec.IP
-	out.Status.PodIPs = []corev1.PodIP{{IP: rec.IP}}
-	out.Status.HostIP = a.pool.NodeIP().String()
-	start := metav1.NewTime(rec.Created)
-	out.Status.StartTime = &start
-	running, failed := 0, 0
-	for _, c := range rec.Containers {
-		cs := corev1.ContainerStatus{Name: c.Name, Image: imageOf(p, c.Name)}
-		if st, ok := readExitStatus(c.ExitFile); ok {
-			reason := "Completed"
-			if st.ExitCode != 0 {
-				reason, failed = "Error", failed+1
-			}
-			cs.State.Terminated = &corev1.ContainerStateTerminated{
-				ExitCode: int32(st.ExitCode), Reason: reason, Message: st.Error, Signal: 0,
-				StartedAt: metav1.NewTime(c.Started), FinishedAt: metav1.NewTime(st.FinishedAt),
-			}
-		} else if processAlive(c.ShimPID) {
-			running++
-			cs.Ready, cs.Started = true, ptr(true)
-			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.Started)}
-		} else {
-			failed++
-			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Unknown",
-				Message: "the container's shim is gone without recording an exit status"}
-		}
-		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, cs)
-	}
-	total := len(rec.Containers)
-	switch {
-	case running == total && total > 0:
-		out.Status.Phase = corev1.PodRunning
-	case running > 0:
-		out.Status.Phase = corev1.PodRunning
-	case failed > 0:
-		out.Status.Phase = corev1.PodFailed
-	default:
-		out.Status.Phase = corev1.PodSucceeded
-	}
-	ready := corev1.ConditionFalse
-	if running == total && total > 0 {
-		ready = corev1.ConditionTrue
-	}
-	out.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
-	return out
-}
-
-func imageOf(p *corev1.Pod, container string) string {
-	for _, c := range p.Spec.Containers {
-		if c.Name == container {
-			return c.Image
-		}
-	}
-	return ""
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-func ptr[T any](v T) *T { return &v }
-
 func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	list := corev1.ServiceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, s := range a.store.Services() {
+	for _, s := range a.lab.Store().Services() {
 		svc := *s.DeepCopy()
 		svc.APIVersion, svc.Kind = "v1", "Service"
 		list.Items = append(list.Items, svc)
@@ -274,15 +187,11 @@ func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleEndpointSlices(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	list := discoveryv1.EndpointSliceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, s := range a.store.Services() {
-		if e := a.svcCache[s.Namespace+"/"+s.Name]; e != nil {
-			for _, sl := range append(slices.Clip(e.derived), e.slices...) {
-				list.Items = append(list.Items, *sl)
-			}
-		}
+	for _, sl := range a.lab.Store().EndpointSlices() {
+		s := *sl.DeepCopy()
+		s.APIVersion, s.Kind = "discovery.k8s.io/v1", "EndpointSlice"
+		list.Items = append(list.Items, s)
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -290,12 +199,10 @@ func (a *Agent) handleEndpointSlices(w http.ResponseWriter, r *http.Request) {
 // handleServiceMap decodes what the kernel's service maps hold, named with
 // the agent's desired state so drift would be visible.
 func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	names := map[string]string{}
-	for _, p := range a.desiredServicePorts() {
-		names[fmt.Sprintf("%s:%d/%d", p.VIP, p.Port, p.Proto)] = p.Name
+	names := map[services.Frontend]string{}
+	for _, p := range a.rec.ServicePorts() {
+		names[p.Frontend] = p.Name
 	}
-	a.mu.Unlock()
 	entries, err := a.dp.DumpServices()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
@@ -304,7 +211,7 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 	out := []api.ServiceEntry{}
 	for _, e := range entries {
 		se := api.ServiceEntry{
-			Service: names[fmt.Sprintf("%s:%d/%d", e.VIP, e.Port, e.Proto)], VIP: e.VIP.String(), Port: e.Port,
+			Service: names[services.Frontend{VIP: e.VIP, Port: e.Port, Proto: e.Proto}], VIP: e.VIP.String(), Port: e.Port,
 			Protocol: datapath.ProtoName(e.Proto), ID: e.ID, Affinity: e.AffinityTimeout, Backends: []string{},
 		}
 		for _, b := range e.Backends {

@@ -35,7 +35,7 @@ func sources(dir string, objs []Object) []string {
 	var out []string
 	for _, o := range objs {
 		src := strings.TrimPrefix(o.Source, dir+string(filepath.Separator))
-		out = append(out, filepath.ToSlash(src)+" "+o.Key())
+		out = append(out, filepath.ToSlash(src)+" "+o.Key().String())
 	}
 	return out
 }

@@ -52,14 +52,62 @@ func (o Object) NamespaceName() (ns, name string) {
 	return m.GetNamespace(), m.GetName()
 }
 
-// Key identifies the object within a set: "Pod/default/web", and
-// "Namespace//prod" for cluster-scoped kinds.
-func (o Object) Key() string {
+// Kinds of object, as the API names them.
+const (
+	KindNamespace          = "Namespace"
+	KindPod                = "Pod"
+	KindService            = "Service"
+	KindEndpointSlice      = "EndpointSlice"
+	KindNetworkPolicy      = "NetworkPolicy"
+	KindShuntNetworkPolicy = "ShuntNetworkPolicy"
+)
+
+// Key identifies one object: its kind, namespace ("" for cluster-scoped
+// kinds) and name. It is the one key type of every object set (the store,
+// the journal, changes, errors).
+type Key struct {
+	Kind      string
+	Namespace string
+	Name      string
+}
+
+// String is "Pod/default/web", and "Namespace//prod" for cluster-scoped
+// kinds: the form the API's change lists and the journal use.
+func (k Key) String() string { return k.Kind + "/" + k.Namespace + "/" + k.Name }
+
+// NamespacedName is "ns/name", or "name" for cluster-scoped kinds.
+func (k Key) NamespacedName() string {
+	if k.Namespace == "" {
+		return k.Name
+	}
+	return k.Namespace + "/" + k.Name
+}
+
+// Compare orders keys by kind, namespace, name.
+func (k Key) Compare(o Key) int {
+	if c := strings.Compare(k.Kind, o.Kind); c != 0 {
+		return c
+	}
+	if c := strings.Compare(k.Namespace, o.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(k.Name, o.Name)
+}
+
+// ParseKey reads Key.String's form back.
+func ParseKey(s string) (Key, bool) {
+	kind, rest, ok1 := strings.Cut(s, "/")
+	ns, name, ok2 := strings.Cut(rest, "/")
+	return Key{kind, ns, name}, ok1 && ok2 && kind != "" && name != ""
+}
+
+// Key identifies the object.
+func (o Object) Key() Key {
 	ns, name := o.NamespaceName()
 	if k, ok := kindByType[reflect.TypeOf(o.Obj)]; ok && !k.namespaced {
 		ns = ""
 	}
-	return o.Kind() + "/" + ns + "/" + name
+	return Key{o.Kind(), ns, name}
 }
 
 // label names the object in error messages: "Pod default/web".

@@ -125,7 +125,7 @@ func TestParseAllKindsWithDefaults(t *testing.T) {
 		t.Fatalf("got %d objects, want %d", len(objs), len(want))
 	}
 	for i, w := range want {
-		if objs[i].Source != w.source || objs[i].Key() != w.key {
+		if objs[i].Source != w.source || objs[i].Key().String() != w.key {
 			t.Errorf("object %d: %s %s, want %s %s", i, objs[i].Source, objs[i].Key(), w.source, w.key)
 		}
 	}
@@ -230,7 +230,7 @@ items:
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
 			for _, o := range mustParse(t, "s.json", tc.doc) {
-				got = append(got, o.Source+" "+o.Key())
+				got = append(got, o.Source+" "+o.Key().String())
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %q\nwant %q", got, tc.want)
@@ -313,7 +313,7 @@ func TestEmptyStream(t *testing.T) {
 func TestObjectBuiltInCode(t *testing.T) {
 	// No TypeMeta: Kind and Key still work, from the Go type.
 	o := Object{Source: "code", Obj: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}}
-	if o.Kind() != "Namespace" || o.Key() != "Namespace//prod" {
+	if o.Kind() != "Namespace" || o.Key().String() != "Namespace//prod" {
 		t.Errorf("kind %q key %q", o.Kind(), o.Key())
 	}
 	if err := Validate([]Object{o}); err != nil {

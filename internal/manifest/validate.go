@@ -41,7 +41,7 @@ func Validate(objs []Object) error {
 		info.check(c, o.Obj)
 	})
 	var errs Errors
-	seen := make(map[string]string, len(objs)) // Key -> Source of its first definition
+	seen := make(map[Key]string, len(objs)) // Key -> Source of its first definition
 	for i, o := range objs {
 		if _, ok := kindByType[reflect.TypeOf(o.Obj)]; ok {
 			if first, dup := seen[o.Key()]; dup {

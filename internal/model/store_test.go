@@ -27,70 +27,37 @@ func pod(ns, name, label, cmd string) string {
 func actions(changes []Change) string {
 	var s []string
 	for _, c := range changes {
-		s = append(s, c.Key+"="+c.Action)
+		s = append(s, c.Key.String()+"="+string(c.Action))
 	}
 	return strings.Join(s, " ")
 }
 
-func TestApplyCreatesConfiguresAndRefusesWhole(t *testing.T) {
-	s, err := NewStore(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, ch, err := s.Apply(parse(t, nsShop+pod("shop", "a", "xx", "sleep")))
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestPutAndRemove: the store stores what it is given and says what
+// changed; equal objects are unchanged; removing a missing key is no change.
+func TestPutAndRemove(t *testing.T) {
+	s, ch := New().Put(parse(t, nsShop+pod("shop", "a", "xx", "sleep")))
 	if got := actions(ch); got != "Namespace//shop=created Pod/shop/a=created" {
 		t.Errorf("changes %s", got)
 	}
-	// Labels may change; the same object again is unchanged.
-	s, ch, err = s.Apply(parse(t, pod("shop", "a", "yy", "sleep")+pod("default", "b", "xx", "sleep")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ch = s.Put(parse(t, pod("shop", "a", "yy", "sleep")+pod("default", "b", "xx", "sleep")))
 	if got := actions(ch); got != "Pod/shop/a=configured Pod/default/b=created" {
 		t.Errorf("changes %s", got)
 	}
-	created := s.Pods()[0].CreationTimestamp
-	s2, ch, _ := s.Apply(parse(t, pod("default", "b", "xx", "sleep")))
+	s2, ch := s.Put(parse(t, pod("default", "b", "xx", "sleep")))
 	if got := actions(ch); got != "Pod/default/b=unchanged" {
 		t.Errorf("changes %s", got)
 	}
-	if created.IsZero() || !s2.Pods()[0].CreationTimestamp.Equal(&created) {
-		t.Errorf("creation timestamp %v, then %v: set once and kept", created, s2.Pods()[0].CreationTimestamp)
-	}
-	// A spec change and a missing namespace: refused as a whole.
-	bad := pod("shop", "a", "yy", "echo") + pod("default", "c", "xx", "sleep") + pod("nowhere", "d", "xx", "sleep")
-	if _, _, err := s.Apply(parse(t, bad)); err == nil ||
-		!strings.Contains(err.Error(), "Pod shop/a: spec: pod updates may not change the spec") ||
-		!strings.Contains(err.Error(), `metadata.namespace: namespace "nowhere" not found`) {
-		t.Errorf("error %v", err)
-	}
-	if n := len(s.Pods()); n != 2 {
-		t.Errorf("%d pods after refused apply, want 2 (nothing half-applied)", n)
-	}
-}
-
-func TestDeleteNamespaceCascades(t *testing.T) {
-	s, err := NewStore(parse(t, nsShop+pod("shop", "a", "xx", "sleep")+pod("default", "b", "xx", "sleep")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, ch, err := s.Delete(parse(t, nsShop))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := actions(ch); got != "Namespace//shop=deleted Pod/shop/a=deleted" {
+	s3, ch := s2.Remove([]manifest.Key{{Kind: "Pod", Namespace: "default", Name: "b"}, {Kind: "Pod", Namespace: "default", Name: "zz"}})
+	if got := actions(ch); got != "Pod/default/b=deleted" {
 		t.Errorf("changes %s", got)
 	}
-	if len(s2.Pods()) != 1 || len(s.Pods()) != 2 {
-		t.Error("delete must return a new store and leave the old one intact")
+	if len(s3.Pods()) != 1 || len(s2.Pods()) != 2 {
+		t.Error("remove must return a new store and leave the old one intact")
 	}
-	if _, _, err := s2.Delete(parse(t, pod("default", "zz", "xx", "sleep"))); err == nil || !strings.Contains(err.Error(), "not found") {
-		t.Errorf("deleting a missing pod: %v", err)
+	if p, ok := s3.Pod("shop", "a"); !ok || p.Labels["app"] != "yy" {
+		t.Errorf("pod shop/a: %v %v", p, ok)
 	}
-	if ns := s2.Namespaces(); len(ns) != 1 || ns[0].Name != "default" {
+	if ns := New().Namespaces(); len(ns) != 1 || ns[0].Name != "default" || !New().HasNamespace("default") {
 		t.Errorf("namespaces %v, want the implicit default", ns)
 	}
 }
@@ -113,54 +80,36 @@ func sliceNames(slices []*discoveryv1.EndpointSlice) string {
 }
 
 // TestStoresShareStructure: a change returns a new store and leaves the old
-// one as it was; the by-service slice index follows relabels and deletes;
-// cascades stay within their namespace ("shop", not "shop2").
+// one as it was; the by-service slice index follows relabels and removals;
+// a namespace's keys are its own ("shop", not "shop2").
 func TestStoresShareStructure(t *testing.T) {
 	base := nsShop + "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: shop2}\n" +
 		service("shop", "a") + service("shop", "b") + service("shop2", "a") +
 		slice("shop", "a-1", "a") + slice("shop", "a-2", "a") + slice("shop2", "a-1", "a") + pod("shop", "p", "x", "sleep")
-	s, err := NewStore(parse(t, base))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := NewStore(parse(t, base))
 	if got := sliceNames(s.EndpointSlicesFor("shop", "a")); got != "a-1,a-2" {
 		t.Errorf("slices of shop/a: %s", got)
 	}
 	// a-2 moves to service b.
-	s2, _, err := s.Apply(parse(t, slice("shop", "a-2", "b")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2, _ := s.Put(parse(t, slice("shop", "a-2", "b")))
 	if a, b := sliceNames(s2.EndpointSlicesFor("shop", "a")), sliceNames(s2.EndpointSlicesFor("shop", "b")); a != "a-1" || b != "a-2" {
 		t.Errorf("after relabel: a has %q, b has %q", a, b)
 	}
 	if got := sliceNames(s.EndpointSlicesFor("shop", "a")); got != "a-1,a-2" {
 		t.Errorf("the old store changed: %s", got)
 	}
-	// Deleting service b takes its slice, not a's.
-	s3, ch, err := s2.Delete(parse(t, service("shop", "b")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := actions(ch); got != "Service/shop/b=deleted EndpointSlice/shop/a-2=deleted" {
-		t.Errorf("changes %s", got)
-	}
-	// Deleting namespace shop takes everything in it and nothing of shop2.
-	s4, ch, err := s3.Delete(parse(t, nsShop))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := actions(ch); got != "Namespace//shop=deleted EndpointSlice/shop/a-1=deleted Pod/shop/p=deleted Service/shop/a=deleted" {
-		t.Errorf("changes %s", got)
+	s3, _ := s2.Remove([]manifest.Key{{Kind: "EndpointSlice", Namespace: "shop", Name: "a-2"}})
+	if got := sliceNames(s3.EndpointSlicesFor("shop", "b")); got != "" {
+		t.Errorf("removed slice still indexed: %s", got)
 	}
 	var keys []string
-	for _, o := range s4.Objects() {
-		keys = append(keys, o.Key())
+	for _, k := range s3.KeysInNamespace("shop") {
+		keys = append(keys, k.String())
 	}
-	if got := strings.Join(keys, " "); got != "EndpointSlice/shop2/a-1 Namespace//shop2 Service/shop2/a" {
-		t.Errorf("left %s", got)
+	if got := strings.Join(keys, " "); got != "EndpointSlice/shop/a-1 Pod/shop/p Service/shop/a Service/shop/b" {
+		t.Errorf("keys in shop: %s", got)
 	}
-	if len(s.Objects()) != 9 || len(s.ServicesIn("shop")) != 2 || s4.Len() != 3 {
-		t.Errorf("the first store has %d objects, %d services in shop; the last %d objects", len(s.Objects()), len(s.ServicesIn("shop")), s4.Len())
+	if len(s.Objects()) != 9 || len(s.ServicesIn("shop")) != 2 || s3.Len() != 8 {
+		t.Errorf("the first store has %d objects, %d services in shop; the last %d objects", len(s.Objects()), len(s.ServicesIn("shop")), s3.Len())
 	}
 }

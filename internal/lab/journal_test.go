@@ -1,4 +1,4 @@
-package agent
+package lab
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ func keysOf(t *testing.T, l *objectLog) string {
 	}
 	var keys []string
 	for _, o := range objs {
-		keys = append(keys, o.Key()+"@"+o.Source)
+		keys = append(keys, o.Key().String()+"@"+o.Source)
 	}
 	return strings.Join(keys, " ")
 }
@@ -32,21 +32,16 @@ func keysOf(t *testing.T, l *objectLog) string {
 func TestObjectLog(t *testing.T) {
 	dir := t.TempDir()
 	l := &objectLog{dir: dir}
-	s, err := model.NewStore(parseAll(t, svc("a", "")+svc("b", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.save(s, []string{"Service/default/a", "Service/default/b"}); err != nil {
+	s := model.NewStore(parseAll(t, svc("a", "")+svc("b", "")))
+	a := manifest.Key{Kind: "Service", Namespace: "default", Name: "a"}
+	if err := l.save(s, []manifest.Key{a, {Kind: "Service", Namespace: "default", Name: "b"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(l.snapshotPath()); !os.IsNotExist(err) {
 		t.Error("two changes rewrote the snapshot; they belong in the journal")
 	}
-	s2, _, err := s.Delete(parseAll(t, svc("a", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.save(s2, []string{"Service/default/a"}); err != nil {
+	s2, _ := s.Remove([]manifest.Key{a})
+	if err := l.save(s2, []manifest.Key{a}); err != nil {
 		t.Fatal(err)
 	}
 	if got := keysOf(t, &objectLog{dir: dir}); got != "Service/default/b@t.yaml#2" {
@@ -55,15 +50,12 @@ func TestObjectLog(t *testing.T) {
 
 	// A bulk change: snapshot, empty journal.
 	var many strings.Builder
-	var changed []string
+	var changed []manifest.Key
 	for i := 0; i <= bulkChange; i++ {
 		many.WriteString(svc(fmt.Sprintf("s%d", i), ""))
-		changed = append(changed, fmt.Sprintf("Service/default/s%d", i))
+		changed = append(changed, manifest.Key{Kind: "Service", Namespace: "default", Name: fmt.Sprintf("s%d", i)})
 	}
-	s3, _, err := s2.Apply(parseAll(t, many.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s3, _ := s2.Put(parseAll(t, many.String()))
 	if err := l.save(s3, changed); err != nil {
 		t.Fatal(err)
 	}
@@ -92,27 +84,6 @@ func parseAll(t *testing.T, doc string) []manifest.Object {
 	return objs
 }
 
-// TestStateRoundTrip: settings, ClusterIPs of older versions and pods
-// survive save/load; an unchanged state is not written again.
-func TestStateRoundTrip(t *testing.T) {
-	dir := t.TempDir()
-	st := &State{Mode: "redirect", PodCIDR: "10.1.0.0/24", ClusterIPs: map[string]string{"default/a": "10.96.0.2"},
-		Pods: map[string]*PodRecord{"default/p": {Name: "p", IP: "10.1.0.2"}}}
-	written, err := st.save(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again, err := st.save(dir, written); err != nil || &again[0] != &written[0] {
-		t.Errorf("unchanged state written again (%v)", err)
-	}
-	got, err := loadState(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Mode != "redirect" || got.ClusterIPs["default/a"] != "10.96.0.2" || got.Pods["default/p"].IP != "10.1.0.2" {
-		t.Errorf("state after load: %+v", got)
-	}
-	if fresh, err := loadState(t.TempDir()); err != nil || len(fresh.Pods) != 0 {
-		t.Errorf("empty dir: %+v %v", fresh, err)
-	}
+func svc(name, clusterIP string) string {
+	return "---\napiVersion: v1\nkind: Service\nmetadata: {name: " + name + "}\nspec: {clusterIP: '" + clusterIP + "', ports: [{port: 80}]}\n"
 }

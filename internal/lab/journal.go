@@ -1,4 +1,4 @@
-package agent
+package lab
 
 import (
 	"bufio"
@@ -94,20 +94,20 @@ func (l *objectLog) load() ([]StoredObject, error) {
 	return out, nil
 }
 
-func entryFor(store *model.Store, key string) (logEntry, error) {
+func entryFor(store *model.Store, key manifest.Key) (logEntry, error) {
 	o, ok := store.Get(key)
 	if !ok {
-		return logEntry{Key: key}, nil
+		return logEntry{Key: key.String()}, nil
 	}
 	raw, err := json.Marshal(o.Obj)
 	if err != nil {
 		return logEntry{}, fmt.Errorf("encoding %s: %w", key, err)
 	}
-	return logEntry{Key: key, Source: o.Source, Object: raw}, nil
+	return logEntry{Key: key.String(), Source: o.Source, Object: raw}, nil
 }
 
 // save records the changed keys of store.
-func (l *objectLog) save(store *model.Store, changed []string) error {
+func (l *objectLog) save(store *model.Store, changed []manifest.Key) error {
 	if len(changed) == 0 {
 		return nil
 	}
@@ -147,9 +147,9 @@ func (l *objectLog) save(store *model.Store, changed []string) error {
 func snapshotLine(o manifest.Object) ([]byte, error) {
 	obj, err := json.Marshal(o.Obj)
 	if err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", o.Key(), err)
+		return nil, fmt.Errorf("encoding %s: %w", o.Key().String(), err)
 	}
-	key, _ := json.Marshal(o.Key())
+	key, _ := json.Marshal(o.Key().String())
 	src, _ := json.Marshal(o.Source)
 	line := make([]byte, 0, len(obj)+len(key)+len(src)+32)
 	line = append(append(append(line, `{"key":`...), key...), `,"source":`...)
@@ -190,4 +190,20 @@ func (l *objectLog) snapshot(store *model.Store) error {
 	}
 	l.journal = 0
 	return nil
+}
+
+// StoredObject is a persisted object with where it came from.
+type StoredObject struct {
+	Source string          `json:"source"`
+	Object json.RawMessage `json:"object"`
+}
+
+// decodeObjects parses persisted objects with the same strict decoder as
+// files, so both go through one set of checks.
+func decodeObjects(stored []StoredObject) ([]manifest.Object, error) {
+	docs := make([]manifest.Document, len(stored))
+	for i, so := range stored {
+		docs[i] = manifest.Document{Source: so.Source, JSON: so.Object}
+	}
+	return manifest.Decode(docs)
 }

@@ -1,4 +1,4 @@
-package agent
+package lab
 
 import (
 	"encoding/json"

@@ -1,0 +1,348 @@
+// Package lab plays, on one machine, the parts of a cluster that a node
+// agent talks to: the API server (decoding, validation, defaults, ClusterIP
+// allocation, the garbage collector's cascades, persistence), the
+// EndpointSlice controller and the node's kubelet with its container
+// runtime and CNI plugin (network namespaces, veths, cgroups, processes,
+// pod status). It writes complete Kubernetes objects, exactly what a real
+// API server would hold, and hands them to the node's dataplane (Node):
+// the same objects a client-go source would deliver from a real cluster.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/ipam"
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/podnet"
+)
+
+// Node is the node's dataplane as the lab sees it: the objects go to it
+// as a watch would deliver them, the kubelet reports pod interfaces to it
+// as a CNI plugin does, and the API server asks it whether a change fits.
+// *reconciler.Reconciler implements it.
+type Node interface {
+	Update(store *model.Store, changes []model.Change) uint64
+	SetEndpoint(ep model.Endpoint) uint64
+	RemoveEndpoint(pod string) uint64
+	Wait(ctx context.Context, gen uint64) error
+	Admit(next *model.Store) error
+}
+
+// Config is the lab node.
+type Config struct {
+	Instance    instance.Instance
+	NodeName    string
+	NodeIP      netip.Addr // the node's address on the pod network
+	PodPool     ipam.Pool  // pod addresses
+	ServicePool ipam.Pool  // ClusterIPs
+	Node        podnet.Node
+	CgroupRoot  string
+	BinDir      string // put first on containers' PATH (where shunt lives)
+	ShimExe     string // executable providing `shim`
+	Log         *slog.Logger
+	// LegacyPods are pod records an older agent kept in state.json.
+	LegacyPods map[string]*PodRecord
+}
+
+// ControlPlane is the lab's API server, EndpointSlice controller and
+// kubelet around one store.
+type ControlPlane struct {
+	cfg  Config
+	node Node
+
+	mu         sync.Mutex // held for a whole request
+	store      *model.Store
+	gen        uint64 // the node generation of the latest commit
+	journal    objectLog
+	unsaved    []manifest.Key
+	clusterIPs clusterIPs
+	kubelet    kubelet
+	// notStarted says why pods wait to start (the datapath failed); they
+	// are retried by Resync.
+	notStarted string
+}
+
+// New loads the persisted objects and pod records; Start brings the node
+// to them.
+func New(cfg Config, node Node) (*ControlPlane, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cp := &ControlPlane{cfg: cfg, node: node, journal: objectLog{dir: cfg.Instance.StateDir()}, kubelet: kubelet{cfg: cfg}}
+	stored, err := cp.journal.load()
+	if err != nil {
+		return nil, err
+	}
+	objs, err := decodeObjects(stored)
+	if err != nil {
+		return nil, fmt.Errorf("persisted objects: %w", err)
+	}
+	cp.store = model.NewStore(objs)
+	cp.clusterIPs = newClusterIPs(cfg.ServicePool, cp.store)
+	if err := cp.kubelet.load(cfg.LegacyPods); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Migrate stores objects an older agent kept elsewhere (state.json) and
+// gives services persisted without a ClusterIP one now.
+func (cp *ControlPlane) Migrate(legacy []StoredObject, clusterIPs map[string]string) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	objs, err := decodeObjects(legacy)
+	if err != nil {
+		return fmt.Errorf("persisted state: %w", err)
+	}
+	next, changes := cp.store.Put(objs)
+	for _, s := range next.Services() {
+		if s.Spec.ClusterIP == "" {
+			if ip := clusterIPs[s.Namespace+"/"+s.Name]; ip != "" {
+				s.Spec.ClusterIP, s.Spec.ClusterIPs = ip, []string{ip}
+			} else {
+				changes = append(changes, model.Change{Key: manifest.Key{Kind: manifest.KindService, Namespace: s.Namespace, Name: s.Name}, Action: model.Created})
+			}
+		}
+	}
+	cp.clusterIPs = newClusterIPs(cp.cfg.ServicePool, next)
+	ips, err := cp.clusterIPs.assign(cp.store, next, changes)
+	if err != nil {
+		return fmt.Errorf("persisted state: %w", err)
+	}
+	cp.clusterIPs.commit(ips)
+	cp.store = next
+	if len(objs) > 0 || len(ips.held) > 0 {
+		return cp.journal.snapshot(next)
+	}
+	return nil
+}
+
+// Start hands every object to the node and brings the pods to what the
+// objects say: plumbing rebuilt where it is gone, containers started where
+// they never were, status written.
+func (cp *ControlPlane) Start(ctx context.Context) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var all []model.Change
+	for _, o := range cp.store.Objects() {
+		all = append(all, model.Change{Key: o.Key(), Action: model.Created})
+	}
+	cp.gen = cp.node.Update(cp.store, all)
+	err := cp.syncPods(ctx)
+	return errors.Join(err, cp.node.Wait(ctx, cp.gen))
+}
+
+// Store is the objects as they are now.
+func (cp *ControlPlane) Store() *model.Store {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.store
+}
+
+// Apply creates or updates objects all or nothing, as `kubectl apply`
+// does, and returns once the node's datapath and pods reflect them.
+func (cp *ControlPlane) Apply(ctx context.Context, docs []manifest.Document) ([]model.Change, error) {
+	objs, err := manifest.Decode(docs)
+	if err == nil {
+		err = manifest.Validate(objs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cp.change(ctx, objs, cp.admitApply)
+}
+
+// Delete removes objects (and what depends on them) all or nothing.
+func (cp *ControlPlane) Delete(ctx context.Context, docs []manifest.Document) ([]model.Change, error) {
+	objs, err := manifest.Decode(docs)
+	if err != nil {
+		return nil, err
+	}
+	return cp.change(ctx, objs, cp.admitDelete)
+}
+
+type admission func(cur *model.Store, objs []manifest.Object) (*model.Store, []model.Change, ipAssignment, error)
+
+// change admits a request, commits it and waits for the node.
+func (cp *ControlPlane) change(ctx context.Context, objs []manifest.Object, admit admission) ([]model.Change, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	next, changes, ips, err := admit(cp.store, objs)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(changes, model.Change.Changed) {
+		return changes, nil // nothing to do, nothing to write
+	}
+	pods := touches(changes, manifest.KindPod)
+	if pods {
+		if err := cp.kubelet.admit(next); err != nil {
+			return nil, err
+		}
+	}
+	if pods || touches(changes, manifest.KindNamespace, manifest.KindNetworkPolicy, manifest.KindShuntNetworkPolicy) {
+		if err := cp.node.Admit(next); err != nil {
+			return nil, err
+		}
+	}
+	cp.clusterIPs.commit(ips)
+	err = cp.commit(next, changes)
+	if pods {
+		err = errors.Join(err, cp.syncPods(ctx))
+	}
+	return changes, errors.Join(err, cp.node.Wait(ctx, cp.gen))
+}
+
+func touches(changes []model.Change, kinds ...string) bool {
+	return slices.ContainsFunc(changes, func(c model.Change) bool { return c.Changed() && slices.Contains(kinds, c.Key.Kind) })
+}
+
+// commit makes next the objects: the EndpointSlice controller's writes
+// join the same transaction, the node gets the result, the journal
+// records it. Called with mu held.
+func (cp *ControlPlane) commit(next *model.Store, changes []model.Change) error {
+	put, remove := sliceChanges(cp.store, next, changes)
+	if len(put) > 0 || len(remove) > 0 {
+		var more, fewer []model.Change
+		next, more = next.Put(put)
+		next, fewer = next.Remove(remove)
+		changes = append(append(changes, more...), fewer...)
+	}
+	cp.store = next
+	for _, c := range changes {
+		if c.Changed() {
+			cp.unsaved = append(cp.unsaved, c.Key)
+		}
+	}
+	cp.gen = cp.node.Update(next, changes)
+	err := cp.journal.save(next, cp.unsaved)
+	if err == nil {
+		cp.unsaved = cp.unsaved[:0]
+	}
+	return err
+}
+
+// syncPods is the kubelet's pass: pods gone are torn down, new ones
+// plumbed and reported to the node, and containers started only once the
+// node has programmed their pod (identity, policy), so no process ever
+// runs unprotected by the policy that selects it. Called with mu held.
+func (cp *ControlPlane) syncPods(ctx context.Context) error {
+	k := &cp.kubelet
+	local := map[string]*corev1.Pod{}
+	for _, p := range cp.store.Pods() {
+		if p.Spec.NodeName == cp.cfg.NodeName {
+			local[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	var errs []error
+	for key, rec := range k.pods {
+		if local[key] == nil {
+			errs = append(errs, k.remove(rec))
+			cp.gen = cp.node.RemoveEndpoint(key)
+		}
+	}
+	var toStart []string
+	for _, key := range slices.Sorted(maps.Keys(local)) {
+		rec, err := k.record(local[key])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ep, err := k.plumb(rec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cp.gen = cp.node.SetEndpoint(ep)
+		if rec.Containers == nil {
+			toStart = append(toStart, key)
+		}
+	}
+	errs = append(errs, cp.writeStatus())
+	if len(toStart) > 0 {
+		if err := cp.node.Wait(ctx, cp.gen); err != nil {
+			cp.notStarted = "waiting for the datapath: " + err.Error()
+			errs = append(errs, fmt.Errorf("pods %v not started (retried): the datapath is not programmed: %w", toStart, err))
+			toStart = nil
+		} else {
+			cp.notStarted = ""
+		}
+	}
+	for _, key := range toStart {
+		rec := k.pods[key]
+		if err := k.start(local[key], rec); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: %w", key, err), k.remove(rec))
+			cp.gen = cp.node.RemoveEndpoint(key)
+			continue
+		}
+		cp.cfg.Log.Info("pod started", "pod", key, "ip", rec.IP, "veth", rec.HostIf)
+	}
+	errs = append(errs, cp.writeStatus(), k.save())
+	return errors.Join(errs...)
+}
+
+// writeStatus writes the status of every local pod whose status changed,
+// as the kubelet's status manager does. Called with mu held.
+func (cp *ControlPlane) writeStatus() error {
+	var updated []manifest.Object
+	for _, p := range cp.store.Pods() {
+		if p.Spec.NodeName != cp.cfg.NodeName {
+			continue
+		}
+		st := cp.kubelet.status(p, cp.notStarted)
+		if reflect.DeepEqual(st, p.Status) {
+			continue
+		}
+		np := p.DeepCopy()
+		np.Status = st
+		updated = append(updated, manifest.Object{Source: "kubelet", Obj: np})
+	}
+	if len(updated) == 0 {
+		return nil
+	}
+	next, changes := cp.store.Put(updated)
+	return cp.commit(next, changes)
+}
+
+// Resync follows containers that started or exited on their own into the
+// pods' status (and so into the EndpointSlices), and retries pods that
+// could not start.
+func (cp *ControlPlane) Resync(ctx context.Context) error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.notStarted != "" {
+		return cp.syncPods(ctx)
+	}
+	return cp.writeStatus()
+}
+
+// Pods lists the pod records (for tools that need the runtime side).
+func (cp *ControlPlane) PodCount() int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return len(cp.kubelet.pods)
+}
+
+// Uninstall removes every pod of the node.
+func (cp *ControlPlane) Uninstall() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var errs []error
+	for key, rec := range cp.kubelet.pods {
+		errs = append(errs, cp.kubelet.remove(rec))
+		cp.node.RemoveEndpoint(key)
+	}
+	return errors.Join(errs...)
+}

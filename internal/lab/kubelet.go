@@ -1,0 +1,328 @@
+package lab
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/podexec"
+	"github.com/shuntnet/shunt/internal/podnet"
+)
+
+// The lab's kubelet (and container runtime, and CNI plugin): it gives each
+// pod of its node a network namespace, a veth and an address, a cgroup and
+// its containers' processes, reports the pod's interface to the node's
+// dataplane as a model.Endpoint, and writes the pod's status back to the
+// API: address, phase, readiness, container states and exit codes.
+
+// PodRecord is the runtime side of one pod: what the kubelet built for it.
+type PodRecord struct {
+	Namespace  string            `json:"namespace"`
+	Name       string            `json:"name"`
+	IP         string            `json:"ip"`
+	Netns      string            `json:"netns"`
+	HostIf     string            `json:"hostIf"`
+	Cgroup     string            `json:"cgroup"`
+	Created    time.Time         `json:"created"`
+	Containers []ContainerRecord `json:"containers"`
+}
+
+// ContainerRecord is one container process, run under a shim that records
+// its exit status even when no agent is running.
+type ContainerRecord struct {
+	Name     string    `json:"name"`
+	ShimPID  int       `json:"shimPID"`
+	Started  time.Time `json:"started"`
+	LogFile  string    `json:"logFile"`
+	ExitFile string    `json:"exitFile"`
+}
+
+func (r *PodRecord) key() string { return r.Namespace + "/" + r.Name }
+
+type kubelet struct {
+	cfg   Config
+	pods  map[string]*PodRecord // by namespace/name
+	saved []byte                // pods.json as last written
+}
+
+func (k *kubelet) recordsPath() string { return filepath.Join(k.cfg.Instance.StateDir(), "pods.json") }
+
+func (k *kubelet) load(legacy map[string]*PodRecord) error {
+	k.pods = map[string]*PodRecord{}
+	data, err := os.ReadFile(k.recordsPath())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if legacy != nil { // an older agent kept them in state.json
+			k.pods = legacy
+		}
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := json.Unmarshal(data, &k.pods); err != nil {
+		return fmt.Errorf("reading %s: %w (remove the lab with `shunt lab down` if it is damaged)", k.recordsPath(), err)
+	}
+	k.saved = data
+	return nil
+}
+
+func (k *kubelet) save() error {
+	data, err := json.Marshal(k.pods)
+	if err != nil || bytes.Equal(data, k.saved) {
+		return err
+	}
+	if err := writeAtomic(k.recordsPath(), data); err != nil {
+		return err
+	}
+	k.saved = data
+	return nil
+}
+
+// writeAtomic writes a file so that a crash leaves the old or the new one.
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// admit refuses pods the node's pod CIDR cannot hold, before anything is
+// built, so a change never stops half way for want of addresses.
+func (k *kubelet) admit(next *model.Store) error {
+	n := 0
+	for _, p := range next.Pods() {
+		if p.Spec.NodeName == k.cfg.NodeName {
+			n++
+		}
+	}
+	if pool := k.cfg.PodPool; n > pool.Size() {
+		return fmt.Errorf("nothing applied: %d pods do not fit in pod CIDR %s (%d addresses): use a larger --pod-cidr", n, pool.CIDR, pool.Size())
+	}
+	return nil
+}
+
+// record returns the pod's record, giving a new pod its address and names.
+func (k *kubelet) record(pod *corev1.Pod) (*PodRecord, error) {
+	key := pod.Namespace + "/" + pod.Name
+	if rec := k.pods[key]; rec != nil {
+		return rec, nil
+	}
+	used := map[netip.Addr]bool{}
+	for _, r := range k.pods {
+		used[netip.MustParseAddr(r.IP)] = true
+	}
+	ip, err := k.cfg.PodPool.Allocate(used)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", key, err)
+	}
+	inst := k.cfg.Instance
+	rec := &PodRecord{
+		Namespace: pod.Namespace, Name: pod.Name, IP: ip.String(),
+		Netns:   inst.PodNetns(pod.Namespace, pod.Name),
+		HostIf:  inst.PodHostIf(pod.Namespace, pod.Name),
+		Cgroup:  inst.PodCgroupDir(k.cfg.CgroupRoot, pod.Namespace, pod.Name),
+		Created: time.Now().UTC().Truncate(time.Second),
+	}
+	k.pods[key] = rec
+	return rec, nil
+}
+
+func (k *kubelet) plumbing(rec *PodRecord) podnet.Pod {
+	return podnet.Pod{
+		Netns: rec.Netns, HostIf: rec.HostIf, PodIP: netip.MustParseAddr(rec.IP),
+		Alias: k.cfg.Instance.PodLinkAlias(rec.Namespace, rec.Name),
+	}
+}
+
+// plumb builds the pod's network and cgroup when they do not exist yet, or
+// are gone (after a reboot, say); a healthy pod is left alone. It returns
+// the pod's endpoint, as a CNI ADD result tells the agent.
+func (k *kubelet) plumb(rec *PodRecord) (model.Endpoint, error) {
+	plumbing := k.plumbing(rec)
+	links, err := podnet.Inspect(plumbing)
+	if err != nil {
+		if links, err = podnet.SetupPod(k.cfg.Node, plumbing); err != nil {
+			return model.Endpoint{}, fmt.Errorf("pod %s: %w", rec.key(), err)
+		}
+		// New plumbing means new processes: old ones (if any) lost their network.
+		if err := cgroup.Remove(rec.Cgroup); err != nil {
+			return model.Endpoint{}, err
+		}
+		rec.Containers = nil
+	}
+	if err := cgroup.Create(rec.Cgroup); err != nil {
+		return model.Endpoint{}, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(rec.Cgroup, &st); err != nil {
+		return model.Endpoint{}, fmt.Errorf("pod %s: cgroup: %w", rec.key(), err)
+	}
+	return model.Endpoint{
+		Pod: rec.key(), IP: netip.MustParseAddr(rec.IP), Ifname: rec.HostIf, Ifindex: links.HostIfindex,
+		PodMAC: links.PodMAC, NodeMAC: links.HostMAC,
+		CgroupID: st.Ino, // a cgroup's id is its directory's inode
+		Netns:    podnet.NetnsPath(rec.Netns),
+	}, nil
+}
+
+func (k *kubelet) podDir(rec *PodRecord) string {
+	return filepath.Join(k.cfg.Instance.StateDir(), "pods", rec.Namespace+"_"+rec.Name)
+}
+
+// start runs each container's command under a shim in the pod's cgroup;
+// the shim enters the pod's network namespace for the command.
+func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
+	dir := k.podDir(rec)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	rec.Containers = nil
+	for _, c := range pod.Spec.Containers {
+		cr := ContainerRecord{
+			Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"),
+			ExitFile: filepath.Join(dir, c.Name+".exit"), Started: time.Now().UTC().Truncate(time.Second),
+		}
+		logf, err := os.OpenFile(cr.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		argv := append(slices.Clone(c.Command), c.Args...)
+		shim := exec.Command(k.cfg.ShimExe, append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile, "--"}, argv...)...)
+		shim.Stdout, shim.Stderr = logf, logf
+		shim.Dir = c.WorkingDir
+		if shim.Dir == "" {
+			shim.Dir = "/"
+		}
+		shim.Env = k.containerEnv(pod, rec, c)
+		// Its own session: the container survives the agent's exit and its
+		// terminal signals.
+		shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		err = podexec.Start(podexec.Target{CgroupPath: rec.Cgroup}, shim)
+		logf.Close()
+		if err != nil {
+			return fmt.Errorf("container %s: starting %q: %w", c.Name, argv, err)
+		}
+		cr.ShimPID = shim.Process.Pid
+		go shim.Wait() // reap it while this agent lives; init does after
+		rec.Containers = append(rec.Containers, cr)
+	}
+	return nil
+}
+
+func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Container) []string {
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	if k.cfg.BinDir != "" {
+		path = k.cfg.BinDir + ":" + path
+	}
+	env := []string{
+		"PATH=" + path, "HOME=/root", "HOSTNAME=" + pod.Name,
+		"SHUNT_POD_NAME=" + pod.Name, "SHUNT_POD_NAMESPACE=" + pod.Namespace, "SHUNT_POD_IP=" + rec.IP,
+		"SHUNT_INSTANCE=" + k.cfg.Instance.Name,
+	}
+	for _, e := range c.Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	return env
+}
+
+// remove kills the pod's processes and removes its plumbing.
+func (k *kubelet) remove(rec *PodRecord) error {
+	err := errors.Join(
+		cgroup.Remove(rec.Cgroup),
+		podnet.TeardownPod(k.plumbing(rec)),
+		os.RemoveAll(k.podDir(rec)),
+	)
+	delete(k.pods, rec.key())
+	k.cfg.Log.Info("pod deleted", "pod", rec.key())
+	return err
+}
+
+// status is the pod's status as a kubelet reports it: address, phase,
+// readiness and container states, read from the shims' records.
+func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {
+	rec := k.pods[pod.Namespace+"/"+pod.Name]
+	if rec == nil {
+		return corev1.PodStatus{Phase: corev1.PodPending}
+	}
+	created := metav1.NewTime(rec.Created)
+	st := corev1.PodStatus{
+		Phase: corev1.PodPending, PodIP: rec.IP, PodIPs: []corev1.PodIP{{IP: rec.IP}},
+		HostIP: k.cfg.NodeIP.String(), HostIPs: []corev1.HostIP{{IP: k.cfg.NodeIP.String()}}, StartTime: &created,
+	}
+	if rec.Containers == nil {
+		st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotStarted", Message: notStarted}}
+		return st
+	}
+	running, failed := 0, 0
+	for _, c := range rec.Containers {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: imageOf(pod, c.Name)}
+		if es, ok := readExitStatus(c.ExitFile); ok {
+			reason := "Completed"
+			if es.ExitCode != 0 {
+				reason, failed = "Error", failed+1
+			}
+			cs.State.Terminated = &corev1.ContainerStateTerminated{
+				ExitCode: int32(es.ExitCode), Reason: reason, Message: es.Error,
+				StartedAt: metav1.NewTime(c.Started), FinishedAt: metav1.NewTime(es.FinishedAt.Truncate(time.Second)),
+			}
+		} else if processAlive(c.ShimPID) {
+			running++
+			cs.Ready, cs.Started = true, ptr(true)
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.Started)}
+		} else {
+			failed++
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Unknown",
+				Message: "the container's shim is gone without recording an exit status"}
+		}
+		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+	}
+	total := len(rec.Containers)
+	switch {
+	case running > 0:
+		st.Phase = corev1.PodRunning
+	case failed > 0:
+		st.Phase = corev1.PodFailed
+	default:
+		st.Phase = corev1.PodSucceeded
+	}
+	ready := corev1.ConditionFalse
+	if running == total && total > 0 {
+		ready = corev1.ConditionTrue
+	}
+	st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
+	return st
+}
+
+func imageOf(p *corev1.Pod, container string) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,27 @@
+package model
+
+import (
+	"net"
+	"net/netip"
+)
+
+// Endpoint is what the node knows of a pod that runs on it beyond the Pod
+// object: where its network is. The CNI plugin (in the lab, the lab's
+// kubelet) reports it when the pod's interface is up, as a CNI ADD result
+// reaches the agent; the reconciler programs the datapath from it and from
+// the objects. Pods of other nodes have no Endpoint: their object
+// (status.podIP, spec.nodeName) is all a node needs.
+type Endpoint struct {
+	Pod     string     // namespace/name
+	IP      netip.Addr // the pod's address (status.podIP)
+	Ifname  string     // host side of the pod's veth
+	Ifindex int
+	PodMAC  net.HardwareAddr // MAC of the pod's eth0
+	NodeMAC net.HardwareAddr // MAC of the host side: the pod's gateway
+	// CgroupID identifies the pod's cgroup (its inode), which socket hooks
+	// report for the calling process.
+	CgroupID uint64
+	// Netns is the pod's network namespace (bind mount path, as CNI's
+	// CNI_NETNS): where its sockets live when some must be closed.
+	Netns string
+}

@@ -1,0 +1,523 @@
+// Package reconciler is the node reconciler: it turns the objects of the
+// cluster (from whatever source: the lab's emulated API server, a real one
+// through informers) and the records of the pods that run on this node into
+// datapath state. It computes services and policy with the pure compute
+// packages and writes through the Datapath interface, in a coalescing run
+// loop: a burst of changes becomes one sync.
+//
+// It never starts processes, reads process IDs or builds network
+// namespaces: pods are plumbed by the lab's kubelet or a CNI plugin, which
+// report each local pod's interface as a model.Endpoint.
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/services"
+)
+
+// Datapath is what the reconciler writes to the kernel. *datapath.Datapath
+// implements it; tests use a fake that records the writes.
+type Datapath interface {
+	AttachPod(ifname string, ifindex int) error
+	DetachPod(ifname string) error
+	PolicyFits(state policy.State, endpoints int) error
+	SyncPolicy(state policy.State, endpoints []datapath.Endpoint) error
+	SyncServices(all []services.Port) (goneUDP []netip.AddrPort, err error)
+	UpdateServices(upsert []services.Port, remove []services.Frontend) (goneUDP []netip.AddrPort, err error)
+	DestroyUDPSockets(netnsPaths []string, gone []netip.AddrPort) (destroyed int, err error)
+}
+
+// Config is the node the reconciler runs for.
+type Config struct {
+	NodeName string // pods whose spec.nodeName is this run here
+	// NodeAddrs are the node's addresses on the pod network; HostAddrs, if
+	// set, lists the machine's other addresses, read at each policy
+	// computation. Both are the host identity.
+	NodeAddrs []netip.Addr
+	HostAddrs func() ([]netip.Addr, error)
+	// Allocations are the identity, CIDR and rule numbers handed out
+	// before (persisted by the caller), so they survive restarts.
+	Allocations policy.Allocations
+	// MinSyncInterval spaces syncs; 0 syncs as soon as a change arrives
+	// (changes that arrive during a sync still coalesce into one).
+	MinSyncInterval time.Duration
+	// RetryAfter is when a failed sync is tried again without a new change.
+	RetryAfter time.Duration
+	Log        *slog.Logger
+	// SaveAllocations persists the policy numbers when a sync changed
+	// them; nil to keep them in memory only.
+	SaveAllocations func(policy.Allocations) error
+	// Hooks for metrics; nil to ignore.
+	ObserveSync  func(step string, d time.Duration)
+	UDPDestroyed func(n int)
+}
+
+// Reconciler is one node's reconciler.
+type Reconciler struct {
+	cfg Config
+	dp  Datapath
+	run *runner
+
+	mu   sync.Mutex // guards everything below up to results
+	cond *sync.Cond // signalled when a sync ends
+	// Inputs, as the last Update/SetEndpoint left them.
+	store     *model.Store
+	endpoints map[string]model.Endpoint // local pods by namespace/name
+	gen       uint64                    // bumped by every input change
+	// What the next sync must do.
+	svc          *services.Tracker
+	policyDirty  bool
+	attach       map[string]model.Endpoint // interfaces to attach (by pod)
+	detach       map[string]string         // interfaces to detach (by pod)
+	checked      *checkedPolicy
+	synced       uint64 // the generation the last sync covered
+	syncErr      error  // and how it ended
+	alloc        policy.Allocations
+	servicesSeen bool // a full service sync has succeeded
+
+	// Results, published after each sync for readers (API, flows).
+	policy   atomic.Pointer[policy.Result]
+	names    atomic.Pointer[Names]
+	ports    atomic.Pointer[[]services.Port]
+	svcNames serviceNames
+	lastSync struct{ policy, services time.Duration }
+}
+
+// checkedPolicy is a policy computed by Admit for a store about to be
+// committed: the sync that follows reuses it when nothing else changed.
+type checkedPolicy struct {
+	store  *model.Store
+	result *policy.Result
+}
+
+// New returns a reconciler over an empty store; Run starts syncing.
+func New(cfg Config, dp Datapath) *Reconciler {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = time.Second
+	}
+	r := &Reconciler{
+		cfg: cfg, dp: dp, store: model.New(), endpoints: map[string]model.Endpoint{},
+		svc: services.NewTracker(), policyDirty: true, alloc: cfg.Allocations,
+		attach: map[string]model.Endpoint{}, detach: map[string]string{},
+	}
+	r.cond = sync.NewCond(&r.mu)
+	r.run = newRunner(r.sync, cfg.MinSyncInterval, cfg.RetryAfter)
+	r.names.Store(&Names{})
+	r.ports.Store(&[]services.Port{})
+	return r
+}
+
+// Run syncs until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	r.run.trigger() // the first sync adopts and repairs what the kernel holds
+	r.run.loop(ctx)
+}
+
+// Update gives the reconciler the objects after a change; changes say what
+// changed from the store it had. It returns the generation to Wait for.
+func (r *Reconciler) Update(next *model.Store, changes []model.Change) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.svc.Touch(r.store, next, changes)
+	if r.policyTouched(next, changes) {
+		r.policyDirty = true
+	}
+	r.store = next
+	return r.bump()
+}
+
+// SetEndpoint records a local pod's interface (new, or changed after its
+// plumbing was rebuilt).
+func (r *Reconciler) SetEndpoint(ep model.Endpoint) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.endpoints[ep.Pod]; ok && reflect.DeepEqual(old, ep) {
+		return r.bump()
+	}
+	r.endpoints[ep.Pod] = ep
+	r.attach[ep.Pod] = ep
+	delete(r.detach, ep.Pod)
+	r.policyDirty = true
+	return r.bump()
+}
+
+// RemoveEndpoint forgets a local pod's interface (the pod is gone).
+func (r *Reconciler) RemoveEndpoint(pod string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ep, ok := r.endpoints[pod]; ok {
+		delete(r.endpoints, pod)
+		delete(r.attach, pod)
+		r.detach[pod] = ep.Ifname
+		r.policyDirty = true
+	}
+	return r.bump()
+}
+
+// Endpoints lists the local endpoints, by pod.
+func (r *Reconciler) Endpoints() map[string]model.Endpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.endpoints)
+}
+
+func (r *Reconciler) bump() uint64 {
+	r.gen++
+	r.run.trigger()
+	return r.gen
+}
+
+// Wait blocks until a sync has covered generation gen and returns how that
+// sync ended. A failed sync is retried in the background; Wait reports the
+// failure rather than waiting for a success that may need the user.
+func (r *Reconciler) Wait(ctx context.Context, gen uint64) error {
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	})
+	defer stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.synced < gen {
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for the datapath: %w", ctx.Err())
+		}
+		r.cond.Wait()
+	}
+	return r.syncErr
+}
+
+// policyTouched reports whether changes can change the policy state: a
+// namespace or policy changed, a pod appeared or went, or a pod changed
+// what policy reads of it (labels, address, node, named ports). Status
+// changes that only say a container started do not.
+func (r *Reconciler) policyTouched(next *model.Store, changes []model.Change) bool {
+	for _, c := range changes {
+		if !c.Changed() {
+			continue
+		}
+		switch c.Key.Kind {
+		case manifest.KindNamespace, manifest.KindNetworkPolicy, manifest.KindShuntNetworkPolicy:
+			return true
+		case manifest.KindPod:
+			before, ok1 := r.store.Pod(c.Key.Namespace, c.Key.Name)
+			after, ok2 := next.Pod(c.Key.Namespace, c.Key.Name)
+			if ok1 != ok2 || !ok1 || !samePolicyView(before, after) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func samePolicyView(a, b *corev1.Pod) bool {
+	return a.Status.PodIP == b.Status.PodIP && a.Spec.NodeName == b.Spec.NodeName &&
+		maps.Equal(a.Labels, b.Labels) && reflect.DeepEqual(a.Spec.Containers, b.Spec.Containers)
+}
+
+// policyInput describes store for policy; with placeholders, local pods
+// that have no address yet get a distinct made-up one, so that counting
+// the entries of a change (Admit) includes the pods it creates.
+func (r *Reconciler) policyInput(store *model.Store, placeholders bool) (policy.Input, error) {
+	in := policy.Input{
+		Namespaces: store.Namespaces(), NetworkPolicies: store.NetworkPolicies(), ShuntPolicies: store.ShuntPolicies(),
+		HostAddrs: slices.Clone(r.cfg.NodeAddrs),
+	}
+	if r.cfg.HostAddrs != nil {
+		hosts, err := r.cfg.HostAddrs()
+		if err != nil {
+			return policy.Input{}, fmt.Errorf("listing the node's addresses: %w", err)
+		}
+		in.HostAddrs = append(in.HostAddrs, hosts...)
+	}
+	placeholder := netip.MustParseAddr("240.0.0.0") // reserved: never a pod's
+	for _, p := range store.Pods() {
+		pod := policy.Pod{Pod: p, Local: p.Spec.NodeName == r.cfg.NodeName}
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			pod.IP = ip
+		} else if placeholders && pod.Local {
+			placeholder = placeholder.Next()
+			pod.IP = placeholder
+		}
+		in.Pods = append(in.Pods, pod)
+	}
+	return in, nil
+}
+
+// Admit refuses a store whose policy would not fit the datapath's maps,
+// before it is committed: a change is refused whole rather than half
+// programmed. The computation is kept for the sync that follows.
+func (r *Reconciler) Admit(next *model.Store) error {
+	r.mu.Lock()
+	alloc := r.alloc
+	r.mu.Unlock()
+	in, err := r.policyInput(next, true)
+	if err != nil {
+		return err
+	}
+	local := 0
+	for _, p := range in.Pods {
+		if p.Local {
+			local++
+		}
+	}
+	res := policy.Compute(in, alloc)
+	if err := r.dp.PolicyFits(res.State, local); err != nil {
+		return fmt.Errorf("nothing applied: %w", err)
+	}
+	if !slices.ContainsFunc(in.Pods, func(p policy.Pod) bool {
+		return p.Local && p.IP.IsValid() && p.Pod.Status.PodIP == ""
+	}) {
+		r.mu.Lock()
+		r.checked = &checkedPolicy{store: next, result: res}
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// work is what one sync does, taken from the inputs under the lock.
+type work struct {
+	gen       uint64
+	store     *model.Store
+	endpoints []model.Endpoint
+	attach    []model.Endpoint
+	detach    []string
+	policy    bool
+	checked   *policy.Result
+	services  services.Delta
+	alloc     policy.Allocations
+}
+
+func (r *Reconciler) take() work {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := work{gen: r.gen, store: r.store, policy: r.policyDirty, alloc: r.alloc}
+	for _, key := range slices.Sorted(maps.Keys(r.endpoints)) {
+		w.endpoints = append(w.endpoints, r.endpoints[key])
+	}
+	for _, key := range slices.Sorted(maps.Keys(r.attach)) {
+		w.attach = append(w.attach, r.attach[key])
+	}
+	for _, key := range slices.Sorted(maps.Keys(r.detach)) {
+		w.detach = append(w.detach, r.detach[key])
+	}
+	clear(r.attach)
+	clear(r.detach)
+	r.policyDirty = false
+	if r.checked != nil && r.checked.store == r.store {
+		w.checked = r.checked.result
+	}
+	r.checked = nil
+	w.services = r.svc.Compute(r.store)
+	return w
+}
+
+// sync makes the datapath match the inputs as they are now.
+func (r *Reconciler) sync() error {
+	w := r.take()
+	var errs []error
+	for _, ifname := range w.detach {
+		errs = append(errs, r.dp.DetachPod(ifname))
+	}
+	var failedAttach []model.Endpoint
+	for _, ep := range w.attach {
+		if err := r.dp.AttachPod(ep.Ifname, ep.Ifindex); err != nil {
+			failedAttach = append(failedAttach, ep)
+			errs = append(errs, fmt.Errorf("pod %s: %w", ep.Pod, err))
+		}
+	}
+	t0 := time.Now()
+	var pol *policy.Result
+	policyErr := error(nil)
+	if w.policy {
+		if pol, policyErr = r.syncPolicy(w); policyErr != nil {
+			errs = append(errs, policyErr)
+		}
+	}
+	policyTime := time.Since(t0)
+	t1 := time.Now()
+	gone, svcErr := r.syncServices(w)
+	errs = append(errs, svcErr)
+	servicesTime := time.Since(t1)
+	r.observe("policy", policyTime)
+	r.observe("services", servicesTime)
+	r.closeStaleUDPSockets(w.endpoints, gone)
+
+	err := errors.Join(errs...)
+	r.mu.Lock()
+	for _, ep := range failedAttach {
+		if _, ok := r.endpoints[ep.Pod]; ok {
+			r.attach[ep.Pod] = ep // retried
+		}
+	}
+	if policyErr != nil {
+		r.policyDirty = true
+	}
+	allocChanged := false
+	if pol != nil {
+		allocChanged = !reflect.DeepEqual(r.alloc, pol.Alloc)
+		r.alloc = pol.Alloc
+		r.policy.Store(pol)
+	}
+	if svcErr != nil {
+		r.svc.Reset()
+	}
+	r.mu.Unlock()
+	// Names first: whoever waits for this sync reads them.
+	r.publishNames(w)
+	if allocChanged && r.cfg.SaveAllocations != nil {
+		if serr := r.cfg.SaveAllocations(pol.Alloc); serr != nil {
+			r.cfg.Log.Error("saving policy allocations", "err", serr)
+		}
+	}
+	r.mu.Lock()
+	r.synced, r.syncErr = w.gen, err
+	r.lastSync.policy, r.lastSync.services = policyTime, servicesTime
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	if err != nil {
+		r.cfg.Log.Error("datapath sync failed; retrying", "err", err)
+	}
+	return err
+}
+
+func (r *Reconciler) observe(step string, d time.Duration) {
+	if r.cfg.ObserveSync != nil {
+		r.cfg.ObserveSync(step, d)
+	}
+}
+
+// syncPolicy computes policy (or takes Admit's) and writes it with the
+// local endpoints.
+func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
+	pol := w.checked
+	if pol == nil {
+		in, err := r.policyInput(w.store, false)
+		if err != nil {
+			return nil, err
+		}
+		pol = policy.Compute(in, w.alloc)
+	}
+	var eps []datapath.Endpoint
+	for _, ep := range w.endpoints {
+		p, ok := w.store.Pod(namespaceName(ep.Pod))
+		if !ok || p.Status.PodIP != ep.IP.String() {
+			continue // the pod is going away, or its object does not know the address yet
+		}
+		pe := pol.Endpoint(ep.Pod)
+		eps = append(eps, datapath.Endpoint{
+			IP: ep.IP, Ifindex: ep.Ifindex, PodMAC: ep.PodMAC, NodeMAC: ep.NodeMAC,
+			Identity: pe.Identity, IngressIsolated: len(pe.IngressIsolatedBy) > 0, EgressIsolated: len(pe.EgressIsolatedBy) > 0,
+			IngressRules: pe.IngressRules, EgressRules: pe.EgressRules,
+		})
+	}
+	if err := r.dp.SyncPolicy(pol.State, eps); err != nil {
+		return nil, err
+	}
+	return pol, nil
+}
+
+// syncServices writes what changed in the service table. The first sync
+// after start writes (compares) the whole table, so what an earlier agent
+// left is reconciled.
+func (r *Reconciler) syncServices(w work) ([]netip.AddrPort, error) {
+	d := w.services
+	var gone []netip.AddrPort
+	var err error
+	switch {
+	case d.Full: // Upsert holds every port
+		gone, err = r.dp.SyncServices(d.Upsert)
+	case !d.Empty():
+		gone, err = r.dp.UpdateServices(d.Upsert, d.Remove)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.svcNames.update(d)
+	r.mu.Lock()
+	all := r.svc.Ports()
+	r.mu.Unlock()
+	r.ports.Store(&all)
+	return gone, nil
+}
+
+// closeStaleUDPSockets destroys the connected UDP sockets, on the node and
+// in every local pod, that a service sent to a backend no service has any
+// more: they would keep sending into the void (a DNS pod replaced, say).
+// The application sees ECONNABORTED and connects again, through the
+// service. Failing here does not fail the sync; it is logged.
+func (r *Reconciler) closeStaleUDPSockets(endpoints []model.Endpoint, gone []netip.AddrPort) {
+	if len(gone) == 0 {
+		return
+	}
+	netns := []string{""} // the agent's own: the node's processes
+	for _, ep := range endpoints {
+		if ep.Netns != "" {
+			netns = append(netns, ep.Netns)
+		}
+	}
+	n, err := r.dp.DestroyUDPSockets(netns, gone)
+	if r.cfg.UDPDestroyed != nil {
+		r.cfg.UDPDestroyed(n)
+	}
+	if err != nil {
+		r.cfg.Log.Warn("closing UDP sockets of removed backends", "backends", len(gone), "closed", n, "err", err)
+	} else if n > 0 {
+		r.cfg.Log.Info("closed UDP sockets of removed backends", "backends", len(gone), "closed", n)
+	}
+}
+
+// Policy is the policy state last written (nil before the first sync).
+func (r *Reconciler) Policy() *policy.Result { return r.policy.Load() }
+
+// Allocations are the policy numbers handed out, to persist.
+func (r *Reconciler) Allocations() policy.Allocations {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.alloc
+}
+
+// ServicePorts is the service table last written.
+func (r *Reconciler) ServicePorts() []services.Port { return *r.ports.Load() }
+
+// Names is what names flow events and map rows, as of the last sync.
+func (r *Reconciler) Names() *Names { return r.names.Load() }
+
+// SyncTimes is how long the last sync spent on policy and on services.
+func (r *Reconciler) SyncTimes() (policy, services time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastSync.policy, r.lastSync.services
+}
+
+func namespaceName(pod string) (string, string) {
+	for i := 0; i < len(pod); i++ {
+		if pod[i] == '/' {
+			return pod[:i], pod[i+1:]
+		}
+	}
+	return "", pod
+}
