@@ -54,8 +54,8 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.Apply))
-	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.Delete))
+	mux.HandleFunc("POST /v1/apply", a.handleObjects(decodeValid, a.Apply))
+	mux.HandleFunc("POST /v1/delete", a.handleObjects(decodeReferences, a.Delete))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -75,7 +75,27 @@ func writeError(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, api.Error{Error: err.Error()})
 }
 
-func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)) http.HandlerFunc {
+// decodeValid is what apply needs: complete objects, decoded strictly and
+// validated.
+func decodeValid(docs []manifest.Document) ([]manifest.Object, error) {
+	objs, err := manifest.Decode(docs)
+	if err == nil {
+		err = manifest.Validate(objs)
+	}
+	return objs, err
+}
+
+// decodeReferences is what delete needs, as kubectl's: apiVersion, kind,
+// namespace and name, checked; the rest of a manifest is not read.
+func decodeReferences(docs []manifest.Document) ([]manifest.Object, error) {
+	objs, err := manifest.DecodeReferences(docs)
+	if err == nil {
+		err = manifest.CheckReferences(objs)
+	}
+	return objs, err
+}
+
+func (a *Agent) handleObjects(decode func([]manifest.Document) ([]manifest.Object, error), do func([]manifest.Object) ([]model.Change, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var req api.ObjectsRequest
@@ -87,12 +107,9 @@ func (a *Agent) handleObjects(do func([]manifest.Object) ([]model.Change, error)
 		for i, o := range req.Objects {
 			docs[i] = manifest.Document{Source: o.Source, JSON: o.Object}
 		}
-		// Decoded and validated here, whoever the client is: nothing
+		// Decoded and checked here, whoever the client is: nothing
 		// reaches the store unchecked.
-		objs, err := manifest.Decode(docs)
-		if err == nil {
-			err = manifest.Validate(objs)
-		}
+		objs, err := decode(docs)
 		if err != nil {
 			writeError(w, http.StatusUnprocessableEntity, err)
 			return
