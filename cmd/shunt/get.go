@@ -322,9 +322,9 @@ func getNamespaces(c *api.Client, o *getOptions, r *resource, name string) error
 }
 
 func getServices(c *api.Client, o *getOptions, r *resource, name string) error {
-	var slices discoveryv1.EndpointSliceList
+	var eps discoveryv1.EndpointSliceList
 	if o.output == "wide" {
-		if err := c.Do("GET", "/v1/endpointslices", nil, &slices); err != nil {
+		if err := c.Do("GET", "/v1/endpointslices", nil, &eps); err != nil {
 			return err
 		}
 	}
@@ -340,16 +340,16 @@ func getServices(c *api.Client, o *getOptions, r *resource, name string) error {
 			if o.output != "wide" {
 				return cells, nil
 			}
-			return cells, []string{orNone(labelText(s.Spec.Selector)), orNone(strings.Join(readyEndpoints(slices, s.Namespace, s.Name), ","))}
+			return cells, []string{orNone(labelText(s.Spec.Selector)), orNone(strings.Join(readyEndpoints(eps, s.Namespace, s.Name), ","))}
 		},
 	})
 }
 
 // readyEndpoints lists ip:port of a service's ready endpoints, as
 // kubectl's ENDPOINTS column.
-func readyEndpoints(slices discoveryv1.EndpointSliceList, ns, svc string) []string {
+func readyEndpoints(eps discoveryv1.EndpointSliceList, ns, svc string) []string {
 	var out []string
-	for _, sl := range slices.Items {
+	for _, sl := range eps.Items {
 		if sl.Namespace != ns || sl.Labels[discoveryv1.LabelServiceName] != svc {
 			continue
 		}
