@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -12,9 +13,13 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/manifest"
 )
 
 // kubectlName turns a store key "Pod/ns/name" into kubectl's "pod/name".
@@ -27,111 +32,269 @@ type getOptions struct {
 	namespace     string
 	allNamespaces bool
 	output        string
+	selector      string
+	showLabels    bool
+
+	sel    labels.Selector // -l parsed; labels.Everything() without it
+	out    io.Writer       // tables and objects
+	errOut io.Writer       // "No resources found"
+}
+
+// resource is one kind `get` lists. Every kind `apply` accepts is one, so
+// whatever was applied can be looked at; all of them have labels, so -l
+// and --show-labels apply to each.
+type resource struct {
+	name       string   // plural, as kubectl names resources: "pods"
+	singular   string   // -o name prints singular/NAME, as apply does
+	short      []string // short names, as kubectl's: "po"
+	aliases    []string // other accepted names: group-qualified ones
+	namespaced bool     // -n/-A select; the table gets NAMESPACE with -A
+	showsLabel bool     // the table has a LABELS column already
+	list       func(c *api.Client, o *getOptions, r *resource, name string) error
+}
+
+// resources are the kinds `get` knows, in the order they are listed.
+var resources = []resource{
+	{name: "pods", singular: "pod", short: []string{"po"}, namespaced: true, list: getPods},
+	{name: "services", singular: "service", short: []string{"svc"}, namespaced: true, list: getServices},
+	{name: "endpointslices", singular: "endpointslice", aliases: []string{"endpointslices.discovery.k8s.io"},
+		namespaced: true, list: getEndpointSlices},
+	{name: "namespaces", singular: "namespace", short: []string{"ns"}, showsLabel: true, list: getNamespaces},
+	{name: "networkpolicies", singular: "networkpolicy", short: []string{"netpol"}, aliases: []string{"networkpolicies.networking.k8s.io"},
+		namespaced: true, list: getNetworkPolicies},
+	{name: "shuntnetworkpolicies", singular: "shuntnetworkpolicy", short: []string{"snp"}, aliases: []string{"shuntnetworkpolicies.shunt.io"},
+		namespaced: true, list: getShuntPolicies},
+	{name: "identities", singular: "identity", showsLabel: true, list: getIdentities},
+}
+
+// lookupResource finds a kind by any of its names, case-insensitively.
+func lookupResource(kind string) (*resource, error) {
+	k := strings.ToLower(kind)
+	for i := range resources {
+		r := &resources[i]
+		if k == r.name || k == r.singular || slices.Contains(r.short, k) || slices.Contains(r.aliases, k) {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("the server doesn't have a resource type %q\nknown resource types (short names): %s", kind, knownResources())
+}
+
+// knownResources lists the kinds with their short names:
+// "pods (po), services (svc), endpointslices, ...".
+func knownResources() string {
+	names := make([]string, len(resources))
+	for i, r := range resources {
+		names[i] = r.name
+		if len(r.short) > 0 {
+			names[i] += " (" + strings.Join(r.short, ", ") + ")"
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 func newGetCmd(g *globals) *cobra.Command {
 	o := &getOptions{}
 	cmd := &cobra.Command{
-		Use:   "get KIND [NAME] [-n NS|-A] [-o wide|json|yaml|name]",
-		Short: "list objects with their status (pods, services, endpointslices, namespaces, identities)",
-		Args:  cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			switch o.output {
-			case "", "wide", "json", "yaml", "name":
-			default:
-				return fmt.Errorf("unknown output format %q: use wide, json, yaml or name", o.output)
+		Use:   "get KIND [NAME] [-n NS|-A] [-l SELECTOR] [--show-labels] [-o wide|json|yaml|name]",
+		Short: "list objects with their status (pods, services, endpointslices, namespaces, policies, identities)",
+		Long: "List objects as kubectl does: a table, or with -o json|yaml Kubernetes-shaped objects\n" +
+			"(a List with items; a named object as itself).\n\n" +
+			"KIND is one of (short names in parentheses): " + knownResources() + ".\n\n" +
+			"-l selects by labels with kubectl's syntax: app=web, app!=web, 'tier in (a,b)', 'tier notin (a)',\n" +
+			"key (has the label), !key (has not); requirements separated by commas must all hold.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("you must specify the type of resource to get: %s", knownResources())
 			}
+			return cobra.RangeArgs(1, 2)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()
 			if err != nil {
 				return err
 			}
-			name := ""
-			if len(args) == 2 {
-				name = args[1]
-			}
-			switch strings.ToLower(args[0]) {
-			case "pods", "pod", "po":
-				return getPods(c, o, name)
-			case "namespaces", "namespace", "ns":
-				return getNamespaces(c, o, name)
-			case "services", "service", "svc":
-				return getServices(c, o, name)
-			case "endpointslices", "endpointslice":
-				return getEndpointSlices(c, o, name)
-			case "identities", "identity":
-				return getIdentities(c, o)
-			default:
-				return fmt.Errorf("unknown kind %q: use pods, services, endpointslices, namespaces or identities", args[0])
-			}
+			o.out, o.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			return runGet(c, o, args)
 		},
 	}
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default", "namespace")
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list across all namespaces")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json, yaml or name")
+	cmd.Flags().StringVarP(&o.selector, "selector", "l", "", "label selector, e.g. app=web,tier!=db or 'tier in (a,b)'")
+	cmd.Flags().BoolVar(&o.showLabels, "show-labels", false, "add a LABELS column to the table")
 	return cmd
 }
 
-// fetchPods returns the pods selected by namespace and name.
-func fetchPods(c *api.Client, o *getOptions, name string) (*corev1.PodList, error) {
-	var list corev1.PodList
-	if err := c.Do("GET", "/v1/pods", nil, &list); err != nil {
-		return nil, err
+// runGet checks the invocation before asking the agent anything: a wrong
+// kind, format or selector is reported whether or not an agent runs.
+func runGet(c *api.Client, o *getOptions, args []string) error {
+	switch o.output {
+	case "", "wide", "json", "yaml", "name":
+	default:
+		return fmt.Errorf("unknown output format %q: use wide, json, yaml or name", o.output)
 	}
-	list.Items = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !inScope(o, p.Namespace, p.Name, name) })
-	if name != "" && len(list.Items) == 0 {
-		return nil, fmt.Errorf("pods %q not found in namespace %q", name, o.namespace)
-	}
-	return &list, nil
-}
-
-func getPods(c *api.Client, o *getOptions, name string) error {
-	list, err := fetchPods(c, o, name)
+	r, err := lookupResource(args[0])
 	if err != nil {
 		return err
 	}
-	var obj any = list
-	if name != "" {
-		obj = &list.Items[0] // as kubectl: a named object prints as itself, not a List
+	name := ""
+	if len(args) == 2 {
+		name = args[1]
 	}
-	if done, err := printStructured(o.output, obj, len(list.Items), func(i int) string { return "pod/" + list.Items[i].Name }); done {
-		return err
-	}
-	w := newTable(o, "NAME\tREADY\tSTATUS\tRESTARTS\tAGE", "\tIP\tNODE")
-	defer w.Flush()
-	for _, p := range list.Items {
-		ready := 0
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Ready {
-				ready++
-			}
+	o.sel = labels.Everything()
+	if o.selector != "" {
+		if name != "" {
+			return fmt.Errorf("a NAME cannot be given with a selector (-l %q): use one or the other", o.selector)
 		}
-		row := fmt.Sprintf("%s\t%d/%d\t%s\t0\t%s", p.Name, ready, len(p.Spec.Containers), podStatus(p), age(p.CreationTimestamp.Time))
-		if o.allNamespaces {
-			row = p.Namespace + "\t" + row
+		if o.sel, err = labels.Parse(o.selector); err != nil {
+			return fmt.Errorf("invalid label selector %q: %v", o.selector, err)
 		}
-		if o.output == "wide" {
-			row += "\t" + orNone(p.Status.PodIP) + "\t" + orNone(p.Spec.NodeName)
-		}
-		fmt.Fprintln(w, row)
 	}
-	if len(list.Items) == 0 {
-		fmt.Fprintf(os.Stderr, "No resources found in %s namespace.\n", o.namespace)
-	}
-	return nil
+	return r.list(c, o, r, name)
 }
 
-// newTable starts a kubectl-style table: a NAMESPACE column with -A, the
-// wide columns with -o wide.
-func newTable(o *getOptions, header, wide string) *tabwriter.Writer {
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
-	if o.allNamespaces {
-		header = "NAMESPACE\t" + header
+// list is a Kubernetes List of one kind, as the agent sends it and as
+// -o json|yaml prints it.
+type list[T any] struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []T `json:"items"`
+}
+
+// object is a pointer to a Kubernetes object type: *corev1.Pod for T
+// corev1.Pod.
+type object[T any] interface {
+	*T
+	metav1.Object
+}
+
+// selectItems keeps the objects -n/-A, NAME and -l select. A NAME that
+// matches nothing is an error, as kubectl's NotFound. The result is never
+// nil, so -o json prints "items": [].
+func selectItems[T any, P object[T]](items []T, o *getOptions, r *resource, name string) ([]T, error) {
+	out := []T{}
+	for i := range items {
+		m := P(&items[i])
+		if (!r.namespaced || o.allNamespaces || m.GetNamespace() == o.namespace) &&
+			(name == "" || m.GetName() == name) && o.sel.Matches(labels.Set(m.GetLabels())) {
+			out = append(out, items[i])
+		}
 	}
-	if o.output == "wide" {
-		header += wide
+	if name != "" && len(out) == 0 {
+		if r.namespaced && !o.allNamespaces {
+			return nil, fmt.Errorf("%s %q not found in namespace %q", r.name, name, o.namespace)
+		}
+		return nil, fmt.Errorf("%s %q not found", r.name, name)
 	}
-	fmt.Fprintln(w, header)
-	return w
+	return out, nil
+}
+
+// columns says how a kind is shown as a table: its header, the extra
+// columns of -o wide, and the cells of one object (wide is only used with
+// -o wide).
+type columns[P any] struct {
+	header, wide []string
+	row          func(P) (cells, wide []string)
+}
+
+// getObjects fetches a kind's List from the agent, keeps what the flags
+// select and prints it.
+func getObjects[T any, P object[T]](c *api.Client, o *getOptions, r *resource, name, path string, cols columns[P]) error {
+	var l list[T]
+	if err := c.Do("GET", path, nil, &l); err != nil {
+		return err
+	}
+	items, err := selectItems[T, P](l.Items, o, r, name)
+	if err != nil {
+		return err
+	}
+	l.Items = items
+	var obj any = &l
+	if name != "" {
+		obj = &l.Items[0] // as kubectl: a named object prints as itself, not a List
+	}
+	if done, err := printStructuredTo(o.out, o.output, obj, len(items), func(i int) string {
+		return r.singular + "/" + P(&items[i]).GetName()
+	}); done {
+		return err
+	}
+	if len(items) == 0 {
+		noResources(o, r)
+		return nil
+	}
+	t := newTable(o, r, cols.header, cols.wide)
+	for i := range items {
+		m := P(&items[i])
+		cells, wide := cols.row(m)
+		t.row(m.GetNamespace(), m.GetLabels(), cells, wide)
+	}
+	return t.flush()
+}
+
+// noResources says so on stderr, as kubectl does, so the output stays empty.
+func noResources(o *getOptions, r *resource) {
+	if r.namespaced && !o.allNamespaces {
+		fmt.Fprintf(o.errOut, "No resources found in %s namespace.\n", o.namespace)
+		return
+	}
+	fmt.Fprintln(o.errOut, "No resources found")
+}
+
+// table is a kubectl-style table: NAMESPACE first with -A (namespaced
+// kinds), the wide columns with -o wide, LABELS last with --show-labels.
+type table struct {
+	w                 *tabwriter.Writer
+	wide              bool
+	namespace, labels bool
+}
+
+func newTable(o *getOptions, r *resource, header, wide []string) *table {
+	t := &table{
+		w:         tabwriter.NewWriter(o.out, 0, 8, 3, ' ', 0),
+		wide:      o.output == "wide",
+		namespace: r.namespaced && o.allNamespaces,
+		labels:    o.showLabels && !r.showsLabel,
+	}
+	t.line("NAMESPACE", header, wide, "LABELS")
+	return t
+}
+
+func (t *table) row(ns string, l map[string]string, cells, wide []string) {
+	t.line(ns, cells, wide, orNone(labelText(l)))
+}
+
+func (t *table) line(ns string, cells, wide []string, labelCell string) {
+	var out []string
+	if t.namespace {
+		out = append(out, ns)
+	}
+	out = append(out, cells...)
+	if t.wide {
+		out = append(out, wide...)
+	}
+	if t.labels {
+		out = append(out, labelCell)
+	}
+	fmt.Fprintln(t.w, strings.Join(out, "\t"))
+}
+
+func (t *table) flush() error { return t.w.Flush() }
+
+func getPods(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/pods", columns[*corev1.Pod]{
+		header: []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"},
+		wide:   []string{"IP", "NODE"},
+		row: func(p *corev1.Pod) ([]string, []string) {
+			ready := 0
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Ready {
+					ready++
+				}
+			}
+			return []string{p.Name, fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), podStatus(*p), "0", age(p.CreationTimestamp.Time)},
+				[]string{orNone(p.Status.PodIP), orNone(p.Spec.NodeName)}
+		},
+	})
 }
 
 // podStatus is kubectl's STATUS column: a terminated container's reason
@@ -148,44 +311,156 @@ func podStatus(p corev1.Pod) string {
 	return string(p.Status.Phase)
 }
 
-func getNamespaces(c *api.Client, o *getOptions, name string) error {
-	var list corev1.NamespaceList
-	if err := c.Do("GET", "/v1/namespaces", nil, &list); err != nil {
-		return err
-	}
-	if name != "" {
-		items := list.Items[:0]
-		for _, n := range list.Items {
-			if n.Name == name {
-				items = append(items, n)
-			}
-		}
-		if len(items) == 0 {
-			return fmt.Errorf("namespaces %q not found", name)
-		}
-		list.Items = items
-	}
-	var obj any = &list
-	if name != "" {
-		obj = &list.Items[0]
-	}
-	if done, err := printStructured(o.output, obj, len(list.Items), func(i int) string { return "namespace/" + list.Items[i].Name }); done {
-		return err
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
-	defer w.Flush()
-	fmt.Fprintln(w, "NAME\tSTATUS\tLABELS")
-	for _, n := range list.Items {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.Status.Phase, orNone(labelText(n.Labels)))
-	}
-	return nil
+// getNamespaces shows LABELS always (namespaceSelectors match them).
+func getNamespaces(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/namespaces", columns[*corev1.Namespace]{
+		header: []string{"NAME", "STATUS", "LABELS"},
+		row: func(n *corev1.Namespace) ([]string, []string) {
+			return []string{n.Name, string(n.Status.Phase), orNone(labelText(n.Labels))}, nil
+		},
+	})
 }
 
-// printStructured handles -o json|yaml|name; done is false for tables.
+func getServices(c *api.Client, o *getOptions, r *resource, name string) error {
+	var eps discoveryv1.EndpointSliceList
+	if o.output == "wide" {
+		if err := c.Do("GET", "/v1/endpointslices", nil, &eps); err != nil {
+			return err
+		}
+	}
+	return getObjects(c, o, r, name, "/v1/services", columns[*corev1.Service]{
+		header: []string{"NAME", "TYPE", "CLUSTER-IP", "PORT(S)", "AGE"},
+		wide:   []string{"SELECTOR", "ENDPOINTS"},
+		row: func(s *corev1.Service) ([]string, []string) {
+			var ports []string
+			for _, p := range s.Spec.Ports {
+				ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
+			}
+			cells := []string{s.Name, string(s.Spec.Type), orNone(s.Spec.ClusterIP), strings.Join(ports, ","), age(s.CreationTimestamp.Time)}
+			if o.output != "wide" {
+				return cells, nil
+			}
+			return cells, []string{orNone(labelText(s.Spec.Selector)), orNone(strings.Join(readyEndpoints(eps, s.Namespace, s.Name), ","))}
+		},
+	})
+}
+
+// readyEndpoints lists ip:port of a service's ready endpoints, as
+// kubectl's ENDPOINTS column.
+func readyEndpoints(eps discoveryv1.EndpointSliceList, ns, svc string) []string {
+	var out []string
+	for _, sl := range eps.Items {
+		if sl.Namespace != ns || sl.Labels[discoveryv1.LabelServiceName] != svc {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				for _, p := range sl.Ports {
+					if p.Port != nil {
+						out = append(out, fmt.Sprintf("%s:%d", a, *p.Port))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func getEndpointSlices(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/endpointslices", columns[*discoveryv1.EndpointSlice]{
+		header: []string{"NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS"},
+		row: func(s *discoveryv1.EndpointSlice) ([]string, []string) {
+			var ports, addrs []string
+			for _, p := range s.Ports {
+				if p.Port != nil {
+					ports = append(ports, fmt.Sprint(*p.Port))
+				}
+			}
+			for _, ep := range s.Endpoints {
+				state := ""
+				if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+					state = " (terminating)"
+				} else if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+					state = " (not ready)"
+				}
+				for _, a := range ep.Addresses {
+					addrs = append(addrs, a+state)
+				}
+			}
+			return []string{s.Name, string(s.AddressType), orNone(strings.Join(ports, ",")), orNone(strings.Join(addrs, ","))}, nil
+		},
+	})
+}
+
+// getNetworkPolicies prints kubectl's columns; -o wide adds the
+// directions the policy isolates.
+func getNetworkPolicies(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/networkpolicies", columns[*networkingv1.NetworkPolicy]{
+		header: []string{"NAME", "POD-SELECTOR", "AGE"},
+		wide:   []string{"POLICY-TYPES"},
+		row: func(np *networkingv1.NetworkPolicy) ([]string, []string) {
+			var types []string
+			for _, t := range np.Spec.PolicyTypes {
+				types = append(types, string(t))
+			}
+			return []string{np.Name, metav1.FormatLabelSelector(&np.Spec.PodSelector), age(np.CreationTimestamp.Time)},
+				[]string{orNone(strings.Join(types, ","))}
+		},
+	})
+}
+
+// getShuntPolicies prints what a ShuntNetworkPolicy selects and its rules
+// per direction by action ("2 allow, 1 deny"); -o wide adds how many HTTP
+// matches the rules have.
+func getShuntPolicies(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/shuntnetworkpolicies", columns[*manifest.ShuntNetworkPolicy]{
+		header: []string{"NAME", "POD-SELECTOR", "INGRESS", "EGRESS", "AGE"},
+		wide:   []string{"HTTP-RULES"},
+		row: func(p *manifest.ShuntNetworkPolicy) ([]string, []string) {
+			http := 0
+			for _, rule := range append(append([]manifest.ShuntRule{}, p.Spec.Ingress...), p.Spec.Egress...) {
+				http += len(rule.HTTP)
+			}
+			return []string{p.Name, metav1.FormatLabelSelector(&p.Spec.PodSelector), ruleSummary(p.Spec.Ingress), ruleSummary(p.Spec.Egress),
+					age(p.CreationTimestamp.Time)},
+				[]string{fmt.Sprint(http)}
+		},
+	})
+}
+
+// ruleSummary counts rules by action: "2 allow, 1 deny", "<none>".
+func ruleSummary(rules []manifest.ShuntRule) string {
+	allow, deny := 0, 0
+	for _, r := range rules {
+		if r.Action == manifest.ActionDeny {
+			deny++
+		} else {
+			allow++
+		}
+	}
+	var parts []string
+	if allow > 0 {
+		parts = append(parts, fmt.Sprintf("%d allow", allow))
+	}
+	if deny > 0 {
+		parts = append(parts, fmt.Sprintf("%d deny", deny))
+	}
+	return orNone(strings.Join(parts, ", "))
+}
+
+// printStructured handles -o json|yaml|name on stdout; done is false for
+// tables.
 func printStructured(format string, v any, n int, name func(int) string) (done bool, err error) {
+	return printStructuredTo(os.Stdout, format, v, n, name)
+}
+
+func printStructuredTo(w io.Writer, format string, v any, n int, name func(int) string) (done bool, err error) {
 	switch format {
 	case "json":
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", "    ")
 		return true, enc.Encode(v)
 	case "yaml":
@@ -193,11 +468,11 @@ func printStructured(format string, v any, n int, name func(int) string) (done b
 		if err != nil {
 			return true, err
 		}
-		_, err = os.Stdout.Write(data)
+		_, err = w.Write(data)
 		return true, err
 	case "name":
 		for i := range n {
-			fmt.Println(name(i))
+			fmt.Fprintln(w, name(i))
 		}
 		return true, nil
 	}
@@ -230,112 +505,4 @@ func age(t time.Time) string {
 	default:
 		return fmt.Sprintf("%dd", int(d.Hours()/24))
 	}
-}
-
-func inScope(o *getOptions, ns, objName, name string) bool {
-	return (o.allNamespaces || ns == o.namespace) && (name == "" || objName == name)
-}
-
-func getServices(c *api.Client, o *getOptions, name string) error {
-	var list corev1.ServiceList
-	if err := c.Do("GET", "/v1/services", nil, &list); err != nil {
-		return err
-	}
-	list.Items = slices.DeleteFunc(list.Items, func(s corev1.Service) bool { return !inScope(o, s.Namespace, s.Name, name) })
-	if name != "" && len(list.Items) == 0 {
-		return fmt.Errorf("services %q not found in namespace %q", name, o.namespace)
-	}
-	var obj any = &list
-	if name != "" {
-		obj = &list.Items[0]
-	}
-	if done, err := printStructured(o.output, obj, len(list.Items), func(i int) string { return "service/" + list.Items[i].Name }); done {
-		return err
-	}
-	var slices discoveryv1.EndpointSliceList
-	if o.output == "wide" {
-		if err := c.Do("GET", "/v1/endpointslices", nil, &slices); err != nil {
-			return err
-		}
-	}
-	w := newTable(o, "NAME\tTYPE\tCLUSTER-IP\tPORT(S)\tAGE", "\tSELECTOR\tENDPOINTS")
-	defer w.Flush()
-	for _, s := range list.Items {
-		var ports []string
-		for _, p := range s.Spec.Ports {
-			ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
-		}
-		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", s.Name, s.Spec.Type, orNone(s.Spec.ClusterIP), strings.Join(ports, ","), age(s.CreationTimestamp.Time))
-		if o.allNamespaces {
-			row = s.Namespace + "\t" + row
-		}
-		if o.output == "wide" {
-			var sel []string
-			for k, v := range s.Spec.Selector {
-				sel = append(sel, k+"="+v)
-			}
-			row += "\t" + orNone(strings.Join(sel, ",")) + "\t" + orNone(strings.Join(readyEndpoints(slices, s.Namespace, s.Name), ","))
-		}
-		fmt.Fprintln(w, row)
-	}
-	return nil
-}
-
-// readyEndpoints lists ip:port of a service's ready endpoints, as
-// kubectl's ENDPOINTS column.
-func readyEndpoints(slices discoveryv1.EndpointSliceList, ns, svc string) []string {
-	var out []string
-	for _, sl := range slices.Items {
-		if sl.Namespace != ns || sl.Labels[discoveryv1.LabelServiceName] != svc {
-			continue
-		}
-		for _, ep := range sl.Endpoints {
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				continue
-			}
-			for _, a := range ep.Addresses {
-				for _, p := range sl.Ports {
-					if p.Port != nil {
-						out = append(out, fmt.Sprintf("%s:%d", a, *p.Port))
-					}
-				}
-			}
-		}
-	}
-	return out
-}
-
-func getEndpointSlices(c *api.Client, o *getOptions, name string) error {
-	var list discoveryv1.EndpointSliceList
-	if err := c.Do("GET", "/v1/endpointslices", nil, &list); err != nil {
-		return err
-	}
-	list.Items = slices.DeleteFunc(list.Items, func(s discoveryv1.EndpointSlice) bool { return !inScope(o, s.Namespace, s.Name, name) })
-	if done, err := printStructured(o.output, &list, len(list.Items), func(i int) string { return "endpointslice/" + list.Items[i].Name }); done {
-		return err
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
-	defer w.Flush()
-	fmt.Fprintln(w, "NAME\tADDRESSTYPE\tPORTS\tENDPOINTS")
-	for _, s := range list.Items {
-		var ports, addrs []string
-		for _, p := range s.Ports {
-			if p.Port != nil {
-				ports = append(ports, fmt.Sprint(*p.Port))
-			}
-		}
-		for _, ep := range s.Endpoints {
-			state := ""
-			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
-				state = " (terminating)"
-			} else if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				state = " (not ready)"
-			}
-			for _, a := range ep.Addresses {
-				addrs = append(addrs, a+state)
-			}
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.AddressType, orNone(strings.Join(ports, ",")), orNone(strings.Join(addrs, ",")))
-	}
-	return nil
 }

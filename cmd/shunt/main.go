@@ -44,6 +44,7 @@ func main() {
 // globals are the flags every command shares.
 type globals struct {
 	instance string
+	socket   string // the agent's socket, when not the instance's (tests)
 }
 
 func (g *globals) inst() (instance.Instance, error) { return instance.New(g.instance) }
@@ -52,6 +53,9 @@ func (g *globals) client() (*api.Client, instance.Instance, error) {
 	i, err := g.inst()
 	if err != nil {
 		return nil, i, err
+	}
+	if g.socket != "" {
+		return api.NewClient(g.socket), i, nil
 	}
 	return api.NewClient(i.Socket()), i, nil
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
@@ -79,15 +80,21 @@ func printTrace(t policy.Trace) {
 	}
 }
 
-func getIdentities(c *api.Client, o *getOptions) error {
+// getIdentities lists the policy identities; -l selects by their labels.
+func getIdentities(c *api.Client, o *getOptions, r *resource, _ string) error {
 	var ids []policy.Identity
 	if err := c.Do("GET", "/v1/identities", nil, &ids); err != nil {
 		return err
 	}
-	if done, err := printStructured(o.output, ids, 0, nil); done {
+	ids = slices.DeleteFunc(ids, func(id policy.Identity) bool { return !o.sel.Matches(labels.Set(id.Labels)) })
+	if done, err := printStructuredTo(o.out, o.output, ids, 0, nil); done {
 		return err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+	if len(ids) == 0 {
+		noResources(o, r)
+		return nil
+	}
+	w := tabwriter.NewWriter(o.out, 0, 8, 3, ' ', 0)
 	defer w.Flush()
 	fmt.Fprintln(w, "ID\tNAMESPACE\tLABELS\tPODS")
 	for _, id := range ids {

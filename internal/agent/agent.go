@@ -27,6 +27,7 @@ import (
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/lab"
+	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/reconciler"
@@ -58,6 +59,7 @@ type Agent struct {
 	dp      *datapath.Datapath
 	rec     *reconciler.Reconciler
 	lab     *lab.ControlPlane
+	objects func() *model.Store // the objects as they are now (the lab's)
 
 	flows    *flows.History // the last flows, for observe
 	sampling atomic.Uint32  // current datapath.FlowMode
@@ -167,6 +169,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.objects = a.lab.Store
 	if len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil {
 		// Older versions kept objects, ClusterIPs and pods in state.json.
 		if err := a.lab.Migrate(state.Objects, state.ClusterIPs); err != nil {

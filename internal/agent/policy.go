@@ -76,7 +76,7 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no policy computed yet"))
 		return
 	}
-	store := a.lab.Store()
+	store := a.objects()
 	var ends [2]policy.Peer
 	for i, s := range []string{q.Get("from"), q.Get("to")} {
 		if s == "" {
@@ -102,7 +102,7 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 // named with the agent's identities and rules.
 func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
 	p := parsePeer(r.URL.Query().Get("pod"))
-	pod, ok := a.lab.Store().Pod(namespaceName(p.Pod))
+	pod, ok := a.objects().Pod(namespaceName(p.Pod))
 	pol := a.rec.Policy()
 	ip, err := netip.ParseAddr(pod.Status.PodIP)
 	if !ok || pol == nil || err != nil {

@@ -38,6 +38,8 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/namespaces", a.handleNamespaces)
 	mux.HandleFunc("GET /v1/services", a.handleServices)
 	mux.HandleFunc("GET /v1/endpointslices", a.handleEndpointSlices)
+	mux.HandleFunc("GET /v1/networkpolicies", a.handleNetworkPolicies)
+	mux.HandleFunc("GET /v1/shuntnetworkpolicies", a.handleShuntPolicies)
 	mux.HandleFunc("GET /v1/maps/services", a.handleServiceMap)
 	mux.HandleFunc("GET /v1/maps/policy", a.handlePolicyMap)
 	mux.HandleFunc("GET /v1/identities", a.handleIdentities)
@@ -158,7 +160,7 @@ func (a *Agent) handlePods(w http.ResponseWriter, r *http.Request) {
 		a.log.Warn("pod status", "err", err)
 	}
 	list := corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, p := range a.lab.Store().Pods() {
+	for _, p := range a.objects().Pods() {
 		pod := *p.DeepCopy()
 		pod.APIVersion, pod.Kind = "v1", "Pod"
 		list.Items = append(list.Items, pod)
@@ -168,7 +170,7 @@ func (a *Agent) handlePods(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
 	list := corev1.NamespaceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, ns := range a.lab.Store().Namespaces() {
+	for _, ns := range a.objects().Namespaces() {
 		n := *ns.DeepCopy()
 		n.Status.Phase = corev1.NamespaceActive
 		list.Items = append(list.Items, n)
@@ -178,7 +180,7 @@ func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
 	list := corev1.ServiceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, s := range a.lab.Store().Services() {
+	for _, s := range a.objects().Services() {
 		svc := *s.DeepCopy()
 		svc.APIVersion, svc.Kind = "v1", "Service"
 		list.Items = append(list.Items, svc)
@@ -188,7 +190,7 @@ func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handleEndpointSlices(w http.ResponseWriter, r *http.Request) {
 	list := discoveryv1.EndpointSliceList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
-	for _, sl := range a.lab.Store().EndpointSlices() {
+	for _, sl := range a.objects().EndpointSlices() {
 		s := *sl.DeepCopy()
 		s.APIVersion, s.Kind = "discovery.k8s.io/v1", "EndpointSlice"
 		list.Items = append(list.Items, s)

@@ -164,9 +164,14 @@ func (cp *ControlPlane) Apply(ctx context.Context, docs []manifest.Document) ([]
 	return cp.change(ctx, objs, cp.admitApply)
 }
 
-// Delete removes objects (and what depends on them) all or nothing.
+// Delete removes objects (and what depends on them) all or nothing. As
+// kubectl, it needs only what names each object (apiVersion, kind,
+// namespace, name): the rest of a manifest is not read.
 func (cp *ControlPlane) Delete(ctx context.Context, docs []manifest.Document) ([]model.Change, error) {
-	objs, err := manifest.Decode(docs)
+	objs, err := manifest.DecodeReferences(docs)
+	if err == nil {
+		err = manifest.CheckReferences(objs)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ const StdinSource = "<stdin>"
 func Load(paths []string, stdin io.Reader) ([]Object, error) {
 	var errs Errors
 	docs := readDocuments(paths, stdin, &errs)
-	objs := decodeAll(docs, &errs)
+	objs := decodeAll(docs, &errs, false)
 	// Validate what did parse too, so one run shows every problem.
 	if err := Validate(objs); err != nil {
 		errs.List = append(errs.List, err.(*Errors).List...)

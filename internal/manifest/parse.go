@@ -29,7 +29,7 @@ const ShuntAPIVersion = "shunt.io/v1alpha1"
 // On error it returns a *Errors listing every document that failed.
 func Parse(source string, data []byte) ([]Object, error) {
 	var errs Errors
-	objs := decodeAll(splitDocuments(source, data, &errs), &errs)
+	objs := decodeAll(splitDocuments(source, data, &errs), &errs, false)
 	if err := errs.orNil(); err != nil {
 		return nil, err
 	}
@@ -48,7 +48,24 @@ type Document struct {
 // Parse), a List into its items. It does not validate them.
 func Decode(docs []Document) ([]Object, error) {
 	var errs Errors
-	objs := decodeAll(docs, &errs)
+	objs := decodeAll(docs, &errs, false)
+	if err := errs.orNil(); err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+// DecodeReferences decodes what a delete needs of each document: its
+// apiVersion, kind and metadata (strictly, as Decode does), a List into its
+// items. Nothing else of a document is read, as kubectl delete -f reads
+// nothing else: a manifest naming only apiVersion, kind, metadata.name and
+// metadata.namespace deletes its object, and so does a complete manifest
+// whose spec this version would refuse (a field it does not know, a value
+// it does not accept). The objects have only TypeMeta and ObjectMeta set,
+// the namespace defaulted; CheckReferences checks them.
+func DecodeReferences(docs []Document) ([]Object, error) {
+	var errs Errors
+	objs := decodeAll(docs, &errs, true)
 	if err := errs.orNil(); err != nil {
 		return nil, err
 	}
@@ -59,12 +76,13 @@ func Decode(docs []Document) ([]Object, error) {
 // are common, one Service and one EndpointSlice per service, and each takes
 // tens of microseconds), keeping their order and the
 // order of their problems in errs; objects that decoded are returned even
-// when others did not, so Load can still validate them.
-func decodeAll(docs []Document, errs *Errors) []Object {
+// when others did not, so Load can still validate them. With refsOnly,
+// only apiVersion, kind and metadata are decoded (DecodeReferences).
+func decodeAll(docs []Document, errs *Errors, refsOnly bool) []Object {
 	objs := make([][]Object, len(docs))
 	problems := make([]Errors, len(docs))
 	parallel.For(len(docs), func(i int) {
-		objs[i] = decodeDocument(docs[i].Source, docs[i].JSON, &problems[i])
+		objs[i] = decodeDocument(docs[i].Source, docs[i].JSON, &problems[i], refsOnly)
 	})
 	var out []Object
 	for i := range docs {
@@ -221,8 +239,9 @@ func splitYAML(data []byte) []yamlChunk {
 }
 
 // decodeDocument decodes one JSON document into typed objects (several for
-// a List), reporting problems to errs.
-func decodeDocument(src string, raw []byte, errs *Errors) []Object {
+// a List), reporting problems to errs. With refsOnly it decodes only
+// apiVersion, kind and metadata, and does not default.
+func decodeDocument(src string, raw []byte, errs *Errors, refsOnly bool) []Object {
 	if raw = bytes.TrimSpace(raw); raw[0] != '{' {
 		errs.add(src, "", "", "a manifest must be a mapping with apiVersion and kind, not %s", jsonValueKind(raw))
 		return nil
@@ -238,7 +257,7 @@ func decodeDocument(src string, raw []byte, errs *Errors) []Object {
 		return nil
 	}
 	if head.Kind == "List" {
-		return decodeList(src, raw, errs)
+		return decodeList(src, raw, errs, refsOnly)
 	}
 	ns, name := namespaceName(head.Metadata)
 	info, ok := kindByName[head.Kind]
@@ -262,6 +281,12 @@ func decodeDocument(src string, raw []byte, errs *Errors) []Object {
 		}
 		return nil
 	}
+	if refsOnly {
+		var ok bool
+		if raw, ok = referenceOf(src, label, raw, errs); !ok {
+			return nil
+		}
+	}
 	obj := info.newObj()
 	if !decodeStrict(src, label, raw, obj, errs) {
 		return nil
@@ -271,12 +296,37 @@ func decodeDocument(src string, raw []byte, errs *Errors) []Object {
 	if m := obj.(metav1.Object); info.namespaced && m.GetNamespace() == "" {
 		m.SetNamespace(metav1.NamespaceDefault)
 	}
-	info.defaults(obj)
+	if !refsOnly {
+		info.defaults(obj)
+	}
 	return []Object{{Source: src, Obj: obj}}
 }
 
+// referenceOf keeps of a document only apiVersion, kind and metadata, the
+// fields that name its object.
+func referenceOf(src, label string, raw []byte, errs *Errors) ([]byte, bool) {
+	var doc map[string]json.RawMessage
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &doc); err != nil {
+		field, msg := describeDecodeError(err)
+		errs.add(src, label, field, "%s", msg)
+		return nil, false
+	}
+	ref := make(map[string]json.RawMessage, 3)
+	for _, k := range []string{"apiVersion", "kind", "metadata"} {
+		if v, ok := doc[k]; ok {
+			ref[k] = v
+		}
+	}
+	out, err := json.Marshal(ref)
+	if err != nil {
+		errs.add(src, label, "", "%v", err)
+		return nil, false
+	}
+	return out, true
+}
+
 // decodeList expands a v1 List into its items.
-func decodeList(src string, raw []byte, errs *Errors) []Object {
+func decodeList(src string, raw []byte, errs *Errors, refsOnly bool) []Object {
 	var list struct {
 		metav1.TypeMeta `json:",inline"`
 		Metadata        metav1.ListMeta   `json:"metadata"`
@@ -303,7 +353,7 @@ func decodeList(src string, raw []byte, errs *Errors) []Object {
 			errs.add(itemSrc, "", "kind", "a List cannot contain another List")
 			continue
 		}
-		out = append(out, decodeDocument(itemSrc, item, errs)...)
+		out = append(out, decodeDocument(itemSrc, item, errs, refsOnly)...)
 	}
 	return out
 }

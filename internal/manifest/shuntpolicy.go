@@ -18,6 +18,15 @@ type ShuntNetworkPolicy struct {
 	Spec ShuntNetworkPolicySpec `json:"spec"`
 }
 
+// ShuntNetworkPolicyList is a list of ShuntNetworkPolicies, as `shunt get`
+// prints them.
+type ShuntNetworkPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []ShuntNetworkPolicy `json:"items"`
+}
+
 // ShuntNetworkPolicySpec selects the pods the policy applies to and lists
 // its rules per direction.
 type ShuntNetworkPolicySpec struct {

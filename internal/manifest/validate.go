@@ -55,6 +55,33 @@ func Validate(objs []Object) error {
 	return errs.orNil()
 }
 
+// CheckReferences checks what a delete needs of each object, and nothing
+// more: a supported kind, a valid name, a valid namespace for namespaced
+// kinds and none for cluster-scoped ones, no object named twice. Objects
+// from DecodeReferences (apiVersion, kind and metadata only) pass when
+// those are right; Validate would refuse them for what their spec lacks.
+// Problems are reported like Validate's, as a *Errors naming file#doc,
+// object and field.
+func CheckReferences(objs []Object) error {
+	var errs Errors
+	seen := make(map[Key]string, len(objs)) // Key -> Source of its first mention
+	for _, o := range objs {
+		c := &checker{source: o.Source, object: o.label(), errs: &errs}
+		info, ok := kindByType[reflect.TypeOf(o.Obj)]
+		if !ok {
+			c.errorf("", "unsupported object type %T: supported kinds are %s", o.Obj, supportedKinds())
+			continue
+		}
+		if first, dup := seen[o.Key()]; dup {
+			c.errorf("metadata.name", "duplicate: %s is also named in %s", o.label(), first)
+		} else {
+			seen[o.Key()] = o.Source
+		}
+		checkReference(c, info, o.Obj.(metav1.Object))
+	}
+	return errs.orNil()
+}
+
 // checker collects the problems of one object.
 type checker struct {
 	source, object string
@@ -89,6 +116,13 @@ func (p path) key(k string) path { return p + path("["+k+"]") }
 // ---- metadata ----
 
 func checkMeta(c *checker, info *kindInfo, m metav1.Object) {
+	checkReference(c, info, m)
+	checkLabels(c, "metadata.labels", m.GetLabels())
+}
+
+// checkReference checks the metadata that names an object: its name and
+// its namespace.
+func checkReference(c *checker, info *kindInfo, m metav1.Object) {
 	if m.GetName() == "" {
 		c.errorf("metadata.name", "required")
 	} else {
@@ -102,7 +136,6 @@ func checkMeta(c *checker, info *kindInfo, m metav1.Object) {
 	case ns != "":
 		c.all("metadata.namespace", validation.IsDNS1123Label(ns))
 	}
-	checkLabels(c, "metadata.labels", m.GetLabels())
 }
 
 // checkLabels checks label keys and values (also used for selector maps).

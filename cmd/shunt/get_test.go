@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// agentLists are what the fake agent answers: pods in two namespaces with
+// and without labels, one object or more of every other kind.
+var agentLists = map[string]string{
+	"/v1/pods": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": "default", "labels": {"app": "client"}},
+		 "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running", "podIP": "10.0.0.2"}},
+		{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web", "tier": "a"}},
+		 "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running", "podIP": "10.0.0.3"}},
+		{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-2", "namespace": "default", "labels": {"tier": "b", "app": "web"}},
+		 "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running", "podIP": "10.0.0.4"}},
+		{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": "default"},
+		 "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}},
+		{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db", "namespace": "shop", "labels": {"app": "db", "tier": "c"}},
+		 "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running", "podIP": "10.0.0.5"}}]}`,
+	"/v1/namespaces": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"metadata": {"name": "default"}, "status": {"phase": "Active"}},
+		{"metadata": {"name": "shop", "labels": {"team": "shop"}}, "status": {"phase": "Active"}}]}`,
+	"/v1/services": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+		 "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.10", "selector": {"app": "web"}, "ports": [{"port": 80, "protocol": "TCP"}]}},
+		{"metadata": {"name": "other", "namespace": "default"},
+		 "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.11", "ports": [{"port": 53, "protocol": "UDP"}]}}]}`,
+	"/v1/endpointslices": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"metadata": {"name": "web-abc", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+		 "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.3"], "conditions": {"ready": true}}], "ports": [{"port": 8080}]}]}`,
+	"/v1/networkpolicies": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "allow-web", "namespace": "default", "labels": {"team": "a"}},
+		 "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}},
+		{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "deny-all", "namespace": "shop"},
+		 "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}]}`,
+	"/v1/shuntnetworkpolicies": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"apiVersion": "shunt.io/v1alpha1", "kind": "ShuntNetworkPolicy", "metadata": {"name": "web-shunt", "namespace": "default", "labels": {"team": "a"}},
+		 "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [
+			{"action": "allow", "peers": [{"entity": "cluster"}], "http": [{"method": "GET"}, {"path": "/x"}]},
+			{"action": "deny", "peers": [{"entity": "host"}]},
+			{"action": "deny", "peers": [{"entity": "world"}]}]}}]}`,
+	"/v1/identities": `[{"id": 1, "reserved": "host"},
+		{"id": 256, "namespace": "default", "labels": {"app": "web"}, "pods": ["default/web-1"]},
+		{"id": 257, "namespace": "default", "labels": {"app": "client"}, "pods": ["default/client"]}]`,
+}
+
+// fakeAgent answers the list requests of `get` with fixed Lists, over a
+// Unix socket as the agent does, and returns the socket.
+func fakeAgent(t *testing.T) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	for path, body := range agentLists {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(body)) })
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// get runs `shunt get ARGS` against the agent on sock and returns stdout
+// and stderr.
+func get(sock string, args ...string) (string, string, error) {
+	cmd := newGetCmd(&globals{instance: "test", socket: sock})
+	var out, errOut bytes.Buffer
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+// lines splits output into lines with their columns' spacing collapsed,
+// so tests do not depend on column widths.
+func lines(out string) []string {
+	var ls []string
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		ls = append(ls, strings.Join(strings.Fields(l), " "))
+	}
+	return ls
+}
+
+func assertLines(t *testing.T, out string, want ...string) {
+	t.Helper()
+	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Every name of every kind finds it, in any case; anything else is an
+// error listing the kinds with their short names.
+func TestGetKindNames(t *testing.T) {
+	for name, want := range map[string]string{
+		"pods": "pods", "pod": "pods", "po": "pods", "PODS": "pods",
+		"services": "services", "service": "services", "svc": "services",
+		"endpointslices": "endpointslices", "endpointslice": "endpointslices", "endpointslices.discovery.k8s.io": "endpointslices",
+		"namespaces": "namespaces", "namespace": "namespaces", "ns": "namespaces",
+		"networkpolicies": "networkpolicies", "networkpolicy": "networkpolicies", "netpol": "networkpolicies",
+		"NetworkPolicy": "networkpolicies", "networkpolicies.networking.k8s.io": "networkpolicies",
+		"shuntnetworkpolicies": "shuntnetworkpolicies", "shuntnetworkpolicy": "shuntnetworkpolicies", "snp": "shuntnetworkpolicies",
+		"ShuntNetworkPolicy": "shuntnetworkpolicies", "shuntnetworkpolicies.shunt.io": "shuntnetworkpolicies",
+		"identities": "identities", "identity": "identities",
+	} {
+		if r, err := lookupResource(name); err != nil || r.name != want {
+			t.Errorf("%q: got %v, %v; want %s", name, r, err, want)
+		}
+	}
+	// No agent is asked: the kind is checked first.
+	_, _, err := get("/nonexistent.sock", "foo")
+	if err == nil {
+		t.Fatal("get foo: no error")
+	}
+	want := `the server doesn't have a resource type "foo"` + "\n" +
+		"known resource types (short names): pods (po), services (svc), endpointslices, namespaces (ns), " +
+		"networkpolicies (netpol), shuntnetworkpolicies (snp), identities"
+	if err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+	if _, _, err := get("/nonexistent.sock"); err == nil || !strings.Contains(err.Error(), "you must specify the type of resource to get: pods (po), ") {
+		t.Errorf("get without a kind: %v", err)
+	}
+}
+
+func TestGetSelector(t *testing.T) {
+	sock := fakeAgent(t)
+	for _, tc := range []struct {
+		selector string
+		want     []string
+	}{
+		{"app=web", []string{"pod/web-1", "pod/web-2"}},
+		{"app==web", []string{"pod/web-1", "pod/web-2"}},
+		{"app!=web", []string{"pod/client", "pod/bare"}}, // as kubectl: != matches pods without the label
+		{"tier in (a,b)", []string{"pod/web-1", "pod/web-2"}},
+		{"tier notin (a)", []string{"pod/client", "pod/web-2", "pod/bare"}},
+		{"tier", []string{"pod/web-1", "pod/web-2"}},
+		{"!tier", []string{"pod/client", "pod/bare"}},
+		{"app=web,tier=b", []string{"pod/web-2"}},
+		{"app=nothing", nil},
+	} {
+		out, _, err := get(sock, "pods", "-l", tc.selector, "-o", "name")
+		if err != nil {
+			t.Errorf("-l %q: %v", tc.selector, err)
+			continue
+		}
+		if got := strings.Fields(out); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("-l %q: got %v, want %v", tc.selector, got, tc.want)
+		}
+	}
+	// -A widens the namespace, the selector still holds.
+	out, _, err := get(sock, "po", "-A", "--selector", "tier in (a,c)", "-o", "name")
+	if err != nil || strings.Join(strings.Fields(out), " ") != "pod/web-1 pod/db" {
+		t.Errorf("-A -l: %q %v", out, err)
+	}
+	// Every kind filters by its labels.
+	for kind, want := range map[string]string{
+		"svc": "service/web", "endpointslices": "endpointslice/web-abc", "ns": "namespace/shop",
+		"netpol": "networkpolicy/allow-web", "snp": "shuntnetworkpolicy/web-shunt",
+	} {
+		sel := "team"
+		switch kind {
+		case "svc":
+			sel = "app=web"
+		case "endpointslices":
+			sel = "kubernetes.io/service-name=web"
+		}
+		out, _, err := get(sock, kind, "-A", "-l", sel, "-o", "name")
+		if err != nil || strings.TrimSpace(out) != want {
+			t.Errorf("get %s -l %s: %q %v, want %s", kind, sel, out, err, want)
+		}
+	}
+	out, _, err = get(sock, "identities", "-l", "app=web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLines(t, out, "ID NAMESPACE LABELS PODS", "256 default app=web default/web-1")
+
+	// JSON keeps the List shape, with what matched.
+	out, _, err = get(sock, "pods", "-l", "tier=b", "-o", "json")
+	var l struct {
+		APIVersion, Kind string
+		Items            []struct{ Metadata struct{ Name string } }
+	}
+	if err != nil || json.Unmarshal([]byte(out), &l) != nil || l.Kind != "List" || len(l.Items) != 1 || l.Items[0].Metadata.Name != "web-2" {
+		t.Errorf("-o json -l: %v\n%s", err, out)
+	}
+	out, _, err = get(sock, "pods", "-l", "app=nothing", "-o", "json")
+	if err != nil || !strings.Contains(out, `"items": []`) {
+		t.Errorf("-o json, nothing selected: %v\n%s", err, out)
+	}
+	out, errOut, err := get(sock, "pods", "-l", "app=nothing")
+	if err != nil || out != "" || errOut != "No resources found in default namespace.\n" {
+		t.Errorf("table, nothing selected: %v %q %q", err, out, errOut)
+	}
+}
+
+func TestGetBadSelector(t *testing.T) {
+	sock := fakeAgent(t)
+	for _, sel := range []string{"tier in (a", "app=web=x", "a b", "!"} {
+		_, _, err := get(sock, "pods", "-l", sel)
+		if err == nil || !strings.HasPrefix(err.Error(), "invalid label selector "+`"`+sel+`": `) {
+			t.Errorf("-l %q: %v", sel, err)
+		}
+	}
+	if _, _, err := get(sock, "pods", "web-1", "-l", "app=web"); err == nil || !strings.Contains(err.Error(), "cannot be given with a selector") {
+		t.Errorf("NAME and -l: %v", err)
+	}
+}
+
+func TestGetShowLabels(t *testing.T) {
+	sock := fakeAgent(t)
+	out, _, err := get(sock, "pods", "--show-labels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLines(t, out,
+		"NAME READY STATUS RESTARTS AGE LABELS",
+		"client 0/1 Running 0 <unknown> app=client",
+		"web-1 0/1 Running 0 <unknown> app=web,tier=a",
+		"web-2 0/1 Running 0 <unknown> app=web,tier=b",
+		"bare 0/1 Pending 0 <unknown> <none>")
+	// NAMESPACE first, wide columns, LABELS last.
+	out, _, err = get(sock, "pods", "-A", "-o", "wide", "--show-labels", "-l", "tier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLines(t, out,
+		"NAMESPACE NAME READY STATUS RESTARTS AGE IP NODE LABELS",
+		"default web-1 0/1 Running 0 <unknown> 10.0.0.3 <none> app=web,tier=a",
+		"default web-2 0/1 Running 0 <unknown> 10.0.0.4 <none> app=web,tier=b",
+		"shop db 0/1 Running 0 <unknown> 10.0.0.5 <none> app=db,tier=c")
+	out, _, _ = get(sock, "svc", "--show-labels")
+	assertLines(t, out,
+		"NAME TYPE CLUSTER-IP PORT(S) AGE LABELS",
+		"web ClusterIP 10.96.0.10 80/TCP <unknown> app=web",
+		"other ClusterIP 10.96.0.11 53/UDP <unknown> <none>")
+	out, _, _ = get(sock, "endpointslices", "--show-labels")
+	assertLines(t, out,
+		"NAME ADDRESSTYPE PORTS ENDPOINTS LABELS",
+		"web-abc IPv4 8080 10.0.0.3 kubernetes.io/service-name=web")
+	// Namespaces and identities show their labels anyway: not twice.
+	out, _, _ = get(sock, "ns", "--show-labels")
+	assertLines(t, out, "NAME STATUS LABELS", "default Active <none>", "shop Active team=shop")
+	out, _, _ = get(sock, "identities", "--show-labels")
+	if l := lines(out); l[0] != "ID NAMESPACE LABELS PODS" {
+		t.Errorf("identities header %q", l[0])
+	}
+}
+
+func TestGetNetworkPolicies(t *testing.T) {
+	sock := fakeAgent(t)
+	out, _, err := get(sock, "netpol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLines(t, out, "NAME POD-SELECTOR AGE", "allow-web app=web <unknown>")
+	out, _, _ = get(sock, "networkpolicies", "-A", "-o", "wide", "--show-labels")
+	assertLines(t, out,
+		"NAMESPACE NAME POD-SELECTOR AGE POLICY-TYPES LABELS",
+		"default allow-web app=web <unknown> Ingress team=a",
+		"shop deny-all <none> <unknown> Ingress,Egress <none>")
+	out, _, _ = get(sock, "netpol", "-A", "-o", "name")
+	assertLines(t, out, "networkpolicy/allow-web", "networkpolicy/deny-all")
+
+	// -o json: a List of Kubernetes objects; a named one as itself.
+	out, _, err = get(sock, "netpol", "-n", "shop", "-o", "json")
+	var l struct {
+		APIVersion, Kind string
+		Items            []struct {
+			APIVersion, Kind string
+			Metadata         struct{ Name, Namespace string }
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out), &l) != nil || l.APIVersion != "v1" || l.Kind != "List" || len(l.Items) != 1 ||
+		l.Items[0].APIVersion != "networking.k8s.io/v1" || l.Items[0].Kind != "NetworkPolicy" || l.Items[0].Metadata.Name != "deny-all" {
+		t.Errorf("-o json: %v\n%s", err, out)
+	}
+	out, _, err = get(sock, "netpol", "allow-web", "-o", "yaml")
+	if err != nil || !strings.HasPrefix(out, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n") {
+		t.Errorf("-o yaml NAME: %v\n%s", err, out)
+	}
+	if _, _, err := get(sock, "netpol", "nope"); err == nil || err.Error() != `networkpolicies "nope" not found in namespace "default"` {
+		t.Errorf("missing policy: %v", err)
+	}
+	if _, errOut, err := get(sock, "netpol", "-n", "empty"); err != nil || errOut != "No resources found in empty namespace.\n" {
+		t.Errorf("empty namespace: %v %q", err, errOut)
+	}
+}
+
+func TestGetShuntNetworkPolicies(t *testing.T) {
+	sock := fakeAgent(t)
+	out, _, err := get(sock, "shuntnetworkpolicies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLines(t, out, "NAME POD-SELECTOR INGRESS EGRESS AGE", "web-shunt app=web 1 allow, 2 deny <none> <unknown>")
+	out, _, _ = get(sock, "snp", "-o", "wide", "--show-labels")
+	assertLines(t, out, "NAME POD-SELECTOR INGRESS EGRESS AGE HTTP-RULES LABELS", "web-shunt app=web 1 allow, 2 deny <none> <unknown> 2 team=a")
+	out, _, err = get(sock, "snp", "-o", "json")
+	var l struct {
+		Kind  string
+		Items []struct {
+			APIVersion, Kind string
+			Spec             struct{ Ingress []struct{ Action string } }
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out), &l) != nil || l.Kind != "List" || len(l.Items) != 1 ||
+		l.Items[0].APIVersion != "shunt.io/v1alpha1" || l.Items[0].Kind != "ShuntNetworkPolicy" || len(l.Items[0].Spec.Ingress) != 3 {
+		t.Errorf("-o json: %v\n%s", err, out)
+	}
+	if _, _, err := get(sock, "snp", "nope", "-A"); err == nil || err.Error() != `shuntnetworkpolicies "nope" not found` {
+		t.Errorf("missing policy: %v", err)
+	}
+}
