@@ -22,11 +22,15 @@ type fakeNode struct {
 	admits int
 }
 
-func (n *fakeNode) Update(s *model.Store, _ []model.Change) uint64 { n.gen++; n.store = s; return n.gen }
-func (n *fakeNode) SetEndpoint(model.Endpoint) uint64               { n.gen++; return n.gen }
-func (n *fakeNode) RemoveEndpoint(string) uint64                    { n.gen++; return n.gen }
-func (n *fakeNode) Wait(context.Context, uint64) error              { return nil }
-func (n *fakeNode) Admit(*model.Store) error                        { n.admits++; return nil }
+func (n *fakeNode) Update(s *model.Store, _ []model.Change) uint64 {
+	n.gen++
+	n.store = s
+	return n.gen
+}
+func (n *fakeNode) SetEndpoint(model.Endpoint) uint64  { n.gen++; return n.gen }
+func (n *fakeNode) RemoveEndpoint(string) uint64       { n.gen++; return n.gen }
+func (n *fakeNode) Wait(context.Context, uint64) error { return nil }
+func (n *fakeNode) Admit(*model.Store) error           { n.admits++; return nil }
 
 // newControlPlane is a lab API server over a temporary state directory,
 // for requests that create no pods (those need root and the kubelet).
