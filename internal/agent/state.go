@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/shuntnet/shunt/internal/atomicfile"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -53,20 +54,11 @@ func (s *State) save(dir string) error {
 	if err != nil || bytes.Equal(data, s.saved) {
 		return err
 	}
-	if err := writeAtomic(statePath(dir), data); err != nil {
+	if err := atomicfile.Write(statePath(dir), data); err != nil {
 		return err
 	}
 	s.saved = data
 	return nil
-}
-
-// writeAtomic writes a file so that a crash leaves the old or the new one.
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
 }
 
 func allocationsPath(dir string) string { return filepath.Join(dir, "identities.json") }
@@ -96,5 +88,5 @@ func saveAllocations(dir string, a policy.Allocations) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(allocationsPath(dir), data)
+	return atomicfile.Write(allocationsPath(dir), data)
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/shuntnet/shunt/internal/atomicfile"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/parallel"
@@ -182,7 +183,7 @@ func (l *objectLog) snapshot(store *model.Store) error {
 		data = append(data, line...)
 	}
 	data = append(data, "]\n"...)
-	if err := writeAtomic(l.snapshotPath(), data); err != nil {
+	if err := atomicfile.Write(l.snapshotPath(), data); err != nil {
 		return err
 	}
 	if err := os.Remove(l.journalPath()); err != nil && !errors.Is(err, os.ErrNotExist) {

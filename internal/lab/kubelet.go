@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/shuntnet/shunt/internal/atomicfile"
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/podexec"
@@ -84,20 +85,11 @@ func (k *kubelet) save() error {
 	if err != nil || bytes.Equal(data, k.saved) {
 		return err
 	}
-	if err := writeAtomic(k.recordsPath(), data); err != nil {
+	if err := atomicfile.Write(k.recordsPath(), data); err != nil {
 		return err
 	}
 	k.saved = data
 	return nil
-}
-
-// writeAtomic writes a file so that a crash leaves the old or the new one.
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
 }
 
 // admit refuses pods the node's pod CIDR cannot hold, before anything is
