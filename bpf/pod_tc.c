@@ -34,6 +34,8 @@ const volatile enum shunt_identity _btf_identity = 0;
 const volatile enum policy_verdict _btf_verdict = 0;
 const volatile enum endpoint_flags _btf_endpoint_flags = 0;
 const volatile enum shunt_reason _btf_reason = 0;
+const volatile enum shunt_direction _btf_direction = 0;
+const volatile enum shunt_metrics_layout _btf_metrics_layout = 0;
 const volatile enum flow_mode _btf_flow_mode = 0;
 const volatile enum flow_verdict _btf_flow_verdict = 0;
 const volatile enum flow_event_type _btf_flow_event = 0;
@@ -94,15 +96,22 @@ struct pkt {
 	__u32 dst_identity;
 	__u32 rule;
 	__u8 event;        /* enum flow_event_type */
+	__u32 failed;      /* a record that could not be made on the way (enum shunt_reason), 0 if none */
 };
 
-/* done counts a packet's outcome and, when the sampling wants it, reports it. */
+/* done counts a packet's outcome and, when the sampling wants it, reports
+ * it. A record that could not be made on the way (counted where it failed)
+ * is news even when the packet went on: the event names it as its reason
+ * and is sent whenever flows are on. */
 static __always_inline void done(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason)
 {
 	count(reason, p->dir, skb->len);
 	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
-	if (!flow_wanted(flow_mode(), event))
+	__u32 mode = flow_mode();
+	if (!flow_wanted(mode, event) && !(p->failed && mode != FLOW_MODE_OFF))
 		return;
+	if (verdict != FLOW_DROPPED && p->failed)
+		reason = p->failed;
 	struct flow_event e = {
 		.saddr = p->f.saddr, .daddr = p->f.daddr, .sport = p->f.sport, .dport = p->f.dport,
 		.proto = p->f.proto, .tcp_flags = p->f.tcp_flags, .verdict = verdict, .reason = reason,
@@ -153,6 +162,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 	verdict = tc_service_nat(skb, ip, &p.f, &reason);
 	if (verdict >= 0)
 		return drop(skb, &p, reason);
+	p.failed = reason;
 
 	struct policy_side dst = { .addr = p.f.daddr };
 	ep = lookup_endpoint(p.f.daddr);

@@ -5,7 +5,8 @@
  * routes it, so packets carry the backend address from the first one and no
  * per-packet NAT is left. recvmsg() and getpeername() translate the backend
  * back to the VIP, so applications (and resolvers checking reply sources)
- * see the address they used.
+ * see the address they used. Every decision is counted in shunt_metrics,
+ * the tc programs' counters, with the hook as its direction.
  */
 #include "lib/common.h"
 #include "lib/services.h"
@@ -51,28 +52,40 @@ static __always_inline void sock_flow(struct dest *svc, __u32 be_ip, __u16 be_po
 }
 
 /* translate picks the backend for a service destination. Returns
- * SOCK_REJECT (with ECONNREFUSED as the syscall's error) for a service
- * without backends; *out is changed only when dst is a service. */
-static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst, __u8 proto, bool connect)
+ * SOCK_REJECT, with the syscall's error set, for a service without backends
+ * (ECONNREFUSED) and for a UDP destination whose replies could not be given
+ * back the service address (ENOBUFS); *dst is changed only when it is
+ * translated. Every outcome, and every record that could not be made, is
+ * counted for the hook (SHUNT_DIR_CONNECT or SHUNT_DIR_SENDMSG). */
+static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst, __u8 proto, __u32 hook)
 {
+	bool connect = hook == SHUNT_DIR_CONNECT;
 	struct service_value *svc;
 	struct backend_value *be;
-	__u32 backend_id = 0;
+	__u32 failed = 0; /* the last record that could not be made */
 
 	svc = lookup_service(dst->ip, dst->port, proto);
-	if (!svc)
+	if (!svc) {
+		count(SHUNT_REASON_SOCK_PASSED, hook, 0);
 		return SOCK_ALLOW;
+	}
 
-	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), &backend_id);
+	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), &failed);
 	if (!be) {
 		/* Fail fast and say why: a timeout would hide the cause. */
 		bpf_set_retval(-ECONNREFUSED);
-		sock_flow(dst, 0, 0, proto, FLOW_DROPPED, SHUNT_REASON_SERVICE_NO_BACKEND);
+		count(SHUNT_REASON_SOCK_REFUSED, hook, 0);
+		sock_flow(dst, 0, 0, proto, FLOW_DROPPED, SHUNT_REASON_SOCK_REFUSED);
 		return SOCK_REJECT;
 	}
+	if (failed)
+		count(failed, hook, 0);
 	/* Unconnected UDP goes through here on every datagram: report a
 	 * socket's first datagram to a backend, not each one. */
 	bool report = true;
+	/* The socket's own record names the service: recvmsg and getpeername
+	 * need no reverse-NAT entry. */
+	bool recorded = false;
 
 	if (connect) {
 		struct sock_translation *st = bpf_sk_storage_get(&shunt_sock_svc, ctx->sk, 0,
@@ -82,6 +95,10 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 			st->vport = dst->port;
 			st->backend_ip = be->ip;
 			st->backend_port = be->port;
+			recorded = true;
+		} else {
+			failed = SHUNT_REASON_SOCK_STORAGE_FAILED;
+			count(failed, hook, 0);
 		}
 	}
 	if (proto == IPPROTO_UDP) {
@@ -95,10 +112,22 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 
 		if (!connect && bpf_map_lookup_elem(&shunt_revnat, &key))
 			report = false;
-		bpf_map_update_elem(&shunt_revnat, &key, &rev, BPF_ANY);
+		if (bpf_map_update_elem(&shunt_revnat, &key, &rev, BPF_ANY) < 0) {
+			failed = SHUNT_REASON_REVNAT_INSERT_FAILED;
+			count(failed, hook, 0);
+			if (!recorded) {
+				/* Replies would come back from the backend's
+				 * address, which resolvers drop: fail now, and
+				 * say why, rather than time out. */
+				bpf_set_retval(-ENOBUFS);
+				sock_flow(dst, be->ip, be->port, proto, FLOW_DROPPED, failed);
+				return SOCK_REJECT;
+			}
+		}
 	}
-	if (report)
-		sock_flow(dst, be->ip, be->port, proto, FLOW_TRANSLATED, SHUNT_REASON_SERVICE_XLATE);
+	count(SHUNT_REASON_SOCK_XLATE, hook, 0);
+	if (report || failed)
+		sock_flow(dst, be->ip, be->port, proto, FLOW_TRANSLATED, failed ? failed : SHUNT_REASON_SOCK_XLATE);
 	dst->ip = be->ip;
 	dst->port = be->port;
 	return SOCK_ALLOW;
@@ -106,8 +135,9 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 
 /* reverse turns a backend the kernel reports back into the service the
  * socket used: from the socket's own record for connected sockets, else
- * from the UDP reverse map. Returns false when src is no backend of ours. */
-static __always_inline bool reverse(struct bpf_sock_addr *ctx, struct dest *src)
+ * from the UDP reverse map. Returns false when src is no backend of ours.
+ * Counted for the hook (SHUNT_DIR_RECVMSG or SHUNT_DIR_GETPEERNAME). */
+static __always_inline bool reverse(struct bpf_sock_addr *ctx, struct dest *src, __u32 hook)
 {
 	struct sock_translation *st;
 	struct revnat_value *rev;
@@ -116,6 +146,7 @@ static __always_inline bool reverse(struct bpf_sock_addr *ctx, struct dest *src)
 	if (st && st->backend_ip == src->ip && st->backend_port == src->port) {
 		src->ip = st->vip;
 		src->port = st->vport;
+		count(SHUNT_REASON_SOCK_RESTORED, hook, 0);
 		return true;
 	}
 	struct revnat_key key = {
@@ -125,60 +156,70 @@ static __always_inline bool reverse(struct bpf_sock_addr *ctx, struct dest *src)
 		.backend_port = src->port,
 	};
 	rev = bpf_map_lookup_elem(&shunt_revnat, &key);
-	if (!rev)
+	if (!rev) {
+		count(SHUNT_REASON_SOCK_PASSED, hook, 0);
 		return false;
+	}
 	src->ip = rev->vip;
 	src->port = rev->vport;
+	count(SHUNT_REASON_SOCK_RESTORED, hook, 0);
 	return true;
 }
 
 /* IPv4 sockets. */
 
-static __always_inline int xlate4(struct bpf_sock_addr *ctx, __u8 proto, bool connect)
+static __always_inline int xlate4(struct bpf_sock_addr *ctx, __u8 proto, __u32 hook)
 {
 	struct dest d = { .ip = ctx->user_ip4, .port = (__u16)ctx->user_port };
-	int ret = translate(ctx, &d, proto, connect);
+	int ret = translate(ctx, &d, proto, hook);
 
 	ctx->user_ip4 = d.ip;
 	ctx->user_port = d.port;
 	return ret;
 }
 
-static __always_inline void reverse4(struct bpf_sock_addr *ctx)
+static __always_inline void reverse4(struct bpf_sock_addr *ctx, __u32 hook)
 {
 	struct dest d = { .ip = ctx->user_ip4, .port = (__u16)ctx->user_port };
 
-	if (reverse(ctx, &d)) {
+	if (reverse(ctx, &d, hook)) {
 		ctx->user_ip4 = d.ip;
 		ctx->user_port = d.port;
 	}
+}
+
+/* connect of a protocol services do not have (ICMP, raw, SCTP) */
+static __always_inline int pass_connect(void)
+{
+	count(SHUNT_REASON_SOCK_PASSED, SHUNT_DIR_CONNECT, 0);
+	return SOCK_ALLOW;
 }
 
 SEC("cgroup/connect4")
 int shunt_connect4(struct bpf_sock_addr *ctx)
 {
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
-		return SOCK_ALLOW;
-	return xlate4(ctx, ctx->protocol, true);
+		return pass_connect();
+	return xlate4(ctx, ctx->protocol, SHUNT_DIR_CONNECT);
 }
 
 SEC("cgroup/sendmsg4")
 int shunt_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	return xlate4(ctx, IPPROTO_UDP, false);
+	return xlate4(ctx, IPPROTO_UDP, SHUNT_DIR_SENDMSG);
 }
 
 SEC("cgroup/recvmsg4")
 int shunt_recvmsg4(struct bpf_sock_addr *ctx)
 {
-	reverse4(ctx);
+	reverse4(ctx, SHUNT_DIR_RECVMSG);
 	return SOCK_ALLOW;
 }
 
 SEC("cgroup/getpeername4")
 int shunt_getpeername4(struct bpf_sock_addr *ctx)
 {
-	reverse4(ctx);
+	reverse4(ctx, SHUNT_DIR_GETPEERNAME);
 	return SOCK_ALLOW;
 }
 
@@ -192,25 +233,29 @@ static __always_inline bool v4mapped(struct bpf_sock_addr *ctx)
 	       ctx->user_ip6[2] == bpf_htonl(0x0000ffff);
 }
 
-static __always_inline int xlate6(struct bpf_sock_addr *ctx, __u8 proto, bool connect)
+static __always_inline int xlate6(struct bpf_sock_addr *ctx, __u8 proto, __u32 hook)
 {
-	if (!v4mapped(ctx))
+	if (!v4mapped(ctx)) {
+		count(SHUNT_REASON_SOCK_PASSED, hook, 0);
 		return SOCK_ALLOW;
+	}
 	struct dest d = { .ip = ctx->user_ip6[3], .port = (__u16)ctx->user_port };
-	int ret = translate(ctx, &d, proto, connect);
+	int ret = translate(ctx, &d, proto, hook);
 
 	ctx->user_ip6[3] = d.ip;
 	ctx->user_port = d.port;
 	return ret;
 }
 
-static __always_inline void reverse6(struct bpf_sock_addr *ctx)
+static __always_inline void reverse6(struct bpf_sock_addr *ctx, __u32 hook)
 {
-	if (!v4mapped(ctx))
+	if (!v4mapped(ctx)) {
+		count(SHUNT_REASON_SOCK_PASSED, hook, 0);
 		return;
+	}
 	struct dest d = { .ip = ctx->user_ip6[3], .port = (__u16)ctx->user_port };
 
-	if (reverse(ctx, &d)) {
+	if (reverse(ctx, &d, hook)) {
 		ctx->user_ip6[3] = d.ip;
 		ctx->user_port = d.port;
 	}
@@ -220,26 +265,26 @@ SEC("cgroup/connect6")
 int shunt_connect6(struct bpf_sock_addr *ctx)
 {
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
-		return SOCK_ALLOW;
-	return xlate6(ctx, ctx->protocol, true);
+		return pass_connect();
+	return xlate6(ctx, ctx->protocol, SHUNT_DIR_CONNECT);
 }
 
 SEC("cgroup/sendmsg6")
 int shunt_sendmsg6(struct bpf_sock_addr *ctx)
 {
-	return xlate6(ctx, IPPROTO_UDP, false);
+	return xlate6(ctx, IPPROTO_UDP, SHUNT_DIR_SENDMSG);
 }
 
 SEC("cgroup/recvmsg6")
 int shunt_recvmsg6(struct bpf_sock_addr *ctx)
 {
-	reverse6(ctx);
+	reverse6(ctx, SHUNT_DIR_RECVMSG);
 	return SOCK_ALLOW;
 }
 
 SEC("cgroup/getpeername6")
 int shunt_getpeername6(struct bpf_sock_addr *ctx)
 {
-	reverse6(ctx);
+	reverse6(ctx, SHUNT_DIR_GETPEERNAME);
 	return SOCK_ALLOW;
 }

@@ -111,6 +111,7 @@ struct icmphdr {
 /* asm-generic/errno.h: what socket hooks return to applications */
 #define EPERM 1
 #define ECONNABORTED 103
+#define ENOBUFS 105
 #define ECONNREFUSED 111
 
 #endif /* SHUNT_NET_H */

@@ -136,8 +136,11 @@ struct ct_value {
 	__u32 rule_id;      /* the ingress or egress rule that admitted it (0: not isolated) */
 };
 
-/* Why a packet took the path it did. Counted per (reason, direction) and
- * printed by name by the CLI (internal/datapath/reasons.go mirrors the names). */
+/* Why a packet (tc programs) or a socket operation (socket hooks) took the
+ * path it did. Counted per (reason, direction) in shunt_metrics, named in flow
+ * events, printed by name by the CLI (internal/datapath/enums.go names every
+ * value; a value without a name fails the build). Append only: the pinned
+ * counters are indexed by these numbers and outlive the agent. */
 enum shunt_reason {
 	SHUNT_REASON_FORWARDED = 0,       /* redirected to a local pod */
 	SHUNT_REASON_TO_STACK = 1,        /* handed to the host stack (not a local pod) */
@@ -149,21 +152,47 @@ enum shunt_reason {
 	SHUNT_REASON_SERVICE_XLATE = 7,   /* tc path: translated to a backend or back */
 	SHUNT_REASON_POLICY_DENIED = 8,   /* dropped: a deny rule matched */
 	SHUNT_REASON_POLICY_NOT_ALLOWED = 9, /* dropped: isolated and no rule allows it */
-	SHUNT_REASON_CT_FULL = 10,        /* dropped: connection could not be recorded (fail closed) */
+	SHUNT_REASON_CT_FULL = 10,        /* dropped: the conntrack insert failed (policy fails closed) */
 	SHUNT_REASON_SPOOFED = 11,        /* dropped: source is not the sending pod's address */
+	SHUNT_REASON_NAT_INSERT_FAILED = 12, /* dropped: the tc path could not record a flow's translation */
+	SHUNT_REASON_AFFINITY_INSERT_FAILED = 13, /* translated, but the ClientIP affinity entry could not be recorded */
+	SHUNT_REASON_SOCK_XLATE = 14,     /* socket hook: a service destination rewritten to a backend */
+	SHUNT_REASON_SOCK_REFUSED = 15,   /* socket hook: service without backends, ECONNREFUSED */
+	SHUNT_REASON_SOCK_PASSED = 16,    /* socket hook: no service (or no backend of one): left alone */
+	SHUNT_REASON_SOCK_RESTORED = 17,  /* recvmsg/getpeername: a backend address given back as its service */
+	SHUNT_REASON_REVNAT_INSERT_FAILED = 18, /* the UDP reverse-NAT entry could not be recorded (ENOBUFS when
+						 * nothing else can restore the service address of replies) */
+	SHUNT_REASON_SOCK_STORAGE_FAILED = 19, /* connect: the socket's translation record could not be created
+						* (getpeername shows the backend; UDP replies use the reverse-NAT map) */
 	SHUNT_REASON_MAX,
 };
 
+/* Where an outcome is counted: a direction of the tc programs on a pod veth,
+ * or the socket hook (its v4 and v6 programs together). */
 enum shunt_direction {
 	SHUNT_DIR_FROM_POD = 0,
 	SHUNT_DIR_TO_POD = 1,
+	SHUNT_DIR_CONNECT = 2,
+	SHUNT_DIR_SENDMSG = 3,
+	SHUNT_DIR_RECVMSG = 4,
+	SHUNT_DIR_GETPEERNAME = 5,
 	SHUNT_DIR_MAX,
 };
 
-/* shunt_metrics is a per-CPU array indexed by reason * SHUNT_DIR_MAX + direction. */
+/* shunt_metrics is a per-CPU array indexed by
+ * reason * SHUNT_METRICS_DIRECTIONS + direction. It has room for more
+ * reasons and directions than exist, so adding one keeps the pinned map, and
+ * its counts, compatible. */
+enum shunt_metrics_layout {
+	SHUNT_METRICS_REASONS = 64,
+	SHUNT_METRICS_DIRECTIONS = 8,
+};
+_Static_assert(SHUNT_REASON_MAX <= SHUNT_METRICS_REASONS, "shunt_metrics: raise SHUNT_METRICS_REASONS");
+_Static_assert(SHUNT_DIR_MAX <= SHUNT_METRICS_DIRECTIONS, "shunt_metrics: raise SHUNT_METRICS_DIRECTIONS");
+
 struct metrics_value {
-	__u64 packets;
-	__u64 bytes;
+	__u64 packets; /* socket hooks: calls */
+	__u64 bytes;   /* 0 for socket hooks */
 };
 
 /*
@@ -271,9 +300,10 @@ struct flow_config {
 
 enum flow_verdict {
 	FLOW_FORWARDED = 0,  /* delivered (to a pod, or to the host stack) */
-	FLOW_DROPPED = 1,
+	FLOW_DROPPED = 1,    /* a packet dropped, or a socket operation refused */
 	FLOW_TRANSLATED = 2, /* a socket's service destination rewritten to a backend */
 	FLOW_REDIRECTED_PROXY = 3,
+	FLOW_VERDICT_MAX,
 };
 
 enum flow_event_type {
@@ -282,12 +312,14 @@ enum flow_event_type {
 	FLOW_EV_CONN_END = 2,  /* TCP FIN or RST */
 	FLOW_EV_DROP = 3,
 	FLOW_EV_SOCK = 4,      /* a socket hook's decision (connect, sendmsg) */
+	FLOW_EV_MAX,
 };
 
 enum flow_point {
 	FLOW_POINT_FROM_POD = 0, /* tc ingress of the pod's host veth */
 	FLOW_POINT_TO_POD = 1,   /* tc egress of the pod's host veth */
 	FLOW_POINT_SOCK = 2,     /* cgroup socket hook */
+	FLOW_POINT_MAX,
 };
 
 struct flow_event {
@@ -302,7 +334,7 @@ struct flow_event {
 	__u8 proto;
 	__u8 tcp_flags;
 	__u8 verdict;       /* enum flow_verdict */
-	__u8 reason;        /* enum shunt_reason */
+	__u8 reason;        /* enum shunt_reason: the outcome, or a record that could not be made */
 	__u8 point;         /* enum flow_point */
 	__u8 event;         /* enum flow_event_type */
 	__u32 ifindex;

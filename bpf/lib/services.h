@@ -54,10 +54,13 @@ lookup_service(__u32 vip, __u16 port, __u8 proto)
 
 /* select_backend picks the backend for a new connection (or datagram):
  * the affinity entry while it is fresh and its backend still active, else a
- * random active slot. Returns NULL when the service has no backends. */
+ * random active slot. Returns NULL when the service has no backends. When
+ * the affinity entry of a new choice cannot be recorded, the backend is
+ * still returned and *failed says why (the caller counts it); it is left
+ * alone otherwise. */
 static __always_inline struct backend_value *
 select_backend(struct service_value *svc, __u32 vip, __u16 port, __u8 proto,
-	       __u64 client_cookie, __u32 *backend_id_out)
+	       __u64 client_cookie, __u32 *failed)
 {
 	struct service_key key = { .vip = vip, .port = port, .proto = proto };
 	struct affinity_key akey = {};
@@ -79,7 +82,6 @@ select_backend(struct service_value *svc, __u32 vip, __u16 port, __u8 proto,
 			be = bpf_map_lookup_elem(&shunt_backends, &aff->backend_id);
 			if (be) {
 				aff->last_used_ns = now;
-				*backend_id_out = aff->backend_id;
 				return be;
 			}
 		}
@@ -97,9 +99,9 @@ select_backend(struct service_value *svc, __u32 vip, __u16 port, __u8 proto,
 	if (svc->flags & SERVICE_F_AFFINITY) {
 		struct affinity_value val = { .last_used_ns = now, .backend_id = id };
 
-		bpf_map_update_elem(&shunt_affinity, &akey, &val, BPF_ANY);
+		if (bpf_map_update_elem(&shunt_affinity, &akey, &val, BPF_ANY) < 0)
+			*failed = SHUNT_REASON_AFFINITY_INSERT_FAILED;
 	}
-	*backend_id_out = id;
 	return be;
 }
 

@@ -49,13 +49,15 @@ static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 p
 
 /* tc_service_nat translates one packet a pod sent: towards a service VIP it
  * picks (once per flow) and writes a backend; a reply from a backend gets
- * the VIP back as its source. Returns the verdict to use, or -1 to go on.
- * A translated destination is written back into f, so what follows (policy,
- * forwarding) sees the backend; a reply keeps the backend as its source in
- * f, which is what the connection was admitted with. */
+ * the VIP back as its source. Returns the verdict to use, with *reason the
+ * drop reason, or -1 to go on, with *reason 0 or the reason of a record
+ * that could not be made on the way (counted here; the packet still goes
+ * on). A translated destination is written back into f, so what follows
+ * (policy, forwarding) sees the backend; a reply keeps the backend as its
+ * source in f, which is what the connection was admitted with. */
 static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f, __u32 *reason)
 {
-	*reason = SHUNT_REASON_INVALID_PACKET;
+	*reason = 0;
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
 	__u8 proto = f->proto;
 	struct tc_nat_value *nat;
@@ -76,8 +78,10 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 		bool is_dst = !v.reply;
 
 		if (rewrite_l4(skb, l4off, proto, is_dst, is_dst ? vip : saddr, v.addr,
-			       is_dst ? f->dport : f->sport, v.port) < 0)
+			       is_dst ? f->dport : f->sport, v.port) < 0) {
+			*reason = SHUNT_REASON_INVALID_PACKET;
 			return TC_ACT_SHOT;
+		}
 		if (is_dst) {
 			f->daddr = v.addr;
 			f->dport = v.port;
@@ -89,12 +93,13 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 	struct service_value *svc = lookup_service(vip, f->dport, proto);
 	if (!svc)
 		return -1;
-	__u32 backend_id = 0;
-	struct backend_value *be = select_backend(svc, vip, f->dport, proto, saddr, &backend_id);
+	struct backend_value *be = select_backend(svc, vip, f->dport, proto, saddr, reason);
 	if (!be) {
 		*reason = SHUNT_REASON_SERVICE_NO_BACKEND;
 		return TC_ACT_SHOT;
 	}
+	if (*reason)
+		count(*reason, SHUNT_DIR_FROM_POD, skb->len);
 	struct tc_nat_value fwd = { .addr = be->ip, .port = be->port };
 	struct tc_nat_key rkey = {
 		.saddr = be->ip, .daddr = saddr, .sport = be->port, .dport = f->sport, .proto = proto,
@@ -103,11 +108,22 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 	__u32 be_ip = be->ip;
 	__u16 be_port = be->port;
 
-	if (bpf_map_update_elem(&shunt_tc_nat, &key, &fwd, BPF_ANY) < 0 ||
-	    bpf_map_update_elem(&shunt_tc_nat, &rkey, &rev, BPF_ANY) < 0)
+	/* A flow whose translation cannot be recorded is dropped: its next
+	 * packets would pick another backend, its replies keep the backend's
+	 * address. Half a record is removed, so no packet uses it. */
+	if (bpf_map_update_elem(&shunt_tc_nat, &key, &fwd, BPF_ANY) < 0) {
+		*reason = SHUNT_REASON_NAT_INSERT_FAILED;
 		return TC_ACT_SHOT;
-	if (rewrite_l4(skb, l4off, proto, true, vip, be_ip, f->dport, be_port) < 0)
+	}
+	if (bpf_map_update_elem(&shunt_tc_nat, &rkey, &rev, BPF_ANY) < 0) {
+		bpf_map_delete_elem(&shunt_tc_nat, &key);
+		*reason = SHUNT_REASON_NAT_INSERT_FAILED;
 		return TC_ACT_SHOT;
+	}
+	if (rewrite_l4(skb, l4off, proto, true, vip, be_ip, f->dport, be_port) < 0) {
+		*reason = SHUNT_REASON_INVALID_PACKET;
+		return TC_ACT_SHOT;
+	}
 	f->daddr = be_ip;
 	f->dport = be_port;
 	count(SHUNT_REASON_SERVICE_XLATE, SHUNT_DIR_FROM_POD, skb->len);

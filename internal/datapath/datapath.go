@@ -66,7 +66,11 @@ type Datapath struct {
 // Open loads the BPF objects, adopting maps already pinned under cfg.PinDir
 // (so a restarted agent keeps every entry the datapath is using) and pinning
 // new ones. It never flushes a map.
-func Open(cfg Config) (*Datapath, error) {
+func Open(cfg Config) (*Datapath, error) { return open(cfg, nil) }
+
+// open is Open with a change to the specs before loading (tests: a map
+// small enough to fill), applied to the pod and socket objects alike.
+func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing memlock limit: %w", err)
 	}
@@ -90,6 +94,12 @@ func Open(cfg Config) (*Datapath, error) {
 	if cfg.FlowBufferBytes > 0 {
 		spec.Maps["shunt_flows"].MaxEntries = flowBufferSize(cfg.FlowBufferBytes)
 	}
+	if change != nil {
+		change(spec)
+	}
+	if err := replaceOldCounters(spec.Maps["shunt_metrics"], cfg.PinDir); err != nil {
+		return nil, err
+	}
 	d := &Datapath{cfg: cfg}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
@@ -99,6 +109,9 @@ func Open(cfg Config) (*Datapath, error) {
 	if err != nil {
 		d.objs.Close()
 		return nil, err
+	}
+	if change != nil {
+		change(sockSpec)
 	}
 	// One ring buffer for every program: it is not pinned (a restarted
 	// agent may size it differently), so the socket programs are given
@@ -112,6 +125,30 @@ func Open(cfg Config) (*Datapath, error) {
 	}
 	d.initPolicyMaps()
 	return d, nil
+}
+
+// replaceOldCounters unpins a counters map of another layout (an older
+// shunt's) so that a new one is created, instead of refusing to start as
+// for any other incompatible map: it holds counts, no state traffic needs,
+// and they start again from zero. Programs still using the old map keep it
+// until their links switch to the new programs.
+func replaceOldCounters(spec *ebpf.MapSpec, pinDir string) error {
+	pin := filepath.Join(pinDir, spec.Name)
+	m, err := ebpf.LoadPinnedMap(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening pinned %s: %w", spec.Name, err)
+	}
+	defer m.Close()
+	if spec.Compatible(m) == nil {
+		return nil
+	}
+	if err := m.Unpin(); err != nil {
+		return fmt.Errorf("replacing %s of an older layout: %w", spec.Name, err)
+	}
+	return nil
 }
 
 // explainLoadError turns the loader's errors into ones that say what to do.

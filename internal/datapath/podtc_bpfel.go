@@ -102,6 +102,7 @@ const (
 	podtcFlowEventTypeFLOW_EV_CONN_END podtcFlowEventType = 2
 	podtcFlowEventTypeFLOW_EV_DROP     podtcFlowEventType = 3
 	podtcFlowEventTypeFLOW_EV_SOCK     podtcFlowEventType = 4
+	podtcFlowEventTypeFLOW_EV_MAX      podtcFlowEventType = 5
 )
 
 type podtcFlowMode uint32
@@ -118,6 +119,7 @@ const (
 	podtcFlowPointFLOW_POINT_FROM_POD podtcFlowPoint = 0
 	podtcFlowPointFLOW_POINT_TO_POD   podtcFlowPoint = 1
 	podtcFlowPointFLOW_POINT_SOCK     podtcFlowPoint = 2
+	podtcFlowPointFLOW_POINT_MAX      podtcFlowPoint = 3
 )
 
 type podtcFlowStats struct {
@@ -133,6 +135,7 @@ const (
 	podtcFlowVerdictFLOW_DROPPED          podtcFlowVerdict = 1
 	podtcFlowVerdictFLOW_TRANSLATED       podtcFlowVerdict = 2
 	podtcFlowVerdictFLOW_REDIRECTED_PROXY podtcFlowVerdict = 3
+	podtcFlowVerdictFLOW_VERDICT_MAX      podtcFlowVerdict = 4
 )
 
 type podtcIpcacheKey struct {
@@ -185,6 +188,18 @@ type podtcShuntConfig struct {
 	Pad     uint32
 }
 
+type podtcShuntDirection uint32
+
+const (
+	podtcShuntDirectionSHUNT_DIR_FROM_POD    podtcShuntDirection = 0
+	podtcShuntDirectionSHUNT_DIR_TO_POD      podtcShuntDirection = 1
+	podtcShuntDirectionSHUNT_DIR_CONNECT     podtcShuntDirection = 2
+	podtcShuntDirectionSHUNT_DIR_SENDMSG     podtcShuntDirection = 3
+	podtcShuntDirectionSHUNT_DIR_RECVMSG     podtcShuntDirection = 4
+	podtcShuntDirectionSHUNT_DIR_GETPEERNAME podtcShuntDirection = 5
+	podtcShuntDirectionSHUNT_DIR_MAX         podtcShuntDirection = 6
+)
+
 type podtcShuntFwdMode uint32
 
 const (
@@ -202,22 +217,37 @@ const (
 	podtcShuntIdentitySHUNT_ID_FIRST_CIDR podtcShuntIdentity = 16777216
 )
 
+type podtcShuntMetricsLayout uint32
+
+const (
+	podtcShuntMetricsLayoutSHUNT_METRICS_REASONS    podtcShuntMetricsLayout = 64
+	podtcShuntMetricsLayoutSHUNT_METRICS_DIRECTIONS podtcShuntMetricsLayout = 8
+)
+
 type podtcShuntReason uint32
 
 const (
-	podtcShuntReasonSHUNT_REASON_FORWARDED          podtcShuntReason = 0
-	podtcShuntReasonSHUNT_REASON_TO_STACK           podtcShuntReason = 1
-	podtcShuntReasonSHUNT_REASON_NOT_IPV4           podtcShuntReason = 2
-	podtcShuntReasonSHUNT_REASON_INVALID_PACKET     podtcShuntReason = 3
-	podtcShuntReasonSHUNT_REASON_TTL_EXCEEDED       podtcShuntReason = 4
-	podtcShuntReasonSHUNT_REASON_REDIRECT_FAILED    podtcShuntReason = 5
-	podtcShuntReasonSHUNT_REASON_SERVICE_NO_BACKEND podtcShuntReason = 6
-	podtcShuntReasonSHUNT_REASON_SERVICE_XLATE      podtcShuntReason = 7
-	podtcShuntReasonSHUNT_REASON_POLICY_DENIED      podtcShuntReason = 8
-	podtcShuntReasonSHUNT_REASON_POLICY_NOT_ALLOWED podtcShuntReason = 9
-	podtcShuntReasonSHUNT_REASON_CT_FULL            podtcShuntReason = 10
-	podtcShuntReasonSHUNT_REASON_SPOOFED            podtcShuntReason = 11
-	podtcShuntReasonSHUNT_REASON_MAX                podtcShuntReason = 12
+	podtcShuntReasonSHUNT_REASON_FORWARDED              podtcShuntReason = 0
+	podtcShuntReasonSHUNT_REASON_TO_STACK               podtcShuntReason = 1
+	podtcShuntReasonSHUNT_REASON_NOT_IPV4               podtcShuntReason = 2
+	podtcShuntReasonSHUNT_REASON_INVALID_PACKET         podtcShuntReason = 3
+	podtcShuntReasonSHUNT_REASON_TTL_EXCEEDED           podtcShuntReason = 4
+	podtcShuntReasonSHUNT_REASON_REDIRECT_FAILED        podtcShuntReason = 5
+	podtcShuntReasonSHUNT_REASON_SERVICE_NO_BACKEND     podtcShuntReason = 6
+	podtcShuntReasonSHUNT_REASON_SERVICE_XLATE          podtcShuntReason = 7
+	podtcShuntReasonSHUNT_REASON_POLICY_DENIED          podtcShuntReason = 8
+	podtcShuntReasonSHUNT_REASON_POLICY_NOT_ALLOWED     podtcShuntReason = 9
+	podtcShuntReasonSHUNT_REASON_CT_FULL                podtcShuntReason = 10
+	podtcShuntReasonSHUNT_REASON_SPOOFED                podtcShuntReason = 11
+	podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED      podtcShuntReason = 12
+	podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED podtcShuntReason = 13
+	podtcShuntReasonSHUNT_REASON_SOCK_XLATE             podtcShuntReason = 14
+	podtcShuntReasonSHUNT_REASON_SOCK_REFUSED           podtcShuntReason = 15
+	podtcShuntReasonSHUNT_REASON_SOCK_PASSED            podtcShuntReason = 16
+	podtcShuntReasonSHUNT_REASON_SOCK_RESTORED          podtcShuntReason = 17
+	podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED   podtcShuntReason = 18
+	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED    podtcShuntReason = 19
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 20
 )
 
 type podtcTcNatKey struct {
@@ -260,6 +290,7 @@ const (
 	podtcProgShuntToPod         = "shunt_to_pod"
 	podtcVarCONFIG              = "CONFIG"
 	podtcVarBtfCtFlags          = "_btf_ct_flags"
+	podtcVarBtfDirection        = "_btf_direction"
 	podtcVarBtfEndpointFlags    = "_btf_endpoint_flags"
 	podtcVarBtfFlowEvent        = "_btf_flow_event"
 	podtcVarBtfFlowEventStruct  = "_btf_flow_event_struct"
@@ -267,6 +298,7 @@ const (
 	podtcVarBtfFlowPoint        = "_btf_flow_point"
 	podtcVarBtfFlowVerdict      = "_btf_flow_verdict"
 	podtcVarBtfIdentity         = "_btf_identity"
+	podtcVarBtfMetricsLayout    = "_btf_metrics_layout"
 	podtcVarBtfReason           = "_btf_reason"
 	podtcVarBtfVerdict          = "_btf_verdict"
 )
@@ -343,6 +375,7 @@ type podtcMapSpecs struct {
 type podtcVariableSpecs struct {
 	CONFIG             *ebpf.VariableSpec `ebpf:"CONFIG"`
 	BtfCtFlags         *ebpf.VariableSpec `ebpf:"_btf_ct_flags"`
+	BtfDirection       *ebpf.VariableSpec `ebpf:"_btf_direction"`
 	BtfEndpointFlags   *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
 	BtfFlowEvent       *ebpf.VariableSpec `ebpf:"_btf_flow_event"`
 	BtfFlowEventStruct *ebpf.VariableSpec `ebpf:"_btf_flow_event_struct"`
@@ -350,6 +383,7 @@ type podtcVariableSpecs struct {
 	BtfFlowPoint       *ebpf.VariableSpec `ebpf:"_btf_flow_point"`
 	BtfFlowVerdict     *ebpf.VariableSpec `ebpf:"_btf_flow_verdict"`
 	BtfIdentity        *ebpf.VariableSpec `ebpf:"_btf_identity"`
+	BtfMetricsLayout   *ebpf.VariableSpec `ebpf:"_btf_metrics_layout"`
 	BtfReason          *ebpf.VariableSpec `ebpf:"_btf_reason"`
 	BtfVerdict         *ebpf.VariableSpec `ebpf:"_btf_verdict"`
 }
@@ -415,6 +449,7 @@ func (m *podtcMaps) Close() error {
 type podtcVariables struct {
 	CONFIG             *ebpf.Variable `ebpf:"CONFIG"`
 	BtfCtFlags         *ebpf.Variable `ebpf:"_btf_ct_flags"`
+	BtfDirection       *ebpf.Variable `ebpf:"_btf_direction"`
 	BtfEndpointFlags   *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
 	BtfFlowEvent       *ebpf.Variable `ebpf:"_btf_flow_event"`
 	BtfFlowEventStruct *ebpf.Variable `ebpf:"_btf_flow_event_struct"`
@@ -422,6 +457,7 @@ type podtcVariables struct {
 	BtfFlowPoint       *ebpf.Variable `ebpf:"_btf_flow_point"`
 	BtfFlowVerdict     *ebpf.Variable `ebpf:"_btf_flow_verdict"`
 	BtfIdentity        *ebpf.Variable `ebpf:"_btf_identity"`
+	BtfMetricsLayout   *ebpf.Variable `ebpf:"_btf_metrics_layout"`
 	BtfReason          *ebpf.Variable `ebpf:"_btf_reason"`
 	BtfVerdict         *ebpf.Variable `ebpf:"_btf_verdict"`
 }

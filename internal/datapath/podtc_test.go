@@ -25,9 +25,16 @@ func requireBPF(t *testing.T) {
 // the test removes afterwards.
 func openTestDatapath(t *testing.T, mode Mode) *Datapath {
 	t.Helper()
+	return openChangedDatapath(t, mode, nil)
+}
+
+// openChangedDatapath is openTestDatapath with the specs changed before
+// loading (see open).
+func openChangedDatapath(t *testing.T, mode Mode, change func(*ebpf.CollectionSpec)) *Datapath {
+	t.Helper()
 	requireBPF(t)
 	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
-	d, err := Open(Config{PinDir: pinDir, Mode: mode})
+	d, err := open(Config{PinDir: pinDir, Mode: mode}, change)
 	if err != nil {
 		t.Fatal(err)
 	}

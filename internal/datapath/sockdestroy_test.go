@@ -363,6 +363,8 @@ type clientSock struct {
 //	sendto NAME ADDR        an unconnected socket sending to ADDR; exchange
 //	check NAME              report a pending socket error, else exchange again
 //	send NAME               send a datagram, nothing else ("ok" or the error)
+//	listentcp ADDR          a TCP server that accepts and closes connections
+//	tcp ADDR                a TCP connect; answers with what getpeername says
 //
 // An exchange sends a datagram and answers with the reply ("ok BACKEND").
 func runSockClient(in *os.File, out *os.File) error {
@@ -418,6 +420,24 @@ func runSockClient(in *os.File, out *os.File) error {
 			if _, err := s.conn.Write([]byte("ping")); err != nil {
 				ans = errAnswer(err)
 			}
+		case len(f) == 2 && f[0] == "listentcp":
+			l, err := net.Listen("tcp4", f[1])
+			if err != nil {
+				ans = errAnswer(err)
+				break
+			}
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			ans = "ok " + l.Addr().String()
+		case len(f) == 2 && f[0] == "tcp":
+			ans = tcpPeer(f[1])
 		default:
 			return fmt.Errorf("unknown command %q", sc.Text())
 		}
@@ -449,6 +469,32 @@ func dialUDP(family string, to netip.AddrPort) (*net.UDPConn, error) {
 		return nil, err
 	}
 	return c.(*net.UDPConn), nil
+}
+
+// tcpPeer connects to addr and answers with the peer getpeername reports:
+// the service address when the connect was translated.
+func tcpPeer(addr string) string {
+	conn, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+	if err != nil {
+		return errAnswer(err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return errAnswer(err)
+	}
+	var sa unix.Sockaddr
+	if cerr := raw.Control(func(fd uintptr) { sa, err = unix.Getpeername(int(fd)) }); cerr != nil {
+		return errAnswer(cerr)
+	}
+	if err != nil {
+		return errAnswer(err)
+	}
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		return fmt.Sprintf("err peer_%T", sa)
+	}
+	return "ok " + netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)).String()
 }
 
 func exchange(s clientSock) string {
