@@ -413,7 +413,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if len(st.Counters) > 0 {
 				fmt.Println("datapath counters:")
 				for _, c := range st.Counters {
-					fmt.Printf("  %-20s %-9s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
+					if c.SocketHook() {
+						fmt.Printf("  %-22s %-11s %10d calls\n", c.Reason, c.Direction, c.Packets)
+						continue
+					}
+					fmt.Printf("  %-22s %-11s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
 				}
 			}
 			return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
 )
 
@@ -161,6 +162,8 @@ func summary(fl flows.Flow) string {
 	}
 	if fl.DropReason != "" {
 		parts = append(parts, "reason "+fl.DropReason)
+	} else if datapath.InsertFailed(fl.Reason) {
+		parts = append(parts, "reason "+fl.Reason) // went on, but something was not recorded
 	}
 	if fl.Service != nil {
 		name := fl.Service.Name

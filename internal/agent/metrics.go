@@ -24,9 +24,10 @@ type metrics struct {
 
 var (
 	descPackets = prometheus.NewDesc("shunt_datapath_packets_total",
-		"Packets the tc programs handled, by outcome reason and direction.", []string{"reason", "direction"}, nil)
+		"Packets the tc programs handled (direction from-pod, to-pod) and calls of the socket hooks (direction connect, "+
+			"sendmsg, recvmsg, getpeername), by outcome reason.", []string{"reason", "direction"}, nil)
 	descBytes = prometheus.NewDesc("shunt_datapath_bytes_total",
-		"Bytes the tc programs handled, by outcome reason and direction.", []string{"reason", "direction"}, nil)
+		"Bytes the tc programs handled, by outcome reason and direction (0 for the socket hooks).", []string{"reason", "direction"}, nil)
 	descFlows = prometheus.NewDesc("shunt_flows_emitted_total", "Flow events the datapath sent to the agent.", nil, nil)
 	descLost  = prometheus.NewDesc("shunt_flows_lost_total",
 		"Flow events lost because the ring buffer was full (the packets themselves were not affected).", nil, nil)
