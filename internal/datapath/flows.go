@@ -44,13 +44,6 @@ func (m FlowMode) String() string {
 	return "default"
 }
 
-// Names of enum flow_verdict, flow_event_type and flow_point, in order.
-var (
-	flowVerdictNames = [...]string{"FORWARDED", "DROPPED", "TRANSLATED", "REDIRECTED"}
-	flowEventNames   = [...]string{"packet", "new", "end", "drop", "socket"}
-	flowPointNames   = [...]string{"from-pod", "to-pod", "socket"}
-)
-
 // FlowEvent is one decoded event of the shunt_flows ring buffer.
 type FlowEvent struct {
 	Time        time.Time
@@ -71,13 +64,6 @@ type FlowEvent struct {
 	DstIdentity uint32
 	RuleID      uint32
 	Length      uint32
-}
-
-func name(names []string, i uint8) string {
-	if int(i) < len(names) {
-		return names[i]
-	}
-	return fmt.Sprint(i)
 }
 
 func decodeFlow(raw []byte, boot time.Time) (FlowEvent, error) {

@@ -34,7 +34,7 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 		"shunt_endpoints": func() ([]Row, error) {
 			return dump(d.objs.ShuntEndpoints, func(k podtcEndpointKey, v podtcEndpointInfo) Row {
 				return Row{"ip": fromBe32(k.Ip4).String(), "ifindex": v.Ifindex, "identity": v.Identity,
-					"flags": endpointFlagsText(v.Flags), "podMAC": macText(v.PodMac[:]), "nodeMAC": macText(v.NodeMac[:])}
+					"flags": flagsText(v.Flags, endpointFlagNames), "podMAC": macText(v.PodMac[:]), "nodeMAC": macText(v.NodeMac[:])}
 			})
 		},
 		"shunt_ipcache":         func() ([]Row, error) { return dumpPrefixes(d.objs.ShuntIpcache) },
@@ -59,7 +59,7 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 				if v.Flags&uint32(podtcCtFlagsCT_F_ORIG_IS_A) == 0 {
 					src, dst = b, a
 				}
-				return Row{"source": src, "destination": dst, "protocol": ProtoName(k.Proto), "state": ctFlagsText(v.Flags),
+				return Row{"source": src, "destination": dst, "protocol": ProtoName(k.Proto), "state": ctFlagsText(v.Flags), "flags": flagsText(v.Flags, ctFlagNames),
 					"ageSeconds": secondsSince(now, v.CreatedNs), "idleSeconds": secondsSince(now, v.LastSeenNs), "ruleID": v.RuleId}
 			})
 		},
@@ -254,20 +254,6 @@ func PortsText(k policy.Key) string {
 		return fmt.Sprintf("%d/%s", lo, proto)
 	}
 	return fmt.Sprintf("%d-%d/%s", lo, hi, proto)
-}
-
-func endpointFlagsText(f uint32) string {
-	var out []string
-	for bit, name := range map[podtcEndpointFlags]string{
-		podtcEndpointFlagsENDPOINT_F_INGRESS_ISOLATED: "ingress-isolated", podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED: "egress-isolated",
-		podtcEndpointFlagsENDPOINT_F_INGRESS_RULES: "ingress-rules", podtcEndpointFlagsENDPOINT_F_EGRESS_RULES: "egress-rules",
-	} {
-		if f&uint32(bit) != 0 {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return strings.Join(out, ",")
 }
 
 func ctFlagsText(f uint32) string {
