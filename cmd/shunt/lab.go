@@ -405,7 +405,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			fmt.Printf("programs:  %s\n", strings.Join(hooks, ", "))
 			var pressure []string
 			for _, m := range st.Maps {
-				if m.Entries > 0 && m.Type != "Array" && m.Type != "PerCPUArray" {
+				if m.Entries > 0 && m.Fills() {
 					pressure = append(pressure, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Capacity))
 				}
 			}

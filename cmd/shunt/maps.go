@@ -37,14 +37,14 @@ func newMapCmd(g *globals) *cobra.Command {
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
 			defer w.Flush()
-			fmt.Fprintln(w, "NAME\tTYPE\tENTRIES\tCAPACITY\tUSED")
+			fmt.Fprintln(w, "NAME\tTYPE\tENTRIES\tCAPACITY\tUSED\tHOLDS")
 			for _, m := range maps {
 				entries, used := "-", "-"
 				if m.Entries >= 0 {
 					entries = fmt.Sprint(m.Entries)
 					used = fmt.Sprintf("%.1f%%", 100*float64(m.Entries)/float64(m.Capacity))
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", m.Name, m.Type, entries, m.Capacity, used)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", m.Name, m.Type, entries, m.Capacity, used, m.About)
 			}
 			return nil
 		},

@@ -136,8 +136,8 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Health = append(st.Health, "cannot read maps: "+err.Error())
 	}
 	for _, m := range st.Maps {
-		if m.Entries >= 0 && m.Type != "Array" && m.Type != "PerCPUArray" && m.Entries*10 >= m.Capacity*9 {
-			st.Health = append(st.Health, fmt.Sprintf("map %s is %d%% full (%d of %d)", m.Name, 100*m.Entries/m.Capacity, m.Entries, m.Capacity))
+		if p := m.Pressure(); p != "" {
+			st.Health = append(st.Health, p)
 		}
 	}
 	if st.Flows.Lost > 0 {

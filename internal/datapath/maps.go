@@ -4,7 +4,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -16,30 +17,94 @@ import (
 // MapInfo describes one map of the datapath.
 type MapInfo struct {
 	Name     string `json:"name"`
+	About    string `json:"about"` // what the map holds
 	Type     string `json:"type"`
 	Entries  int    `json:"entries"` // -1: not countable (ring buffer, socket storage)
 	Capacity int    `json:"capacity"`
 	Pinned   bool   `json:"pinned"`
 	Dumpable bool   `json:"dumpable"`
+	WhenFull string `json:"whenFull,omitempty"` // what happens when it is full
+}
+
+// Fills says whether the map has a fill level: entries that come and go
+// (not an array, whose entries always exist, nor a map that cannot count).
+func (m MapInfo) Fills() bool {
+	return m.Entries >= 0 && m.Capacity > 0 && m.Type != ebpf.Array.String() && m.Type != ebpf.PerCPUArray.String()
+}
+
+// Pressure is a health message when the map is 90% full or more, else "".
+func (m MapInfo) Pressure() string {
+	if !m.Fills() || m.Entries*10 < m.Capacity*9 {
+		return ""
+	}
+	msg := fmt.Sprintf("map %s is %d%% full (%d of %d)", m.Name, 100*m.Entries/m.Capacity, m.Entries, m.Capacity)
+	if m.WhenFull != "" {
+		msg += ": " + m.WhenFull
+	}
+	return msg
 }
 
 // Row is one decoded map entry: column name -> value.
 type Row map[string]any
 
-// mapDumpers decode each map's entries into rows with readable addresses,
-// ports, protocols and flags. Maps missing here (ring buffer, socket
-// storage) cannot be listed from user space.
-func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
-	return map[string]func() ([]Row, error){
-		"shunt_endpoints": func() ([]Row, error) {
+// mapDesc is everything the datapath knows about one of its maps, in one
+// place: `shunt map list` and `map dump`, the map pressure of `shunt
+// status`, the shunt_map_entries/capacity metrics and the capacity checks
+// before a sync all read it. TestMapTable fails for a map of the BPF
+// objects that is not here exactly once.
+type mapDesc struct {
+	name  string
+	about string                    // what the map holds, one line
+	of    func(*Datapath) *ebpf.Map // nil: not loaded (yet)
+	// dump decodes the entries into rows with readable addresses, ports,
+	// protocols and flags; nil when they cannot be listed from user space
+	// (ring buffer, socket storage).
+	dump func(*Datapath) ([]Row, error)
+	// refuse: the agent writes the map from the desired state and refuses
+	// a change that needs more entries than it holds before any write
+	// (checkFits); the error ends with this advice.
+	refuse string
+	// insertFailed: a program inserts into the map, and an insert that
+	// fails is counted (and named in flows) under this reason.
+	insertFailed string
+}
+
+// The advice when a policy map is too small.
+const policyStays = "the previous policy stays in force"
+
+// mapTable describes every map of the datapath, by name.
+var mapTable = []mapDesc{
+	{
+		name:  "shunt_endpoints",
+		about: "local pods: address -> host veth, MACs, identity, policy flags",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntEndpoints },
+		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.objs.ShuntEndpoints, func(k podtcEndpointKey, v podtcEndpointInfo) Row {
 				return Row{"ip": fromBe32(k.Ip4).String(), "ifindex": v.Ifindex, "identity": v.Identity,
 					"flags": flagsText(v.Flags, endpointFlagNames), "podMAC": macText(v.PodMac[:]), "nodeMAC": macText(v.NodeMac[:])}
 			})
 		},
-		"shunt_ipcache":         func() ([]Row, error) { return dumpPrefixes(d.objs.ShuntIpcache) },
-		"shunt_cidr_identities": func() ([]Row, error) { return dumpPrefixes(d.objs.ShuntCidrIdentities) },
-		"shunt_policy": func() ([]Row, error) {
+		refuse: policyStays,
+	},
+	{
+		name:   "shunt_ipcache",
+		about:  "identities of pods and node addresses: address -> identity (LPM trie)",
+		of:     func(d *Datapath) *ebpf.Map { return d.objs.ShuntIpcache },
+		dump:   func(d *Datapath) ([]Row, error) { return dumpPrefixes(d.objs.ShuntIpcache) },
+		refuse: policyStays,
+	},
+	{
+		name:   "shunt_cidr_identities",
+		about:  "prefixes policies name (ipBlock, cidr) -> their identity (LPM trie)",
+		of:     func(d *Datapath) *ebpf.Map { return d.objs.ShuntCidrIdentities },
+		dump:   func(d *Datapath) ([]Row, error) { return dumpPrefixes(d.objs.ShuntCidrIdentities) },
+		refuse: policyStays,
+	},
+	{
+		name:  "shunt_policy",
+		about: "policy per pod and direction: (peer identity, protocol, port prefix) -> allow/deny, rule (LPM trie)",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntPolicy },
+		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.objs.ShuntPolicy, func(k podtcPolicyKey, v podtcPolicyValue) Row {
 				pk := fromPolicyKey(k)
 				dir := "ingress"
@@ -50,7 +115,13 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 					"ports": PortsText(pk), "verdict": policy.Verdict(v.Verdict).String(), "ruleID": v.RuleId}
 			})
 		},
-		"shunt_ct": func() ([]Row, error) {
+		refuse: policyStays,
+	},
+	{
+		name:  "shunt_ct",
+		about: "connection tracking: connections policy admitted, found from either direction (LRU)",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntCt },
+		dump: func(d *Datapath) ([]Row, error) {
 			now := monotonicNow()
 			return dump(d.objs.ShuntCt, func(k podtcCtKey, v podtcCtValue) Row {
 				a := fmt.Sprintf("%s:%d", fromBe32(k.AddrA), fromBe16(k.PortA))
@@ -59,11 +130,18 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 				if v.Flags&uint32(podtcCtFlagsCT_F_ORIG_IS_A) == 0 {
 					src, dst = b, a
 				}
-				return Row{"source": src, "destination": dst, "protocol": ProtoName(k.Proto), "state": ctFlagsText(v.Flags), "flags": flagsText(v.Flags, ctFlagNames),
-					"ageSeconds": secondsSince(now, v.CreatedNs), "idleSeconds": secondsSince(now, v.LastSeenNs), "ruleID": v.RuleId}
+				return Row{"source": src, "destination": dst, "protocol": ProtoName(k.Proto), "state": ctFlagsText(v.Flags),
+					"flags": flagsText(v.Flags, ctFlagNames), "ageSeconds": secondsSince(now, v.CreatedNs),
+					"idleSeconds": secondsSince(now, v.LastSeenNs), "ruleID": v.RuleId}
 			})
 		},
-		"shunt_tc_nat": func() ([]Row, error) {
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_CT_FULL],
+	},
+	{
+		name:  "shunt_tc_nat",
+		about: "service translation of the tc path, per flow: original and reply direction (LRU)",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntTcNat },
+		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.objs.ShuntTcNat, func(k podtcTcNatKey, v podtcTcNatValue) Row {
 				what := "destination"
 				if v.Reply == 1 {
@@ -73,7 +151,13 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 					fromBe16(k.Dport), ProtoName(k.Proto)), "rewrite": what, "to": fmt.Sprintf("%s:%d", fromBe32(v.Addr), fromBe16(v.Port))}
 			})
 		},
-		"shunt_services": func() ([]Row, error) {
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED],
+	},
+	{
+		name:  "shunt_services",
+		about: "service ports: (VIP, port, protocol, slot) -> slot 0: the service, slot n: its n-th backend",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntServices },
+		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.sock.ShuntServices, func(k socklbServiceKey, v socklbServiceValue) Row {
 				r := Row{"frontend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Vip), fromBe16(k.Port), ProtoName(k.Proto)), "slot": k.Slot}
 				if k.Slot == 0 {
@@ -84,26 +168,56 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 				return r
 			})
 		},
-		"shunt_backends": func() ([]Row, error) {
+		refuse: "remove services or endpoints (one entry per service port and one per endpoint of it)",
+	},
+	{
+		// Never fuller than shunt_services, which has a slot for each.
+		name:  "shunt_backends",
+		about: "service backends: id -> address, port, protocol",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntBackends },
+		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.sock.ShuntBackends, func(k uint32, v socklbBackendValue) Row {
 				return Row{"id": k, "backend": fmt.Sprintf("%s:%d/%s", fromBe32(v.Ip), fromBe16(v.Port), ProtoName(v.Proto))}
 			})
 		},
-		"shunt_affinity": func() ([]Row, error) {
+	},
+	{
+		name:  "shunt_affinity",
+		about: "ClientIP session affinity: (client netns, service) -> backend, last use (LRU)",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAffinity },
+		dump: func(d *Datapath) ([]Row, error) {
 			now := monotonicNow()
 			return dump(d.sock.ShuntAffinity, func(k socklbAffinityKey, v socklbAffinityValue) Row {
 				return Row{"clientNetnsCookie": k.ClientCookie, "serviceID": k.ServiceId, "backendID": v.BackendId,
 					"idleSeconds": secondsSince(now, v.LastUsedNs)}
 			})
 		},
-		"shunt_revnat": func() ([]Row, error) {
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED],
+	},
+	{
+		name:  "shunt_revnat",
+		about: "UDP reverse NAT: (netns, socket, backend) -> the service address replies get back (LRU)",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntRevnat },
+		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.sock.ShuntRevnat, func(k socklbRevnatKey, v socklbRevnatValue) Row {
 				return Row{"netnsCookie": k.NetnsCookie, "socketCookie": k.SockCookie,
 					"backend": fmt.Sprintf("%s:%d", fromBe32(k.BackendIp), fromBe16(k.BackendPort)),
 					"service": fmt.Sprintf("%s:%d", fromBe32(v.Vip), fromBe16(v.Vport))}
 			})
 		},
-		"shunt_metrics": func() ([]Row, error) {
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED],
+	},
+	{
+		name:         "shunt_sock_svc",
+		about:        "per socket: the service and backend its connect was translated to (socket storage)",
+		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockSvc },
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED],
+	},
+	{
+		name:  "shunt_metrics",
+		about: "outcome counters by (reason, direction) of every program, per CPU",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntMetrics },
+		dump: func(d *Datapath) ([]Row, error) {
 			cs, err := d.Counters()
 			var rows []Row
 			for _, c := range cs {
@@ -111,40 +225,96 @@ func (d *Datapath) mapDumpers() map[string]func() ([]Row, error) {
 			}
 			return rows, err
 		},
-		"shunt_flow_config": func() ([]Row, error) {
+	},
+	{
+		name:  "shunt_flow_config",
+		about: "flow sampling: off, default or all",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntFlowConfig },
+		dump: func(d *Datapath) ([]Row, error) {
 			var v podtcFlowConfig
 			err := d.objs.ShuntFlowConfig.Lookup(uint32(0), &v)
 			return []Row{{"sampling": FlowMode(v.Mode).String()}}, err
 		},
-		"shunt_flow_stats": func() ([]Row, error) {
+	},
+	{
+		name:  "shunt_flow_stats",
+		about: "flow events emitted and lost (ring buffer full), per CPU",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntFlowStats },
+		dump: func(d *Datapath) ([]Row, error) {
 			e, l, err := d.FlowStats()
 			return []Row{{"emitted": e, "lost": l}}, err
 		},
-	}
+	},
+	{
+		name:  "shunt_flows",
+		about: "flow events to the agent (ring buffer; not pinned, sized at start)",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntFlows },
+	},
+	{
+		name:  "shunt_gone_backends",
+		about: "UDP backends gone, for one run of the socket-destroy iterator (empty between runs)",
+		of:    func(d *Datapath) *ebpf.Map { return d.destroyer.goneBackends() },
+		dump: func(d *Datapath) ([]Row, error) {
+			m := d.destroyer.goneBackends()
+			if m == nil {
+				return nil, nil
+			}
+			return dump(m, func(k sockdestroyGoneBackend, _ uint8) Row {
+				return Row{"backend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Ip), fromBe16(k.Port), ProtoName(k.Proto))}
+			})
+		},
+	},
 }
 
-// allMaps names every map of the instance.
-func (d *Datapath) allMaps() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{
-		"shunt_endpoints": d.objs.ShuntEndpoints, "shunt_ipcache": d.objs.ShuntIpcache,
-		"shunt_cidr_identities": d.objs.ShuntCidrIdentities, "shunt_policy": d.objs.ShuntPolicy,
-		"shunt_ct": d.objs.ShuntCt, "shunt_tc_nat": d.objs.ShuntTcNat, "shunt_metrics": d.objs.ShuntMetrics,
-		"shunt_flow_config": d.objs.ShuntFlowConfig, "shunt_flow_stats": d.objs.ShuntFlowStats,
-		"shunt_flows": d.objs.ShuntFlows, "shunt_services": d.sock.ShuntServices, "shunt_backends": d.sock.ShuntBackends,
-		"shunt_affinity": d.sock.ShuntAffinity, "shunt_revnat": d.sock.ShuntRevnat, "shunt_sock_svc": d.sock.ShuntSockSvc,
+// describe finds a map's description.
+func describe(name string) (mapDesc, bool) {
+	i := slices.IndexFunc(mapTable, func(m mapDesc) bool { return m.name == name })
+	if i < 0 {
+		return mapDesc{}, false
 	}
+	return mapTable[i], true
+}
+
+// whenFull says what happens when the map is full.
+func (md mapDesc) whenFull(t ebpf.MapType) string {
+	var parts []string
+	if md.refuse != "" {
+		parts = append(parts, "a change that does not fit is refused before any write: "+md.refuse)
+	}
+	if t == ebpf.LRUHash || t == ebpf.LRUCPUHash {
+		parts = append(parts, "the least recently used entry makes room")
+	}
+	if md.insertFailed != "" {
+		parts = append(parts, "an insert that fails is counted as "+md.insertFailed)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// checkFits refuses desired content of need entries that the map cannot
+// hold, before anything is written, so what the map holds stays in force.
+func (d *Datapath) checkFits(name string, need int) error {
+	md, ok := describe(name)
+	if !ok {
+		return fmt.Errorf("checking the capacity of %s: no such map", name)
+	}
+	if max := int(md.of(d).MaxEntries()); need > max {
+		return fmt.Errorf("%s is full: %d entries needed, the map holds %d; nothing changed: %s", name, need, max, md.refuse)
+	}
+	return nil
 }
 
 // Maps lists every map with its fill level (entries are counted by walking
 // the keys: a scrape of a full 128k-entry table takes tens of ms).
 func (d *Datapath) Maps() ([]MapInfo, error) {
-	dumpers := d.mapDumpers()
 	var out []MapInfo
-	all := d.allMaps()
-	for _, name := range slices.Sorted(maps.Keys(all)) {
-		m := all[name]
-		info := MapInfo{Name: name, Type: m.Type().String(), Capacity: int(m.MaxEntries()), Entries: -1, Pinned: name != "shunt_flows"}
-		_, info.Dumpable = dumpers[name]
+	for _, md := range mapTable {
+		m := md.of(d)
+		if m == nil {
+			continue
+		}
+		_, err := os.Stat(filepath.Join(d.cfg.PinDir, md.name))
+		info := MapInfo{Name: md.name, About: md.about, Type: m.Type().String(), Capacity: int(m.MaxEntries()), Entries: -1,
+			Pinned: err == nil, Dumpable: md.dump != nil, WhenFull: md.whenFull(m.Type())}
 		switch m.Type() {
 		case ebpf.RingBuf, ebpf.SkStorage:
 		case ebpf.Array, ebpf.PerCPUArray:
@@ -152,12 +322,13 @@ func (d *Datapath) Maps() ([]MapInfo, error) {
 		default:
 			n, err := countKeys(m)
 			if err != nil {
-				return nil, fmt.Errorf("counting %s: %w", name, err)
+				return nil, fmt.Errorf("counting %s: %w", md.name, err)
 			}
 			info.Entries = n
 		}
 		out = append(out, info)
 	}
+	slices.SortFunc(out, func(a, b MapInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -181,16 +352,19 @@ func countKeys(m *ebpf.Map) (int, error) {
 // DumpMap decodes a map's entries; raw gives keys and values in hex as the
 // kernel holds them.
 func (d *Datapath) DumpMap(name string, raw bool) ([]Row, error) {
-	m, ok := d.allMaps()[name]
-	if !ok {
+	md, ok := describe(name)
+	var m *ebpf.Map
+	if ok {
+		m = md.of(d)
+	}
+	if m == nil {
 		return nil, fmt.Errorf("no map %q: `shunt map list` shows them", name)
 	}
-	dumper, ok := d.mapDumpers()[name]
-	if !ok {
-		return nil, fmt.Errorf("%s is a %s: its entries cannot be listed from user space", name, m.Type())
+	if md.dump == nil {
+		return nil, fmt.Errorf("%s is a %s (%s): its entries cannot be listed from user space", name, m.Type(), md.about)
 	}
 	if !raw {
-		return dumper()
+		return md.dump(d)
 	}
 	var rows []Row
 	key, val := make([]byte, m.KeySize()), make([]byte, m.ValueSize())

@@ -230,18 +230,16 @@ func (d *Datapath) SyncPolicy(state policy.State, endpoints []Endpoint) error {
 // fits the maps, so a change can be refused before anything is built.
 func (d *Datapath) PolicyFits(state policy.State, endpoints int) error {
 	for _, c := range []struct {
-		m    *ebpf.Map
 		name string
 		want int
 	}{
-		{d.objs.ShuntIpcache, "shunt_ipcache", len(state.IPCache)},
-		{d.objs.ShuntCidrIdentities, "shunt_cidr_identities", len(state.CIDRIdentities)},
-		{d.objs.ShuntPolicy, "shunt_policy", len(state.Entries)},
-		{d.objs.ShuntEndpoints, "shunt_endpoints", endpoints},
+		{"shunt_ipcache", len(state.IPCache)},
+		{"shunt_cidr_identities", len(state.CIDRIdentities)},
+		{"shunt_policy", len(state.Entries)},
+		{"shunt_endpoints", endpoints},
 	} {
-		if max := int(c.m.MaxEntries()); c.want > max {
-			return fmt.Errorf("%s is full: %d entries needed, the map holds %d; nothing changed, the previous policy stays in force",
-				c.name, c.want, max)
+		if err := d.checkFits(c.name, c.want); err != nil {
+			return err
 		}
 	}
 	return nil

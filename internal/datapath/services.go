@@ -220,10 +220,7 @@ func (d *Datapath) UpdateServices(upsert []services.Port, remove []services.Fron
 // checkSlots refuses a table of slots entries that shunt_services cannot
 // hold, before anything is written.
 func (d *Datapath) checkSlots(slots int) error {
-	if max := int(d.sock.ShuntServices.MaxEntries()); slots > max {
-		return fmt.Errorf("services need %d entries in shunt_services, which holds %d: remove services or endpoints", slots, max)
-	}
-	return nil
+	return d.checkFits("shunt_services", slots)
 }
 
 // finish plans the removal of the unused backends among candidates (all

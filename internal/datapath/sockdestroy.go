@@ -38,6 +38,17 @@ func (s *sockDestroyer) close() error {
 	return errors.Join(s.iter.Close(), s.objs.Close())
 }
 
+// goneBackends is the iterator's map of gone backends, nil until it is
+// loaded.
+func (s *sockDestroyer) goneBackends() *ebpf.Map {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.loaded || s.loadErr != nil {
+		return nil
+	}
+	return s.objs.ShuntGoneBackends
+}
+
 // errSockDestroyUnsupported names what an older kernel lacks.
 var errSockDestroyUnsupported = errors.New("destroying sockets of deleted backends needs the " +
 	"iter/udp socket iterator and the bpf_sock_destroy kfunc (Linux 6.5+)")

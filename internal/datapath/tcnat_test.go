@@ -168,7 +168,7 @@ func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
 		huge = append(huge, services.Port{Frontend: services.Frontend{VIP: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: 6}, Name: "big", Backends: backends})
 	}
 	_, err := d.SyncServices(append(huge, keep))
-	if err == nil || !strings.Contains(err.Error(), "shunt_services, which holds") {
+	if err == nil || !strings.Contains(err.Error(), "shunt_services is full") {
 		t.Fatalf("oversized table: err %v, want a message naming the map and its size", err)
 	}
 	dump, _ := d.DumpServices()
