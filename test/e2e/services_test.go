@@ -268,6 +268,9 @@ func TestServiceBadInput(t *testing.T) {
 func TestConnectedUDPSocketLeavesDeletedBackend(t *testing.T) {
 	l := newLab(t, "redirect-peer", servicesManifest)
 	vip := l.clusterIP("web")
+	// Both backends serve before the held socket is opened: one that does
+	// not listen yet answers with port unreachable, and the probe ends.
+	l.probe("client", "connected", "--udp", l.podIP("web-1")+":5353", "--udp", l.podIP("web-2")+":5353")
 	cmd := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--",
 		filepath.Join(binDir, "shunt"), "lab", "probe", "-o", "json", "--expect", "any",
 		"--udp", vip+":53", "--udp-connected", "--hold", "4s", "--timeout", "2s")
