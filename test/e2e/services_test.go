@@ -99,6 +99,20 @@ func TestServiceClusterIP(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("refusing a service without endpoints took %s", d)
 	}
+
+	// The socket hooks count their decisions, by hook, in the metrics and
+	// in status.
+	for _, c := range []struct{ reason, hook string }{
+		{"sock-translated", "connect"}, {"sock-translated", "sendmsg"}, {"sock-refused", "connect"},
+		{"sock-restored", "getpeername"}, {"sock-restored", "recvmsg"},
+	} {
+		if l.metric("shunt_datapath_packets_total", `reason="`+c.reason+`"`, `direction="`+c.hook+`"`) == 0 {
+			t.Errorf("no %s counted for %s in the metrics", c.reason, c.hook)
+		}
+	}
+	if out := l.mustShunt("status"); !strings.Contains(out, "sock-refused") || !strings.Contains(out, "calls") {
+		t.Errorf("status does not show the socket hooks' counters:\n%s", out)
+	}
 }
 
 func TestServiceDNSThroughClusterIP(t *testing.T) {
