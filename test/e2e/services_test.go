@@ -63,6 +63,10 @@ func peers(rs []probeResult) map[string]int {
 func TestServiceClusterIP(t *testing.T) {
 	l := newLab(t, "redirect-peer", servicesManifest)
 	vip := l.clusterIP("web")
+	// A container counts as ready once it runs (the lab has no readiness
+	// probes yet): wait until both servers listen before counting.
+	l.probe("client", "connected", "--tcp", l.podIP("web-1")+":8080", "--tcp", l.podIP("web-2")+":8081",
+		"--udp", l.podIP("web-1")+":5353", "--udp", l.podIP("web-2")+":5353")
 
 	for _, from := range []string{"client", ""} { // a pod, and the node itself
 		got := peers(l.probeJSON(from, "--tcp", vip+":80", "--count", "30"))
