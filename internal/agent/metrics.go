@@ -114,12 +114,8 @@ func (c datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost))
 	}
 	ch <- prometheus.MustNewConstMetric(descFollowerMissed, prometheus.CounterValue, float64(a.flows.Dropped()))
-	ports, backends := 0, 0
-	for _, p := range a.rec.ServicePorts() {
-		ports++
-		backends += len(p.Backends)
-	}
-	pods := len(a.rec.Endpoints())
+	ports, backends := a.rec.ServiceCount()
+	pods := a.rec.EndpointCount()
 	ch <- prometheus.MustNewConstMetric(descServices, prometheus.GaugeValue, float64(ports))
 	ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(backends))
 	ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(pods))

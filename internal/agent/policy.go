@@ -85,7 +85,7 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 		}
 		p := parsePeer(s)
 		if p.Pod != "" {
-			if _, ok := store.Pod(namespaceName(p.Pod)); !ok {
+			if _, ok := store.Pod(model.SplitName(p.Pod)); !ok {
 				writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s (give ns/name, a pod of the default namespace, or an IP)", p.Pod))
 				return
 			}
@@ -102,7 +102,7 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 // named with the agent's identities and rules.
 func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
 	p := parsePeer(r.URL.Query().Get("pod"))
-	pod, ok := a.objects().Pod(namespaceName(p.Pod))
+	pod, ok := a.objects().Pod(model.SplitName(p.Pod))
 	pol := a.rec.Policy()
 	ip, err := netip.ParseAddr(pod.Status.PodIP)
 	if !ok || pol == nil || err != nil {
@@ -153,10 +153,4 @@ func identityNames(pol *policy.Result) map[uint32]string {
 		names[c.ID] = "cidr " + c.Prefix.String()
 	}
 	return names
-}
-
-// namespaceName splits "ns/name".
-func namespaceName(key string) (string, string) {
-	ns, name, _ := strings.Cut(key, "/")
-	return ns, name
 }

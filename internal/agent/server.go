@@ -116,7 +116,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st := api.Status{
 		Instance: a.cfg.Instance.Name, PID: os.Getpid(), Mode: string(a.state.Mode),
 		PodCIDR: a.podPool.CIDR.String(), NodeIP: a.podPool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
-		PinDir: a.cfg.Instance.PinDir(), Pods: len(a.rec.Endpoints()),
+		PinDir: a.cfg.Instance.PinDir(), Pods: a.rec.EndpointCount(),
 	}
 	counters, err := a.dp.Counters()
 	if err != nil {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,15 +49,9 @@ func loadState(dir string) (*State, error) {
 
 // save writes state.json unless it holds this already.
 func (s *State) save(dir string) error {
-	data, err := json.Marshal(s)
-	if err != nil || bytes.Equal(data, s.saved) {
-		return err
-	}
-	if err := atomicfile.Write(statePath(dir), data); err != nil {
-		return err
-	}
-	s.saved = data
-	return nil
+	var err error
+	s.saved, err = atomicfile.WriteJSON(statePath(dir), s, s.saved)
+	return err
 }
 
 func allocationsPath(dir string) string { return filepath.Join(dir, "identities.json") }

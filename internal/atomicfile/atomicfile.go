@@ -3,6 +3,8 @@
 package atomicfile
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 )
@@ -14,4 +16,17 @@ func Write(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// WriteJSON writes v as JSON unless the file holds that already (last is
+// what it was last written or read with); it returns what the file holds.
+func WriteJSON(path string, v any, last []byte) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil || bytes.Equal(data, last) {
+		return last, err
+	}
+	if err := Write(path, data); err != nil {
+		return last, err
+	}
+	return data, nil
 }

@@ -333,13 +333,6 @@ func (cp *ControlPlane) Resync(ctx context.Context) error {
 	return cp.writeStatus()
 }
 
-// Pods lists the pod records (for tools that need the runtime side).
-func (cp *ControlPlane) PodCount() int {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return len(cp.kubelet.pods)
-}
-
 // Uninstall removes every pod of the node.
 func (cp *ControlPlane) Uninstall() error {
 	cp.mu.Lock()

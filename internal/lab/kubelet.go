@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,15 +80,9 @@ func (k *kubelet) load(legacy map[string]*PodRecord) error {
 }
 
 func (k *kubelet) save() error {
-	data, err := json.Marshal(k.pods)
-	if err != nil || bytes.Equal(data, k.saved) {
-		return err
-	}
-	if err := atomicfile.Write(k.recordsPath(), data); err != nil {
-		return err
-	}
-	k.saved = data
-	return nil
+	var err error
+	k.saved, err = atomicfile.WriteJSON(k.recordsPath(), k.pods, k.saved)
+	return err
 }
 
 // admit refuses pods the node's pod CIDR cannot hold, before anything is

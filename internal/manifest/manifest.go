@@ -94,13 +94,6 @@ func (k Key) Compare(o Key) int {
 	return strings.Compare(k.Name, o.Name)
 }
 
-// ParseKey reads Key.String's form back.
-func ParseKey(s string) (Key, bool) {
-	kind, rest, ok1 := strings.Cut(s, "/")
-	ns, name, ok2 := strings.Cut(rest, "/")
-	return Key{kind, ns, name}, ok1 && ok2 && kind != "" && name != ""
-}
-
 // Key identifies the object.
 func (o Object) Key() Key {
 	ns, name := o.NamespaceName()

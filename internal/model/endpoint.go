@@ -3,6 +3,7 @@ package model
 import (
 	"net"
 	"net/netip"
+	"strings"
 )
 
 // Endpoint is what the node knows of a pod that runs on it beyond the Pod
@@ -24,4 +25,10 @@ type Endpoint struct {
 	// Netns is the pod's network namespace (bind mount path, as CNI's
 	// CNI_NETNS): where its sockets live when some must be closed.
 	Netns string
+}
+
+// SplitName splits a "namespace/name" key, as Endpoint.Pod holds.
+func SplitName(key string) (namespace, name string) {
+	namespace, name, _ = strings.Cut(key, "/")
+	return namespace, name
 }

@@ -95,7 +95,6 @@ type Reconciler struct {
 	// Results, published after each sync for readers (API, flows).
 	policy   atomic.Pointer[policy.Result]
 	names    atomic.Pointer[Names]
-	ports    atomic.Pointer[[]services.Port]
 	svcNames serviceNames
 	lastSync struct{ policy, services time.Duration }
 }
@@ -123,7 +122,6 @@ func New(cfg Config, dp Datapath) *Reconciler {
 	r.cond = sync.NewCond(&r.mu)
 	r.run = newRunner(r.sync, cfg.MinSyncInterval, cfg.RetryAfter)
 	r.names.Store(&Names{})
-	r.ports.Store(&[]services.Port{})
 	return r
 }
 
@@ -174,11 +172,11 @@ func (r *Reconciler) RemoveEndpoint(pod string) uint64 {
 	return r.bump()
 }
 
-// Endpoints lists the local endpoints, by pod.
-func (r *Reconciler) Endpoints() map[string]model.Endpoint {
+// EndpointCount is the number of local endpoints (pods of this node).
+func (r *Reconciler) EndpointCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return maps.Clone(r.endpoints)
+	return len(r.endpoints)
 }
 
 func (r *Reconciler) bump() uint64 {
@@ -384,8 +382,12 @@ func (r *Reconciler) sync() error {
 		r.svc.Reset()
 	}
 	r.mu.Unlock()
-	// Names first: whoever waits for this sync reads them.
-	r.publishNames(w)
+	// Names first: whoever waits for this sync reads them. What they name
+	// (pod addresses, interfaces, identities, rules) changes only with
+	// what makes policy dirty; service names follow each service write.
+	if w.policy {
+		r.publishNames(w)
+	}
 	if allocChanged && r.cfg.SaveAllocations != nil {
 		if serr := r.cfg.SaveAllocations(pol.Alloc); serr != nil {
 			r.cfg.Log.Error("saving policy allocations", "err", serr)
@@ -421,7 +423,7 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 	}
 	var eps []datapath.Endpoint
 	for _, ep := range w.endpoints {
-		p, ok := w.store.Pod(namespaceName(ep.Pod))
+		p, ok := w.store.Pod(model.SplitName(ep.Pod))
 		if !ok || p.Status.PodIP != ep.IP.String() {
 			continue // the pod is going away, or its object does not know the address yet
 		}
@@ -457,10 +459,6 @@ func (r *Reconciler) syncServices(w work) ([]netip.AddrPort, error) {
 		return nil, err
 	}
 	r.svcNames.update(d)
-	r.mu.Lock()
-	all := r.svc.Ports()
-	r.mu.Unlock()
-	r.ports.Store(&all)
 	return gone, nil
 }
 
@@ -500,8 +498,21 @@ func (r *Reconciler) Allocations() policy.Allocations {
 	return r.alloc
 }
 
-// ServicePorts is the service table last written.
-func (r *Reconciler) ServicePorts() []services.Port { return *r.ports.Load() }
+// ServicePorts is the service table as last computed, sorted by service.
+// It is assembled on demand (dumps): a sync that changes one service of
+// 10 000 does not copy the table.
+func (r *Reconciler) ServicePorts() []services.Port {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.svc.Ports()
+}
+
+// ServiceCount is the number of service ports and of their backends.
+func (r *Reconciler) ServiceCount() (ports, backends int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.svc.Count()
+}
 
 // Names is what names flow events and map rows, as of the last sync.
 func (r *Reconciler) Names() *Names { return r.names.Load() }
@@ -511,13 +522,4 @@ func (r *Reconciler) SyncTimes() (policy, services time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lastSync.policy, r.lastSync.services
-}
-
-func namespaceName(pod string) (string, string) {
-	for i := 0; i < len(pod); i++ {
-		if pod[i] == '/' {
-			return pod[:i], pod[i+1:]
-		}
-	}
-	return "", pod
 }
