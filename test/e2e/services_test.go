@@ -60,13 +60,20 @@ func peers(rs []probeResult) map[string]int {
 	return m
 }
 
+// waitWebServes waits until both web pods of servicesManifest listen (TCP
+// api port and UDP 5353). A container counts as ready once it runs, as in
+// Kubernetes without a readinessProbe, so a backend can be in a service
+// before its server has bound its port; tests that count answers wait.
+func (l *lab) waitWebServes() {
+	l.t.Helper()
+	l.probe("client", "connected", "--tcp", l.podIP("web-1")+":8080", "--tcp", l.podIP("web-2")+":8081",
+		"--udp", l.podIP("web-1")+":5353", "--udp", l.podIP("web-2")+":5353")
+}
+
 func TestServiceClusterIP(t *testing.T) {
 	l := newLab(t, "redirect-peer", servicesManifest)
 	vip := l.clusterIP("web")
-	// A container counts as ready once it runs (the lab has no readiness
-	// probes yet): wait until both servers listen before counting.
-	l.probe("client", "connected", "--tcp", l.podIP("web-1")+":8080", "--tcp", l.podIP("web-2")+":8081",
-		"--udp", l.podIP("web-1")+":5353", "--udp", l.podIP("web-2")+":5353")
+	l.waitWebServes()
 
 	for _, from := range []string{"client", ""} { // a pod, and the node itself
 		got := peers(l.probeJSON(from, "--tcp", vip+":80", "--count", "30"))
@@ -143,6 +150,7 @@ func TestServiceDNSThroughClusterIP(t *testing.T) {
 func TestServiceAffinity(t *testing.T) {
 	l := newLab(t, "redirect-peer", servicesManifest, "testdata/affinity.yaml")
 	vip := l.clusterIP("sticky")
+	l.waitWebServes()
 	got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20"))
 	if len(got) != 1 {
 		t.Errorf("within the affinity timeout one client must stick to one backend: %v", got)
@@ -286,9 +294,7 @@ func TestServiceBadInput(t *testing.T) {
 func TestConnectedUDPSocketLeavesDeletedBackend(t *testing.T) {
 	l := newLab(t, "redirect-peer", servicesManifest)
 	vip := l.clusterIP("web")
-	// Both backends serve before the held socket is opened: one that does
-	// not listen yet answers with port unreachable, and the probe ends.
-	l.probe("client", "connected", "--udp", l.podIP("web-1")+":5353", "--udp", l.podIP("web-2")+":5353")
+	l.waitWebServes() // a backend not listening yet would end the held socket with port unreachable
 	cmd := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--",
 		filepath.Join(binDir, "shunt"), "lab", "probe", "-o", "json", "--expect", "any",
 		"--udp", vip+":53", "--udp-connected", "--hold", "4s", "--timeout", "2s")
