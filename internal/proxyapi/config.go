@@ -1,0 +1,204 @@
+// Package proxyapi is the contract between the agent and the node proxy
+// (cmd/shunt-proxy): the complete, versioned configuration the agent pushes,
+// the proxy's status, and the client the agent uses on the proxy's control
+// socket. The agent computes a Config from the cluster's objects; the proxy
+// only obeys it, so it needs no Kubernetes types and no view of the store.
+package proxyapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Config is everything the proxy serves. Each push replaces the previous
+// configuration whole; a push whose Version is lower than the one in force is
+// refused (a restarted agent starts from the proxy's version, see Status).
+type Config struct {
+	Version uint64 `json:"version"`
+	// Listen is where the proxy accepts redirected connections: the node's
+	// address and the proxy port, e.g. 10.200.1.1:15001. The socket hooks
+	// send connections here; the original destination comes back through
+	// getsockopt(SOL_IP, SO_ORIGINAL_DST) on the accepted socket.
+	Listen string `json:"listen"`
+	Mark   Mark   `json:"mark"`
+	// DialTimeout bounds an upstream connect (a SYN dropped by L3/L4 policy
+	// would otherwise hang a request); 0: 2s.
+	DialTimeout Duration `json:"dialTimeout,omitempty"`
+
+	Endpoints []Endpoint   `json:"endpoints,omitempty"` // local pods, to name clients and backends
+	Services  []Service    `json:"services,omitempty"`  // service ports: original destinations and route backends
+	Routes    []Route      `json:"routes,omitempty"`    // HTTPRoutes, by parent service port
+	Policies  []PortPolicy `json:"policies,omitempty"`  // L7 ingress rules, by (pod, port)
+}
+
+// Mark is the SO_MARK layout of the proxy's upstream sockets: Magic under
+// Mask says "the proxy", the bits outside Mask carry the client's identity,
+// so the tc programs judge the upstream connection as the original client
+// and the socket hooks leave it alone. Identities that do not fit outside
+// Mask cannot be carried: the proxy refuses such clients (403, flow).
+type Mark struct {
+	Magic uint32 `json:"magic"`
+	Mask  uint32 `json:"mask"`
+}
+
+// For returns the mark of upstream sockets opened for a client identity and
+// whether the identity fits.
+func (m Mark) For(identity uint32) (uint32, bool) {
+	if identity&m.Mask != 0 {
+		return 0, false
+	}
+	return m.Magic | identity, true
+}
+
+// Endpoint is a pod of this node (or the node itself: Identity 1).
+type Endpoint struct {
+	IP       string `json:"ip"`
+	Identity uint32 `json:"identity"`
+	Pod      string `json:"pod,omitempty"` // namespace/name
+	// Labels of the identity (key=value), for flows.
+	Labels []string `json:"labels,omitempty"`
+}
+
+// Service is one port of a Service: the proxy may be dialled at VIP:Port
+// (the original destination) and routes name it as a backend by
+// (Name, Port).
+type Service struct {
+	Name     string    `json:"name"` // namespace/name
+	VIP      string    `json:"vip,omitempty"`
+	Port     uint16    `json:"port"`
+	PortName string    `json:"portName,omitempty"`
+	Backends []Backend `json:"backends,omitempty"` // ready endpoints
+}
+
+// Backend is one ready endpoint of a service port.
+type Backend struct {
+	IP   string `json:"ip"`
+	Port uint16 `json:"port"` // the target port
+	Pod  string `json:"pod,omitempty"`
+}
+
+// Route is one HTTPRoute (gateway.networking.k8s.io/v1) attached to service
+// ports (the GAMMA mesh pattern). Several routes on one parent are merged by
+// the proxy with the Gateway API's precedence rules.
+type Route struct {
+	Name    string      `json:"name"` // namespace/name
+	Created time.Time   `json:"created"`
+	Parents []ParentRef `json:"parents"`
+	Rules   []RouteRule `json:"rules"`
+}
+
+// ParentRef names a parent service port; Port 0 attaches to every port.
+type ParentRef struct {
+	Service string `json:"service"` // namespace/name
+	Port    uint16 `json:"port,omitempty"`
+}
+
+// RouteRule is one rule of a route: any of its matches (none: every
+// request) sends the request to one of its backends, chosen by weight per
+// request.
+type RouteRule struct {
+	Matches  []Match        `json:"matches,omitempty"`
+	Backends []RouteBackend `json:"backends,omitempty"`
+	// Timeout bounds the whole request (retries included); 0: none.
+	Timeout Duration `json:"timeout,omitempty"`
+	Retry   *Retry   `json:"retry,omitempty"`
+}
+
+// Match is the Gateway API HTTPRouteMatch: every field given must match.
+type Match struct {
+	Path    *PathMatch    `json:"path,omitempty"`
+	Method  string        `json:"method,omitempty"`
+	Headers []HeaderMatch `json:"headers,omitempty"`
+	Query   []HeaderMatch `json:"queryParams,omitempty"`
+}
+
+// Path and header match types, as the Gateway API names them.
+const (
+	MatchExact       = "Exact"
+	MatchPathPrefix  = "PathPrefix"
+	MatchRegularExpr = "RegularExpression"
+)
+
+type PathMatch struct {
+	Type  string `json:"type"` // Exact, PathPrefix, RegularExpression
+	Value string `json:"value"`
+}
+
+type HeaderMatch struct {
+	Type  string `json:"type,omitempty"` // Exact (default), RegularExpression
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// RouteBackend is a weighted backendRef. A ref that does not resolve
+// (Unresolved says why) keeps its weight: its share of requests is answered
+// with 500, as the Gateway API specifies.
+type RouteBackend struct {
+	Service    string `json:"service"` // namespace/name
+	Port       uint16 `json:"port"`
+	Weight     int32  `json:"weight"`
+	Unresolved string `json:"unresolved,omitempty"`
+}
+
+// Retry is the Gateway API HTTPRouteRetry.
+type Retry struct {
+	Codes    []int    `json:"codes,omitempty"` // statuses retried; connection errors always are
+	Attempts int      `json:"attempts,omitempty"`
+	Backoff  Duration `json:"backoff,omitempty"`
+}
+
+// PortPolicy is the L7 view of one pod port's ingress policy: every rule
+// (with or without HTTP rules) that applies to the port, so the proxy can
+// decide each request the way the policy reads. A port gets one only when at
+// least one of its rules has HTTP rules; L3/L4 admission stays in the tc
+// programs.
+type PortPolicy struct {
+	Endpoint string   `json:"endpoint"` // the pod's IP
+	Port     uint16   `json:"port"`
+	Rules    []L7Rule `json:"rules"`
+}
+
+// Rule actions.
+const (
+	ActionAllow = "allow"
+	ActionDeny  = "deny"
+)
+
+// L7Rule is one policy rule as it applies to a (pod, port): which peers, and
+// which of their requests (HTTP nil: all of them).
+type L7Rule struct {
+	Name       string     `json:"name"` // e.g. ShuntNetworkPolicy ns/name ingress[0] (allow)
+	Action     string     `json:"action"`
+	AnyPeer    bool       `json:"anyPeer,omitempty"`
+	Identities []uint32   `json:"identities,omitempty"`
+	CIDRs      []string   `json:"cidrs,omitempty"`  // peers by address (ipBlock cidr)
+	Except     []string   `json:"except,omitempty"` // ... minus these
+	HTTP       []HTTPRule `json:"http,omitempty"`
+}
+
+// HTTPRule matches requests; an empty field matches anything. Path is an
+// RE2 regular expression over the whole path; Headers are exact values.
+type HTTPRule struct {
+	Method  string            `json:"method,omitempty"`
+	Path    string            `json:"path,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// Duration is a time.Duration written as Go's duration strings ("1.5s").
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"1.5s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
