@@ -23,6 +23,7 @@
 #include "lib/tc_nat.h"
 #include "lib/policy.h"
 #include "lib/flows.h"
+#include "lib/proxy.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -42,6 +43,19 @@ const volatile enum flow_event_type _btf_flow_event = 0;
 const volatile enum flow_point _btf_flow_point = 0;
 const volatile struct flow_event _btf_flow_event_struct = {};
 const volatile enum ct_flags _btf_ct_flags = 0;
+
+/* to_proxy says whether a SYN from a pod to the node goes to a proxy
+ * because a socket hook sent it there (its original destination is on
+ * file), rather than to the proxy port dialled by hand. */
+static __always_inline bool to_proxy(struct flow *f)
+{
+	if (f->proto != IPPROTO_TCP || (f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN)
+		return false;
+	struct proxy_origin_key key = {
+		.client_ip = f->saddr, .client_port = f->sport, .proxy_ip = f->daddr, .proxy_port = f->dport,
+	};
+	return bpf_map_lookup_elem(&shunt_proxy_origins, &key) != NULL;
+}
 
 #define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
 
@@ -172,6 +186,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 		dst.local = true;
 	} else {
 		dst.identity = identity_of(p.f.daddr);
+		dst.proxy = to_proxy(&p.f);
 	}
 	p.dst_identity = dst.identity;
 	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
@@ -179,6 +194,10 @@ int shunt_from_pod(struct __sk_buff *skb)
 		return drop(skb, &p, reason);
 
 	if (!ep) {
+		if (dst.proxy && p.event == FLOW_EV_CONN_NEW) {
+			done(skb, &p, FLOW_REDIRECTED_PROXY, SHUNT_REASON_PROXY_ADMITTED);
+			return TC_ACT_OK;
+		}
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
@@ -237,7 +256,23 @@ int shunt_to_pod(struct __sk_buff *skb)
 	struct policy_side dst = {
 		.addr = p.f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
 	};
-	struct policy_side src = { .addr = p.f.saddr, .identity = identity_of(p.f.saddr) };
+	struct policy_side src = { .addr = p.f.saddr };
+	__u32 client;
+	if (proxy_marked(&CONFIG, skb->mark, &client)) {
+		/* The node proxy connecting for a client: policy judges the
+		 * connection as that client, its egress included (a local
+		 * endpoint of the same identity has the same rules). */
+		struct identity_endpoint *ie = bpf_map_lookup_elem(&shunt_identity_endpoints, &client);
+
+		src.identity = client;
+		if (ie) {
+			src.addr = ie->ip;
+			src.flags = ie->flags;
+			src.local = true;
+		}
+	} else {
+		src.identity = identity_of(p.f.saddr);
+	}
 	p.src_identity = src.identity;
 	p.dst_identity = dst.identity;
 	__u32 reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);

@@ -12,8 +12,11 @@
 #include "lib/services.h"
 #include "lib/metrics.h"
 #include "lib/flows.h"
+#include "lib/proxy.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
+
+volatile const struct shunt_config CONFIG = {};
 
 /* Per-socket record of a connect-time translation (TCP and connected UDP):
  * freed with the socket, so nothing to garbage-collect. */
@@ -24,6 +27,16 @@ struct {
 	__type(value, struct sock_translation);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } shunt_sock_svc SEC(".maps");
+
+/* The original destination of a socket redirected to a proxy: freed with
+ * the socket. sockops files it under the connection's tuple. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct proxy_origin);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_sock_proxied SEC(".maps");
 
 /* Verdicts of cgroup sock_addr programs. */
 #define SOCK_ALLOW 1
@@ -133,6 +146,63 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 	return SOCK_ALLOW;
 }
 
+/* redirect_l7 sends a TCP connect to the proxy shunt_l7_redirect names for
+ * its destination, unless the socket is a proxy's own (its mark). Returns
+ * 1 when *dst now is the proxy, 0 when the destination is not redirected,
+ * and SOCK_REJECT's -1 when the original destination could not be kept (the
+ * proxy could not know where to go, and skipping it would skip its policy:
+ * fail closed, with ENOBUFS). */
+static __always_inline int redirect_l7(struct bpf_sock_addr *ctx, struct dest *dst)
+{
+	struct l7_redirect_key key = { .ip = dst->ip, .port = dst->port, .proto = IPPROTO_TCP };
+	struct l7_redirect_value *r;
+	struct bpf_sock *sk = ctx->sk;
+	__u32 identity;
+
+	if (!sk || proxy_marked(&CONFIG, sk->mark, &identity))
+		return 0;
+	r = bpf_map_lookup_elem(&shunt_l7_redirect, &key);
+	if (!r)
+		return 0;
+	struct proxy_origin *o = bpf_sk_storage_get(&shunt_sock_proxied, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!o) {
+		bpf_set_retval(-ENOBUFS);
+		count(SHUNT_REASON_PROXY_ORIGIN_FAILED, SHUNT_DIR_CONNECT, 0);
+		sock_flow(dst, 0, 0, IPPROTO_TCP, FLOW_DROPPED, SHUNT_REASON_PROXY_ORIGIN_FAILED);
+		return -1;
+	}
+	o->ip = dst->ip;
+	o->port = dst->port;
+	/* getpeername keeps showing what the application dialled. */
+	struct sock_translation *st = bpf_sk_storage_get(&shunt_sock_svc, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (st) {
+		st->vip = dst->ip;
+		st->vport = dst->port;
+		st->backend_ip = r->proxy_ip;
+		st->backend_port = r->proxy_port;
+	}
+	count(SHUNT_REASON_SOCK_TO_PROXY, SHUNT_DIR_CONNECT, 0);
+	sock_flow(dst, r->proxy_ip, r->proxy_port, IPPROTO_TCP, FLOW_REDIRECTED_PROXY, SHUNT_REASON_SOCK_TO_PROXY);
+	dst->ip = r->proxy_ip;
+	dst->port = r->proxy_port;
+	return 1;
+}
+
+/* connect_dest decides where a connect goes: a proxy, a service backend,
+ * or where it was going. */
+static __always_inline int connect_dest(struct bpf_sock_addr *ctx, struct dest *dst)
+{
+	if (ctx->protocol == IPPROTO_TCP) {
+		int r = redirect_l7(ctx, dst);
+
+		if (r < 0)
+			return SOCK_REJECT;
+		if (r > 0)
+			return SOCK_ALLOW;
+	}
+	return translate(ctx, dst, ctx->protocol, SHUNT_DIR_CONNECT);
+}
+
 /* reverse turns a backend the kernel reports back into the service the
  * socket used: from the socket's own record for connected sockets, else
  * from the UDP reverse map. Returns false when src is no backend of ours.
@@ -171,7 +241,7 @@ static __always_inline bool reverse(struct bpf_sock_addr *ctx, struct dest *src,
 static __always_inline int xlate4(struct bpf_sock_addr *ctx, __u8 proto, __u32 hook)
 {
 	struct dest d = { .ip = ctx->user_ip4, .port = (__u16)ctx->user_port };
-	int ret = translate(ctx, &d, proto, hook);
+	int ret = hook == SHUNT_DIR_CONNECT ? connect_dest(ctx, &d) : translate(ctx, &d, proto, hook);
 
 	ctx->user_ip4 = d.ip;
 	ctx->user_port = d.port;
@@ -240,7 +310,7 @@ static __always_inline int xlate6(struct bpf_sock_addr *ctx, __u8 proto, __u32 h
 		return SOCK_ALLOW;
 	}
 	struct dest d = { .ip = ctx->user_ip6[3], .port = (__u16)ctx->user_port };
-	int ret = translate(ctx, &d, proto, hook);
+	int ret = hook == SHUNT_DIR_CONNECT ? connect_dest(ctx, &d) : translate(ctx, &d, proto, hook);
 
 	ctx->user_ip6[3] = d.ip;
 	ctx->user_port = d.port;
@@ -287,4 +357,67 @@ int shunt_getpeername6(struct bpf_sock_addr *ctx)
 {
 	reverse6(ctx, SHUNT_DIR_GETPEERNAME);
 	return SOCK_ALLOW;
+}
+
+/* L7 redirection, after the connect: sockops files a redirected socket's
+ * original destination under its tuple as soon as the kernel has chosen
+ * the source port (TCP_CONNECT_CB, before the SYN leaves), so tc knows the
+ * connection to the proxy is one the hook made, and the proxy can ask. */
+SEC("sockops")
+int shunt_sockops(struct bpf_sock_ops *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	struct proxy_origin *o;
+
+	if (ctx->op != BPF_SOCK_OPS_TCP_CONNECT_CB || !sk)
+		return 1;
+	o = bpf_sk_storage_get(&shunt_sock_proxied, sk, 0, 0);
+	if (!o)
+		return 1;
+	struct proxy_origin_key key = {
+		.client_ip = sk->src_ip4, .client_port = bpf_htons((__u16)sk->src_port),
+		.proxy_ip = sk->dst_ip4, .proxy_port = (__u16)sk->dst_port,
+	};
+	if (bpf_map_update_elem(&shunt_proxy_origins, &key, o, BPF_ANY) < 0)
+		count(SHUNT_REASON_PROXY_ORIGIN_FAILED, SHUNT_DIR_CONNECT, 0);
+	return 1;
+}
+
+/* getsockopt(SOL_IP, SO_ORIGINAL_DST) on a proxy's accepted socket: the
+ * address the client dialled, as iptables' REDIRECT answers it. It runs
+ * after the kernel's own handler (which fails without netfilter, or answers
+ * with the proxy's address with it), on every getsockopt of the cgroup it
+ * is attached to: only proxies' cgroups get it, and anything but this
+ * option on an IPv4 TCP socket we redirected is left as the kernel said. */
+SEC("cgroup/getsockopt")
+int shunt_getsockopt(struct bpf_sockopt *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	struct proxy_origin *o;
+
+	if (ctx->level != SOL_IP || ctx->optname != SO_ORIGINAL_DST || !sk)
+		return 1;
+	if (sk->family != AF_INET || sk->protocol != IPPROTO_TCP)
+		return 1;
+	struct proxy_origin_key key = {
+		.client_ip = sk->dst_ip4, .client_port = (__u16)sk->dst_port,
+		.proxy_ip = sk->src_ip4, .proxy_port = bpf_htons((__u16)sk->src_port),
+	};
+	o = bpf_map_lookup_elem(&shunt_proxy_origins, &key);
+	if (!o)
+		return 1;
+	struct sockaddr_in *sin = ctx->optval;
+	/* The caller's buffer: optval_end is its end, optlen must stay within. */
+	if ((void *)(sin + 1) > ctx->optval_end)
+		return 1;
+	sin->sin_family = AF_INET;
+	sin->sin_port = o->port;
+	sin->sin_addr.s_addr = o->ip;
+	__builtin_memset(sin->sin_zero, 0, sizeof(sin->sin_zero));
+	ctx->optlen = sizeof(*sin);
+	/* Not ctx->retval = 0: clang merges the two adjacent 32-bit stores
+	 * into one 64-bit store, which the verifier refuses. */
+	bpf_set_retval(0);
+	count(SHUNT_REASON_PROXY_ORIGIN_ANSWERED, SHUNT_DIR_GETSOCKOPT, 0);
+	return 1;
 }

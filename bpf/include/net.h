@@ -108,6 +108,22 @@ struct icmphdr {
 #define AF_INET 2
 #define AF_INET6 10
 
+/* linux/in.h, linux/netfilter_ipv4.h: the option a transparent proxy asks
+ * for a redirected connection's original destination */
+#define SOL_IP 0
+#define SO_ORIGINAL_DST 80
+
+struct in_addr {
+	__be32 s_addr;
+};
+
+struct sockaddr_in {
+	__u16 sin_family;
+	__be16 sin_port;
+	struct in_addr sin_addr;
+	__u8 sin_zero[8];
+};
+
 /* asm-generic/errno.h: what socket hooks return to applications */
 #define EPERM 1
 #define ECONNABORTED 103

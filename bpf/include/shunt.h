@@ -21,6 +21,13 @@ enum shunt_fwd_mode {
  * the verifier prunes the branches a mode does not use. */
 struct shunt_config {
 	enum shunt_fwd_mode fwd_mode;
+	/* SO_MARK of the node proxy's upstream sockets: the bits under
+	 * proxy_mark_mask equal to proxy_mark_magic say "the proxy", the bits
+	 * outside the mask carry the identity of the client the connection is
+	 * made for. Socket hooks never redirect such sockets; the tc programs
+	 * judge their packets as that client. A zero mask disables both. */
+	__u32 proxy_mark_magic;
+	__u32 proxy_mark_mask;
 	__u32 pad;
 };
 
@@ -164,6 +171,12 @@ enum shunt_reason {
 						 * nothing else can restore the service address of replies) */
 	SHUNT_REASON_SOCK_STORAGE_FAILED = 19, /* connect: the socket's translation record could not be created
 						* (getpeername shows the backend; UDP replies use the reverse-NAT map) */
+	SHUNT_REASON_SOCK_TO_PROXY = 20,  /* connect: sent to an L7 proxy (an L7 rule or route names the destination) */
+	SHUNT_REASON_PROXY_ADMITTED = 21, /* tc: a connection to the node proxy the socket hook sent there; its upstream
+					   * leg is judged by policy as this client */
+	SHUNT_REASON_PROXY_ORIGIN_FAILED = 22, /* the original destination of a proxied connection could not be
+						* recorded: the connect fails (ENOBUFS) or the proxy closes it */
+	SHUNT_REASON_PROXY_ORIGIN_ANSWERED = 23, /* getsockopt(SO_ORIGINAL_DST) answered for a proxy */
 	SHUNT_REASON_MAX,
 };
 
@@ -176,6 +189,7 @@ enum shunt_direction {
 	SHUNT_DIR_SENDMSG = 3,
 	SHUNT_DIR_RECVMSG = 4,
 	SHUNT_DIR_GETPEERNAME = 5,
+	SHUNT_DIR_GETSOCKOPT = 6, /* a proxy's getsockopt(SO_ORIGINAL_DST) */
 	SHUNT_DIR_MAX,
 };
 
@@ -355,6 +369,51 @@ struct sock_translation {
 	__u32 backend_ip;
 	__u16 vport;
 	__u16 backend_port;
+};
+
+/*
+ * L7 redirection. A connect() to a destination in shunt_l7_redirect (a
+ * service VIP:port with an HTTPRoute, a pod port with HTTP policy rules, or
+ * a pod port whose own proxy asked for it) goes to the proxy the entry
+ * names instead. The original destination is kept with the socket and,
+ * once the kernel has picked the source port (sockops, TCP_CONNECT_CB),
+ * filed in shunt_proxy_origins under the tuple the proxy will see, where
+ * the proxy's getsockopt(SOL_IP, SO_ORIGINAL_DST) finds it.
+ */
+struct l7_redirect_key {
+	__u32 ip;   /* network byte order */
+	__u16 port; /* network byte order */
+	__u8 proto; /* IPPROTO_TCP */
+	__u8 pad;
+};
+
+struct l7_redirect_value {
+	__u32 proxy_ip;   /* network byte order */
+	__u16 proxy_port; /* network byte order */
+	__u16 pad;
+};
+
+/* The original destination of a redirected socket (its socket storage). */
+struct proxy_origin {
+	__u32 ip;   /* network byte order */
+	__u16 port; /* network byte order */
+	__u16 pad;
+};
+
+/* A redirected connection as the proxy's accepted socket sees it. */
+struct proxy_origin_key {
+	__u32 client_ip;   /* network byte order */
+	__u32 proxy_ip;
+	__u16 client_port; /* network byte order */
+	__u16 proxy_port;
+};
+
+/* What tc needs to judge a proxy upstream connection as its client: a
+ * local endpoint with that identity (pods with one identity have the same
+ * policy), keyed by identity. */
+struct identity_endpoint {
+	__u32 ip;    /* network byte order */
+	__u32 flags; /* enum endpoint_flags */
 };
 
 /* Destroying sockets of backends that went away (bpf/sock_destroy.c). */

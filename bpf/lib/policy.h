@@ -106,6 +106,10 @@ struct policy_side {
 	__u32 identity;
 	__u32 flags;    /* enum endpoint_flags; 0 when not a local pod */
 	bool local;
+	/* dst only: the node proxy, reached through a socket hook's L7
+	 * redirect. The proxy's upstream connection is what policy judges, as
+	 * this client; this leg is only tracked. */
+	bool proxy;
 };
 
 static __always_inline __u32 verdict_reason(__u8 v)
@@ -139,6 +143,8 @@ static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *sr
 	if (ct_related(f))
 		return 0;
 	*event = FLOW_EV_CONN_NEW;
+	if (dst->proxy)
+		goto admit;
 	if (src->local && (src->flags & (ENDPOINT_F_EGRESS_ISOLATED | ENDPOINT_F_EGRESS_RULES))) {
 		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, &rule);
 		*decided_by = rule;
@@ -151,6 +157,7 @@ static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *sr
 		if (v == POLICY_DENY || (v == POLICY_NONE && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)))
 			return verdict_reason(v);
 	}
+admit:
 	if (ct_create(f, rule, now) < 0)
 		return SHUNT_REASON_CT_FULL;
 	return 0;

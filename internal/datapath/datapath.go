@@ -49,6 +49,9 @@ type Config struct {
 	// FlowBufferBytes sizes the flow event ring buffer (rounded up to a
 	// power of two); 0 keeps the built-in 4 MiB.
 	FlowBufferBytes int
+	// ProxyMark is the SO_MARK layout of L7 proxies' upstream sockets
+	// (the zero value: no proxy, nothing is recognised by its mark).
+	ProxyMark ProxyMark
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
@@ -88,7 +91,12 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if cfg.Mode == ModeRedirect {
 		mode = podtcShuntFwdModeSHUNT_FWD_REDIRECT
 	}
-	if err := spec.Variables[podtcVarCONFIG].Set(podtcShuntConfig{FwdMode: mode}); err != nil {
+	if err := cfg.ProxyMark.check(); err != nil {
+		return nil, err
+	}
+	if err := spec.Variables[podtcVarCONFIG].Set(podtcShuntConfig{
+		FwdMode: mode, ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
+	}); err != nil {
 		return nil, fmt.Errorf("setting load-time config: %w", err)
 	}
 	if cfg.FlowBufferBytes > 0 {
@@ -112,6 +120,12 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	}
 	if change != nil {
 		change(sockSpec)
+	}
+	if err := sockSpec.Variables[socklbVarCONFIG].Set(socklbShuntConfig{
+		ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
+	}); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("setting the socket programs' load-time config: %w", err)
 	}
 	// One ring buffer for every program: it is not pinned (a restarted
 	// agent may size it differently), so the socket programs are given

@@ -42,6 +42,10 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_SOCK_RESTORED:          "sock-restored",
 	podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED:   "revnat-insert-failed",
 	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED:    "sock-storage-failed",
+	podtcShuntReasonSHUNT_REASON_SOCK_TO_PROXY:          "sock-to-proxy",
+	podtcShuntReasonSHUNT_REASON_PROXY_ADMITTED:         "proxy-admitted",
+	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED:    "proxy-origin-failed",
+	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_ANSWERED:  "proxy-origin-answered",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on
@@ -53,6 +57,7 @@ var directionNames = [...]string{
 	podtcShuntDirectionSHUNT_DIR_SENDMSG:     "sendmsg",
 	podtcShuntDirectionSHUNT_DIR_RECVMSG:     "recvmsg",
 	podtcShuntDirectionSHUNT_DIR_GETPEERNAME: "getpeername",
+	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT:  "getsockopt",
 }
 
 // Flow event fields (enum flow_verdict, flow_event_type, flow_point).
@@ -135,7 +140,7 @@ func name(names []string, i uint8) string {
 var insertFailures = [...]podtcShuntReason{
 	podtcShuntReasonSHUNT_REASON_CT_FULL, podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED,
 	podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED,
-	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED,
+	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED, podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED,
 }
 
 // InsertFailed says whether a reason is a map insert that failed: worth

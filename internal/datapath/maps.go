@@ -214,6 +214,48 @@ var mapTable = []mapDesc{
 		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED],
 	},
 	{
+		name:  "shunt_l7_redirect",
+		about: "L7 redirection: TCP destination (service port, pod port) -> the proxy its connects go to",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntL7Redirect },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.sock.ShuntL7Redirect, func(k socklbL7RedirectKey, v socklbL7RedirectValue) Row {
+				return Row{"destination": fmt.Sprintf("%s:%d", fromBe32(k.Ip), fromBe16(k.Port)), "protocol": ProtoName(k.Proto),
+					"proxy": fmt.Sprintf("%s:%d", fromBe32(v.ProxyIp), fromBe16(v.ProxyPort))}
+			})
+		},
+		refuse: "the previous L7 redirections stay in force",
+	},
+	{
+		name:         "shunt_sock_proxied",
+		about:        "per socket redirected to a proxy: the destination it dialled (socket storage)",
+		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockProxied },
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED],
+	},
+	{
+		name:  "shunt_proxy_origins",
+		about: "connections redirected to a proxy: (client, proxy) tuple -> original destination, for SO_ORIGINAL_DST (LRU)",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntProxyOrigins },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.sock.ShuntProxyOrigins, func(k socklbProxyOriginKey, v socklbProxyOrigin) Row {
+				return Row{"client": fmt.Sprintf("%s:%d", fromBe32(k.ClientIp), fromBe16(k.ClientPort)),
+					"proxy":       fmt.Sprintf("%s:%d", fromBe32(k.ProxyIp), fromBe16(k.ProxyPort)),
+					"destination": fmt.Sprintf("%s:%d", fromBe32(v.Ip), fromBe16(v.Port))}
+			})
+		},
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED],
+	},
+	{
+		name:  "shunt_identity_endpoints",
+		about: "per local identity, one of its pods: whose egress rules judge a proxy's upstream connection for that identity",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntIdentityEndpoints },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.objs.ShuntIdentityEndpoints, func(k uint32, v podtcIdentityEndpoint) Row {
+				return Row{"identity": k, "endpoint": fromBe32(v.Ip).String(), "flags": flagsText(v.Flags, endpointFlagNames)}
+			})
+		},
+		refuse: policyStays,
+	},
+	{
 		name:  "shunt_metrics",
 		about: "outcome counters by (reason, direction) of every program, per CPU",
 		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntMetrics },

@@ -138,6 +138,12 @@ const (
 	podtcFlowVerdictFLOW_VERDICT_MAX      podtcFlowVerdict = 4
 )
 
+type podtcIdentityEndpoint struct {
+	_     structs.HostLayout
+	Ip    uint32
+	Flags uint32
+}
+
 type podtcIpcacheKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -183,9 +189,11 @@ const (
 )
 
 type podtcShuntConfig struct {
-	_       structs.HostLayout
-	FwdMode podtcShuntFwdMode
-	Pad     uint32
+	_              structs.HostLayout
+	FwdMode        podtcShuntFwdMode
+	ProxyMarkMagic uint32
+	ProxyMarkMask  uint32
+	Pad            uint32
 }
 
 type podtcShuntDirection uint32
@@ -197,7 +205,8 @@ const (
 	podtcShuntDirectionSHUNT_DIR_SENDMSG     podtcShuntDirection = 3
 	podtcShuntDirectionSHUNT_DIR_RECVMSG     podtcShuntDirection = 4
 	podtcShuntDirectionSHUNT_DIR_GETPEERNAME podtcShuntDirection = 5
-	podtcShuntDirectionSHUNT_DIR_MAX         podtcShuntDirection = 6
+	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT  podtcShuntDirection = 6
+	podtcShuntDirectionSHUNT_DIR_MAX         podtcShuntDirection = 7
 )
 
 type podtcShuntFwdMode uint32
@@ -247,7 +256,11 @@ const (
 	podtcShuntReasonSHUNT_REASON_SOCK_RESTORED          podtcShuntReason = 17
 	podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED   podtcShuntReason = 18
 	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED    podtcShuntReason = 19
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 20
+	podtcShuntReasonSHUNT_REASON_SOCK_TO_PROXY          podtcShuntReason = 20
+	podtcShuntReasonSHUNT_REASON_PROXY_ADMITTED         podtcShuntReason = 21
+	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED    podtcShuntReason = 22
+	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_ANSWERED  podtcShuntReason = 23
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 24
 )
 
 type podtcTcNatKey struct {
@@ -272,35 +285,38 @@ type podtcTcNatValue struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	podtcMapShuntAffinity       = "shunt_affinity"
-	podtcMapShuntBackends       = "shunt_backends"
-	podtcMapShuntCidrIdentities = "shunt_cidr_identities"
-	podtcMapShuntCt             = "shunt_ct"
-	podtcMapShuntEndpoints      = "shunt_endpoints"
-	podtcMapShuntFlowConfig     = "shunt_flow_config"
-	podtcMapShuntFlowStats      = "shunt_flow_stats"
-	podtcMapShuntFlows          = "shunt_flows"
-	podtcMapShuntIpcache        = "shunt_ipcache"
-	podtcMapShuntMetrics        = "shunt_metrics"
-	podtcMapShuntPolicy         = "shunt_policy"
-	podtcMapShuntRevnat         = "shunt_revnat"
-	podtcMapShuntServices       = "shunt_services"
-	podtcMapShuntTcNat          = "shunt_tc_nat"
-	podtcProgShuntFromPod       = "shunt_from_pod"
-	podtcProgShuntToPod         = "shunt_to_pod"
-	podtcVarCONFIG              = "CONFIG"
-	podtcVarBtfCtFlags          = "_btf_ct_flags"
-	podtcVarBtfDirection        = "_btf_direction"
-	podtcVarBtfEndpointFlags    = "_btf_endpoint_flags"
-	podtcVarBtfFlowEvent        = "_btf_flow_event"
-	podtcVarBtfFlowEventStruct  = "_btf_flow_event_struct"
-	podtcVarBtfFlowMode         = "_btf_flow_mode"
-	podtcVarBtfFlowPoint        = "_btf_flow_point"
-	podtcVarBtfFlowVerdict      = "_btf_flow_verdict"
-	podtcVarBtfIdentity         = "_btf_identity"
-	podtcVarBtfMetricsLayout    = "_btf_metrics_layout"
-	podtcVarBtfReason           = "_btf_reason"
-	podtcVarBtfVerdict          = "_btf_verdict"
+	podtcMapShuntAffinity          = "shunt_affinity"
+	podtcMapShuntBackends          = "shunt_backends"
+	podtcMapShuntCidrIdentities    = "shunt_cidr_identities"
+	podtcMapShuntCt                = "shunt_ct"
+	podtcMapShuntEndpoints         = "shunt_endpoints"
+	podtcMapShuntFlowConfig        = "shunt_flow_config"
+	podtcMapShuntFlowStats         = "shunt_flow_stats"
+	podtcMapShuntFlows             = "shunt_flows"
+	podtcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
+	podtcMapShuntIpcache           = "shunt_ipcache"
+	podtcMapShuntL7Redirect        = "shunt_l7_redirect"
+	podtcMapShuntMetrics           = "shunt_metrics"
+	podtcMapShuntPolicy            = "shunt_policy"
+	podtcMapShuntProxyOrigins      = "shunt_proxy_origins"
+	podtcMapShuntRevnat            = "shunt_revnat"
+	podtcMapShuntServices          = "shunt_services"
+	podtcMapShuntTcNat             = "shunt_tc_nat"
+	podtcProgShuntFromPod          = "shunt_from_pod"
+	podtcProgShuntToPod            = "shunt_to_pod"
+	podtcVarCONFIG                 = "CONFIG"
+	podtcVarBtfCtFlags             = "_btf_ct_flags"
+	podtcVarBtfDirection           = "_btf_direction"
+	podtcVarBtfEndpointFlags       = "_btf_endpoint_flags"
+	podtcVarBtfFlowEvent           = "_btf_flow_event"
+	podtcVarBtfFlowEventStruct     = "_btf_flow_event_struct"
+	podtcVarBtfFlowMode            = "_btf_flow_mode"
+	podtcVarBtfFlowPoint           = "_btf_flow_point"
+	podtcVarBtfFlowVerdict         = "_btf_flow_verdict"
+	podtcVarBtfIdentity            = "_btf_identity"
+	podtcVarBtfMetricsLayout       = "_btf_metrics_layout"
+	podtcVarBtfReason              = "_btf_reason"
+	podtcVarBtfVerdict             = "_btf_verdict"
 )
 
 // loadPodtc returns the embedded CollectionSpec for podtc.
@@ -353,20 +369,23 @@ type podtcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcMapSpecs struct {
-	ShuntAffinity       *ebpf.MapSpec `ebpf:"shunt_affinity"`
-	ShuntBackends       *ebpf.MapSpec `ebpf:"shunt_backends"`
-	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
-	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
-	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
-	ShuntFlowConfig     *ebpf.MapSpec `ebpf:"shunt_flow_config"`
-	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
-	ShuntFlows          *ebpf.MapSpec `ebpf:"shunt_flows"`
-	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
-	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
-	ShuntPolicy         *ebpf.MapSpec `ebpf:"shunt_policy"`
-	ShuntRevnat         *ebpf.MapSpec `ebpf:"shunt_revnat"`
-	ShuntServices       *ebpf.MapSpec `ebpf:"shunt_services"`
-	ShuntTcNat          *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
+	ShuntAffinity          *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
+	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
+	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntTcNat             *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
 }
 
 // podtcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -408,20 +427,23 @@ func (o *podtcObjects) Close() error {
 //
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcMaps struct {
-	ShuntAffinity       *ebpf.Map `ebpf:"shunt_affinity"`
-	ShuntBackends       *ebpf.Map `ebpf:"shunt_backends"`
-	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
-	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
-	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
-	ShuntFlowConfig     *ebpf.Map `ebpf:"shunt_flow_config"`
-	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
-	ShuntFlows          *ebpf.Map `ebpf:"shunt_flows"`
-	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
-	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
-	ShuntPolicy         *ebpf.Map `ebpf:"shunt_policy"`
-	ShuntRevnat         *ebpf.Map `ebpf:"shunt_revnat"`
-	ShuntServices       *ebpf.Map `ebpf:"shunt_services"`
-	ShuntTcNat          *ebpf.Map `ebpf:"shunt_tc_nat"`
+	ShuntAffinity          *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
+	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
+	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.Map `ebpf:"shunt_services"`
+	ShuntTcNat             *ebpf.Map `ebpf:"shunt_tc_nat"`
 }
 
 func (m *podtcMaps) Close() error {
@@ -434,9 +456,12 @@ func (m *podtcMaps) Close() error {
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,
 		m.ShuntFlows,
+		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
+		m.ShuntL7Redirect,
 		m.ShuntMetrics,
 		m.ShuntPolicy,
+		m.ShuntProxyOrigins,
 		m.ShuntRevnat,
 		m.ShuntServices,
 		m.ShuntTcNat,

@@ -149,6 +149,9 @@ type policyMaps struct {
 	ipcache   mirroredMap[podtcIpcacheKey, podtcIpcacheValue]
 	cidrs     mirroredMap[podtcIpcacheKey, podtcIpcacheValue]
 	policy    mirroredMap[podtcPolicyKey, podtcPolicyValue]
+	// identities: for each local identity one of its endpoints, so tc can
+	// judge a proxy's upstream connection by the client's egress rules.
+	identities mirroredMap[uint32, podtcIdentityEndpoint]
 }
 
 func (d *Datapath) initPolicyMaps() {
@@ -157,6 +160,9 @@ func (d *Datapath) initPolicyMaps() {
 		ipcache:   mirroredMap[podtcIpcacheKey, podtcIpcacheValue]{m: d.objs.ShuntIpcache, name: "shunt_ipcache"},
 		cidrs:     mirroredMap[podtcIpcacheKey, podtcIpcacheValue]{m: d.objs.ShuntCidrIdentities, name: "shunt_cidr_identities"},
 		policy:    mirroredMap[podtcPolicyKey, podtcPolicyValue]{m: d.objs.ShuntPolicy, name: "shunt_policy"},
+		identities: mirroredMap[uint32, podtcIdentityEndpoint]{
+			m: d.objs.ShuntIdentityEndpoints, name: "shunt_identity_endpoints",
+		},
 	}
 }
 
@@ -180,11 +186,18 @@ func prefixMap(list []policy.PrefixIdentity, what string) (map[podtcIpcacheKey]p
 // force (fail closed).
 func (d *Datapath) SyncPolicy(state policy.State, endpoints []Endpoint) error {
 	wantEP := make(map[podtcEndpointKey]podtcEndpointInfo, len(endpoints))
+	wantID := map[uint32]podtcIdentityEndpoint{}
 	for _, e := range endpoints {
 		if !e.IP.Is4() {
 			return fmt.Errorf("endpoint %s: only IPv4 pod addresses are supported", e.IP)
 		}
-		wantEP[endpointKey(e.IP)] = endpointValue(e)
+		v := endpointValue(e)
+		wantEP[endpointKey(e.IP)] = v
+		// Pods of one identity have the same rules: the lowest address
+		// stands for them, so the choice is stable across syncs.
+		if old, ok := wantID[e.Identity]; !ok || e.IP.Less(fromBe32(old.Ip)) {
+			wantID[e.Identity] = podtcIdentityEndpoint{Ip: be32(e.IP), Flags: v.Flags}
+		}
 	}
 	wantIP, err := prefixMap(state.IPCache, "ipcache entry")
 	if err != nil {
@@ -222,7 +235,11 @@ func (d *Datapath) SyncPolicy(state policy.State, endpoints []Endpoint) error {
 	if err != nil {
 		return err
 	}
-	return errors.Join(d.pol.endpoints.prune(staleEP), d.pol.policy.prune(stalePol),
+	staleID, err := d.pol.identities.write(wantID, nil)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.pol.identities.prune(staleID), d.pol.endpoints.prune(staleEP), d.pol.policy.prune(stalePol),
 		d.pol.cidrs.prune(staleCIDR), d.pol.ipcache.prune(staleIP))
 }
 
@@ -237,6 +254,7 @@ func (d *Datapath) PolicyFits(state policy.State, endpoints int) error {
 		{"shunt_cidr_identities", len(state.CIDRIdentities)},
 		{"shunt_policy", len(state.Entries)},
 		{"shunt_endpoints", endpoints},
+		{"shunt_identity_endpoints", endpoints}, // at most one per endpoint
 	} {
 		if err := d.checkFits(c.name, c.want); err != nil {
 			return err

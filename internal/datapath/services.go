@@ -478,6 +478,7 @@ func (d *Datapath) sockHooks() []struct {
 		{"sendmsg6", d.sock.ShuntSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 		{"recvmsg6", d.sock.ShuntRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
 		{"getpeername6", d.sock.ShuntGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+		{"sockops", d.sock.ShuntSockops, ebpf.AttachCGroupSockOps},
 	}
 }
 

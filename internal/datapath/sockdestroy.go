@@ -148,7 +148,10 @@ func goneBackendKeys(gone []netip.AddrPort) []sockdestroyGoneBackend {
 	return keys
 }
 
-const protoUDP = 17
+const (
+	protoTCP = 6
+	protoUDP = 17
+)
 
 // run fills the gone-backend map with keys, iterates every namespace and
 // empties the map again, so no stale entry can destroy a socket of a later

@@ -365,6 +365,9 @@ type clientSock struct {
 //	send NAME               send a datagram, nothing else ("ok" or the error)
 //	listentcp ADDR          a TCP server that accepts and closes connections
 //	tcp ADDR                a TCP connect; answers with what getpeername says
+//	origdst ADDR            a TCP server writing each connection what SO_ORIGINAL_DST says
+//	tcpline ADDR MARK       a TCP connect with SO_MARK MARK (0: none); answers with the line read
+//	                        and what getpeername says
 //
 // An exchange sends a datagram and answers with the reply ("ok BACKEND").
 func runSockClient(in *os.File, out *os.File) error {
@@ -438,6 +441,10 @@ func runSockClient(in *os.File, out *os.File) error {
 			ans = "ok " + l.Addr().String()
 		case len(f) == 2 && f[0] == "tcp":
 			ans = tcpPeer(f[1])
+		case len(f) == 2 && f[0] == "origdst":
+			ans = serveOriginalDst(f[1])
+		case len(f) == 3 && f[0] == "tcpline":
+			ans = tcpLine(f[1], f[2])
 		default:
 			return fmt.Errorf("unknown command %q", sc.Text())
 		}

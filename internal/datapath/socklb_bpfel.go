@@ -35,6 +35,36 @@ type socklbBackendValue struct {
 	Pad   uint8
 }
 
+type socklbL7RedirectKey struct {
+	_     structs.HostLayout
+	Ip    uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type socklbL7RedirectValue struct {
+	_         structs.HostLayout
+	ProxyIp   uint32
+	ProxyPort uint16
+	Pad       uint16
+}
+
+type socklbProxyOrigin struct {
+	_    structs.HostLayout
+	Ip   uint32
+	Port uint16
+	Pad  uint16
+}
+
+type socklbProxyOriginKey struct {
+	_          structs.HostLayout
+	ClientIp   uint32
+	ProxyIp    uint32
+	ClientPort uint16
+	ProxyPort  uint16
+}
+
 type socklbRevnatKey struct {
 	_           structs.HostLayout
 	NetnsCookie uint64
@@ -70,27 +100,42 @@ type socklbServiceValue struct {
 	Pad             uint32
 }
 
+type socklbShuntConfig struct {
+	_              structs.HostLayout
+	FwdMode        uint32
+	ProxyMarkMagic uint32
+	ProxyMarkMask  uint32
+	Pad            uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	socklbMapShuntAffinity      = "shunt_affinity"
-	socklbMapShuntBackends      = "shunt_backends"
-	socklbMapShuntFlowConfig    = "shunt_flow_config"
-	socklbMapShuntFlowStats     = "shunt_flow_stats"
-	socklbMapShuntFlows         = "shunt_flows"
-	socklbMapShuntMetrics       = "shunt_metrics"
-	socklbMapShuntRevnat        = "shunt_revnat"
-	socklbMapShuntServices      = "shunt_services"
-	socklbMapShuntSockSvc       = "shunt_sock_svc"
-	socklbProgShuntConnect4     = "shunt_connect4"
-	socklbProgShuntConnect6     = "shunt_connect6"
-	socklbProgShuntGetpeername4 = "shunt_getpeername4"
-	socklbProgShuntGetpeername6 = "shunt_getpeername6"
-	socklbProgShuntRecvmsg4     = "shunt_recvmsg4"
-	socklbProgShuntRecvmsg6     = "shunt_recvmsg6"
-	socklbProgShuntSendmsg4     = "shunt_sendmsg4"
-	socklbProgShuntSendmsg6     = "shunt_sendmsg6"
+	socklbMapShuntAffinity          = "shunt_affinity"
+	socklbMapShuntBackends          = "shunt_backends"
+	socklbMapShuntFlowConfig        = "shunt_flow_config"
+	socklbMapShuntFlowStats         = "shunt_flow_stats"
+	socklbMapShuntFlows             = "shunt_flows"
+	socklbMapShuntIdentityEndpoints = "shunt_identity_endpoints"
+	socklbMapShuntL7Redirect        = "shunt_l7_redirect"
+	socklbMapShuntMetrics           = "shunt_metrics"
+	socklbMapShuntProxyOrigins      = "shunt_proxy_origins"
+	socklbMapShuntRevnat            = "shunt_revnat"
+	socklbMapShuntServices          = "shunt_services"
+	socklbMapShuntSockProxied       = "shunt_sock_proxied"
+	socklbMapShuntSockSvc           = "shunt_sock_svc"
+	socklbProgShuntConnect4         = "shunt_connect4"
+	socklbProgShuntConnect6         = "shunt_connect6"
+	socklbProgShuntGetpeername4     = "shunt_getpeername4"
+	socklbProgShuntGetpeername6     = "shunt_getpeername6"
+	socklbProgShuntGetsockopt       = "shunt_getsockopt"
+	socklbProgShuntRecvmsg4         = "shunt_recvmsg4"
+	socklbProgShuntRecvmsg6         = "shunt_recvmsg6"
+	socklbProgShuntSendmsg4         = "shunt_sendmsg4"
+	socklbProgShuntSendmsg6         = "shunt_sendmsg6"
+	socklbProgShuntSockops          = "shunt_sockops"
+	socklbVarCONFIG                 = "CONFIG"
 )
 
 // loadSocklb returns the embedded CollectionSpec for socklb.
@@ -139,31 +184,38 @@ type socklbProgramSpecs struct {
 	ShuntConnect6     *ebpf.ProgramSpec `ebpf:"shunt_connect6"`
 	ShuntGetpeername4 *ebpf.ProgramSpec `ebpf:"shunt_getpeername4"`
 	ShuntGetpeername6 *ebpf.ProgramSpec `ebpf:"shunt_getpeername6"`
+	ShuntGetsockopt   *ebpf.ProgramSpec `ebpf:"shunt_getsockopt"`
 	ShuntRecvmsg4     *ebpf.ProgramSpec `ebpf:"shunt_recvmsg4"`
 	ShuntRecvmsg6     *ebpf.ProgramSpec `ebpf:"shunt_recvmsg6"`
 	ShuntSendmsg4     *ebpf.ProgramSpec `ebpf:"shunt_sendmsg4"`
 	ShuntSendmsg6     *ebpf.ProgramSpec `ebpf:"shunt_sendmsg6"`
+	ShuntSockops      *ebpf.ProgramSpec `ebpf:"shunt_sockops"`
 }
 
 // socklbMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
-	ShuntAffinity   *ebpf.MapSpec `ebpf:"shunt_affinity"`
-	ShuntBackends   *ebpf.MapSpec `ebpf:"shunt_backends"`
-	ShuntFlowConfig *ebpf.MapSpec `ebpf:"shunt_flow_config"`
-	ShuntFlowStats  *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
-	ShuntFlows      *ebpf.MapSpec `ebpf:"shunt_flows"`
-	ShuntMetrics    *ebpf.MapSpec `ebpf:"shunt_metrics"`
-	ShuntRevnat     *ebpf.MapSpec `ebpf:"shunt_revnat"`
-	ShuntServices   *ebpf.MapSpec `ebpf:"shunt_services"`
-	ShuntSockSvc    *ebpf.MapSpec `ebpf:"shunt_sock_svc"`
+	ShuntAffinity          *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
+	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
+	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntSockProxied       *ebpf.MapSpec `ebpf:"shunt_sock_proxied"`
+	ShuntSockSvc           *ebpf.MapSpec `ebpf:"shunt_sock_svc"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbVariableSpecs struct {
+	CONFIG *ebpf.VariableSpec `ebpf:"CONFIG"`
 }
 
 // socklbObjects contains all objects after they have been loaded into the kernel.
@@ -186,15 +238,19 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
-	ShuntAffinity   *ebpf.Map `ebpf:"shunt_affinity"`
-	ShuntBackends   *ebpf.Map `ebpf:"shunt_backends"`
-	ShuntFlowConfig *ebpf.Map `ebpf:"shunt_flow_config"`
-	ShuntFlowStats  *ebpf.Map `ebpf:"shunt_flow_stats"`
-	ShuntFlows      *ebpf.Map `ebpf:"shunt_flows"`
-	ShuntMetrics    *ebpf.Map `ebpf:"shunt_metrics"`
-	ShuntRevnat     *ebpf.Map `ebpf:"shunt_revnat"`
-	ShuntServices   *ebpf.Map `ebpf:"shunt_services"`
-	ShuntSockSvc    *ebpf.Map `ebpf:"shunt_sock_svc"`
+	ShuntAffinity          *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
+	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
+	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.Map `ebpf:"shunt_services"`
+	ShuntSockProxied       *ebpf.Map `ebpf:"shunt_sock_proxied"`
+	ShuntSockSvc           *ebpf.Map `ebpf:"shunt_sock_svc"`
 }
 
 func (m *socklbMaps) Close() error {
@@ -204,9 +260,13 @@ func (m *socklbMaps) Close() error {
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,
 		m.ShuntFlows,
+		m.ShuntIdentityEndpoints,
+		m.ShuntL7Redirect,
 		m.ShuntMetrics,
+		m.ShuntProxyOrigins,
 		m.ShuntRevnat,
 		m.ShuntServices,
+		m.ShuntSockProxied,
 		m.ShuntSockSvc,
 	)
 }
@@ -215,6 +275,7 @@ func (m *socklbMaps) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbVariables struct {
+	CONFIG *ebpf.Variable `ebpf:"CONFIG"`
 }
 
 // socklbPrograms contains all programs after they have been loaded into the kernel.
@@ -225,10 +286,12 @@ type socklbPrograms struct {
 	ShuntConnect6     *ebpf.Program `ebpf:"shunt_connect6"`
 	ShuntGetpeername4 *ebpf.Program `ebpf:"shunt_getpeername4"`
 	ShuntGetpeername6 *ebpf.Program `ebpf:"shunt_getpeername6"`
+	ShuntGetsockopt   *ebpf.Program `ebpf:"shunt_getsockopt"`
 	ShuntRecvmsg4     *ebpf.Program `ebpf:"shunt_recvmsg4"`
 	ShuntRecvmsg6     *ebpf.Program `ebpf:"shunt_recvmsg6"`
 	ShuntSendmsg4     *ebpf.Program `ebpf:"shunt_sendmsg4"`
 	ShuntSendmsg6     *ebpf.Program `ebpf:"shunt_sendmsg6"`
+	ShuntSockops      *ebpf.Program `ebpf:"shunt_sockops"`
 }
 
 func (p *socklbPrograms) Close() error {
@@ -237,10 +300,12 @@ func (p *socklbPrograms) Close() error {
 		p.ShuntConnect6,
 		p.ShuntGetpeername4,
 		p.ShuntGetpeername6,
+		p.ShuntGetsockopt,
 		p.ShuntRecvmsg4,
 		p.ShuntRecvmsg6,
 		p.ShuntSendmsg4,
 		p.ShuntSendmsg6,
+		p.ShuntSockops,
 	)
 }
 
