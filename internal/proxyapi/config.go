@@ -55,7 +55,10 @@ func (m Mark) For(identity uint32) (uint32, bool) {
 type Endpoint struct {
 	IP       string `json:"ip"`
 	Identity uint32 `json:"identity"`
-	Pod      string `json:"pod,omitempty"` // namespace/name
+	// CIDRIdentity is the identity of the longest prefix policies name
+	// that holds IP (0: none): rules naming address blocks list it.
+	CIDRIdentity uint32 `json:"cidrIdentity,omitempty"`
+	Pod          string `json:"pod,omitempty"` // namespace/name
 	// Labels of the identity (key=value), for flows.
 	Labels []string `json:"labels,omitempty"`
 }
@@ -154,8 +157,11 @@ type Retry struct {
 // least one of its rules has HTTP rules; L3/L4 admission stays in the tc
 // programs.
 type PortPolicy struct {
-	Endpoint string   `json:"endpoint"` // the pod's IP
-	Port     uint16   `json:"port"`
+	Endpoint string `json:"endpoint"` // the pod's IP
+	Port     uint16 `json:"port"`
+	// Isolated: some policy isolates the pod for ingress, so a request no
+	// allow rule matches is denied; otherwise only deny rules take away.
+	Isolated bool     `json:"isolated,omitempty"`
 	Rules    []L7Rule `json:"rules"`
 }
 
