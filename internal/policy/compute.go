@@ -79,6 +79,7 @@ type Result struct {
 	Rules      map[uint32]Rule
 	Warnings   []string
 	Alloc      Allocations
+	L7         []L7Port // ingress ports HTTP rules name, for the node proxy
 
 	podIdentity map[string]uint32 // every pod by ns/name
 	hostAddrs   map[netip.Addr]bool
@@ -103,6 +104,7 @@ type computation struct {
 	podIDs      []uint32 // every pod identity, sorted
 	localByKey  map[string]Pod
 	selectorErr map[string]bool
+	l7          []l7Candidate // ingress rules per target pod, for finishL7
 }
 
 // Compute turns the input into the policy maps' content. prev are the
@@ -128,6 +130,7 @@ func Compute(in Input, prev Allocations) *Result {
 	c.applyNetworkPolicies()
 	c.applyShuntPolicies()
 	c.finish()
+	c.finishL7()
 	c.res.Alloc.Rules = c.rules.next
 	return c.res
 }

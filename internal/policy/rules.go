@@ -197,6 +197,7 @@ func (c *computation) applyNetworkPolicies() {
 				ps := c.k8sPeers(np.Namespace, r.From)
 				for _, p := range targets {
 					c.emit(p, false, ps, r.Ports, VerdictAllow, rule)
+					c.noteIngress(p, ps, r.Ports, manifest.ActionAllow, rule, nil)
 				}
 			}
 		}
@@ -254,15 +255,23 @@ func (c *computation) applyShuntPolicies() {
 				if r.Action == manifest.ActionDeny {
 					v = VerdictDeny
 				}
-				if len(r.HTTP) > 0 {
+				if len(r.HTTP) > 0 && d.egress {
 					c.res.Warnings = append(c.res.Warnings, fmt.Sprintf(
-						"%s: %s[%d]: HTTP rules are not enforced yet (the L7 proxy is not built): the rule is enforced at L4 only, so it %ss every request on its peers and ports",
+						"%s: %s[%d]: HTTP rules are enforced on ingress only: this egress rule is enforced at L4, so it %ss every request on its peers and ports",
 						name, d.dir, i, r.Action))
 				}
 				rule := c.rule(kind, sp.Namespace, sp.Name, d.dir, i, r.Action)
 				ps := c.shuntPeers(sp.Namespace, r.Peers)
+				// An HTTP deny takes requests away in the proxy, not
+				// whole connections at L4.
+				l4 := !(len(r.HTTP) > 0 && !d.egress && v == VerdictDeny)
 				for _, p := range targets {
-					c.emit(p, d.egress, ps, r.Ports, v, rule)
+					if l4 {
+						c.emit(p, d.egress, ps, r.Ports, v, rule)
+					}
+					if !d.egress {
+						c.noteIngress(p, ps, r.Ports, v.action(), rule, r.HTTP)
+					}
 				}
 			}
 		}

@@ -1,0 +1,79 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+// TestL7Ports: a port HTTP rules name gets every ingress rule covering it
+// (with or without HTTP rules, of both kinds); an HTTP allow still admits
+// its peers at L4, an HTTP deny denies nothing at L4; ports without HTTP
+// rules stay L4 only.
+func TestL7Ports(t *testing.T) {
+	docs := append(append([]string{}, basePods...), `
+apiVersion: shunt.io/v1alpha1
+kind: ShuntNetworkPolicy
+metadata: {name: db-http, namespace: prod}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress:
+  - peers: [{podSelector: {matchLabels: {app: web}}}]
+    ports: [{port: 8080}]
+    http: [{method: GET, path: /metrics}]
+  - action: deny
+    peers: [{namespaceSelector: {matchLabels: {env: dev}}}]
+    ports: [{port: 8080}]
+    http: [{path: /admin.*}]
+`, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: monitoring, namespace: prod}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{namespaceSelector: {matchLabels: {env: dev}}}]
+    ports: [{port: 8080}, {port: 9090}]
+`)
+	r := Compute(world(t, docs...), Allocations{})
+	if len(r.L7) != 1 {
+		t.Fatalf("L7 ports %+v, want prod/db:8080 only", r.L7)
+	}
+	lp := r.L7[0]
+	if lp.Pod != "prod/db" || lp.Port != 8080 || !lp.Isolated || len(lp.Rules) != 3 {
+		t.Fatalf("L7 port %+v, want prod/db:8080, isolated, with the 3 rules covering it", lp)
+	}
+	web, dev := r.podIdentity["prod/web"], r.podIdentity["dev/tool"]
+	byAction := map[string]int{}
+	for _, rule := range lp.Rules {
+		byAction[rule.Action]++
+		if rule.Action == "deny" && (len(rule.HTTP) != 1 || rule.HTTP[0].Path != "/admin.*" || !slices.Contains(rule.Identities, dev)) {
+			t.Errorf("deny rule %+v lost its HTTP rule", rule)
+		}
+		if len(rule.HTTP) == 1 && rule.HTTP[0].Method == "GET" && (len(rule.Identities) != 1 || rule.Identities[0] != web) {
+			t.Errorf("the GET /metrics rule names %v, want the web identity %d", rule.Identities, web)
+		}
+	}
+	if byAction["allow"] != 2 || byAction["deny"] != 1 {
+		t.Errorf("rules by action %v, want 2 allows and 1 deny", byAction)
+	}
+	for _, chk := range []struct {
+		from string
+		port uint16
+		want string
+	}{
+		{"prod/web", 8080, "allowed"}, // the HTTP allow admits at L4
+		{"dev/tool", 8080, "allowed"}, // the HTTP deny takes nothing at L4
+		{"dev/tool", 9090, "allowed"}, // plain L4
+		{"prod/web", 9090, "denied"},  // isolated, no rule
+		{"prod/web2", 5432, "denied"}, // isolated, no rule
+	} {
+		if got := verdict(t, r, chk.from, "prod/db", 6, chk.port); got != chk.want {
+			t.Errorf("%s -> prod/db:%d: %s, want %s", chk.from, chk.port, got, chk.want)
+		}
+	}
+	if id := r.CIDRIdentityOf(netip.MustParseAddr("192.0.2.1")); id != 0 {
+		t.Errorf("CIDR identity of an address no policy names: %d", id)
+	}
+}
