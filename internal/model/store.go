@@ -10,6 +10,8 @@ package model
 import (
 	"reflect"
 
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
 	"github.com/google/btree"
 
 	corev1 "k8s.io/api/core/v1"
@@ -289,4 +291,9 @@ func ofKind[T any](s *Store, kind, ns string) []T {
 		return true
 	})
 	return out
+}
+
+// HTTPRoutes lists the Gateway API HTTPRoutes of every namespace.
+func (s *Store) HTTPRoutes() []*gatewayv1.HTTPRoute {
+	return ofKind[*gatewayv1.HTTPRoute](s, "HTTPRoute", "")
 }

@@ -26,9 +26,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/l7"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/proxyapi"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
@@ -42,6 +44,7 @@ type Datapath interface {
 	SyncServices(all []services.Port) (goneUDP []netip.AddrPort, err error)
 	UpdateServices(upsert []services.Port, remove []services.Frontend) (goneUDP []netip.AddrPort, err error)
 	DestroyUDPSockets(netnsPaths []string, gone []netip.AddrPort) (destroyed int, err error)
+	SyncL7Redirects(want []datapath.L7Redirect) error
 }
 
 // Config is the node the reconciler runs for.
@@ -64,6 +67,13 @@ type Config struct {
 	// SaveAllocations persists the policy numbers when a sync changed
 	// them; nil to keep them in memory only.
 	SaveAllocations func(policy.Allocations) error
+	// ProxyAddr is where the node proxy listens: the socket hooks send the
+	// connections that need L7 there. Invalid: no proxy, nothing is
+	// redirected.
+	ProxyAddr netip.AddrPort
+	// ProxyConfig receives every new proxy configuration (without version,
+	// listener and mark); it must not block. nil: none is sent.
+	ProxyConfig func(proxyapi.Config)
 	// Hooks for metrics; nil to ignore.
 	ObserveSync  func(step string, d time.Duration)
 	UDPDestroyed func(n int)
@@ -84,6 +94,7 @@ type Reconciler struct {
 	// What the next sync must do.
 	svc          *services.Tracker
 	policyDirty  bool
+	l7Dirty      bool                      // routes, services or policy changed what the proxy serves
 	attach       map[string]model.Endpoint // interfaces to attach (by pod)
 	detach       map[string]string         // interfaces to detach (by pod)
 	checked      *checkedPolicy
@@ -139,6 +150,9 @@ func (r *Reconciler) Update(next *model.Store, changes []model.Change) uint64 {
 	r.svc.Touch(r.store, next, changes)
 	if r.policyTouched(next, changes) {
 		r.policyDirty = true
+	}
+	if slices.ContainsFunc(changes, func(c model.Change) bool { return c.Changed() && c.Key.Kind == "HTTPRoute" }) {
+		r.l7Dirty = true
 	}
 	r.store = next
 	return r.bump()
@@ -302,6 +316,7 @@ type work struct {
 	attach    []model.Endpoint
 	detach    []string
 	policy    bool
+	l7        bool
 	checked   *policy.Result
 	services  services.Delta
 	alloc     policy.Allocations
@@ -310,7 +325,7 @@ type work struct {
 func (r *Reconciler) take() work {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := work{gen: r.gen, store: r.store, policy: r.policyDirty, alloc: r.alloc}
+	w := work{gen: r.gen, store: r.store, policy: r.policyDirty, l7: r.l7Dirty, alloc: r.alloc}
 	for _, key := range slices.Sorted(maps.Keys(r.endpoints)) {
 		w.endpoints = append(w.endpoints, r.endpoints[key])
 	}
@@ -323,6 +338,7 @@ func (r *Reconciler) take() work {
 	clear(r.attach)
 	clear(r.detach)
 	r.policyDirty = false
+	r.l7Dirty = false
 	if r.checked != nil && r.checked.store == r.store {
 		w.checked = r.checked.result
 	}
@@ -361,6 +377,11 @@ func (r *Reconciler) sync() error {
 	r.observe("policy", policyTime)
 	r.observe("services", servicesTime)
 	r.closeStaleUDPSockets(w.endpoints, gone)
+	l7Err := error(nil)
+	if w.l7 || w.policy || !w.services.Empty() {
+		l7Err = r.syncL7(w, pol)
+		errs = append(errs, l7Err)
+	}
 
 	err := errors.Join(errs...)
 	r.mu.Lock()
@@ -380,6 +401,9 @@ func (r *Reconciler) sync() error {
 	}
 	if svcErr != nil {
 		r.svc.Reset()
+	}
+	if l7Err != nil {
+		r.l7Dirty = true
 	}
 	r.mu.Unlock()
 	// Names first: whoever waits for this sync reads them. What they name
@@ -460,6 +484,36 @@ func (r *Reconciler) syncServices(w work) ([]netip.AddrPort, error) {
 	}
 	r.svcNames.update(d)
 	return gone, nil
+}
+
+// syncL7 computes what the node proxy serves, hands it the configuration,
+// then writes the redirections (so the proxy knows a destination before
+// connections to it arrive). pol is this sync's policy, nil when it did
+// not change.
+func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
+	if pol == nil {
+		pol = r.policy.Load()
+	}
+	var ports []services.Port
+	if len(w.store.HTTPRoutes()) > 0 || (pol != nil && len(pol.L7) > 0) {
+		r.mu.Lock()
+		ports = r.svc.Ports()
+		r.mu.Unlock()
+	}
+	res := l7.Compute(l7.Input{Store: w.store, Ports: ports, Policy: pol, Endpoints: w.endpoints, NodeAddrs: r.cfg.NodeAddrs})
+	if r.cfg.ProxyConfig != nil {
+		r.cfg.ProxyConfig(res.Config)
+	}
+	var want []datapath.L7Redirect
+	if r.cfg.ProxyAddr.IsValid() {
+		for _, d := range res.Redirects {
+			want = append(want, datapath.L7Redirect{Dest: d, Proxy: r.cfg.ProxyAddr})
+		}
+	}
+	if err := r.dp.SyncL7Redirects(want); err != nil {
+		return fmt.Errorf("L7 redirects: %w", err)
+	}
+	return nil
 }
 
 // closeStaleUDPSockets destroys the connected UDP sockets, on the node and

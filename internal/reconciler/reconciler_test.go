@@ -28,6 +28,7 @@ type fakeDatapath struct {
 	policy    policy.State
 	endpoints []datapath.Endpoint
 	services  map[services.Frontend]services.Port
+	redirects []datapath.L7Redirect
 	// knobs
 	failServices error
 	maxEntries   int           // policy entries that fit (0: any)
@@ -122,6 +123,18 @@ func (f *fakeDatapath) DestroyUDPSockets(netns []string, gone []netip.AddrPort) 
 	defer f.mu.Unlock()
 	f.record("destroy netns=%d gone=%d", len(netns), len(gone))
 	return 0, nil
+}
+
+// SyncL7Redirects keeps the entries; it is logged only when they change,
+// as policy and service changes resync them.
+func (f *fakeDatapath) SyncL7Redirects(want []datapath.L7Redirect) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Equal(f.redirects, want) {
+		f.record("l7 redirects=%d", len(want))
+	}
+	f.redirects = want
+	return nil
 }
 
 func (f *fakeDatapath) takeLog() []string {

@@ -1,0 +1,303 @@
+// Package l7 computes what the node proxy serves and which connections the
+// socket hooks send to it, from the cluster's objects, the service table and
+// the policy result. It is pure: the reconciler hands the outcome to the
+// datapath (redirect entries) and to the proxy (a proxyapi.Config).
+//
+// A connection goes to the proxy only when its destination needs it:
+//   - a service port that an HTTPRoute names as its parent (GAMMA: the
+//     route applies to every client of the service);
+//   - a local pod port with HTTP policy rules, dialled directly or through
+//     a service whose backends include it.
+//
+// Everything else keeps the kernel path and its cost.
+package l7
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/proxyapi"
+	"github.com/shuntnet/shunt/internal/services"
+)
+
+// Input is what the proxy's configuration depends on.
+type Input struct {
+	Store  *model.Store
+	Ports  []services.Port // the service table
+	Policy *policy.Result
+	// Endpoints are the local pods with their addresses; NodeAddrs the
+	// node's own (clients with the host identity).
+	Endpoints []model.Endpoint
+	NodeAddrs []netip.Addr
+}
+
+// Result is the proxy's configuration (without version, listener and mark,
+// which the agent owns) and the destinations whose connects go to it.
+type Result struct {
+	Config    proxyapi.Config
+	Redirects []netip.AddrPort // sorted
+}
+
+// Empty says whether nothing needs the proxy.
+func (r Result) Empty() bool { return len(r.Redirects) == 0 }
+
+const tcp = 6
+
+// Compute builds the result.
+func Compute(in Input) Result {
+	var res Result
+	routes := in.Store.HTTPRoutes()
+	if len(routes) == 0 && (in.Policy == nil || len(in.Policy.L7) == 0) {
+		return res
+	}
+	byName := map[string][]services.Port{} // "ns/name" -> its TCP ports
+	for _, p := range in.Ports {
+		if p.Proto != tcp {
+			continue
+		}
+		name, _, _ := strings.Cut(p.Name, ":")
+		byName[name] = append(byName[name], p)
+	}
+	redirect := map[netip.AddrPort]bool{}
+	usedServices := map[string]bool{}
+
+	for _, rt := range routes {
+		r := route(rt, byName)
+		if len(r.Parents) == 0 {
+			continue
+		}
+		for _, parent := range r.Parents {
+			usedServices[parent.Service] = true
+			for _, p := range byName[parent.Service] {
+				if parent.Port == 0 || parent.Port == p.Port {
+					redirect[netip.AddrPortFrom(p.VIP, p.Port)] = true
+				}
+			}
+		}
+		for _, rule := range r.Rules {
+			for _, b := range rule.Backends {
+				usedServices[b.Service] = true
+			}
+		}
+		res.Config.Routes = append(res.Config.Routes, r)
+	}
+
+	// Pod ports with HTTP rules, and the service ports that reach them.
+	l7Ports := map[netip.AddrPort]bool{}
+	if in.Policy != nil {
+		for _, lp := range in.Policy.L7 {
+			ap := netip.AddrPortFrom(lp.Endpoint, lp.Port)
+			l7Ports[ap] = true
+			redirect[ap] = true
+			res.Config.Policies = append(res.Config.Policies, portPolicy(lp, in.Policy))
+		}
+	}
+	for name, ports := range byName {
+		for _, p := range ports {
+			if slices.ContainsFunc(p.Backends, func(b services.Backend) bool { return l7Ports[netip.AddrPortFrom(b.IP, b.Port)] }) {
+				redirect[netip.AddrPortFrom(p.VIP, p.Port)] = true
+				usedServices[name] = true
+			}
+		}
+	}
+
+	podByIP := map[netip.Addr]string{}
+	for _, p := range in.Store.Pods() {
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			podByIP[ip] = p.Namespace + "/" + p.Name
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(usedServices)) {
+		for _, p := range byName[name] {
+			res.Config.Services = append(res.Config.Services, service(name, p, podByIP, in.Store))
+		}
+	}
+	res.Config.Endpoints = endpoints(in)
+	res.Redirects = slices.SortedFunc(maps.Keys(redirect), func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return res
+}
+
+// route turns an HTTPRoute into the proxy's form: parents that are services
+// of the route's namespace, rules with their matches, backends (refs that
+// name no service port are kept with the reason, so their share gets 500),
+// timeouts and retries.
+func route(rt *gatewayv1.HTTPRoute, byName map[string][]services.Port) proxyapi.Route {
+	r := proxyapi.Route{Name: rt.Namespace + "/" + rt.Name, Created: rt.CreationTimestamp.Time}
+	for _, pr := range rt.Spec.ParentRefs {
+		if !isService(pr.Group, pr.Kind) {
+			continue
+		}
+		ns := rt.Namespace
+		if pr.Namespace != nil && *pr.Namespace != "" {
+			ns = string(*pr.Namespace)
+		}
+		parent := proxyapi.ParentRef{Service: ns + "/" + string(pr.Name)}
+		if pr.Port != nil {
+			parent.Port = uint16(*pr.Port)
+		}
+		r.Parents = append(r.Parents, parent)
+	}
+	for _, rule := range rt.Spec.Rules {
+		out := proxyapi.RouteRule{Matches: matches(rule.Matches)}
+		for _, br := range rule.BackendRefs {
+			out.Backends = append(out.Backends, backend(rt.Namespace, br.BackendRef, byName))
+		}
+		if rule.Timeouts != nil && rule.Timeouts.Request != nil {
+			if d, err := time.ParseDuration(string(*rule.Timeouts.Request)); err == nil {
+				out.Timeout = proxyapi.Duration(d)
+			}
+		}
+		if rt := rule.Retry; rt != nil {
+			retry := &proxyapi.Retry{}
+			if rt.Attempts != nil {
+				retry.Attempts = *rt.Attempts
+			}
+			for _, c := range rt.Codes {
+				retry.Codes = append(retry.Codes, int(c))
+			}
+			if rt.Backoff != nil {
+				if d, err := time.ParseDuration(string(*rt.Backoff)); err == nil {
+					retry.Backoff = proxyapi.Duration(d)
+				}
+			}
+			out.Retry = retry
+		}
+		r.Rules = append(r.Rules, out)
+	}
+	return r
+}
+
+func isService(group *gatewayv1.Group, kind *gatewayv1.Kind) bool {
+	return (group == nil || *group == "") && kind != nil && *kind == "Service"
+}
+
+func backend(ns string, ref gatewayv1.BackendRef, byName map[string][]services.Port) proxyapi.RouteBackend {
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = string(*ref.Namespace)
+	}
+	b := proxyapi.RouteBackend{Service: ns + "/" + string(ref.Name), Weight: 1}
+	if ref.Weight != nil {
+		b.Weight = *ref.Weight
+	}
+	if ref.Port != nil {
+		b.Port = uint16(*ref.Port)
+	}
+	kind := "Service"
+	if ref.Kind != nil {
+		kind = string(*ref.Kind)
+	}
+	switch {
+	case (ref.Group != nil && *ref.Group != "") || kind != "Service":
+		b.Unresolved = fmt.Sprintf("backendRef %s is not a core Service", b.Service)
+	case b.Port == 0:
+		b.Unresolved = fmt.Sprintf("backendRef %s names no port", b.Service)
+	case len(byName[b.Service]) == 0:
+		b.Unresolved = fmt.Sprintf("service %s not found (or has no ClusterIP)", b.Service)
+	case !slices.ContainsFunc(byName[b.Service], func(p services.Port) bool { return p.Port == b.Port }):
+		b.Unresolved = fmt.Sprintf("service %s has no TCP port %d", b.Service, b.Port)
+	}
+	return b
+}
+
+func matches(in []gatewayv1.HTTPRouteMatch) []proxyapi.Match {
+	var out []proxyapi.Match
+	for _, m := range in {
+		pm := proxyapi.Match{}
+		if m.Path != nil {
+			pm.Path = &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: "/"}
+			if m.Path.Type != nil {
+				pm.Path.Type = string(*m.Path.Type)
+			}
+			if m.Path.Value != nil {
+				pm.Path.Value = *m.Path.Value
+			}
+		}
+		if m.Method != nil {
+			pm.Method = string(*m.Method)
+		}
+		for _, h := range m.Headers {
+			hm := proxyapi.HeaderMatch{Type: proxyapi.MatchExact, Name: string(h.Name), Value: h.Value}
+			if h.Type != nil {
+				hm.Type = string(*h.Type)
+			}
+			pm.Headers = append(pm.Headers, hm)
+		}
+		for _, q := range m.QueryParams {
+			qm := proxyapi.HeaderMatch{Type: proxyapi.MatchExact, Name: string(q.Name), Value: q.Value}
+			if q.Type != nil {
+				qm.Type = string(*q.Type)
+			}
+			pm.Query = append(pm.Query, qm)
+		}
+		out = append(out, pm)
+	}
+	return out
+}
+
+// service is one service port with its ready backends, named by pod.
+func service(name string, p services.Port, podByIP map[netip.Addr]string, store *model.Store) proxyapi.Service {
+	s := proxyapi.Service{Name: name, VIP: p.VIP.String(), Port: p.Port}
+	if _, label, ok := strings.Cut(p.Name, ":"); ok && label != fmt.Sprint(p.Port) {
+		s.PortName = label
+	}
+	for _, b := range p.Backends {
+		s.Backends = append(s.Backends, proxyapi.Backend{IP: b.IP.String(), Port: b.Port, Pod: podByIP[b.IP]})
+	}
+	return s
+}
+
+func portPolicy(lp policy.L7Port, pol *policy.Result) proxyapi.PortPolicy {
+	pp := proxyapi.PortPolicy{Endpoint: lp.Endpoint.String(), Port: lp.Port, Isolated: lp.Isolated}
+	for _, r := range lp.Rules {
+		rule := proxyapi.L7Rule{
+			Name: pol.Rules[r.RuleID].String(), Action: r.Action, AnyPeer: r.AnyPeer, Identities: r.Identities,
+		}
+		for _, h := range r.HTTP {
+			rule.HTTP = append(rule.HTTP, proxyapi.HTTPRule{Method: h.Method, Path: h.Path, Headers: maps.Clone(h.Headers)})
+		}
+		pp.Rules = append(pp.Rules, rule)
+	}
+	return pp
+}
+
+// endpoints names the proxy's possible clients and backends: local pods
+// and the node.
+func endpoints(in Input) []proxyapi.Endpoint {
+	var out []proxyapi.Endpoint
+	for _, ep := range in.Endpoints {
+		e := proxyapi.Endpoint{IP: ep.IP.String(), Pod: ep.Pod}
+		if in.Policy != nil {
+			e.Identity = in.Policy.Endpoint(ep.Pod).Identity
+			e.CIDRIdentity = in.Policy.CIDRIdentityOf(ep.IP)
+			e.Labels = identityLabels(in.Policy, e.Identity)
+		}
+		out = append(out, e)
+	}
+	for _, a := range in.NodeAddrs {
+		out = append(out, proxyapi.Endpoint{IP: a.String(), Identity: policy.IdentityHost, Labels: []string{"reserved:host"}})
+	}
+	slices.SortFunc(out, func(a, b proxyapi.Endpoint) int { return cmp.Compare(a.IP, b.IP) })
+	return out
+}
+
+func identityLabels(pol *policy.Result, id uint32) []string {
+	for _, i := range pol.Identities {
+		if i.ID == id {
+			var out []string
+			for _, k := range slices.Sorted(maps.Keys(i.Labels)) {
+				out = append(out, k+"="+i.Labels[k])
+			}
+			return out
+		}
+	}
+	return nil
+}
