@@ -118,7 +118,7 @@ func Compute(in Input) Result {
 	}
 	for _, name := range slices.Sorted(maps.Keys(usedServices)) {
 		for _, p := range byName[name] {
-			res.Config.Services = append(res.Config.Services, service(name, p, podByIP, in.Store))
+			res.Config.Services = append(res.Config.Services, service(name, p, podByIP))
 		}
 	}
 	res.Config.Endpoints = endpoints(in)
@@ -244,11 +244,8 @@ func matches(in []gatewayv1.HTTPRouteMatch) []proxyapi.Match {
 }
 
 // service is one service port with its ready backends, named by pod.
-func service(name string, p services.Port, podByIP map[netip.Addr]string, store *model.Store) proxyapi.Service {
+func service(name string, p services.Port, podByIP map[netip.Addr]string) proxyapi.Service {
 	s := proxyapi.Service{Name: name, VIP: p.VIP.String(), Port: p.Port}
-	if _, label, ok := strings.Cut(p.Name, ":"); ok && label != fmt.Sprint(p.Port) {
-		s.PortName = label
-	}
 	for _, b := range p.Backends {
 		s.Backends = append(s.Backends, proxyapi.Backend{IP: b.IP.String(), Port: b.Port, Pod: podByIP[b.IP]})
 	}

@@ -158,10 +158,15 @@ func parse(t *testing.T, doc string) []manifest.Object {
 func start(t *testing.T, f *fakeDatapath) *Reconciler {
 	t.Helper()
 	r := New(Config{NodeName: "node-1", NodeAddrs: []netip.Addr{netip.MustParseAddr("10.244.0.1")}}, f)
+	runUntilEnd(t, r)
+	return r
+}
+
+// runUntilEnd runs a reconciler until the test ends.
+func runUntilEnd(t *testing.T, r *Reconciler) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go r.Run(ctx)
-	return r
 }
 
 // apply puts objects into the reconciler's store and waits for the sync.

@@ -1,0 +1,100 @@
+package reconciler
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+const l7Docs = `
+apiVersion: v1
+kind: Pod
+metadata: {name: web, labels: {app: web}}
+spec: {nodeName: node-1, containers: [{name: c, command: [x]}]}
+status: {podIP: 10.244.0.5}
+---
+apiVersion: shunt.io/v1alpha1
+kind: ShuntNetworkPolicy
+metadata: {name: web-http}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - ports: [{port: 8080}]
+    http: [{method: GET, path: /metrics}]
+`
+
+// TestL7RedirectsFollowPolicyAndRoutes: a pod port with HTTP rules, and
+// the service ports reaching it, are redirected to the proxy and the proxy
+// gets the port's rules; an HTTPRoute's parent service is redirected and
+// its unresolvable backend is marked; removing them removes the redirects.
+func TestL7RedirectsFollowPolicyAndRoutes(t *testing.T) {
+	f := newFake()
+	proxy := netip.MustParseAddrPort("10.244.0.1:15001")
+	var mu sync.Mutex
+	var last proxyapi.Config
+	r := New(Config{NodeName: "node-1", NodeAddrs: []netip.Addr{proxy.Addr()}, ProxyAddr: proxy,
+		ProxyConfig: func(c proxyapi.Config) { mu.Lock(); last = c; mu.Unlock() }}, f)
+	runUntilEnd(t, r)
+	wait(t, r, r.SetEndpoint(endpoint("default/web", "10.244.0.5", "lxc1", 7)))
+	s := apply(t, r, model.New(), l7Docs+service("web", "10.96.0.1", "10.244.0.5")+service("other", "10.96.0.2", "10.244.0.9"))
+	if got, want := redirectDests(f), []string{"10.96.0.1:80", "10.244.0.5:8080"}; !slices.Equal(got, want) {
+		t.Errorf("redirects %v, want %v (the pod port and the service reaching it)", got, want)
+	}
+	mu.Lock()
+	if len(last.Policies) != 1 || last.Policies[0].Endpoint != "10.244.0.5" || last.Policies[0].Port != 8080 ||
+		len(last.Services) != 1 || last.Services[0].Name != "default/web" {
+		t.Errorf("proxy config %+v: want web:8080's policy and the web service", last)
+	}
+	mu.Unlock()
+
+	route := &gatewayv1.HTTPRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "gateway.networking.k8s.io/v1", Kind: "HTTPRoute"},
+		ObjectMeta: metav1.ObjectMeta{Name: "split", Namespace: "default"},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
+				Group: ptr(gatewayv1.Group("")), Kind: ptr(gatewayv1.Kind("Service")), Name: "other"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{
+				{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web", Port: ptr(gatewayv1.PortNumber(80))}, Weight: ptr(int32(90))}},
+				{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "missing", Port: ptr(gatewayv1.PortNumber(80))}, Weight: ptr(int32(10))}},
+			}}},
+		},
+	}
+	next, changes := s.Put([]manifest.Object{{Source: "test", Obj: route}})
+	wait(t, r, r.Update(next, changes))
+	if got, want := redirectDests(f), []string{"10.96.0.1:80", "10.96.0.2:80", "10.244.0.5:8080"}; !slices.Equal(got, want) {
+		t.Errorf("redirects %v, want %v (the route's parent added)", got, want)
+	}
+	mu.Lock()
+	if len(last.Routes) != 1 || len(last.Routes[0].Rules) != 1 || last.Routes[0].Rules[0].Backends[1].Unresolved == "" ||
+		last.Routes[0].Rules[0].Backends[0].Unresolved != "" {
+		t.Errorf("route in the proxy config: %+v", last.Routes)
+	}
+	mu.Unlock()
+
+	next, changes = next.Remove([]manifest.Key{{Kind: "HTTPRoute", Namespace: "default", Name: "split"},
+		{Kind: manifest.KindShuntNetworkPolicy, Namespace: "default", Name: "web-http"}})
+	wait(t, r, r.Update(next, changes))
+	if got := redirectDests(f); len(got) != 0 {
+		t.Errorf("redirects %v after the route and the policy went, want none", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func redirectDests(f *fakeDatapath) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, r := range f.redirects {
+		out = append(out, r.Dest.String())
+	}
+	return out
+}
