@@ -397,6 +397,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if st.MetricsAddr != "" {
 				fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)
 			}
+			fmt.Printf("\nL7 proxy:  %s", proxyLine(st.Proxy))
 			fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
 			var hooks []string
 			for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {

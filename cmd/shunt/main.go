@@ -84,6 +84,7 @@ func newRootCmd() *cobra.Command {
 		newObserveCmd(g),
 		newFlowSamplingCmd(g),
 		newMetricsCmd(g),
+		newProxyCmd(g),
 		newUninstallCmd(g),
 	)
 	return root

@@ -114,6 +114,22 @@ type Status struct {
 	FlowSampling string             `json:"flowSampling"`
 	Flows        FlowStatus         `json:"flows"`
 	MetricsAddr  string             `json:"metricsAddr,omitempty"`
+	Proxy        *ProxyStatus       `json:"proxy,omitempty"`
+}
+
+// ProxyStatus is the node L7 proxy as the agent sees it.
+type ProxyStatus struct {
+	Listen        string `json:"listen"`
+	PID           int    `json:"pid,omitempty"`
+	Healthy       bool   `json:"healthy"`
+	Version       uint64 `json:"version"`       // of the configuration in force
+	WantedVersion uint64 `json:"wantedVersion"` // the latest the agent computed
+	Routes        int    `json:"routes"`
+	Policies      int    `json:"policies"` // pod ports with HTTP rules
+	Redirected    int    `json:"redirected"`
+	Requests      uint64 `json:"requests"`
+	Active        int64  `json:"activeConnections"`
+	Error         string `json:"error,omitempty"`
 }
 
 // FlowStatus says how flow reporting fares.
