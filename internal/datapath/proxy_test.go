@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/proxyapi"
 )
 
 var testProxyMark = ProxyMark{Magic: 0x0a000000, Mask: 0xff000000}
@@ -179,4 +183,81 @@ func tcpLine(addr, markText string) string {
 	}
 	peer := conn.RemoteAddr().String()
 	return "ok " + strings.TrimSpace(line) + " peer=" + peer
+}
+
+// TestProxyLegsJudgedAsTheClient: the client's leg to the node proxy is
+// admitted (and tracked) only when a socket hook sent it there, whatever
+// the client's egress policy says of the node; the proxy's upstream leg,
+// marked with the client's identity, gets the client's egress and the
+// server's ingress policy as if the client had connected itself.
+func TestProxyLegsJudgedAsTheClient(t *testing.T) {
+	d := openMarkedDatapath(t)
+	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
+	client, server, intruder := netip.MustParseAddr("10.98.0.10"), netip.MustParseAddr("10.98.0.11"), netip.MustParseAddr("10.98.0.12")
+	node := netip.MustParseAddr("10.98.0.1")
+	const idClient, idServer, idIntruder = 300, 301, 302
+	eps := []Endpoint{
+		{IP: client, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idClient, EgressIsolated: true},
+		{IP: server, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idServer, IngressIsolated: true},
+		{IP: intruder, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idIntruder},
+	}
+	allow := func(ep netip.Addr, egress bool, id uint32, port uint16) policy.Entry {
+		return policy.Entry{Key: policy.Key{Endpoint: ep, Egress: egress, Identity: id, Proto: 6, Port: port, PortBits: 16},
+			Verdict: policy.VerdictAllow, RuleID: 9}
+	}
+	state := policy.State{
+		IPCache: []policy.PrefixIdentity{
+			{Prefix: netip.PrefixFrom(client, 32), Identity: idClient}, {Prefix: netip.PrefixFrom(server, 32), Identity: idServer},
+			{Prefix: netip.PrefixFrom(intruder, 32), Identity: idIntruder}, {Prefix: netip.PrefixFrom(node, 32), Identity: policy.IdentityHost},
+		},
+		Entries: []policy.Entry{
+			allow(client, true, idServer, 80),                                      // the client may reach the server on 80 only
+			allow(server, false, idClient, 80), allow(server, false, idClient, 82), // the server takes the client on 80 and 82
+		},
+	}
+	if err := d.SyncPolicy(state, eps); err != nil {
+		t.Fatal(err)
+	}
+	proxy := netip.AddrPortFrom(node, 15001)
+	origin := socklbProxyOriginKey{ClientIp: be32(client), ClientPort: be16(40000), ProxyIp: be32(node), ProxyPort: be16(proxy.Port())}
+	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(server), Port: be16(80)}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(prog *ebpf.Program, pkt []byte, mark uint32) uint32 {
+		t.Helper()
+		// __sk_buff up to mark (len and pkt_type must stay zero).
+		ret, err := prog.Run(&ebpf.RunOptions{Data: pkt, Context: [3]uint32{0, 0, mark}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ret
+	}
+	marked := func(id uint32) uint32 {
+		m, _ := proxyapi.Mark{Magic: testProxyMark.Magic, Mask: testProxyMark.Mask}.For(id)
+		return m
+	}
+	before := counts(t, d)
+	for _, c := range []struct {
+		name    string
+		toPod   bool
+		pkt     []byte
+		mark    uint32
+		verdict uint32
+	}{
+		{"client -> proxy, redirected by the hook: admitted", false, packet(client, node, 6, tcpSegment(40000, 15001, tcpSYN)), 0, tcActOK},
+		{"client -> proxy port dialled by hand: the client's egress applies", false, packet(client, node, 6, tcpSegment(40001, 15001, tcpSYN)), 0, tcActShot},
+		{"proxy -> server:80 for the client: allowed both ways", true, packet(node, server, 6, tcpSegment(50000, 80, tcpSYN)), marked(idClient), tcActOK},
+		{"proxy -> server:82 for the client: the client's egress does not allow it", true, packet(node, server, 6, tcpSegment(50001, 82, tcpSYN)), marked(idClient), tcActShot},
+		{"proxy -> server:80 for the intruder: the server's ingress does not allow it", true, packet(node, server, 6, tcpSegment(50002, 80, tcpSYN)), marked(idIntruder), tcActShot},
+		{"node -> server:80 unmarked: the host, not allowed", true, packet(node, server, 6, tcpSegment(50003, 80, tcpSYN)), 0, tcActShot},
+	} {
+		prog := d.objs.ShuntFromPod
+		if c.toPod {
+			prog = d.objs.ShuntToPod
+		}
+		if got := run(prog, c.pkt, c.mark); got != c.verdict {
+			t.Errorf("%s: verdict %d, want %d", c.name, got, c.verdict)
+		}
+	}
+	counterDelta(t, d, before, map[string]uint64{"proxy-admitted/from-pod": 1, "forwarded/to-pod": 1})
 }
