@@ -44,17 +44,16 @@ const volatile enum flow_point _btf_flow_point = 0;
 const volatile struct flow_event _btf_flow_event_struct = {};
 const volatile enum ct_flags _btf_ct_flags = 0;
 
-/* to_proxy says whether a SYN from a pod to the node goes to a proxy
- * because a socket hook sent it there (its original destination is on
- * file), rather than to the proxy port dialled by hand. */
-static __always_inline bool to_proxy(struct flow *f)
+/* proxy_origin_of: the original destination of a SYN a socket hook sent to
+ * a proxy (the node's, or a pod's own), NULL for any other packet. */
+static __always_inline struct proxy_origin *proxy_origin_of(struct flow *f)
 {
 	if (f->proto != IPPROTO_TCP || (f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN)
-		return false;
+		return NULL;
 	struct proxy_origin_key key = {
 		.client_ip = f->saddr, .client_port = f->sport, .proxy_ip = f->daddr, .proxy_port = f->dport,
 	};
-	return bpf_map_lookup_elem(&shunt_proxy_origins, &key) != NULL;
+	return bpf_map_lookup_elem(&shunt_proxy_origins, &key);
 }
 
 #define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
@@ -179,14 +178,19 @@ int shunt_from_pod(struct __sk_buff *skb)
 	p.failed = reason;
 
 	struct policy_side dst = { .addr = p.f.daddr };
+	struct proxy_origin *origin = proxy_origin_of(&p.f);
 	ep = lookup_endpoint(p.f.daddr);
 	if (ep) {
 		dst.identity = ep->identity;
 		dst.flags = ep->flags;
 		dst.local = true;
+		/* A pod's own proxy (inbound redirect): policy judges the port
+		 * the client dialled, not the proxy's. */
+		if (origin && origin->ip == p.f.daddr)
+			dst.judged_dport = origin->port;
 	} else {
 		dst.identity = identity_of(p.f.daddr);
-		dst.proxy = to_proxy(&p.f);
+		dst.proxy = origin != NULL;
 	}
 	p.dst_identity = dst.identity;
 	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);

@@ -58,7 +58,7 @@ static __always_inline __u32 cidr_identity_of(__u32 addr)
 }
 
 static __always_inline __u8 policy_lookup(__u32 endpoint, __u8 egress, __u32 identity, struct flow *f,
-					  __u32 *rule)
+					  __u16 dport, __u32 *rule)
 {
 	struct policy_key k = {
 		.prefixlen = POLICY_PREFIX_PROTO + 16,
@@ -66,7 +66,7 @@ static __always_inline __u8 policy_lookup(__u32 endpoint, __u8 egress, __u32 ide
 		.identity = identity,
 		.egress = egress,
 		.proto = f->proto,
-		.dport = f->has_ports ? f->dport : 0,
+		.dport = f->has_ports ? dport : 0,
 	};
 	struct policy_value *v = bpf_map_lookup_elem(&shunt_policy, &k);
 
@@ -79,13 +79,13 @@ static __always_inline __u8 policy_lookup(__u32 endpoint, __u8 egress, __u32 ide
 /* policy_verdict looks the peer up by its identity, its CIDR identity and
  * as "any peer"; a deny from any of them wins, then an allow. */
 static __always_inline __u8 policy_verdict(__u32 endpoint, __u8 egress, __u32 peer, __u32 peer_addr,
-					   struct flow *f, __u32 *rule)
+					   struct flow *f, __u16 dport, __u32 *rule)
 {
 	__u32 r_id = 0, r_cidr = 0, r_any = 0;
 	__u32 cidr = cidr_identity_of(peer_addr);
-	__u8 v_id = policy_lookup(endpoint, egress, peer, f, &r_id);
-	__u8 v_cidr = cidr ? policy_lookup(endpoint, egress, cidr, f, &r_cidr) : POLICY_NONE;
-	__u8 v_any = policy_lookup(endpoint, egress, SHUNT_ID_ANY, f, &r_any);
+	__u8 v_id = policy_lookup(endpoint, egress, peer, f, dport, &r_id);
+	__u8 v_cidr = cidr ? policy_lookup(endpoint, egress, cidr, f, dport, &r_cidr) : POLICY_NONE;
+	__u8 v_any = policy_lookup(endpoint, egress, SHUNT_ID_ANY, f, dport, &r_any);
 
 	if (v_id == POLICY_DENY || v_cidr == POLICY_DENY || v_any == POLICY_DENY) {
 		*rule = v_id == POLICY_DENY ? r_id : v_cidr == POLICY_DENY ? r_cidr : r_any;
@@ -110,6 +110,9 @@ struct policy_side {
 	 * redirect. The proxy's upstream connection is what policy judges, as
 	 * this client; this leg is only tracked. */
 	bool proxy;
+	/* dst only, non-zero: the port policy judges instead of the packet's
+	 * (a pod's own proxy receives what was dialled at this port). */
+	__u16 judged_dport;
 };
 
 static __always_inline __u32 verdict_reason(__u8 v)
@@ -145,14 +148,15 @@ static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *sr
 	*event = FLOW_EV_CONN_NEW;
 	if (dst->proxy)
 		goto admit;
+	__u16 dport = dst->judged_dport ? dst->judged_dport : f->dport;
 	if (src->local && (src->flags & (ENDPOINT_F_EGRESS_ISOLATED | ENDPOINT_F_EGRESS_RULES))) {
-		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, &rule);
+		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, dport, &rule);
 		*decided_by = rule;
 		if (v == POLICY_DENY || (v == POLICY_NONE && (src->flags & ENDPOINT_F_EGRESS_ISOLATED)))
 			return verdict_reason(v);
 	}
 	if (dst->local && (dst->flags & (ENDPOINT_F_INGRESS_ISOLATED | ENDPOINT_F_INGRESS_RULES))) {
-		v = policy_verdict(dst->addr, 0, src->identity, src->addr, f, &rule);
+		v = policy_verdict(dst->addr, 0, src->identity, src->addr, f, dport, &rule);
 		*decided_by = rule;
 		if (v == POLICY_DENY || (v == POLICY_NONE && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)))
 			return verdict_reason(v);

@@ -223,6 +223,14 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(server), Port: be16(80)}); err != nil {
 		t.Fatal(err)
 	}
+	// A pod's own proxy on 15006 receives what was dialled at 80 (allowed)
+	// and at 81 (not allowed): policy judges the port dialled.
+	for port, origPort := range map[uint16]uint16{40010: 80, 40011: 81} {
+		k := socklbProxyOriginKey{ClientIp: be32(client), ClientPort: be16(port), ProxyIp: be32(server), ProxyPort: be16(15006)}
+		if err := d.sock.ShuntProxyOrigins.Put(k, socklbProxyOrigin{Ip: be32(server), Port: be16(origPort)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	run := func(prog *ebpf.Program, pkt []byte, mark uint32) uint32 {
 		t.Helper()
 		// __sk_buff up to mark (len and pkt_type must stay zero).
@@ -250,6 +258,8 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 		{"proxy -> server:82 for the client: the client's egress does not allow it", true, packet(node, server, 6, tcpSegment(50001, 82, tcpSYN)), marked(idClient), tcActShot},
 		{"proxy -> server:80 for the intruder: the server's ingress does not allow it", true, packet(node, server, 6, tcpSegment(50002, 80, tcpSYN)), marked(idIntruder), tcActShot},
 		{"node -> server:80 unmarked: the host, not allowed", true, packet(node, server, 6, tcpSegment(50003, 80, tcpSYN)), 0, tcActShot},
+		{"client -> server's own proxy, dialled at 80: judged at 80", false, packet(client, server, 6, tcpSegment(40010, 15006, tcpSYN)), 0, tcActRedirect},
+		{"client -> server's own proxy, dialled at 81: judged at 81", false, packet(client, server, 6, tcpSegment(40011, 15006, tcpSYN)), 0, tcActShot},
 	} {
 		prog := d.objs.ShuntFromPod
 		if c.toPod {

@@ -18,6 +18,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,21 +41,40 @@ type Input struct {
 	NodeAddrs []netip.Addr
 }
 
-// Result is the proxy's configuration (without version, listener and mark,
-// which the agent owns) and the destinations whose connects go to it.
+// Result is the node proxy's configuration (without version, listener and
+// mark, which the agent owns), the destinations whose connects go to it,
+// and the inbound redirects pods asked for to their own proxies.
 type Result struct {
-	Config    proxyapi.Config
-	Redirects []netip.AddrPort // sorted
+	Config     proxyapi.Config
+	Redirects  []netip.AddrPort // to the node proxy, sorted
+	PodProxies []PodProxy       // sorted by pod
+	Warnings   []string         // annotations that could not be used
 }
 
-// Empty says whether nothing needs the proxy.
-func (r Result) Empty() bool { return len(r.Redirects) == 0 }
+// InboundRedirectAnnotation asks, on a pod, that TCP connections to its
+// port P go to its port Q instead, where a proxy of its own listens ("P:Q",
+// comma-separated): iptables REDIRECT without iptables. The proxy gets the
+// original destination with getsockopt(SOL_IP, SO_ORIGINAL_DST) and marks
+// its own connections (SO_MARK with the node's proxy mark) so they are not
+// redirected again. Connections are redirected where a socket hook sees
+// them connect: from local pods and the node's processes.
+const InboundRedirectAnnotation = "shunt.io/inbound-redirect"
+
+// PodProxy is a pod's own inbound proxy.
+type PodProxy struct {
+	Pod       string // namespace/name
+	Redirects []PortRedirect
+}
+
+// PortRedirect sends connects to From to To.
+type PortRedirect struct{ From, To netip.AddrPort }
 
 const tcp = 6
 
 // Compute builds the result.
 func Compute(in Input) Result {
 	var res Result
+	res.PodProxies, res.Warnings = podProxies(in)
 	routes := in.Store.HTTPRoutes()
 	if len(routes) == 0 && (in.Policy == nil || len(in.Policy.L7) == 0) {
 		return res
@@ -297,4 +317,58 @@ func identityLabels(pol *policy.Result, id uint32) []string {
 		}
 	}
 	return nil
+}
+
+// podProxies reads the inbound redirects local pods ask for.
+func podProxies(in Input) ([]PodProxy, []string) {
+	var out []PodProxy
+	var warnings []string
+	for _, ep := range in.Endpoints {
+		p, ok := in.Store.Pod(model.SplitName(ep.Pod))
+		if !ok || p.Annotations[InboundRedirectAnnotation] == "" {
+			continue
+		}
+		pairs, err := ParseInboundRedirect(p.Annotations[InboundRedirectAnnotation])
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("pod %s: annotation %s: %v", ep.Pod, InboundRedirectAnnotation, err))
+			continue
+		}
+		pp := PodProxy{Pod: ep.Pod}
+		for _, pr := range pairs {
+			pp.Redirects = append(pp.Redirects, PortRedirect{From: netip.AddrPortFrom(ep.IP, pr[0]), To: netip.AddrPortFrom(ep.IP, pr[1])})
+		}
+		out = append(out, pp)
+	}
+	slices.SortFunc(out, func(a, b PodProxy) int { return cmp.Compare(a.Pod, b.Pod) })
+	return out, warnings
+}
+
+// ParseInboundRedirect reads "P:Q[,P:Q...]": ports 1-65535, P != Q, each P
+// once.
+func ParseInboundRedirect(v string) ([][2]uint16, error) {
+	var out [][2]uint16
+	seen := map[uint16]bool{}
+	for _, item := range strings.Split(v, ",") {
+		from, to, ok := strings.Cut(strings.TrimSpace(item), ":")
+		if !ok {
+			return nil, fmt.Errorf("%q: want PORT:PROXYPORT, e.g. 8080:15006", item)
+		}
+		var ports [2]uint16
+		for i, s := range []string{from, to} {
+			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+			if err != nil || n == 0 {
+				return nil, fmt.Errorf("%q: %q is not a port (1-65535)", item, s)
+			}
+			ports[i] = uint16(n)
+		}
+		if ports[0] == ports[1] {
+			return nil, fmt.Errorf("%q: a port redirected to itself would loop", item)
+		}
+		if seen[ports[0]] {
+			return nil, fmt.Errorf("port %d is redirected twice", ports[0])
+		}
+		seen[ports[0]] = true
+		out = append(out, ports)
+	}
+	return out, nil
 }

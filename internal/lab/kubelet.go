@@ -160,6 +160,7 @@ func (k *kubelet) plumb(rec *PodRecord) (model.Endpoint, error) {
 		Pod: rec.key(), IP: netip.MustParseAddr(rec.IP), Ifname: rec.HostIf, Ifindex: links.HostIfindex,
 		PodMAC: links.PodMAC, NodeMAC: links.HostMAC,
 		CgroupID: st.Ino, // a cgroup's id is its directory's inode
+		Cgroup:   rec.Cgroup,
 		Netns:    podnet.NetnsPath(rec.Netns),
 	}, nil
 }

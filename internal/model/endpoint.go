@@ -22,6 +22,9 @@ type Endpoint struct {
 	// CgroupID identifies the pod's cgroup (its inode), which socket hooks
 	// report for the calling process.
 	CgroupID uint64
+	// Cgroup is that cgroup's path: socket programs a pod asks for (its own
+	// proxy's SO_ORIGINAL_DST) attach there.
+	Cgroup string
 	// Netns is the pod's network namespace (bind mount path, as CNI's
 	// CNI_NETNS): where its sockets live when some must be closed.
 	Netns string

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,8 @@ type Datapath interface {
 	UpdateServices(upsert []services.Port, remove []services.Frontend) (goneUDP []netip.AddrPort, err error)
 	DestroyUDPSockets(netnsPaths []string, gone []netip.AddrPort) (destroyed int, err error)
 	SyncL7Redirects(want []datapath.L7Redirect) error
+	AttachProxy(name, cgroupPath string) error
+	DetachProxy(name string) error
 }
 
 // Config is the node the reconciler runs for.
@@ -95,6 +98,7 @@ type Reconciler struct {
 	svc          *services.Tracker
 	policyDirty  bool
 	l7Dirty      bool                      // routes, services or policy changed what the proxy serves
+	podProxies   map[string]bool           // pods whose own proxy has SO_ORIGINAL_DST attached (used by sync only)
 	attach       map[string]model.Endpoint // interfaces to attach (by pod)
 	detach       map[string]string         // interfaces to detach (by pod)
 	checked      *checkedPolicy
@@ -504,17 +508,47 @@ func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
 	if r.cfg.ProxyConfig != nil {
 		r.cfg.ProxyConfig(res.Config)
 	}
+	for _, w := range res.Warnings {
+		r.cfg.Log.Warn("L7", "problem", w)
+	}
 	var want []datapath.L7Redirect
 	if r.cfg.ProxyAddr.IsValid() {
 		for _, d := range res.Redirects {
 			want = append(want, datapath.L7Redirect{Dest: d, Proxy: r.cfg.ProxyAddr})
 		}
 	}
+	// Pods' own proxies: SO_ORIGINAL_DST is answered in their cgroup
+	// before connections are sent there.
+	var errs []error
+	cgroups := map[string]string{}
+	for _, ep := range w.endpoints {
+		cgroups[ep.Pod] = ep.Cgroup
+	}
+	podProxies := map[string]bool{}
+	for _, pp := range res.PodProxies {
+		if err := r.dp.AttachProxy(podProxyLink(pp.Pod), cgroups[pp.Pod]); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: %w", pp.Pod, err))
+			continue
+		}
+		podProxies[pp.Pod] = true
+		for _, rd := range pp.Redirects {
+			want = append(want, datapath.L7Redirect{Dest: rd.From, Proxy: rd.To})
+		}
+	}
 	if err := r.dp.SyncL7Redirects(want); err != nil {
 		return fmt.Errorf("L7 redirects: %w", err)
 	}
-	return nil
+	for pod := range r.podProxies {
+		if !podProxies[pod] {
+			errs = append(errs, r.dp.DetachProxy(podProxyLink(pod)))
+		}
+	}
+	r.podProxies = podProxies
+	return errors.Join(errs...)
 }
+
+// podProxyLink names the pinned getsockopt link of a pod's own proxy.
+func podProxyLink(pod string) string { return "pod-" + strings.ReplaceAll(pod, "/", "_") }
 
 // closeStaleUDPSockets destroys the connected UDP sockets, on the node and
 // in every local pod, that a service sent to a backend no service has any

@@ -137,6 +137,20 @@ func (f *fakeDatapath) SyncL7Redirects(want []datapath.L7Redirect) error {
 	return nil
 }
 
+func (f *fakeDatapath) AttachProxy(name, cgroupPath string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("attach proxy %s %s", name, cgroupPath)
+	return nil
+}
+
+func (f *fakeDatapath) DetachProxy(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("detach proxy %s", name)
+	return nil
+}
+
 func (f *fakeDatapath) takeLog() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
