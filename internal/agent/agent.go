@@ -47,6 +47,7 @@ type Config struct {
 	FlowHistory     int               // flows kept in memory (default 8192)
 	FlowBufferBytes int               // size of the flow ring buffer (0: 4 MiB)
 	MetricsAddr     string            // also serve /metrics over TCP here ("": only on the socket)
+	ProxyPort       int               // the node proxy's port on the node address (0: DefaultProxyPort)
 }
 
 // Agent is one running shuntd.
@@ -61,6 +62,7 @@ type Agent struct {
 	lab     *lab.ControlPlane
 	objects func() *model.Store // the objects as they are now (the lab's)
 
+	proxy    *nodeProxy     // the node L7 proxy
 	flows    *flows.History // the last flows, for observe
 	sampling atomic.Uint32  // current datapath.FlowMode
 	metrics  *metrics
@@ -129,7 +131,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := cgroup.Create(filepath.Join(inst.CgroupDir(root), "pods")); err != nil {
 		return nil, err
 	}
-	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes})
+	proxyCgroup := filepath.Join(inst.CgroupDir(root), "proxy")
+	if err := cgroup.Create(proxyCgroup); err != nil {
+		return nil, err
+	}
+	mark := DefaultProxyMark
+	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}})
 	if err != nil {
 		return nil, err
 	}
@@ -152,15 +160,26 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := a.dp.AttachSocketLB(root); err != nil {
 		return nil, err
 	}
+	// SO_ORIGINAL_DST is answered only to the node proxy's cgroup.
+	if err := a.dp.AttachProxy("node", proxyCgroup); err != nil {
+		return nil, err
+	}
+	if cfg.ProxyPort == 0 {
+		cfg.ProxyPort = DefaultProxyPort
+	}
+	proxyAddr := netip.AddrPortFrom(podPool.NodeIP(), uint16(cfg.ProxyPort))
+	a.proxy = newNodeProxy(log, filepath.Join(cfg.BinDir, "shunt-proxy"), inst.RunDir(), proxyCgroup, proxyAddr, mark, a.addProxyFlow)
 
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: inst.Name, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
 		Allocations: alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Log: log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
+		ProxyAddr: proxyAddr, ProxyConfig: a.proxy.Set,
 	}, a.dp)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopReconciler = cancel
 	go a.rec.Run(ctx)
+	go a.proxy.Run(ctx)
 
 	a.lab, err = lab.New(lab.Config{
 		Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,

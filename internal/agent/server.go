@@ -48,6 +48,7 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/flows/sampling", a.handleSampling)
 	mux.HandleFunc("POST /v1/flows/sampling", a.handleSampling)
 	mux.HandleFunc("GET /v1/maps", a.handleMaps)
+	mux.HandleFunc("POST /v1/proxy/restart", a.handleProxyRestart)
 	mux.HandleFunc("GET /v1/maps/{name}", a.handleMapDump)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	// Go profiles of the agent (root-only socket), e.g.
@@ -129,6 +130,11 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st.Flows.History, st.Flows.FollowerMissed = a.flows.Len(), a.flows.Dropped()
 	st.Flows.Emitted, st.Flows.Lost, _ = a.dp.FlowStats()
 	st.MetricsAddr, _ = a.metricsAddr.Load().(string)
+	ps := a.proxyStatus(r.Context())
+	st.Proxy = &ps
+	if !ps.Healthy {
+		st.Health = append(st.Health, "the node L7 proxy is down: "+ps.Error)
+	}
 	if st.Hooks, err = a.dp.Hooks(); err != nil {
 		st.Health = append(st.Health, "cannot list attached programs: "+err.Error())
 	}
