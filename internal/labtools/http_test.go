@@ -178,3 +178,13 @@ func TestParseHeaders(t *testing.T) {
 		}
 	}
 }
+
+func TestServeHTTPSpeaksH2CToo(t *testing.T) {
+	a := startServer(t, "pod-a")
+	for _, h2 := range []bool{false, true} {
+		got := HTTPLoad(Request{URL: "http://" + a["http"] + "/", HTTP2: h2, Timeout: 5 * time.Second}, 3, 1)
+		if got.ByPod["pod-a"] != 3 || got.Connections != 1 {
+			t.Errorf("http2 %v: %+v", h2, got)
+		}
+	}
+}

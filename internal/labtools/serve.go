@@ -11,8 +11,9 @@
 //     closes it. There is no banner: a client that sends nothing gets nothing.
 //   - UDP: every datagram gets "NAME <datagram>" back, sent to the datagram's
 //     source from the same (unconnected) socket.
-//   - HTTP: /healthz answers "ok"; every other path answers 200 with the body
-//     "NAME\n". Every response carries the header X-Shunt-Pod: NAME.
+//   - HTTP (HTTP/1.1, and h2c with prior knowledge): /healthz answers "ok";
+//     every other path answers 200 with the body "NAME\n". Every response
+//     carries the header X-Shunt-Pod: NAME.
 //   - gRPC (h2c, no TLS): the standard health service (grpc.health.v1.Health)
 //     reports SERVING; every call's response headers carry the metadata
 //     x-shunt-pod: NAME.
@@ -108,6 +109,12 @@ func Start(cfg ServeConfig) (*Server, error) {
 			return fail(fmt.Errorf("http %s: %w", a, err))
 		}
 		srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		// h2c (prior knowledge) beside HTTP/1.1, so that a pod can be an
+		// HTTP/2 backend of the L7 proxy and `http-load --http2` can
+		// reach it directly.
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
 		s.https = append(s.https, srv)
 		s.listeners = append(s.listeners, ln)
 		s.addrs = append(s.addrs, "http "+showAddr(ln.Addr()))
