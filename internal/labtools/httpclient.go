@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,17 @@ func ParseHeaders(values []string) (http.Header, error) {
 		h.Add(name, strings.TrimSpace(val))
 	}
 	return h, nil
+}
+
+// Check rejects a request that could never be sent (a usage error): a URL
+// that is not http(s)://HOST..., a method that is not an HTTP token.
+func (q Request) Check() error {
+	u, err := url.Parse(q.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q: want a URL like http://HOST:PORT/PATH", q.URL)
+	}
+	_, err = q.build(context.Background())
+	return err
 }
 
 // build makes the http.Request. net/http ignores a Host in Header and sends
