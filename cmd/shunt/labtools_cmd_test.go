@@ -67,17 +67,17 @@ func freePort(t *testing.T, network string) string {
 }
 
 func TestLabServeCmd(t *testing.T) {
-	tcp, udp, http := freePort(t, "tcp"), freePort(t, "udp"), freePort(t, "tcp")
+	tcp, udp, http, grpc := freePort(t, "tcp"), freePort(t, "udp"), freePort(t, "tcp"), freePort(t, "tcp")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, newLabServeCmd(), &out, &errOut,
-			"--bind", "127.0.0.1", "--tcp", tcp, "--udp", udp, "--http", http, "--name", "pod-x")
+			"--bind", "127.0.0.1", "--tcp", tcp, "--udp", udp, "--http", http, "--grpc", grpc, "--name", "pod-x")
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for strings.Count(out.String(), "serving") < 3 {
+	for strings.Count(out.String(), "serving") < 4 {
 		select {
 		case err := <-done:
 			t.Fatalf("serve exited: %v\n%s", err, errOut.String())
@@ -88,7 +88,8 @@ func TestLabServeCmd(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !strings.Contains(out.String(), "serving tcp 127.0.0.1:"+tcp+"\n") {
+	if !strings.Contains(out.String(), "serving tcp 127.0.0.1:"+tcp+"\n") ||
+		!strings.Contains(out.String(), "serving grpc 127.0.0.1:"+grpc+"\n") {
 		t.Errorf("serve output %q", out.String())
 	}
 	o := labtools.ProbeOptions{Timeout: time.Second, Send: "ping"}
@@ -96,6 +97,7 @@ func TestLabServeCmd(t *testing.T) {
 		labtools.ProbeTCP("127.0.0.1:"+tcp, o),
 		labtools.ProbeUDP("127.0.0.1:"+udp, o),
 		labtools.ProbeHTTP("http://127.0.0.1:"+http+"/", o),
+		labtools.ProbeGRPC("127.0.0.1:"+grpc, o),
 	} {
 		if r.Result != labtools.Connected || r.Peer != "pod-x" {
 			t.Errorf("%s: %+v", r.Proto, r)
@@ -127,6 +129,7 @@ func TestLabServeCmdErrors(t *testing.T) {
 		{[]string{"--tcp", "80,0"}, true, `"0" is not a port`},
 		{[]string{"--udp", "70000"}, true, `--udp: "70000" is not a port`},
 		{[]string{"--http", "web"}, true, "not a port"},
+		{[]string{"--grpc", "0"}, true, `--grpc: "0" is not a port`},
 		{[]string{}, true, "nothing to serve"},
 		{[]string{"--bogus"}, true, "unknown flag"},
 		{[]string{"--bind", "127.0.0.1", "--tcp", busyPort}, false, "address already in use"},
@@ -141,7 +144,7 @@ func TestLabServeCmdErrors(t *testing.T) {
 
 func TestLabProbeCmd(t *testing.T) {
 	lo := []string{"127.0.0.1:0"}
-	srv, err := labtools.Start(labtools.ServeConfig{Name: "pod-a", TCP: lo, UDP: lo, HTTP: lo})
+	srv, err := labtools.Start(labtools.ServeConfig{Name: "pod-a", TCP: lo, UDP: lo, HTTP: lo, GRPC: lo})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +162,8 @@ func TestLabProbeCmd(t *testing.T) {
 	}
 
 	// Connected, with a summary per target for --count.
-	out, _, err := probe("--tcp", addr["tcp"], "--udp", addr["udp"], "--http", "http://"+addr["http"]+"/", "--count", "3")
+	out, _, err := probe("--tcp", addr["tcp"], "--udp", addr["udp"], "--http", "http://"+addr["http"]+"/",
+		"--grpc", addr["grpc"], "--count", "3")
 	if err != nil {
 		t.Fatalf("probe: %v\n%s", err, out)
 	}
@@ -167,13 +171,15 @@ func TestLabProbeCmd(t *testing.T) {
 		"tcp " + addr["tcp"] + ": 3 connected (pod-a 3)\n",
 		"udp " + addr["udp"] + ": 3 connected (pod-a 3)\n",
 		"http http://" + addr["http"] + "/: 3 connected (pod-a 3)\n",
+		"grpc " + addr["grpc"] + ": 3 connected (pod-a 3)\n",
+		"grpc " + addr["grpc"] + ": connected to pod-a (OK) at ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
-	if n := strings.Count(out, "\n"); n != 12 {
-		t.Errorf("%d lines, want 9 attempts and 3 summaries:\n%s", n, out)
+	if n := strings.Count(out, "\n"); n != 16 {
+		t.Errorf("%d lines, want 12 attempts and 4 summaries:\n%s", n, out)
 	}
 
 	// JSON: one object per attempt.
@@ -205,6 +211,9 @@ func TestLabProbeCmd(t *testing.T) {
 	if _, _, err := probe("--tcp", closed, "--expect", "refused"); err != nil {
 		t.Errorf("expect refused: %v", err)
 	}
+	if _, _, err := probe("--grpc", closed, "--expect", "refused"); err != nil {
+		t.Errorf("grpc expect refused: %v", err)
+	}
 	if _, _, err := probe("--tcp", closed, "--expect", "any"); err != nil {
 		t.Errorf("expect any: %v", err)
 	}
@@ -217,10 +226,90 @@ func TestLabProbeCmd(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"--tcp", addr["tcp"], "--expect", "maybe"}, {"--tcp", addr["tcp"], "-o", "yaml"},
 		{"--tcp", addr["tcp"], "--count", "0"}, {"--tcp", "10.0.0.1"}, {"--http", "10.0.0.1:80"},
-		{"--tcp", addr["tcp"], "--timeout", "soon"}, {"--nope"},
+		{"--tcp", addr["tcp"], "--timeout", "soon"}, {"--nope"}, {"--grpc", "10.0.0.1"},
 	} {
 		if _, _, err := probe(args...); !errors.As(err, new(usageError)) {
 			t.Errorf("probe %v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestLabHTTPLoadCmd(t *testing.T) {
+	lo := []string{"127.0.0.1:0"}
+	srv, err := labtools.Start(labtools.ServeConfig{Name: "pod-a", HTTP: lo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := "http://" + strings.TrimPrefix(srv.Addrs()[0], "http ") + "/"
+	load := func(args ...string) (string, error) {
+		var out, errOut syncBuffer
+		err := run(context.Background(), newLabHTTPLoadCmd(), &out, &errOut, args...)
+		return out.String(), err
+	}
+
+	for _, h2 := range []string{"--http2=false", "--http2"} {
+		out, err := load("--url", url, "-n", "20", "-c", "2", "-H", "X-A: 1", "-X", "GET", h2)
+		if err != nil {
+			t.Fatalf("%s: %v", h2, err)
+		}
+		var got struct {
+			Requests    int            `json:"requests"`
+			ByPod       map[string]int `json:"byPod"`
+			ByStatus    map[string]int `json:"byStatus"`
+			Errors      int            `json:"errors"`
+			Connections int            `json:"connections"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("%s: %v in %q", h2, err, out)
+		}
+		if got.Requests != 20 || got.ByPod["pod-a"] != 20 || got.ByStatus["200"] != 20 || got.Errors != 0 || got.Connections != 2 {
+			t.Errorf("%s: %s", h2, out)
+		}
+	}
+
+	// Nobody listening: counted, not a failure of the command.
+	out, err := load("--url", "http://127.0.0.1:"+freePort(t, "tcp")+"/", "-n", "2")
+	if err != nil || !strings.Contains(out, `"errors":2`) {
+		t.Errorf("closed port: %v %s", err, out)
+	}
+
+	for _, args := range [][]string{
+		{}, {"--url", "127.0.0.1:80"}, {"--url", url, "-n", "0"}, {"--url", url, "-c", "0"},
+		{"--url", url, "-H", "no colon"}, {"--url", url, "-X", "G T"}, {"--url", url, "--timeout", "0s"},
+		{"--nope"},
+	} {
+		if _, err := load(args...); !errors.As(err, new(usageError)) {
+			t.Errorf("http-load %v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestLabHTTPGetCmd(t *testing.T) {
+	lo := []string{"127.0.0.1:0"}
+	srv, err := labtools.Start(labtools.ServeConfig{Name: "pod-a", HTTP: lo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := "http://" + strings.TrimPrefix(srv.Addrs()[0], "http ") + "/"
+	get := func(args ...string) (string, error) {
+		var out, errOut syncBuffer
+		err := run(context.Background(), newLabHTTPGetCmd(), &out, &errOut, args...)
+		return out.String(), err
+	}
+
+	if out, err := get(url, "-H", "Host: web.example", "--http2"); err != nil || out != "200\npod-a\n" {
+		t.Errorf("http-get: %v %q", err, out)
+	}
+	// No response: exit 1 (not a usage error), nothing on stdout.
+	out, err := get("http://127.0.0.1:" + freePort(t, "tcp") + "/")
+	if err == nil || errors.As(err, new(usageError)) || !strings.Contains(err.Error(), "refused") || out != "" {
+		t.Errorf("closed port: %v %q", err, out)
+	}
+	for _, args := range [][]string{{}, {url, url}, {"127.0.0.1:80"}, {url, "-H", ":x"}, {"--nope", url}} {
+		if _, err := get(args...); !errors.As(err, new(usageError)) {
+			t.Errorf("http-get %v: %v, want a usage error", args, err)
 		}
 	}
 }

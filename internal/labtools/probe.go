@@ -19,7 +19,7 @@ import (
 // Result of one probe attempt. The JSON field names are stable: tests and
 // scripts read them (`shunt lab probe -o json`).
 type Result struct {
-	Proto  string `json:"proto"`  // tcp, udp or http
+	Proto  string `json:"proto"`  // tcp, udp, http or grpc
 	Target string `json:"target"` // as given: HOST:PORT or URL
 	Result string `json:"result"` // Connected, Refused, Timeout or Failed
 	Reply  string `json:"reply"`  // the server's answer, trailing whitespace trimmed
@@ -29,6 +29,7 @@ type Result struct {
 	// for TCP and connected UDP, the reply's source for unconnected UDP.
 	Remote string `json:"remote"`
 	Status int    `json:"status,omitempty"` // HTTP status code
+	Code   string `json:"code,omitempty"`   // gRPC status code: OK, PermissionDenied, ...
 	RTTus  int64  `json:"rtt_us"`           // from the first syscall to the outcome
 	Error  string `json:"error"`
 }
@@ -49,7 +50,8 @@ type ProbeOptions struct {
 	Hold         time.Duration // TCP and connected UDP: keep the socket this long, then talk again
 }
 
-// Probe runs one attempt of proto ("tcp", "udp" or "http") against target.
+// Probe runs one attempt of proto ("tcp", "udp", "http" or "grpc") against
+// target.
 func Probe(proto, target string, o ProbeOptions) Result {
 	switch proto {
 	case "tcp":
@@ -58,15 +60,18 @@ func Probe(proto, target string, o ProbeOptions) Result {
 		return ProbeUDP(target, o)
 	case "http":
 		return ProbeHTTP(target, o)
+	case "grpc":
+		return ProbeGRPC(target, o)
 	}
 	return Result{Proto: proto, Target: target, Result: Failed, Error: "unknown protocol " + proto}
 }
 
 // CheckTarget rejects targets that can never work (a usage error, not a
-// probe outcome): tcp and udp want HOST:PORT, http wants an http(s) URL.
+// probe outcome): tcp, udp and grpc want HOST:PORT, http wants an http(s)
+// URL.
 func CheckTarget(proto, target string) error {
 	switch proto {
-	case "tcp", "udp":
+	case "tcp", "udp", "grpc":
 		if _, port, err := net.SplitHostPort(target); err != nil || port == "" {
 			return fmt.Errorf("--%s %q: want HOST:PORT", proto, target)
 		}
@@ -287,8 +292,11 @@ func (r Result) Text() string {
 		return fmt.Sprintf("%s %s: %s: %s", r.Proto, r.Target, r.Result, r.Error)
 	}
 	s := fmt.Sprintf("%s %s: connected to %s", r.Proto, r.Target, r.Peer)
-	if r.Proto == "http" {
+	switch r.Proto {
+	case "http":
 		s += fmt.Sprintf(" (HTTP %d)", r.Status)
+	case "grpc":
+		s += fmt.Sprintf(" (%s)", r.Code)
 	}
 	return s + fmt.Sprintf(" at %s from %s in %.2fms: %q", r.Remote, r.Local, float64(r.RTTus)/1000, r.Reply)
 }

@@ -1,7 +1,8 @@
 // Package labtools holds the lab's built-in test server and probe client:
-// `shunt lab serve` answers TCP, UDP and HTTP with the pod's name, and
-// `shunt lab probe` tells connected / refused / timed out, so tests and the
-// demo can see who answered without any other tool in the pod.
+// `shunt lab serve` answers TCP, UDP, HTTP and gRPC with the pod's name,
+// `shunt lab probe` tells connected / refused / timed out, and `shunt lab
+// http-load` and `http-get` drive the L7 proxy, so tests and the demo can see
+// who answered without any other tool in the pod.
 //
 // The wire protocol is deliberately trivial:
 //
@@ -10,8 +11,12 @@
 //     closes it. There is no banner: a client that sends nothing gets nothing.
 //   - UDP: every datagram gets "NAME <datagram>" back, sent to the datagram's
 //     source from the same (unconnected) socket.
-//   - HTTP: /healthz answers "ok"; every other path answers 200 with the body
-//     "NAME\n". Every response carries the header X-Shunt-Pod: NAME.
+//   - HTTP (HTTP/1.1, and h2c with prior knowledge): /healthz answers "ok";
+//     every other path answers 200 with the body "NAME\n". Every response
+//     carries the header X-Shunt-Pod: NAME.
+//   - gRPC (h2c, no TLS): the standard health service (grpc.health.v1.Health)
+//     reports SERVING; every call's response headers carry the metadata
+//     x-shunt-pod: NAME.
 package labtools
 
 import (
@@ -25,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // ServeConfig lists the addresses to listen on (":80", "127.0.0.1:0", ...).
@@ -33,16 +40,18 @@ type ServeConfig struct {
 	TCP  []string
 	UDP  []string
 	HTTP []string
+	GRPC []string
 }
 
 // Server is a running lab server.
 type Server struct {
 	name  string
-	addrs []string // "proto addr", in the order TCP, UDP, HTTP
+	addrs []string // "proto addr", in the order TCP, UDP, HTTP, gRPC
 
 	listeners []net.Listener // TCP echo and HTTP
 	packets   []net.PacketConn
 	https     []*http.Server
+	grpcs     []*grpc.Server
 	wg        sync.WaitGroup
 
 	mu     sync.Mutex
@@ -100,6 +109,12 @@ func Start(cfg ServeConfig) (*Server, error) {
 			return fail(fmt.Errorf("http %s: %w", a, err))
 		}
 		srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		// h2c (prior knowledge) beside HTTP/1.1, so that a pod can be an
+		// HTTP/2 backend of the L7 proxy and `http-load --http2` can
+		// reach it directly.
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
 		s.https = append(s.https, srv)
 		s.listeners = append(s.listeners, ln)
 		s.addrs = append(s.addrs, "http "+showAddr(ln.Addr()))
@@ -107,6 +122,22 @@ func Start(cfg ServeConfig) (*Server, error) {
 		go func() {
 			defer s.wg.Done()
 			srv.Serve(ln) // returns http.ErrServerClosed on Close
+		}()
+	}
+	for _, a := range cfg.GRPC {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fail(fmt.Errorf("grpc %s: %w", a, err))
+		}
+		srv := s.newGRPCServer()
+		s.grpcs = append(s.grpcs, srv)
+		s.addrs = append(s.addrs, "grpc "+showAddr(ln.Addr()))
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			// Returns on Stop, which closes ln (even when Stop came
+			// first, as when a later bind failed).
+			srv.Serve(ln)
 		}()
 	}
 	return s, nil
@@ -128,8 +159,8 @@ func showAddr(a net.Addr) string {
 func (s *Server) Name() string { return s.name }
 
 // Addrs lists the bound addresses as "proto addr" ("tcp 127.0.0.1:41234",
-// "udp :53", "http :8080"), TCP first, then UDP, then HTTP, each in
-// ServeConfig order. Tests listen on port 0 and learn the port here.
+// "udp :53", "http :8080", "grpc :9000"), TCP first, then UDP, HTTP and
+// gRPC, each in ServeConfig order. Tests listen on port 0 and learn the port here.
 func (s *Server) Addrs() []string { return append([]string(nil), s.addrs...) }
 
 // Close stops every listener, closes open connections and waits for the
@@ -137,6 +168,9 @@ func (s *Server) Addrs() []string { return append([]string(nil), s.addrs...) }
 func (s *Server) Close() {
 	for _, h := range s.https {
 		h.Close()
+	}
+	for _, g := range s.grpcs {
+		g.Stop()
 	}
 	for _, ln := range s.listeners {
 		ln.Close()
