@@ -56,6 +56,29 @@ shunt policy trace --from monitoring/scraper --to shop/backend-v1 --port 9000 ||
 shunt policy trace --from shop/frontend --to shop/backend-v1 --port 9000
 shunt policy trace --from monitoring/scraper --to shop/frontend --port 8443 || true
 
+step "L7 (examples/l7): a 90/10 split of reviews and HTTP policy, in the node proxy (no sidecars)"
+shunt apply -f examples/l7/
+shunt get httproutes -o wide
+for i in $(seq 50); do
+	st=$(shunt proxy status)
+	case "$st" in healthy*) break ;; esac
+	sleep 0.1
+done
+shunt proxy status
+reviews=$(shunt get svc reviews -o json | jq -r .spec.clusterIP)
+backend=$(shunt get svc backend -o json | jq -r .spec.clusterIP)
+shunt lab exec frontend -- shunt lab probe --http "http://$reviews:9080/" >/dev/null 2>&1 || true # wait for the servers
+echo "1000 requests from frontend to reviews over one keep-alive connection, split per request:"
+shunt lab exec frontend -- shunt lab http-load --url "http://$reviews:9080/" -n 1000 -c 1 | jq -c '{byPod, byStatus}'
+echo "the same with the canary header (the route's header match wins over the weights):"
+shunt lab exec frontend -- shunt lab http-load --url "http://$reviews:9080/" -n 20 -c 1 -H 'x-canary: true' | jq -c '{byPod}'
+echo "frontend may only GET /metrics on backend; monitoring may do anything:"
+shunt lab exec frontend -- shunt lab http-get "http://$backend:8080/metrics" | head -n 1
+shunt lab exec frontend -- shunt lab http-get "http://$backend:8080/admin"
+shunt lab exec monitoring -- shunt lab http-get "http://$backend:8080/admin" | head -n 1
+echo "the 403 as a flow, with the rule that decided:"
+shunt observe --protocol http --http-status 403 --last 1
+
 step "flows: what the datapath reported (connection starts and ends, translations, drops with their reason)"
 shunt observe --last 12 -o table
 echo

@@ -30,7 +30,7 @@ func newLabCmd(g *globals) *cobra.Command {
 		Short: "a node of pods (network namespaces + cgroups) on this machine",
 	}
 	cmd.AddCommand(newLabUpCmd(g), newLabDownCmd(g), newLabExecCmd(g), newLabLogsCmd(g),
-		newLabServeCmd(), newLabProbeCmd())
+		newLabServeCmd(), newLabProbeCmd(), newLabHTTPLoadCmd(), newLabHTTPGetCmd())
 	return cmd
 }
 

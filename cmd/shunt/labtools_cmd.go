@@ -174,6 +174,7 @@ func newLabHTTPLoadCmd() *cobra.Command {
 		q               labtools.Request
 		headers         []string
 		requests, conns int
+		rate            float64
 	)
 	cmd := &cobra.Command{
 		Use:   "http-load --url URL [-n N] [-c CONNS] [-H 'Name: value']... [-X METHOD] [--http2]",
@@ -204,12 +205,13 @@ or not, and 2 on bad usage.`,
 			if err := checkRequest(&q, headers); err != nil {
 				return err
 			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(labtools.HTTPLoad(q, requests, conns))
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(labtools.HTTPLoad(q, requests, conns, rate))
 		},
 	}
 	cmd.SetFlagErrorFunc(asUsageError)
 	cmd.Flags().StringVar(&q.URL, "url", "", "URL to send the requests to (http://HOST:PORT/PATH)")
 	cmd.Flags().IntVarP(&requests, "requests", "n", 100, "requests to send")
+	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second in all (0: as fast as the answers come)")
 	cmd.Flags().IntVarP(&conns, "connections", "c", 1, "connections to send them over, each kept alive")
 	requestFlags(cmd, &q, &headers)
 	return cmd

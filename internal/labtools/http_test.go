@@ -61,7 +61,7 @@ func TestHTTPLoadCountsByPodOverOneConnection(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		s := newSplitServer(t, h2)
 		q := Request{URL: s.URL + "/x", HTTP2: h2, Timeout: 5 * time.Second}
-		got := HTTPLoad(q, 100, 1)
+		got := HTTPLoad(q, 100, 1, 0)
 		if got.Requests != 100 || got.ByPod["v1"] != 75 || got.ByPod["v2"] != 25 || got.ByStatus["200"] != 100 ||
 			got.Errors != 0 || got.Connections != 1 {
 			t.Errorf("http2 %v: %+v", h2, got)
@@ -82,7 +82,7 @@ func TestHTTPLoadCountsByPodOverOneConnection(t *testing.T) {
 func TestHTTPLoadOverSeveralConnections(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		s := newSplitServer(t, h2)
-		got := HTTPLoad(Request{URL: s.URL, HTTP2: h2, Timeout: 5 * time.Second}, 42, 4)
+		got := HTTPLoad(Request{URL: s.URL, HTTP2: h2, Timeout: 5 * time.Second}, 42, 4, 0)
 		if got.ByPod["v1"]+got.ByPod["v2"] != 42 || got.ByPod["v2"] != 10 || got.Connections != 4 {
 			t.Errorf("http2 %v: %+v", h2, got)
 		}
@@ -92,7 +92,7 @@ func TestHTTPLoadOverSeveralConnections(t *testing.T) {
 	}
 	// More connections than requests: one request each.
 	s := newSplitServer(t, false)
-	if got := HTTPLoad(Request{URL: s.URL, Timeout: 5 * time.Second}, 2, 5); got.Connections != 2 || got.ByStatus["200"] != 2 {
+	if got := HTTPLoad(Request{URL: s.URL, Timeout: 5 * time.Second}, 2, 5, 0); got.Connections != 2 || got.ByStatus["200"] != 2 {
 		t.Errorf("2 requests over 5 connections: %+v", got)
 	}
 }
@@ -103,7 +103,7 @@ func TestHTTPLoadSendsTheRequestAsAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := HTTPLoad(Request{URL: s.URL + "/api?q=1", Method: "POST", Header: h, Timeout: 5 * time.Second}, 1, 1)
+	got := HTTPLoad(Request{URL: s.URL + "/api?q=1", Method: "POST", Header: h, Timeout: 5 * time.Second}, 1, 1, 0)
 	if got.ByStatus["200"] != 1 {
 		t.Fatalf("%+v", got)
 	}
@@ -120,7 +120,7 @@ func TestHTTPLoadCountsErrorsAndMissingPods(t *testing.T) {
 		http.Error(w, "denied", http.StatusForbidden)
 	}))
 	defer plain.Close()
-	got := HTTPLoad(Request{URL: plain.URL, Timeout: 5 * time.Second}, 3, 1)
+	got := HTTPLoad(Request{URL: plain.URL, Timeout: 5 * time.Second}, 3, 1, 0)
 	if got.ByPod[""] != 3 || got.ByStatus["403"] != 3 || got.Errors != 0 {
 		t.Errorf("no pod header: %+v", got)
 	}
@@ -131,7 +131,7 @@ func TestHTTPLoadCountsErrorsAndMissingPods(t *testing.T) {
 	}
 	closed := "http://" + l.Addr().String() + "/"
 	l.Close()
-	got = HTTPLoad(Request{URL: closed, Timeout: time.Second}, 3, 2)
+	got = HTTPLoad(Request{URL: closed, Timeout: time.Second}, 3, 2, 0)
 	if got.Errors != 3 || got.Connections != 0 || len(got.ByPod) != 0 || !strings.Contains(got.FirstError, "refused") {
 		t.Errorf("closed port: %+v", got)
 	}
@@ -182,7 +182,7 @@ func TestParseHeaders(t *testing.T) {
 func TestServeHTTPSpeaksH2CToo(t *testing.T) {
 	a := startServer(t, "pod-a")
 	for _, h2 := range []bool{false, true} {
-		got := HTTPLoad(Request{URL: "http://" + a["http"] + "/", HTTP2: h2, Timeout: 5 * time.Second}, 3, 1)
+		got := HTTPLoad(Request{URL: "http://" + a["http"] + "/", HTTP2: h2, Timeout: 5 * time.Second}, 3, 1, 0)
 		if got.ByPod["pod-a"] != 3 || got.Connections != 1 {
 			t.Errorf("http2 %v: %+v", h2, got)
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // LoadResult is what `shunt lab http-load` prints. The JSON field names are
@@ -29,7 +30,10 @@ type LoadResult struct {
 // a fast connection take another's requests, and HTTP/2 would put every
 // request on one connection. This way Connections is conns (or n if
 // smaller) unless the server or a proxy closed connections.
-func HTTPLoad(q Request, n, conns int) LoadResult {
+//
+// rate > 0 spreads the requests at that many per second in all, so a load
+// can outlast an event (a restart) a test makes happen in the middle.
+func HTTPLoad(q Request, n, conns int, rate float64) LoadResult {
 	res := LoadResult{Requests: n, ByPod: map[string]int{}, ByStatus: map[string]int{}}
 	var (
 		dialed atomic.Int64
@@ -47,7 +51,15 @@ func HTTPLoad(q Request, n, conns int) LoadResult {
 		wg.Go(func() {
 			c := q.client(&dialed)
 			defer c.CloseIdleConnections()
+			var pace *time.Ticker
+			if rate > 0 {
+				pace = time.NewTicker(time.Duration(float64(conns) / rate * float64(time.Second)))
+				defer pace.Stop()
+			}
 			for range share {
+				if pace != nil {
+					<-pace.C
+				}
 				pod, code, err := send(c, q)
 				mu.Lock()
 				if err != nil {
