@@ -5,6 +5,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // The defaulting functions fill in what the API server would, so consumers
@@ -87,6 +88,72 @@ func defaultShuntPolicy(p *ShuntNetworkPolicy) {
 				rules[i].Action = ActionAllow
 			}
 			defaultPolicyPorts(rules[i].Ports)
+		}
+	}
+}
+
+// defaultHTTPRoute applies the defaults of the Gateway API's CRD schema: a
+// parentRef names a Gateway unless it says otherwise (so a Service parent
+// must set group: "" and kind: Service), a backendRef a core Service with
+// weight 1; a route without rules, or a rule without matches, matches every
+// request (PathPrefix "/"); match types are PathPrefix and Exact. Filters
+// are left alone: validation refuses them.
+func defaultHTTPRoute(r *gatewayv1.HTTPRoute) {
+	for i := range r.Spec.ParentRefs {
+		p := &r.Spec.ParentRefs[i]
+		if p.Group == nil {
+			p.Group = new(gatewayv1.Group(gatewayv1.GroupName))
+		}
+		if p.Kind == nil {
+			p.Kind = new(gatewayv1.Kind("Gateway"))
+		}
+	}
+	// The CRD defaults only omitted lists; an empty one is defaulted too,
+	// so that a route written out (empty lists omitted) reads back equal.
+	if len(r.Spec.Rules) == 0 {
+		r.Spec.Rules = []gatewayv1.HTTPRouteRule{{}}
+	}
+	for i := range r.Spec.Rules {
+		rule := &r.Spec.Rules[i]
+		if len(rule.Matches) == 0 {
+			rule.Matches = []gatewayv1.HTTPRouteMatch{{}}
+		}
+		for j := range rule.Matches {
+			defaultRouteMatch(&rule.Matches[j])
+		}
+		for j := range rule.BackendRefs {
+			b := &rule.BackendRefs[j].BackendRef
+			if b.Group == nil {
+				b.Group = new(gatewayv1.Group(""))
+			}
+			if b.Kind == nil {
+				b.Kind = new(gatewayv1.Kind(KindService))
+			}
+			if b.Weight == nil {
+				b.Weight = new(int32(1))
+			}
+		}
+	}
+}
+
+func defaultRouteMatch(m *gatewayv1.HTTPRouteMatch) {
+	if m.Path == nil {
+		m.Path = &gatewayv1.HTTPPathMatch{}
+	}
+	if m.Path.Type == nil {
+		m.Path.Type = new(gatewayv1.PathMatchPathPrefix)
+	}
+	if m.Path.Value == nil {
+		m.Path.Value = new("/")
+	}
+	for k := range m.Headers {
+		if m.Headers[k].Type == nil {
+			m.Headers[k].Type = new(gatewayv1.HeaderMatchExact)
+		}
+	}
+	for k := range m.QueryParams {
+		if m.QueryParams[k].Type == nil {
+			m.QueryParams[k].Type = new(gatewayv1.QueryParamMatchExact)
 		}
 	}
 }

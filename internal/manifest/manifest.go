@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // Object is one parsed manifest document.
@@ -25,8 +26,8 @@ type Object struct {
 	// List get " items[i]" appended.
 	Source string
 	// Obj is one of *corev1.Namespace, *corev1.Pod, *corev1.Service,
-	// *discoveryv1.EndpointSlice, *networkingv1.NetworkPolicy or
-	// *ShuntNetworkPolicy.
+	// *discoveryv1.EndpointSlice, *networkingv1.NetworkPolicy,
+	// *ShuntNetworkPolicy or *gatewayv1.HTTPRoute.
 	Obj runtime.Object
 }
 
@@ -60,7 +61,11 @@ const (
 	KindEndpointSlice      = "EndpointSlice"
 	KindNetworkPolicy      = "NetworkPolicy"
 	KindShuntNetworkPolicy = "ShuntNetworkPolicy"
+	KindHTTPRoute          = "HTTPRoute"
 )
+
+// GatewayAPIVersion is the apiVersion of the Gateway API kinds (HTTPRoute).
+const GatewayAPIVersion = "gateway.networking.k8s.io/v1"
 
 // Key identifies one object: its kind, namespace ("" for cluster-scoped
 // kinds) and name. It is the one key type of every object set (the store,
@@ -156,6 +161,7 @@ var kinds = []kindInfo{
 	register[discoveryv1.EndpointSlice]("EndpointSlice", "discovery.k8s.io/v1", true, validation.IsDNS1123Subdomain, defaultEndpointSlice, checkEndpointSlice),
 	register[networkingv1.NetworkPolicy]("NetworkPolicy", "networking.k8s.io/v1", true, validation.IsDNS1123Subdomain, defaultNetworkPolicy, checkNetworkPolicy),
 	register[ShuntNetworkPolicy]("ShuntNetworkPolicy", ShuntAPIVersion, true, validation.IsDNS1123Subdomain, defaultShuntPolicy, checkShuntPolicy),
+	register[gatewayv1.HTTPRoute]("HTTPRoute", GatewayAPIVersion, true, validation.IsDNS1123Subdomain, defaultHTTPRoute, checkHTTPRoute),
 }
 
 var (

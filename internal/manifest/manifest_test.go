@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // good has every supported kind, relying on every default.
@@ -95,6 +96,25 @@ spec:
   egress:
   - action: deny
     peers: [{podSelector: {matchLabels: {app: db}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: shop}
+spec:
+  parentRefs: [{group: "", kind: Service, name: web, port: 80}]
+  rules:
+  - matches: [{headers: [{name: x-canary, value: "true"}]}]
+    backendRefs: [{name: web, port: 8080}]
+  - matches:
+    - path: {type: RegularExpression, value: "/api/v[0-9]+/.*"}
+      method: GET
+      queryParams: [{name: debug, value: "1"}]
+    backendRefs:
+    - {name: web, port: 80, weight: 90}
+    - {name: web, port: 8080, weight: 10}
+    timeouts: {request: 10s, backendRequest: 1s500ms}
+    retry: {attempts: 2, codes: [502, 503], backoff: 100ms}
+  - backendRefs: [{name: web, port: 80, weight: 0}]
 ...
 `
 
@@ -120,6 +140,7 @@ func TestParseAllKindsWithDefaults(t *testing.T) {
 		{"good.yaml#5", "EndpointSlice/shop/web-abc"},
 		{"good.yaml#6", "NetworkPolicy/shop/web"},
 		{"good.yaml#7", "ShuntNetworkPolicy/shop/l7"},
+		{"good.yaml#8", "HTTPRoute/shop/web"},
 	}
 	if len(objs) != len(want) {
 		t.Fatalf("got %d objects, want %d", len(objs), len(want))
@@ -186,6 +207,46 @@ func TestParseAllKindsWithDefaults(t *testing.T) {
 	if *snp.Spec.Ingress[0].Ports[0].Protocol != corev1.ProtocolTCP {
 		t.Error("shunt policy port protocol not defaulted")
 	}
+
+	// The CRD's defaults: an omitted match is PathPrefix "/", a header
+	// match Exact, a backendRef a core Service of weight 1; what was
+	// written stays.
+	route := objs[7].Obj.(*gatewayv1.HTTPRoute)
+	if p := route.Spec.ParentRefs[0]; *p.Group != "" || *p.Kind != "Service" || *p.Port != 80 {
+		t.Errorf("parentRef %+v", p)
+	}
+	pathOf := func(m gatewayv1.HTTPRouteMatch) string { return string(*m.Path.Type) + " " + *m.Path.Value }
+	r0, r1, r2 := route.Spec.Rules[0], route.Spec.Rules[1], route.Spec.Rules[2]
+	if got := pathOf(r0.Matches[0]); got != "PathPrefix /" || *r0.Matches[0].Headers[0].Type != gatewayv1.HeaderMatchExact {
+		t.Errorf("rule 0 match not defaulted: path %s, header %+v", got, r0.Matches[0].Headers[0])
+	}
+	if b := r0.BackendRefs[0]; *b.Group != "" || *b.Kind != "Service" || *b.Weight != 1 {
+		t.Errorf("backendRef not defaulted: %+v", b)
+	}
+	if got := pathOf(r1.Matches[0]); got != "RegularExpression /api/v[0-9]+/.*" || *r1.Matches[0].QueryParams[0].Type != gatewayv1.QueryParamMatchExact ||
+		*r1.BackendRefs[0].Weight != 90 || *r1.BackendRefs[1].Weight != 10 {
+		t.Errorf("rule 1 changed: %s %+v", got, r1)
+	}
+	if len(r2.Matches) != 1 || pathOf(r2.Matches[0]) != "PathPrefix /" || *r2.BackendRefs[0].Weight != 0 {
+		t.Errorf("rule 2: matches %+v, weight %d; want one PathPrefix / match and weight 0 kept", r2.Matches, *r2.BackendRefs[0].Weight)
+	}
+}
+
+// A route without rules, or with a parentRef naming only a name, gets
+// what the API server would store: one rule matching every request, a
+// Gateway parent (which Validate then refuses).
+func TestHTTPRouteDefaults(t *testing.T) {
+	objs := mustParse(t, "r.yaml", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {parentRefs: [{name: web}]}\n")
+	route := objs[0].Obj.(*gatewayv1.HTTPRoute)
+	if p := route.Spec.ParentRefs[0]; *p.Group != gatewayv1.GroupName || *p.Kind != "Gateway" {
+		t.Errorf("parentRef %+v: want a Gateway of %s", p, gatewayv1.GroupName)
+	}
+	if r := route.Spec.Rules; len(r) != 1 || len(r[0].Matches) != 1 || *r[0].Matches[0].Path.Type != gatewayv1.PathMatchPathPrefix ||
+		*r[0].Matches[0].Path.Value != "/" || len(r[0].BackendRefs) != 0 {
+		t.Errorf("rules %+v: want one rule matching PathPrefix /", r)
+	}
+	assertHasError(t, Validate(objs), FieldError{"r.yaml#1", "HTTPRoute default/r", "spec.parentRefs[0].kind",
+		`"Gateway" is not supported: shunt supports the GAMMA mesh pattern: parentRefs must name a Service`})
 }
 
 // The agent stores objects as JSON and parses them again: that must give
@@ -246,7 +307,7 @@ func TestParseErrors(t *testing.T) {
 		want      FieldError // Message is matched as a substring
 	}{
 		{"unknown kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}",
-			FieldError{"x.yaml#1", "Deployment d", "kind", `unknown kind "Deployment": supported kinds are discovery.k8s.io/v1 EndpointSlice, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Pod, v1 Service`}},
+			FieldError{"x.yaml#1", "Deployment d", "kind", `unknown kind "Deployment": supported kinds are discovery.k8s.io/v1 EndpointSlice, gateway.networking.k8s.io/v1 HTTPRoute, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Pod, v1 Service`}},
 		{"missing kind", "apiVersion: v1\nmetadata: {name: d}",
 			FieldError{"x.yaml#1", "", "kind", "required"}},
 		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: np, namespace: prod}",
@@ -323,7 +384,7 @@ func TestObjectBuiltInCode(t *testing.T) {
 
 func TestShuntPolicyDeepCopy(t *testing.T) {
 	objs := mustParse(t, "good.yaml", good)
-	orig := objs[len(objs)-1].Obj.(*ShuntNetworkPolicy)
+	orig := objs[6].Obj.(*ShuntNetworkPolicy)
 	cp := orig.DeepCopyObject().(*ShuntNetworkPolicy)
 	if !reflect.DeepEqual(cp, orig) {
 		t.Fatalf("copy differs:\n%+v\n%+v", cp, orig)

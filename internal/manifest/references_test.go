@@ -37,7 +37,9 @@ func TestReferencesNeedOnlyWhatNamesTheObject(t *testing.T) {
 		// A spec Decode refuses (unknown field, wrong type) is not read.
 		"---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: web}}\nspec: {containers: [{name: c, comand: [x], ports: [{containerPort: http}]}]}\nstatuss: {}\n" +
 		"---\napiVersion: v1\nkind: Namespace\nmetadata: {name: prod}\n" +
-		"---\napiVersion: v1\nkind: List\nitems: [{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, metadata: {name: web-1, namespace: shop}}]\n"
+		"---\napiVersion: v1\nkind: List\nitems: [{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, metadata: {name: web-1, namespace: shop}}]\n" +
+		// A route Validate refuses (its parent is a Gateway) is deleted all the same.
+		"---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {parentRefs: [{name: gw}]}\n"
 	objs, err := references(t, doc)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +48,7 @@ func TestReferencesNeedOnlyWhatNamesTheObject(t *testing.T) {
 	for _, o := range objs {
 		keys = append(keys, o.Key().String())
 	}
-	want := []string{"Service/shop/web", "ShuntNetworkPolicy/default/snp", "Pod/default/p", "Namespace//prod", "EndpointSlice/shop/web-1"}
+	want := []string{"Service/shop/web", "ShuntNetworkPolicy/default/snp", "Pod/default/p", "Namespace//prod", "EndpointSlice/shop/web-1", "HTTPRoute/default/r"}
 	if len(keys) != len(want) {
 		t.Fatalf("keys %v, want %v", keys, want)
 	}

@@ -1,11 +1,15 @@
 package manifest
 
 import (
+	"cmp"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -13,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/shuntnet/shunt/internal/parallel"
 )
@@ -464,12 +469,43 @@ var entities = []string{EntityHost, EntityWorld, EntityCluster, EntityAll}
 func checkShuntPolicy(c *checker, p *ShuntNetworkPolicy) {
 	spec := path("spec")
 	checkSelector(c, spec.child("podSelector"), &p.Spec.PodSelector)
-	for _, dir := range []struct {
-		name  string
-		rules []ShuntRule
-	}{{"ingress", p.Spec.Ingress}, {"egress", p.Spec.Egress}} {
-		for i, r := range dir.rules {
-			checkShuntRule(c, spec.child(dir.name).index(i), r)
+	for i, r := range p.Spec.Ingress {
+		f := spec.child("ingress").index(i)
+		checkShuntRule(c, f, r)
+		if len(r.HTTP) > 0 {
+			checkHTTPRulePorts(c, f.child("ports"), r.Ports)
+		}
+	}
+	for i, r := range p.Spec.Egress {
+		f := spec.child("egress").index(i)
+		checkShuntRule(c, f, r)
+		if len(r.HTTP) > 0 {
+			// Connections reach the node proxy by their destination (a pod
+			// port with HTTP rules), where it decides each request with the
+			// server's ingress rules; nothing sends it a client's
+			// connections for the client's egress rules.
+			c.errorf(f.child("http"), "HTTP rules are supported on ingress only: the node proxy enforces them on the server's side; put them in an ingress rule of a policy selecting the server")
+		}
+	}
+}
+
+// checkHTTPRulePorts checks the ports of an ingress rule with HTTP rules:
+// the proxy takes over exactly the pod ports named, so they must be listed,
+// one port each (no endPort ranges), and TCP.
+func checkHTTPRulePorts(c *checker, f path, ports []networkingv1.NetworkPolicyPort) {
+	if len(ports) == 0 {
+		c.errorf(f, "required with http: list the ports HTTP is served on (numbers or container port names): the node proxy takes over exactly those ports")
+	}
+	for i, p := range ports {
+		pf := f.index(i)
+		if p.Port == nil {
+			c.errorf(pf.child("port"), "required with http: the node proxy needs an exact port (a number or a container port name)")
+		}
+		if p.EndPort != nil {
+			c.errorf(pf.child("endPort"), "not allowed with http: the node proxy needs exact ports, not ranges (list each port)")
+		}
+		if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
+			c.errorf(pf.child("protocol"), "%s: http rules apply to TCP ports only", *p.Protocol)
 		}
 	}
 }
@@ -513,9 +549,7 @@ func checkShuntRule(c *checker, f path, r ShuntRule) {
 		if h.Method != "" && !isToken(h.Method) {
 			c.errorf(hf.child("method"), "%q is not a valid HTTP method", h.Method)
 		}
-		if _, err := regexp.Compile(h.Path); err != nil {
-			c.errorf(hf.child("path"), "not a valid regular expression: %v", err)
-		}
+		checkRegexp(c, hf.child("path"), h.Path)
 		for _, name := range sortedKeys(h.Headers) {
 			if !isToken(name) {
 				c.errorf(hf.child("headers").key(name), "%q is not a valid HTTP header name", name)
@@ -524,6 +558,14 @@ func checkShuntRule(c *checker, f path, r ShuntRule) {
 				c.errorf(hf.child("headers").key(name), "value %q contains control characters", h.Headers[name])
 			}
 		}
+	}
+}
+
+// checkRegexp checks a regular expression in the syntax the proxy
+// matches with: Go's regexp, RE2 (no backreferences or lookaround).
+func checkRegexp(c *checker, f path, expr string) {
+	if _, err := regexp.Compile(expr); err != nil {
+		c.errorf(f, "not a valid RE2 regular expression: %v", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 	}
 }
 
@@ -552,4 +594,314 @@ func isFieldValue(s string) bool {
 		}
 	}
 	return true
+}
+
+// ---- HTTPRoute ----
+
+// The limits of the Gateway API's CRD schema (gateway.networking.k8s.io/v1).
+const (
+	maxParentRefs      = 32
+	maxRouteRules      = 16
+	maxRuleMatches     = 64
+	maxRouteMatches    = 128 // across all rules
+	maxMatchConditions = 16  // headers, query parameters
+	maxBackendRefs     = 16
+	maxWeight          = 1000000
+	maxPathLength      = 1024
+	maxHeaderValue     = 4096
+	maxQueryValue      = 1024
+)
+
+// gammaOnly is why a parent other than a Service is refused.
+const gammaOnly = `shunt supports the GAMMA mesh pattern: parentRefs must name a Service: set group: "" and kind: Service`
+
+// notFiltered is why filters are refused: silently ignoring one (a
+// redirect, a header rewrite) would serve requests other than the route says.
+const notFiltered = "not supported: shunt's proxy implements no HTTPRoute filters (header modifiers, redirects, rewrites, mirrors, CORS, external auth): remove them"
+
+var (
+	// gatewayDuration is a Gateway API duration (GEP-2257): "1h", "10s",
+	// "1m30s500ms"; no fractions, no other units.
+	gatewayDuration = regexp.MustCompile(`^([0-9]{1,5}(h|m|s|ms)){1,4}$`)
+	// pathChars are the characters an Exact or PathPrefix value may hold.
+	pathChars = regexp.MustCompile(`^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$`)
+)
+
+var httpMethods = []gatewayv1.HTTPMethod{
+	gatewayv1.HTTPMethodGet, gatewayv1.HTTPMethodHead, gatewayv1.HTTPMethodPost, gatewayv1.HTTPMethodPut, gatewayv1.HTTPMethodDelete,
+	gatewayv1.HTTPMethodConnect, gatewayv1.HTTPMethodOptions, gatewayv1.HTTPMethodTrace, gatewayv1.HTTPMethodPatch,
+}
+
+// checkHTTPRoute checks an HTTPRoute as the Gateway API's CRD schema does,
+// and refuses what shunt does not implement rather than ignore it: parents
+// other than Services of the route's namespace, filters, hostnames,
+// session persistence, backends other than Services of the namespace.
+func checkHTTPRoute(c *checker, r *gatewayv1.HTTPRoute) {
+	spec := path("spec")
+	checkParentRefs(c, spec.child("parentRefs"), r.Namespace, r.Spec.ParentRefs)
+	if len(r.Spec.Hostnames) > 0 {
+		c.errorf(spec.child("hostnames"), "not supported with Service parents: a route on a Service takes every request to it, whatever the Host header: remove them")
+	}
+	if len(r.Spec.Rules) > maxRouteRules {
+		c.errorf(spec.child("rules"), "%d rules: at most %d are allowed", len(r.Spec.Rules), maxRouteRules)
+	}
+	matches := 0
+	for i, rule := range r.Spec.Rules {
+		f := spec.child("rules").index(i)
+		if rule.Name != nil {
+			c.all(f.child("name"), validation.IsDNS1123Subdomain(string(*rule.Name)))
+		}
+		if len(rule.Matches) > maxRuleMatches {
+			c.errorf(f.child("matches"), "%d matches: at most %d are allowed", len(rule.Matches), maxRuleMatches)
+		}
+		matches += len(rule.Matches)
+		for j, m := range rule.Matches {
+			checkRouteMatch(c, f.child("matches").index(j), m)
+		}
+		if len(rule.Filters) > 0 {
+			c.errorf(f.child("filters"), notFiltered)
+		}
+		if len(rule.BackendRefs) > maxBackendRefs {
+			c.errorf(f.child("backendRefs"), "%d backendRefs: at most %d are allowed", len(rule.BackendRefs), maxBackendRefs)
+		}
+		for j, b := range rule.BackendRefs {
+			checkBackendRef(c, f.child("backendRefs").index(j), r.Namespace, b)
+		}
+		if rule.Timeouts != nil {
+			checkTimeouts(c, f.child("timeouts"), rule.Timeouts)
+		}
+		if rule.Retry != nil {
+			checkRetry(c, f.child("retry"), rule.Retry)
+		}
+		if rule.SessionPersistence != nil {
+			c.errorf(f.child("sessionPersistence"), "not supported: shunt's proxy picks a backend for each request by weight: remove it")
+		}
+	}
+	if matches > maxRouteMatches {
+		c.errorf(spec.child("rules"), "%d matches in all: at most %d are allowed across the rules of a route", matches, maxRouteMatches)
+	}
+}
+
+func checkParentRefs(c *checker, f path, ns string, refs []gatewayv1.ParentReference) {
+	if len(refs) == 0 {
+		c.errorf(f, `required: shunt supports the GAMMA mesh pattern: name the Service whose requests the route takes, e.g. {group: "", kind: Service, name: reviews}`)
+	}
+	if len(refs) > maxParentRefs {
+		c.errorf(f, "%d parentRefs: at most %d are allowed", len(refs), maxParentRefs)
+	}
+	// As the CRD: references to one Service must each set a different port.
+	refsTo := map[gatewayv1.ObjectName]int{}
+	for _, p := range refs {
+		refsTo[p.Name]++
+	}
+	ports := map[string]path{} // "name:port" -> the reference that named it first
+	for i, p := range refs {
+		pf := f.index(i)
+		switch {
+		case p.Kind == nil || *p.Kind != KindService:
+			c.errorf(pf.child("kind"), "%q is not supported: %s (omitted, group and kind mean a Gateway)", deref(p.Kind), gammaOnly)
+		case p.Group == nil || *p.Group != "":
+			c.errorf(pf.child("group"), "%q is not supported: %s (an omitted group means %s)", deref(p.Group), gammaOnly, gatewayv1.GroupName)
+		}
+		if p.Namespace != nil && string(*p.Namespace) != ns {
+			c.errorf(pf.child("namespace"), "%q: cross-namespace parentRefs are not supported: put the route in the namespace of its Service (%s)", *p.Namespace, ns)
+		}
+		if p.Name == "" {
+			c.errorf(pf.child("name"), "required")
+		} else {
+			c.all(pf.child("name"), validation.IsDNS1123Label(string(p.Name)))
+		}
+		if p.SectionName != nil {
+			c.errorf(pf.child("sectionName"), "not supported: attach the route to one port of the Service with port")
+		}
+		if p.Port != nil {
+			checkPortNumber(c, pf.child("port"), *p.Port)
+		}
+		if n := refsTo[p.Name]; n > 1 {
+			if p.Port == nil {
+				c.errorf(pf.child("port"), "required: %d parentRefs name Service %q, each must set a different port", n, p.Name)
+				continue
+			}
+			key := fmt.Sprintf("%s:%d", p.Name, *p.Port)
+			if first, dup := ports[key]; dup {
+				c.errorf(pf.child("port"), "duplicate: %s names Service %q port %d already", first, p.Name, *p.Port)
+			} else {
+				ports[key] = pf
+			}
+		}
+	}
+}
+
+func checkRouteMatch(c *checker, f path, m gatewayv1.HTTPRouteMatch) {
+	if p := m.Path; p != nil && p.Value != nil {
+		checkPathMatch(c, f.child("path"), cmp.Or(deref(p.Type), gatewayv1.PathMatchPathPrefix), *p.Value)
+	}
+	if len(m.Headers) > maxMatchConditions {
+		c.errorf(f.child("headers"), "%d headers: at most %d are allowed", len(m.Headers), maxMatchConditions)
+	}
+	names := map[gatewayv1.HTTPHeaderName]bool{}
+	for i, h := range m.Headers {
+		hf := f.child("headers").index(i)
+		checkMatchName(c, hf.child("name"), "header", h.Name, names)
+		checkMatchValue(c, hf, gatewayv1.HeaderMatchType(deref(h.Type)), h.Value, maxHeaderValue)
+	}
+	if len(m.QueryParams) > maxMatchConditions {
+		c.errorf(f.child("queryParams"), "%d queryParams: at most %d are allowed", len(m.QueryParams), maxMatchConditions)
+	}
+	names = map[gatewayv1.HTTPHeaderName]bool{}
+	for i, q := range m.QueryParams {
+		qf := f.child("queryParams").index(i)
+		checkMatchName(c, qf.child("name"), "query parameter", q.Name, names)
+		checkMatchValue(c, qf, gatewayv1.HeaderMatchType(deref(q.Type)), q.Value, maxQueryValue)
+	}
+	if m.Method != nil && !slices.Contains(httpMethods, *m.Method) {
+		c.errorf(f.child("method"), "%q: use GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE or PATCH", *m.Method)
+	}
+}
+
+// checkPathMatch checks a path match as the CRD does: Exact and PathPrefix
+// values are absolute, normalized paths; a RegularExpression must compile.
+func checkPathMatch(c *checker, f path, typ gatewayv1.PathMatchType, value string) {
+	vf := f.child("value")
+	if len(value) > maxPathLength {
+		c.errorf(vf, "%d characters: at most %d are allowed", len(value), maxPathLength)
+	}
+	switch typ {
+	case gatewayv1.PathMatchExact, gatewayv1.PathMatchPathPrefix:
+		switch {
+		case !strings.HasPrefix(value, "/"):
+			c.errorf(vf, "%q must start with \"/\" for type %s (an absolute path)", value, typ)
+		case !pathChars.MatchString(value):
+			c.errorf(vf, "%q has characters a path may not hold: use %%-encoding (%%20 for a space)", value)
+		}
+		for _, bad := range []string{"//", "/./", "/../", "%2f", "%2F", "#"} {
+			if strings.Contains(value, bad) {
+				c.errorf(vf, "%q must not contain %q for type %s", value, bad, typ)
+			}
+		}
+		for _, bad := range []string{"/..", "/."} {
+			if strings.HasSuffix(value, bad) {
+				c.errorf(vf, "%q must not end with %q for type %s", value, bad, typ)
+			}
+		}
+	case gatewayv1.PathMatchRegularExpression:
+		checkRegexp(c, vf, value)
+	default:
+		c.errorf(f.child("type"), "%q: use Exact, PathPrefix or RegularExpression", typ)
+	}
+}
+
+// checkMatchName checks the name of a header or query parameter match,
+// unique within its list (names maps those seen).
+func checkMatchName(c *checker, f path, what string, name gatewayv1.HTTPHeaderName, names map[gatewayv1.HTTPHeaderName]bool) {
+	switch {
+	case name == "":
+		c.errorf(f, "required")
+	case !isToken(string(name)):
+		c.errorf(f, "%q is not a valid %s name", name, what)
+	case names[name]:
+		c.errorf(f, "duplicate %s %q", what, name)
+	}
+	names[name] = true
+}
+
+// checkMatchValue checks the type (omitted: Exact) and value of a header or
+// query parameter match; both kinds of match have the same types.
+func checkMatchValue(c *checker, f path, typ gatewayv1.HeaderMatchType, value string, maxLen int) {
+	vf := f.child("value")
+	switch {
+	case value == "":
+		c.errorf(vf, "required")
+	case len(value) > maxLen:
+		c.errorf(vf, "%d characters: at most %d are allowed", len(value), maxLen)
+	case !isFieldValue(value):
+		c.errorf(vf, "%q contains control characters", value)
+	}
+	switch typ {
+	case "", gatewayv1.HeaderMatchExact:
+	case gatewayv1.HeaderMatchRegularExpression:
+		checkRegexp(c, vf, value)
+	default:
+		c.errorf(f.child("type"), "%q: use Exact or RegularExpression", typ)
+	}
+}
+
+func checkBackendRef(c *checker, f path, ns string, b gatewayv1.HTTPBackendRef) {
+	if len(b.Filters) > 0 {
+		c.errorf(f.child("filters"), notFiltered)
+	}
+	// Omitted, group and kind default to a core Service.
+	const coreService = `backendRefs must name a Service (group: "", kind: Service)`
+	switch {
+	case b.Kind != nil && *b.Kind != KindService:
+		c.errorf(f.child("kind"), "%q is not supported: %s", *b.Kind, coreService)
+	case b.Group != nil && *b.Group != "":
+		c.errorf(f.child("group"), "%q is not supported: %s", *b.Group, coreService)
+	}
+	if b.Namespace != nil && string(*b.Namespace) != ns {
+		c.errorf(f.child("namespace"), "%q: cross-namespace backendRefs are not supported (the lab has no ReferenceGrant): use a Service of the route's namespace (%s)", *b.Namespace, ns)
+	}
+	if b.Name == "" {
+		c.errorf(f.child("name"), "required")
+	} else {
+		c.all(f.child("name"), validation.IsDNS1123Label(string(b.Name)))
+	}
+	if b.Port == nil {
+		c.errorf(f.child("port"), "required: the port of the Service to send requests to")
+	} else {
+		checkPortNumber(c, f.child("port"), *b.Port)
+	}
+	if w := b.Weight; w != nil && (*w < 0 || *w > maxWeight) {
+		c.errorf(f.child("weight"), "%d is out of range 0-%d", *w, maxWeight)
+	}
+}
+
+func checkTimeouts(c *checker, f path, t *gatewayv1.HTTPRouteTimeouts) {
+	request, requestOK := checkDuration(c, f.child("request"), t.Request)
+	backend, backendOK := checkDuration(c, f.child("backendRequest"), t.BackendRequest)
+	// As the CRD: a backend request lies within the request; 0 is no limit.
+	if requestOK && backendOK && t.Request != nil && t.BackendRequest != nil && request != 0 && backend > request {
+		c.errorf(f.child("backendRequest"), "%s is longer than the request timeout %s", *t.BackendRequest, *t.Request)
+	}
+}
+
+func checkRetry(c *checker, f path, r *gatewayv1.HTTPRouteRetry) {
+	// The CRD's minimum: a rule that should not retry has no retry.
+	if r.Attempts != nil && *r.Attempts < 1 {
+		c.errorf(f.child("attempts"), "%d is below 1, the least the Gateway API allows (remove retry for no retries)", *r.Attempts)
+	}
+	seen := map[gatewayv1.HTTPRouteRetryStatusCode]bool{}
+	for i, code := range r.Codes {
+		switch {
+		case code < 400 || code > 599:
+			c.errorf(f.child("codes").index(i), "%d is out of range 400-599", code)
+		case seen[code]:
+			c.errorf(f.child("codes").index(i), "duplicate %d", code)
+		}
+		seen[code] = true
+	}
+	checkDuration(c, f.child("backoff"), r.Backoff)
+}
+
+// checkDuration checks an optional Gateway API duration and returns its
+// value; ok is false when it is invalid.
+func checkDuration(c *checker, f path, d *gatewayv1.Duration) (v time.Duration, ok bool) {
+	if d == nil {
+		return 0, true
+	}
+	if gatewayDuration.MatchString(string(*d)) {
+		v, _ := time.ParseDuration(string(*d)) // every string the pattern accepts parses
+		return v, true
+	}
+	c.errorf(f, `%q is not a Gateway API duration: 1 to 4 parts, each a number of at most 5 digits with a unit h, m, s or ms (e.g. "10s", "1m30s", "250ms")`, *d)
+	return 0, false
+}
+
+// deref is *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

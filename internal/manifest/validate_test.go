@@ -32,6 +32,18 @@ func snpDoc(spec string) string {
 	return "apiVersion: shunt.io/v1alpha1\nkind: ShuntNetworkPolicy\nmetadata: {name: snp}\nspec: " + spec
 }
 
+func routeDoc(spec string) string {
+	return "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: rt}\nspec: " + spec
+}
+
+// ruleDoc is a route on Service web with one rule.
+func ruleDoc(rule string) string {
+	return routeDoc(`{parentRefs: [{group: "", kind: Service, name: web}], rules: [` + rule + `]}`)
+}
+
+// backendDoc is a route on Service web with one backendRef.
+func backendDoc(ref string) string { return ruleDoc("{backendRefs: [" + ref + "]}") }
+
 const svcLabel = "kubernetes.io/service-name: web"
 
 func TestValidateRejects(t *testing.T) {
@@ -41,6 +53,7 @@ func TestValidateRejects(t *testing.T) {
 		slice = "EndpointSlice default/web-1"
 		np    = "NetworkPolicy default/np"
 		snp   = "ShuntNetworkPolicy default/snp"
+		rt    = "HTTPRoute default/rt"
 	)
 	for _, tc := range []struct {
 		name, doc           string
@@ -141,10 +154,79 @@ func TestValidateRejects(t *testing.T) {
 		{"snp bad selector", snpDoc("{podSelector: {matchLabels: {app: 'a b'}}}"), snp, "spec.podSelector", "a valid label must be"},
 		{"snp port", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80, endPort: 70}]}]}"), snp, "spec.ingress[0].ports[0].endPort", "must not be below port 80"},
 		{"snp protocol", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80, protocol: ICMP}]}]}"), snp, "spec.ingress[0].ports[0].protocol", "unsupported protocol"},
-		{"snp http method", snpDoc("{podSelector: {}, ingress: [{http: [{method: 'GET /'}]}]}"), snp, "spec.ingress[0].http[0].method", `"GET /" is not a valid HTTP method`},
-		{"snp http path", snpDoc("{podSelector: {}, ingress: [{http: [{path: '/a[' }]}]}"), snp, "spec.ingress[0].http[0].path", "not a valid regular expression"},
-		{"snp http header name", snpDoc("{podSelector: {}, ingress: [{http: [{headers: {'X Team': a}}]}]}"), snp, "spec.ingress[0].http[0].headers[X Team]", "not a valid HTTP header name"},
-		{"snp http header value", snpDoc("{podSelector: {}, ingress: [{http: [{headers: {X-Team: \"a\\nb\"}}]}]}"), snp, "spec.ingress[0].http[0].headers[X-Team]", "control characters"},
+		{"snp http method", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80}], http: [{method: 'GET /'}]}]}"), snp, "spec.ingress[0].http[0].method", `"GET /" is not a valid HTTP method`},
+		{"snp http path", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80}], http: [{path: /a}, {path: '/a[' }]}]}"), snp, "spec.ingress[0].http[1].path",
+			"not a valid RE2 regular expression: missing closing ]"},
+		{"snp http path not RE2", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80}], http: [{path: '/(?=a)'}]}]}"), snp, "spec.ingress[0].http[0].path", "not a valid RE2 regular expression"},
+		{"snp http header name", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80}], http: [{headers: {'X Team': a}}]}]}"), snp, "spec.ingress[0].http[0].headers[X Team]", "not a valid HTTP header name"},
+		{"snp http header value", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80}], http: [{headers: {X-Team: \"a\\nb\"}}]}]}"), snp, "spec.ingress[0].http[0].headers[X-Team]", "control characters"},
+		{"snp http without ports", snpDoc("{podSelector: {}, ingress: [{http: [{method: GET}]}]}"), snp, "spec.ingress[0].ports", "required with http"},
+		{"snp http port range", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80}, {port: 8000, endPort: 8100}], http: [{method: GET}]}]}"), snp, "spec.ingress[0].ports[1].endPort",
+			"not allowed with http: the node proxy needs exact ports"},
+		{"snp http all ports of a protocol", snpDoc("{podSelector: {}, ingress: [{ports: [{protocol: TCP}], http: [{method: GET}]}]}"), snp, "spec.ingress[0].ports[0].port", "required with http"},
+		{"snp http on UDP", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 53, protocol: UDP}], http: [{method: GET}]}]}"), snp, "spec.ingress[0].ports[0].protocol", "UDP: http rules apply to TCP ports only"},
+		{"snp http on egress", snpDoc("{podSelector: {}, egress: [{ports: [{port: 80}]}, {ports: [{port: 80}], http: [{method: GET}]}]}"), snp, "spec.egress[1].http",
+			"HTTP rules are supported on ingress only"},
+
+		// HTTPRoute
+		{"route without parents", routeDoc("{rules: [{backendRefs: [{name: web, port: 80}]}]}"), rt, "spec.parentRefs", "required: shunt supports the GAMMA mesh pattern"},
+		{"route on a Gateway", routeDoc("{parentRefs: [{name: gw}]}"), rt, "spec.parentRefs[0].kind", `"Gateway" is not supported: shunt supports the GAMMA mesh pattern: parentRefs must name a Service: set group: "" and kind: Service (omitted, group and kind mean a Gateway)`},
+		{"route on another kind", routeDoc("{parentRefs: [{group: '', kind: Pod, name: web}]}"), rt, "spec.parentRefs[0].kind", `"Pod" is not supported: shunt supports the GAMMA mesh pattern`},
+		{"route on a Service without the core group", routeDoc("{parentRefs: [{kind: Service, name: web}]}"), rt, "spec.parentRefs[0].group",
+			`"gateway.networking.k8s.io" is not supported: shunt supports the GAMMA mesh pattern: parentRefs must name a Service: set group: "" and kind: Service (an omitted group means gateway.networking.k8s.io)`},
+		{"route on another namespace", routeDoc("{parentRefs: [{group: '', kind: Service, name: web, namespace: shop}]}"), rt, "spec.parentRefs[0].namespace",
+			`"shop": cross-namespace parentRefs are not supported`},
+		{"parent without name", routeDoc("{parentRefs: [{group: '', kind: Service}]}"), rt, "spec.parentRefs[0].name", "required"},
+		{"parent name", routeDoc("{parentRefs: [{group: '', kind: Service, name: a.b}]}"), rt, "spec.parentRefs[0].name", "must not contain dots"},
+		{"parent port", routeDoc("{parentRefs: [{group: '', kind: Service, name: web, port: 0}]}"), rt, "spec.parentRefs[0].port", "0 is out of range"},
+		{"parent sectionName", routeDoc("{parentRefs: [{group: '', kind: Service, name: web, sectionName: http}]}"), rt, "spec.parentRefs[0].sectionName", "not supported"},
+		{"parent twice without port", routeDoc("{parentRefs: [{group: '', kind: Service, name: web, port: 80}, {group: '', kind: Service, name: web}]}"), rt, "spec.parentRefs[1].port",
+			`required: 2 parentRefs name Service "web", each must set a different port`},
+		{"parent twice", routeDoc("{parentRefs: [{group: '', kind: Service, name: web, port: 80}, {group: '', kind: Service, name: web, port: 80}]}"), rt, "spec.parentRefs[1].port",
+			`duplicate: spec.parentRefs[0] names Service "web" port 80 already`},
+		{"hostnames", routeDoc("{parentRefs: [{group: '', kind: Service, name: web}], hostnames: [web.shop]}"), rt, "spec.hostnames", "not supported with Service parents"},
+		{"path type", ruleDoc("{matches: [{path: {type: Prefix, value: /}}]}"), rt, "spec.rules[0].matches[0].path.type", `"Prefix": use Exact, PathPrefix or RegularExpression`},
+		{"exact path relative", ruleDoc("{matches: [{path: {type: Exact, value: api}}]}"), rt, "spec.rules[0].matches[0].path.value", `"api" must start with "/" for type Exact`},
+		{"prefix path relative", ruleDoc("{matches: [{path: {value: api}}]}"), rt, "spec.rules[0].matches[0].path.value", `"api" must start with "/" for type PathPrefix`},
+		{"prefix path not normalized", ruleDoc("{matches: [{path: {value: /a/../b}}]}"), rt, "spec.rules[0].matches[0].path.value", `must not contain "/../"`},
+		{"prefix path ends in a dot", ruleDoc("{matches: [{path: {value: /a/.}}]}"), rt, "spec.rules[0].matches[0].path.value", `must not end with "/."`},
+		{"path characters", ruleDoc("{matches: [{path: {value: '/a b'}}]}"), rt, "spec.rules[0].matches[0].path.value", "characters a path may not hold"},
+		{"path regexp", ruleDoc("{matches: [{path: {type: RegularExpression, value: '/a(b'}}]}"), rt, "spec.rules[0].matches[0].path.value",
+			"not a valid RE2 regular expression: missing closing )"},
+		{"path regexp not RE2", ruleDoc("{matches: [{path: {type: RegularExpression, value: '(a)\\1'}}]}"), rt, "spec.rules[0].matches[0].path.value", "not a valid RE2 regular expression"},
+		{"header type", ruleDoc("{matches: [{headers: [{type: Prefix, name: x, value: a}]}]}"), rt, "spec.rules[0].matches[0].headers[0].type", `"Prefix": use Exact or RegularExpression`},
+		{"header name", ruleDoc("{matches: [{headers: [{name: 'x:y', value: a}]}]}"), rt, "spec.rules[0].matches[0].headers[0].name", `"x:y" is not a valid header name`},
+		{"header name twice", ruleDoc("{matches: [{headers: [{name: x, value: a}, {name: x, value: b}]}]}"), rt, "spec.rules[0].matches[0].headers[1].name", `duplicate header "x"`},
+		{"header value empty", ruleDoc("{matches: [{headers: [{name: x, value: ''}]}]}"), rt, "spec.rules[0].matches[0].headers[0].value", "required"},
+		{"header regexp", ruleDoc("{matches: [{headers: [{type: RegularExpression, name: x, value: '[a'}]}]}"), rt, "spec.rules[0].matches[0].headers[0].value", "not a valid RE2 regular expression"},
+		{"query param regexp", ruleDoc("{matches: [{queryParams: [{type: RegularExpression, name: q, value: '*'}]}]}"), rt, "spec.rules[0].matches[0].queryParams[0].value", "not a valid RE2 regular expression"},
+		{"method", ruleDoc("{matches: [{method: get}]}"), rt, "spec.rules[0].matches[0].method", `"get": use GET, HEAD, POST`},
+		{"rule filters", ruleDoc("{filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x, value: v}]}}]}"), rt, "spec.rules[0].filters",
+			"not supported: shunt's proxy implements no HTTPRoute filters"},
+		{"backend filters", backendDoc("{name: web, port: 80, filters: [{type: URLRewrite, urlRewrite: {hostname: a}}]}"), rt, "spec.rules[0].backendRefs[0].filters",
+			"not supported: shunt's proxy implements no HTTPRoute filters"},
+		{"backend kind", backendDoc("{kind: ServiceImport, group: multicluster.x-k8s.io, name: web, port: 80}"), rt, "spec.rules[0].backendRefs[0].kind",
+			`"ServiceImport" is not supported: backendRefs must name a Service (group: "", kind: Service)`},
+		{"backend group", backendDoc("{group: example.com, name: web, port: 80}"), rt, "spec.rules[0].backendRefs[0].group", `"example.com" is not supported`},
+		{"backend in another namespace", backendDoc("{name: web, namespace: shop, port: 80}"), rt, "spec.rules[0].backendRefs[0].namespace", "cross-namespace backendRefs are not supported"},
+		{"backend without port", backendDoc("{name: web}"), rt, "spec.rules[0].backendRefs[0].port", "required: the port of the Service"},
+		{"backend port", backendDoc("{name: web, port: 65536}"), rt, "spec.rules[0].backendRefs[0].port", "65536 is out of range"},
+		{"backend without name", backendDoc("{port: 80}"), rt, "spec.rules[0].backendRefs[0].name", "required"},
+		{"negative weight", backendDoc("{name: web, port: 80, weight: -1}"), rt, "spec.rules[0].backendRefs[0].weight", "-1 is out of range 0-1000000"},
+		{"weight too big", backendDoc("{name: web, port: 80, weight: 1000001}"), rt, "spec.rules[0].backendRefs[0].weight", "1000001 is out of range"},
+		{"request timeout", ruleDoc("{timeouts: {request: 1.5s}}"), rt, "spec.rules[0].timeouts.request", `"1.5s" is not a Gateway API duration`},
+		{"request timeout unit", ruleDoc("{timeouts: {request: 1us}}"), rt, "spec.rules[0].timeouts.request", "is not a Gateway API duration"},
+		{"backendRequest timeout", ruleDoc("{timeouts: {backendRequest: '-1s'}}"), rt, "spec.rules[0].timeouts.backendRequest", "is not a Gateway API duration"},
+		{"backendRequest longer than request", ruleDoc("{timeouts: {request: 1s, backendRequest: 2s}}"), rt, "spec.rules[0].timeouts.backendRequest",
+			"2s is longer than the request timeout 1s"},
+		{"retry attempts", ruleDoc("{retry: {attempts: -1}}"), rt, "spec.rules[0].retry.attempts", "-1 is below 1"},
+		{"retry code", ruleDoc("{retry: {codes: [503, 302]}}"), rt, "spec.rules[0].retry.codes[1]", "302 is out of range 400-599"},
+		{"retry code twice", ruleDoc("{retry: {codes: [503, 503]}}"), rt, "spec.rules[0].retry.codes[1]", "duplicate 503"},
+		{"retry backoff", ruleDoc("{retry: {backoff: 1m1}}"), rt, "spec.rules[0].retry.backoff", "is not a Gateway API duration"},
+		{"session persistence", ruleDoc("{sessionPersistence: {type: Cookie}}"), rt, "spec.rules[0].sessionPersistence", "not supported"},
+		{"rule name", ruleDoc("{name: Rule_1}"), rt, "spec.rules[0].name", "RFC 1123 subdomain"},
+		{"route name", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: Rt}\nspec: {parentRefs: [{group: '', kind: Service, name: web}]}",
+			"HTTPRoute default/Rt", "metadata.name", "RFC 1123 subdomain"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := Parse("x.yaml", []byte(tc.doc))
@@ -166,7 +248,16 @@ func TestValidateAccepts(t *testing.T) {
 		{"np named port", npDoc("{podSelector: {}, ingress: [{ports: [{port: http, protocol: SCTP}]}]}")},
 		{"np deny all", npDoc("{podSelector: {}, policyTypes: [Ingress, Egress]}")},
 		{"snp selectors together", snpDoc("{podSelector: {}, egress: [{peers: [{podSelector: {}, namespaceSelector: {matchLabels: {team: a}}}]}]}")},
-		{"snp any HTTP method token", snpDoc("{podSelector: {}, ingress: [{http: [{method: PROPFIND}]}]}")},
+		{"snp any HTTP method token", snpDoc("{podSelector: {}, ingress: [{ports: [{port: 80}], http: [{method: PROPFIND}]}]}")},
+		{"snp http on named ports", snpDoc("{podSelector: {}, ingress: [{ports: [{port: http}, {port: 8080, protocol: TCP}], http: [{path: '/metrics|/healthz'}]}]}")},
+		{"snp egress without http", snpDoc("{podSelector: {}, egress: [{ports: [{port: 80, endPort: 90}]}]}")},
+		{"route on a port", routeDoc("{parentRefs: [{group: '', kind: Service, name: web, port: 80}, {group: '', kind: Service, name: web, port: 81}, {group: '', kind: Service, name: api}]}")},
+		{"route with a namespace set to its own", routeDoc("{parentRefs: [{group: '', kind: Service, name: web, namespace: default}]}")},
+		{"route without rules", routeDoc("{parentRefs: [{group: '', kind: Service, name: web}]}")},
+		{"route regexp, header and query matches", ruleDoc("{matches: [{path: {type: RegularExpression, value: '/v[12]/.*'}, headers: [{name: X-Canary, value: 'true'}, " +
+			"{type: RegularExpression, name: user-agent, value: '.*curl.*'}], queryParams: [{name: q, value: a}], method: PATCH}]}")},
+		{"route zero timeout disables", ruleDoc("{timeouts: {request: 0s, backendRequest: 1h30m}, retry: {attempts: 3, codes: [500, 429], backoff: 1s500ms}}")},
+		{"route weights at the bounds", backendDoc("{name: a, port: 80, weight: 0}, {name: b, port: 80, weight: 1000000}")},
 		{"pod without image", podDoc("", "{containers: [{name: c, command: [sleep, '1']}]}")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

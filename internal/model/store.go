@@ -295,5 +295,10 @@ func ofKind[T any](s *Store, kind, ns string) []T {
 
 // HTTPRoutes lists the Gateway API HTTPRoutes of every namespace.
 func (s *Store) HTTPRoutes() []*gatewayv1.HTTPRoute {
-	return ofKind[*gatewayv1.HTTPRoute](s, "HTTPRoute", "")
+	return ofKind[*gatewayv1.HTTPRoute](s, manifest.KindHTTPRoute, "")
+}
+
+// HTTPRoutesIn returns the HTTPRoutes of one namespace, sorted by name.
+func (s *Store) HTTPRoutesIn(ns string) []*gatewayv1.HTTPRoute {
+	return ofKind[*gatewayv1.HTTPRoute](s, manifest.KindHTTPRoute, ns)
 }
