@@ -14,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/manifest"
@@ -78,18 +79,24 @@ func (cp *ControlPlane) assignOnCreate(o manifest.Object, now metav1.Time) {
 	if meta.GetUID() == "" {
 		meta.SetUID(newUID())
 	}
-	if p, ok := o.Obj.(*corev1.Pod); ok {
-		if p.Spec.NodeName == "" {
-			p.Spec.NodeName = cp.cfg.NodeName
+	switch obj := o.Obj.(type) {
+	case *corev1.Pod:
+		if obj.Spec.NodeName == "" {
+			obj.Spec.NodeName = cp.cfg.NodeName
 		}
-		p.Status = corev1.PodStatus{}
+		obj.Status = corev1.PodStatus{}
+	case *gatewayv1.HTTPRoute:
+		// Its conditions say which generation of the spec they judged.
+		obj.Generation = 1
+		obj.Status = gatewayv1.HTTPRouteStatus{}
 	}
 }
 
 // keepAssigned carries over to an update what the API server and the
-// kubelet assigned and the user does not write: uid, creation time, the
+// controllers assigned and the user does not write: uid, creation time, the
 // pod's node and status, an allocated ClusterIP (an update that leaves
-// spec.clusterIP empty keeps the address).
+// spec.clusterIP empty keeps the address), a route's status and generation
+// (counting changes of its spec).
 func keepAssigned(old, updated manifest.Object) {
 	om, nm := old.Obj.(metav1.Object), updated.Obj.(metav1.Object)
 	nm.SetCreationTimestamp(om.GetCreationTimestamp())
@@ -105,6 +112,12 @@ func keepAssigned(old, updated manifest.Object) {
 		n := updated.Obj.(*corev1.Service)
 		if n.Spec.ClusterIP == "" && o.Spec.ClusterIP != "" {
 			n.Spec.ClusterIP, n.Spec.ClusterIPs = o.Spec.ClusterIP, o.Spec.ClusterIPs
+		}
+	case *gatewayv1.HTTPRoute:
+		n := updated.Obj.(*gatewayv1.HTTPRoute)
+		n.Generation, n.Status = o.Generation, o.Status
+		if !reflect.DeepEqual(n.Spec, o.Spec) {
+			n.Generation++
 		}
 	}
 }

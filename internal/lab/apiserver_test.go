@@ -17,14 +17,15 @@ import (
 // fakeNode is the node's dataplane as the lab sees it: it records the
 // objects it is given and admits everything.
 type fakeNode struct {
-	gen    uint64
-	store  *model.Store
-	admits int
+	gen     uint64
+	store   *model.Store
+	changes []model.Change // of the last update
+	admits  int
 }
 
-func (n *fakeNode) Update(s *model.Store, _ []model.Change) uint64 {
+func (n *fakeNode) Update(s *model.Store, changes []model.Change) uint64 {
 	n.gen++
-	n.store = s
+	n.store, n.changes = s, changes
 	return n.gen
 }
 func (n *fakeNode) SetEndpoint(model.Endpoint) uint64  { n.gen++; return n.gen }

@@ -210,20 +210,37 @@ func (cp *ControlPlane) change(ctx context.Context, objs []manifest.Object, admi
 	return changes, errors.Join(err, cp.node.Wait(ctx, cp.gen))
 }
 
+// joinChanges adds the controllers' changes to a request's: a status
+// written to an object the request changed (a route it created) is part of
+// that one change, not a second one.
+func joinChanges(changes, more []model.Change) []model.Change {
+	changed := map[manifest.Key]bool{}
+	for _, c := range changes {
+		changed[c.Key] = c.Changed()
+	}
+	for _, c := range more {
+		if !changed[c.Key] {
+			changes = append(changes, c)
+		}
+	}
+	return changes
+}
+
 func touches(changes []model.Change, kinds ...string) bool {
 	return slices.ContainsFunc(changes, func(c model.Change) bool { return c.Changed() && slices.Contains(kinds, c.Key.Kind) })
 }
 
-// commit makes next the objects: the EndpointSlice controller's writes
-// join the same transaction, the node gets the result, the journal
-// records it. Called with mu held.
+// commit makes next the objects: the writes of the EndpointSlice and mesh
+// controllers join the same transaction, the node gets the result, the
+// journal records it. Called with mu held.
 func (cp *ControlPlane) commit(next *model.Store, changes []model.Change) error {
 	put, remove := sliceChanges(cp.store, next, changes)
+	put = append(put, routeStatusChanges(next, changes)...)
 	if len(put) > 0 || len(remove) > 0 {
 		var more, fewer []model.Change
 		next, more = next.Put(put)
 		next, fewer = next.Remove(remove)
-		changes = append(append(changes, more...), fewer...)
+		changes = joinChanges(changes, append(more, fewer...))
 	}
 	cp.store = next
 	for _, c := range changes {
