@@ -40,6 +40,7 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/endpointslices", a.handleEndpointSlices)
 	mux.HandleFunc("GET /v1/networkpolicies", a.handleNetworkPolicies)
 	mux.HandleFunc("GET /v1/shuntnetworkpolicies", a.handleShuntPolicies)
+	mux.HandleFunc("GET /v1/httproutes", a.handleHTTPRoutes)
 	mux.HandleFunc("GET /v1/maps/services", a.handleServiceMap)
 	mux.HandleFunc("GET /v1/maps/policy", a.handlePolicyMap)
 	mux.HandleFunc("GET /v1/identities", a.handleIdentities)
