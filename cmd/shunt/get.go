@@ -14,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/shuntnet/shunt/internal/api"
@@ -46,6 +48,7 @@ type getOptions struct {
 type resource struct {
 	name       string   // plural, as kubectl names resources: "pods"
 	singular   string   // -o name prints singular/NAME, as apply does
+	kind       string   // the object kind ("Pod"); "" for what is not an object (identities)
 	short      []string // short names, as kubectl's: "po"
 	aliases    []string // other accepted names: group-qualified ones
 	namespaced bool     // -n/-A select; the table gets NAMESPACE with -A
@@ -55,15 +58,17 @@ type resource struct {
 
 // resources are the kinds `get` knows, in the order they are listed.
 var resources = []resource{
-	{name: "pods", singular: "pod", short: []string{"po"}, namespaced: true, list: getPods},
-	{name: "services", singular: "service", short: []string{"svc"}, namespaced: true, list: getServices},
-	{name: "endpointslices", singular: "endpointslice", aliases: []string{"endpointslices.discovery.k8s.io"},
+	{name: "pods", singular: "pod", kind: manifest.KindPod, short: []string{"po"}, namespaced: true, list: getPods},
+	{name: "services", singular: "service", kind: manifest.KindService, short: []string{"svc"}, namespaced: true, list: getServices},
+	{name: "endpointslices", singular: "endpointslice", kind: manifest.KindEndpointSlice, aliases: []string{"endpointslices.discovery.k8s.io"},
 		namespaced: true, list: getEndpointSlices},
-	{name: "namespaces", singular: "namespace", short: []string{"ns"}, showsLabel: true, list: getNamespaces},
-	{name: "networkpolicies", singular: "networkpolicy", short: []string{"netpol"}, aliases: []string{"networkpolicies.networking.k8s.io"},
-		namespaced: true, list: getNetworkPolicies},
-	{name: "shuntnetworkpolicies", singular: "shuntnetworkpolicy", short: []string{"snp"}, aliases: []string{"shuntnetworkpolicies.shunt.io"},
-		namespaced: true, list: getShuntPolicies},
+	{name: "namespaces", singular: "namespace", kind: manifest.KindNamespace, short: []string{"ns"}, showsLabel: true, list: getNamespaces},
+	{name: "networkpolicies", singular: "networkpolicy", kind: manifest.KindNetworkPolicy, short: []string{"netpol"},
+		aliases: []string{"networkpolicies.networking.k8s.io"}, namespaced: true, list: getNetworkPolicies},
+	{name: "shuntnetworkpolicies", singular: "shuntnetworkpolicy", kind: manifest.KindShuntNetworkPolicy, short: []string{"snp"},
+		aliases: []string{"shuntnetworkpolicies.shunt.io"}, namespaced: true, list: getShuntPolicies},
+	{name: "httproutes", singular: "httproute", kind: manifest.KindHTTPRoute, short: []string{"hr"},
+		aliases: []string{"httproutes.gateway.networking.k8s.io"}, namespaced: true, list: getHTTPRoutes},
 	{name: "identities", singular: "identity", showsLabel: true, list: getIdentities},
 }
 
@@ -96,7 +101,7 @@ func newGetCmd(g *globals) *cobra.Command {
 	o := &getOptions{}
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME] [-n NS|-A] [-l SELECTOR] [--show-labels] [-o wide|json|yaml|name]",
-		Short: "list objects with their status (pods, services, endpointslices, namespaces, policies, identities)",
+		Short: "list objects with their status (pods, services, endpointslices, namespaces, policies, httproutes, identities)",
 		Long: "List objects as kubectl does: a table, or with -o json|yaml Kubernetes-shaped objects\n" +
 			"(a List with items; a named object as itself).\n\n" +
 			"KIND is one of (short names in parentheses): " + knownResources() + ".\n\n" +
@@ -449,6 +454,81 @@ func ruleSummary(rules []manifest.ShuntRule) string {
 		parts = append(parts, fmt.Sprintf("%d deny", deny))
 	}
 	return orNone(strings.Join(parts, ", "))
+}
+
+// getHTTPRoutes prints what each route takes requests from (its parent
+// Services, with the port if it names one) and where it sends them: the
+// backends of each rule with their weights, rules apart by ";" (a rule
+// without backends answers its requests itself: <none>). ACCEPTED
+// and RESOLVED sum up the conditions the mesh controller wrote for every
+// parent; -o wide adds the messages of the conditions that are not True.
+func getHTTPRoutes(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/httproutes", columns[*gatewayv1.HTTPRoute]{
+		header: []string{"NAME", "PARENTS", "BACKENDS", "ACCEPTED", "RESOLVED", "AGE"},
+		wide:   []string{"MESSAGE"},
+		row: func(rt *gatewayv1.HTTPRoute) ([]string, []string) {
+			var parents, rules []string
+			for _, p := range rt.Spec.ParentRefs {
+				parents = append(parents, refText(p.Name, p.Port))
+			}
+			for _, rule := range rt.Spec.Rules {
+				var backends []string
+				for _, b := range rule.BackendRefs {
+					weight := int32(1)
+					if b.Weight != nil {
+						weight = *b.Weight
+					}
+					backends = append(backends, fmt.Sprintf("%s=%d", refText(b.Name, b.Port), weight))
+				}
+				rules = append(rules, orNone(strings.Join(backends, ",")))
+			}
+			return []string{rt.Name, orNone(strings.Join(parents, ",")), orNone(strings.Join(rules, ";")),
+					routeCondition(rt, gatewayv1.RouteConditionAccepted), routeCondition(rt, gatewayv1.RouteConditionResolvedRefs),
+					age(rt.CreationTimestamp.Time)},
+				[]string{orNone(routeProblems(rt))}
+		},
+	})
+}
+
+// refText is "name:port", or "name" for a reference without port.
+func refText(name gatewayv1.ObjectName, port *gatewayv1.PortNumber) string {
+	if port == nil {
+		return string(name)
+	}
+	return fmt.Sprintf("%s:%d", name, *port)
+}
+
+// routeCondition sums up one condition over a route's parents: False when
+// it is False for one, True when it is True for every one, Unknown
+// otherwise (no status written yet).
+func routeCondition(rt *gatewayv1.HTTPRoute, typ gatewayv1.RouteConditionType) string {
+	sum := metav1.ConditionTrue
+	if len(rt.Status.Parents) == 0 {
+		sum = metav1.ConditionUnknown
+	}
+	for _, p := range rt.Status.Parents {
+		switch c := meta.FindStatusCondition(p.Conditions, string(typ)); {
+		case c != nil && c.Status == metav1.ConditionFalse:
+			return string(metav1.ConditionFalse)
+		case c == nil || c.Status != metav1.ConditionTrue:
+			sum = metav1.ConditionUnknown
+		}
+	}
+	return string(sum)
+}
+
+// routeProblems lists the messages of a route's conditions that are not
+// True, each once (ResolvedRefs is the same for every parent).
+func routeProblems(rt *gatewayv1.HTTPRoute) string {
+	var msgs []string
+	for _, p := range rt.Status.Parents {
+		for _, c := range p.Conditions {
+			if c.Status != metav1.ConditionTrue && !slices.Contains(msgs, c.Message) {
+				msgs = append(msgs, c.Message)
+			}
+		}
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // printStructured handles -o json|yaml|name on stdout; done is false for

@@ -46,6 +46,25 @@ var agentLists = map[string]string{
 			{"action": "allow", "peers": [{"entity": "cluster"}], "http": [{"method": "GET"}, {"path": "/x"}]},
 			{"action": "deny", "peers": [{"entity": "host"}]},
 			{"action": "deny", "peers": [{"entity": "world"}]}]}}]}`,
+	"/v1/httproutes": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "reviews", "namespace": "default", "labels": {"team": "a"}},
+		 "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "reviews", "port": 9080}], "rules": [
+			{"backendRefs": [{"name": "reviews-v1", "port": 9080, "weight": 90}, {"name": "reviews-v2", "port": 9080, "weight": 10}]},
+			{"matches": [{"headers": [{"name": "x-canary", "value": "true"}]}], "backendRefs": [{"name": "reviews-v2", "port": 9080, "weight": 1}]}]},
+		 "status": {"parents": [{"parentRef": {"group": "", "kind": "Service", "name": "reviews", "port": 9080}, "controllerName": "shunt.io/lab", "conditions": [
+			{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "attached to Service reviews", "lastTransitionTime": "2026-01-02T03:04:05Z"},
+			{"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "every backendRef names a Service port", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}]}},
+		{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "api", "namespace": "shop"},
+		 "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "api"}, {"group": "", "kind": "Service", "name": "api-2"}], "rules": [{}]},
+		 "status": {"parents": [
+			{"parentRef": {"group": "", "kind": "Service", "name": "api"}, "controllerName": "shunt.io/lab", "conditions": [
+				{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "attached to Service api", "lastTransitionTime": "2026-01-02T03:04:05Z"},
+				{"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "every backendRef names a Service port", "lastTransitionTime": "2026-01-02T03:04:05Z"}]},
+			{"parentRef": {"group": "", "kind": "Service", "name": "api-2"}, "controllerName": "shunt.io/lab", "conditions": [
+				{"type": "Accepted", "status": "False", "reason": "NoMatchingParent", "message": "Service api-2 not found", "lastTransitionTime": "2026-01-02T03:04:05Z"},
+				{"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "every backendRef names a Service port", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}]}},
+		{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "new", "namespace": "shop"},
+		 "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "api"}], "rules": [{"backendRefs": [{"name": "api", "port": 80}]}]}}]}`,
 	"/v1/identities": `[{"id": 1, "reserved": "host"},
 		{"id": 256, "namespace": "default", "labels": {"app": "web"}, "pods": ["default/web-1"]},
 		{"id": 257, "namespace": "default", "labels": {"app": "client"}, "pods": ["default/client"]}]`,
@@ -112,6 +131,8 @@ func TestGetKindNames(t *testing.T) {
 		"NetworkPolicy": "networkpolicies", "networkpolicies.networking.k8s.io": "networkpolicies",
 		"shuntnetworkpolicies": "shuntnetworkpolicies", "shuntnetworkpolicy": "shuntnetworkpolicies", "snp": "shuntnetworkpolicies",
 		"ShuntNetworkPolicy": "shuntnetworkpolicies", "shuntnetworkpolicies.shunt.io": "shuntnetworkpolicies",
+		"httproutes": "httproutes", "httproute": "httproutes", "hr": "httproutes",
+		"HTTPRoute": "httproutes", "httproutes.gateway.networking.k8s.io": "httproutes",
 		"identities": "identities", "identity": "identities",
 	} {
 		if r, err := lookupResource(name); err != nil || r.name != want {
@@ -125,7 +146,7 @@ func TestGetKindNames(t *testing.T) {
 	}
 	want := `the server doesn't have a resource type "foo"` + "\n" +
 		"known resource types (short names): pods (po), services (svc), endpointslices, namespaces (ns), " +
-		"networkpolicies (netpol), shuntnetworkpolicies (snp), identities"
+		"networkpolicies (netpol), shuntnetworkpolicies (snp), httproutes (hr), identities"
 	if err.Error() != want {
 		t.Errorf("got:\n%v\nwant:\n%s", err, want)
 	}
@@ -167,7 +188,7 @@ func TestGetSelector(t *testing.T) {
 	// Every kind filters by its labels.
 	for kind, want := range map[string]string{
 		"svc": "service/web", "endpointslices": "endpointslice/web-abc", "ns": "namespace/shop",
-		"netpol": "networkpolicy/allow-web", "snp": "shuntnetworkpolicy/web-shunt",
+		"netpol": "networkpolicy/allow-web", "snp": "shuntnetworkpolicy/web-shunt", "hr": "httproute/reviews",
 	} {
 		sel := "team"
 		switch kind {
@@ -322,5 +343,117 @@ func TestGetShuntNetworkPolicies(t *testing.T) {
 	}
 	if _, _, err := get(sock, "snp", "nope", "-A"); err == nil || err.Error() != `shuntnetworkpolicies "nope" not found` {
 		t.Errorf("missing policy: %v", err)
+	}
+}
+
+func TestGetHTTPRoutes(t *testing.T) {
+	sock := fakeAgent(t)
+	out, _, err := get(sock, "httproutes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLines(t, out, "NAME PARENTS BACKENDS ACCEPTED RESOLVED AGE",
+		"reviews reviews:9080 reviews-v1:9080=90,reviews-v2:9080=10;reviews-v2:9080=1 True True <unknown>")
+	// A parent that does not accept makes the route False; a route without
+	// status yet is Unknown; -o wide says why.
+	out, _, _ = get(sock, "hr", "-n", "shop", "-o", "wide")
+	assertLines(t, out, "NAME PARENTS BACKENDS ACCEPTED RESOLVED AGE MESSAGE",
+		"api api,api-2 <none> False True <unknown> Service api-2 not found",
+		"new api api:80=1 Unknown Unknown <unknown> <none>")
+	out, _, _ = get(sock, "httproute", "-A", "-o", "name")
+	assertLines(t, out, "httproute/reviews", "httproute/api", "httproute/new")
+
+	// -o yaml: the route as itself, its conditions included.
+	out, _, err = get(sock, "hr", "reviews", "-o", "yaml")
+	if err != nil || !strings.HasPrefix(out, "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n") ||
+		!strings.Contains(out, "controllerName: shunt.io/lab") || !strings.Contains(out, "reason: ResolvedRefs") {
+		t.Errorf("-o yaml NAME: %v\n%s", err, out)
+	}
+	out, _, err = get(sock, "hr", "-A", "-o", "json")
+	var l struct {
+		Kind  string
+		Items []struct {
+			Status struct {
+				Parents []struct {
+					Conditions []struct{ Type, Status, Message string }
+				}
+			}
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out), &l) != nil || l.Kind != "List" || len(l.Items) != 3 ||
+		l.Items[1].Status.Parents[1].Conditions[0].Message != "Service api-2 not found" {
+		t.Errorf("-o json: %v\n%s", err, out)
+	}
+	if _, _, err := get(sock, "hr", "nope"); err == nil || err.Error() != `httproutes "nope" not found in namespace "default"` {
+		t.Errorf("missing route: %v", err)
+	}
+}
+
+// `delete KIND NAME` sends what a three-line manifest would: apiVersion,
+// kind and metadata of each object named.
+func TestDeleteKindName(t *testing.T) {
+	var got []map[string]any
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/delete", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Objects []struct {
+				Source string
+				Object map[string]any
+			}
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		got = nil
+		for _, o := range req.Objects {
+			if o.Source != "<args>" {
+				t.Errorf("source %q", o.Source)
+			}
+			got = append(got, o.Object)
+		}
+		w.Write([]byte(`{"changes": [{"key": "HTTPRoute/shop/a", "action": "deleted"}]}`))
+	})
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	del := func(args ...string) error {
+		cmd := newDeleteCmd(&globals{instance: "test", socket: sock})
+		cmd.SetArgs(args)
+		cmd.SetOut(new(bytes.Buffer))
+		cmd.SetErr(new(bytes.Buffer))
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		return cmd.Execute()
+	}
+
+	if err := del("hr", "a", "b", "-n", "shop"); err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute","metadata":{"name":"a","namespace":"shop"}},` +
+		`{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute","metadata":{"name":"b","namespace":"shop"}}]`
+	if b, _ := json.Marshal(got); string(b) != want {
+		t.Errorf("sent %s\nwant %s", b, want)
+	}
+	// Cluster-scoped kinds have no namespace.
+	if err := del("ns", "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(got); string(b) != `[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"prod"}}]` {
+		t.Errorf("sent %s", b)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"identities", "x"}, "identities are not objects and cannot be deleted"},
+		{[]string{"gadget", "x"}, `the server doesn't have a resource type "gadget"`},
+		{[]string{"hr"}, "give -f FILE|DIR|- or KIND NAME..."},
+		{[]string{"hr", "a", "-f", "x.yaml"}, "give either -f FILE or KIND NAME, not both"},
+	} {
+		if err := del(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("delete %v: %v, want %q", tc.args, err, tc.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 
@@ -29,13 +30,40 @@ func readObjects(files []string) ([]api.Object, error) {
 	return out, nil
 }
 
-// sendObjects sends the manifests to the agent; with timing, it tells how
-// long the agent took (programming time, without this process' start).
-func sendObjects(g *globals, path string, files []string, timing bool) ([]api.Change, error) {
-	objs, err := readObjects(files)
+// argsSource names objects given on the command line in the agent's
+// messages, as "<stdin>" names those read from stdin.
+const argsSource = "<args>"
+
+// referenceObjects names objects of one kind by name for a delete: what a
+// three-line manifest says (apiVersion, kind, metadata), as kubectl's
+// `delete KIND NAME` does.
+func referenceObjects(kind, namespace string, names []string) ([]api.Object, error) {
+	r, err := lookupResource(kind)
 	if err != nil {
 		return nil, err
 	}
+	apiVersion, ok := manifest.APIVersion(r.kind)
+	if !ok {
+		return nil, fmt.Errorf("%s are not objects and cannot be deleted", r.name)
+	}
+	out := make([]api.Object, len(names))
+	for i, name := range names {
+		meta := map[string]string{"name": name}
+		if r.namespaced {
+			meta["namespace"] = namespace
+		}
+		ref, err := json.Marshal(map[string]any{"apiVersion": apiVersion, "kind": r.kind, "metadata": meta})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = api.Object{Source: argsSource, Object: ref}
+	}
+	return out, nil
+}
+
+// sendObjects sends the objects to the agent; with timing, it tells how
+// long the agent took (programming time, without this process' start).
+func sendObjects(g *globals, path string, objs []api.Object, timing bool) ([]api.Change, error) {
 	c, _, err := g.client()
 	if err != nil {
 		return nil, err
@@ -71,7 +99,11 @@ func newApplyCmd(g *globals) *cobra.Command {
 		Short: "create or update objects from Kubernetes manifests (all or nothing)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			changes, err := sendObjects(g, "/v1/apply", files, timing)
+			objs, err := readObjects(files)
+			if err != nil {
+				return err
+			}
+			changes, err := sendObjects(g, "/v1/apply", objs, timing)
 			printChanges(changes)
 			return err
 		},
@@ -83,18 +115,40 @@ func newApplyCmd(g *globals) *cobra.Command {
 
 func newDeleteCmd(g *globals) *cobra.Command {
 	var files []string
+	var namespace string
 	var timing bool
 	cmd := &cobra.Command{
-		Use:   "delete -f FILE|DIR|-",
-		Short: "delete the objects named in Kubernetes manifests (all or nothing)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			changes, err := sendObjects(g, "/v1/delete", files, timing)
+		Use:   "delete (-f FILE|DIR|- | KIND NAME...) [-n NS]",
+		Short: "delete objects named in Kubernetes manifests or by kind and name (all or nothing)",
+		Long: "Delete the objects named in manifests (-f), or objects of one KIND by NAME, as kubectl does.\n" +
+			"KIND is any kind `shunt get` lists, by any of its names, except identities.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(files) > 0 && len(args) > 0:
+				return fmt.Errorf("give either -f FILE or KIND NAME, not both")
+			case len(files) == 0 && len(args) < 2:
+				return fmt.Errorf("give -f FILE|DIR|- or KIND NAME...")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var objs []api.Object
+			var err error
+			if len(args) > 0 {
+				objs, err = referenceObjects(args[0], namespace, args[1:])
+			} else {
+				objs, err = readObjects(files)
+			}
+			if err != nil {
+				return err
+			}
+			changes, err := sendObjects(g, "/v1/delete", objs, timing)
 			printChanges(changes)
 			return err
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "namespace of the objects named by KIND NAME")
 	cmd.Flags().BoolVar(&timing, "timing", false, "print how long the agent took (check, program, persist) on stderr")
 	return cmd
 }

@@ -177,6 +177,16 @@ func init() {
 	}
 }
 
+// APIVersion returns the apiVersion of a supported kind, e.g.
+// "networking.k8s.io/v1" for NetworkPolicy.
+func APIVersion(kind string) (string, bool) {
+	k, ok := kindByName[kind]
+	if !ok {
+		return "", false
+	}
+	return k.apiVersion, true
+}
+
 // supportedKinds lists "apiVersion Kind" pairs for error messages.
 func supportedKinds() string {
 	names := make([]string, len(kinds))
