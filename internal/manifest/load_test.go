@@ -177,3 +177,20 @@ func TestManyDocumentsKeepTheirOrder(t *testing.T) {
 		}
 	}
 }
+
+// What users copy and what the end-to-end tests apply passes validation:
+// each example folder as one set, each e2e manifest on its own (they are
+// applied in different combinations).
+func TestExamplesAndTestdataValidate(t *testing.T) {
+	for _, pattern := range []string{"../../examples/*", "../../test/e2e/testdata/*.yaml"} {
+		paths, err := filepath.Glob(pattern)
+		if err != nil || len(paths) == 0 {
+			t.Fatalf("%s: nothing found (%v)", pattern, err)
+		}
+		for _, p := range paths {
+			if _, err := Load([]string{p}, nil); err != nil {
+				t.Errorf("%s:\n%v", p, err)
+			}
+		}
+	}
+}
