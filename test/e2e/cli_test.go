@@ -64,7 +64,7 @@ spec:
 		t.Errorf("get shuntnetworkpolicies -o json: %s %s %v", snps.APIVersion, snps.Kind, names)
 	}
 	out = l.mustShunt("get", "snp")
-	if !strings.Contains(out, "INGRESS") || !strings.Contains(fieldsText(out), "web-shunt app=web 1 allow, 2 deny <none>") {
+	if !strings.Contains(out, "INGRESS") || !strings.Contains(fieldsText(out), "web-shunt app=web 2 allow, 2 deny <none>") {
 		t.Errorf("get snp:\n%s", out)
 	}
 
