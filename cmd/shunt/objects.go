@@ -48,11 +48,11 @@ func referenceObjects(kind, namespace string, names []string) ([]api.Object, err
 	}
 	out := make([]api.Object, len(names))
 	for i, name := range names {
-		meta := map[string]string{"name": name}
+		metadata := map[string]string{"name": name}
 		if r.namespaced {
-			meta["namespace"] = namespace
+			metadata["namespace"] = namespace
 		}
-		ref, err := json.Marshal(map[string]any{"apiVersion": apiVersion, "kind": r.kind, "metadata": meta})
+		ref, err := json.Marshal(map[string]any{"apiVersion": apiVersion, "kind": r.kind, "metadata": metadata})
 		if err != nil {
 			return nil, err
 		}
