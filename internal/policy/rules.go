@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -254,11 +253,6 @@ func (c *computation) applyShuntPolicies() {
 				v := VerdictAllow
 				if r.Action == manifest.ActionDeny {
 					v = VerdictDeny
-				}
-				if len(r.HTTP) > 0 && d.egress {
-					c.res.Warnings = append(c.res.Warnings, fmt.Sprintf(
-						"%s: %s[%d]: HTTP rules are enforced on ingress only: this egress rule is enforced at L4, so it %ss every request on its peers and ports",
-						name, d.dir, i, r.Action))
 				}
 				rule := c.rule(kind, sp.Namespace, sp.Name, d.dir, i, r.Action)
 				ps := c.shuntPeers(sp.Namespace, r.Peers)

@@ -155,7 +155,7 @@ func (r *Reconciler) Update(next *model.Store, changes []model.Change) uint64 {
 	if r.policyTouched(next, changes) {
 		r.policyDirty = true
 	}
-	if slices.ContainsFunc(changes, func(c model.Change) bool { return c.Changed() && c.Key.Kind == "HTTPRoute" }) {
+	if slices.ContainsFunc(changes, func(c model.Change) bool { return c.Changed() && c.Key.Kind == manifest.KindHTTPRoute }) {
 		r.l7Dirty = true
 	}
 	r.store = next
