@@ -47,6 +47,24 @@ type Flow struct {
 	Policy      string    `json:"policy,omitempty"` // the rule that decided, e.g. NetworkPolicy ns/name ingress[0] (allow)
 	RuleID      uint32    `json:"ruleID,omitempty"`
 	Length      uint32    `json:"length,omitempty"`
+	HTTP        *HTTP     `json:"http,omitempty"` // set on the node proxy's records (Protocol HTTP)
+}
+
+// HTTP is one request the node proxy handled: what was asked, where it went
+// and how it ended. A request that got no response (timeout, upstream
+// unreachable, client gone) has Status 0 and says why in Error.
+type HTTP struct {
+	Method        string `json:"method"`
+	Path          string `json:"path"`
+	Host          string `json:"host,omitempty"`
+	Protocol      string `json:"protocol"`          // HTTP/1.1, HTTP/2
+	Status        int    `json:"status"`            // 0: no response
+	LatencyMicros int64  `json:"latencyMicros"`     // from the request to the end of the response (or the failure)
+	Route         string `json:"route,omitempty"`   // the HTTPRoute (namespace/name) that chose the backend
+	Backend       string `json:"backend,omitempty"` // ip:port the request went to
+	// BackendPod is the backend's namespace/name when known.
+	BackendPod string `json:"backendPod,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // Filter selects flows; empty fields select everything. Pods are
@@ -57,14 +75,21 @@ type Filter struct {
 	FromPod   string
 	ToPod     string
 	Verdict   string // FORWARDED, DROPPED, TRANSLATED, REDIRECTED
-	Protocol  string // TCP, UDP, ICMP, SCTP
+	Protocol  string // TCP, UDP, ICMP, SCTP, or HTTP: the proxy's records
 	Port      uint16 // either side
 	Service   string // namespace/name (any port)
 	Since     time.Time
+	// The proxy's HTTP records; any of these selects only them.
+	HTTPStatus string // a status (403) or a class (5xx); 0 selects requests that got no response
+	HTTPMethod string // GET, POST, ...
+	HTTPPath   string // path prefix
 }
 
 // Verdicts a filter may name.
 var Verdicts = []string{"FORWARDED", "DROPPED", "TRANSLATED", "REDIRECTED"}
+
+// Protocols a filter may name.
+var Protocols = []string{"TCP", "UDP", "ICMP", "SCTP", "HTTP"}
 
 // Match says whether f selects fl.
 func (f Filter) Match(fl *Flow) bool {
@@ -79,7 +104,9 @@ func (f Filter) Match(fl *Flow) bool {
 		return false
 	case f.Verdict != "" && fl.Verdict != f.Verdict:
 		return false
-	case f.Protocol != "" && fl.Protocol != f.Protocol:
+	case f.Protocol == "HTTP" && fl.HTTP == nil:
+		return false
+	case f.Protocol != "" && f.Protocol != "HTTP" && fl.Protocol != f.Protocol:
 		return false
 	case f.Port != 0 && fl.Source.Port != f.Port && fl.Destination.Port != f.Port &&
 		(fl.Service == nil || fl.Service.Port != f.Port):
@@ -89,7 +116,32 @@ func (f Filter) Match(fl *Flow) bool {
 	case !f.Since.IsZero() && fl.Time.Before(f.Since):
 		return false
 	}
+	return f.matchHTTP(fl.HTTP)
+}
+
+func (f Filter) matchHTTP(h *HTTP) bool {
+	if f.HTTPStatus == "" && f.HTTPMethod == "" && f.HTTPPath == "" {
+		return true
+	}
+	switch {
+	case h == nil:
+		return false
+	case f.HTTPMethod != "" && h.Method != f.HTTPMethod:
+		return false
+	case f.HTTPPath != "" && !strings.HasPrefix(h.Path, f.HTTPPath):
+		return false
+	case f.HTTPStatus != "" && !statusMatches(f.HTTPStatus, h.Status):
+		return false
+	}
 	return true
+}
+
+// statusMatches reads a status filter checked by ParseFilter: "403" or "4xx".
+func statusMatches(want string, status int) bool {
+	if strings.HasSuffix(want, "xx") {
+		return status/100 == int(want[0]-'0')
+	}
+	return strconv.Itoa(status) == want
 }
 
 // Query encodes the filter as URL parameters.
@@ -107,6 +159,9 @@ func (f Filter) Query() url.Values {
 	set("verdict", f.Verdict)
 	set("protocol", f.Protocol)
 	set("service", f.Service)
+	set("http-status", f.HTTPStatus)
+	set("http-method", f.HTTPMethod)
+	set("http-path", f.HTTPPath)
 	if f.Port != 0 {
 		q.Set("port", strconv.Itoa(int(f.Port)))
 	}
@@ -121,12 +176,19 @@ func ParseFilter(q url.Values) (Filter, error) {
 	f := Filter{
 		Pod: q.Get("pod"), Namespace: q.Get("namespace"), FromPod: q.Get("from-pod"), ToPod: q.Get("to-pod"),
 		Verdict: strings.ToUpper(q.Get("verdict")), Protocol: strings.ToUpper(q.Get("protocol")), Service: q.Get("service"),
+		HTTPStatus: strings.ToLower(q.Get("http-status")), HTTPMethod: strings.ToUpper(q.Get("http-method")), HTTPPath: q.Get("http-path"),
 	}
 	if f.Verdict != "" && !contains(Verdicts, f.Verdict) {
 		return f, fmt.Errorf("unknown verdict %q: use one of %s", q.Get("verdict"), strings.Join(Verdicts, ", "))
 	}
-	if f.Protocol != "" && !contains([]string{"TCP", "UDP", "ICMP", "SCTP"}, f.Protocol) {
-		return f, fmt.Errorf("unknown protocol %q: use TCP, UDP, ICMP or SCTP", q.Get("protocol"))
+	if f.Protocol != "" && !contains(Protocols, f.Protocol) {
+		return f, fmt.Errorf("unknown protocol %q: use TCP, UDP, ICMP, SCTP or HTTP", q.Get("protocol"))
+	}
+	if s := f.HTTPStatus; s != "" && !validStatus(s) {
+		return f, fmt.Errorf("bad http-status %q: want a status (403), a class (5xx) or 0 (no response)", q.Get("http-status"))
+	}
+	if p := f.HTTPPath; p != "" && !strings.HasPrefix(p, "/") {
+		return f, fmt.Errorf("bad http-path %q: want a path prefix starting with /", p)
 	}
 	if p := q.Get("port"); p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)
@@ -143,6 +205,14 @@ func ParseFilter(q url.Values) (Filter, error) {
 		f.Since = t
 	}
 	return f, nil
+}
+
+func validStatus(s string) bool {
+	if len(s) == 3 && s[0] >= '1' && s[0] <= '5' && s[1:] == "xx" {
+		return true
+	}
+	n, err := strconv.Atoi(s)
+	return err == nil && (n == 0 || n >= 100 && n <= 599) && strconv.Itoa(n) == s
 }
 
 func contains(list []string, s string) bool {

@@ -100,3 +100,49 @@ func ports(fs []Flow) string {
 	}
 	return s
 }
+
+func TestFilterSelectsHTTPRecords(t *testing.T) {
+	denied := flow(1, "default/a", "shop/b", "DROPPED", 8080)
+	denied.Protocol = "HTTP"
+	denied.HTTP = &HTTP{Method: "GET", Path: "/admin/users", Protocol: "HTTP/1.1", Status: 403}
+	timedOut := flow(2, "default/a", "shop/b", "FORWARDED", 8080)
+	timedOut.Protocol = "HTTP"
+	timedOut.HTTP = &HTTP{Method: "POST", Path: "/api", Protocol: "HTTP/2", Error: "upstream request timeout"}
+	tcp := flow(3, "default/a", "shop/b", "FORWARDED", 8080)
+	cases := []struct {
+		q    string
+		want [3]bool // denied, timedOut, tcp
+	}{
+		{"protocol=http", [3]bool{true, true, false}},
+		{"protocol=TCP", [3]bool{false, false, true}},
+		{"http-status=403", [3]bool{true, false, false}},
+		{"http-status=4xx", [3]bool{true, false, false}},
+		{"http-status=5xx", [3]bool{false, false, false}},
+		{"http-status=0", [3]bool{false, true, false}},
+		{"http-method=post", [3]bool{false, true, false}},
+		{"http-path=/admin", [3]bool{true, false, false}},
+		{"http-path=/", [3]bool{true, true, false}},
+		{"verdict=dropped&protocol=HTTP", [3]bool{true, false, false}},
+	}
+	for _, c := range cases {
+		q, _ := url.ParseQuery(c.q)
+		f, err := ParseFilter(q)
+		if err != nil {
+			t.Fatalf("%s: %v", c.q, err)
+		}
+		for i, fl := range []*Flow{&denied, &timedOut, &tcp} {
+			if got := f.Match(fl); got != c.want[i] {
+				t.Errorf("%q on flow %d: match %v, want %v", c.q, i, got, c.want[i])
+			}
+		}
+		if back, err := ParseFilter(f.Query()); err != nil || back != f {
+			t.Errorf("%q: round trip %+v -> %+v (%v)", c.q, f, back, err)
+		}
+	}
+	for _, bad := range []string{"http-status=600", "http-status=40", "http-status=6xx", "http-status=abc", "http-path=admin"} {
+		q, _ := url.ParseQuery(bad)
+		if _, err := ParseFilter(q); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shuntnet/shunt/internal/flows"
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+// maxConfigBytes bounds a pushed configuration.
+const maxConfigBytes = 64 << 20
+
+// ControlHandler is the control API the agent uses on the proxy's unix
+// socket (proxyapi.Client):
+//
+//	PUT /config   replace the configuration (400: invalid, 409: older version)
+//	GET /config   the configuration in force
+//	GET /status   proxyapi.Status
+//	GET /metrics  Prometheus text
+//	GET /flows    the flow records made from now on, one JSON object a line,
+//	              until the client leaves (filters as flows.ParseFilter reads them)
+func (p *Proxy) ControlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /config", p.handlePutConfig)
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+		cfg, ok := p.Config()
+		if !ok {
+			http.Error(w, "no configuration yet: PUT /config", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, cfg)
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, p.Status()) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /flows", p.handleFlows)
+	return mux
+}
+
+func (p *Proxy) handlePutConfig(w http.ResponseWriter, r *http.Request) {
+	var cfg proxyapi.Config
+	// Unknown fields are ignored: an agent newer than this proxy may send
+	// fields it does not know, and it must still be configurable.
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxConfigBytes)).Decode(&cfg); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			err = fmt.Errorf("%s: a JSON %s cannot be a %s", te.Field, te.Value, te.Type)
+		}
+		http.Error(w, "invalid configuration: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	err := p.Apply(cfg)
+	var ce *ConfigError
+	var se *StaleError
+	switch {
+	case err == nil:
+		writeJSON(w, p.Status())
+	case errors.As(err, &ce):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	case errors.As(err, &se):
+		http.Error(w, err.Error(), http.StatusConflict)
+	default:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+func (p *Proxy) handleFlows(w http.ResponseWriter, r *http.Request) {
+	filter, err := flows.ParseFilter(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	live, cancel := p.flows.subscribe(filter, 4096)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	enc := json.NewEncoder(w)
+	for {
+		select {
+		case fl := <-live:
+			if enc.Encode(fl) != nil {
+				return
+			}
+			// Write what is queued before flushing: one flush per burst.
+			for n := len(live); n > 0; n-- {
+				if enc.Encode(<-live) != nil {
+					return
+				}
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shuntnet/shunt/internal/flows"
+	"github.com/shuntnet/shunt/internal/proxy/l7policy"
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+// identityWorld is the identity of a client no endpoint names.
+const identityWorld = 2
+
+// exchange is one request on its way: who asked, where it goes, how it
+// ended. It becomes the request's flow record and metrics. The handler,
+// the reverse proxy and its transport run on the request's goroutine, so
+// it needs no lock.
+type exchange struct {
+	start  time.Time
+	req    *http.Request // as received: its context ends when the client goes
+	conn   *clientConn
+	t      *table
+	client *proxyapi.Endpoint // nil: unknown (world)
+	peer   l7policy.Peer
+	up     *transports
+	target target
+
+	backend    backend // of the last attempt
+	status     int     // answered to the client; 0: none
+	policyRule string
+	refused    *refusal
+	reason     string // why no response came (flows' reason), with err
+	err        string
+}
+
+type exchangeKey struct{}
+
+func exchangeOf(ctx context.Context) *exchange { return ctx.Value(exchangeKey{}).(*exchange) }
+
+func (t *table) newExchange(r *http.Request, c *clientConn) *exchange {
+	x := &exchange{start: time.Now(), req: r, conn: c, t: t, client: t.endpoints[c.remote.Addr()]}
+	x.peer = l7policy.Peer{Identity: identityWorld, IP: c.remote.Addr()}
+	if x.client != nil {
+		x.peer.Identity, x.peer.CIDRIdentity = x.client.Identity, x.client.CIDRIdentity
+	}
+	return x
+}
+
+// marks are the upstream marks of every client the table names: the
+// transports worth keeping.
+func (t *table) marks() map[uint32]bool {
+	keep := map[uint32]bool{}
+	for _, ep := range t.endpoints {
+		if m, ok := t.cfg.Mark.For(ep.Identity); ok {
+			keep[m] = true
+		}
+	}
+	if m, ok := t.cfg.Mark.For(identityWorld); ok {
+		keep[m] = true
+	}
+	return keep
+}
+
+// flow is the exchange's flow record.
+func (x *exchange) flow(latency time.Duration) flows.Flow {
+	r := x.req
+	fl := flows.Flow{
+		Time: x.start, Verdict: "FORWARDED", Reason: "forwarded", Event: "http", Point: "proxy", Protocol: "HTTP",
+		Source: x.endpoint(x.conn.remote), Policy: x.policyRule,
+		HTTP: &flows.HTTP{
+			Method: r.Method, Path: r.URL.Path, Host: r.Host, Protocol: httpProtocol(r), Status: x.status,
+			LatencyMicros: latency.Microseconds(), Error: x.err,
+		},
+	}
+	fl.Source.Identity = x.peer.Identity
+	if x.target.rule != nil {
+		fl.HTTP.Route = x.target.rule.route
+	}
+	if svc := x.target.service; svc != nil {
+		fl.Service = &flows.Service{Name: svc.label, IP: svc.vip.Addr().String(), Port: svc.vip.Port()}
+	}
+	if x.backend.addr.IsValid() {
+		fl.Destination = x.endpoint(x.backend.addr)
+		fl.HTTP.Backend, fl.HTTP.BackendPod = x.backend.addr.String(), x.backend.pod
+		if fl.Destination.Pod == "" {
+			fl.Destination.Pod, fl.Destination.Namespace = x.backend.pod, namespace(x.backend.pod)
+		}
+	} else if x.target.service == nil {
+		fl.Destination = x.endpoint(x.conn.orig) // refused before any backend was chosen
+	}
+	switch {
+	case x.refused != nil:
+		fl.Verdict, fl.DropReason, fl.Reason = "DROPPED", x.refused.reason, x.refused.reason
+		fl.HTTP.Error = x.refused.msg
+	case x.reason != "":
+		fl.Reason = x.reason
+	}
+	return fl
+}
+
+// endpoint names an address from the configured endpoints.
+func (x *exchange) endpoint(a netip.AddrPort) flows.Endpoint {
+	e := flows.Endpoint{IP: a.Addr().String(), Port: a.Port()}
+	if ep := x.t.endpoints[a.Addr()]; ep != nil {
+		e.Pod, e.Namespace, e.Identity, e.Labels = ep.Pod, namespace(ep.Pod), ep.Identity, ep.Labels
+	} else if a == x.conn.remote {
+		e.Labels = []string{"reserved:world"}
+	}
+	return e
+}
+
+func namespace(pod string) string {
+	ns, _, ok := strings.Cut(pod, "/")
+	if !ok {
+		return ""
+	}
+	return ns
+}
+
+func httpProtocol(r *http.Request) string {
+	if r.ProtoMajor == 2 {
+		return "HTTP/2"
+	}
+	return "HTTP/" + strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
+}

@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// serveHTTP handles one request: the client's identity must fit the
+// upstream mark, the original destination and routes give the target,
+// and the reverse proxy does the rest (forward.go). Whatever happens, the
+// request ends as one flow record and its metrics.
+func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	p.stats.requests.Add(1)
+	t := p.table.Load()
+	x := t.newExchange(r, r.Context().Value(connKey{}).(*clientConn))
+	defer func() {
+		v := recover()
+		if v != nil {
+			x.aborted() // the reverse proxy gave up on a response it had begun
+		}
+		p.finish(x)
+		if v != nil {
+			panic(v) // http.ErrAbortHandler: the server resets the stream
+		}
+	}()
+
+	mark, ok := t.cfg.Mark.For(x.peer.Identity)
+	if !ok {
+		p.refuse(w, x, &refusal{status: http.StatusForbidden, reason: reasonIdentity,
+			msg: fmt.Sprintf("the client's identity %d does not fit in the upstream mark (mask %#x): the proxy cannot carry it", x.peer.Identity, t.cfg.Mark.Mask)})
+		return
+	}
+	var ref *refusal
+	if x.target, ref = t.resolve(x.conn.orig, r); ref != nil {
+		p.refuse(w, x, ref)
+		return
+	}
+	x.up = p.up.get(mark)
+	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
+	if rl := x.target.rule; rl != nil && rl.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rl.timeout)
+		defer cancel()
+	}
+	p.forward.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// refuse answers a request the proxy does not forward: one short line, and
+// the connection stays usable.
+func (p *Proxy) refuse(w http.ResponseWriter, x *exchange, ref *refusal) {
+	x.refused, x.status = ref, ref.status
+	if ref.rule != "" {
+		x.policyRule = ref.rule
+	}
+	http.Error(w, ref.msg, ref.status)
+}
+
+// finish records the exchange: metrics and its flow record.
+func (p *Proxy) finish(x *exchange) {
+	latency := time.Since(x.start)
+	route := ""
+	if x.target.rule != nil {
+		route = x.target.rule.route
+	}
+	p.metrics.requests.WithLabelValues(route, x.target.label, strconv.Itoa(x.status)).Inc()
+	p.metrics.duration.WithLabelValues(route).Observe(latency.Seconds())
+	if ref := x.refused; ref != nil && ref.status == http.StatusForbidden {
+		p.metrics.denied.WithLabelValues(ref.reason, ref.rule).Inc()
+	}
+	p.flows.publish(x.flow(latency))
+}

@@ -1,0 +1,327 @@
+package proxy
+
+import (
+	"cmp"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+// rule is one compiled route rule; parents of the route share it, so its
+// weighted round robin spans every service port the route is attached to.
+type rule struct {
+	route    string // namespace/name
+	index    int
+	backends []ruleBackend
+	wrr      *wrr
+	timeout  time.Duration
+	retry    *proxyapi.Retry
+}
+
+type ruleBackend struct {
+	svc        *service // nil when unresolved
+	label      string   // namespace/name:port
+	unresolved string
+}
+
+// matchEntry is one match of a rule on one parent service port, with what
+// the Gateway API's precedence looks at.
+type matchEntry struct {
+	rule      *rule
+	created   time.Time
+	pathType  string // Exact, PathPrefix, RegularExpression
+	path      string
+	pathRegex *regexp.Regexp
+	method    string
+	headers   []valueMatch
+	query     []valueMatch
+}
+
+type valueMatch struct {
+	name  string // canonical header name, or query parameter name
+	value string
+	regex *regexp.Regexp // RegularExpression; nil: Exact
+}
+
+// Path precedence among path types. The Gateway API ranks Exact before
+// PathPrefix and leaves RegularExpression to implementations: it comes
+// between them, so a regular expression is not shadowed by a catch-all
+// prefix "/" (Envoy Gateway and Istio order them the same way).
+var pathRank = map[string]int{proxyapi.MatchExact: 3, proxyapi.MatchRegularExpr: 2, proxyapi.MatchPathPrefix: 1}
+
+func (t *table) compileRoutes(errs *problems) {
+	seen := map[string]bool{}
+	for i, r := range t.cfg.Routes {
+		field := fmt.Sprintf("routes[%d] (%s)", i, r.Name)
+		if r.Name == "" {
+			errs.add(field+".name", "required (namespace/name)")
+		} else if seen[r.Name] {
+			errs.add(field+".name", "%s is listed twice", r.Name)
+		}
+		seen[r.Name] = true
+		var parents []*service
+		for _, pr := range r.Parents {
+			for key, svc := range t.byName {
+				if key.name == pr.Service && (pr.Port == 0 || pr.Port == key.port) {
+					parents = append(parents, svc)
+				}
+			}
+		}
+		for j, rr := range r.Rules {
+			rl := t.compileRule(errs, fmt.Sprintf("%s.rules[%d]", field, j), r.Name, j, rr)
+			matches := rr.Matches
+			if len(matches) == 0 { // the Gateway API's default: every request
+				matches = []proxyapi.Match{{}}
+			}
+			for k, m := range matches {
+				e, ok := compileMatch(errs, fmt.Sprintf("%s.rules[%d].matches[%d]", field, j, k), m)
+				if !ok || rl == nil {
+					continue
+				}
+				e.rule, e.created = rl, r.Created
+				for _, svc := range parents {
+					svc.routes = append(svc.routes, e)
+				}
+			}
+		}
+	}
+	for _, svc := range t.byName {
+		slices.SortStableFunc(svc.routes, precedence)
+	}
+}
+
+func (t *table) compileRule(errs *problems, field, route string, index int, rr proxyapi.RouteRule) *rule {
+	rl := &rule{route: route, index: index, timeout: time.Duration(rr.Timeout), retry: rr.Retry}
+	ok := true
+	if rl.timeout < 0 {
+		errs.add(field+".timeout", "%s is negative", rl.timeout)
+		ok = false
+	}
+	if r := rr.Retry; r != nil {
+		if r.Attempts < 0 {
+			errs.add(field+".retry.attempts", "%d is negative", r.Attempts)
+			ok = false
+		}
+		if r.Backoff < 0 {
+			errs.add(field+".retry.backoff", "%s is negative", time.Duration(r.Backoff))
+			ok = false
+		}
+		for k, c := range r.Codes {
+			if c < 400 || c > 599 {
+				errs.add(fmt.Sprintf("%s.retry.codes[%d]", field, k), "%d is not a status 400-599", c)
+				ok = false
+			}
+		}
+	}
+	var weights []int32
+	for k, b := range rr.Backends {
+		bf := fmt.Sprintf("%s.backends[%d]", field, k)
+		rb := ruleBackend{label: fmt.Sprintf("%s:%d", b.Service, b.Port), unresolved: b.Unresolved}
+		if b.Weight < 0 {
+			errs.add(bf+".weight", "%d is negative", b.Weight)
+			ok = false
+		}
+		if b.Unresolved == "" {
+			rb.svc = t.byName[serviceKey{b.Service, b.Port}]
+			if rb.svc == nil {
+				errs.add(bf, "service %s port %d is not among services: list it, or say why in unresolved", b.Service, b.Port)
+				ok = false
+			}
+		}
+		rl.backends = append(rl.backends, rb)
+		weights = append(weights, b.Weight)
+	}
+	if !ok {
+		return nil
+	}
+	rl.wrr = newWRR(weights)
+	return rl
+}
+
+func compileMatch(errs *problems, field string, m proxyapi.Match) (*matchEntry, bool) {
+	e := &matchEntry{pathType: proxyapi.MatchPathPrefix, path: "/", method: m.Method}
+	ok := true
+	if p := m.Path; p != nil {
+		e.pathType, e.path = p.Type, p.Value
+		switch p.Type {
+		case proxyapi.MatchExact, proxyapi.MatchPathPrefix:
+			if !strings.HasPrefix(p.Value, "/") {
+				errs.add(field+".path.value", "%q must start with /", p.Value)
+				ok = false
+			}
+			if p.Type == proxyapi.MatchPathPrefix && len(p.Value) > 1 {
+				e.path = strings.TrimSuffix(p.Value, "/") // "/foo/" and "/foo" are the same prefix
+			}
+		case proxyapi.MatchRegularExpr:
+			re, err := anchored(p.Value)
+			if err != nil {
+				errs.add(field+".path.value", "%q is not an RE2 regular expression: %v", p.Value, err)
+				ok = false
+			}
+			e.pathRegex = re
+		default:
+			errs.add(field+".path.type", "%q: use Exact, PathPrefix or RegularExpression", p.Type)
+			ok = false
+		}
+	}
+	if m.Method != "" && !isToken(m.Method) {
+		errs.add(field+".method", "%q is not an HTTP method", m.Method)
+		ok = false
+	}
+	var good bool
+	if e.headers, good = compileValues(errs, field+".headers", m.Headers, http.CanonicalHeaderKey); !good {
+		ok = false
+	}
+	if e.query, good = compileValues(errs, field+".queryParams", m.Query, func(s string) string { return s }); !good {
+		ok = false
+	}
+	return e, ok
+}
+
+// compileValues compiles header or query matches. Only the first of
+// several matches on one name counts, as the Gateway API says.
+func compileValues(errs *problems, field string, in []proxyapi.HeaderMatch, canonical func(string) string) ([]valueMatch, bool) {
+	var out []valueMatch
+	ok := true
+	for i, h := range in {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if h.Name == "" {
+			errs.add(f+".name", "required")
+			ok = false
+			continue
+		}
+		v := valueMatch{name: canonical(h.Name), value: h.Value}
+		switch h.Type {
+		case "", proxyapi.MatchExact:
+		case proxyapi.MatchRegularExpr:
+			re, err := anchored(h.Value)
+			if err != nil {
+				errs.add(f+".value", "%q is not an RE2 regular expression: %v", h.Value, err)
+				ok = false
+			}
+			v.regex = re
+		default:
+			errs.add(f+".type", "%q: use Exact or RegularExpression", h.Type)
+			ok = false
+		}
+		if !slices.ContainsFunc(out, func(o valueMatch) bool { return o.name == v.name }) {
+			out = append(out, v)
+		}
+	}
+	return out, ok
+}
+
+// anchored compiles a regular expression that must match the whole value.
+func anchored(expr string) (*regexp.Regexp, error) {
+	if _, err := regexp.Compile(expr); err != nil {
+		return nil, err // the error quotes the expression as given
+	}
+	return regexp.Compile(`^(?:` + expr + `)$`)
+}
+
+func isToken(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, r) })
+}
+
+// precedence orders matches as the Gateway API asks: exact path, then
+// (regular expression, longest first, see pathRank) longest prefix, method,
+// most header matches, most query matches; then the oldest route, the
+// route first by name, the first rule.
+func precedence(a, b *matchEntry) int {
+	return cmp.Or(
+		-cmp.Compare(pathRank[a.pathType], pathRank[b.pathType]),
+		-cmp.Compare(len(a.path), len(b.path)),
+		-cmp.Compare(given(a.method), given(b.method)),
+		-cmp.Compare(len(a.headers), len(b.headers)),
+		-cmp.Compare(len(a.query), len(b.query)),
+		a.created.Compare(b.created),
+		cmp.Compare(a.rule.route, b.rule.route),
+		cmp.Compare(a.rule.index, b.rule.index),
+	)
+}
+
+// pick chooses the rule's backend for one request; ok is false when the
+// rule has no backend with a weight.
+func (r *rule) pick() (b ruleBackend, ok bool) {
+	i := r.wrr.pick()
+	if i < 0 {
+		return ruleBackend{}, false
+	}
+	return r.backends[i], true
+}
+
+func given(s string) int {
+	if s != "" {
+		return 1
+	}
+	return 0
+}
+
+// matches says whether a request meets every condition of the match.
+func (e *matchEntry) matches(r *http.Request, query url.Values) bool {
+	path := r.URL.Path
+	switch e.pathType {
+	case proxyapi.MatchExact:
+		if path != e.path {
+			return false
+		}
+	case proxyapi.MatchPathPrefix:
+		// Element by element: "/foo" matches "/foo" and "/foo/bar", not "/foobar".
+		if e.path != "/" && path != e.path && !strings.HasPrefix(path, e.path+"/") {
+			return false
+		}
+	case proxyapi.MatchRegularExpr:
+		if !e.pathRegex.MatchString(path) {
+			return false
+		}
+	}
+	if e.method != "" && r.Method != e.method {
+		return false
+	}
+	for _, h := range e.headers {
+		var v string
+		if h.name == "Host" {
+			v = r.Host // net/http moves Host out of the header map
+		} else {
+			vs, ok := r.Header[h.name]
+			if !ok {
+				return false
+			}
+			v = strings.Join(vs, ",")
+		}
+		if !h.matches(v) {
+			return false
+		}
+	}
+	for _, q := range e.query {
+		vs, ok := query[q.name]
+		if !ok || !q.matches(vs[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (v valueMatch) matches(s string) bool {
+	if v.regex != nil {
+		return v.regex.MatchString(s)
+	}
+	return s == v.value
+}
+
+// route returns the first match of the service's routes for r.
+func (s *service) route(r *http.Request) *matchEntry {
+	query := r.URL.Query()
+	for _, e := range s.routes {
+		if e.matches(r, query) {
+			return e
+		}
+	}
+	return nil
+}
