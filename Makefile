@@ -15,7 +15,7 @@ setup:
 
 # Generated Go and BPF objects are committed, so building needs no clang.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/shunt ./cmd/shuntd
+	$(GO) build -o $(BIN)/ ./cmd/shunt ./cmd/shuntd ./cmd/shunt-proxy
 
 generate:
 	$(GO) generate ./...

@@ -122,7 +122,10 @@ func newObserveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&from, "from-pod", "", "flows from this pod")
 	fl.StringVar(&to, "to-pod", "", "flows to this pod")
 	fl.StringVar(&f.Verdict, "verdict", "", "FORWARDED, DROPPED, TRANSLATED or REDIRECTED")
-	fl.StringVar(&f.Protocol, "protocol", "", "TCP, UDP, ICMP or SCTP")
+	fl.StringVar(&f.Protocol, "protocol", "", "TCP, UDP, ICMP, SCTP, or HTTP (the node proxy's requests)")
+	fl.StringVar(&f.HTTPStatus, "http-status", "", "HTTP requests with this status (403), class (5xx) or 0 (no response)")
+	fl.StringVar(&f.HTTPMethod, "http-method", "", "HTTP requests with this method")
+	fl.StringVar(&f.HTTPPath, "http-path", "", "HTTP requests whose path starts with this")
 	fl.Uint16Var(&port, "port", 0, "source, destination or service port")
 	fl.StringVar(&f.Service, "service", "", "flows translated from this service (NAMESPACE/NAME)")
 	fl.StringVar(&since, "since", "", "flows since a duration ago (5m) or an RFC 3339 time")
@@ -171,6 +174,27 @@ func summary(fl flows.Flow) string {
 			name = "service"
 		}
 		parts = append(parts, fmt.Sprintf("%s %s:%d", name, fl.Service.IP, fl.Service.Port))
+	}
+	if h := fl.HTTP; h != nil {
+		req := fmt.Sprintf("%s %s %s", h.Method, h.Path, h.Protocol)
+		if h.Status != 0 {
+			req += fmt.Sprintf(" -> %d", h.Status)
+		} else {
+			req += " -> no response"
+		}
+		req += fmt.Sprintf(" in %s", time.Duration(h.LatencyMicros)*time.Microsecond)
+		parts = append(parts, req)
+		if h.Route != "" {
+			parts = append(parts, "route "+h.Route)
+		}
+		if h.BackendPod != "" {
+			parts = append(parts, "backend "+h.BackendPod)
+		} else if h.Backend != "" {
+			parts = append(parts, "backend "+h.Backend)
+		}
+		if h.Error != "" {
+			parts = append(parts, "error "+h.Error)
+		}
 	}
 	if fl.Policy != "" {
 		parts = append(parts, "by "+fl.Policy)
