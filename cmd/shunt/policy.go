@@ -18,9 +18,9 @@ import (
 
 func newPolicyCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "policy", Short: "explain network policy decisions"}
-	var from, to, port, output string
+	var from, to, port, output, method, path string
 	trace := &cobra.Command{
-		Use:   "trace --from POD|IP --to POD|IP --port N[/tcp|udp|sctp]",
+		Use:   "trace --from POD|IP --to POD|IP --port N[/tcp|udp|sctp] [--http-method M --http-path P]",
 		Short: "say whether a new connection would be allowed, and which policy rule decides (no traffic is sent)",
 		Long: "Evaluates the sender's egress and the receiver's ingress policy against the policy state the\n" +
 			"datapath holds. PODs are ns/name (or a name in the default namespace). Exits 1 when denied,\n" +
@@ -35,6 +35,10 @@ func newPolicyCmd(g *globals) *cobra.Command {
 				return err
 			}
 			q := url.Values{"from": {from}, "to": {to}, "port": {port}}
+			if method != "" || path != "" {
+				q.Set("http-method", method)
+				q.Set("http-path", path)
+			}
 			var t policy.Trace
 			if err := c.Do("GET", "/v1/policy/trace?"+q.Encode(), nil, &t); err != nil {
 				return err
@@ -54,6 +58,8 @@ func newPolicyCmd(g *globals) *cobra.Command {
 	trace.Flags().StringVar(&to, "to", "", "receiving pod (ns/name) or address")
 	trace.Flags().StringVar(&port, "port", "", "destination port and protocol, e.g. 80, 53/udp")
 	trace.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	trace.Flags().StringVar(&method, "http-method", "", "also decide this HTTP request (with --http-path) as the node proxy would")
+	trace.Flags().StringVar(&path, "http-path", "", "the HTTP request's path (default /)")
 	cmd.AddCommand(trace)
 	return cmd
 }

@@ -169,6 +169,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	proxyAddr := netip.AddrPortFrom(podPool.NodeIP(), uint16(cfg.ProxyPort))
 	a.proxy = newNodeProxy(log, filepath.Join(cfg.BinDir, "shunt-proxy"), inst.RunDir(), proxyCgroup, proxyAddr, mark, a.addProxyFlow)
+	a.metrics.proxy = a.proxy
 
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: inst.Name, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,

@@ -20,6 +20,9 @@ type metrics struct {
 	// udpDestroyed counts connected UDP sockets closed because their
 	// service backend went away.
 	udpDestroyed prometheus.Counter
+	// proxy gathers the node proxy's own metrics (HTTP requests by route,
+	// backend and code, latency), served with the agent's.
+	proxy prometheus.Gatherer
 }
 
 var (
@@ -72,7 +75,11 @@ func (m *metrics) observeSync(step string, d time.Duration) {
 }
 
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	g := prometheus.Gatherers{m.reg}
+	if m.proxy != nil {
+		g = append(g, m.proxy)
+	}
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 // serveTCP serves /metrics on addr for Prometheus; returns the address

@@ -11,8 +11,10 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/l7"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/proxy/l7policy"
 )
 
 // Warnings are what the last policy computation wants the user to know.
@@ -95,7 +97,45 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, pol.Trace(ends[0], ends[1], proto, port))
+	t := pol.Trace(ends[0], ends[1], proto, port)
+	if method, path := q.Get("http-method"), q.Get("http-path"); (method != "" || path != "") && t.Verdict == "allowed" {
+		if err := traceHTTP(&t, pol, method, path); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// traceHTTP adds the node proxy's decision on one request to a connection
+// trace, when HTTP rules name the destination port: the same compiled
+// rules the proxy runs.
+func traceHTTP(t *policy.Trace, pol *policy.Result, method, path string) error {
+	if method == "" {
+		method = "GET"
+	}
+	if path == "" {
+		path = "/"
+	}
+	i := slices.IndexFunc(pol.L7, func(lp policy.L7Port) bool { return lp.Endpoint == t.To.IP && lp.Port == t.Port })
+	if i < 0 || t.Proto != 6 {
+		t.Steps = append(t.Steps, policy.Step{Direction: "http", Pod: t.To.Pod, Verdict: "allow",
+			Explanation: "no HTTP rule names this port: the connection is not sent to the proxy"})
+		return nil
+	}
+	port, err := l7policy.Compile(l7.PortPolicy(pol.L7[i], pol))
+	if err != nil {
+		return err
+	}
+	peer := l7policy.Peer{Identity: pol.IdentityOf(t.From), CIDRIdentity: pol.CIDRIdentityOf(t.From.IP), IP: t.From.IP}
+	d := port.Decide(peer, l7policy.Request{Method: strings.ToUpper(method), Path: path, Header: http.Header{}})
+	step := policy.Step{Direction: "http", Pod: t.To.Pod, PeerIdentity: peer.Identity, Verdict: "allow", Explanation: d.Explanation}
+	if !d.Allowed {
+		step.Verdict = "deny"
+		t.Verdict, t.Reason = "denied", d.DropReason
+	}
+	t.Steps = append(t.Steps, step)
+	return nil
 }
 
 // handlePolicyMap decodes what the kernel's policy map holds for one pod,

@@ -5,18 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 
 	"github.com/shuntnet/shunt/internal/api"
@@ -289,3 +294,25 @@ func (a *Agent) handleProxyRestart(w http.ResponseWriter, r *http.Request) {
 
 // addProxyFlow takes an HTTP flow of the proxy into the history observe reads.
 func (a *Agent) addProxyFlow(fl flows.Flow) { a.flows.Add(fl) }
+
+// Gather reads the proxy's metrics (its Prometheus text) for the agent's
+// /metrics. A proxy that does not answer contributes nothing; its state
+// shows in `shunt status`.
+func (p *nodeProxy) Gather() ([]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	text, err := p.client.MetricsText(ctx)
+	if err != nil {
+		return nil, nil
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("reading the proxy's metrics: %w", err)
+	}
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for _, name := range slices.Sorted(maps.Keys(fams)) {
+		out = append(out, fams[name])
+	}
+	return out, nil
+}

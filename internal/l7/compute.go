@@ -118,7 +118,7 @@ func Compute(in Input) Result {
 			ap := netip.AddrPortFrom(lp.Endpoint, lp.Port)
 			l7Ports[ap] = true
 			redirect[ap] = true
-			res.Config.Policies = append(res.Config.Policies, portPolicy(lp, in.Policy))
+			res.Config.Policies = append(res.Config.Policies, PortPolicy(lp, in.Policy))
 		}
 	}
 	for name, ports := range byName {
@@ -272,7 +272,9 @@ func service(name string, p services.Port, podByIP map[netip.Addr]string) proxya
 	return s
 }
 
-func portPolicy(lp policy.L7Port, pol *policy.Result) proxyapi.PortPolicy {
+// PortPolicy is the proxy's form of an L7 port's policy (also what
+// `shunt policy trace` decides HTTP requests with).
+func PortPolicy(lp policy.L7Port, pol *policy.Result) proxyapi.PortPolicy {
 	pp := proxyapi.PortPolicy{Endpoint: lp.Endpoint.String(), Port: lp.Port, Isolated: lp.Isolated}
 	for _, r := range lp.Rules {
 		rule := proxyapi.L7Rule{

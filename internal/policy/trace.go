@@ -55,6 +55,9 @@ func (r *Result) Resolve(p Peer) (Peer, error) {
 	return p, nil
 }
 
+// IdentityOf is the identity the datapath gives a peer.
+func (r *Result) IdentityOf(p Peer) uint32 { return r.identityOf(p) }
+
 // identityOf is what the datapath's ipcache answers for an address.
 func (r *Result) identityOf(p Peer) uint32 {
 	if p.Pod != "" {

@@ -104,6 +104,10 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 		if r.Errors != 0 || r.ByStatus["200"] != 2000 || math.Abs(share-10) > 3 {
 			t.Errorf("2000 requests to reviews: %+v (v2 share %.1f%%), want 10%% ± 3 points, all 200", r, share)
 		}
+		// The proxy's metrics are served with the agent's.
+		if n := l.metric("shunt_proxy_http_requests_total", `route="default/reviews-split"`); n < 2000 {
+			t.Errorf("shunt_proxy_http_requests_total for the route: %v, want >= 2000", n)
+		}
 	})
 	t.Run("header match overrides the weights", func(t *testing.T) {
 		r := l.httpLoad("frontend", "http://"+reviews+":9080/", 50, 1, "-H", "x-canary: true")
@@ -131,6 +135,15 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 					t.Errorf("403 body %q does not name the policy", body)
 				}
 			}
+		}
+		// policy trace answers the same questions without traffic.
+		if out, code := l.shunt("policy", "trace", "--from", "frontend", "--to", "backend", "--port", "8080",
+			"--http-method", "GET", "--http-path", "/admin"); code != 1 || !strings.Contains(out, "backend-http") {
+			t.Errorf("trace of GET /admin: exit %d:\n%s", code, out)
+		}
+		if out, code := l.shunt("policy", "trace", "--from", "frontend", "--to", "backend", "--port", "8080",
+			"--http-method", "GET", "--http-path", "/metrics"); code != 0 {
+			t.Errorf("trace of GET /metrics: exit %d:\n%s", code, out)
 		}
 		// The 403s are flows with the rule's verdict.
 		fs := l.observe("--protocol", "http", "--http-status", "403", "--last", "100")
