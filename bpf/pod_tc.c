@@ -179,6 +179,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 
 	struct policy_side dst = { .addr = p.f.daddr };
 	struct proxy_origin *origin = proxy_origin_of(&p.f);
+	bool via_proxy = false;
 	ep = lookup_endpoint(p.f.daddr);
 	if (ep) {
 		dst.identity = ep->identity;
@@ -190,7 +191,23 @@ int shunt_from_pod(struct __sk_buff *skb)
 			dst.judged_dport = origin->port;
 	} else {
 		dst.identity = identity_of(p.f.daddr);
-		dst.proxy = origin != NULL;
+		via_proxy = origin != NULL;
+		struct endpoint_info *oep = origin ? lookup_endpoint(origin->ip) : NULL;
+		if (oep) {
+			/* The node proxy will act for the client toward a pod of
+			 * this node: admit the connection to the proxy only if
+			 * the client could connect to that pod and port itself,
+			 * so a denied client is dropped here, as without the proxy. */
+			dst.addr = origin->ip;
+			dst.identity = oep->identity;
+			dst.flags = oep->flags;
+			dst.local = true;
+			dst.judged_dport = origin->port;
+		} else if (origin) {
+			/* A service: the proxy picks the backend, and its upstream
+			 * connection is judged as the client (the mark). */
+			dst.proxy = true;
+		}
 	}
 	p.dst_identity = dst.identity;
 	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
@@ -198,7 +215,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 		return drop(skb, &p, reason);
 
 	if (!ep) {
-		if (dst.proxy && p.event == FLOW_EV_CONN_NEW) {
+		if (via_proxy && p.event == FLOW_EV_CONN_NEW) {
 			done(skb, &p, FLOW_REDIRECTED_PROXY, SHUNT_REASON_PROXY_ADMITTED);
 			return TC_ACT_OK;
 		}

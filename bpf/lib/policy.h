@@ -107,8 +107,8 @@ struct policy_side {
 	__u32 flags;    /* enum endpoint_flags; 0 when not a local pod */
 	bool local;
 	/* dst only: the node proxy, reached through a socket hook's L7
-	 * redirect. The proxy's upstream connection is what policy judges, as
-	 * this client; this leg is only tracked. */
+	 * redirect to a service. The proxy's upstream connection is what
+	 * policy judges, as this client; this leg is only tracked. */
 	bool proxy;
 	/* dst only, non-zero: the port policy judges instead of the packet's
 	 * (a pod's own proxy receives what was dialled at this port). */

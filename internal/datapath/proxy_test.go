@@ -223,6 +223,16 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(server), Port: be16(80)}); err != nil {
 		t.Fatal(err)
 	}
+	// The same client dialled the server's port 82 (its egress does not
+	// allow it) and a service address (judged on the upstream leg).
+	origin.ClientPort = be16(40002)
+	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(server), Port: be16(82)}); err != nil {
+		t.Fatal(err)
+	}
+	origin.ClientPort = be16(40003)
+	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(netip.MustParseAddr("10.96.0.10")), Port: be16(82)}); err != nil {
+		t.Fatal(err)
+	}
 	// A pod's own proxy on 15006 receives what was dialled at 80 (allowed)
 	// and at 81 (not allowed): policy judges the port dialled.
 	for port, origPort := range map[uint16]uint16{40010: 80, 40011: 81} {
@@ -252,7 +262,9 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 		mark    uint32
 		verdict uint32
 	}{
-		{"client -> proxy, redirected by the hook: admitted", false, packet(client, node, 6, tcpSegment(40000, 15001, tcpSYN)), 0, tcActOK},
+		{"client -> proxy for server:80, redirected by the hook: admitted", false, packet(client, node, 6, tcpSegment(40000, 15001, tcpSYN)), 0, tcActOK},
+		{"client -> proxy for server:82: dropped as the direct connection would be", false, packet(client, node, 6, tcpSegment(40002, 15001, tcpSYN)), 0, tcActShot},
+		{"client -> proxy for a service: admitted, the upstream leg is judged", false, packet(client, node, 6, tcpSegment(40003, 15001, tcpSYN)), 0, tcActOK},
 		{"client -> proxy port dialled by hand: the client's egress applies", false, packet(client, node, 6, tcpSegment(40001, 15001, tcpSYN)), 0, tcActShot},
 		{"proxy -> server:80 for the client: allowed both ways", true, packet(node, server, 6, tcpSegment(50000, 80, tcpSYN)), marked(idClient), tcActOK},
 		{"proxy -> server:82 for the client: the client's egress does not allow it", true, packet(node, server, 6, tcpSegment(50001, 82, tcpSYN)), marked(idClient), tcActShot},
@@ -269,5 +281,5 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 			t.Errorf("%s: verdict %d, want %d", c.name, got, c.verdict)
 		}
 	}
-	counterDelta(t, d, before, map[string]uint64{"proxy-admitted/from-pod": 1, "forwarded/to-pod": 1})
+	counterDelta(t, d, before, map[string]uint64{"proxy-admitted/from-pod": 2, "forwarded/to-pod": 1})
 }
