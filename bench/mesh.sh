@@ -20,8 +20,9 @@
 # fixed rate (default 1000 requests/s) over 32 keep-alive connections (--conns
 # 64 for more), 1 s unmeasured warm-up, then --duration seconds measured;
 # p50/p90/p99/p99.9 of every request. The server is `shunt lab serve --http`
-# (Go net/http, a few µs per request: far below what is measured here). One
-# client/server pair carries all the load; the other N-2 pods are idle.
+# (Go net/http and a handler that writes the pod's name: about a tenth of a
+# core at 1000 requests/s, the same in every case). One client/server pair
+# carries all the load; the other N-2 pods are idle.
 # Data plane cost: the proxies' CPU time over the load run (utime + stime in
 # /proc/PID/stat: the node proxy for (b), every pod's sidecar for (c)) and
 # their memory sampled in the middle of it (VmRSS summed, as sidecar
@@ -289,8 +290,7 @@ mem_kib() {
 # the load generator: the instance's cgroup subtree) and its agent spent.
 # Its growth over a run is the work of everything else on the machine
 # (other builds and tests on a shared machine), which lands in the tail
-# latencies. Interrupt time spent for the lab's traffic counts here too, so
-# it is never quite zero.
+# latencies. Clock ticks against exact run times: good to ±100 ms or so.
 outside_ms() {
 	local busy lab agent
 	busy=$(awk -v hz="$HZ" '$1 == "cpu" { printf "%.0f", ($2 + $3 + $4 + $7 + $8 + $9) * 1000 / hz }' /proc/stat)
@@ -381,7 +381,6 @@ measure() {
 	fi
 	LOAD_PID=
 	cpu1=$(cpu_ticks "$@")
-	# Ticks against exact run times: ±100 ms or so; never below zero.
 	outside=$(($(outside_ms) - out0))
 	[ "$outside" -ge 0 ] || outside=0
 	echo "n=$n rep $rep $c: server sockets: ${peers:-none}" >>"$OUT/path.txt"
