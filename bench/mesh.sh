@@ -20,9 +20,9 @@
 # fixed rate (default 1000 requests/s) over 32 keep-alive connections (--conns
 # 64 for more), 1 s unmeasured warm-up, then --duration seconds measured;
 # p50/p90/p99/p99.9 of every request. The server is `shunt lab serve --http`
-# (Go net/http and a handler that writes the pod's name: about a tenth of a
-# core at 1000 requests/s, the same in every case). One client/server pair
-# carries all the load; the other N-2 pods are idle.
+# (Go net/http and a handler that writes the pod's name: ≈ 13% of one
+# core at 1000 requests/s here, the same in every case). One client/server
+# pair carries all the load; the other N-2 pods are idle.
 # Data plane cost: the proxies' CPU time over the load run (utime + stime in
 # /proc/PID/stat: the node proxy for (b), every pod's sidecar for (c)) and
 # their memory sampled in the middle of it (VmRSS summed, as sidecar
