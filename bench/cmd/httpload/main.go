@@ -202,9 +202,10 @@ func (r *recorder) Report(_ context.Context, id periodic.ThreadID, _ int64, star
 
 func (r *recorder) Info() string { return "httpload latency recorder" }
 
-// pct is the nearest-rank percentile of sorted values.
+// pct is the nearest-rank percentile of sorted values. The epsilon keeps
+// float error (99.9/100*1000 = 999.0000000000001) from taking the next rank.
 func pct(sorted []float64, p float64) float64 {
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	i := int(math.Ceil(p/100*float64(len(sorted))-1e-9)) - 1
 	return round(sorted[max(i, 0)])
 }
 
