@@ -444,6 +444,10 @@ run_case() {
 			# The proxy did no work: the requests took another path.
 			warn "n=$n rep $rep node-proxy: the node proxy used no CPU during the run: did the connections reach it? ($(tail -1 "$OUT/path.txt"))"
 			echo "n=$n rep $rep node-proxy: NOT THROUGH THE PROXY (it used no CPU)" >>"$OUT/path.txt"
+		elif grep -q "^n=$n rep $rep node-proxy: .*$PORT<-$CLIENT ×" "$OUT/path.txt"; then
+			# The proxy dials from the node address: connections from the
+			# client pod's own address went around it.
+			warn "n=$n rep $rep node-proxy: the server sees connections from the client pod's address: some went around the proxy? ($(tail -1 "$OUT/path.txt"))"
 		fi
 		route_off
 		;;
