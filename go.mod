@@ -3,6 +3,8 @@ module github.com/shuntnet/shunt
 go 1.26.8
 
 require (
+	fortio.org/fortio v1.75.3
+	fortio.org/log v1.18.3
 	github.com/cilium/ebpf v0.22.0
 	github.com/google/btree v1.1.3
 	github.com/prometheus/client_golang v1.25.0
@@ -21,12 +23,23 @@ require (
 )
 
 require (
+	fortio.org/cli v1.12.3 // indirect
+	fortio.org/dflag v1.9.3 // indirect
+	fortio.org/duration v1.0.4 // indirect
+	fortio.org/safecast v1.2.0 // indirect
+	fortio.org/scli v1.19.0 // indirect
+	fortio.org/sets v1.3.0 // indirect
+	fortio.org/struct2env v0.4.2 // indirect
+	fortio.org/version v1.0.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/fsnotify/fsnotify v1.8.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kortschak/goroutine v1.1.3 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -34,6 +47,7 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	golang.org/x/crypto/x509roots/fallback v0.0.0-20250406160420-959f8f3db0fb // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect

@@ -34,6 +34,7 @@ programs=(
 	"iptables-restore  iptables         benchmarks: kube-proxy-style rule loads"
 	"nft               nftables         benchmarks: nftables baseline"
 	"conntrack         conntrack        benchmarks: flush conntrack between cases"
+	"haproxy           haproxy          benchmarks: the sidecar proxies of the mesh baseline"
 	"bpftool           bpftool          debugging: inspect loaded programs and maps by hand"
 	"curl              curl             debugging: the agent's /debug/pprof over its socket"
 )

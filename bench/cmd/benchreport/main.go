@@ -17,8 +17,8 @@
 //     baseline, notes, the commands run;
 //   - chart.svg: one panel per metric, bars per case, or lines against n.
 //
-// Units decide how a metric reads: ns/us/ms/s lower is better, anything else
-// (Gbit/s, conn/s, ...) higher is better.
+// Units decide how a metric reads: ns/us/ms/s and KiB/MiB/GiB lower is
+// better, anything else (Gbit/s, conn/s, ...) higher is better.
 package main
 
 import (

@@ -73,11 +73,11 @@ func median(v []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// lowerIsBetter says how to read a metric: latencies and times go down,
-// throughputs and rates go up.
+// lowerIsBetter says how to read a metric: latencies, times and memory go
+// down, throughputs and rates go up.
 func lowerIsBetter(unit string) bool {
 	switch unit {
-	case "ns", "us", "µs", "ms", "s":
+	case "ns", "us", "µs", "ms", "s", "KiB", "MiB", "GiB":
 		return true
 	}
 	return false
@@ -210,7 +210,7 @@ func Markdown(r Report, meds []Median) string {
 		if t.scaled() {
 			scale = " at the same n"
 		}
-		fmt.Fprintf(&b, "\nMedians over the repetitions; `× %s` is the ratio to `%s`%s, measured in the same run. Latencies and times: lower is better; throughputs and rates: higher is better. medians.json also holds each median's min and max.\n", r.Baseline, r.Baseline, scale)
+		fmt.Fprintf(&b, "\nMedians over the repetitions; `× %s` is the ratio to `%s`%s, measured in the same run. Latencies, times and memory: lower is better; throughputs and rates: higher is better. medians.json also holds each median's min and max.\n", r.Baseline, r.Baseline, scale)
 	}
 	if r.Notes != "" {
 		b.WriteString("\n" + strings.TrimSpace(r.Notes) + "\n")

@@ -126,6 +126,16 @@ func TestVerdict(t *testing.T) {
 	}
 }
 
+func TestMemoryIsLowerBetter(t *testing.T) {
+	rows := []Row{
+		{Case: "sidecars", Metric: "rss", Unit: "MiB", Value: 2000, Rep: 1},
+		{Case: "node-proxy", Metric: "rss", Unit: "MiB", Value: 40, Rep: 1},
+	}
+	if got, want := Verdict(Medians(rows), "", nil), "node-proxy: lowest rss."; got != want {
+		t.Errorf("verdict %q, want %q", got, want)
+	}
+}
+
 func TestScaledTableVerdictAndLines(t *testing.T) {
 	rows := []Row{
 		{Case: "a", N: 0, Metric: "rate", Unit: "conn/s", Value: 10},
