@@ -50,7 +50,11 @@ func (p *Proxy) handlePutConfig(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &te) {
 			err = fmt.Errorf("%s: a JSON %s cannot be a %s", te.Field, te.Value, te.Type)
 		}
-		http.Error(w, "invalid configuration: "+err.Error(), http.StatusBadRequest)
+		err = fmt.Errorf("invalid configuration: %w", err)
+		p.mu.Lock()
+		p.noteConfigError(err)
+		p.mu.Unlock()
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	err := p.Apply(cfg)

@@ -81,17 +81,18 @@ func (x *exchange) flow(latency time.Duration) flows.Flow {
 	if x.target.rule != nil {
 		fl.HTTP.Route = x.target.rule.route
 	}
-	if svc := x.target.service; svc != nil {
+	if svc := x.t.byVIP[x.conn.orig]; svc != nil {
 		fl.Service = &flows.Service{Name: svc.label, IP: svc.vip.Addr().String(), Port: svc.vip.Port()}
 	}
-	if x.backend.addr.IsValid() {
+	switch {
+	case x.backend.addr.IsValid():
 		fl.Destination = x.endpoint(x.backend.addr)
 		fl.HTTP.Backend, fl.HTTP.BackendPod = x.backend.addr.String(), x.backend.pod
 		if fl.Destination.Pod == "" {
 			fl.Destination.Pod, fl.Destination.Namespace = x.backend.pod, namespace(x.backend.pod)
 		}
-	} else if x.target.service == nil {
-		fl.Destination = x.endpoint(x.conn.orig) // refused before any backend was chosen
+	case !x.t.vips[x.conn.orig.Addr()]:
+		fl.Destination = x.endpoint(x.conn.orig) // a pod, refused before the attempt
 	}
 	switch {
 	case x.refused != nil:

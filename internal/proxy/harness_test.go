@@ -50,8 +50,16 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg proxyapi.Config) *harness {
 	t.Helper()
+	h := startHarness(t, "")
+	h.apply(cfg)
+	return h
+}
+
+// startHarness starts a proxy without a configuration.
+func startHarness(t *testing.T, configFile string) *harness {
+	t.Helper()
 	h := &harness{t: t, dst: map[netip.Addr]netip.AddrPort{}}
-	opts := Options{OriginalDst: h.originalDst, SetMark: h.setMark}
+	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark}
 	if os.Geteuid() == 0 {
 		opts.SetMark = func(fd uintptr, mark uint32) error {
 			h.setMark(fd, mark)
@@ -59,13 +67,6 @@ func newHarness(t *testing.T, cfg proxyapi.Config) *harness {
 		}
 	}
 	h.p = New(opts)
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:0"
-	}
-	if err := h.p.Apply(cfg); err != nil {
-		t.Fatal(err)
-	}
-	h.addr = h.p.Addr().String()
 	var cancel func()
 	h.flows, cancel = h.p.flows.subscribe(flows.Filter{}, 100000)
 	t.Cleanup(func() {
@@ -75,6 +76,18 @@ func newHarness(t *testing.T, cfg proxyapi.Config) *harness {
 		h.p.Shutdown(ctx)
 	})
 	return h
+}
+
+// apply puts cfg in force, on a free loopback port unless it says where.
+func (h *harness) apply(cfg proxyapi.Config) {
+	h.t.Helper()
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if err := h.p.Apply(cfg); err != nil {
+		h.t.Fatal(err)
+	}
+	h.addr = h.p.Addr().String()
 }
 
 func (h *harness) originalDst(c net.Conn) (netip.AddrPort, error) {

@@ -62,10 +62,10 @@ func (l *listener) Accept() (net.Conn, error) {
 		}
 		p := l.p
 		p.stats.conns.Add(1)
-		remote := netip.MustParseAddrPort(c.RemoteAddr().String())
+		remote := c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		remote = netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())
 		orig, err := p.originalDst(c)
-		if err == nil && orig == netip.MustParseAddrPort(c.LocalAddr().String()) {
+		if err == nil && orig == c.LocalAddr().(*net.TCPAddr).AddrPort() {
 			err = fmt.Errorf("the client dialled the proxy itself: nothing to forward to")
 		}
 		if err != nil {

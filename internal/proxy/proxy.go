@@ -129,11 +129,17 @@ func (p *Proxy) Apply(cfg proxyapi.Config) error {
 	defer p.mu.Unlock()
 	err := p.apply(cfg)
 	if err != nil {
-		p.stats.configErrors.Add(1)
-		p.lastErr = err.Error()
-		p.log.Error("configuration refused", "version", cfg.Version, "err", err)
+		p.noteConfigError(fmt.Errorf("configuration version %d refused: %w", cfg.Version, err))
 	}
 	return err
+}
+
+// noteConfigError counts a configuration refused or not saved, for status
+// and metrics; the caller holds mu.
+func (p *Proxy) noteConfigError(err error) {
+	p.stats.configErrors.Add(1)
+	p.lastErr = err.Error()
+	p.log.Error("configuration", "err", err)
 }
 
 func (p *Proxy) apply(cfg proxyapi.Config) error {
@@ -166,9 +172,7 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 	p.up.retain(t.marks())
 	p.lastErr = ""
 	if err := p.save(cfg); err != nil {
-		p.stats.configErrors.Add(1)
-		p.lastErr = err.Error()
-		p.log.Error("configuration in force but not saved: a restarted proxy would start without it", "err", err)
+		p.noteConfigError(fmt.Errorf("configuration in force but not saved, a restarted proxy would start without it: %w", err))
 	}
 	p.log.Info("configuration in force", "version", cfg.Version, "listen", t.listen, "services", len(cfg.Services),
 		"routes", len(cfg.Routes), "policies", len(cfg.Policies), "endpoints", len(cfg.Endpoints))

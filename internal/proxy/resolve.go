@@ -30,11 +30,10 @@ const (
 // target is where a request goes: a service port's ready backends (picked
 // per attempt) or the pod address the client dialled.
 type target struct {
-	service *service // the original destination's service port; nil: a pod was dialled
-	rule    *rule    // the route rule that chose the backend; nil: no route applies
-	pool    *service // the backend service port; nil: direct
-	direct  backend
-	label   string // the backend for metrics: a service port or a pod
+	rule   *rule    // the route rule that chose the backend; nil: no route applies
+	pool   *service // the backend service port; nil: direct
+	direct backend
+	label  string // the backend for metrics: a service port or a pod
 }
 
 // resolve finds where a request to the original destination goes: the
@@ -54,7 +53,7 @@ func (t *table) resolve(orig netip.AddrPort, r *http.Request) (target, *refusal)
 		}
 		return target{direct: b, label: cmp.Or(b.pod, orig.String())}, nil
 	}
-	tg := target{service: svc, pool: svc, label: svc.label}
+	tg := target{pool: svc, label: svc.label}
 	if len(svc.routes) > 0 {
 		m := svc.route(r)
 		if m == nil {

@@ -30,8 +30,8 @@ type ruleBackend struct {
 	unresolved string
 }
 
-// matchEntry is one match of a rule on one parent service port, with what
-// the Gateway API's precedence looks at.
+// matchEntry is one match of a rule, with what the Gateway API's
+// precedence looks at; each parent service port of the route lists it.
 type matchEntry struct {
 	rule      *rule
 	created   time.Time
@@ -52,7 +52,7 @@ type valueMatch struct {
 // Path precedence among path types. The Gateway API ranks Exact before
 // PathPrefix and leaves RegularExpression to implementations: it comes
 // between them, so a regular expression is not shadowed by a catch-all
-// prefix "/" (Envoy Gateway and Istio order them the same way).
+// prefix "/".
 var pathRank = map[string]int{proxyapi.MatchExact: 3, proxyapi.MatchRegularExpr: 2, proxyapi.MatchPathPrefix: 1}
 
 func (t *table) compileRoutes(errs *problems) {
@@ -65,11 +65,11 @@ func (t *table) compileRoutes(errs *problems) {
 			errs.add(field+".name", "%s is listed twice", r.Name)
 		}
 		seen[r.Name] = true
-		var parents []*service
+		parents := map[*service]bool{} // a port named twice (by number and by 0) gets the route once
 		for _, pr := range r.Parents {
 			for key, svc := range t.byName {
 				if key.name == pr.Service && (pr.Port == 0 || pr.Port == key.port) {
-					parents = append(parents, svc)
+					parents[svc] = true
 				}
 			}
 		}
@@ -85,7 +85,7 @@ func (t *table) compileRoutes(errs *problems) {
 					continue
 				}
 				e.rule, e.created = rl, r.Created
-				for _, svc := range parents {
+				for svc := range parents {
 					svc.routes = append(svc.routes, e)
 				}
 			}

@@ -123,11 +123,18 @@ const (
 	MatchRegularExpr = "RegularExpression"
 )
 
+// PathMatch matches the request path. PathPrefix matches whole path
+// elements ("/api" matches "/api/x", not "/apix"); RegularExpression is RE2
+// over the whole path and ranks between Exact and PathPrefix (the Gateway
+// API leaves its precedence to implementations).
 type PathMatch struct {
 	Type  string `json:"type"` // Exact, PathPrefix, RegularExpression
 	Value string `json:"value"`
 }
 
+// HeaderMatch matches a header (values of a repeated header joined by
+// ",") or a query parameter (its first value); a RegularExpression is RE2
+// over the whole value.
 type HeaderMatch struct {
 	Type  string `json:"type,omitempty"` // Exact (default), RegularExpression
 	Name  string `json:"name"`

@@ -124,13 +124,12 @@ func prefixes(in []string, field string) ([]netip.Prefix, error) {
 func compileHTTP(h proxyapi.HTTPRule, field string) (httpRule, error) {
 	hr := httpRule{method: strings.ToUpper(h.Method), headers: map[string]string{}}
 	if h.Path != "" {
-		// The rule's path is over the whole path: anchor it, so "/api" does
-		// not also allow "/api/admin" or "/x/api".
-		re, err := regexp.Compile(`^(?:` + h.Path + `)$`)
-		if err != nil {
+		if _, err := regexp.Compile(h.Path); err != nil { // the error quotes the expression as written
 			return hr, fmt.Errorf("%s.path: %q is not an RE2 regular expression: %v", field, h.Path, err)
 		}
-		hr.path = re
+		// The rule's path is over the whole path: anchor it, so "/api" does
+		// not also allow "/api/admin" or "/x/api".
+		hr.path = regexp.MustCompile(`^(?:` + h.Path + `)$`)
 	}
 	for name, v := range h.Headers {
 		if name == "" {

@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+// A gRPC health check through a route: HTTP/2 end to end, and the status
+// comes back in trailers, also when it is an error.
+func TestGRPCThroughARoute(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.3.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("greeter", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	greeter := &testBackend{name: "greeter", addr: netip.MustParseAddrPort(ln.Addr().String())}
+
+	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(greeter),
+		Services: []proxyapi.Service{
+			svcPort("default/greeter-front", "10.96.0.70", 9090), // selectorless parent
+			svcPort("default/greeter", "10.96.0.71", 9090, greeter),
+		},
+		Routes: []proxyapi.Route{{Name: "default/greeter", Parents: []proxyapi.ParentRef{{Service: "default/greeter-front", Port: 9090}},
+			Rules: []proxyapi.RouteRule{{Backends: []proxyapi.RouteBackend{{Service: "default/greeter", Port: 9090, Weight: 1}}}}}},
+	})
+	h.dials(frontend, "10.96.0.70:9090")
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(frontend.ip)}}
+	conn, err := grpc.NewClient("passthrough:///greeter-front:9090",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", h.addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hc := healthpb.NewHealthClient(conn)
+	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "greeter"})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check through the proxy: %v %v", resp, err)
+	}
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "nobody"})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("unknown service: %v, want NotFound from the server's trailers", err)
+	}
+	fl := h.nextFlow()
+	if fl.HTTP.Protocol != "HTTP/2" || fl.HTTP.Path != "/grpc.health.v1.Health/Check" || fl.HTTP.Status != 200 ||
+		fl.HTTP.Route != "default/greeter" || fl.HTTP.BackendPod != "default/greeter" {
+		t.Errorf("flow %+v", fl.HTTP)
+	}
+}
