@@ -210,13 +210,31 @@ func (p *nodeProxy) Restart(ctx context.Context) error {
 	if err := p.start(); err != nil {
 		return err
 	}
-	if old > 0 {
+	p.mu.Lock()
+	successor := p.pid
+	p.mu.Unlock()
+	// The successor answers on the control socket only once it listens:
+	// until then the old one must keep accepting.
+	for {
+		st, err := p.waitReady(ctx)
+		if err != nil {
+			return fmt.Errorf("the new proxy (pid %d) did not answer; the old one keeps serving: %w", successor, err)
+		}
+		if st.PID == successor {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the new proxy (pid %d) did not take over; the old one keeps serving: %w", successor, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if old > 0 && old != successor {
 		if err := syscall.Kill(old, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("asking the old proxy (pid %d) to drain: %w", old, err)
 		}
 	}
-	_, err := p.waitReady(ctx)
-	return err
+	return nil
 }
 
 // runningPID is the pid of the proxy this agent (or an earlier one)
