@@ -216,6 +216,7 @@ func (p *nodeProxy) Restart(ctx context.Context) error {
 	// The successor answers on the control socket only once it listens:
 	// until then the old one must keep accepting.
 	for {
+		p.client.CloseIdleConnections()
 		st, err := p.waitReady(ctx)
 		if err != nil {
 			return fmt.Errorf("the new proxy (pid %d) did not answer; the old one keeps serving: %w", successor, err)

@@ -32,9 +32,17 @@ func openTestDatapath(t *testing.T, mode Mode) *Datapath {
 // loading (see open).
 func openChangedDatapath(t *testing.T, mode Mode, change func(*ebpf.CollectionSpec)) *Datapath {
 	t.Helper()
+	return openConfiguredDatapath(t, Config{Mode: mode}, change)
+}
+
+// openConfiguredDatapath opens a datapath of this configuration under a
+// pin directory of the test's own, removed when the test ends.
+func openConfiguredDatapath(t *testing.T, cfg Config, change func(*ebpf.CollectionSpec)) *Datapath {
+	t.Helper()
 	requireBPF(t)
 	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
-	d, err := open(Config{PinDir: pinDir, Mode: mode}, change)
+	cfg.PinDir = pinDir
+	d, err := open(cfg, change)
 	if err != nil {
 		t.Fatal(err)
 	}

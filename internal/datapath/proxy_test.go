@@ -84,19 +84,7 @@ func TestL7Redirect(t *testing.T) {
 
 func openMarkedDatapath(t *testing.T) *Datapath {
 	t.Helper()
-	requireBPF(t)
-	pinDir := "/sys/fs/bpf/" + testName("shunt-test-l7")
-	d, err := open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, ProxyMark: testProxyMark}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		d.Close()
-		if err := Uninstall(pinDir); err != nil {
-			t.Error(err)
-		}
-	})
-	return d
+	return openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, ProxyMark: testProxyMark}, nil)
 }
 
 func TestProxyMarkLayout(t *testing.T) {

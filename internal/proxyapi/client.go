@@ -29,6 +29,11 @@ func NewClient(socket string) *Client {
 	}}}
 }
 
+// CloseIdleConnections drops kept-alive connections, so the next call
+// reaches whichever proxy holds the socket's path now (a successor takes
+// it over while its predecessor still serves the connections it has).
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
 // Error is an answer of the proxy other than 200: Code 400 is an invalid
 // configuration (Message names the field), 409 an older version than the
 // one in force.
