@@ -13,10 +13,17 @@
 #include "lib/metrics.h"
 #include "lib/flows.h"
 #include "lib/proxy.h"
+#include "lib/endpoints.h"
+#include "lib/policy.h"
+#include "lib/accel.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 volatile const struct shunt_config CONFIG = {};
+
+/* Never read: puts the sockhash key into the object's BTF (a sockhash is
+ * declared by sizes), so bpf2go generates it for the agent. */
+const volatile struct sock_key _btf_sock_key = {};
 
 /* Per-socket record of a connect-time translation (TCP and connected UDP):
  * freed with the socket, so nothing to garbage-collect. */
@@ -363,12 +370,54 @@ int shunt_getpeername6(struct bpf_sock_addr *ctx)
  * original destination under its tuple as soon as the kernel has chosen
  * the source port (TCP_CONNECT_CB, before the SYN leaves), so tc knows the
  * connection to the proxy is one the hook made, and the proxy can ask. */
+/* is_local says whether an address is one of this node's endpoints: a pod
+ * of this node or the node itself (the node proxy included). */
+static __always_inline bool is_local(__u32 ip)
+{
+	return lookup_endpoint(ip) || identity_of(ip) == SHUNT_ID_HOST;
+}
+
+/* accelerate puts an established socket into the sockhash when both ends
+ * are local and tc admitted the connection (its conntrack entry exists):
+ * a connection policy refused never got that far, and one it admitted
+ * keeps exactly what the tc path would give it (established connections
+ * outlive policy changes through conntrack on both paths). */
+static __always_inline void accelerate(struct bpf_sock_ops *ctx)
+{
+	/* IPv4, or a dual-stack socket talking IPv4 (v4-mapped), as Go and
+	 * many servers listen on "::". */
+	bool v4mapped = ctx->family == AF_INET6 && ctx->local_ip6[0] == 0 && ctx->local_ip6[1] == 0 &&
+			ctx->local_ip6[2] == bpf_htonl(0x0000ffff);
+	if ((ctx->family != AF_INET && !v4mapped) || !accel_enabled())
+		return;
+	__u32 local = ctx->local_ip4, remote = ctx->remote_ip4;
+	if (is_loopback(local) || is_loopback(remote) || !is_local(local) || !is_local(remote))
+		return;
+	struct flow f = {
+		.saddr = local, .daddr = remote, .sport = bpf_htons((__u16)ctx->local_port),
+		.dport = (__u16)(ctx->remote_port >> 16), .proto = IPPROTO_TCP, .tcp_flags = SHUNT_TCPF_ACK, .has_ports = 1,
+	};
+	bool closing = false;
+	if (!ct_lookup(&f, bpf_ktime_get_ns(), &closing))
+		return;
+	struct sock_key key = { .local_ip = local, .remote_ip = remote, .local_port = f.sport, .remote_port = f.dport };
+	if (bpf_sock_hash_update(ctx, &shunt_sockhash, &key, BPF_NOEXIST) < 0) {
+		count(SHUNT_REASON_ACCEL_INSERT_FAILED, SHUNT_DIR_SOCKMSG, 0);
+		return;
+	}
+	count(SHUNT_REASON_ACCEL_ADDED, SHUNT_DIR_SOCKMSG, 0);
+}
+
 SEC("sockops")
 int shunt_sockops(struct bpf_sock_ops *ctx)
 {
 	struct bpf_sock *sk = ctx->sk;
 	struct proxy_origin *o;
 
+	if (ctx->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || ctx->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		accelerate(ctx);
+		return 1;
+	}
 	if (ctx->op != BPF_SOCK_OPS_TCP_CONNECT_CB || !sk)
 		return 1;
 	o = bpf_sk_storage_get(&shunt_sock_proxied, sk, 0, 0);
@@ -420,4 +469,29 @@ int shunt_getsockopt(struct bpf_sockopt *ctx)
 	bpf_set_retval(0);
 	count(SHUNT_REASON_PROXY_ORIGIN_ANSWERED, SHUNT_DIR_GETSOCKOPT, 0);
 	return 1;
+}
+
+/* Each send of an accelerated socket goes straight into the peer socket's
+ * ingress queue when the peer is in the sockhash too; otherwise it takes
+ * the stack (SK_PASS either way: a missing peer never drops data). The
+ * connection's conntrack entry is kept fresh, as its packets would keep it
+ * on the tc path, so a connection that falls back to it is still known. */
+SEC("sk_msg")
+int shunt_sk_msg(struct sk_msg_md *msg)
+{
+	struct sock_key peer = {
+		.local_ip = msg->remote_ip4, .remote_ip = msg->local_ip4,
+		.local_port = (__u16)(msg->remote_port >> 16), .remote_port = bpf_htons((__u16)msg->local_port),
+	};
+	struct flow f = {
+		.saddr = msg->local_ip4, .daddr = msg->remote_ip4, .sport = peer.remote_port, .dport = peer.local_port,
+		.proto = IPPROTO_TCP, .tcp_flags = SHUNT_TCPF_ACK, .has_ports = 1,
+	};
+	bool closing = false;
+	ct_lookup(&f, bpf_ktime_get_ns(), &closing);
+	if (bpf_msg_redirect_hash(msg, &shunt_sockhash, &peer, BPF_F_INGRESS) == SK_PASS)
+		count(SHUNT_REASON_ACCEL_REDIRECTED, SHUNT_DIR_SOCKMSG, msg->size);
+	else
+		count(SHUNT_REASON_ACCEL_PASSED, SHUNT_DIR_SOCKMSG, msg->size);
+	return SK_PASS;
 }

@@ -177,6 +177,10 @@ enum shunt_reason {
 	SHUNT_REASON_PROXY_ORIGIN_FAILED = 22, /* the original destination of a proxied connection could not be
 						* recorded: the connect fails (ENOBUFS) or the proxy closes it */
 	SHUNT_REASON_PROXY_ORIGIN_ANSWERED = 23, /* getsockopt(SO_ORIGINAL_DST) answered for a proxy */
+	SHUNT_REASON_ACCEL_ADDED = 24,    /* sockops: an established local connection's socket joined the sockhash */
+	SHUNT_REASON_ACCEL_INSERT_FAILED = 25, /* sockops: the sockhash insert failed; the socket keeps the stack */
+	SHUNT_REASON_ACCEL_REDIRECTED = 26, /* sk_msg: a send moved straight to the peer's ingress queue */
+	SHUNT_REASON_ACCEL_PASSED = 27,   /* sk_msg: the peer is not in the sockhash, the send takes the stack */
 	SHUNT_REASON_MAX,
 };
 
@@ -190,6 +194,7 @@ enum shunt_direction {
 	SHUNT_DIR_RECVMSG = 4,
 	SHUNT_DIR_GETPEERNAME = 5,
 	SHUNT_DIR_GETSOCKOPT = 6, /* a proxy's getsockopt(SO_ORIGINAL_DST) */
+	SHUNT_DIR_SOCKMSG = 7,    /* socket acceleration: sockops and sk_msg */
 	SHUNT_DIR_MAX,
 };
 
@@ -414,6 +419,27 @@ struct proxy_origin_key {
 struct identity_endpoint {
 	__u32 ip;    /* network byte order */
 	__u32 flags; /* enum endpoint_flags */
+};
+
+/*
+ * Socket acceleration. sockops puts both ends of an established TCP
+ * connection between local endpoints (pods of this node, the node) into
+ * shunt_sockhash, once tc has admitted the connection (its conntrack entry
+ * exists); sk_msg then moves each send into the peer socket's ingress
+ * queue. Keyed by the socket's own tuple (local end first): pod addresses
+ * are unique on the node, and loopback (the same addresses in every pod)
+ * is left alone.
+ */
+struct sock_key {
+	__u32 local_ip;    /* network byte order */
+	__u32 remote_ip;
+	__u16 local_port;  /* network byte order */
+	__u16 remote_port;
+};
+
+struct accel_config {
+	__u32 enabled; /* 0: no new socket joins the sockhash */
+	__u32 pad;
 };
 
 /* Destroying sockets of backends that went away (bpf/sock_destroy.c). */

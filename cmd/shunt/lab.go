@@ -83,6 +83,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&agentFlags.flowHistory, "flow-history", 0, "flows the agent keeps for `shunt observe` (default 8192)")
 	cmd.Flags().IntVar(&agentFlags.flowBuffer, "flow-buffer-bytes", 0, "size of the flow ring buffer (default 4 MiB)")
 	cmd.Flags().StringVar(&agentFlags.metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9962)")
+	cmd.Flags().BoolVar(&agentFlags.socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg); `shunt accel on|off` switches it at run time")
 	return cmd
 }
 
@@ -91,6 +92,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 type runFlags struct {
 	flowSampling, metricsAddr string
 	flowHistory, flowBuffer   int
+	socketAccel               bool
 }
 
 func (f runFlags) args() []string {
@@ -106,6 +108,9 @@ func (f runFlags) args() []string {
 	}
 	if f.metricsAddr != "" {
 		args = append(args, "--metrics-addr", f.metricsAddr)
+	}
+	if f.socketAccel {
+		args = append(args, "--socket-acceleration")
 	}
 	return args
 }
@@ -398,6 +403,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 				fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)
 			}
 			fmt.Printf("\nL7 proxy:  %s", proxyLine(st.Proxy))
+			fmt.Printf("\nsocket acceleration: %s", accelLine(st.Accel))
 			fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
 			var hooks []string
 			for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {

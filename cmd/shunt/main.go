@@ -85,6 +85,7 @@ func newRootCmd() *cobra.Command {
 		newFlowSamplingCmd(g),
 		newMetricsCmd(g),
 		newProxyCmd(g),
+		newAccelCmd(g),
 		newUninstallCmd(g),
 	)
 	return root

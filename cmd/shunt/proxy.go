@@ -64,3 +64,43 @@ func proxyLine(p *api.ProxyStatus) string {
 	return fmt.Sprintf("%s on %s (pid %d), config %d, %d routes, %d HTTP-policy ports, %d redirected destinations, %d requests, %d connections",
 		health, p.Listen, p.PID, p.Version, p.Routes, p.Policies, p.Redirected, p.Requests, p.Active)
 }
+
+// newAccelCmd shows or switches socket acceleration.
+func newAccelCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "accel [on|off]",
+		Short: "show or switch socket acceleration (sockops + sk_msg) for new local TCP connections",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			var st api.AccelStatus
+			if len(args) == 0 {
+				var s api.Status
+				if err := c.Do("GET", "/v1/status", nil, &s); err != nil {
+					return err
+				}
+				st = s.Accel
+			} else {
+				on := map[string]string{"on": "true", "off": "false"}[args[0]]
+				if on == "" {
+					return usageError{fmt.Errorf("accel %q: want on or off", args[0])}
+				}
+				if err := c.Do("POST", "/v1/accel?on="+on, nil, &st); err != nil {
+					return err
+				}
+			}
+			fmt.Println(accelLine(st))
+			return nil
+		},
+	}
+}
+
+func accelLine(a api.AccelStatus) string {
+	if !a.Enabled {
+		return fmt.Sprintf("off (%d sockets still accelerated)", a.Sockets)
+	}
+	return fmt.Sprintf("on, %d sockets accelerated", a.Sockets)
+}

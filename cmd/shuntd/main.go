@@ -31,6 +31,7 @@ func newRootCmd() *cobra.Command {
 		inst, mode, podCIDR, serviceCIDR, logLevel string
 		flowSampling, metricsAddr                  string
 		flowHistory, flowBuffer                    int
+		socketAccel                                bool
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -49,7 +50,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
-				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr}
+				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel}
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
 			}
@@ -82,6 +83,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().IntVar(&flowHistory, "flow-history", 8192, "flows kept in memory for `shunt observe`")
 	cmd.Flags().IntVar(&flowBuffer, "flow-buffer-bytes", 4<<20, "size of the flow ring buffer (a power of two, at least a page)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")
+	cmd.Flags().BoolVar(&socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg + sockhash)")
 	cmd.AddCommand(newShimCmd())
 	return cmd
 }

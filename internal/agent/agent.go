@@ -48,6 +48,7 @@ type Config struct {
 	FlowBufferBytes int               // size of the flow ring buffer (0: 4 MiB)
 	MetricsAddr     string            // also serve /metrics over TCP here ("": only on the socket)
 	ProxyPort       int               // the node proxy's port on the node address (0: DefaultProxyPort)
+	SocketAccel     bool              // accelerate TCP between local sockets from the start
 }
 
 // Agent is one running shuntd.
@@ -158,6 +159,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.metrics = newMetrics(a)
 	// The cgroup v2 root: pods and the node's own processes reach services.
 	if err := a.dp.AttachSocketLB(root); err != nil {
+		return nil, err
+	}
+	if err := a.dp.AttachSocketAccel(); err != nil {
+		return nil, err
+	}
+	if err := a.dp.SetAccel(cfg.SocketAccel); err != nil {
 		return nil, err
 	}
 	// SO_ORIGINAL_DST is answered only to the node proxy's cgroup.

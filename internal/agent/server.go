@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -50,6 +51,7 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("POST /v1/flows/sampling", a.handleSampling)
 	mux.HandleFunc("GET /v1/maps", a.handleMaps)
 	mux.HandleFunc("POST /v1/proxy/restart", a.handleProxyRestart)
+	mux.HandleFunc("POST /v1/accel", a.handleAccel)
 	mux.HandleFunc("GET /v1/maps/{name}", a.handleMapDump)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	// Go profiles of the agent (root-only socket), e.g.
@@ -131,6 +133,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st.Flows.History, st.Flows.FollowerMissed = a.flows.Len(), a.flows.Dropped()
 	st.Flows.Emitted, st.Flows.Lost, _ = a.dp.FlowStats()
 	st.MetricsAddr, _ = a.metricsAddr.Load().(string)
+	st.Accel.Enabled, st.Accel.Sockets, _ = a.dp.AccelStatus()
 	ps := a.proxyStatus(r.Context())
 	st.Proxy = &ps
 	if !ps.Healthy {
@@ -229,4 +232,25 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 		out = append(out, se)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// handleAccel switches socket acceleration for new connections (?on=true).
+func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
+	on, err := strconv.ParseBool(r.URL.Query().Get("on"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("on=%q: want true or false", r.URL.Query().Get("on")))
+		return
+	}
+	if err := a.dp.SetAccel(on); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	var st api.AccelStatus
+	st.Enabled, st.Sockets, err = a.dp.AccelStatus()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	a.log.Info("socket acceleration", "enabled", on)
+	writeJSON(w, http.StatusOK, st)
 }

@@ -115,6 +115,14 @@ type Status struct {
 	Flows        FlowStatus         `json:"flows"`
 	MetricsAddr  string             `json:"metricsAddr,omitempty"`
 	Proxy        *ProxyStatus       `json:"proxy,omitempty"`
+	Accel        AccelStatus        `json:"socketAcceleration"`
+}
+
+// AccelStatus says whether socket acceleration is on and how many sockets
+// it holds.
+type AccelStatus struct {
+	Enabled bool `json:"enabled"`
+	Sockets int  `json:"sockets"`
 }
 
 // ProxyStatus is the node L7 proxy as the agent sees it.

@@ -113,6 +113,10 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
+	if err := probeAccel(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
 	sockSpec, err := loadSocklb()
 	if err != nil {
 		d.objs.Close()
@@ -316,7 +320,8 @@ func (d *Datapath) Hooks() (map[string]int, error) {
 
 // Features are the kernel features this datapath uses, for status.
 func (d *Datapath) Features() []string {
-	f := []string{"cgroup sock_addr hooks (connect/sendmsg/recvmsg/getpeername)", "sk_storage", "LPM tries", "LRU hash (conntrack)", "ring buffer (flows)"}
+	f := []string{"cgroup sock_addr hooks (connect/sendmsg/recvmsg/getpeername)", "sk_storage", "LPM tries", "LRU hash (conntrack)", "ring buffer (flows)",
+		"sockops + sk_msg + sockhash"}
 	if d.cfg.Mode.UsesBPF() {
 		f = append([]string{"tcx links (6.6+)"}, f...)
 		if d.cfg.Mode == ModeRedirectPeer {

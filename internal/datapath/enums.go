@@ -46,6 +46,10 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_PROXY_ADMITTED:         "proxy-admitted",
 	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED:    "proxy-origin-failed",
 	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_ANSWERED:  "proxy-origin-answered",
+	podtcShuntReasonSHUNT_REASON_ACCEL_ADDED:            "accel-added",
+	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED:    "accel-insert-failed",
+	podtcShuntReasonSHUNT_REASON_ACCEL_REDIRECTED:       "accel-redirected",
+	podtcShuntReasonSHUNT_REASON_ACCEL_PASSED:           "accel-passed",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on
@@ -58,6 +62,7 @@ var directionNames = [...]string{
 	podtcShuntDirectionSHUNT_DIR_RECVMSG:     "recvmsg",
 	podtcShuntDirectionSHUNT_DIR_GETPEERNAME: "getpeername",
 	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT:  "getsockopt",
+	podtcShuntDirectionSHUNT_DIR_SOCKMSG:     "sockmsg",
 }
 
 // Flow event fields (enum flow_verdict, flow_event_type, flow_point).
@@ -141,6 +146,7 @@ var insertFailures = [...]podtcShuntReason{
 	podtcShuntReasonSHUNT_REASON_CT_FULL, podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED,
 	podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED,
 	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED, podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED,
+	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED,
 }
 
 // InsertFailed says whether a reason is a map insert that failed: worth

@@ -256,6 +256,22 @@ var mapTable = []mapDesc{
 		refuse: policyStays,
 	},
 	{
+		name:         "shunt_sockhash",
+		about:        "socket acceleration: established local sockets by tuple (local end first); sk_msg sends to the peer's ingress",
+		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockhash },
+		dump:         func(d *Datapath) ([]Row, error) { return d.accelRows() },
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED],
+	},
+	{
+		name:  "shunt_accel_config",
+		about: "socket acceleration switch (new connections join the sockhash only when on)",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAccelConfig },
+		dump: func(d *Datapath) ([]Row, error) {
+			on, n, err := d.AccelStatus()
+			return []Row{{"enabled": on, "sockets": n}}, err
+		},
+	},
+	{
 		name:  "shunt_metrics",
 		about: "outcome counters by (reason, direction) of every program, per CPU",
 		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntMetrics },

@@ -206,7 +206,8 @@ const (
 	podtcShuntDirectionSHUNT_DIR_RECVMSG     podtcShuntDirection = 4
 	podtcShuntDirectionSHUNT_DIR_GETPEERNAME podtcShuntDirection = 5
 	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT  podtcShuntDirection = 6
-	podtcShuntDirectionSHUNT_DIR_MAX         podtcShuntDirection = 7
+	podtcShuntDirectionSHUNT_DIR_SOCKMSG     podtcShuntDirection = 7
+	podtcShuntDirectionSHUNT_DIR_MAX         podtcShuntDirection = 8
 )
 
 type podtcShuntFwdMode uint32
@@ -260,7 +261,11 @@ const (
 	podtcShuntReasonSHUNT_REASON_PROXY_ADMITTED         podtcShuntReason = 21
 	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED    podtcShuntReason = 22
 	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_ANSWERED  podtcShuntReason = 23
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 24
+	podtcShuntReasonSHUNT_REASON_ACCEL_ADDED            podtcShuntReason = 24
+	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED    podtcShuntReason = 25
+	podtcShuntReasonSHUNT_REASON_ACCEL_REDIRECTED       podtcShuntReason = 26
+	podtcShuntReasonSHUNT_REASON_ACCEL_PASSED           podtcShuntReason = 27
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 28
 )
 
 type podtcTcNatKey struct {

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type socklbAccelConfig struct {
+	_       structs.HostLayout
+	Enabled uint32
+	Pad     uint32
+}
+
 type socklbAffinityKey struct {
 	_            structs.HostLayout
 	ClientCookie uint64
@@ -108,23 +114,38 @@ type socklbShuntConfig struct {
 	Pad            uint32
 }
 
+type socklbSockKey struct {
+	_          structs.HostLayout
+	LocalIp    uint32
+	RemoteIp   uint32
+	LocalPort  uint16
+	RemotePort uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	socklbMapShuntAccelConfig       = "shunt_accel_config"
 	socklbMapShuntAffinity          = "shunt_affinity"
 	socklbMapShuntBackends          = "shunt_backends"
+	socklbMapShuntCidrIdentities    = "shunt_cidr_identities"
+	socklbMapShuntCt                = "shunt_ct"
+	socklbMapShuntEndpoints         = "shunt_endpoints"
 	socklbMapShuntFlowConfig        = "shunt_flow_config"
 	socklbMapShuntFlowStats         = "shunt_flow_stats"
 	socklbMapShuntFlows             = "shunt_flows"
 	socklbMapShuntIdentityEndpoints = "shunt_identity_endpoints"
+	socklbMapShuntIpcache           = "shunt_ipcache"
 	socklbMapShuntL7Redirect        = "shunt_l7_redirect"
 	socklbMapShuntMetrics           = "shunt_metrics"
+	socklbMapShuntPolicy            = "shunt_policy"
 	socklbMapShuntProxyOrigins      = "shunt_proxy_origins"
 	socklbMapShuntRevnat            = "shunt_revnat"
 	socklbMapShuntServices          = "shunt_services"
 	socklbMapShuntSockProxied       = "shunt_sock_proxied"
 	socklbMapShuntSockSvc           = "shunt_sock_svc"
+	socklbMapShuntSockhash          = "shunt_sockhash"
 	socklbProgShuntConnect4         = "shunt_connect4"
 	socklbProgShuntConnect6         = "shunt_connect6"
 	socklbProgShuntGetpeername4     = "shunt_getpeername4"
@@ -134,8 +155,10 @@ const (
 	socklbProgShuntRecvmsg6         = "shunt_recvmsg6"
 	socklbProgShuntSendmsg4         = "shunt_sendmsg4"
 	socklbProgShuntSendmsg6         = "shunt_sendmsg6"
+	socklbProgShuntSkMsg            = "shunt_sk_msg"
 	socklbProgShuntSockops          = "shunt_sockops"
 	socklbVarCONFIG                 = "CONFIG"
+	socklbVarBtfSockKey             = "_btf_sock_key"
 )
 
 // loadSocklb returns the embedded CollectionSpec for socklb.
@@ -189,6 +212,7 @@ type socklbProgramSpecs struct {
 	ShuntRecvmsg6     *ebpf.ProgramSpec `ebpf:"shunt_recvmsg6"`
 	ShuntSendmsg4     *ebpf.ProgramSpec `ebpf:"shunt_sendmsg4"`
 	ShuntSendmsg6     *ebpf.ProgramSpec `ebpf:"shunt_sendmsg6"`
+	ShuntSkMsg        *ebpf.ProgramSpec `ebpf:"shunt_sk_msg"`
 	ShuntSockops      *ebpf.ProgramSpec `ebpf:"shunt_sockops"`
 }
 
@@ -196,26 +220,34 @@ type socklbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
+	ShuntAccelConfig       *ebpf.MapSpec `ebpf:"shunt_accel_config"`
 	ShuntAffinity          *ebpf.MapSpec `ebpf:"shunt_affinity"`
 	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
 	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
 	ShuntServices          *ebpf.MapSpec `ebpf:"shunt_services"`
 	ShuntSockProxied       *ebpf.MapSpec `ebpf:"shunt_sock_proxied"`
 	ShuntSockSvc           *ebpf.MapSpec `ebpf:"shunt_sock_svc"`
+	ShuntSockhash          *ebpf.MapSpec `ebpf:"shunt_sockhash"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbVariableSpecs struct {
-	CONFIG *ebpf.VariableSpec `ebpf:"CONFIG"`
+	CONFIG     *ebpf.VariableSpec `ebpf:"CONFIG"`
+	BtfSockKey *ebpf.VariableSpec `ebpf:"_btf_sock_key"`
 }
 
 // socklbObjects contains all objects after they have been loaded into the kernel.
@@ -238,36 +270,50 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
+	ShuntAccelConfig       *ebpf.Map `ebpf:"shunt_accel_config"`
 	ShuntAffinity          *ebpf.Map `ebpf:"shunt_affinity"`
 	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
 	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
 	ShuntServices          *ebpf.Map `ebpf:"shunt_services"`
 	ShuntSockProxied       *ebpf.Map `ebpf:"shunt_sock_proxied"`
 	ShuntSockSvc           *ebpf.Map `ebpf:"shunt_sock_svc"`
+	ShuntSockhash          *ebpf.Map `ebpf:"shunt_sockhash"`
 }
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
+		m.ShuntAccelConfig,
 		m.ShuntAffinity,
 		m.ShuntBackends,
+		m.ShuntCidrIdentities,
+		m.ShuntCt,
+		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,
 		m.ShuntFlows,
 		m.ShuntIdentityEndpoints,
+		m.ShuntIpcache,
 		m.ShuntL7Redirect,
 		m.ShuntMetrics,
+		m.ShuntPolicy,
 		m.ShuntProxyOrigins,
 		m.ShuntRevnat,
 		m.ShuntServices,
 		m.ShuntSockProxied,
 		m.ShuntSockSvc,
+		m.ShuntSockhash,
 	)
 }
 
@@ -275,7 +321,8 @@ func (m *socklbMaps) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbVariables struct {
-	CONFIG *ebpf.Variable `ebpf:"CONFIG"`
+	CONFIG     *ebpf.Variable `ebpf:"CONFIG"`
+	BtfSockKey *ebpf.Variable `ebpf:"_btf_sock_key"`
 }
 
 // socklbPrograms contains all programs after they have been loaded into the kernel.
@@ -291,6 +338,7 @@ type socklbPrograms struct {
 	ShuntRecvmsg6     *ebpf.Program `ebpf:"shunt_recvmsg6"`
 	ShuntSendmsg4     *ebpf.Program `ebpf:"shunt_sendmsg4"`
 	ShuntSendmsg6     *ebpf.Program `ebpf:"shunt_sendmsg6"`
+	ShuntSkMsg        *ebpf.Program `ebpf:"shunt_sk_msg"`
 	ShuntSockops      *ebpf.Program `ebpf:"shunt_sockops"`
 }
 
@@ -305,6 +353,7 @@ func (p *socklbPrograms) Close() error {
 		p.ShuntRecvmsg6,
 		p.ShuntSendmsg4,
 		p.ShuntSendmsg6,
+		p.ShuntSkMsg,
 		p.ShuntSockops,
 	)
 }

@@ -1,0 +1,89 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+)
+
+// Socket acceleration (bpf/sock_lb.c: sockops + sk_msg + shunt_sockhash):
+// sends between two local sockets skip the TCP/IP stack. The sockops
+// program is attached with the socket hooks; the sk_msg program is attached
+// to the sockhash with a pinned link, so it outlives the agent with the map.
+
+// probeAccel says clearly when the kernel lacks what acceleration needs.
+func probeAccel() error {
+	if err := features.HaveMapType(ebpf.SockHash); err != nil {
+		return fmt.Errorf("socket acceleration needs BPF_MAP_TYPE_SOCKHASH (Linux 4.18+): %w", err)
+	}
+	if err := features.HaveProgramType(ebpf.SkMsg); err != nil {
+		return fmt.Errorf("socket acceleration needs sk_msg programs (Linux 4.17+): %w", err)
+	}
+	return nil
+}
+
+// AttachSocketAccel attaches the sk_msg program to the sockhash (a
+// sockmap link, Linux 6.10+), adopting the link an earlier agent pinned.
+func (d *Datapath) AttachSocketAccel() error {
+	always := func(link.Link) bool { return true }
+	attach := func() (link.Link, error) {
+		l, err := link.AttachRawLink(link.RawLinkOptions{
+			Target: d.sock.ShuntSockhash.FD(), Program: d.sock.ShuntSkMsg, Attach: ebpf.AttachSkMsgVerdict,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("attaching sk_msg to shunt_sockhash (sockmap links need Linux 6.10+): %w", err)
+		}
+		return l, nil
+	}
+	return attachPinned(filepath.Join(d.cfg.PinDir, "links", "sockhash-sk_msg"), d.sock.ShuntSkMsg, always, attach)
+}
+
+// SetAccel turns acceleration on or off for connections established from
+// now on. Sockets already accelerated stay so until they close: taking a
+// socket out of a sockhash mid-stream has hit kernel bugs (wrong
+// copied_seq, FIONREAD 0), and such a connection keeps exactly the policy
+// outcome it had.
+func (d *Datapath) SetAccel(on bool) error {
+	v := socklbAccelConfig{}
+	if on {
+		v.Enabled = 1
+	}
+	if err := d.sock.ShuntAccelConfig.Put(uint32(0), v); err != nil {
+		return fmt.Errorf("writing shunt_accel_config: %w", err)
+	}
+	return nil
+}
+
+// AccelStatus says whether acceleration is on and how many sockets the
+// sockhash holds.
+func (d *Datapath) AccelStatus() (on bool, sockets int, err error) {
+	var v socklbAccelConfig
+	if err := d.sock.ShuntAccelConfig.Lookup(uint32(0), &v); err != nil {
+		return false, 0, fmt.Errorf("reading shunt_accel_config: %w", err)
+	}
+	n, err := countKeys(d.sock.ShuntSockhash)
+	return v.Enabled != 0, n, err
+}
+
+// accelRows decodes the sockhash: each accelerated socket by its tuple
+// (local end first).
+func (d *Datapath) accelRows() ([]Row, error) {
+	var rows []Row
+	var k socklbSockKey
+	it := d.sock.ShuntSockhash.Iterate()
+	var cookie uint64
+	for it.Next(&k, &cookie) {
+		rows = append(rows, Row{
+			"local":  fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
+			"remote": fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)),
+		})
+	}
+	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return rows, fmt.Errorf("reading shunt_sockhash: %w", err)
+	}
+	return rows, nil
+}
