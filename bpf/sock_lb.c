@@ -406,6 +406,18 @@ static __always_inline void accelerate(struct bpf_sock_ops *ctx)
 		return;
 	}
 	count(SHUNT_REASON_ACCEL_ADDED, SHUNT_DIR_SOCKMSG, 0);
+	/* One flow event per connection, from its active end: the connection
+	 * is accelerated from here on (its sends no longer pass tc). No
+	 * cgroup: this runs in softirq, for whatever task is current; the
+	 * addresses name the pods. */
+	if (ctx->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && flow_wanted(flow_mode(), FLOW_EV_SOCK)) {
+		struct flow_event e = {
+			.saddr = local, .daddr = remote, .sport = f.sport,
+			.dport = f.dport, .proto = IPPROTO_TCP, .verdict = FLOW_FORWARDED, .reason = SHUNT_REASON_ACCEL_ADDED,
+			.point = FLOW_POINT_SOCK, .event = FLOW_EV_SOCK,
+		};
+		flow_emit(&e);
+	}
 }
 
 SEC("sockops")

@@ -127,8 +127,10 @@ func (n *Names) Enrich(e datapath.FlowEvent) flows.Flow {
 	}
 	fl.Source = side(e.Src, e.SrcPort, e.SrcIdentity)
 	fl.Destination = side(e.Dst, e.DstPort, e.DstIdentity)
-	if e.Point == "socket" {
-		// No packet yet: the caller is known by its cgroup.
+	if e.Point == "socket" && e.CgroupID != 0 {
+		// No packet yet: the caller is known by its cgroup (events that
+		// run for no task, as sockops in softirq, name none: their
+		// addresses name the pods).
 		if pod, ok := n.Cgroups[e.CgroupID]; ok {
 			fl.Source.Pod = pod
 			fl.Source.Namespace, _, _ = strings.Cut(pod, "/")

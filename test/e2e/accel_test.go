@@ -62,6 +62,13 @@ func TestSocketAccelerationKeepsPolicy(t *testing.T) {
 	if moved := after.counter("accel-redirected", "sockmsg") - before.counter("accel-redirected", "sockmsg"); moved < 80 {
 		t.Errorf("accel-redirected went up by %d, want >= 80 (40 requests and 40 replies)", moved)
 	}
+	found := false
+	for _, f := range l.observe("--last", "200") {
+		found = found || (f.Reason == "accel-added" && f.Source.Pod == "default/client" && f.Destination.Pod == "default/server")
+	}
+	if !found {
+		t.Error("no flow saying the connection was accelerated (reason accel-added)")
+	}
 	l.probe("client", "timeout", "--tcp", server+":7000")
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(l.mustShunt("accel"), "on, 0 sockets") {
