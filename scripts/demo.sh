@@ -79,6 +79,16 @@ shunt lab exec monitoring -- shunt lab http-get "http://$backend:8080/admin" | h
 echo "the 403 as a flow, with the rule that decided:"
 shunt observe --protocol http --http-status 403 --last 1
 
+step "socket acceleration: local TCP skips the stack (sockops + sk_msg), once tc admitted the connection"
+shunt accel on
+shunt lab exec -n shop frontend -- shunt lab probe --tcp "$v2:9000" --hold 2s >/dev/null &
+sleep 1
+shunt accel
+shunt map dump shunt_sockhash
+wait
+shunt observe --last 50 -o json | jq -c 'select(.reason == "accel-added") | {source: .source.pod, destination: .destination.pod, reason}' | tail -n 1
+shunt accel off
+
 step "flows: what the datapath reported (connection starts and ends, translations, drops with their reason)"
 shunt observe --last 12 -o table
 echo
