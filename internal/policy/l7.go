@@ -124,15 +124,7 @@ func (c *computation) finishL7() {
 
 // CIDRIdentityOf is the identity of the longest policy prefix holding addr,
 // 0 when none does: what the tc programs' CIDR lookup answers.
-func (r *Result) CIDRIdentityOf(addr netip.Addr) uint32 {
-	var best CIDRIdentity
-	for _, ci := range r.CIDRs {
-		if ci.Prefix.Contains(addr) && (best.ID == 0 || ci.Prefix.Bits() > best.Prefix.Bits()) {
-			best = ci
-		}
-	}
-	return best.ID
-}
+func (r *Result) CIDRIdentityOf(addr netip.Addr) uint32 { return r.cidrIdentityOf(addr) }
 
 // action is the manifest's word for a verdict.
 func (v Verdict) action() string {
