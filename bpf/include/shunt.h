@@ -49,6 +49,8 @@ struct endpoint_info {
 	__u8 pod_mac[6];   /* MAC of the pod's eth0 */
 	__u8 node_mac[6];  /* MAC of the host-side veth (the pod's gateway) */
 	__u32 identity;    /* the pod's security identity */
+	__u32 pad;
+	__u64 netns_cookie; /* the pod's network namespace: socket acceleration keys its sockets by it */
 };
 
 /*
@@ -181,6 +183,8 @@ enum shunt_reason {
 	SHUNT_REASON_ACCEL_INSERT_FAILED = 25, /* sockops: the sockhash insert failed; the socket keeps the stack */
 	SHUNT_REASON_ACCEL_REDIRECTED = 26, /* sk_msg: a send moved straight to the peer's ingress queue */
 	SHUNT_REASON_ACCEL_PASSED = 27,   /* sk_msg: the peer is not in the sockhash, the send takes the stack */
+	SHUNT_REASON_ACCEL_ENDED = 28,    /* sockops: an accelerated socket closed (left the sockhash) */
+	SHUNT_REASON_ACCEL_FOREIGN_NETNS = 29, /* sockops: a socket uses a pod's address outside the pod's namespace: not accelerated */
 	SHUNT_REASON_MAX,
 };
 
@@ -360,7 +364,8 @@ struct flow_event {
 	__u32 src_identity;
 	__u32 dst_identity;
 	__u32 rule_id;      /* the policy rule that decided, 0 if none */
-	__u32 len;          /* packet length */
+	__u32 len;          /* packet length; an accelerated socket's end: its sends through the redirect */
+	__u64 bytes;        /* an accelerated socket's end: bytes it sent through the redirect */
 };
 
 struct flow_stats {
@@ -423,23 +428,44 @@ struct identity_endpoint {
 
 /*
  * Socket acceleration. sockops puts both ends of an established TCP
- * connection between local endpoints (pods of this node, the node) into
- * shunt_sockhash, once tc has admitted the connection (its conntrack entry
- * exists); sk_msg then moves each send into the peer socket's ingress
- * queue. Keyed by the socket's own tuple (local end first): pod addresses
- * are unique on the node, and loopback (the same addresses in every pod)
- * is left alone.
+ * connection between local endpoints (pods of this node, the node proxy,
+ * optionally the node's own processes) into shunt_sockhash, once tc has
+ * admitted the connection (its conntrack entry exists); sk_msg then moves
+ * each send into the peer socket's ingress queue. A socket is keyed by its
+ * own tuple (local end first) and its network namespace's cookie: every pod
+ * has the same loopback addresses, so a tuple alone would splice one pod's
+ * loopback connection into another's.
  */
 struct sock_key {
-	__u32 local_ip;    /* network byte order */
+	__u64 netns_cookie; /* the socket's network namespace (bpf_get_netns_cookie) */
+	__u32 local_ip;     /* network byte order */
 	__u32 remote_ip;
-	__u16 local_port;  /* network byte order */
+	__u16 local_port;   /* network byte order */
 	__u16 remote_port;
+	__u32 pad;
+};
+
+enum accel_sock_flags {
+	ACCEL_SOCK_F_LOOPBACK = 1, /* inside one namespace: no conntrack entry to keep fresh */
+	ACCEL_SOCK_F_ACTIVE = 2,   /* the connecting end */
+};
+
+/* Socket storage of an accelerated socket: the key of its peer, found once
+ * at sockops, and what its sends moved through the redirect, reported when
+ * it closes. */
+struct accel_sock {
+	struct sock_key peer;
+	__u64 started_ns; /* bpf_ktime_get_ns when it joined the sockhash */
+	__u64 bytes;      /* sent through the redirect */
+	__u64 msgs;       /* sends (sk_msg calls) through the redirect */
+	__u32 flags;      /* enum accel_sock_flags */
+	__u32 pad;
 };
 
 struct accel_config {
-	__u32 enabled; /* 0: no new socket joins the sockhash */
-	__u32 pad;
+	__u32 enabled;        /* 0: no new socket joins the sockhash */
+	__u32 node_processes; /* 1: the node's own processes too (host namespace), not only pods and the node proxy */
+	__u64 host_netns_cookie; /* the node's network namespace */
 };
 
 /* Destroying sockets of backends that went away (bpf/sock_destroy.c). */

@@ -84,6 +84,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&agentFlags.flowBuffer, "flow-buffer-bytes", 0, "size of the flow ring buffer (default 4 MiB)")
 	cmd.Flags().StringVar(&agentFlags.metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9962)")
 	cmd.Flags().BoolVar(&agentFlags.socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg); `shunt accel on|off` switches it at run time")
+	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	return cmd
 }
 
@@ -93,6 +94,7 @@ type runFlags struct {
 	flowSampling, metricsAddr string
 	flowHistory, flowBuffer   int
 	socketAccel               bool
+	accelNode                 bool
 }
 
 func (f runFlags) args() []string {
@@ -111,6 +113,9 @@ func (f runFlags) args() []string {
 	}
 	if f.socketAccel {
 		args = append(args, "--socket-acceleration")
+	}
+	if f.accelNode {
+		args = append(args, "--accelerate-node-processes")
 	}
 	return args
 }

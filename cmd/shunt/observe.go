@@ -160,6 +160,12 @@ func summary(fl flows.Flow) string {
 	case "end":
 		parts = append(parts, "connection end")
 	}
+	switch fl.Reason {
+	case "accel-added":
+		parts = append(parts, "accelerated (sockmap)")
+	case "accel-ended":
+		parts = append(parts, fmt.Sprintf("accelerated socket closed, sent %d bytes in %d messages", fl.Bytes, fl.Messages))
+	}
 	if fl.TCPFlags != "" {
 		parts = append(parts, fl.TCPFlags)
 	}

@@ -67,7 +67,8 @@ func proxyLine(p *api.ProxyStatus) string {
 
 // newAccelCmd shows or switches socket acceleration.
 func newAccelCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var nodeProcesses bool
+	cmd := &cobra.Command{
 		Use:   "accel [on|off]",
 		Short: "show or switch socket acceleration (sockops + sk_msg) for new local TCP connections",
 		Args:  cobra.MaximumNArgs(1),
@@ -88,7 +89,8 @@ func newAccelCmd(g *globals) *cobra.Command {
 				if on == "" {
 					return usageError{fmt.Errorf("accel %q: want on or off", args[0])}
 				}
-				if err := c.Do("POST", "/v1/accel?on="+on, nil, &st); err != nil {
+				q := fmt.Sprintf("/v1/accel?on=%s&nodeProcesses=%t", on, nodeProcesses)
+				if err := c.Do("POST", q, nil, &st); err != nil {
 					return err
 				}
 			}
@@ -96,11 +98,17 @@ func newAccelCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&nodeProcesses, "node-processes", false, "with on: also the node's own processes (host network namespace), not only pods and the node proxy")
+	return cmd
 }
 
 func accelLine(a api.AccelStatus) string {
 	if !a.Enabled {
 		return fmt.Sprintf("off (%d sockets still accelerated)", a.Sockets)
 	}
-	return fmt.Sprintf("on, %d sockets accelerated", a.Sockets)
+	who := "pods and the node proxy"
+	if a.NodeProcesses {
+		who = "pods, the node proxy and node processes"
+	}
+	return fmt.Sprintf("on for %s, %d sockets accelerated", who, a.Sockets)
 }

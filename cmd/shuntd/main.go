@@ -31,7 +31,7 @@ func newRootCmd() *cobra.Command {
 		inst, mode, podCIDR, serviceCIDR, logLevel string
 		flowSampling, metricsAddr                  string
 		flowHistory, flowBuffer                    int
-		socketAccel                                bool
+		socketAccel, accelNode                     bool
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -50,7 +50,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
-				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel}
+				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode}
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
 			}
@@ -84,6 +84,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().IntVar(&flowBuffer, "flow-buffer-bytes", 4<<20, "size of the flow ring buffer (a power of two, at least a page)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")
 	cmd.Flags().BoolVar(&socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg + sockhash)")
+	cmd.Flags().BoolVar(&accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.AddCommand(newShimCmd())
 	return cmd
 }

@@ -49,6 +49,7 @@ type Config struct {
 	MetricsAddr     string            // also serve /metrics over TCP here ("": only on the socket)
 	ProxyPort       int               // the node proxy's port on the node address (0: DefaultProxyPort)
 	SocketAccel     bool              // accelerate TCP between local sockets from the start
+	AccelNode       bool              // with SocketAccel: the node's own processes too
 }
 
 // Agent is one running shuntd.
@@ -164,7 +165,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := a.dp.AttachSocketAccel(); err != nil {
 		return nil, err
 	}
-	if err := a.dp.SetAccel(cfg.SocketAccel); err != nil {
+	if err := a.dp.SetAccel(datapath.AccelConfig{On: cfg.SocketAccel, NodeProcesses: cfg.AccelNode}); err != nil {
 		return nil, err
 	}
 	// SO_ORIGINAL_DST is answered only to the node proxy's cgroup.

@@ -133,7 +133,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st.Flows.History, st.Flows.FollowerMissed = a.flows.Len(), a.flows.Dropped()
 	st.Flows.Emitted, st.Flows.Lost, _ = a.dp.FlowStats()
 	st.MetricsAddr, _ = a.metricsAddr.Load().(string)
-	st.Accel.Enabled, st.Accel.Sockets, _ = a.dp.AccelStatus()
+	st.Accel, _ = a.accelStatus()
 	ps := a.proxyStatus(r.Context())
 	st.Proxy = &ps
 	if !ps.Healthy {
@@ -234,23 +234,39 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleAccel switches socket acceleration for new connections (?on=true).
+// handleAccel switches socket acceleration for new connections
+// (?on=true[&nodeProcesses=true]).
 func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
-	on, err := strconv.ParseBool(r.URL.Query().Get("on"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("on=%q: want true or false", r.URL.Query().Get("on")))
-		return
+	var c datapath.AccelConfig
+	for _, p := range []struct {
+		name string
+		to   *bool
+	}{{"on", &c.On}, {"nodeProcesses", &c.NodeProcesses}} {
+		v := r.URL.Query().Get(p.name)
+		if v == "" && p.name != "on" {
+			continue
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("%s=%q: want true or false", p.name, v))
+			return
+		}
+		*p.to = b
 	}
-	if err := a.dp.SetAccel(on); err != nil {
+	if err := a.dp.SetAccel(c); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	var st api.AccelStatus
-	st.Enabled, st.Sockets, err = a.dp.AccelStatus()
+	st, err := a.accelStatus()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	a.log.Info("socket acceleration", "enabled", on)
+	a.log.Info("socket acceleration", "enabled", c.On, "nodeProcesses", c.NodeProcesses)
 	writeJSON(w, http.StatusOK, st)
+}
+
+func (a *Agent) accelStatus() (api.AccelStatus, error) {
+	c, n, err := a.dp.AccelStatus()
+	return api.AccelStatus{Enabled: c.On, NodeProcesses: c.NodeProcesses, Sockets: n}, err
 }

@@ -122,7 +122,10 @@ type Status struct {
 // it holds.
 type AccelStatus struct {
 	Enabled bool `json:"enabled"`
-	Sockets int  `json:"sockets"`
+	// NodeProcesses: the node's own processes take part, not only pods
+	// and the node proxy.
+	NodeProcesses bool `json:"nodeProcesses"`
+	Sockets       int  `json:"sockets"`
 }
 
 // ProxyStatus is the node L7 proxy as the agent sees it.

@@ -42,15 +42,30 @@ func (d *Datapath) AttachSocketAccel() error {
 	return attachPinned(filepath.Join(d.cfg.PinDir, "links", "sockhash-sk_msg"), d.sock.ShuntSkMsg, always, attach)
 }
 
+// AccelConfig is the run-time switch of socket acceleration.
+type AccelConfig struct {
+	On bool
+	// NodeProcesses includes the sockets of the node's own processes (the
+	// host network namespace) besides pods' and the node proxy's.
+	NodeProcesses bool
+}
+
 // SetAccel turns acceleration on or off for connections established from
 // now on. Sockets already accelerated stay so until they close: taking a
 // socket out of a sockhash mid-stream has hit kernel bugs (wrong
 // copied_seq, FIONREAD 0), and such a connection keeps exactly the policy
 // outcome it had.
-func (d *Datapath) SetAccel(on bool) error {
-	v := socklbAccelConfig{}
-	if on {
+func (d *Datapath) SetAccel(c AccelConfig) error {
+	host, err := currentNetnsCookie() // the agent runs in the node's namespace
+	if err != nil {
+		return err
+	}
+	v := socklbAccelConfig{HostNetnsCookie: host}
+	if c.On {
 		v.Enabled = 1
+	}
+	if c.NodeProcesses {
+		v.NodeProcesses = 1
 	}
 	if err := d.sock.ShuntAccelConfig.Put(uint32(0), v); err != nil {
 		return fmt.Errorf("writing shunt_accel_config: %w", err)
@@ -58,29 +73,44 @@ func (d *Datapath) SetAccel(on bool) error {
 	return nil
 }
 
-// AccelStatus says whether acceleration is on and how many sockets the
+// AccelStatus says how acceleration is set and how many sockets the
 // sockhash holds.
-func (d *Datapath) AccelStatus() (on bool, sockets int, err error) {
+func (d *Datapath) AccelStatus() (c AccelConfig, sockets int, err error) {
 	var v socklbAccelConfig
 	if err := d.sock.ShuntAccelConfig.Lookup(uint32(0), &v); err != nil {
-		return false, 0, fmt.Errorf("reading shunt_accel_config: %w", err)
+		return c, 0, fmt.Errorf("reading shunt_accel_config: %w", err)
 	}
+	c = AccelConfig{On: v.Enabled != 0, NodeProcesses: v.NodeProcesses != 0}
 	n, err := countKeys(d.sock.ShuntSockhash)
-	return v.Enabled != 0, n, err
+	return c, n, err
 }
 
 // accelRows decodes the sockhash: each accelerated socket by its tuple
-// (local end first).
+// (local end first) and the namespace it lives in, named by the pod whose
+// namespace it is ("node" for the node's).
 func (d *Datapath) accelRows() ([]Row, error) {
+	var cfg socklbAccelConfig
+	if err := d.sock.ShuntAccelConfig.Lookup(uint32(0), &cfg); err != nil {
+		return nil, fmt.Errorf("reading shunt_accel_config: %w", err)
+	}
 	var rows []Row
 	var k socklbSockKey
 	it := d.sock.ShuntSockhash.Iterate()
 	var cookie uint64
 	for it.Next(&k, &cookie) {
-		rows = append(rows, Row{
-			"local":  fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
-			"remote": fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)),
-		})
+		row := Row{
+			"local":       fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
+			"remote":      fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)),
+			"netnsCookie": k.NetnsCookie,
+		}
+		var pod uint32
+		switch {
+		case k.NetnsCookie == cfg.HostNetnsCookie:
+			row["netns"] = "node"
+		case d.sock.ShuntNetnsPods.Lookup(k.NetnsCookie, &pod) == nil:
+			row["netns"] = fromBe32(pod).String()
+		}
+		rows = append(rows, row)
 	}
 	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
 		return rows, fmt.Errorf("reading shunt_sockhash: %w", err)

@@ -50,6 +50,8 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED:    "accel-insert-failed",
 	podtcShuntReasonSHUNT_REASON_ACCEL_REDIRECTED:       "accel-redirected",
 	podtcShuntReasonSHUNT_REASON_ACCEL_PASSED:           "accel-passed",
+	podtcShuntReasonSHUNT_REASON_ACCEL_ENDED:            "accel-ended",
+	podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS:    "accel-foreign-netns",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on

@@ -34,6 +34,7 @@ var notPrinted = map[string]string{
 	"shunt_fwd_mode":       "chosen from Mode (ModeRedirectPeer, ModeRedirect), which has its own names",
 	"service_flags":        "bits the agent sets in shunt_services; dumps show the affinity timeout instead",
 	"shunt_metrics_layout": "the size of shunt_metrics, no names",
+	"accel_sock_flags":     "bits of socket storage, which user space cannot list",
 }
 
 func table(names []string) func([]uint64) map[uint64]string {

@@ -64,6 +64,9 @@ type FlowEvent struct {
 	DstIdentity uint32
 	RuleID      uint32
 	Length      uint32
+	// An accelerated socket's end (reason accel-ended): what it sent
+	// through the redirect, which no packet event saw.
+	Bytes, Messages uint64
 }
 
 func decodeFlow(raw []byte, boot time.Time) (FlowEvent, error) {
@@ -80,6 +83,9 @@ func decodeFlow(raw []byte, boot time.Time) (FlowEvent, error) {
 	}
 	if e.OrigDaddr != 0 {
 		f.OrigDst, f.OrigDstPort = fromBe32(e.OrigDaddr), fromBe16(e.OrigDport)
+	}
+	if e.Reason == uint8(podtcShuntReasonSHUNT_REASON_ACCEL_ENDED) {
+		f.Bytes, f.Messages, f.Length = e.Bytes, uint64(e.Len), 0 // len holds the sends there
 	}
 	return f, nil
 }

@@ -257,18 +257,45 @@ var mapTable = []mapDesc{
 	},
 	{
 		name:         "shunt_sockhash",
-		about:        "socket acceleration: established local sockets by tuple (local end first); sk_msg sends to the peer's ingress",
+		about:        "socket acceleration: established local sockets by (network namespace, tuple local end first); sk_msg sends to the peer's ingress",
 		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockhash },
 		dump:         func(d *Datapath) ([]Row, error) { return d.accelRows() },
 		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED],
+	},
+	{
+		name:  "shunt_accel_connecting",
+		about: "socket acceleration: connecting ends just accelerated, until their accepting end follows (LRU)",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAccelConnecting },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.sock.ShuntAccelConnecting, func(k socklbSockKey, _ uint8) Row {
+				return Row{"local": fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
+					"remote": fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)), "netnsCookie": k.NetnsCookie}
+			})
+		},
+	},
+	{
+		name:  "shunt_accel_socks",
+		about: "socket storage of accelerated sockets: the peer's key, bytes and sends through the redirect (reported in flows when they close)",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAccelSocks },
+	},
+	{
+		name:  "shunt_netns_pods",
+		about: "network namespace cookie -> local pod address (loopback is accelerated only inside pods)",
+		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntNetnsPods },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.sock.ShuntNetnsPods, func(k uint64, v uint32) Row {
+				return Row{"netnsCookie": k, "ip": fromBe32(v).String()}
+			})
+		},
+		refuse: policyStays,
 	},
 	{
 		name:  "shunt_accel_config",
 		about: "socket acceleration switch (new connections join the sockhash only when on)",
 		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAccelConfig },
 		dump: func(d *Datapath) ([]Row, error) {
-			on, n, err := d.AccelStatus()
-			return []Row{{"enabled": on, "sockets": n}}, err
+			c, n, err := d.AccelStatus()
+			return []Row{{"enabled": c.On, "nodeProcesses": c.NodeProcesses, "sockets": n}}, err
 		},
 	},
 	{

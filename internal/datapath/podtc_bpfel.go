@@ -51,12 +51,15 @@ const (
 )
 
 type podtcEndpointInfo struct {
-	_        structs.HostLayout
-	Ifindex  uint32
-	Flags    uint32
-	PodMac   [6]uint8
-	NodeMac  [6]uint8
-	Identity uint32
+	_           structs.HostLayout
+	Ifindex     uint32
+	Flags       uint32
+	PodMac      [6]uint8
+	NodeMac     [6]uint8
+	Identity    uint32
+	Pad         uint32
+	_           [4]byte
+	NetnsCookie uint64
 }
 
 type podtcEndpointKey struct {
@@ -92,6 +95,7 @@ type podtcFlowEvent struct {
 	RuleId      uint32
 	Len         uint32
 	_           [4]byte
+	Bytes       uint64
 }
 
 type podtcFlowEventType uint32
@@ -265,7 +269,9 @@ const (
 	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED    podtcShuntReason = 25
 	podtcShuntReasonSHUNT_REASON_ACCEL_REDIRECTED       podtcShuntReason = 26
 	podtcShuntReasonSHUNT_REASON_ACCEL_PASSED           podtcShuntReason = 27
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 28
+	podtcShuntReasonSHUNT_REASON_ACCEL_ENDED            podtcShuntReason = 28
+	podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS    podtcShuntReason = 29
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 30
 )
 
 type podtcTcNatKey struct {

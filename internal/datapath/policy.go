@@ -152,6 +152,9 @@ type policyMaps struct {
 	// identities: for each local identity one of its endpoints, so tc can
 	// judge a proxy's upstream connection by the client's egress rules.
 	identities mirroredMap[uint32, podtcIdentityEndpoint]
+	// netnsPods: each local pod's network namespace cookie -> its
+	// address, so sockops accelerates loopback only inside pods.
+	netnsPods mirroredMap[uint64, uint32]
 }
 
 func (d *Datapath) initPolicyMaps() {
@@ -163,6 +166,7 @@ func (d *Datapath) initPolicyMaps() {
 		identities: mirroredMap[uint32, podtcIdentityEndpoint]{
 			m: d.objs.ShuntIdentityEndpoints, name: "shunt_identity_endpoints",
 		},
+		netnsPods: mirroredMap[uint64, uint32]{m: d.sock.ShuntNetnsPods, name: "shunt_netns_pods"},
 	}
 }
 
@@ -187,11 +191,22 @@ func prefixMap(list []policy.PrefixIdentity, what string) (map[podtcIpcacheKey]p
 func (d *Datapath) SyncPolicy(state policy.State, endpoints []Endpoint) error {
 	wantEP := make(map[podtcEndpointKey]podtcEndpointInfo, len(endpoints))
 	wantID := map[uint32]podtcIdentityEndpoint{}
+	wantNetns := map[uint64]uint32{}
 	for _, e := range endpoints {
 		if !e.IP.Is4() {
 			return fmt.Errorf("endpoint %s: only IPv4 pod addresses are supported", e.IP)
 		}
-		v := endpointValue(e)
+		var cookie uint64
+		if e.Netns != "" {
+			var err error
+			if cookie, err = d.netns.cookie(e.Netns); err != nil {
+				return fmt.Errorf("endpoint %s: %w", e.IP, err)
+			}
+		}
+		if cookie != 0 {
+			wantNetns[cookie] = be32(e.IP)
+		}
+		v := endpointValue(e, cookie)
 		wantEP[endpointKey(e.IP)] = v
 		// Pods of one identity have the same rules: the lowest address
 		// stands for them, so the choice is stable across syncs.
@@ -239,8 +254,17 @@ func (d *Datapath) SyncPolicy(state policy.State, endpoints []Endpoint) error {
 	if err != nil {
 		return err
 	}
-	return errors.Join(d.pol.identities.prune(staleID), d.pol.endpoints.prune(staleEP), d.pol.policy.prune(stalePol),
-		d.pol.cidrs.prune(staleCIDR), d.pol.ipcache.prune(staleIP))
+	staleNetns, err := d.pol.netnsPods.write(wantNetns, nil)
+	if err != nil {
+		return err
+	}
+	inUse := make(map[uint64]bool, len(wantNetns))
+	for c := range wantNetns {
+		inUse[c] = true
+	}
+	d.netns.forget(inUse)
+	return errors.Join(d.pol.netnsPods.prune(staleNetns), d.pol.identities.prune(staleID), d.pol.endpoints.prune(staleEP),
+		d.pol.policy.prune(stalePol), d.pol.cidrs.prune(staleCIDR), d.pol.ipcache.prune(staleIP))
 }
 
 // PolicyFits says whether a desired policy state (and this many local pods)
@@ -255,6 +279,7 @@ func (d *Datapath) PolicyFits(state policy.State, endpoints int) error {
 		{"shunt_policy", len(state.Entries)},
 		{"shunt_endpoints", endpoints},
 		{"shunt_identity_endpoints", endpoints}, // at most one per endpoint
+		{"shunt_netns_pods", endpoints},
 	} {
 		if err := d.checkFits(c.name, c.want); err != nil {
 			return err

@@ -14,9 +14,20 @@ import (
 )
 
 type socklbAccelConfig struct {
-	_       structs.HostLayout
-	Enabled uint32
-	Pad     uint32
+	_               structs.HostLayout
+	Enabled         uint32
+	NodeProcesses   uint32
+	HostNetnsCookie uint64
+}
+
+type socklbAccelSock struct {
+	_         structs.HostLayout
+	Peer      socklbSockKey
+	StartedNs uint64
+	Bytes     uint64
+	Msgs      uint64
+	Flags     uint32
+	Pad       uint32
 }
 
 type socklbAffinityKey struct {
@@ -115,11 +126,13 @@ type socklbShuntConfig struct {
 }
 
 type socklbSockKey struct {
-	_          structs.HostLayout
-	LocalIp    uint32
-	RemoteIp   uint32
-	LocalPort  uint16
-	RemotePort uint16
+	_           structs.HostLayout
+	NetnsCookie uint64
+	LocalIp     uint32
+	RemoteIp    uint32
+	LocalPort   uint16
+	RemotePort  uint16
+	Pad         uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -127,6 +140,8 @@ type socklbSockKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	socklbMapShuntAccelConfig       = "shunt_accel_config"
+	socklbMapShuntAccelConnecting   = "shunt_accel_connecting"
+	socklbMapShuntAccelSocks        = "shunt_accel_socks"
 	socklbMapShuntAffinity          = "shunt_affinity"
 	socklbMapShuntBackends          = "shunt_backends"
 	socklbMapShuntCidrIdentities    = "shunt_cidr_identities"
@@ -139,6 +154,7 @@ const (
 	socklbMapShuntIpcache           = "shunt_ipcache"
 	socklbMapShuntL7Redirect        = "shunt_l7_redirect"
 	socklbMapShuntMetrics           = "shunt_metrics"
+	socklbMapShuntNetnsPods         = "shunt_netns_pods"
 	socklbMapShuntPolicy            = "shunt_policy"
 	socklbMapShuntProxyOrigins      = "shunt_proxy_origins"
 	socklbMapShuntRevnat            = "shunt_revnat"
@@ -221,6 +237,8 @@ type socklbProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
 	ShuntAccelConfig       *ebpf.MapSpec `ebpf:"shunt_accel_config"`
+	ShuntAccelConnecting   *ebpf.MapSpec `ebpf:"shunt_accel_connecting"`
+	ShuntAccelSocks        *ebpf.MapSpec `ebpf:"shunt_accel_socks"`
 	ShuntAffinity          *ebpf.MapSpec `ebpf:"shunt_affinity"`
 	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
 	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
@@ -233,6 +251,7 @@ type socklbMapSpecs struct {
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntNetnsPods         *ebpf.MapSpec `ebpf:"shunt_netns_pods"`
 	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
@@ -271,6 +290,8 @@ func (o *socklbObjects) Close() error {
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
 	ShuntAccelConfig       *ebpf.Map `ebpf:"shunt_accel_config"`
+	ShuntAccelConnecting   *ebpf.Map `ebpf:"shunt_accel_connecting"`
+	ShuntAccelSocks        *ebpf.Map `ebpf:"shunt_accel_socks"`
 	ShuntAffinity          *ebpf.Map `ebpf:"shunt_affinity"`
 	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
 	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
@@ -283,6 +304,7 @@ type socklbMaps struct {
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntNetnsPods         *ebpf.Map `ebpf:"shunt_netns_pods"`
 	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
@@ -295,6 +317,8 @@ type socklbMaps struct {
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
 		m.ShuntAccelConfig,
+		m.ShuntAccelConnecting,
+		m.ShuntAccelSocks,
 		m.ShuntAffinity,
 		m.ShuntBackends,
 		m.ShuntCidrIdentities,
@@ -307,6 +331,7 @@ func (m *socklbMaps) Close() error {
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
 		m.ShuntMetrics,
+		m.ShuntNetnsPods,
 		m.ShuntPolicy,
 		m.ShuntProxyOrigins,
 		m.ShuntRevnat,

@@ -47,7 +47,11 @@ type Flow struct {
 	Policy      string    `json:"policy,omitempty"` // the rule that decided, e.g. NetworkPolicy ns/name ingress[0] (allow)
 	RuleID      uint32    `json:"ruleID,omitempty"`
 	Length      uint32    `json:"length,omitempty"`
-	HTTP        *HTTP     `json:"http,omitempty"` // set on the node proxy's records (Protocol HTTP)
+	// An accelerated socket's end: bytes and sends it moved through the
+	// redirect (one record per direction, from each end as it closes).
+	Bytes    uint64 `json:"bytes,omitempty"`
+	Messages uint64 `json:"messages,omitempty"`
+	HTTP     *HTTP  `json:"http,omitempty"` // set on the node proxy's records (Protocol HTTP)
 }
 
 // HTTP is one request the node proxy handled: what was asked, where it went

@@ -108,7 +108,7 @@ func (n *Names) Enrich(e datapath.FlowEvent) flows.Flow {
 	fl := flows.Flow{
 		Time: e.Time, Verdict: e.Verdict, Reason: e.Reason, Event: e.Event, Point: e.Point,
 		Protocol: datapath.ProtoName(e.Proto), Interface: n.Ifaces[e.Ifindex], RuleID: e.RuleID,
-		Policy: n.Rules[e.RuleID], Length: e.Length,
+		Policy: n.Rules[e.RuleID], Length: e.Length, Bytes: e.Bytes, Messages: e.Messages,
 	}
 	if e.Verdict == "DROPPED" {
 		fl.DropReason = e.Reason
@@ -149,7 +149,7 @@ func (n *Names) Enrich(e datapath.FlowEvent) flows.Flow {
 func (n *Names) Annotate(row datapath.Row) {
 	for col, v := range row {
 		switch col {
-		case "ip", "endpoint", "source", "destination", "backend", "prefix":
+		case "ip", "endpoint", "source", "destination", "backend", "prefix", "local", "remote", "netns":
 			s, _ := v.(string)
 			s, _, _ = strings.Cut(s, "/")
 			if i := strings.LastIndex(s, ":"); i > 0 && strings.Count(s, ".") == 3 {

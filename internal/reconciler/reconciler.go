@@ -457,7 +457,7 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 		}
 		pe := pol.Endpoint(ep.Pod)
 		eps = append(eps, datapath.Endpoint{
-			IP: ep.IP, Ifindex: ep.Ifindex, PodMAC: ep.PodMAC, NodeMAC: ep.NodeMAC,
+			IP: ep.IP, Ifindex: ep.Ifindex, PodMAC: ep.PodMAC, NodeMAC: ep.NodeMAC, Netns: ep.Netns,
 			Identity: pe.Identity, IngressIsolated: len(pe.IngressIsolatedBy) > 0, EgressIsolated: len(pe.EgressIsolatedBy) > 0,
 			IngressRules: pe.IngressRules, EgressRules: pe.EgressRules,
 		})

@@ -39,7 +39,7 @@ func TestSocketAccelerationKeepsPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(700 * time.Millisecond)
-	if got := l.mustShunt("accel"); !strings.Contains(got, "on, 2 sockets") {
+	if got := l.mustShunt("accel"); !strings.Contains(got, ", 2 sockets accelerated") {
 		t.Errorf("shunt accel during the connection: %q, want both ends accelerated", got)
 	}
 	deny := filepath.Join(t.TempDir(), "deny.yaml")
@@ -71,11 +71,25 @@ func TestSocketAccelerationKeepsPolicy(t *testing.T) {
 	}
 	l.probe("client", "timeout", "--tcp", server+":7000")
 	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(l.mustShunt("accel"), "on, 0 sockets") {
+	for !strings.Contains(l.mustShunt("accel"), ", 0 sockets accelerated") {
 		if time.Now().After(deadline) {
 			t.Fatalf("sockets left in the sockhash after every connection closed: %s", l.mustShunt("map", "dump", "shunt_sockhash"))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// Each end reports what it sent through the redirect when it closes:
+	// 40 requests one way, 40 replies the other.
+	ends := map[string]uint64{}
+	for _, f := range l.observe("--last", "400") {
+		if f.Reason == "accel-ended" && f.Event == "end" {
+			ends[f.Source.Pod+" -> "+f.Destination.Pod] = f.Messages
+			if f.Bytes == 0 {
+				t.Errorf("accelerated socket end with no bytes: %+v", f)
+			}
+		}
+	}
+	if ends["default/client -> default/server"] < 40 || ends["default/server -> default/client"] < 40 {
+		t.Errorf("accelerated socket ends by direction (messages): %v, want >= 40 each way", ends)
 	}
 }
 

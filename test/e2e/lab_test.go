@@ -148,6 +148,10 @@ type status struct {
 		Reason, Direction string
 		Packets           uint64
 	}
+	Accel struct {
+		Enabled bool
+		Sockets int
+	} `json:"socketAcceleration"`
 }
 
 func (l *lab) status() status {
