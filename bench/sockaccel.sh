@@ -2,15 +2,23 @@
 # Socket acceleration benchmark: TCP between local pods with and without
 # shunt's sockops + sk_msg acceleration, every case side by side in ONE lab
 # (run it through bench/run, which builds bin/ first):
-#   loopback         client and server in the server pod over 127.0.0.1 (the
-#                    floor: the stack without any veth; shunt leaves loopback
-#                    alone)
+#   loopback         client and server in the server pod over 127.0.0.1, accel
+#                    off (the floor: the stack without any veth)
+#   loopback-accel   the same, accel on (shunt accelerates loopback inside a
+#                    pod, keyed by the pod's network namespace)
 #   redirect-peer    client pod -> server pod IP, accel off: tc +
 #                    bpf_redirect_peer (the baseline of the ratios)
 #   accel            client pod -> server pod IP, accel on: sk_msg redirects
 #                    sends into the peer socket's ingress queue
 #   clusterip-accel  client pod -> ClusterIP -> server pod, accel on (socket-
 #                    layer load balancing picks the backend at connect)
+#   proxy            client pod -> a second server pod whose ports are
+#                    redirected (shunt.io/inbound-redirect) to a transparent
+#                    TCP proxy in that pod (HAProxy, one thread, mode tcp),
+#                    which forwards over 127.0.0.1 to the same servers; accel
+#                    off
+#   proxy-accel      the same, accel on: both legs (client -> proxy between
+#                    pods, proxy -> server on the pod's loopback) accelerated
 # `shunt accel on|off` only affects new connections, so the script switches
 # it before each case and every measurement opens its own connections.
 # Metrics per case and repetition: sockperf TCP ping-pong (64-byte messages,
@@ -46,7 +54,7 @@ if [ -z "$IPERF_TIME" ]; then
 	[ "$DURATION" -le 2 ] && IPERF_TIME=1
 fi
 read -ra PAYLOAD_LIST <<<"$PAYLOADS"
-CASES=(loopback redirect-peer accel clusterip-accel)
+CASES=(loopback loopback-accel redirect-peer accel clusterip-accel proxy proxy-accel)
 
 OUT=bench/out/sockaccel
 die() { echo "sockaccel: FAIL: $*" >&2; exit 1; }
@@ -57,17 +65,25 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 ROWS=$OUT/rows.jsonl
 : >"$ROWS"
-for tool in sockperf iperf3 jq taskset; do
+for tool in sockperf iperf3 jq taskset haproxy; do
 	command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh"
 done
 go build -o bin/ ./bench/cmd/connrate
 
 SOCKPERF_PORT=11111 IPERF_PORT=5201 ECHO_PORT=8080
-INST="bsa$$"
+PROXY_OFFSET=10000 # the proxied pod's proxy listens on PORT + PROXY_OFFSET
+INST="${SOCKACCEL_INSTANCE:-bsa$$}"
 INST=${INST:0:10}
 POD_CIDR=10.217.0.0/24
 SVC_CIDR=10.218.0.0/16
 MANIFEST=$OUT/pods.yaml
+HAPROXY_CFG=$(realpath "$OUT")/haproxy.cfg
+{
+	printf 'global\n  nbthread 1\n  maxconn 4000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n'
+	for p in $SOCKPERF_PORT $IPERF_PORT $ECHO_PORT; do
+		printf 'listen p%s\n  bind 0.0.0.0:%s\n  server s 127.0.0.1:%s\n' "$p" $((p + PROXY_OFFSET)) "$p"
+	done
+} >"$HAPROXY_CFG"
 cat >"$MANIFEST" <<YAML
 apiVersion: v1
 kind: Pod
@@ -77,6 +93,19 @@ spec:
   - {name: sockperf, command: [taskset, -c, "1", sockperf, server, --tcp, -i, 0.0.0.0, -p, "$SOCKPERF_PORT"]}
   - {name: iperf3, command: [taskset, -c, "1", iperf3, -s, -p, "$IPERF_PORT"]}
   - {name: echo, command: [taskset, -c, "1", shunt, lab, serve, --tcp, "$ECHO_PORT"]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: proxied
+  labels: {app: proxied}
+  annotations: {shunt.io/inbound-redirect: "$SOCKPERF_PORT:$((SOCKPERF_PORT + PROXY_OFFSET)),$IPERF_PORT:$((IPERF_PORT + PROXY_OFFSET)),$ECHO_PORT:$((ECHO_PORT + PROXY_OFFSET))"}
+spec:
+  containers:
+  - {name: sockperf, command: [taskset, -c, "1", sockperf, server, --tcp, -i, 0.0.0.0, -p, "$SOCKPERF_PORT"]}
+  - {name: iperf3, command: [taskset, -c, "1", iperf3, -s, -p, "$IPERF_PORT"]}
+  - {name: echo, command: [taskset, -c, "1", shunt, lab, serve, --tcp, "$ECHO_PORT"]}
+  - {name: proxy, command: [taskset, -c, "1", haproxy, -db, -f, "$HAPROXY_CFG"]}
 ---
 apiVersion: v1
 kind: Pod
@@ -102,15 +131,20 @@ trap 'exit 143' TERM
 echo "sockaccel: lab $INST; cases ${CASES[*]}; $REPS repetitions; sockperf/connrate $DURATION s, iperf3 $IPERF_TIME s per payload (${PAYLOAD_LIST[*]}); output in $OUT"
 lab_up "$INST" redirect-peer "$POD_CIDR" "$MANIFEST" --service-cidr "$SVC_CIDR"
 POD_IP=$(pod_ip "$INST" server)
+PROXIED_IP=$(pod_ip "$INST" proxied)
+[[ $PROXIED_IP =~ ^[0-9.]+$ ]] || die "no proxied pod IP ($PROXIED_IP)"
 VIP=$($SHUNT --instance "$INST" get services server -o json | jq -r .spec.clusterIP)
 [[ $POD_IP =~ ^[0-9.]+$ && $VIP =~ ^[0-9.]+$ ]] || die "no server pod IP ($POD_IP) or ClusterIP ($VIP)"
 # connrate opens thousands of short connections: let both ends reuse TIME_WAIT ports.
-for p in client server; do
+for p in client server proxied; do
 	nsenter --net="/run/netns/$INST-default-$p" sysctl -qw net.ipv4.tcp_tw_reuse=1 net.ipv4.ip_local_port_range="1024 65000"
 done
 
 declare -A FROM TARGET ACCEL
 FROM[loopback]=server TARGET[loopback]=127.0.0.1 ACCEL[loopback]=off
+FROM[loopback-accel]=server TARGET[loopback-accel]=127.0.0.1 ACCEL[loopback-accel]=on
+FROM[proxy]=client TARGET[proxy]=$PROXIED_IP ACCEL[proxy]=off
+FROM[proxy-accel]=client TARGET[proxy-accel]=$PROXIED_IP ACCEL[proxy-accel]=on
 FROM[redirect-peer]=client TARGET[redirect-peer]=$POD_IP ACCEL[redirect-peer]=off
 FROM[accel]=client TARGET[accel]=$POD_IP ACCEL[accel]=on
 FROM[clusterip-accel]=client TARGET[clusterip-accel]=$VIP ACCEL[clusterip-accel]=on
@@ -229,8 +263,9 @@ cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/sockaccel.sh${ORIG_ARGS:+ $ORIG_ARGS}} (reps $REPS, sockperf/connrate $DURATION s, iperf3 $IPERF_TIME s per payload)
 bin/shunt --instance $INST lab up --mode redirect-peer --pod-cidr $POD_CIDR --service-cidr $SVC_CIDR -f $MANIFEST
 # server pod $POD_IP: taskset -c 1 sockperf server --tcp -p $SOCKPERF_PORT; taskset -c 1 iperf3 -s -p $IPERF_PORT; taskset -c 1 shunt lab serve --tcp $ECHO_PORT; Service server ClusterIP $VIP
-# before each case: bin/shunt --instance $INST accel on|off   (loopback, redirect-peer: off; accel, clusterip-accel: on)
-# per case and repetition (FROM = server for loopback, client otherwise; TARGET = 127.0.0.1 | $POD_IP | $VIP):
+# proxied pod $PROXIED_IP: the same servers, annotation shunt.io/inbound-redirect PORT:PORT+$PROXY_OFFSET, and taskset -c 1 haproxy -db -f haproxy.cfg (mode tcp, nbthread 1, each PORT+$PROXY_OFFSET -> 127.0.0.1:PORT)
+# before each case: bin/shunt --instance $INST accel on|off   (loopback, redirect-peer, proxy: off; the *-accel cases and accel: on)
+# per case and repetition (FROM = server for loopback*, client otherwise; TARGET = 127.0.0.1 | $POD_IP | $VIP | $PROXIED_IP):
 bin/shunt --instance $INST lab exec FROM -- taskset -c 0 sockperf ping-pong --tcp -i TARGET -p $SOCKPERF_PORT -t $DURATION --msg-size 64 --full-rtt
 bin/shunt --instance $INST lab exec FROM -- taskset -c 0 iperf3 -c TARGET -p $IPERF_PORT -t $IPERF_TIME -l L -J   # L in ${PAYLOAD_LIST[*]}
 bin/shunt --instance $INST lab exec FROM -- taskset -c 0 connrate -target TARGET:$ECHO_PORT -workers 4 -duration ${DURATION}s
@@ -257,13 +292,16 @@ judge() { # judge NAME VALUE OP LIMIT
 rr_ratio=$(awk -v a="$(med accel tcp_rr_p50)" -v b="$(med redirect-peer tcp_rr_p50)" 'BEGIN { printf "%.2f", a / b }')
 tp_ratio=$(awk -v a="$(med accel tput_64KiB)" -v b="$(med loopback tput_64KiB)" 'BEGIN { printf "%.2f", a / b }')
 cr_ratio=$(awk -v a="$(med accel conn_rate)" -v b="$(med redirect-peer conn_rate)" 'BEGIN { printf "%.2f", a / b }')
-TARGETS="targets: accel RR p50 = ${rr_ratio}× redirect-peer (target ≤ 0.70×: $(judge x "$rr_ratio" "<=" 0.70)); accel 64 KiB throughput = ${tp_ratio}× loopback (target ≥ 1.00×: $(judge x "$tp_ratio" ">=" 1.0)); accel connection rate = ${cr_ratio}× redirect-peer (target ≥ 0.95×: $(judge x "$cr_ratio" ">=" 0.95))"
+lo_ratio=$(awk -v a="$(med loopback-accel tcp_rr_p50)" -v b="$(med loopback tcp_rr_p50)" 'BEGIN { printf "%.2f", a / b }')
+px_ratio=$(awk -v a="$(med proxy-accel tput_64KiB)" -v b="$(med proxy tput_64KiB)" 'BEGIN { printf "%.2f", a / b }')
+px_base=$(awk -v a="$(med proxy-accel tput_64KiB)" -v b="$(med redirect-peer tput_64KiB)" 'BEGIN { printf "%.2f", a / b }')
+TARGETS="targets: accel RR p50 = ${rr_ratio}× redirect-peer (target ≤ 0.70×: $(judge x "$rr_ratio" "<=" 0.70)); accel 64 KiB throughput = ${tp_ratio}× loopback (target ≥ 1.00×: $(judge x "$tp_ratio" ">=" 1.0)); accel connection rate = ${cr_ratio}× redirect-peer (target ≥ 0.95×: $(judge x "$cr_ratio" ">=" 0.95)); proxy + accel 64 KiB = ${px_ratio}× proxy alone (target ≥ 1.50×: $(judge x "$px_ratio" ">=" 1.5)) and ${px_base}× no proxy (target ≥ 1.00×: $(judge x "$px_base" ">=" 1.0)); loopback RR p50 accelerated = ${lo_ratio}× loopback (published: 0.68×)"
 [ "$REPS" = 1 ] && TARGETS+=" (1 repetition: indicative only)"
 
 NOTES=$OUT/notes.md
 cat >"$NOTES" <<EOT
 $TARGETS.
-One lab (redirect-peer forwarding); \`shunt accel on|off\` switched before each case (it applies to new connections; every measurement opens its own). Cases: loopback = sockperf/iperf3/connrate inside the server pod over 127.0.0.1 (the floor; shunt does not accelerate loopback); redirect-peer = client pod -> server pod IP, accel off (the baseline); accel = the same, accel on; clusterip-accel = client pod -> ClusterIP $VIP -> server pod, accel on.
+One lab (redirect-peer forwarding); \`shunt accel on|off\` switched before each case (it applies to new connections; every measurement opens its own). Cases: loopback = sockperf/iperf3/connrate inside the server pod over 127.0.0.1, accel off (the floor); loopback-accel = the same, accel on (loopback inside a pod is accelerated, keyed by its network namespace); redirect-peer = client pod -> server pod IP, accel off (the baseline); accel = the same, accel on; clusterip-accel = client pod -> ClusterIP $VIP -> server pod, accel on; proxy = client pod -> proxied pod $PROXIED_IP, whose ports the socket hooks redirect (shunt.io/inbound-redirect) to HAProxy (mode tcp, one thread) in that pod, which forwards over the pod's loopback to the same servers, accel off; proxy-accel = the same, accel on (both legs accelerated).
 tcp_rr_p50/p99: sockperf TCP ping-pong, 64-byte messages, full round trip. tput_L: iperf3, one TCP stream, -l L (send size), $IPERF_TIME s, end.sum_received (no -Z). conn_rate: bench/cmd/connrate, 4 workers, connect + 4-byte request + reply + close. Client pinned to CPU 0, servers to CPU 1.
 Every measurement checked the sockmsg counters: accel-redirected grew in every accel case and stayed put otherwise (counters.log; the run fails otherwise). Order within a repetition rotates. Raw values: results.json; min/max: medians.json; tool output: sockperf-CASE-REP.log, iperf3-CASE-L-REP.json, connrate-CASE-REP.json.
 EOT
