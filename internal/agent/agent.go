@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -71,6 +72,10 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 
+	cniEndpoints *cniEndpoints // what shunt-cni reported
+	srv          *http.Server  // the API on the instance's socket
+	ready        atomic.Bool   // New finished: status answers
+
 	stopReconciler context.CancelFunc
 	shutdown       chan bool // true: uninstall before exiting
 }
@@ -119,7 +124,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log, state: state, podPool: podPool, svcPool: svcPool,
+	eps, err := loadEndpoints(inst.StateDir())
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: log, state: state, podPool: podPool, svcPool: svcPool, cniEndpoints: eps,
 		shutdown: make(chan bool, 1), started: time.Now().UTC()}
 
 	node := podnet.Node{
@@ -197,6 +206,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.objects = a.lab.Store
+	if err := a.restoreEndpoints(); err != nil {
+		return nil, err
+	}
+	// The API serves before the pods start: the lab's kubelet plumbs them
+	// with shunt-cni, which hands each endpoint to this agent.
+	if a.srv, err = a.serveAPI(); err != nil {
+		return nil, fmt.Errorf("serving the API on %s: %w", inst.Socket(), err)
+	}
 	if len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil {
 		// Older versions kept objects, ClusterIPs and pods in state.json.
 		if err := a.lab.Migrate(state.Objects, state.ClusterIPs); err != nil {
@@ -215,6 +232,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	ok = true
+	a.ready.Store(true)
 	return a, nil
 }
 
@@ -235,6 +253,9 @@ func settle[T ~string](persisted *T, flag, def T, what string, inst instance.Ins
 
 // Close releases the agent's handles; pinned programs and pods stay.
 func (a *Agent) Close() error {
+	if a.srv != nil {
+		a.srv.Close()
+	}
 	if a.stopReconciler != nil {
 		a.stopReconciler()
 	}
@@ -253,11 +274,6 @@ func (a *Agent) Uninstall() error {
 
 // Run serves the API until ctx ends or a client asks for shutdown.
 func (a *Agent) Run(ctx context.Context) error {
-	srv, err := a.serveAPI()
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
 	if a.cfg.MetricsAddr != "" {
 		addr, msrv, err := a.metrics.serveTCP(a.cfg.MetricsAddr)
 		if err != nil {
