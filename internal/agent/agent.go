@@ -200,7 +200,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 
 	a.lab, err = lab.New(lab.Config{
 		Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,
-		Node: node, CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods,
+		CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods,
 	}, a.rec)
 	if err != nil {
 		return nil, err
@@ -264,7 +264,9 @@ func (a *Agent) Close() error {
 
 // Uninstall tears down everything of this instance.
 func (a *Agent) Uninstall() error {
-	err := a.lab.Uninstall()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := a.lab.Uninstall(ctx)
 	a.Close()
 	if terr := teardown.Instance(a.cfg.Instance); terr != nil {
 		return terr
