@@ -15,7 +15,7 @@ setup:
 
 # Generated Go and BPF objects are committed, so building needs no clang.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/shunt ./cmd/shuntd ./cmd/shunt-proxy
+	$(GO) build -o $(BIN)/ ./cmd/shunt ./cmd/shuntd ./cmd/shunt-proxy ./cmd/shunt-cni
 
 generate:
 	$(GO) generate ./...

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -72,6 +73,10 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 
+	cniEndpoints *cniEndpoints // what shunt-cni reported
+	srv          *http.Server  // the API on the instance's socket
+	ready        atomic.Bool   // New finished: status answers
+
 	stopReconciler context.CancelFunc
 	shutdown       chan bool // true: uninstall before exiting
 }
@@ -120,7 +125,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log, state: state, podPool: podPool, svcPool: svcPool,
+	eps, err := loadEndpoints(inst.StateDir())
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: log, state: state, podPool: podPool, svcPool: svcPool, cniEndpoints: eps,
 		shutdown: make(chan bool, 1), started: time.Now().UTC()}
 
 	node := podnet.Node{
@@ -192,12 +201,20 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 
 	a.lab, err = lab.New(lab.Config{
 		Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,
-		Node: node, CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods,
+		CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods,
 	}, a.rec)
 	if err != nil {
 		return nil, err
 	}
 	a.objects = a.lab.Store
+	if err := a.restoreEndpoints(); err != nil {
+		return nil, err
+	}
+	// The API serves before the pods start: the lab's kubelet plumbs them
+	// with shunt-cni, which hands each endpoint to this agent.
+	if a.srv, err = a.serveAPI(); err != nil {
+		return nil, fmt.Errorf("serving the API on %s: %w", inst.Socket(), err)
+	}
 	if len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil {
 		// Older versions kept objects, ClusterIPs and pods in state.json.
 		if err := a.lab.Migrate(state.Objects, state.ClusterIPs); err != nil {
@@ -216,6 +233,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	ok = true
+	a.ready.Store(true)
 	return a, nil
 }
 
@@ -236,6 +254,9 @@ func settle[T ~string](persisted *T, flag, def T, what string, inst instance.Ins
 
 // Close releases the agent's handles; pinned programs and pods stay.
 func (a *Agent) Close() error {
+	if a.srv != nil {
+		a.srv.Close()
+	}
 	if a.stopReconciler != nil {
 		a.stopReconciler()
 	}
@@ -244,7 +265,9 @@ func (a *Agent) Close() error {
 
 // Uninstall tears down everything of this instance.
 func (a *Agent) Uninstall() error {
-	err := a.lab.Uninstall()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := a.lab.Uninstall(ctx)
 	a.Close()
 	if terr := teardown.Instance(a.cfg.Instance); terr != nil {
 		return terr
@@ -254,11 +277,6 @@ func (a *Agent) Uninstall() error {
 
 // Run serves the API until ctx ends or a client asks for shutdown.
 func (a *Agent) Run(ctx context.Context) error {
-	srv, err := a.serveAPI()
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
 	if a.cfg.MetricsAddr != "" {
 		addr, msrv, err := a.metrics.serveTCP(a.cfg.MetricsAddr)
 		if err != nil {

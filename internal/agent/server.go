@@ -35,6 +35,12 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
+	mux.HandleFunc("GET /v1/healthz", a.handleHealth)
+	mux.HandleFunc("GET /v1/network", a.handleNetwork)
+	mux.HandleFunc("GET /v1/endpoints", a.handleListEndpoints)
+	mux.HandleFunc("GET /v1/endpoints/{namespace}/{name}", a.handleGetEndpoint)
+	mux.HandleFunc("PUT /v1/endpoints/{namespace}/{name}", a.handlePutEndpoint)
+	mux.HandleFunc("DELETE /v1/endpoints/{namespace}/{name}", a.handleDeleteEndpoint)
 	mux.HandleFunc("GET /v1/pods", a.handlePods)
 	mux.HandleFunc("GET /v1/namespaces", a.handleNamespaces)
 	mux.HandleFunc("GET /v1/services", a.handleServices)
@@ -117,6 +123,12 @@ func (a *Agent) handleObjects(do func(context.Context, []manifest.Document) ([]m
 }
 
 func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
+	// The socket serves while the lab starts its pods (they call shunt-cni,
+	// which calls back here); clients wait for the whole agent.
+	if !a.ready.Load() {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent %s is starting", a.cfg.Instance.Name))
+		return
+	}
 	st := api.Status{
 		Instance: a.cfg.Instance.Name, PID: os.Getpid(), Mode: string(a.state.Mode),
 		PodCIDR: a.podPool.CIDR.String(), NodeIP: a.podPool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),

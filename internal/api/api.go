@@ -167,6 +167,26 @@ type Error struct {
 	Error string `json:"error"`
 }
 
+// UnreachableError is a request that never reached the agent.
+type UnreachableError struct {
+	Socket string
+	Err    error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach the shunt agent at %s (is it running? `shunt lab up` starts it): %v", e.Socket, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// StatusError is a request the agent answered with a failure.
+type StatusError struct {
+	Code int // HTTP status
+	Msg  string
+}
+
+func (e *StatusError) Error() string { return e.Msg }
+
 // Client talks to one agent.
 type Client struct {
 	socket string
@@ -187,6 +207,11 @@ func NewClient(socket string) *Client {
 // in is encoded as JSON, unless it is a json.RawMessage: that is sent as
 // it is.
 func (c *Client) Do(method, path string, in, out any) error {
+	return c.DoContext(context.Background(), method, path, in, out)
+}
+
+// DoContext is Do bounded by ctx.
+func (c *Client) DoContext(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if raw, ok := in.(json.RawMessage); ok {
 		body = bytes.NewReader(raw)
@@ -197,7 +222,7 @@ func (c *Client) Do(method, path string, in, out any) error {
 		}
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, "http://shuntd"+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://shuntd"+path, body)
 	if err != nil {
 		return err
 	}
@@ -206,7 +231,7 @@ func (c *Client) Do(method, path string, in, out any) error {
 		return fmt.Errorf("permission denied on the agent's socket %s: it is root-only, run shunt as root", c.socket)
 	}
 	if err != nil {
-		return fmt.Errorf("cannot reach the shunt agent at %s (is it running? `shunt lab up` starts it): %w", c.socket, err)
+		return &UnreachableError{Socket: c.socket, Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -216,9 +241,9 @@ func (c *Client) Do(method, path string, in, out any) error {
 	if resp.StatusCode >= 300 {
 		var e Error
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s", e.Error)
+			return &StatusError{Code: resp.StatusCode, Msg: e.Error}
 		}
-		return fmt.Errorf("agent answered %s: %s", resp.Status, data)
+		return &StatusError{Code: resp.StatusCode, Msg: fmt.Sprintf("agent answered %s: %s", resp.Status, data)}
 	}
 	if out == nil {
 		return nil
@@ -266,4 +291,42 @@ func (c *Client) Alive() bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// Network is the node's pod network as the CNI plugin needs it to plumb a
+// pod (GET /v1/network): where addresses come from (the node's
+// spec.podCIDR), the gateway, what pods route through the node.
+type Network struct {
+	PodCIDR     string `json:"podCIDR"`
+	NodeIP      string `json:"nodeIP"` // the pods' gateway
+	ServiceCIDR string `json:"serviceCIDR"`
+	Mode        string `json:"mode"`
+	Bridge      bool   `json:"bridge"` // pods join NodeIf (a bridge) instead of being routed
+	NodeIf      string `json:"nodeIf"`
+	MTU         int    `json:"mtu,omitempty"`
+	// LinkAliasPrefix is set (with the pod's name) on pod veths, so the
+	// instance's uninstall finds them without any state.
+	LinkAliasPrefix string `json:"linkAliasPrefix"`
+}
+
+// Endpoint is a local pod's interface as a CNI ADD built it
+// (PUT /v1/endpoints/{namespace}/{name}); the agent answers once the
+// datapath has programmed it.
+type Endpoint struct {
+	Pod         string `json:"pod,omitempty"` // namespace/name (set in answers)
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"` // in the pod
+	Netns       string `json:"netns"`
+	IP          string `json:"ip"`
+	HostIf      string `json:"hostIf"`
+	Ifindex     int    `json:"ifindex"`
+	PodMAC      string `json:"podMAC"`
+	NodeMAC     string `json:"nodeMAC"`
+	Cgroup      string `json:"cgroup,omitempty"` // the pod's cgroup directory, if the runtime said
+	CgroupID    uint64 `json:"cgroupID,omitempty"`
+}
+
+// Health is the answer of GET /v1/healthz: the agent takes endpoints.
+type Health struct {
+	Status string `json:"status"`
 }

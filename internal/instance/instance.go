@@ -5,8 +5,6 @@
 package instance
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -62,13 +60,6 @@ func (i Instance) NodeIf() string { return i.Name + "_host" }
 // PodNetns names a pod's network namespace.
 func (i Instance) PodNetns(namespace, name string) string {
 	return i.Name + "-" + namespace + "-" + name
-}
-
-// PodHostIf names the host side of a pod's veth: "lxc" and a hash, the
-// Cilium convention, short enough for IFNAMSIZ whatever the pod is called.
-func (i Instance) PodHostIf(namespace, name string) string {
-	h := sha256.Sum256([]byte(i.Name + "/" + namespace + "/" + name))
-	return "lxc" + hex.EncodeToString(h[:5])
 }
 
 // LinkAliasPrefix marks every interface of this instance, so uninstall can

@@ -28,8 +28,6 @@ func (n *fakeNode) Update(s *model.Store, changes []model.Change) uint64 {
 	n.store, n.changes = s, changes
 	return n.gen
 }
-func (n *fakeNode) SetEndpoint(model.Endpoint) uint64  { n.gen++; return n.gen }
-func (n *fakeNode) RemoveEndpoint(string) uint64       { n.gen++; return n.gen }
 func (n *fakeNode) Wait(context.Context, uint64) error { return nil }
 func (n *fakeNode) Admit(*model.Store) error           { n.admits++; return nil }
 

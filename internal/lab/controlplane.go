@@ -25,17 +25,14 @@ import (
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
-	"github.com/shuntnet/shunt/internal/podnet"
 )
 
 // Node is the node's dataplane as the lab sees it: the objects go to it
-// as a watch would deliver them, the kubelet reports pod interfaces to it
-// as a CNI plugin does, and the API server asks it whether a change fits.
-// *reconciler.Reconciler implements it.
+// as a watch would deliver them, and the API server asks it whether a
+// change fits. Pod interfaces reach it through shunt-cni and the agent's
+// API, as on a real node. *reconciler.Reconciler implements it.
 type Node interface {
 	Update(store *model.Store, changes []model.Change) uint64
-	SetEndpoint(ep model.Endpoint) uint64
-	RemoveEndpoint(pod string) uint64
 	Wait(ctx context.Context, gen uint64) error
 	Admit(next *model.Store) error
 }
@@ -47,9 +44,8 @@ type Config struct {
 	NodeIP      netip.Addr // the node's address on the pod network
 	PodPool     ipam.Pool  // pod addresses
 	ServicePool ipam.Pool  // ClusterIPs
-	Node        podnet.Node
 	CgroupRoot  string
-	BinDir      string // put first on containers' PATH (where shunt lives)
+	BinDir      string // put first on containers' PATH (where shunt lives), and where shunt-cni is
 	ShimExe     string // executable providing `shim`
 	Log         *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
@@ -80,7 +76,11 @@ func New(cfg Config, node Node) (*ControlPlane, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	cp := &ControlPlane{cfg: cfg, node: node, journal: objectLog{dir: cfg.Instance.StateDir()}, kubelet: kubelet{cfg: cfg}}
+	cni, err := newCNIRuntime(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{cfg: cfg, node: node, journal: objectLog{dir: cfg.Instance.StateDir()}, kubelet: kubelet{cfg: cfg, cni: cni}}
 	stored, err := cp.journal.load()
 	if err != nil {
 		return nil, err
@@ -271,28 +271,24 @@ func (cp *ControlPlane) syncPods(ctx context.Context) error {
 	var errs []error
 	for key, rec := range k.pods {
 		if local[key] == nil {
-			errs = append(errs, k.remove(rec))
-			cp.gen = cp.node.RemoveEndpoint(key)
+			errs = append(errs, k.remove(ctx, rec))
 		}
 	}
 	var toStart []string
+	var plumbErr error
+	verify := !k.checked
 	for _, key := range slices.Sorted(maps.Keys(local)) {
-		rec, err := k.record(local[key])
-		if err != nil {
-			errs = append(errs, err)
+		rec := k.record(local[key])
+		if err := k.plumb(ctx, rec, verify); err != nil {
+			plumbErr = errors.Join(plumbErr, err)
 			continue
 		}
-		ep, err := k.plumb(rec)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		cp.gen = cp.node.SetEndpoint(ep)
 		if rec.Containers == nil {
 			toStart = append(toStart, key)
 		}
 	}
-	errs = append(errs, cp.writeStatus())
+	k.checked = true
+	errs = append(errs, plumbErr, cp.writeStatus())
 	if len(toStart) > 0 {
 		if err := cp.node.Wait(ctx, cp.gen); err != nil {
 			cp.notStarted = "waiting for the datapath: " + err.Error()
@@ -302,11 +298,13 @@ func (cp *ControlPlane) syncPods(ctx context.Context) error {
 			cp.notStarted = ""
 		}
 	}
+	if plumbErr != nil { // Resync retries
+		cp.notStarted = "plumbing the pod's network: " + plumbErr.Error()
+	}
 	for _, key := range toStart {
 		rec := k.pods[key]
 		if err := k.start(local[key], rec); err != nil {
-			errs = append(errs, fmt.Errorf("pod %s: %w", key, err), k.remove(rec))
-			cp.gen = cp.node.RemoveEndpoint(key)
+			errs = append(errs, fmt.Errorf("pod %s: %w", key, err), k.remove(ctx, rec))
 			continue
 		}
 		cp.cfg.Log.Info("pod started", "pod", key, "ip", rec.IP, "veth", rec.HostIf)
@@ -351,13 +349,12 @@ func (cp *ControlPlane) Resync(ctx context.Context) error {
 }
 
 // Uninstall removes every pod of the node.
-func (cp *ControlPlane) Uninstall() error {
+func (cp *ControlPlane) Uninstall(ctx context.Context) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var errs []error
-	for key, rec := range cp.kubelet.pods {
-		errs = append(errs, cp.kubelet.remove(rec))
-		cp.node.RemoveEndpoint(key)
+	for _, rec := range cp.kubelet.pods {
+		errs = append(errs, cp.kubelet.remove(ctx, rec))
 	}
 	return errors.Join(errs...)
 }

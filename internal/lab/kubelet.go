@@ -1,10 +1,10 @@
 package lab
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,22 +22,26 @@ import (
 	"github.com/shuntnet/shunt/internal/podnet"
 )
 
-// The lab's kubelet (and container runtime, and CNI plugin): it gives each
-// pod of its node a network namespace, a veth and an address, a cgroup and
-// its containers' processes, reports the pod's interface to the node's
-// dataplane as a model.Endpoint, and writes the pod's status back to the
-// API: address, phase, readiness, container states and exit codes.
+// The lab's kubelet (and container runtime): it gives each pod of its node
+// a network namespace and a cgroup, has shunt-cni plumb the pod (veth,
+// address from the node's pod CIDR, the endpoint handed to the agent, see
+// cni.go), runs its containers' processes, and writes the pod's status
+// back to the API: address, phase, readiness, container states and exit
+// codes.
 
 // PodRecord is the runtime side of one pod: what the kubelet built for it.
 type PodRecord struct {
-	Namespace  string            `json:"namespace"`
-	Name       string            `json:"name"`
-	IP         string            `json:"ip"`
-	Netns      string            `json:"netns"`
-	HostIf     string            `json:"hostIf"`
-	Cgroup     string            `json:"cgroup"`
-	Created    time.Time         `json:"created"`
-	Containers []ContainerRecord `json:"containers"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// ContainerID names the pod's sandbox to shunt-cni; a new one per
+	// (re)built sandbox. Empty: never plumbed (or by an older agent).
+	ContainerID string            `json:"containerID,omitempty"`
+	IP          string            `json:"ip"` // from the CNI result
+	Netns       string            `json:"netns"`
+	HostIf      string            `json:"hostIf"` // from the CNI result
+	Cgroup      string            `json:"cgroup"`
+	Created     time.Time         `json:"created"`
+	Containers  []ContainerRecord `json:"containers"`
 }
 
 // ContainerRecord is one container process, run under a shim that records
@@ -54,8 +58,12 @@ func (r *PodRecord) key() string { return r.Namespace + "/" + r.Name }
 
 type kubelet struct {
 	cfg   Config
+	cni   *cniRuntime
 	pods  map[string]*PodRecord // by namespace/name
 	saved []byte                // pods.json as last written
+	// checked: the records loaded at start were CHECKed once (their
+	// plumbing and the agent's endpoint may not have survived a reboot).
+	checked bool
 }
 
 func (k *kubelet) recordsPath() string { return filepath.Join(k.cfg.Instance.StateDir(), "pods.json") }
@@ -100,69 +108,77 @@ func (k *kubelet) admit(next *model.Store) error {
 	return nil
 }
 
-// record returns the pod's record, giving a new pod its address and names.
-func (k *kubelet) record(pod *corev1.Pod) (*PodRecord, error) {
+// record returns the pod's record, naming a new pod's namespace and
+// cgroup; its address comes from shunt-cni when it is plumbed.
+func (k *kubelet) record(pod *corev1.Pod) *PodRecord {
 	key := pod.Namespace + "/" + pod.Name
 	if rec := k.pods[key]; rec != nil {
-		return rec, nil
-	}
-	used := map[netip.Addr]bool{}
-	for _, r := range k.pods {
-		used[netip.MustParseAddr(r.IP)] = true
-	}
-	ip, err := k.cfg.PodPool.Allocate(used)
-	if err != nil {
-		return nil, fmt.Errorf("pod %s: %w", key, err)
+		return rec
 	}
 	inst := k.cfg.Instance
 	rec := &PodRecord{
-		Namespace: pod.Namespace, Name: pod.Name, IP: ip.String(),
+		Namespace: pod.Namespace, Name: pod.Name,
 		Netns:   inst.PodNetns(pod.Namespace, pod.Name),
-		HostIf:  inst.PodHostIf(pod.Namespace, pod.Name),
 		Cgroup:  inst.PodCgroupDir(k.cfg.CgroupRoot, pod.Namespace, pod.Name),
 		Created: time.Now().UTC().Truncate(time.Second),
 	}
 	k.pods[key] = rec
-	return rec, nil
+	return rec
 }
 
-func (k *kubelet) plumbing(rec *PodRecord) podnet.Pod {
-	return podnet.Pod{
-		Netns: rec.Netns, HostIf: rec.HostIf, PodIP: netip.MustParseAddr(rec.IP),
-		Alias: k.cfg.Instance.PodLinkAlias(rec.Namespace, rec.Name),
+// healthy says whether the pod's sandbox is in place; verify also asks
+// shunt-cni (CHECK), which asks the agent.
+func (k *kubelet) healthy(ctx context.Context, rec *PodRecord, verify bool) bool {
+	if rec.ContainerID == "" || rec.IP == "" {
+		return false
 	}
+	if _, err := podnet.Inspect(podnet.Pod{Netns: rec.Netns, HostIf: rec.HostIf}); err != nil {
+		return false
+	}
+	if verify {
+		if err := k.cni.check(ctx, rec); err != nil {
+			k.cfg.Log.Warn("pod sandbox failed CHECK; rebuilding it", "pod", rec.key(), "err", err)
+			return false
+		}
+	}
+	return true
 }
 
-// plumb builds the pod's network and cgroup when they do not exist yet, or
-// are gone (after a reboot, say); a healthy pod is left alone. It returns
-// the pod's endpoint, as a CNI ADD result tells the agent.
-func (k *kubelet) plumb(rec *PodRecord) (model.Endpoint, error) {
-	plumbing := k.plumbing(rec)
-	links, err := podnet.Inspect(plumbing)
-	if err != nil {
-		if links, err = podnet.SetupPod(k.cfg.Node, plumbing); err != nil {
-			return model.Endpoint{}, fmt.Errorf("pod %s: %w", rec.key(), err)
-		}
-		// New plumbing means new processes: old ones (if any) lost their network.
-		if err := cgroup.Remove(rec.Cgroup); err != nil {
-			return model.Endpoint{}, err
-		}
-		rec.Containers = nil
+// plumb builds the pod's sandbox (namespace, cgroup, shunt-cni ADD) when it
+// does not exist yet, or is gone (after a reboot, say); a healthy pod is
+// left alone. shunt-cni answers once the agent has programmed the pod.
+func (k *kubelet) plumb(ctx context.Context, rec *PodRecord, verify bool) error {
+	if k.healthy(ctx, rec, verify) {
+		return cgroup.Create(rec.Cgroup)
 	}
+	// A new sandbox means new processes: old ones (if any) lost their network.
+	if err := k.unplumb(ctx, rec); err != nil {
+		return err
+	}
+	rec.Containers = nil
 	if err := cgroup.Create(rec.Cgroup); err != nil {
-		return model.Endpoint{}, err
+		return err
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(rec.Cgroup, &st); err != nil {
-		return model.Endpoint{}, fmt.Errorf("pod %s: cgroup: %w", rec.key(), err)
+	if err := podnet.CreateNetns(rec.Netns); err != nil {
+		return fmt.Errorf("pod %s: %w", rec.key(), err)
 	}
-	return model.Endpoint{
-		Pod: rec.key(), IP: netip.MustParseAddr(rec.IP), Ifname: rec.HostIf, Ifindex: links.HostIfindex,
-		PodMAC: links.PodMAC, NodeMAC: links.HostMAC,
-		CgroupID: st.Ino, // a cgroup's id is its directory's inode
-		Cgroup:   rec.Cgroup,
-		Netns:    podnet.NetnsPath(rec.Netns),
-	}, nil
+	rec.ContainerID = newContainerID()
+	if err := k.cni.add(ctx, rec); err != nil {
+		return errors.Join(fmt.Errorf("pod %s: %w", rec.key(), err), k.unplumb(ctx, rec))
+	}
+	return nil
+}
+
+// unplumb removes the pod's sandbox: its processes, shunt-cni DEL, the
+// namespace (and what an older agent built without the plugin).
+func (k *kubelet) unplumb(ctx context.Context, rec *PodRecord) error {
+	err := errors.Join(
+		cgroup.Remove(rec.Cgroup),
+		k.cni.del(ctx, rec),
+		podnet.TeardownPod(podnet.Pod{Netns: rec.Netns, HostIf: rec.HostIf}),
+	)
+	rec.ContainerID, rec.IP, rec.HostIf = "", "", ""
+	return err
 }
 
 func (k *kubelet) podDir(rec *PodRecord) string {
@@ -226,13 +242,9 @@ func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Contain
 	return env
 }
 
-// remove kills the pod's processes and removes its plumbing.
-func (k *kubelet) remove(rec *PodRecord) error {
-	err := errors.Join(
-		cgroup.Remove(rec.Cgroup),
-		podnet.TeardownPod(k.plumbing(rec)),
-		os.RemoveAll(k.podDir(rec)),
-	)
+// remove kills the pod's processes and removes its sandbox.
+func (k *kubelet) remove(ctx context.Context, rec *PodRecord) error {
+	err := errors.Join(k.unplumb(ctx, rec), os.RemoveAll(k.podDir(rec)))
 	delete(k.pods, rec.key())
 	k.cfg.Log.Info("pod deleted", "pod", rec.key())
 	return err
@@ -242,7 +254,7 @@ func (k *kubelet) remove(rec *PodRecord) error {
 // readiness and container states, read from the shims' records.
 func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {
 	rec := k.pods[pod.Namespace+"/"+pod.Name]
-	if rec == nil {
+	if rec == nil || rec.IP == "" {
 		return corev1.PodStatus{Phase: corev1.PodPending}
 	}
 	created := metav1.NewTime(rec.Created)

@@ -1,6 +1,8 @@
-// Package podnet builds the network plumbing of lab pods and of the lab
-// node, the way a CNI plugin does on a real node: one network namespace per
-// pod, a veth pair into it, a /32 address and routes. It touches network
+// Package podnet builds the network plumbing of pods and of the node: a
+// veth pair into the pod's network namespace, a /32 address and routes. It
+// is the one implementation of that plumbing: shunt-cni (internal/cniplugin)
+// attaches pods into the namespace a runtime gives it, and the lab (playing
+// the runtime) creates named namespaces for it. It touches network
 // interfaces only; BPF programs are attached by internal/datapath.
 package podnet
 
@@ -12,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -39,10 +42,28 @@ type Node struct {
 
 // Pod is the plumbing of one pod.
 type Pod struct {
-	Netns  string // name under NetnsDir
-	HostIf string // host side of the veth
-	PodIP  netip.Addr
-	Alias  string // interface alias set on HostIf so leftovers can be found
+	Netns string // name under NetnsDir, for namespaces podnet creates (lab)
+	// NetnsPath is the namespace to plumb when someone else made it (a
+	// runtime's CNI_NETNS); it wins over Netns.
+	NetnsPath string
+	IfName    string // pod side of the veth; PodIfName when empty
+	HostIf    string // host side of the veth
+	PodIP     netip.Addr
+	Alias     string // interface alias set on HostIf so leftovers can be found
+}
+
+func (p Pod) nsPath() string {
+	if p.NetnsPath != "" {
+		return p.NetnsPath
+	}
+	return NetnsPath(p.Netns)
+}
+
+func (p Pod) ifName() string {
+	if p.IfName != "" {
+		return p.IfName
+	}
+	return PodIfName
 }
 
 // Links is what the datapath needs to forward to a pod.
@@ -108,6 +129,30 @@ func TeardownNode(n Node) error {
 	return nil
 }
 
+// PodRoutes are the prefixes a pod routes through the node (gateway
+// NodeIP). Only the pod network and the services, no default route: the
+// lab never sends a packet off this machine (a pod's DNS lookup of the
+// host's resolver fails at once instead of leaking out).
+func (n Node) PodRoutes() []netip.Prefix {
+	var routes []netip.Prefix
+	if n.ServiceCIDR.IsValid() {
+		routes = append(routes, n.ServiceCIDR)
+	}
+	if !n.Bridge && n.PodCIDR.IsValid() {
+		routes = append(routes, n.PodCIDR) // in bridge mode it is on-link
+	}
+	return routes
+}
+
+// PodPrefixLen is the prefix length of a pod's address: a /32 routed
+// through the node, or the whole pod CIDR on a bridge.
+func (n Node) PodPrefixLen() int {
+	if n.Bridge {
+		return n.PodCIDR.Bits()
+	}
+	return 32
+}
+
 func (n Node) mtu() int {
 	if n.MTU == 0 {
 		return 1500
@@ -119,8 +164,8 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// SetupPod creates the pod's namespace and veth pair and configures both
-// ends. It is idempotent: an existing pod is only re-inspected.
+// SetupPod creates the pod's named namespace and attaches the pod to it.
+// It is idempotent: an existing pod is only re-inspected.
 func SetupPod(n Node, p Pod) (Links, error) {
 	if links, err := Inspect(p); err == nil {
 		return links, nil
@@ -129,17 +174,67 @@ func SetupPod(n Node, p Pod) (Links, error) {
 	if err := TeardownPod(p); err != nil {
 		return Links{}, err
 	}
-	ns, err := newNamedNetns(p.Netns)
-	if err != nil {
+	if err := CreateNetns(p.Netns); err != nil {
 		return Links{}, err
+	}
+	links, err := AttachPod(n, p)
+	if err != nil {
+		TeardownPod(p)
+		return Links{}, err
+	}
+	return links, nil
+}
+
+// CreateNetns creates a named network namespace under NetnsDir, as a
+// container runtime does before it calls the CNI plugin.
+func CreateNetns(name string) error {
+	ns, err := newNamedNetns(name)
+	if err != nil {
+		return err
+	}
+	return ns.Close()
+}
+
+// DeleteNetns removes a named namespace (a no-op when absent).
+func DeleteNetns(name string) error {
+	if _, err := os.Stat(NetnsPath(name)); err != nil {
+		return nil
+	}
+	if err := netns.DeleteNamed(name); err != nil {
+		// Not a mount point any more (half-deleted): remove the file.
+		if rerr := os.Remove(NetnsPath(name)); rerr != nil {
+			return fmt.Errorf("deleting namespace %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// AttachPod plumbs a pod into its existing namespace (p.NetnsPath, else
+// p.Netns): the veth pair, the pod's address and routes, the host side's
+// route and neighbour. What a CNI ADD does. On failure nothing is left
+// behind: the host veth (and with it the pod side) is deleted.
+func AttachPod(n Node, p Pod) (Links, error) {
+	ns, err := netns.GetFromPath(p.nsPath())
+	if err != nil {
+		return Links{}, fmt.Errorf("opening the pod's network namespace %s: %w", p.nsPath(), err)
 	}
 	defer ns.Close()
 	links, err := setupVeth(n, p, ns)
 	if err != nil {
-		TeardownPod(p)
-		return Links{}, fmt.Errorf("pod %s: %w", p.Netns, err)
+		DeleteLink(p.HostIf)
+		return Links{}, fmt.Errorf("pod namespace %s: %w", p.nsPath(), err)
 	}
 	return links, nil
+}
+
+// DetachPod deletes the pod's veth (its peer, addresses and routes go with
+// it), leaving the namespace to its owner. What a CNI DEL does; absent is
+// not an error.
+func DetachPod(p Pod) error {
+	if err := DeleteLink(p.HostIf); err != nil {
+		return fmt.Errorf("deleting %s: %w", p.HostIf, err)
+	}
+	return nil
 }
 
 // ensureNetnsDir makes NetnsDir a shared bind mount of itself, as
@@ -195,7 +290,7 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 	la := netlink.NewLinkAttrs()
 	la.Name = p.HostIf
 	la.MTU = n.mtu()
-	veth := &netlink.Veth{LinkAttrs: la, PeerName: PodIfName, PeerNamespace: netlink.NsFd(int(ns))}
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: p.ifName(), PeerNamespace: netlink.NsFd(int(ns))}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return Links{}, fmt.Errorf("creating veth %s: %w", p.HostIf, err)
 	}
@@ -213,18 +308,14 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 		return Links{}, err
 	}
 	defer nh.Close()
-	pod, err := nh.LinkByName(PodIfName)
+	pod, err := nh.LinkByName(p.ifName())
 	if err != nil {
 		return Links{}, err
 	}
 	hostMAC, podMAC := host.Attrs().HardwareAddr, pod.Attrs().HardwareAddr
 
 	// Pod side: address, loopback, default route via the node.
-	prefixLen := 32
-	if n.Bridge {
-		prefixLen = n.PodCIDR.Bits()
-	}
-	if err := nh.AddrAdd(pod, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(p.PodIP, prefixLen))}); err != nil {
+	if err := nh.AddrAdd(pod, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(p.PodIP, n.PodPrefixLen()))}); err != nil {
 		return Links{}, fmt.Errorf("adding %s to the pod: %w", p.PodIP, err)
 	}
 	if lo, err := nh.LinkByName("lo"); err == nil {
@@ -242,17 +333,7 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 			return Links{}, fmt.Errorf("adding gateway neighbour in the pod: %w", err)
 		}
 	}
-	// Lab pods route only the pod network through the node, no default
-	// route: the lab never sends a packet off this machine (a pod's DNS
-	// lookup of the host's resolver fails at once instead of leaking out).
-	routes := []netip.Prefix{n.ServiceCIDR}
-	if !n.Bridge {
-		routes = append(routes, n.PodCIDR) // in bridge mode it is on-link
-	}
-	for _, dst := range routes {
-		if !dst.IsValid() {
-			continue
-		}
+	for _, dst := range n.PodRoutes() {
 		r := &netlink.Route{LinkIndex: pod.Attrs().Index, Dst: ipNet(dst), Gw: gw, Flags: int(netlink.FLAG_ONLINK)}
 		if err := nh.RouteAdd(r); err != nil {
 			return Links{}, fmt.Errorf("adding route to %s in the pod: %w", dst, err)
@@ -295,9 +376,9 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 
 // Inspect reads the plumbing of an existing pod.
 func Inspect(p Pod) (Links, error) {
-	ns, err := netns.GetFromName(p.Netns)
+	ns, err := netns.GetFromPath(p.nsPath())
 	if err != nil {
-		return Links{}, fmt.Errorf("pod namespace %s: %w", p.Netns, err)
+		return Links{}, fmt.Errorf("pod namespace %s: %w", p.nsPath(), err)
 	}
 	defer ns.Close()
 	host, err := netlink.LinkByName(p.HostIf)
@@ -309,29 +390,79 @@ func Inspect(p Pod) (Links, error) {
 		return Links{}, err
 	}
 	defer nh.Close()
-	pod, err := nh.LinkByName(PodIfName)
+	pod, err := nh.LinkByName(p.ifName())
 	if err != nil {
-		return Links{}, fmt.Errorf("pod %s: %s: %w", p.Netns, PodIfName, err)
+		return Links{}, fmt.Errorf("pod %s: %s: %w", p.nsPath(), p.ifName(), err)
 	}
 	return Links{HostIfindex: host.Attrs().Index, HostMAC: host.Attrs().HardwareAddr, PodMAC: pod.Attrs().HardwareAddr}, nil
 }
 
-// TeardownPod deletes the veth (its peer and routes go with it) and the
-// namespace. Absent pieces are not an error.
-func TeardownPod(p Pod) error {
-	var errs []error
-	if l, err := netlink.LinkByName(p.HostIf); err == nil {
-		if err := netlink.LinkDel(l); err != nil {
-			errs = append(errs, fmt.Errorf("deleting %s: %w", p.HostIf, err))
+// Verify checks that a pod's plumbing is what AttachPod built: both ends
+// of the veth, the pod's address and routes, and (routed modes) the host's
+// route to the pod. What a CNI CHECK asks; the error names what is missing.
+func Verify(n Node, p Pod) (Links, error) {
+	links, err := Inspect(p)
+	if err != nil {
+		return Links{}, err
+	}
+	ns, err := netns.GetFromPath(p.nsPath())
+	if err != nil {
+		return Links{}, fmt.Errorf("pod namespace %s: %w", p.nsPath(), err)
+	}
+	defer ns.Close()
+	nh, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return Links{}, err
+	}
+	defer nh.Close()
+	pod, err := nh.LinkByName(p.ifName())
+	if err != nil {
+		return Links{}, fmt.Errorf("pod %s: %s: %w", p.nsPath(), p.ifName(), err)
+	}
+	addrs, err := nh.AddrList(pod, netlink.FAMILY_V4)
+	if err != nil {
+		return Links{}, fmt.Errorf("listing addresses of %s in %s: %w", p.ifName(), p.nsPath(), err)
+	}
+	if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(p.PodIP.AsSlice()) }) {
+		return Links{}, fmt.Errorf("%s in %s does not hold %s", p.ifName(), p.nsPath(), p.PodIP)
+	}
+	routes, err := nh.RouteList(pod, netlink.FAMILY_V4)
+	if err != nil {
+		return Links{}, fmt.Errorf("listing routes in %s: %w", p.nsPath(), err)
+	}
+	for _, dst := range n.PodRoutes() {
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+			return r.Dst != nil && r.Dst.String() == dst.String() && r.Gw.Equal(n.NodeIP.AsSlice())
+		}) {
+			return Links{}, fmt.Errorf("pod %s has no route to %s via %s", p.nsPath(), dst, n.NodeIP)
 		}
 	}
-	if _, err := os.Stat(NetnsPath(p.Netns)); err == nil {
-		if err := netns.DeleteNamed(p.Netns); err != nil {
-			// Not a mount point any more (half-deleted): remove the file.
-			if rerr := os.Remove(NetnsPath(p.Netns)); rerr != nil {
-				errs = append(errs, fmt.Errorf("deleting namespace %s: %w", p.Netns, err))
-			}
+	if !n.Bridge {
+		host, err := netlink.LinkByIndex(links.HostIfindex)
+		if err != nil {
+			return Links{}, err
 		}
+		hostRoutes, err := netlink.RouteList(host, netlink.FAMILY_V4)
+		if err != nil {
+			return Links{}, fmt.Errorf("listing routes of %s: %w", p.HostIf, err)
+		}
+		want := netip.PrefixFrom(p.PodIP, 32).String()
+		if !slices.ContainsFunc(hostRoutes, func(r netlink.Route) bool { return r.Dst != nil && r.Dst.String() == want }) {
+			return Links{}, fmt.Errorf("the node has no route to %s on %s", want, p.HostIf)
+		}
+	}
+	return links, nil
+}
+
+// TeardownPod deletes the veth (its peer and routes go with it) and the
+// named namespace. Absent pieces are not an error.
+func TeardownPod(p Pod) error {
+	var errs []error
+	if p.HostIf != "" {
+		errs = append(errs, DetachPod(p))
+	}
+	if p.Netns != "" {
+		errs = append(errs, DeleteNetns(p.Netns))
 	}
 	return errors.Join(errs...)
 }

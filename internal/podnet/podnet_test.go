@@ -1,6 +1,7 @@
 package podnet
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -45,6 +46,9 @@ func TestPodPlumbing(t *testing.T) {
 				if _, err := SetupPod(node, p); err != nil {
 					t.Fatal(err)
 				}
+				if _, err := Verify(node, p); err != nil {
+					t.Errorf("verify after setup: %v", err)
+				}
 			}
 			ping := func(ns string, ip netip.Addr) {
 				t.Helper()
@@ -59,5 +63,53 @@ func TestPodPlumbing(t *testing.T) {
 				t.Errorf("node -> pod: %v\n%s", err, out)
 			}
 		})
+	}
+}
+
+// TestAttachDetach plumbs a pod into a namespace someone else created, as
+// a CNI ADD does, under another interface name; Verify notices what DEL
+// removed and DEL twice is fine.
+func TestAttachDetach(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces and interfaces")
+	}
+	id := rand.IntN(1 << 20)
+	cidr := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(250)))
+	node := Node{PodCIDR: cidr, NodeIP: cidr.Addr().Next(), HostIf: fmt.Sprintf("pnt%05x", id),
+		ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}
+	nsName := fmt.Sprintf("podnet-test-%05x-c", id)
+	pod := Pod{NetnsPath: NetnsPath(nsName), IfName: "net1", HostIf: fmt.Sprintf("pntc%05x", id), PodIP: node.NodeIP.Next()}
+	t.Cleanup(func() {
+		if err := errors.Join(DetachPod(pod), DeleteNetns(nsName), TeardownNode(node)); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := SetupNode(node); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateNetns(nsName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AttachPod(node, pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(node, pod); err != nil {
+		t.Fatalf("verify after attach: %v", err)
+	}
+	other := pod
+	other.PodIP = pod.PodIP.Next()
+	if _, err := Verify(node, other); err == nil {
+		t.Error("verify with another address passed")
+	}
+	for range 2 {
+		if err := DetachPod(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Verify(node, pod); err == nil {
+		t.Error("verify after detach passed")
+	}
+	if _, err := os.Stat(NetnsPath(nsName)); err != nil {
+		t.Errorf("detach removed the namespace it does not own: %v", err)
 	}
 }

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/shunt", "../../cmd/shuntd", "../../cmd/shunt-proxy")
+	build := exec.Command("go", "build", "-o", dir+"/", "../../cmd/shunt", "../../cmd/shuntd", "../../cmd/shunt-proxy", "../../cmd/shunt-cni")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Println("e2e: building binaries:", err)
