@@ -37,6 +37,7 @@ programs=(
 	"haproxy           haproxy          benchmarks: the sidecar proxies of the mesh baseline"
 	"bpftool           bpftool          debugging: inspect loaded programs and maps by hand"
 	"curl              curl             debugging: the agent's /debug/pprof over its socket"
+	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"
 )
 
 missing=()
