@@ -87,6 +87,7 @@ func newRootCmd() *cobra.Command {
 		newProxyCmd(g),
 		newAccelCmd(g),
 		newUninstallCmd(g),
+		newDevCmd(),
 	)
 	return root
 }

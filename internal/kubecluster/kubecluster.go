@@ -1,0 +1,530 @@
+// Package kubecluster runs a real Kubernetes control plane on loopback for
+// tests, benchmarks and `shunt dev cluster`: etcd (Debian's etcd-server),
+// kube-apiserver and kube-controller-manager (built by scripts/kube-build.sh).
+// There is no scheduler and no kubelet: pods name their node in
+// spec.nodeName, and whoever plays the kubelet (the lab, a test) writes their
+// status. ClusterIPs come from the real API server, spec.podCIDR of Nodes from
+// the real node IPAM controller and EndpointSlices from the real EndpointSlice
+// controller.
+//
+// Everything of one cluster lives in one directory: certificates, etcd's data,
+// logs, the admin kubeconfig and cluster.json, which records the PIDs so that
+// Down stops exactly the processes Up started.
+package kubecluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/shuntnet/shunt/internal/instance"
+)
+
+// DefaultClusterCIDR is the range node IPAM cuts one /24 per Node out of:
+// the lab's default node pod CIDR (instance.DefaultPodCIDR, 10.244.0.0/24)
+// is the first of them.
+const DefaultClusterCIDR = "10.244.0.0/16"
+
+// NodeCIDRMaskSize is the size of each Node's spec.podCIDR, as in the lab.
+const NodeCIDRMaskSize = 24
+
+// Options say where and how to run a control plane.
+type Options struct {
+	// Dir holds everything of the cluster; created, must not hold a
+	// running cluster.
+	Dir string
+	// BinDir has kube-apiserver and kube-controller-manager;
+	// DefaultBinDir() when empty.
+	BinDir string
+	// ServiceCIDR is --service-cluster-ip-range; the lab's
+	// instance.DefaultServiceCIDR when empty.
+	ServiceCIDR string
+	// ClusterCIDR is what Nodes' pod CIDRs are allocated from;
+	// DefaultClusterCIDR when empty.
+	ClusterCIDR string
+	// Detach lets the processes outlive the caller (a CLI); otherwise
+	// they die with it (tests).
+	Detach bool
+	// Logf reports progress; nil is silent.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	Dir string
+	// Kubeconfig is the admin's kubeconfig (group system:masters).
+	Kubeconfig string
+	// Server is the API server's URL, https://127.0.0.1:PORT.
+	Server      string
+	ServiceCIDR string
+	ClusterCIDR string
+	// BinDir has the Kubernetes binaries, kubectl and kube-proxy included.
+	BinDir string
+
+	restConfig *rest.Config
+	procs      []*proc
+}
+
+// Files in the cluster directory.
+const (
+	caFile            = "ca.crt"
+	apiserverCertFile = "apiserver.crt"
+	apiserverKeyFile  = "apiserver.key"
+	saKeyFile         = "service-account.key"
+	kcmKubeconfigFile = "controller-manager.kubeconfig"
+	// KubeconfigFile is the admin kubeconfig in the cluster directory.
+	KubeconfigFile = "kubeconfig"
+)
+
+// startTimeout bounds each component's start; the API server takes a few
+// seconds on an idle machine, much longer on 2 busy cores.
+const startTimeout = 2 * time.Minute
+
+// Up starts etcd, kube-apiserver and kube-controller-manager on free
+// loopback ports and returns once the API server is ready and the
+// controllers work (the service-account controller has made the default
+// namespace's ServiceAccount). On error everything started is stopped; the
+// directory stays for its logs (Down removes it).
+func Up(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Dir == "" {
+		return nil, errors.New("kubecluster: no directory given")
+	}
+	if o.BinDir == "" {
+		o.BinDir = DefaultBinDir()
+	}
+	if o.ServiceCIDR == "" {
+		o.ServiceCIDR = instance.DefaultServiceCIDR
+	}
+	if o.ClusterCIDR == "" {
+		o.ClusterCIDR = DefaultClusterCIDR
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if err := CheckBinaries(o.BinDir); err != nil {
+		return nil, err
+	}
+	etcd, err := etcdPath()
+	if err != nil {
+		return nil, err
+	}
+	_, svcNet, err := net.ParseCIDR(o.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("service CIDR %q: %w", o.ServiceCIDR, err)
+	}
+	if _, _, err := net.ParseCIDR(o.ClusterCIDR); err != nil {
+		return nil, fmt.Errorf("cluster CIDR %q: %w", o.ClusterCIDR, err)
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if s, err := readState(dir); err == nil && s.anyAlive() {
+		return nil, fmt.Errorf("a cluster is already running in %s: stop it first (shunt dev cluster down --dir %s)", dir, dir)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("creating the cluster directory: %w", err)
+		}
+	}
+
+	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, KubeconfigFile), ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR, BinDir: o.BinDir}
+	st := &state{KubeVersion: KubeVersion, Kubeconfig: c.Kubeconfig, ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	// run starts one component and records it before anything can fail.
+	run := func(name, bin string, args []string) (*proc, error) {
+		p, err := start(name, bin, args, filepath.Join(dir, "logs", name+".log"), o.Detach)
+		if err != nil {
+			return nil, err
+		}
+		c.procs = append(c.procs, p)
+		st.Components = append(st.Components, p.component)
+		return p, st.write(dir)
+	}
+
+	p, err := newPKI()
+	if err != nil {
+		return nil, err
+	}
+	// The API server's certificate names every way it is reached: loopback
+	// from this machine, the first service address and the in-cluster names
+	// from pods.
+	kubernetesIP := firstIP(svcNet)
+	serving, err := p.issue("kube-apiserver", nil,
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, kubernetesIP},
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
+	if err != nil {
+		return nil, err
+	}
+	admin, err := p.issue("shunt-admin", []string{"system:masters"}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	kcm, err := p.issue("system:kube-controller-manager", nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	saKey, err := newSigningKey()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFiles(dir, map[string][]byte{
+		caFile: p.caPEM, apiserverCertFile: serving.cert, apiserverKeyFile: serving.key, saKeyFile: saKey,
+	}); err != nil {
+		return nil, fmt.Errorf("writing certificates: %w", err)
+	}
+
+	// etcd
+	etcdPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	o.Logf("starting etcd on %s", etcdURL)
+	etcdProc, err := run("etcd", etcd, []string{
+		"--name=shunt", "--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=shunt=" + peerURL, "--initial-cluster-state=new",
+		"--logger=zap", "--log-outputs=stderr",
+	})
+	if err != nil {
+		return nil, err
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	if err := waitHealthy(ctx, etcdProc, plain, etcdURL+"/health"); err != nil {
+		return nil, err
+	}
+
+	// kube-apiserver
+	apiPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c.Server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	st.Server = c.Server
+	o.Logf("starting kube-apiserver %s on %s", KubeVersion, c.Server)
+	apiProc, err := run("kube-apiserver", filepath.Join(o.BinDir, "kube-apiserver"), []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
+		"--advertise-address=127.0.0.1",
+		// The reconciler would publish 127.0.0.1 as the endpoint of the
+		// kubernetes Service, which EndpointSlice validation refuses;
+		// nothing here reaches the API server through its ClusterIP.
+		"--endpoint-reconciler-type=none",
+		"--tls-cert-file=" + filepath.Join(dir, apiserverCertFile),
+		"--tls-private-key-file=" + filepath.Join(dir, apiserverKeyFile),
+		"--client-ca-file=" + filepath.Join(dir, caFile),
+		"--service-cluster-ip-range=" + o.ServiceCIDR,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(dir, saKeyFile),
+		"--service-account-signing-key-file=" + filepath.Join(dir, saKeyFile),
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--profiling=false",
+	})
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(p.caCert)
+	adminTLS, err := tls.X509KeyPair(admin.cert, admin.key)
+	if err != nil {
+		return nil, err
+	}
+	api := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{adminTLS},
+	}}}
+	if err := waitHealthy(ctx, apiProc, api, c.Server+"/readyz"); err != nil {
+		return nil, err
+	}
+	if err := writeKubeconfig(c.Kubeconfig, c.Server, p.caPEM, admin, "shunt-admin"); err != nil {
+		return nil, err
+	}
+	if err := writeKubeconfig(filepath.Join(dir, kcmKubeconfigFile), c.Server, p.caPEM, kcm, "kube-controller-manager"); err != nil {
+		return nil, err
+	}
+	c.restConfig = &rest.Config{
+		Host: c.Server,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: p.caPEM, CertData: admin.cert, KeyData: admin.key,
+		},
+		// Tests and benchmarks create thousands of objects; the client's
+		// default 5 QPS would measure the client, not the cluster.
+		QPS: 1000, Burst: 2000,
+	}
+
+	// kube-controller-manager
+	kcmPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	kcmConfig := filepath.Join(dir, kcmKubeconfigFile)
+	o.Logf("starting kube-controller-manager")
+	kcmProc, err := run("kube-controller-manager", filepath.Join(o.BinDir, "kube-controller-manager"), []string{
+		"--kubeconfig=" + kcmConfig,
+		"--authentication-kubeconfig=" + kcmConfig, "--authorization-kubeconfig=" + kcmConfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(kcmPort),
+		"--cert-dir=" + filepath.Join(dir, "controller-manager"),
+		"--leader-elect=false",
+		// Each controller talks to the API server as its own service
+		// account, with the RBAC roles a real cluster gives it.
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + filepath.Join(dir, saKeyFile),
+		"--root-ca-file=" + filepath.Join(dir, caFile),
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + o.ClusterCIDR,
+		"--node-cidr-mask-size=" + strconv.Itoa(NodeCIDRMaskSize),
+		"--service-cluster-ip-range=" + o.ServiceCIDR,
+		"--controllers=" + strings.Join(Controllers, ","),
+		"--profiling=false",
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Its serving certificate is self-signed in --cert-dir; this probe
+	// only asks a loopback port we just opened whether it is healthy.
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if err := waitHealthy(ctx, kcmProc, insecure, "https://127.0.0.1:"+strconv.Itoa(kcmPort)+"/healthz"); err != nil {
+		return nil, err
+	}
+	if err := c.waitDefaultServiceAccount(ctx, kcmProc); err != nil {
+		return nil, err
+	}
+	o.Logf("control plane ready: kubeconfig %s", c.Kubeconfig)
+	return c, nil
+}
+
+// Controllers are the kube-controller-manager controllers the cluster runs:
+// what shunt needs from a control plane, and no node lifecycle controller,
+// which would mark every pod NotReady because no kubelet posts node status.
+var Controllers = []string{
+	"serviceaccount-token-controller",
+	"serviceaccount-controller",
+	"root-ca-certificate-publisher-controller",
+	"namespace-controller",
+	"garbage-collector-controller",
+	"endpointslice-controller",
+	"endpointslice-mirroring-controller",
+	"node-ipam-controller",
+}
+
+// RESTConfig is the admin's client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Clientset is a client-go clientset as the admin.
+func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
+	return kubernetes.NewForConfig(c.RESTConfig())
+}
+
+// Kubectl is the path of the kubectl built with the cluster's binaries.
+func (c *Cluster) Kubectl() string { return filepath.Join(c.BinDir, "kubectl") }
+
+// Stop stops the processes this Cluster started, by PID, last started
+// first. The directory stays.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		if err := p.stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		<-p.exited
+	}
+	c.procs = nil
+	return errors.Join(errs...)
+}
+
+// Down stops the cluster recorded in dir, by PID, and removes dir. It is
+// idempotent: a directory that is already gone is fine.
+func Down(dir string) error {
+	s, err := readState(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%s has no %s: not a cluster directory, leaving it alone", dir, stateFile)
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := len(s.Components) - 1; i >= 0; i-- {
+		if err := s.Components[i].stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w (%s kept)", err, dir)
+	}
+	return os.RemoveAll(dir)
+}
+
+// ComponentStatus is one process of a cluster, as Status sees it.
+type ComponentStatus struct {
+	Name    string
+	PID     int
+	Running bool
+	Log     string
+}
+
+// Status reports what runs of the cluster recorded in dir.
+type Status struct {
+	Dir         string
+	Server      string
+	Kubeconfig  string
+	KubeVersion string
+	Components  []ComponentStatus
+}
+
+// Running says whether every component runs.
+func (s Status) Running() bool {
+	for _, c := range s.Components {
+		if !c.Running {
+			return false
+		}
+	}
+	return len(s.Components) > 0
+}
+
+// ReadStatus reads the cluster recorded in dir and checks its processes.
+func ReadStatus(dir string) (Status, error) {
+	s, err := readState(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Status{}, fmt.Errorf("no cluster in %s: start one with shunt dev cluster up --dir %s", dir, dir)
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	out := Status{Dir: dir, Server: s.Server, Kubeconfig: s.Kubeconfig, KubeVersion: s.KubeVersion}
+	for _, c := range s.Components {
+		out.Components = append(out.Components, ComponentStatus{Name: c.Name, PID: c.PID, Running: c.alive(), Log: c.Log})
+	}
+	return out, nil
+}
+
+func (s *state) anyAlive() bool {
+	for _, c := range s.Components {
+		if c.alive() {
+			return true
+		}
+	}
+	return false
+}
+
+// waitHealthy polls url until it answers 200, failing at once with the log
+// tail when the process exits.
+func waitHealthy(ctx context.Context, p *proc, client *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	var last string
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			body := make([]byte, 512)
+			n, _ := resp.Body.Read(body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body[:n])))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited during start-up (%v); end of %s:\n%s", p.Name, p.waitErr, p.Log, LogTail(p.Log, 30))
+		case <-ctx.Done():
+			return fmt.Errorf("%s not healthy after %v (%s: %s); end of %s:\n%s", p.Name, startTimeout, url, last, p.Log, LogTail(p.Log, 30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitDefaultServiceAccount waits for the service-account controller to
+// create default/default: proof that the controller-manager reaches the API
+// server with working credentials, and what pod admission needs.
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context, kcm *proc) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	for {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			return fmt.Errorf("reading ServiceAccount default/default: %w", err)
+		}
+		select {
+		case <-kcm.exited:
+			return fmt.Errorf("kube-controller-manager exited (%v); end of %s:\n%s", kcm.waitErr, kcm.Log, LogTail(kcm.Log, 30))
+		case <-ctx.Done():
+			return fmt.Errorf("the controller-manager did not create ServiceAccount default/default within %v; end of %s:\n%s", startTimeout, kcm.Log, LogTail(kcm.Log, 30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func writeKubeconfig(path, server string, ca []byte, user keyPair, userName string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["shunt"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[userName] = &clientcmdapi.AuthInfo{ClientCertificateData: user.cert, ClientKeyData: user.key}
+	cfg.Contexts["shunt"] = &clientcmdapi.Context{Cluster: "shunt", AuthInfo: userName}
+	cfg.CurrentContext = "shunt"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	}
+	return os.Chmod(path, 0o600)
+}
+
+// freePort asks the kernel for a free loopback port. Another process could
+// take it before the component binds it; the component then fails to start
+// and says "address already in use" in the error.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// firstIP is the first usable address of a range: the API server gives it
+// to the kubernetes Service.
+func firstIP(n *net.IPNet) net.IP {
+	ip := make(net.IP, len(n.IP))
+	copy(ip, n.IP)
+	ip[len(ip)-1]++
+	return ip
+}
