@@ -6,7 +6,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all setup build generate check-generated demo demo-down test test-unit bench clean
+.PHONY: all setup build generate check-generated kube demo demo-down test test-unit bench clean
 
 all: build
 
@@ -24,6 +24,13 @@ generate:
 check-generated: generate
 	@git diff --exit-code --stat -- internal/ || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 
+# kube-apiserver, kube-controller-manager, kube-proxy and kubectl at the
+# release pinned in tools/kube/go.mod, for the tests that run a real control
+# plane: built once per version (~20 minutes cold on 2 cores, niced), then
+# this returns at once.
+kube:
+	@scripts/kube-build.sh >/dev/null
+
 demo: setup build
 	@scripts/demo.sh
 
@@ -32,7 +39,7 @@ demo-down: build
 
 # The whole suite: unit tests everywhere, BPF_PROG_TEST_RUN tests, and the
 # end-to-end lab tests (root needed; they skip with a reason without it).
-test: setup build check-generated
+test: setup build check-generated kube
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 
