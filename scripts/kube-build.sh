@@ -82,6 +82,7 @@ for p in "${programs[@]}"; do
 done
 # nice: other work shares these cores; static binaries like the release ones.
 (cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+chmod 755 "$tmp" # mktemp made it private
 mv -T "$tmp" "$bin"
 trap - EXIT
 echo "kube-build: built in $(($(date +%s) - start)) s" >&2

@@ -91,13 +91,22 @@ func (p *pki) issue(cn string, orgs []string, ips []net.IP, dnsNames []string) (
 }
 
 // newSigningKey is the key the API server signs service-account tokens with
-// and the controller-manager's token controller uses.
-func newSigningKey() ([]byte, error) {
+// and the controller-manager's token controller uses, with its public half,
+// which the API server verifies tokens with.
+func newSigningKey() (private, public []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("generating the service-account signing key: %w", err)
+		return nil, nil, fmt.Errorf("generating the service-account signing key: %w", err)
 	}
-	return privateKeyPEM(key)
+	private, err = privateKeyPEM(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the service-account public key: %w", err)
+	}
+	return private, pemBlock("PUBLIC KEY", der), nil
 }
 
 func privateKeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {

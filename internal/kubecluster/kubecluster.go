@@ -84,11 +84,15 @@ type Cluster struct {
 
 // Files in the cluster directory.
 const (
-	caFile            = "ca.crt"
-	apiserverCertFile = "apiserver.crt"
-	apiserverKeyFile  = "apiserver.key"
-	saKeyFile         = "service-account.key"
-	kcmKubeconfigFile = "controller-manager.kubeconfig"
+	caFile              = "ca.crt"
+	apiserverCertFile   = "apiserver.crt"
+	apiserverKeyFile    = "apiserver.key"
+	saKeyFile           = "service-account.key"
+	saPubFile           = "service-account.pub"
+	frontProxyCAFile    = "front-proxy-ca.crt"
+	proxyClientCertFile = "front-proxy-client.crt"
+	proxyClientKeyFile  = "front-proxy-client.key"
+	kcmKubeconfigFile   = "controller-manager.kubeconfig"
 	// KubeconfigFile is the admin kubeconfig in the cluster directory.
 	KubeconfigFile = "kubeconfig"
 )
@@ -102,7 +106,7 @@ const startTimeout = 2 * time.Minute
 // controllers work (the service-account controller has made the default
 // namespace's ServiceAccount). On error everything started is stopped; the
 // directory stays for its logs (Down removes it).
-func Up(ctx context.Context, o Options) (c *Cluster, err error) {
+func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Dir == "" {
 		return nil, errors.New("kubecluster: no directory given")
 	}
@@ -145,10 +149,11 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 	}
 
-	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, KubeconfigFile), ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR, BinDir: o.BinDir}
+	c := &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, KubeconfigFile), ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR, BinDir: o.BinDir}
 	st := &state{KubeVersion: KubeVersion, Kubeconfig: c.Kubeconfig, ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR}
+	ready := false
 	defer func() {
-		if err != nil {
+		if !ready {
 			c.Stop()
 		}
 	}()
@@ -185,12 +190,25 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	saKey, err := newSigningKey()
+	saKey, saPub, err := newSigningKey()
+	if err != nil {
+		return nil, err
+	}
+	// The front-proxy CA, as kubeadm sets it up: the API server signs its
+	// requests to aggregated API servers with proxyClient, and the
+	// controller-manager reads this CA from the extension-apiserver-
+	// authentication ConfigMap (it logs an error every few seconds without).
+	frontProxy, err := newPKI()
+	if err != nil {
+		return nil, err
+	}
+	proxyClient, err := frontProxy.issue("front-proxy-client", nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	if err := writeFiles(dir, map[string][]byte{
-		caFile: p.caPEM, apiserverCertFile: serving.cert, apiserverKeyFile: serving.key, saKeyFile: saKey,
+		caFile: p.caPEM, apiserverCertFile: serving.cert, apiserverKeyFile: serving.key, saKeyFile: saKey, saPubFile: saPub,
+		frontProxyCAFile: frontProxy.caPEM, proxyClientCertFile: proxyClient.cert, proxyClientKeyFile: proxyClient.key,
 	}); err != nil {
 		return nil, fmt.Errorf("writing certificates: %w", err)
 	}
@@ -243,8 +261,15 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--client-ca-file=" + filepath.Join(dir, caFile),
 		"--service-cluster-ip-range=" + o.ServiceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + filepath.Join(dir, saKeyFile),
+		"--service-account-key-file=" + filepath.Join(dir, saPubFile),
 		"--service-account-signing-key-file=" + filepath.Join(dir, saKeyFile),
+		"--requestheader-client-ca-file=" + filepath.Join(dir, frontProxyCAFile),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + filepath.Join(dir, proxyClientCertFile),
+		"--proxy-client-key-file=" + filepath.Join(dir, proxyClientKeyFile),
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -318,6 +343,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	o.Logf("control plane ready: kubeconfig %s", c.Kubeconfig)
+	ready = true
 	return c, nil
 }
 
@@ -333,6 +359,7 @@ var Controllers = []string{
 	"endpointslice-controller",
 	"endpointslice-mirroring-controller",
 	"node-ipam-controller",
+	"service-cidr-controller",
 }
 
 // RESTConfig is the admin's client configuration.
