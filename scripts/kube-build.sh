@@ -81,7 +81,7 @@ for p in "${programs[@]}"; do
 	pkgs+=("k8s.io/kubernetes/cmd/$p")
 done
 # nice: other work shares these cores; static binaries like the release ones.
-(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
 chmod 755 "$tmp" # mktemp made it private
 mv -T "$tmp" "$bin"
 trap - EXIT

@@ -40,6 +40,13 @@ programs=(
 	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"
 )
 
+# Not here: kube-apiserver, kube-controller-manager, kube-proxy and kubectl.
+# scripts/kube-build.sh builds them from the k8s.io/kubernetes Go module at the
+# release pinned in tools/kube/go.mod (`make kube`, part of `make test`):
+# Debian has no API server, and its kubernetes-client (kubectl 1.20) is far
+# behind the server and collides with /usr/bin/kubectl of the kubectl package
+# some machines carry.
+
 missing=()
 for row in "${programs[@]}"; do
 	read -r _ pkg _ <<<"$row"
