@@ -28,7 +28,7 @@ func newDevCmd() *cobra.Command {
 	}
 	var dir string
 	cluster.PersistentFlags().StringVar(&dir, "dir", defaultClusterDir, "directory of the cluster: certificates, etcd data, logs, kubeconfig")
-	cluster.AddCommand(newDevClusterUpCmd(&dir), newDevClusterDownCmd(&dir), newDevClusterStatusCmd(&dir))
+	cluster.AddCommand(newDevClusterUpCmd(&dir), newDevClusterDownCmd(&dir), newDevClusterStatusCmd(&dir), newDevClusterKubeconfigCmd(&dir))
 	cmd.AddCommand(cluster)
 	return cmd
 }
@@ -100,4 +100,26 @@ func newDevClusterStatusCmd(dir *string) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func newDevClusterKubeconfigCmd(dir *string) *cobra.Command {
+	var (
+		user, out string
+		groups    []string
+	)
+	cmd := &cobra.Command{
+		Use:   "kubeconfig --user NAME [--group G]... -o FILE",
+		Short: "write a kubeconfig for another user (e.g. system:kube-proxy), with that user's RBAC",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if user == "" || out == "" {
+				return usageError{fmt.Errorf("--user and -o are required")}
+			}
+			return kubecluster.IssueKubeconfig(*dir, out, user, groups...)
+		},
+	}
+	cmd.Flags().StringVar(&user, "user", "", "user name (the certificate's CN)")
+	cmd.Flags().StringSliceVar(&groups, "group", nil, "group (the certificate's O); repeatable")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "kubeconfig file to write")
+	return cmd
 }

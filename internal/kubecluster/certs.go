@@ -55,6 +55,42 @@ func newPKI() (*pki, error) {
 	return &pki{caCert: cert, caKey: key, caPEM: pemBlock("CERTIFICATE", der)}, nil
 }
 
+// keyPEM is the CA's private key, kept in the cluster directory so that
+// IssueKubeconfig can sign client certificates later (kube-proxy, agents).
+func (p *pki) keyPEM() ([]byte, error) {
+	return privateKeyPEM(p.caKey.(*ecdsa.PrivateKey))
+}
+
+// loadPKI reads the CA of a running cluster from its directory.
+func loadPKI(dir string) (*pki, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, caFile))
+	if err != nil {
+		return nil, err
+	}
+	keyData, err := os.ReadFile(filepath.Join(dir, caKeyFile))
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyData)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("%s or %s: no PEM data", caFile, caKeyFile)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", caFile, err)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", caKeyFile, err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a signing key", caKeyFile)
+	}
+	return &pki{caCert: cert, caKey: signer, caPEM: certPEM}, nil
+}
+
 // keyPair is a PEM certificate and its PEM private key.
 type keyPair struct{ cert, key []byte }
 

@@ -85,6 +85,7 @@ type Cluster struct {
 // Files in the cluster directory.
 const (
 	caFile              = "ca.crt"
+	caKeyFile           = "ca.key"
 	apiserverCertFile   = "apiserver.crt"
 	apiserverKeyFile    = "apiserver.key"
 	saKeyFile           = "service-account.key"
@@ -206,8 +207,12 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	caKey, err := p.keyPEM()
+	if err != nil {
+		return nil, err
+	}
 	if err := writeFiles(dir, map[string][]byte{
-		caFile: p.caPEM, apiserverCertFile: serving.cert, apiserverKeyFile: serving.key, saKeyFile: saKey, saPubFile: saPub,
+		caFile: p.caPEM, caKeyFile: caKey, apiserverCertFile: serving.cert, apiserverKeyFile: serving.key, saKeyFile: saKey, saPubFile: saPub,
 		frontProxyCAFile: frontProxy.caPEM, proxyClientCertFile: proxyClient.cert, proxyClientKeyFile: proxyClient.key,
 	}); err != nil {
 		return nil, fmt.Errorf("writing certificates: %w", err)
@@ -360,6 +365,26 @@ var Controllers = []string{
 	"endpointslice-mirroring-controller",
 	"node-ipam-controller",
 	"service-cidr-controller",
+}
+
+// IssueKubeconfig writes a kubeconfig for user (in groups) of the cluster in
+// dir, with a client certificate signed by its CA: kube-proxy runs as
+// system:kube-proxy, an agent as its own user, each with the RBAC a real
+// cluster gives it, not as the admin.
+func IssueKubeconfig(dir, path, user string, groups ...string) error {
+	s, err := readState(dir)
+	if err != nil {
+		return fmt.Errorf("no cluster in %s: %w", dir, err)
+	}
+	p, err := loadPKI(dir)
+	if err != nil {
+		return fmt.Errorf("reading the CA of the cluster in %s: %w", dir, err)
+	}
+	kp, err := p.issue(user, groups, nil, nil)
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(path, s.Server, p.caPEM, kp, user)
 }
 
 // RESTConfig is the admin's client configuration.

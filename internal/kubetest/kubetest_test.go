@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/kubetest"
@@ -158,3 +161,32 @@ func TestControlPlane(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A kubeconfig issued for system:kube-proxy gets that user's RBAC from the
+// bootstrap policy (system:node-proxier), not the admin's.
+func TestIssuedKubeconfigHasItsUsersRBAC(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "kube-proxy.kubeconfig")
+	if err := kubecluster.IssueKubeconfig(c.Dir, path, "system:kube-proxy"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("kube-proxy listing EndpointSlices: %v", err)
+	}
+	if _, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("kube-proxy listing Services: %v", err)
+	}
+	if _, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("kube-proxy listing Secrets: got %v, want forbidden", err)
+	}
+}
