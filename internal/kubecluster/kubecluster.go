@@ -106,7 +106,8 @@ const startTimeout = 2 * time.Minute
 // loopback ports and returns once the API server is ready and the
 // controllers work (the service-account controller has made the default
 // namespace's ServiceAccount). On error everything started is stopped; the
-// directory stays for its logs (Down removes it).
+// directory stays for its logs (Down removes it). Up in the directory of a
+// stopped cluster starts it again on its etcd data, with new certificates.
 func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Dir == "" {
 		return nil, errors.New("kubecluster: no directory given")
@@ -240,7 +241,8 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain := &http.Client{Timeout: 5 * time.Second}
+	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
+	defer plain.CloseIdleConnections()
 	if err := waitHealthy(ctx, etcdProc, plain, etcdURL+"/health"); err != nil {
 		return nil, err
 	}
@@ -291,6 +293,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	api := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{adminTLS},
 	}}}
+	defer api.CloseIdleConnections()
 	if err := waitHealthy(ctx, apiProc, api, c.Server+"/readyz"); err != nil {
 		return nil, err
 	}
@@ -341,6 +344,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	// Its serving certificate is self-signed in --cert-dir; this probe
 	// only asks a loopback port we just opened whether it is healthy.
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer insecure.CloseIdleConnections()
 	if err := waitHealthy(ctx, kcmProc, insecure, "https://127.0.0.1:"+strconv.Itoa(kcmPort)+"/healthz"); err != nil {
 		return nil, err
 	}
