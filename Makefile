@@ -26,7 +26,7 @@ check-generated: generate
 
 # kube-apiserver, kube-controller-manager, kube-proxy and kubectl at the
 # release pinned in tools/kube/go.mod, for the tests that run a real control
-# plane: built once per version (~20 minutes cold on 2 cores, niced), then
+# plane: built once per version (15-20 minutes cold on 2 cores, niced), then
 # this returns at once.
 kube:
 	@scripts/kube-build.sh >/dev/null

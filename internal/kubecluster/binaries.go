@@ -38,7 +38,7 @@ func DefaultBinDir() string {
 func CheckBinaries(binDir string) error {
 	for _, p := range kubePrograms {
 		if st, err := os.Stat(filepath.Join(binDir, p)); err != nil || st.Mode()&0o111 == 0 {
-			return fmt.Errorf("%s %s is not built in %s: run scripts/kube-build.sh (or make kube) once; a cold build takes about 20 minutes", p, KubeVersion, binDir)
+			return fmt.Errorf("%s %s is not built in %s: run scripts/kube-build.sh (or make kube) once; a cold build takes 15-20 minutes", p, KubeVersion, binDir)
 		}
 	}
 	return nil

@@ -92,7 +92,7 @@ func Binaries(t testing.TB) string {
 	if err != nil {
 		unavailable(t, fmt.Sprintf("%v; and %v", missing, err))
 	}
-	t.Logf("building the Kubernetes %s binaries with %s (about 20 minutes once)", kubecluster.KubeVersion, script)
+	t.Logf("building the Kubernetes %s binaries with %s (15-20 minutes, once)", kubecluster.KubeVersion, script)
 	cmd := exec.Command(script)
 	cmd.Stderr = os.Stderr
 	if out, err := cmd.Output(); err != nil {
