@@ -1,0 +1,429 @@
+// Package kubesource keeps a model.Store in step with a Kubernetes API
+// server through client-go shared informers and hands every change to the
+// node reconciler: the second source beside the lab's emulated API server
+// (docs/architecture.md). Objects go into the store as the API server holds
+// them, minus the fields shunt never reads (managedFields, most of a pod's
+// spec), which keeps the agent's memory proportional to what it uses.
+package kubesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+)
+
+// Updater is what the source feeds: the node reconciler.
+type Updater interface {
+	Update(next *model.Store, changes []model.Change) uint64
+}
+
+// Config says where the API server is.
+type Config struct {
+	// Kubeconfig is a kubeconfig file; "" means in-cluster configuration
+	// (the service account of a DaemonSet pod).
+	Kubeconfig string
+	// Resync replays every object to the handlers this often (0: never).
+	// The store compares objects, so a resync writes nothing unchanged.
+	Resync time.Duration
+	Log    *slog.Logger
+}
+
+// The custom kinds, watched through the dynamic client when the cluster
+// has their CRDs.
+var (
+	shuntPolicyGVR = schema.GroupVersionResource{Group: "shunt.io", Version: "v1alpha1", Resource: "shuntnetworkpolicies"}
+	httpRouteGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+)
+
+// Source is one connection to an API server.
+type Source struct {
+	cfg  Config
+	rest *rest.Config
+	up   Updater
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	store   *model.Store
+	pending map[manifest.Key]*manifest.Object // nil: remove
+	synced  bool                              // every informer listed once
+	kick    chan struct{}
+
+	health health
+}
+
+// RESTConfig loads a kubeconfig, or the in-cluster configuration for "".
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (no --kubeconfig given): %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
+
+// New prepares a source; Run connects.
+func New(cfg Config, up Updater) (*Source, error) {
+	rc, err := RESTConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	// Bursts of list and watch calls at start are the informers' business;
+	// client-go's default of 5 QPS would slow a cold start for nothing.
+	rc.QPS, rc.Burst = 50, 100
+	rc.UserAgent = "shuntd"
+	return &Source{cfg: cfg, rest: rc, up: up, log: cfg.Log.With("component", "kubesource"),
+		store: model.New(), pending: map[manifest.Key]*manifest.Object{}, kick: make(chan struct{}, 1)}, nil
+}
+
+// Store is the objects as last handed to the reconciler.
+func (s *Source) Store() *model.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.store
+}
+
+// Run watches until ctx ends. It returns once the informers are started;
+// WaitSynced says when the first full state reached the reconciler.
+func (s *Source) Run(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(s.rest)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(s.rest)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	factory := informers.NewSharedInformerFactory(cs, s.cfg.Resync)
+	typed := []struct {
+		inf       cache.SharedIndexInformer
+		transform cache.TransformFunc
+	}{
+		{factory.Core().V1().Namespaces().Informer(), stripMeta},
+		{factory.Core().V1().Pods().Informer(), slimPod},
+		{factory.Core().V1().Services().Informer(), stripMeta},
+		{factory.Discovery().V1().EndpointSlices().Informer(), stripMeta},
+		{factory.Networking().V1().NetworkPolicies().Informer(), stripMeta},
+	}
+	var synced []cache.InformerSynced
+	for _, t := range typed {
+		if err := t.inf.SetTransform(t.transform); err != nil {
+			return err
+		}
+		s.watch(t.inf)
+		synced = append(synced, t.inf.HasSynced)
+	}
+	dfactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, s.cfg.Resync)
+	for _, c := range []struct {
+		gvr  schema.GroupVersionResource
+		conv func(*unstructured.Unstructured) (runtime.Object, error)
+	}{
+		{shuntPolicyGVR, convert[manifest.ShuntNetworkPolicy]},
+		{httpRouteGVR, convert[gatewayv1.HTTPRoute]},
+	} {
+		if !s.served(cs, c.gvr) {
+			s.log.Warn("the API server does not serve this kind (its CRD is not installed): not watched", "resource", c.gvr.String())
+			continue
+		}
+		inf := dfactory.ForResource(c.gvr).Informer()
+		conv := c.conv
+		if err := inf.SetTransform(func(o any) (any, error) { return unstructuredTo(o, conv) }); err != nil {
+			return err
+		}
+		s.watch(inf)
+		synced = append(synced, inf.HasSynced)
+	}
+	factory.Start(ctx.Done())
+	dfactory.Start(ctx.Done())
+	go s.health.probe(ctx, cs, s.log)
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+			return
+		}
+		s.mu.Lock()
+		s.synced = true
+		s.mu.Unlock()
+		s.log.Info("informers synced")
+		s.flush()
+		s.loop(ctx)
+	}()
+	return nil
+}
+
+// served says whether the API server knows a resource (its CRD exists).
+func (s *Source) served(cs kubernetes.Interface, gvr schema.GroupVersionResource) bool {
+	list, err := cs.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			s.log.Warn("discovery failed", "groupVersion", gvr.GroupVersion().String(), "err", err)
+		}
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == gvr.Resource {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitSynced waits until the first complete listing reached the reconciler.
+func (s *Source) WaitSynced(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		done := s.synced && len(s.pending) == 0
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the API server's objects: %w (API server: %s)", ctx.Err(), s.health.String())
+		case <-t.C:
+		}
+	}
+}
+
+// watch routes an informer's events into the pending batch.
+func (s *Source) watch(inf cache.SharedIndexInformer) {
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, r *cache.Reflector, err error) {
+		s.health.watchFailed(err)
+		s.log.Warn("watch failed; the informer relists and the datapath keeps its state meanwhile", "err", err)
+	}); err != nil {
+		s.log.Warn("cannot set the watch error handler", "err", err)
+	}
+	put := func(o any) {
+		ro, ok := o.(runtime.Object)
+		if !ok {
+			return
+		}
+		obj := manifest.Object{Source: "apiserver", Obj: ro}
+		s.enqueue(obj.Key(), &obj)
+	}
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    put,
+		UpdateFunc: func(_, o any) { put(o) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if ro, ok := o.(runtime.Object); ok {
+				s.enqueue(manifest.Object{Obj: ro}.Key(), nil)
+			}
+		},
+	})
+}
+
+func (s *Source) enqueue(key manifest.Key, o *manifest.Object) {
+	s.mu.Lock()
+	s.pending[key] = o
+	synced := s.synced
+	s.mu.Unlock()
+	if synced {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// loop hands batches to the reconciler: whatever arrived while the last
+// batch was applied goes as one, so a burst of events is a few updates.
+func (s *Source) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+			s.flush()
+		}
+	}
+}
+
+// flush applies the pending events to the store and gives the result to
+// the reconciler.
+func (s *Source) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return
+	}
+	var puts []manifest.Object
+	var removes []manifest.Key
+	for k, o := range s.pending {
+		if o == nil {
+			removes = append(removes, k)
+		} else {
+			puts = append(puts, *o)
+		}
+	}
+	clear(s.pending)
+	next, changes := s.store.Put(puts)
+	next, removed := next.Remove(removes)
+	changes = append(changes, removed...)
+	s.store = next
+	s.up.Update(next, changes)
+}
+
+// Health says whether the API server answers.
+func (s *Source) Health() (ok bool, detail string) { return s.health.state() }
+
+// health follows the API server: a readiness probe every few seconds, and
+// the informers' watch failures.
+type health struct {
+	mu      sync.Mutex
+	ok      bool
+	since   time.Time
+	lastErr error
+}
+
+func (h *health) set(ok bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok != h.ok || h.since.IsZero() {
+		h.since = time.Now()
+	}
+	h.ok, h.lastErr = ok, err
+}
+
+func (h *health) watchFailed(err error) { h.set(false, err) }
+
+func (h *health) state() (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		return false, "not contacted yet"
+	}
+	if h.ok {
+		return true, "reachable since " + h.since.UTC().Format(time.RFC3339)
+	}
+	return false, fmt.Sprintf("unreachable since %s: %v; the datapath keeps its last state", h.since.UTC().Format(time.RFC3339), h.lastErr)
+}
+
+func (h *health) String() string { _, d := h.state(); return d }
+
+func (h *health) probe(ctx context.Context, cs kubernetes.Interface, log *slog.Logger) {
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		wasOK, _ := h.state()
+		h.set(err == nil, err)
+		if wasOK && err != nil {
+			log.Warn("API server unreachable; the datapath keeps its last state", "err", err)
+		} else if !wasOK && err == nil {
+			log.Info("API server reachable")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stripMeta drops what no part of shunt reads and costs the most memory:
+// managedFields (often larger than the object) and the last-applied
+// annotation kubectl writes.
+func stripMeta(o any) (any, error) {
+	if m, ok := o.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); a[corev1.LastAppliedConfigAnnotation] != "" {
+			delete(a, corev1.LastAppliedConfigAnnotation)
+		}
+	}
+	return o, nil
+}
+
+// slimPod keeps of a pod what services, policy and L7 read: labels and
+// annotations, the node, host networking, the containers' ports (named
+// ports), and the status addresses, phase and conditions.
+func slimPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return stripMeta(o)
+	}
+	if _, err := stripMeta(p); err != nil {
+		return nil, err
+	}
+	spec := corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork}
+	for _, c := range p.Spec.Containers {
+		spec.Containers = append(spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+	}
+	p.Spec = spec
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions, PodIP: p.Status.PodIP,
+		PodIPs: p.Status.PodIPs, HostIP: p.Status.HostIP}
+	return p, nil
+}
+
+// convert turns an unstructured object into its Go type.
+func convert[T any, PT interface {
+	*T
+	runtime.Object
+}](u *unstructured.Unstructured) (runtime.Object, error) {
+	var v T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err != nil {
+		return nil, err
+	}
+	return PT(&v), nil
+}
+
+// unstructuredTo is the transform of the dynamic informers: the store
+// holds typed objects whatever the source.
+func unstructuredTo(o any, conv func(*unstructured.Unstructured) (runtime.Object, error)) (any, error) {
+	switch v := o.(type) {
+	case *unstructured.Unstructured:
+		v.SetManagedFields(nil)
+		t, err := conv(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s/%s: %w", v.GetKind(), v.GetNamespace(), v.GetName(), err)
+		}
+		return t, nil
+	case cache.DeletedFinalStateUnknown:
+		if u, ok := v.Obj.(*unstructured.Unstructured); ok {
+			t, err := conv(u)
+			if err != nil {
+				return nil, err
+			}
+			v.Obj = t
+		}
+		return v, nil
+	}
+	return nil, errors.New("dynamic informer: not an unstructured object")
+}
