@@ -255,7 +255,12 @@ func samePolicyView(a, b *corev1.Pod) bool {
 // policyInput describes store for policy; with placeholders, local pods
 // that have no address yet get a distinct made-up one, so that counting
 // the entries of a change (Admit) includes the pods it creates.
-func (r *Reconciler) policyInput(store *model.Store, placeholders bool) (policy.Input, error) {
+//
+// A local pod whose object does not carry its address yet takes the one
+// its endpoint record (the CNI ADD) reported: a kubelet writes status.podIP
+// only after the runtime's ADD returned, and the ADD returns only once the
+// pod is programmed, policy included.
+func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoints []model.Endpoint) (policy.Input, error) {
 	in := policy.Input{
 		Namespaces: store.Namespaces(), NetworkPolicies: store.NetworkPolicies(), ShuntPolicies: store.ShuntPolicies(),
 		HostAddrs: slices.Clone(r.cfg.NodeAddrs),
@@ -268,9 +273,15 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool) (policy.
 		in.HostAddrs = append(in.HostAddrs, hosts...)
 	}
 	placeholder := netip.MustParseAddr("240.0.0.0") // reserved: never a pod's
+	reported := make(map[string]netip.Addr, len(endpoints))
+	for _, ep := range endpoints {
+		reported[ep.Pod] = ep.IP
+	}
 	for _, p := range store.Pods() {
 		pod := policy.Pod{Pod: p, Local: p.Spec.NodeName == r.cfg.NodeName}
 		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			pod.IP = ip
+		} else if ip, ok := reported[p.Namespace+"/"+p.Name]; ok && pod.Local {
 			pod.IP = ip
 		} else if placeholders && pod.Local {
 			placeholder = placeholder.Next()
@@ -287,8 +298,9 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool) (policy.
 func (r *Reconciler) Admit(next *model.Store) error {
 	r.mu.Lock()
 	alloc := r.alloc
+	endpoints := slices.Collect(maps.Values(r.endpoints))
 	r.mu.Unlock()
-	in, err := r.policyInput(next, true)
+	in, err := r.policyInput(next, true, endpoints)
 	if err != nil {
 		return err
 	}
@@ -443,7 +455,7 @@ func (r *Reconciler) observe(step string, d time.Duration) {
 func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 	pol := w.checked
 	if pol == nil {
-		in, err := r.policyInput(w.store, false)
+		in, err := r.policyInput(w.store, false, w.endpoints)
 		if err != nil {
 			return nil, err
 		}
@@ -452,8 +464,8 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 	var eps []datapath.Endpoint
 	for _, ep := range w.endpoints {
 		p, ok := w.store.Pod(model.SplitName(ep.Pod))
-		if !ok || p.Status.PodIP != ep.IP.String() {
-			continue // the pod is going away, or its object does not know the address yet
+		if !ok || (p.Status.PodIP != "" && p.Status.PodIP != ep.IP.String()) {
+			continue // the pod is going away, or its object names another address
 		}
 		pe := pol.Endpoint(ep.Pod)
 		eps = append(eps, datapath.Endpoint{

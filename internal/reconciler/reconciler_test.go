@@ -395,3 +395,35 @@ func TestBurstsCoalesce(t *testing.T) {
 		t.Errorf("%d policy syncs for a burst of 50 changes, want at most 3", f.syncs)
 	}
 }
+
+// TestEndpointBeforeThePodsAddress: with a real kubelet the CNI ADD (the
+// endpoint) comes before status.podIP, and the ADD waits for the sync, so
+// the pod must be programmed (identity, policy) from its endpoint alone:
+// its containers start right after.
+func TestEndpointBeforeThePodsAddress(t *testing.T) {
+	f := newFake()
+	r := start(t, f)
+	apply(t, r, model.New(), policyDocs) // default/new has no status.podIP
+	wait(t, r, r.SetEndpoint(endpoint("default/new", "10.244.0.6", "lxc2", 8)))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ep *datapath.Endpoint
+	for i := range f.endpoints {
+		if f.endpoints[i].IP == netip.MustParseAddr("10.244.0.6") {
+			ep = &f.endpoints[i]
+		}
+	}
+	if ep == nil || !ep.IngressIsolated || ep.Identity < policy.FirstPodIdentity {
+		t.Fatalf("endpoints %+v: want default/new at 10.244.0.6, isolated, with its identity", f.endpoints)
+	}
+	inCache, allowed := false, false
+	for _, p := range f.policy.IPCache {
+		inCache = inCache || p.Prefix == netip.MustParsePrefix("10.244.0.6/32")
+	}
+	for _, e := range f.policy.Entries {
+		allowed = allowed || (e.Endpoint == netip.MustParseAddr("10.244.0.6") && e.Port == 80 && e.Verdict == policy.VerdictAllow)
+	}
+	if !inCache || !allowed {
+		t.Errorf("10.244.0.6 in the ipcache: %v, its policy entries: %v; want both from the endpoint's address", inCache, allowed)
+	}
+}
