@@ -31,7 +31,8 @@ func newRootCmd() *cobra.Command {
 		inst, mode, podCIDR, serviceCIDR, logLevel string
 		flowSampling, metricsAddr                  string
 		flowHistory, flowBuffer                    int
-		socketAccel, accelNode                     bool
+		socketAccel, accelNode, inCluster          bool
+		kubeconfig, nodeName                       string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -50,7 +51,11 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
-				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode}
+				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode,
+				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName}
+			if kubeconfig != "" && inCluster {
+				return fmt.Errorf("--kubeconfig and --in-cluster: give one")
+			}
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
 			}
@@ -85,6 +90,9 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")
 	cmd.Flags().BoolVar(&socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg + sockhash)")
 	cmd.Flags().BoolVar(&accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server (pods are plumbed through shunt-cni) instead of the lab")
+	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")
+	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubeconfig/--in-cluster: this node's Node object (env NODE_NAME; default: the instance name)")
 	cmd.AddCommand(newShimCmd())
 	return cmd
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
+	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -51,6 +52,14 @@ type Config struct {
 	ProxyPort       int               // the node proxy's port on the node address (0: DefaultProxyPort)
 	SocketAccel     bool              // accelerate TCP between local sockets from the start
 	AccelNode       bool              // with SocketAccel: the node's own processes too
+
+	// Kubernetes takes objects from an API server instead of the lab:
+	// Kubeconfig names it ("" is the in-cluster configuration), NodeName is
+	// this node's Node object (its spec.podCIDR is the pod CIDR). Pods are
+	// plumbed by the container runtime through shunt-cni.
+	Kubernetes bool
+	Kubeconfig string
+	NodeName   string
 }
 
 // Agent is one running shuntd.
@@ -62,8 +71,8 @@ type Agent struct {
 	svcPool ipam.Pool
 	dp      *datapath.Datapath
 	rec     *reconciler.Reconciler
-	lab     *lab.ControlPlane
-	objects func() *model.Store // the objects as they are now (the lab's)
+	src     source              // the lab's control plane, or a Kubernetes API server
+	objects func() *model.Store // the objects as they are now (the source's)
 
 	proxy    *nodeProxy     // the node L7 proxy
 	flows    *flows.History // the last flows, for observe
@@ -99,6 +108,23 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if err := settle(&state.Mode, cfg.Mode, datapath.ModeRedirectPeer, "mode", inst); err != nil {
 		return nil, err
+	}
+	var apiServer string
+	nodeName := inst.Name
+	if cfg.Kubernetes {
+		if cfg.NodeName != "" {
+			nodeName = cfg.NodeName
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cidr, server, err := nodePodCIDR(ctx, cfg.Kubeconfig, nodeName)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if cfg.PodCIDR != "" && cfg.PodCIDR != cidr {
+			return nil, fmt.Errorf("--pod-cidr %s, but node %s has spec.podCIDR %s: leave --pod-cidr out with --kubeconfig", cfg.PodCIDR, nodeName, cidr)
+		}
+		cfg.PodCIDR, apiServer = cidr, server
 	}
 	if err := settle(&state.PodCIDR, cfg.PodCIDR, instance.DefaultPodCIDR, "pod CIDR", inst); err != nil {
 		return nil, err
@@ -189,7 +215,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.metrics.proxy = a.proxy
 
 	a.rec = reconciler.New(reconciler.Config{
-		NodeName: inst.Name, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
+		NodeName: nodeName, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
 		Allocations: alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Log: log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
 		ProxyAddr: proxyAddr, ProxyConfig: a.proxy.Set,
@@ -199,14 +225,27 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	go a.rec.Run(ctx)
 	go a.proxy.Run(ctx)
 
-	a.lab, err = lab.New(lab.Config{
-		Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,
-		CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods,
-	}, a.rec)
-	if err != nil {
-		return nil, err
+	var labCP *lab.ControlPlane
+	if cfg.Kubernetes {
+		ks, err := kubesource.New(kubesource.Config{Kubeconfig: cfg.Kubeconfig, Resync: 10 * time.Minute, Log: log}, a.rec)
+		if err != nil {
+			return nil, err
+		}
+		a.src = kubeSource{Source: ks, server: apiServer}
+		if err := ks.Run(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		labCP, err = lab.New(lab.Config{
+			Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,
+			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods,
+		}, a.rec)
+		if err != nil {
+			return nil, err
+		}
+		a.src = labSource{labCP}
 	}
-	a.objects = a.lab.Store
+	a.objects = a.src.Store
 	if err := a.restoreEndpoints(); err != nil {
 		return nil, err
 	}
@@ -215,9 +254,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.srv, err = a.serveAPI(); err != nil {
 		return nil, fmt.Errorf("serving the API on %s: %w", inst.Socket(), err)
 	}
-	if len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil {
+	if labCP != nil && (len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil) {
 		// Older versions kept objects, ClusterIPs and pods in state.json.
-		if err := a.lab.Migrate(state.Objects, state.ClusterIPs); err != nil {
+		if err := labCP.Migrate(state.Objects, state.ClusterIPs); err != nil {
 			return nil, err
 		}
 		state.Objects, state.ClusterIPs, state.Pods = nil, nil, nil
@@ -229,7 +268,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		"serviceCIDR", svcPool.CIDR, "pins", inst.PinDir())
 	startCtx, done := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer done()
-	if err := a.lab.Start(startCtx); err != nil {
+	if labCP != nil {
+		if err := labCP.Start(startCtx); err != nil {
+			return nil, err
+		}
+	} else if err := a.src.(kubeSource).WaitSynced(startCtx); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -267,7 +310,7 @@ func (a *Agent) Close() error {
 func (a *Agent) Uninstall() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := a.lab.Uninstall(ctx)
+	err := a.src.Uninstall(ctx)
 	a.Close()
 	if terr := teardown.Instance(a.cfg.Instance); terr != nil {
 		return terr
@@ -300,7 +343,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-resync.C:
-			if err := a.lab.Resync(ctx); err != nil {
+			if err := a.src.Resync(ctx); err != nil {
 				a.log.Error("pod resync failed", "err", err)
 			}
 		case <-ctx.Done():

@@ -65,8 +65,12 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("POST /v1/apply", a.handleObjects(a.lab.Apply))
-	mux.HandleFunc("POST /v1/delete", a.handleObjects(a.lab.Delete))
+	mux.HandleFunc("POST /v1/apply", a.handleObjects(func(ctx context.Context, d []manifest.Document) ([]model.Change, error) {
+		return a.src.Apply(ctx, d)
+	}))
+	mux.HandleFunc("POST /v1/delete", a.handleObjects(func(ctx context.Context, d []manifest.Document) ([]model.Change, error) {
+		return a.src.Delete(ctx, d)
+	}))
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -151,6 +155,10 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !ps.Healthy {
 		st.Health = append(st.Health, "the node L7 proxy is down: "+ps.Error)
 	}
+	if h := a.src.Health(); h != "" {
+		st.Health = append(st.Health, h)
+	}
+	st.Source = a.src.Describe()
 	if st.Hooks, err = a.dp.Hooks(); err != nil {
 		st.Health = append(st.Health, "cannot list attached programs: "+err.Error())
 	}
@@ -178,7 +186,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handlePods(w http.ResponseWriter, r *http.Request) {
 	// Containers exit on their own: bring their status up to date first.
-	if err := a.lab.Resync(r.Context()); err != nil {
+	if err := a.src.Resync(r.Context()); err != nil {
 		a.log.Warn("pod status", "err", err)
 	}
 	list := corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}

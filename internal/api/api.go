@@ -98,6 +98,7 @@ type PolicyMapEntry struct {
 type Status struct {
 	Instance    string             `json:"instance"`
 	PID         int                `json:"pid"`
+	Source      string             `json:"source"` // where objects come from: "lab" or "kubernetes https://..."
 	Mode        string             `json:"mode"`
 	PodCIDR     string             `json:"podCIDR"`
 	ServiceCIDR string             `json:"serviceCIDR"`

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/shuntnet/shunt/internal/kubesource"
+	"github.com/shuntnet/shunt/internal/lab"
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+)
+
+// source is where the node's objects come from: the lab's emulated control
+// plane (internal/lab), or a Kubernetes API server (internal/kubesource).
+type source interface {
+	Store() *model.Store
+	// Apply and Delete change objects; a Kubernetes-backed agent refuses
+	// them (objects are changed through the API server).
+	Apply(ctx context.Context, docs []manifest.Document) ([]model.Change, error)
+	Delete(ctx context.Context, docs []manifest.Document) ([]model.Change, error)
+	// Resync follows what changed on the node by itself (the lab's
+	// containers exiting).
+	Resync(ctx context.Context) error
+	Uninstall(ctx context.Context) error
+	// Health is "" when the source is fine, else what is wrong.
+	Health() string
+	// Describe names the source for `shunt status`.
+	Describe() string
+}
+
+// errObjectsFromAPIServer refuses the lab's apply/delete on a node whose
+// objects come from a Kubernetes API server.
+var errObjectsFromAPIServer = errors.New("this agent takes its objects from a Kubernetes API server: change them there (kubectl apply/delete with the cluster's kubeconfig), not through shunt")
+
+// kubeSource is the Kubernetes API server as a source.
+type kubeSource struct {
+	*kubesource.Source
+	server string
+}
+
+func (k kubeSource) Apply(context.Context, []manifest.Document) ([]model.Change, error) {
+	return nil, errObjectsFromAPIServer
+}
+
+func (k kubeSource) Delete(context.Context, []manifest.Document) ([]model.Change, error) {
+	return nil, errObjectsFromAPIServer
+}
+
+func (kubeSource) Resync(context.Context) error    { return nil }
+func (kubeSource) Uninstall(context.Context) error { return nil }
+
+func (k kubeSource) Health() string {
+	if ok, detail := k.Source.Health(); !ok {
+		return "Kubernetes API server " + k.server + ": " + detail
+	}
+	return ""
+}
+
+func (k kubeSource) Describe() string { return "kubernetes " + k.server }
+
+// nodePodCIDR reads this node's spec.podCIDR from the API server, waiting
+// for the controller-manager's node IPAM to assign one.
+func nodePodCIDR(ctx context.Context, kubeconfig, node string) (cidr, server string, err error) {
+	rc, err := kubesource.RESTConfig(kubeconfig)
+	if err != nil {
+		return "", "", err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return "", rc.Host, err
+	}
+	var last error
+	for {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			last = err
+		case n.Spec.PodCIDR != "":
+			return n.Spec.PodCIDR, rc.Host, nil
+		default:
+			last = fmt.Errorf("node %s has no spec.podCIDR yet (the controller-manager assigns it with --allocate-node-cidrs)", node)
+		}
+		select {
+		case <-ctx.Done():
+			return "", rc.Host, fmt.Errorf("reading node %s's pod CIDR from %s: %w", node, rc.Host, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// labSource is the lab's control plane as a source.
+type labSource struct{ *lab.ControlPlane }
+
+func (labSource) Health() string   { return "" }
+func (labSource) Describe() string { return "lab" }
