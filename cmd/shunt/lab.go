@@ -85,6 +85,8 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&agentFlags.metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9962)")
 	cmd.Flags().BoolVar(&agentFlags.socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg); `shunt accel on|off` switches it at run time")
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
+	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
+	cmd.Flags().StringVar(&agentFlags.nodeName, "node-name", "", "with --kubeconfig: this node's Node object (default: the instance name)")
 	return cmd
 }
 
@@ -95,6 +97,7 @@ type runFlags struct {
 	flowHistory, flowBuffer   int
 	socketAccel               bool
 	accelNode                 bool
+	kubeconfig, nodeName      string
 }
 
 func (f runFlags) args() []string {
@@ -116,6 +119,12 @@ func (f runFlags) args() []string {
 	}
 	if f.accelNode {
 		args = append(args, "--accelerate-node-processes")
+	}
+	if f.kubeconfig != "" {
+		args = append(args, "--kubeconfig", f.kubeconfig)
+	}
+	if f.nodeName != "" {
+		args = append(args, "--node-name", f.nodeName)
 	}
 	return args
 }

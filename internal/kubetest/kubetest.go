@@ -34,11 +34,19 @@ type Cluster struct {
 // Start runs a private control plane for t and registers its stop.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	return StartWith(t, kubecluster.Options{})
+}
+
+// StartWith is Start with options (CIDRs); Dir, BinDir and Logf are the
+// test's.
+func StartWith(t testing.TB, o kubecluster.Options) *Cluster {
+	t.Helper()
 	bin := Binaries(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	kc, err := kubecluster.Up(ctx, kubecluster.Options{Dir: dir, BinDir: bin, Logf: t.Logf})
+	o.Dir, o.BinDir, o.Logf = dir, bin, t.Logf
+	kc, err := kubecluster.Up(ctx, o)
 	if err != nil {
 		t.Fatalf("starting the Kubernetes control plane: %v", err)
 	}

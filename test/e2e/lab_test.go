@@ -144,6 +144,8 @@ func (l *lab) podIP(name string) string {
 type status struct {
 	PID      int    `json:"pid"`
 	NodeIP   string `json:"nodeIP"`
+	PodCIDR  string `json:"podCIDR"`
+	Source   string `json:"source"`
 	Counters []struct {
 		Reason, Direction string
 		Packets           uint64

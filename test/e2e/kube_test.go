@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/kubecluster"
+	"github.com/shuntnet/shunt/internal/kubetest"
+)
+
+// kubeNode is a shunt node driven by a real API server: the test plays the
+// kubelet and the container runtime (a network namespace per pod, shunt-cni
+// through libcni, status written back, a process in the namespace).
+type kubeNode struct {
+	*lab
+	t        *testing.T
+	cs       kubernetes.Interface
+	node     string
+	cni      *libcni.CNIConfig
+	conf     *libcni.NetworkConfigList
+	ctx      context.Context
+	podCIDR  string
+	procs    []*exec.Cmd
+	sandboxs []string
+}
+
+// newKubeNode starts a control plane and an agent for one node of it.
+func newKubeNode(t *testing.T) *kubeNode {
+	t.Helper()
+	requireRoot(t)
+	// CIDRs no lab test uses (labs take 10.200-249.x.0/24 and
+	// 10.100-149.x.0/24), so a kube test can run beside them.
+	second := rand.IntN(250)
+	c := kubetest.StartWith(t, kubecluster.Options{
+		ClusterCIDR: fmt.Sprintf("10.%d.0.0/16", 250+rand.IntN(5)),
+		ServiceCIDR: fmt.Sprintf("10.%d.%d.0/24", 150+rand.IntN(50), second),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	k := &kubeNode{t: t, cs: c.Client, ctx: ctx}
+	k.lab = &lab{t: t, instance: fmt.Sprintf("e2e%06d", rand.IntN(1000000)), serviceCIDR: c.ServiceCIDR}
+	k.node = k.instance
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range k.procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+		for _, ns := range k.sandboxs {
+			k.cni.DelNetworkList(context.Background(), k.conf, k.runtimeConf(ns))
+			exec.Command("ip", "netns", "del", ns).Run()
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", readFile("/var/lib/shunt/"+k.instance+"/shuntd.log"))
+		}
+		k.shunt("lab", "down")
+		k.assertGone()
+	})
+	k.mustShunt("lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", k.node, "--service-cidr", c.ServiceCIDR)
+	st := k.status()
+	k.podCIDR, k.cidr = st.PodCIDR, st.PodCIDR
+	inst := instance.Instance{Name: k.instance}
+	conf, err := libcni.ConfListFromBytes(fmt.Appendf(nil,
+		`{"cniVersion":"1.1.0","name":"shunt","plugins":[{"type":"shunt-cni","agentSocket":%q,"dataDir":%q}]}`,
+		inst.Socket(), filepath.Join(inst.StateDir(), "cni", "networks")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.conf = conf
+	k.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(inst.StateDir(), "cni", "cache"), nil)
+	return k
+}
+
+func (k *kubeNode) runtimeConf(sandbox string) *libcni.RuntimeConf {
+	ns, name, _ := strings.Cut(strings.TrimPrefix(sandbox, k.instance+"-"), "-")
+	return &libcni.RuntimeConf{
+		ContainerID: sandbox, NetNS: "/run/netns/" + sandbox, IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}},
+	}
+}
+
+// runPod creates the pod in the API, then does what a kubelet does: a
+// sandbox, CNI ADD (which returns once shunt programmed the pod), the
+// status with the pod's address, the container's process.
+func (k *kubeNode) runPod(ns, name string, labels map[string]string, cmd ...string) string {
+	k.t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: k.node, Containers: []corev1.Container{{Name: "c", Image: "lab", Command: cmd}}},
+	}
+	var err error
+	if err := wait.PollUntilContextCancel(k.ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pod, err = k.cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {
+			return false, nil // the namespace's default service account comes a moment later
+		}
+		return err == nil, err
+	}); err != nil {
+		k.t.Fatalf("creating pod %s/%s: %v", ns, name, err)
+	}
+	sandbox := k.instance + "-" + ns + "-" + name
+	if out, err := exec.Command("ip", "netns", "add", sandbox).CombinedOutput(); err != nil {
+		k.t.Fatalf("sandbox netns: %v: %s", err, out)
+	}
+	k.sandboxs = append(k.sandboxs, sandbox)
+	exec.Command("ip", "-n", sandbox, "link", "set", "lo", "up").Run()
+	r, err := k.cni.AddNetworkList(k.ctx, k.conf, k.runtimeConf(sandbox))
+	if err != nil {
+		k.t.Fatalf("CNI ADD for %s/%s: %v", ns, name, err)
+	}
+	res, err := current.NewResultFromResult(r)
+	if err != nil || len(res.IPs) == 0 {
+		k.t.Fatalf("CNI ADD result %v: %v", r, err)
+	}
+	ip := res.IPs[0].Address.IP.String()
+	now := metav1.Now()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
+	if _, err := k.cs.CoreV1().Pods(ns).UpdateStatus(k.ctx, pod, metav1.UpdateOptions{}); err != nil {
+		k.t.Fatal(err)
+	}
+	if len(cmd) > 0 {
+		p := exec.Command("ip", append([]string{"netns", "exec", sandbox}, cmd...)...)
+		p.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"))
+		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.Start(); err != nil {
+			k.t.Fatal(err)
+		}
+		k.procs = append(k.procs, p)
+	}
+	return ip
+}
+
+// probeFrom runs `shunt lab probe` inside a pod's sandbox until it gives
+// want (a few seconds: servers start, changes propagate).
+func (k *kubeNode) probeFrom(ns, name, want string, targets ...string) {
+	k.t.Helper()
+	args := append([]string{"netns", "exec", k.instance + "-" + ns + "-" + name, filepath.Join(binDir, "shunt"),
+		"lab", "probe", "--timeout", "1s", "--expect", want}, targets...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("probe from %s/%s, want %s: %v\n%s", ns, name, want, err, out)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// TestKubernetesNode: shuntd with --kubeconfig takes its objects from a
+// real API server and controller-manager (ClusterIPs, EndpointSlices,
+// NetworkPolicies written with client-go), its pod CIDR from its Node, and
+// its pods from shunt-cni as a container runtime calls it: pod to pod and
+// through a ClusterIP, a NetworkPolicy applied and removed through the API,
+// the lab's own apply refused with what to do instead.
+func TestKubernetesNode(t *testing.T) {
+	k := newKubeNode(t)
+	st := k.status()
+	if !strings.HasPrefix(st.Source, "kubernetes https://127.0.0.1:") {
+		t.Errorf("status source %q, want the API server", st.Source)
+	}
+	serverIP := k.runPod("default", "server", map[string]string{"app": "server"}, "shunt", "lab", "serve", "--tcp", "7000", "--udp", "7000")
+	k.runPod("default", "client", map[string]string{"app": "client"}, "sleep", "infinity")
+	k.probeFrom("default", "client", "connected", "--tcp", serverIP+":7000")
+
+	svc, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{
+			{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolTCP},
+			{Name: "udp", Port: 53, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolUDP},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The EndpointSlice comes from the controller-manager.
+	k.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80", "--udp", svc.Spec.ClusterIP+":53")
+
+	deny := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-server"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	if _, err := k.cs.NetworkingV1().NetworkPolicies("default").Create(k.ctx, deny, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.probeFrom("default", "client", "timeout", "--tcp", svc.Spec.ClusterIP+":80")
+	found := false
+	for _, f := range k.observe("--verdict", "DROPPED", "--last", "200") {
+		found = found || (f.Source.Pod == "default/client" && f.Destination.Pod == "default/server")
+	}
+	if !found {
+		t.Error("no flow naming the client and server pods for the drop")
+	}
+	if err := k.cs.NetworkingV1().NetworkPolicies("default").Delete(k.ctx, "deny-server", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80")
+
+	out, code := k.shunt("apply", "-f", "testdata/two-pods.yaml")
+	if code == 0 || !strings.Contains(out, "kubectl") {
+		t.Errorf("shunt apply on a Kubernetes node: exit %d, %q; want a refusal pointing to kubectl", code, out)
+	}
+}
