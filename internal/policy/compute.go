@@ -94,7 +94,7 @@ type entryValue struct {
 type computation struct {
 	in          Input
 	res         *Result
-	nsLabels    map[string]map[string]string
+	nsLabels    func(string) map[string]string
 	identities  map[uint32]*Identity
 	idPods      map[uint32][]*corev1.Pod
 	cidrByID    map[uint32]netip.Prefix
@@ -116,7 +116,6 @@ func Compute(in Input, prev Allocations) *Result {
 			Endpoints: map[string]EndpointPolicy{}, Rules: map[uint32]Rule{},
 			podIdentity: map[string]uint32{}, hostAddrs: map[netip.Addr]bool{}, podByIP: map[netip.Addr]string{},
 		},
-		nsLabels:   map[string]map[string]string{},
 		identities: map[uint32]*Identity{},
 		idPods:     map[uint32][]*corev1.Pod{},
 		cidrByID:   map[uint32]netip.Prefix{},
@@ -136,22 +135,12 @@ func Compute(in Input, prev Allocations) *Result {
 }
 
 func (c *computation) namespaceLabels(ns string) map[string]string {
-	if l, ok := c.nsLabels[ns]; ok {
-		return l
-	}
-	return map[string]string{NamespaceNameLabel: ns}
+	return c.nsLabels(ns)
 }
 
 // identify gives every pod its identity and fills the ipcache.
 func (c *computation) identify(prev Allocations) {
-	for _, ns := range c.in.Namespaces {
-		l := maps.Clone(ns.Labels)
-		if l == nil {
-			l = map[string]string{}
-		}
-		l[NamespaceNameLabel] = ns.Name
-		c.nsLabels[ns.Name] = l
-	}
+	c.nsLabels = namespaceLabelSets(c.in.Namespaces)
 	alloc := newAllocator(prev.Identities, FirstPodIdentity)
 	pods := slices.Clone(c.in.Pods)
 	slices.SortFunc(pods, func(a, b Pod) int { return strings.Compare(a.key(), b.key()) })

@@ -101,6 +101,62 @@ func labelsKey(l map[string]string) string {
 	return b.String()
 }
 
+// IdentityKeyOf is the key of the pods of namespace ns with podLabels, in a
+// namespace labelled nsLabels (with its name label): what an identity
+// stands for.
+func IdentityKeyOf(ns string, podLabels, nsLabels map[string]string) string {
+	return identityKey(ns, podLabels, nsLabels)
+}
+
 func identityKey(ns string, podLabels, nsLabels map[string]string) string {
 	return ns + "\x01" + labelsKey(podLabels) + "\x01" + labelsKey(nsLabels)
+}
+
+// IdentityKey is what an identity stands for, as a cluster-wide allocator
+// publishes it: the key compute uses, and its parts for people.
+type IdentityKey struct {
+	Key             string
+	Namespace       string
+	Labels          map[string]string
+	NamespaceLabels map[string]string
+}
+
+// IdentityKeys lists the identity keys of every pod of the input, once
+// each, sorted: what a cluster-wide allocator must number before Compute,
+// which then takes those numbers as they are (Allocations.Identities).
+func IdentityKeys(in Input) []IdentityKey {
+	nsLabels := namespaceLabelSets(in.Namespaces)
+	seen := map[string]bool{}
+	var out []IdentityKey
+	for _, p := range in.Pods {
+		nsl := nsLabels(p.Pod.Namespace)
+		k := identityKey(p.Pod.Namespace, p.Pod.Labels, nsl)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, IdentityKey{Key: k, Namespace: p.Pod.Namespace, Labels: p.Pod.Labels, NamespaceLabels: nsl})
+	}
+	slices.SortFunc(out, func(a, b IdentityKey) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// namespaceLabelSets gives each namespace's labels as selectors see them:
+// with the name label the API server adds.
+func namespaceLabelSets(nss []*corev1.Namespace) func(string) map[string]string {
+	sets := make(map[string]map[string]string, len(nss))
+	for _, ns := range nss {
+		l := maps.Clone(ns.Labels)
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[NamespaceNameLabel] = ns.Name
+		sets[ns.Name] = l
+	}
+	return func(ns string) map[string]string {
+		if l, ok := sets[ns]; ok {
+			return l
+		}
+		return map[string]string{NamespaceNameLabel: ns}
+	}
 }

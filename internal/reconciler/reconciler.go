@@ -50,6 +50,12 @@ type Datapath interface {
 	DetachProxy(name string) error
 }
 
+// IdentityResolver gives identity keys their cluster-wide numbers
+// (internal/kubeidentity).
+type IdentityResolver interface {
+	Resolve(ctx context.Context, keys []policy.IdentityKey) (map[string]uint32, error)
+}
+
 // Config is the node the reconciler runs for.
 type Config struct {
 	NodeName string // pods whose spec.nodeName is this run here
@@ -61,6 +67,11 @@ type Config struct {
 	// Allocations are the identity, CIDR and rule numbers handed out
 	// before (persisted by the caller), so they survive restarts.
 	Allocations policy.Allocations
+	// Identities numbers pod identities cluster-wide (every node must give
+	// the same pods the same number); nil: this node numbers them itself.
+	// A sync whose identities cannot be resolved fails, and the previous
+	// policy stays in force until a retry succeeds.
+	Identities IdentityResolver
 	// MinSyncInterval spaces syncs; 0 syncs as soon as a change arrives
 	// (changes that arrive during a sync still coalesce into one).
 	MinSyncInterval time.Duration
@@ -310,6 +321,9 @@ func (r *Reconciler) Admit(next *model.Store) error {
 			local++
 		}
 	}
+	if alloc, err = r.clusterIdentities(in, alloc); err != nil {
+		return fmt.Errorf("nothing applied: %w", err)
+	}
 	res := policy.Compute(in, alloc)
 	if err := r.dp.PolicyFits(res.State, local); err != nil {
 		return fmt.Errorf("nothing applied: %w", err)
@@ -450,6 +464,22 @@ func (r *Reconciler) observe(step string, d time.Duration) {
 	}
 }
 
+// clusterIdentities takes the pods' identity numbers from the cluster-wide
+// resolver, when there is one: Compute keeps numbers it is given.
+func (r *Reconciler) clusterIdentities(in policy.Input, alloc policy.Allocations) (policy.Allocations, error) {
+	if r.cfg.Identities == nil {
+		return alloc, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids, err := r.cfg.Identities.Resolve(ctx, policy.IdentityKeys(in))
+	if err != nil {
+		return alloc, fmt.Errorf("cluster-wide identities: %w", err)
+	}
+	alloc.Identities = ids
+	return alloc, nil
+}
+
 // syncPolicy computes policy (or takes Admit's) and writes it with the
 // local endpoints.
 func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
@@ -459,7 +489,11 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		pol = policy.Compute(in, w.alloc)
+		alloc, err := r.clusterIdentities(in, w.alloc)
+		if err != nil {
+			return nil, err
+		}
+		pol = policy.Compute(in, alloc)
 	}
 	var eps []datapath.Endpoint
 	for _, ep := range w.endpoints {

@@ -1,0 +1,147 @@
+package kubeidentity
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/shuntnet/shunt/internal/kubetest"
+	"github.com/shuntnet/shunt/internal/policy"
+)
+
+// InstallCRD installs deploy/crds/shunt.io_shuntidentities.yaml and waits
+// until the API server serves it.
+func installCRD(t *testing.T, ctx context.Context, dyn dynamic.Interface) {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../deploy/crds/shunt.io_shuntidentities.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u unstructured.Unstructured
+	if err := yaml.Unmarshal(raw, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, &u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("installing the ShuntIdentity CRD: %v", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(GVR).List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the ShuntIdentity CRD is not served: %v", err)
+	}
+}
+
+func keys(n int) []policy.IdentityKey {
+	var out []policy.IdentityKey
+	for i := range n {
+		l := map[string]string{"app": "app" + strconv.Itoa(i)}
+		nsl := map[string]string{policy.NamespaceNameLabel: "default"}
+		out = append(out, policy.IdentityKey{Key: policy.IdentityKeyOf("default", l, nsl), Namespace: "default", Labels: l, NamespaceLabels: nsl})
+	}
+	return out
+}
+
+// TestTwoAgentsAgree: two allocators (two agents) resolving the same keys
+// at the same time against one API server give every key the same number,
+// one object per key; a slot held by another key (a hash collision) is
+// skipped the same way by both; a fresh allocator (an agent restarting)
+// finds the same numbers.
+func TestTwoAgentsAgree(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	installCRD(t, ctx, dyn)
+
+	ks := keys(40)
+	// A collision: another key already sits in the first slot of ks[0].
+	squatter := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "shunt.io/v1alpha1", "kind": "ShuntIdentity",
+		"metadata": map[string]any{"name": strconv.FormatUint(uint64(firstSlot(ks[0].Key)), 10)},
+		"spec":     map[string]any{"namespace": "other", "labels": map[string]any{"app": "squatter"}},
+	}}
+	if _, err := dyn.Resource(GVR).Create(ctx, squatter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var got [2]map[string]uint32
+	var wg sync.WaitGroup
+	for i := range got {
+		a, err := New(c.RESTConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rerr error
+			if got[i], rerr = a.Resolve(ctx, ks); rerr != nil {
+				t.Error(rerr)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, k := range ks {
+		if got[0][k.Key] == 0 || got[0][k.Key] != got[1][k.Key] {
+			t.Errorf("key %v: agents gave %d and %d", k.Labels, got[0][k.Key], got[1][k.Key])
+		}
+	}
+	if id := got[0][ks[0].Key]; id == firstSlot(ks[0].Key) {
+		t.Errorf("key %v took slot %d, which another key holds", ks[0].Labels, id)
+	}
+	list, err := dyn.Resource(GVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != len(ks)+1 {
+		t.Errorf("%d ShuntIdentities, want %d (one per key, plus the squatter)", len(list.Items), len(ks)+1)
+	}
+	for _, it := range list.Items {
+		id, s, ok := decode(&it)
+		if !ok {
+			t.Errorf("undecodable identity %s", it.GetName())
+			continue
+		}
+		if s.Namespace != "other" && got[0][s.key()] != id {
+			t.Errorf("identity %d (%v) is not the number the agents use (%d)", id, s.Labels, got[0][s.key()])
+		}
+	}
+
+	restarted, err := New(c.RESTConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := restarted.Resolve(ctx, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks {
+		if again[k.Key] != got[0][k.Key] {
+			t.Errorf("after a restart key %v: %d, before %d", k.Labels, again[k.Key], got[0][k.Key])
+		}
+	}
+}
