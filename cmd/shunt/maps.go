@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -146,7 +147,7 @@ func dumpRawMap(c *api.Client, name string, raw bool, output string) error {
 		vals := make([]string, len(order))
 		for i, k := range order {
 			if v, ok := r[k]; ok {
-				vals[i] = fmt.Sprint(v)
+				vals[i] = cellText(v)
 			} else {
 				vals[i] = "-"
 			}
@@ -157,6 +158,15 @@ func dumpRawMap(c *api.Client, name string, raw bool, output string) error {
 		fmt.Fprintf(os.Stderr, "%s is empty\n", name)
 	}
 	return nil
+}
+
+// cellText prints a decoded JSON value; numbers as JSON wrote them (a
+// float64 would print 16651037 as 1.6651037e+07).
+func cellText(v any) string {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
 }
 
 func newMetricsCmd(g *globals) *cobra.Command {

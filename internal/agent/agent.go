@@ -214,14 +214,22 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.proxy = newNodeProxy(log, filepath.Join(cfg.BinDir, "shunt-proxy"), inst.RunDir(), proxyCgroup, proxyAddr, mark, a.addProxyFlow)
 	a.metrics.proxy = a.proxy
 
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stopReconciler = cancel
+	var identities reconciler.IdentityResolver
+	if cfg.Kubernetes {
+		// Every node of the cluster must number identities alike.
+		if identities, err = startIdentities(ctx, cfg.Kubeconfig, log); err != nil {
+			return nil, err
+		}
+	}
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: nodeName, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
 		Allocations: alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
-		Log: log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
+		Identities: identities,
+		Log:        log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
 		ProxyAddr: proxyAddr, ProxyConfig: a.proxy.Set,
 	}, a.dp)
-	ctx, cancel := context.WithCancel(context.Background())
-	a.stopReconciler = cancel
 	go a.rec.Run(ctx)
 	go a.proxy.Run(ctx)
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/shuntnet/shunt/internal/kubeidentity"
 	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/manifest"
@@ -98,3 +100,22 @@ type labSource struct{ *lab.ControlPlane }
 
 func (labSource) Health() string   { return "" }
 func (labSource) Describe() string { return "lab" }
+
+// startIdentities follows the cluster's ShuntIdentities, so the reconciler
+// numbers identities as every other node does.
+func startIdentities(ctx context.Context, kubeconfig string, log *slog.Logger) (*kubeidentity.Allocator, error) {
+	rc, err := kubesource.RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := kubeidentity.New(rc, log)
+	if err != nil {
+		return nil, err
+	}
+	start, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := ids.Run(start); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}

@@ -108,6 +108,12 @@ func New(rc *rest.Config, log *slog.Logger) (*Allocator, error) {
 
 // Run starts the informer and waits for its first listing.
 func (a *Allocator) Run(ctx context.Context) error {
+	if _, err := a.res.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the API server does not serve ShuntIdentities: install shunt's CRDs first (kubectl apply -f deploy/crds/)")
+		}
+		return fmt.Errorf("listing ShuntIdentities: %w", err)
+	}
 	go a.inf.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.HasSynced) {
 		return fmt.Errorf("listing ShuntIdentities: %w (is the CRD installed? kubectl apply -f deploy/crds/)", ctx.Err())

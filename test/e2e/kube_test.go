@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -43,17 +44,37 @@ type kubeNode struct {
 	sandboxs []string
 }
 
-// newKubeNode starts a control plane and an agent for one node of it.
-func newKubeNode(t *testing.T) *kubeNode {
+// newKubeCluster starts a control plane with shunt's CRDs installed, as a
+// cluster operator would before deploying shunt.
+func newKubeCluster(t *testing.T) *kubetest.Cluster {
 	t.Helper()
 	requireRoot(t)
 	// CIDRs no lab test uses (labs take 10.200-249.x.0/24 and
 	// 10.100-149.x.0/24), so a kube test can run beside them.
-	second := rand.IntN(250)
 	c := kubetest.StartWith(t, kubecluster.Options{
 		ClusterCIDR: fmt.Sprintf("10.%d.0.0/16", 250+rand.IntN(5)),
-		ServiceCIDR: fmt.Sprintf("10.%d.%d.0/24", 150+rand.IntN(50), second),
+		ServiceCIDR: fmt.Sprintf("10.%d.%d.0/24", 150+rand.IntN(50), rand.IntN(250)),
 	})
+	for _, args := range [][]string{
+		{"apply", "-f", "../../deploy/crds/"},
+		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"},
+	} {
+		if out, err := exec.Command(c.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return c
+}
+
+// newKubeNode starts a control plane and an agent for one node of it.
+func newKubeNode(t *testing.T) *kubeNode {
+	t.Helper()
+	return newKubeNodeOn(t, newKubeCluster(t))
+}
+
+// newKubeNodeOn adds a node to the cluster and starts its agent.
+func newKubeNodeOn(t *testing.T, c *kubetest.Cluster) *kubeNode {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	k := &kubeNode{t: t, cs: c.Client, ctx: ctx}
@@ -224,5 +245,103 @@ func TestKubernetesNode(t *testing.T) {
 	out, code := k.shunt("apply", "-f", "testdata/two-pods.yaml")
 	if code == 0 || !strings.Contains(out, "kubectl") {
 		t.Errorf("shunt apply on a Kubernetes node: exit %d, %q; want a refusal pointing to kubectl", code, out)
+	}
+}
+
+// TestKubernetesNodesAgreeOnIdentities: two agents (two nodes) against one
+// API server number every pod's identity alike, wherever the pod runs,
+// through ShuntIdentity objects; a pod relabelled on one node gets the
+// same new number on both.
+func TestKubernetesNodesAgreeOnIdentities(t *testing.T) {
+	c := newKubeCluster(t)
+	a, b := newKubeNodeOn(t, c), newKubeNodeOn(t, c)
+	// Pods only as API objects (no sandbox): identities are computed for
+	// every pod of the cluster, local or not.
+	addrs := map[string]string{}
+	for i, n := range []*kubeNode{a, b, a, b} {
+		name := fmt.Sprintf("p%d", i)
+		app := []string{"web", "web", "db", "cache"}[i]
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": app}},
+			Spec: corev1.PodSpec{NodeName: n.node, Containers: []corev1.Container{{Name: "c", Image: "lab"}}}}
+		var err error
+		if err := wait.PollUntilContextCancel(a.ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			pod, err = c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {
+				return false, nil
+			}
+			return err == nil, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ip := strings.TrimSuffix(n.podCIDR, "0/24") + fmt.Sprint(50+i)
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+		if _, err := c.Client.CoreV1().Pods("default").UpdateStatus(a.ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		addrs[name] = ip
+	}
+	identities := func(n *kubeNode) map[string]uint32 {
+		var rows []struct {
+			Prefix   string
+			Identity uint32
+		}
+		out := n.mustShunt("map", "dump", "shunt_ipcache", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("ipcache dump: %v\n%s", err, out)
+		}
+		byIP := map[string]uint32{}
+		for _, r := range rows {
+			byIP[strings.TrimSuffix(r.Prefix, "/32")] = r.Identity
+		}
+		got := map[string]uint32{}
+		for pod, ip := range addrs {
+			got[pod] = byIP[ip]
+		}
+		return got
+	}
+	agree := func(what string) map[string]uint32 {
+		t.Helper()
+		var ia, ib map[string]uint32
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			ia, ib = identities(a), identities(b)
+			same := len(ia) == len(addrs)
+			for pod := range addrs {
+				same = same && ia[pod] != 0 && ia[pod] == ib[pod]
+			}
+			if same {
+				return ia
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: identities by pod on %s: %v, on %s: %v (pods at %v)\nipcache of %s:\n%s", what, a.node, ia, b.node, ib, addrs,
+					a.node, a.mustShunt("map", "dump", "shunt_ipcache"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	ids := agree("four pods on two nodes")
+	if ids["p0"] != ids["p1"] || ids["p0"] == ids["p2"] || ids["p2"] == ids["p3"] {
+		t.Errorf("identities %v: want p0 and p1 (both app=web, on different nodes) alike, the others distinct", ids)
+	}
+	out, err := exec.Command(c.Kubectl(), "--kubeconfig", c.Kubeconfig, "get", "shuntidentities", "-o", "name").CombinedOutput()
+	if err != nil || strings.Count(string(out), "shuntidentity") < 3 {
+		t.Errorf("ShuntIdentities in the API: %v\n%s", err, out)
+	}
+
+	// Relabel p3 (on b) to app=db: both nodes give it p2's number.
+	p3, err := c.Client.CoreV1().Pods("default").Get(a.ctx, "p3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3.Labels["app"] = "db"
+	if _, err := c.Client.CoreV1().Pods("default").Update(a.ctx, p3, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for ids = agree("after the relabel"); ids["p3"] != ids["p2"]; ids = agree("after the relabel") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after relabelling p3 to app=db: %v, want p3 = p2", ids)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
