@@ -409,9 +409,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if done, err := printStructured(output, st, 0, nil); done {
 				return err
 			}
-			fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
-				st.Instance, st.PID, time.Since(st.Started).Round(time.Second), strings.Join(st.Health, "; "), st.Mode,
+			fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
+				st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
 				st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
+			for _, p := range st.Problems {
+				fmt.Printf("left out:  %s\n", p)
+			}
 			fmt.Printf("flows:     sampling %s, %d emitted, %d lost, %d kept", st.FlowSampling, st.Flows.Emitted, st.Flows.Lost, st.Flows.History)
 			if st.MetricsAddr != "" {
 				fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)

@@ -243,6 +243,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		if err := ks.Run(ctx); err != nil {
 			return nil, err
 		}
+		events, err := newProblemEvents(cfg.Kubeconfig, nodeName, ks.Store, a.problems, log)
+		if err != nil {
+			return nil, err
+		}
+		go events.run(ctx, time.Second)
 	} else {
 		labCP, err = lab.New(lab.Config{
 			Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,

@@ -41,6 +41,8 @@ var (
 	descMapEntries = prometheus.NewDesc("shunt_map_entries", "Entries in a BPF map.", []string{"map"}, nil)
 	descMapCap     = prometheus.NewDesc("shunt_map_capacity", "Maximum entries of a BPF map.", []string{"map"}, nil)
 	descPods       = prometheus.NewDesc("shunt_pods", "Pods of this node.", nil, nil)
+	descProblems   = prometheus.NewDesc("shunt_object_problems",
+		"Things objects ask that shunt leaves out (e.g. IPv6 blocks), by kind and reason; the rest is programmed.", []string{"kind", "reason"}, nil)
 )
 
 func newMetrics(a *Agent) *metrics {
@@ -101,7 +103,7 @@ type datapathCollector struct{ a *Agent }
 
 func (datapathCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descFlows, descLost, descFollowerMissed,
-		descServices, descEndpoints, descMapEntries, descMapCap, descPods} {
+		descServices, descEndpoints, descMapEntries, descMapCap, descPods, descProblems} {
 		ch <- d
 	}
 }
@@ -126,6 +128,16 @@ func (c datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descServices, prometheus.GaugeValue, float64(ports))
 	ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(backends))
 	ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(pods))
+	if pol := a.rec.Policy(); pol != nil {
+		type kr struct{ kind, reason string }
+		n := map[kr]int{}
+		for _, p := range pol.Problems {
+			n[kr{p.Kind, p.Reason}]++
+		}
+		for k, v := range n {
+			ch <- prometheus.MustNewConstMetric(descProblems, prometheus.GaugeValue, float64(v), k.kind, k.reason)
+		}
+	}
 	if maps, err := a.dp.Maps(); err == nil {
 		for _, m := range maps {
 			if m.Entries >= 0 {

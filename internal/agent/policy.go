@@ -25,6 +25,14 @@ func (a *Agent) Warnings() []string {
 	return nil
 }
 
+// problems are what the objects ask that shunt leaves out.
+func (a *Agent) problems() []policy.Problem {
+	if pol := a.rec.Policy(); pol != nil {
+		return pol.Problems
+	}
+	return nil
+}
+
 func (a *Agent) handleIdentities(w http.ResponseWriter, r *http.Request) {
 	out := slices.Clone(policy.ReservedIdentities)
 	if pol := a.rec.Policy(); pol != nil {

@@ -159,6 +159,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Health = append(st.Health, h)
 	}
 	st.Source = a.src.Describe()
+	st.Problems = a.Warnings()
 	if st.Hooks, err = a.dp.Hooks(); err != nil {
 		st.Health = append(st.Health, "cannot list attached programs: "+err.Error())
 	}

@@ -96,9 +96,12 @@ type PolicyMapEntry struct {
 
 // Status is the agent's summary.
 type Status struct {
-	Instance    string             `json:"instance"`
-	PID         int                `json:"pid"`
-	Source      string             `json:"source"` // where objects come from: "lab" or "kubernetes https://..."
+	Instance string `json:"instance"`
+	PID      int    `json:"pid"`
+	Source   string `json:"source"` // where objects come from: "lab" or "kubernetes https://..."
+	// Problems are what objects ask that shunt leaves out (the rest is
+	// programmed): "Kind ns/name: what and why".
+	Problems    []string           `json:"problems,omitempty"`
 	Mode        string             `json:"mode"`
 	PodCIDR     string             `json:"podCIDR"`
 	ServiceCIDR string             `json:"serviceCIDR"`

@@ -64,6 +64,23 @@ type EndpointPolicy struct {
 	EgressRules       bool       `json:"egressRules,omitempty"`
 }
 
+// Problem is one thing an object asks that shunt leaves out.
+type Problem struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Reason    string `json:"reason"` // CamelCase, as Events have it
+	Message   string `json:"message"`
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s %s/%s: %s", p.Kind, p.Namespace, p.Name, p.Message)
+}
+
+func (c *computation) problem(kind, ns, name, reason, format string, args ...any) {
+	c.res.Problems = append(c.res.Problems, Problem{Kind: kind, Namespace: ns, Name: name, Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
 // CIDRIdentity is the identity of one prefix a policy names.
 type CIDRIdentity struct {
 	ID     uint32       `json:"id"`
@@ -77,9 +94,13 @@ type Result struct {
 	Endpoints  map[string]EndpointPolicy // local pods by ns/name
 	State      State                     // exactly what the maps must hold
 	Rules      map[uint32]Rule
-	Warnings   []string
-	Alloc      Allocations
-	L7         []L7Port // ingress ports HTTP rules name, for the node proxy
+	// Problems are what objects ask that the datapath cannot do (an API
+	// server accepts more than shunt programs): the rest of the object,
+	// and every other object, is programmed.
+	Problems []Problem
+	Warnings []string // Problems as text
+	Alloc    Allocations
+	L7       []L7Port // ingress ports HTTP rules name, for the node proxy
 
 	podIdentity map[string]uint32 // every pod by ns/name
 	hostAddrs   map[netip.Addr]bool
@@ -131,6 +152,10 @@ func Compute(in Input, prev Allocations) *Result {
 	c.finish()
 	c.finishL7()
 	c.res.Alloc.Rules = c.rules.next
+	c.res.Problems = slices.Compact(c.res.Problems)
+	for _, p := range c.res.Problems {
+		c.res.Warnings = append(c.res.Warnings, p.String())
+	}
 	return c.res
 }
 
@@ -155,6 +180,11 @@ func (c *computation) identify(prev Allocations) {
 		ident.Pods = append(ident.Pods, p.key())
 		c.idPods[id] = append(c.idPods[id], p.Pod)
 		c.res.podIdentity[p.key()] = id
+		if p.IP.IsValid() && !p.IP.Is4() {
+			c.problem("Pod", p.Pod.Namespace, p.Pod.Name, "IPv6NotSupported",
+				"address %s: shunt enforces policy for IPv4 only; the pod is known to policy by its IPv4 address, if any", p.IP)
+			p.IP = netip.Addr{}
+		}
 		if p.IP.IsValid() {
 			c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
 				Prefix: netip.PrefixFrom(p.IP, p.IP.BitLen()), Identity: id})
@@ -184,27 +214,35 @@ func (c *computation) identify(prev Allocations) {
 // identity, and indexes them so a block finds the prefixes inside it.
 func (c *computation) allocateCIDRs(prev Allocations) {
 	seen := map[netip.Prefix]bool{}
-	add := func(s string) {
-		if p, err := netip.ParsePrefix(s); err == nil {
+	// add records an IPv4 prefix; an IPv6 one is a problem of its policy,
+	// and the rule naming it matches no peer through it (shunt forwards no
+	// IPv6, so nothing is let through or kept out that would not be).
+	add := func(kind, ns, name, s string) {
+		p, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+		case !p.Addr().Is4():
+			c.problem(kind, ns, name, "IPv6NotSupported", "ipBlock %s: shunt enforces IPv4 only; the rule matches no peer through this block", s)
+		default:
 			seen[p.Masked()] = true
 		}
 	}
-	addBlocks := func(peers []networkingv1.NetworkPolicyPeer) {
+	addBlocks := func(np *networkingv1.NetworkPolicy, peers []networkingv1.NetworkPolicyPeer) {
 		for _, pe := range peers {
 			if pe.IPBlock != nil {
-				add(pe.IPBlock.CIDR)
+				add("NetworkPolicy", np.Namespace, np.Name, pe.IPBlock.CIDR)
 				for _, e := range pe.IPBlock.Except {
-					add(e)
+					add("NetworkPolicy", np.Namespace, np.Name, e)
 				}
 			}
 		}
 	}
 	for _, np := range c.in.NetworkPolicies {
 		for _, r := range np.Spec.Ingress {
-			addBlocks(r.From)
+			addBlocks(np, r.From)
 		}
 		for _, r := range np.Spec.Egress {
-			addBlocks(r.To)
+			addBlocks(np, r.To)
 		}
 	}
 	for _, sp := range c.in.ShuntPolicies {
@@ -212,9 +250,9 @@ func (c *computation) allocateCIDRs(prev Allocations) {
 			for _, r := range rules {
 				for _, pe := range r.Peers {
 					if pe.CIDR != "" {
-						add(pe.CIDR)
+						add("ShuntNetworkPolicy", sp.Namespace, sp.Name, pe.CIDR)
 						for _, e := range pe.Except {
-							add(e)
+							add("ShuntNetworkPolicy", sp.Namespace, sp.Name, e)
 						}
 					}
 				}

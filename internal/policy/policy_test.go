@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -338,5 +339,42 @@ spec:
 		if got := verdict(t, r, chk.from, "prod/db", 6, chk.port); got != chk.want {
 			t.Errorf("%s -> prod/db:%d: %s, want %s", chk.from, chk.port, got, chk.want)
 		}
+	}
+}
+
+// TestIPv6IsAProblemNotAFailure: an API server accepts IPv6 blocks and pod
+// addresses, which shunt does not enforce. They become problems of their
+// objects, while the rest is computed: the IPv4 block of the same policy
+// keeps its identity, and no IPv6 prefix reaches the maps (the datapath
+// would refuse the whole state).
+func TestIPv6IsAProblemNotAFailure(t *testing.T) {
+	in := world(t, podDoc("default", "web", "app: web"), podDoc("default", "v6", "app: v6"), `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: blocks, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from: [{ipBlock: {cidr: 192.0.2.0/24}}, {ipBlock: {cidr: "2001:db8::/32"}}]`)
+	in.Pods[1].IP = netip.MustParseAddr("2001:db8::7")
+	res := Compute(in, Allocations{})
+	for _, p := range append(slices.Clone(res.State.IPCache), res.State.CIDRIdentities...) {
+		if !p.Prefix.Addr().Is4() {
+			t.Errorf("IPv6 prefix %s reached the maps", p.Prefix)
+		}
+	}
+	if len(res.State.CIDRIdentities) != 1 || res.State.CIDRIdentities[0].Prefix != netip.MustParsePrefix("192.0.2.0/24") {
+		t.Errorf("CIDR identities %v, want the IPv4 block only", res.State.CIDRIdentities)
+	}
+	want := map[string]bool{"NetworkPolicy default/blocks": false, "Pod default/v6": false}
+	for _, p := range res.Problems {
+		want[p.Kind+" "+p.Namespace+"/"+p.Name] = p.Reason == "IPv6NotSupported"
+	}
+	for obj, ok := range want {
+		if !ok {
+			t.Errorf("no IPv6NotSupported problem for %s: %+v", obj, res.Problems)
+		}
+	}
+	if len(res.Warnings) != len(res.Problems) {
+		t.Errorf("warnings %v do not say the problems", res.Warnings)
 	}
 }

@@ -173,6 +173,16 @@ func (k *kubeNode) runPod(ns, name string, labels map[string]string, cmd ...stri
 	return ip
 }
 
+// podIPOf reads a pod's address from the API.
+func (k *kubeNode) podIPOf(ns, name string) string {
+	k.t.Helper()
+	p, err := k.cs.CoreV1().Pods(ns).Get(k.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return p.Status.PodIP
+}
+
 // probeFrom runs `shunt lab probe` inside a pod's sandbox until it gives
 // want (a few seconds: servers start, changes propagate).
 func (k *kubeNode) probeFrom(ns, name, want string, targets ...string) {
@@ -241,6 +251,43 @@ func TestKubernetesNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80")
+
+	// Bad input the API server accepts: an IPv6 block beside an IPv4 one.
+	// The IPv4 part is enforced, the rest of the node works, the IPv6 block
+	// is an Event on the policy, a line of `shunt status` and a metric.
+	clientIP := k.podIPOf("default", "client")
+	mixed := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "mixed-blocks"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: "2001:db8::/32"}},
+				{IPBlock: &networkingv1.IPBlock{CIDR: clientIP + "/32"}},
+			}}}},
+	}
+	if _, err := k.cs.NetworkingV1().NetworkPolicies("default").Create(k.ctx, mixed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80")
+	if err := wait.PollUntilContextTimeout(k.ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := k.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=mixed-blocks"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "IPv6NotSupported" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "2001:db8::/32") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("no IPv6NotSupported Warning event on the NetworkPolicy: %v", err)
+	}
+	if st := k.mustShunt("status"); !strings.Contains(st, "left out:  NetworkPolicy default/mixed-blocks: ipBlock 2001:db8::/32") {
+		t.Errorf("shunt status does not name the problem:\n%s", st)
+	}
+	if n := k.metric("shunt_object_problems", `kind="NetworkPolicy"`); n != 1 {
+		t.Errorf("shunt_object_problems for NetworkPolicy = %v, want 1", n)
+	}
 
 	out, code := k.shunt("apply", "-f", "testdata/two-pods.yaml")
 	if code == 0 || !strings.Contains(out, "kubectl") {
