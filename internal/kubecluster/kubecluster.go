@@ -80,6 +80,10 @@ type Cluster struct {
 
 	restConfig *rest.Config
 	procs      []*proc
+	// How the API server was started, so a test can stop and restart it
+	// alone (an outage): binary, arguments, log.
+	apiBin, apiLog string
+	apiArgs        []string
 }
 
 // Files in the cluster directory.
@@ -255,7 +259,8 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	c.Server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	st.Server = c.Server
 	o.Logf("starting kube-apiserver %s on %s", KubeVersion, c.Server)
-	apiProc, err := run("kube-apiserver", filepath.Join(o.BinDir, "kube-apiserver"), []string{
+	c.apiBin, c.apiLog = filepath.Join(o.BinDir, "kube-apiserver"), filepath.Join(dir, "logs", "kube-apiserver.log")
+	c.apiArgs = []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
 		"--advertise-address=127.0.0.1",
@@ -280,7 +285,8 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--profiling=false",
-	})
+	}
+	apiProc, err := run("kube-apiserver", c.apiBin, c.apiArgs)
 	if err != nil {
 		return nil, err
 	}
@@ -401,6 +407,40 @@ func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
 
 // Kubectl is the path of the kubectl built with the cluster's binaries.
 func (c *Cluster) Kubectl() string { return filepath.Join(c.BinDir, "kubectl") }
+
+// StopAPIServer stops the API server alone (etcd and the controller-manager
+// keep running), as an outage would. Tests only: the cluster directory's
+// state file is not updated.
+func (c *Cluster) StopAPIServer() error {
+	for i, p := range c.procs {
+		if p.Name != "kube-apiserver" {
+			continue
+		}
+		if err := p.stop(10 * time.Second); err != nil {
+			return err
+		}
+		<-p.exited
+		c.procs = append(c.procs[:i], c.procs[i+1:]...)
+		return nil
+	}
+	return errors.New("the API server is not running")
+}
+
+// StartAPIServer starts the API server again, on the same address with the
+// same certificates, and waits until it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	p, err := start("kube-apiserver", c.apiBin, c.apiArgs, c.apiLog, false)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	hc, err := rest.HTTPClientFor(c.restConfig)
+	if err != nil {
+		return err
+	}
+	defer hc.CloseIdleConnections()
+	return waitHealthy(ctx, p, hc, c.Server+"/readyz")
+}
 
 // Stop stops the processes this Cluster started, by PID, last started
 // first. The directory stays.

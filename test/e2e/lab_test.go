@@ -142,10 +142,11 @@ func (l *lab) podIP(name string) string {
 }
 
 type status struct {
-	PID      int    `json:"pid"`
-	NodeIP   string `json:"nodeIP"`
-	PodCIDR  string `json:"podCIDR"`
-	Source   string `json:"source"`
+	PID      int      `json:"pid"`
+	NodeIP   string   `json:"nodeIP"`
+	PodCIDR  string   `json:"podCIDR"`
+	Source   string   `json:"source"`
+	Health   []string `json:"health"`
 	Counters []struct {
 		Reason, Direction string
 		Packets           uint64
