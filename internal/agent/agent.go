@@ -219,9 +219,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	var identities reconciler.IdentityResolver
 	if cfg.Kubernetes {
 		// Every node of the cluster must number identities alike.
-		if identities, err = startIdentities(ctx, cfg.Kubeconfig, log); err != nil {
+		ids, err := startIdentities(ctx, cfg.Kubeconfig, log)
+		if err != nil {
 			return nil, err
 		}
+		identities = ids
+		go a.collectIdentities(ctx, ids, 2*time.Minute)
 	}
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: nodeName, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,

@@ -15,6 +15,7 @@ import (
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // source is where the node's objects come from: the lab's emulated control
@@ -118,4 +119,30 @@ func startIdentities(ctx context.Context, kubeconfig string, log *slog.Logger) (
 		return nil, err
 	}
 	return ids, nil
+}
+
+// collectIdentities deletes, every interval, the cluster's identities that
+// no pod uses any more (the policy the reconciler last computed lists the
+// identities of every pod of the cluster).
+func (a *Agent) collectIdentities(ctx context.Context, ids *kubeidentity.Allocator, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pol := a.rec.Policy()
+		if pol == nil {
+			continue
+		}
+		var inUse []policy.IdentityKey
+		for _, id := range pol.Identities {
+			inUse = append(inUse, policy.IdentityKey{Key: policy.IdentityKeyOf(id.Namespace, id.Labels, id.NamespaceLabels)})
+		}
+		if _, err := ids.Collect(ctx, inUse); err != nil {
+			a.log.Warn("collecting unused identities", "err", err)
+		}
+	}
 }

@@ -79,6 +79,8 @@ type Allocator struct {
 	mu    sync.Mutex
 	byKey map[string]uint32 // key -> lowest number holding it
 	byID  map[uint32]string // number -> key
+	// unusedBefore: numbers the last Collect found unused.
+	unusedBefore map[uint32]bool
 }
 
 // New prepares an allocator on an API server; Run starts it.
@@ -237,4 +239,42 @@ func (a *Allocator) Known() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.byID)
+}
+
+// Collect deletes the identities no pod of the cluster uses any more, once
+// they were found unused by two collections in a row (so a pod this
+// agent's informers have not seen yet does not lose its identity to a
+// single glance). Agents may collect at the same time: deletes are
+// idempotent, and a key whose identity was collected while still needed
+// gets the same number again from its slot.
+func (a *Allocator) Collect(ctx context.Context, inUse []policy.IdentityKey) (deleted int, err error) {
+	used := make(map[string]bool, len(inUse))
+	for _, k := range inUse {
+		used[k.Key] = true
+	}
+	a.mu.Lock()
+	var stale []uint32
+	unused := map[uint32]bool{}
+	for id, key := range a.byID {
+		if used[key] {
+			continue
+		}
+		unused[id] = true
+		if a.unusedBefore[id] {
+			stale = append(stale, id)
+		}
+	}
+	a.unusedBefore = unused
+	a.mu.Unlock()
+	for _, id := range stale {
+		err := a.res.Delete(ctx, strconv.FormatUint(uint64(id), 10), metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return deleted, fmt.Errorf("deleting unused ShuntIdentity %d: %w", id, err)
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		a.log.Info("unused identities deleted", "count", deleted)
+	}
+	return deleted, nil
 }

@@ -144,4 +144,28 @@ func TestTwoAgentsAgree(t *testing.T) {
 			t.Errorf("after a restart key %v: %d, before %d", k.Labels, again[k.Key], got[0][k.Key])
 		}
 	}
+
+	// Garbage collection: identities of keys no pod uses go on the second
+	// collection that finds them unused; a key coming back gets its number
+	// back.
+	if n, err := restarted.Collect(ctx, ks[:10]); err != nil || n != 0 {
+		t.Fatalf("first collection: deleted %d (%v), want 0: unused once is not enough", n, err)
+	}
+	if n, err := restarted.Collect(ctx, ks[:10]); err != nil || n != len(ks)-10+1 {
+		t.Fatalf("second collection: deleted %d (%v), want %d (30 unused keys and the squatter)", n, err, len(ks)-10+1)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return restarted.Known() == 10, nil
+	}); err != nil {
+		t.Fatalf("identities known after the collection: %d, want 10", restarted.Known())
+	}
+	back, err := restarted.Resolve(ctx, ks[10:12])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks[10:12] {
+		if back[k.Key] != got[0][k.Key] && back[k.Key] != firstSlot(k.Key) {
+			t.Errorf("key %v made again: %d, before %d", k.Labels, back[k.Key], got[0][k.Key])
+		}
+	}
 }
