@@ -22,7 +22,7 @@ generate:
 
 # CI regenerates the BPF objects and fails when the committed ones differ.
 check-generated: generate
-	@git diff --exit-code --stat -- internal/ || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+	@git diff --exit-code --stat -- internal/ deploy/ || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 
 # kube-apiserver, kube-controller-manager, kube-proxy and kubectl at the
 # release pinned in tools/kube/go.mod, for the tests that run a real control

@@ -1,5 +1,5 @@
 // Package kubeidentity numbers security identities cluster-wide through
-// ShuntIdentity objects (deploy/crds/shunt.io_shuntidentities.yaml), so
+// ShuntIdentity objects (manifest.ShuntIdentity, deploy/crds/shunt.io_shuntidentities.yaml), so
 // every agent of a cluster gives the pods of one (namespace, labels,
 // namespace labels) the same number, and a number means the same pods on
 // every node: what a receiving node needs to judge a sender's identity.
@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/policy"
 )
 
@@ -40,13 +41,9 @@ import (
 var GVR = schema.GroupVersionResource{Group: "shunt.io", Version: "v1alpha1", Resource: "shuntidentities"}
 
 // Spec is what an identity stands for (the object's spec).
-type Spec struct {
-	Namespace       string            `json:"namespace"`
-	Labels          map[string]string `json:"labels,omitempty"`
-	NamespaceLabels map[string]string `json:"namespaceLabels,omitempty"`
-}
+type Spec = manifest.ShuntIdentitySpec
 
-func (s Spec) key() string { return policy.IdentityKeyOf(s.Namespace, s.Labels, s.NamespaceLabels) }
+func key(s Spec) string { return policy.IdentityKeyOf(s.Namespace, s.Labels, s.NamespaceLabels) }
 
 // slots is the size of the pod identity range.
 const slots = uint64(policy.FirstCIDRIdentity - policy.FirstPodIdentity)
@@ -148,7 +145,7 @@ func (a *Allocator) learn(o any, present bool) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	key := s.key()
+	key := key(s)
 	if present {
 		a.byID[id] = key
 		if cur, ok := a.byKey[key]; !ok || id < cur {
@@ -222,7 +219,7 @@ func (a *Allocator) claim(ctx context.Context, k policy.IdentityKey) (uint32, er
 					return 0, fmt.Errorf("reading ShuntIdentity %d: %w", id, gerr)
 				}
 				a.learn(got, true)
-				if _, s, ok := decode(got); ok && s.key() == k.Key {
+				if _, s, ok := decode(got); ok && key(s) == k.Key {
 					return id, nil // another agent made it: we agree
 				}
 			default:

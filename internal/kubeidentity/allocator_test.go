@@ -123,8 +123,8 @@ func TestTwoAgentsAgree(t *testing.T) {
 			t.Errorf("undecodable identity %s", it.GetName())
 			continue
 		}
-		if s.Namespace != "other" && got[0][s.key()] != id {
-			t.Errorf("identity %d (%v) is not the number the agents use (%d)", id, s.Labels, got[0][s.key()])
+		if s.Namespace != "other" && got[0][key(s)] != id {
+			t.Errorf("identity %d (%v) is not the number the agents use (%d)", id, s.Labels, got[0][key(s)])
 		}
 	}
 

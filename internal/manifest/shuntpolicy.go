@@ -1,3 +1,9 @@
+// The kubebuilder markers below generate the CRDs in deploy/crds
+// (internal/manifest/generate.go) from these types, so the lab and a real
+// API server accept the same objects.
+
+// +groupName=shunt.io
+// +versionName=v1alpha1
 package manifest
 
 import (
@@ -11,6 +17,9 @@ import (
 // ShuntNetworkPolicy is shunt's own policy kind (apiVersion shunt.io/v1alpha1):
 // the selectors of NetworkPolicy plus explicit deny rules, entities (host,
 // world, ...) and L7 HTTP rules.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,shortName=snp
 type ShuntNetworkPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -20,6 +29,8 @@ type ShuntNetworkPolicy struct {
 
 // ShuntNetworkPolicyList is a list of ShuntNetworkPolicies, as `shunt get`
 // prints them.
+//
+// +kubebuilder:object:root=true
 type ShuntNetworkPolicyList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
@@ -53,6 +64,7 @@ const (
 // ShuntRule allows or denies traffic to/from its peers on its ports.
 type ShuntRule struct {
 	// Action is "allow" (the default) or "deny".
+	// +kubebuilder:validation:Enum=allow;deny
 	Action string `json:"action,omitempty"`
 	// Peers are the other ends of the traffic; none means any peer.
 	Peers []ShuntPeer `json:"peers,omitempty"`
@@ -70,7 +82,8 @@ type ShuntPeer struct {
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	CIDR              string                `json:"cidr,omitempty"`
 	Except            []string              `json:"except,omitempty"`
-	Entity            string                `json:"entity,omitempty"` // host, world, cluster or all
+	// +kubebuilder:validation:Enum=host;world;cluster;all
+	Entity string `json:"entity,omitempty"` // host, world, cluster or all
 }
 
 // HTTPRule matches HTTP requests; an empty field matches anything.

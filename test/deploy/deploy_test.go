@@ -1,0 +1,92 @@
+// Package deploy tests deploy/ against a real API server: the CRDs install
+// and validate, the manifests are valid objects, and the agent's RBAC is
+// what it needs and no more.
+package deploy
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shuntnet/shunt/internal/kubecluster"
+	"github.com/shuntnet/shunt/internal/kubetest"
+)
+
+// kubectl runs kubectl with a kubeconfig and returns its output and error.
+func kubectl(c *kubetest.Cluster, kubeconfig string, stdin string, args ...string) (string, error) {
+	cmd := exec.Command(c.Kubectl(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestDeployManifests(t *testing.T) {
+	c := kubetest.Start(t)
+	admin := func(stdin string, args ...string) string {
+		t.Helper()
+		out, err := kubectl(c, c.Kubeconfig, stdin, args...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	admin("", "apply", "-f", "../../deploy/crds/")
+	admin("", "wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+	// A server-side dry run validates every object (a namespaced object's
+	// namespace must exist for it).
+	admin("", "create", "namespace", "shunt-system")
+	admin("", "apply", "--dry-run=server", "-f", "../../deploy/shunt.yaml")
+	admin("", "apply", "-f", "../../deploy/shunt.yaml")
+
+	t.Run("ShuntNetworkPolicy validation", func(t *testing.T) {
+		admin("", "apply", "-f", "../e2e/testdata/shunt-policy.yaml")
+		out := admin("", "get", "snp", "-o", "name")
+		if !strings.Contains(out, "web-shunt") {
+			t.Errorf("kubectl get snp: %q", out)
+		}
+		for _, bad := range []struct{ doc, field string }{
+			{`{"apiVersion":"shunt.io/v1alpha1","kind":"ShuntNetworkPolicy","metadata":{"name":"b1"},"spec":{"podSelector":{},"ingress":[{"action":"maybe"}]}}`, "spec.ingress[0].action"},
+			{`{"apiVersion":"shunt.io/v1alpha1","kind":"ShuntNetworkPolicy","metadata":{"name":"b2"},"spec":{"podSelector":{},"egress":[{"peers":[{"entity":"moon"}]}]}}`, "spec.egress[0].peers[0].entity"},
+			{`{"apiVersion":"shunt.io/v1alpha1","kind":"ShuntNetworkPolicy","metadata":{"name":"b3"},"spec":{"ingress":[]}}`, "spec.podSelector"},
+		} {
+			out, err := kubectl(c, c.Kubeconfig, bad.doc, "apply", "-f", "-")
+			if err == nil || !strings.Contains(out, bad.field) {
+				t.Errorf("invalid policy accepted or refused without naming %s: %v\n%s", bad.field, err, out)
+			}
+		}
+	})
+
+	t.Run("ShuntIdentity never changes meaning", func(t *testing.T) {
+		admin(`{"apiVersion":"shunt.io/v1alpha1","kind":"ShuntIdentity","metadata":{"name":"4242"},"spec":{"namespace":"default","labels":{"app":"a"}}}`, "apply", "-f", "-")
+		out, err := kubectl(c, c.Kubeconfig, `{"apiVersion":"shunt.io/v1alpha1","kind":"ShuntIdentity","metadata":{"name":"4242"},"spec":{"namespace":"default","labels":{"app":"b"}}}`, "apply", "-f", "-")
+		if err == nil || !strings.Contains(out, "never changes") {
+			t.Errorf("an identity's spec was changed: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("the agent's RBAC", func(t *testing.T) {
+		kc := filepath.Join(t.TempDir(), "agent.kubeconfig")
+		if err := kubecluster.IssueKubeconfig(c.Dir, kc, "system:serviceaccount:shunt-system:shunt", "system:serviceaccounts", "system:authenticated"); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []struct {
+			verb, resource string
+			allowed        bool
+		}{
+			{"watch", "pods", true}, {"list", "services", true}, {"watch", "endpointslices.discovery.k8s.io", true},
+			{"watch", "namespaces", true}, {"get", "nodes", true}, {"watch", "networkpolicies.networking.k8s.io", true},
+			{"watch", "shuntnetworkpolicies.shunt.io", true}, {"watch", "httproutes.gateway.networking.k8s.io", true},
+			{"create", "shuntidentities.shunt.io", true}, {"delete", "shuntidentities.shunt.io", true}, {"create", "events", true},
+			{"get", "secrets", false}, {"create", "pods", false}, {"update", "networkpolicies.networking.k8s.io", false},
+			{"delete", "nodes", false},
+		} {
+			out, _ := kubectl(c, kc, "", "auth", "can-i", want.verb, want.resource, "--all-namespaces")
+			if got := strings.TrimSpace(out) == "yes"; got != want.allowed {
+				t.Errorf("agent can %s %s: %q, want allowed=%v", want.verb, want.resource, strings.TrimSpace(out), want.allowed)
+			}
+		}
+	})
+}
