@@ -265,6 +265,28 @@ static __always_inline void reverse4(struct bpf_sock_addr *ctx, __u32 hook)
 	}
 }
 
+/* managed_netns says whether a socket lives where this node's services
+ * apply: the node's own network namespace or one of its pods'. The socket
+ * hooks sit on the cgroup root and so see every process of the machine,
+ * also those of namespaces another shunt node, another container runtime
+ * or a test made; translating their connects would hand them services that
+ * are not theirs. Before the agent wrote the node's namespace (cookie 0)
+ * every namespace counts. */
+static __always_inline bool managed_netns(struct bpf_sock_addr *ctx)
+{
+	__u32 zero = 0;
+	struct accel_config *c = bpf_map_lookup_elem(&shunt_accel_config, &zero);
+	__u64 netns;
+
+	if (!c || !c->host_netns_cookie)
+		return true;
+	netns = bpf_get_netns_cookie(ctx);
+	if (netns == c->host_netns_cookie || bpf_map_lookup_elem(&shunt_netns_pods, &netns))
+		return true;
+	count(SHUNT_REASON_SOCK_FOREIGN_NETNS, SHUNT_DIR_CONNECT, 0);
+	return false;
+}
+
 /* connect of a protocol services do not have (ICMP, raw, SCTP) */
 static __always_inline int pass_connect(void)
 {
@@ -277,12 +299,16 @@ int shunt_connect4(struct bpf_sock_addr *ctx)
 {
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
 		return pass_connect();
+	if (!managed_netns(ctx))
+		return SOCK_ALLOW;
 	return xlate4(ctx, ctx->protocol, SHUNT_DIR_CONNECT);
 }
 
 SEC("cgroup/sendmsg4")
 int shunt_sendmsg4(struct bpf_sock_addr *ctx)
 {
+	if (!managed_netns(ctx))
+		return SOCK_ALLOW;
 	return xlate4(ctx, IPPROTO_UDP, SHUNT_DIR_SENDMSG);
 }
 
@@ -343,12 +369,16 @@ int shunt_connect6(struct bpf_sock_addr *ctx)
 {
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
 		return pass_connect();
+	if (!managed_netns(ctx))
+		return SOCK_ALLOW;
 	return xlate6(ctx, ctx->protocol, SHUNT_DIR_CONNECT);
 }
 
 SEC("cgroup/sendmsg6")
 int shunt_sendmsg6(struct bpf_sock_addr *ctx)
 {
+	if (!managed_netns(ctx))
+		return SOCK_ALLOW;
 	return xlate6(ctx, IPPROTO_UDP, SHUNT_DIR_SENDMSG);
 }
 

@@ -185,6 +185,7 @@ enum shunt_reason {
 	SHUNT_REASON_ACCEL_PASSED = 27,   /* sk_msg: the peer is not in the sockhash, the send takes the stack */
 	SHUNT_REASON_ACCEL_ENDED = 28,    /* sockops: an accelerated socket closed (left the sockhash) */
 	SHUNT_REASON_ACCEL_FOREIGN_NETNS = 29, /* sockops: a socket uses a pod's address outside the pod's namespace: not accelerated */
+	SHUNT_REASON_SOCK_FOREIGN_NETNS = 30, /* socket hooks: a socket of a namespace this node does not manage (not the node's, no pod's): left alone */
 	SHUNT_REASON_MAX,
 };
 

@@ -52,6 +52,7 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_ACCEL_PASSED:           "accel-passed",
 	podtcShuntReasonSHUNT_REASON_ACCEL_ENDED:            "accel-ended",
 	podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS:    "accel-foreign-netns",
+	podtcShuntReasonSHUNT_REASON_SOCK_FOREIGN_NETNS:     "sock-foreign-netns",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on

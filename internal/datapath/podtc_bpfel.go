@@ -271,7 +271,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_ACCEL_PASSED           podtcShuntReason = 27
 	podtcShuntReasonSHUNT_REASON_ACCEL_ENDED            podtcShuntReason = 28
 	podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS    podtcShuntReason = 29
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 30
+	podtcShuntReasonSHUNT_REASON_SOCK_FOREIGN_NETNS     podtcShuntReason = 30
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 31
 )
 
 type podtcTcNatKey struct {

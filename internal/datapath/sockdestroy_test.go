@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 
 	"bufio"
@@ -546,4 +547,33 @@ func errAnswer(err error) string {
 		return "err " + unix.ErrnoName(errno)
 	}
 	return "err " + strings.ReplaceAll(err.Error(), " ", "_")
+}
+
+// TestSocketHooksLeaveForeignNamespacesAlone: the hooks sit on the cgroup
+// root, so they see every process of the machine; once the agent has said
+// which namespace is the node's, a socket of a namespace that is neither
+// the node's nor a pod's keeps the address it dialled (another shunt
+// node's pods, a test's namespace, kube-proxy's), and the same namespace
+// registered as a pod's gets services.
+func TestSocketHooksLeaveForeignNamespacesAlone(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	cg := testCgroup(t)
+	if err := d.AttachSocketLB(cg); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetAccel(AccelConfig{}); err != nil { // writes the node's namespace
+		t.Fatal(err)
+	}
+	ns := testNetns(t)
+	c := startSockClient(t, cg, ns)
+	a := c.listen("a", "127.0.0.2:0")
+	syncDNS(t, d, a)
+	before := counts(t, d)
+	c.expectErrno(unix.ENETUNREACH, "dial foreign 4 %s", testDNSVIP)
+	counterDelta(t, d, before, map[string]uint64{"sock-foreign-netns/connect": 1})
+
+	if err := d.SyncPolicy(policy.State{}, []Endpoint{{IP: netip.MustParseAddr("10.99.0.5"), Ifindex: 1, Netns: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(a, "dial pod 4 %s", testDNSVIP)
 }
