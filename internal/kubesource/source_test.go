@@ -137,6 +137,15 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Once node IPAM gave it a pod CIDR, the controller-manager's shared
+	// node informer has it, so the EndpointSlice controller will not skip
+	// the pod (and back off for tens of seconds) on a busy machine.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		return err == nil && n.Spec.PodCIDR != "", nil
+	}); err != nil {
+		t.Fatalf("node-a never got a pod CIDR: %v", err)
+	}
 	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
