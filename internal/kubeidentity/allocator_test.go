@@ -2,9 +2,6 @@ package kubeidentity
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,39 +9,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/shuntnet/shunt/internal/kubetest"
 	"github.com/shuntnet/shunt/internal/policy"
 )
-
-// InstallCRD installs deploy/crds/shunt.io_shuntidentities.yaml and waits
-// until the API server serves it.
-func installCRD(t *testing.T, ctx context.Context, dyn dynamic.Interface) {
-	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../deploy/crds/shunt.io_shuntidentities.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var u unstructured.Unstructured
-	if err := yaml.Unmarshal(raw, &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, &u, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("installing the ShuntIdentity CRD: %v", err)
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(GVR).List(ctx, metav1.ListOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the ShuntIdentity CRD is not served: %v", err)
-	}
-}
 
 func keys(n int) []policy.IdentityKey {
 	var out []policy.IdentityKey
@@ -69,7 +39,7 @@ func TestTwoAgentsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installCRD(t, ctx, dyn)
+	c.Apply(t, "../../deploy/crds/shunt.io_shuntidentities.yaml")
 
 	ks := keys(40)
 	// A collision: another key already sits in the first slot of ks[0].

@@ -2,9 +2,6 @@ package kubesource_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/kubetest"
@@ -65,45 +61,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// installHTTPRouteCRD installs the Gateway API's HTTPRoute CRD from the
-// module's release manifests, as a cluster operator would.
-func installHTTPRouteCRD(t *testing.T, ctx context.Context, dyn dynamic.Interface) {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
-	if err != nil {
-		t.Fatalf("locating the gateway-api module: %v", err)
-	}
-	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var u unstructured.Unstructured
-	if err := yaml.Unmarshal(raw, &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, &u, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("installing the HTTPRoute CRD: %v", err)
-	}
-	// Established: the API server serves the kind.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := crds.Get(ctx, u.GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Established" && m["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		t.Fatalf("the HTTPRoute CRD never became established: %v", err)
-	}
-}
-
 // TestSourceFollowsTheAPIServer: against a real API server and
 // controller-manager, the source's store holds what the API holds (the
 // ClusterIP the API server assigned, the EndpointSlice the controller
@@ -118,7 +75,7 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installHTTPRouteCRD(t, ctx, dyn)
+	c.Apply(t, "../../deploy/crds/gateway.networking.k8s.io_httproutes.yaml")
 
 	rec := &recorder{}
 	src, err := kubesource.New(kubesource.Config{Kubeconfig: c.Kubeconfig}, rec)

@@ -141,3 +141,21 @@ func buildScript() (string, error) {
 		dir = parent
 	}
 }
+
+// Apply runs `kubectl apply -f` on each path (files or directories,
+// relative to the test's package) as the admin, and waits until every CRD
+// among them is served, as an operator installs shunt's CRDs.
+func (c *Cluster) Apply(t testing.TB, paths ...string) {
+	t.Helper()
+	run := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command(c.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, p := range paths {
+		run("apply", "-f", p)
+	}
+	run("wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+}

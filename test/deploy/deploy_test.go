@@ -33,8 +33,7 @@ func TestDeployManifests(t *testing.T) {
 		}
 		return out
 	}
-	admin("", "apply", "-f", "../../deploy/crds/")
-	admin("", "wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+	c.Apply(t, "../../deploy/crds/")
 	// A server-side dry run validates every object (a namespaced object's
 	// namespace must exist for it).
 	admin("", "create", "namespace", "shunt-system")

@@ -55,14 +55,7 @@ func newKubeCluster(t *testing.T) *kubetest.Cluster {
 		ClusterCIDR: fmt.Sprintf("10.%d.0.0/16", 250+rand.IntN(5)),
 		ServiceCIDR: fmt.Sprintf("10.%d.%d.0/24", 150+rand.IntN(50), rand.IntN(250)),
 	})
-	for _, args := range [][]string{
-		{"apply", "-f", "../../deploy/crds/"},
-		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"},
-	} {
-		if out, err := exec.Command(c.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	c.Apply(t, "../../deploy/crds/")
 	return c
 }
 
