@@ -64,15 +64,16 @@ type Config struct {
 
 // Agent is one running shuntd.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	state   *State
-	podPool ipam.Pool
-	svcPool ipam.Pool
-	dp      *datapath.Datapath
-	rec     *reconciler.Reconciler
-	src     source              // the lab's control plane, or a Kubernetes API server
-	objects func() *model.Store // the objects as they are now (the source's)
+	cfg      Config
+	log      *slog.Logger
+	state    *State
+	podPool  ipam.Pool
+	svcPool  ipam.Pool
+	dp       *datapath.Datapath
+	rec      *reconciler.Reconciler
+	src      source              // the lab's control plane, or a Kubernetes API server
+	nodeName string              // this node's name (its Node object's, with Kubernetes)
+	objects  func() *model.Store // the objects as they are now (the source's)
 
 	proxy    *nodeProxy     // the node L7 proxy
 	flows    *flows.History // the last flows, for observe
@@ -226,6 +227,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		identities = ids
 		go a.collectIdentities(ctx, ids, 2*time.Minute)
 	}
+	a.nodeName = nodeName
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: nodeName, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
 		Allocations: alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },

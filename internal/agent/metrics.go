@@ -128,15 +128,13 @@ func (c datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descServices, prometheus.GaugeValue, float64(ports))
 	ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(backends))
 	ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(pods))
-	if pol := a.rec.Policy(); pol != nil {
-		type kr struct{ kind, reason string }
-		n := map[kr]int{}
-		for _, p := range pol.Problems {
-			n[kr{p.Kind, p.Reason}]++
-		}
-		for k, v := range n {
-			ch <- prometheus.MustNewConstMetric(descProblems, prometheus.GaugeValue, float64(v), k.kind, k.reason)
-		}
+	type kr struct{ kind, reason string }
+	n := map[kr]int{}
+	for _, p := range a.problems() {
+		n[kr{p.Kind, p.Reason}]++
+	}
+	for k, v := range n {
+		ch <- prometheus.MustNewConstMetric(descProblems, prometheus.GaugeValue, float64(v), k.kind, k.reason)
 	}
 	if maps, err := a.dp.Maps(); err == nil {
 		for _, m := range maps {

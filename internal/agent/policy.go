@@ -19,18 +19,26 @@ import (
 
 // Warnings are what the last policy computation wants the user to know.
 func (a *Agent) Warnings() []string {
-	if pol := a.rec.Policy(); pol != nil {
-		return pol.Warnings
+	var out []string
+	for _, p := range a.problems() {
+		out = append(out, p.String())
 	}
-	return nil
+	return out
 }
 
-// problems are what the objects ask that shunt leaves out.
+// problems are what the objects ask that shunt leaves out, and a policy
+// the node could not program at all (a problem of the Node: the previous
+// policy stays in force).
 func (a *Agent) problems() []policy.Problem {
+	var out []policy.Problem
 	if pol := a.rec.Policy(); pol != nil {
-		return pol.Problems
+		out = append(out, pol.Problems...)
 	}
-	return nil
+	if err := a.rec.PolicyError(); err != nil {
+		out = append(out, policy.Problem{Kind: "Node", Name: a.nodeName, Reason: "PolicyNotProgrammed",
+			Message: err.Error() + "; the previous policy stays in force"})
+	}
+	return out
 }
 
 func (a *Agent) handleIdentities(w http.ResponseWriter, r *http.Request) {

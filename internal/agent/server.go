@@ -158,6 +158,9 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if h := a.src.Health(); h != "" {
 		st.Health = append(st.Health, h)
 	}
+	if err := a.rec.PolicyError(); err != nil {
+		st.Health = append(st.Health, "policy not programmed (the previous one stays in force): "+err.Error())
+	}
 	st.Source = a.src.Describe()
 	st.Problems = a.Warnings()
 	if st.Hooks, err = a.dp.Hooks(); err != nil {

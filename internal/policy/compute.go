@@ -74,6 +74,9 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
+	if p.Namespace == "" { // cluster-scoped: a Node
+		return fmt.Sprintf("%s %s: %s", p.Kind, p.Name, p.Message)
+	}
 	return fmt.Sprintf("%s %s/%s: %s", p.Kind, p.Namespace, p.Name, p.Message)
 }
 

@@ -115,6 +115,7 @@ type Reconciler struct {
 	checked      *checkedPolicy
 	synced       uint64 // the generation the last sync covered
 	syncErr      error  // and how it ended
+	policyErr    error  // why the last policy sync failed (nil: it did not)
 	alloc        policy.Allocations
 	servicesSeen bool // a full service sync has succeeded
 
@@ -423,6 +424,9 @@ func (r *Reconciler) sync() error {
 	if policyErr != nil {
 		r.policyDirty = true
 	}
+	if w.policy {
+		r.policyErr = policyErr
+	}
 	allocChanged := false
 	if pol != nil {
 		allocChanged = !reflect.DeepEqual(r.alloc, pol.Alloc)
@@ -646,6 +650,15 @@ func (r *Reconciler) ServiceCount() (ports, backends int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.svc.Count()
+}
+
+// PolicyError says why the policy the objects ask for is not programmed
+// (a map too small, cluster identities out of reach), nil when it is; the
+// previous policy stays in force meanwhile.
+func (r *Reconciler) PolicyError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.policyErr
 }
 
 // Names is what names flow events and map rows, as of the last sync.

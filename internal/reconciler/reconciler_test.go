@@ -71,6 +71,9 @@ func (f *fakeDatapath) SyncPolicy(state policy.State, endpoints []datapath.Endpo
 	if f.gate != nil {
 		<-f.gate
 	}
+	if err := f.PolicyFits(state, len(endpoints)); err != nil {
+		return err // as the datapath refuses before writing
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.syncs++
@@ -425,5 +428,30 @@ func TestEndpointBeforeThePodsAddress(t *testing.T) {
 	}
 	if !inCache || !allowed {
 		t.Errorf("10.244.0.6 in the ipcache: %v, its policy entries: %v; want both from the endpoint's address", inCache, allowed)
+	}
+}
+
+// TestPolicyErrorIsKept: a policy the maps cannot hold is refused and the
+// reason kept (the agent reports it), until a sync succeeds again.
+func TestPolicyErrorIsKept(t *testing.T) {
+	f := newFake()
+	f.maxEntries = 1
+	r := start(t, f)
+	wait(t, r, r.SetEndpoint(endpoint("default/web", "10.244.0.5", "lxc1", 7)))
+	next, changes := model.New().Put(parse(t, policyDocs))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Wait(ctx, r.Update(next, changes)); err == nil {
+		t.Fatal("a policy larger than the map was programmed")
+	}
+	if err := r.PolicyError(); err == nil || !strings.Contains(err.Error(), "shunt_policy is full") {
+		t.Fatalf("PolicyError() = %v, want the map-full reason", err)
+	}
+	f.mu.Lock()
+	f.maxEntries = 0
+	f.mu.Unlock()
+	wait(t, r, r.Update(next, nil))
+	if err := r.PolicyError(); err != nil {
+		t.Errorf("after a successful sync PolicyError() = %v", err)
 	}
 }
