@@ -293,6 +293,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	} else if err := a.src.(kubeSource).WaitSynced(startCtx); err != nil {
 		return nil, err
 	}
+	// Once a sync has covered everything the source delivered, the proxy
+	// configuration is complete and may replace the one the proxy kept
+	// across the restart (a failed sync is retried; the proxy keeps its
+	// old configuration meanwhile, which is the safer of the two).
+	if err := a.rec.WaitCurrent(startCtx); err != nil {
+		log.Warn("first sync after start", "err", err)
+	}
+	a.proxy.Synced()
 	ok = true
 	a.ready.Store(true)
 	return a, nil

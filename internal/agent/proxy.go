@@ -58,6 +58,12 @@ type nodeProxy struct {
 	lastErr string          // why the last push or start failed
 	kick    chan struct{}
 	pid     int
+	// synced is false until the agent's source has delivered every
+	// object: a configuration computed before that lacks routes, and
+	// pushing it to a proxy that survived an agent restart would answer
+	// 404 for a moment. Until then the proxy keeps the last one it had.
+	synced bool
+	given  bool // the reconciler has set a configuration
 }
 
 func newNodeProxy(log *slog.Logger, exe, dir, cgroupDir string, listen netip.AddrPort, mark proxyapi.Mark, onFlow func(flows.Flow)) *nodeProxy {
@@ -80,10 +86,20 @@ func (p *nodeProxy) Set(cfg proxyapi.Config) {
 	p.mu.Lock()
 	cfg.Listen, cfg.Mark = p.listen.String(), p.mark
 	cfg.Version = p.want.Version
+	p.given = true
 	if !reflect.DeepEqual(cfg, p.want) {
 		cfg.Version = p.nextVersion(p.want.Version)
 		p.want = cfg
 	}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// Synced says the source has delivered everything: from now on each
+// configuration is complete and is pushed.
+func (p *nodeProxy) Synced() {
+	p.mu.Lock()
+	p.synced = true
 	p.mu.Unlock()
 	p.poke()
 }
@@ -128,8 +144,11 @@ func (p *nodeProxy) step(ctx context.Context) {
 		}
 	}
 	p.mu.Lock()
-	want := p.want
+	want, ready := p.want, p.synced && p.given
 	p.mu.Unlock()
+	if !ready {
+		return
+	}
 	if st.Version >= want.Version {
 		p.confirm(st.Version)
 		return

@@ -236,6 +236,14 @@ func (r *Reconciler) Wait(ctx context.Context, gen uint64) error {
 	return r.syncErr
 }
 
+// WaitCurrent blocks until a sync has covered every update given so far.
+func (r *Reconciler) WaitCurrent(ctx context.Context) error {
+	r.mu.Lock()
+	gen := r.gen
+	r.mu.Unlock()
+	return r.Wait(ctx, gen)
+}
+
 // policyTouched reports whether changes can change the policy state: a
 // namespace or policy changed, a pod appeared or went, or a pod changed
 // what policy reads of it (labels, address, node, named ports). Status
