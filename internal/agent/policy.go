@@ -15,6 +15,7 @@ import (
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/proxy/l7policy"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 // Warnings are what the last policy computation wants the user to know.
@@ -33,6 +34,11 @@ func (a *Agent) problems() []policy.Problem {
 	var out []policy.Problem
 	if pol := a.rec.Policy(); pol != nil {
 		out = append(out, pol.Problems...)
+	}
+	for _, svc := range a.objects().Services() {
+		for _, is := range services.Unsupported(svc) {
+			out = append(out, policy.Problem{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Reason: is.Reason, Message: is.Message})
+		}
 	}
 	if err := a.rec.PolicyError(); err != nil {
 		out = append(out, policy.Problem{Kind: "Node", Name: a.nodeName, Reason: "PolicyNotProgrammed",

@@ -140,9 +140,10 @@ var protoNumbers = map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.Proto
 // Ports computes the datapath entries of one Service from its slices:
 // one entry per service port, backends that are ready and not terminating,
 // sorted. SCTP ports are not load balanced at the socket layer (yet) and
-// are left out. A headless Service (clusterIP None) has no entries.
+// are left out. A headless Service (clusterIP None) has no entries, nor
+// does an IPv6 one (the datapath is IPv4; Unsupported says so).
 func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice) []Port {
-	if !clusterIP.IsValid() {
+	if !clusterIP.IsValid() || !clusterIP.Is4() {
 		return nil
 	}
 	var timeout uint32
@@ -227,4 +228,26 @@ func usable(ep discoveryv1.Endpoint) bool {
 		return false
 	}
 	return c.Ready == nil || *c.Ready
+}
+
+// Issue is one thing of a Service that shunt does not load-balance.
+type Issue struct {
+	Reason  string // CamelCase, as Events have it
+	Message string
+}
+
+// Unsupported lists what of a Service shunt leaves out: ports of protocols
+// the socket layer does not balance (SCTP), and an IPv6 ClusterIP. An API
+// server accepts both; the rest of the Service is programmed.
+func Unsupported(svc *corev1.Service) []Issue {
+	var out []Issue
+	if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && !ip.Is4() {
+		out = append(out, Issue{"IPv6NotSupported", fmt.Sprintf("ClusterIP %s: shunt load-balances IPv4 only; the Service gets no entries", ip)})
+	}
+	for _, sp := range svc.Spec.Ports {
+		if _, ok := protoNumbers[sp.Protocol]; !ok {
+			out = append(out, Issue{"ProtocolNotSupported", fmt.Sprintf("port %d/%s: shunt load-balances TCP and UDP only; this port gets no entry", sp.Port, sp.Protocol)})
+		}
+	}
+	return out
 }

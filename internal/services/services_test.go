@@ -3,6 +3,7 @@ package services
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,5 +105,26 @@ spec:
 	}
 	if got := Ports(svc, netip.MustParseAddr("10.96.0.11"), nil); len(got) != 1 || len(got[0].Backends) != 0 {
 		t.Errorf("a service without endpoints must still be programmed (to refuse): %+v", got)
+	}
+}
+
+// TestUnsupportedParts: SCTP ports and an IPv6 ClusterIP are named, and
+// the IPv6 Service gets no entries (the datapath would refuse the whole
+// table), while the TCP port of the other Service keeps its entry.
+func TestUnsupportedParts(t *testing.T) {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{
+		{Port: 80, Protocol: corev1.ProtocolTCP}, {Port: 9999, Protocol: corev1.ProtocolSCTP}}}}
+	if got := Unsupported(svc); len(got) != 1 || got[0].Reason != "ProtocolNotSupported" || !strings.Contains(got[0].Message, "9999/SCTP") {
+		t.Errorf("Unsupported(SCTP port) = %+v", got)
+	}
+	if ports := Ports(svc, netip.MustParseAddr(svc.Spec.ClusterIP), nil); len(ports) != 1 || ports[0].Port != 80 {
+		t.Errorf("ports %+v, want the TCP one only", ports)
+	}
+	v6 := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "fd00::10", Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	if got := Unsupported(v6); len(got) != 1 || got[0].Reason != "IPv6NotSupported" {
+		t.Errorf("Unsupported(IPv6 ClusterIP) = %+v", got)
+	}
+	if ports := Ports(v6, netip.MustParseAddr(v6.Spec.ClusterIP), nil); ports != nil {
+		t.Errorf("an IPv6 Service got entries: %+v", ports)
 	}
 }

@@ -281,6 +281,29 @@ func TestKubernetesNode(t *testing.T) {
 	if n := k.metric("shunt_object_problems", `kind="NetworkPolicy"`); n != 1 {
 		t.Errorf("shunt_object_problems for NetworkPolicy = %v, want 1", n)
 	}
+	// A Service port of a protocol the socket layer does not balance.
+	if _, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "sctp"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{
+			{Name: "tcp", Port: 81, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolTCP},
+			{Name: "sctp", Port: 9999, Protocol: corev1.ProtocolSCTP}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(k.ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := k.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=sctp"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "ProtocolNotSupported" && strings.Contains(e.Message, "9999/SCTP") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("no ProtocolNotSupported event on the SCTP Service: %v", err)
+	}
 
 	out, code := k.shunt("apply", "-f", "testdata/two-pods.yaml")
 	if code == 0 || !strings.Contains(out, "kubectl") {
