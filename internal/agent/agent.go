@@ -110,14 +110,17 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := settle(&state.Mode, cfg.Mode, datapath.ModeRedirectPeer, "mode", inst); err != nil {
 		return nil, err
 	}
-	var apiServer string
 	nodeName := inst.Name
+	var kube *kubeClient // the API server, loaded once (Kubernetes mode)
 	if cfg.Kubernetes {
 		if cfg.NodeName != "" {
 			nodeName = cfg.NodeName
 		}
+		if kube, err = newKubeClient(cfg.Kubeconfig); err != nil {
+			return nil, err
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cidr, server, err := nodePodCIDR(ctx, cfg.Kubeconfig, nodeName)
+		cidr, err := kube.nodePodCIDR(ctx, nodeName)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -125,7 +128,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		if cfg.PodCIDR != "" && cfg.PodCIDR != cidr {
 			return nil, fmt.Errorf("--pod-cidr %s, but node %s has spec.podCIDR %s: leave --pod-cidr out with --kubeconfig", cfg.PodCIDR, nodeName, cidr)
 		}
-		cfg.PodCIDR, apiServer = cidr, server
+		cfg.PodCIDR = cidr
 	}
 	if err := settle(&state.PodCIDR, cfg.PodCIDR, instance.DefaultPodCIDR, "pod CIDR", inst); err != nil {
 		return nil, err
@@ -220,7 +223,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	var identities reconciler.IdentityResolver
 	if cfg.Kubernetes {
 		// Every node of the cluster must number identities alike.
-		ids, err := startIdentities(ctx, cfg.Kubeconfig, log)
+		ids, err := kube.startIdentities(ctx, log)
 		if err != nil {
 			return nil, err
 		}
@@ -240,15 +243,15 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 
 	var labCP *lab.ControlPlane
 	if cfg.Kubernetes {
-		ks, err := kubesource.New(kubesource.Config{Kubeconfig: cfg.Kubeconfig, Resync: 10 * time.Minute, Log: log}, a.rec)
+		ks, err := kubesource.New(kubesource.Config{REST: kube.rest, Resync: 10 * time.Minute, Log: log}, a.rec)
 		if err != nil {
 			return nil, err
 		}
-		a.src = kubeSource{Source: ks, server: apiServer}
+		a.src = kubeSource{Source: ks, server: kube.rest.Host}
 		if err := ks.Run(ctx); err != nil {
 			return nil, err
 		}
-		events, err := newProblemEvents(cfg.Kubeconfig, nodeName, ks.Store, a.problems, log)
+		events, err := newProblemEvents(kube.cs, nodeName, ks.Store, a.problems, log)
 		if err != nil {
 			return nil, err
 		}

@@ -7,12 +7,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -30,15 +30,7 @@ type problemEvents struct {
 	told    map[policy.Problem]bool
 }
 
-func newProblemEvents(kubeconfig, node string, objects func() *model.Store, current func() []policy.Problem, log *slog.Logger) (*problemEvents, error) {
-	rc, err := kubesource.RESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
+func newProblemEvents(cs kubernetes.Interface, node string, objects func() *model.Store, current func() []policy.Problem, log *slog.Logger) (*problemEvents, error) {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	return &problemEvents{
@@ -49,16 +41,7 @@ func newProblemEvents(kubeconfig, node string, objects func() *model.Store, curr
 
 // run reports new problems every interval until ctx ends.
 func (e *problemEvents) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			e.report()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { e.report() }, every)
 }
 
 func (e *problemEvents) report() {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/shuntnet/shunt/internal/kubeidentity"
 	"github.com/shuntnet/shunt/internal/kubesource"
@@ -66,31 +68,43 @@ func (k kubeSource) Health() string {
 
 func (k kubeSource) Describe() string { return "kubernetes " + k.server }
 
-// nodePodCIDR reads this node's spec.podCIDR from the API server, waiting
-// for the controller-manager's node IPAM to assign one.
-func nodePodCIDR(ctx context.Context, kubeconfig, node string) (cidr, server string, err error) {
+// kubeClient is the API server the agent talks to in Kubernetes mode: the
+// configuration is loaded once and shared by the source, the identity
+// allocator and the event recorder.
+type kubeClient struct {
+	rest *rest.Config
+	cs   kubernetes.Interface
+}
+
+func newKubeClient(kubeconfig string) (*kubeClient, error) {
 	rc, err := kubesource.RESTConfig(kubeconfig)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return "", rc.Host, err
+		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
+	return &kubeClient{rest: rc, cs: cs}, nil
+}
+
+// nodePodCIDR reads this node's spec.podCIDR from the API server, waiting
+// for the controller-manager's node IPAM to assign one.
+func (k *kubeClient) nodePodCIDR(ctx context.Context, node string) (string, error) {
 	var last error
 	for {
-		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := k.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		switch {
 		case err != nil:
 			last = err
 		case n.Spec.PodCIDR != "":
-			return n.Spec.PodCIDR, rc.Host, nil
+			return n.Spec.PodCIDR, nil
 		default:
 			last = fmt.Errorf("node %s has no spec.podCIDR yet (the controller-manager assigns it with --allocate-node-cidrs)", node)
 		}
 		select {
 		case <-ctx.Done():
-			return "", rc.Host, fmt.Errorf("reading node %s's pod CIDR from %s: %w", node, rc.Host, last)
+			return "", fmt.Errorf("reading node %s's pod CIDR from %s: %w", node, k.rest.Host, last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -104,12 +118,8 @@ func (labSource) Describe() string { return "lab" }
 
 // startIdentities follows the cluster's ShuntIdentities, so the reconciler
 // numbers identities as every other node does.
-func startIdentities(ctx context.Context, kubeconfig string, log *slog.Logger) (*kubeidentity.Allocator, error) {
-	rc, err := kubesource.RESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := kubeidentity.New(rc, log)
+func (k *kubeClient) startIdentities(ctx context.Context, log *slog.Logger) (*kubeidentity.Allocator, error) {
+	ids, err := kubeidentity.New(k.rest, log)
 	if err != nil {
 		return nil, err
 	}
@@ -125,17 +135,17 @@ func startIdentities(ctx context.Context, kubeconfig string, log *slog.Logger) (
 // no pod uses any more (the policy the reconciler last computed lists the
 // identities of every pod of the cluster).
 func (a *Agent) collectIdentities(ctx context.Context, ids *kubeidentity.Allocator, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	// Not at once: a policy computed before the source synced lacks pods
+	// whose identities are still in use.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(every):
+	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		pol := a.rec.Policy()
 		if pol == nil {
-			continue
+			return
 		}
 		var inUse []policy.IdentityKey
 		for _, id := range pol.Identities {
@@ -144,5 +154,5 @@ func (a *Agent) collectIdentities(ctx context.Context, ids *kubeidentity.Allocat
 		if _, err := ids.Collect(ctx, inUse); err != nil {
 			a.log.Warn("collecting unused identities", "err", err)
 		}
-	}
+	}, every)
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -40,9 +41,9 @@ type Updater interface {
 
 // Config says where the API server is.
 type Config struct {
-	// Kubeconfig is a kubeconfig file; "" means in-cluster configuration
-	// (the service account of a DaemonSet pod).
-	Kubeconfig string
+	// REST is the API server's client configuration (RESTConfig loads it);
+	// the source copies it before raising its rate limits.
+	REST *rest.Config
 	// Resync replays every object to the handlers this often (0: never).
 	// The store compares objects, so a resync writes nothing unchanged.
 	Resync time.Duration
@@ -72,7 +73,8 @@ type Source struct {
 	health health
 }
 
-// RESTConfig loads a kubeconfig, or the in-cluster configuration for "".
+// RESTConfig loads a kubeconfig, or the in-cluster configuration (the
+// service account of a DaemonSet pod) for "".
 func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
 		c, err := rest.InClusterConfig()
@@ -90,10 +92,10 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 
 // New prepares a source; Run connects.
 func New(cfg Config, up Updater) (*Source, error) {
-	rc, err := RESTConfig(cfg.Kubeconfig)
-	if err != nil {
-		return nil, err
+	if cfg.REST == nil {
+		return nil, fmt.Errorf("kubesource: no API server configuration")
 	}
+	rc := rest.CopyConfig(cfg.REST)
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -334,9 +336,7 @@ func (h *health) state() (bool, string) {
 func (h *health) String() string { _, d := h.state(); return d }
 
 func (h *health) probe(ctx context.Context, cs kubernetes.Interface, log *slog.Logger) {
-	t := time.NewTicker(3 * time.Second)
-	defer t.Stop()
-	for {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(pctx)
 		cancel()
@@ -350,12 +350,7 @@ func (h *health) probe(ctx context.Context, cs kubernetes.Interface, log *slog.L
 		} else if !wasOK && err == nil {
 			log.Info("API server reachable")
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	}, 3*time.Second)
 }
 
 // stripMeta drops what no part of shunt reads and costs the most memory:

@@ -78,7 +78,7 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 	c.Apply(t, "../../deploy/crds/gateway.networking.k8s.io_httproutes.yaml")
 
 	rec := &recorder{}
-	src, err := kubesource.New(kubesource.Config{Kubeconfig: c.Kubeconfig}, rec)
+	src, err := kubesource.New(kubesource.Config{REST: c.RESTConfig()}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
