@@ -87,6 +87,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
 	cmd.Flags().StringVar(&agentFlags.nodeName, "node-name", "", "with --kubeconfig: this node's Node object (default: the instance name)")
+	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
 }
 
@@ -98,6 +99,7 @@ type runFlags struct {
 	socketAccel               bool
 	accelNode                 bool
 	kubeconfig, nodeName      string
+	runPods                   bool
 }
 
 func (f runFlags) args() []string {
@@ -125,6 +127,9 @@ func (f runFlags) args() []string {
 	}
 	if f.nodeName != "" {
 		args = append(args, "--node-name", f.nodeName)
+	}
+	if f.kubeconfig != "" && f.runPods {
+		args = append(args, "--run-pods")
 	}
 	return args
 }

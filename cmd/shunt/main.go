@@ -77,6 +77,7 @@ func newRootCmd() *cobra.Command {
 		newLabCmd(g),
 		newApplyCmd(g),
 		newDeleteCmd(g),
+		newWaitCmd(g),
 		newGetCmd(g),
 		newStatusCmd(g),
 		newMapCmd(g),

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -150,5 +152,43 @@ func newDeleteCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "namespace of the objects named by KIND NAME")
 	cmd.Flags().BoolVar(&timing, "timing", false, "print how long the agent took (check, program, persist) on stderr")
+	return cmd
+}
+
+func newWaitCmd(g *globals) *cobra.Command {
+	var files []string
+	var deleted bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait -f FILE|DIR|- [--deleted]",
+		Short: "wait until this node's datapath reflects objects changed through the API server",
+		Long: "Objects changed through a Kubernetes API server reach the node a moment later. `shunt wait` returns once\n" +
+			"each object is on this node at the resourceVersion given (or later), or gone with --deleted, and the\n" +
+			"datapath has been programmed from it:\n\n" +
+			"  kubectl apply -f policy.yaml -o json | shunt wait -f -\n" +
+			"  kubectl delete -f policy.yaml && shunt wait --deleted -f policy.yaml",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			objs, err := readObjects(files)
+			if err != nil {
+				return err
+			}
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			body, err := api.EncodeObjects(objs)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
+			defer cancel()
+			path := fmt.Sprintf("/v1/wait?timeout=%s&deleted=%t", timeout, deleted)
+			return c.DoContext(ctx, "POST", path, body, nil)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "objects as the API server returned them (kubectl -o json|yaml), or manifests; - for stdin (repeatable)")
+	cmd.Flags().BoolVar(&deleted, "deleted", false, "wait until the objects are gone from this node")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
 	return cmd
 }

@@ -31,7 +31,7 @@ func newRootCmd() *cobra.Command {
 		inst, mode, podCIDR, serviceCIDR, logLevel string
 		flowSampling, metricsAddr                  string
 		flowHistory, flowBuffer                    int
-		socketAccel, accelNode, inCluster          bool
+		socketAccel, accelNode, inCluster, runPods bool
 		kubeconfig, nodeName                       string
 	)
 	cmd := &cobra.Command{
@@ -52,9 +52,12 @@ func newRootCmd() *cobra.Command {
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
 				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode,
-				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName}
+				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods}
 			if kubeconfig != "" && inCluster {
 				return fmt.Errorf("--kubeconfig and --in-cluster: give one")
+			}
+			if runPods && !cfg.Kubernetes {
+				return fmt.Errorf("--run-pods is for a node of a Kubernetes cluster (with --kubeconfig); the lab runs its pods anyway")
 			}
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
@@ -93,6 +96,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server (pods are plumbed through shunt-cni) instead of the lab")
 	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")
 	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubeconfig/--in-cluster: this node's Node object (env NODE_NAME; default: the instance name)")
+	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.AddCommand(newShimCmd())
 	return cmd
 }

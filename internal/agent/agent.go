@@ -60,6 +60,10 @@ type Config struct {
 	Kubernetes bool
 	Kubeconfig string
 	NodeName   string
+	// RunPods (with Kubernetes): the lab plays this node's kubelet and
+	// scheduler, running the API's pods in namespaces on this machine
+	// (lab.APIKubelet). Off on a real node, whose kubelet runs them.
+	RunPods bool
 }
 
 // Agent is one running shuntd.
@@ -274,6 +278,19 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	// with shunt-cni, which hands each endpoint to this agent.
 	if a.srv, err = a.serveAPI(); err != nil {
 		return nil, fmt.Errorf("serving the API on %s: %w", inst.Socket(), err)
+	}
+	if cfg.Kubernetes && cfg.RunPods {
+		kl, err := lab.NewAPIKubelet(lab.Config{
+			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool,
+			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log,
+		}, kube.cs, true, a.podsProgrammed)
+		if err != nil {
+			return nil, err
+		}
+		if err := kl.Run(ctx); err != nil {
+			return nil, err
+		}
+		a.src = kubeSource{Source: a.src.(kubeSource).Source, server: kube.rest.Host, pods: kl}
 	}
 	if labCP != nil && (len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil) {
 		// Older versions kept objects, ClusterIPs and pods in state.json.

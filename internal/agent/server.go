@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
@@ -71,6 +72,7 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("POST /v1/delete", a.handleObjects(func(ctx context.Context, d []manifest.Document) ([]model.Change, error) {
 		return a.src.Delete(ctx, d)
 	}))
+	mux.HandleFunc("POST /v1/wait", a.handleWait)
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -293,4 +295,83 @@ func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) accelStatus() (api.AccelStatus, error) {
 	c, n, err := a.dp.AccelStatus()
 	return api.AccelStatus{Enabled: c.On, NodeProcesses: c.NodeProcesses, Sockets: n}, err
+}
+
+// handleWait answers once this node's datapath reflects the objects given
+// (as the API server returned them, e.g. `kubectl apply -o json`): each is
+// in the agent's store at that resourceVersion or later (absent, with
+// ?deleted=true), and a sync covered it. Changes made through a Kubernetes
+// API server reach the node asynchronously; this is how a script or a
+// test knows a policy is in force.
+func (a *Agent) handleWait(w http.ResponseWriter, r *http.Request) {
+	var req api.ObjectsRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	docs := make([]manifest.Document, len(req.Objects))
+	for i, o := range req.Objects {
+		docs[i] = manifest.Document{Source: o.Source, JSON: o.Object}
+	}
+	objs, err := manifest.DecodeReferences(docs)
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, err)
+		return
+	}
+	timeout := 30 * time.Second
+	if s := r.URL.Query().Get("timeout"); s != "" {
+		if timeout, err = time.ParseDuration(s); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("timeout: %w", err))
+			return
+		}
+	}
+	deleted := r.URL.Query().Get("deleted") == "true"
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	var missing []string
+	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		missing = missing[:0]
+		store := a.objects()
+		for _, o := range objs {
+			if !reflected(store, o, deleted) {
+				missing = append(missing, o.Key().String())
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err == nil {
+		err = a.rec.WaitCurrent(ctx)
+	}
+	if err != nil {
+		writeError(w, http.StatusGatewayTimeout, fmt.Errorf("after %s, not reflected on this node: %v (%w)", timeout, missing, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+// reflected says whether the store holds o at o's resourceVersion or a
+// later one (resourceVersions of one API server only grow), or no longer
+// holds it when deleted.
+func reflected(store *model.Store, o manifest.Object, deleted bool) bool {
+	have, ok := store.Get(o.Key())
+	if deleted || !ok {
+		return deleted && !ok
+	}
+	want, got := resourceVersion(o), resourceVersion(have)
+	if want == "" {
+		return true
+	}
+	wn, err1 := strconv.ParseUint(want, 10, 64)
+	gn, err2 := strconv.ParseUint(got, 10, 64)
+	if err1 != nil || err2 != nil {
+		return got == want
+	}
+	return gn >= wn
+}
+
+func resourceVersion(o manifest.Object) string {
+	if m, ok := o.Obj.(metav1.Object); ok {
+		return m.GetResourceVersion()
+	}
+	return ""
 }

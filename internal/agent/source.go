@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -46,6 +48,7 @@ var errObjectsFromAPIServer = errors.New("this agent takes its objects from a Ku
 type kubeSource struct {
 	*kubesource.Source
 	server string
+	pods   *lab.APIKubelet // the lab's kubelet for this node (nil: a real one)
 }
 
 func (k kubeSource) Apply(context.Context, []manifest.Document) ([]model.Change, error) {
@@ -56,8 +59,33 @@ func (k kubeSource) Delete(context.Context, []manifest.Document) ([]model.Change
 	return nil, errObjectsFromAPIServer
 }
 
-func (kubeSource) Resync(context.Context) error    { return nil }
-func (kubeSource) Uninstall(context.Context) error { return nil }
+func (k kubeSource) Resync(ctx context.Context) error {
+	if k.pods != nil {
+		return k.pods.Sync(ctx)
+	}
+	return nil
+}
+
+func (k kubeSource) Uninstall(ctx context.Context) error {
+	if k.pods != nil {
+		return k.pods.Uninstall(ctx)
+	}
+	return nil
+}
+
+// podsProgrammed returns once the source delivered the pods and a sync
+// covered them: the lab's kubelet starts their containers after that.
+func (a *Agent) podsProgrammed(ctx context.Context, pods []*corev1.Pod) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := lab.WaitPodsSeen(ctx, pods, func(uid string) bool {
+		return slices.ContainsFunc(a.objects().Pods(), func(p *corev1.Pod) bool { return string(p.UID) == uid })
+	})
+	if err != nil {
+		return fmt.Errorf("the API server's pods have not reached this agent: %w", err)
+	}
+	return a.rec.WaitCurrent(ctx)
+}
 
 func (k kubeSource) Health() string {
 	if ok, detail := k.Source.Health(); !ok {

@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,13 +87,15 @@ func start(name, bin string, args []string, logPath string, detach bool) (*proc,
 	if detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {
-		// Pdeathsig fires when the thread that forked exits; the Go
-		// runtime only ends threads of goroutines that locked them, and
-		// nothing here does.
+		// Pdeathsig fires when the thread that forked exits, not the
+		// process: forkThread forks from a thread that lives as long as
+		// the process (a thread of the runtime's pool could be taken by a
+		// goroutine that locks it, enters a network namespace and lets it
+		// end, killing the control plane with it).
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	}
 	fmt.Fprintf(logf, "--- %s %s\n", bin, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
+	if err := onForkThread(cmd.Start); err != nil {
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
 	p := &proc{
@@ -185,4 +189,27 @@ func LogTail(path string, lines int) string {
 		l = l[len(l)-lines:]
 	}
 	return strings.Join(l, "\n")
+}
+
+var (
+	forkOnce  sync.Once
+	forkCalls chan func()
+)
+
+// onForkThread runs f on one OS thread, locked and kept for the life of
+// the process, so children started with Pdeathsig die with the process
+// and only then.
+func onForkThread(f func() error) error {
+	forkOnce.Do(func() {
+		forkCalls = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread stays this goroutine's
+			for call := range forkCalls {
+				call()
+			}
+		}()
+	})
+	done := make(chan error)
+	forkCalls <- func() { done <- f() }
+	return <-done
 }

@@ -33,6 +33,9 @@ import (
 type PodRecord struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	// UID is the API object's (pods from a Kubernetes API server): a new
+	// pod of the same name gets a new sandbox.
+	UID string `json:"uid,omitempty"`
 	// ContainerID names the pod's sandbox to shunt-cni; a new one per
 	// (re)built sandbox. Empty: never plumbed (or by an older agent).
 	ContainerID string            `json:"containerID,omitempty"`

@@ -5,16 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,25 +19,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/kubetest"
 )
 
-// kubeNode is a shunt node driven by a real API server: the test plays the
-// kubelet and the container runtime (a network namespace per pod, shunt-cni
-// through libcni, status written back, a process in the namespace).
+// kubeNode is a shunt node driven by a real API server: the agent's lab
+// plays the node's kubelet (it runs the API's pods through shunt-cni and
+// writes their status back).
 type kubeNode struct {
 	*lab
-	t        *testing.T
-	cs       kubernetes.Interface
-	node     string
-	cni      *libcni.CNIConfig
-	conf     *libcni.NetworkConfigList
-	ctx      context.Context
-	podCIDR  string
-	procs    []*exec.Cmd
-	sandboxs []string
+	t    *testing.T
+	cs   kubernetes.Interface
+	node string
+	ctx  context.Context
 }
 
 // newKubeCluster starts a control plane with shunt's CRDs installed, as a
@@ -70,62 +60,21 @@ func newKubeNodeOn(t *testing.T, c *kubetest.Cluster) *kubeNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	k := &kubeNode{t: t, cs: c.Client, ctx: ctx}
-	k.lab = &lab{t: t, instance: fmt.Sprintf("e2e%06d", rand.IntN(1000000)), serviceCIDR: c.ServiceCIDR}
+	k := &kubeNode{t: t, cs: c.Client, ctx: ctx, lab: newKubeLabOn(t, c)}
 	k.node = k.instance
-	if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.node}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, p := range k.procs {
-			p.Process.Kill()
-			p.Wait()
-		}
-		for _, ns := range k.sandboxs {
-			k.cni.DelNetworkList(context.Background(), k.conf, k.runtimeConf(ns))
-			exec.Command("ip", "netns", "del", ns).Run()
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", readFile("/var/lib/shunt/"+k.instance+"/shuntd.log"))
-		}
-		k.shunt("lab", "down")
-		k.assertGone()
-	})
-	k.mustShunt("lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", k.node, "--service-cidr", c.ServiceCIDR)
-	st := k.status()
-	k.podCIDR, k.cidr = st.PodCIDR, st.PodCIDR
-	inst := instance.Instance{Name: k.instance}
-	conf, err := libcni.ConfListFromBytes(fmt.Appendf(nil,
-		`{"cniVersion":"1.1.0","name":"shunt","plugins":[{"type":"shunt-cni","agentSocket":%q,"dataDir":%q}]}`,
-		inst.Socket(), filepath.Join(inst.StateDir(), "cni", "networks")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.conf = conf
-	k.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(inst.StateDir(), "cni", "cache"), nil)
 	return k
 }
 
-func (k *kubeNode) runtimeConf(sandbox string) *libcni.RuntimeConf {
-	ns, name, _ := strings.Cut(strings.TrimPrefix(sandbox, k.instance+"-"), "-")
-	return &libcni.RuntimeConf{
-		ContainerID: sandbox, NetNS: "/run/netns/" + sandbox, IfName: "eth0",
-		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}},
-	}
-}
-
-// runPod creates the pod in the API, then does what a kubelet does: a
-// sandbox, CNI ADD (which returns once shunt programmed the pod), the
-// status with the pod's address, the container's process.
+// runPod creates the pod in the API for this node and waits until the
+// lab's kubelet runs it; it returns the pod's address.
 func (k *kubeNode) runPod(ns, name string, labels map[string]string, cmd ...string) string {
 	k.t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec:       corev1.PodSpec{NodeName: k.node, Containers: []corev1.Container{{Name: "c", Image: "lab", Command: cmd}}},
 	}
-	var err error
 	if err := wait.PollUntilContextCancel(k.ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		pod, err = k.cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		_, err := k.cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {
 			return false, nil // the namespace's default service account comes a moment later
 		}
@@ -133,35 +82,16 @@ func (k *kubeNode) runPod(ns, name string, labels map[string]string, cmd ...stri
 	}); err != nil {
 		k.t.Fatalf("creating pod %s/%s: %v", ns, name, err)
 	}
-	sandbox := k.instance + "-" + ns + "-" + name
-	if out, err := exec.Command("ip", "netns", "add", sandbox).CombinedOutput(); err != nil {
-		k.t.Fatalf("sandbox netns: %v: %s", err, out)
-	}
-	k.sandboxs = append(k.sandboxs, sandbox)
-	exec.Command("ip", "-n", sandbox, "link", "set", "lo", "up").Run()
-	r, err := k.cni.AddNetworkList(k.ctx, k.conf, k.runtimeConf(sandbox))
-	if err != nil {
-		k.t.Fatalf("CNI ADD for %s/%s: %v", ns, name, err)
-	}
-	res, err := current.NewResultFromResult(r)
-	if err != nil || len(res.IPs) == 0 {
-		k.t.Fatalf("CNI ADD result %v: %v", r, err)
-	}
-	ip := res.IPs[0].Address.IP.String()
-	now := metav1.Now()
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
-	if _, err := k.cs.CoreV1().Pods(ns).UpdateStatus(k.ctx, pod, metav1.UpdateOptions{}); err != nil {
-		k.t.Fatal(err)
-	}
-	if len(cmd) > 0 {
-		p := exec.Command("ip", append([]string{"netns", "exec", sandbox}, cmd...)...)
-		p.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"))
-		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.Start(); err != nil {
-			k.t.Fatal(err)
+	var ip string
+	if err := wait.PollUntilContextCancel(k.ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := k.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
 		}
-		k.procs = append(k.procs, p)
+		ip = p.Status.PodIP
+		return p.Status.Phase == corev1.PodRunning && ip != "", nil
+	}); err != nil {
+		k.t.Fatalf("pod %s/%s never ran: %v", ns, name, err)
 	}
 	return ip
 }
@@ -318,30 +248,11 @@ func TestKubernetesNode(t *testing.T) {
 func TestKubernetesNodesAgreeOnIdentities(t *testing.T) {
 	c := newKubeCluster(t)
 	a, b := newKubeNodeOn(t, c), newKubeNodeOn(t, c)
-	// Pods only as API objects (no sandbox): identities are computed for
-	// every pod of the cluster, local or not.
 	addrs := map[string]string{}
 	for i, n := range []*kubeNode{a, b, a, b} {
 		name := fmt.Sprintf("p%d", i)
 		app := []string{"web", "web", "db", "cache"}[i]
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": app}},
-			Spec: corev1.PodSpec{NodeName: n.node, Containers: []corev1.Container{{Name: "c", Image: "lab"}}}}
-		var err error
-		if err := wait.PollUntilContextCancel(a.ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			pod, err = c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {
-				return false, nil
-			}
-			return err == nil, err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		ip := strings.TrimSuffix(n.podCIDR, "0/24") + fmt.Sprint(50+i)
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
-		if _, err := c.Client.CoreV1().Pods("default").UpdateStatus(a.ctx, pod, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		addrs[name] = ip
+		addrs[name] = n.runPod("default", name, map[string]string{"app": app}, "sleep", "infinity")
 	}
 	identities := func(n *kubeNode) map[string]uint32 {
 		var rows []struct {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shuntnet/shunt/internal/kubetest"
 )
 
 var binDir string // where TestMain built shunt and shuntd
@@ -46,6 +48,9 @@ type lab struct {
 	instance    string
 	cidr        string
 	serviceCIDR string
+	// kube: the objects come from this API server (newKubeLab); nil: from
+	// the lab's own control plane.
+	kube *kubetest.Cluster
 }
 
 func requireRoot(t *testing.T) {

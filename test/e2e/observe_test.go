@@ -54,116 +54,118 @@ func (l *lab) metric(name string, labels ...string) float64 {
 }
 
 func TestObserveFlowsAndMetrics(t *testing.T) {
-	l := newLab(t, "redirect-peer", twoPods)
-	server, client := l.podIP("server"), l.podIP("client")
-	l.probe("client", "connected", "--tcp", server+":7000", "--udp", server+":7000")
-	forwarded := l.metric("shunt_datapath_packets_total", `reason="forwarded"`)
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		l := startLab(twoPods)
+		server, client := l.podIP("server"), l.podIP("client")
+		l.probe("client", "connected", "--tcp", server+":7000", "--udp", server+":7000")
+		forwarded := l.metric("shunt_datapath_packets_total", `reason="forwarded"`)
 
-	// A drop shows up within a second, with its reason and the pods: a
-	// follower started before the traffic sees it arrive.
-	l.mustShunt("apply", "-f", "testdata/policy-server-http-only.yaml")
-	follow := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "observe", "-f", "--verdict", "DROPPED", "-o", "json")
-	stdout, _ := follow.StdoutPipe()
-	if err := follow.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { follow.Process.Kill(); follow.Wait() }()
-	arrived := make(chan flows.Flow, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var f flows.Flow
-			if json.Unmarshal(sc.Bytes(), &f) == nil {
-				arrived <- f
+		// A drop shows up within a second, with its reason and the pods: a
+		// follower started before the traffic sees it arrive.
+		l.apply("testdata/policy-server-http-only.yaml")
+		follow := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "observe", "-f", "--verdict", "DROPPED", "-o", "json")
+		stdout, _ := follow.StdoutPipe()
+		if err := follow.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { follow.Process.Kill(); follow.Wait() }()
+		arrived := make(chan flows.Flow, 16)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				var f flows.Flow
+				if json.Unmarshal(sc.Bytes(), &f) == nil {
+					arrived <- f
+				}
 			}
+		}()
+		time.Sleep(200 * time.Millisecond) // the follower is connected
+		go l.shunt("lab", "exec", "client", "--", "shunt", "lab", "probe", "--tcp", server+":7000", "--timeout", "500ms", "--expect", "timeout")
+		var drop flows.Flow
+		select {
+		case drop = <-arrived:
+			if lag := time.Since(drop.Time); lag > time.Second {
+				t.Errorf("the drop reached observe -f %s after it happened", lag)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the dropped connection never reached observe -f --verdict DROPPED")
 		}
-	}()
-	time.Sleep(200 * time.Millisecond) // the follower is connected
-	go l.shunt("lab", "exec", "client", "--", "shunt", "lab", "probe", "--tcp", server+":7000", "--timeout", "500ms", "--expect", "timeout")
-	var drop flows.Flow
-	select {
-	case drop = <-arrived:
-		if lag := time.Since(drop.Time); lag > time.Second {
-			t.Errorf("the drop reached observe -f %s after it happened", lag)
+		if drop.DropReason != "policy-not-allowed" || drop.Source.Pod != "default/client" || drop.Destination.Pod != "default/server" ||
+			drop.Protocol != "TCP" || drop.Source.IP != client || drop.TCPFlags != "SYN" || drop.Destination.Port != 7000 {
+			t.Errorf("drop flow: %+v", drop)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the dropped connection never reached observe -f --verdict DROPPED")
-	}
-	if drop.DropReason != "policy-not-allowed" || drop.Source.Pod != "default/client" || drop.Destination.Pod != "default/server" ||
-		drop.Protocol != "TCP" || drop.Source.IP != client || drop.TCPFlags != "SYN" || drop.Destination.Port != 7000 {
-		t.Errorf("drop flow: %+v", drop)
-	}
 
-	// Forwarded flows carry pod names, identities and the allowing rule
-	// (events other than drops are collected every 100ms).
-	l.probe("client", "connected", "--http", "http://"+server+":8080/")
-	var allowed bool
-	for deadline := time.Now().Add(2 * time.Second); !allowed && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		for _, f := range l.observe("--to-pod", "server", "--verdict", "FORWARDED", "--port", "8080") {
-			if f.Event == "new" && f.Source.Pod == "default/client" && strings.Contains(f.Policy, "NetworkPolicy default/server-http-only") &&
-				len(f.Destination.Labels) > 0 {
-				allowed = true
-			}
-			if f.Destination.Pod != "default/server" {
-				t.Errorf("--to-pod server returned %+v", f)
+		// Forwarded flows carry pod names, identities and the allowing rule
+		// (events other than drops are collected every 100ms).
+		l.probe("client", "connected", "--http", "http://"+server+":8080/")
+		var allowed bool
+		for deadline := time.Now().Add(2 * time.Second); !allowed && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			for _, f := range l.observe("--to-pod", "server", "--verdict", "FORWARDED", "--port", "8080") {
+				if f.Event == "new" && f.Source.Pod == "default/client" && strings.Contains(f.Policy, "NetworkPolicy default/server-http-only") &&
+					len(f.Destination.Labels) > 0 {
+					allowed = true
+				}
+				if f.Destination.Pod != "default/server" {
+					t.Errorf("--to-pod server returned %+v", f)
+				}
 			}
 		}
-	}
-	if !allowed {
-		t.Errorf("no new-connection flow client -> server:8080 naming the allowing policy")
-	}
-	time.Sleep(300 * time.Millisecond) // the connection's end events too
+		if !allowed {
+			t.Errorf("no new-connection flow client -> server:8080 naming the allowing policy")
+		}
+		time.Sleep(300 * time.Millisecond) // the connection's end events too
 
-	// Filters select exactly what they name.
-	all := l.observe("--last", "1000")
-	for _, c := range []struct {
-		args  []string
-		match func(flows.Flow) bool
-	}{
-		{[]string{"--from-pod", "client"}, func(f flows.Flow) bool { return f.Source.Pod == "default/client" }},
-		{[]string{"--pod", "default/server"}, func(f flows.Flow) bool {
-			return f.Source.Pod == "default/server" || f.Destination.Pod == "default/server"
-		}},
-		{[]string{"--protocol", "UDP"}, func(f flows.Flow) bool { return f.Protocol == "UDP" }},
-		{[]string{"--verdict", "DROPPED"}, func(f flows.Flow) bool { return f.Verdict == "DROPPED" }},
-		{[]string{"--port", "8080"}, func(f flows.Flow) bool { return f.Source.Port == 8080 || f.Destination.Port == 8080 }},
-	} {
-		want := 0
-		for _, f := range all {
-			if c.match(f) {
-				want++
+		// Filters select exactly what they name.
+		all := l.observe("--last", "1000")
+		for _, c := range []struct {
+			args  []string
+			match func(flows.Flow) bool
+		}{
+			{[]string{"--from-pod", "client"}, func(f flows.Flow) bool { return f.Source.Pod == "default/client" }},
+			{[]string{"--pod", "default/server"}, func(f flows.Flow) bool {
+				return f.Source.Pod == "default/server" || f.Destination.Pod == "default/server"
+			}},
+			{[]string{"--protocol", "UDP"}, func(f flows.Flow) bool { return f.Protocol == "UDP" }},
+			{[]string{"--verdict", "DROPPED"}, func(f flows.Flow) bool { return f.Verdict == "DROPPED" }},
+			{[]string{"--port", "8080"}, func(f flows.Flow) bool { return f.Source.Port == 8080 || f.Destination.Port == 8080 }},
+		} {
+			want := 0
+			for _, f := range all {
+				if c.match(f) {
+					want++
+				}
+			}
+			got := l.observe(append(c.args, "--last", "1000")...)
+			for _, f := range got {
+				if !c.match(f) {
+					t.Errorf("observe %v returned a flow it does not name: %+v", c.args, f)
+				}
+			}
+			if len(got) != want || want == 0 {
+				t.Errorf("observe %v: %d flows, want %d (of %d)", c.args, len(got), want, len(all))
 			}
 		}
-		got := l.observe(append(c.args, "--last", "1000")...)
-		for _, f := range got {
-			if !c.match(f) {
-				t.Errorf("observe %v returned a flow it does not name: %+v", c.args, f)
-			}
+		if out, code := l.shunt("observe", "--verdict", "MAYBE"); code != 2 || !strings.Contains(out, "unknown verdict") {
+			t.Errorf("bad filter: exit %d: %s", code, out)
 		}
-		if len(got) != want || want == 0 {
-			t.Errorf("observe %v: %d flows, want %d (of %d)", c.args, len(got), want, len(all))
-		}
-	}
-	if out, code := l.shunt("observe", "--verdict", "MAYBE"); code != 2 || !strings.Contains(out, "unknown verdict") {
-		t.Errorf("bad filter: exit %d: %s", code, out)
-	}
 
-	// Metrics moved with the traffic, and count the drop.
-	if got := l.metric("shunt_datapath_packets_total", `reason="forwarded"`); got <= forwarded {
-		t.Errorf("forwarded packets %v, were %v before more traffic", got, forwarded)
-	}
-	if l.metric("shunt_datapath_packets_total", `reason="policy-not-allowed"`) == 0 {
-		t.Error("no policy-not-allowed packets in the metrics")
-	}
-	if l.metric("shunt_map_entries", `map="shunt_endpoints"`) != 2 || l.metric("shunt_map_capacity", `map="shunt_policy"`) == 0 {
-		t.Error("map fill metrics missing")
-	}
-	if l.metric("shunt_datapath_sync_duration_seconds_count", `step="policy"`) == 0 {
-		t.Error("sync duration histogram missing")
-	}
-	if out := l.mustShunt("map", "dump", "shunt_ct"); !strings.Contains(out, "default/client") {
-		t.Errorf("decoded conntrack dump lacks pod names:\n%s", out)
-	}
+		// Metrics moved with the traffic, and count the drop.
+		if got := l.metric("shunt_datapath_packets_total", `reason="forwarded"`); got <= forwarded {
+			t.Errorf("forwarded packets %v, were %v before more traffic", got, forwarded)
+		}
+		if l.metric("shunt_datapath_packets_total", `reason="policy-not-allowed"`) == 0 {
+			t.Error("no policy-not-allowed packets in the metrics")
+		}
+		if l.metric("shunt_map_entries", `map="shunt_endpoints"`) != 2 || l.metric("shunt_map_capacity", `map="shunt_policy"`) == 0 {
+			t.Error("map fill metrics missing")
+		}
+		if l.metric("shunt_datapath_sync_duration_seconds_count", `step="policy"`) == 0 {
+			t.Error("sync duration histogram missing")
+		}
+		if out := l.mustShunt("map", "dump", "shunt_ct"); !strings.Contains(out, "default/client") {
+			t.Errorf("decoded conntrack dump lacks pod names:\n%s", out)
+		}
+	})
 }
 
 // TestFlowOverflowIsCountedAndForwardingGoesOn: with a ring buffer of one

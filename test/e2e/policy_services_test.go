@@ -13,67 +13,73 @@ import (
 // egress-isolated pod still resolves names through the DNS service, and
 // ShuntNetworkPolicy's deny rules win over allows, entities included.
 func TestPolicyWithServicesDNSAndShuntPolicy(t *testing.T) {
-	l := newLab(t, "redirect-peer", servicesManifest, "testdata/dns.yaml", "testdata/other-pod.yaml")
-	web, dns := l.clusterIP("web"), l.clusterIP("dns")
-	web1 := l.podIP("web-1")
-	l.probe("client", "connected", "--tcp", web+":80", "--tcp", web1+":8080")
-	l.probe("other", "connected", "--tcp", web+":80")
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		l := startLab(servicesManifest, "testdata/dns.yaml", "testdata/other-pod.yaml")
+		web, dns := l.clusterIP("web"), l.clusterIP("dns")
+		web1 := l.podIP("web-1")
+		l.probe("client", "connected", "--tcp", web+":80", "--tcp", web1+":8080")
+		l.probe("other", "connected", "--tcp", web+":80")
 
-	l.mustShunt("apply", "-f", "testdata/policy-services.yaml")
-	l.probe("client", "connected", "--count", "6", "--tcp", web+":80") // both backends, by named port
-	l.probe("other", "timeout", "--tcp", web+":80", "--tcp", web1+":8080")
-	l.probe("client", "timeout", "--udp", web+":53") // the client's egress allows only the api port of web
-	l.probe("client", "timeout", "--tcp", l.podIP("other")+":22")
-	dig := []string{"lab", "exec", "client", "--", "dig", "@" + dns, "web.shunt.test", "+short", "+time=1", "+tries=3"}
-	var out string
-	for i := 0; i < 20; i++ { // dnsmasq needs a moment to bind
-		if o, code := l.shunt(dig...); code == 0 && strings.TrimSpace(o) == "10.1.2.3" {
-			out = o
-			break
+		l.apply("testdata/policy-services.yaml")
+		l.probe("client", "connected", "--count", "6", "--tcp", web+":80") // both backends, by named port
+		l.probe("other", "timeout", "--tcp", web+":80", "--tcp", web1+":8080")
+		l.probe("client", "timeout", "--udp", web+":53") // the client's egress allows only the api port of web
+		l.probe("client", "timeout", "--tcp", l.podIP("other")+":22")
+		dig := []string{"lab", "exec", "client", "--", "dig", "@" + dns, "web.shunt.test", "+short", "+time=1", "+tries=3"}
+		var out string
+		for i := 0; i < 20; i++ { // dnsmasq needs a moment to bind
+			if o, code := l.shunt(dig...); code == 0 && strings.TrimSpace(o) == "10.1.2.3" {
+				out = o
+				break
+			} else {
+				out = o
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if strings.TrimSpace(out) != "10.1.2.3" {
+			t.Errorf("dig @%s from the egress-isolated client: %q", dns, out)
+		}
+		out, code := l.shunt("policy", "trace", "--from", "other", "--to", "web-1", "--port", "8080")
+		if code != 1 || !strings.Contains(out, "isolated for ingress by [NetworkPolicy default/web-from-client]") {
+			t.Errorf("trace other -> web-1: exit %d:\n%s", code, out)
+		}
+		l.delete("testdata/policy-services.yaml")
+
+		if l.kube == nil {
+			out = l.mustShunt("apply", "-f", "testdata/shunt-policy.yaml")
+			if strings.Contains(out, "Warning:") {
+				t.Errorf("an ingress HTTP rule on its port is enforced by the proxy, without a warning:\n%s", out)
+			}
 		} else {
-			out = o
+			l.apply("testdata/shunt-policy.yaml")
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if strings.TrimSpace(out) != "10.1.2.3" {
-		t.Errorf("dig @%s from the egress-isolated client: %q", dns, out)
-	}
-	out, code := l.shunt("policy", "trace", "--from", "other", "--to", "web-1", "--port", "8080")
-	if code != 1 || !strings.Contains(out, "isolated for ingress by [NetworkPolicy default/web-from-client]") {
-		t.Errorf("trace other -> web-1: exit %d:\n%s", code, out)
-	}
-	l.mustShunt("delete", "-f", "testdata/policy-services.yaml")
-
-	out = l.mustShunt("apply", "-f", "testdata/shunt-policy.yaml")
-	if strings.Contains(out, "Warning:") {
-		t.Errorf("an ingress HTTP rule on its port is enforced by the proxy, without a warning:\n%s", out)
-	}
-	l.probe("other", "connected", "--udp", web1+":5353", "--tcp", web1+":8080")
-	l.probe("other", "timeout", "--http", "http://"+web1+":9090/")
-	l.probe("client", "connected", "--http", "http://"+web1+":9090/")
-	l.probe("client", "timeout", "--tcp", l.podIP("web-2")+":8081") // the deny-only egress policy
-	l.probe("client", "connected", "--tcp", web1+":8080", "--udp", web+":53")
-	l.probe("", "timeout", "--tcp", web1+":8080")
-	l.probe("", "connected", "--http", "http://"+web1+":9090/")
-	out, code = l.shunt("policy", "trace", "--from", "other", "--to", "web-1", "--port", "9090")
-	if code != 1 || !strings.Contains(out, "denied by ShuntNetworkPolicy default/web-shunt ingress[1] (deny)") {
-		t.Errorf("trace of the denied HTTP port: exit %d:\n%s", code, out)
-	}
-	dump := l.mustShunt("map", "dump", "policy", "web-1")
-	for _, want := range []string{"isolated by ShuntNetworkPolicy default/web-shunt", "ns=default app=other", "9090/TCP  deny", "host"} {
-		if !strings.Contains(dump, want) {
-			t.Errorf("map dump policy web-1 lacks %q:\n%s", want, dump)
+		l.probe("other", "connected", "--udp", web1+":5353", "--tcp", web1+":8080")
+		l.probe("other", "timeout", "--http", "http://"+web1+":9090/")
+		l.probe("client", "connected", "--http", "http://"+web1+":9090/")
+		l.probe("client", "timeout", "--tcp", l.podIP("web-2")+":8081") // the deny-only egress policy
+		l.probe("client", "connected", "--tcp", web1+":8080", "--udp", web+":53")
+		l.probe("", "timeout", "--tcp", web1+":8080")
+		l.probe("", "connected", "--http", "http://"+web1+":9090/")
+		out, code = l.shunt("policy", "trace", "--from", "other", "--to", "web-1", "--port", "9090")
+		if code != 1 || !strings.Contains(out, "denied by ShuntNetworkPolicy default/web-shunt ingress[1] (deny)") {
+			t.Errorf("trace of the denied HTTP port: exit %d:\n%s", code, out)
 		}
-	}
-	var denied uint64
-	for _, c := range l.status().Counters {
-		if c.Reason == "policy-denied" {
-			denied += c.Packets
+		dump := l.mustShunt("map", "dump", "policy", "web-1")
+		for _, want := range []string{"isolated by ShuntNetworkPolicy default/web-shunt", "ns=default app=other", "9090/TCP  deny", "host"} {
+			if !strings.Contains(dump, want) {
+				t.Errorf("map dump policy web-1 lacks %q:\n%s", want, dump)
+			}
 		}
-	}
-	if denied == 0 {
-		t.Error("no policy-denied drops counted")
-	}
+		var denied uint64
+		for _, c := range l.status().Counters {
+			if c.Reason == "policy-denied" {
+				denied += c.Packets
+			}
+		}
+		if denied == 0 {
+			t.Error("no policy-denied drops counted")
+		}
+	})
 }
 
 func TestPolicyBadInput(t *testing.T) {

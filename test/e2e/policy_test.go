@@ -58,7 +58,7 @@ type matrix struct {
 	ns   map[string]map[string]string
 }
 
-func newMatrix(t *testing.T) *matrix {
+func newMatrix(t *testing.T, startLab labStarter) *matrix {
 	dir := t.TempDir()
 	docs := []string{matrixNamespace("x"), matrixNamespace("z")}
 	for _, ns := range []string{"x", "z"} {
@@ -70,7 +70,7 @@ func newMatrix(t *testing.T) *matrix {
 	if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := &matrix{lab: newLab(t, "redirect-peer", file), t: t, dir: dir, pods: map[string]*oraclePod{},
+	m := &matrix{lab: startLab(file), t: t, dir: dir, pods: map[string]*oraclePod{},
 		ns: map[string]map[string]string{}}
 	for _, ns := range []string{"x", "z"} {
 		m.ns[ns] = map[string]string{"ns": ns, "kubernetes.io/metadata.name": ns}
@@ -205,7 +205,7 @@ func (m *matrix) apply(name string, docs ...string) (string, []*networkingv1.Net
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		m.t.Fatal(err)
 	}
-	m.mustShunt("apply", "-f", file)
+	m.lab.apply(file)
 	objs, err := manifest.Parse(file, []byte(text))
 	if err != nil {
 		m.t.Fatal(err)
@@ -224,94 +224,96 @@ func netpol(ns, name, spec string) string {
 }
 
 func TestNetworkPolicyMatrix(t *testing.T) {
-	m := newMatrix(t)
-	ya, yc := m.pods["z/a"].IP, m.pods["z/c"].IP
-	cases := []struct {
-		name string
-		docs []string
-	}{
-		{"deny all ingress in x", []string{netpol("x", "deny", "  podSelector: {}")}},
-		{"allow only from the same namespace", []string{netpol("x", "same-ns", `  podSelector: {}
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		m := newMatrix(t, startLab)
+		ya, yc := m.pods["z/a"].IP, m.pods["z/c"].IP
+		cases := []struct {
+			name string
+			docs []string
+		}{
+			{"deny all ingress in x", []string{netpol("x", "deny", "  podSelector: {}")}},
+			{"allow only from the same namespace", []string{netpol("x", "same-ns", `  podSelector: {}
   ingress: [{from: [{podSelector: {}}]}]`)}},
-		{"namespaceSelector AND podSelector", []string{netpol("x", "and", `  podSelector: {matchLabels: {pod: a}}
+			{"namespaceSelector AND podSelector", []string{netpol("x", "and", `  podSelector: {matchLabels: {pod: a}}
   ingress:
   - from: [{namespaceSelector: {matchLabels: {ns: z}}, podSelector: {matchLabels: {pod: b}}}]
     ports: [{port: 80}]`)}},
-		{"namespaceSelector OR podSelector", []string{netpol("x", "or", `  podSelector: {matchLabels: {pod: a}}
+			{"namespaceSelector OR podSelector", []string{netpol("x", "or", `  podSelector: {matchLabels: {pod: a}}
   ingress: [{from: [{namespaceSelector: {matchLabels: {ns: z}}}, {podSelector: {matchLabels: {pod: b}}}]}]`)}},
-		{"namespaceSelector by name label", []string{netpol("z", "by-name", `  podSelector: {}
+			{"namespaceSelector by name label", []string{netpol("z", "by-name", `  podSelector: {}
   ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: x}}}]}]`)}},
-		{"egress isolation to one pod and port", []string{netpol("x", "egress", `  podSelector: {matchLabels: {pod: a}}
+			{"egress isolation to one pod and port", []string{netpol("x", "egress", `  podSelector: {matchLabels: {pod: a}}
   policyTypes: [Egress]
   egress: [{to: [{podSelector: {matchLabels: {pod: b}}, namespaceSelector: {}}], ports: [{protocol: UDP, port: 81}]}]`)}},
-		{"egress deny all, ingress untouched", []string{netpol("z", "no-egress", `  podSelector: {matchLabels: {pod: c}}
+			{"egress deny all, ingress untouched", []string{netpol("z", "no-egress", `  podSelector: {matchLabels: {pod: c}}
   policyTypes: [Egress]`)}},
-		{"named ports and endPort", []string{netpol("x", "ports", `  podSelector: {matchLabels: {pod: b}}
+			{"named ports and endPort", []string{netpol("x", "ports", `  podSelector: {matchLabels: {pod: b}}
   ingress:
   - ports: [{port: serve-81-tcp}]
   - from: [{namespaceSelector: {}}]
     ports: [{protocol: UDP, port: 80, endPort: 81}]`)}},
-		{"egress by named port of the destination", []string{netpol("z", "egress-named", `  podSelector: {matchLabels: {pod: a}}
+			{"egress by named port of the destination", []string{netpol("z", "egress-named", `  podSelector: {matchLabels: {pod: a}}
   policyTypes: [Egress]
   egress: [{to: [{namespaceSelector: {}}], ports: [{port: serve-80-tcp}, {protocol: UDP, port: serve-81-udp}]}]`)}},
-		{"ipBlock with except matches pod addresses", []string{netpol("x", "cidr", fmt.Sprintf(`  podSelector: {matchLabels: {pod: c}}
+			{"ipBlock with except matches pod addresses", []string{netpol("x", "cidr", fmt.Sprintf(`  podSelector: {matchLabels: {pod: c}}
   ingress: [{from: [{ipBlock: {cidr: %s, except: [%s/32]}}]}]`, m.cidr, ya))}},
-		{"egress ipBlock", []string{netpol("x", "egress-cidr", fmt.Sprintf(`  podSelector: {matchLabels: {pod: b}}
+			{"egress ipBlock", []string{netpol("x", "egress-cidr", fmt.Sprintf(`  podSelector: {matchLabels: {pod: b}}
   policyTypes: [Ingress, Egress]
   ingress: [{}]
   egress: [{to: [{ipBlock: {cidr: %s/32}}], ports: [{protocol: TCP}]}]`, yc))}},
-		{"several policies add up", []string{
-			netpol("x", "one", `  podSelector: {matchLabels: {pod: a}}
+			{"several policies add up", []string{
+				netpol("x", "one", `  podSelector: {matchLabels: {pod: a}}
   ingress: [{from: [{podSelector: {matchLabels: {pod: b}}}], ports: [{port: 80}]}]`),
-			netpol("x", "two", `  podSelector: {}
+				netpol("x", "two", `  podSelector: {}
   ingress: [{from: [{namespaceSelector: {matchLabels: {ns: z}}}], ports: [{port: 81, protocol: UDP}]}]`)}},
-		{"ingress and egress together", []string{netpol("z", "both", `  podSelector: {matchLabels: {pod: b}}
+			{"ingress and egress together", []string{netpol("z", "both", `  podSelector: {matchLabels: {pod: b}}
   policyTypes: [Ingress, Egress]
   ingress: [{from: [{podSelector: {matchLabels: {pod: a}}}]}]
   egress: [{to: [{namespaceSelector: {matchLabels: {ns: x}}}]}]`)}},
-	}
-	for _, c := range cases {
-		file, nps := m.apply(c.name, c.docs...)
-		m.compare(c.name, oracle{nsLabels: m.ns, policies: nps}, true)
-		m.mustShunt("delete", "-f", file)
-	}
-
-	// Changes at run time: a policy, then a pod's labels change, a pod is
-	// added, a namespace's labels change; each takes effect on new
-	// connections as soon as apply returns.
-	_, nps := m.apply("from b", netpol("x", "from-b", `  podSelector: {matchLabels: {pod: a}}
-  ingress: [{from: [{podSelector: {matchLabels: {pod: b}}, namespaceSelector: {matchLabels: {team: blue}}}]}]`))
-	o := oracle{nsLabels: m.ns, policies: nps}
-	m.compare("before the changes", o, true)
-
-	m.apply("relabel", matrixPod("z", "c", "b"))
-	m.pods["z/c"].Labels["pod"] = "b"
-	m.apply("label ns", "apiVersion: v1\nkind: Namespace\nmetadata: {name: z, labels: {ns: z, team: blue}}\n")
-	m.ns["z"]["team"] = "blue"
-	m.compare("after relabelling z/c and namespace z", o, true)
-
-	m.apply("new pod", matrixPod("z", "d", "b"))
-	m.addPod("z", "d", "b")
-	m.waitServing(m.pods["z/d"])
-	m.compare("after adding z/d", o, true)
-
-	// Drops are counted by reason, and trace names the policy.
-	st := m.status()
-	var notAllowed uint64
-	for _, c := range st.Counters {
-		if c.Reason == "policy-not-allowed" {
-			notAllowed += c.Packets
 		}
-	}
-	if notAllowed == 0 {
-		t.Errorf("no policy-not-allowed drops counted: %+v", st.Counters)
-	}
-	out, code := m.shunt("policy", "trace", "--from", "x/c", "--to", "x/a", "--port", "80")
-	if code != 1 || !strings.Contains(out, "NetworkPolicy x/from-b") || !strings.Contains(out, "policy-not-allowed") {
-		t.Errorf("trace of a denied connection: exit %d:\n%s", code, out)
-	}
-	out, code = m.shunt("policy", "trace", "--from", "z/d", "--to", "x/a", "--port", "80/udp")
-	if code != 0 || !strings.Contains(out, "allowed by NetworkPolicy x/from-b ingress[0]") {
-		t.Errorf("trace of an allowed connection: exit %d:\n%s", code, out)
-	}
+		for _, c := range cases {
+			file, nps := m.apply(c.name, c.docs...)
+			m.compare(c.name, oracle{nsLabels: m.ns, policies: nps}, true)
+			m.delete(file)
+		}
+
+		// Changes at run time: a policy, then a pod's labels change, a pod is
+		// added, a namespace's labels change; each takes effect on new
+		// connections as soon as apply returns.
+		_, nps := m.apply("from b", netpol("x", "from-b", `  podSelector: {matchLabels: {pod: a}}
+  ingress: [{from: [{podSelector: {matchLabels: {pod: b}}, namespaceSelector: {matchLabels: {team: blue}}}]}]`))
+		o := oracle{nsLabels: m.ns, policies: nps}
+		m.compare("before the changes", o, true)
+
+		m.apply("relabel", matrixPod("z", "c", "b"))
+		m.pods["z/c"].Labels["pod"] = "b"
+		m.apply("label ns", "apiVersion: v1\nkind: Namespace\nmetadata: {name: z, labels: {ns: z, team: blue}}\n")
+		m.ns["z"]["team"] = "blue"
+		m.compare("after relabelling z/c and namespace z", o, true)
+
+		m.apply("new pod", matrixPod("z", "d", "b"))
+		m.addPod("z", "d", "b")
+		m.waitServing(m.pods["z/d"])
+		m.compare("after adding z/d", o, true)
+
+		// Drops are counted by reason, and trace names the policy.
+		st := m.status()
+		var notAllowed uint64
+		for _, c := range st.Counters {
+			if c.Reason == "policy-not-allowed" {
+				notAllowed += c.Packets
+			}
+		}
+		if notAllowed == 0 {
+			t.Errorf("no policy-not-allowed drops counted: %+v", st.Counters)
+		}
+		out, code := m.shunt("policy", "trace", "--from", "x/c", "--to", "x/a", "--port", "80")
+		if code != 1 || !strings.Contains(out, "NetworkPolicy x/from-b") || !strings.Contains(out, "policy-not-allowed") {
+			t.Errorf("trace of a denied connection: exit %d:\n%s", code, out)
+		}
+		out, code = m.shunt("policy", "trace", "--from", "z/d", "--to", "x/a", "--port", "80/udp")
+		if code != 0 || !strings.Contains(out, "allowed by NetworkPolicy x/from-b ingress[0]") {
+			t.Errorf("trace of an allowed connection: exit %d:\n%s", code, out)
+		}
+	})
 }

@@ -71,111 +71,118 @@ func (l *lab) waitWebServes() {
 }
 
 func TestServiceClusterIP(t *testing.T) {
-	l := newLab(t, "redirect-peer", servicesManifest)
-	vip := l.clusterIP("web")
-	l.waitWebServes()
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		l := startLab(servicesManifest)
+		vip := l.clusterIP("web")
+		l.waitWebServes()
 
-	for _, from := range []string{"client", ""} { // a pod, and the node itself
-		got := peers(l.probeJSON(from, "--tcp", vip+":80", "--count", "30"))
-		if got["web-1"] == 0 || got["web-2"] == 0 || got["web-1"]+got["web-2"] != 30 {
-			t.Errorf("from %q: TCP to %s:80 not spread over both backends: %v", from, vip, got)
+		for _, from := range []string{"client", ""} { // a pod, and the node itself
+			got := peers(l.probeJSON(from, "--tcp", vip+":80", "--count", "30"))
+			if got["web-1"] == 0 || got["web-2"] == 0 || got["web-1"]+got["web-2"] != 30 {
+				t.Errorf("from %q: TCP to %s:80 not spread over both backends: %v", from, vip, got)
+			}
+			got = peers(l.probeJSON(from, "--udp", vip+":53", "--count", "30"))
+			if got["web-1"] == 0 || got["web-2"] == 0 || got["web-1"]+got["web-2"] != 30 {
+				t.Errorf("from %q: UDP to %s:53 not spread over both backends: %v", from, vip, got)
+			}
+			l.probe(from, "connected", "--http", "http://"+vip+":8000/")
 		}
-		got = peers(l.probeJSON(from, "--udp", vip+":53", "--count", "30"))
-		if got["web-1"] == 0 || got["web-2"] == 0 || got["web-1"]+got["web-2"] != 30 {
-			t.Errorf("from %q: UDP to %s:53 not spread over both backends: %v", from, vip, got)
+
+		// Applications see the address they dialled: getpeername for TCP and
+		// connected UDP, the reply's source for unconnected UDP.
+		for _, args := range [][]string{{"--tcp", vip + ":80"}, {"--udp", vip + ":53"}, {"--udp", vip + ":53", "--udp-connected"}} {
+			r := l.probeJSON("client", args...)[0]
+			want := args[1]
+			if r.Result != "connected" || r.Remote != want {
+				t.Errorf("%v: result %s, peer address seen by the app %q, want %q", args, r.Result, r.Remote, want)
+			}
 		}
-		l.probe(from, "connected", "--http", "http://"+vip+":8000/")
-	}
 
-	// Applications see the address they dialled: getpeername for TCP and
-	// connected UDP, the reply's source for unconnected UDP.
-	for _, args := range [][]string{{"--tcp", vip + ":80"}, {"--udp", vip + ":53"}, {"--udp", vip + ":53", "--udp-connected"}} {
-		r := l.probeJSON("client", args...)[0]
-		want := args[1]
-		if r.Result != "connected" || r.Remote != want {
-			t.Errorf("%v: result %s, peer address seen by the app %q, want %q", args, r.Result, r.Remote, want)
+		// Named targetPort resolves per pod: web-1 serves api on 8080, web-2 on 8081.
+		dump := l.mustShunt("map", "dump", "services")
+		if !strings.Contains(dump, ":8080 (#") || !strings.Contains(dump, ":8081 (#") {
+			t.Errorf("named targetPort not resolved per pod:\n%s", dump)
 		}
-	}
 
-	// Named targetPort resolves per pod: web-1 serves api on 8080, web-2 on 8081.
-	dump := l.mustShunt("map", "dump", "services")
-	if !strings.Contains(dump, ":8080 (#") || !strings.Contains(dump, ":8081 (#") {
-		t.Errorf("named targetPort not resolved per pod:\n%s", dump)
-	}
-
-	// No endpoints: refused at once, TCP and UDP, not a timeout.
-	empty := l.clusterIP("empty")
-	start := time.Now()
-	l.probe("client", "refused", "--tcp", empty+":80", "--udp", empty+":53")
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("refusing a service without endpoints took %s", d)
-	}
-
-	// The socket hooks count their decisions, by hook, in the metrics and
-	// in status.
-	for _, c := range []struct{ reason, hook string }{
-		{"sock-translated", "connect"}, {"sock-translated", "sendmsg"}, {"sock-refused", "connect"},
-		{"sock-restored", "getpeername"}, {"sock-restored", "recvmsg"},
-	} {
-		if l.metric("shunt_datapath_packets_total", `reason="`+c.reason+`"`, `direction="`+c.hook+`"`) == 0 {
-			t.Errorf("no %s counted for %s in the metrics", c.reason, c.hook)
+		// No endpoints: refused at once, TCP and UDP, not a timeout.
+		empty := l.clusterIP("empty")
+		start := time.Now()
+		l.probe("client", "refused", "--tcp", empty+":80", "--udp", empty+":53")
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("refusing a service without endpoints took %s", d)
 		}
-	}
-	if out := l.mustShunt("status"); !strings.Contains(out, "sock-refused") || !strings.Contains(out, "calls") {
-		t.Errorf("status does not show the socket hooks' counters:\n%s", out)
-	}
+
+		// The socket hooks count their decisions, by hook, in the metrics and
+		// in status.
+		for _, c := range []struct{ reason, hook string }{
+			{"sock-translated", "connect"}, {"sock-translated", "sendmsg"}, {"sock-refused", "connect"},
+			{"sock-restored", "getpeername"}, {"sock-restored", "recvmsg"},
+		} {
+			if l.metric("shunt_datapath_packets_total", `reason="`+c.reason+`"`, `direction="`+c.hook+`"`) == 0 {
+				t.Errorf("no %s counted for %s in the metrics", c.reason, c.hook)
+			}
+		}
+		if out := l.mustShunt("status"); !strings.Contains(out, "sock-refused") || !strings.Contains(out, "calls") {
+			t.Errorf("status does not show the socket hooks' counters:\n%s", out)
+		}
+	})
 }
 
 func TestServiceDNSThroughClusterIP(t *testing.T) {
-	l := newLab(t, "redirect-peer", servicesManifest, "testdata/dns.yaml")
-	vip := l.clusterIP("dns")
-	dig := []string{"dig", "@" + vip, "web.shunt.test", "+short", "+time=1", "+tries=3"}
-	var out string
-	for i := 0; i < 20; i++ { // dnsmasq needs a moment to bind
-		o, code := l.shunt(append([]string{"lab", "exec", "client", "--"}, dig...)...)
-		if out = o; code == 0 && strings.TrimSpace(o) == "10.1.2.3" {
-			break
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		l := startLab(servicesManifest, "testdata/dns.yaml")
+		vip := l.clusterIP("dns")
+		dig := []string{"dig", "@" + vip, "web.shunt.test", "+short", "+time=1", "+tries=3"}
+		var out string
+		for i := 0; i < 20; i++ { // dnsmasq needs a moment to bind
+			o, code := l.shunt(append([]string{"lab", "exec", "client", "--"}, dig...)...)
+			if out = o; code == 0 && strings.TrimSpace(o) == "10.1.2.3" {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if strings.TrimSpace(out) != "10.1.2.3" {
-		t.Errorf("dig @%s from a pod: %q", vip, out)
-	}
-	node, err := exec.Command(dig[0], dig[1:]...).CombinedOutput()
-	if strings.TrimSpace(string(node)) != "10.1.2.3" {
-		t.Errorf("dig @%s from the node: %q %v", vip, node, err)
-	}
+		if strings.TrimSpace(out) != "10.1.2.3" {
+			t.Errorf("dig @%s from a pod: %q", vip, out)
+		}
+		node, err := exec.Command(dig[0], dig[1:]...).CombinedOutput()
+		if strings.TrimSpace(string(node)) != "10.1.2.3" {
+			t.Errorf("dig @%s from the node: %q %v", vip, node, err)
+		}
+	})
 }
 
 func TestServiceAffinity(t *testing.T) {
-	l := newLab(t, "redirect-peer", servicesManifest, "testdata/affinity.yaml")
-	vip := l.clusterIP("sticky")
-	l.waitWebServes()
-	got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20"))
-	if len(got) != 1 {
-		t.Errorf("within the affinity timeout one client must stick to one backend: %v", got)
-	}
-	// After the timeout (1s) a new choice is made: over several expiries,
-	// both backends must show up (all the same: probability 2^-9).
-	seen := map[string]int{}
-	for i := 0; i < 10 && len(seen) < 2; i++ {
-		time.Sleep(1100 * time.Millisecond)
-		for p := range peers(l.probeJSON("client", "--tcp", vip+":80")) {
-			seen[p]++
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		l := startLab(servicesManifest, "testdata/affinity.yaml")
+		vip := l.clusterIP("sticky")
+		l.waitWebServes()
+		got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20"))
+		if len(got) != 1 {
+			t.Errorf("within the affinity timeout one client must stick to one backend: %v", got)
 		}
-	}
-	if len(seen) < 2 {
-		t.Errorf("affinity never moved after its timeout: %v", seen)
-	}
+		// After the timeout (1s) a new choice is made: over several expiries,
+		// both backends must show up (all the same: probability 2^-9).
+		seen := map[string]int{}
+		for i := 0; i < 10 && len(seen) < 2; i++ {
+			time.Sleep(1100 * time.Millisecond)
+			for p := range peers(l.probeJSON("client", "--tcp", vip+":80")) {
+				seen[p]++
+			}
+		}
+		if len(seen) < 2 {
+			t.Errorf("affinity never moved after its timeout: %v", seen)
+		}
+	})
 }
 
 func TestServiceEndpointChangesKeepConnections(t *testing.T) {
-	l := newLab(t, "redirect-peer", servicesManifest)
-	dir := t.TempDir()
-	ip1, ip2 := l.podIP("web-1"), l.podIP("web-2")
-	slice := func(name, terminating1 string, withSecond bool) string {
-		p := filepath.Join(dir, name)
-		doc := `apiVersion: v1
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		l := startLab(servicesManifest)
+		dir := t.TempDir()
+		ip1, ip2 := l.podIP("web-1"), l.podIP("web-2")
+		slice := func(name, terminating1 string, withSecond bool) string {
+			p := filepath.Join(dir, name)
+			doc := `apiVersion: v1
 kind: Service
 metadata: {name: manual}
 spec:
@@ -190,8 +197,8 @@ endpoints:
 - addresses: [` + ip1 + `]
   conditions: {ready: true, terminating: ` + terminating1 + `}
 `
-		if withSecond {
-			doc += `---
+			if withSecond {
+				doc += `---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata: {name: manual-2, labels: {kubernetes.io/service-name: manual}}
@@ -200,42 +207,43 @@ ports: [{name: api, port: 8081}]
 endpoints:
 - addresses: [` + ip2 + `]
 `
+			}
+			os.WriteFile(p, []byte(doc), 0o644)
+			return p
 		}
-		os.WriteFile(p, []byte(doc), 0o644)
-		return p
-	}
-	l.mustShunt("apply", "-f", slice("one.yaml", "false", false))
-	vip := l.clusterIP("manual")
-	if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-1"] != 10 {
-		t.Fatalf("one endpoint: %v", got)
-	}
+		l.apply(slice("one.yaml", "false", false))
+		vip := l.clusterIP("manual")
+		if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-1"] != 10 {
+			t.Fatalf("one endpoint: %v", got)
+		}
 
-	// A connection held open across the changes must keep working.
-	held, heldOut := l.holdConnection("client", vip+":80", "3s")
+		// A connection held open across the changes must keep working.
+		held, heldOut := l.holdConnection("client", vip+":80", "3s")
 
-	// Scale up, then mark the first endpoint terminating: new connections
-	// go to web-2 only.
-	l.mustShunt("apply", "-f", slice("two.yaml", "false", true))
-	if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20")); got["web-1"] == 0 || got["web-2"] == 0 {
-		t.Errorf("scaled to two endpoints: %v", got)
-	}
-	l.mustShunt("apply", "-f", slice("term.yaml", "true", true))
-	if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-2"] != 10 {
-		t.Errorf("web-1 terminating: new connections %v, want all on web-2", got)
-	}
-	if err := held.Wait(); err != nil {
-		t.Errorf("held connection broke while endpoints changed: %v\n%s", err, heldOut)
-	}
+		// Scale up, then mark the first endpoint terminating: new connections
+		// go to web-2 only.
+		l.apply(slice("two.yaml", "false", true))
+		if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20")); got["web-1"] == 0 || got["web-2"] == 0 {
+			t.Errorf("scaled to two endpoints: %v", got)
+		}
+		l.apply(slice("term.yaml", "true", true))
+		if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-2"] != 10 {
+			t.Errorf("web-1 terminating: new connections %v, want all on web-2", got)
+		}
+		if err := held.Wait(); err != nil {
+			t.Errorf("held connection broke while endpoints changed: %v\n%s", err, heldOut)
+		}
 
-	// A service deleted while a connection runs leaves the connection running.
-	held, heldOut = l.holdConnection("client", vip+":80", "2s")
-	l.mustShunt("delete", "-f", slice("term.yaml", "true", true))
-	if err := held.Wait(); err != nil {
-		t.Errorf("held connection broke when its service was deleted: %v\n%s", err, heldOut)
-	}
-	if out := l.mustShunt("get", "endpointslices"); strings.Contains(out, "manual") {
-		t.Errorf("slices of a deleted service remain:\n%s", out)
-	}
+		// A service deleted while a connection runs leaves the connection running.
+		held, heldOut = l.holdConnection("client", vip+":80", "2s")
+		l.delete(slice("term.yaml", "true", true))
+		if err := held.Wait(); err != nil {
+			t.Errorf("held connection broke when its service was deleted: %v\n%s", err, heldOut)
+		}
+		if out := l.mustShunt("get", "endpointslices"); strings.Contains(out, "manual") {
+			t.Errorf("slices of a deleted service remain:\n%s", out)
+		}
+	})
 }
 
 // holdConnection starts, in the background, a probe from pod that connects,

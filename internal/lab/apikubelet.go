@@ -1,0 +1,272 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// APIKubelet is the lab's kubelet for a node of a real Kubernetes cluster:
+// it watches the API server for the pods bound to its node and runs them
+// as the lab runs its own (namespace, cgroup, shunt-cni through libcni,
+// processes under a shim), writing their status back through the API as
+// kubelet's status manager does. A deleted pod's sandbox is torn down and
+// the pod then removed for good (grace period 0), as kubelet finishes a
+// graceful deletion.
+//
+// The lab has no scheduler: with Schedule, pods that name no node are bound
+// to this one (a Binding, as kube-scheduler writes; of two nodes racing,
+// the API server lets one win).
+type APIKubelet struct {
+	cfg      Config
+	cs       kubernetes.Interface
+	schedule bool
+	// ready returns once the node's datapath knows the pods (their labels,
+	// identities, the policies that select them): containers never run
+	// before the policy that selects them is in force.
+	ready func(ctx context.Context, pods []*corev1.Pod) error
+
+	mu      sync.Mutex
+	kubelet kubelet
+	lister  corelisters.PodLister
+	kick    chan struct{}
+}
+
+// NewAPIKubelet loads the pod records an earlier agent kept; Run starts.
+func NewAPIKubelet(cfg Config, cs kubernetes.Interface, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
+	cni, err := newCNIRuntime(cfg)
+	if err != nil {
+		return nil, err
+	}
+	k := &APIKubelet{cfg: cfg, cs: cs, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
+	if err := k.kubelet.load(nil); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Run watches the pods and syncs them until ctx ends; it returns once the
+// pod informer has listed.
+func (k *APIKubelet) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactory(k.cs, 0)
+	inf := factory.Core().V1().Pods()
+	poke := func(any) { k.poke() }
+	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, n any) { k.poke() }, DeleteFunc: poke,
+	})
+	k.lister = inf.Lister()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return fmt.Errorf("lab kubelet: listing pods from the API server: %w", ctx.Err())
+	}
+	go func() {
+		// A pass every second follows containers that exit on their own
+		// and retries what failed.
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if err := k.Sync(ctx); err != nil && ctx.Err() == nil {
+				k.cfg.Log.Warn("lab kubelet", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-k.kick:
+			case <-tick.C:
+			}
+		}
+	}()
+	return nil
+}
+
+func (k *APIKubelet) poke() {
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Sync is one kubelet pass: pods gone or deleted torn down, new ones
+// plumbed and started, every status brought up to date.
+func (k *APIKubelet) Sync(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	all, err := k.lister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	kl := &k.kubelet
+	var errs []error
+	local := map[string]*corev1.Pod{}
+	for _, p := range all {
+		switch {
+		case p.Spec.NodeName == k.cfg.NodeName:
+			local[p.Namespace+"/"+p.Name] = p
+		case p.Spec.NodeName == "" && k.schedule && p.DeletionTimestamp == nil:
+			errs = append(errs, k.bind(ctx, p))
+		}
+	}
+	// A record whose pod is gone, or was replaced by a new one of the same
+	// name, loses its sandbox.
+	for key, rec := range kl.pods {
+		if p := local[key]; p == nil || (rec.UID != "" && rec.UID != string(p.UID)) {
+			errs = append(errs, kl.remove(ctx, rec))
+		}
+	}
+	var toStart []*corev1.Pod
+	verify := !kl.checked
+	for _, key := range slices.Sorted(maps.Keys(local)) {
+		p := local[key]
+		if p.DeletionTimestamp != nil {
+			errs = append(errs, k.finishDeletion(ctx, p))
+			continue
+		}
+		rec := kl.record(p)
+		rec.UID = string(p.UID)
+		if err := kl.plumb(ctx, rec, verify); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if rec.Containers == nil {
+			toStart = append(toStart, p)
+		}
+	}
+	kl.checked = true
+	if len(toStart) > 0 {
+		if err := k.ready(ctx, toStart); err != nil {
+			errs = append(errs, fmt.Errorf("pods not started yet (retried): %w", err))
+			toStart = nil
+		}
+	}
+	for _, p := range toStart {
+		rec := kl.pods[p.Namespace+"/"+p.Name]
+		if err := kl.start(p, rec); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: %w", rec.key(), err), kl.remove(ctx, rec))
+			continue
+		}
+		k.cfg.Log.Info("pod started", "pod", rec.key(), "ip", rec.IP, "veth", rec.HostIf)
+	}
+	errs = append(errs, kl.save())
+	for _, p := range local {
+		if p.DeletionTimestamp == nil && kl.pods[p.Namespace+"/"+p.Name] != nil {
+			errs = append(errs, k.writeStatus(ctx, p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// bind assigns an unscheduled pod to this node.
+func (k *APIKubelet) bind(ctx context.Context, p *corev1.Pod) error {
+	err := k.cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: k.cfg.NodeName},
+	}, metav1.CreateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // another node took it, or it is gone
+	}
+	if err != nil {
+		return fmt.Errorf("binding pod %s/%s to node %s: %w", p.Namespace, p.Name, k.cfg.NodeName, err)
+	}
+	return nil
+}
+
+// finishDeletion stops a deleted pod's processes, removes its sandbox, and
+// then the pod itself (grace period 0, this pod and no newer one).
+func (k *APIKubelet) finishDeletion(ctx context.Context, p *corev1.Pod) error {
+	var err error
+	if rec := k.kubelet.pods[p.Namespace+"/"+p.Name]; rec != nil {
+		err = k.kubelet.remove(ctx, rec)
+	}
+	del := k.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID},
+	})
+	if del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
+		err = errors.Join(err, fmt.Errorf("removing deleted pod %s/%s: %w", p.Namespace, p.Name, del))
+	}
+	return err
+}
+
+// writeStatus writes the fields a kubelet owns (address, phase, the Ready
+// condition, container states) when they differ from the pod's; what
+// others wrote (other conditions, QoS class) is kept.
+func (k *APIKubelet) writeStatus(ctx context.Context, p *corev1.Pod) error {
+	mine := k.kubelet.status(p, "")
+	st := p.Status.DeepCopy()
+	st.Phase, st.PodIP, st.PodIPs, st.HostIP, st.HostIPs, st.StartTime = mine.Phase, mine.PodIP, mine.PodIPs, mine.HostIP, mine.HostIPs, mine.StartTime
+	st.ContainerStatuses = mine.ContainerStatuses
+	for _, c := range mine.Conditions {
+		st.Conditions = setCondition(st.Conditions, c)
+	}
+	if equality.Semantic.DeepEqual(*st, p.Status) {
+		return nil
+	}
+	np := p.DeepCopy()
+	np.Status = *st
+	_, err := k.cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, np, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // the next pass writes it against the newer pod
+	}
+	if err != nil {
+		return fmt.Errorf("writing the status of pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}
+
+// setCondition replaces the condition of c's type, keeping its transition
+// time when the status did not change.
+func setCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev1.PodCondition {
+	for i, old := range conds {
+		if old.Type != c.Type {
+			continue
+		}
+		if old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		} else {
+			c.LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
+		}
+		conds[i] = c
+		return conds
+	}
+	c.LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
+	return append(conds, c)
+}
+
+// Uninstall removes the sandboxes of every pod this kubelet ran (the pods
+// stay in the API server, as when a node is removed).
+func (k *APIKubelet) Uninstall(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var errs []error
+	for _, rec := range k.kubelet.pods {
+		errs = append(errs, k.kubelet.remove(ctx, rec))
+	}
+	return errors.Join(errs...)
+}
+
+// WaitPodsSeen polls until have reports each pod's UID (the agent's source
+// delivered it); a helper for the ready callback.
+func WaitPodsSeen(ctx context.Context, pods []*corev1.Pod, have func(uid string) bool) error {
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, p := range pods {
+			if !have(string(p.UID)) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
