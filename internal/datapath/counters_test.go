@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 )
@@ -219,7 +220,7 @@ func TestSocketHookInsertFailures(t *testing.T) {
 	// A namespace where sockets may not charge socket storage: connect
 	// records nothing on the socket.
 	ns := testNetns(t)
-	if err := inNetns(ns, func() error { return os.WriteFile("/proc/sys/net/core/optmem_max", []byte("1"), 0o644) }); err != nil {
+	if err := netnsrun.Do(ns, func() error { return os.WriteFile("/proc/sys/net/core/optmem_max", []byte("1"), 0o644) }); err != nil {
 		t.Skipf("cannot lower optmem_max in a network namespace (per-namespace since Linux 6.9): %v", err)
 	}
 	syncSockServices(t, d, 0, web, tcp, netip.AddrPort{}, udp)

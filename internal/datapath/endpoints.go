@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"github.com/shuntnet/shunt/internal/netnsrun"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,12 +74,12 @@ func (c *netnsCookies) cookie(path string) (uint64, error) {
 		return v, nil
 	}
 	var cookie uint64
-	err := inNetns(path, func() error {
+	err := netnsrun.Do(path, func() error {
 		var err error
 		cookie, err = currentNetnsCookie()
 		return err
 	})
-	if errors.Is(err, errNetnsGone) {
+	if errors.Is(err, netnsrun.ErrGone) {
 		return 0, nil
 	}
 	if err != nil {

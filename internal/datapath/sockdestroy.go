@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"runtime"
 	"sync"
 	"syscall"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netns"
+	"github.com/shuntnet/shunt/internal/netnsrun"
 )
 
 // sockDestroyer holds the socket iterator of DestroyUDPSockets. It is loaded
@@ -173,12 +171,12 @@ func (s *sockDestroyer) run(netnsPaths []string, keys []sockdestroyGoneBackend) 
 	var errs []error
 	for _, path := range netnsPaths {
 		var out []byte
-		err := inNetns(path, func() error {
+		err := netnsrun.Do(path, func() error {
 			var err error
 			out, err = s.iterate()
 			return err
 		})
-		if errors.Is(err, errNetnsGone) {
+		if errors.Is(err, netnsrun.ErrGone) {
 			continue
 		}
 		if err != nil {
@@ -236,51 +234,4 @@ func netnsName(path string) string {
 		return "(the agent's own)"
 	}
 	return path
-}
-
-// errNetnsGone marks a namespace path that no longer exists.
-var errNetnsGone = errors.New("network namespace is gone")
-
-// inNetns runs fn on a thread in the network namespace at path ("" is this
-// process's own, run on the calling goroutine). The thread is locked while it
-// is elsewhere and returned to the scheduler only once back in its original
-// namespace; if it cannot go back, it stays locked, and Go ends it with its
-// goroutine, so no other goroutine ever runs in the wrong namespace.
-func inNetns(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	target, err := netns.GetFromPath(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return errNetnsGone
-	}
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", path, err)
-	}
-	defer target.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening this thread's network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread() // setns failed: still where it was
-			errc <- fmt.Errorf("entering network namespace %s: %w", path, err)
-			return
-		}
-		err = fn()
-		if rerr := netns.Set(orig); rerr != nil {
-			// Stay locked: the thread dies with this goroutine.
-			errc <- errors.Join(err, fmt.Errorf("leaving network namespace %s: %w", path, rerr))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
 }

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 
@@ -262,7 +263,7 @@ func startSockClient(t *testing.T, cg, netnsPath string) *sockClient {
 	c := &sockClient{t: t, lines: make(chan string), stderr: &bytes.Buffer{}}
 	cmd.Stderr = c.stderr
 	// The child starts in the namespace of the thread that forks it.
-	if err := inNetns(netnsPath, cmd.Start); err != nil {
+	if err := netnsrun.Do(netnsPath, cmd.Start); err != nil {
 		t.Fatalf("starting the client: %v", err)
 	}
 	var wg sync.WaitGroup
