@@ -34,6 +34,7 @@ import (
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/reconciler"
 	"github.com/shuntnet/shunt/internal/teardown"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Config is how shuntd was started.
@@ -260,6 +261,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 		go events.run(ctx, time.Second)
+		// Status of the cluster's objects that only this agent can write:
+		// its entry in each ShuntNetworkPolicy, the mesh's HTTPRoutes.
+		go wait.UntilWithContext(ctx, newPolicyStatus(kube.dyn, nodeName, ks.Store, a.problems, a.rec.Settled, log).write, time.Second)
+		go wait.UntilWithContext(ctx, newRouteStatus(kube.dyn, ks.Store, a.rec.Settled, log).write, time.Second)
 	} else {
 		labCP, err = lab.New(lab.Config{
 			Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,

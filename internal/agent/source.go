@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -102,6 +103,7 @@ func (k kubeSource) Describe() string { return "kubernetes " + k.server }
 type kubeClient struct {
 	rest *rest.Config
 	cs   kubernetes.Interface
+	dyn  dynamic.Interface // the custom kinds' status
 }
 
 func newKubeClient(kubeconfig string) (*kubeClient, error) {
@@ -113,7 +115,11 @@ func newKubeClient(kubeconfig string) (*kubeClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
-	return &kubeClient{rest: rc, cs: cs}, nil
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes dynamic client for %s: %w", rc.Host, err)
+	}
+	return &kubeClient{rest: rc, cs: cs, dyn: dyn}, nil
 }
 
 // nodePodCIDR reads this node's spec.podCIDR from the API server, waiting

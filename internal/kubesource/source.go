@@ -51,10 +51,10 @@ type Config struct {
 }
 
 // The custom kinds, watched through the dynamic client when the cluster
-// has their CRDs.
+// has their CRDs (ShuntPolicyGVR: the agent also writes its status).
 var (
-	shuntPolicyGVR = schema.GroupVersionResource{Group: "shunt.io", Version: "v1alpha1", Resource: "shuntnetworkpolicies"}
-	httpRouteGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+	ShuntPolicyGVR = schema.GroupVersionResource{Group: "shunt.io", Version: "v1alpha1", Resource: "shuntnetworkpolicies"}
+	HTTPRouteGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
 )
 
 // Source is one connection to an API server.
@@ -149,8 +149,8 @@ func (s *Source) Run(ctx context.Context) error {
 		gvr  schema.GroupVersionResource
 		conv func(*unstructured.Unstructured) (runtime.Object, error)
 	}{
-		{shuntPolicyGVR, convert[manifest.ShuntNetworkPolicy]},
-		{httpRouteGVR, convert[gatewayv1.HTTPRoute]},
+		{ShuntPolicyGVR, convert[manifest.ShuntNetworkPolicy]},
+		{HTTPRouteGVR, convert[gatewayv1.HTTPRoute]},
 	} {
 		if !s.served(cs, c.gvr) {
 			s.log.Warn("the API server does not serve this kind (its CRD is not installed): not watched", "resource", c.gvr.String())

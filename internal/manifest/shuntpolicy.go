@@ -20,11 +20,38 @@ import (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Namespaced,shortName=snp
+// +kubebuilder:subresource:status
 type ShuntNetworkPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec ShuntNetworkPolicySpec `json:"spec"`
+	// Status is written by the nodes' agents; it is not part of the policy.
+	// +optional
+	Status ShuntNetworkPolicyStatus `json:"status,omitempty"`
+}
+
+// ShuntNetworkPolicyStatus is each node's enforcement of the policy. Each
+// agent writes only its own key (a merge patch), so nodes never conflict.
+type ShuntNetworkPolicyStatus struct {
+	// Nodes maps a node's name to its enforcement of the policy.
+	// +optional
+	Nodes map[string]ShuntPolicyNodeStatus `json:"nodes,omitempty"`
+}
+
+// ShuntPolicyNodeStatus is one node's enforcement of a policy.
+type ShuntPolicyNodeStatus struct {
+	// Enforced says the node's datapath enforces the policy at
+	// observedGeneration (with problems, all but the parts they name).
+	Enforced bool `json:"enforced"`
+	// ObservedGeneration is the generation of the policy the node programmed.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Problems are the parts of the policy the node cannot program.
+	// +optional
+	Problems []string `json:"problems,omitempty"`
+	// LastUpdated is when the node last changed this entry.
+	LastUpdated metav1.Time `json:"lastUpdated"`
 }
 
 // ShuntNetworkPolicyList is a list of ShuntNetworkPolicies, as `shunt get`
@@ -113,6 +140,13 @@ func (p *ShuntNetworkPolicy) DeepCopy() *ShuntNetworkPolicy {
 	p.Spec.PodSelector.DeepCopyInto(&out.Spec.PodSelector)
 	out.Spec.Ingress = copyRules(p.Spec.Ingress)
 	out.Spec.Egress = copyRules(p.Spec.Egress)
+	if p.Status.Nodes != nil {
+		out.Status.Nodes = make(map[string]ShuntPolicyNodeStatus, len(p.Status.Nodes))
+		for n, st := range p.Status.Nodes {
+			st.Problems = copySlice(st.Problems)
+			out.Status.Nodes[n] = st
+		}
+	}
 	return out
 }
 

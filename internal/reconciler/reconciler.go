@@ -236,6 +236,14 @@ func (r *Reconciler) Wait(ctx context.Context, gen uint64) error {
 	return r.syncErr
 }
 
+// Settled says a sync covered every update given so far and succeeded:
+// the datapath is what the objects say.
+func (r *Reconciler) Settled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced == r.gen && r.syncErr == nil
+}
+
 // WaitCurrent blocks until a sync has covered every update given so far.
 func (r *Reconciler) WaitCurrent(ctx context.Context) error {
 	r.mu.Lock()

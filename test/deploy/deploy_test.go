@@ -80,9 +80,15 @@ func TestDeployManifests(t *testing.T) {
 			{"watch", "shuntnetworkpolicies.shunt.io", true}, {"watch", "httproutes.gateway.networking.k8s.io", true},
 			{"create", "shuntidentities.shunt.io", true}, {"delete", "shuntidentities.shunt.io", true}, {"create", "events", true},
 			{"get", "secrets", false}, {"create", "pods", false}, {"update", "networkpolicies.networking.k8s.io", false},
-			{"delete", "nodes", false},
+			{"delete", "nodes", false}, {"patch", "shuntnetworkpolicies.shunt.io/status", true},
+			{"patch", "shuntnetworkpolicies.shunt.io", false}, {"update", "httproutes.gateway.networking.k8s.io/status", true},
+			{"update", "httproutes.gateway.networking.k8s.io", false},
 		} {
-			out, _ := kubectl(c, kc, "", "auth", "can-i", want.verb, want.resource, "--all-namespaces")
+			args := []string{"auth", "can-i", want.verb, want.resource, "--all-namespaces"}
+			if res, sub, ok := strings.Cut(want.resource, "/"); ok {
+				args = []string{"auth", "can-i", want.verb, res, "--subresource", sub, "--all-namespaces"}
+			}
+			out, _ := kubectl(c, kc, "", args...)
 			if got := strings.TrimSpace(out) == "yes"; got != want.allowed {
 				t.Errorf("agent can %s %s: %q, want allowed=%v", want.verb, want.resource, strings.TrimSpace(out), want.allowed)
 			}

@@ -386,3 +386,116 @@ func TestKubernetesAPIServerOutage(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 }
+
+// TestKubernetesObjectStatus: each node writes its own entry in a
+// ShuntNetworkPolicy's status: enforced at the policy's generation, with
+// the parts it cannot program as problems (an IPv6 block), which go when
+// the policy no longer has them. An HTTPRoute attached to a Service gets
+// the mesh's Accepted and ResolvedRefs conditions.
+func TestKubernetesObjectStatus(t *testing.T) {
+	l := newKubeLab(t, twoPods)
+	dir := t.TempDir()
+	policy := func(cidrs ...string) string {
+		p := filepath.Join(dir, fmt.Sprintf("policy-%d.yaml", len(cidrs)))
+		var peers []string
+		for _, c := range cidrs {
+			peers = append(peers, fmt.Sprintf("{cidr: %q}", c))
+		}
+		writeFile(t, p, fmt.Sprintf(`apiVersion: shunt.io/v1alpha1
+kind: ShuntNetworkPolicy
+metadata: {name: blocks, namespace: default}
+spec:
+  podSelector: {}
+  ingress:
+  - peers: [%s]
+`, strings.Join(peers, ", ")))
+		return p
+	}
+	type nodeStatus struct {
+		Enforced           bool
+		ObservedGeneration int64
+		Problems           []string
+	}
+	statusOf := func(want func(nodeStatus, int64) bool) nodeStatus {
+		t.Helper()
+		var got nodeStatus
+		var gen int64
+		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+			out, err := l.kubectl(nil, "get", "shuntnetworkpolicy", "blocks", "-n", "default", "-o", "json")
+			if err != nil {
+				return false, err
+			}
+			var obj struct {
+				Metadata struct{ Generation int64 }
+				Status   struct{ Nodes map[string]nodeStatus }
+			}
+			if err := json.Unmarshal(out, &obj); err != nil {
+				return false, err
+			}
+			got, gen = obj.Status.Nodes[l.instance], obj.Metadata.Generation
+			return want(got, gen), nil
+		})
+		if err != nil {
+			t.Fatalf("status of node %s: %+v (generation %d): %v", l.instance, got, gen, err)
+		}
+		return got
+	}
+	l.apply(policy("10.0.0.0/8", "2001:db8::/32"))
+	st := statusOf(func(s nodeStatus, gen int64) bool {
+		return s.Enforced && s.ObservedGeneration == gen && len(s.Problems) > 0
+	})
+	if !strings.Contains(st.Problems[0], "2001:db8::/32") {
+		t.Errorf("problems %q do not name the IPv6 block", st.Problems)
+	}
+	l.apply(policy("10.0.0.0/8"))
+	statusOf(func(s nodeStatus, gen int64) bool {
+		return s.Enforced && s.ObservedGeneration == gen && len(s.Problems) == 0
+	})
+
+	route := filepath.Join(dir, "route.yaml")
+	writeFile(t, route, `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  ports: [{name: http, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: split, namespace: default}
+spec:
+  parentRefs: [{group: "", kind: Service, name: web, port: 80}]
+  rules:
+  - backendRefs: [{name: web, port: 80, weight: 90}, {name: absent, port: 80, weight: 10}]
+`)
+	l.apply(route)
+	var conds map[string]string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+		out, err := l.kubectl(nil, "get", "httproute", "split", "-n", "default", "-o", "json")
+		if err != nil {
+			return false, err
+		}
+		var rt struct {
+			Status struct {
+				Parents []struct {
+					ControllerName string
+					Conditions     []struct{ Type, Status string }
+				}
+			}
+		}
+		if err := json.Unmarshal(out, &rt); err != nil {
+			return false, err
+		}
+		conds = map[string]string{}
+		for _, p := range rt.Status.Parents {
+			if p.ControllerName == "shunt.io/mesh" {
+				for _, c := range p.Conditions {
+					conds[c.Type] = c.Status
+				}
+			}
+		}
+		return conds["Accepted"] == "True" && conds["ResolvedRefs"] == "False", nil
+	})
+	if err != nil {
+		t.Errorf("HTTPRoute conditions of shunt.io/mesh: %v (%v), want Accepted True and ResolvedRefs False (a backend is missing)", conds, err)
+	}
+}

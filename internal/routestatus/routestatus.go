@@ -1,0 +1,111 @@
+// Package routestatus computes the status a GAMMA (service mesh)
+// implementation writes on an HTTPRoute attached to Services: one
+// RouteParentStatus per parentRef with two conditions, Accepted (the parent
+// Service exists, has a ClusterIP and the port named) and ResolvedRefs
+// (every backendRef names a port of an existing Service). The lab's API
+// server and the agent on a Kubernetes node both write it.
+package routestatus
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/shuntnet/shunt/internal/model"
+)
+
+// Compute is the route's status as of s, for the parents controller
+// implements. Conditions whose status stays
+// keep their lastTransitionTime; those that change get now.
+func Compute(s *model.Store, rt *gatewayv1.HTTPRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.HTTPRouteStatus {
+	resolved := resolvedRefs(s, rt, now)
+	var st gatewayv1.HTTPRouteStatus
+	for _, pr := range rt.Spec.ParentRefs {
+		var conds []metav1.Condition
+		for _, prev := range rt.Status.Parents {
+			if prev.ControllerName == controller && reflect.DeepEqual(prev.ParentRef, pr) {
+				conds = slices.Clone(prev.Conditions) // the old route keeps its own
+			}
+		}
+		meta.SetStatusCondition(&conds, accepted(s, rt, pr, now))
+		meta.SetStatusCondition(&conds, resolved)
+		st.Parents = append(st.Parents, gatewayv1.RouteParentStatus{
+			ParentRef: *pr.DeepCopy(), ControllerName: controller, Conditions: conds,
+		})
+	}
+	return st
+}
+
+// accepted is the Accepted condition for one parent: its Service must take
+// connections at a ClusterIP, on the port named if one is.
+func accepted(s *model.Store, rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentReference, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{
+		Type: string(gatewayv1.RouteConditionAccepted), Status: metav1.ConditionFalse,
+		Reason: string(gatewayv1.RouteReasonNoMatchingParent), ObservedGeneration: rt.Generation, LastTransitionTime: now,
+	}
+	svc, ok := s.Service(rt.Namespace, string(pr.Name))
+	switch {
+	case !ok:
+		c.Message = fmt.Sprintf("Service %s not found", pr.Name)
+	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		c.Message = fmt.Sprintf("Service %s is headless: a route takes the requests sent to a ClusterIP", pr.Name)
+	case pr.Port != nil && !hasTCPPort(svc, *pr.Port):
+		c.Message = fmt.Sprintf("Service %s has no TCP port %d", pr.Name, *pr.Port)
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, string(gatewayv1.RouteReasonAccepted)
+		c.Message = fmt.Sprintf("attached to Service %s", pr.Name)
+	}
+	return c
+}
+
+// resolvedRefs is the ResolvedRefs condition of a route: False, naming
+// each backendRef that does not resolve, when any does not (its share of
+// requests is answered with 500).
+func resolvedRefs(s *model.Store, rt *gatewayv1.HTTPRoute, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{
+		Type: string(gatewayv1.RouteConditionResolvedRefs), Status: metav1.ConditionTrue,
+		Reason: string(gatewayv1.RouteReasonResolvedRefs), Message: "every backendRef names a Service port",
+		ObservedGeneration: rt.Generation, LastTransitionTime: now,
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, rule := range rt.Spec.Rules {
+		for _, b := range rule.BackendRefs {
+			var port gatewayv1.PortNumber
+			if b.Port != nil {
+				port = *b.Port
+			}
+			ref := fmt.Sprintf("%s:%d", b.Name, port)
+			if seen[ref] {
+				continue
+			}
+			seen[ref] = true
+			svc, ok := s.Service(rt.Namespace, string(b.Name))
+			switch {
+			case !ok:
+				missing = append(missing, fmt.Sprintf("%s: Service %s not found", ref, b.Name))
+			case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+				missing = append(missing, fmt.Sprintf("%s: Service %s is headless (no ClusterIP to balance over)", ref, b.Name))
+			case !hasTCPPort(svc, port):
+				missing = append(missing, fmt.Sprintf("%s: Service %s has no TCP port %d", ref, b.Name, port))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		c.Status, c.Reason = metav1.ConditionFalse, string(gatewayv1.RouteReasonBackendNotFound)
+		c.Message = "backendRefs not resolved: " + strings.Join(missing, "; ")
+	}
+	return c
+}
+
+func hasTCPPort(svc *corev1.Service, port gatewayv1.PortNumber) bool {
+	return slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+		return p.Port == port && p.Protocol == corev1.ProtocolTCP
+	})
+}
