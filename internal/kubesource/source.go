@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -132,8 +133,8 @@ func (s *Source) Run(ctx context.Context) error {
 	}{
 		{factory.Core().V1().Namespaces().Informer(), stripMeta},
 		{factory.Core().V1().Pods().Informer(), slimPod},
-		{factory.Core().V1().Services().Informer(), stripMeta},
-		{factory.Discovery().V1().EndpointSlices().Informer(), stripMeta},
+		{factory.Core().V1().Services().Informer(), slimService},
+		{factory.Discovery().V1().EndpointSlices().Informer(), slimEndpointSlice},
 		{factory.Networking().V1().NetworkPolicies().Informer(), stripMeta},
 	}
 	var synced []cache.InformerSynced
@@ -364,6 +365,57 @@ func stripMeta(o any) (any, error) {
 		}
 	}
 	return o, nil
+}
+
+// Services and EndpointSlices are most of a large cluster's objects (at
+// 10 000 Services, 20 000 objects: 45 of the agent's 60 MB of heap before
+// slimming), so the informers keep only what the datapath reads of them, in
+// new, smaller allocations; the decoded originals become garbage.
+
+// slimMeta is the metadata the agent uses: identity, version, labels and
+// annotations (the rest, owner references and finalizers included, is
+// never read).
+func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Generation: m.Generation, Labels: m.Labels, Annotations: withoutLastApplied(m.Annotations),
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp}
+}
+
+func withoutLastApplied(a map[string]string) map[string]string {
+	if a[corev1.LastAppliedConfigAnnotation] != "" {
+		delete(a, corev1.LastAppliedConfigAnnotation)
+	}
+	if len(a) == 0 {
+		return nil
+	}
+	return a
+}
+
+// slimService keeps the metadata and the spec; the status (load balancer
+// ingress, conditions) is not the datapath's.
+func slimService(o any) (any, error) {
+	svc, ok := o.(*corev1.Service)
+	if !ok {
+		return stripMeta(o)
+	}
+	return &corev1.Service{TypeMeta: svc.TypeMeta, ObjectMeta: slimMeta(svc.ObjectMeta), Spec: svc.Spec}, nil
+}
+
+// slimEndpointSlice keeps of each endpoint its addresses and conditions:
+// what load balancing reads (not its node, zone, hints or target).
+func slimEndpointSlice(o any) (any, error) {
+	sl, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return stripMeta(o)
+	}
+	out := &discoveryv1.EndpointSlice{TypeMeta: sl.TypeMeta, ObjectMeta: slimMeta(sl.ObjectMeta), AddressType: sl.AddressType, Ports: sl.Ports}
+	if sl.Endpoints != nil {
+		out.Endpoints = make([]discoveryv1.Endpoint, len(sl.Endpoints))
+		for i, e := range sl.Endpoints {
+			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions}
+		}
+	}
+	return out, nil
 }
 
 // slimPod keeps of a pod what services, policy and L7 read: labels and

@@ -74,6 +74,7 @@ type bench struct {
 	rows     *os.File
 	mu       sync.Mutex
 	cleanups []func()
+	exited   map[int]chan struct{} // closed when a process b.start ran is reaped
 	// dataplanes by case name: the namespace their client dials from.
 	clients     map[string]string
 	pids        map[string]int
@@ -102,7 +103,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	b := &bench{rows: rows, clients: map[string]string{}, pids: map[string]int{}, restart: map[string]func() error{}, inst: "bk8s" + id}
+	b := &bench{rows: rows, clients: map[string]string{}, pids: map[string]int{}, restart: map[string]func() error{}, exited: map[int]chan struct{}{}, inst: "bk8s" + id}
 	if b.bin, err = filepath.Abs(bin); err != nil {
 		log.Fatal(err)
 	}
@@ -165,7 +166,12 @@ func (b *bench) start(logName string, name string, args ...string) (*exec.Cmd, e
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	b.cleanup(func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	b.mu.Lock()
+	b.exited[cmd.Process.Pid] = exited
+	b.mu.Unlock()
+	b.cleanup(func() { cmd.Process.Kill(); <-exited })
 	return cmd, nil
 }
 
@@ -283,7 +289,7 @@ func (b *bench) setupShunt(ctx context.Context) error {
 	// covered them (the maps stay pinned meanwhile, so the VIP keeps
 	// answering: the time is the agent's, from start to programmed).
 	b.restart["shunt"] = func() error {
-		if err := stopPID(b.pids["shunt"]); err != nil {
+		if err := b.stopPID(b.pids["shunt"]); err != nil {
 			return err
 		}
 		if err := sh(shunt, "--instance", b.inst, "lab", "up", "--kubeconfig", b.kc.Kubeconfig, "--node-name", "shunt-node", "--service-cidr", serviceCIDR); err != nil {
@@ -383,7 +389,7 @@ func (b *bench) setupKubeProxy(ctx context.Context, mode string) error {
 	// A cold start: the running kube-proxy stopped, its rules removed
 	// (kube-proxy --cleanup), a new one started.
 	b.restart[c] = func() error {
-		if err := stopPID(b.pids[c]); err != nil {
+		if err := b.stopPID(b.pids[c]); err != nil {
 			return err
 		}
 		if err := sh("ip", "netns", "exec", ns, kubeProxy, "--cleanup", "--proxy-mode", mode); err != nil {
@@ -394,10 +400,18 @@ func (b *bench) setupKubeProxy(ctx context.Context, mode string) error {
 	return nil
 }
 
-// stopPID stops a process this benchmark started (SIGTERM, then waits).
-func stopPID(pid int) error {
+// stopPID stops a process this benchmark started (SIGTERM, then waits for
+// it to be reaped, by b.start's Wait or, for an agent, by init).
+func (b *bench) stopPID(pid int) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stopping pid %d: %w", pid, err)
+	}
+	b.mu.Lock()
+	exited := b.exited[pid]
+	b.mu.Unlock()
+	if exited != nil {
+		<-exited
+		return nil
 	}
 	for syscall.Kill(pid, 0) == nil {
 		time.Sleep(10 * time.Millisecond)
