@@ -82,6 +82,19 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	return srv, nil
 }
 
+// readDocuments reads an api.ObjectsRequest: the manifests' documents.
+func readDocuments(r *http.Request) ([]manifest.Document, error) {
+	var req api.ObjectsRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return nil, err
+	}
+	docs := make([]manifest.Document, len(req.Objects))
+	for i, o := range req.Objects {
+		docs[i] = manifest.Document{Source: o.Source, JSON: o.Object}
+	}
+	return docs, nil
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -98,14 +111,10 @@ func writeError(w http.ResponseWriter, code int, err error) {
 func (a *Agent) handleObjects(do func(context.Context, []manifest.Document) ([]model.Change, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		var req api.ObjectsRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		docs, err := readDocuments(r)
+		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
-		}
-		docs := make([]manifest.Document, len(req.Objects))
-		for i, o := range req.Objects {
-			docs[i] = manifest.Document{Source: o.Source, JSON: o.Object}
 		}
 		changes, err := do(r.Context(), docs)
 		resp := api.ChangesResponse{}
@@ -304,14 +313,10 @@ func (a *Agent) accelStatus() (api.AccelStatus, error) {
 // API server reach the node asynchronously; this is how a script or a
 // test knows a policy is in force.
 func (a *Agent) handleWait(w http.ResponseWriter, r *http.Request) {
-	var req api.ObjectsRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	docs, err := readDocuments(r)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
-	}
-	docs := make([]manifest.Document, len(req.Objects))
-	for i, o := range req.Objects {
-		docs[i] = manifest.Document{Source: o.Source, JSON: o.Object}
 	}
 	objs, err := manifest.DecodeReferences(docs)
 	if err != nil {

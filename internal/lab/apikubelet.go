@@ -251,11 +251,7 @@ func setCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev1.P
 func (k *APIKubelet) Uninstall(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var errs []error
-	for _, rec := range k.kubelet.pods {
-		errs = append(errs, k.kubelet.remove(ctx, rec))
-	}
-	return errors.Join(errs...)
+	return k.kubelet.removeAll(ctx)
 }
 
 // WaitPodsSeen polls until have reports each pod's UID (the agent's source

@@ -352,9 +352,5 @@ func (cp *ControlPlane) Resync(ctx context.Context) error {
 func (cp *ControlPlane) Uninstall(ctx context.Context) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	var errs []error
-	for _, rec := range cp.kubelet.pods {
-		errs = append(errs, cp.kubelet.remove(ctx, rec))
-	}
-	return errors.Join(errs...)
+	return cp.kubelet.removeAll(ctx)
 }

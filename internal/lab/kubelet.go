@@ -253,6 +253,15 @@ func (k *kubelet) remove(ctx context.Context, rec *PodRecord) error {
 	return err
 }
 
+// removeAll removes every pod's sandbox and record.
+func (k *kubelet) removeAll(ctx context.Context) error {
+	var errs []error
+	for _, rec := range k.pods {
+		errs = append(errs, k.remove(ctx, rec))
+	}
+	return errors.Join(errs...)
+}
+
 // status is the pod's status as a kubelet reports it: address, phase,
 // readiness and container states, read from the shims' records.
 func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {

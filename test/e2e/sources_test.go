@@ -91,11 +91,7 @@ func (l *lab) kubectl(stdin []byte, args ...string) ([]byte, error) {
 func (l *lab) apply(files ...string) {
 	l.t.Helper()
 	if l.kube == nil {
-		args := []string{"apply"}
-		for _, f := range files {
-			args = append(args, "-f", f)
-		}
-		l.mustShunt(args...)
+		l.mustShunt(withFiles("apply", files)...)
 		return
 	}
 	for _, f := range files {
@@ -124,11 +120,7 @@ func (l *lab) apply(files ...string) {
 func (l *lab) delete(files ...string) {
 	l.t.Helper()
 	if l.kube == nil {
-		args := []string{"delete"}
-		for _, f := range files {
-			args = append(args, "-f", f)
-		}
-		l.mustShunt(args...)
+		l.mustShunt(withFiles("delete", files)...)
 		return
 	}
 	for _, f := range files {
@@ -138,6 +130,15 @@ func (l *lab) delete(files ...string) {
 		}
 		l.waitReflected(manifest, "--deleted")
 	}
+}
+
+// withFiles is a command with "-f FILE" for each file.
+func withFiles(command string, files []string) []string {
+	args := []string{command}
+	for _, f := range files {
+		args = append(args, "-f", f)
+	}
+	return args
 }
 
 func (l *lab) waitReflected(objects []byte, flags ...string) {
