@@ -1,0 +1,62 @@
+package kubesource
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/shuntnet/shunt/internal/services"
+)
+
+// TestSlimEndpointSliceBalancesAlike: the slimmed slice gives the service
+// table exactly the backends the original gives (ready, serving and
+// terminating endpoints alike), with fewer endpoints, and the original is
+// left as it was.
+func TestSlimEndpointSliceBalancesAlike(t *testing.T) {
+	yes, no := true, false
+	port, name, proto := int32(8080), "http", corev1.ProtocolTCP
+	ep := func(addr string, ready, serving, terminating *bool) discoveryv1.Endpoint {
+		node := "node-1"
+		return discoveryv1.Endpoint{Addresses: []string{addr}, NodeName: &node,
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: addr},
+			Conditions: discoveryv1.EndpointConditions{Ready: ready, Serving: serving, Terminating: terminating}}
+	}
+	orig := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "default", ResourceVersion: "7",
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
+		Endpoints: []discoveryv1.Endpoint{
+			ep("10.0.0.1", &yes, &yes, &no), ep("10.0.0.2", &yes, &yes, &no), ep("10.0.0.3", &no, &yes, &yes),
+			ep("10.0.0.4", &yes, &yes, &no), ep("10.0.0.5", nil, nil, nil), ep("10.0.0.6", &no, &no, &yes),
+		},
+	}
+	before := orig.DeepCopy()
+	o, err := slimEndpointSlice(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := o.(*discoveryv1.EndpointSlice)
+	if !reflect.DeepEqual(orig, before) {
+		t.Error("slimming changed the original slice")
+	}
+	if len(slim.Endpoints) != 4 || len(slim.Endpoints[0].Addresses) != 3 {
+		t.Errorf("endpoints not merged by conditions: %+v", slim.Endpoints)
+	}
+	if slim.Labels[discoveryv1.LabelServiceName] != "web" || len(slim.Labels) != 1 || slim.ResourceVersion != "7" {
+		t.Errorf("metadata: %+v", slim.ObjectMeta)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: proto}}}}
+	vip := netip.MustParseAddr("10.96.0.10")
+	want := services.Ports(svc, vip, []*discoveryv1.EndpointSlice{before})
+	got := services.Ports(svc, vip, []*discoveryv1.EndpointSlice{slim})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("service table from the slimmed slice:\n%+v\nfrom the original:\n%+v", got, want)
+	}
+}
