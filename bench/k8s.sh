@@ -13,7 +13,9 @@
 # slices with 32 workers, then time until a late Service answers through
 # each dataplane, from the end of the creation), one Service created ->
 # first answered connection p50/p99, new connections per second through a
-# ClusterIP, and the resident memory of shuntd and each kube-proxy.
+# ClusterIP, a cold start of each (kube-proxy restarted with its rules
+# removed; shuntd restarted), and the resident memory of shuntd and each
+# kube-proxy with 1 000 NetworkPolicies loaded too (selecting no pod).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE_OPT=--n
@@ -28,16 +30,16 @@ scripts/kube-build.sh >/dev/null
 go build -o bin/ ./bench/cmd/k8sbench ./bench/cmd/connrate
 
 cat >"$OUT/commands.txt" <<EOT
-bin/k8sbench -n $(echo $SCALE_LIST | tr ' ' ,) -reps $REPS -duration ${DURATION}s -changes 20 -bin bin -rows $ROWS
+bin/k8sbench -n $(echo $SCALE_LIST | tr ' ' ,) -reps $REPS -duration ${DURATION}s -changes 20 -policies 1000 -bin bin -rows $ROWS
 # inside: the control plane (internal/kubecluster: etcd, kube-apiserver, kube-controller-manager), then
 bin/shunt lab up --kubeconfig KUBECONFIG --node-name shunt-node --service-cidr 10.96.0.0/16
 ip netns exec NS kube-proxy --kubeconfig KC --hostname-override kp-MODE --proxy-mode MODE --cluster-cidr 10.252.0.0/16   # MODE = iptables, nftables
 ip netns exec CLIENT_NS taskset -c 0 bin/connrate -target CLUSTER_IP:80 -workers 4 -duration ${DURATION}s
 EOT
-bin/k8sbench -n "$(echo $SCALE_LIST | tr ' ' ,)" -reps "$REPS" -duration "${DURATION}s" -changes 20 -bin bin -rows "$ROWS" 2>&1 | tee "$OUT/k8sbench.log"
+bin/k8sbench -n "$(echo $SCALE_LIST | tr ' ' ,)" -reps "$REPS" -duration "${DURATION}s" -changes 20 -policies 1000 -bin bin -rows "$ROWS" 2>&1 | tee "$OUT/k8sbench.log"
 
 NOTES=$OUT/notes.md
 cat >"$NOTES" <<'EOT'
-cold_sync: from the moment the last of the N Services and slices was created until a connection through the last Service's ClusterIP is answered (each dataplane programs while the objects arrive; api_create is how long the API server took to accept them). change_p50/p99: one new Service, from the create call to its first answered connection. kube-proxy runs with its default settings, whose minimum time between syncs (--iptables-min-sync-period / --nftables-min-sync-period, 1 s) bounds its change latency; shunt coalesces events for at most a few milliseconds. rss: VmRSS after the cold sync.
+cold_sync: from the moment the last of the N Services and slices was created until a connection through the last Service's ClusterIP is answered (each dataplane programs while the objects arrive; api_create is how long the API server took to accept them). change_p50/p99: one new Service, from the create call to its first answered connection (committed_to_answer: from when the API server held the Service and its slice, i.e. without the API server's own time). cold_start: kube-proxy stopped, its rules removed (`kube-proxy --cleanup`), started again, until the late Service answers (capped at 120 s, recorded as the cap); shuntd stopped and started again until ready (listed every object, a sync covered them; its pinned maps answer meanwhile). kube-proxy runs with its default settings, whose minimum time between syncs (--iptables-min-sync-period / --nftables-min-sync-period, 1 s) bounds its change latency; shunt coalesces events for at most a few milliseconds. rss: VmRSS after the cold sync.
 EOT
 finish "shunt vs kube-proxy on a real control plane" kube-proxy-iptables
