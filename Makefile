@@ -6,7 +6,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all setup build generate check-generated kube demo demo-down test test-unit bench clean
+.PHONY: all setup build generate check-generated kube demo demo-down test test-unit fuzz bench clean
 
 all: build
 
@@ -42,6 +42,12 @@ demo-down: build
 test: setup build check-generated kube
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
+	scripts/fuzz.sh 10s
+
+# Every fuzz target for longer (FUZZTIME each); make test runs them 10 s.
+FUZZTIME ?= 2m
+fuzz: setup
+	scripts/fuzz.sh $(FUZZTIME)
 
 bench: setup build
 	bench/run forwarding

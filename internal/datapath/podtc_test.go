@@ -14,7 +14,7 @@ import (
 )
 
 // requireBPF skips tests that need root and a BPF-capable kernel.
-func requireBPF(t *testing.T) {
+func requireBPF(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_NET_ADMIN) to load BPF programs")
@@ -37,7 +37,7 @@ func openChangedDatapath(t *testing.T, mode Mode, change func(*ebpf.CollectionSp
 
 // openConfiguredDatapath opens a datapath of this configuration under a
 // pin directory of the test's own, removed when the test ends.
-func openConfiguredDatapath(t *testing.T, cfg Config, change func(*ebpf.CollectionSpec)) *Datapath {
+func openConfiguredDatapath(t testing.TB, cfg Config, change func(*ebpf.CollectionSpec)) *Datapath {
 	t.Helper()
 	requireBPF(t)
 	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))

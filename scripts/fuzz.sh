@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh [TIME]: run every fuzz target for TIME each (default 10s;
+# `make test` runs them briefly, `make fuzz` longer). Inputs that fail are
+# written by go test under the package's testdata/fuzz/ and become part of
+# its corpus: commit them with the fix. The BPF target needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+time=${1:-10s}
+targets=(
+	./internal/manifest:FuzzParseValidate
+	./internal/agent:FuzzObjectsRequest
+	./internal/datapath:FuzzDecodeFlow
+	./internal/datapath:FuzzPodPrograms
+)
+for t in "${targets[@]}"; do
+	pkg=${t%%:*} fn=${t##*:}
+	echo "fuzz $fn ($pkg) for $time"
+	go test -run '^$' -fuzz "^$fn\$" -fuzztime "$time" "$pkg" 2>&1 | tail -n 3
+done
