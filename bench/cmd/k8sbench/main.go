@@ -62,10 +62,10 @@ import (
 
 const (
 	coldStartCap = 2 * time.Minute
-	serviceCIDR = "10.96.0.0/16"
-	clusterCIDR = "10.252.0.0/16"
-	backendPort = 8080
-	endpoints   = 10
+	serviceCIDR  = "10.96.0.0/16"
+	clusterCIDR  = "10.252.0.0/16"
+	backendPort  = 8080
+	endpoints    = 10
 )
 
 type bench struct {
