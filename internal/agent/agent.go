@@ -386,6 +386,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer fr.Close()
 	go a.readFlows(fr)
+	go returnFreeMemory(ctx)
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
 	// Containers start and exit on their own: the lab's kubelet follows
 	// them into the pods' status, and so into the endpoints.
