@@ -15,5 +15,11 @@ targets=(
 for t in "${targets[@]}"; do
 	pkg=${t%%:*} fn=${t##*:}
 	echo "fuzz $fn ($pkg) for $time"
-	go test -run '^$' -fuzz "^$fn\$" -fuzztime "$time" "$pkg" 2>&1 | tail -n 3
+	# The tail on success; everything on failure (the panic and its stack,
+	# the failing input's file).
+	if ! out=$(go test -run '^$' -fuzz "^$fn\$" -fuzztime "$time" "$pkg" 2>&1); then
+		printf '%s\n' "$out"
+		exit 1
+	fi
+	printf '%s\n' "$out" | tail -n 3
 done

@@ -363,6 +363,15 @@ func TestParseReportsEveryDocument(t *testing.T) {
 	}
 }
 
+// A document that reaches Decode without its object (an API request naming
+// a source but no object) is refused by name, not a panic.
+func TestDecodeDocumentWithoutObject(t *testing.T) {
+	for _, tc := range []struct{ json, kind string }{{"", "an empty document"}, {"  ", "an empty document"}, {"null", "null"}} {
+		_, err := Decode([]Document{{Source: "req#1", JSON: []byte(tc.json)}})
+		assertHasError(t, err, FieldError{"req#1", "", "", "must be a mapping with apiVersion and kind, not " + tc.kind})
+	}
+}
+
 func TestEmptyStream(t *testing.T) {
 	for _, doc := range []string{"", "\n", "# nothing\n", "---\n---\n", "null\n"} {
 		if objs := mustParse(t, "e.yaml", doc); len(objs) != 0 {

@@ -242,7 +242,9 @@ func splitYAML(data []byte) []yamlChunk {
 // a List), reporting problems to errs. With refsOnly it decodes only
 // apiVersion, kind and metadata, and does not default.
 func decodeDocument(src string, raw []byte, errs *Errors, refsOnly bool) []Object {
-	if raw = bytes.TrimSpace(raw); raw[0] != '{' {
+	// An empty document is possible here: an API request may name a
+	// document without its object.
+	if raw = bytes.TrimSpace(raw); len(raw) == 0 || raw[0] != '{' {
 		errs.add(src, "", "", "a manifest must be a mapping with apiVersion and kind, not %s", jsonValueKind(raw))
 		return nil
 	}
@@ -422,6 +424,9 @@ func describeType(t reflect.Type) string {
 }
 
 func jsonValueKind(raw []byte) string {
+	if len(raw) == 0 {
+		return "an empty document"
+	}
 	switch raw[0] {
 	case '[':
 		return "a list"
@@ -429,6 +434,8 @@ func jsonValueKind(raw []byte) string {
 		return "a string"
 	case 't', 'f':
 		return "a boolean"
+	case 'n':
+		return "null"
 	default:
 		return "a number"
 	}
