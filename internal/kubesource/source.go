@@ -137,6 +137,7 @@ func (s *Source) Run(ctx context.Context) error {
 		{factory.Core().V1().Services().Informer(), slimService},
 		{factory.Discovery().V1().EndpointSlices().Informer(), slimEndpointSlice},
 		{factory.Networking().V1().NetworkPolicies().Informer(), stripMeta},
+		{factory.Core().V1().Nodes().Informer(), slimNode},
 	}
 	var synced []cache.InformerSynced
 	for _, t := range typed {
@@ -482,6 +483,19 @@ func slimPod(o any) (any, error) {
 	p.Status = corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions, PodIP: p.Status.PodIP,
 		PodIPs: p.Status.PodIPs, HostIP: p.Status.HostIP}
 	return p, nil
+}
+
+// slimNode keeps a Node's pod CIDRs and addresses (where its pods are
+// reached: the tunnel endpoint); its status is otherwise images, capacity
+// and conditions that change without concerning the datapath.
+func slimNode(o any) (any, error) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return stripMeta(o)
+	}
+	return &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: slimMeta(n.ObjectMeta),
+		Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		Status: corev1.NodeStatus{Addresses: n.Status.Addresses}}, nil
 }
 
 // convert turns an unstructured object into its Go type.

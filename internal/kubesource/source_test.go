@@ -103,6 +103,16 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("node-a never got a pod CIDR: %v", err)
 	}
+	// Its address, as a kubelet reports it: the tunnel endpoint of its pods.
+	node, err := cs.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.50.11"}}
+	node.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/busybox:1"}, SizeBytes: 1 << 20}}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
@@ -157,6 +167,10 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 		if !ok || p.Status.PodIP != "10.244.0.10" {
 			return false
 		}
+		nodes := s.Nodes()
+		if len(nodes) != 1 || nodes[0].Spec.PodCIDR == "" || len(nodes[0].Status.Addresses) != 1 {
+			return false
+		}
 		slices := s.EndpointSlicesFor("default", "web")
 		return len(slices) == 1 && len(slices[0].Endpoints) == 1 && slices[0].Endpoints[0].Addresses[0] == "10.244.0.10" &&
 			len(s.HTTPRoutesIn("default")) == 1
@@ -168,6 +182,9 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 	}
 	if p.Spec.NodeName != "node-a" || p.Spec.Containers[0].Ports[0].Name != "http" || p.Annotations["shunt.io/inbound-redirect"] != "8080:15006" {
 		t.Errorf("pod lost fields shunt reads: %+v", p)
+	}
+	if n := s.Nodes()[0]; n.Status.Images != nil || n.ManagedFields != nil {
+		t.Errorf("node kept fields shunt never reads: images %v, managedFields %d", n.Status.Images, len(n.ManagedFields))
 	}
 	rt := s.HTTPRoutesIn("default")[0]
 	if len(rt.Spec.ParentRefs) != 1 || string(rt.Spec.ParentRefs[0].Name) != "web" {

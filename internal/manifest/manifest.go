@@ -27,7 +27,7 @@ type Object struct {
 	Source string
 	// Obj is one of *corev1.Namespace, *corev1.Pod, *corev1.Service,
 	// *discoveryv1.EndpointSlice, *networkingv1.NetworkPolicy,
-	// *ShuntNetworkPolicy or *gatewayv1.HTTPRoute.
+	// *ShuntNetworkPolicy, *gatewayv1.HTTPRoute or *corev1.Node.
 	Obj runtime.Object
 }
 
@@ -62,6 +62,7 @@ const (
 	KindNetworkPolicy      = "NetworkPolicy"
 	KindShuntNetworkPolicy = "ShuntNetworkPolicy"
 	KindHTTPRoute          = "HTTPRoute"
+	KindNode               = "Node"
 )
 
 // GatewayAPIVersion is the apiVersion of the Gateway API kinds (HTTPRoute).
@@ -162,6 +163,7 @@ var kinds = []kindInfo{
 	register[networkingv1.NetworkPolicy]("NetworkPolicy", "networking.k8s.io/v1", true, validation.IsDNS1123Subdomain, defaultNetworkPolicy, checkNetworkPolicy),
 	register[ShuntNetworkPolicy]("ShuntNetworkPolicy", ShuntAPIVersion, true, validation.IsDNS1123Subdomain, defaultShuntPolicy, checkShuntPolicy),
 	register[gatewayv1.HTTPRoute]("HTTPRoute", GatewayAPIVersion, true, validation.IsDNS1123Subdomain, defaultHTTPRoute, checkHTTPRoute),
+	register[corev1.Node]("Node", "v1", false, validation.IsDNS1123Subdomain, nil, checkNode),
 }
 
 var (

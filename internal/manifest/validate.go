@@ -200,6 +200,41 @@ func checkPortName(c *checker, field path, name string, rule func(string) []stri
 	names[name] = field
 }
 
+// checkNode checks what shunt reads of a Node: the pod CIDR its pods take
+// addresses from and the addresses other nodes reach it at (the tunnel
+// endpoint of its pods). Both are optional in the API (a node waits for
+// the controller-manager's pod CIDR); what is there must be usable.
+func checkNode(c *checker, n *corev1.Node) {
+	spec := path("spec")
+	if n.Spec.PodCIDR != "" {
+		checkPodCIDR(c, spec.child("podCIDR"), n.Spec.PodCIDR)
+	}
+	for i, cidr := range n.Spec.PodCIDRs {
+		checkPodCIDR(c, spec.child("podCIDRs").index(i), cidr)
+	}
+	if len(n.Spec.PodCIDRs) > 0 && n.Spec.PodCIDR != "" && n.Spec.PodCIDRs[0] != n.Spec.PodCIDR {
+		c.errorf(spec.child("podCIDRs").index(0), "%q must equal spec.podCIDR %q", n.Spec.PodCIDRs[0], n.Spec.PodCIDR)
+	}
+	for i, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if _, ok := parseIP(a.Address); !ok {
+			c.errorf(path("status").child("addresses").index(i).child("address"), "%q is not a valid IP address", a.Address)
+		}
+	}
+}
+
+func checkPodCIDR(c *checker, field path, cidr string) {
+	prefix, err := netip.ParsePrefix(cidr)
+	switch {
+	case err != nil:
+		c.errorf(field, "%q is not a CIDR (e.g. 10.244.1.0/24)", cidr)
+	case prefix.Masked() != prefix:
+		c.errorf(field, "%q has host bits set: use %q", cidr, prefix.Masked().String())
+	}
+}
+
 // parseIP parses an address the way the API server's strict validation
 // does: no zones, no IPv4-mapped IPv6, no leading zeros.
 func parseIP(s string) (netip.Addr, bool) {

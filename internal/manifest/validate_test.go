@@ -32,6 +32,10 @@ func snpDoc(spec string) string {
 	return "apiVersion: shunt.io/v1alpha1\nkind: ShuntNetworkPolicy\nmetadata: {name: snp}\nspec: " + spec
 }
 
+func nodeDoc(spec, status string) string {
+	return "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: " + spec + "\nstatus: " + status
+}
+
 func routeDoc(spec string) string {
 	return "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: rt}\nspec: " + spec
 }
@@ -54,6 +58,7 @@ func TestValidateRejects(t *testing.T) {
 		np    = "NetworkPolicy default/np"
 		snp   = "ShuntNetworkPolicy default/snp"
 		rt    = "HTTPRoute default/rt"
+		node  = "Node n1"
 	)
 	for _, tc := range []struct {
 		name, doc           string
@@ -227,6 +232,11 @@ func TestValidateRejects(t *testing.T) {
 		{"rule name", ruleDoc("{name: Rule_1}"), rt, "spec.rules[0].name", "RFC 1123 subdomain"},
 		{"route name", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: Rt}\nspec: {parentRefs: [{group: '', kind: Service, name: web}]}",
 			"HTTPRoute default/Rt", "metadata.name", "RFC 1123 subdomain"},
+		// Node
+		{"node pod CIDR", nodeDoc("{podCIDR: 10.244.1.0/33}", "{}"), node, "spec.podCIDR", "is not a CIDR"},
+		{"node pod CIDR host bits", nodeDoc("{podCIDR: 10.244.1.1/24}", "{}"), node, "spec.podCIDR", `use "10.244.1.0/24"`},
+		{"node pod CIDRs disagree", nodeDoc("{podCIDR: 10.244.1.0/24, podCIDRs: [10.244.2.0/24]}", "{}"), node, "spec.podCIDRs[0]", "must equal spec.podCIDR"},
+		{"node address", nodeDoc("{}", "{addresses: [{type: Hostname, address: n1}, {type: InternalIP, address: 10.0.0.300}]}"), node, "status.addresses[1].address", "not a valid IP"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := Parse("x.yaml", []byte(tc.doc))
@@ -259,6 +269,9 @@ func TestValidateAccepts(t *testing.T) {
 		{"route zero timeout disables", ruleDoc("{timeouts: {request: 0s, backendRequest: 1h30m}, retry: {attempts: 3, codes: [500, 429], backoff: 1s500ms}}")},
 		{"route weights at the bounds", backendDoc("{name: a, port: 80, weight: 0}, {name: b, port: 80, weight: 1000000}")},
 		{"pod without image", podDoc("", "{containers: [{name: c, command: [sleep, '1']}]}")},
+		{"node as the controller-manager and kubelet leave it", nodeDoc("{podCIDR: 10.244.1.0/24, podCIDRs: [10.244.1.0/24]}",
+			"{addresses: [{type: InternalIP, address: 192.168.50.11}, {type: Hostname, address: n1}]}")},
+		{"node without pod CIDR yet", nodeDoc("{}", "{}")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := Parse("x.yaml", []byte(tc.doc))

@@ -248,6 +248,9 @@ func (s *Store) ShuntPolicies() []*manifest.ShuntNetworkPolicy {
 	return ofKind[*manifest.ShuntNetworkPolicy](s, manifest.KindShuntNetworkPolicy, "")
 }
 
+// Nodes returns every Node of the cluster, ordered by name.
+func (s *Store) Nodes() []*corev1.Node { return ofKind[*corev1.Node](s, manifest.KindNode, "") }
+
 // Pods returns every pod, sorted by namespace and name.
 func (s *Store) Pods() []*corev1.Pod { return ofKind[*corev1.Pod](s, manifest.KindPod, "") }
 

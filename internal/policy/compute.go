@@ -189,8 +189,11 @@ func (c *computation) identify(prev Allocations) {
 			p.IP = netip.Addr{}
 		}
 		if p.IP.IsValid() {
-			c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
-				Prefix: netip.PrefixFrom(p.IP, p.IP.BitLen()), Identity: id})
+			entry := PrefixIdentity{Prefix: netip.PrefixFrom(p.IP, p.IP.BitLen()), Identity: id}
+			if !p.Local {
+				entry.Tunnel = p.Tunnel
+			}
+			c.res.State.IPCache = append(c.res.State.IPCache, entry)
 			c.res.podByIP[p.IP] = p.key()
 		}
 		if p.Local && p.IP.IsValid() {

@@ -43,6 +43,9 @@ func (v Verdict) String() string {
 type PrefixIdentity struct {
 	Prefix   netip.Prefix
 	Identity uint32
+	// Tunnel is the underlay address of the node hosting the prefix;
+	// invalid when it is not behind the overlay.
+	Tunnel netip.Addr
 }
 
 // Key is where a policy entry applies: one local pod, one direction, one

@@ -264,6 +264,14 @@ func (r *Reconciler) policyTouched(next *model.Store, changes []model.Change) bo
 		switch c.Key.Kind {
 		case manifest.KindNamespace, manifest.KindNetworkPolicy, manifest.KindShuntNetworkPolicy:
 			return true
+		case manifest.KindNode:
+			// A Node's address is the tunnel endpoint of its pods' ipcache
+			// entries; its status changes for many other reasons.
+			before, _ := r.store.Get(c.Key)
+			after, _ := next.Get(c.Key)
+			if nodeTunnel(before) != nodeTunnel(after) {
+				return true
+			}
 		case manifest.KindPod:
 			before, ok1 := r.store.Pod(c.Key.Namespace, c.Key.Name)
 			after, ok2 := next.Pod(c.Key.Namespace, c.Key.Name)
@@ -305,8 +313,12 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoint
 	for _, ep := range endpoints {
 		reported[ep.Pod] = ep.IP
 	}
+	tunnels := nodeTunnels(store.Nodes())
 	for _, p := range store.Pods() {
 		pod := policy.Pod{Pod: p, Local: p.Spec.NodeName == r.cfg.NodeName}
+		if !pod.Local {
+			pod.Tunnel = tunnels[p.Spec.NodeName]
+		}
 		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
 			pod.IP = ip
 		} else if ip, ok := reported[p.Namespace+"/"+p.Name]; ok && pod.Local {
@@ -318,6 +330,39 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoint
 		in.Pods = append(in.Pods, pod)
 	}
 	return in, nil
+}
+
+// nodeTunnels maps each node's name to the underlay address its pods are
+// reached at: its first IPv4 InternalIP, else its first IPv4 ExternalIP, as
+// kubelet orders them. A node with neither is left out: its pods stay
+// plain ipcache entries (identity only) until it has one.
+func nodeTunnels(nodes []*corev1.Node) map[string]netip.Addr {
+	out := make(map[string]netip.Addr, len(nodes))
+	for _, n := range nodes {
+		if ip := tunnelOf(n); ip.IsValid() {
+			out[n.Name] = ip
+		}
+	}
+	return out
+}
+
+func tunnelOf(n *corev1.Node) netip.Addr {
+	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); a.Type == t && err == nil && ip.Is4() {
+				return ip
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
+// nodeTunnel is tunnelOf for a stored object (invalid when absent).
+func nodeTunnel(o manifest.Object) netip.Addr {
+	if n, ok := o.Obj.(*corev1.Node); ok {
+		return tunnelOf(n)
+	}
+	return netip.Addr{}
 }
 
 // Admit refuses a store whose policy would not fit the datapath's maps,

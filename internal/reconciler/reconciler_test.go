@@ -343,6 +343,65 @@ func TestPolicyForLocalAndRemotePods(t *testing.T) {
 	}
 }
 
+// TestRemotePodsGetTheirNodesTunnel: a pod of another node is reached
+// through that node's underlay address (its Node's InternalIP); a local pod
+// and a pod of a node without an address have none; a Node that changes
+// its address moves its pods' entries with it.
+func TestRemotePodsGetTheirNodesTunnel(t *testing.T) {
+	f := newFake()
+	r := start(t, f)
+	wait(t, r, r.SetEndpoint(endpoint("default/web", "10.244.0.5", "lxc1", 7)))
+	const nodes = `
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+spec: {podCIDR: 10.244.0.0/24}
+status: {addresses: [{type: InternalIP, address: 192.168.50.11}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-2}
+spec: {podCIDR: 10.244.1.0/24}
+status: {addresses: [{type: Hostname, address: node-2}, {type: ExternalIP, address: 203.0.113.12}, {type: InternalIP, address: 192.168.50.12}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: orphan}
+spec: {nodeName: node-9, containers: [{name: c, command: [x]}]}
+status: {podIP: 10.244.9.9}
+`
+	store := apply(t, r, model.New(), policyDocs+"---"+nodes)
+	tunnels := func() map[string]string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := map[string]string{}
+		for _, p := range f.policy.IPCache {
+			out[p.Prefix.Addr().String()] = p.Tunnel.String()
+		}
+		return out
+	}
+	want := map[string]string{"10.244.0.5": "invalid IP", "10.244.1.9": "192.168.50.12", "10.244.9.9": "invalid IP"}
+	got := tunnels()
+	for ip, tun := range want {
+		if got[ip] != tun {
+			t.Errorf("ipcache %s: tunnel %s, want %s (all: %v)", ip, got[ip], tun, got)
+		}
+	}
+	f.mu.Lock()
+	syncs := f.syncs
+	f.mu.Unlock()
+	store = apply(t, r, store, strings.Replace(nodes, "{name: node-2}", "{name: node-2, labels: {zone: b}}", 1))
+	f.mu.Lock()
+	if f.syncs != syncs {
+		t.Errorf("a Node change that keeps its address recomputed policy (%d syncs, want %d)", f.syncs, syncs)
+	}
+	f.mu.Unlock()
+	apply(t, r, store, strings.Replace(nodes, "192.168.50.12", "192.168.50.22", 1))
+	if got := tunnels()["10.244.1.9"]; got != "192.168.50.22" {
+		t.Errorf("after node-2 moved: tunnel %s, want 192.168.50.22", got)
+	}
+}
+
 // TestEndpointRemovalDetaches: a removed endpoint's programs are detached
 // and it leaves the endpoint map.
 func TestEndpointRemovalDetaches(t *testing.T) {

@@ -21,7 +21,8 @@
 //     creation (the API server's own time is reported as api_create);
 //   - change_p50/p99: one more Service created, time to its first answered
 //     connection through each dataplane (-changes samples);
-//   - rss: resident memory of shuntd and of each kube-proxy after the sync.
+//   - rss: resident memory of shuntd and of each kube-proxy right after the
+//     sync; rss_settled: the same after -settle of quiet.
 //
 // Rows go to -rows as JSON lines in bench/lib.sh's format.
 package main
@@ -84,7 +85,10 @@ type bench struct {
 	rateFor     time.Duration
 	heapProfile string
 	policies    int
-	restart     map[string]func() error // a cold start of each dataplane
+	// kube-proxy modes measured beside shunt.
+	kubeProxyModes []string
+	settle         time.Duration
+	restart        map[string]func() error // a cold start of each dataplane
 }
 
 func main() {
@@ -96,10 +100,13 @@ func main() {
 		duration          = flag.Duration("duration", 10*time.Second, "how long each new-connection rate runs")
 		rowsPath, bin, id string
 		heapProfile       string
+		kubeProxyModes    string
+		settle            = flag.Duration("settle", 30*time.Second, "quiet time after the cold sync before the settled resident memory is read")
 	)
 	flag.StringVar(&rowsPath, "rows", "", "append result rows (JSON lines) here")
 	flag.StringVar(&bin, "bin", "bin", "directory of shunt, shuntd, shunt-cni")
 	flag.StringVar(&heapProfile, "heap-profile", "", "after each cold sync, save shuntd's heap profile here (go tool pprof)")
+	flag.StringVar(&kubeProxyModes, "kube-proxy", "iptables,nftables", "kube-proxy modes run beside shunt, comma-separated (empty: shunt alone, e.g. to study its memory)")
 	flag.StringVar(&id, "id", strconv.Itoa(os.Getpid()), "suffix of every name this run creates")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -111,7 +118,10 @@ func main() {
 	if b.bin, err = filepath.Abs(bin); err != nil {
 		log.Fatal(err)
 	}
-	b.rateFor, b.heapProfile, b.policies = *duration, heapProfile, *policies
+	b.rateFor, b.heapProfile, b.policies, b.settle = *duration, heapProfile, *policies, *settle
+	if kubeProxyModes != "" {
+		b.kubeProxyModes = strings.Split(kubeProxyModes, ",")
+	}
 	// Interrupted, it still removes what it built (netns, lab, cluster).
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -209,7 +219,7 @@ func (b *bench) run(scales []string, reps, changes int) error {
 	if err := b.setupShunt(ctx); err != nil {
 		return fmt.Errorf("shunt: %w", err)
 	}
-	for _, mode := range []string{"iptables", "nftables"} {
+	for _, mode := range b.kubeProxyModes {
 		if err := b.setupKubeProxy(ctx, mode); err != nil {
 			return fmt.Errorf("kube-proxy %s: %w", mode, err)
 		}
@@ -639,6 +649,16 @@ func (b *bench) measure(ctx context.Context, cases []string, n, rep, changes int
 			return fmt.Errorf("%s: %w", c, err)
 		}
 		b.row(c, "rss", "MiB", rss, rep, n)
+	}
+	// What each dataplane keeps once the burst is over: a node pays for
+	// this all day, the peak above only while the objects stream in.
+	time.Sleep(b.settle)
+	for _, c := range cases {
+		rss, err := rssMiB(b.pids[c])
+		if err != nil {
+			return fmt.Errorf("%s: %w", c, err)
+		}
+		b.row(c, "rss_settled", "MiB", rss, rep, n)
 	}
 	if b.heapProfile != "" {
 		sock := instance.Instance{Name: b.inst}.Socket()
