@@ -23,6 +23,9 @@ type Input struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	ShuntPolicies   []*manifest.ShuntNetworkPolicy
 	HostAddrs       []netip.Addr // the node's own addresses: the host identity
+	// Nodes of the cluster: where pods of other nodes are reached (the
+	// tunnel endpoint of their ipcache entries).
+	Nodes []*corev1.Node
 }
 
 // Rule names one rule of one policy; its ID travels in the policy map
@@ -162,6 +165,51 @@ func Compute(in Input, prev Allocations) *Result {
 	return c.res
 }
 
+// nodeTunnels maps each node's name to the underlay address its pods are
+// reached at: its first IPv4 InternalIP, else its first IPv4 ExternalIP, as
+// kubelet orders them. A node with neither is left out: its pods stay
+// ipcache entries without a tunnel (the host stack routes them) until it
+// has one. Two nodes claiming one address would steal each other's
+// traffic: both are left out and reported.
+func (c *computation) nodeTunnels() map[string]netip.Addr {
+	out := make(map[string]netip.Addr, len(c.in.Nodes))
+	owner := map[netip.Addr]string{}
+	shared := map[netip.Addr]bool{}
+	for _, n := range c.in.Nodes {
+		ip := NodeTunnel(n)
+		if !ip.IsValid() {
+			continue
+		}
+		if first, taken := owner[ip]; taken {
+			shared[ip] = true
+			c.problem("Node", "", n.Name, "DuplicateNodeAddress",
+				"status.addresses: %s is also node %s's address; pods of both nodes are not reached through the overlay until one changes", ip, first)
+			continue
+		}
+		owner[ip] = n.Name
+		out[n.Name] = ip
+	}
+	for name, ip := range out {
+		if shared[ip] {
+			delete(out, name)
+		}
+	}
+	return out
+}
+
+// NodeTunnel is the address a node's pods are reached at through the
+// overlay (see nodeTunnels); invalid when the node has none.
+func NodeTunnel(n *corev1.Node) netip.Addr {
+	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); a.Type == t && err == nil && ip.Is4() {
+				return ip
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
 func (c *computation) namespaceLabels(ns string) map[string]string {
 	return c.nsLabels(ns)
 }
@@ -170,6 +218,7 @@ func (c *computation) namespaceLabels(ns string) map[string]string {
 func (c *computation) identify(prev Allocations) {
 	c.nsLabels = namespaceLabelSets(c.in.Namespaces)
 	alloc := newAllocator(prev.Identities, FirstPodIdentity)
+	tunnels := c.nodeTunnels()
 	pods := slices.Clone(c.in.Pods)
 	slices.SortFunc(pods, func(a, b Pod) int { return strings.Compare(a.key(), b.key()) })
 	for _, p := range pods {
@@ -191,7 +240,7 @@ func (c *computation) identify(prev Allocations) {
 		if p.IP.IsValid() {
 			entry := PrefixIdentity{Prefix: netip.PrefixFrom(p.IP, p.IP.BitLen()), Identity: id}
 			if !p.Local {
-				entry.Tunnel = p.Tunnel
+				entry.Tunnel = tunnels[p.Pod.Spec.NodeName]
 			}
 			c.res.State.IPCache = append(c.res.State.IPCache, entry)
 			c.res.podByIP[p.IP] = p.key()

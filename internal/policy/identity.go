@@ -24,10 +24,6 @@ type Pod struct {
 	Pod   *corev1.Pod
 	IP    netip.Addr // invalid while the pod has no address
 	Local bool       // runs on this node: gets policy entries
-	// Tunnel is the underlay address of the node a pod of another node
-	// runs on: its packets go there through the overlay. Invalid for
-	// local pods and for pods whose node is unknown or has no address.
-	Tunnel netip.Addr
 }
 
 func (p Pod) key() string { return p.Pod.Namespace + "/" + p.Pod.Name }

@@ -34,6 +34,8 @@ func world(t *testing.T, docs ...string) Input {
 			in.NetworkPolicies = append(in.NetworkPolicies, obj)
 		case *manifest.ShuntNetworkPolicy:
 			in.ShuntPolicies = append(in.ShuntPolicies, obj)
+		case *corev1.Node:
+			in.Nodes = append(in.Nodes, obj)
 		}
 	}
 	return in
@@ -376,5 +378,43 @@ spec:
 	}
 	if len(res.Warnings) != len(res.Problems) {
 		t.Errorf("warnings %v do not say the problems", res.Warnings)
+	}
+}
+
+func nodeDoc(name, addresses string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Node\nmetadata: {name: %s}\nstatus: {addresses: [%s]}", name, addresses)
+}
+
+// TestRemotePodsTunnel: a pod of another node is reached at its node's
+// InternalIP (ExternalIP when it has none); two nodes claiming one address
+// would take each other's traffic, so neither gets a tunnel and both are
+// reported; local pods never get one.
+func TestRemotePodsTunnel(t *testing.T) {
+	in := world(t,
+		podDoc("default", "a", "app: a"), podDoc("default", "b", "app: b"), podDoc("default", "c", "app: c"),
+		podDoc("default", "d", "app: d"), podDoc("default", "e", "app: e"),
+		nodeDoc("n2", "{type: ExternalIP, address: 203.0.113.2}, {type: InternalIP, address: 192.168.50.2}"),
+		nodeDoc("n3", "{type: ExternalIP, address: 203.0.113.3}"),
+		nodeDoc("n4", "{type: InternalIP, address: 192.168.50.9}"),
+		nodeDoc("n5", "{type: InternalIP, address: 192.168.50.9}"))
+	for i, node := range []string{"", "n2", "n3", "n4", "n5"} {
+		in.Pods[i].Pod.Spec.NodeName = node
+		in.Pods[i].Local = node == ""
+	}
+	res := Compute(in, Allocations{})
+	got := map[string]string{}
+	for _, p := range res.State.IPCache {
+		got[p.Prefix.Addr().String()] = p.Tunnel.String()
+	}
+	want := map[string]string{"10.0.0.10": "invalid IP", "10.0.0.11": "192.168.50.2", "10.0.0.12": "203.0.113.3",
+		"10.0.0.13": "invalid IP", "10.0.0.14": "invalid IP"}
+	for ip, tun := range want {
+		if got[ip] != tun {
+			t.Errorf("%s: tunnel %s, want %s", ip, got[ip], tun)
+		}
+	}
+	if len(res.Problems) != 1 || res.Problems[0].Kind != "Node" || res.Problems[0].Name != "n5" || res.Problems[0].Reason != "DuplicateNodeAddress" ||
+		!strings.Contains(res.Problems[0].Message, "node n4") {
+		t.Errorf("problems %+v: want n5's address reported as n4's too", res.Problems)
 	}
 }

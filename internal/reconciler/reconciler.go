@@ -299,7 +299,7 @@ func samePolicyView(a, b *corev1.Pod) bool {
 func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoints []model.Endpoint) (policy.Input, error) {
 	in := policy.Input{
 		Namespaces: store.Namespaces(), NetworkPolicies: store.NetworkPolicies(), ShuntPolicies: store.ShuntPolicies(),
-		HostAddrs: slices.Clone(r.cfg.NodeAddrs),
+		HostAddrs: slices.Clone(r.cfg.NodeAddrs), Nodes: store.Nodes(),
 	}
 	if r.cfg.HostAddrs != nil {
 		hosts, err := r.cfg.HostAddrs()
@@ -313,12 +313,8 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoint
 	for _, ep := range endpoints {
 		reported[ep.Pod] = ep.IP
 	}
-	tunnels := nodeTunnels(store.Nodes())
 	for _, p := range store.Pods() {
 		pod := policy.Pod{Pod: p, Local: p.Spec.NodeName == r.cfg.NodeName}
-		if !pod.Local {
-			pod.Tunnel = tunnels[p.Spec.NodeName]
-		}
 		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
 			pod.IP = ip
 		} else if ip, ok := reported[p.Namespace+"/"+p.Name]; ok && pod.Local {
@@ -332,35 +328,10 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoint
 	return in, nil
 }
 
-// nodeTunnels maps each node's name to the underlay address its pods are
-// reached at: its first IPv4 InternalIP, else its first IPv4 ExternalIP, as
-// kubelet orders them. A node with neither is left out: its pods stay
-// plain ipcache entries (identity only) until it has one.
-func nodeTunnels(nodes []*corev1.Node) map[string]netip.Addr {
-	out := make(map[string]netip.Addr, len(nodes))
-	for _, n := range nodes {
-		if ip := tunnelOf(n); ip.IsValid() {
-			out[n.Name] = ip
-		}
-	}
-	return out
-}
-
-func tunnelOf(n *corev1.Node) netip.Addr {
-	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
-		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); a.Type == t && err == nil && ip.Is4() {
-				return ip
-			}
-		}
-	}
-	return netip.Addr{}
-}
-
-// nodeTunnel is tunnelOf for a stored object (invalid when absent).
+// nodeTunnel is the tunnel address of a stored Node (invalid when absent).
 func nodeTunnel(o manifest.Object) netip.Addr {
 	if n, ok := o.Obj.(*corev1.Node); ok {
-		return tunnelOf(n)
+		return policy.NodeTunnel(n)
 	}
 	return netip.Addr{}
 }
