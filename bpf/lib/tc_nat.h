@@ -10,6 +10,7 @@
 #include "services.h"
 #include "metrics.h"
 #include "flow.h"
+#include "ipv4.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -18,10 +19,6 @@ struct {
 	__uint(max_entries, 131072);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } shunt_tc_nat SEC(".maps");
-
-#define IP_DST_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, daddr))
-#define IP_SRC_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, saddr))
-#define IP_CSUM_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, check))
 
 /* rewrite_l4 replaces an address and a port of the packet, fixing the IPv4
  * header checksum and the TCP/UDP checksum (which covers the address via the
