@@ -8,8 +8,10 @@
  * for a local destination, the receiver's ingress) to new connections, and
  * routes a packet for another local pod here, in BPF: MACs rewritten, TTL
  * decremented, handed straight to the destination's veth, so it never enters
- * the host IP stack. Anything else (node addresses, outside) goes to the
- * host stack.
+ * the host IP stack. A packet for a pod of another node is encapsulated to
+ * that node (lib/encap.h) when the node has an overlay; its ingress policy
+ * is judged there (bpf/overlay_tc.c). Anything else (node addresses,
+ * outside) goes to the host stack.
  *
  * shunt_to_pod runs at egress of the host veth: on packets the host stack
  * (or bpf_redirect) delivers to the pod. It applies the pod's ingress policy
@@ -27,6 +29,7 @@
 #include "lib/policy.h"
 #include "lib/flows.h"
 #include "lib/proxy.h"
+#include "lib/encap.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -57,6 +60,20 @@ static __always_inline struct proxy_origin *proxy_origin_of(struct flow *f)
 		.client_ip = f->saddr, .client_port = f->sport, .proxy_ip = f->daddr, .proxy_port = f->dport,
 	};
 	return bpf_map_lookup_elem(&shunt_proxy_origins, &key);
+}
+
+/* to_tunnel sends a packet to the node hosting its destination: one hop,
+ * then encapsulated with the sender's identity as the VNI. */
+static __always_inline int to_tunnel(struct __sk_buff *skb, struct pkt *p, __u32 tunnel_ip4)
+{
+	int verdict = forward_hop(skb, p);
+	if (verdict >= 0)
+		return verdict;
+	__u32 reason = encap_to_node(skb, &CONFIG, tunnel_ip4, p->src_identity);
+	if (reason)
+		return drop(skb, p, reason);
+	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
+	return TC_ACT_REDIRECT;
 }
 
 SEC("tc")
@@ -94,6 +111,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 	struct policy_side dst = { .addr = p.f.daddr };
 	struct proxy_origin *origin = proxy_origin_of(&p.f);
 	bool via_proxy = false;
+	__u32 tunnel_ip4 = 0;
 	ep = lookup_endpoint(p.f.daddr);
 	if (ep) {
 		dst.identity = ep->identity;
@@ -104,7 +122,10 @@ int shunt_from_pod(struct __sk_buff *skb)
 		if (origin && origin->ip == p.f.daddr)
 			dst.judged_dport = origin->port;
 	} else {
-		dst.identity = identity_of(p.f.daddr);
+		struct ipcache_value *remote = ipcache_lookup(p.f.daddr);
+
+		dst.identity = remote ? remote->identity : SHUNT_ID_WORLD;
+		tunnel_ip4 = remote ? remote->tunnel_ip4 : 0;
 		via_proxy = origin != NULL;
 		struct endpoint_info *oep = origin ? lookup_endpoint(origin->ip) : NULL;
 		if (oep) {
@@ -133,6 +154,10 @@ int shunt_from_pod(struct __sk_buff *skb)
 			done(skb, &p, FLOW_REDIRECTED_PROXY, SHUNT_REASON_PROXY_ADMITTED);
 			return TC_ACT_OK;
 		}
+		/* A pod of another node: the sender's egress is judged (above),
+		 * the receiver's ingress on the receiving node. */
+		if (tunnel_ip4 && CONFIG.tunnel_ifindex)
+			return to_tunnel(skb, &p, tunnel_ip4);
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
