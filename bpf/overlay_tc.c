@@ -63,8 +63,14 @@ int shunt_from_overlay(struct __sk_buff *skb)
 
 	ep = lookup_endpoint(p.f.daddr);
 	if (!ep) {
-		/* The node itself, or nothing of ours: the stack decides. */
+		/* The node itself, or nothing of ours: the stack decides. The
+		 * inner destination MAC is the sending pod's gateway on its
+		 * node, not this device's, so the device took the frame as for
+		 * another host, which the stack would drop unrouted: it is for
+		 * this node. */
 		p.dst_identity = identity_of(p.f.daddr);
+		if (bpf_skb_change_type(skb, PACKET_HOST) < 0)
+			return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}

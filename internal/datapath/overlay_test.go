@@ -156,6 +156,39 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 		b.sync(t, policy.State{IPCache: ipcache(b, a)})
 	})
 
+	t.Run("for no pod of the node: the node's stack takes it", func(t *testing.T) {
+		// An address of node B's own that A reaches through the overlay
+		// (A's ipcache says so): B's stack, not a pod, receives it.
+		nodeB := netip.AddrPortFrom(netip.MustParseAddr("10.244.2.1"), 7777)
+		a.sync(t, policy.State{IPCache: append(ipcache(a, b),
+			policy.PrefixIdentity{Prefix: netip.PrefixFrom(nodeB.Addr(), 32), Identity: policy.IdentityWorld, Tunnel: b.underlay})})
+		defer a.sync(t, policy.State{IPCache: ipcache(a, b)})
+		var l *net.UDPConn
+		if err := netnsrun.Do(b.netns, func() (err error) {
+			l, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(nodeB))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		beforeB := counts(t, b.d)
+		if err := netnsrun.Do(podnet.NetnsPath(a.pod.Netns), func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(nodeB))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte("to the node"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !readUDP(l, 2*time.Second) {
+			t.Errorf("node B's stack did not receive what pod A sent to %s through the overlay (B: %v)", nodeB, counts(t, b.d))
+		}
+		counterDelta(t, b.d, beforeB, map[string]uint64{"to-stack/from-overlay": 1})
+	})
+
 	t.Run("forged overlay packets are dropped as tunnel-spoofed", func(t *testing.T) {
 		udp := listenUDP(t, b.pod, netip.AddrPortFrom(b.pod.PodIP, ovSpoofPort))
 		frame := packet(a.pod.PodIP, b.pod.PodIP, 17, udpDatagram(5555, ovSpoofPort))
