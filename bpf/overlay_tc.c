@@ -9,10 +9,13 @@
  * inner Ethernet header, the outer source and the VNI are in the tunnel
  * key. The VNI is the sender's identity, which policy trusts, so a packet is
  * accepted only from the node the ipcache says hosts its inner source
- * address, and only with a pod identity. A packet for a pod of this node is
- * judged by the pod's ingress policy, tracked (its replies pass back
- * through shunt_from_pod), and handed straight to the pod as from a pod of
- * this node. Anything else goes to the host stack.
+ * address, and only with a pod identity. A reply from a service backend on
+ * the other node gets the service address back here, where the client's
+ * pod sent it to the service (the tc fallback's entries are on this node).
+ * A packet for a pod of this node is judged by the pod's ingress policy,
+ * tracked (its replies pass back through shunt_from_pod), and handed
+ * straight to the pod as from a pod of this node. Anything else goes to the
+ * host stack.
  */
 #include "lib/common.h"
 #include "lib/metrics.h"
@@ -21,6 +24,7 @@
 #include "lib/ipv4.h"
 #include "lib/pkt.h"
 #include "lib/forward.h"
+#include "lib/tc_nat.h"
 #include "lib/policy.h"
 #include "lib/flows.h"
 #include "lib/encap.h"
@@ -61,6 +65,12 @@ int shunt_from_overlay(struct __sk_buff *skb)
 	if (!tunnel_identity_ok(key.tunnel_id) || !from_tunnel_node(p.f.saddr, bpf_htonl(key.remote_ipv4)))
 		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
 
+	__u32 reason;
+	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
+	if (verdict >= 0)
+		return drop(skb, &p, reason);
+	p.failed = reason;
+
 	ep = lookup_endpoint(p.f.daddr);
 	if (!ep) {
 		/* The node itself, or nothing of ours: the stack decides. The
@@ -79,7 +89,7 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		.addr = p.f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
 	};
 	p.dst_identity = ep->identity;
-	__u32 reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
 	if (reason)
 		return drop(skb, &p, reason);
 	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);

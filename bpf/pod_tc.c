@@ -103,7 +103,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 	p.src_identity = ep->identity;
 
 	__u32 reason;
-	verdict = tc_service_nat(skb, ip, &p.f, &reason);
+	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
 	if (verdict >= 0)
 		return drop(skb, &p, reason);
 	p.failed = reason;

@@ -19,6 +19,7 @@ import (
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 // The two-node overlay test builds, out of network namespaces, two nodes
@@ -73,7 +74,8 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 	veth(t, nsX, "ul-x", netip.MustParsePrefix("10.78.0.3/24"), nsB, "ul-xb", netip.MustParsePrefix("10.78.0.2/24"))
 
 	a := newOvNode(t, "a", nsA, mode, netip.MustParseAddr("10.77.0.1"),
-		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: 1450},
+		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: 1450,
+			ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")},
 		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
 	b := newOvNode(t, "b", nsB, mode, netip.MustParseAddr("10.77.0.2"),
 		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host", MTU: 1450},
@@ -154,6 +156,23 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 		counterDelta(t, b.d, beforeB, nil, "to-tunnel/from-pod", "policy-not-allowed/from-pod")
 		b.ep.EgressIsolated = false
 		b.sync(t, policy.State{IPCache: ipcache(b, a)})
+	})
+
+	t.Run("a service on A with its backend on B (tc path)", func(t *testing.T) {
+		// No socket hook runs here (none is attached): node A's tc path
+		// translates pod A's connection to the VIP, and the replies,
+		// which come back through the overlay, get the VIP back.
+		vip := netip.AddrPortFrom(netip.MustParseAddr("10.96.0.10"), 80)
+		if _, err := a.d.SyncServices([]services.Port{{Frontend: services.Frontend{VIP: vip.Addr(), Port: vip.Port(), Proto: 6},
+			Name: "test/web:80", Backends: []services.Backend{{IP: b.pod.PodIP, Port: ovEchoPort}}}}); err != nil {
+			t.Fatal(err)
+		}
+		defer a.d.SyncServices(nil)
+		beforeA := counts(t, a.d)
+		if err := tcpEcho(a.pod, vip, 64<<10); err != nil {
+			t.Fatalf("TCP from pod A to the VIP %s, backend on B: %v", vip, err)
+		}
+		counterDelta(t, a.d, beforeA, nil, "service-translated/from-pod", "service-translated/from-overlay")
 	})
 
 	t.Run("for no pod of the node: the node's stack takes it", func(t *testing.T) {

@@ -25,6 +25,8 @@ type overlaytcShuntConfig struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	overlaytcMapShuntAffinity       = "shunt_affinity"
+	overlaytcMapShuntBackends       = "shunt_backends"
 	overlaytcMapShuntCidrIdentities = "shunt_cidr_identities"
 	overlaytcMapShuntCt             = "shunt_ct"
 	overlaytcMapShuntEndpoints      = "shunt_endpoints"
@@ -34,6 +36,9 @@ const (
 	overlaytcMapShuntIpcache        = "shunt_ipcache"
 	overlaytcMapShuntMetrics        = "shunt_metrics"
 	overlaytcMapShuntPolicy         = "shunt_policy"
+	overlaytcMapShuntRevnat         = "shunt_revnat"
+	overlaytcMapShuntServices       = "shunt_services"
+	overlaytcMapShuntTcNat          = "shunt_tc_nat"
 	overlaytcProgShuntFromOverlay   = "shunt_from_overlay"
 	overlaytcVarCONFIG              = "CONFIG"
 )
@@ -87,6 +92,8 @@ type overlaytcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type overlaytcMapSpecs struct {
+	ShuntAffinity       *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends       *ebpf.MapSpec `ebpf:"shunt_backends"`
 	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
@@ -96,6 +103,9 @@ type overlaytcMapSpecs struct {
 	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntPolicy         *ebpf.MapSpec `ebpf:"shunt_policy"`
+	ShuntRevnat         *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices       *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntTcNat          *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
 }
 
 // overlaytcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -125,6 +135,8 @@ func (o *overlaytcObjects) Close() error {
 //
 // It can be passed to loadOverlaytcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type overlaytcMaps struct {
+	ShuntAffinity       *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends       *ebpf.Map `ebpf:"shunt_backends"`
 	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
@@ -134,10 +146,15 @@ type overlaytcMaps struct {
 	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntPolicy         *ebpf.Map `ebpf:"shunt_policy"`
+	ShuntRevnat         *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices       *ebpf.Map `ebpf:"shunt_services"`
+	ShuntTcNat          *ebpf.Map `ebpf:"shunt_tc_nat"`
 }
 
 func (m *overlaytcMaps) Close() error {
 	return _OverlaytcClose(
+		m.ShuntAffinity,
+		m.ShuntBackends,
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
 		m.ShuntEndpoints,
@@ -147,6 +164,9 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntIpcache,
 		m.ShuntMetrics,
 		m.ShuntPolicy,
+		m.ShuntRevnat,
+		m.ShuntServices,
+		m.ShuntTcNat,
 	)
 }
 
