@@ -84,7 +84,7 @@ func hasAddress(a netip.Addr) error {
 
 func describeLink(l netlink.Link) string {
 	if vx, ok := l.(*netlink.Vxlan); ok {
-		return fmt.Sprintf("a VXLAN device, collect-metadata %v, port %d", vx.FlowBased, vx.Port)
+		return fmt.Sprintf("type vxlan, collect-metadata %v, port %d", vx.FlowBased, vx.Port)
 	}
-	return "a " + l.Type() + " device"
+	return "type " + l.Type()
 }

@@ -9,9 +9,12 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -558,4 +561,130 @@ func findFlow(t *testing.T, fr *FlowReader, match func(FlowEvent) bool) FlowEven
 	}
 	t.Fatalf("no matching flow event within 3s")
 	return FlowEvent{}
+}
+
+// TestEnsureVXLANRefuses: EnsureVXLAN adopts only a device it could have
+// made, and names what is wrong otherwise.
+func TestEnsureVXLANRefuses(t *testing.T) {
+	requireBPF(t)
+	ns := testNetns(t)
+	ul := netip.MustParseAddr("10.77.0.1")
+	err := netnsrun.Do(ns, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ul, 32))}); err != nil {
+			return err
+		}
+		la := netlink.NewLinkAttrs()
+		la.Name = "classic"
+		if err := netlink.LinkAdd(&netlink.Vxlan{LinkAttrs: la, VxlanId: 7, Port: ovPort}); err != nil {
+			return err
+		}
+		if _, err := EnsureVXLAN("vx", ul, ovPort); err != nil {
+			return err
+		}
+		for _, c := range []struct {
+			name     string
+			underlay netip.Addr
+			port     int
+			want     string
+		}{
+			{"vx", netip.MustParseAddr("10.77.0.9"), ovPort, "not an address of this node"},
+			{"vx", netip.MustParseAddr("fd00::1"), ovPort, "IPv4 underlay"},
+			{"vx", ul, 0, "UDP port 0"},
+			{"vx", ul, 4790, "not a collect-metadata VXLAN device on UDP port 4790"},
+			{"classic", ul, ovPort, "(type vxlan, collect-metadata false, port 4789)"},
+			{"lo", ul, ovPort, "(type device)"},
+		} {
+			_, err := EnsureVXLAN(c.name, c.underlay, c.port)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("EnsureVXLAN(%s, %s, %d): %v; want an error saying %q", c.name, c.underlay, c.port, err, c.want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAttachOverlayAdopts: a restarted agent (a second Open on the same
+// pins) adopts the pinned overlay link and switches it to its program,
+// leaving one attachment; DetachOverlay removes it.
+func TestAttachOverlayAdopts(t *testing.T) {
+	requireBPF(t)
+	ns := testNetns(t)
+	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-adopt"))
+	t.Cleanup(func() {
+		if err := Uninstall(pinDir); err != nil {
+			t.Error(err)
+		}
+	})
+	ul := netip.MustParseAddr("10.77.0.1")
+	err := netnsrun.Do(ns, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ul, 32))}); err != nil {
+			return err
+		}
+		vx, err := EnsureVXLAN(ovVXLAN, ul, ovPort)
+		if err != nil {
+			return err
+		}
+		var progIDs []ebpf.ProgramID
+		for range 2 {
+			d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if err := d.AttachOverlay(ovVXLAN, vx); err != nil {
+				return err
+			}
+			info, err := d.overlay.ShuntFromOverlay.Info()
+			if err != nil {
+				return err
+			}
+			id, _ := info.ID()
+			progIDs = append(progIDs, id)
+		}
+		l, err := link.LoadPinnedLink(filepath.Join(pinDir, "links", "from-overlay-"+ovVXLAN), nil)
+		if err != nil {
+			return err
+		}
+		info, err := l.Info()
+		l.Close() // a link lives while a pin or a descriptor holds it
+		if err != nil {
+			return err
+		}
+		if info.Program != progIDs[1] || progIDs[0] == progIDs[1] {
+			t.Errorf("pinned link runs program %d; the restarted agent's is %d (the first's %d)", info.Program, progIDs[1], progIDs[0])
+		}
+		tcx, err := link.QueryPrograms(link.QueryOptions{Target: vx, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		if len(tcx.Programs) != 1 {
+			t.Errorf("%d programs at tcx ingress of %s, want 1", len(tcx.Programs), ovVXLAN)
+		}
+		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if err := d.DetachOverlay(ovVXLAN); err != nil {
+			return err
+		}
+		if tcx, err := link.QueryPrograms(link.QueryOptions{Target: vx, Attach: ebpf.AttachTCXIngress}); err != nil || len(tcx.Programs) != 0 {
+			t.Errorf("after DetachOverlay: %+v, %v; want no program", tcx, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
