@@ -48,7 +48,7 @@ func FuzzPodPrograms(f *testing.F) {
 	f.Add(tcpPacket(a, 40000, b, 80))
 	f.Add(append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xaa, 0, 0, 0, 0, 2, 0x08, 0x06}, make([]byte, 28)...))
 	f.Add(append([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0, 1, 0x08, 0x00}, ipv4Packet(a, b, 64)[14:]...)) // VLAN
-	f.Add(append([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x86, 0xdd}, make([]byte, 60)...))                          // IPv6
+	f.Add(append([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x86, 0xdd}, make([]byte, 60)...))                            // IPv6
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) < 14 || len(frame) > 9000 {
 			return // test runs refuse less than an Ethernet header; jumbo at most
