@@ -46,9 +46,13 @@ func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err e
 		la.Name = name
 		vx := &netlink.Vxlan{LinkAttrs: la, FlowBased: true, Port: port, Learning: false, SrcAddr: underlay.AsSlice()}
 		if err := netlink.LinkAdd(vx); err != nil {
-			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EINVAL) {
-				return 0, fmt.Errorf("creating VXLAN device %s: %w: the kernel needs its vxlan driver (CONFIG_VXLAN, module vxlan) "+
-					"with collect-metadata (external) mode, Linux 4.3+", name, err)
+			if errors.Is(err, unix.EOPNOTSUPP) {
+				return 0, fmt.Errorf("creating VXLAN device %s: %w: the kernel has no vxlan driver "+
+					"(CONFIG_VXLAN; load the vxlan module, or use a kernel built with it)", name, err)
+			}
+			if errors.Is(err, unix.EINVAL) {
+				return 0, fmt.Errorf("creating VXLAN device %s: %w: the kernel refused a collect-metadata (external) "+
+					"VXLAN device on UDP port %d, which needs Linux 4.3+", name, err, port)
 			}
 			if errors.Is(err, unix.EADDRINUSE) || errors.Is(err, unix.EEXIST) {
 				return 0, fmt.Errorf("creating VXLAN device %s: %w: another collect-metadata VXLAN device already uses UDP port %d "+
