@@ -8,8 +8,10 @@
  * for a local destination, the receiver's ingress) to new connections, and
  * routes a packet for another local pod here, in BPF: MACs rewritten, TTL
  * decremented, handed straight to the destination's veth, so it never enters
- * the host IP stack. Anything else (node addresses, outside) goes to the
- * host stack.
+ * the host IP stack. A packet for a pod of another node is encapsulated to
+ * that node (lib/encap.h) when the node has an overlay; its ingress policy
+ * is judged there (bpf/overlay_tc.c). Anything else (node addresses,
+ * outside) goes to the host stack.
  *
  * shunt_to_pod runs at egress of the host veth: on packets the host stack
  * (or bpf_redirect) delivers to the pod. It applies the pod's ingress policy
@@ -20,10 +22,14 @@
 #include "lib/metrics.h"
 #include "lib/endpoints.h"
 #include "lib/flow.h"
+#include "lib/ipv4.h"
+#include "lib/pkt.h"
+#include "lib/forward.h"
 #include "lib/tc_nat.h"
 #include "lib/policy.h"
 #include "lib/flows.h"
 #include "lib/proxy.h"
+#include "lib/encap.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -56,92 +62,18 @@ static __always_inline struct proxy_origin *proxy_origin_of(struct flow *f)
 	return bpf_map_lookup_elem(&shunt_proxy_origins, &key);
 }
 
-#define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
-
-/* Decrement the TTL as a router would; the checksum is patched incrementally
- * over the 16-bit word that holds TTL and protocol. */
-static __always_inline int ip_dec_ttl(struct __sk_buff *skb, struct iphdr *ip)
+/* to_tunnel sends a packet to the node hosting its destination: one hop,
+ * then encapsulated with the sender's identity as the VNI. */
+static __always_inline int to_tunnel(struct __sk_buff *skb, struct pkt *p, __u32 tunnel_ip4)
 {
-	__u16 old = bpf_htons((__u16)ip->ttl << 8 | ip->protocol);
-	__u16 new = bpf_htons((__u16)(ip->ttl - 1) << 8 | ip->protocol);
-	__u8 ttl = ip->ttl - 1;
-
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old, new, sizeof(__u16)) < 0)
-		return -1;
-	return bpf_skb_store_bytes(skb, IP_TTL_OFF, &ttl, sizeof(ttl), 0);
-}
-
-/* ipv4_header returns the IPv4 header of an Ethernet frame, or NULL with
- * *verdict set: TC_ACT_OK for what is not IPv4, TC_ACT_SHOT for malformed. */
-static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb, __u32 dir, int *verdict)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip;
-
-	if ((void *)(eth + 1) > data_end) {
-		count(SHUNT_REASON_INVALID_PACKET, dir, skb->len);
-		*verdict = TC_ACT_SHOT;
-		return NULL;
-	}
-	if (eth->h_proto != bpf_htons(ETH_P_IP)) {
-		count(SHUNT_REASON_NOT_IPV4, dir, skb->len);
-		*verdict = TC_ACT_OK;
-		return NULL;
-	}
-	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > data_end || ip->ihl < 5) {
-		count(SHUNT_REASON_INVALID_PACKET, dir, skb->len);
-		*verdict = TC_ACT_SHOT;
-		return NULL;
-	}
-	return ip;
-}
-
-/* What one packet's flow event reports, filled in along the way. */
-struct pkt {
-	struct flow f;
-	__u32 dir;         /* enum shunt_direction, also the flow point */
-	__u32 orig_daddr;  /* before the tc service translation */
-	__u16 orig_dport;
-	__u32 src_identity;
-	__u32 dst_identity;
-	__u32 rule;
-	__u8 event;        /* enum flow_event_type */
-	__u32 failed;      /* a record that could not be made on the way (enum shunt_reason), 0 if none */
-};
-
-/* done counts a packet's outcome and, when the sampling wants it, reports
- * it. A record that could not be made on the way (counted where it failed)
- * is news even when the packet went on: the event names it as its reason
- * and is sent whenever flows are on. */
-static __always_inline void done(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason)
-{
-	count(reason, p->dir, skb->len);
-	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
-	__u32 mode = flow_mode();
-	if (!flow_wanted(mode, event) && !(p->failed && mode != FLOW_MODE_OFF))
-		return;
-	if (verdict != FLOW_DROPPED && p->failed)
-		reason = p->failed;
-	struct flow_event e = {
-		.saddr = p->f.saddr, .daddr = p->f.daddr, .sport = p->f.sport, .dport = p->f.dport,
-		.proto = p->f.proto, .tcp_flags = p->f.tcp_flags, .verdict = verdict, .reason = reason,
-		.point = p->dir, .event = event, .ifindex = skb->ifindex, .src_identity = p->src_identity,
-		.dst_identity = p->dst_identity, .rule_id = p->rule, .len = skb->len,
-	};
-	if (p->orig_daddr != p->f.daddr || p->orig_dport != p->f.dport) {
-		e.orig_daddr = p->orig_daddr;
-		e.orig_dport = p->orig_dport;
-	}
-	flow_emit(&e);
-}
-
-static __always_inline int drop(struct __sk_buff *skb, struct pkt *p, __u32 reason)
-{
-	done(skb, p, FLOW_DROPPED, reason);
-	return TC_ACT_SHOT;
+	int verdict = forward_hop(skb, p);
+	if (verdict >= 0)
+		return verdict;
+	__u32 reason = encap_to_node(skb, &CONFIG, tunnel_ip4, p->src_identity);
+	if (reason)
+		return drop(skb, p, reason);
+	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
+	return TC_ACT_REDIRECT;
 }
 
 SEC("tc")
@@ -149,9 +81,8 @@ int shunt_from_pod(struct __sk_buff *skb)
 {
 	struct endpoint_info *ep;
 	struct iphdr *ip;
-	struct pkt p = { .dir = SHUNT_DIR_FROM_POD };
+	struct pkt p = { .dir = SHUNT_DIR_FROM_POD, .point = FLOW_POINT_FROM_POD };
 	int verdict;
-	long ret;
 
 	ip = ipv4_header(skb, SHUNT_DIR_FROM_POD, &verdict);
 	if (!ip)
@@ -172,7 +103,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 	p.src_identity = ep->identity;
 
 	__u32 reason;
-	verdict = tc_service_nat(skb, ip, &p.f, &reason);
+	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
 	if (verdict >= 0)
 		return drop(skb, &p, reason);
 	p.failed = reason;
@@ -180,6 +111,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 	struct policy_side dst = { .addr = p.f.daddr };
 	struct proxy_origin *origin = proxy_origin_of(&p.f);
 	bool via_proxy = false;
+	__u32 tunnel_ip4 = 0;
 	ep = lookup_endpoint(p.f.daddr);
 	if (ep) {
 		dst.identity = ep->identity;
@@ -190,7 +122,10 @@ int shunt_from_pod(struct __sk_buff *skb)
 		if (origin && origin->ip == p.f.daddr)
 			dst.judged_dport = origin->port;
 	} else {
-		dst.identity = identity_of(p.f.daddr);
+		struct ipcache_value *remote = ipcache_lookup(p.f.daddr);
+
+		dst.identity = remote ? remote->identity : SHUNT_ID_WORLD;
+		tunnel_ip4 = remote ? remote->tunnel_ip4 : 0;
 		via_proxy = origin != NULL;
 		struct endpoint_info *oep = origin ? lookup_endpoint(origin->ip) : NULL;
 		if (oep) {
@@ -219,37 +154,14 @@ int shunt_from_pod(struct __sk_buff *skb)
 			done(skb, &p, FLOW_REDIRECTED_PROXY, SHUNT_REASON_PROXY_ADMITTED);
 			return TC_ACT_OK;
 		}
+		/* A pod of another node: the sender's egress is judged (above),
+		 * the receiver's ingress on the receiving node. */
+		if (tunnel_ip4 && CONFIG.tunnel_ifindex)
+			return to_tunnel(skb, &p, tunnel_ip4);
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
-	/* Copy what we need before helpers invalidate packet pointers. */
-	__u32 ifindex = ep->ifindex;
-	__u8 macs[12];
-	__builtin_memcpy(macs, ep->pod_mac, 6);
-	__builtin_memcpy(macs + 6, ep->node_mac, 6);
-
-	/* Helpers may have moved the packet: reload the header. */
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	ip = data + ETH_HLEN;
-	if ((void *)(ip + 1) > data_end)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
-	/* Let the stack generate ICMP time exceeded. */
-	if (ip->ttl <= 1) {
-		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TTL_EXCEEDED);
-		return TC_ACT_OK;
-	}
-	if (ip_dec_ttl(skb, ip) < 0 || bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
-
-	if (CONFIG.fwd_mode == SHUNT_FWD_REDIRECT_PEER)
-		ret = bpf_redirect_peer(ifindex, 0);
-	else
-		ret = bpf_redirect(ifindex, 0);
-	if (ret != TC_ACT_REDIRECT)
-		return drop(skb, &p, SHUNT_REASON_REDIRECT_FAILED);
-	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
-	return TC_ACT_REDIRECT;
+	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);
 }
 
 SEC("tc")
@@ -257,7 +169,7 @@ int shunt_to_pod(struct __sk_buff *skb)
 {
 	struct endpoint_info *ep;
 	struct iphdr *ip;
-	struct pkt p = { .dir = SHUNT_DIR_TO_POD };
+	struct pkt p = { .dir = SHUNT_DIR_TO_POD, .point = FLOW_POINT_TO_POD };
 	int verdict;
 
 	ip = ipv4_header(skb, SHUNT_DIR_TO_POD, &verdict);

@@ -2,7 +2,7 @@
 /*
  * The packet headers and socket constants shunt's programs use, written
  * out from the kernel UAPI (linux/if_ether.h, ip.h, tcp.h, udp.h, icmp.h,
- * in.h, pkt_cls.h, socket.h, asm-generic/errno.h). These are ABI: their
+ * in.h, pkt_cls.h, socket.h, if_packet.h, asm-generic/errno.h). These are ABI: their
  * layouts and values never change, so a fixed copy is correct on every
  * kernel. The system's versions include glibc headers (linux/if.h pulls in
  * sys/socket.h), which with -target bpf need 32-bit libc packages; this
@@ -103,6 +103,9 @@ struct icmphdr {
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
 #define TC_ACT_REDIRECT 7
+
+/* linux/if_packet.h: skb->pkt_type */
+#define PACKET_HOST 0
 
 /* linux/socket.h */
 #define AF_INET 2

@@ -28,7 +28,10 @@ struct shunt_config {
 	 * judge their packets as that client. A zero mask disables both. */
 	__u32 proxy_mark_magic;
 	__u32 proxy_mark_mask;
-	__u32 pad;
+	/* The node's collect-metadata VXLAN device, through which packets for
+	 * pods of other nodes leave (lib/encap.h); 0: no overlay, they go to
+	 * the host stack. */
+	__u32 tunnel_ifindex;
 };
 
 /* A local pod endpoint, keyed by its IPv4 address (network byte order). */
@@ -69,8 +72,9 @@ enum shunt_identity {
 };
 
 /* shunt_ipcache and shunt_cidr_identities are LPM tries: address/prefix ->
- * identity. The first holds pods and node addresses; the second the prefixes
- * policies name (ipBlock cidr and except). */
+ * identity. The first holds pods and node addresses, and for pods of other
+ * nodes the node that hosts them (the tunnel endpoint); the second the
+ * prefixes policies name (ipBlock cidr and except). */
 struct ipcache_key {
 	__u32 prefixlen; /* LPM: bits of ip4 that count */
 	__u32 ip4;       /* network byte order */
@@ -78,7 +82,11 @@ struct ipcache_key {
 
 struct ipcache_value {
 	__u32 identity;
-	__u32 pad;
+	/* shunt_ipcache: the underlay IPv4 of the node hosting the address
+	 * (network byte order), where packets to it are encapsulated to and
+	 * the only outer source accepted for packets from it; 0 when it is not
+	 * behind the overlay (local pods, node addresses, world). */
+	__u32 tunnel_ip4;
 };
 
 /*
@@ -186,11 +194,17 @@ enum shunt_reason {
 	SHUNT_REASON_ACCEL_ENDED = 28,    /* sockops: an accelerated socket closed (left the sockhash) */
 	SHUNT_REASON_ACCEL_FOREIGN_NETNS = 29, /* sockops: a socket uses a pod's address outside the pod's namespace: not accelerated */
 	SHUNT_REASON_SOCK_FOREIGN_NETNS = 30, /* socket hooks: a socket of a namespace this node does not manage (not the node's, no pod's): left alone */
+	SHUNT_REASON_TO_TUNNEL = 31,      /* encapsulated to the node hosting the destination (overlay) */
+	SHUNT_REASON_TUNNEL_SPOOFED = 32, /* dropped: an overlay packet whose outer source is not the node hosting its
+					   * inner source address, or whose VNI is no pod identity */
+	SHUNT_REASON_TUNNEL_KEY_FAILED = 33, /* dropped: the tunnel key could not be set or read (a helper failed, or
+					      * the sender's identity does not fit a VNI) */
 	SHUNT_REASON_MAX,
 };
 
-/* Where an outcome is counted: a direction of the tc programs on a pod veth,
- * or the socket hook (its v4 and v6 programs together). */
+/* Where an outcome is counted: a direction of the tc programs on a pod veth
+ * or on the overlay device, or the socket hook (its v4 and v6 programs
+ * together). */
 enum shunt_direction {
 	SHUNT_DIR_FROM_POD = 0,
 	SHUNT_DIR_TO_POD = 1,
@@ -200,16 +214,19 @@ enum shunt_direction {
 	SHUNT_DIR_GETPEERNAME = 5,
 	SHUNT_DIR_GETSOCKOPT = 6, /* a proxy's getsockopt(SO_ORIGINAL_DST) */
 	SHUNT_DIR_SOCKMSG = 7,    /* socket acceleration: sockops and sk_msg */
+	SHUNT_DIR_FROM_OVERLAY = 8, /* tc ingress of the node's VXLAN device: what other nodes' pods send */
 	SHUNT_DIR_MAX,
 };
 
 /* shunt_metrics is a per-CPU array indexed by
  * reason * SHUNT_METRICS_DIRECTIONS + direction. It has room for more
  * reasons and directions than exist, so adding one keeps the pinned map, and
- * its counts, compatible. */
+ * its counts, compatible. Raising one of these changes the map's size: the
+ * agent then replaces a pinned map of the old size (replaceOldCounters in
+ * internal/datapath), and the counts start again from zero. */
 enum shunt_metrics_layout {
 	SHUNT_METRICS_REASONS = 64,
-	SHUNT_METRICS_DIRECTIONS = 8,
+	SHUNT_METRICS_DIRECTIONS = 16,
 };
 _Static_assert(SHUNT_REASON_MAX <= SHUNT_METRICS_REASONS, "shunt_metrics: raise SHUNT_METRICS_REASONS");
 _Static_assert(SHUNT_DIR_MAX <= SHUNT_METRICS_DIRECTIONS, "shunt_metrics: raise SHUNT_METRICS_DIRECTIONS");
@@ -343,6 +360,7 @@ enum flow_point {
 	FLOW_POINT_FROM_POD = 0, /* tc ingress of the pod's host veth */
 	FLOW_POINT_TO_POD = 1,   /* tc egress of the pod's host veth */
 	FLOW_POINT_SOCK = 2,     /* cgroup socket hook */
+	FLOW_POINT_FROM_OVERLAY = 3, /* tc ingress of the node's VXLAN device */
 	FLOW_POINT_MAX,
 };
 

@@ -38,11 +38,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } shunt_policy SEC(".maps");
 
+/* ipcache_lookup: the ipcache entry of an address (identity, and the node
+ * hosting it when that is behind the overlay), NULL when the ipcache does
+ * not know it. */
+static __always_inline struct ipcache_value *ipcache_lookup(__u32 addr)
+{
+	struct ipcache_key k = { .prefixlen = 32, .ip4 = addr };
+
+	return bpf_map_lookup_elem(&shunt_ipcache, &k);
+}
+
 /* identity_of: the identity of an address that is not a local pod. */
 static __always_inline __u32 identity_of(__u32 addr)
 {
-	struct ipcache_key k = { .prefixlen = 32, .ip4 = addr };
-	struct ipcache_value *v = bpf_map_lookup_elem(&shunt_ipcache, &k);
+	struct ipcache_value *v = ipcache_lookup(addr);
 
 	return v ? v->identity : SHUNT_ID_WORLD;
 }

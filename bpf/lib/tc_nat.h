@@ -10,6 +10,7 @@
 #include "services.h"
 #include "metrics.h"
 #include "flow.h"
+#include "ipv4.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -18,10 +19,6 @@ struct {
 	__uint(max_entries, 131072);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } shunt_tc_nat SEC(".maps");
-
-#define IP_DST_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, daddr))
-#define IP_SRC_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, saddr))
-#define IP_CSUM_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, check))
 
 /* rewrite_l4 replaces an address and a port of the packet, fixing the IPv4
  * header checksum and the TCP/UDP checksum (which covers the address via the
@@ -47,15 +44,18 @@ static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 p
 	return 0;
 }
 
-/* tc_service_nat translates one packet a pod sent: towards a service VIP it
- * picks (once per flow) and writes a backend; a reply from a backend gets
- * the VIP back as its source. Returns the verdict to use, with *reason the
+/* tc_service_nat translates one packet a pod sent (from this node, or from
+ * another through the overlay): towards a service VIP it picks (once per
+ * flow) and writes a backend; a reply from a backend, wherever the backend
+ * runs, gets the VIP back as its source on the client's node, which holds
+ * the flow's entries. Counted under dir (enum shunt_direction). Returns the verdict to use, with *reason the
  * drop reason, or -1 to go on, with *reason 0 or the reason of a record
  * that could not be made on the way (counted here; the packet still goes
  * on). A translated destination is written back into f, so what follows
  * (policy, forwarding) sees the backend; a reply keeps the backend as its
  * source in f, which is what the connection was admitted with. */
-static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f, __u32 *reason)
+static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f, __u32 dir,
+					  __u32 *reason)
 {
 	*reason = 0;
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
@@ -86,7 +86,7 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 			f->daddr = v.addr;
 			f->dport = v.port;
 		}
-		count(SHUNT_REASON_SERVICE_XLATE, SHUNT_DIR_FROM_POD, skb->len);
+		count(SHUNT_REASON_SERVICE_XLATE, dir, skb->len);
 		return -1;
 	}
 
@@ -99,7 +99,7 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 		return TC_ACT_SHOT;
 	}
 	if (*reason)
-		count(*reason, SHUNT_DIR_FROM_POD, skb->len);
+		count(*reason, dir, skb->len);
 	struct tc_nat_value fwd = { .addr = be->ip, .port = be->port };
 	struct tc_nat_key rkey = {
 		.saddr = be->ip, .daddr = saddr, .sport = be->port, .dport = f->sport, .proto = proto,
@@ -126,7 +126,7 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 	}
 	f->daddr = be_ip;
 	f->dport = be_port;
-	count(SHUNT_REASON_SERVICE_XLATE, SHUNT_DIR_FROM_POD, skb->len);
+	count(SHUNT_REASON_SERVICE_XLATE, dir, skb->len);
 	return -1;
 }
 

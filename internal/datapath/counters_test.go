@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -374,15 +375,23 @@ func countKeysOf(t *testing.T, m *ebpf.Map) int {
 
 // TestOpenReplacesOldCounters: a counters map pinned by an older shunt,
 // with another layout, is replaced instead of stopping the agent; a
-// compatible one is adopted with its counts.
+// compatible one is adopted with its counts. 64*8 entries: the layout
+// before SHUNT_METRICS_DIRECTIONS went from 8 to 16 (the overlay's
+// direction was the ninth).
 func TestOpenReplacesOldCounters(t *testing.T) {
+	for _, entries := range []uint32{24, 64 * 8} {
+		t.Run(fmt.Sprint(entries), func(t *testing.T) { testOpenReplacesOldCounters(t, entries) })
+	}
+}
+
+func testOpenReplacesOldCounters(t *testing.T, oldEntries uint32) {
 	requireBPF(t)
 	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
 	if err := os.MkdirAll(pinDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Uninstall(pinDir) })
-	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "shunt_metrics", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 24})
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "shunt_metrics", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: oldEntries})
 	if err != nil {
 		t.Fatal(err)
 	}

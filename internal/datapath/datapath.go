@@ -52,13 +52,19 @@ type Config struct {
 	// ProxyMark is the SO_MARK layout of L7 proxies' upstream sockets
 	// (the zero value: no proxy, nothing is recognised by its mark).
 	ProxyMark ProxyMark
+	// TunnelIfindex is the node's collect-metadata VXLAN device
+	// (EnsureVXLAN), through which packets for pods of other nodes (ipcache
+	// entries with a Tunnel) leave; 0: no overlay, they go to the host
+	// stack. It is a load-time constant: changing it means opening again.
+	TunnelIfindex int
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
 type Datapath struct {
-	cfg  Config
-	objs podtcObjects  // tc programs on pod veths
-	sock socklbObjects // socket-layer service load balancing
+	cfg     Config
+	objs    podtcObjects      // tc programs on pod veths
+	overlay overlaytcPrograms // tc program on the node's VXLAN device
+	sock    socklbObjects     // socket-layer service load balancing
 
 	services serviceTable // in-memory mirror of the service maps
 	pol      policyMaps   // in-memory mirrors of the endpoint and policy maps
@@ -95,9 +101,14 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err := cfg.ProxyMark.check(); err != nil {
 		return nil, err
 	}
-	if err := spec.Variables[podtcVarCONFIG].Set(podtcShuntConfig{
+	if cfg.TunnelIfindex < 0 {
+		return nil, fmt.Errorf("tunnel interface index %d: use the ifindex EnsureVXLAN returns, or 0 for no overlay", cfg.TunnelIfindex)
+	}
+	tcConfig := podtcShuntConfig{
 		FwdMode: mode, ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
-	}); err != nil {
+		TunnelIfindex: uint32(cfg.TunnelIfindex),
+	}
+	if err := spec.Variables[podtcVarCONFIG].Set(tcConfig); err != nil {
 		return nil, fmt.Errorf("setting load-time config: %w", err)
 	}
 	if cfg.FlowBufferBytes > 0 {
@@ -115,6 +126,10 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
 	if err := probeAccel(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	if err := d.loadOverlay(opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries, change); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -140,10 +155,38 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	sockOpts.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
 	if err := sockSpec.LoadAndAssign(&d.sock, &sockOpts); err != nil {
 		d.objs.Close()
+		d.overlay.Close()
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
 	d.initPolicyMaps()
 	return d, nil
+}
+
+// loadOverlay loads the overlay device's program with the pod programs'
+// configuration. Its maps are the pod programs' (the pinned ones by name,
+// the unpinned ring buffer of flowsSize bytes handed over), so both sides of
+// a connection see one conntrack table and one ipcache.
+func (d *Datapath) loadOverlay(opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32, change func(*ebpf.CollectionSpec)) error {
+	spec, err := loadOverlaytc()
+	if err != nil {
+		return err
+	}
+	if change != nil {
+		change(spec)
+	}
+	if err := spec.Variables[overlaytcVarCONFIG].Set(overlaytcShuntConfig{
+		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
+		TunnelIfindex: cfg.TunnelIfindex,
+	}); err != nil {
+		return fmt.Errorf("setting the overlay program's load-time config: %w", err)
+	}
+	spec.Maps["shunt_flows"].MaxEntries = flowsSize
+	o := *opts
+	o.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
+	if err := spec.LoadAndAssign(&d.overlay, &o); err != nil {
+		return explainLoadError(err, d.cfg.PinDir)
+	}
+	return nil
 }
 
 // replaceOldCounters unpins a counters map of another layout (an older
@@ -186,7 +229,7 @@ func explainLoadError(err error, pinDir string) error {
 // Close releases this process's handles. Pinned maps and links stay, so the
 // datapath keeps forwarding while no agent runs.
 func (d *Datapath) Close() error {
-	return errors.Join(d.destroyer.close(), d.objs.Close(), d.sock.Close())
+	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.sock.Close())
 }
 
 // podHooks are the programs on a pod's host-side veth: from-pod at ingress
@@ -262,6 +305,41 @@ func attachPinned(pin string, prog *ebpf.Program, valid func(link.Link) bool, at
 	return nil
 }
 
+// overlayHook is the program on the node's VXLAN device: from-overlay at
+// ingress (what other nodes' pods send to this node, decapsulated).
+const overlayHook = "from-overlay"
+
+// AttachOverlay attaches the overlay program at tcx ingress of the node's
+// collect-metadata VXLAN device (EnsureVXLAN) and pins the link, adopting a
+// pinned one as AttachPod does, so a restart never leaves the device
+// without a program. Call it in the network namespace the device is in.
+func (d *Datapath) AttachOverlay(ifname string, ifindex int) error {
+	if !d.cfg.Mode.UsesBPF() {
+		return fmt.Errorf("attaching the overlay program to %s: forwarding mode %s runs no BPF program; "+
+			"use %s or %s for an overlay", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
+	}
+	prog := d.overlay.ShuntFromOverlay
+	onThisInterface := func(l link.Link) bool {
+		info, err := l.Info()
+		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
+			ebpf.AttachType(info.TCX().AttachType) == ebpf.AttachTCXIngress
+	}
+	attach := func() (link.Link, error) {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", overlayHook, ifname, err)
+		}
+		return l, nil
+	}
+	return attachPinned(d.linkPin(overlayHook, ifname), prog, onThisInterface, attach)
+}
+
+// DetachOverlay removes the overlay program from the VXLAN device (a no-op
+// when none).
+func (d *Datapath) DetachOverlay(ifname string) error {
+	return unpinLink(d.linkPin(overlayHook, ifname))
+}
+
 // DetachPod removes the program from a pod interface (a no-op when none).
 func (d *Datapath) DetachPod(ifname string) error {
 	var errs []error
@@ -300,7 +378,8 @@ func Uninstall(pinDir string) error {
 }
 
 // Hooks counts the pinned program attachments by hook: from-pod (tcx
-// ingress of pod veths), to-pod (tcx egress), sock-connect4, ...
+// ingress of pod veths), to-pod (tcx egress), from-overlay (tcx ingress of
+// the VXLAN device), sock-connect4, ...
 func (d *Datapath) Hooks() (map[string]int, error) {
 	pins, err := filepath.Glob(filepath.Join(d.cfg.PinDir, "links", "*"))
 	if err != nil {
@@ -313,6 +392,9 @@ func (d *Datapath) Hooks() (map[string]int, error) {
 			if strings.HasPrefix(name, h.name+"-") {
 				name = h.name
 			}
+		}
+		if strings.HasPrefix(name, overlayHook+"-") {
+			name = overlayHook
 		}
 		out[name]++
 	}
@@ -329,6 +411,9 @@ func (d *Datapath) Features() []string {
 			f = append(f, "bpf_redirect_peer")
 		} else {
 			f = append(f, "bpf_redirect")
+		}
+		if d.cfg.TunnelIfindex != 0 {
+			f = append(f, "collect-metadata VXLAN (bpf_skb_set_tunnel_key)")
 		}
 	}
 	return f

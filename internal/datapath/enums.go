@@ -53,19 +53,23 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_ACCEL_ENDED:            "accel-ended",
 	podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS:    "accel-foreign-netns",
 	podtcShuntReasonSHUNT_REASON_SOCK_FOREIGN_NETNS:     "sock-foreign-netns",
+	podtcShuntReasonSHUNT_REASON_TO_TUNNEL:              "to-tunnel",
+	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED:         "tunnel-spoofed",
+	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED:      "tunnel-key-failed",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on
-// a pod's veth, or a socket hook.
+// a pod's veth or on the overlay device, or a socket hook.
 var directionNames = [...]string{
-	podtcShuntDirectionSHUNT_DIR_FROM_POD:    "from-pod",
-	podtcShuntDirectionSHUNT_DIR_TO_POD:      "to-pod",
-	podtcShuntDirectionSHUNT_DIR_CONNECT:     "connect",
-	podtcShuntDirectionSHUNT_DIR_SENDMSG:     "sendmsg",
-	podtcShuntDirectionSHUNT_DIR_RECVMSG:     "recvmsg",
-	podtcShuntDirectionSHUNT_DIR_GETPEERNAME: "getpeername",
-	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT:  "getsockopt",
-	podtcShuntDirectionSHUNT_DIR_SOCKMSG:     "sockmsg",
+	podtcShuntDirectionSHUNT_DIR_FROM_POD:     "from-pod",
+	podtcShuntDirectionSHUNT_DIR_TO_POD:       "to-pod",
+	podtcShuntDirectionSHUNT_DIR_CONNECT:      "connect",
+	podtcShuntDirectionSHUNT_DIR_SENDMSG:      "sendmsg",
+	podtcShuntDirectionSHUNT_DIR_RECVMSG:      "recvmsg",
+	podtcShuntDirectionSHUNT_DIR_GETPEERNAME:  "getpeername",
+	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT:   "getsockopt",
+	podtcShuntDirectionSHUNT_DIR_SOCKMSG:      "sockmsg",
+	podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY: "from-overlay",
 }
 
 // Flow event fields (enum flow_verdict, flow_event_type, flow_point).
@@ -84,9 +88,10 @@ var (
 		podtcFlowEventTypeFLOW_EV_SOCK:     "socket",
 	}
 	flowPointNames = [...]string{
-		podtcFlowPointFLOW_POINT_FROM_POD: "from-pod",
-		podtcFlowPointFLOW_POINT_TO_POD:   "to-pod",
-		podtcFlowPointFLOW_POINT_SOCK:     "socket",
+		podtcFlowPointFLOW_POINT_FROM_POD:     "from-pod",
+		podtcFlowPointFLOW_POINT_TO_POD:       "to-pod",
+		podtcFlowPointFLOW_POINT_SOCK:         "socket",
+		podtcFlowPointFLOW_POINT_FROM_OVERLAY: "from-overlay",
 	}
 )
 
@@ -190,7 +195,7 @@ func enumValues(enum string) (map[string]uint64, error) {
 // objectSpecs are the collection specs of every BPF object of the datapath.
 func objectSpecs() ([]*ebpf.CollectionSpec, error) {
 	var out []*ebpf.CollectionSpec
-	for _, load := range []func() (*ebpf.CollectionSpec, error){loadPodtc, loadSocklb, loadSockdestroy} {
+	for _, load := range []func() (*ebpf.CollectionSpec, error){loadPodtc, loadOverlaytc, loadSocklb, loadSockdestroy} {
 		spec, err := load()
 		if err != nil {
 			return nil, err

@@ -57,7 +57,7 @@ type FlowEvent struct {
 	TCPFlags    uint8
 	Verdict     string // FORWARDED, DROPPED, TRANSLATED, REDIRECTED
 	Reason      string // as the counters name it
-	Point       string // from-pod, to-pod, socket
+	Point       string // from-pod, to-pod, from-overlay, socket
 	Event       string // packet, new, end, drop, socket
 	Ifindex     uint32
 	SrcIdentity uint32

@@ -88,7 +88,7 @@ var mapTable = []mapDesc{
 	},
 	{
 		name:   "shunt_ipcache",
-		about:  "identities of pods and node addresses: address -> identity (LPM trie)",
+		about:  "identities of pods and node addresses: address -> identity, and the node hosting a pod of another node (tunnel, LPM trie)",
 		of:     func(d *Datapath) *ebpf.Map { return d.objs.ShuntIpcache },
 		dump:   func(d *Datapath) ([]Row, error) { return dumpPrefixes(d.objs.ShuntIpcache) },
 		refuse: policyStays,
@@ -476,7 +476,11 @@ func dump[K comparable, V any](m *ebpf.Map, row func(K, V) Row) ([]Row, error) {
 
 func dumpPrefixes(m *ebpf.Map) ([]Row, error) {
 	return dump(m, func(k podtcIpcacheKey, v podtcIpcacheValue) Row {
-		return Row{"prefix": fromIpcacheKey(k).String(), "identity": v.Identity}
+		r := Row{"prefix": fromIpcacheKey(k).String(), "identity": v.Identity}
+		if v.TunnelIp4 != 0 {
+			r["tunnel"] = fromBe32(v.TunnelIp4).String()
+		}
+		return r
 	})
 }
 

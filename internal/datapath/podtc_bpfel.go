@@ -120,10 +120,11 @@ const (
 type podtcFlowPoint uint32
 
 const (
-	podtcFlowPointFLOW_POINT_FROM_POD podtcFlowPoint = 0
-	podtcFlowPointFLOW_POINT_TO_POD   podtcFlowPoint = 1
-	podtcFlowPointFLOW_POINT_SOCK     podtcFlowPoint = 2
-	podtcFlowPointFLOW_POINT_MAX      podtcFlowPoint = 3
+	podtcFlowPointFLOW_POINT_FROM_POD     podtcFlowPoint = 0
+	podtcFlowPointFLOW_POINT_TO_POD       podtcFlowPoint = 1
+	podtcFlowPointFLOW_POINT_SOCK         podtcFlowPoint = 2
+	podtcFlowPointFLOW_POINT_FROM_OVERLAY podtcFlowPoint = 3
+	podtcFlowPointFLOW_POINT_MAX          podtcFlowPoint = 4
 )
 
 type podtcFlowStats struct {
@@ -155,9 +156,9 @@ type podtcIpcacheKey struct {
 }
 
 type podtcIpcacheValue struct {
-	_        structs.HostLayout
-	Identity uint32
-	Pad      uint32
+	_         structs.HostLayout
+	Identity  uint32
+	TunnelIp4 uint32
 }
 
 type podtcMetricsValue struct {
@@ -197,21 +198,22 @@ type podtcShuntConfig struct {
 	FwdMode        podtcShuntFwdMode
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
-	Pad            uint32
+	TunnelIfindex  uint32
 }
 
 type podtcShuntDirection uint32
 
 const (
-	podtcShuntDirectionSHUNT_DIR_FROM_POD    podtcShuntDirection = 0
-	podtcShuntDirectionSHUNT_DIR_TO_POD      podtcShuntDirection = 1
-	podtcShuntDirectionSHUNT_DIR_CONNECT     podtcShuntDirection = 2
-	podtcShuntDirectionSHUNT_DIR_SENDMSG     podtcShuntDirection = 3
-	podtcShuntDirectionSHUNT_DIR_RECVMSG     podtcShuntDirection = 4
-	podtcShuntDirectionSHUNT_DIR_GETPEERNAME podtcShuntDirection = 5
-	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT  podtcShuntDirection = 6
-	podtcShuntDirectionSHUNT_DIR_SOCKMSG     podtcShuntDirection = 7
-	podtcShuntDirectionSHUNT_DIR_MAX         podtcShuntDirection = 8
+	podtcShuntDirectionSHUNT_DIR_FROM_POD     podtcShuntDirection = 0
+	podtcShuntDirectionSHUNT_DIR_TO_POD       podtcShuntDirection = 1
+	podtcShuntDirectionSHUNT_DIR_CONNECT      podtcShuntDirection = 2
+	podtcShuntDirectionSHUNT_DIR_SENDMSG      podtcShuntDirection = 3
+	podtcShuntDirectionSHUNT_DIR_RECVMSG      podtcShuntDirection = 4
+	podtcShuntDirectionSHUNT_DIR_GETPEERNAME  podtcShuntDirection = 5
+	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT   podtcShuntDirection = 6
+	podtcShuntDirectionSHUNT_DIR_SOCKMSG      podtcShuntDirection = 7
+	podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY podtcShuntDirection = 8
+	podtcShuntDirectionSHUNT_DIR_MAX          podtcShuntDirection = 9
 )
 
 type podtcShuntFwdMode uint32
@@ -235,7 +237,7 @@ type podtcShuntMetricsLayout uint32
 
 const (
 	podtcShuntMetricsLayoutSHUNT_METRICS_REASONS    podtcShuntMetricsLayout = 64
-	podtcShuntMetricsLayoutSHUNT_METRICS_DIRECTIONS podtcShuntMetricsLayout = 8
+	podtcShuntMetricsLayoutSHUNT_METRICS_DIRECTIONS podtcShuntMetricsLayout = 16
 )
 
 type podtcShuntReason uint32
@@ -272,7 +274,10 @@ const (
 	podtcShuntReasonSHUNT_REASON_ACCEL_ENDED            podtcShuntReason = 28
 	podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS    podtcShuntReason = 29
 	podtcShuntReasonSHUNT_REASON_SOCK_FOREIGN_NETNS     podtcShuntReason = 30
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 31
+	podtcShuntReasonSHUNT_REASON_TO_TUNNEL              podtcShuntReason = 31
+	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED         podtcShuntReason = 32
+	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED      podtcShuntReason = 33
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 34
 )
 
 type podtcTcNatKey struct {

@@ -176,7 +176,17 @@ func prefixMap(list []policy.PrefixIdentity, what string) (map[podtcIpcacheKey]p
 		if !p.Prefix.Addr().Is4() {
 			return nil, fmt.Errorf("%s %s: only IPv4 prefixes are supported", what, p.Prefix)
 		}
-		out[ipcacheKey(p.Prefix)] = podtcIpcacheValue{Identity: p.Identity}
+		v := podtcIpcacheValue{Identity: p.Identity}
+		if p.Tunnel.IsValid() {
+			// The overlay's underlay is IPv4 (tunnel_ip4); 0.0.0.0 would
+			// read as "not behind the overlay".
+			if !p.Tunnel.Is4() || p.Tunnel.IsUnspecified() {
+				return nil, fmt.Errorf("%s %s: tunnel endpoint %s: only a node's IPv4 underlay address is supported",
+					what, p.Prefix, p.Tunnel)
+			}
+			v.TunnelIp4 = be32(p.Tunnel)
+		}
+		out[ipcacheKey(p.Prefix)] = v
 	}
 	return out, nil
 }

@@ -122,7 +122,7 @@ type socklbShuntConfig struct {
 	FwdMode        uint32
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
-	Pad            uint32
+	TunnelIfindex  uint32
 }
 
 type socklbSockKey struct {

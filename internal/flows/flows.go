@@ -37,7 +37,7 @@ type Flow struct {
 	DropReason  string    `json:"dropReason,omitempty"` // set when DROPPED: policy-denied, policy-not-allowed, ...
 	Reason      string    `json:"reason"`               // the datapath's reason (counters use the same names)
 	Event       string    `json:"event"`                // new, end, packet, drop, socket
-	Point       string    `json:"point"`                // from-pod, to-pod, socket
+	Point       string    `json:"point"`                // from-pod, to-pod, from-overlay, socket
 	Source      Endpoint  `json:"source"`
 	Destination Endpoint  `json:"destination"`
 	Protocol    string    `json:"protocol"`           // TCP, UDP, ICMP, SCTP or the number

@@ -43,8 +43,9 @@ func (v Verdict) String() string {
 type PrefixIdentity struct {
 	Prefix   netip.Prefix
 	Identity uint32
-	// Tunnel is the underlay address of the node hosting the prefix;
-	// invalid when it is not behind the overlay.
+	// Tunnel is the underlay address of the node hosting this prefix;
+	// invalid when it is not behind the overlay (local pods, node
+	// addresses, world, and every CIDR identity).
 	Tunnel netip.Addr
 }
 

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Forwarding in BPF, as a router would, without the host IP stack: one hop
+ * (TTL) and the hand-over to a pod of this node. Used by every program that
+ * delivers to a local pod (from another pod, from the overlay). */
+#ifndef SHUNT_LIB_FORWARD_H
+#define SHUNT_LIB_FORWARD_H
+
+#include "common.h"
+#include "ipv4.h"
+#include "pkt.h"
+
+/* forward_hop makes one routing hop of the packet: the TTL is
+ * decremented. Helpers may have moved the packet, so the header is read
+ * again. Returns -1 to go on, else the verdict to return: TC_ACT_OK when
+ * the TTL would expire (the stack answers ICMP time exceeded), TC_ACT_SHOT
+ * for a packet that cannot be patched. The outcome is counted either way. */
+static __always_inline int forward_hop(struct __sk_buff *skb, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + ETH_HLEN;
+
+	if ((void *)(ip + 1) > data_end)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	if (ip->ttl <= 1) {
+		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TTL_EXCEEDED);
+		return TC_ACT_OK;
+	}
+	if (ip_dec_ttl(skb, ip) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	return -1;
+}
+
+/* to_local_pod hands the packet to a pod of this node: one hop, the pod's
+ * MACs written (its own as destination, its gateway's as source), then
+ * straight into its namespace (bpf_redirect_peer) or out of its host veth
+ * (bpf_redirect), as fwd_mode (enum shunt_fwd_mode) says. Returns the
+ * program's verdict; the outcome is counted and reported. */
+static __always_inline int to_local_pod(struct __sk_buff *skb, struct pkt *p, struct endpoint_info *ep, __u32 fwd_mode)
+{
+	/* Copy what we need before helpers invalidate packet pointers. */
+	__u32 ifindex = ep->ifindex;
+	__u8 macs[12];
+	long ret;
+	int verdict;
+
+	__builtin_memcpy(macs, ep->pod_mac, 6);
+	__builtin_memcpy(macs + 6, ep->node_mac, 6);
+	verdict = forward_hop(skb, p);
+	if (verdict >= 0)
+		return verdict;
+	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+
+	if (fwd_mode == SHUNT_FWD_REDIRECT_PEER)
+		ret = bpf_redirect_peer(ifindex, 0);
+	else
+		ret = bpf_redirect(ifindex, 0);
+	if (ret != TC_ACT_REDIRECT)
+		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
+	return TC_ACT_REDIRECT;
+}
+
+#endif

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* One packet's way through a tc program (a pod veth's, the overlay
+ * device's): what its flow event will report, filled in along the way, and
+ * the one place its outcome is counted and reported. */
+#ifndef SHUNT_LIB_PKT_H
+#define SHUNT_LIB_PKT_H
+
+#include "common.h"
+#include "metrics.h"
+#include "flow.h"
+#include "flows.h"
+
+/* What one packet's flow event reports, filled in along the way. */
+struct pkt {
+	struct flow f;
+	__u32 dir;         /* enum shunt_direction: where it is counted */
+	__u8 point;        /* enum flow_point: where its flow event says it was seen */
+	__u32 orig_daddr;  /* before the tc service translation */
+	__u16 orig_dport;
+	__u32 src_identity;
+	__u32 dst_identity;
+	__u32 rule;
+	__u8 event;        /* enum flow_event_type */
+	__u32 failed;      /* a record that could not be made on the way (enum shunt_reason), 0 if none */
+};
+
+/* done counts a packet's outcome and, when the sampling wants it, reports
+ * it. A record that could not be made on the way (counted where it failed)
+ * is news even when the packet went on: the event names it as its reason
+ * and is sent whenever flows are on. */
+static __always_inline void done(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason)
+{
+	count(reason, p->dir, skb->len);
+	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
+	__u32 mode = flow_mode();
+	if (!flow_wanted(mode, event) && !(p->failed && mode != FLOW_MODE_OFF))
+		return;
+	if (verdict != FLOW_DROPPED && p->failed)
+		reason = p->failed;
+	struct flow_event e = {
+		.saddr = p->f.saddr, .daddr = p->f.daddr, .sport = p->f.sport, .dport = p->f.dport,
+		.proto = p->f.proto, .tcp_flags = p->f.tcp_flags, .verdict = verdict, .reason = reason,
+		.point = p->point, .event = event, .ifindex = skb->ifindex, .src_identity = p->src_identity,
+		.dst_identity = p->dst_identity, .rule_id = p->rule, .len = skb->len,
+	};
+	if (p->orig_daddr != p->f.daddr || p->orig_dport != p->f.dport) {
+		e.orig_daddr = p->orig_daddr;
+		e.orig_dport = p->orig_dport;
+	}
+	flow_emit(&e);
+}
+
+static __always_inline int drop(struct __sk_buff *skb, struct pkt *p, __u32 reason)
+{
+	done(skb, p, FLOW_DROPPED, reason);
+	return TC_ACT_SHOT;
+}
+
+#endif

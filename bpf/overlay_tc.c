@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * tc program on the node's collect-metadata VXLAN device: the receiving end
+ * of the overlay between nodes (the sending end is shunt_from_pod, through
+ * lib/encap.h).
+ *
+ * shunt_from_overlay runs at ingress of the VXLAN device, on every packet
+ * other nodes' pods send here, already decapsulated: the skb starts at the
+ * inner Ethernet header, the outer source and the VNI are in the tunnel
+ * key. The VNI is the sender's identity, which policy trusts, so a packet is
+ * accepted only from the node the ipcache says hosts its inner source
+ * address, and only with a pod identity. A reply from a service backend on
+ * the other node gets the service address back here, where the client's
+ * pod sent it to the service (the tc fallback's entries are on this node).
+ * A packet for a pod of this node is judged by the pod's ingress policy,
+ * tracked (its replies pass back through shunt_from_pod), and handed
+ * straight to the pod as from a pod of this node. Anything else goes to the
+ * host stack.
+ */
+#include "lib/common.h"
+#include "lib/metrics.h"
+#include "lib/endpoints.h"
+#include "lib/flow.h"
+#include "lib/ipv4.h"
+#include "lib/pkt.h"
+#include "lib/forward.h"
+#include "lib/tc_nat.h"
+#include "lib/policy.h"
+#include "lib/flows.h"
+#include "lib/encap.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+volatile const struct shunt_config CONFIG = {};
+
+/* from_tunnel_node says whether the node the packet came from (the outer
+ * source, network byte order) hosts the inner source address. */
+static __always_inline bool from_tunnel_node(__u32 saddr, __u32 outer_saddr)
+{
+	struct ipcache_value *v = ipcache_lookup(saddr);
+
+	return v && v->tunnel_ip4 && v->tunnel_ip4 == outer_saddr;
+}
+
+SEC("tc")
+int shunt_from_overlay(struct __sk_buff *skb)
+{
+	struct bpf_tunnel_key key = {};
+	struct endpoint_info *ep;
+	struct iphdr *ip;
+	struct pkt p = { .dir = SHUNT_DIR_FROM_OVERLAY, .point = FLOW_POINT_FROM_OVERLAY };
+	int verdict;
+
+	ip = ipv4_header(skb, SHUNT_DIR_FROM_OVERLAY, &verdict);
+	if (!ip)
+		return verdict;
+	if (parse_flow(skb, ip, &p.f) < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	p.orig_daddr = p.f.daddr;
+	p.orig_dport = p.f.dport;
+
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+		return drop(skb, &p, SHUNT_REASON_TUNNEL_KEY_FAILED);
+	p.src_identity = key.tunnel_id;
+	if (!tunnel_identity_ok(key.tunnel_id) || !from_tunnel_node(p.f.saddr, bpf_htonl(key.remote_ipv4)))
+		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
+
+	__u32 reason;
+	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
+	if (verdict >= 0)
+		return drop(skb, &p, reason);
+	p.failed = reason;
+
+	ep = lookup_endpoint(p.f.daddr);
+	if (!ep) {
+		/* The node itself, or nothing of ours: the stack decides. The
+		 * inner destination MAC is the sending pod's gateway on its
+		 * node, not this device's, so the device took the frame as for
+		 * another host, which the stack would drop unrouted: it is for
+		 * this node. */
+		p.dst_identity = identity_of(p.f.daddr);
+		if (bpf_skb_change_type(skb, PACKET_HOST) < 0)
+			return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
+		return TC_ACT_OK;
+	}
+	struct policy_side src = { .addr = p.f.saddr, .identity = key.tunnel_id };
+	struct policy_side dst = {
+		.addr = p.f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
+	};
+	p.dst_identity = ep->identity;
+	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	if (reason)
+		return drop(skb, &p, reason);
+	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);
+}
