@@ -87,6 +87,8 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
 	cmd.Flags().StringVar(&agentFlags.nodeName, "node-name", "", "with --kubeconfig: this node's Node object (default: the instance name)")
+	cmd.Flags().StringVar(&agentFlags.tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (the node keeps it; default none)")
+	cmd.Flags().StringVar(&agentFlags.underlay, "underlay-addr", "", "with --tunnel: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
 }
@@ -100,6 +102,7 @@ type runFlags struct {
 	accelNode                 bool
 	kubeconfig, nodeName      string
 	runPods                   bool
+	tunnel, underlay          string
 }
 
 func (f runFlags) args() []string {
@@ -130,6 +133,12 @@ func (f runFlags) args() []string {
 	}
 	if f.kubeconfig != "" && f.runPods {
 		args = append(args, "--run-pods")
+	}
+	if f.tunnel != "" {
+		args = append(args, "--tunnel", f.tunnel)
+	}
+	if f.underlay != "" {
+		args = append(args, "--underlay-addr", f.underlay)
 	}
 	return args
 }
@@ -417,6 +426,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 			fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
 				st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
 				st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
+			if t := st.Tunnel; t != nil {
+				fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
+			}
 			for _, p := range st.Problems {
 				fmt.Printf("left out:  %s\n", p)
 			}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -34,6 +35,7 @@ func newRootCmd() *cobra.Command {
 		flowHistory, flowBuffer                    int
 		socketAccel, accelNode, inCluster, runPods bool
 		kubeconfig, nodeName                       string
+		tunnel, underlay                           string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -70,6 +72,12 @@ func newRootCmd() *cobra.Command {
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
 			}
+			cfg.Tunnel = tunnel
+			if underlay != "" {
+				if cfg.Underlay, err = netip.ParseAddr(underlay); err != nil || !cfg.Underlay.Is4() {
+					return fmt.Errorf("--underlay-addr %q: give this node's IPv4 address on the network between nodes", underlay)
+				}
+			}
 			if mode != "" {
 				if cfg.Mode, err = datapath.ParseMode(mode); err != nil {
 					return err
@@ -104,6 +112,8 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server (pods are plumbed through shunt-cni) instead of the lab")
 	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")
 	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubeconfig/--in-cluster: this node's Node object (env NODE_NAME; default: the instance name)")
+	cmd.Flags().StringVar(&tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (a collect-metadata VXLAN device, UDP 4789); default none (the host routes them)")
+	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --tunnel: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.AddCommand(newShimCmd())
 	return cmd

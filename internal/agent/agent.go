@@ -65,6 +65,42 @@ type Config struct {
 	// scheduler, running the API's pods in namespaces on this machine
 	// (lab.APIKubelet). Off on a real node, whose kubelet runs them.
 	RunPods bool
+
+	// Tunnel "vxlan" reaches pods of other nodes through a collect-metadata
+	// VXLAN device (the overlay); "" leaves their packets to the host
+	// stack. Underlay is this node's address other nodes tunnel to (with
+	// Kubernetes, default: the Node's InternalIP).
+	Tunnel   string
+	Underlay netip.Addr
+}
+
+// Tunnels shuntd knows.
+const (
+	TunnelVXLAN = "vxlan"
+	// VXLANPort is IANA's VXLAN port; every node of a cluster must use
+	// the same (the device sends to it and listens on it).
+	VXLANPort = 4789
+)
+
+// ensureTunnel makes the node's overlay device when one is asked for and
+// returns its ifindex (0: none). The pod programs read it at load time, so
+// it exists before the datapath opens.
+func ensureTunnel(cfg Config, mode datapath.Mode) (int, error) {
+	switch cfg.Tunnel {
+	case "":
+		return 0, nil
+	case TunnelVXLAN:
+	default:
+		return 0, fmt.Errorf("--tunnel %q: use %s, or leave it out for none", cfg.Tunnel, TunnelVXLAN)
+	}
+	if !mode.UsesBPF() {
+		return 0, fmt.Errorf("--tunnel %s needs a BPF forwarding mode (%s or %s), not %s: the tc programs encapsulate", cfg.Tunnel,
+			datapath.ModeRedirectPeer, datapath.ModeRedirect, mode)
+	}
+	if !cfg.Underlay.IsValid() {
+		return 0, fmt.Errorf("--tunnel %s: give --underlay-addr, this node's address other nodes reach it at", cfg.Tunnel)
+	}
+	return datapath.EnsureVXLAN(cfg.Instance.TunnelIf(), cfg.Underlay, VXLANPort)
 }
 
 // Agent is one running shuntd.
@@ -88,6 +124,7 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 
+	podMTU       int           // pod interfaces' MTU (0: the default, 1500)
 	cniEndpoints *cniEndpoints // what shunt-cni reported
 	srv          *http.Server  // the API on the instance's socket
 	ready        atomic.Bool   // New finished: status answers
@@ -115,6 +152,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := settle(&state.Mode, cfg.Mode, datapath.ModeRedirectPeer, "mode", inst); err != nil {
 		return nil, err
 	}
+	// The overlay is the node's, like its mode: a restart keeps it.
+	if err := settle(&state.Tunnel, cfg.Tunnel, "", "tunnel", inst); err != nil {
+		return nil, err
+	}
+	cfg.Tunnel = state.Tunnel
 	nodeName := inst.Name
 	var kube *kubeClient // the API server, loaded once (Kubernetes mode)
 	if cfg.Kubernetes {
@@ -125,15 +167,34 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cidr, err := kube.nodePodCIDR(ctx, nodeName)
+		own, err := kube.ownNode(ctx, nodeName)
 		cancel()
 		if err != nil {
 			return nil, err
+		}
+		cidr := own.Spec.PodCIDR
+		if cfg.Tunnel != "" && !cfg.Underlay.IsValid() && state.Underlay == "" {
+			// Other nodes reach this one's pods where the Node says.
+			if cfg.Underlay = policy.NodeTunnel(own); !cfg.Underlay.IsValid() {
+				return nil, fmt.Errorf("--tunnel %s: node %s has no IPv4 InternalIP or ExternalIP in status.addresses: give --underlay-addr", cfg.Tunnel, nodeName)
+			}
 		}
 		if cfg.PodCIDR != "" && cfg.PodCIDR != cidr {
 			return nil, fmt.Errorf("--pod-cidr %s, but node %s has spec.podCIDR %s: leave --pod-cidr out with --kubeconfig", cfg.PodCIDR, nodeName, cidr)
 		}
 		cfg.PodCIDR = cidr
+	}
+	if cfg.Tunnel != "" {
+		var flag string
+		if cfg.Underlay.IsValid() {
+			flag = cfg.Underlay.String()
+		}
+		if err := settle(&state.Underlay, flag, "", "underlay address", inst); err != nil {
+			return nil, err
+		}
+		if cfg.Underlay, err = netip.ParseAddr(state.Underlay); err != nil {
+			return nil, fmt.Errorf("--tunnel %s: give --underlay-addr, this node's address other nodes reach it at", cfg.Tunnel)
+		}
 	}
 	if err := settle(&state.PodCIDR, cfg.PodCIDR, instance.DefaultPodCIDR, "pod CIDR", inst); err != nil {
 		return nil, err
@@ -182,8 +243,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	mark := DefaultProxyMark
+	tunnelIf, err := ensureTunnel(cfg, state.Mode)
+	if err != nil {
+		return nil, err
+	}
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}})
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf})
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +267,21 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a.sampling.Store(uint32(cfg.FlowSampling))
 	a.metrics = newMetrics(a)
+	if tunnelIf != 0 {
+		if err := a.dp.AttachOverlay(inst.TunnelIf(), tunnelIf); err != nil {
+			return nil, err
+		}
+		// Pods' packets to other nodes get the encapsulation added: their
+		// interfaces leave room for it, so nothing is fragmented.
+		mtu, err := datapath.UnderlayMTU(cfg.Underlay)
+		if err != nil {
+			return nil, err
+		}
+		if a.podMTU = mtu - datapath.VXLANOverhead; a.podMTU < 576 {
+			return nil, fmt.Errorf("--tunnel %s: the underlay interface's MTU %d leaves pods %d bytes, less than the 576 bytes every IPv4 host must accept: raise the underlay MTU",
+				cfg.Tunnel, mtu, a.podMTU)
+		}
+	}
 	// The cgroup v2 root: pods and the node's own processes reach services.
 	if err := a.dp.AttachSocketLB(root); err != nil {
 		return nil, err

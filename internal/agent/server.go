@@ -172,6 +172,9 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if err := a.rec.PolicyError(); err != nil {
 		st.Health = append(st.Health, "policy not programmed (the previous one stays in force): "+err.Error())
 	}
+	if a.cfg.Tunnel != "" {
+		st.Tunnel = &api.TunnelStatus{Kind: a.cfg.Tunnel, Device: a.cfg.Instance.TunnelIf(), Underlay: a.cfg.Underlay.String(), PodMTU: a.podMTU}
+	}
 	st.Source = a.src.Describe()
 	st.Problems = a.Warnings()
 	if st.Hooks, err = a.dp.Hooks(); err != nil {

@@ -122,9 +122,9 @@ func newKubeClient(kubeconfig string) (*kubeClient, error) {
 	return &kubeClient{rest: rc, cs: cs, dyn: dyn}, nil
 }
 
-// nodePodCIDR reads this node's spec.podCIDR from the API server, waiting
-// for the controller-manager's node IPAM to assign one.
-func (k *kubeClient) nodePodCIDR(ctx context.Context, node string) (string, error) {
+// ownNode reads this node's Node from the API server, waiting for the
+// controller-manager's node IPAM to assign its spec.podCIDR.
+func (k *kubeClient) ownNode(ctx context.Context, node string) (*corev1.Node, error) {
 	var last error
 	for {
 		n, err := k.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -132,13 +132,13 @@ func (k *kubeClient) nodePodCIDR(ctx context.Context, node string) (string, erro
 		case err != nil:
 			last = err
 		case n.Spec.PodCIDR != "":
-			return n.Spec.PodCIDR, nil
+			return n, nil
 		default:
 			last = fmt.Errorf("node %s has no spec.podCIDR yet (the controller-manager assigns it with --allocate-node-cidrs)", node)
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("reading node %s's pod CIDR from %s: %w", node, k.rest.Host, last)
+			return nil, fmt.Errorf("reading node %s's pod CIDR from %s: %w", node, k.rest.Host, last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -21,6 +21,8 @@ type State struct {
 	Mode        datapath.Mode `json:"mode"`
 	PodCIDR     string        `json:"podCIDR"`
 	ServiceCIDR string        `json:"serviceCIDR"`
+	Tunnel      string        `json:"tunnel,omitempty"`   // "" or vxlan
+	Underlay    string        `json:"underlay,omitempty"` // with a tunnel: this node's underlay address
 	// Only in state files of older versions, read to migrate them.
 	Objects    []lab.StoredObject        `json:"objects,omitempty"`
 	ClusterIPs map[string]string         `json:"clusterIPs,omitempty"`

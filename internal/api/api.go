@@ -103,6 +103,7 @@ type Status struct {
 	// programmed): "Kind ns/name: what and why".
 	Problems    []string           `json:"problems,omitempty"`
 	Mode        string             `json:"mode"`
+	Tunnel      *TunnelStatus      `json:"tunnel,omitempty"` // nil: no overlay
 	PodCIDR     string             `json:"podCIDR"`
 	ServiceCIDR string             `json:"serviceCIDR"`
 	NodeIP      string             `json:"nodeIP"`
@@ -120,6 +121,14 @@ type Status struct {
 	MetricsAddr  string             `json:"metricsAddr,omitempty"`
 	Proxy        *ProxyStatus       `json:"proxy,omitempty"`
 	Accel        AccelStatus        `json:"socketAcceleration"`
+}
+
+// TunnelStatus is the node's overlay: how pods of other nodes are reached.
+type TunnelStatus struct {
+	Kind     string `json:"kind"`     // vxlan
+	Device   string `json:"device"`   // the collect-metadata device
+	Underlay string `json:"underlay"` // this node's address other nodes tunnel to
+	PodMTU   int    `json:"podMTU"`   // the underlay's MTU less the encapsulation
 }
 
 // AccelStatus says whether socket acceleration is on and how many sockets

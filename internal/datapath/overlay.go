@@ -9,6 +9,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// VXLANOverhead is what encapsulation adds to a pod's packet: outer IPv4
+// (20) + UDP (8) + VXLAN (8) headers and the inner Ethernet header (14).
+// Pod interfaces get the underlay's MTU less this, so an encapsulated
+// packet still fits the underlay without fragments.
+const VXLANOverhead = 50
+
+// UnderlayMTU is the MTU of the interface holding addr in the calling
+// thread's network namespace.
+func UnderlayMTU(addr netip.Addr) (int, error) {
+	l, err := underlayLink(addr)
+	if err != nil {
+		return 0, err
+	}
+	return l.Attrs().MTU, nil
+}
+
 // EnsureVXLAN makes the node's overlay device in the calling thread's
 // network namespace: a collect-metadata ("external") VXLAN device named
 // name on UDP port port, which takes its tunnel endpoint and VNI from each
@@ -27,7 +43,7 @@ func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err e
 	if port <= 0 || port > 65535 {
 		return 0, fmt.Errorf("VXLAN device %s: UDP port %d: use 1-65535 (4789 is VXLAN's)", name, port)
 	}
-	if err := hasAddress(underlay); err != nil {
+	if _, err := underlayLink(underlay); err != nil {
 		return 0, fmt.Errorf("VXLAN device %s: %w", name, err)
 	}
 	l, err := netlink.LinkByName(name)
@@ -70,19 +86,23 @@ func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err e
 	return l.Attrs().Index, nil
 }
 
-// hasAddress checks an address is configured on an interface of the
-// calling thread's network namespace.
-func hasAddress(a netip.Addr) error {
+// underlayLink is the interface of the calling thread's network namespace
+// that holds the address a.
+func underlayLink(a netip.Addr) (netlink.Link, error) {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
-		return fmt.Errorf("listing this network namespace's addresses: %w", err)
+		return nil, fmt.Errorf("listing this network namespace's addresses: %w", err)
 	}
 	for _, x := range addrs {
 		if got, ok := netip.AddrFromSlice(x.IP); ok && got.Unmap() == a {
-			return nil
+			l, err := netlink.LinkByIndex(x.LinkIndex)
+			if err != nil {
+				return nil, fmt.Errorf("the interface holding underlay address %s: %w", a, err)
+			}
+			return l, nil
 		}
 	}
-	return fmt.Errorf("underlay address %s is not an address of this node's network namespace: "+
+	return nil, fmt.Errorf("underlay address %s is not an address of this node's network namespace: "+
 		"add it to the underlay interface first", a)
 }
 

@@ -497,7 +497,7 @@ func forgeOverlay(intruderNetns string, outer, remote netip.Addr, vni uint32, fr
 		}
 		// The outer source must be an address of the intruder's
 		// namespace for the kernel to send from it.
-		if hasAddress(outer) != nil {
+		if _, err := underlayLink(outer); err != nil {
 			if err := netlink.AddrAdd(ul, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(outer, 32))}); err != nil {
 				return fmt.Errorf("adding %s: %w", outer, err)
 			}

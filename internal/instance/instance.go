@@ -57,6 +57,9 @@ func (i Instance) PodCgroupDir(root, namespace, name string) string {
 // NodeIf is the node interface holding the node's pod-network address.
 func (i Instance) NodeIf() string { return i.Name + "_host" }
 
+// TunnelIf is the node's overlay (VXLAN) device.
+func (i Instance) TunnelIf() string { return i.Name + "_vxl" }
+
 // PodNetns names a pod's network namespace.
 func (i Instance) PodNetns(namespace, name string) string {
 	return i.Name + "-" + namespace + "-" + name

@@ -36,6 +36,7 @@ func Instance(inst instance.Instance) error {
 	}
 	errs = append(errs,
 		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
+		podnet.DeleteLink(inst.TunnelIf()),
 		datapath.Uninstall(inst.PinDir()),
 		os.RemoveAll(inst.StateDir()),
 		os.RemoveAll(inst.RunDir()),

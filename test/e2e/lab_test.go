@@ -51,6 +51,9 @@ type lab struct {
 	// kube: the objects come from this API server (newKubeLab); nil: from
 	// the lab's own control plane.
 	kube *kubetest.Cluster
+	// netns: the node's host side is this network namespace (the agent
+	// and every CLI call run in it); "": the machine's.
+	netns string
 }
 
 func requireRoot(t *testing.T) {
@@ -70,11 +73,19 @@ func newLab(t *testing.T, mode string, manifests ...string) *lab {
 // newLabWith starts a lab with extra `lab up` flags.
 func newLabWith(t *testing.T, flags []string, manifests ...string) *lab {
 	t.Helper()
+	return newLabIn(t, "", flags, manifests...)
+}
+
+// newLabIn starts a lab whose node is the network namespace netns ("":
+// the machine's), as each node of a multi-node lab is.
+func newLabIn(t *testing.T, netns string, flags []string, manifests ...string) *lab {
+	t.Helper()
 	requireRoot(t)
 	l := &lab{
 		t:        t,
 		instance: fmt.Sprintf("e2e%06d", rand.IntN(1000000)),
 		cidr:     fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(250)),
+		netns:    netns,
 	}
 	l.serviceCIDR = fmt.Sprintf("10.%d.%d.0/24", 100+rand.IntN(50), rand.IntN(250))
 	t.Cleanup(func() {
@@ -99,7 +110,13 @@ func readFile(p string) string {
 
 // shunt runs the CLI against this lab and returns output and exit code.
 func (l *lab) shunt(args ...string) (string, int) {
-	cmd := exec.Command(filepath.Join(binDir, "shunt"), append([]string{"--instance", l.instance}, args...)...)
+	argv := append([]string{filepath.Join(binDir, "shunt"), "--instance", l.instance}, args...)
+	if l.netns != "" {
+		// nsenter, not `ip netns exec`: that also remounts /sys, hiding
+		// bpffs and the cgroup tree the agent shares with the machine.
+		argv = append([]string{"nsenter", "--net=/run/netns/" + l.netns}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

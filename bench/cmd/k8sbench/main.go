@@ -659,6 +659,11 @@ func (b *bench) measure(ctx context.Context, cases []string, n, rep, changes int
 			return fmt.Errorf("%s: %w", c, err)
 		}
 		b.row(c, "rss_settled", "MiB", rss, rep, n)
+		anon, err := statusMiB(b.pids[c], "RssAnon:")
+		if err != nil {
+			return fmt.Errorf("%s: %w", c, err)
+		}
+		b.row(c, "rss_anon_settled", "MiB", anon, rep, n)
 	}
 	if b.heapProfile != "" {
 		sock := instance.Instance{Name: b.inst}.Socket()
@@ -752,18 +757,22 @@ func (b *bench) measure(ctx context.Context, cases []string, n, rep, changes int
 	return nil
 }
 
-func rssMiB(pid int) (float64, error) {
+func rssMiB(pid int) (float64, error) { return statusMiB(pid, "VmRSS:") }
+
+// statusMiB reads one memory line of /proc/PID/status (VmRSS: all resident
+// pages; RssAnon: the heap and stacks, without the binary's mapped code).
+func statusMiB(pid int, field string) (float64, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
 			kb, err := strconv.ParseFloat(f[1], 64)
 			return kb / 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	return 0, fmt.Errorf("no %s for pid %d", field, pid)
 }
 
 // createPolicies creates b.policies NetworkPolicies shaped like real ones
