@@ -87,6 +87,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
 	cmd.Flags().StringVar(&agentFlags.nodeName, "node-name", "", "with --kubeconfig: this node's Node object (default: the instance name)")
+	cmd.Flags().StringVar(&agentFlags.clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR: pods route it through their node (pods of other nodes)")
 	cmd.Flags().StringVar(&agentFlags.tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (the node keeps it; default none)")
 	cmd.Flags().StringVar(&agentFlags.underlay, "underlay-addr", "", "with --tunnel: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
@@ -103,6 +104,7 @@ type runFlags struct {
 	kubeconfig, nodeName      string
 	runPods                   bool
 	tunnel, underlay          string
+	clusterCIDR               string
 }
 
 func (f runFlags) args() []string {
@@ -139,6 +141,9 @@ func (f runFlags) args() []string {
 	}
 	if f.underlay != "" {
 		args = append(args, "--underlay-addr", f.underlay)
+	}
+	if f.clusterCIDR != "" {
+		args = append(args, "--cluster-cidr", f.clusterCIDR)
 	}
 	return args
 }

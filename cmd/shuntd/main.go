@@ -35,7 +35,7 @@ func newRootCmd() *cobra.Command {
 		flowHistory, flowBuffer                    int
 		socketAccel, accelNode, inCluster, runPods bool
 		kubeconfig, nodeName                       string
-		tunnel, underlay                           string
+		tunnel, underlay, clusterCIDR              string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -73,6 +73,11 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg.Tunnel = tunnel
+			if clusterCIDR != "" {
+				if cfg.ClusterCIDR, err = netip.ParsePrefix(clusterCIDR); err != nil || !cfg.ClusterCIDR.Addr().Is4() || cfg.ClusterCIDR.Masked() != cfg.ClusterCIDR {
+					return fmt.Errorf("--cluster-cidr %q: give the IPv4 range every node's pod CIDR is cut from, e.g. 10.244.0.0/16", clusterCIDR)
+				}
+			}
 			if underlay != "" {
 				if cfg.Underlay, err = netip.ParseAddr(underlay); err != nil || !cfg.Underlay.Is4() {
 					return fmt.Errorf("--underlay-addr %q: give this node's IPv4 address on the network between nodes", underlay)
@@ -112,6 +117,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server (pods are plumbed through shunt-cni) instead of the lab")
 	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")
 	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubeconfig/--in-cluster: this node's Node object (env NODE_NAME; default: the instance name)")
+	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR (kube-controller-manager's --cluster-cidr): pods route it through this node, which reaches pods of other nodes")
 	cmd.Flags().StringVar(&tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (a collect-metadata VXLAN device, UDP 4789); default none (the host routes them)")
 	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --tunnel: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")

@@ -72,6 +72,9 @@ type Config struct {
 	// Kubernetes, default: the Node's InternalIP).
 	Tunnel   string
 	Underlay netip.Addr
+	// ClusterCIDR holds every node's pod CIDR; pods route it through this
+	// node (invalid: only this node's pod CIDR).
+	ClusterCIDR netip.Prefix
 }
 
 // Tunnels shuntd knows.
@@ -209,6 +212,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	svcPool, err := ipam.NewPool(state.ServiceCIDR)
 	if err != nil {
 		return nil, fmt.Errorf("service CIDR: %w", err)
+	}
+	if c := cfg.ClusterCIDR; c.IsValid() && (!c.Contains(podPool.CIDR.Addr()) || c.Bits() > podPool.CIDR.Bits()) {
+		return nil, fmt.Errorf("--cluster-cidr %s does not hold this node's pod CIDR %s", c, podPool.CIDR)
+	}
+	if c := cfg.ClusterCIDR; c.IsValid() && c.Overlaps(svcPool.CIDR) {
+		return nil, fmt.Errorf("--cluster-cidr %s overlaps the service CIDR %s", c, svcPool.CIDR)
 	}
 	if svcPool.CIDR.Overlaps(podPool.CIDR) {
 		return nil, fmt.Errorf("service CIDR %s overlaps pod CIDR %s", svcPool.CIDR, podPool.CIDR)

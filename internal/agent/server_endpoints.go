@@ -122,7 +122,7 @@ func (a *Agent) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Network{
 		PodCIDR: a.podPool.CIDR.String(), NodeIP: a.podPool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
 		Mode: string(a.state.Mode), Bridge: a.state.Mode == datapath.ModeBridge, NodeIf: a.cfg.Instance.NodeIf(),
-		LinkAliasPrefix: a.cfg.Instance.LinkAliasPrefix(), MTU: a.podMTU,
+		LinkAliasPrefix: a.cfg.Instance.LinkAliasPrefix(), MTU: a.podMTU, ClusterCIDR: a.clusterCIDR(),
 	})
 }
 
@@ -220,4 +220,12 @@ func (a *Agent) waitEndpoint(w http.ResponseWriter, r *http.Request, pod string,
 		return
 	}
 	writeJSON(w, http.StatusOK, answer)
+}
+
+// clusterCIDR is the range pods route through their node ("" for none).
+func (a *Agent) clusterCIDR() string {
+	if !a.cfg.ClusterCIDR.IsValid() {
+		return ""
+	}
+	return a.cfg.ClusterCIDR.String()
 }

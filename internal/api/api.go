@@ -313,6 +313,7 @@ type Network struct {
 	PodCIDR     string `json:"podCIDR"`
 	NodeIP      string `json:"nodeIP"` // the pods' gateway
 	ServiceCIDR string `json:"serviceCIDR"`
+	ClusterCIDR string `json:"clusterCIDR,omitempty"` // every node's pods: routed through the node too
 	Mode        string `json:"mode"`
 	Bridge      bool   `json:"bridge"` // pods join NodeIf (a bridge) instead of being routed
 	NodeIf      string `json:"nodeIf"`

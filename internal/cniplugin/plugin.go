@@ -67,7 +67,12 @@ func getNode(ctx context.Context, c *api.Client, conf *NetConf) (node, error) {
 	cidr, err1 := netip.ParsePrefix(n.PodCIDR)
 	nodeIP, err2 := netip.ParseAddr(n.NodeIP)
 	svc, err3 := netip.ParsePrefix(n.ServiceCIDR)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	var cluster netip.Prefix
+	var err4 error
+	if n.ClusterCIDR != "" {
+		cluster, err4 = netip.ParsePrefix(n.ClusterCIDR)
+	}
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return node{}, types.NewError(types.ErrInternal, "the agent's node network is malformed: "+err.Error(), "upgrade shunt-cni and shuntd together")
 	}
 	if conf.podCIDR.IsValid() {
@@ -87,7 +92,8 @@ func getNode(ctx context.Context, c *api.Client, conf *NetConf) (node, error) {
 		mtu = conf.MTU
 	}
 	return node{
-		net:   podnet.Node{Bridge: n.Bridge, PodCIDR: cidr, NodeIP: nodeIP, ServiceCIDR: svc, HostIf: n.NodeIf, MTU: mtu},
+		net: podnet.Node{Bridge: n.Bridge, PodCIDR: cidr, NodeIP: nodeIP, ServiceCIDR: svc, ClusterCIDR: cluster,
+			HostIf: n.NodeIf, MTU: mtu},
 		pool:  pool,
 		alias: n.LinkAliasPrefix,
 	}, nil

@@ -36,6 +36,10 @@ type Node struct {
 	// ServiceCIDR is routed through the node too, so packets to a ClusterIP
 	// that no socket hook translated reach the tc fallback.
 	ServiceCIDR netip.Prefix
+	// ClusterCIDR holds every node's pod CIDR: pods route it through
+	// their node, which forwards to pods of other nodes (the overlay).
+	// Invalid: one node, only its own pod CIDR is routed.
+	ClusterCIDR netip.Prefix
 	HostIf      string // name of the bridge (bridge mode) or of the veth holding NodeIP
 	MTU         int
 }
@@ -140,6 +144,9 @@ func (n Node) PodRoutes() []netip.Prefix {
 	}
 	if !n.Bridge && n.PodCIDR.IsValid() {
 		routes = append(routes, n.PodCIDR) // in bridge mode it is on-link
+	}
+	if n.ClusterCIDR.IsValid() && n.ClusterCIDR != n.PodCIDR {
+		routes = append(routes, n.ClusterCIDR) // the node's own, more specific, wins
 	}
 	return routes
 }

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/shuntnet/shunt/internal/kubetest"
+	"github.com/shuntnet/shunt/internal/netnsrun"
+)
+
+// newUnderlay makes one network namespace per node, joined by veth pairs
+// to an underlay bridge in a namespace of its own, node i at
+// 192.168.77.(i+1)/24. Everything is removed when the test ends.
+func newUnderlay(t *testing.T, nodes int) (netns []string, addrs []string) {
+	t.Helper()
+	requireRoot(t)
+	id := fmt.Sprintf("%05d", rand.IntN(100000))
+	ul := "e2eul" + id
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ul).Run() })
+	ip("netns", "add", ul)
+	ip("-n", ul, "link", "add", "br0", "type", "bridge")
+	ip("-n", ul, "link", "set", "br0", "up")
+	for i := range nodes {
+		ns, addr := fmt.Sprintf("e2en%d%s", i+1, id), fmt.Sprintf("192.168.77.%d", i+1)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		ip("netns", "add", ns)
+		ip("-n", ns, "link", "set", "lo", "up")
+		ip("-n", ns, "link", "add", "ul0", "type", "veth", "peer", "name", fmt.Sprintf("n%d", i+1), "netns", ul)
+		ip("-n", ns, "addr", "add", addr+"/24", "dev", "ul0")
+		ip("-n", ns, "link", "set", "ul0", "up")
+		ip("-n", ul, "link", "set", fmt.Sprintf("n%d", i+1), "master", "br0", "up")
+		netns, addrs = append(netns, ns), append(addrs, addr)
+	}
+	return netns, addrs
+}
+
+// apiRelay lets a node whose host side is netns reach the test's API
+// server, which listens on the machine's loopback: it listens on the
+// namespace's loopback and carries each connection over to the API
+// server's. It returns a kubeconfig naming the relay.
+func apiRelay(t *testing.T, c *kubetest.Cluster, netns string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	if err := netnsrun.Do("/run/netns/"+netns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var target string
+	for _, cl := range cfg.Clusters {
+		u, err := url.Parse(cl.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target = u.Host
+		cl.Server = "https://" + ln.Addr().String()
+	}
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", target) // from this process's namespace: the machine's loopback
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { io.Copy(out, in); out.(*net.TCPConn).CloseWrite() }()
+				io.Copy(in, out)
+			}()
+		}
+	}()
+	path := filepath.Join(t.TempDir(), netns+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// newOverlayNode starts a node of cluster c whose host side is netns, with
+// its Node at underlay address addr and a VXLAN overlay.
+func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kubeNode {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	l := &lab{t: t, instance: fmt.Sprintf("e2e%06d", rand.IntN(1000000)), serviceCIDR: c.ServiceCIDR, kube: c, netns: netns}
+	nodes := c.Client.CoreV1().Nodes()
+	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: l.instance}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// What a kubelet reports: where other nodes reach this one (the
+	// controller-manager writes the pod CIDR meanwhile: retry conflicts).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := nodes.Get(ctx, l.instance, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}
+		_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log of %s:\n%s", l.instance, readFile("/var/lib/shunt/"+l.instance+"/shuntd.log"))
+		}
+		l.shunt("lab", "down")
+		l.assertGone()
+	})
+	l.mustShunt("lab", "up", "--kubeconfig", apiRelay(t, c, netns), "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
+		"--mode", "redirect-peer", "--tunnel", "vxlan", "--cluster-cidr", c.ClusterCIDR)
+	l.cidr = l.status().PodCIDR
+	k := &kubeNode{t: t, cs: c.Client, ctx: ctx, lab: l}
+	k.node = k.instance
+	return k
+}
+
+// TestCrossNodeOverlay: two nodes of one cluster, each its own network
+// namespace joined by an underlay, each with its agent and a VXLAN
+// overlay. A pod reaches a pod of the other node (TCP, UDP, ping) through
+// the tunnel, in both directions; a NetworkPolicy on the server is judged
+// on the server's node with the client's identity carried in the VNI
+// (an intruder of the client's node is dropped there, the client not);
+// the flows of the receiving node say so.
+func TestCrossNodeOverlay(t *testing.T) {
+	c := newKubeCluster(t)
+	netns, addrs := newUnderlay(t, 2)
+	a := newOverlayNode(t, c, netns[0], addrs[0])
+	b := newOverlayNode(t, c, netns[1], addrs[1])
+
+	serve := []string{"shunt", "lab", "serve", "--tcp", "7000", "--udp", "7000"}
+	server := b.runPod("default", "server", map[string]string{"app": "server"}, serve...)
+	client := a.runPod("default", "client", map[string]string{"app": "client"}, serve...)
+	a.runPod("default", "intruder", map[string]string{"app": "intruder"}, "sleep", "infinity")
+
+	a.probeFrom("default", "client", "connected", "--tcp", server+":7000", "--udp", server+":7000")
+	b.probeFrom("default", "server", "connected", "--tcp", client+":7000")
+	if out, err := exec.Command("ip", "netns", "exec", a.instance+"-default-client", "ping", "-c", "1", "-W", "2", server).CombinedOutput(); err != nil {
+		t.Errorf("ping across the overlay: %v\n%s", err, out)
+	}
+	if st := a.status(); !strings.Contains(fmt.Sprint(st.Counters), "to-tunnel") {
+		t.Errorf("node %s counted nothing into the tunnel: %v", a.node, st.Counters)
+	}
+
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: "default"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
+		},
+	}
+	if _, err := c.Client.NetworkingV1().NetworkPolicies("default").Create(a.ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.probeFrom("default", "intruder", "timeout", "--tcp", server+":7000")
+	a.probeFrom("default", "client", "connected", "--tcp", server+":7000")
+
+	// The drop happened on the server's node, which knew the intruder
+	// from the identity in the VNI.
+	flows := b.mustShunt("observe", "--last", "500", "--verdict", "DROPPED", "-o", "json")
+	var dropped bool
+	for _, line := range strings.Split(flows, "\n") {
+		if strings.Contains(line, `"from-overlay"`) && strings.Contains(line, "policy") && strings.Contains(line, `"`+a.podIPOf("default", "intruder")+`"`) {
+			dropped = true
+		}
+	}
+	if !dropped {
+		t.Errorf("no policy drop from the intruder at from-overlay in node %s's flows:\n%s", b.node, flows)
+	}
+}
