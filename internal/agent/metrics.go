@@ -27,7 +27,7 @@ type metrics struct {
 
 var (
 	descPackets = prometheus.NewDesc("shunt_datapath_packets_total",
-		"Packets the tc programs handled (direction from-pod, to-pod) and calls of the socket hooks (direction connect, "+
+		"Packets the tc programs handled (direction from-pod, to-pod, from-overlay) and calls of the socket hooks (direction connect, "+
 			"sendmsg, recvmsg, getpeername), by outcome reason.", []string{"reason", "direction"}, nil)
 	descBytes = prometheus.NewDesc("shunt_datapath_bytes_total",
 		"Bytes the tc programs handled, by outcome reason and direction (0 for the socket hooks).", []string{"reason", "direction"}, nil)
