@@ -155,6 +155,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := settle(&state.Mode, cfg.Mode, datapath.ModeRedirectPeer, "mode", inst); err != nil {
 		return nil, err
 	}
+	if err := settleSource(state, &cfg); err != nil {
+		return nil, err
+	}
 	// The overlay is the node's, like its mode: a restart keeps it.
 	if err := settle(&state.Tunnel, cfg.Tunnel, "", "tunnel", inst); err != nil {
 		return nil, err
@@ -433,6 +436,33 @@ func settle[T ~string](persisted *T, flag, def T, what string, inst instance.Ins
 			inst.Name, what, *persisted, inst.Name, flag)
 	}
 	return nil
+}
+
+// settleSource keeps where a node takes its objects from across restarts,
+// as its mode: an agent of a Kubernetes node started again without
+// --kubeconfig (`shunt lab up` after a crash) follows the same API server,
+// instead of starting an empty lab that would remove the node's pods.
+// Naming another API server or node needs `lab down` first.
+func settleSource(state *State, cfg *Config) error {
+	was := state.Source
+	switch {
+	case was == nil && cfg.Kubernetes:
+		state.Source = &SourceState{Kubeconfig: cfg.Kubeconfig, NodeName: cfg.NodeName, RunPods: cfg.RunPods}
+	case was == nil:
+	case !cfg.Kubernetes:
+		cfg.Kubernetes, cfg.Kubeconfig, cfg.NodeName, cfg.RunPods = true, was.Kubeconfig, was.NodeName, was.RunPods
+	case cfg.Kubeconfig != was.Kubeconfig || (cfg.NodeName != "" && cfg.NodeName != was.NodeName):
+		return fmt.Errorf("instance %q is node %q of the API server in %s; run `shunt --instance %s lab down` first to make it another node",
+			cfg.Instance.Name, was.NodeName, orInCluster(was.Kubeconfig), cfg.Instance.Name)
+	}
+	return nil
+}
+
+func orInCluster(kubeconfig string) string {
+	if kubeconfig == "" {
+		return "the in-cluster configuration"
+	}
+	return kubeconfig
 }
 
 // Close releases the agent's handles; pinned programs and pods stay.

@@ -21,8 +21,10 @@ type State struct {
 	Mode        datapath.Mode `json:"mode"`
 	PodCIDR     string        `json:"podCIDR"`
 	ServiceCIDR string        `json:"serviceCIDR"`
-	Tunnel      string        `json:"tunnel,omitempty"`   // "" or vxlan
-	Underlay    string        `json:"underlay,omitempty"` // with a tunnel: this node's underlay address
+	// Source: a Kubernetes API server the node follows (nil: the lab).
+	Source   *SourceState `json:"source,omitempty"`
+	Tunnel   string       `json:"tunnel,omitempty"`   // "" or vxlan
+	Underlay string       `json:"underlay,omitempty"` // with a tunnel: this node's underlay address
 	// Only in state files of older versions, read to migrate them.
 	Objects    []lab.StoredObject        `json:"objects,omitempty"`
 	ClusterIPs map[string]string         `json:"clusterIPs,omitempty"`
@@ -30,6 +32,13 @@ type State struct {
 	Policy     *policy.Allocations       `json:"policy,omitempty"`
 
 	saved []byte // the file as last read or written
+}
+
+// SourceState is the API server a Kubernetes node follows.
+type SourceState struct {
+	Kubeconfig string `json:"kubeconfig,omitempty"` // "": in-cluster
+	NodeName   string `json:"nodeName,omitempty"`
+	RunPods    bool   `json:"runPods,omitempty"`
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }

@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
@@ -150,7 +152,9 @@ func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kube
 // TestCrossNodeOverlay: two nodes of one cluster, each its own network
 // namespace joined by an underlay, each with its agent and a VXLAN
 // overlay. A pod reaches a pod of the other node (TCP, UDP, ping) through
-// the tunnel, in both directions; a NetworkPolicy on the server is judged
+// the tunnel, in both directions, and a ClusterIP whose only backend is
+// there (TCP, UDP); the server's node keeps delivering while its agent is
+// down (SIGKILL) and after it restarts; a NetworkPolicy on the server is judged
 // on the server's node with the client's identity carried in the VNI
 // (an intruder of the client's node is dropped there, the client not);
 // the flows of the receiving node say so.
@@ -173,6 +177,31 @@ func TestCrossNodeOverlay(t *testing.T) {
 	if st := a.status(); !strings.Contains(fmt.Sprint(st.Counters), "to-tunnel") {
 		t.Errorf("node %s counted nothing into the tunnel: %v", a.node, st.Counters)
 	}
+
+	// A ClusterIP whose only backend is on the other node: the client's
+	// node picks it at connect (TCP) and send (UDP) and tunnels to it.
+	svc, err := c.Client.CoreV1().Services("default").Create(a.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{
+			{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolTCP},
+			{Name: "udp", Port: 53, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolUDP},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80", "--udp", svc.Spec.ClusterIP+":53")
+
+	// The server's node loses its agent (SIGKILL): its pinned datapath
+	// keeps delivering from the overlay, with the policy it had.
+	pid := b.status().PID
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	a.probeFrom("default", "client", "connected", "--tcp", server+":7000", "--tcp", svc.Spec.ClusterIP+":80", "--udp", svc.Spec.ClusterIP+":53")
+	b.mustShunt("lab", "up")
+	a.probeFrom("default", "client", "connected", "--tcp", server+":7000")
 
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: "default"},
