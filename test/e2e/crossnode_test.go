@@ -229,4 +229,32 @@ func TestCrossNodeOverlay(t *testing.T) {
 	if !dropped {
 		t.Errorf("no policy drop from the intruder at from-overlay in node %s's flows:\n%s", b.node, flows)
 	}
+
+	// The intruder relabelled as a client: both nodes give it the
+	// client's identity, and the server's node lets it in.
+	start := time.Now()
+	intruder, err := c.Client.CoreV1().Pods("default").Get(a.ctx, "intruder", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	intruder.Labels["app"] = "client"
+	if _, err := c.Client.CoreV1().Pods("default").Update(a.ctx, intruder, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.probeFrom("default", "intruder", "connected", "--tcp", server+":7000")
+	t.Logf("relabelled pod allowed across nodes %s after the update", time.Since(start).Round(time.Millisecond))
+
+	// Path MTU: pods have the underlay's 1500 less the 50 bytes of VXLAN,
+	// so the largest unfragmentable ping (1450 - 28) crosses and one byte
+	// more is refused at the pod itself instead of vanishing in the tunnel.
+	ping := func(size int) error {
+		return exec.Command("ip", "netns", "exec", a.instance+"-default-client", "ping", "-c", "1", "-W", "2", "-M", "do",
+			"-s", fmt.Sprint(size), server).Run()
+	}
+	if err := ping(1450 - 28); err != nil {
+		t.Errorf("ping with DF at the pod MTU across the overlay: %v", err)
+	}
+	if err := ping(1450 - 28 + 1); err == nil {
+		t.Errorf("ping with DF one byte over the pod MTU got through")
+	}
 }
