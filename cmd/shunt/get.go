@@ -63,6 +63,7 @@ var resources = []resource{
 	{name: "endpointslices", singular: "endpointslice", kind: manifest.KindEndpointSlice, aliases: []string{"endpointslices.discovery.k8s.io"},
 		namespaced: true, list: getEndpointSlices},
 	{name: "namespaces", singular: "namespace", kind: manifest.KindNamespace, short: []string{"ns"}, showsLabel: true, list: getNamespaces},
+	{name: "nodes", singular: "node", kind: manifest.KindNode, short: []string{"no"}, list: getNodes},
 	{name: "networkpolicies", singular: "networkpolicy", kind: manifest.KindNetworkPolicy, short: []string{"netpol"},
 		aliases: []string{"networkpolicies.networking.k8s.io"}, namespaced: true, list: getNetworkPolicies},
 	{name: "shuntnetworkpolicies", singular: "shuntnetworkpolicy", kind: manifest.KindShuntNetworkPolicy, short: []string{"snp"},
@@ -322,6 +323,27 @@ func getNamespaces(c *api.Client, o *getOptions, r *resource, name string) error
 		header: []string{"NAME", "STATUS", "LABELS"},
 		row: func(n *corev1.Namespace) ([]string, []string) {
 			return []string{n.Name, string(n.Status.Phase), orNone(labelText(n.Labels))}, nil
+		},
+	})
+}
+
+func getNodes(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/nodes", columns[*corev1.Node]{
+		header: []string{"NAME", "STATUS", "POD-CIDR", "INTERNAL-IP", "AGE"},
+		row: func(n *corev1.Node) ([]string, []string) {
+			status := "Unknown"
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					status = map[corev1.ConditionStatus]string{corev1.ConditionTrue: "Ready", corev1.ConditionFalse: "NotReady"}[c.Status]
+				}
+			}
+			ip := ""
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP && ip == "" {
+					ip = a.Address
+				}
+			}
+			return []string{n.Name, orNone(status), orNone(n.Spec.PodCIDR), orNone(ip), age(n.CreationTimestamp.Time)}, nil
 		},
 	})
 }

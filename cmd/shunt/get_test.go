@@ -145,7 +145,7 @@ func TestGetKindNames(t *testing.T) {
 		t.Fatal("get foo: no error")
 	}
 	want := `the server doesn't have a resource type "foo"` + "\n" +
-		"known resource types (short names): pods (po), services (svc), endpointslices, namespaces (ns), " +
+		"known resource types (short names): pods (po), services (svc), endpointslices, namespaces (ns), nodes (no), " +
 		"networkpolicies (netpol), shuntnetworkpolicies (snp), httproutes (hr), identities"
 	if err.Error() != want {
 		t.Errorf("got:\n%v\nwant:\n%s", err, want)

@@ -44,6 +44,7 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	mux.HandleFunc("DELETE /v1/endpoints/{namespace}/{name}", a.handleDeleteEndpoint)
 	mux.HandleFunc("GET /v1/pods", a.handlePods)
 	mux.HandleFunc("GET /v1/namespaces", a.handleNamespaces)
+	mux.HandleFunc("GET /v1/nodes", a.handleNodes)
 	mux.HandleFunc("GET /v1/services", a.handleServices)
 	mux.HandleFunc("GET /v1/endpointslices", a.handleEndpointSlices)
 	mux.HandleFunc("GET /v1/networkpolicies", a.handleNetworkPolicies)
@@ -224,6 +225,45 @@ func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
 		list.Items = append(list.Items, n)
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// handleNodes lists the cluster's Nodes; this node is marked Ready (its
+// agent answers) and, in the lab, which has no Node objects, is the one
+// listed, built from what the agent knows of itself.
+func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
+	list := corev1.NodeList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
+	own := false
+	for _, n := range a.objects().Nodes() {
+		node := *n.DeepCopy()
+		node.APIVersion, node.Kind = "v1", "Node"
+		if node.Name == a.nodeName {
+			own = true
+			node.Status.Conditions = append(node.Status.Conditions, a.readyCondition())
+		}
+		list.Items = append(list.Items, node)
+	}
+	if !own {
+		node := corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+			ObjectMeta: metav1.ObjectMeta{Name: a.nodeName, CreationTimestamp: metav1.NewTime(a.started)},
+			Spec:       corev1.NodeSpec{PodCIDR: a.podPool.CIDR.String(), PodCIDRs: []string{a.podPool.CIDR.String()}},
+			Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{a.readyCondition()}}}
+		if a.cfg.Underlay.IsValid() {
+			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.Underlay.String()}}
+		}
+		list.Items = append(list.Items, node)
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// readyCondition is this node's Ready condition as its agent sees it: ready
+// once it started and its policy is programmed.
+func (a *Agent) readyCondition() corev1.NodeCondition {
+	c := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "AgentReady",
+		Message: "shuntd " + a.cfg.Instance.Name + " programs this node", LastHeartbeatTime: metav1.Now()}
+	if err := a.rec.PolicyError(); err != nil {
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, "PolicyNotProgrammed", err.Error()
+	}
+	return c
 }
 
 func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {

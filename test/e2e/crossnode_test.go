@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -163,6 +164,33 @@ func TestCrossNodeOverlay(t *testing.T) {
 	netns, addrs := newUnderlay(t, 2)
 	a := newOverlayNode(t, c, netns[0], addrs[0])
 	b := newOverlayNode(t, c, netns[1], addrs[1])
+
+	// Each node lists both, itself Ready with the address it tunnels from.
+	var nodes struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Spec     struct{ PodCIDR string }
+			Status   struct {
+				Addresses  []struct{ Type, Address string }
+				Conditions []struct{ Type, Status string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(a.mustShunt("get", "nodes", "-o", "json")), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	ready := map[string]string{}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			ready[n.Metadata.Name] = c.Type + "=" + c.Status
+		}
+		if len(n.Status.Addresses) != 1 || n.Spec.PodCIDR == "" {
+			t.Errorf("node %s listed as %+v: want its pod CIDR and InternalIP", n.Metadata.Name, n)
+		}
+	}
+	if len(nodes.Items) != 2 || ready[a.node] != "Ready=True" {
+		t.Errorf("get nodes on %s: %+v, want two nodes and itself Ready", a.node, nodes.Items)
+	}
 
 	serve := []string{"shunt", "lab", "serve", "--tcp", "7000", "--udp", "7000"}
 	server := b.runPod("default", "server", map[string]string{"app": "server"}, serve...)

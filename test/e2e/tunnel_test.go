@@ -67,6 +67,10 @@ func TestTunnelNode(t *testing.T) {
 		}
 	}
 	checkTunnel("after lab up")
+	// The lab has no Node objects: the node lists itself.
+	if out := l.mustShunt("get", "nodes"); !strings.Contains(out, l.instance) || !strings.Contains(out, "Ready") || !strings.Contains(out, "192.168.77.1") {
+		t.Errorf("get nodes:\n%s\nwant this node, Ready, at 192.168.77.1", out)
+	}
 	// (ip, not /sys/class/net: sysfs shows the namespace it was mounted in.)
 	if out := l.mustShunt("lab", "exec", "client", "--", "ip", "-o", "link", "show", "eth0"); !strings.Contains(out, " mtu 8950 ") {
 		t.Errorf("pod interface %q: want mtu 8950 (the underlay's 9000 less 50 of encapsulation)", out)
