@@ -9,7 +9,8 @@
  * inner Ethernet header, the outer source and the VNI are in the tunnel
  * key. The VNI is the sender's identity, which policy trusts, so a packet is
  * accepted only from the node the ipcache says hosts its inner source
- * address, and only with a pod identity. A reply from a service backend on
+ * address, and only with a pod identity (or, from that node's own address,
+ * the remote-node identity). A reply from a service backend on
  * the other node gets the service address back here, where the client's
  * pod sent it to the service (the tc fallback's entries are on this node).
  * A packet for a pod of this node is judged by the pod's ingress policy,
@@ -33,13 +34,20 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 volatile const struct shunt_config CONFIG = {};
 
-/* from_tunnel_node says whether the node the packet came from (the outer
- * source, network byte order) hosts the inner source address. */
-static __always_inline bool from_tunnel_node(__u32 saddr, __u32 outer_saddr)
+/* tunnel_sender_ok says whether the node the packet came from (the outer
+ * source, network byte order) hosts the inner source address, and the
+ * identity it sent is one that address may carry: a pod identity, or the
+ * remote-node identity for the node's own address (its host's traffic,
+ * which a route of that node encapsulates with it). */
+static __always_inline bool tunnel_sender_ok(__u32 saddr, __u32 outer_saddr, __u32 vni)
 {
 	struct ipcache_value *v = ipcache_lookup(saddr);
 
-	return v && v->tunnel_ip4 && v->tunnel_ip4 == outer_saddr;
+	if (!v || !v->tunnel_ip4 || v->tunnel_ip4 != outer_saddr)
+		return false;
+	if (tunnel_identity_ok(vni))
+		return true;
+	return vni == SHUNT_ID_REMOTE_NODE && v->identity == SHUNT_ID_REMOTE_NODE;
 }
 
 SEC("tc")
@@ -62,7 +70,7 @@ int shunt_from_overlay(struct __sk_buff *skb)
 	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
 		return drop(skb, &p, SHUNT_REASON_TUNNEL_KEY_FAILED);
 	p.src_identity = key.tunnel_id;
-	if (!tunnel_identity_ok(key.tunnel_id) || !from_tunnel_node(p.f.saddr, bpf_htonl(key.remote_ipv4)))
+	if (!tunnel_sender_ok(p.f.saddr, bpf_htonl(key.remote_ipv4), key.tunnel_id))
 		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
 
 	__u32 reason;

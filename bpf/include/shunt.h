@@ -67,6 +67,7 @@ enum shunt_identity {
 	SHUNT_ID_ANY = 0,        /* in policy keys: any peer */
 	SHUNT_ID_HOST = 1,       /* the node's own addresses */
 	SHUNT_ID_WORLD = 2,      /* anything the ipcache does not know */
+	SHUNT_ID_REMOTE_NODE = 6, /* another node of the cluster: its own traffic through the overlay */
 	SHUNT_ID_FIRST_POD = 256,
 	SHUNT_ID_FIRST_CIDR = 16777216, /* 1 << 24 */
 };

@@ -80,6 +80,13 @@ func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err e
 			return 0, fmt.Errorf("looking up VXLAN device %s after creating it: %w", name, err)
 		}
 	}
+	// The node's own traffic to other nodes' pods is routed onto the
+	// device with a tunnel key per route (SyncTunnelRoutes); nobody would
+	// answer ARP for those pods behind it, and none is needed: the
+	// receiving node's program rewrites the frame's MACs.
+	if err := netlink.LinkSetARPOff(l); err != nil {
+		return 0, fmt.Errorf("turning ARP off on VXLAN device %s: %w", name, err)
+	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		return 0, fmt.Errorf("setting VXLAN device %s up: %w", name, err)
 	}

@@ -330,7 +330,7 @@ func veth(t *testing.T, nsA, ifA string, addrA netip.Prefix, nsB, ifB string, ad
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipNet(addr)}); err != nil {
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: prefixNet(addr)}); err != nil {
 			return fmt.Errorf("adding %s to %s: %w", addr, ifname, err)
 		}
 		return netlink.LinkSetUp(l)
@@ -349,10 +349,6 @@ func veth(t *testing.T, nsA, ifA string, addrA netip.Prefix, nsB, ifB string, ad
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // echoServer answers every TCP connection to addr in the pod with what it
@@ -498,7 +494,7 @@ func forgeOverlay(intruderNetns string, outer, remote netip.Addr, vni uint32, fr
 		// The outer source must be an address of the intruder's
 		// namespace for the kernel to send from it.
 		if _, err := underlayLink(outer); err != nil {
-			if err := netlink.AddrAdd(ul, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(outer, 32))}); err != nil {
+			if err := netlink.AddrAdd(ul, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(outer, 32))}); err != nil {
 				return fmt.Errorf("adding %s: %w", outer, err)
 			}
 		}
@@ -574,7 +570,7 @@ func TestEnsureVXLANRefuses(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ul, 32))}); err != nil {
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(ul, 32))}); err != nil {
 			return err
 		}
 		la := netlink.NewLinkAttrs()
@@ -628,7 +624,7 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ul, 32))}); err != nil {
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(ul, 32))}); err != nil {
 			return err
 		}
 		vx, err := EnsureVXLAN(ovVXLAN, ul, ovPort)

@@ -226,11 +226,12 @@ const (
 type podtcShuntIdentity uint32
 
 const (
-	podtcShuntIdentitySHUNT_ID_ANY        podtcShuntIdentity = 0
-	podtcShuntIdentitySHUNT_ID_HOST       podtcShuntIdentity = 1
-	podtcShuntIdentitySHUNT_ID_WORLD      podtcShuntIdentity = 2
-	podtcShuntIdentitySHUNT_ID_FIRST_POD  podtcShuntIdentity = 256
-	podtcShuntIdentitySHUNT_ID_FIRST_CIDR podtcShuntIdentity = 16777216
+	podtcShuntIdentitySHUNT_ID_ANY         podtcShuntIdentity = 0
+	podtcShuntIdentitySHUNT_ID_HOST        podtcShuntIdentity = 1
+	podtcShuntIdentitySHUNT_ID_WORLD       podtcShuntIdentity = 2
+	podtcShuntIdentitySHUNT_ID_REMOTE_NODE podtcShuntIdentity = 6
+	podtcShuntIdentitySHUNT_ID_FIRST_POD   podtcShuntIdentity = 256
+	podtcShuntIdentitySHUNT_ID_FIRST_CIDR  podtcShuntIdentity = 16777216
 )
 
 type podtcShuntMetricsLayout uint32

@@ -17,6 +17,7 @@ var (
 	_ = [1]struct{}{}[policy.IdentityAny-uint32(podtcShuntIdentitySHUNT_ID_ANY)]
 	_ = [1]struct{}{}[policy.IdentityHost-uint32(podtcShuntIdentitySHUNT_ID_HOST)]
 	_ = [1]struct{}{}[policy.IdentityWorld-uint32(podtcShuntIdentitySHUNT_ID_WORLD)]
+	_ = [1]struct{}{}[policy.IdentityRemoteNode-uint32(podtcShuntIdentitySHUNT_ID_REMOTE_NODE)]
 	_ = [1]struct{}{}[policy.FirstPodIdentity-uint32(podtcShuntIdentitySHUNT_ID_FIRST_POD)]
 	_ = [1]struct{}{}[policy.FirstCIDRIdentity-uint32(podtcShuntIdentitySHUNT_ID_FIRST_CIDR)]
 	_ = [1]struct{}{}[policy.VerdictNone-policy.Verdict(podtcPolicyVerdictPOLICY_NONE)]

@@ -26,6 +26,9 @@ type Input struct {
 	// Nodes of the cluster: where pods of other nodes are reached (the
 	// tunnel endpoint of their ipcache entries).
 	Nodes []*corev1.Node
+	// Node is this node's name: every other node's own traffic comes
+	// through the overlay as the remote-node identity.
+	Node string
 }
 
 // Rule names one rule of one policy; its ID travels in the policy map
@@ -107,9 +110,13 @@ type Result struct {
 	Warnings []string // Problems as text
 	Alloc    Allocations
 	L7       []L7Port // ingress ports HTTP rules name, for the node proxy
+	// NodeRoutes: every other node's pod CIDR and underlay address, for
+	// routing this node's own traffic to their pods through the overlay.
+	NodeRoutes []NodeRoute
 
 	podIdentity map[string]uint32 // every pod by ns/name
 	hostAddrs   map[netip.Addr]bool
+	remoteNodes map[netip.Addr]bool // other nodes' pod-network addresses
 	podByIP     map[netip.Addr]string
 }
 
@@ -141,7 +148,7 @@ func Compute(in Input, prev Allocations) *Result {
 		in: in,
 		res: &Result{
 			Endpoints: map[string]EndpointPolicy{}, Rules: map[uint32]Rule{},
-			podIdentity: map[string]uint32{}, hostAddrs: map[netip.Addr]bool{}, podByIP: map[netip.Addr]string{},
+			podIdentity: map[string]uint32{}, hostAddrs: map[netip.Addr]bool{}, remoteNodes: map[netip.Addr]bool{}, podByIP: map[netip.Addr]string{},
 		},
 		identities: map[uint32]*Identity{},
 		idPods:     map[uint32][]*corev1.Pod{},
@@ -195,6 +202,36 @@ func (c *computation) nodeTunnels() map[string]netip.Addr {
 		}
 	}
 	return out
+}
+
+// NodeRoute is another node's pod CIDR and the underlay address it is
+// reached at.
+type NodeRoute struct {
+	PodCIDR netip.Prefix
+	Tunnel  netip.Addr
+}
+
+// remoteNodeAddrs puts every other node's pod-network address (the first
+// of its pod CIDR: shunt-cni's gateway, the source of that node's own
+// traffic to pods of other nodes) in the ipcache as the remote-node
+// identity behind that node's tunnel, so its traffic is let in from the
+// overlay and judged by policy as a node's.
+func (c *computation) remoteNodeAddrs(tunnels map[string]netip.Addr) {
+	for _, n := range c.in.Nodes {
+		tunnel, ok := tunnels[n.Name]
+		cidr, err := netip.ParsePrefix(n.Spec.PodCIDR)
+		if n.Name == c.in.Node || !ok || err != nil || !cidr.Addr().Is4() {
+			continue
+		}
+		a := cidr.Masked().Addr().Next()
+		if _, isPod := c.res.podByIP[a]; isPod || c.res.hostAddrs[a] || c.res.remoteNodes[a] {
+			continue
+		}
+		c.res.NodeRoutes = append(c.res.NodeRoutes, NodeRoute{PodCIDR: cidr.Masked(), Tunnel: tunnel})
+		c.res.remoteNodes[a] = true
+		c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
+			Prefix: netip.PrefixFrom(a, 32), Identity: IdentityRemoteNode, Tunnel: tunnel})
+	}
 }
 
 // NodeTunnel is the address a node's pods are reached at through the
@@ -258,6 +295,7 @@ func (c *computation) identify(prev Allocations) {
 		c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
 			Prefix: netip.PrefixFrom(a, a.BitLen()), Identity: IdentityHost})
 	}
+	c.remoteNodeAddrs(tunnels)
 	c.res.Alloc.Identities = alloc.next
 	c.podIDs = slices.Sorted(maps.Keys(c.identities))
 	for _, id := range c.podIDs {

@@ -43,6 +43,7 @@ type Identity struct {
 var ReservedIdentities = []Identity{
 	{ID: IdentityHost, Reserved: "host"},
 	{ID: IdentityWorld, Reserved: "world"},
+	{ID: IdentityRemoteNode, Reserved: "remote-node"},
 }
 
 // Allocations are the numbers handed out so far. They are kept across

@@ -66,6 +66,9 @@ func (r *Result) identityOf(p Peer) uint32 {
 	if r.hostAddrs[p.IP] {
 		return IdentityHost
 	}
+	if r.remoteNodes[p.IP] {
+		return IdentityRemoteNode
+	}
 	return IdentityWorld
 }
 

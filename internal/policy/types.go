@@ -12,11 +12,14 @@ import (
 
 // Reserved identities.
 const (
-	IdentityAny       uint32 = 0 // in policy keys: any peer
-	IdentityHost      uint32 = 1 // the node's own addresses
-	IdentityWorld     uint32 = 2 // anything the ipcache does not know
-	FirstPodIdentity  uint32 = 256
-	FirstCIDRIdentity uint32 = 1 << 24
+	IdentityAny   uint32 = 0 // in policy keys: any peer
+	IdentityHost  uint32 = 1 // the node's own addresses
+	IdentityWorld uint32 = 2 // anything the ipcache does not know
+	// IdentityRemoteNode is another node's own traffic through the
+	// overlay (from its pod-network address).
+	IdentityRemoteNode uint32 = 6
+	FirstPodIdentity   uint32 = 256
+	FirstCIDRIdentity  uint32 = 1 << 24
 )
 
 // Verdict is what a policy entry says.

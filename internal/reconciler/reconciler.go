@@ -42,6 +42,9 @@ type Datapath interface {
 	DetachPod(ifname string) error
 	PolicyFits(state policy.State, endpoints int) error
 	SyncPolicy(state policy.State, endpoints []datapath.Endpoint) error
+	// SyncTunnelRoutes routes the node's own traffic for other nodes'
+	// pods through the overlay, from src (a no-op without one).
+	SyncTunnelRoutes(src netip.Addr, routes []datapath.TunnelRoute) error
 	SyncServices(all []services.Port) (goneUDP []netip.AddrPort, err error)
 	UpdateServices(upsert []services.Port, remove []services.Frontend) (goneUDP []netip.AddrPort, err error)
 	DestroyUDPSockets(netnsPaths []string, gone []netip.AddrPort) (destroyed int, err error)
@@ -266,10 +269,11 @@ func (r *Reconciler) policyTouched(next *model.Store, changes []model.Change) bo
 			return true
 		case manifest.KindNode:
 			// A Node's address is the tunnel endpoint of its pods' ipcache
-			// entries; its status changes for many other reasons.
+			// entries, its pod CIDR routed through the overlay; its status
+			// changes for many other reasons.
 			before, _ := r.store.Get(c.Key)
 			after, _ := next.Get(c.Key)
-			if nodeTunnel(before) != nodeTunnel(after) {
+			if nodeView(before) != nodeView(after) {
 				return true
 			}
 		case manifest.KindPod:
@@ -299,7 +303,7 @@ func samePolicyView(a, b *corev1.Pod) bool {
 func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoints []model.Endpoint) (policy.Input, error) {
 	in := policy.Input{
 		Namespaces: store.Namespaces(), NetworkPolicies: store.NetworkPolicies(), ShuntPolicies: store.ShuntPolicies(),
-		HostAddrs: slices.Clone(r.cfg.NodeAddrs), Nodes: store.Nodes(),
+		HostAddrs: slices.Clone(r.cfg.NodeAddrs), Nodes: store.Nodes(), Node: r.cfg.NodeName,
 	}
 	if r.cfg.HostAddrs != nil {
 		hosts, err := r.cfg.HostAddrs()
@@ -328,12 +332,16 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoint
 	return in, nil
 }
 
-// nodeTunnel is the tunnel address of a stored Node (invalid when absent).
-func nodeTunnel(o manifest.Object) netip.Addr {
+// nodeView is what policy reads of a stored Node: its tunnel address and
+// pod CIDR (zero when absent).
+func nodeView(o manifest.Object) (v struct {
+	tunnel  netip.Addr
+	podCIDR string
+}) {
 	if n, ok := o.Obj.(*corev1.Node); ok {
-		return policy.NodeTunnel(n)
+		v.tunnel, v.podCIDR = policy.NodeTunnel(n), n.Spec.PodCIDR
 	}
-	return netip.Addr{}
+	return v
 }
 
 // Admit refuses a store whose policy would not fit the datapath's maps,
@@ -546,6 +554,15 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 	}
 	if err := r.dp.SyncPolicy(pol.State, eps); err != nil {
 		return nil, err
+	}
+	if len(r.cfg.NodeAddrs) > 0 {
+		routes := make([]datapath.TunnelRoute, len(pol.NodeRoutes))
+		for i, nr := range pol.NodeRoutes {
+			routes[i] = datapath.TunnelRoute{PodCIDR: nr.PodCIDR, Node: nr.Tunnel}
+		}
+		if err := r.dp.SyncTunnelRoutes(r.cfg.NodeAddrs[0], routes); err != nil {
+			return nil, err
+		}
 	}
 	return pol, nil
 }

@@ -29,6 +29,8 @@ type fakeDatapath struct {
 	endpoints []datapath.Endpoint
 	services  map[services.Frontend]services.Port
 	redirects []datapath.L7Redirect
+	// tunnelRoutes: the last SyncTunnelRoutes
+	tunnelRoutes []datapath.TunnelRoute
 	// knobs
 	failServices error
 	maxEntries   int           // policy entries that fit (0: any)
@@ -64,6 +66,13 @@ func (f *fakeDatapath) PolicyFits(state policy.State, endpoints int) error {
 	if f.maxEntries > 0 && len(state.Entries) > f.maxEntries {
 		return fmt.Errorf("shunt_policy is full: %d entries needed, the map holds %d", len(state.Entries), f.maxEntries)
 	}
+	return nil
+}
+
+func (f *fakeDatapath) SyncTunnelRoutes(src netip.Addr, routes []datapath.TunnelRoute) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tunnelRoutes = routes
 	return nil
 }
 
@@ -380,7 +389,23 @@ status: {podIP: 10.244.9.9}
 		}
 		return out
 	}
-	want := map[string]string{"10.244.0.5": "invalid IP", "10.244.1.9": "192.168.50.12", "10.244.9.9": "invalid IP"}
+	// node-2's own address (the first of its pod CIDR) is behind its
+	// tunnel too, as the remote-node identity, and its pods' range is
+	// routed there for this node's own traffic; node-1 is this node.
+	want := map[string]string{"10.244.0.5": "invalid IP", "10.244.1.9": "192.168.50.12", "10.244.9.9": "invalid IP", "10.244.1.1": "192.168.50.12"}
+	f.mu.Lock()
+	for _, p := range f.policy.IPCache {
+		if p.Prefix.Addr().String() == "10.244.1.1" && p.Identity != policy.IdentityRemoteNode {
+			t.Errorf("node-2's address has identity %d, want remote-node", p.Identity)
+		}
+		if p.Prefix.Addr().String() == "10.244.0.1" && p.Tunnel.IsValid() {
+			t.Errorf("this node's own address behind a tunnel: %+v", p)
+		}
+	}
+	if len(f.tunnelRoutes) != 1 || f.tunnelRoutes[0] != (datapath.TunnelRoute{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Node: netip.MustParseAddr("192.168.50.12")}) {
+		t.Errorf("tunnel routes %+v: want node-2's pod CIDR via 192.168.50.12", f.tunnelRoutes)
+	}
+	f.mu.Unlock()
 	got := tunnels()
 	for ip, tun := range want {
 		if got[ip] != tun {

@@ -153,8 +153,8 @@ func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kube
 // TestCrossNodeOverlay: two nodes of one cluster, each its own network
 // namespace joined by an underlay, each with its agent and a VXLAN
 // overlay. A pod reaches a pod of the other node (TCP, UDP, ping) through
-// the tunnel, in both directions, and a ClusterIP whose only backend is
-// there (TCP, UDP); the server's node keeps delivering while its agent is
+// the tunnel, in both directions, and so does the node itself; a ClusterIP
+// whose only backend is there (TCP, UDP); the server's node keeps delivering while its agent is
 // down (SIGKILL) and after it restarts; a NetworkPolicy on the server is judged
 // on the server's node with the client's identity carried in the VNI
 // (an intruder of the client's node is dropped there, the client not);
@@ -202,6 +202,9 @@ func TestCrossNodeOverlay(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "exec", a.instance+"-default-client", "ping", "-c", "1", "-W", "2", server).CombinedOutput(); err != nil {
 		t.Errorf("ping across the overlay: %v\n%s", err, out)
 	}
+	// The node itself (its processes, not a pod) reaches the other node's
+	// pod: routed onto the overlay with the remote-node identity.
+	a.probe("", "connected", "--tcp", server+":7000", "--udp", server+":7000")
 	if st := a.status(); !strings.Contains(fmt.Sprint(st.Counters), "to-tunnel") {
 		t.Errorf("node %s counted nothing into the tunnel: %v", a.node, st.Counters)
 	}
