@@ -64,10 +64,25 @@ func peers(rs []probeResult) map[string]int {
 // api port and UDP 5353). A container counts as ready once it runs, as in
 // Kubernetes without a readinessProbe, so a backend can be in a service
 // before its server has bound its port; tests that count answers wait.
+//
+// Both must also be backends of the service: with an API server the
+// EndpointSlice controller adds each pod once its Ready condition reaches
+// it, which a loaded machine delays past the servers' start.
 func (l *lab) waitWebServes() {
 	l.t.Helper()
 	l.probe("client", "connected", "--tcp", l.podIP("web-1")+":8080", "--tcp", l.podIP("web-2")+":8081",
 		"--udp", l.podIP("web-1")+":5353", "--udp", l.podIP("web-2")+":5353")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		dump := l.mustShunt("map", "dump", "services")
+		if strings.Contains(dump, l.podIP("web-1")+":8080 (#") && strings.Contains(dump, l.podIP("web-2")+":8081 (#") {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("web-1 and web-2 are not both backends of web after 30 s:\n%s", dump)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func TestServiceClusterIP(t *testing.T) {
