@@ -85,6 +85,9 @@ func New(cfg Config, node Node) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cp.journal.droppedTail != "" {
+		cfg.Log.Warn("objects: a change that was never acknowledged (the agent stopped while writing it) is not applied", "detail", cp.journal.droppedTail)
+	}
 	objs, err := decodeObjects(stored)
 	if err != nil {
 		return nil, fmt.Errorf("persisted objects: %w", err)
