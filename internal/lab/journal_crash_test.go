@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/shuntnet/shunt/internal/atomicfile"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 )
@@ -277,5 +279,25 @@ func TestJournalOldFormat(t *testing.T) {
 	after, _ := stateOf(&objectLog{dir: dir})
 	if got := keysOf(t, &objectLog{dir: dir}); got != "Service/default/a@t.yaml Service/default/c@t.yaml Service/default/d@t.yaml#1" || !strings.Contains(after, `"clusterIP":"10.0.0.1"`) {
 		t.Errorf("after migration: %s\n%s\nbefore:\n%s", got, after, full)
+	}
+}
+
+// TestPodRecordsDamaged: pods.json is written atomically, and a truncated
+// or garbage one stops the start with an error naming the file and the fix.
+func TestPodRecordsDamaged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pods.json")
+	pods := map[string]*PodRecord{"default/a": {Namespace: "default", Name: "a", ContainerID: "c1"}}
+	good, err := atomicfile.WriteJSON(path, pods, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := loadPodRecords(path, nil); err != nil || got["default/a"].ContainerID != "c1" {
+		t.Fatalf("read back: %v, %v", got, err)
+	}
+	for _, bad := range [][]byte{nil, good[:len(good)/2], []byte("\x00\x00\x00"), []byte("garbage")} {
+		os.WriteFile(path, bad, 0o600)
+		if _, _, err := loadPodRecords(path, nil); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "shunt lab down") {
+			t.Errorf("pods.json holding %q: want an error naming the file and the fix, got %v", bad, err)
+		}
 	}
 }
