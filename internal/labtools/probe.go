@@ -338,3 +338,52 @@ func Summary(results []Result) string {
 	}
 	return s
 }
+
+// TCPSession sends each attempt's request over one long-lived connection,
+// to watch what happens to an established connection (an agent restart
+// must not reset it). A failed attempt closes the connection; the next
+// one dials again, and says so in its error.
+type TCPSession struct {
+	target string
+	o      ProbeOptions
+	c      net.Conn
+	broken string // why the previous connection was closed
+}
+
+// NewTCPSession dials lazily, at the first attempt.
+func NewTCPSession(target string, o ProbeOptions) *TCPSession {
+	return &TCPSession{target: target, o: o}
+}
+
+// Probe exchanges one request on the session's connection. It is
+// Connected only if the reply came back on the same connection as the
+// previous attempt's (or on the first one).
+func (s *TCPSession) Probe() Result {
+	r := Result{Proto: "tcp", Target: s.target}
+	start := time.Now()
+	if s.c == nil {
+		c, err := net.DialTimeout("tcp", s.target, s.o.Timeout)
+		if err != nil {
+			return r.fail(err, start)
+		}
+		s.c = c
+	}
+	r.Local, r.Remote = s.c.LocalAddr().String(), s.c.RemoteAddr().String()
+	s.c.SetDeadline(start.Add(s.o.Timeout))
+	reply, err := exchange(s.c, s.o.Send)
+	if err != nil {
+		r = r.fail(err, start)
+		r.Result, r.Error = Failed, "established connection broken: "+r.Error
+		s.Close()
+		return r
+	}
+	return r.answered(reply, start)
+}
+
+// Close closes the connection.
+func (s *TCPSession) Close() {
+	if s.c != nil {
+		s.c.Close()
+		s.c = nil
+	}
+}
