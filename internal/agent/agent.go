@@ -242,6 +242,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		Identities: identities,
 		Log:        log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
 		ProxyAddr: proxyAddr, ProxyConfig: a.proxy.Set,
+		// The source's first Update is complete: the lab hands over every
+		// persisted object at once (ControlPlane.Start), the Kubernetes
+		// source once its informers synced.
+		WaitForObjects: true,
 	}, a.dp)
 	go a.rec.Run(ctx)
 	go a.proxy.Run(ctx)
