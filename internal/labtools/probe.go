@@ -27,11 +27,12 @@ type Result struct {
 	Local  string `json:"local"`  // the probe's own address
 	// Remote is the server address as the application sees it: getpeername
 	// for TCP and connected UDP, the reply's source for unconnected UDP.
-	Remote string `json:"remote"`
-	Status int    `json:"status,omitempty"` // HTTP status code
-	Code   string `json:"code,omitempty"`   // gRPC status code: OK, PermissionDenied, ...
-	RTTus  int64  `json:"rtt_us"`           // from the first syscall to the outcome
-	Error  string `json:"error"`
+	Remote string    `json:"remote"`
+	Status int       `json:"status,omitempty"` // HTTP status code
+	Code   string    `json:"code,omitempty"`   // gRPC status code: OK, PermissionDenied, ...
+	RTTus  int64     `json:"rtt_us"`           // from the first syscall to the outcome
+	Start  time.Time `json:"start"`            // when the attempt began
+	Error  string    `json:"error"`
 }
 
 // Outcomes a probe can have.
@@ -88,7 +89,7 @@ func CheckTarget(proto, target string) error {
 
 // fail records err as the attempt's outcome.
 func (r Result) fail(err error, start time.Time) Result {
-	r.RTTus = time.Since(start).Microseconds()
+	r.RTTus, r.Start = time.Since(start).Microseconds(), start
 	r.Result = classify(err)
 	r.Error = err.Error()
 	return r
@@ -109,7 +110,7 @@ func classify(err error) string {
 
 // answered records a reply.
 func (r Result) answered(reply string, start time.Time) Result {
-	r.RTTus = time.Since(start).Microseconds()
+	r.RTTus, r.Start = time.Since(start).Microseconds(), start
 	r.Result = Connected
 	r.Reply = strings.TrimRight(reply, " \r\n\t")
 	r.Peer = firstWord(r.Reply)
