@@ -148,6 +148,7 @@ func TestJournalCrashAtEveryByte(t *testing.T) {
 			t.Fatalf("cut at byte %d: droppedTail %q", cut, l.droppedTail)
 		}
 	}
+	t.Logf("%d cuts of a journal of %d batches (%d bytes, records ending at %v) over a snapshot", len(journal)+1, len(ends), len(journal), ends)
 }
 
 // TestJournalDamage: a damaged byte in the last record drops that record
@@ -194,6 +195,7 @@ func TestJournalDamage(t *testing.T) {
 	if _, err := stateOf(l); err == nil || !strings.Contains(err.Error(), l.snapshotPath()+" is damaged at byte offset 0") {
 		t.Fatalf("empty snapshot: want it refused, got %v", err)
 	}
+	t.Logf("%d journal bytes and %d snapshot bytes damaged one at a time", len(journal), len(snap))
 }
 
 // TestJournalOutlivesSnapshot: a crash after the snapshot's rename but
