@@ -38,6 +38,9 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 	long := l.startLoad("client", "--persistent", "--tcp", web+":80")
 	time.Sleep(time.Second)
 
+	// restart signals the agent (by the PID it reports), waits for it to
+	// exit and starts it again; during, if set, starts what the signal is
+	// to interrupt and returns what waits for it to end.
 	restarts := 0
 	restart := func(sig syscall.Signal, during func() (wait func())) {
 		t.Helper()
@@ -151,10 +154,18 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 		}
 		return ok, all
 	}
+	longRs := long.stop()
 	conns, connsAll := count(fresh.stop(), "tcp")
 	udp, udpAll := count(udpLoad.stop(), "udp")
-	reqs, reqsAll := count(long.stop(), "tcp")
-	t.Logf("%d agent restarts (SIGTERM, SIGKILL, SIGKILL during 1200-object applies and deletes, SIGTERM; an uninterrupted apply took %v): "+
+	reqs, reqsAll := count(longRs, "tcp")
+	longConns := map[string]bool{}
+	for _, r := range longRs {
+		longConns[r.Local] = true
+	}
+	if len(longConns) != 1 {
+		t.Errorf("the long-lived connection was dialled again (%d local addresses): it broke", len(longConns))
+	}
+	t.Logf("%d agent restarts (SIGTERM, SIGKILL, SIGKILL in the middle of 1200-object applies, SIGTERM; an uninterrupted apply took %v): "+
 		"%d/%d new TCP connections, %d/%d requests on one long-lived TCP connection, %d/%d UDP replies (1 s timeout each); %v in all",
 		restarts, took.Round(time.Millisecond), conns, connsAll, reqs, reqsAll, udp, udpAll, time.Since(began).Round(time.Second))
 	if len(failed) > 0 {

@@ -26,8 +26,8 @@ func (l *lab) clusterIP(svc string) string {
 }
 
 type probeResult struct {
-	Proto, Result, Peer, Remote, Error string
-	Start                              time.Time
+	Proto, Result, Peer, Local, Remote, Error string
+	Start                                     time.Time
 }
 
 // probeJSON runs a probe (in pod, or on the node for "") and decodes every attempt.
