@@ -249,6 +249,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}, a.dp)
 	go a.rec.Run(ctx)
 	go a.proxy.Run(ctx)
+	// Before any source runs: the first sync (at the source's first
+	// Update) must have the local pods' endpoints too, or it would take
+	// their datapath away until the next one.
+	if err := a.restoreEndpoints(); err != nil {
+		return nil, err
+	}
 
 	var labCP *lab.ControlPlane
 	if cfg.Kubernetes {
@@ -280,9 +286,6 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		a.src = labSource{labCP}
 	}
 	a.objects = a.src.Store
-	if err := a.restoreEndpoints(); err != nil {
-		return nil, err
-	}
 	// The API serves before the pods start: the lab's kubelet plumbs them
 	// with shunt-cni, which hands each endpoint to this agent.
 	if a.srv, err = a.serveAPI(); err != nil {
