@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -79,6 +80,8 @@ func newLabProbeCmd() *cobra.Command {
 		opts           labtools.ProbeOptions
 		expect, output string
 		count          int
+		forDur, pause  time.Duration
+		persistent     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "probe [--tcp HOST:PORT] [--udp HOST:PORT] [--http URL] [--grpc HOST:PORT] [--expect connected|refused|timeout|any]",
@@ -90,6 +93,11 @@ does a GET; gRPC makes one health Check call. An HTTP or gRPC answer is
 connected whatever its status (a 403, PermissionDenied): the status is in
 the output. With -o json it prints one JSON object per attempt; in text, with
 --count above 1, a summary per target follows, counting outcomes and peers.
+With --for it probes the targets in turn, round after round (--interval
+apart), until that time has passed or it gets SIGINT or SIGTERM: a load that
+runs while something else happens (an agent restart), every attempt counted.
+With --persistent, the attempts to a TCP target share one connection, kept
+open (and dialled again after a failure, which counts as one).
 The exit code is 0 if every attempt gave --expect, 1 if not, 2 on bad usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -100,6 +108,9 @@ The exit code is 0 if every attempt gave --expect, 1 if not, 2 on bad usage.`,
 			}
 			if output != "text" && output != "json" {
 				return usageError{fmt.Errorf("-o %q: use text or json", output)}
+			}
+			if forDur < 0 || pause < 0 {
+				return usageError{fmt.Errorf("--for %s, --interval %s: want durations of zero or more", forDur, pause)}
 			}
 			if count < 1 {
 				return usageError{fmt.Errorf("--count %d: want at least 1", count)}
@@ -127,25 +138,77 @@ The exit code is 0 if every attempt gave --expect, 1 if not, 2 on bad usage.`,
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			enc := json.NewEncoder(out)
 			ok := true
-			for _, t := range targets {
-				var results []labtools.Result
-				for range count {
-					r := labtools.Probe(t.proto, t.addr, opts)
-					results = append(results, r)
-					if output == "json" {
-						if err := enc.Encode(r); err != nil {
-							return err
-						}
-					} else {
-						fmt.Fprintln(out, r.Text())
+			sessions := make([]*labtools.TCPSession, len(targets))
+			results := make([][]labtools.Result, len(targets))
+			attempt := func(i int) error {
+				t := targets[i]
+				var r labtools.Result
+				if persistent && t.proto == "tcp" {
+					if sessions[i] == nil {
+						sessions[i] = labtools.NewTCPSession(t.addr, opts)
 					}
-					if expect != "any" && r.Result != expect {
-						ok = false
-						fmt.Fprintf(errOut, "%s %s: expected %s, got %s: %s\n", r.Proto, r.Target, expect, r.Result, r.Error)
+					r = sessions[i].Probe()
+				} else {
+					r = labtools.Probe(t.proto, t.addr, opts)
+				}
+				results[i] = append(results[i], r)
+				if output == "json" {
+					if err := enc.Encode(r); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintln(out, r.Text())
+				}
+				if expect != "any" && r.Result != expect {
+					ok = false
+					fmt.Fprintf(errOut, "%s %s: expected %s, got %s: %s\n", r.Proto, r.Target, expect, r.Result, r.Error)
+				}
+				return nil
+			}
+			defer func() {
+				for _, s := range sessions {
+					if s != nil {
+						s.Close()
 					}
 				}
-				if count > 1 && output == "text" {
-					fmt.Fprintln(out, labtools.Summary(results))
+			}()
+			if forDur > 0 {
+				// A signal ends the run as the deadline would: the attempt
+				// under way finishes and is reported.
+				stop := make(chan os.Signal, 1)
+				signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+				defer signal.Stop(stop)
+				deadline := time.After(forDur)
+			rounds:
+				for {
+					for i := range targets {
+						if err := attempt(i); err != nil {
+							return err
+						}
+					}
+					select {
+					case <-stop:
+						break rounds
+					case <-deadline:
+						break rounds
+					case <-time.After(pause):
+					}
+				}
+			} else {
+				for i := range targets {
+					for range count {
+						if err := attempt(i); err != nil {
+							return err
+						}
+					}
+					if count > 1 && output == "text" {
+						fmt.Fprintln(out, labtools.Summary(results[i]))
+					}
+				}
+			}
+			if forDur > 0 && output == "text" {
+				for i := range targets {
+					fmt.Fprintln(out, labtools.Summary(results[i]))
 				}
 			}
 			if !ok {
@@ -166,6 +229,9 @@ The exit code is 0 if every attempt gave --expect, 1 if not, 2 on bad usage.`,
 	cmd.Flags().StringVar(&expect, "expect", labtools.Connected, "expected result of every attempt: connected, refused, timeout or any")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json (one object per attempt)")
 	cmd.Flags().IntVar(&count, "count", 1, "attempts per target, each on a new socket")
+	cmd.Flags().DurationVar(&forDur, "for", 0, "instead of --count: probe the targets in turn, round after round, until this much time has passed or SIGINT/SIGTERM")
+	cmd.Flags().DurationVar(&pause, "interval", 0, "with --for: pause between rounds")
+	cmd.Flags().BoolVar(&persistent, "persistent", false, "TCP: send every attempt over one connection per target, kept open (dialled again after a failure)")
 	return cmd
 }
 

@@ -222,8 +222,31 @@ func TestLabProbeCmd(t *testing.T) {
 		t.Errorf("mismatch: %v, stderr %q", err, stderr)
 	}
 
+	// --for: rounds until the time is up, a summary per target; with
+	// --persistent every TCP attempt goes over one connection.
+	out, _, err = probe("-o", "json", "--for", "300ms", "--interval", "20ms", "--persistent", "--tcp", addr["tcp"], "--udp", addr["udp"])
+	if err != nil {
+		t.Fatalf("probe --for: %v\n%s", err, out)
+	}
+	locals := map[string]int{}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r labtools.Result
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.Result != labtools.Connected {
+			t.Fatalf("probe --for: %q: %v", line, err)
+		}
+		if r.Proto == "tcp" {
+			locals[r.Local]++
+			n++
+		}
+	}
+	if n < 5 || len(locals) != 1 {
+		t.Errorf("--for 300ms --persistent: %d TCP attempts from %d local addresses, want several over one: %v", n, len(locals), locals)
+	}
+
 	// Usage errors exit 2.
 	for _, args := range [][]string{
+		{"--tcp", addr["tcp"], "--for", "-1s"},
 		{}, {"--tcp", addr["tcp"], "--expect", "maybe"}, {"--tcp", addr["tcp"], "-o", "yaml"},
 		{"--tcp", addr["tcp"], "--count", "0"}, {"--tcp", "10.0.0.1"}, {"--http", "10.0.0.1:80"},
 		{"--tcp", addr["tcp"], "--timeout", "soon"}, {"--nope"}, {"--grpc", "10.0.0.1"},

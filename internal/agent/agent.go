@@ -334,9 +334,19 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		Identities: identities,
 		Log:        log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
 		ProxyAddr: proxyAddr, ProxyConfig: a.proxy.Set,
+		// The source's first Update is complete: the lab hands over every
+		// persisted object at once (ControlPlane.Start), the Kubernetes
+		// source once its informers synced.
+		WaitForObjects: true,
 	}, a.dp)
 	go a.rec.Run(ctx)
 	go a.proxy.Run(ctx)
+	// Before any source runs: the first sync (at the source's first
+	// Update) must have the local pods' endpoints too, or it would take
+	// their datapath away until the next one.
+	if err := a.restoreEndpoints(); err != nil {
+		return nil, err
+	}
 
 	var labCP *lab.ControlPlane
 	if cfg.Kubernetes {
@@ -368,9 +378,6 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		a.src = labSource{labCP}
 	}
 	a.objects = a.src.Store
-	if err := a.restoreEndpoints(); err != nil {
-		return nil, err
-	}
 	// The API serves before the pods start: the lab's kubelet plumbs them
 	// with shunt-cni, which hands each endpoint to this agent.
 	if a.srv, err = a.serveAPI(); err != nil {

@@ -70,7 +70,9 @@ type Source struct {
 	store   *model.Store
 	pending map[manifest.Key]*manifest.Object // nil: remove
 	synced  bool                              // every informer listed once
-	kick    chan struct{}
+	// delivered: the first complete listing went to the reconciler.
+	delivered bool
+	kick      chan struct{}
 
 	health health
 }
@@ -281,9 +283,12 @@ func (s *Source) loop(ctx context.Context) {
 func (s *Source) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.pending) == 0 {
+	if len(s.pending) == 0 && s.delivered {
 		return
 	}
+	// The first flush is delivered even empty: the reconciler syncs
+	// nothing before its first Update (reconciler.Config.WaitForObjects).
+	s.delivered = true
 	var puts []manifest.Object
 	var removes []manifest.Key
 	for k, o := range s.pending {

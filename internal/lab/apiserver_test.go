@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 
@@ -216,5 +217,38 @@ func TestEndpointSliceController(t *testing.T) {
 	}
 	if sl := cp.store.EndpointSlicesFor("default", "web"); len(sl) != 1 || sl[0].Name != "web-1" {
 		t.Errorf("after the pods went: %v", sl)
+	}
+}
+
+// TestUnwrittenChangeIsNotApplied: the journal is written ahead; a change
+// that cannot be recorded is refused whole: not in the store, not given to
+// the node, no address held, and nothing of it on disk.
+func TestUnwrittenChangeIsNotApplied(t *testing.T) {
+	cp, node := newControlPlane(t)
+	ctx := context.Background()
+	if _, err := cp.Apply(ctx, docs(svc("a", ""))); err != nil {
+		t.Fatal(err)
+	}
+	store, gen := cp.Store(), node.gen
+	// A directory where the journal goes: appending to it fails.
+	journal, _ := os.ReadFile(cp.journal.journalPath())
+	os.Remove(cp.journal.journalPath())
+	if err := os.Mkdir(cp.journal.journalPath(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cp.Apply(ctx, docs(svc("b", "")+svc("c", "")))
+	if err == nil || !strings.Contains(err.Error(), "nothing applied") || !strings.Contains(err.Error(), cp.journal.journalPath()) {
+		t.Fatalf("apply with an unwritable journal: %v", err)
+	}
+	if cp.Store() != store || node.gen != gen || len(cp.clusterIPs.owner) != 1 {
+		t.Errorf("a change that was not written was applied: store changed %v, node updated %v, addresses %v", cp.Store() != store, node.gen != gen, cp.clusterIPs.owner)
+	}
+	os.Remove(cp.journal.journalPath())
+	os.WriteFile(cp.journal.journalPath(), journal, 0o600)
+	if _, err := cp.Apply(ctx, docs(svc("b", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if got := keysOf(t, &objectLog{dir: cp.journal.dir}); got != "Service/default/a@<stdin>#1 Service/default/b@<stdin>#1" {
+		t.Errorf("on disk: %s", got)
 	}
 }

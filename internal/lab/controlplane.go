@@ -62,7 +62,6 @@ type ControlPlane struct {
 	store      *model.Store
 	gen        uint64 // the node generation of the latest commit
 	journal    objectLog
-	unsaved    []manifest.Key
 	clusterIPs clusterIPs
 	kubelet    kubelet
 	// notStarted says why pods wait to start (the datapath failed); they
@@ -84,6 +83,9 @@ func New(cfg Config, node Node) (*ControlPlane, error) {
 	stored, err := cp.journal.load()
 	if err != nil {
 		return nil, err
+	}
+	if cp.journal.droppedTail != "" {
+		cfg.Log.Warn("objects: a change that was never acknowledged (the agent stopped while writing it) is not applied", "detail", cp.journal.droppedTail)
 	}
 	objs, err := decodeObjects(stored)
 	if err != nil {
@@ -202,10 +204,12 @@ func (cp *ControlPlane) change(ctx context.Context, objs []manifest.Object, admi
 			return nil, err
 		}
 	}
+	if err := cp.commit(next, changes); err != nil {
+		return nil, err
+	}
 	cp.clusterIPs.commit(ips)
-	err = cp.commit(next, changes)
 	if pods {
-		err = errors.Join(err, cp.syncPods(ctx))
+		err = cp.syncPods(ctx)
 	}
 	return changes, errors.Join(err, cp.node.Wait(ctx, cp.gen))
 }
@@ -231,8 +235,11 @@ func touches(changes []model.Change, kinds ...string) bool {
 }
 
 // commit makes next the objects: the writes of the EndpointSlice and mesh
-// controllers join the same transaction, the node gets the result, the
-// journal records it. Called with mu held.
+// controllers join the same transaction, the journal records it, and only
+// then the node gets the result. Written ahead, the change is durable
+// before anything acts on it; if it cannot be written, none of it is
+// applied (a datapath running a change the disk does not hold would drop
+// it at the next start). Called with mu held.
 func (cp *ControlPlane) commit(next *model.Store, changes []model.Change) error {
 	put, remove := sliceChanges(cp.store, next, changes)
 	put = append(put, routeStatusChanges(next, changes)...)
@@ -242,18 +249,18 @@ func (cp *ControlPlane) commit(next *model.Store, changes []model.Change) error 
 		next, fewer = next.Remove(remove)
 		changes = joinChanges(changes, append(more, fewer...))
 	}
-	cp.store = next
+	var changed []manifest.Key
 	for _, c := range changes {
 		if c.Changed() {
-			cp.unsaved = append(cp.unsaved, c.Key)
+			changed = append(changed, c.Key)
 		}
 	}
-	cp.gen = cp.node.Update(next, changes)
-	err := cp.journal.save(next, cp.unsaved)
-	if err == nil {
-		cp.unsaved = cp.unsaved[:0]
+	if err := cp.journal.save(next, changed); err != nil {
+		return fmt.Errorf("nothing applied: %w", err)
 	}
-	return err
+	cp.store = next
+	cp.gen = cp.node.Update(next, changes)
+	return nil
 }
 
 // syncPods is the kubelet's pass: pods gone are torn down, new ones

@@ -72,22 +72,29 @@ type kubelet struct {
 func (k *kubelet) recordsPath() string { return filepath.Join(k.cfg.Instance.StateDir(), "pods.json") }
 
 func (k *kubelet) load(legacy map[string]*PodRecord) error {
-	k.pods = map[string]*PodRecord{}
-	data, err := os.ReadFile(k.recordsPath())
+	var err error
+	k.pods, k.saved, err = loadPodRecords(k.recordsPath(), legacy)
+	return err
+}
+
+// loadPodRecords reads pods.json (legacy: the records an older agent kept
+// in state.json, when there is no pods.json yet).
+func loadPodRecords(path string, legacy map[string]*PodRecord) (map[string]*PodRecord, []byte, error) {
+	pods := map[string]*PodRecord{}
+	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if legacy != nil { // an older agent kept them in state.json
-			k.pods = legacy
+			pods = legacy
 		}
-		return nil
+		return pods, nil, nil
 	case err != nil:
-		return err
+		return nil, nil, err
 	}
-	if err := json.Unmarshal(data, &k.pods); err != nil {
-		return fmt.Errorf("reading %s: %w (remove the lab with `shunt lab down` if it is damaged)", k.recordsPath(), err)
+	if err := json.Unmarshal(data, &pods); err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w (remove the lab with `shunt lab down` if it is damaged)", path, err)
 	}
-	k.saved = data
-	return nil
+	return pods, data, nil
 }
 
 func (k *kubelet) save() error {

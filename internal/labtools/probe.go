@@ -27,11 +27,12 @@ type Result struct {
 	Local  string `json:"local"`  // the probe's own address
 	// Remote is the server address as the application sees it: getpeername
 	// for TCP and connected UDP, the reply's source for unconnected UDP.
-	Remote string `json:"remote"`
-	Status int    `json:"status,omitempty"` // HTTP status code
-	Code   string `json:"code,omitempty"`   // gRPC status code: OK, PermissionDenied, ...
-	RTTus  int64  `json:"rtt_us"`           // from the first syscall to the outcome
-	Error  string `json:"error"`
+	Remote string    `json:"remote"`
+	Status int       `json:"status,omitempty"` // HTTP status code
+	Code   string    `json:"code,omitempty"`   // gRPC status code: OK, PermissionDenied, ...
+	RTTus  int64     `json:"rtt_us"`           // from the first syscall to the outcome
+	Start  time.Time `json:"start"`            // when the attempt began
+	Error  string    `json:"error"`
 }
 
 // Outcomes a probe can have.
@@ -88,7 +89,7 @@ func CheckTarget(proto, target string) error {
 
 // fail records err as the attempt's outcome.
 func (r Result) fail(err error, start time.Time) Result {
-	r.RTTus = time.Since(start).Microseconds()
+	r.RTTus, r.Start = time.Since(start).Microseconds(), start
 	r.Result = classify(err)
 	r.Error = err.Error()
 	return r
@@ -109,7 +110,7 @@ func classify(err error) string {
 
 // answered records a reply.
 func (r Result) answered(reply string, start time.Time) Result {
-	r.RTTus = time.Since(start).Microseconds()
+	r.RTTus, r.Start = time.Since(start).Microseconds(), start
 	r.Result = Connected
 	r.Reply = strings.TrimRight(reply, " \r\n\t")
 	r.Peer = firstWord(r.Reply)
@@ -337,4 +338,53 @@ func Summary(results []Result) string {
 		s += " (" + strings.Join(names, ", ") + ")"
 	}
 	return s
+}
+
+// TCPSession sends each attempt's request over one long-lived connection,
+// to watch what happens to an established connection (an agent restart
+// must not reset it). A failed attempt closes the connection; the next
+// one dials again, and says so in its error.
+type TCPSession struct {
+	target string
+	o      ProbeOptions
+	c      net.Conn
+	broken string // why the previous connection was closed
+}
+
+// NewTCPSession dials lazily, at the first attempt.
+func NewTCPSession(target string, o ProbeOptions) *TCPSession {
+	return &TCPSession{target: target, o: o}
+}
+
+// Probe exchanges one request on the session's connection. It is
+// Connected only if the reply came back on the same connection as the
+// previous attempt's (or on the first one).
+func (s *TCPSession) Probe() Result {
+	r := Result{Proto: "tcp", Target: s.target}
+	start := time.Now()
+	if s.c == nil {
+		c, err := net.DialTimeout("tcp", s.target, s.o.Timeout)
+		if err != nil {
+			return r.fail(err, start)
+		}
+		s.c = c
+	}
+	r.Local, r.Remote = s.c.LocalAddr().String(), s.c.RemoteAddr().String()
+	s.c.SetDeadline(start.Add(s.o.Timeout))
+	reply, err := exchange(s.c, s.o.Send)
+	if err != nil {
+		r = r.fail(err, start)
+		r.Result, r.Error = Failed, "established connection broken: "+r.Error
+		s.Close()
+		return r
+	}
+	return r.answered(reply, start)
+}
+
+// Close closes the connection.
+func (s *TCPSession) Close() {
+	if s.c != nil {
+		s.c.Close()
+		s.c = nil
+	}
 }

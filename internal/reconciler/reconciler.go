@@ -94,6 +94,12 @@ type Config struct {
 	// Hooks for metrics; nil to ignore.
 	ObserveSync  func(step string, d time.Duration)
 	UDPDestroyed func(n int)
+	// WaitForObjects: no sync runs before the first Update. A restarted
+	// agent finds the datapath its predecessor programmed; until the
+	// source has delivered the objects, the desired state is unknown, and
+	// a sync of the empty store would withdraw every service and policy
+	// (new connections time out until the objects arrive).
+	WaitForObjects bool
 }
 
 // Reconciler is one node's reconciler.
@@ -121,6 +127,7 @@ type Reconciler struct {
 	policyErr    error  // why the last policy sync failed (nil: it did not)
 	alloc        policy.Allocations
 	servicesSeen bool // a full service sync has succeeded
+	haveObjects  bool // an Update came (see Config.WaitForObjects)
 
 	// Results, published after each sync for readers (API, flows).
 	policy   atomic.Pointer[policy.Result]
@@ -174,6 +181,7 @@ func (r *Reconciler) Update(next *model.Store, changes []model.Change) uint64 {
 		r.l7Dirty = true
 	}
 	r.store = next
+	r.haveObjects = true
 	return r.bump()
 }
 
@@ -420,6 +428,12 @@ func (r *Reconciler) take() work {
 
 // sync makes the datapath match the inputs as they are now.
 func (r *Reconciler) sync() error {
+	r.mu.Lock()
+	hold := r.cfg.WaitForObjects && !r.haveObjects
+	r.mu.Unlock()
+	if hold {
+		return nil // the first Update triggers the sync, with everything given until then
+	}
 	w := r.take()
 	var errs []error
 	for _, ifname := range w.detach {

@@ -539,3 +539,24 @@ func TestPolicyErrorIsKept(t *testing.T) {
 		t.Errorf("after a successful sync PolicyError() = %v", err)
 	}
 }
+
+// TestWaitForObjects: a restarted agent's reconciler writes nothing to the
+// datapath (which still holds what the previous agent programmed) before
+// the source's first Update, endpoints restored meanwhile included; the
+// first sync then has both.
+func TestWaitForObjects(t *testing.T) {
+	f := newFake()
+	r := New(Config{NodeName: "node-1", NodeAddrs: []netip.Addr{netip.MustParseAddr("10.244.0.1")}, WaitForObjects: true}, f)
+	runUntilEnd(t, r)
+	r.SetEndpoint(model.Endpoint{Pod: "default/a", Ifname: "veth-a", Ifindex: 7, IP: netip.MustParseAddr("10.244.0.5")})
+	time.Sleep(50 * time.Millisecond)
+	if log := f.takeLog(); len(log) > 0 {
+		t.Fatalf("the datapath was written before the objects came: %v", log)
+	}
+	apply(t, r, model.New(), service("web", "10.96.0.10", "10.244.0.5"))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.services) != 1 || f.attached["veth-a"] != 7 {
+		t.Errorf("first sync: services %v, attached %v", f.services, f.attached)
+	}
+}

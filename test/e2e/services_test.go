@@ -26,7 +26,8 @@ func (l *lab) clusterIP(svc string) string {
 }
 
 type probeResult struct {
-	Result, Peer, Remote, Error string
+	Proto, Result, Peer, Local, Remote, Error string
+	Start                                     time.Time
 }
 
 // probeJSON runs a probe (in pod, or on the node for "") and decodes every attempt.
