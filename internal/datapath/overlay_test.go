@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -677,6 +678,84 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		}
 		if tcx, err := link.QueryPrograms(link.QueryOptions{Target: vx, Attach: ebpf.AttachTCXIngress}); err != nil || len(tcx.Programs) != 0 {
 			t.Errorf("after DetachOverlay: %+v, %v; want no program", tcx, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSyncTunnelRoutes: the node's routes to other nodes' pods sit on the
+// overlay device with their tunnel key (encap ip id 6 dst NODE), a second
+// sync with one node fewer removes that node's route and only that one (a
+// route of someone else on the device stays), and ARP is off on the device.
+func TestSyncTunnelRoutes(t *testing.T) {
+	requireBPF(t)
+	ns := testNetns(t)
+	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-routes"))
+	t.Cleanup(func() {
+		if err := Uninstall(pinDir); err != nil {
+			t.Error(err)
+		}
+	})
+	ul, src := netip.MustParseAddr("10.77.0.1"), netip.MustParseAddr("10.78.0.1")
+	err := netnsrun.Do(ns, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		for _, a := range []netip.Addr{ul, src} {
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, 32))}); err != nil {
+				return err
+			}
+		}
+		vx, err := EnsureVXLAN(ovVXLAN, ul, ovPort)
+		if err != nil {
+			return err
+		}
+		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		theirs := &netlink.Route{LinkIndex: vx, Dst: prefixNet(netip.MustParsePrefix("10.99.0.0/24")), Scope: netlink.SCOPE_LINK}
+		if err := netlink.RouteAdd(theirs); err != nil {
+			return err
+		}
+		two := []TunnelRoute{
+			{PodCIDR: netip.MustParsePrefix("10.78.1.0/24"), Node: netip.MustParseAddr("10.77.0.2")},
+			{PodCIDR: netip.MustParsePrefix("10.78.2.0/24"), Node: netip.MustParseAddr("10.77.0.3")},
+		}
+		routes := func() string {
+			out, err := exec.Command("ip", "-d", "route", "show", "dev", ovVXLAN).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ip route: %v\n%s", err, out)
+			}
+			return string(out)
+		}
+		if err := d.SyncTunnelRoutes(src, two); err != nil {
+			return err
+		}
+		got := routes()
+		for _, want := range []string{"10.78.1.0/24", "id 6 src 0.0.0.0 dst 10.77.0.2", "10.78.2.0/24", "dst 10.77.0.3", "src 10.78.0.1", "10.99.0.0/24"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("routes on %s:\n%s\nwant %q", ovVXLAN, got, want)
+			}
+		}
+		if err := d.SyncTunnelRoutes(src, two[:1]); err != nil {
+			return err
+		}
+		got = routes()
+		if strings.Contains(got, "10.78.2.0/24") || !strings.Contains(got, "10.78.1.0/24") || !strings.Contains(got, "10.99.0.0/24") {
+			t.Errorf("after the second node left, routes on %s:\n%s\nwant 10.78.1.0/24 and the foreign 10.99.0.0/24 only", ovVXLAN, got)
+		}
+		l, err := netlink.LinkByIndex(vx)
+		if err != nil {
+			return err
+		}
+		if l.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+			t.Errorf("ARP is on for %s", ovVXLAN)
 		}
 		return nil
 	})
