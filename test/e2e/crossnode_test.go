@@ -4,12 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
-	"net/url"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,11 +15,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/shuntnet/shunt/internal/kubetest"
-	"github.com/shuntnet/shunt/internal/netnsrun"
 )
 
 // newUnderlay makes one network namespace per node, joined by veth pairs
@@ -58,59 +52,6 @@ func newUnderlay(t *testing.T, nodes int) (netns []string, addrs []string) {
 	return netns, addrs
 }
 
-// apiRelay lets a node whose host side is netns reach the test's API
-// server, which listens on the machine's loopback: it listens on the
-// namespace's loopback and carries each connection over to the API
-// server's. It returns a kubeconfig naming the relay.
-func apiRelay(t *testing.T, c *kubetest.Cluster, netns string) string {
-	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	if err := netnsrun.Do("/run/netns/"+netns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var target string
-	for _, cl := range cfg.Clusters {
-		u, err := url.Parse(cl.Server)
-		if err != nil {
-			t.Fatal(err)
-		}
-		target = u.Host
-		cl.Server = "https://" + ln.Addr().String()
-	}
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer in.Close()
-				out, err := net.Dial("tcp", target) // from this process's namespace: the machine's loopback
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				go func() { io.Copy(out, in); out.(*net.TCPConn).CloseWrite() }()
-				io.Copy(in, out)
-			}()
-		}
-	}()
-	path := filepath.Join(t.TempDir(), netns+".kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // newOverlayNode starts a node of cluster c whose host side is netns, with
 // its Node at underlay address addr and a VXLAN overlay.
 func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kubeNode {
@@ -142,7 +83,12 @@ func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kube
 		l.shunt("lab", "down")
 		l.assertGone()
 	})
-	l.mustShunt("lab", "up", "--kubeconfig", apiRelay(t, c, netns), "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
+	relay, err := c.RelayInto("/run/netns/" + netns) // the node's loopback is its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	l.mustShunt("lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
 		"--mode", "redirect-peer", "--tunnel", "vxlan", "--cluster-cidr", c.ClusterCIDR)
 	l.cidr = l.status().PodCIDR
 	k := &kubeNode{t: t, cs: c.Client, ctx: ctx, lab: l}

@@ -32,7 +32,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/netip"
@@ -380,7 +379,7 @@ func (b *bench) setupKubeProxy(ctx context.Context, mode string) error {
 	}
 	// kube-proxy's namespace has its own loopback: a relay there carries
 	// its API connections to the API server on the machine's loopback.
-	if err := b.relay(ns, strings.TrimPrefix(b.kc.Server, "https://")); err != nil {
+	if err := b.relay(ns); err != nil {
 		return err
 	}
 	kc := filepath.Join(b.kc.Dir, node+".kubeconfig")
@@ -439,36 +438,13 @@ func (b *bench) stopPID(pid int) error {
 	return nil
 }
 
-// relay listens on addr inside namespace ns and forwards each connection
-// to addr in this process's own namespace.
-func (b *bench) relay(ns, addr string) error {
-	var ln net.Listener
-	err := netnsrun.Do("/run/netns/"+ns, func() (err error) {
-		ln, err = net.Listen("tcp", addr)
-		return err
-	})
+// relay makes the API server reachable inside namespace ns.
+func (b *bench) relay(ns string) error {
+	r, err := b.kc.RelayInto("/run/netns/" + ns)
 	if err != nil {
-		return fmt.Errorf("API relay in %s: %w", ns, err)
+		return err
 	}
-	b.cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer in.Close()
-				out, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				go io.Copy(out, in)
-				io.Copy(in, out)
-			}()
-		}
-	}()
+	b.cleanup(func() { r.Close() })
 	return nil
 }
 
