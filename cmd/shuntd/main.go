@@ -19,6 +19,7 @@ import (
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/lab"
+	"github.com/shuntnet/shunt/internal/podexec"
 )
 
 func main() {
@@ -128,16 +129,31 @@ func newRootCmd() *cobra.Command {
 // newShimCmd is the per-container supervisor the agent starts; not for users.
 func newShimCmd() *cobra.Command {
 	var netnsPath, exitFile string
+	var sec podexec.Security
+	var uid, gid int64
 	cmd := &cobra.Command{
-		Use:    "shim --netns PATH --exit-file FILE -- CMD [ARGS...]",
+		Use:    "shim --netns PATH --exit-file FILE [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
-			os.Exit(lab.RunShim(netnsPath, exitFile, args))
+			if uid >= 0 {
+				u := uint32(uid)
+				sec.UID = &u
+			}
+			if gid >= 0 {
+				g := uint32(gid)
+				sec.GID = &g
+			}
+			os.Exit(lab.RunShim(netnsPath, exitFile, sec, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
 	cmd.Flags().StringVar(&exitFile, "exit-file", "", "where to record the exit status")
+	cmd.Flags().BoolVar(&sec.Privileged, "privileged", false, "keep every capability (securityContext.privileged)")
+	cmd.Flags().StringSliceVar(&sec.Add, "cap-add", nil, "capabilities beyond a runtime's default set")
+	cmd.Flags().StringSliceVar(&sec.Drop, "cap-drop", nil, "capabilities of the default set to drop (ALL: every one)")
+	cmd.Flags().Int64Var(&uid, "uid", -1, "run as this user (runAsUser; default root)")
+	cmd.Flags().Int64Var(&gid, "gid", -1, "run as this group (runAsGroup)")
 	cmd.MarkFlagRequired("netns")
 	cmd.MarkFlagRequired("exit-file")
 	return cmd

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -214,7 +215,8 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 			return err
 		}
 		argv := append(slices.Clone(c.Command), c.Args...)
-		shim := exec.Command(k.cfg.ShimExe, append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile, "--"}, argv...)...)
+		shimArgs := append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile}, securityArgs(pod, c)...)
+		shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
 		shim.Stdout, shim.Stderr = logf, logf
 		shim.Dir = c.WorkingDir
 		if shim.Dir == "" {
@@ -343,3 +345,39 @@ func processAlive(pid int) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// securityArgs are the shim's flags for a container's securityContext (and
+// the pod's runAsUser/runAsGroup), as a container runtime applies them.
+func securityArgs(pod *corev1.Pod, c corev1.Container) []string {
+	var args []string
+	uid, gid := (*int64)(nil), (*int64)(nil)
+	if ps := pod.Spec.SecurityContext; ps != nil {
+		uid, gid = ps.RunAsUser, ps.RunAsGroup
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			uid = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = sc.RunAsGroup
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			args = append(args, "--privileged")
+		}
+		if caps := sc.Capabilities; caps != nil {
+			for _, a := range caps.Add {
+				args = append(args, "--cap-add", string(a))
+			}
+			for _, d := range caps.Drop {
+				args = append(args, "--cap-drop", string(d))
+			}
+		}
+	}
+	if uid != nil {
+		args = append(args, "--uid", strconv.FormatInt(*uid, 10))
+	}
+	if gid != nil {
+		args = append(args, "--gid", strconv.FormatInt(*gid, 10))
+	}
+	return args
+}

@@ -23,15 +23,17 @@ type ExitStatus struct {
 
 // RunShim is the body of `shuntd shim`: it starts one container process in
 // the pod's network namespace (the shim itself already runs in the pod's
-// cgroup), forwards termination signals, waits and records the exit status.
+// cgroup) with the privileges of its securityContext (a runtime's default
+// capabilities unless it asks for others), forwards termination signals,
+// waits and records the exit status.
 // It outlives agent restarts, so no exit status is ever lost.
-func RunShim(netnsPath, exitFile string, argv []string) int {
+func RunShim(netnsPath, exitFile string, sec podexec.Security, argv []string) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	status := ExitStatus{}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	if err := podexec.Start(podexec.Target{NetnsPath: netnsPath}, cmd); err != nil {
+	if err := podexec.Start(podexec.Target{NetnsPath: netnsPath, Security: &sec}, cmd); err != nil {
 		fmt.Fprintf(os.Stderr, "shunt: starting %q: %v\n", argv, err)
 		status.ExitCode, status.Error = 127, err.Error()
 	} else {

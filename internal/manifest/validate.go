@@ -20,6 +20,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/shuntnet/shunt/internal/parallel"
+
+	"github.com/shuntnet/shunt/internal/capability"
 )
 
 // maxClientIPTimeout is the API server's limit on
@@ -302,6 +304,22 @@ func checkPod(c *checker, pod *corev1.Pod) {
 			checkPortNumber(c, pf.child("containerPort"), port.ContainerPort)
 			checkProtocol(c, pf.child("protocol"), port.Protocol)
 			checkPortName(c, pf.child("name"), port.Name, validation.IsValidPortName, portNames)
+		}
+		if sc := ctr.SecurityContext; sc != nil && sc.Capabilities != nil {
+			sf := f.child("securityContext").child("capabilities")
+			for j, a := range sc.Capabilities.Add {
+				if strings.EqualFold(string(a), "ALL") {
+					continue // every capability, as privileged
+				}
+				if err := capability.Check([]string{string(a)}); err != nil {
+					c.errorf(sf.child("add").index(j), "%v", err)
+				}
+			}
+			for j, d := range sc.Capabilities.Drop {
+				if err := capability.Check([]string{string(d)}); err != nil {
+					c.errorf(sf.child("drop").index(j), "%v", err)
+				}
+			}
 		}
 	}
 }

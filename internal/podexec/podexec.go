@@ -16,6 +16,9 @@ import (
 type Target struct {
 	NetnsPath  string // bind-mounted network namespace; empty keeps the caller's
 	CgroupPath string // cgroup v2 directory; empty keeps the caller's
+	// Security restricts the process as a container's securityContext
+	// does; nil keeps the caller's privileges.
+	Security *Security
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -33,23 +36,52 @@ func Start(t Target, cmd *exec.Cmd) error {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = fd
 	}
-	if t.NetnsPath == "" {
+	var mask uint64
+	if s := t.Security; s != nil {
+		var err error
+		if mask, err = s.kept(); err != nil {
+			return err
+		}
+		if s.UID != nil || s.GID != nil {
+			cred := &syscall.Credential{NoSetGroups: false}
+			if s.UID != nil {
+				cred.Uid = *s.UID
+			}
+			if s.GID != nil {
+				cred.Gid = *s.GID
+			}
+			cmd.SysProcAttr.Credential = cred
+		}
+	}
+	if t.NetnsPath == "" && t.Security == nil {
 		return cmd.Start()
 	}
-	ns, err := netns.GetFromPath(t.NetnsPath)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", t.NetnsPath, err)
+	var ns netns.NsHandle = -1
+	if t.NetnsPath != "" {
+		var err error
+		if ns, err = netns.GetFromPath(t.NetnsPath); err != nil {
+			return fmt.Errorf("opening network namespace %s: %w", t.NetnsPath, err)
+		}
+		defer ns.Close()
 	}
-	defer ns.Close()
-	// The child inherits the namespace of the thread that forks it. Switch a
-	// locked thread that is never unlocked: Go discards it when this
-	// goroutine ends, so no other goroutine runs in the pod's namespace.
+	// The child inherits the namespace and the capabilities of the thread
+	// that forks it. Change a locked thread that is never unlocked: Go
+	// discards it when this goroutine ends, so no other goroutine runs in
+	// the pod's namespace or with the container's privileges.
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("entering network namespace %s: %w", t.NetnsPath, err)
-			return
+		if ns != -1 {
+			if err := netns.Set(ns); err != nil {
+				errc <- fmt.Errorf("entering network namespace %s: %w", t.NetnsPath, err)
+				return
+			}
+		}
+		if t.Security != nil {
+			if err := restrictThread(mask); err != nil {
+				errc <- err
+				return
+			}
 		}
 		errc <- cmd.Start()
 	}()

@@ -290,7 +290,8 @@ metadata:
 spec:
   containers:
   - {name: app, command: ["shunt", "lab", "serve", "--tcp", "7000"]}
-  - {name: proxy, command: ["python3", %q, "15006", "0x5e000000", %q]}
+  # SO_MARK needs NET_ADMIN, as a sidecar proxy's does
+  - {name: proxy, command: ["python3", %q, "15006", "0x5e000000", %q], securityContext: {capabilities: {add: [NET_ADMIN]}}}
 ---
 apiVersion: v1
 kind: Pod

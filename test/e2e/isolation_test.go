@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestContainerPrivileges: a container runs with the capabilities a
+// container runtime grants by default, so a pod cannot change its own
+// addresses or routes, take its interface down, or load BPF programs (no
+// NET_ADMIN, SYS_ADMIN, BPF, in its bounding set either, so nothing it
+// execs gets them back); securityContext.capabilities.add and runAsUser
+// are honoured, as a runtime does.
+func TestContainerPrivileges(t *testing.T) {
+	requireRoot(t)
+	manifest := filepath.Join(t.TempDir(), "pods.yaml")
+	writeFile(t, manifest, `
+apiVersion: v1
+kind: Pod
+metadata: {name: plain}
+spec:
+  containers:
+  - name: c
+    command: [sh, -c, 'ip addr add 192.0.2.99/32 dev lo; echo addr=$?; ip link set eth0 down; echo link=$?;
+      ip route add 192.0.2.0/24 dev eth0; echo route=$?; grep -E "^Cap(Eff|Bnd)" /proc/self/status; echo uid=$(id -u); sleep infinity']
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: netadmin}
+spec:
+  containers:
+  - name: c
+    securityContext: {capabilities: {add: [NET_ADMIN]}}
+    command: [sh, -c, 'ip addr add 192.0.2.99/32 dev lo; echo addr=$?; sleep infinity']
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: user}
+spec:
+  securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  containers:
+  - name: c
+    command: [sh, -c, 'echo uid=$(id -u) gid=$(id -g); grep "^CapEff" /proc/self/status; sleep infinity']
+`)
+	l := newLab(t, "redirect-peer", manifest)
+	logs := func(pod, want string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, _ := l.shunt("lab", "logs", pod)
+			if strings.Contains(out, want) || time.Now().After(deadline) {
+				return out
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Docker's and containerd's default set: CapEff 00000000a80425fb.
+	out := logs("plain", "uid=")
+	for _, want := range []string{"addr=2", "link=2", "route=2", "CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "uid=0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pod with the default capabilities: want %q in its output:\n%s", want, out)
+		}
+	}
+	if out := logs("netadmin", "addr="); !strings.Contains(out, "addr=0") {
+		t.Errorf("pod with capabilities.add NET_ADMIN could not add an address:\n%s", out)
+	}
+	if out := logs("user", "CapEff"); !strings.Contains(out, "uid=1000 gid=1000") || !strings.Contains(out, "CapEff:\t0000000000000000") {
+		t.Errorf("pod with runAsUser 1000: want uid=1000 gid=1000 and no capabilities:\n%s", out)
+	}
+	// A capability that is none is refused by the API server, naming it.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	writeFile(t, bad, "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - {name: c, command: [\"true\"], securityContext: {capabilities: {add: [NET_ADMINN]}}}\n")
+	if out, code := l.shunt("apply", "-f", bad); code == 0 || !strings.Contains(out, "spec.containers[0].securityContext.capabilities.add[0]") {
+		t.Errorf("apply of an unknown capability: exit %d:\n%s", code, out)
+	}
+}
