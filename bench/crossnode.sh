@@ -50,7 +50,14 @@ nsenter --net=CLIENT_POD timeout T taskset -c 0 sockperf ping-pong --tcp -i SERV
 nsenter --net=CLIENT_POD timeout T taskset -c 0 bin/connrate -target CLUSTER_IP:80 -workers 4 -duration ${DURATION}s   # floor: -target the 10 SERVER_POD_IP:8080
 nsenter --net=CLIENT_POD timeout T taskset -c 0 iperf3 -c SERVER_POD_IP -p 5201 -t $DURATION -J
 EOT
-bin/crossnode -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -policies 100 -bin bin -rows "$ROWS" -out "$OUT" 2>&1 | tee "$OUT/crossnode.log"
+# In the background, so that an interrupt of this script reaches the driver,
+# which then removes what it built before exiting.
+bin/crossnode -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -policies 100 -bin bin -rows "$ROWS" -out "$OUT" \
+	> >(tee "$OUT/crossnode.log") 2>&1 &
+XB=$!
+trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM
+wait $XB || { echo "crossnode: bin/crossnode failed (log: $OUT/crossnode.log)" >&2; exit 1; }
+trap - INT TERM
 
 NOTES=$OUT/notes.md
 cat >"$NOTES" <<'EOT'

@@ -112,6 +112,7 @@ type caseNet struct {
 }
 
 type bench struct {
+	ctx      context.Context // ends on SIGINT/SIGTERM/SIGHUP
 	cs       kubernetes.Interface
 	kc       *kubecluster.Cluster
 	bin      string
@@ -162,16 +163,15 @@ func main() {
 		ns = append(ns, n)
 	}
 	slices.Sort(ns) // Services are only added between scales
-	// Interrupted, it still removes what it built.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		<-sigs
-		log.Print("interrupted: cleaning up")
-		b.runCleanups()
-		os.Exit(1)
-	}()
+	// Interrupted, it stops what it runs (the context ends the client
+	// tools and every wait) and still removes what it built.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	b.ctx = ctx
 	err = b.run(ns, *reps)
+	if ctx.Err() != nil {
+		log.Print("interrupted: cleaning up")
+	}
 	b.runCleanups()
 	if err != nil {
 		log.Fatal(err)
@@ -254,7 +254,7 @@ func (b *bench) netns(name string) (string, error) {
 }
 
 func (b *bench) run(scales []int, reps int) error {
-	ctx := context.Background()
+	ctx := b.ctx
 	dir, err := os.MkdirTemp("", "xbench"+b.id+"-cluster")
 	if err != nil {
 		return err
@@ -324,6 +324,9 @@ func (b *bench) run(scales []int, reps int) error {
 		}
 		for rep := 1; rep <= reps; rep++ {
 			for i := range order {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				c := order[(i+rep-1)%len(order)]
 				if err := b.measure(c, n, rep); err != nil {
 					return fmt.Errorf("N=%d rep %d case %s: %w", n, rep, c, err)
@@ -860,6 +863,9 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 		for _, vip := range vips {
 			deadline := time.Now().Add(5 * time.Minute)
 			for !answers(c.client, vip) {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				if time.Now().After(deadline) {
 					return fmt.Errorf("case %s: ClusterIP %s does not answer after 5 minutes", c.name, vip)
 				}
@@ -878,7 +884,7 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 func (b *bench) client(c *caseNet, argv ...string) ([]byte, error) {
 	limit := strconv.Itoa(int(b.duration.Seconds()) + 30)
 	full := inNetns(c.client, append([]string{"timeout", limit, "taskset", "-c", "0"}, argv...)...)
-	cmd := exec.Command(full[0], full[1:]...)
+	cmd := exec.CommandContext(b.ctx, full[0], full[1:]...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -1061,7 +1067,7 @@ func (b *bench) measure(c string, n, rep int) error {
 			gbps = r.End.SumReceived.BitsPerSecond / 1e9
 			break
 		}
-		if try == 3 {
+		if try == 3 || b.ctx.Err() != nil {
 			return fmt.Errorf("iperf3 failed 3 times (last output %s): %v", jsonPath, err)
 		}
 		time.Sleep(time.Second)
