@@ -38,6 +38,7 @@ SCALES=$(echo $SCALE_LIST | tr ' ' ,)
 cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/crossnode.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
 bin/crossnode -n $SCALES -reps $REPS -duration ${DURATION}s -policies 100 -bin bin -rows $ROWS -out $OUT
+# every command it ran, exactly and in order: commands-run.txt (Nodes, Pods, Services, slices and NetworkPolicies go through the API with client-go); in short:
 # inside: the control plane (internal/kubecluster), per case an underlay namespace (bridge br0) and two node namespaces (ul0 192.168.U.1/.2), an API relay on each node's loopback, then
 nsenter --net=/run/netns/NODE bin/shunt --instance INST lab up --kubeconfig KC --node-name INST --service-cidr 10.96.0.0/16 --mode redirect-peer --tunnel vxlan --cluster-cidr 10.252.0.0/16   # shunt-vxlan, per node
 ip -n NODE link add flannel.1 type vxlan id 1 local UNDERLAY dev ul0 dstport 8472 nolearning; ip -n NODE addr add PODNET.0/32 dev flannel.1   # floor, calico-iptables, nftables, per node

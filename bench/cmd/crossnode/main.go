@@ -150,6 +150,12 @@ func main() {
 	if err != nil {
 		log.Fatalf("opening -rows: %v", err)
 	}
+	runLog, err := os.Create(filepath.Join(*out, "commands-run.txt"))
+	if err != nil {
+		log.Fatalf("creating the command record: %v", err)
+	}
+	defer runLog.Close()
+	ran.w = runLog
 	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, policies: *policies, cases: map[string]*caseNet{}}
 	if b.bin, err = filepath.Abs(*bin); err != nil {
 		log.Fatal(err)
@@ -199,7 +205,31 @@ func (b *bench) runCleanups() {
 	}
 }
 
+// ran receives every command the run executes, one shell-quoted line each
+// (commands-run.txt): the exact commands behind commands.txt's summary.
+var ran struct {
+	sync.Mutex
+	w io.Writer
+}
+
+func record(argv ...string) {
+	ran.Lock()
+	defer ran.Unlock()
+	if ran.w == nil {
+		return
+	}
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = a
+		if a == "" || strings.ContainsAny(a, " \t'\"$*?;&|<>()") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	fmt.Fprintln(ran.w, strings.Join(q, " "))
+}
+
 func sh(name string, args ...string) error {
+	record(append([]string{name}, args...)...)
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
@@ -231,6 +261,7 @@ func (b *bench) start(logName string, argv ...string) error {
 	if err != nil {
 		return err
 	}
+	record(append(argv, "&")...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "PATH="+b.bin+":"+os.Getenv("PATH"))
@@ -720,7 +751,9 @@ func (b *bench) calicoPolicy() error {
 	if err := os.WriteFile(path, []byte(r.String()), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+b.cases[calico].nodes[1], "iptables-restore", "--noflush", path)
+	argv := []string{"nsenter", "--net=/run/netns/" + b.cases[calico].nodes[1], "iptables-restore", "--noflush", path}
+	record(argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("iptables-restore %s: %v: %s", path, err, out)
 	}
@@ -884,6 +917,7 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 func (b *bench) client(c *caseNet, argv ...string) ([]byte, error) {
 	limit := strconv.Itoa(int(b.duration.Seconds()) + 30)
 	full := inNetns(c.client, append([]string{"timeout", limit, "taskset", "-c", "0"}, argv...)...)
+	record(full...)
 	cmd := exec.CommandContext(b.ctx, full[0], full[1:]...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -1047,7 +1081,9 @@ func (b *bench) measure(c string, n, rep int) error {
 	// Closed connections stay in the NAT cases' conntrack tables (the node
 	// namespaces'): clear them so the next case and repetition start alike.
 	for _, ns := range cn.nodes {
-		exec.Command("nsenter", "--net=/run/netns/"+ns, "conntrack", "-F").Run()
+		argv := []string{"nsenter", "--net=/run/netns/" + ns, "conntrack", "-F"}
+		record(argv...)
+		exec.Command(argv[0], argv[1:]...).Run()
 	}
 	// iperf3's server takes one test at a time and needs a moment after
 	// the previous one: retry.
