@@ -396,7 +396,7 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 		}
 		// Agents and kube-proxy reach the API server on the machine's
 		// loopback through a relay on the node's own loopback.
-		if err := b.relay(ns, strings.TrimPrefix(b.kc.Server, "https://")); err != nil {
+		if err := b.relay(ns); err != nil {
 			return nil, err
 		}
 		cn.nodes[i] = ns
@@ -409,36 +409,13 @@ func (b *bench) underlayAddr(c string, i int) string {
 	return fmt.Sprintf("192.168.%d.%d", underlayNet[c], i+1)
 }
 
-// relay listens on addr inside namespace ns and carries each connection to
-// addr in this process's own namespace (the API server).
-func (b *bench) relay(ns, addr string) error {
-	var ln net.Listener
-	err := netnsrun.Do("/run/netns/"+ns, func() (err error) {
-		ln, err = net.Listen("tcp", addr)
-		return err
-	})
+// relay makes the API server reachable inside namespace ns.
+func (b *bench) relay(ns string) error {
+	r, err := b.kc.RelayInto("/run/netns/" + ns)
 	if err != nil {
-		return fmt.Errorf("API relay in %s: %w", ns, err)
+		return err
 	}
-	b.cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer in.Close()
-				out, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				go func() { io.Copy(out, in); out.(*net.TCPConn).CloseWrite() }()
-				io.Copy(in, out)
-			}()
-		}
-	}()
+	b.cleanup(func() { r.Close() })
 	return nil
 }
 
