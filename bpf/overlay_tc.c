@@ -59,13 +59,9 @@ int shunt_from_overlay(struct __sk_buff *skb)
 	struct pkt p = { .dir = SHUNT_DIR_FROM_OVERLAY, .point = FLOW_POINT_FROM_OVERLAY };
 	int verdict;
 
-	ip = ipv4_header(skb, SHUNT_DIR_FROM_OVERLAY, &verdict);
+	ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
-	if (parse_flow(skb, ip, &p.f) < 0)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
-	p.orig_daddr = p.f.daddr;
-	p.orig_dport = p.f.dport;
 
 	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
 		return drop(skb, &p, SHUNT_REASON_TUNNEL_KEY_FAILED);

@@ -84,13 +84,9 @@ int shunt_from_pod(struct __sk_buff *skb)
 	struct pkt p = { .dir = SHUNT_DIR_FROM_POD, .point = FLOW_POINT_FROM_POD };
 	int verdict;
 
-	ip = ipv4_header(skb, SHUNT_DIR_FROM_POD, &verdict);
+	ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
-	if (parse_flow(skb, ip, &p.f) < 0)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
-	p.orig_daddr = p.f.daddr;
-	p.orig_dport = p.f.dport;
 
 	/* A pod may only send from its own address: policy trusts the
 	 * source identity, so a forged one must not get through. */
@@ -172,13 +168,9 @@ int shunt_to_pod(struct __sk_buff *skb)
 	struct pkt p = { .dir = SHUNT_DIR_TO_POD, .point = FLOW_POINT_TO_POD };
 	int verdict;
 
-	ip = ipv4_header(skb, SHUNT_DIR_TO_POD, &verdict);
+	ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
-	if (parse_flow(skb, ip, &p.f) < 0)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
-	p.orig_daddr = p.f.daddr;
-	p.orig_dport = p.f.dport;
 	ep = lookup_endpoint(p.f.daddr);
 	if (!ep) {
 		/* Not addressed to the pod (broadcast, a stale route): the

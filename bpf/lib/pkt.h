@@ -9,6 +9,7 @@
 #include "metrics.h"
 #include "flow.h"
 #include "flows.h"
+#include "ipv4.h"
 
 /* What one packet's flow event reports, filled in along the way. */
 struct pkt {
@@ -54,6 +55,25 @@ static __always_inline int drop(struct __sk_buff *skb, struct pkt *p, __u32 reas
 {
 	done(skb, p, FLOW_DROPPED, reason);
 	return TC_ACT_SHOT;
+}
+
+/* pkt_begin reads the IPv4 header and the flow of the packet p is about,
+ * and remembers the destination before any translation: the header, or
+ * NULL with *verdict set (what is not IPv4 passes; a malformed packet is
+ * dropped, counted and reported). */
+static __always_inline struct iphdr *pkt_begin(struct __sk_buff *skb, struct pkt *p, int *verdict)
+{
+	struct iphdr *ip = ipv4_header(skb, p->dir, verdict);
+
+	if (!ip)
+		return NULL;
+	if (parse_flow(skb, ip, &p->f) < 0) {
+		*verdict = drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+		return NULL;
+	}
+	p->orig_daddr = p->f.daddr;
+	p->orig_dport = p->f.dport;
+	return ip;
 }
 
 #endif
