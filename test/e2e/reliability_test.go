@@ -334,3 +334,42 @@ func equalSets(a, b map[string]bool) bool {
 	}
 	return true
 }
+
+// TestAgentDownForLong: with the agent killed and not started again, the
+// node keeps forwarding and keeps its policy (the pinned datapath holds
+// the last state), and a change cannot be applied: the CLI refuses it,
+// saying the agent is down and how to start it, instead of losing it.
+func TestAgentDownForLong(t *testing.T) {
+	l := newLab(t, "redirect-peer", servicesManifest, "testdata/other-pod.yaml", "testdata/reliability-policy.yaml")
+	l.waitWebServes()
+	web, web1 := l.clusterIP("web"), l.podIP("web-1")+":8080"
+	pid := l.status().PID
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	time.Sleep(3 * time.Second) // long enough for anything that would lapse without an agent
+
+	// Probes straight from the pods' namespaces: `lab exec` asks the agent.
+	probe := func(pod, want string, targets ...string) {
+		t.Helper()
+		args := append([]string{"netns", "exec", l.instance + "-default-" + pod, filepath.Join(binDir, "shunt"),
+			"lab", "probe", "--timeout", "1s", "--expect", want}, targets...)
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Errorf("agent down: probe from %s %v, want %s: %v\n%s", pod, targets, want, err, out)
+		}
+	}
+	probe("client", "connected", "--tcp", web+":80", "--udp", web+":53")
+	probe("client", "connected", "--tcp", web1)
+	probe("other", "timeout", "--tcp", web+":80", "--tcp", web1)
+
+	out, code := l.shunt("apply", "-f", "testdata/third-pod.yaml")
+	if code == 0 || !strings.Contains(out, "cannot reach the shunt agent") || !strings.Contains(out, "shunt lab up") {
+		t.Errorf("apply with the agent down: exit %d:\n%s\nwant a refusal naming the agent and `shunt lab up`", code, out)
+	}
+	// Started again, it has lost nothing and takes changes.
+	l.mustShunt("lab", "up")
+	l.apply("testdata/third-pod.yaml")
+	l.probe("client", "connected", "--tcp", web+":80")
+	l.probe("other", "timeout", "--tcp", web+":80")
+}
