@@ -71,6 +71,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/shuntnet/shunt/bench/internal/benchrun"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/netnsrun"
@@ -122,8 +123,8 @@ type bench struct {
 	duration time.Duration
 	policies int
 
-	mu       sync.Mutex
-	cleanups []func()
+	mu   sync.Mutex
+	undo benchrun.Undo // what the run built
 
 	cases    map[string]*caseNet
 	clientIP string
@@ -178,31 +179,14 @@ func main() {
 	if ctx.Err() != nil {
 		log.Print("interrupted: cleaning up")
 	}
-	b.runCleanups()
+	b.undo.Run()
 	if err != nil {
 		log.Fatal(err)
 	}
 }
 
 func (b *bench) row(c, metric, unit string, value float64, rep, n int) {
-	fmt.Fprintf(b.rows, `{"case":%q,"metric":%q,"unit":%q,"value":%g,"rep":%d,"n":%d}`+"\n", c, metric, unit, value, rep, n)
-}
-
-func (b *bench) cleanup(f func()) {
-	b.mu.Lock()
-	b.cleanups = append(b.cleanups, f)
-	b.mu.Unlock()
-}
-
-// runCleanups undoes what the run built, last first, once.
-func (b *bench) runCleanups() {
-	b.mu.Lock()
-	cleanups := b.cleanups
-	b.cleanups = nil
-	b.mu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
+	benchrun.Row(b.rows, c, metric, unit, value, rep, n)
 }
 
 // ran receives every command the run executes, one shell-quoted line each
@@ -272,7 +256,7 @@ func (b *bench) start(logName string, argv ...string) error {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(exited) }()
-	b.cleanup(func() { cmd.Process.Kill(); <-exited })
+	b.undo.Add(func() { cmd.Process.Kill(); <-exited })
 	return nil
 }
 
@@ -280,7 +264,7 @@ func (b *bench) netns(name string) (string, error) {
 	if err := sh("ip", "netns", "add", name); err != nil {
 		return "", err
 	}
-	b.cleanup(func() { sh("ip", "netns", "del", name) })
+	b.undo.Add(func() { sh("ip", "netns", "del", name) })
 	return name, ipn(name, []string{"link", "set", "lo", "up"})
 }
 
@@ -290,12 +274,12 @@ func (b *bench) run(scales []int, reps int) error {
 	if err != nil {
 		return err
 	}
-	b.cleanup(func() { os.RemoveAll(dir) })
+	b.undo.Add(func() { os.RemoveAll(dir) })
 	b.kc, err = kubecluster.Up(ctx, kubecluster.Options{Dir: dir, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR, Logf: log.Printf})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
 	}
-	b.cleanup(func() { b.kc.Stop() })
+	b.undo.Add(func() { b.kc.Stop() })
 	if b.cs, err = b.kc.Clientset(); err != nil {
 		return err
 	}
@@ -415,7 +399,7 @@ func (b *bench) relay(ns string) error {
 	if err != nil {
 		return err
 	}
-	b.cleanup(func() { r.Close() })
+	b.undo.Add(func() { r.Close() })
 	return nil
 }
 
@@ -455,7 +439,7 @@ func (b *bench) setupShunt(ctx context.Context) error {
 		}
 		ns := "/run/netns/" + cn.nodes[i]
 		down := inNetns(ns, shuntBin, "--instance", inst, "lab", "down")
-		b.cleanup(func() {
+		b.undo.Add(func() {
 			// The agent's log outlives its lab, for the report.
 			if raw, err := os.ReadFile(filepath.Join(instance.Instance{Name: inst}.StateDir(), "shuntd.log")); err == nil {
 				os.WriteFile(filepath.Join(b.out, inst+"-shuntd.log"), raw, 0o644)

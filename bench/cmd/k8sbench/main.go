@@ -55,6 +55,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/shuntnet/shunt/bench/internal/benchrun"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/netnsrun"
@@ -69,14 +70,14 @@ const (
 )
 
 type bench struct {
-	cs       kubernetes.Interface
-	kc       *kubecluster.Cluster
-	bin      string // directory of shunt binaries
-	inst     string
-	rows     *os.File
-	mu       sync.Mutex
-	cleanups []func()
-	exited   map[int]chan struct{} // closed when a process b.start ran is reaped
+	cs     kubernetes.Interface
+	kc     *kubecluster.Cluster
+	bin    string // directory of shunt binaries
+	inst   string
+	rows   *os.File
+	mu     sync.Mutex
+	undo   benchrun.Undo         // what the run built
+	exited map[int]chan struct{} // closed when a process b.start ran is reaped
 	// dataplanes by case name: the namespace their client dials from.
 	clients     map[string]string
 	pids        map[string]int
@@ -127,35 +128,18 @@ func main() {
 	go func() {
 		<-sigs
 		log.Print("interrupted: cleaning up")
-		b.runCleanups()
+		b.undo.Run()
 		os.Exit(1)
 	}()
 	err = b.run(strings.Split(*scales, ","), *reps, *changes)
-	b.runCleanups()
+	b.undo.Run()
 	if err != nil {
 		log.Fatal(err)
 	}
 }
 
 func (b *bench) row(c, metric, unit string, value float64, rep, n int) {
-	fmt.Fprintf(b.rows, `{"case":%q,"metric":%q,"unit":%q,"value":%g,"rep":%d,"n":%d}`+"\n", c, metric, unit, value, rep, n)
-}
-
-func (b *bench) cleanup(f func()) {
-	b.mu.Lock()
-	b.cleanups = append(b.cleanups, f)
-	b.mu.Unlock()
-}
-
-// runCleanups undoes what the run built, last first, once.
-func (b *bench) runCleanups() {
-	b.mu.Lock()
-	cleanups := b.cleanups
-	b.cleanups = nil
-	b.mu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
+	benchrun.Row(b.rows, c, metric, unit, value, rep, n)
 }
 
 func sh(name string, args ...string) error {
@@ -184,7 +168,7 @@ func (b *bench) start(logName string, name string, args ...string) (*exec.Cmd, e
 	b.mu.Lock()
 	b.exited[cmd.Process.Pid] = exited
 	b.mu.Unlock()
-	b.cleanup(func() { cmd.Process.Kill(); <-exited })
+	b.undo.Add(func() { cmd.Process.Kill(); <-exited })
 	return cmd, nil
 }
 
@@ -194,12 +178,12 @@ func (b *bench) run(scales []string, reps, changes int) error {
 	if err != nil {
 		return err
 	}
-	b.cleanup(func() { os.RemoveAll(dir) })
+	b.undo.Add(func() { os.RemoveAll(dir) })
 	b.kc, err = kubecluster.Up(ctx, kubecluster.Options{Dir: dir, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR, Logf: log.Printf})
 	if err != nil {
 		return err
 	}
-	b.cleanup(func() { b.kc.Stop() })
+	b.undo.Add(func() { b.kc.Stop() })
 	if b.cs, err = b.kc.Clientset(); err != nil {
 		return err
 	}
@@ -260,7 +244,7 @@ func (b *bench) setupShunt(ctx context.Context) error {
 	if err := sh(shunt, "--instance", b.inst, "lab", "up", "--kubeconfig", b.kc.Kubeconfig, "--node-name", "shunt-node", "--service-cidr", serviceCIDR); err != nil {
 		return err
 	}
-	b.cleanup(func() { sh(shunt, "--instance", b.inst, "lab", "down") })
+	b.undo.Add(func() { sh(shunt, "--instance", b.inst, "lab", "down") })
 	// The lab plays the node's kubelet: pods created in the API run here,
 	// plumbed by shunt-cni.
 	pod := func(name string, command ...string) (string, error) {
@@ -332,7 +316,7 @@ func (b *bench) setupKubeProxy(ctx context.Context, mode string) error {
 	if err := sh("ip", "netns", "add", ns); err != nil {
 		return err
 	}
-	b.cleanup(func() { sh("ip", "netns", "del", ns) })
+	b.undo.Add(func() { sh("ip", "netns", "del", ns) })
 	if err := sh("ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
 		return err
 	}
@@ -345,7 +329,7 @@ func (b *bench) setupKubeProxy(ctx context.Context, mode string) error {
 		if err := sh("ip", "netns", "add", pod); err != nil {
 			return err
 		}
-		b.cleanup(func() { sh("ip", "netns", "del", pod) })
+		b.undo.Add(func() { sh("ip", "netns", "del", pod) })
 		for _, args := range [][]string{
 			{"-n", ns, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", pod},
 			{"-n", ns, "link", "set", host, "up"},
@@ -444,7 +428,7 @@ func (b *bench) relay(ns string) error {
 	if err != nil {
 		return err
 	}
-	b.cleanup(func() { r.Close() })
+	b.undo.Add(func() { r.Close() })
 	return nil
 }
 
