@@ -560,6 +560,32 @@ func findFlow(t *testing.T, fr *FlowReader, match func(FlowEvent) bool) FlowEven
 	return FlowEvent{}
 }
 
+// overlayPins is a pin directory of the test's own, removed when it ends.
+func overlayPins(t *testing.T, name string) string {
+	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-"+name))
+	t.Cleanup(func() {
+		if err := Uninstall(pinDir); err != nil {
+			t.Error(err)
+		}
+	})
+	return pinDir
+}
+
+// addLoopback puts addresses (/32) on the calling thread's namespace's
+// loopback: an underlay address for a node that needs no real underlay.
+func addLoopback(addrs ...netip.Addr) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, 32))}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // TestEnsureVXLANRefuses: EnsureVXLAN adopts only a device it could have
 // made, and names what is wrong otherwise.
 func TestEnsureVXLANRefuses(t *testing.T) {
@@ -567,11 +593,7 @@ func TestEnsureVXLANRefuses(t *testing.T) {
 	ns := testNetns(t)
 	ul := netip.MustParseAddr("10.77.0.1")
 	err := netnsrun.Do(ns, func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(ul, 32))}); err != nil {
+		if err := addLoopback(ul); err != nil {
 			return err
 		}
 		la := netlink.NewLinkAttrs()
@@ -613,19 +635,10 @@ func TestEnsureVXLANRefuses(t *testing.T) {
 func TestAttachOverlayAdopts(t *testing.T) {
 	requireBPF(t)
 	ns := testNetns(t)
-	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-adopt"))
-	t.Cleanup(func() {
-		if err := Uninstall(pinDir); err != nil {
-			t.Error(err)
-		}
-	})
+	pinDir := overlayPins(t, "adopt")
 	ul := netip.MustParseAddr("10.77.0.1")
 	err := netnsrun.Do(ns, func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(ul, 32))}); err != nil {
+		if err := addLoopback(ul); err != nil {
 			return err
 		}
 		vx, err := EnsureVXLAN(ovVXLAN, ul, ovPort)
@@ -693,22 +706,11 @@ func TestAttachOverlayAdopts(t *testing.T) {
 func TestSyncTunnelRoutes(t *testing.T) {
 	requireBPF(t)
 	ns := testNetns(t)
-	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-routes"))
-	t.Cleanup(func() {
-		if err := Uninstall(pinDir); err != nil {
-			t.Error(err)
-		}
-	})
+	pinDir := overlayPins(t, "routes")
 	ul, src := netip.MustParseAddr("10.77.0.1"), netip.MustParseAddr("10.78.0.1")
 	err := netnsrun.Do(ns, func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
+		if err := addLoopback(ul, src); err != nil {
 			return err
-		}
-		for _, a := range []netip.Addr{ul, src} {
-			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, 32))}); err != nil {
-				return err
-			}
 		}
 		vx, err := EnsureVXLAN(ovVXLAN, ul, ovPort)
 		if err != nil {
