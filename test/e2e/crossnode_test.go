@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/shuntnet/shunt/internal/kubetest"
@@ -157,16 +156,7 @@ func TestCrossNodeOverlay(t *testing.T) {
 
 	// A ClusterIP whose only backend is on the other node: the client's
 	// node picks it at connect (TCP) and send (UDP) and tunnels to it.
-	svc, err := c.Client.CoreV1().Services("default").Create(a.ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "server"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{
-			{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolTCP},
-			{Name: "udp", Port: 53, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolUDP},
-		}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := a.createServerService()
 	a.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80", "--udp", svc.Spec.ClusterIP+":53")
 
 	// The server's node loses its agent (SIGKILL): its pinned datapath

@@ -96,6 +96,23 @@ func (k *kubeNode) runPod(ns, name string, labels map[string]string, cmd ...stri
 	return ip
 }
 
+// createServerService creates, through the API, Service default/server:
+// TCP 80 and UDP 53 to port 7000 of the pods labelled app=server.
+func (k *kubeNode) createServerService() *corev1.Service {
+	k.t.Helper()
+	svc, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{
+			{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolTCP},
+			{Name: "udp", Port: 53, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolUDP},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return svc
+}
+
 // podIPOf reads a pod's address from the API.
 func (k *kubeNode) podIPOf(ns, name string) string {
 	k.t.Helper()
@@ -141,16 +158,7 @@ func TestKubernetesNode(t *testing.T) {
 	k.runPod("default", "client", map[string]string{"app": "client"}, "sleep", "infinity")
 	k.probeFrom("default", "client", "connected", "--tcp", serverIP+":7000")
 
-	svc, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "server"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{
-			{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolTCP},
-			{Name: "udp", Port: 53, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolUDP},
-		}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := k.createServerService()
 	// The EndpointSlice comes from the controller-manager.
 	k.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80", "--udp", svc.Spec.ClusterIP+":53")
 
