@@ -362,7 +362,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		if err := ks.Run(ctx); err != nil {
 			return nil, err
 		}
-		events, err := newProblemEvents(kube.cs, nodeName, ks.Store, a.problems, log)
+		events, err := newProblemEvents(kube.api, nodeName, ks.Store, a.problems, log)
 		if err != nil {
 			return nil, err
 		}
@@ -391,7 +391,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		kl, err := lab.NewAPIKubelet(lab.Config{
 			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool,
 			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log,
-		}, kube.cs, true, a.podsProgrammed)
+		}, kube.api, true, a.podsProgrammed)
 		if err != nil {
 			return nil, err
 		}
