@@ -88,6 +88,14 @@ func restFor(rc *rest.Config, gv schema.GroupVersion, apiPath string) (rest.Inte
 		cfg.GroupVersion = &gv
 	}
 	cfg.NegotiatedSerializer = codecs.WithoutConversion()
+	if !gv.Empty() {
+		// Protobuf, as kube-proxy and kubelet ask for: it decodes with a
+		// fraction of JSON's allocations, which at 20 000 objects is the
+		// difference between the heap's peak at a cold sync and what it
+		// keeps (custom kinds have no protobuf: they use the dynamic client).
+		cfg.ContentType = runtime.ContentTypeProtobuf
+		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
 	}

@@ -383,14 +383,26 @@ func withoutLastApplied(a map[string]string) map[string]string {
 	return a
 }
 
-// slimService keeps the metadata and the spec; the status (load balancer
-// ingress, conditions) is not the datapath's.
+// slimService keeps the metadata and the spec fields shunt reads: the
+// type, the cluster IPs, the ports, the selector and session affinity (a
+// field read anywhere else must be added here). The API server's defaults
+// (IP families and policy, traffic policies, ...) and the status are not
+// the datapath's: 10 000 Services kept whole are a tenth of its heap.
 func slimService(o any) (any, error) {
 	svc, ok := o.(*corev1.Service)
 	if !ok {
 		return stripMeta(o)
 	}
-	return &corev1.Service{TypeMeta: svc.TypeMeta, ObjectMeta: slimMeta(svc.ObjectMeta), Spec: svc.Spec}, nil
+	in := &svc.Spec
+	spec := corev1.ServiceSpec{Type: in.Type, ClusterIP: in.ClusterIP, Ports: in.Ports, Selector: in.Selector,
+		SessionAffinity: in.SessionAffinity, SessionAffinityConfig: in.SessionAffinityConfig}
+	// Most Services have one cluster IP: ClusterIPs then shares its string.
+	if len(in.ClusterIPs) == 1 && in.ClusterIPs[0] == in.ClusterIP {
+		spec.ClusterIPs = []string{in.ClusterIP}
+	} else {
+		spec.ClusterIPs = slices.Clip(in.ClusterIPs)
+	}
+	return &corev1.Service{TypeMeta: svc.TypeMeta, ObjectMeta: slimMeta(svc.ObjectMeta), Spec: spec}, nil
 }
 
 // slimEndpointSlice keeps what load balancing reads: the ports, and of
