@@ -118,6 +118,8 @@ type Agent struct {
 	src      source              // the lab's control plane, or a Kubernetes API server
 	nodeName string              // this node's name (its Node object's, with Kubernetes)
 	objects  func() *model.Store // the objects as they are now (the source's)
+	// serviceProblems: the Services' part of problems(), per store.
+	serviceProblems serviceProblemsCache
 
 	proxy    *nodeProxy     // the node L7 proxy
 	flows    *flows.History // the last flows, for observe
