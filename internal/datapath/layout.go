@@ -188,14 +188,14 @@ func fieldIncompatibilities(what string, old, new []field) []string {
 		oldByName[f.Name] = f
 	}
 	for _, f := range new {
+		if f.reserved() {
+			continue // this build does not read it: it may lie anywhere
+		}
 		if o, ok := oldByName[f.Name]; ok {
 			if o.Offset != f.Offset || o.Size != f.Size || o.BitOffset != f.BitOffset || o.Bits != f.Bits {
 				out = append(out, fmt.Sprintf("%s: pinned at %s, this build has it at %s", named(f), o.place(), f.place()))
 			}
 			continue
-		}
-		if f.reserved() {
-			continue // this build does not read it
 		}
 		// A new field: it must take only bytes the pinned layout left
 		// unused or reserved, or it would read another field's data.
