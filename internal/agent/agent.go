@@ -13,6 +13,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -146,6 +147,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	// Before anything is set up: pinned maps of a layout this build would
 	// read wrongly are refused with the node left exactly as it is.
 	if err := datapath.CheckPinnedLayouts(inst.PinDir(), inst.MapLayoutFile()); err != nil {
+		if le := (*datapath.LayoutError)(nil); errors.As(err, &le) {
+			le.Uninstall = fmt.Sprintf("shunt --instance %s uninstall", inst.Name)
+		}
 		return nil, err
 	}
 	for _, d := range []string{inst.StateDir(), inst.RunDir()} {

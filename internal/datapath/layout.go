@@ -290,10 +290,7 @@ func checkLayouts(pinDir, layoutFile string, specs ...*ebpf.CollectionSpec) (*la
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("the maps pinned under %s were made by a shunt build of another layout, which this build would read wrongly:\n  %s\n"+
-			"Nothing was changed. To keep the node's connections, run the previous shunt build; to move to this one, "+
-			"run `shunt uninstall` (it removes the datapath and drops the node's connections) and start again",
-			pinDir, strings.Join(problems, "\n  "))
+		return nil, &LayoutError{PinDir: pinDir, Problems: problems, Uninstall: "shunt uninstall"}
 	}
 	if len(fromBTF) > 0 {
 		c.notes = append(c.notes, fmt.Sprintf("no recorded layout for %d pinned maps (pins of an older shunt build): checked against the BTF the kernel keeps for each: %s",
@@ -304,6 +301,22 @@ func checkLayouts(pinDir, layoutFile string, specs ...*ebpf.CollectionSpec) (*la
 			len(unchecked), strings.Join(unchecked, ", ")))
 	}
 	return c, nil
+}
+
+// LayoutError refuses pinned maps this build would read wrongly.
+type LayoutError struct {
+	PinDir   string
+	Problems []string // one per field (or map) that differs, naming both places
+	// Uninstall is the command that removes the instance's datapath, for
+	// the advice (the caller knows the instance's name).
+	Uninstall string
+}
+
+func (e *LayoutError) Error() string {
+	return fmt.Sprintf("the maps pinned under %s were made by a shunt build of another layout, which this build would read wrongly:\n  %s\n"+
+		"Nothing was changed. To keep the node's connections, run the previous shunt build; to move to this one, "+
+		"run `%s` (it removes the datapath and drops the node's connections) and start again",
+		e.PinDir, strings.Join(e.Problems, "\n  "), e.Uninstall)
 }
 
 // How a pinned map's layout is known.
