@@ -323,7 +323,7 @@ func (e *LayoutError) Error() string {
 type pinSource int
 
 const (
-	pinNone         pinSource = iota // nothing pinned: a new map
+	pinNone         pinSource = iota // nothing to compare: a new map, or one of sizes only
 	pinRecorded                      // the layout file
 	pinFromBTF                       // the pinned map's own BTF
 	pinUnchecked                     // neither: unknown
@@ -350,6 +350,11 @@ func pinnedLayout(pin string, ms *ebpf.MapSpec, recorded mapLayouts) (pinnedMap,
 	}
 	if l, ok := recorded.Maps[ms.Name]; ok {
 		return pinnedMap{layout: l}, pinRecorded, nil
+	}
+	if ms.Key == nil && ms.Value == nil {
+		// Declared by sizes only (a sockhash): there are no fields, and
+		// the sizes were just checked.
+		return pinnedMap{}, pinNone, nil
 	}
 	l, ok, err := layoutFromKernelBTF(m)
 	if err != nil {
