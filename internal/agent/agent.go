@@ -13,6 +13,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -145,6 +146,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	inst := cfg.Instance
+	// Before anything is set up: pinned maps of a layout this build would
+	// read wrongly are refused with the node left exactly as it is.
+	if err := datapath.CheckPinnedLayouts(inst.PinDir(), inst.MapLayoutFile()); err != nil {
+		if le := (*datapath.LayoutError)(nil); errors.As(err, &le) {
+			le.Uninstall = fmt.Sprintf("shunt --instance %s uninstall", inst.Name)
+		}
+		return nil, err
+	}
 	for _, d := range []string{inst.StateDir(), inst.RunDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -262,9 +271,17 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf})
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf,
+		LayoutFile: inst.MapLayoutFile()})
 	if err != nil {
 		return nil, err
+	}
+	notes, warnings := a.dp.LayoutNotes()
+	for _, n := range notes {
+		log.Info("pinned maps", "layout", n)
+	}
+	for _, w := range warnings {
+		log.Warn("pinned maps", "layout", w)
 	}
 	ok := false
 	defer func() {

@@ -386,11 +386,10 @@ func TestOpenReplacesOldCounters(t *testing.T) {
 
 func testOpenReplacesOldCounters(t *testing.T, oldEntries uint32) {
 	requireBPF(t)
-	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
+	pinDir := testPinDir(t)
 	if err := os.MkdirAll(pinDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { Uninstall(pinDir) })
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "shunt_metrics", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: oldEntries})
 	if err != nil {
 		t.Fatal(err)
