@@ -44,21 +44,20 @@ func (a *Agent) problems() []policy.Problem {
 	return out
 }
 
-// serviceProblemsCache holds the problems of one store's Services: the
-// event reporter and the policy status ask every second, and listing
+// serviceProblemsCache holds the problems of one generation of Services:
+// the event reporter and the policy status ask every second, and listing
 // 10 000 Services each time was most of an idle agent's allocations.
-// Stores are immutable, so the answer holds until the store changes.
 type serviceProblemsCache struct {
-	mu    sync.Mutex
-	store *model.Store
-	out   []policy.Problem
+	mu  sync.Mutex
+	gen uint64 // model.Store.ServicesGeneration of out; 0: none yet
+	out []policy.Problem
 }
 
 func (c *serviceProblemsCache) of(store *model.Store) []policy.Problem {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if store != c.store {
-		c.store, c.out = store, nil
+	if gen := store.ServicesGeneration(); gen != c.gen {
+		c.gen, c.out = gen, nil
 		for _, svc := range store.Services() {
 			for _, is := range services.Unsupported(svc) {
 				c.out = append(c.out, policy.Problem{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Reason: is.Reason, Message: is.Message})
