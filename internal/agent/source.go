@@ -60,12 +60,11 @@ func (k kubeSource) Delete(context.Context, []manifest.Document) ([]model.Change
 	return nil, errObjectsFromAPIServer
 }
 
-func (k kubeSource) Resync(ctx context.Context) error {
-	if k.pods != nil {
-		return k.pods.Sync(ctx)
-	}
-	return nil
-}
+// Resync does nothing: the API kubelet follows its containers in its own
+// loop (every second and at every pod event), and writes what it finds
+// through the API server, whence it comes back as any change does. A pass
+// from here as well doubled its work, and an idle node's garbage.
+func (k kubeSource) Resync(context.Context) error { return nil }
 
 func (k kubeSource) Uninstall(ctx context.Context) error {
 	if k.pods != nil {
