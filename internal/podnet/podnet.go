@@ -357,6 +357,9 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 			return Links{}, fmt.Errorf("adding %s to bridge %s: %w", p.HostIf, n.HostIf, err)
 		}
 	}
+	if err := disableIPv6(p.HostIf); err != nil {
+		return Links{}, err
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return Links{}, err
 	}
@@ -379,6 +382,20 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 		}
 	}
 	return Links{HostIfindex: host.Attrs().Index, HostMAC: hostMAC, PodMAC: podMAC}, nil
+}
+
+// disableIPv6 turns IPv6 off on a host-side pod veth before it comes up,
+// so it never gets a link-local address and the node drops every IPv6
+// packet a pod sends. shunt's datapath and policy are IPv4: without this a
+// pod reached any service of the node listening on all addresses (a
+// metrics listener on ":9962", sshd) at the veth's fe80:: address, past
+// every NetworkPolicy. A kernel without IPv6 has nothing to turn off.
+func disableIPv6(hostIf string) error {
+	err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", hostIf, "disable_ipv6"), []byte("1"), 0o644)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("disabling IPv6 on %s: %w", hostIf, err)
+	}
+	return nil
 }
 
 // Inspect reads the plumbing of an existing pod.
