@@ -7,6 +7,20 @@ import (
 	"time"
 )
 
+// waitLogs returns a pod's logs once they contain want, or after 10 s
+// (the caller checks what is there).
+func (l *lab) waitLogs(pod, want string) string {
+	l.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := l.shunt("lab", "logs", pod)
+		if strings.Contains(out, want) || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestContainerPrivileges: a container runs with the capabilities a
 // container runtime grants by default, so a pod cannot change its own
 // addresses or routes, take its interface down, or load BPF programs (no
@@ -45,17 +59,7 @@ spec:
     command: [sh, -c, 'echo uid=$(id -u) gid=$(id -g); grep "^CapEff" /proc/self/status; sleep infinity']
 `)
 	l := newLab(t, "redirect-peer", manifest)
-	logs := func(pod, want string) string {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			out, _ := l.shunt("lab", "logs", pod)
-			if strings.Contains(out, want) || time.Now().After(deadline) {
-				return out
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	logs := l.waitLogs
 	// Docker's and containerd's default set: CapEff 00000000a80425fb.
 	out := logs("plain", "uid=")
 	for _, want := range []string{"addr=2", "link=2", "route=2", "CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "uid=0"} {
