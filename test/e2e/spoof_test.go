@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/podnet"
 )
 
@@ -200,4 +202,99 @@ func neighState(s int) string {
 		return "INCOMPLETE"
 	}
 	return fmt.Sprintf("state-%#x", s)
+}
+
+// TestPodReachesAgentOnlyAsAllowed: the agent's API is a Unix socket only
+// root can open (a container running as another user cannot); its metrics
+// listener, here on all the node's addresses, answers a pod as any service
+// of the node does (Kubernetes: pods reach their node unless an egress
+// policy says otherwise), and not a pod whose egress is isolated, neither
+// at the node's address nor over IPv6 at its veth's link-local address,
+// until a policy allows that port.
+func TestPodReachesAgentOnlyAsAllowed(t *testing.T) {
+	manifest := filepath.Join(t.TempDir(), "pods.yaml")
+	writeFile(t, manifest, `
+apiVersion: v1
+kind: Pod
+metadata: {name: free}
+spec:
+  containers:
+  - {name: c, command: [sleep, infinity]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: isolated, labels: {role: isolated}}
+spec:
+  containers:
+  - {name: c, command: [sleep, infinity]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: no-egress}
+spec:
+  podSelector: {matchLabels: {role: isolated}}
+  policyTypes: [Egress]
+`)
+	l := newLabWith(t, []string{"--mode", "redirect-peer", "--metrics-addr", ":0"}, manifest)
+	var st struct {
+		NodeIP      string `json:"nodeIP"`
+		MetricsAddr string `json:"metricsAddr"`
+	}
+	if err := json.Unmarshal([]byte(l.mustShunt("status", "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := net.SplitHostPort(st.MetricsAddr)
+	if err != nil {
+		t.Fatalf("metrics address %q: %v", st.MetricsAddr, err)
+	}
+	metrics := "http://" + net.JoinHostPort(st.NodeIP, port) + "/metrics"
+	// The address the isolated pod's host veth would have (EUI-64 of its
+	// MAC) if IPv6 were on: where it used to answer.
+	veth, err := netlink.LinkByName(l.hostVeth("isolated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := veth.Attrs().HardwareAddr
+	linkLocal := fmt.Sprintf("fe80::%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^2, mac[1], mac[2], mac[3], mac[4], mac[5])
+	metricsV6 := "http://" + net.JoinHostPort(linkLocal+"%25eth0", port) + "/metrics"
+
+	l.probe("free", "connected", "--http", metrics)
+	l.probe("isolated", "timeout", "--http", metrics)
+	for _, pod := range []string{"free", "isolated"} {
+		for _, r := range l.probeJSON(pod, "--http", metricsV6) {
+			if r.Result == "connected" {
+				t.Errorf("pod %s reached the metrics listener over IPv6 at %s", pod, metricsV6)
+			}
+		}
+	}
+	allow := filepath.Join(t.TempDir(), "allow.yaml")
+	writeFile(t, allow, fmt.Sprintf(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: metrics}
+spec:
+  podSelector: {matchLabels: {role: isolated}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{ipBlock: {cidr: %s/32}}]
+    ports: [{protocol: TCP, port: %s}]
+`, st.NodeIP, port))
+	l.mustShunt("apply", "-f", allow)
+	l.probe("isolated", "connected", "--http", metrics)
+
+	user := filepath.Join(t.TempDir(), "user.yaml")
+	writeFile(t, user, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: user}
+spec:
+  securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  containers:
+  - name: c
+    command: [python3, -c, "import socket, time\ntry:\n  socket.socket(socket.AF_UNIX).connect('%s'); print('connected', flush=True)\nexcept OSError as e: print('refused:', e, flush=True)\ntime.sleep(3600)"]
+`, instance.Instance{Name: l.instance}.Socket()))
+	l.mustShunt("apply", "-f", user)
+	if out := l.waitLogs("user", "refused:"); !strings.Contains(out, "refused: [Errno 13] Permission denied") {
+		t.Errorf("a container running as uid 1000 asked the agent's API for its status: want permission denied:\n%s", out)
+	}
 }
