@@ -5,6 +5,8 @@
 package instance
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -51,7 +53,27 @@ func (i Instance) CgroupDir(root string) string { return filepath.Join(root, i.N
 
 // PodCgroupDir is one pod's cgroup.
 func (i Instance) PodCgroupDir(root, namespace, name string) string {
-	return filepath.Join(i.CgroupDir(root), "pods", namespace+"_"+name)
+	return filepath.Join(i.CgroupDir(root), "pods", PodFileName(namespace, name))
+}
+
+// maxPodFileName bounds PodFileName: with an instance name (up to 11
+// bytes with its dash) in front, it stays under NAME_MAX (255).
+const maxPodFileName = 200
+
+// PodFileName is a pod's part of the names the node gives it on the
+// machine (network namespace, cgroup, state directory): namespace "_"
+// name. No Kubernetes name holds "_", so two pods never share one (with
+// "-", pods a-b/c and a/b-c got the same network namespace). A Kubernetes
+// pod name may have 253 bytes and its namespace 63, too long for a file
+// name: a longer one keeps its first bytes and a hash of the whole, one
+// byte longer than any name kept whole, so it is no other pod's either.
+func PodFileName(namespace, name string) string {
+	n := namespace + "_" + name
+	if len(n) <= maxPodFileName {
+		return n
+	}
+	h := sha256.Sum256([]byte(n))
+	return n[:maxPodFileName-16] + "-" + hex.EncodeToString(h[:8])
 }
 
 // NodeIf is the node interface holding the node's pod-network address.
@@ -62,6 +84,12 @@ func (i Instance) TunnelIf() string { return i.Name + "_vxl" }
 
 // PodNetns names a pod's network namespace.
 func (i Instance) PodNetns(namespace, name string) string {
+	return i.Name + "-" + PodFileName(namespace, name)
+}
+
+// LegacyPodNetns is the name an agent before PodFileName gave a pod's
+// network namespace; such a pod keeps it until its sandbox is rebuilt.
+func (i Instance) LegacyPodNetns(namespace, name string) string {
 	return i.Name + "-" + namespace + "-" + name
 }
 

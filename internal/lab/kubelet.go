@@ -18,6 +18,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/atomicfile"
 	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -193,7 +194,7 @@ func (k *kubelet) unplumb(ctx context.Context, rec *PodRecord) error {
 }
 
 func (k *kubelet) podDir(rec *PodRecord) string {
-	return filepath.Join(k.cfg.Instance.StateDir(), "pods", rec.Namespace+"_"+rec.Name)
+	return filepath.Join(k.cfg.Instance.StateDir(), "pods", instance.PodFileName(rec.Namespace, rec.Name))
 }
 
 // start runs each container's command under a shim in the pod's cgroup;

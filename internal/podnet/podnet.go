@@ -28,6 +28,9 @@ const NetnsDir = "/run/netns"
 // PodIfName is the pod side of the veth, as every container runtime names it.
 const PodIfName = "eth0"
 
+// maxAliasLen is the longest interface alias the kernel takes (IFALIASZ-1).
+const maxAliasLen = 255
+
 // Node is the host side of a lab node.
 type Node struct {
 	Bridge  bool         // classic bridge mode: pods share one L2 segment
@@ -306,7 +309,10 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 		return Links{}, err
 	}
 	if p.Alias != "" {
-		if err := netlink.LinkSetAlias(host, p.Alias); err != nil {
+		// The kernel keeps IFALIASZ-1 bytes and refuses more; the alias
+		// is found by its prefix (the instance's), which is kept.
+		alias := p.Alias[:min(len(p.Alias), maxAliasLen)]
+		if err := netlink.LinkSetAlias(host, alias); err != nil {
 			return Links{}, fmt.Errorf("setting alias on %s: %w", p.HostIf, err)
 		}
 	}

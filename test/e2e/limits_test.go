@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shuntnet/shunt/internal/labtools"
+	"github.com/shuntnet/shunt/internal/podnet"
+)
+
+// TestNamesAtLengthLimits: objects whose names and labels are as long as
+// Kubernetes allows (63 bytes for a namespace, a Service, a label name and
+// value; 253 for a pod, a policy and a label prefix), two pods whose
+// 253-byte names differ only in the last byte, and pods a-b/c and a/b-c
+// (which once shared a network namespace) each get their own namespace,
+// cgroup, interface (15 bytes at most) and address, and policy and
+// services select them by their long labels.
+func TestNamesAtLengthLimits(t *testing.T) {
+	ns := strings.Repeat("n", 63)
+	long := strings.Join([]string{strings.Repeat("p", 63), strings.Repeat("q", 63), strings.Repeat("r", 63), strings.Repeat("s", 61)}, ".")
+	sibling := long[:252] + "t"
+	labelKey := strings.Join([]string{strings.Repeat("k", 63), strings.Repeat("l", 63), strings.Repeat("m", 63), strings.Repeat("o", 61)}, ".") + "/" + strings.Repeat("x", 63)
+	labelValue := strings.Repeat("v", 63)
+	svc := strings.Repeat("w", 63)
+	pod := func(ns, name string, labelled bool) string {
+		labels := "{}"
+		if labelled {
+			labels = fmt.Sprintf("{%s: %s}", labelKey, labelValue)
+		}
+		return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: %s, labels: %s}\nspec:\n  containers:\n  - {name: c, command: [shunt, lab, serve, --tcp, \"7000\"]}\n",
+			name, ns, labels)
+	}
+	docs := []string{
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: " + ns + "}\n",
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: a-b}\n",
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n",
+		pod(ns, long, true), pod(ns, sibling, true), pod(ns, "other", false), pod("a-b", "c", false), pod("a", "b-c", false),
+		fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  selector: {%s: %s}\n  ports: [{port: 80, targetPort: 7000}]\n",
+			svc, ns, labelKey, labelValue),
+		fmt.Sprintf("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: %s, namespace: %s}\nspec:\n  podSelector: {matchLabels: {%s: %s}}\n  ingress:\n  - from: [{podSelector: {matchLabels: {%s: %s}}}]\n",
+			long, ns, labelKey, labelValue, labelKey, labelValue),
+	}
+	manifest := filepath.Join(t.TempDir(), "long.yaml")
+	writeFile(t, manifest, strings.Join(docs, "---\n"))
+	l := newLab(t, "redirect-peer", manifest)
+
+	pods := [][2]string{{ns, long}, {ns, sibling}, {ns, "other"}, {"a-b", "c"}, {"a", "b-c"}}
+	ips := map[string]string{}
+	for _, p := range pods {
+		ip := l.podIPIn(p[0], p[1])
+		if ip == "" {
+			t.Fatalf("pod %s/%.20s... has no address", p[0], p[1])
+		}
+		if other, dup := ips[ip]; dup {
+			t.Fatalf("pods %s and %s/%s share address %s", other, p[0], p[1], ip)
+		}
+		ips[ip] = p[0] + "/" + p[1]
+		// Its own network namespace holds its address.
+		out := l.mustShunt("lab", "exec", "-n", p[0], p[1], "--", "ip", "-4", "-o", "addr", "show", "eth0")
+		if !strings.Contains(out, ip+"/32") {
+			t.Errorf("lab exec in pod %s/%.20s... is not in its namespace (address %s):\n%s", p[0], p[1], ip, out)
+		}
+		if _, code := l.shunt("lab", "logs", "-n", p[0], p[1]); code != 0 {
+			t.Errorf("lab logs of pod %s/%.20s...: exit %d", p[0], p[1], code)
+		}
+	}
+	veths, err := podnet.LinksWithAliasPrefix("shunt:" + l.instance + ":")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, v := range veths {
+		if len(v) > 15 || seen[v] {
+			t.Errorf("host interface %q: over 15 bytes or not unique (%v)", v, veths)
+		}
+		seen[v] = true
+	}
+	if len(veths) != len(pods) {
+		t.Errorf("%d pod interfaces for %d pods: %v", len(veths), len(pods), veths)
+	}
+
+	longIP, siblingIP := l.podIPIn(ns, long), l.podIPIn(ns, sibling)
+	var svcObj struct {
+		Spec struct {
+			ClusterIP string `json:"clusterIP"`
+		}
+	}
+	if err := json.Unmarshal([]byte(l.mustShunt("get", "svc", "-n", ns, svc, "-o", "json")), &svcObj); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ns, from, target, want string
+	}{
+		{ns, sibling, longIP + ":7000", labtools.Connected},               // the policy's long label allows it
+		{ns, "other", longIP + ":7000", labtools.Timeout},                 // no label: isolated by the policy
+		{ns, long, svcObj.Spec.ClusterIP + ":80", labtools.Connected},     // the service's long selector
+		{"a-b", "c", l.podIPIn("a", "b-c") + ":7000", labtools.Connected}, // the once-colliding pair
+		{"a", "b-c", siblingIP + ":7000", labtools.Timeout},
+	} {
+		if r := l.probeFrom(c.ns, c.from, "tcp", c.target); r.Result != c.want {
+			t.Errorf("from %s/%.20s... to %s: %s (%s), want %s", c.ns, c.from, c.target, r.Result, r.Error, c.want)
+		}
+	}
+}
