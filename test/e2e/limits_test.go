@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/labtools"
+	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/podnet"
 )
 
@@ -104,4 +107,75 @@ func TestNamesAtLengthLimits(t *testing.T) {
 			t.Errorf("from %s/%.20s... to %s: %s (%s), want %s", c.ns, c.from, c.target, r.Result, r.Error, c.want)
 		}
 	}
+}
+
+// TestHundredThousandDocuments: one manifest of 100 000 NetworkPolicies is
+// applied whole and deleted whole, the pods' traffic goes on, and the
+// agent's memory stays bounded. Times and memory are logged (measured, not
+// asserted: this machine is shared); the memory bound is a guard against
+// unbounded growth, far above what it takes.
+func TestHundredThousandDocuments(t *testing.T) {
+	const n = 100000
+	l := newLab(t, "redirect-peer", twoPods)
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np-%d}\nspec:\n  podSelector: {matchLabels: {app: a%d}}\n"+
+			"  ingress:\n  - from: [{podSelector: {matchLabels: {app: b%d}}}]\n    ports: [{port: 80}]\n---\n", i, i%100, i%50)
+	}
+	file := filepath.Join(t.TempDir(), "many.yaml")
+	writeFile(t, file, b.String())
+	docs, err := manifest.ReadDocuments([]string{file}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]api.Object, len(docs))
+	for i, d := range docs {
+		objs[i] = api.Object{Source: d.Source, Object: d.JSON}
+	}
+	body, err := api.EncodeObjects(objs)
+	if err != nil {
+		t.Fatalf("%d documents do not fit one request: %v", n, err)
+	}
+	pid := l.status().PID
+	t.Logf("%d documents: manifest %.1f MiB, request %.1f MiB (limit %d MiB); agent before: %s",
+		n, float64(b.Len())/(1<<20), float64(len(body))/(1<<20), api.MaxRequestBytes>>20, agentMemory(t, pid))
+
+	start := time.Now()
+	out := l.mustShunt("apply", "-f", file)
+	t.Logf("apply: %s; agent after: %s", time.Since(start).Round(time.Millisecond), agentMemory(t, pid))
+	if got := strings.Count(out, " created\n"); got != n {
+		t.Errorf("apply created %d objects, want %d", got, n)
+	}
+	l.probe("client", "connected", "--tcp", l.podIP("server")+":7000")
+
+	start = time.Now()
+	l.mustShunt("delete", "-f", file)
+	t.Logf("delete: %s; agent after: %s", time.Since(start).Round(time.Millisecond), agentMemory(t, pid))
+	if out := l.mustShunt("get", "networkpolicies", "-A", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("policies left after the delete: %.200s", out)
+	}
+	l.probe("client", "connected", "--tcp", l.podIP("server")+":7000")
+	if hwm := procStatusKiB(t, pid, "VmHWM:"); hwm > 1536<<10 {
+		t.Errorf("the agent's peak memory reached %d MiB", hwm>>10)
+	}
+}
+
+// agentMemory reads a process' resident and peak memory from /proc.
+func agentMemory(t *testing.T, pid int) string {
+	t.Helper()
+	rss, hwm := procStatusKiB(t, pid, "VmRSS:"), procStatusKiB(t, pid, "VmHWM:")
+	return fmt.Sprintf("RSS %d MiB, peak %d MiB", rss>>10, hwm>>10)
+}
+
+func procStatusKiB(t *testing.T, pid int, field string) int {
+	t.Helper()
+	for _, line := range strings.Split(readFile(fmt.Sprintf("/proc/%d/status", pid)), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			var kib int
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kib)
+			return kib
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status (is the agent gone?)", field, pid)
+	return 0
 }
