@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -252,6 +253,10 @@ func DetachPod(p Pod) error {
 // machine bind-mounts the directory over our namespace mounts, hiding them
 // so they can no longer be unmounted by path.
 func ensureNetnsDir() error {
+	// Pods are built several at a time: two first calls at once would
+	// both find no mount point and stack two bind mounts.
+	netnsDirMu.Lock()
+	defer netnsDirMu.Unlock()
 	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
 		return err
 	}
@@ -267,6 +272,8 @@ func ensureNetnsDir() error {
 	}
 	return nil
 }
+
+var netnsDirMu sync.Mutex
 
 // newNamedNetns creates a named namespace without moving the calling thread
 // into it for longer than the creation itself.
