@@ -3,12 +3,15 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/labtools"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -178,4 +181,100 @@ func procStatusKiB(t *testing.T, pid int, field string) int {
 	}
 	t.Fatalf("no %s in /proc/%d/status (is the agent gone?)", field, pid)
 	return 0
+}
+
+// TestThousandPods: 1 000 pods on one node (a /22 pod CIDR, 1 021
+// addresses) each get an address, an interface and a cgroup; 22 more, past
+// the pool, are refused whole, naming the pod CIDR; deleted, the pods
+// leave no namespace, interface or cgroup behind. Times and the agent's
+// memory are logged (measured here on the shared, loaded 2-core machine:
+// 56 s to create, 41 s to delete, the agent at 93 MiB; 99 s in all).
+func TestThousandPods(t *testing.T) {
+	const n = 1000
+	l := newLabWith(t, []string{"--mode", "redirect-peer", "--pod-cidr", fmt.Sprintf("10.%d.%d.0/22", 200+rand.IntN(50), 4*rand.IntN(60))})
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata: {name: p%04d}\nspec:\n  containers:\n  - {name: c, command: [sleep, infinity]}\n---\n", i)
+	}
+	file := filepath.Join(t.TempDir(), "pods.yaml")
+	writeFile(t, file, b.String())
+	pid := l.status().PID
+	t.Logf("agent before: %s", agentMemory(t, pid))
+
+	start := time.Now()
+	l.mustShunt("apply", "-f", file)
+	t.Logf("%d pods applied and started: %s; agent: %s", n, time.Since(start).Round(time.Millisecond), agentMemory(t, pid))
+	var list podList
+	if err := json.Unmarshal([]byte(l.mustShunt("get", "pods", "-o", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]bool{}
+	for _, p := range list.Items {
+		if p.Status.Phase != "Running" || p.Status.PodIP == "" || addrs[p.Status.PodIP] {
+			t.Errorf("pod %s: %s, address %q (duplicate: %v)", p.Metadata.Name, p.Status.Phase, p.Status.PodIP, addrs[p.Status.PodIP])
+		}
+		addrs[p.Status.PodIP] = true
+	}
+	if len(list.Items) != n {
+		t.Errorf("%d pods listed, want %d", len(list.Items), n)
+	}
+	veths, err := podnet.LinksWithAliasPrefix("shunt:" + l.instance + ":")
+	if err != nil || len(veths) != n {
+		t.Errorf("%d pod interfaces, want %d (%v)", len(veths), n, err)
+	}
+	if got := countEntries(t, "/run/netns", l.instance+"-"); got != n {
+		t.Errorf("%d network namespaces, want %d", got, n)
+	}
+	root, err := cgroup.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroups := filepath.Join(root, l.instance, "pods")
+	if got := countEntries(t, cgroups, "default_"); got != n {
+		t.Errorf("%d pod cgroups in %s, want %d", got, cgroups, n)
+	}
+	l.probe("p0000", "refused", "--tcp", l.status().NodeIP+":1") // the node answers: the pod's network works
+
+	// Past the pool: refused whole, before anything is built.
+	var more strings.Builder
+	for i := range 22 {
+		fmt.Fprintf(&more, "apiVersion: v1\nkind: Pod\nmetadata: {name: extra%02d}\nspec:\n  containers:\n  - {name: c, command: [sleep, infinity]}\n---\n", i)
+	}
+	extra := filepath.Join(t.TempDir(), "extra.yaml")
+	writeFile(t, extra, more.String())
+	if out, code := l.shunt("apply", "-f", extra); code == 0 || !strings.Contains(out, "1022 pods do not fit in pod CIDR") {
+		t.Errorf("22 pods past a full pool: exit %d:\n%s", code, out)
+	}
+
+	start = time.Now()
+	l.mustShunt("delete", "-f", file)
+	t.Logf("%d pods deleted: %s; agent: %s", n, time.Since(start).Round(time.Millisecond), agentMemory(t, pid))
+	if out := l.mustShunt("get", "pods", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("pods left: %.300s", out)
+	}
+	if veths, _ := podnet.LinksWithAliasPrefix("shunt:" + l.instance + ":"); len(veths) != 0 {
+		t.Errorf("%d pod interfaces left", len(veths))
+	}
+	if got := countEntries(t, "/run/netns", l.instance+"-"); got != 0 {
+		t.Errorf("%d network namespaces left", got)
+	}
+	if got := countEntries(t, cgroups, "default_"); got != 0 {
+		t.Errorf("%d pod cgroups left", got)
+	}
+}
+
+// countEntries counts the entries of dir whose name starts with prefix.
+func countEntries(t *testing.T, dir, prefix string) int {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			n++
+		}
+	}
+	return n
 }
