@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestPodFileName: every pod gets a name of its own on the machine, within
-// NAME_MAX even at Kubernetes' length limits, and short ones keep the
-// form older agents gave them.
+// TestPodFileName: every pod gets a network namespace of its own, named
+// within NAME_MAX even at Kubernetes' length limits, and pods of a
+// namespace without "-" keep the name older agents gave them.
 func TestPodFileName(t *testing.T) {
 	inst := Instance{Name: "abcdefghij"} // the longest instance name
 	ns63 := strings.Repeat("n", 63)
@@ -31,6 +31,9 @@ func TestPodFileName(t *testing.T) {
 	}
 	if got := PodFileName("default", "client"); got != "default_client" {
 		t.Errorf("PodFileName(default, client) = %q, want default_client (as before)", got)
+	}
+	if got := inst.PodNetns("default", "client"); got != "abcdefghij-default-client" {
+		t.Errorf("PodNetns(default, client) = %q, want abcdefghij-default-client (as before)", got)
 	}
 	if got := PodFileName(ns63, name253); len(got) != maxPodFileName+1 || !strings.HasPrefix(got, ns63+"_ppp") {
 		t.Errorf("PodFileName of a 317-byte pod: %q (%d bytes), want its first bytes and a hash, %d bytes", got, len(got), maxPodFileName+1)
