@@ -23,7 +23,7 @@ func (l *lab) waitLogs(pod, want string) string {
 
 // TestContainerPrivileges: a container runs with the capabilities a
 // container runtime grants by default, so a pod cannot change its own
-// addresses or routes, take its interface down, or load BPF programs (no
+// addresses, MAC or routes, take its interface down, or load BPF programs (no
 // NET_ADMIN, SYS_ADMIN, BPF, in its bounding set either, so nothing it
 // execs gets them back); securityContext.capabilities.add and runAsUser
 // are honoured, as a runtime does.
@@ -38,7 +38,7 @@ spec:
   containers:
   - name: c
     command: [sh, -c, 'ip addr add 192.0.2.99/32 dev lo; echo addr=$?; ip link set eth0 down; echo link=$?;
-      ip route add 192.0.2.0/24 dev eth0; echo route=$?; grep -E "^Cap(Eff|Bnd)" /proc/self/status; echo uid=$(id -u); sleep infinity']
+      ip route add 192.0.2.0/24 dev eth0; echo route=$?; ip link set eth0 address 02:00:00:00:00:99; echo mac=$?; grep -E "^Cap(Eff|Bnd)" /proc/self/status; echo uid=$(id -u); sleep infinity']
 ---
 apiVersion: v1
 kind: Pod
@@ -62,7 +62,7 @@ spec:
 	logs := l.waitLogs
 	// Docker's and containerd's default set: CapEff 00000000a80425fb.
 	out := logs("plain", "uid=")
-	for _, want := range []string{"addr=2", "link=2", "route=2", "CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "uid=0"} {
+	for _, want := range []string{"addr=2", "link=2", "route=2", "mac=2", "CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "uid=0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pod with the default capabilities: want %q in its output:\n%s", want, out)
 		}
