@@ -200,6 +200,8 @@ enum shunt_reason {
 					   * inner source address, or whose VNI is no pod identity */
 	SHUNT_REASON_TUNNEL_KEY_FAILED = 33, /* dropped: the tunnel key could not be set or read (a helper failed, or
 					      * the sender's identity does not fit a VNI) */
+	SHUNT_REASON_ARP_SPOOFED = 40,    /* dropped: an ARP frame from a pod claiming an address that is not the pod's
+					   * (lib/arp.h) */
 	SHUNT_REASON_MAX,
 };
 

@@ -324,7 +324,10 @@ func podTarget(g *globals, ns, name string) (podexec.Target, error) {
 		CgroupPath: inst.PodCgroupDir(root, ns, name),
 	}
 	if _, err := os.Stat(t.NetnsPath); err != nil {
-		return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, inst.Name)
+		t.NetnsPath = podnet.NetnsPath(inst.LegacyPodNetns(ns, name))
+		if _, err := os.Stat(t.NetnsPath); err != nil {
+			return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, inst.Name)
+		}
 	}
 	return t, nil
 }
@@ -376,7 +379,7 @@ func newLabLogsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			dir := filepath.Join(inst.StateDir(), "pods", ns+"_"+args[0])
+			dir := filepath.Join(inst.StateDir(), "pods", instance.PodFileName(ns, args[0]))
 			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 			if len(logs) == 0 {
 				return fmt.Errorf("pod %s/%s not found in lab %q", ns, args[0], inst.Name)

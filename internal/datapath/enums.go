@@ -56,6 +56,7 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_TO_TUNNEL:              "to-tunnel",
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED:         "tunnel-spoofed",
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED:      "tunnel-key-failed",
+	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED:            "arp-spoofed",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on

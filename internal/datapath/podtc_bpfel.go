@@ -278,7 +278,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_TO_TUNNEL              podtcShuntReason = 31
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED         podtcShuntReason = 32
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED      podtcShuntReason = 33
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 34
+	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED            podtcShuntReason = 40
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 41
 )
 
 type podtcTcNatKey struct {

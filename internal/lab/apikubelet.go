@@ -124,13 +124,16 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 	}
 	// A record whose pod is gone, or was replaced by a new one of the same
 	// name, loses its sandbox.
+	var gone []*PodRecord
 	for key, rec := range kl.pods {
 		if p := local[key]; p == nil || (rec.UID != "" && rec.UID != string(p.UID)) {
-			errs = append(errs, kl.remove(ctx, rec))
+			gone = append(gone, rec)
 		}
 	}
+	errs = append(errs, kl.remove(ctx, gone...))
 	var toStart []*corev1.Pod
-	verify := !kl.checked
+	var pods []*corev1.Pod
+	var recs []*PodRecord
 	for _, key := range slices.Sorted(maps.Keys(local)) {
 		p := local[key]
 		if p.DeletionTimestamp != nil {
@@ -139,12 +142,15 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 		}
 		rec := kl.record(p)
 		rec.UID = string(p.UID)
-		if err := kl.plumb(ctx, rec, verify); err != nil {
+		pods, recs = append(pods, p), append(recs, rec)
+	}
+	for i, err := range kl.plumbEach(ctx, recs, !kl.checked) {
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if rec.Containers == nil {
-			toStart = append(toStart, p)
+		if recs[i].Containers == nil {
+			toStart = append(toStart, pods[i])
 		}
 	}
 	kl.checked = true
