@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Conntrack table pressure: idle established connections, and a SYN flood,
+against `shunt lab serve --tcp` (answers every read with "NAME <bytes read>").
+Used by the e2e test TestSYNFloodKeepsEstablished and by bench/run ctflood.
+
+  ctflood.py hold HOST PORT N
+      opens N TCP connections to HOST:PORT and exchanges one message on
+      each, prints {"held": N} and then, for every line read from stdin
+      ("check"), exchanges one more message on every connection at once and
+      prints {"ok": K, "failed": N-K} (a connection whose reply does not
+      come within 3 s failed). Ends at the end of stdin.
+  ctflood.py flood HOST PORTS COUNT
+      sends COUNT TCP SYNs from a raw socket (CAP_NET_RAW) to HOST, to the
+      comma-separated PORTS in turn, from source ports 1024-65535 in turn,
+      so every SYN is a new connection until the tuples wrap. Nothing
+      answers the SYN-ACKs (the kernel resets them), nothing is ever
+      established. Prints {"sent": COUNT, "seconds": S, "rate": SYN/s}.
+"""
+import json
+import select
+import socket
+import struct
+import sys
+import time
+
+CHECK_TIMEOUT = 3.0
+
+
+def exchange_all(conns, timeout):
+    """Sends one message on every connection; returns how many answered."""
+    pending = {}
+    for c in conns:
+        try:
+            c.send(b"ping")
+            pending[c.fileno()] = c
+        except OSError:
+            pass
+    ok = 0
+    deadline = time.monotonic() + timeout
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select(list(pending.values()), [], [], left)
+        for c in ready:
+            del pending[c.fileno()]
+            try:
+                if c.recv(4096):
+                    ok += 1
+            except OSError:
+                pass
+    return ok
+
+
+def hold(host, port, n):
+    conns = []
+    for _ in range(n):
+        c = socket.create_connection((host, port), timeout=5)
+        c.setblocking(True)
+        conns.append(c)
+    if exchange_all(conns, CHECK_TIMEOUT) != n:
+        print(json.dumps({"error": "not every connection answered before the flood"}), flush=True)
+        sys.exit(1)
+    print(json.dumps({"held": n}), flush=True)
+    for _ in sys.stdin:
+        ok = exchange_all(conns, CHECK_TIMEOUT)
+        print(json.dumps({"ok": ok, "failed": n - ok}), flush=True)
+
+
+def checksum_sum(data):
+    """The one's complement sum of 16-bit words, folded, not inverted."""
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def flood(host, ports, count):
+    dst = socket.inet_aton(host)
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.connect((host, 9))
+    src = socket.inet_aton(probe.getsockname()[0])
+    probe.close()
+    raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # it hears every TCP packet: drop them
+    seq = 0x5EED
+    # Per destination port, the checksum sum with source port 0; a source
+    # port adds itself to it (one's complement), so no packet is summed whole.
+    bases = []
+    for p in ports:
+        hdr = struct.pack("!HHIIBBHHH", 0, p, seq, 0, 5 << 4, 0x02, 64240, 0, 0)
+        pseudo = src + dst + struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(hdr))
+        bases.append((p, checksum_sum(pseudo + hdr)))
+    pack = struct.Struct("!HHIIBBHHH").pack
+    sendto = raw.sendto
+    addr = (host, 0)
+    sport, nsports = 0, 65536 - 1024
+    sent = 0
+    start = time.monotonic()
+    while sent < count:
+        for p, base in bases:
+            if sent == count:
+                break
+            sp = 1024 + sport
+            s = base + sp
+            s = (s & 0xFFFF) + (s >> 16)
+            try:
+                sendto(pack(sp, p, seq, 0, 5 << 4, 0x02, 64240, ~s & 0xFFFF, 0), addr)
+            except BlockingIOError:
+                continue
+            except OSError as e:  # ENOBUFS: the device queue is full, try again
+                if e.errno != 105:
+                    raise
+                continue
+            sent += 1
+        sport = (sport + 1) % nsports
+    seconds = time.monotonic() - start
+    print(json.dumps({"sent": sent, "seconds": round(seconds, 3), "rate": round(sent / seconds)}), flush=True)
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "hold":
+        hold(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "flood":
+        flood(sys.argv[2], [int(p) for p in sys.argv[3].split(",")], int(sys.argv[4]))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
