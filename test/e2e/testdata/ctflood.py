@@ -10,13 +10,17 @@ Used by the e2e test TestSYNFloodKeepsEstablished and by bench/run ctflood.
       prints {"ok": K, "failed": N-K} (a connection whose reply does not
       come within 3 s failed). Ends at the end of stdin.
   ctflood.py flood HOST PORTS COUNT
-      sends COUNT TCP SYNs from a raw socket (CAP_NET_RAW) to HOST, to the
+      sends COUNT TCP SYNs from raw sockets (CAP_NET_RAW) to HOST, to the
       comma-separated PORTS in turn, from source ports 1024-65535 in turn,
-      so every SYN is a new connection until the tuples wrap. Nothing
-      answers the SYN-ACKs (the kernel resets them), nothing is ever
-      established. Prints {"sent": COUNT, "seconds": S, "rate": SYN/s}.
+      so every SYN is a new connection until the tuples wrap; one sender
+      per CPU, each with its own source ports. Nothing answers the SYN-ACKs
+      (the kernel resets them), nothing is ever established. Prints
+      {"sent": COUNT, "seconds": S, "rate": SYN/s, "cpus": senders}.
 """
+import errno
 import json
+import multiprocessing
+import os
 import select
 import socket
 import struct
@@ -77,7 +81,10 @@ def checksum_sum(data):
     return s
 
 
-def flood(host, ports, count):
+def flood_worker(args):
+    """One CPU's share of the flood: source ports first + k * step."""
+    host, ports, count, cpu, first, step = args
+    os.sched_setaffinity(0, {cpu})
     dst = socket.inet_aton(host)
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     probe.connect((host, 9))
@@ -96,28 +103,40 @@ def flood(host, ports, count):
     pack = struct.Struct("!HHIIBBHHH").pack
     sendto = raw.sendto
     addr = (host, 0)
-    sport, nsports = 0, 65536 - 1024
+    sport = first
     sent = 0
     start = time.monotonic()
     while sent < count:
         for p, base in bases:
             if sent == count:
                 break
-            sp = 1024 + sport
-            s = base + sp
+            s = base + sport
             s = (s & 0xFFFF) + (s >> 16)
             try:
-                sendto(pack(sp, p, seq, 0, 5 << 4, 0x02, 64240, ~s & 0xFFFF, 0), addr)
-            except BlockingIOError:
-                continue
+                sendto(pack(sport, p, seq, 0, 5 << 4, 0x02, 64240, ~s & 0xFFFF, 0), addr)
             except OSError as e:  # ENOBUFS: the device queue is full, try again
-                if e.errno != 105:
+                if e.errno != errno.ENOBUFS:
                     raise
                 continue
             sent += 1
-        sport = (sport + 1) % nsports
-    seconds = time.monotonic() - start
-    print(json.dumps({"sent": sent, "seconds": round(seconds, 3), "rate": round(sent / seconds)}), flush=True)
+        sport += step
+        if sport > 65535:
+            sport = first
+    return sent, time.monotonic() - start
+
+
+def flood(host, ports, count):
+    # One sender per CPU: BPF's LRU maps evict per CPU (each CPU keeps
+    # its own lists of free and recently added entries), so a flood from
+    # one CPU can miss entries another CPU added; a real flood uses them all.
+    cpus = sorted(os.sched_getaffinity(0))
+    n = len(cpus)
+    jobs = [(host, ports, count // n + (1 if i < count % n else 0), cpu, 1024 + i, n) for i, cpu in enumerate(cpus)]
+    with multiprocessing.Pool(n) as pool:
+        results = pool.map(flood_worker, jobs)
+    sent = sum(r[0] for r in results)
+    seconds = max(r[1] for r in results)
+    print(json.dumps({"sent": sent, "seconds": round(seconds, 3), "rate": round(sent / seconds), "cpus": n}), flush=True)
 
 
 def main():
