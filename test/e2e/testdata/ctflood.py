@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Conntrack table pressure: idle established connections, and a SYN flood,
-against `shunt lab serve --tcp` (answers every read with "NAME <bytes read>").
+"""Conntrack table pressure: idle established connections, and a SYN flood.
 Used by the e2e test TestSYNFloodKeepsEstablished and by bench/run ctflood.
 
+  ctflood.py serve PORT
+      a TCP server that answers every read with "ok" and sends nothing
+      else: no keepalive probes (Go's, as in `shunt lab serve`, come every
+      15 s and would open a lost connection again from the server's side,
+      hiding what a flood did to conntrack).
   ctflood.py hold HOST PORT N
       opens N TCP connections to HOST:PORT and exchanges one message on
       each, prints {"held": N} and then, for every line read from stdin
@@ -23,6 +27,7 @@ import multiprocessing
 import os
 import select
 import socket
+import socketserver
 import struct
 import sys
 import time
@@ -69,6 +74,18 @@ def hold(host, port, n):
     for _ in sys.stdin:
         ok = exchange_all(conns, CHECK_TIMEOUT)
         print(json.dumps({"ok": ok, "failed": n - ok}), flush=True)
+
+
+def serve(port):
+    class Answer(socketserver.BaseRequestHandler):
+        def handle(self):
+            while self.request.recv(4096):
+                self.request.sendall(b"ok")
+
+    socketserver.ThreadingTCPServer.allow_reuse_address = True
+    socketserver.ThreadingTCPServer.daemon_threads = True
+    with socketserver.ThreadingTCPServer(("0.0.0.0", port), Answer) as srv:
+        srv.serve_forever()
 
 
 def checksum_sum(data):
@@ -140,7 +157,9 @@ def flood(host, ports, count):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] == "hold":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        serve(int(sys.argv[2]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "hold":
         hold(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif len(sys.argv) == 5 and sys.argv[1] == "flood":
         flood(sys.argv[2], [int(p) for p in sys.argv[3].split(",")], int(sys.argv[4]))
