@@ -31,38 +31,13 @@ ROWS=$OUT/rows.jsonl
 : >"$ROWS"
 
 MANIFEST=$OUT/pods.yaml
-cat >"$MANIFEST" <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: server, labels: {app: server}}
-spec:
-  containers: [{name: serve, command: ["python3", "$SCRIPT", "serve", "7000"]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client, labels: {app: client}}
-spec:
-  containers: [{name: idle, command: ["sleep", "infinity"]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: flooder, labels: {app: flooder}}
-spec:
-  containers: [{name: idle, command: ["sleep", "infinity"]}]
-YAML
 POLICY=$OUT/only-flooder.yaml
-cat >"$POLICY" <<'YAML'
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: only-flooder}
-spec:
-  podSelector: {matchLabels: {app: server}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {app: flooder}}}]
-YAML
+python3 "$SCRIPT" pods >"$MANIFEST"
+python3 "$SCRIPT" policy >"$POLICY"
 
 cat >"$OUT/commands.txt" <<EOT
+python3 $SCRIPT pods >$MANIFEST
+python3 $SCRIPT policy >$POLICY
 # per repetition, per case (order rotating), a fresh lab; CASE_FLAGS is --conntrack-single-table for single-table:
 bin/shunt --instance INST lab up --mode redirect-peer --pod-cidr 10.218.I.0/24 -f $MANIFEST CASE_FLAGS
 bin/shunt --instance INST lab exec client -- python3 $SCRIPT hold SERVER 7000 $HELD   # stdin: one "check" after the flood

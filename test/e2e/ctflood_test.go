@@ -11,45 +11,19 @@ import (
 	"time"
 )
 
-// floodPods: a server (ctflood.py serve: no keepalive probes, which
-// would open a lost connection again from the server's side), a client
-// that holds connections to it, and a flooder (a lab container has
-// CAP_NET_RAW, as with a container runtime).
-func floodPods(script string) string {
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: Pod
-metadata: {name: server, labels: {app: server}}
-spec:
-  containers: [{name: serve, command: ["python3", %q, "serve", "7000"]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client, labels: {app: client}}
-spec:
-  containers: [{name: idle, command: ["sleep", "infinity"]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: flooder, labels: {app: flooder}}
-spec:
-  containers: [{name: idle, command: ["sleep", "infinity"]}]
-`, script)
+// ctfloodManifest writes what `ctflood.py pods` or `ctflood.py policy`
+// prints (the lab pods: a server without keepalive probes, a client, a
+// flooder; the policy admitting only the flooder as new) to a file.
+func ctfloodManifest(t *testing.T, script, what string) string {
+	t.Helper()
+	out, err := exec.Command("python3", script, what).Output()
+	if err != nil {
+		t.Fatalf("ctflood.py %s: %v", what, err)
+	}
+	p := filepath.Join(t.TempDir(), what+".yaml")
+	writeFile(t, p, string(out))
+	return p
 }
-
-// onlyFlooder isolates the server for ingress and admits new connections
-// from the flooder only: the client's connections made before it go on
-// through conntrack alone.
-const onlyFlooder = `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: only-flooder}
-spec:
-  podSelector: {matchLabels: {app: server}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {app: flooder}}}]
-`
 
 const (
 	heldConnections = 200
@@ -77,16 +51,12 @@ func TestSYNFloodKeepsEstablished(t *testing.T) {
 			name, flags = "single-table", append(flags, "--conntrack-single-table")
 		}
 		t.Run(name, func(t *testing.T) {
-			manifest := filepath.Join(t.TempDir(), "pods.yaml")
-			writeFile(t, manifest, floodPods(script))
-			l := newLabWith(t, flags, manifest)
+			l := newLabWith(t, flags, ctfloodManifest(t, script, "pods"))
 			server := l.podIP("server")
 			l.probe("client", "connected", "--tcp", server+":7000")
 
 			held := l.holdConnections(script, "client", server, heldConnections)
-			policy := filepath.Join(t.TempDir(), "policy.yaml")
-			writeFile(t, policy, onlyFlooder)
-			l.apply(policy)
+			l.apply(ctfloodManifest(t, script, "policy"))
 			l.probe("client", "timeout", "--tcp", server+":7000")
 
 			before := l.status()

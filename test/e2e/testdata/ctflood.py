@@ -2,6 +2,11 @@
 """Conntrack table pressure: idle established connections, and a SYN flood.
 Used by the e2e test TestSYNFloodKeepsEstablished and by bench/run ctflood.
 
+  ctflood.py pods
+      prints the lab pods: server (ctflood.py serve 7000), client, flooder.
+  ctflood.py policy
+      prints a NetworkPolicy that admits new connections to the server
+      from the flooder only.
   ctflood.py serve PORT
       a TCP server that answers every read with "ok" and sends nothing
       else: no keepalive probes (Go's, as in `shunt lab serve`, come every
@@ -76,15 +81,50 @@ def hold(host, port, n):
         print(json.dumps({"ok": ok, "failed": n - ok}), flush=True)
 
 
+PODS = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: server, labels: {app: server}}
+spec:
+  containers: [{name: serve, command: ["python3", "%s", "serve", "7000"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, labels: {app: client}}
+spec:
+  containers: [{name: idle, command: ["sleep", "infinity"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: flooder, labels: {app: flooder}}
+spec:
+  containers: [{name: idle, command: ["sleep", "infinity"]}]
+"""
+
+POLICY = """\
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: only-flooder}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: flooder}}}]
+"""
+
+
 def serve(port):
     class Answer(socketserver.BaseRequestHandler):
         def handle(self):
             while self.request.recv(4096):
                 self.request.sendall(b"ok")
 
-    socketserver.ThreadingTCPServer.allow_reuse_address = True
-    socketserver.ThreadingTCPServer.daemon_threads = True
-    with socketserver.ThreadingTCPServer(("0.0.0.0", port), Answer) as srv:
+    class Server(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+        request_queue_size = 1024  # the holder connects all at once (the default, 5, drops its handshakes)
+
+    with Server(("0.0.0.0", port), Answer) as srv:
         srv.serve_forever()
 
 
@@ -157,7 +197,11 @@ def flood(host, ports, count):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+    if sys.argv[1:] == ["pods"]:
+        print(PODS % os.path.abspath(__file__), end="")
+    elif sys.argv[1:] == ["policy"]:
+        print(POLICY, end="")
+    elif len(sys.argv) == 3 and sys.argv[1] == "serve":
         serve(int(sys.argv[2]))
     elif len(sys.argv) == 5 and sys.argv[1] == "hold":
         hold(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
