@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/shuntnet/shunt/internal/kubeclient"
 	"github.com/shuntnet/shunt/internal/kubeidentity"
 	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/lab"
@@ -102,7 +102,7 @@ func (k kubeSource) Describe() string { return "kubernetes " + k.server }
 // allocator and the event recorder.
 type kubeClient struct {
 	rest *rest.Config
-	cs   kubernetes.Interface
+	api  *kubeclient.Client
 	dyn  dynamic.Interface // the custom kinds' status
 }
 
@@ -111,15 +111,15 @@ func newKubeClient(kubeconfig string) (*kubeClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	api, err := kubeclient.New(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+		return nil, err
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes dynamic client for %s: %w", rc.Host, err)
 	}
-	return &kubeClient{rest: rc, cs: cs, dyn: dyn}, nil
+	return &kubeClient{rest: rc, api: api, dyn: dyn}, nil
 }
 
 // ownNode reads this node's Node from the API server, waiting for the
@@ -127,7 +127,7 @@ func newKubeClient(kubeconfig string) (*kubeClient, error) {
 func (k *kubeClient) ownNode(ctx context.Context, node string) (*corev1.Node, error) {
 	var last error
 	for {
-		n, err := k.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := k.api.Nodes().Get(ctx, node, metav1.GetOptions{})
 		switch {
 		case err != nil:
 			last = err

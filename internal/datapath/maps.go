@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -420,12 +421,18 @@ func (d *Datapath) Maps() ([]MapInfo, error) {
 	return out, nil
 }
 
+// countKeys walks a map's keys. Metrics count every map at each scrape,
+// 100 000 keys at 10 000 Services: the two key buffers are reused and passed
+// as unsafe.Pointer, which cilium/ebpf hands to the kernel as they are,
+// where a []byte in an interface would cost an allocation per key.
 func countKeys(m *ebpf.Map) (int, error) {
-	key := make([]byte, m.KeySize())
+	size := max(int(m.KeySize()), 1)
+	buf := make([]byte, 2*size)
+	cur, next := unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[size])
 	n := 0
-	var cur any // nil: the first key
+	var prev any // nil: the first key
 	for {
-		err := m.NextKey(cur, &key)
+		err := m.NextKey(prev, next)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return n, nil
 		}
@@ -433,7 +440,8 @@ func countKeys(m *ebpf.Map) (int, error) {
 			return n, err
 		}
 		n++
-		cur = key
+		cur, next = next, cur
+		prev = cur
 	}
 }
 

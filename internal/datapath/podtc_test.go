@@ -40,19 +40,29 @@ func openChangedDatapath(t *testing.T, mode Mode, change func(*ebpf.CollectionSp
 func openConfiguredDatapath(t testing.TB, cfg Config, change func(*ebpf.CollectionSpec)) *Datapath {
 	t.Helper()
 	requireBPF(t)
-	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
-	cfg.PinDir = pinDir
+	cfg.PinDir = testPinDir(t)
 	d, err := open(cfg, change)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// testPinDir names a pin directory of the test's own on bpffs; everything
+// pinned in it is removed when the test ends (after the test's own
+// cleanups, which close what they opened). The name is the test's
+// temporary directory's (test name + random suffix), unique across the
+// test processes that run at the same time, not its last element ("001").
+func testPinDir(t testing.TB) string {
+	t.Helper()
+	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(filepath.Dir(t.TempDir())))
 	t.Cleanup(func() {
-		d.Close()
 		if err := Uninstall(pinDir); err != nil {
 			t.Error(err)
 		}
 	})
-	return d
+	return pinDir
 }
 
 // ipv4Packet builds Ethernet + IPv4 + 8 bytes of UDP-ish payload.

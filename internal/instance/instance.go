@@ -37,6 +37,11 @@ func New(name string) (Instance, error) {
 // StateDir keeps the agent's persisted state and the pods' logs.
 func (i Instance) StateDir() string { return filepath.Join("/var/lib/shunt", i.Name) }
 
+// MapLayoutFile records the layouts of the pinned maps, so that a later
+// build can tell whether it reads them alike. It cannot sit beside the pins:
+// bpffs holds no regular files.
+func (i Instance) MapLayoutFile() string { return filepath.Join(i.StateDir(), "map-layout.json") }
+
 // RunDir holds the agent's socket and pid file.
 func (i Instance) RunDir() string { return filepath.Join("/run/shunt", i.Name) }
 
