@@ -146,7 +146,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 		}
 	}
 	p.dst_identity = dst.identity;
-	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
 
@@ -205,7 +205,7 @@ int shunt_to_pod(struct __sk_buff *skb)
 	}
 	p.src_identity = src.identity;
 	p.dst_identity = dst.identity;
-	__u32 reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	__u32 reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
 	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);

@@ -76,6 +76,9 @@ type Config struct {
 	// ClusterCIDR holds every node's pod CIDR; pods route it through this
 	// node (invalid: only this node's pod CIDR).
 	ClusterCIDR netip.Prefix
+	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
+	// connections can evict established ones (datapath.Config).
+	ConntrackSingleTable bool
 }
 
 // Tunnels shuntd knows.
@@ -272,7 +275,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf,
-		LayoutFile: inst.MapLayoutFile()})
+		LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
 	if err != nil {
 		return nil, err
 	}

@@ -63,6 +63,11 @@ type Config struct {
 	// is recorded; pinned maps are checked against the BTF the kernel keeps
 	// for them.
 	LayoutFile string
+	// ConntrackSingleTable puts every connection into shunt_ct at its first
+	// packet, as before shunt_ct_new existed: a flood of new connections
+	// then evicts established ones. Only a baseline for benchmarks and
+	// tests; a load-time constant.
+	ConntrackSingleTable bool
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
@@ -121,6 +126,9 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	tcConfig := podtcShuntConfig{
 		FwdMode: mode, ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
 		TunnelIfindex: uint32(cfg.TunnelIfindex),
+	}
+	if cfg.ConntrackSingleTable {
+		tcConfig.CtSingleTable = 1
 	}
 	if err := spec.Variables[podtcVarCONFIG].Set(tcConfig); err != nil {
 		return nil, fmt.Errorf("setting load-time config: %w", err)
@@ -209,7 +217,7 @@ func loadSpecs() ([]*ebpf.CollectionSpec, error) {
 func (d *Datapath) loadOverlay(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32) error {
 	if err := spec.Variables[overlaytcVarCONFIG].Set(overlaytcShuntConfig{
 		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
-		TunnelIfindex: cfg.TunnelIfindex,
+		TunnelIfindex: cfg.TunnelIfindex, CtSingleTable: cfg.CtSingleTable,
 	}); err != nil {
 		return fmt.Errorf("setting the overlay program's load-time config: %w", err)
 	}
