@@ -38,7 +38,19 @@ func New(name string) (Instance, error) {
 }
 
 // StateDir keeps the agent's persisted state and the pods' logs.
-func (i Instance) StateDir() string { return filepath.Join("/var/lib/shunt", i.Name) }
+func (i Instance) StateDir() string { return filepath.Join(stateRoot, i.Name) }
+
+const (
+	stateRoot = "/var/lib/shunt"
+	runRoot   = "/run/shunt"
+	pinRoot   = "/sys/fs/bpf"
+)
+
+// NodeOnlyDirs are what no container may see of any instance on the
+// machine: the agents' sockets, state and pinned BPF objects (a root
+// process reads and writes a pinned map without any capability, and so
+// would change its own policy).
+func NodeOnlyDirs() []string { return []string{runRoot, stateRoot, pinRoot} }
 
 // MapLayoutFile records the layouts of the pinned maps, so that a later
 // build can tell whether it reads them alike. It cannot sit beside the pins:
@@ -46,13 +58,13 @@ func (i Instance) StateDir() string { return filepath.Join("/var/lib/shunt", i.N
 func (i Instance) MapLayoutFile() string { return filepath.Join(i.StateDir(), "map-layout.json") }
 
 // RunDir holds the agent's socket and pid file.
-func (i Instance) RunDir() string { return filepath.Join("/run/shunt", i.Name) }
+func (i Instance) RunDir() string { return filepath.Join(runRoot, i.Name) }
 
 // Socket is the agent's API socket.
 func (i Instance) Socket() string { return filepath.Join(i.RunDir(), "shuntd.sock") }
 
 // PinDir holds pinned maps and links on bpffs.
-func (i Instance) PinDir() string { return filepath.Join("/sys/fs/bpf", i.Name) }
+func (i Instance) PinDir() string { return filepath.Join(pinRoot, i.Name) }
 
 // CgroupDir is the instance's subtree below the cgroup v2 root.
 func (i Instance) CgroupDir(root string) string { return filepath.Join(root, i.Name) }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/podexec"
 )
 
@@ -33,7 +34,12 @@ func RunShim(netnsPath, exitFile string, sec podexec.Security, argv []string) in
 	status := ExitStatus{}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	if err := podexec.Start(podexec.Target{NetnsPath: netnsPath, Security: &sec}, cmd); err != nil {
+	target := podexec.Target{NetnsPath: netnsPath, Security: &sec}
+	if !sec.Privileged {
+		// A privileged container has the node's access, as in Kubernetes.
+		target.Hide = instance.NodeOnlyDirs()
+	}
+	if err := podexec.Start(target, cmd); err != nil {
 		fmt.Fprintf(os.Stderr, "shunt: starting %q: %v\n", argv, err)
 		status.ExitCode, status.Error = 127, err.Error()
 	} else {

@@ -4,6 +4,7 @@ package podexec
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
@@ -19,6 +20,10 @@ type Target struct {
 	// Security restricts the process as a container's securityContext
 	// does; nil keeps the caller's privileges.
 	Security *Security
+	// Hide covers these directories, where they exist, with an empty
+	// read-only tmpfs in a mount namespace of the process's own: what a
+	// container runtime leaves out of a container's file system.
+	Hide []string
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -53,7 +58,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -77,6 +82,12 @@ func Start(t Target, cmd *exec.Cmd) error {
 				return
 			}
 		}
+		if len(t.Hide) > 0 {
+			if err := hideOnThread(t.Hide); err != nil {
+				errc <- err
+				return
+			}
+		}
 		if t.Security != nil {
 			if err := restrictThread(mask); err != nil {
 				errc <- err
@@ -86,4 +97,26 @@ func Start(t Target, cmd *exec.Cmd) error {
 		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// hideOnThread gives the locked thread a mount namespace of its own (the
+// child forked from it inherits it) where each directory is an empty
+// read-only tmpfs. Mounts stay slaves of the node's, so nothing done here
+// reaches the node.
+func hideOnThread(dirs []string) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the mounts slaves: %w", err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			continue // nothing to hide
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
+			return fmt.Errorf("hiding %s: %w", d, err)
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -204,8 +205,8 @@ func neighState(s int) string {
 	return fmt.Sprintf("state-%#x", s)
 }
 
-// TestPodReachesAgentOnlyAsAllowed: the agent's API is a Unix socket only
-// root can open (a container running as another user cannot); its metrics
+// TestPodReachesAgentOnlyAsAllowed: the agent's API socket and pinned maps
+// are out of every container's sight (root or not); its metrics
 // listener, here on all the node's addresses, answers a pod as any service
 // of the node does (Kubernetes: pods reach their node unless an egress
 // policy says otherwise), and not a pod whose egress is isolated, neither
@@ -282,19 +283,38 @@ spec:
 	l.mustShunt("apply", "-f", allow)
 	l.probe("isolated", "connected", "--http", metrics)
 
-	user := filepath.Join(t.TempDir(), "user.yaml")
-	writeFile(t, user, fmt.Sprintf(`
+	// A container, root or not, sees neither the agent's socket nor the
+	// pinned maps (root could write a pinned map without any capability):
+	// its mount namespace covers the node's shunt directories.
+	inst := instance.Instance{Name: l.instance}
+	look := fmt.Sprintf("import os, socket, time\ntry:\n  socket.socket(socket.AF_UNIX).connect('%s'); print('connected', flush=True)\nexcept OSError as e: print('refused:', e, flush=True)\nprint('pins:', os.listdir('/sys/fs/bpf'), os.path.exists('%s'), flush=True)\ntime.sleep(3600)",
+		inst.Socket(), inst.PinDir())
+	users := filepath.Join(t.TempDir(), "users.yaml")
+	writeFile(t, users, fmt.Sprintf(`
 apiVersion: v1
 kind: Pod
 metadata: {name: user}
 spec:
   securityContext: {runAsUser: 1000, runAsGroup: 1000}
   containers:
-  - name: c
-    command: [python3, -c, "import socket, time\ntry:\n  socket.socket(socket.AF_UNIX).connect('%s'); print('connected', flush=True)\nexcept OSError as e: print('refused:', e, flush=True)\ntime.sleep(3600)"]
-`, instance.Instance{Name: l.instance}.Socket()))
-	l.mustShunt("apply", "-f", user)
-	if out := l.waitLogs("user", "refused:"); !strings.Contains(out, "refused: [Errno 13] Permission denied") {
-		t.Errorf("a container running as uid 1000 asked the agent's API for its status: want permission denied:\n%s", out)
+  - {name: c, command: [python3, -c, %q]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: root}
+spec:
+  containers:
+  - {name: c, command: [python3, -c, %q]}
+`, look, look))
+	l.mustShunt("apply", "-f", users)
+	for _, pod := range []string{"user", "root"} {
+		out := l.waitLogs(pod, "pins:")
+		if !strings.Contains(out, "refused: [Errno 2] No such file or directory") || !strings.Contains(out, "pins: [] False") {
+			t.Errorf("container of pod %s: want the agent's socket and the pins out of sight:\n%s", pod, out)
+		}
+	}
+	// The node itself still reaches them.
+	if _, err := os.Stat(inst.Socket()); err != nil {
+		t.Errorf("the node lost the agent's socket: %v", err)
 	}
 }

@@ -276,7 +276,7 @@ func TestUpgradeRefusesIncompatibleLayout(t *testing.T) {
 	}
 	t.Logf("refused:\n%s", out)
 	for _, want := range []string{"shunt_ct value field flags: pinned at offset 20 size 4, this build has it at offset 16 size 4",
-		"Nothing was changed", "run the previous shunt build", "`shunt --instance "+l.instance+" uninstall`"} {
+		"Nothing was changed", "run the previous shunt build", "`shunt --instance " + l.instance + " uninstall`"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("refusal does not say %q:\n%s", want, out)
 		}
