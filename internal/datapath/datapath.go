@@ -57,6 +57,10 @@ type Config struct {
 	// entries with a Tunnel) leave; 0: no overlay, they go to the host
 	// stack. It is a load-time constant: changing it means opening again.
 	TunnelIfindex int
+	// Masquerade, when set, loads the uplink programs (AttachUplink) that
+	// give pods' traffic to outside the cluster the node's address; nil:
+	// pods' traffic leaves with their own addresses.
+	Masquerade *Masquerade
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
@@ -65,6 +69,9 @@ type Datapath struct {
 	objs    podtcObjects      // tc programs on pod veths
 	overlay overlaytcPrograms // tc program on the node's VXLAN device
 	sock    socklbObjects     // socket-layer service load balancing
+	uplink  uplinktcObjects   // masquerade on the node's uplink (loaded only with Config.Masquerade)
+
+	masqExclude mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue] // destinations never masqueraded
 
 	services serviceTable // in-memory mirror of the service maps
 	pol      policyMaps   // in-memory mirrors of the endpoint and policy maps
@@ -133,9 +140,18 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
+	if cfg.Masquerade != nil {
+		if err := d.loadUplink(opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries, change); err != nil {
+			d.objs.Close()
+			d.overlay.Close()
+			return nil, err
+		}
+	}
 	sockSpec, err := loadSocklb()
 	if err != nil {
 		d.objs.Close()
+		d.overlay.Close()
+		d.uplink.Close()
 		return nil, err
 	}
 	if change != nil {
@@ -145,6 +161,8 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
 	}); err != nil {
 		d.objs.Close()
+		d.overlay.Close()
+		d.uplink.Close()
 		return nil, fmt.Errorf("setting the socket programs' load-time config: %w", err)
 	}
 	// One ring buffer for every program: it is not pinned (a restarted
@@ -156,6 +174,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err := sockSpec.LoadAndAssign(&d.sock, &sockOpts); err != nil {
 		d.objs.Close()
 		d.overlay.Close()
+		d.uplink.Close()
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
 	d.initPolicyMaps()
@@ -229,7 +248,7 @@ func explainLoadError(err error, pinDir string) error {
 // Close releases this process's handles. Pinned maps and links stay, so the
 // datapath keeps forwarding while no agent runs.
 func (d *Datapath) Close() error {
-	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.sock.Close())
+	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.uplink.Close(), d.sock.Close())
 }
 
 // podHooks are the programs on a pod's host-side veth: from-pod at ingress
@@ -260,23 +279,30 @@ func (d *Datapath) AttachPod(ifname string, ifindex int) error {
 		return nil
 	}
 	for _, h := range d.podHooks() {
-		onThisInterface := func(l link.Link) bool {
-			info, err := l.Info()
-			return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
-				ebpf.AttachType(info.TCX().AttachType) == h.attach
-		}
-		attach := func() (link.Link, error) {
-			l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: h.prog, Attach: h.attach})
-			if err != nil {
-				return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", h.name, ifname, err)
-			}
-			return l, nil
-		}
-		if err := attachPinned(d.linkPin(h.name, ifname), h.prog, onThisInterface, attach); err != nil {
+		if err := d.attachTCX(h.name, ifname, ifindex, h.prog, h.attach); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// attachTCX makes prog the program of hook (named in its pin) at tcx
+// attach point at of the interface, through a pinned link: one still
+// attached there is adopted and switched to prog (attachPinned).
+func (d *Datapath) attachTCX(hook, ifname string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
+	onThisInterface := func(l link.Link) bool {
+		info, err := l.Info()
+		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
+			ebpf.AttachType(info.TCX().AttachType) == at
+	}
+	attach := func() (link.Link, error) {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at})
+		if err != nil {
+			return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", hook, ifname, err)
+		}
+		return l, nil
+	}
+	return attachPinned(d.linkPin(hook, ifname), prog, onThisInterface, attach)
 }
 
 // attachPinned makes the link pinned at pin run prog. A pinned link that
@@ -318,20 +344,7 @@ func (d *Datapath) AttachOverlay(ifname string, ifindex int) error {
 		return fmt.Errorf("attaching the overlay program to %s: forwarding mode %s runs no BPF program; "+
 			"use %s or %s for an overlay", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
 	}
-	prog := d.overlay.ShuntFromOverlay
-	onThisInterface := func(l link.Link) bool {
-		info, err := l.Info()
-		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
-			ebpf.AttachType(info.TCX().AttachType) == ebpf.AttachTCXIngress
-	}
-	attach := func() (link.Link, error) {
-		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", overlayHook, ifname, err)
-		}
-		return l, nil
-	}
-	return attachPinned(d.linkPin(overlayHook, ifname), prog, onThisInterface, attach)
+	return d.attachTCX(overlayHook, ifname, ifindex, d.overlay.ShuntFromOverlay, ebpf.AttachTCXIngress)
 }
 
 // DetachOverlay removes the overlay program from the VXLAN device (a no-op
@@ -379,7 +392,7 @@ func Uninstall(pinDir string) error {
 
 // Hooks counts the pinned program attachments by hook: from-pod (tcx
 // ingress of pod veths), to-pod (tcx egress), from-overlay (tcx ingress of
-// the VXLAN device), sock-connect4, ...
+// the VXLAN device), to-uplink and from-uplink (masquerade), sock-connect4, ...
 func (d *Datapath) Hooks() (map[string]int, error) {
 	pins, err := filepath.Glob(filepath.Join(d.cfg.PinDir, "links", "*"))
 	if err != nil {
@@ -393,8 +406,10 @@ func (d *Datapath) Hooks() (map[string]int, error) {
 				name = h.name
 			}
 		}
-		if strings.HasPrefix(name, overlayHook+"-") {
-			name = overlayHook
+		for _, h := range []string{overlayHook, toUplinkHook, fromUplinkHook} {
+			if strings.HasPrefix(name, h+"-") {
+				name = h
+			}
 		}
 		out[name]++
 	}
@@ -414,6 +429,9 @@ func (d *Datapath) Features() []string {
 		}
 		if d.cfg.TunnelIfindex != 0 {
 			f = append(f, "collect-metadata VXLAN (bpf_skb_set_tunnel_key)")
+		}
+		if d.cfg.Masquerade != nil {
+			f = append(f, "masquerade (tcx on the uplink, BPF NAT table)")
 		}
 	}
 	return f
