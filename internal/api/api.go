@@ -310,14 +310,15 @@ func (c *Client) Alive() bool {
 // pod (GET /v1/network): where addresses come from (the node's
 // spec.podCIDR), the gateway, what pods route through the node.
 type Network struct {
-	PodCIDR     string `json:"podCIDR"`
-	NodeIP      string `json:"nodeIP"` // the pods' gateway
-	ServiceCIDR string `json:"serviceCIDR"`
-	ClusterCIDR string `json:"clusterCIDR,omitempty"` // every node's pods: routed through the node too
-	Mode        string `json:"mode"`
-	Bridge      bool   `json:"bridge"` // pods join NodeIf (a bridge) instead of being routed
-	NodeIf      string `json:"nodeIf"`
-	MTU         int    `json:"mtu,omitempty"`
+	PodCIDR      string `json:"podCIDR"`
+	NodeIP       string `json:"nodeIP"` // the pods' gateway
+	ServiceCIDR  string `json:"serviceCIDR"`
+	ClusterCIDR  string `json:"clusterCIDR,omitempty"`  // every node's pods: routed through the node too
+	DefaultRoute bool   `json:"defaultRoute,omitempty"` // the node masquerades: pods route everything through it
+	Mode         string `json:"mode"`
+	Bridge       bool   `json:"bridge"` // pods join NodeIf (a bridge) instead of being routed
+	NodeIf       string `json:"nodeIf"`
+	MTU          int    `json:"mtu,omitempty"`
 	// LinkAliasPrefix is set (with the pod's name) on pod veths, so the
 	// instance's uninstall finds them without any state.
 	LinkAliasPrefix string `json:"linkAliasPrefix"`
