@@ -182,9 +182,8 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 }
 
 // loadOverlay loads the overlay device's program with the pod programs'
-// configuration. Its maps are the pod programs' (the pinned ones by name,
-// the unpinned ring buffer of flowsSize bytes handed over), so both sides of
-// a connection see one conntrack table and one ipcache.
+// configuration, beside them (loadBeside): both sides of a connection see
+// one conntrack table and one ipcache.
 func (d *Datapath) loadOverlay(opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32, change func(*ebpf.CollectionSpec)) error {
 	spec, err := loadOverlaytc()
 	if err != nil {
@@ -193,16 +192,29 @@ func (d *Datapath) loadOverlay(opts *ebpf.CollectionOptions, cfg podtcShuntConfi
 	if change != nil {
 		change(spec)
 	}
-	if err := spec.Variables[overlaytcVarCONFIG].Set(overlaytcShuntConfig{
-		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
-		TunnelIfindex: cfg.TunnelIfindex,
-	}); err != nil {
+	if err := spec.Variables[overlaytcVarCONFIG].Set(sideConfig(cfg)); err != nil {
 		return fmt.Errorf("setting the overlay program's load-time config: %w", err)
 	}
+	return d.loadBeside(spec, opts, flowsSize, &d.overlay)
+}
+
+// sideConfig is the pod programs' load-time configuration for the programs
+// beside them (overlay, uplink), whose generated types are their own.
+func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
+	return overlaytcShuntConfig{
+		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
+		TunnelIfindex: cfg.TunnelIfindex,
+	}
+}
+
+// loadBeside loads an object of programs beside the pod programs into
+// into: on their maps, the pinned ones by name and the unpinned ring
+// buffer of flowsSize bytes handed over.
+func (d *Datapath) loadBeside(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, flowsSize uint32, into any) error {
 	spec.Maps["shunt_flows"].MaxEntries = flowsSize
 	o := *opts
 	o.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
-	if err := spec.LoadAndAssign(&d.overlay, &o); err != nil {
+	if err := spec.LoadAndAssign(into, &o); err != nil {
 		return explainLoadError(err, d.cfg.PinDir)
 	}
 	return nil

@@ -74,9 +74,8 @@ func (m *Masquerade) check() error {
 }
 
 // loadUplink loads the uplink programs with the pod programs' forwarding
-// configuration and the masquerade's, on the pod programs' maps (pinned by
-// name; the unpinned ring buffer handed over): one conntrack, one endpoint
-// table.
+// configuration and the masquerade's, beside them (loadBeside): one
+// conntrack, one endpoint table.
 func (d *Datapath) loadUplink(opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32, change func(*ebpf.CollectionSpec)) error {
 	m := d.cfg.Masquerade
 	if err := m.check(); err != nil {
@@ -89,20 +88,14 @@ func (d *Datapath) loadUplink(opts *ebpf.CollectionOptions, cfg podtcShuntConfig
 	if change != nil {
 		change(spec)
 	}
-	if err := spec.Variables[uplinktcVarCONFIG].Set(uplinktcShuntConfig{
-		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
-		TunnelIfindex: cfg.TunnelIfindex,
-	}); err != nil {
+	if err := spec.Variables[uplinktcVarCONFIG].Set(uplinktcShuntConfig(sideConfig(cfg))); err != nil {
 		return fmt.Errorf("setting the uplink programs' load-time config: %w", err)
 	}
 	if err := spec.Variables[uplinktcVarMASQ].Set(uplinktcMasqConfig{Addr: be32(m.Addr), PortMin: m.Ports.Min, PortMax: m.Ports.Max}); err != nil {
 		return fmt.Errorf("setting the masquerade's load-time config: %w", err)
 	}
-	spec.Maps["shunt_flows"].MaxEntries = flowsSize
-	o := *opts
-	o.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
-	if err := spec.LoadAndAssign(&d.uplink, &o); err != nil {
-		return explainLoadError(err, d.cfg.PinDir)
+	if err := d.loadBeside(spec, opts, flowsSize, &d.uplink); err != nil {
+		return err
 	}
 	d.masqExclude = mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue]{m: d.uplink.ShuntMasqExclude, name: "shunt_masq_exclude"}
 	return nil
