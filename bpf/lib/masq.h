@@ -60,9 +60,41 @@ static __always_inline __u64 masq_timeout(__u32 flags, __u8 proto)
 	return MASQ_TIMEOUT_TCP_ESTABLISHED;
 }
 
+/* masq_idle is how long the flow of entry v has been quiet. Another CPU
+ * may have refreshed it after this one read the clock: that is no idle
+ * time, not an underflow to "idle for ages". */
+static __always_inline __u64 masq_idle(const struct masq_value *v, __u64 now)
+{
+	__u64 seen = v->last_seen_ns;
+
+	return now > seen ? now - seen : 0;
+}
+
 static __always_inline bool masq_expired(const struct masq_value *v, __u8 proto, __u64 now)
 {
-	return now - v->last_seen_ns > masq_timeout(v->flags, proto);
+	return masq_idle(v, now) > masq_timeout(v->flags, proto);
+}
+
+/* A TCP connection that closed (RST, or FIN both ways) keeps its entries
+ * for MASQ_TIMEOUT_TCP_CLOSING, for its own late packets, but gives its
+ * port to a new flow after this grace: enough for the last ACK and a
+ * retransmitted FIN. Otherwise a destination's ports would be held 10 s
+ * after every short connection, and one busy client would exhaust them
+ * (4536 ports / 10 s = 450 connections a second); Linux's NAT likewise
+ * reuses the port of a connection in TIME_WAIT for a new SYN. The
+ * outside end, if it closed first, accepts a new SYN on a tuple in
+ * TIME_WAIT (RFC 6191). */
+#define MASQ_CLOSED_REUSE (1 * MASQ_NSEC_PER_SEC)
+
+/* masq_reusable says whether the flow of entry v no longer holds its
+ * port against a new flow. */
+static __always_inline bool masq_reusable(const struct masq_value *v, __u8 proto, __u64 now)
+{
+	bool closed = (v->flags & MASQ_F_RST) || ((v->flags & MASQ_F_FIN_OUT) && (v->flags & MASQ_F_FIN_IN));
+
+	if (proto == IPPROTO_TCP && closed && masq_idle(v, now) > MASQ_CLOSED_REUSE)
+		return true;
+	return masq_expired(v, proto, now);
 }
 
 /* masq_excluded says whether a destination stays untranslated: the
@@ -118,7 +150,7 @@ static __always_inline void masq_refresh(const struct masq_key *k, struct masq_v
 		if (tcp_flags & SHUNT_TCPF_RST)
 			flags |= MASQ_F_RST;
 	}
-	if (flags == v->flags && now - v->last_seen_ns <= MASQ_NSEC_PER_SEC)
+	if (flags == v->flags && masq_idle(v, now) <= MASQ_NSEC_PER_SEC)
 		return;
 	v->flags = flags;
 	v->last_seen_ns = now;
@@ -166,7 +198,8 @@ static __always_inline struct masq_value *masq_lookup(const struct masq_key *k, 
 /* masq_claim tries to make the reply tuple in (one candidate port) the
  * flow's, recording it with the value inv. Returns 0 when claimed (or it
  * already was this flow's), 1 when a live flow holds it, -1 when the
- * insert failed. A flow idle past its timeout gives its port up here. */
+ * insert failed. A flow idle past its timeout, or closed a while ago,
+ * gives its port up here. */
 static __always_inline int masq_claim(struct masq_key *in, struct masq_value *inv, __u64 now)
 {
 	if (bpf_map_update_elem(&shunt_masq_nat, in, inv, BPF_NOEXIST) == 0)
@@ -177,7 +210,7 @@ static __always_inline int masq_claim(struct masq_key *in, struct masq_value *in
 		return bpf_map_update_elem(&shunt_masq_nat, in, inv, BPF_NOEXIST) == 0 ? 0 : -1;
 	if (cur->addr == inv->addr && cur->port == inv->port)
 		return 0; /* this flow's own: another CPU was first, or it is re-translated */
-	if (!masq_expired(cur, in->proto, now))
+	if (!masq_reusable(cur, in->proto, now))
 		return 1;
 	masq_forget(in, cur);
 	return bpf_map_update_elem(&shunt_masq_nat, in, inv, BPF_ANY) == 0 ? 0 : -1;

@@ -33,8 +33,9 @@ func (r PortRange) Overlaps(o PortRange) bool { return r.Min <= o.Max && o.Min <
 // Linux's default ephemeral range (net.ipv4.ip_local_port_range 32768-60999),
 // so a connection of the node's own never has a port the table hands out
 // and its replies are never taken for a pod's. That leaves 4536 ports per
-// destination address, port and protocol, which is what bounds concurrent
-// flows from this node's pods to one outside server.
+// destination address, port and protocol: what bounds the concurrent flows
+// from this node's pods to one outside server (a closed TCP connection
+// gives its port up a second later, bpf/lib/masq.h).
 var DefaultMasqPorts = PortRange{Min: 61000, Max: 65535}
 
 // ParsePortRange reads "MIN-MAX".

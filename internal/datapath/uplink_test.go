@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -215,6 +216,26 @@ func TestMasquerade(t *testing.T) {
 		var v uplinktcMasqValue
 		if err := d.uplink.ShuntMasqNat.Lookup(stale, &v); err == nil {
 			t.Errorf("the expired flow's own entry is still there: %+v", v)
+		}
+	})
+
+	t.Run("a closed connection's port is free a second after it closed, not before", func(t *testing.T) {
+		now := uint64(monotonicNow())
+		held := func(port uint16, seen uint64) {
+			in := uplinktcMasqKey{Saddr: be32(mqOutside), Daddr: be32(mqNode), Sport: be16(9443), Dport: be16(port), Proto: 6, Dir: uint8(uplinktcMasqDirMASQ_IN)}
+			v := uplinktcMasqValue{LastSeenNs: seen, Addr: be32(mqPod2), Port: be16(port), Flags: uint32(uplinktcMasqFlagsMASQ_F_FIN_OUT | uplinktcMasqFlagsMASQ_F_FIN_IN)}
+			if err := d.uplink.ShuntMasqNat.Put(in, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held(61000, now-uint64(2*time.Second))
+		held(61001, now+uint64(time.Minute)) // "later than now": another CPU refreshed it meanwhile
+		ret, out := egress(packet(mqPod, mqOutside, 6, tcpSegment(40000, 9443, tcpSYN)))
+		if got, want := checkedTuple(t, out), (tuple{mqNode, mqOutside, 61000, 9443}); ret != tcActOK || got != want {
+			t.Errorf("verdict %d, %+v; want OK, %+v (the port of the connection closed 2 s ago)", ret, got, want)
+		}
+		if ret, _ := egress(packet(mqPod, mqOutside, 6, tcpSegment(40001, 9443, tcpSYN))); ret != tcActShot {
+			t.Errorf("a second flow while the other port's connection closed just now: verdict %d, want drop (exhausted)", ret)
 		}
 	})
 
