@@ -449,6 +449,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if t := st.Tunnel; t != nil {
 				fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
 			}
+			if m := st.Masquerade; m != nil {
+				fmt.Printf("masquerade: pods' traffic to outside leaves %s from %s, ports %s (not to %s)\n",
+					m.Uplink, m.Address, m.Ports, strings.Join(m.Exclude, ", "))
+			}
 			for _, p := range st.Problems {
 				fmt.Printf("left out:  %s\n", p)
 			}

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
@@ -136,10 +137,11 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 
-	podMTU       int           // pod interfaces' MTU (0: the default, 1500)
-	cniEndpoints *cniEndpoints // what shunt-cni reported
-	srv          *http.Server  // the API on the instance's socket
-	ready        atomic.Bool   // New finished: status answers
+	podMTU       int                   // pod interfaces' MTU (0: the default, 1500)
+	masq         *api.MasqueradeStatus // nil: no masquerade
+	cniEndpoints *cniEndpoints         // what shunt-cni reported
+	srv          *http.Server          // the API on the instance's socket
+	ready        atomic.Bool           // New finished: status answers
 
 	stopReconciler context.CancelFunc
 	shutdown       chan bool // true: uninstall before exiting

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/ipam"
 )
@@ -102,5 +103,12 @@ func (a *Agent) startMasquerade(podPool, svcPool ipam.Pool) error {
 		exclude = []netip.Prefix{cluster, svcPool.CIDR,
 			netip.PrefixFrom(a.cfg.Underlay, 32), netip.PrefixFrom(podPool.NodeIP(), 32)}
 	}
-	return a.dp.SyncMasqExclude(exclude)
+	if err := a.dp.SyncMasqExclude(exclude); err != nil {
+		return err
+	}
+	a.masq = &api.MasqueradeStatus{Uplink: name, Address: a.cfg.Underlay.String(), Ports: a.cfg.MasqueradePorts.String()}
+	for _, p := range exclude {
+		a.masq.Exclude = append(a.masq.Exclude, p.String())
+	}
+	return nil
 }

@@ -103,7 +103,8 @@ type Status struct {
 	// programmed): "Kind ns/name: what and why".
 	Problems    []string           `json:"problems,omitempty"`
 	Mode        string             `json:"mode"`
-	Tunnel      *TunnelStatus      `json:"tunnel,omitempty"` // nil: no overlay
+	Tunnel      *TunnelStatus      `json:"tunnel,omitempty"`     // nil: no overlay
+	Masquerade  *MasqueradeStatus  `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
 	PodCIDR     string             `json:"podCIDR"`
 	ServiceCIDR string             `json:"serviceCIDR"`
 	NodeIP      string             `json:"nodeIP"`
@@ -129,6 +130,15 @@ type TunnelStatus struct {
 	Device   string `json:"device"`   // the collect-metadata device
 	Underlay string `json:"underlay"` // this node's address other nodes tunnel to
 	PodMTU   int    `json:"podMTU"`   // the underlay's MTU less the encapsulation
+}
+
+// MasqueradeStatus is how pods' traffic to outside the cluster leaves the
+// node.
+type MasqueradeStatus struct {
+	Uplink  string   `json:"uplink"`  // the interface holding Address, where the programs run
+	Address string   `json:"address"` // the node's address flows leave from
+	Ports   string   `json:"ports"`   // MIN-MAX
+	Exclude []string `json:"exclude"` // destinations left alone (besides what the ipcache knows)
 }
 
 // AccelStatus says whether socket acceleration is on and how many sockets

@@ -116,8 +116,12 @@ func TestMasqueradeNode(t *testing.T) {
 		onlyFrom(t, peers, node)
 		l.ping("client", outside)
 		l.probe("client", "refused", "--udp-connected", "--udp", outside+":7001")
-		if st := l.status(); st.Hooks["to-uplink"] != 1 || st.Hooks["from-uplink"] != 1 {
+		st := l.status()
+		if st.Hooks["to-uplink"] != 1 || st.Hooks["from-uplink"] != 1 {
 			t.Errorf("%s: hooks %v, want to-uplink and from-uplink once", when, st.Hooks)
+		}
+		if m := st.Masquerade; m == nil || m.Uplink != "ul0" || m.Address != node || m.Ports != "61000-65535" {
+			t.Errorf("%s: status masquerade %+v, want ul0 from %s, ports 61000-65535", when, st.Masquerade, node)
 		}
 	}
 	check("after lab up")
