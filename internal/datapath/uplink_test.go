@@ -181,6 +181,58 @@ func TestMasquerade(t *testing.T) {
 		}
 	})
 
+	t.Run("frag needed quoting a TCP segment, back to the pod", func(t *testing.T) {
+		ret, out := egress(packet(mqPod, mqOutside, 6, tcpSegment(41000, 8080, tcpSYN)))
+		sent := checkedTuple(t, out)
+		if ret != tcActOK || sent.src != mqNode {
+			t.Fatalf("TCP out: verdict %d, %+v", ret, sent)
+		}
+		// A router's "fragmentation needed" (MTU 1400) quoting the
+		// whole segment as the node sent it.
+		fragNeeded := append([]byte{3, 4, 0, 0, 0, 0, 1400 >> 8, 1400 & 0xff}, out[14:]...)
+		ret, back := ingress(packet(netip.MustParseAddr("203.0.113.1"), mqNode, 1, fragNeeded))
+		if ret != tcActRedirect {
+			t.Fatalf("frag needed: verdict %d, want redirect to the pod", ret)
+		}
+		ip, icmp := back[14:34], back[34:]
+		quotedIP, quotedTCP := icmp[8:28], icmp[28:]
+		if ipChecksum(ip) != 0 || ipChecksum(icmp) != 0 || ipChecksum(quotedIP) != 0 || l4Checksum(quotedIP, quotedTCP) != 0 {
+			t.Errorf("checksums after translation: outer IPv4 %v, ICMP %v, quoted IPv4 %v, quoted TCP %v (all must be true)",
+				ipChecksum(ip) == 0, ipChecksum(icmp) == 0, ipChecksum(quotedIP) == 0, l4Checksum(quotedIP, quotedTCP) == 0)
+		}
+		got := []any{netip.AddrFrom4([4]byte(ip[16:20])), netip.AddrFrom4([4]byte(quotedIP[12:16])), binary.BigEndian.Uint16(quotedTCP), binary.BigEndian.Uint16(icmp[6:])}
+		if want := []any{mqPod, mqPod, uint16(41000), uint16(1400)}; !slices.Equal(got, want) {
+			t.Errorf("frag needed to %v quoting a segment from %v:%v, MTU %v; want %v", got[0], got[1], got[2], got[3], want)
+		}
+	})
+
+	t.Run("the pod's own ICMP error about a reply leaves from the node", func(t *testing.T) {
+		ret, out := egress(packet(mqPod, mqOutside, 17, udpDatagramLen(5454, 53, 2)))
+		sent := checkedTuple(t, out)
+		if ret != tcActOK {
+			t.Fatalf("UDP out: verdict %d", ret)
+		}
+		// A reply reaches the pod, whose socket is gone: the pod's
+		// stack answers port unreachable, quoting the reply as it
+		// received it (from the outside to the pod).
+		_, reply := ingress(packet(mqOutside, mqNode, 17, append(udpDatagramLen(53, sent.sport, 2), "ok"...)))
+		unreach := append([]byte{3, 3, 0, 0, 0, 0, 0, 0}, reply[14:]...)
+		ret, gone := egress(packet(mqPod, mqOutside, 1, unreach))
+		if ret != tcActOK {
+			t.Fatalf("the pod's ICMP error: verdict %d, want OK", ret)
+		}
+		ip, icmp := gone[14:34], gone[34:]
+		quotedIP, quotedUDP := icmp[8:28], icmp[28:]
+		if ipChecksum(ip) != 0 || ipChecksum(icmp) != 0 || ipChecksum(quotedIP) != 0 || l4Checksum(quotedIP, quotedUDP) != 0 {
+			t.Errorf("checksums of the pod's translated ICMP error: outer IPv4 %v, ICMP %v, quoted IPv4 %v, quoted UDP %v",
+				ipChecksum(ip) == 0, ipChecksum(icmp) == 0, ipChecksum(quotedIP) == 0, l4Checksum(quotedIP, quotedUDP) == 0)
+		}
+		got := []any{netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(quotedIP[16:20])), binary.BigEndian.Uint16(quotedUDP[2:])}
+		if want := []any{mqNode, mqNode, sent.sport}; !slices.Equal(got, want) {
+			t.Errorf("the pod's ICMP error from %v quoting a datagram to %v:%v; want %v", got[0], got[1], got[2], want)
+		}
+	})
+
 	t.Run("ICMP echo: the identifier is the port", func(t *testing.T) {
 		ret, out := egress(packet(mqPod, mqOutside, 1, icmpEcho(8, 0x1234)))
 		sent := checkedTuple(t, out)
