@@ -18,23 +18,53 @@ import (
 // outsideHost moves the node namespace's underlay peer (ul1, see
 // newNodeNetns) into a namespace of its own at addr/24: a host outside
 // the cluster on the node's underlay, which knows the node's address and
-// no route to any pod. Its TCP and UDP echo servers on port report every
-// peer address they see. It is removed when the test ends.
+// no route to any pod. It serves as serveOutside says and is removed when
+// the test ends.
 func outsideHost(t *testing.T, nodeNetns, addr string, port uint16) (peers chan netip.Addr) {
 	t.Helper()
 	ns := fmt.Sprintf("e2eout%06d", rand.IntN(1000000))
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	for _, args := range [][]string{
+	mustIP(t, [][]string{
 		{"netns", "add", ns},
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", nodeNetns, "link", "set", "ul1", "netns", ns},
 		{"-n", ns, "addr", "add", addr + "/24", "dev", "ul1"},
 		{"-n", ns, "link", "set", "ul1", "up"},
-	} {
+	})
+	return serveOutside(t, ns, addr, port)
+}
+
+// outsideOnBridge puts a host outside the cluster at addr/24 on the
+// underlay bridge of newUnderlay (in namespace underlay), beside the
+// nodes. It serves as serveOutside says and is removed when the test ends.
+func outsideOnBridge(t *testing.T, underlay, addr string, port uint16) (peers chan netip.Addr) {
+	t.Helper()
+	ns := fmt.Sprintf("e2eout%06d", rand.IntN(1000000))
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	mustIP(t, [][]string{
+		{"netns", "add", ns},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "link", "add", "ul0", "type", "veth", "peer", "name", "out", "netns", underlay},
+		{"-n", ns, "addr", "add", addr + "/24", "dev", "ul0"},
+		{"-n", ns, "link", "set", "ul0", "up"},
+		{"-n", underlay, "link", "set", "out", "master", "br0", "up"},
+	})
+	return serveOutside(t, ns, addr, port)
+}
+
+func mustIP(t *testing.T, commands [][]string) {
+	t.Helper()
+	for _, args := range commands {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+}
+
+// serveOutside runs TCP and UDP echo servers at addr:port in namespace ns
+// until the test ends; every peer address they see goes to peers.
+func serveOutside(t *testing.T, ns, addr string, port uint16) (peers chan netip.Addr) {
+	t.Helper()
 	at := netip.AddrPortFrom(netip.MustParseAddr(addr), port)
 	var l net.Listener
 	var u *net.UDPConn
