@@ -91,6 +91,26 @@ func checkedTuple(t *testing.T, pkt []byte) tuple {
 	return tu
 }
 
+// icmpError is an ICMP error as a test reads it back: the outer IPv4
+// header, the ICMP message, and in it the quoted IPv4 header and
+// transport bytes.
+type icmpError struct{ ip, icmp, quotedIP, quotedL4 []byte }
+
+// checkedICMPError splits an ICMP error quoting a whole TCP or UDP packet
+// and fails the test for each of its checksums that is wrong.
+func checkedICMPError(t *testing.T, pkt []byte) icmpError {
+	t.Helper()
+	e := icmpError{ip: pkt[14:34], icmp: pkt[34:]}
+	e.quotedIP, e.quotedL4 = e.icmp[8:28], e.icmp[28:]
+	for what, ok := range map[string]bool{"outer IPv4": ipChecksum(e.ip) == 0, "ICMP": ipChecksum(e.icmp) == 0,
+		"quoted IPv4": ipChecksum(e.quotedIP) == 0, "quoted transport": l4Checksum(e.quotedIP, e.quotedL4) == 0} {
+		if !ok {
+			t.Errorf("%s checksum wrong after translation", what)
+		}
+	}
+	return e
+}
+
 func icmpEcho(typ uint8, id uint16) []byte {
 	return []byte{typ, 0, 0, 0, byte(id >> 8), byte(id), 0, 1, 'm', 'a', 's', 'q'}
 }
@@ -169,13 +189,8 @@ func TestMasquerade(t *testing.T) {
 		if ret != tcActRedirect {
 			t.Fatalf("ICMP error: verdict %d, want redirect to the pod", ret)
 		}
-		ip, icmp := back[14:34], back[34:]
-		quotedIP, quotedUDP := icmp[8:28], icmp[28:]
-		if ipChecksum(ip) != 0 || ipChecksum(icmp) != 0 || ipChecksum(quotedIP) != 0 || l4Checksum(quotedIP, quotedUDP) != 0 {
-			t.Errorf("checksums after translation: outer IPv4 %v, ICMP %v, quoted IPv4 %v, quoted UDP %v (all must be true)",
-				ipChecksum(ip) == 0, ipChecksum(icmp) == 0, ipChecksum(quotedIP) == 0, l4Checksum(quotedIP, quotedUDP) == 0)
-		}
-		got := []any{netip.AddrFrom4([4]byte(ip[16:20])), netip.AddrFrom4([4]byte(quotedIP[12:16])), binary.BigEndian.Uint16(quotedUDP)}
+		e := checkedICMPError(t, back)
+		got := []any{netip.AddrFrom4([4]byte(e.ip[16:20])), netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4)}
 		if want := []any{mqPod, mqPod, uint16(5353)}; !slices.Equal(got, want) {
 			t.Errorf("ICMP error to %v quoting a datagram from %v:%v; want %v", got[0], got[1], got[2], want)
 		}
@@ -194,13 +209,8 @@ func TestMasquerade(t *testing.T) {
 		if ret != tcActRedirect {
 			t.Fatalf("frag needed: verdict %d, want redirect to the pod", ret)
 		}
-		ip, icmp := back[14:34], back[34:]
-		quotedIP, quotedTCP := icmp[8:28], icmp[28:]
-		if ipChecksum(ip) != 0 || ipChecksum(icmp) != 0 || ipChecksum(quotedIP) != 0 || l4Checksum(quotedIP, quotedTCP) != 0 {
-			t.Errorf("checksums after translation: outer IPv4 %v, ICMP %v, quoted IPv4 %v, quoted TCP %v (all must be true)",
-				ipChecksum(ip) == 0, ipChecksum(icmp) == 0, ipChecksum(quotedIP) == 0, l4Checksum(quotedIP, quotedTCP) == 0)
-		}
-		got := []any{netip.AddrFrom4([4]byte(ip[16:20])), netip.AddrFrom4([4]byte(quotedIP[12:16])), binary.BigEndian.Uint16(quotedTCP), binary.BigEndian.Uint16(icmp[6:])}
+		e := checkedICMPError(t, back)
+		got := []any{netip.AddrFrom4([4]byte(e.ip[16:20])), netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4), binary.BigEndian.Uint16(e.icmp[6:])}
 		if want := []any{mqPod, mqPod, uint16(41000), uint16(1400)}; !slices.Equal(got, want) {
 			t.Errorf("frag needed to %v quoting a segment from %v:%v, MTU %v; want %v", got[0], got[1], got[2], got[3], want)
 		}
@@ -221,13 +231,8 @@ func TestMasquerade(t *testing.T) {
 		if ret != tcActOK {
 			t.Fatalf("the pod's ICMP error: verdict %d, want OK", ret)
 		}
-		ip, icmp := gone[14:34], gone[34:]
-		quotedIP, quotedUDP := icmp[8:28], icmp[28:]
-		if ipChecksum(ip) != 0 || ipChecksum(icmp) != 0 || ipChecksum(quotedIP) != 0 || l4Checksum(quotedIP, quotedUDP) != 0 {
-			t.Errorf("checksums of the pod's translated ICMP error: outer IPv4 %v, ICMP %v, quoted IPv4 %v, quoted UDP %v",
-				ipChecksum(ip) == 0, ipChecksum(icmp) == 0, ipChecksum(quotedIP) == 0, l4Checksum(quotedIP, quotedUDP) == 0)
-		}
-		got := []any{netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(quotedIP[16:20])), binary.BigEndian.Uint16(quotedUDP[2:])}
+		e := checkedICMPError(t, gone)
+		got := []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
 		if want := []any{mqNode, mqNode, sent.sport}; !slices.Equal(got, want) {
 			t.Errorf("the pod's ICMP error from %v quoting a datagram to %v:%v; want %v", got[0], got[1], got[2], want)
 		}

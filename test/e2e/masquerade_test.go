@@ -22,11 +22,8 @@ import (
 // the test ends.
 func outsideHost(t *testing.T, nodeNetns, addr string, port uint16) (peers chan netip.Addr) {
 	t.Helper()
-	ns := fmt.Sprintf("e2eout%06d", rand.IntN(1000000))
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ns := outsideNetns(t)
 	mustIP(t, [][]string{
-		{"netns", "add", ns},
-		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", nodeNetns, "link", "set", "ul1", "netns", ns},
 		{"-n", ns, "addr", "add", addr + "/24", "dev", "ul1"},
 		{"-n", ns, "link", "set", "ul1", "up"},
@@ -39,17 +36,24 @@ func outsideHost(t *testing.T, nodeNetns, addr string, port uint16) (peers chan 
 // nodes. It serves as serveOutside says and is removed when the test ends.
 func outsideOnBridge(t *testing.T, underlay, addr string, port uint16) (peers chan netip.Addr) {
 	t.Helper()
-	ns := fmt.Sprintf("e2eout%06d", rand.IntN(1000000))
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ns := outsideNetns(t)
 	mustIP(t, [][]string{
-		{"netns", "add", ns},
-		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", ns, "link", "add", "ul0", "type", "veth", "peer", "name", "out", "netns", underlay},
 		{"-n", ns, "addr", "add", addr + "/24", "dev", "ul0"},
 		{"-n", ns, "link", "set", "ul0", "up"},
 		{"-n", underlay, "link", "set", "out", "master", "br0", "up"},
 	})
 	return serveOutside(t, ns, addr, port)
+}
+
+// outsideNetns makes the namespace of a host outside the cluster, removed
+// when the test ends.
+func outsideNetns(t *testing.T) string {
+	t.Helper()
+	ns := fmt.Sprintf("e2eout%06d", rand.IntN(1000000))
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	mustIP(t, [][]string{{"netns", "add", ns}, {"-n", ns, "link", "set", "lo", "up"}})
+	return ns
 }
 
 func mustIP(t *testing.T, commands [][]string) {
