@@ -93,7 +93,7 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		.addr = p.f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
 	};
 	p.dst_identity = ep->identity;
-	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
 	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);

@@ -3,7 +3,8 @@
  * tc programs on the host side of pod veths.
  *
  * shunt_from_pod runs at ingress of the host veth, i.e. on every packet a pod
- * sends. It checks the source is the pod's own address, translates service
+ * sends. It checks the source is the pod's own address (of ARP frames too,
+ * lib/arp.h), translates service
  * traffic no socket hook translated, applies policy (the sender's egress and,
  * for a local destination, the receiver's ingress) to new connections, and
  * routes a packet for another local pod here, in BPF: MACs rewritten, TTL
@@ -30,6 +31,7 @@
 #include "lib/flows.h"
 #include "lib/proxy.h"
 #include "lib/encap.h"
+#include "lib/arp.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -84,6 +86,9 @@ int shunt_from_pod(struct __sk_buff *skb)
 	struct pkt p = { .dir = SHUNT_DIR_FROM_POD, .point = FLOW_POINT_FROM_POD };
 	int verdict;
 
+	verdict = arp_from_pod(skb, &p);
+	if (verdict >= 0)
+		return verdict;
 	ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
@@ -141,7 +146,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 		}
 	}
 	p.dst_identity = dst.identity;
-	reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
 
@@ -200,7 +205,7 @@ int shunt_to_pod(struct __sk_buff *skb)
 	}
 	p.src_identity = src.identity;
 	p.dst_identity = dst.identity;
-	__u32 reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	__u32 reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
 	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);

@@ -427,6 +427,19 @@ static __always_inline bool to_node_proxy(__u32 client_ip, __u16 client_port, __
 	return bpf_map_lookup_elem(&shunt_proxy_origins, &k) != NULL;
 }
 
+/* accel_ct_lookup: the conntrack entry of an accelerated connection's
+ * packet that sockets, not tc, carry; a failed move to shunt_ct is counted
+ * here, with the socket hooks. */
+static __always_inline struct ct_value *accel_ct_lookup(struct flow *f)
+{
+	bool closing = false;
+	__u32 failed = 0;
+	struct ct_value *ct = ct_lookup(f, bpf_ktime_get_ns(), &closing, &failed);
+
+	if (failed)
+		count(failed, SHUNT_DIR_SOCKMSG, 0);
+	return ct;
+}
 
 /* accel_peer fills in the peer socket's key, or says the connection is not
  * one to accelerate. Only sockets of this node's pods, of the node proxy
@@ -480,8 +493,7 @@ static __always_inline bool accel_peer(struct bpf_sock_ops *ctx, struct bpf_sock
 		.saddr = local, .daddr = remote, .sport = a->peer.remote_port, .dport = a->peer.local_port,
 		.proto = IPPROTO_TCP, .tcp_flags = SHUNT_TCPF_ACK, .has_ports = 1,
 	};
-	bool closing = false;
-	struct ct_value *ct = ct_lookup(&f, bpf_ktime_get_ns(), &closing);
+	struct ct_value *ct = accel_ct_lookup(&f);
 	return ct && !(ct->flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B));
 }
 
@@ -647,8 +659,7 @@ int shunt_sk_msg(struct sk_msg_md *msg)
 			.saddr = a->peer.remote_ip, .daddr = a->peer.local_ip, .sport = a->peer.remote_port,
 			.dport = a->peer.local_port, .proto = IPPROTO_TCP, .tcp_flags = SHUNT_TCPF_ACK, .has_ports = 1,
 		};
-		bool closing = false;
-		ct_lookup(&f, bpf_ktime_get_ns(), &closing);
+		accel_ct_lookup(&f);
 	}
 	__u32 size = msg->size;
 	struct sock_key peer = a->peer;

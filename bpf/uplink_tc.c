@@ -208,7 +208,7 @@ int shunt_from_uplink(struct __sk_buff *skb)
 		.addr = pod, .identity = ep->identity, .flags = ep->flags, .local = true,
 	};
 	p.dst_identity = ep->identity;
-	__u32 reason = policy_admit(&p.f, &src, &dst, &p.rule, &p.event);
+	__u32 reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
 	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);

@@ -2,7 +2,7 @@
 /*
  * The packet headers and socket constants shunt's programs use, written
  * out from the kernel UAPI (linux/if_ether.h, ip.h, tcp.h, udp.h, icmp.h,
- * in.h, pkt_cls.h, socket.h, if_packet.h, asm-generic/errno.h). These are ABI: their
+ * in.h, pkt_cls.h, socket.h, if_packet.h, if_arp.h, asm-generic/errno.h). These are ABI: their
  * layouts and values never change, so a fixed copy is correct on every
  * kernel. The system's versions include glibc headers (linux/if.h pulls in
  * sys/socket.h), which with -target bpf need 32-bit libc packages; this
@@ -22,11 +22,33 @@
 #define ETH_HLEN 14
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
+#define ETH_P_ARP 0x0806
 
 struct ethhdr {
 	unsigned char h_dest[ETH_ALEN];
 	unsigned char h_source[ETH_ALEN];
 	__be16 h_proto;
+} __attribute__((packed));
+
+/* linux/if_arp.h: struct arphdr, and the Ethernet/IPv4 body that follows
+ * it (struct arp_eth_ipv4 is ours: the kernel spells it out only in
+ * comments and in net/ipv4/arp.c). */
+#define ARPHRD_ETHER 1
+
+struct arphdr {
+	__be16 ar_hrd;
+	__be16 ar_pro;
+	__u8 ar_hln;
+	__u8 ar_pln;
+	__be16 ar_op;
+} __attribute__((packed));
+
+struct arp_eth_ipv4 {
+	struct arphdr hdr;
+	__u8 sha[ETH_ALEN];
+	__be32 spa;
+	__u8 tha[ETH_ALEN];
+	__be32 tpa;
 } __attribute__((packed));
 
 /* linux/in.h */

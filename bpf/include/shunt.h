@@ -32,6 +32,10 @@ struct shunt_config {
 	 * pods of other nodes leave (lib/encap.h); 0: no overlay, they go to
 	 * the host stack. */
 	__u32 tunnel_ifindex;
+	/* 1: every connection enters shunt_ct at its first packet, as before
+	 * shunt_ct_new existed, so a flood of new connections evicts
+	 * established ones: the baseline benchmarks measure against. */
+	__u32 ct_single_table;
 };
 
 /* A local pod endpoint, keyed by its IPv4 address (network byte order). */
@@ -127,8 +131,9 @@ struct policy_value {
  * Connection tracking: one entry per connection, keyed by its tuple with
  * the lower (address, port) end first so both directions find the same
  * entry with one lookup. Created when policy admits a connection's first
- * packet; later packets of either direction, and ICMP errors about it,
- * pass without policy lookups.
+ * packet, in shunt_ct_new, and moved to shunt_ct once the connection is
+ * assured (lib/conntrack.h); later packets of either direction, and ICMP
+ * errors about it, pass without policy lookups.
  */
 struct ct_key {
 	__u32 addr_a; /* network byte order; (addr_a, port_a) <= (addr_b, port_b) */
@@ -200,11 +205,15 @@ enum shunt_reason {
 					   * inner source address, or whose VNI is no pod identity */
 	SHUNT_REASON_TUNNEL_KEY_FAILED = 33, /* dropped: the tunnel key could not be set or read (a helper failed, or
 					      * the sender's identity does not fit a VNI) */
-	/* 34 and 35 are other branches' (merged later). */
+	SHUNT_REASON_CT_PROMOTE_FAILED = 34, /* an assured connection could not move from shunt_ct_new to shunt_ct:
+					      * it stays where a flood of new connections can evict it (its packet passes) */
+	/* 35 is another branch's (merged later). */
 	SHUNT_REASON_MASQUERADED = 36,    /* uplink egress: a pod's packet for outside the cluster leaves from the node's address */
 	SHUNT_REASON_MASQ_PORT_EXHAUSTED = 37, /* dropped: no free masquerade port for the destination within the tries */
 	SHUNT_REASON_MASQ_INSERT_FAILED = 38, /* dropped: the masquerade translation could not be recorded in shunt_masq_nat */
 	SHUNT_REASON_UNMASQUERADED = 39,  /* uplink ingress: a reply (or an ICMP error about) a masqueraded flow, given back to its pod */
+	SHUNT_REASON_ARP_SPOOFED = 40,    /* dropped: an ARP frame from a pod claiming an address that is not the pod's
+					   * (lib/arp.h) */
 	SHUNT_REASON_MAX,
 };
 

@@ -1,14 +1,29 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Connection tracking for policy: a connection admitted once passes in both
- * directions, with ICMP errors about it, until it closes or idles out. An
- * LRU map: a full table evicts the least recently used entry instead of
- * refusing, and an insert that still fails drops the packet (fail closed). */
+ * directions, with ICMP errors about it, until it closes or idles out.
+ *
+ * Two LRU tables, so that new connections never push out established ones
+ * (what nf_conntrack's early_drop does: unassured entries go first). A
+ * connection starts in shunt_ct_new and moves to shunt_ct once it is
+ * assured: a TCP connection when the originator acknowledges the reply (the
+ * handshake completed), any other when a reply was seen and it is still in
+ * use 2 s after it began (nf_conntrack's rule for UDP: a DNS-like exchange,
+ * one tuple per query, is not a stream worth keeping). A SYN flood from one
+ * pod, to open ports (SYN-ACK, then the flooder's RST) or closed ones (RST),
+ * never assures anything: it only churns shunt_ct_new, where an entry just
+ * has to outlive its handshake. A full table evicts its least recently used
+ * entry instead of refusing; an insert that still fails drops the packet
+ * (fail closed), a promotion that fails leaves the connection in
+ * shunt_ct_new (counted; the next packet tries again). shunt_ct keeps the
+ * name and layout it had when it was the only table, so the connections of
+ * a running node survive an upgrade. */
 #ifndef SHUNT_LIB_CONNTRACK_H
 #define SHUNT_LIB_CONNTRACK_H
 
 #include "common.h"
 #include "flow.h"
 
+/* Assured connections. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct ct_key);
@@ -17,11 +32,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } shunt_ct SEC(".maps");
 
+/* Connections not assured yet. Each needs an entry only for its handshake
+ * (or its first 2 s): a flood of N new connections a second evicts one
+ * after about max_entries / N seconds. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ct_key);
+	__type(value, struct ct_value);
+	__uint(max_entries, 32768);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_ct_new SEC(".maps");
+
 #define NSEC_PER_SEC 1000000000ULL
 #define CT_TIMEOUT_TCP_OPENING (60 * NSEC_PER_SEC)   /* no reply seen yet */
 #define CT_TIMEOUT_TCP_ESTABLISHED (21600 * NSEC_PER_SEC)
 #define CT_TIMEOUT_TCP_CLOSING (10 * NSEC_PER_SEC) /* RST, or FIN both ways */
 #define CT_TIMEOUT_OTHER (60 * NSEC_PER_SEC)       /* UDP, ICMP, SCTP */
+#define CT_ASSURE_OTHER_AFTER (2 * NSEC_PER_SEC)   /* UDP, ICMP, SCTP: replied and in use this long */
 
 /* ct_key_of orders the two ends so both directions build the same key;
  * *src_is_a says which end sent this packet. */
@@ -49,29 +76,21 @@ static __always_inline __u64 ct_timeout(__u32 flags, __u8 proto)
 	return CT_TIMEOUT_TCP_ESTABLISHED;
 }
 
-/* ct_lookup finds the live connection a packet belongs to and notes what
- * the packet says about its state. An expired entry, or a closing TCP
- * connection whose tuple a new SYN reuses, is no connection: policy decides
- * again. *closing is set when this packet is the connection's first FIN or
- * RST (reported once as the connection's end). */
-static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, bool *closing)
+/* ct_refresh notes in entry ct what the packet says about its connection;
+ * false when the entry is no connection (any more): expired, or a closing
+ * TCP connection whose tuple a new SYN reuses. *closing is set when this
+ * packet is the connection's first FIN or RST (reported once as the
+ * connection's end). */
+static __always_inline bool ct_refresh(struct ct_value *ct, struct flow *f, bool src_is_a, __u64 now, bool *closing)
 {
-	struct ct_key k;
-	bool src_is_a;
-	struct ct_value *ct;
-
-	ct_key_of(f->saddr, f->daddr, f->sport, f->dport, f->proto, &k, &src_is_a);
-	ct = bpf_map_lookup_elem(&shunt_ct, &k);
-	if (!ct)
-		return NULL;
 	__u32 flags = ct->flags;
 	if (now - ct->last_seen_ns > ct_timeout(flags, f->proto))
-		return NULL;
+		return false;
 	if (f->proto == IPPROTO_TCP) {
 		bool syn = (f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
 
 		if (syn && (flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B)))
-			return NULL;
+			return false;
 		if (f->tcp_flags & SHUNT_TCPF_FIN)
 			flags |= src_is_a ? CT_F_FIN_A : CT_F_FIN_B;
 		if (f->tcp_flags & SHUNT_TCPF_RST)
@@ -87,7 +106,61 @@ static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, boo
 		ct->flags = flags;
 	if (now - ct->last_seen_ns > NSEC_PER_SEC)
 		ct->last_seen_ns = now;
-	return ct;
+	return true;
+}
+
+/* ct_assured says whether this packet makes the connection of a (refreshed)
+ * shunt_ct_new entry assured: for TCP, a plain ACK from the originator
+ * after the reply (the handshake's last step; a flooder's RST is not one),
+ * for anything else a packet after a reply, 2 s or more into it. */
+static __always_inline bool ct_assured(const struct ct_value *ct, struct flow *f, bool src_is_a, __u64 now)
+{
+	__u32 flags = ct->flags;
+
+	if (!(flags & CT_F_REPLY_SEEN))
+		return false;
+	if (f->proto != IPPROTO_TCP)
+		return now - ct->created_ns >= CT_ASSURE_OTHER_AFTER;
+	bool from_originator = !!(flags & CT_F_ORIG_IS_A) == src_is_a;
+	__u8 handshake = SHUNT_TCPF_SYN | SHUNT_TCPF_ACK | SHUNT_TCPF_RST | SHUNT_TCPF_FIN;
+	return from_originator && (f->tcp_flags & handshake) == SHUNT_TCPF_ACK &&
+	       !(flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B));
+}
+
+/* ct_lookup finds the live connection a packet belongs to, in shunt_ct or
+ * shunt_ct_new, notes what the packet says about its state (see ct_refresh)
+ * and moves a connection this packet assures to shunt_ct. A dead entry in
+ * shunt_ct is removed, so the connection that reuses its tuple is found in
+ * shunt_ct_new. *failed is set to the reason of a move that failed (the
+ * connection stays in shunt_ct_new, the packet is still its). */
+static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, bool *closing, __u32 *failed)
+{
+	struct ct_key k;
+	bool src_is_a;
+	struct ct_value *ct;
+
+	ct_key_of(f->saddr, f->daddr, f->sport, f->dport, f->proto, &k, &src_is_a);
+	ct = bpf_map_lookup_elem(&shunt_ct, &k);
+	if (ct) {
+		if (ct_refresh(ct, f, src_is_a, now, closing))
+			return ct;
+		bpf_map_delete_elem(&shunt_ct, &k);
+	}
+	ct = bpf_map_lookup_elem(&shunt_ct_new, &k);
+	if (!ct || !ct_refresh(ct, f, src_is_a, now, closing))
+		return NULL;
+	if (!ct_assured(ct, f, src_is_a, now))
+		return ct;
+	struct ct_value assured = *ct;
+	if (bpf_map_update_elem(&shunt_ct, &k, &assured, BPF_ANY) < 0) {
+		*failed = SHUNT_REASON_CT_PROMOTE_FAILED;
+		return ct;
+	}
+	bpf_map_delete_elem(&shunt_ct_new, &k);
+	/* Another CPU may have moved and closed it meanwhile: the copy in
+	 * shunt_ct_new is gone, the packet was admitted all the same. */
+	ct = bpf_map_lookup_elem(&shunt_ct, &k);
+	return ct ? ct : bpf_map_lookup_elem(&shunt_ct_new, &k);
 }
 
 /* ct_related says whether an ICMP error is about a tracked connection. */
@@ -99,11 +172,14 @@ static __always_inline bool ct_related(struct flow *f)
 	if (!f->icmp_error)
 		return false;
 	ct_key_of(f->inner.saddr, f->inner.daddr, f->inner.sport, f->inner.dport, f->inner.proto, &k, &src_is_a);
-	return bpf_map_lookup_elem(&shunt_ct, &k) != NULL;
+	return bpf_map_lookup_elem(&shunt_ct, &k) || bpf_map_lookup_elem(&shunt_ct_new, &k);
 }
 
-/* ct_create records a connection whose first packet policy admitted. */
-static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now)
+/* ct_create records a connection whose first packet policy admitted: in
+ * shunt_ct_new until it is assured, or straight in shunt_ct with
+ * single_table (the behaviour before shunt_ct_new, kept as the baseline
+ * benchmarks compare with). */
+static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now, bool single_table)
 {
 	struct ct_key k;
 	bool src_is_a;
@@ -115,7 +191,9 @@ static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now)
 	};
 	if (f->proto == IPPROTO_TCP && (f->tcp_flags & SHUNT_TCPF_RST))
 		v.flags |= CT_F_RST;
-	return bpf_map_update_elem(&shunt_ct, &k, &v, BPF_ANY);
+	if (single_table)
+		return bpf_map_update_elem(&shunt_ct, &k, &v, BPF_ANY);
+	return bpf_map_update_elem(&shunt_ct_new, &k, &v, BPF_ANY);
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include "common.h"
 #include "flow.h"
 #include "conntrack.h"
+#include "pkt.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -129,49 +130,56 @@ static __always_inline __u32 verdict_reason(__u8 v)
 	return v == POLICY_DENY ? SHUNT_REASON_POLICY_DENIED : SHUNT_REASON_POLICY_NOT_ALLOWED;
 }
 
-/* policy_admit decides a packet between src and dst: a packet of a known
+/* policy_admit decides a packet p between src and dst: a packet of a known
  * connection (or an ICMP error about one) passes; a new connection needs
  * the egress policy of src and the ingress policy of dst, and is recorded.
  * A direction with entries is looked up; a deny drops; no match drops only
  * when the pod is isolated for that direction (deny-only policies take
- * away without isolating). Returns 0 to pass, or the drop reason; *event
- * says what the packet is to its connection (new, end, or just a packet). */
-static __always_inline __u32 policy_admit(struct flow *f, struct policy_side *src, struct policy_side *dst,
-					  __u32 *decided_by, __u8 *event)
+ * away without isolating). Returns 0 to pass, or the drop reason; sets
+ * p->rule to the rule that decided, p->event to what the packet is to its
+ * connection (new, end, or just a packet), and p->failed when a conntrack
+ * record could not be made on the way (counted here). */
+static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					  struct policy_side *src, struct policy_side *dst)
 {
+	struct flow *f = &p->f;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 rule = 0;
+	__u32 rule = 0, failed = 0;
 	__u8 v;
 
 	bool closing = false;
 
-	*decided_by = 0;
-	*event = FLOW_EV_PACKET;
-	if (ct_lookup(f, now, &closing)) {
+	p->rule = 0;
+	p->event = FLOW_EV_PACKET;
+	if (ct_lookup(f, now, &closing, &failed)) {
+		if (failed) {
+			count(failed, p->dir, skb->len);
+			p->failed = failed;
+		}
 		if (closing)
-			*event = FLOW_EV_CONN_END;
+			p->event = FLOW_EV_CONN_END;
 		return 0;
 	}
 	if (ct_related(f))
 		return 0;
-	*event = FLOW_EV_CONN_NEW;
+	p->event = FLOW_EV_CONN_NEW;
 	if (dst->proxy)
 		goto admit;
 	__u16 dport = dst->judged_dport ? dst->judged_dport : f->dport;
 	if (src->local && (src->flags & (ENDPOINT_F_EGRESS_ISOLATED | ENDPOINT_F_EGRESS_RULES))) {
 		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, dport, &rule);
-		*decided_by = rule;
+		p->rule = rule;
 		if (v == POLICY_DENY || (v == POLICY_NONE && (src->flags & ENDPOINT_F_EGRESS_ISOLATED)))
 			return verdict_reason(v);
 	}
 	if (dst->local && (dst->flags & (ENDPOINT_F_INGRESS_ISOLATED | ENDPOINT_F_INGRESS_RULES))) {
 		v = policy_verdict(dst->addr, 0, src->identity, src->addr, f, dport, &rule);
-		*decided_by = rule;
+		p->rule = rule;
 		if (v == POLICY_DENY || (v == POLICY_NONE && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)))
 			return verdict_reason(v);
 	}
 admit:
-	if (ct_create(f, rule, now) < 0)
+	if (ct_create(f, rule, now, cfg->ct_single_table) < 0)
 		return SHUNT_REASON_CT_FULL;
 	return 0;
 }

@@ -85,6 +85,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&agentFlags.flowBuffer, "flow-buffer-bytes", 0, "size of the flow ring buffer (default 4 MiB)")
 	cmd.Flags().StringVar(&agentFlags.metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9962)")
 	cmd.Flags().BoolVar(&agentFlags.socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg); `shunt accel on|off` switches it at run time")
+	cmd.Flags().BoolVar(&agentFlags.ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
 	cmd.Flags().StringVar(&agentFlags.nodeName, "node-name", "", "with --kubeconfig: this node's Node object (default: the instance name)")
@@ -105,6 +106,7 @@ type runFlags struct {
 	flowHistory, flowBuffer   int
 	socketAccel               bool
 	accelNode                 bool
+	ctSingleTable             bool
 	kubeconfig, nodeName      string
 	runPods                   bool
 	tunnel, underlay          string
@@ -132,6 +134,9 @@ func (f runFlags) args() []string {
 	}
 	if f.accelNode {
 		args = append(args, "--accelerate-node-processes")
+	}
+	if f.ctSingleTable {
+		args = append(args, "--conntrack-single-table")
 	}
 	if f.kubeconfig != "" {
 		args = append(args, "--kubeconfig", f.kubeconfig)
@@ -339,7 +344,10 @@ func podTarget(g *globals, ns, name string) (podexec.Target, error) {
 		CgroupPath: inst.PodCgroupDir(root, ns, name),
 	}
 	if _, err := os.Stat(t.NetnsPath); err != nil {
-		return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, inst.Name)
+		t.NetnsPath = podnet.NetnsPath(inst.LegacyPodNetns(ns, name))
+		if _, err := os.Stat(t.NetnsPath); err != nil {
+			return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, inst.Name)
+		}
 	}
 	return t, nil
 }
@@ -391,7 +399,7 @@ func newLabLogsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			dir := filepath.Join(inst.StateDir(), "pods", ns+"_"+args[0])
+			dir := filepath.Join(inst.StateDir(), "pods", instance.PodFileName(ns, args[0]))
 			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 			if len(logs) == 0 {
 				return fmt.Errorf("pod %s/%s not found in lab %q", ns, args[0], inst.Name)

@@ -35,6 +35,7 @@ func newRootCmd() *cobra.Command {
 		flowSampling, metricsAddr                  string
 		flowHistory, flowBuffer                    int
 		socketAccel, accelNode, inCluster, runPods bool
+		ctSingleTable                              bool
 		kubeconfig, nodeName                       string
 		tunnel, underlay, clusterCIDR              string
 		masquerade                                 bool
@@ -66,7 +67,8 @@ func newRootCmd() *cobra.Command {
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
 				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode,
-				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods}
+				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
+				ConntrackSingleTable: ctSingleTable}
 			if kubeconfig != "" && inCluster {
 				return fmt.Errorf("--kubeconfig and --in-cluster: give one")
 			}
@@ -133,6 +135,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().IntVar(&flowBuffer, "flow-buffer-bytes", 4<<20, "size of the flow ring buffer (a power of two, at least a page)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")
 	cmd.Flags().BoolVar(&socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg + sockhash)")
+	cmd.Flags().BoolVar(&ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server (pods are plumbed through shunt-cni) instead of the lab")
 	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")

@@ -13,6 +13,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -85,6 +86,9 @@ type Config struct {
 	Masquerade        bool
 	MasqueradeExclude []netip.Prefix
 	MasqueradePorts   datapath.PortRange
+	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
+	// connections can evict established ones (datapath.Config).
+	ConntrackSingleTable bool
 }
 
 // Tunnels shuntd knows.
@@ -128,6 +132,8 @@ type Agent struct {
 	src      source              // the lab's control plane, or a Kubernetes API server
 	nodeName string              // this node's name (its Node object's, with Kubernetes)
 	objects  func() *model.Store // the objects as they are now (the source's)
+	// serviceProblems: the Services' part of problems(), per store.
+	serviceProblems serviceProblemsCache
 
 	proxy    *nodeProxy     // the node L7 proxy
 	flows    *flows.History // the last flows, for observe
@@ -154,6 +160,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	inst := cfg.Instance
+	// Before anything is set up: pinned maps of a layout this build would
+	// read wrongly are refused with the node left exactly as it is.
+	if err := datapath.CheckPinnedLayouts(inst.PinDir(), inst.MapLayoutFile()); err != nil {
+		if le := (*datapath.LayoutError)(nil); errors.As(err, &le) {
+			le.Uninstall = fmt.Sprintf("shunt --instance %s uninstall", inst.Name)
+		}
+		return nil, err
+	}
 	for _, d := range []string{inst.StateDir(), inst.RunDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -280,9 +294,17 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf, Masquerade: masq})
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf, Masquerade: masq,
+		LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
 	if err != nil {
 		return nil, err
+	}
+	notes, warnings := a.dp.LayoutNotes()
+	for _, n := range notes {
+		log.Info("pinned maps", "layout", n)
+	}
+	for _, w := range warnings {
+		log.Warn("pinned maps", "layout", w)
 	}
 	ok := false
 	defer func() {
@@ -387,7 +409,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		if err := ks.Run(ctx); err != nil {
 			return nil, err
 		}
-		events, err := newProblemEvents(kube.cs, nodeName, ks.Store, a.problems, log)
+		events, err := newProblemEvents(kube.api, nodeName, ks.Store, a.problems, log)
 		if err != nil {
 			return nil, err
 		}
@@ -416,7 +438,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		kl, err := lab.NewAPIKubelet(lab.Config{
 			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool,
 			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log,
-		}, kube.cs, true, a.podsProgrammed)
+		}, kube.api, true, a.podsProgrammed)
 		if err != nil {
 			return nil, err
 		}

@@ -8,11 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/shuntnet/shunt/internal/kubeclient"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -30,11 +28,11 @@ type problemEvents struct {
 	told    map[policy.Problem]bool
 }
 
-func newProblemEvents(cs kubernetes.Interface, node string, objects func() *model.Store, current func() []policy.Problem, log *slog.Logger) (*problemEvents, error) {
+func newProblemEvents(api *kubeclient.Client, node string, objects func() *model.Store, current func() []policy.Problem, log *slog.Logger) (*problemEvents, error) {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	b.StartRecordingToSink(api.EventSink())
 	return &problemEvents{
-		rec:     b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "shuntd", Host: node}),
+		rec:     b.NewRecorder(kubeclient.Scheme, corev1.EventSource{Component: "shuntd", Host: node}),
 		objects: objects, current: current, log: log, told: map[policy.Problem]bool{},
 	}, nil
 }

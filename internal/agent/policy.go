@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
@@ -35,16 +36,35 @@ func (a *Agent) problems() []policy.Problem {
 	if pol := a.rec.Policy(); pol != nil {
 		out = append(out, pol.Problems...)
 	}
-	for _, svc := range a.objects().Services() {
-		for _, is := range services.Unsupported(svc) {
-			out = append(out, policy.Problem{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Reason: is.Reason, Message: is.Message})
-		}
-	}
+	out = append(out, a.serviceProblems.of(a.objects())...)
 	if err := a.rec.PolicyError(); err != nil {
 		out = append(out, policy.Problem{Kind: "Node", Name: a.nodeName, Reason: "PolicyNotProgrammed",
 			Message: err.Error() + "; the previous policy stays in force"})
 	}
 	return out
+}
+
+// serviceProblemsCache holds the problems of one generation of Services:
+// the event reporter and the policy status ask every second, and listing
+// 10 000 Services each time was most of an idle agent's allocations.
+type serviceProblemsCache struct {
+	mu  sync.Mutex
+	gen uint64 // model.Store.ServicesGeneration of out; 0: none yet
+	out []policy.Problem
+}
+
+func (c *serviceProblemsCache) of(store *model.Store) []policy.Problem {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen := store.ServicesGeneration(); gen != c.gen {
+		c.gen, c.out = gen, nil
+		for _, svc := range store.Services() {
+			for _, is := range services.Unsupported(svc) {
+				c.out = append(c.out, policy.Problem{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Reason: is.Reason, Message: is.Message})
+			}
+		}
+	}
+	return c.out
 }
 
 func (a *Agent) handleIdentities(w http.ResponseWriter, r *http.Request) {

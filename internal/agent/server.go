@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -78,9 +79,36 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
 	})
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: limitBodies(mux)}
 	go srv.Serve(ln)
 	return srv, nil
+}
+
+// limitBodies caps every request body at api.MaxRequestBytes, so no
+// request can make the agent read (and hold) more; a decoder reading past
+// it gets an error, which bodyError turns into 413 and what to do.
+func limitBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, api.MaxRequestBytes)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bodyError is the status and error for a request body that could not be
+// decoded: 413 and api.TooLargeError over the limit, else 400.
+func bodyError(err error) (int, error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge, &api.TooLargeError{}
+	}
+	return http.StatusBadRequest, err
+}
+
+func writeBodyError(w http.ResponseWriter, err error) {
+	code, err := bodyError(err)
+	writeError(w, code, err)
 }
 
 // readDocuments reads an api.ObjectsRequest: the manifests' documents.
@@ -114,7 +142,7 @@ func (a *Agent) handleObjects(do func(context.Context, []manifest.Document) ([]m
 		start := time.Now()
 		docs, err := readDocuments(r)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err)
+			writeBodyError(w, err)
 			return
 		}
 		changes, err := do(r.Context(), docs)
@@ -361,7 +389,7 @@ func (a *Agent) accelStatus() (api.AccelStatus, error) {
 func (a *Agent) handleWait(w http.ResponseWriter, r *http.Request) {
 	docs, err := readDocuments(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+		writeBodyError(w, err)
 		return
 	}
 	objs, err := manifest.DecodeReferences(docs)

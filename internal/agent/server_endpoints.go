@@ -159,7 +159,8 @@ func (a *Agent) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 	pod := r.PathValue("namespace") + "/" + r.PathValue("name")
 	var in api.Endpoint
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("endpoint of pod %s: %w", pod, err))
+		code, err := bodyError(err)
+		writeError(w, code, fmt.Errorf("endpoint of pod %s: %w", pod, err))
 		return
 	}
 	ep, err := toModelEndpoint(pod, in)

@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/shuntnet/shunt/internal/kubeclient"
 	"github.com/shuntnet/shunt/internal/kubeidentity"
 	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/lab"
@@ -60,12 +60,11 @@ func (k kubeSource) Delete(context.Context, []manifest.Document) ([]model.Change
 	return nil, errObjectsFromAPIServer
 }
 
-func (k kubeSource) Resync(ctx context.Context) error {
-	if k.pods != nil {
-		return k.pods.Sync(ctx)
-	}
-	return nil
-}
+// Resync does nothing: the API kubelet follows its containers in its own
+// loop (every second and at every pod event), and writes what it finds
+// through the API server, whence it comes back as any change does. A pass
+// from here as well doubled its work, and an idle node's garbage.
+func (k kubeSource) Resync(context.Context) error { return nil }
 
 func (k kubeSource) Uninstall(ctx context.Context) error {
 	if k.pods != nil {
@@ -102,7 +101,7 @@ func (k kubeSource) Describe() string { return "kubernetes " + k.server }
 // allocator and the event recorder.
 type kubeClient struct {
 	rest *rest.Config
-	cs   kubernetes.Interface
+	api  *kubeclient.Client
 	dyn  dynamic.Interface // the custom kinds' status
 }
 
@@ -111,15 +110,15 @@ func newKubeClient(kubeconfig string) (*kubeClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	api, err := kubeclient.New(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+		return nil, err
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes dynamic client for %s: %w", rc.Host, err)
 	}
-	return &kubeClient{rest: rc, cs: cs, dyn: dyn}, nil
+	return &kubeClient{rest: rc, api: api, dyn: dyn}, nil
 }
 
 // ownNode reads this node's Node from the API server, waiting for the
@@ -127,7 +126,7 @@ func newKubeClient(kubeconfig string) (*kubeClient, error) {
 func (k *kubeClient) ownNode(ctx context.Context, node string) (*corev1.Node, error) {
 	var last error
 	for {
-		n, err := k.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := k.api.Nodes().Get(ctx, node, metav1.GetOptions{})
 		switch {
 		case err != nil:
 			last = err

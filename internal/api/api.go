@@ -30,10 +30,33 @@ type ObjectsRequest struct {
 	Objects []Object `json:"objects"`
 }
 
+// MaxRequestBytes is the largest request body the agent reads: 64 MiB,
+// room for 200 000 ordinary manifest documents (100 000 NetworkPolicies
+// encode to 31 MiB). The agent refuses a larger request whole, with 413,
+// before it decodes any object; EncodeObjects refuses to build one. It
+// bounds what one request can make the agent hold (applying those 100 000
+// policies peaks the agent at about 530 MiB, e2e TestHundredThousandDocuments).
+const MaxRequestBytes = 64 << 20
+
+// TooLargeError is a request over MaxRequestBytes.
+type TooLargeError struct {
+	Objects int   // how many objects, when known
+	Size    int64 // bytes, when known
+}
+
+func (e *TooLargeError) Error() string {
+	what := "the request"
+	if e.Objects > 0 {
+		what = fmt.Sprintf("%d objects encoding to %.1f MiB", e.Objects, float64(e.Size)/(1<<20))
+	}
+	return fmt.Sprintf("%s: over the agent's limit of %d MiB per request: apply the manifests in parts "+
+		"(one `shunt apply -f` per file or folder; each part is applied whole or not at all)", what, MaxRequestBytes>>20)
+}
+
 // EncodeObjects encodes an ObjectsRequest whose objects are valid, compact
 // JSON already (as manifest documents are): json.Marshal would scan each
 // of them again, which for 20 000 documents is a noticeable part of an
-// apply.
+// apply. A request over MaxRequestBytes is a *TooLargeError.
 func EncodeObjects(objs []Object) (json.RawMessage, error) {
 	size := 16
 	for _, o := range objs {
@@ -55,7 +78,11 @@ func EncodeObjects(objs []Object) (json.RawMessage, error) {
 		buf = append(buf, o.Object...)
 		buf = append(buf, '}')
 	}
-	return append(buf, "]}"...), nil
+	buf = append(buf, "]}"...)
+	if len(buf) > MaxRequestBytes {
+		return nil, &TooLargeError{Objects: len(objs), Size: int64(len(buf))}
+	}
+	return buf, nil
 }
 
 // Change says what happened to one object.

@@ -250,9 +250,10 @@ func TestSocketHookInsertFailures(t *testing.T) {
 // leaves no half entry; an affinity entry that cannot be recorded is
 // counted and named while the packet goes on; a connection conntrack
 // cannot record is dropped as ct-full even though policy allows it (fail
-// closed).
+// closed); an assured connection that cannot move to shunt_ct is counted
+// and named as ct-promote-failed, stays in shunt_ct_new and goes on.
 func TestTCInsertFailures(t *testing.T) {
-	d := openChangedDatapath(t, ModeRedirectPeer, smallHash(2, "shunt_tc_nat", "shunt_affinity", "shunt_ct"))
+	d := openChangedDatapath(t, ModeRedirectPeer, smallHash(2, "shunt_tc_nat", "shunt_affinity", "shunt_ct", "shunt_ct_new"))
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	client, backend := netip.MustParseAddr("10.99.0.10"), netip.MustParseAddr("10.99.0.11")
 	vip := netip.MustParseAddr("10.96.0.10")
@@ -321,17 +322,41 @@ func TestTCInsertFailures(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; countKeysOf(t, d.objs.ShuntCt) < int(d.objs.ShuntCt.MaxEntries()); i++ {
-		if err := d.objs.ShuntCt.Put(podtcCtKey{AddrA: uint32(i) + 1, Proto: 17}, podtcCtValue{}); err != nil {
-			t.Fatal(err)
+	fillCt := func(m *ebpf.Map) {
+		for i := 0; countKeysOf(t, m) < int(m.MaxEntries()); i++ {
+			if err := m.Put(podtcCtKey{AddrA: uint32(i) + 1, Proto: 17}, podtcCtValue{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	fillCt(d.objs.ShuntCtNew)
 	before = counts(t, d)
 	if ret := run(tcpPacket(client, 40002, backend, 9000)); ret != tcActShot {
 		t.Errorf("allowed connection that conntrack cannot record: verdict %d, want drop", ret)
 	}
 	counterDelta(t, d, before, map[string]uint64{"ct-full/from-pod": 1, "forwarded/from-pod": 0})
 	expectFlow(t, read(), "DROPPED", "ct-full")
+
+	// shunt_ct full: the handshake's last ACK cannot move the connection.
+	var k podtcCtKey
+	for d.objs.ShuntCtNew.NextKey(nil, &k) == nil {
+		if err := d.objs.ShuntCtNew.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fillCt(d.objs.ShuntCt)
+	run(packet(client, backend, 6, tcpSegment(40003, 9000, tcpSYN)))
+	run(packet(backend, client, 6, tcpSegment(9000, 40003, tcpSYNACK)))
+	read()
+	before = counts(t, d)
+	if ret := run(packet(client, backend, 6, tcpSegment(40003, 9000, tcpACK))); ret != tcActRedirect {
+		t.Errorf("handshake's last ACK with shunt_ct full: verdict %d, want redirect", ret)
+	}
+	counterDelta(t, d, before, map[string]uint64{"ct-promote-failed/from-pod": 1, "forwarded/from-pod": 1})
+	expectFlow(t, read(), "FORWARDED", "ct-promote-failed")
+	if n := countKeysOf(t, d.objs.ShuntCtNew); n != 1 {
+		t.Errorf("shunt_ct_new holds %d entries after the failed move, want the connection's 1", n)
+	}
 }
 
 // listenTCP starts a TCP server in the client.
@@ -386,11 +411,10 @@ func TestOpenReplacesOldCounters(t *testing.T) {
 
 func testOpenReplacesOldCounters(t *testing.T, oldEntries uint32) {
 	requireBPF(t)
-	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
+	pinDir := testPinDir(t)
 	if err := os.MkdirAll(pinDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { Uninstall(pinDir) })
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "shunt_metrics", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: oldEntries})
 	if err != nil {
 		t.Fatal(err)
@@ -417,5 +441,28 @@ func testOpenReplacesOldCounters(t *testing.T, oldEntries uint32) {
 	defer d.Close()
 	if n := packetsByReason(t, d)["spoofed"]; n != 1 {
 		t.Errorf("after a restart the spoofed counter is %d, want 1 (adopted)", n)
+	}
+}
+
+// TestCountKeysAllocatesNothingPerKey: metrics count every map at each
+// scrape, 100 000 keys at 10 000 Services; the walk's allocations must not
+// grow with the keys (they were an idle agent's second source of garbage).
+func TestCountKeysAllocatesNothingPerKey(t *testing.T) {
+	requireBPF(t)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: 4, MaxEntries: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for i := range uint64(3000) {
+		if err := m.Put(i, uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countKeysOf(t, m); n != 3000 {
+		t.Fatalf("counted %d keys, want 3000", n)
+	}
+	if allocs := testing.AllocsPerRun(3, func() { countKeysOf(t, m) }); allocs > 10 {
+		t.Errorf("counting 3000 keys made %.0f allocations; want a few, whatever the number of keys", allocs)
 	}
 }

@@ -57,6 +57,17 @@ type Config struct {
 	// entries with a Tunnel) leave; 0: no overlay, they go to the host
 	// stack. It is a load-time constant: changing it means opening again.
 	TunnelIfindex int
+	// LayoutFile records the layouts of the pinned maps, to check that a
+	// later build reads them alike (layout.go). bpffs holds no regular
+	// files, so it lives elsewhere: the agent's state directory. "": none
+	// is recorded; pinned maps are checked against the BTF the kernel keeps
+	// for them.
+	LayoutFile string
+	// ConntrackSingleTable puts every connection into shunt_ct at its first
+	// packet, as before shunt_ct_new existed: a flood of new connections
+	// then evicts established ones. Only a baseline for benchmarks and
+	// tests; a load-time constant.
+	ConntrackSingleTable bool
 	// Masquerade, when set, loads the uplink programs (AttachUplink) that
 	// give pods' traffic to outside the cluster the node's address; nil:
 	// pods' traffic leaves with their own addresses.
@@ -78,6 +89,16 @@ type Datapath struct {
 	netns    netnsCookies // network namespace cookies of pods, by namespace file
 
 	destroyer sockDestroyer // UDP socket iterator, loaded on first use (sockdestroy.go)
+
+	layouts *layoutCheck // how the pinned maps' layouts were checked
+}
+
+// LayoutNotes says, for the log, how the layouts of the maps this datapath
+// adopted were checked when they had no recorded layout and which counters
+// maps were replaced (notes), and which maps were adopted unchecked
+// (warnings); both empty when every pinned map had a recorded layout.
+func (d *Datapath) LayoutNotes() (notes, warnings []string) {
+	return d.layouts.notes, d.layouts.warnings
 }
 
 // Open loads the BPF objects, adopting maps already pinned under cfg.PinDir
@@ -94,13 +115,11 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err := EnsureBPFFS(filepath.Dir(cfg.PinDir)); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.PinDir, "links"), 0o700); err != nil {
-		return nil, fmt.Errorf("creating pin directory: %w", err)
-	}
-	spec, err := loadPodtc()
+	specs, err := loadSpecs()
 	if err != nil {
 		return nil, err
 	}
+	spec, overlaySpec, sockSpec, uplinkSpec := specs[0], specs[1], specs[2], specs[3]
 	mode := podtcShuntFwdModeSHUNT_FWD_REDIRECT_PEER
 	if cfg.Mode == ModeRedirect {
 		mode = podtcShuntFwdModeSHUNT_FWD_REDIRECT
@@ -115,6 +134,9 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		FwdMode: mode, ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
 		TunnelIfindex: uint32(cfg.TunnelIfindex),
 	}
+	if cfg.ConntrackSingleTable {
+		tcConfig.CtSingleTable = 1
+	}
 	if err := spec.Variables[podtcVarCONFIG].Set(tcConfig); err != nil {
 		return nil, fmt.Errorf("setting load-time config: %w", err)
 	}
@@ -122,12 +144,23 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		spec.Maps["shunt_flows"].MaxEntries = flowBufferSize(cfg.FlowBufferBytes)
 	}
 	if change != nil {
-		change(spec)
+		for _, s := range specs {
+			change(s)
+		}
 	}
-	if err := replaceOldCounters(spec.Maps["shunt_metrics"], cfg.PinDir); err != nil {
+	// Before anything is created or pinned: a refusal leaves the node as
+	// it was.
+	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, specs...)
+	if err != nil {
 		return nil, err
 	}
-	d := &Datapath{cfg: cfg}
+	if err := os.MkdirAll(filepath.Join(cfg.PinDir, "links"), 0o700); err != nil {
+		return nil, fmt.Errorf("creating pin directory: %w", err)
+	}
+	if err := replaceOldCounters(cfg.PinDir, layouts.replace); err != nil {
+		return nil, err
+	}
+	d := &Datapath{cfg: cfg, layouts: layouts}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, explainLoadError(err, cfg.PinDir)
@@ -136,26 +169,16 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	if err := d.loadOverlay(opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries, change); err != nil {
+	if err := d.loadOverlay(overlaySpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
 	if cfg.Masquerade != nil {
-		if err := d.loadUplink(opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries, change); err != nil {
+		if err := d.loadUplink(uplinkSpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
 			d.objs.Close()
 			d.overlay.Close()
 			return nil, err
 		}
-	}
-	sockSpec, err := loadSocklb()
-	if err != nil {
-		d.objs.Close()
-		d.overlay.Close()
-		d.uplink.Close()
-		return nil, err
-	}
-	if change != nil {
-		change(sockSpec)
 	}
 	if err := sockSpec.Variables[socklbVarCONFIG].Set(socklbShuntConfig{
 		ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
@@ -177,21 +200,41 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		d.uplink.Close()
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
+	if err := layouts.recordLayouts(cfg.LayoutFile); err != nil {
+		d.Close()
+		return nil, err
+	}
 	d.initPolicyMaps()
 	return d, nil
+}
+
+// loadSpecs loads this build's objects, not yet in the kernel: the pod
+// programs, the overlay device's, the socket programs and the uplink's
+// (masquerade), in that order.
+func loadSpecs() ([]*ebpf.CollectionSpec, error) {
+	pod, err := loadPodtc()
+	if err != nil {
+		return nil, err
+	}
+	overlay, err := loadOverlaytc()
+	if err != nil {
+		return nil, err
+	}
+	sock, err := loadSocklb()
+	if err != nil {
+		return nil, err
+	}
+	uplink, err := loadUplinktc()
+	if err != nil {
+		return nil, err
+	}
+	return []*ebpf.CollectionSpec{pod, overlay, sock, uplink}, nil
 }
 
 // loadOverlay loads the overlay device's program with the pod programs'
 // configuration, beside them (loadBeside): both sides of a connection see
 // one conntrack table and one ipcache.
-func (d *Datapath) loadOverlay(opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32, change func(*ebpf.CollectionSpec)) error {
-	spec, err := loadOverlaytc()
-	if err != nil {
-		return err
-	}
-	if change != nil {
-		change(spec)
-	}
+func (d *Datapath) loadOverlay(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32) error {
 	if err := spec.Variables[overlaytcVarCONFIG].Set(sideConfig(cfg)); err != nil {
 		return fmt.Errorf("setting the overlay program's load-time config: %w", err)
 	}
@@ -203,7 +246,7 @@ func (d *Datapath) loadOverlay(opts *ebpf.CollectionOptions, cfg podtcShuntConfi
 func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 	return overlaytcShuntConfig{
 		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
-		TunnelIfindex: cfg.TunnelIfindex,
+		TunnelIfindex: cfg.TunnelIfindex, CtSingleTable: cfg.CtSingleTable,
 	}
 }
 
@@ -220,26 +263,16 @@ func (d *Datapath) loadBeside(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOp
 	return nil
 }
 
-// replaceOldCounters unpins a counters map of another layout (an older
-// shunt's) so that a new one is created, instead of refusing to start as
-// for any other incompatible map: it holds counts, no state traffic needs,
-// and they start again from zero. Programs still using the old map keep it
-// until their links switch to the new programs.
-func replaceOldCounters(spec *ebpf.MapSpec, pinDir string) error {
-	pin := filepath.Join(pinDir, spec.Name)
-	m, err := ebpf.LoadPinnedMap(pin, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("opening pinned %s: %w", spec.Name, err)
-	}
-	defer m.Close()
-	if spec.Compatible(m) == nil {
-		return nil
-	}
-	if err := m.Unpin(); err != nil {
-		return fmt.Errorf("replacing %s of an older layout: %w", spec.Name, err)
+// replaceOldCounters unpins the counters maps checkLayouts found of another
+// layout (an older shunt's), so that new ones are created, instead of
+// refusing to start as for any other incompatible map: they hold counts, no
+// state traffic needs, and they start again from zero. Programs still using
+// an old map keep it until their links switch to the new programs.
+func replaceOldCounters(pinDir string, names []string) error {
+	for _, name := range names {
+		if err := os.Remove(filepath.Join(pinDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("replacing %s of an older layout: %w", name, err)
+		}
 	}
 	return nil
 }

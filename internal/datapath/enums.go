@@ -56,10 +56,12 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_TO_TUNNEL:              "to-tunnel",
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED:         "tunnel-spoofed",
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED:      "tunnel-key-failed",
+	podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED:      "ct-promote-failed",
 	podtcShuntReasonSHUNT_REASON_MASQUERADED:            "masqueraded",
 	podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED:    "masq-port-exhausted",
 	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED:     "masq-insert-failed",
 	podtcShuntReasonSHUNT_REASON_UNMASQUERADED:          "unmasqueraded",
+	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED:            "arp-spoofed",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on
@@ -162,7 +164,8 @@ var insertFailures = [...]podtcShuntReason{
 	podtcShuntReasonSHUNT_REASON_CT_FULL, podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED,
 	podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED,
 	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED, podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED,
-	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED,
+	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED,
+	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED,
 }
 
 // InsertFailed says whether a reason is a map insert that failed: worth

@@ -3,7 +3,6 @@ package datapath
 import (
 	"net"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,12 +15,11 @@ import (
 // packet.
 func TestFlowEvents(t *testing.T) {
 	requireBPF(t)
-	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
-	d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, FlowBufferBytes: 4096})
+	d, err := Open(Config{PinDir: testPinDir(t), Mode: ModeRedirectPeer, FlowBufferBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close(); Uninstall(pinDir) })
+	t.Cleanup(func() { d.Close() })
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	a, b := netip.MustParseAddr("10.99.0.10"), netip.MustParseAddr("10.99.0.11")
 	eps := []Endpoint{

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -118,23 +119,26 @@ var mapTable = []mapDesc{
 		refuse: policyStays,
 	},
 	{
+		// Its dump shows shunt_ct_new's entries too: every tracked
+		// connection, each with the table it is in.
 		name:  "shunt_ct",
-		about: "connection tracking: connections policy admitted, found from either direction (LRU)",
+		about: "connection tracking, assured connections (TCP handshake completed, others replied and 2 s old): found from either direction (LRU)",
 		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntCt },
 		dump: func(d *Datapath) ([]Row, error) {
-			now := monotonicNow()
-			return dump(d.objs.ShuntCt, func(k podtcCtKey, v podtcCtValue) Row {
-				a := fmt.Sprintf("%s:%d", fromBe32(k.AddrA), fromBe16(k.PortA))
-				b := fmt.Sprintf("%s:%d", fromBe32(k.AddrB), fromBe16(k.PortB))
-				src, dst := a, b
-				if v.Flags&uint32(podtcCtFlagsCT_F_ORIG_IS_A) == 0 {
-					src, dst = b, a
-				}
-				return Row{"source": src, "destination": dst, "protocol": ProtoName(k.Proto), "state": ctFlagsText(v.Flags),
-					"flags": flagsText(v.Flags, ctFlagNames), "ageSeconds": secondsSince(now, v.CreatedNs),
-					"idleSeconds": secondsSince(now, v.LastSeenNs), "ruleID": v.RuleId}
-			})
+			assured, err := ctRows(d.objs.ShuntCt, ctTableAssured)
+			if err != nil {
+				return nil, err
+			}
+			unassured, err := ctRows(d.objs.ShuntCtNew, ctTableNew)
+			return append(assured, unassured...), err
 		},
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED],
+	},
+	{
+		name:         "shunt_ct_new",
+		about:        "connection tracking, connections not assured yet: a flood of new ones evicts only these, never an established one (LRU)",
+		of:           func(d *Datapath) *ebpf.Map { return d.objs.ShuntCtNew },
+		dump:         func(d *Datapath) ([]Row, error) { return ctRows(d.objs.ShuntCtNew, ctTableNew) },
 		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_CT_FULL],
 	},
 	{
@@ -435,12 +439,18 @@ func (d *Datapath) Maps() ([]MapInfo, error) {
 	return out, nil
 }
 
+// countKeys walks a map's keys. Metrics count every map at each scrape,
+// 100 000 keys at 10 000 Services: the two key buffers are reused and passed
+// as unsafe.Pointer, which cilium/ebpf hands to the kernel as they are,
+// where a []byte in an interface would cost an allocation per key.
 func countKeys(m *ebpf.Map) (int, error) {
-	key := make([]byte, m.KeySize())
+	size := max(int(m.KeySize()), 1)
+	buf := make([]byte, 2*size)
+	cur, next := unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[size])
 	n := 0
-	var cur any // nil: the first key
+	var prev any // nil: the first key
 	for {
-		err := m.NextKey(cur, &key)
+		err := m.NextKey(prev, next)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return n, nil
 		}
@@ -448,7 +458,8 @@ func countKeys(m *ebpf.Map) (int, error) {
 			return n, err
 		}
 		n++
-		cur = key
+		cur, next = next, cur
+		prev = cur
 	}
 }
 
@@ -537,7 +548,32 @@ func PortsText(k policy.Key) string {
 	return fmt.Sprintf("%d-%d/%s", lo, hi, proto)
 }
 
-func ctFlagsText(f uint32) string {
+// The conntrack table an entry is in, as dumps name it.
+const (
+	ctTableAssured = "assured" // shunt_ct
+	ctTableNew     = "new"     // shunt_ct_new
+)
+
+// ctRows decodes a conntrack table's entries, each named with its table.
+func ctRows(m *ebpf.Map, table string) ([]Row, error) {
+	now := monotonicNow()
+	return dump(m, func(k podtcCtKey, v podtcCtValue) Row {
+		a := fmt.Sprintf("%s:%d", fromBe32(k.AddrA), fromBe16(k.PortA))
+		b := fmt.Sprintf("%s:%d", fromBe32(k.AddrB), fromBe16(k.PortB))
+		src, dst := a, b
+		if v.Flags&uint32(podtcCtFlagsCT_F_ORIG_IS_A) == 0 {
+			src, dst = b, a
+		}
+		return Row{"source": src, "destination": dst, "protocol": ProtoName(k.Proto), "table": table, "state": ctState(v.Flags, table),
+			"flags": flagsText(v.Flags, ctFlagNames), "ageSeconds": secondsSince(now, v.CreatedNs),
+			"idleSeconds": secondsSince(now, v.LastSeenNs), "ruleID": v.RuleId}
+	})
+}
+
+// ctState names a connection's state from its flags and table: a reply
+// seen makes it "replied" until it is assured (in shunt_ct), then
+// "established".
+func ctState(f uint32, table string) string {
 	state := "opening"
 	switch {
 	case f&uint32(podtcCtFlagsCT_F_RST) != 0:
@@ -546,6 +582,8 @@ func ctFlagsText(f uint32) string {
 		state = "closed"
 	case f&uint32(podtcCtFlagsCT_F_FIN_A|podtcCtFlagsCT_F_FIN_B) != 0:
 		state = "closing"
+	case f&uint32(podtcCtFlagsCT_F_REPLY_SEEN) != 0 && table == ctTableNew:
+		state = "replied"
 	case f&uint32(podtcCtFlagsCT_F_REPLY_SEEN) != 0:
 		state = "established"
 	}

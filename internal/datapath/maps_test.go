@@ -97,7 +97,10 @@ func TestMapTableMatchesKernel(t *testing.T) {
 	if !slices.IsSortedFunc(infos, func(a, b MapInfo) int { return strings.Compare(a.Name, b.Name) }) {
 		t.Error("maps are not listed by name")
 	}
-	if ct := listed["shunt_ct"]; !strings.Contains(ct.WhenFull, "least recently used") || !strings.Contains(ct.WhenFull, "ct-full") {
+	if ct := listed["shunt_ct_new"]; !strings.Contains(ct.WhenFull, "least recently used") || !strings.Contains(ct.WhenFull, "ct-full") {
+		t.Errorf("shunt_ct_new when full: %q", ct.WhenFull)
+	}
+	if ct := listed["shunt_ct"]; !strings.Contains(ct.WhenFull, "least recently used") || !strings.Contains(ct.WhenFull, "ct-promote-failed") {
 		t.Errorf("shunt_ct when full: %q", ct.WhenFull)
 	}
 	if _, err := d.DumpMap("shunt_sock_svc", false); err == nil || !strings.Contains(err.Error(), "cannot be listed") {

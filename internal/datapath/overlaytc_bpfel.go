@@ -19,6 +19,7 @@ type overlaytcShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	CtSingleTable  uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -29,6 +30,7 @@ const (
 	overlaytcMapShuntBackends       = "shunt_backends"
 	overlaytcMapShuntCidrIdentities = "shunt_cidr_identities"
 	overlaytcMapShuntCt             = "shunt_ct"
+	overlaytcMapShuntCtNew          = "shunt_ct_new"
 	overlaytcMapShuntEndpoints      = "shunt_endpoints"
 	overlaytcMapShuntFlowConfig     = "shunt_flow_config"
 	overlaytcMapShuntFlowStats      = "shunt_flow_stats"
@@ -96,6 +98,7 @@ type overlaytcMapSpecs struct {
 	ShuntBackends       *ebpf.MapSpec `ebpf:"shunt_backends"`
 	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntCtNew          *ebpf.MapSpec `ebpf:"shunt_ct_new"`
 	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig     *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -139,6 +142,7 @@ type overlaytcMaps struct {
 	ShuntBackends       *ebpf.Map `ebpf:"shunt_backends"`
 	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntCtNew          *ebpf.Map `ebpf:"shunt_ct_new"`
 	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig     *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -157,6 +161,7 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntBackends,
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
+		m.ShuntCtNew,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

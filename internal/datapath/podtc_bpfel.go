@@ -201,6 +201,7 @@ type podtcShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	CtSingleTable  uint32
 }
 
 type podtcShuntDirection uint32
@@ -282,11 +283,13 @@ const (
 	podtcShuntReasonSHUNT_REASON_TO_TUNNEL              podtcShuntReason = 31
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED         podtcShuntReason = 32
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED      podtcShuntReason = 33
+	podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED      podtcShuntReason = 34
 	podtcShuntReasonSHUNT_REASON_MASQUERADED            podtcShuntReason = 36
 	podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED    podtcShuntReason = 37
 	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED     podtcShuntReason = 38
 	podtcShuntReasonSHUNT_REASON_UNMASQUERADED          podtcShuntReason = 39
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 40
+	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED            podtcShuntReason = 40
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 41
 )
 
 type podtcTcNatKey struct {
@@ -315,6 +318,7 @@ const (
 	podtcMapShuntBackends          = "shunt_backends"
 	podtcMapShuntCidrIdentities    = "shunt_cidr_identities"
 	podtcMapShuntCt                = "shunt_ct"
+	podtcMapShuntCtNew             = "shunt_ct_new"
 	podtcMapShuntEndpoints         = "shunt_endpoints"
 	podtcMapShuntFlowConfig        = "shunt_flow_config"
 	podtcMapShuntFlowStats         = "shunt_flow_stats"
@@ -399,6 +403,7 @@ type podtcMapSpecs struct {
 	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
 	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -457,6 +462,7 @@ type podtcMaps struct {
 	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
 	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -478,6 +484,7 @@ func (m *podtcMaps) Close() error {
 		m.ShuntBackends,
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
+		m.ShuntCtNew,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

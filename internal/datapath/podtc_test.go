@@ -40,19 +40,29 @@ func openChangedDatapath(t *testing.T, mode Mode, change func(*ebpf.CollectionSp
 func openConfiguredDatapath(t testing.TB, cfg Config, change func(*ebpf.CollectionSpec)) *Datapath {
 	t.Helper()
 	requireBPF(t)
-	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(t.TempDir()))
-	cfg.PinDir = pinDir
+	cfg.PinDir = testPinDir(t)
 	d, err := open(cfg, change)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// testPinDir names a pin directory of the test's own on bpffs; everything
+// pinned in it is removed when the test ends (after the test's own
+// cleanups, which close what they opened). The name is the test's
+// temporary directory's (test name + random suffix), unique across the
+// test processes that run at the same time, not its last element ("001").
+func testPinDir(t testing.TB) string {
+	t.Helper()
+	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(filepath.Dir(t.TempDir())))
 	t.Cleanup(func() {
-		d.Close()
 		if err := Uninstall(pinDir); err != nil {
 			t.Error(err)
 		}
 	})
-	return d
+	return pinDir
 }
 
 // ipv4Packet builds Ethernet + IPv4 + 8 bytes of UDP-ish payload.
@@ -71,6 +81,25 @@ func ipv4Packet(src, dst netip.Addr, ttl uint8) []byte {
 	b.Write(ip)
 	b.Write([]byte{0x30, 0x39, 0x00, 0x50, 0, 8, 0, 0})
 	return b.Bytes()
+}
+
+// arpFrame builds an Ethernet ARP request from sender to target, as a pod
+// sends it (broadcast, sender MAC 02:00:00:00:00:0b).
+func arpFrame(sender, target netip.Addr) []byte {
+	mac := []byte{0x02, 0, 0, 0, 0, 0x0b}
+	b := append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, mac...)
+	b = append(b, 0x08, 0x06, 0, 1, 0x08, 0x00, 6, 4, 0, 1) // Ethernet, IPv4, request
+	s, t := sender.As4(), target.As4()
+	b = append(append(b, mac...), s[:]...)
+	b = append(append(b, make([]byte, 6)...), t[:]...)
+	return b
+}
+
+// badARPFormat makes an ARP frame claim 8-byte hardware addresses, which
+// no Ethernet device reads.
+func badARPFormat(frame []byte) []byte {
+	frame[14+4] = 8 // the Ethernet header, then ar_hrd and ar_pro
+	return frame
 }
 
 // badIHL sets the IPv4 header length field to 4 words, which no valid packet has.
@@ -104,11 +133,13 @@ func TestFromPodVerdicts(t *testing.T) {
 			nodeMAC, _ := net.ParseMAC("02:00:00:00:00:0c")
 			known := netip.MustParseAddr("10.99.0.11")
 			src := netip.MustParseAddr("10.99.0.10")
+			elsewhere := netip.MustParseAddr("10.99.0.12") // a pod behind another veth
 			// Test runs see the packet arrive on lo (ifindex 1): the
 			// sending pod's veth as far as the source check goes.
 			if err := d.SyncPolicy(policy.State{}, []Endpoint{
 				{IP: known, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC},
 				{IP: src, Ifindex: 1, PodMAC: podMAC, NodeMAC: nodeMAC},
+				{IP: elsewhere, Ifindex: 1 << 20, PodMAC: podMAC, NodeMAC: nodeMAC},
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +152,11 @@ func TestFromPodVerdicts(t *testing.T) {
 				{"to local pod is redirected", ipv4Packet(src, known, 64), tcActRedirect},
 				{"to unknown address goes to the stack", ipv4Packet(src, netip.MustParseAddr("192.0.2.9"), 64), tcActOK},
 				{"ttl 1 goes to the stack for ICMP", ipv4Packet(src, known, 1), tcActOK},
-				{"arp passes", append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xaa, 0, 0, 0, 0, 2, 0x08, 0x06}, make([]byte, 28)...), tcActOK},
+				{"arp for the pod's own address passes", arpFrame(src, netip.MustParseAddr("10.99.0.1")), tcActOK},
+				{"an arp probe (sender 0.0.0.0) passes", arpFrame(netip.IPv4Unspecified(), src), tcActOK},
+				{"arp claiming an unknown address is dropped", arpFrame(netip.MustParseAddr("10.99.0.99"), netip.MustParseAddr("10.99.0.1")), tcActShot},
+				{"arp claiming a pod's address from another veth is dropped", arpFrame(elsewhere, netip.MustParseAddr("10.99.0.1")), tcActShot},
+				{"arp that is not Ethernet/IPv4 is dropped", badARPFormat(arpFrame(src, known)), tcActShot},
 				{"ipv4 header length below 20 bytes is dropped", badIHL(ipv4Packet(src, known, 64)), tcActShot},
 				{"a source that is not the pod's address is dropped", ipv4Packet(netip.MustParseAddr("10.99.0.99"), known, 64), tcActShot},
 			}
@@ -149,7 +184,7 @@ func TestFromPodVerdicts(t *testing.T) {
 			}
 
 			got := packetsByReason(t, d)
-			want := map[string]uint64{"forwarded": 1, "to-stack": 1, "ttl-exceeded": 1, "not-ipv4": 1, "invalid-packet": 1, "spoofed": 1}
+			want := map[string]uint64{"forwarded": 1, "to-stack": 1, "ttl-exceeded": 1, "not-ipv4": 2, "invalid-packet": 2, "spoofed": 1, "arp-spoofed": 2}
 			for r, n := range want {
 				if got[r] != n {
 					t.Errorf("counter %s = %d, want %d (all: %v)", r, got[r], n, got)

@@ -123,6 +123,7 @@ type socklbShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	CtSingleTable  uint32
 }
 
 type socklbSockKey struct {
@@ -146,6 +147,7 @@ const (
 	socklbMapShuntBackends          = "shunt_backends"
 	socklbMapShuntCidrIdentities    = "shunt_cidr_identities"
 	socklbMapShuntCt                = "shunt_ct"
+	socklbMapShuntCtNew             = "shunt_ct_new"
 	socklbMapShuntEndpoints         = "shunt_endpoints"
 	socklbMapShuntFlowConfig        = "shunt_flow_config"
 	socklbMapShuntFlowStats         = "shunt_flow_stats"
@@ -243,6 +245,7 @@ type socklbMapSpecs struct {
 	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
 	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -296,6 +299,7 @@ type socklbMaps struct {
 	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
 	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -323,6 +327,7 @@ func (m *socklbMaps) Close() error {
 		m.ShuntBackends,
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
+		m.ShuntCtNew,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

@@ -77,17 +77,10 @@ func (m *Masquerade) check() error {
 // loadUplink loads the uplink programs with the pod programs' forwarding
 // configuration and the masquerade's, beside them (loadBeside): one
 // conntrack, one endpoint table.
-func (d *Datapath) loadUplink(opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32, change func(*ebpf.CollectionSpec)) error {
+func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32) error {
 	m := d.cfg.Masquerade
 	if err := m.check(); err != nil {
 		return err
-	}
-	spec, err := loadUplinktc()
-	if err != nil {
-		return err
-	}
-	if change != nil {
-		change(spec)
 	}
 	if err := spec.Variables[uplinktcVarCONFIG].Set(uplinktcShuntConfig(sideConfig(cfg))); err != nil {
 		return fmt.Errorf("setting the uplink programs' load-time config: %w", err)

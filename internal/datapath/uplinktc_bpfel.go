@@ -69,6 +69,7 @@ type uplinktcShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	CtSingleTable  uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -79,6 +80,7 @@ const (
 	uplinktcMapShuntBackends       = "shunt_backends"
 	uplinktcMapShuntCidrIdentities = "shunt_cidr_identities"
 	uplinktcMapShuntCt             = "shunt_ct"
+	uplinktcMapShuntCtNew          = "shunt_ct_new"
 	uplinktcMapShuntEndpoints      = "shunt_endpoints"
 	uplinktcMapShuntFlowConfig     = "shunt_flow_config"
 	uplinktcMapShuntFlowStats      = "shunt_flow_stats"
@@ -153,6 +155,7 @@ type uplinktcMapSpecs struct {
 	ShuntBackends       *ebpf.MapSpec `ebpf:"shunt_backends"`
 	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntCtNew          *ebpf.MapSpec `ebpf:"shunt_ct_new"`
 	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig     *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -201,6 +204,7 @@ type uplinktcMaps struct {
 	ShuntBackends       *ebpf.Map `ebpf:"shunt_backends"`
 	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntCtNew          *ebpf.Map `ebpf:"shunt_ct_new"`
 	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig     *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -221,6 +225,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntBackends,
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
+		m.ShuntCtNew,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

@@ -5,9 +5,12 @@
 package instance
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // Default is the instance used when none is named.
@@ -37,6 +40,11 @@ func New(name string) (Instance, error) {
 // StateDir keeps the agent's persisted state and the pods' logs.
 func (i Instance) StateDir() string { return filepath.Join("/var/lib/shunt", i.Name) }
 
+// MapLayoutFile records the layouts of the pinned maps, so that a later
+// build can tell whether it reads them alike. It cannot sit beside the pins:
+// bpffs holds no regular files.
+func (i Instance) MapLayoutFile() string { return filepath.Join(i.StateDir(), "map-layout.json") }
+
 // RunDir holds the agent's socket and pid file.
 func (i Instance) RunDir() string { return filepath.Join("/run/shunt", i.Name) }
 
@@ -51,7 +59,31 @@ func (i Instance) CgroupDir(root string) string { return filepath.Join(root, i.N
 
 // PodCgroupDir is one pod's cgroup.
 func (i Instance) PodCgroupDir(root, namespace, name string) string {
-	return filepath.Join(i.CgroupDir(root), "pods", namespace+"_"+name)
+	return filepath.Join(i.CgroupDir(root), "pods", PodFileName(namespace, name))
+}
+
+// maxPodFileName bounds the pod names below: with an instance name (up to
+// 11 bytes with its dash) in front, they stay under NAME_MAX (255).
+const maxPodFileName = 200
+
+// PodFileName is a pod's part of the names of its cgroup and state
+// directory: namespace "_" name (no Kubernetes name holds "_", so two pods
+// never share one), bounded (boundedPodName).
+func PodFileName(namespace, name string) string {
+	return boundedPodName(namespace + "_" + name)
+}
+
+// boundedPodName keeps a pod's name on the machine a file name: a
+// Kubernetes pod name may have 253 bytes and its namespace 63, 317 with
+// the separator, over NAME_MAX. A longer one keeps its first bytes and a
+// hash of the whole, one byte longer than any name kept whole, so it is no
+// other pod's either.
+func boundedPodName(n string) string {
+	if len(n) <= maxPodFileName {
+		return n
+	}
+	h := sha256.Sum256([]byte(n))
+	return n[:maxPodFileName-16] + "-" + hex.EncodeToString(h[:8])
 }
 
 // NodeIf is the node interface holding the node's pod-network address.
@@ -60,8 +92,25 @@ func (i Instance) NodeIf() string { return i.Name + "_host" }
 // TunnelIf is the node's overlay (VXLAN) device.
 func (i Instance) TunnelIf() string { return i.Name + "_vxl" }
 
-// PodNetns names a pod's network namespace.
+// PodNetns names a pod's network namespace: instance-namespace-name, as
+// scripts and benchmarks expect (shunt-default-client), unless the
+// namespace holds a "-": then "_" separates namespace and name. With "-"
+// alone, pods a-b/c and a/b-c got one network namespace (the second
+// mounted over the first, lab exec entered the wrong pod). Now a name
+// without "_" has a namespace without "-", so its first "-" after the
+// instance's ends the namespace; a name with "_" (which no Kubernetes name
+// holds) is split there: no two pods share one. Bounded (boundedPodName).
 func (i Instance) PodNetns(namespace, name string) string {
+	sep := "-"
+	if strings.Contains(namespace, "-") {
+		sep = "_"
+	}
+	return i.Name + "-" + boundedPodName(namespace+sep+name)
+}
+
+// LegacyPodNetns is the name an agent before PodNetns' "_" gave a pod's
+// network namespace; such a pod keeps it until its sandbox is rebuilt.
+func (i Instance) LegacyPodNetns(namespace, name string) string {
 	return i.Name + "-" + namespace + "-" + name
 }
 

@@ -29,10 +29,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/shuntnet/shunt/internal/kubeclient"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/policy"
 )
@@ -91,7 +91,7 @@ func New(rc *rest.Config, log *slog.Logger) (*Allocator, error) {
 	}
 	a := &Allocator{res: dyn.Resource(GVR), log: log.With("component", "identities"),
 		byKey: map[string]uint32{}, byID: map[uint32]string{}}
-	a.inf = dynamicinformer.NewFilteredDynamicInformer(dyn, GVR, "", 0, cache.Indexers{}, nil).Informer()
+	a.inf = kubeclient.DynamicInformer(dyn, GVR, 0)
 	a.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { a.learn(o, true) },
 		UpdateFunc: func(_, o any) { a.learn(o, true) },

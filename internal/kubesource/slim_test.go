@@ -60,3 +60,51 @@ func TestSlimEndpointSliceBalancesAlike(t *testing.T) {
 		t.Errorf("service table from the slimmed slice:\n%+v\nfrom the original:\n%+v", got, want)
 	}
 }
+
+// TestSlimServiceKeepsWhatIsRead: a Service as the API server returns it
+// (defaults filled in, a status) gives the service table the same ports
+// and affinity once slimmed, keeps its selector and type, and loses the
+// fields shunt never reads.
+func TestSlimServiceKeepsWhatIsRead(t *testing.T) {
+	single, local, timeout := corev1.IPFamilyPolicySingleStack, corev1.ServiceInternalTrafficPolicyLocal, int32(600)
+	orig := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", ResourceVersion: "9",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
+				{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: corev1.ProtocolUDP}},
+			SessionAffinity:       corev1.ServiceAffinityClientIP,
+			SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &timeout}},
+			IPFamilies:            []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: &single, InternalTrafficPolicy: &local},
+		Status: corev1.ServiceStatus{Conditions: []metav1.Condition{{Type: "Ready"}}},
+	}
+	before := orig.DeepCopy()
+	o, err := slimService(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := o.(*corev1.Service)
+	if !reflect.DeepEqual(orig, before) {
+		t.Error("slimming changed the original Service")
+	}
+	if slim.Spec.IPFamilies != nil || slim.Spec.IPFamilyPolicy != nil || slim.Spec.InternalTrafficPolicy != nil ||
+		slim.Status.Conditions != nil || slim.ManagedFields != nil {
+		t.Errorf("fields shunt never reads were kept: %+v", slim)
+	}
+	if slim.Spec.Type != corev1.ServiceTypeClusterIP || !reflect.DeepEqual(slim.Spec.Selector, orig.Spec.Selector) ||
+		!reflect.DeepEqual(slim.Spec.ClusterIPs, orig.Spec.ClusterIPs) || slim.ResourceVersion != "9" {
+		t.Errorf("fields shunt reads were lost: %+v", slim.Spec)
+	}
+	vip := netip.MustParseAddr("10.96.0.10")
+	addr := "10.0.0.1"
+	port, proto := int32(8080), corev1.ProtocolTCP
+	slices := []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:     []discoveryv1.EndpointPort{{Name: ptrTo("http"), Port: &port, Protocol: &proto}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}}}}}
+	if got, want := services.Ports(slim, vip, slices), services.Ports(before, vip, slices); !reflect.DeepEqual(got, want) {
+		t.Errorf("service table from the slimmed Service:\n%+v\nfrom the original:\n%+v", got, want)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

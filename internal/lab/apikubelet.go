@@ -13,12 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/shuntnet/shunt/internal/kubeclient"
 )
 
 // APIKubelet is the lab's kubelet for a node of a real Kubernetes cluster:
@@ -34,7 +32,7 @@ import (
 // the API server lets one win).
 type APIKubelet struct {
 	cfg      Config
-	cs       kubernetes.Interface
+	api      *kubeclient.Client
 	schedule bool
 	// ready returns once the node's datapath knows the pods (their labels,
 	// identities, the policies that select them): containers never run
@@ -43,17 +41,17 @@ type APIKubelet struct {
 
 	mu      sync.Mutex
 	kubelet kubelet
-	lister  corelisters.PodLister
+	pods    cache.Store
 	kick    chan struct{}
 }
 
 // NewAPIKubelet loads the pod records an earlier agent kept; Run starts.
-func NewAPIKubelet(cfg Config, cs kubernetes.Interface, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
+func NewAPIKubelet(cfg Config, api *kubeclient.Client, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
 	cni, err := newCNIRuntime(cfg)
 	if err != nil {
 		return nil, err
 	}
-	k := &APIKubelet{cfg: cfg, cs: cs, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
+	k := &APIKubelet{cfg: cfg, api: api, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
 	if err := k.kubelet.load(nil); err != nil {
 		return nil, err
 	}
@@ -63,15 +61,16 @@ func NewAPIKubelet(cfg Config, cs kubernetes.Interface, schedule bool, ready fun
 // Run watches the pods and syncs them until ctx ends; it returns once the
 // pod informer has listed.
 func (k *APIKubelet) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactory(k.cs, 0)
-	inf := factory.Core().V1().Pods()
+	inf := k.api.Informer(kubeclient.Pods, 0)
 	poke := func(any) { k.poke() }
-	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: poke, UpdateFunc: func(_, n any) { k.poke() }, DeleteFunc: poke,
-	})
-	k.lister = inf.Lister()
-	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	}); err != nil {
+		return err
+	}
+	k.pods = inf.GetStore()
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return fmt.Errorf("lab kubelet: listing pods from the API server: %w", ctx.Err())
 	}
 	go func() {
@@ -106,9 +105,11 @@ func (k *APIKubelet) poke() {
 func (k *APIKubelet) Sync(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	all, err := k.lister.List(labels.Everything())
-	if err != nil {
-		return err
+	var all []*corev1.Pod
+	for _, o := range k.pods.List() {
+		if p, ok := o.(*corev1.Pod); ok {
+			all = append(all, p)
+		}
 	}
 	kl := &k.kubelet
 	var errs []error
@@ -123,13 +124,16 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 	}
 	// A record whose pod is gone, or was replaced by a new one of the same
 	// name, loses its sandbox.
+	var gone []*PodRecord
 	for key, rec := range kl.pods {
 		if p := local[key]; p == nil || (rec.UID != "" && rec.UID != string(p.UID)) {
-			errs = append(errs, kl.remove(ctx, rec))
+			gone = append(gone, rec)
 		}
 	}
+	errs = append(errs, kl.remove(ctx, gone...))
 	var toStart []*corev1.Pod
-	verify := !kl.checked
+	var pods []*corev1.Pod
+	var recs []*PodRecord
 	for _, key := range slices.Sorted(maps.Keys(local)) {
 		p := local[key]
 		if p.DeletionTimestamp != nil {
@@ -138,12 +142,15 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 		}
 		rec := kl.record(p)
 		rec.UID = string(p.UID)
-		if err := kl.plumb(ctx, rec, verify); err != nil {
+		pods, recs = append(pods, p), append(recs, rec)
+	}
+	for i, err := range kl.plumbEach(ctx, recs, !kl.checked) {
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if rec.Containers == nil {
-			toStart = append(toStart, p)
+		if recs[i].Containers == nil {
+			toStart = append(toStart, pods[i])
 		}
 	}
 	kl.checked = true
@@ -172,10 +179,10 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 
 // bind assigns an unscheduled pod to this node.
 func (k *APIKubelet) bind(ctx context.Context, p *corev1.Pod) error {
-	err := k.cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+	err := k.api.BindPod(ctx, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: k.cfg.NodeName},
-	}, metav1.CreateOptions{})
+	})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // another node took it, or it is gone
 	}
@@ -192,7 +199,7 @@ func (k *APIKubelet) finishDeletion(ctx context.Context, p *corev1.Pod) error {
 	if rec := k.kubelet.pods[p.Namespace+"/"+p.Name]; rec != nil {
 		err = k.kubelet.remove(ctx, rec)
 	}
-	del := k.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+	del := k.api.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID},
 	})
 	if del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
@@ -217,7 +224,7 @@ func (k *APIKubelet) writeStatus(ctx context.Context, p *corev1.Pod) error {
 	}
 	np := p.DeepCopy()
 	np.Status = *st
-	_, err := k.cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, np, metav1.UpdateOptions{})
+	_, err := k.api.Pods(p.Namespace).UpdateStatus(ctx, np, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // the next pass writes it against the newer pod
 	}

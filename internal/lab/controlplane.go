@@ -275,23 +275,27 @@ func (cp *ControlPlane) syncPods(ctx context.Context) error {
 			local[p.Namespace+"/"+p.Name] = p
 		}
 	}
-	var errs []error
+	var gone []*PodRecord
 	for key, rec := range k.pods {
 		if local[key] == nil {
-			errs = append(errs, k.remove(ctx, rec))
+			gone = append(gone, rec)
 		}
 	}
+	errs := []error{k.remove(ctx, gone...)}
 	var toStart []string
 	var plumbErr error
-	verify := !k.checked
-	for _, key := range slices.Sorted(maps.Keys(local)) {
-		rec := k.record(local[key])
-		if err := k.plumb(ctx, rec, verify); err != nil {
+	keys := slices.Sorted(maps.Keys(local))
+	recs := make([]*PodRecord, len(keys))
+	for i, key := range keys {
+		recs[i] = k.record(local[key])
+	}
+	for i, err := range k.plumbEach(ctx, recs, !k.checked) {
+		if err != nil {
 			plumbErr = errors.Join(plumbErr, err)
 			continue
 		}
-		if rec.Containers == nil {
-			toStart = append(toStart, key)
+		if recs[i].Containers == nil {
+			toStart = append(toStart, keys[i])
 		}
 	}
 	k.checked = true

@@ -9,6 +9,7 @@ package model
 
 import (
 	"reflect"
+	"sync/atomic"
 
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -50,7 +51,20 @@ type Store struct {
 	objs *btree.BTreeG[entry] // by key: kind, namespace, name, so a kind is one range
 	// slices indexes the EndpointSlices by the service they name.
 	slices *btree.BTreeG[sliceEntry]
+	// servicesGen changes whenever a Service is created, changed or
+	// removed (ServicesGeneration).
+	servicesGen uint64
 }
+
+// generations numbers the Services' generations of every store, so two
+// stores never share one unless one descends from the other unchanged.
+var generations atomic.Uint64
+
+// ServicesGeneration identifies the store's Services: two stores with the
+// same generation hold the same Services. What is computed from the
+// Services alone (their problems, say) is kept until it changes, while the
+// store itself changes with every pod status or Node heartbeat.
+func (s *Store) ServicesGeneration() uint64 { return s.servicesGen }
 
 type entry struct {
 	key manifest.Key
@@ -80,7 +94,7 @@ const btreeDegree = 32
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{objs: btree.NewG(btreeDegree, byKey), slices: btree.NewG(btreeDegree, bySlice)}
+	return &Store{objs: btree.NewG(btreeDegree, byKey), slices: btree.NewG(btreeDegree, bySlice), servicesGen: generations.Add(1)}
 }
 
 // NewStore returns a store holding objs.
@@ -91,7 +105,7 @@ func NewStore(objs []manifest.Object) *Store {
 
 // clone is O(1): both stores share nodes until one of them writes.
 func (s *Store) clone() *Store {
-	return &Store{objs: s.objs.Clone(), slices: s.slices.Clone()}
+	return &Store{objs: s.objs.Clone(), slices: s.slices.Clone(), servicesGen: s.servicesGen}
 }
 
 func sliceIndex(o manifest.Object) (sliceEntry, bool) {
@@ -104,6 +118,9 @@ func sliceIndex(o manifest.Object) (sliceEntry, bool) {
 
 // put stores o under key, keeping the slice index in step.
 func (s *Store) put(key manifest.Key, o manifest.Object) {
+	if key.Kind == manifest.KindService {
+		s.servicesGen = generations.Add(1)
+	}
 	if old, ok := s.objs.ReplaceOrInsert(entry{key, o}); ok {
 		if e, ok := sliceIndex(old.obj); ok {
 			s.slices.Delete(e)
@@ -145,6 +162,9 @@ func (s *Store) Remove(keys []manifest.Key) (*Store, []Change) {
 		old, ok := next.objs.Delete(entry{key: key})
 		if !ok {
 			continue
+		}
+		if key.Kind == manifest.KindService {
+			next.servicesGen = generations.Add(1)
 		}
 		if e, ok := sliceIndex(old.obj); ok {
 			next.slices.Delete(e)

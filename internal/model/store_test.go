@@ -113,3 +113,29 @@ func TestStoresShareStructure(t *testing.T) {
 		t.Errorf("the first store has %d objects, %d services in shop; the last %d objects", len(s.Objects()), len(s.ServicesIn("shop")), s3.Len())
 	}
 }
+
+// TestServicesGeneration: the Services' generation changes when a Service
+// is created, changed or removed, and only then: not with a pod, nor with
+// a Service put again unchanged.
+func TestServicesGeneration(t *testing.T) {
+	svc := func(port string) string {
+		return "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {selector: {app: web}, ports: [{port: " + port + "}]}\n"
+	}
+	s0, _ := New().Put(parse(t, nsShop))
+	s1, _ := s0.Put(parse(t, svc("80")))
+	s2, _ := s1.Put(parse(t, pod("shop", "a", "web", "sleep")))
+	s3, _ := s2.Put(parse(t, svc("80")))
+	s4, _ := s3.Put(parse(t, svc("81")))
+	s5, _ := s4.Remove([]manifest.Key{{Kind: manifest.KindPod, Namespace: "shop", Name: "a"}})
+	s6, _ := s5.Remove([]manifest.Key{{Kind: manifest.KindService, Namespace: "shop", Name: "web"}})
+	g := func(s *Store) uint64 { return s.ServicesGeneration() }
+	if g(s1) == g(s0) || g(s4) == g(s3) || g(s6) == g(s5) {
+		t.Errorf("a Service created, changed or removed kept the generation: %d %d %d %d %d %d %d", g(s0), g(s1), g(s2), g(s3), g(s4), g(s5), g(s6))
+	}
+	if g(s2) != g(s1) || g(s3) != g(s2) || g(s5) != g(s4) {
+		t.Errorf("a pod, or an unchanged Service, changed the generation: %d %d %d %d %d", g(s1), g(s2), g(s3), g(s4), g(s5))
+	}
+	if New().ServicesGeneration() == New().ServicesGeneration() {
+		t.Error("two unrelated stores share a generation")
+	}
+}

@@ -12,7 +12,13 @@ import (
 // write results by index, so the order of the output does not depend on
 // scheduling.
 func For(n int, f func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n/64+1)
+	Limit(n, min(runtime.GOMAXPROCS(0), n/64+1), f)
+}
+
+// Limit is For on at most workers goroutines, whatever the CPUs: for work
+// that mostly waits (on other processes, the kernel) rather than computes.
+func Limit(n, workers int, f func(i int)) {
+	workers = min(workers, n)
 	if workers <= 1 {
 		for i := range n {
 			f(i)

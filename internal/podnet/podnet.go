@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -27,6 +28,9 @@ const NetnsDir = "/run/netns"
 
 // PodIfName is the pod side of the veth, as every container runtime names it.
 const PodIfName = "eth0"
+
+// maxAliasLen is the longest interface alias the kernel takes (IFALIASZ-1).
+const maxAliasLen = 255
 
 // Node is the host side of a lab node.
 type Node struct {
@@ -257,6 +261,10 @@ func DetachPod(p Pod) error {
 // machine bind-mounts the directory over our namespace mounts, hiding them
 // so they can no longer be unmounted by path.
 func ensureNetnsDir() error {
+	// Pods are built several at a time: two first calls at once would
+	// both find no mount point and stack two bind mounts.
+	netnsDirMu.Lock()
+	defer netnsDirMu.Unlock()
 	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
 		return err
 	}
@@ -272,6 +280,8 @@ func ensureNetnsDir() error {
 	}
 	return nil
 }
+
+var netnsDirMu sync.Mutex
 
 // newNamedNetns creates a named namespace without moving the calling thread
 // into it for longer than the creation itself.
@@ -314,7 +324,10 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 		return Links{}, err
 	}
 	if p.Alias != "" {
-		if err := netlink.LinkSetAlias(host, p.Alias); err != nil {
+		// The kernel keeps IFALIASZ-1 bytes and refuses more; the alias
+		// is found by its prefix (the instance's), which is kept.
+		alias := p.Alias[:min(len(p.Alias), maxAliasLen)]
+		if err := netlink.LinkSetAlias(host, alias); err != nil {
 			return Links{}, fmt.Errorf("setting alias on %s: %w", p.HostIf, err)
 		}
 	}
@@ -365,6 +378,9 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 			return Links{}, fmt.Errorf("adding %s to bridge %s: %w", p.HostIf, n.HostIf, err)
 		}
 	}
+	if err := disableIPv6(p.HostIf); err != nil {
+		return Links{}, err
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return Links{}, err
 	}
@@ -387,6 +403,20 @@ func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
 		}
 	}
 	return Links{HostIfindex: host.Attrs().Index, HostMAC: hostMAC, PodMAC: podMAC}, nil
+}
+
+// disableIPv6 turns IPv6 off on a host-side pod veth before it comes up,
+// so it never gets a link-local address and the node drops every IPv6
+// packet a pod sends. shunt's datapath and policy are IPv4: without this a
+// pod reached any service of the node listening on all addresses (a
+// metrics listener on ":9962", sshd) at the veth's fe80:: address, past
+// every NetworkPolicy. A kernel without IPv6 has nothing to turn off.
+func disableIPv6(hostIf string) error {
+	err := os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", hostIf, "disable_ipv6"), []byte("1"), 0o644)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("disabling IPv6 on %s: %w", hostIf, err)
+	}
+	return nil
 }
 
 // Inspect reads the plumbing of an existing pod.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 )
 
 // TestPodPlumbing builds a node and two pods in each mode's shape and checks
@@ -49,6 +51,7 @@ func TestPodPlumbing(t *testing.T) {
 				if _, err := Verify(node, p); err != nil {
 					t.Errorf("verify after setup: %v", err)
 				}
+				assertNoIPv6(t, p.HostIf)
 			}
 			ping := func(ns string, ip netip.Addr) {
 				t.Helper()
@@ -63,6 +66,22 @@ func TestPodPlumbing(t *testing.T) {
 				t.Errorf("node -> pod: %v\n%s", err, out)
 			}
 		})
+	}
+}
+
+// assertNoIPv6: a pod's host veth has IPv6 off and no address, so nothing
+// of the node answers a pod over IPv6 (policy is IPv4 only).
+func assertNoIPv6(t *testing.T, hostIf string) {
+	t.Helper()
+	if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + hostIf + "/disable_ipv6"); err == nil && string(b) != "1\n" {
+		t.Errorf("%s: disable_ipv6 is %q, want 1", hostIf, b)
+	}
+	l, err := netlink.LinkByName(hostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addrs, err := netlink.AddrList(l, netlink.FAMILY_V6); err != nil || len(addrs) > 0 {
+		t.Errorf("%s has IPv6 addresses %v (err %v): a pod could reach the node's services over IPv6", hostIf, addrs, err)
 	}
 }
 

@@ -7,9 +7,23 @@ import (
 	"time"
 )
 
+// waitLogs returns a pod's logs once they contain want, or after 10 s
+// (the caller checks what is there).
+func (l *lab) waitLogs(pod, want string) string {
+	l.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := l.shunt("lab", "logs", pod)
+		if strings.Contains(out, want) || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestContainerPrivileges: a container runs with the capabilities a
 // container runtime grants by default, so a pod cannot change its own
-// addresses or routes, take its interface down, or load BPF programs (no
+// addresses, MAC or routes, take its interface down, or load BPF programs (no
 // NET_ADMIN, SYS_ADMIN, BPF, in its bounding set either, so nothing it
 // execs gets them back); securityContext.capabilities.add and runAsUser
 // are honoured, as a runtime does.
@@ -24,7 +38,7 @@ spec:
   containers:
   - name: c
     command: [sh, -c, 'ip addr add 192.0.2.99/32 dev lo; echo addr=$?; ip link set eth0 down; echo link=$?;
-      ip route add 192.0.2.0/24 dev eth0; echo route=$?; grep -E "^Cap(Eff|Bnd)" /proc/self/status; echo uid=$(id -u); sleep infinity']
+      ip route add 192.0.2.0/24 dev eth0; echo route=$?; ip link set eth0 address 02:00:00:00:00:99; echo mac=$?; grep -E "^Cap(Eff|Bnd)" /proc/self/status; echo uid=$(id -u); sleep infinity']
 ---
 apiVersion: v1
 kind: Pod
@@ -45,20 +59,10 @@ spec:
     command: [sh, -c, 'echo uid=$(id -u) gid=$(id -g); grep "^CapEff" /proc/self/status; sleep infinity']
 `)
 	l := newLab(t, "redirect-peer", manifest)
-	logs := func(pod, want string) string {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			out, _ := l.shunt("lab", "logs", pod)
-			if strings.Contains(out, want) || time.Now().After(deadline) {
-				return out
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	logs := l.waitLogs
 	// Docker's and containerd's default set: CapEff 00000000a80425fb.
 	out := logs("plain", "uid=")
-	for _, want := range []string{"addr=2", "link=2", "route=2", "CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "uid=0"} {
+	for _, want := range []string{"addr=2", "link=2", "route=2", "mac=2", "CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "uid=0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pod with the default capabilities: want %q in its output:\n%s", want, out)
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +55,9 @@ type lab struct {
 	// netns: the node's host side is this network namespace (the agent
 	// and every CLI call run in it); "": the machine's.
 	netns string
+	// bin: the directory of the shunt binaries the CLI calls (and `lab
+	// up` starts the agent from); "": binDir, this tree's.
+	bin string
 }
 
 func requireRoot(t *testing.T) {
@@ -80,12 +84,20 @@ func newLabWith(t *testing.T, flags []string, manifests ...string) *lab {
 // the machine's), as each node of a multi-node lab is.
 func newLabIn(t *testing.T, netns string, flags []string, manifests ...string) *lab {
 	t.Helper()
+	return newLabOf(t, binDir, netns, flags, manifests...)
+}
+
+// newLabOf starts a lab with the shunt binaries in bin (another build's:
+// the upgrade tests).
+func newLabOf(t *testing.T, bin, netns string, flags []string, manifests ...string) *lab {
+	t.Helper()
 	requireRoot(t)
 	l := &lab{
 		t:        t,
 		instance: fmt.Sprintf("e2e%06d", rand.IntN(1000000)),
 		cidr:     fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(50), rand.IntN(250)),
 		netns:    netns,
+		bin:      bin,
 	}
 	l.serviceCIDR = fmt.Sprintf("10.%d.%d.0/24", 100+rand.IntN(50), rand.IntN(250))
 	t.Cleanup(func() {
@@ -110,7 +122,11 @@ func readFile(p string) string {
 
 // shunt runs the CLI against this lab and returns output and exit code.
 func (l *lab) shunt(args ...string) (string, int) {
-	argv := append([]string{filepath.Join(binDir, "shunt"), "--instance", l.instance}, args...)
+	bin := l.bin
+	if bin == "" {
+		bin = binDir
+	}
+	argv := append([]string{filepath.Join(bin, "shunt"), "--instance", l.instance}, args...)
 	if l.netns != "" {
 		// nsenter, not `ip netns exec`: that also remounts /sys, hiding
 		// bpffs and the cgroup tree the agent shares with the machine.
@@ -247,6 +263,29 @@ func (l *lab) assertGone() {
 	out, _ := exec.Command("ip", "-d", "link", "show").CombinedOutput()
 	if strings.Contains(string(out), "shunt:"+l.instance+":") || strings.Contains(string(out), l.instance+"_host") {
 		t.Errorf("interfaces left behind:\n%s", out)
+	}
+	if l.cidr != "" {
+		// Routes to the pods (their /32s, the node's pod CIDR) go with the
+		// interfaces they point at; one that outlived them would
+		// black-hole the CIDR for the next lab.
+		prefix, _ := netip.ParsePrefix(l.cidr)
+		out, _ := exec.Command("ip", "-4", "route", "show", "table", "all").CombinedOutput()
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 1 && !strings.ContainsAny(f[0], "0123456789") {
+				f = f[1:] // the route's type: local, broadcast, ...
+			}
+			if len(f) == 0 {
+				continue
+			}
+			dst := f[0]
+			if !strings.Contains(dst, "/") {
+				dst += "/32"
+			}
+			if p, err := netip.ParsePrefix(dst); err == nil && p.Overlaps(prefix) {
+				t.Errorf("route into the pod CIDR %s left behind: %s", l.cidr, line)
+			}
+		}
 	}
 }
 

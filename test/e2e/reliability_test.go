@@ -141,29 +141,16 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 
 	var failed []string
 	count := func(rs []probeResult, proto string) (ok, all int) {
-		for _, r := range rs {
-			if r.Proto != proto {
-				continue
-			}
-			all++
-			if r.Result == "connected" {
-				ok++
-			} else {
-				failed = append(failed, fmt.Sprintf("%s %s: %s: %s", r.Start.UTC().Format("15:04:05.000"), proto, r.Result, r.Error))
-			}
-		}
+		ok, all, f := tally(rs, proto)
+		failed = append(failed, f...)
 		return ok, all
 	}
 	longRs := long.stop()
 	conns, connsAll := count(fresh.stop(), "tcp")
 	udp, udpAll := count(udpLoad.stop(), "udp")
 	reqs, reqsAll := count(longRs, "tcp")
-	longConns := map[string]bool{}
-	for _, r := range longRs {
-		longConns[r.Local] = true
-	}
-	if len(longConns) != 1 {
-		t.Errorf("the long-lived connection was dialled again (%d local addresses): it broke", len(longConns))
+	if locals := distinctLocals(longRs); locals != 1 {
+		t.Errorf("the long-lived connection was dialled again (%d local addresses): it broke", locals)
 	}
 	t.Logf("%d agent restarts (SIGTERM, SIGKILL, SIGKILL in the middle of 1200-object applies, SIGTERM; an uninterrupted apply took %v): "+
 		"%d/%d new TCP connections, %d/%d requests on one long-lived TCP connection, %d/%d UDP replies (1 s timeout each); %v in all",
@@ -220,6 +207,33 @@ func (ld *load) stop() []probeResult {
 		rs = append(rs, r)
 	}
 	return rs
+}
+
+// tally counts the attempts of proto that connected and all of them, and
+// says when and how each other one failed.
+func tally(rs []probeResult, proto string) (ok, all int, failed []string) {
+	for _, r := range rs {
+		if r.Proto != proto {
+			continue
+		}
+		all++
+		if r.Result == "connected" {
+			ok++
+		} else {
+			failed = append(failed, fmt.Sprintf("%s %s: %s: %s", r.Start.UTC().Format("15:04:05.000"), proto, r.Result, r.Error))
+		}
+	}
+	return ok, all, failed
+}
+
+// distinctLocals counts the local addresses of the attempts: 1 for a
+// `--persistent` probe whose connection never broke.
+func distinctLocals(rs []probeResult) int {
+	locals := map[string]bool{}
+	for _, r := range rs {
+		locals[r.Local] = true
+	}
+	return len(locals)
 }
 
 // bulkManifest writes services (selecting no pod) and NetworkPolicies
@@ -350,18 +364,9 @@ func TestAgentDownForLong(t *testing.T) {
 	waitGone(t, pid)
 	time.Sleep(3 * time.Second) // long enough for anything that would lapse without an agent
 
-	// Probes straight from the pods' namespaces: `lab exec` asks the agent.
-	probe := func(pod, want string, targets ...string) {
-		t.Helper()
-		args := append([]string{"netns", "exec", l.instance + "-default-" + pod, filepath.Join(binDir, "shunt"),
-			"lab", "probe", "--timeout", "1s", "--expect", want}, targets...)
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Errorf("agent down: probe from %s %v, want %s: %v\n%s", pod, targets, want, err, out)
-		}
-	}
-	probe("client", "connected", "--tcp", web+":80", "--udp", web+":53")
-	probe("client", "connected", "--tcp", web1)
-	probe("other", "timeout", "--tcp", web+":80", "--tcp", web1)
+	l.probeWithoutAgent("client", "connected", "--tcp", web+":80", "--udp", web+":53")
+	l.probeWithoutAgent("client", "connected", "--tcp", web1)
+	l.probeWithoutAgent("other", "timeout", "--tcp", web+":80", "--tcp", web1)
 
 	out, code := l.shunt("apply", "-f", "testdata/third-pod.yaml")
 	if code == 0 || !strings.Contains(out, "cannot reach the shunt agent") || !strings.Contains(out, "shunt lab up") {
@@ -372,4 +377,16 @@ func TestAgentDownForLong(t *testing.T) {
 	l.apply("testdata/third-pod.yaml")
 	l.probe("client", "connected", "--tcp", web+":80")
 	l.probe("other", "timeout", "--tcp", web+":80")
+}
+
+// probeWithoutAgent probes straight from a pod's network namespace (pod of
+// the default namespace), for when no agent runs: `lab exec` asks the
+// agent.
+func (l *lab) probeWithoutAgent(pod, want string, targets ...string) {
+	l.t.Helper()
+	args := append([]string{"netns", "exec", l.instance + "-default-" + pod, filepath.Join(binDir, "shunt"),
+		"lab", "probe", "--timeout", "1s", "--expect", want}, targets...)
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		l.t.Errorf("agent down: probe from %s %v, want %s: %v\n%s", pod, targets, want, err, out)
+	}
 }
