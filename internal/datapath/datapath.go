@@ -150,7 +150,13 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	}
 	// Before anything is created or pinned: a refusal leaves the node as
 	// it was.
-	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, specs...)
+	// The uplink's maps exist only with masquerade: only then are they
+	// checked and recorded as pinned.
+	used := specs[:3]
+	if cfg.Masquerade != nil {
+		used = specs
+	}
+	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, used...)
 	if err != nil {
 		return nil, err
 	}
