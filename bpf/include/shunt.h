@@ -207,6 +207,11 @@ enum shunt_reason {
 					      * the sender's identity does not fit a VNI) */
 	SHUNT_REASON_CT_PROMOTE_FAILED = 34, /* an assured connection could not move from shunt_ct_new to shunt_ct:
 					      * it stays where a flood of new connections can evict it (its packet passes) */
+	/* 35 is another branch's (merged later). */
+	SHUNT_REASON_MASQUERADED = 36,    /* uplink egress: a pod's packet for outside the cluster leaves from the node's address */
+	SHUNT_REASON_MASQ_PORT_EXHAUSTED = 37, /* dropped: no free masquerade port for the destination within the tries */
+	SHUNT_REASON_MASQ_INSERT_FAILED = 38, /* dropped: the masquerade translation could not be recorded in shunt_masq_nat */
+	SHUNT_REASON_UNMASQUERADED = 39,  /* uplink ingress: a reply (or an ICMP error about) a masqueraded flow, given back to its pod */
 	SHUNT_REASON_ARP_SPOOFED = 40,    /* dropped: an ARP frame from a pod claiming an address that is not the pod's
 					   * (lib/arp.h) */
 	SHUNT_REASON_MAX,
@@ -225,6 +230,8 @@ enum shunt_direction {
 	SHUNT_DIR_GETSOCKOPT = 6, /* a proxy's getsockopt(SO_ORIGINAL_DST) */
 	SHUNT_DIR_SOCKMSG = 7,    /* socket acceleration: sockops and sk_msg */
 	SHUNT_DIR_FROM_OVERLAY = 8, /* tc ingress of the node's VXLAN device: what other nodes' pods send */
+	SHUNT_DIR_TO_UPLINK = 9,    /* tc egress of the node's uplink: what leaves the node (masquerade) */
+	SHUNT_DIR_FROM_UPLINK = 10, /* tc ingress of the node's uplink: replies to masqueraded flows */
 	SHUNT_DIR_MAX,
 };
 
@@ -333,6 +340,63 @@ struct tc_nat_value {
 };
 
 /*
+ * Masquerade: pods' traffic to destinations outside the cluster leaves
+ * the node's uplink from the node's address (bpf/uplink_tc.c). One LRU
+ * table holds both directions of every translated flow: the original
+ * tuple as the pod sent it (MASQ_OUT) names the node's address and the
+ * port allocated; the reply tuple as it comes back (MASQ_IN: outside ->
+ * node address, port) names the pod's address and port. Each entry keeps
+ * its own idle time and TCP state (no dependence on shunt_ct's layout):
+ * an entry idle past its timeout is free, and its port with it.
+ */
+enum masq_dir {
+	MASQ_OUT = 0, /* key: pod -> outside, as sent; value: the node's address and allocated port */
+	MASQ_IN = 1,  /* key: outside -> node address and allocated port; value: the pod's address and port */
+};
+
+struct masq_key {
+	__u32 saddr;  /* network byte order */
+	__u32 daddr;
+	__u16 sport;  /* network byte order; ICMP echo: the identifier on both sides */
+	__u16 dport;
+	__u8 proto;
+	__u8 dir;     /* enum masq_dir */
+	__u16 pad;
+};
+
+enum masq_flags {
+	MASQ_F_REPLY_SEEN = 1, /* a packet came back (TCP: no longer only opening) */
+	MASQ_F_FIN_OUT = 2,    /* the pod sent FIN */
+	MASQ_F_FIN_IN = 4,     /* the outside sent FIN */
+	MASQ_F_RST = 8,
+};
+
+struct masq_value {
+	__u64 last_seen_ns; /* bpf_ktime_get_ns of the last refresh (both entries of a flow are refreshed together) */
+	__u64 created_ns;
+	__u32 addr;         /* network byte order: the address written in place of the original */
+	__u16 port;         /* network byte order */
+	__u16 pad;
+	__u32 flags;        /* enum masq_flags, the same in both entries of a flow */
+	__u32 pad2;
+};
+
+/* Load-time configuration of the uplink programs. */
+struct masq_config {
+	__u32 addr;     /* the node's address pods' traffic leaves from (network byte order); 0: off */
+	__u16 port_min; /* allocated source ports (host byte order), inclusive */
+	__u16 port_max;
+};
+
+/* shunt_masq_exclude: destinations never masqueraded (LPM trie, keyed by
+ * struct ipcache_key): the cluster's pods, services and nodes. Any
+ * address the ipcache knows (pods, node addresses) is never masqueraded
+ * either. */
+struct masq_exclude_value {
+	__u32 reserved; /* presence is what counts */
+};
+
+/*
  * Flow events, sent to the agent through the shunt_flows ring buffer. What is
  * sent depends on shunt_flow_config: drops, connection starts and ends and
  * service translations by default, every packet when tracing, nothing when
@@ -371,6 +435,8 @@ enum flow_point {
 	FLOW_POINT_TO_POD = 1,   /* tc egress of the pod's host veth */
 	FLOW_POINT_SOCK = 2,     /* cgroup socket hook */
 	FLOW_POINT_FROM_OVERLAY = 3, /* tc ingress of the node's VXLAN device */
+	FLOW_POINT_TO_UPLINK = 4,    /* tc egress of the node's uplink (masquerade) */
+	FLOW_POINT_FROM_UPLINK = 5,  /* tc ingress of the node's uplink */
 	FLOW_POINT_MAX,
 };
 

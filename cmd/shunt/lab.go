@@ -18,6 +18,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -91,6 +92,9 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&agentFlags.clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR: pods route it through their node (pods of other nodes)")
 	cmd.Flags().StringVar(&agentFlags.tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (the node keeps it; default none)")
 	cmd.Flags().StringVar(&agentFlags.underlay, "underlay-addr", "", "with --tunnel: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
+	cmd.Flags().BoolVar(&agentFlags.masquerade, "masquerade", false, "pods' traffic to outside the cluster leaves from the node's address (--underlay-addr), translated in BPF on its uplink (the node keeps it)")
+	cmd.Flags().StringVar(&agentFlags.masqExclude, "masquerade-exclude", "", "with --masquerade: comma-separated CIDRs pods reach with their own address (default: the cluster CIDR, service CIDR and node addresses)")
+	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
 }
@@ -107,6 +111,8 @@ type runFlags struct {
 	runPods                   bool
 	tunnel, underlay          string
 	clusterCIDR               string
+	masquerade                bool
+	masqExclude, masqPorts    string
 }
 
 func (f runFlags) args() []string {
@@ -149,6 +155,15 @@ func (f runFlags) args() []string {
 	}
 	if f.clusterCIDR != "" {
 		args = append(args, "--cluster-cidr", f.clusterCIDR)
+	}
+	if f.masquerade {
+		args = append(args, "--masquerade")
+	}
+	if f.masqExclude != "" {
+		args = append(args, "--masquerade-exclude", f.masqExclude)
+	}
+	if f.masqPorts != "" {
+		args = append(args, "--masquerade-ports", f.masqPorts)
 	}
 	return args
 }
@@ -441,6 +456,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 				st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
 			if t := st.Tunnel; t != nil {
 				fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
+			}
+			if m := st.Masquerade; m != nil {
+				fmt.Printf("masquerade: pods' traffic to outside leaves %s from %s, ports %s (not to %s)\n",
+					m.Uplink, m.Address, m.Ports, strings.Join(m.Exclude, ", "))
 			}
 			for _, p := range st.Problems {
 				fmt.Printf("left out:  %s\n", p)

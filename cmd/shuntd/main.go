@@ -38,6 +38,9 @@ func newRootCmd() *cobra.Command {
 		ctSingleTable                              bool
 		kubeconfig, nodeName                       string
 		tunnel, underlay, clusterCIDR              string
+		masquerade                                 bool
+		masqExclude                                []string
+		masqPorts                                  string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -86,6 +89,22 @@ func newRootCmd() *cobra.Command {
 					return fmt.Errorf("--underlay-addr %q: give this node's IPv4 address on the network between nodes", underlay)
 				}
 			}
+			cfg.Masquerade = masquerade
+			if masqPorts != "" {
+				if cfg.MasqueradePorts, err = datapath.ParsePortRange(masqPorts); err != nil {
+					return fmt.Errorf("--masquerade-ports: %w", err)
+				}
+			}
+			if cmd.Flags().Changed("masquerade-exclude") {
+				cfg.MasqueradeExclude = []netip.Prefix{}
+				for _, c := range masqExclude {
+					p, err := netip.ParsePrefix(c)
+					if err != nil || !p.Addr().Is4() {
+						return fmt.Errorf("--masquerade-exclude %q: give IPv4 CIDRs, e.g. 10.0.0.0/8,192.168.0.0/16", c)
+					}
+					cfg.MasqueradeExclude = append(cfg.MasqueradeExclude, p.Masked())
+				}
+			}
 			if mode != "" {
 				if cfg.Mode, err = datapath.ParseMode(mode); err != nil {
 					return err
@@ -123,7 +142,10 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubeconfig/--in-cluster: this node's Node object (env NODE_NAME; default: the instance name)")
 	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR (kube-controller-manager's --cluster-cidr): pods route it through this node, which reaches pods of other nodes")
 	cmd.Flags().StringVar(&tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (a collect-metadata VXLAN device, UDP 4789); default none (the host routes them)")
-	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --tunnel: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
+	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --tunnel or --masquerade: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
+	cmd.Flags().BoolVar(&masquerade, "masquerade", false, "pods' traffic to destinations outside the cluster leaves from the node's address (--underlay-addr, or the Node's InternalIP), translated in BPF on the interface holding it; no iptables")
+	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
+	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.AddCommand(newShimCmd())
 	return cmd

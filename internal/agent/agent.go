@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
@@ -76,6 +77,15 @@ type Config struct {
 	// ClusterCIDR holds every node's pod CIDR; pods route it through this
 	// node (invalid: only this node's pod CIDR).
 	ClusterCIDR netip.Prefix
+	// Masquerade gives pods' traffic to outside the cluster the node's
+	// address (Underlay), translated in BPF on the interface holding it.
+	// MasqueradeExclude lists the destinations pods reach with their own
+	// address (nil: the cluster CIDR, the service CIDR and the node's
+	// addresses); MasqueradePorts are the source ports flows get (zero:
+	// datapath.DefaultMasqPorts). The node keeps them, as its tunnel.
+	Masquerade        bool
+	MasqueradeExclude []netip.Prefix
+	MasqueradePorts   datapath.PortRange
 	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
 	// connections can evict established ones (datapath.Config).
 	ConntrackSingleTable bool
@@ -133,10 +143,11 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 
-	podMTU       int           // pod interfaces' MTU (0: the default, 1500)
-	cniEndpoints *cniEndpoints // what shunt-cni reported
-	srv          *http.Server  // the API on the instance's socket
-	ready        atomic.Bool   // New finished: status answers
+	podMTU       int                   // pod interfaces' MTU (0: the default, 1500)
+	masq         *api.MasqueradeStatus // nil: no masquerade
+	cniEndpoints *cniEndpoints         // what shunt-cni reported
+	srv          *http.Server          // the API on the instance's socket
+	ready        atomic.Bool           // New finished: status answers
 
 	stopReconciler context.CancelFunc
 	shutdown       chan bool // true: uninstall before exiting
@@ -177,6 +188,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	cfg.Tunnel = state.Tunnel
+	if err := settleMasquerade(state, &cfg); err != nil {
+		return nil, err
+	}
 	nodeName := inst.Name
 	var kube *kubeClient // the API server, loaded once (Kubernetes mode)
 	if cfg.Kubernetes {
@@ -193,10 +207,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 		cidr := own.Spec.PodCIDR
-		if cfg.Tunnel != "" && !cfg.Underlay.IsValid() && state.Underlay == "" {
-			// Other nodes reach this one's pods where the Node says.
+		if (cfg.Tunnel != "" || cfg.Masquerade) && !cfg.Underlay.IsValid() && state.Underlay == "" {
+			// Other nodes reach this one's pods where the Node says, and
+			// pods' traffic to outside leaves from there.
 			if cfg.Underlay = policy.NodeTunnel(own); !cfg.Underlay.IsValid() {
-				return nil, fmt.Errorf("--tunnel %s: node %s has no IPv4 InternalIP or ExternalIP in status.addresses: give --underlay-addr", cfg.Tunnel, nodeName)
+				return nil, fmt.Errorf("%s: node %s has no IPv4 InternalIP or ExternalIP in status.addresses: give --underlay-addr", underlayUser(cfg), nodeName)
 			}
 		}
 		if cfg.PodCIDR != "" && cfg.PodCIDR != cidr {
@@ -204,7 +219,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 		cfg.PodCIDR = cidr
 	}
-	if cfg.Tunnel != "" {
+	if cfg.Tunnel != "" || cfg.Masquerade {
 		var flag string
 		if cfg.Underlay.IsValid() {
 			flag = cfg.Underlay.String()
@@ -213,7 +228,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 		if cfg.Underlay, err = netip.ParseAddr(state.Underlay); err != nil {
-			return nil, fmt.Errorf("--tunnel %s: give --underlay-addr, this node's address other nodes reach it at", cfg.Tunnel)
+			return nil, fmt.Errorf("%s: give --underlay-addr, this node's address other nodes reach it at", underlayUser(cfg))
 		}
 	}
 	if err := settle(&state.PodCIDR, cfg.PodCIDR, instance.DefaultPodCIDR, "pod CIDR", inst); err != nil {
@@ -238,6 +253,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if svcPool.CIDR.Overlaps(podPool.CIDR) {
 		return nil, fmt.Errorf("service CIDR %s overlaps pod CIDR %s", svcPool.CIDR, podPool.CIDR)
+	}
+	// Refused before anything of the node is made.
+	masq, err := masqueradeOf(cfg, state.Mode)
+	if err != nil {
+		return nil, err
 	}
 	root, err := cgroup.Root()
 	if err != nil {
@@ -274,7 +294,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf, Masquerade: masq,
 		LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
 	if err != nil {
 		return nil, err
@@ -314,6 +334,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		if a.podMTU = mtu - datapath.VXLANOverhead; a.podMTU < 576 {
 			return nil, fmt.Errorf("--tunnel %s: the underlay interface's MTU %d leaves pods %d bytes, less than the 576 bytes every IPv4 host must accept: raise the underlay MTU",
 				cfg.Tunnel, mtu, a.podMTU)
+		}
+	}
+	if masq != nil {
+		if err := a.startMasquerade(podPool, svcPool); err != nil {
+			return nil, err
 		}
 	}
 	// The cgroup v2 root: pods and the node's own processes reach services.

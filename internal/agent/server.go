@@ -204,6 +204,9 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Tunnel != "" {
 		st.Tunnel = &api.TunnelStatus{Kind: a.cfg.Tunnel, Device: a.cfg.Instance.TunnelIf(), Underlay: a.cfg.Underlay.String(), PodMTU: a.podMTU}
 	}
+	if a.masq != nil {
+		st.Masquerade = a.masq
+	}
 	st.Source = a.src.Describe()
 	st.Problems = a.Warnings()
 	if st.Hooks, err = a.dp.Hooks(); err != nil {

@@ -24,7 +24,10 @@ type State struct {
 	// Source: a Kubernetes API server the node follows (nil: the lab).
 	Source   *SourceState `json:"source,omitempty"`
 	Tunnel   string       `json:"tunnel,omitempty"`   // "" or vxlan
-	Underlay string       `json:"underlay,omitempty"` // with a tunnel: this node's underlay address
+	Underlay string       `json:"underlay,omitempty"` // with a tunnel or masquerade: this node's underlay address
+	// Masquerade: pods' traffic to outside leaves from the node's address
+	// (nil: it keeps the pods').
+	Masquerade *MasqueradeState `json:"masquerade,omitempty"`
 	// Only in state files of older versions, read to migrate them.
 	Objects    []lab.StoredObject        `json:"objects,omitempty"`
 	ClusterIPs map[string]string         `json:"clusterIPs,omitempty"`
@@ -32,6 +35,12 @@ type State struct {
 	Policy     *policy.Allocations       `json:"policy,omitempty"`
 
 	saved []byte // the file as last read or written
+}
+
+// MasqueradeState is how a node masquerades, as first started.
+type MasqueradeState struct {
+	Ports   string   `json:"ports"`             // MIN-MAX
+	Exclude []string `json:"exclude,omitempty"` // CIDRs; empty: the defaults
 }
 
 // SourceState is the API server a Kubernetes node follows.

@@ -130,7 +130,8 @@ type Status struct {
 	// programmed): "Kind ns/name: what and why".
 	Problems    []string           `json:"problems,omitempty"`
 	Mode        string             `json:"mode"`
-	Tunnel      *TunnelStatus      `json:"tunnel,omitempty"` // nil: no overlay
+	Tunnel      *TunnelStatus      `json:"tunnel,omitempty"`     // nil: no overlay
+	Masquerade  *MasqueradeStatus  `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
 	PodCIDR     string             `json:"podCIDR"`
 	ServiceCIDR string             `json:"serviceCIDR"`
 	NodeIP      string             `json:"nodeIP"`
@@ -156,6 +157,15 @@ type TunnelStatus struct {
 	Device   string `json:"device"`   // the collect-metadata device
 	Underlay string `json:"underlay"` // this node's address other nodes tunnel to
 	PodMTU   int    `json:"podMTU"`   // the underlay's MTU less the encapsulation
+}
+
+// MasqueradeStatus is how pods' traffic to outside the cluster leaves the
+// node.
+type MasqueradeStatus struct {
+	Uplink  string   `json:"uplink"`  // the interface holding Address, where the programs run
+	Address string   `json:"address"` // the node's address flows leave from
+	Ports   string   `json:"ports"`   // MIN-MAX
+	Exclude []string `json:"exclude"` // destinations left alone (besides what the ipcache knows)
 }
 
 // AccelStatus says whether socket acceleration is on and how many sockets
@@ -337,14 +347,15 @@ func (c *Client) Alive() bool {
 // pod (GET /v1/network): where addresses come from (the node's
 // spec.podCIDR), the gateway, what pods route through the node.
 type Network struct {
-	PodCIDR     string `json:"podCIDR"`
-	NodeIP      string `json:"nodeIP"` // the pods' gateway
-	ServiceCIDR string `json:"serviceCIDR"`
-	ClusterCIDR string `json:"clusterCIDR,omitempty"` // every node's pods: routed through the node too
-	Mode        string `json:"mode"`
-	Bridge      bool   `json:"bridge"` // pods join NodeIf (a bridge) instead of being routed
-	NodeIf      string `json:"nodeIf"`
-	MTU         int    `json:"mtu,omitempty"`
+	PodCIDR      string `json:"podCIDR"`
+	NodeIP       string `json:"nodeIP"` // the pods' gateway
+	ServiceCIDR  string `json:"serviceCIDR"`
+	ClusterCIDR  string `json:"clusterCIDR,omitempty"`  // every node's pods: routed through the node too
+	DefaultRoute bool   `json:"defaultRoute,omitempty"` // the node masquerades: pods route everything through it
+	Mode         string `json:"mode"`
+	Bridge       bool   `json:"bridge"` // pods join NodeIf (a bridge) instead of being routed
+	NodeIf       string `json:"nodeIf"`
+	MTU          int    `json:"mtu,omitempty"`
 	// LinkAliasPrefix is set (with the pod's name) on pod veths, so the
 	// instance's uninstall finds them without any state.
 	LinkAliasPrefix string `json:"linkAliasPrefix"`

@@ -93,7 +93,7 @@ func getNode(ctx context.Context, c *api.Client, conf *NetConf) (node, error) {
 	}
 	return node{
 		net: podnet.Node{Bridge: n.Bridge, PodCIDR: cidr, NodeIP: nodeIP, ServiceCIDR: svc, ClusterCIDR: cluster,
-			HostIf: n.NodeIf, MTU: mtu},
+			DefaultRoute: n.DefaultRoute, HostIf: n.NodeIf, MTU: mtu},
 		pool:  pool,
 		alias: n.LinkAliasPrefix,
 	}, nil

@@ -68,6 +68,10 @@ type Config struct {
 	// then evicts established ones. Only a baseline for benchmarks and
 	// tests; a load-time constant.
 	ConntrackSingleTable bool
+	// Masquerade, when set, loads the uplink programs (AttachUplink) that
+	// give pods' traffic to outside the cluster the node's address; nil:
+	// pods' traffic leaves with their own addresses.
+	Masquerade *Masquerade
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
@@ -76,6 +80,9 @@ type Datapath struct {
 	objs    podtcObjects      // tc programs on pod veths
 	overlay overlaytcPrograms // tc program on the node's VXLAN device
 	sock    socklbObjects     // socket-layer service load balancing
+	uplink  uplinktcObjects   // masquerade on the node's uplink (loaded only with Config.Masquerade)
+
+	masqExclude mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue] // destinations never masqueraded
 
 	services serviceTable // in-memory mirror of the service maps
 	pol      policyMaps   // in-memory mirrors of the endpoint and policy maps
@@ -112,7 +119,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, overlaySpec, sockSpec := specs[0], specs[1], specs[2]
+	spec, overlaySpec, sockSpec, uplinkSpec := specs[0], specs[1], specs[2], specs[3]
 	mode := podtcShuntFwdModeSHUNT_FWD_REDIRECT_PEER
 	if cfg.Mode == ModeRedirect {
 		mode = podtcShuntFwdModeSHUNT_FWD_REDIRECT
@@ -143,7 +150,13 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	}
 	// Before anything is created or pinned: a refusal leaves the node as
 	// it was.
-	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, specs...)
+	// The uplink's maps exist only with masquerade: only then are they
+	// checked and recorded as pinned.
+	used := specs[:3]
+	if cfg.Masquerade != nil {
+		used = specs
+	}
+	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, used...)
 	if err != nil {
 		return nil, err
 	}
@@ -166,11 +179,19 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
+	if cfg.Masquerade != nil {
+		if err := d.loadUplink(uplinkSpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
+			d.objs.Close()
+			d.overlay.Close()
+			return nil, err
+		}
+	}
 	if err := sockSpec.Variables[socklbVarCONFIG].Set(socklbShuntConfig{
 		ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
 	}); err != nil {
 		d.objs.Close()
 		d.overlay.Close()
+		d.uplink.Close()
 		return nil, fmt.Errorf("setting the socket programs' load-time config: %w", err)
 	}
 	// One ring buffer for every program: it is not pinned (a restarted
@@ -182,6 +203,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err := sockSpec.LoadAndAssign(&d.sock, &sockOpts); err != nil {
 		d.objs.Close()
 		d.overlay.Close()
+		d.uplink.Close()
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
 	if err := layouts.recordLayouts(cfg.LayoutFile); err != nil {
@@ -193,7 +215,8 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 }
 
 // loadSpecs loads this build's objects, not yet in the kernel: the pod
-// programs, the overlay device's and the socket programs, in that order.
+// programs, the overlay device's, the socket programs and the uplink's
+// (masquerade), in that order.
 func loadSpecs() ([]*ebpf.CollectionSpec, error) {
 	pod, err := loadPodtc()
 	if err != nil {
@@ -207,24 +230,40 @@ func loadSpecs() ([]*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []*ebpf.CollectionSpec{pod, overlay, sock}, nil
+	uplink, err := loadUplinktc()
+	if err != nil {
+		return nil, err
+	}
+	return []*ebpf.CollectionSpec{pod, overlay, sock, uplink}, nil
 }
 
 // loadOverlay loads the overlay device's program with the pod programs'
-// configuration. Its maps are the pod programs' (the pinned ones by name,
-// the unpinned ring buffer of flowsSize bytes handed over), so both sides of
-// a connection see one conntrack table and one ipcache.
+// configuration, beside them (loadBeside): both sides of a connection see
+// one conntrack table and one ipcache.
 func (d *Datapath) loadOverlay(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32) error {
-	if err := spec.Variables[overlaytcVarCONFIG].Set(overlaytcShuntConfig{
-		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
-		TunnelIfindex: cfg.TunnelIfindex, CtSingleTable: cfg.CtSingleTable,
-	}); err != nil {
+	if err := spec.Variables[overlaytcVarCONFIG].Set(sideConfig(cfg)); err != nil {
 		return fmt.Errorf("setting the overlay program's load-time config: %w", err)
 	}
+	return d.loadBeside(spec, opts, flowsSize, &d.overlay)
+}
+
+// sideConfig is the pod programs' load-time configuration for the programs
+// beside them (overlay, uplink), whose generated types are their own.
+func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
+	return overlaytcShuntConfig{
+		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
+		TunnelIfindex: cfg.TunnelIfindex, CtSingleTable: cfg.CtSingleTable,
+	}
+}
+
+// loadBeside loads an object of programs beside the pod programs into
+// into: on their maps, the pinned ones by name and the unpinned ring
+// buffer of flowsSize bytes handed over.
+func (d *Datapath) loadBeside(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, flowsSize uint32, into any) error {
 	spec.Maps["shunt_flows"].MaxEntries = flowsSize
 	o := *opts
 	o.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
-	if err := spec.LoadAndAssign(&d.overlay, &o); err != nil {
+	if err := spec.LoadAndAssign(into, &o); err != nil {
 		return explainLoadError(err, d.cfg.PinDir)
 	}
 	return nil
@@ -260,7 +299,7 @@ func explainLoadError(err error, pinDir string) error {
 // Close releases this process's handles. Pinned maps and links stay, so the
 // datapath keeps forwarding while no agent runs.
 func (d *Datapath) Close() error {
-	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.sock.Close())
+	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.uplink.Close(), d.sock.Close())
 }
 
 // podHooks are the programs on a pod's host-side veth: from-pod at ingress
@@ -291,23 +330,30 @@ func (d *Datapath) AttachPod(ifname string, ifindex int) error {
 		return nil
 	}
 	for _, h := range d.podHooks() {
-		onThisInterface := func(l link.Link) bool {
-			info, err := l.Info()
-			return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
-				ebpf.AttachType(info.TCX().AttachType) == h.attach
-		}
-		attach := func() (link.Link, error) {
-			l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: h.prog, Attach: h.attach})
-			if err != nil {
-				return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", h.name, ifname, err)
-			}
-			return l, nil
-		}
-		if err := attachPinned(d.linkPin(h.name, ifname), h.prog, onThisInterface, attach); err != nil {
+		if err := d.attachTCX(h.name, ifname, ifindex, h.prog, h.attach); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// attachTCX makes prog the program of hook (named in its pin) at tcx
+// attach point at of the interface, through a pinned link: one still
+// attached there is adopted and switched to prog (attachPinned).
+func (d *Datapath) attachTCX(hook, ifname string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
+	onThisInterface := func(l link.Link) bool {
+		info, err := l.Info()
+		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
+			ebpf.AttachType(info.TCX().AttachType) == at
+	}
+	attach := func() (link.Link, error) {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at})
+		if err != nil {
+			return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", hook, ifname, err)
+		}
+		return l, nil
+	}
+	return attachPinned(d.linkPin(hook, ifname), prog, onThisInterface, attach)
 }
 
 // attachPinned makes the link pinned at pin run prog. A pinned link that
@@ -349,20 +395,7 @@ func (d *Datapath) AttachOverlay(ifname string, ifindex int) error {
 		return fmt.Errorf("attaching the overlay program to %s: forwarding mode %s runs no BPF program; "+
 			"use %s or %s for an overlay", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
 	}
-	prog := d.overlay.ShuntFromOverlay
-	onThisInterface := func(l link.Link) bool {
-		info, err := l.Info()
-		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
-			ebpf.AttachType(info.TCX().AttachType) == ebpf.AttachTCXIngress
-	}
-	attach := func() (link.Link, error) {
-		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", overlayHook, ifname, err)
-		}
-		return l, nil
-	}
-	return attachPinned(d.linkPin(overlayHook, ifname), prog, onThisInterface, attach)
+	return d.attachTCX(overlayHook, ifname, ifindex, d.overlay.ShuntFromOverlay, ebpf.AttachTCXIngress)
 }
 
 // DetachOverlay removes the overlay program from the VXLAN device (a no-op
@@ -410,7 +443,7 @@ func Uninstall(pinDir string) error {
 
 // Hooks counts the pinned program attachments by hook: from-pod (tcx
 // ingress of pod veths), to-pod (tcx egress), from-overlay (tcx ingress of
-// the VXLAN device), sock-connect4, ...
+// the VXLAN device), to-uplink and from-uplink (masquerade), sock-connect4, ...
 func (d *Datapath) Hooks() (map[string]int, error) {
 	pins, err := filepath.Glob(filepath.Join(d.cfg.PinDir, "links", "*"))
 	if err != nil {
@@ -424,8 +457,10 @@ func (d *Datapath) Hooks() (map[string]int, error) {
 				name = h.name
 			}
 		}
-		if strings.HasPrefix(name, overlayHook+"-") {
-			name = overlayHook
+		for _, h := range []string{overlayHook, toUplinkHook, fromUplinkHook} {
+			if strings.HasPrefix(name, h+"-") {
+				name = h
+			}
 		}
 		out[name]++
 	}
@@ -445,6 +480,9 @@ func (d *Datapath) Features() []string {
 		}
 		if d.cfg.TunnelIfindex != 0 {
 			f = append(f, "collect-metadata VXLAN (bpf_skb_set_tunnel_key)")
+		}
+		if d.cfg.Masquerade != nil {
+			f = append(f, "masquerade (tcx on the uplink, BPF NAT table)")
 		}
 	}
 	return f

@@ -57,6 +57,10 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED:         "tunnel-spoofed",
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED:      "tunnel-key-failed",
 	podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED:      "ct-promote-failed",
+	podtcShuntReasonSHUNT_REASON_MASQUERADED:            "masqueraded",
+	podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED:    "masq-port-exhausted",
+	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED:     "masq-insert-failed",
+	podtcShuntReasonSHUNT_REASON_UNMASQUERADED:          "unmasqueraded",
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED:            "arp-spoofed",
 }
 
@@ -72,6 +76,8 @@ var directionNames = [...]string{
 	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT:   "getsockopt",
 	podtcShuntDirectionSHUNT_DIR_SOCKMSG:      "sockmsg",
 	podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY: "from-overlay",
+	podtcShuntDirectionSHUNT_DIR_TO_UPLINK:    "to-uplink",
+	podtcShuntDirectionSHUNT_DIR_FROM_UPLINK:  "from-uplink",
 }
 
 // Flow event fields (enum flow_verdict, flow_event_type, flow_point).
@@ -94,6 +100,8 @@ var (
 		podtcFlowPointFLOW_POINT_TO_POD:       "to-pod",
 		podtcFlowPointFLOW_POINT_SOCK:         "socket",
 		podtcFlowPointFLOW_POINT_FROM_OVERLAY: "from-overlay",
+		podtcFlowPointFLOW_POINT_TO_UPLINK:    "to-uplink",
+		podtcFlowPointFLOW_POINT_FROM_UPLINK:  "from-uplink",
 	}
 )
 
@@ -157,6 +165,7 @@ var insertFailures = [...]podtcShuntReason{
 	podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED,
 	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED, podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED,
 	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED,
+	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED,
 }
 
 // InsertFailed says whether a reason is a map insert that failed: worth
@@ -197,7 +206,7 @@ func enumValues(enum string) (map[string]uint64, error) {
 // objectSpecs are the collection specs of every BPF object of the datapath.
 func objectSpecs() ([]*ebpf.CollectionSpec, error) {
 	var out []*ebpf.CollectionSpec
-	for _, load := range []func() (*ebpf.CollectionSpec, error){loadPodtc, loadOverlaytc, loadSocklb, loadSockdestroy} {
+	for _, load := range []func() (*ebpf.CollectionSpec, error){loadPodtc, loadOverlaytc, loadUplinktc, loadSocklb, loadSockdestroy} {
 		spec, err := load()
 		if err != nil {
 			return nil, err

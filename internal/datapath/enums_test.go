@@ -24,6 +24,8 @@ var goNames = map[string]func(values []uint64) map[uint64]string{
 	"flow_point":      table(flowPointNames[:]),
 	"endpoint_flags":  flags(endpointFlagNames),
 	"ct_flags":        flags(ctFlagNames),
+	"masq_flags":      flags(masqFlagNames),
+	"masq_dir":        table(masqDirNames[:]),
 	"policy_verdict":  stringer(func(v uint64) string { return policy.Verdict(v).String() }),
 	"flow_mode":       stringer(func(v uint64) string { return FlowMode(v).String() }),
 	"shunt_identity":  reservedIdentities,

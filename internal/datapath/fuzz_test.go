@@ -56,13 +56,19 @@ func FuzzPodPrograms(f *testing.F) {
 	f.Add(append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xaa, 0, 0, 0, 0, 2, 0x08, 0x06}, make([]byte, 28)...))
 	f.Add(append([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0, 1, 0x08, 0x00}, ipv4Packet(a, b, 64)[14:]...)) // VLAN
 	f.Add(append([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x86, 0xdd}, make([]byte, 60)...))                            // IPv6
+	// The uplink's: a pod's flow to outside, and what comes back to the node.
+	world := netip.MustParseAddr("198.51.100.7")
+	f.Add(withChecksum(packet(a, world, 17, udpDatagram(5353, 53))))
+	f.Add(withChecksum(packet(world, fuzzNode, 17, udpDatagram(53, 61000))))
+	f.Add(withChecksum(packet(world, fuzzNode, 1, icmpUnreachable(withChecksum(packet(fuzzNode, world, 17, udpDatagram(61000, 53)))))))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if testRunRefuses(frame) {
 			return
 		}
 		for name, prog := range map[string]interface {
 			Test([]byte) (uint32, []byte, error)
-		}{"from_pod": d.objs.ShuntFromPod, "to_pod": d.objs.ShuntToPod, "from_overlay": d.overlay.ShuntFromOverlay} {
+		}{"from_pod": d.objs.ShuntFromPod, "to_pod": d.objs.ShuntToPod, "from_overlay": d.overlay.ShuntFromOverlay,
+			"to_uplink": d.uplink.ShuntToUplink, "from_uplink": d.uplink.ShuntFromUplink} {
 			ret, _, err := prog.Test(frame)
 			if err != nil {
 				t.Fatalf("%s: test run: %v", name, err)
@@ -95,9 +101,14 @@ func testRunRefuses(frame []byte) bool {
 	return false
 }
 
+// fuzzNode is the fuzzed node's address: what it masquerades pods' flows to.
+var fuzzNode = netip.MustParseAddr("172.31.0.1")
+
 // openFuzzDatapath loads the programs once per fuzzing process, with an
-// overlay (test runs never perform the redirect: any ifindex will do).
+// overlay (test runs never perform the redirect: any ifindex will do) and
+// the masquerade.
 func openFuzzDatapath(f *testing.F) *Datapath {
 	f.Helper()
-	return openConfiguredDatapath(f, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1}, nil)
+	return openConfiguredDatapath(f, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1,
+		Masquerade: &Masquerade{Addr: fuzzNode, Ports: DefaultMasqPorts}}, nil)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 )
 
-// TestLayoutOfThisBuild: every pinned map of the three objects has a
+// TestLayoutOfThisBuild: every pinned map of the objects has a
 // layout, and the layouts read from BTF put fields where the C header does
 // (nested structs flattened, a scalar key as one unnamed field).
 func TestLayoutOfThisBuild(t *testing.T) {

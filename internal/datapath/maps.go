@@ -158,6 +158,24 @@ var mapTable = []mapDesc{
 		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED],
 	},
 	{
+		name:         "shunt_masq_nat",
+		about:        "masquerade: pods' flows to outside the cluster, by tuple of either direction -> the node's address and port or the pod's (LRU)",
+		of:           func(d *Datapath) *ebpf.Map { return d.uplink.ShuntMasqNat },
+		dump:         func(d *Datapath) ([]Row, error) { return d.masqRows() },
+		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED],
+	},
+	{
+		name:  "shunt_masq_exclude",
+		about: "masquerade: destinations pods reach with their own address (cluster, services, nodes, --masquerade-exclude; LPM trie)",
+		of:    func(d *Datapath) *ebpf.Map { return d.uplink.ShuntMasqExclude },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.uplink.ShuntMasqExclude, func(k podtcIpcacheKey, _ uplinktcMasqExcludeValue) Row {
+				return Row{"prefix": fromIpcacheKey(k).String()}
+			})
+		},
+		refuse: "the previous exclusions stay in force",
+	},
+	{
 		name:  "shunt_services",
 		about: "service ports: (VIP, port, protocol, slot) -> slot 0: the service, slot n: its n-th backend",
 		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntServices },

@@ -10,7 +10,7 @@ func metricsIndex(reason, direction int) uint32 {
 // Counter is one (reason, direction) packet/byte counter, summed over CPUs.
 // For a socket hook (direction connect, sendmsg, recvmsg or getpeername)
 // Packets counts the hook's calls and Bytes stays 0; the tc directions
-// (from-pod, to-pod, from-overlay) count packets and bytes.
+// (from-pod, to-pod, from-overlay, to-uplink, from-uplink) count packets and bytes.
 type Counter struct {
 	Reason    string `json:"reason"`
 	Direction string `json:"direction"`
@@ -23,7 +23,9 @@ type Counter struct {
 func (c Counter) SocketHook() bool {
 	return c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_FROM_POD] &&
 		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_TO_POD] &&
-		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY]
+		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY] &&
+		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_TO_UPLINK] &&
+		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_FROM_UPLINK]
 }
 
 // Counters reads shunt_metrics, which the tc programs and the socket hooks

@@ -124,7 +124,9 @@ const (
 	podtcFlowPointFLOW_POINT_TO_POD       podtcFlowPoint = 1
 	podtcFlowPointFLOW_POINT_SOCK         podtcFlowPoint = 2
 	podtcFlowPointFLOW_POINT_FROM_OVERLAY podtcFlowPoint = 3
-	podtcFlowPointFLOW_POINT_MAX          podtcFlowPoint = 4
+	podtcFlowPointFLOW_POINT_TO_UPLINK    podtcFlowPoint = 4
+	podtcFlowPointFLOW_POINT_FROM_UPLINK  podtcFlowPoint = 5
+	podtcFlowPointFLOW_POINT_MAX          podtcFlowPoint = 6
 )
 
 type podtcFlowStats struct {
@@ -214,7 +216,9 @@ const (
 	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT   podtcShuntDirection = 6
 	podtcShuntDirectionSHUNT_DIR_SOCKMSG      podtcShuntDirection = 7
 	podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY podtcShuntDirection = 8
-	podtcShuntDirectionSHUNT_DIR_MAX          podtcShuntDirection = 9
+	podtcShuntDirectionSHUNT_DIR_TO_UPLINK    podtcShuntDirection = 9
+	podtcShuntDirectionSHUNT_DIR_FROM_UPLINK  podtcShuntDirection = 10
+	podtcShuntDirectionSHUNT_DIR_MAX          podtcShuntDirection = 11
 )
 
 type podtcShuntFwdMode uint32
@@ -280,6 +284,10 @@ const (
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED         podtcShuntReason = 32
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED      podtcShuntReason = 33
 	podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED      podtcShuntReason = 34
+	podtcShuntReasonSHUNT_REASON_MASQUERADED            podtcShuntReason = 36
+	podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED    podtcShuntReason = 37
+	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED     podtcShuntReason = 38
+	podtcShuntReasonSHUNT_REASON_UNMASQUERADED          podtcShuntReason = 39
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED            podtcShuntReason = 40
 	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 41
 )

@@ -44,8 +44,12 @@ type Node struct {
 	// their node, which forwards to pods of other nodes (the overlay).
 	// Invalid: one node, only its own pod CIDR is routed.
 	ClusterCIDR netip.Prefix
-	HostIf      string // name of the bridge (bridge mode) or of the veth holding NodeIP
-	MTU         int
+	// DefaultRoute: pods route everything else through the node too,
+	// which masquerades their traffic to outside the cluster (without it
+	// a pod reaches nothing off the node's pod network).
+	DefaultRoute bool
+	HostIf       string // name of the bridge (bridge mode) or of the veth holding NodeIP
+	MTU          int
 }
 
 // Pod is the plumbing of one pod.
@@ -138,9 +142,10 @@ func TeardownNode(n Node) error {
 }
 
 // PodRoutes are the prefixes a pod routes through the node (gateway
-// NodeIP). Only the pod network and the services, no default route: the
-// lab never sends a packet off this machine (a pod's DNS lookup of the
-// host's resolver fails at once instead of leaking out).
+// NodeIP). Only the pod network and the services, no default route unless
+// the node masquerades (DefaultRoute): the lab never sends a packet off
+// this machine otherwise (a pod's DNS lookup of the host's resolver fails
+// at once instead of leaking out).
 func (n Node) PodRoutes() []netip.Prefix {
 	var routes []netip.Prefix
 	if n.ServiceCIDR.IsValid() {
@@ -151,6 +156,9 @@ func (n Node) PodRoutes() []netip.Prefix {
 	}
 	if n.ClusterCIDR.IsValid() && n.ClusterCIDR != n.PodCIDR {
 		routes = append(routes, n.ClusterCIDR) // the node's own, more specific, wins
+	}
+	if n.DefaultRoute {
+		routes = append(routes, netip.PrefixFrom(netip.IPv4Unspecified(), 0))
 	}
 	return routes
 }
@@ -469,7 +477,8 @@ func Verify(n Node, p Pod) (Links, error) {
 	}
 	for _, dst := range n.PodRoutes() {
 		if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
-			return r.Dst != nil && r.Dst.String() == dst.String() && r.Gw.Equal(n.NodeIP.AsSlice())
+			// A default route may be listed without a destination.
+			return (r.Dst == nil && dst.Bits() == 0 || r.Dst != nil && r.Dst.String() == dst.String()) && r.Gw.Equal(n.NodeIP.AsSlice())
 		}) {
 			return Links{}, fmt.Errorf("pod %s has no route to %s via %s", p.nsPath(), dst, n.NodeIP)
 		}

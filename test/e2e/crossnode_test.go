@@ -20,9 +20,9 @@ import (
 )
 
 // newUnderlay makes one network namespace per node, joined by veth pairs
-// to an underlay bridge in a namespace of its own, node i at
+// to an underlay bridge in a namespace of its own (underlay), node i at
 // 192.168.77.(i+1)/24. Everything is removed when the test ends.
-func newUnderlay(t *testing.T, nodes int) (netns []string, addrs []string) {
+func newUnderlay(t *testing.T, nodes int) (netns []string, addrs []string, underlay string) {
 	t.Helper()
 	requireRoot(t)
 	id := fmt.Sprintf("%05d", rand.IntN(100000))
@@ -48,7 +48,7 @@ func newUnderlay(t *testing.T, nodes int) (netns []string, addrs []string) {
 		ip("-n", ul, "link", "set", fmt.Sprintf("n%d", i+1), "master", "br0", "up")
 		netns, addrs = append(netns, ns), append(addrs, addr)
 	}
-	return netns, addrs
+	return netns, addrs, ul
 }
 
 // newOverlayNode starts a node of cluster c whose host side is netns, with
@@ -88,7 +88,7 @@ func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kube
 	}
 	t.Cleanup(func() { relay.Close() })
 	l.mustShunt("lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
-		"--mode", "redirect-peer", "--tunnel", "vxlan", "--cluster-cidr", c.ClusterCIDR)
+		"--mode", "redirect-peer", "--tunnel", "vxlan", "--cluster-cidr", c.ClusterCIDR, "--masquerade")
 	l.cidr = l.status().PodCIDR
 	k := &kubeNode{t: t, cs: c.Client, ctx: ctx, lab: l}
 	k.node = k.instance
@@ -103,10 +103,12 @@ func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kube
 // down (SIGKILL) and after it restarts; a NetworkPolicy on the server is judged
 // on the server's node with the client's identity carried in the VNI
 // (an intruder of the client's node is dropped there, the client not);
-// the flows of the receiving node say so.
+// the flows of the receiving node say so. A pod's traffic to a host
+// outside the cluster on the underlay leaves from its node's InternalIP
+// (--masquerade).
 func TestCrossNodeOverlay(t *testing.T) {
 	c := newKubeCluster(t)
-	netns, addrs := newUnderlay(t, 2)
+	netns, addrs, underlay := newUnderlay(t, 2)
 	a := newOverlayNode(t, c, netns[0], addrs[0])
 	b := newOverlayNode(t, c, netns[1], addrs[1])
 
@@ -158,6 +160,13 @@ func TestCrossNodeOverlay(t *testing.T) {
 	// node picks it at connect (TCP) and send (UDP) and tunnels to it.
 	svc := a.createServerService()
 	a.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80", "--udp", svc.Spec.ClusterIP+":53")
+
+	// Traffic to outside the cluster leaves from the node's InternalIP
+	// (--masquerade, no --underlay-addr): a host on the underlay that
+	// knows no pod sees node A only, and its answers reach the pod.
+	peers := outsideOnBridge(t, underlay, "192.168.77.100", 7000)
+	a.probeFrom("default", "client", "connected", "--tcp", "192.168.77.100:7000", "--udp", "192.168.77.100:7000")
+	onlyFrom(t, peers, addrs[0])
 
 	// The server's node loses its agent (SIGKILL): its pinned datapath
 	// keeps delivering from the overlay, with the policy it had.

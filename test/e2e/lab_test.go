@@ -180,11 +180,15 @@ func (l *lab) podIP(name string) string {
 }
 
 type status struct {
-	PID      int      `json:"pid"`
-	NodeIP   string   `json:"nodeIP"`
-	PodCIDR  string   `json:"podCIDR"`
-	Source   string   `json:"source"`
-	Health   []string `json:"health"`
+	PID        int            `json:"pid"`
+	NodeIP     string         `json:"nodeIP"`
+	PodCIDR    string         `json:"podCIDR"`
+	Source     string         `json:"source"`
+	Health     []string       `json:"health"`
+	Hooks      map[string]int `json:"hooks"`
+	Masquerade *struct {
+		Uplink, Address, Ports string
+	} `json:"masquerade"`
 	Counters []struct {
 		Reason, Direction string
 		Packets           uint64

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * tc programs on the node's uplink (the interface holding the node's
+ * address): masquerade, without iptables.
+ *
+ * shunt_to_uplink runs at egress: a packet a local pod sent to a
+ * destination outside the cluster (no pod, node or service address, nothing
+ * the agent excluded) leaves from the node's address and a port allocated
+ * for the flow (lib/masq.h); TCP, UDP and ICMP echo (the identifier is the
+ * port). An ICMP error a pod sends about such a flow is translated too.
+ * Everything else (the node's own traffic, the overlay's encapsulated
+ * packets, pods' traffic inside the cluster) leaves as it is, uncounted:
+ * it is not masquerade's.
+ *
+ * shunt_from_uplink runs at ingress: a reply to a masqueraded flow, or an
+ * ICMP error quoting one (port unreachable, fragmentation needed), gets the
+ * pod's address and port back, quote and checksums included, is judged by
+ * the pod's connection tracking and policy as any packet from outside, and
+ * is handed straight to the pod as the overlay program does. Anything else
+ * is the node's and goes to its stack, uncounted.
+ */
+#include "lib/common.h"
+#include "lib/metrics.h"
+#include "lib/endpoints.h"
+#include "lib/flow.h"
+#include "lib/ipv4.h"
+#include "lib/pkt.h"
+#include "lib/forward.h"
+#include "lib/policy.h"
+#include "lib/flows.h"
+#include "lib/masq.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+volatile const struct shunt_config CONFIG = {};
+volatile const struct masq_config MASQ = {};
+
+/* Never read: they put these enums into the object's BTF (see pod_tc.c). */
+const volatile enum masq_dir _btf_masq_dir = 0;
+const volatile enum masq_flags _btf_masq_flags = 0;
+
+/* uplink_addrs reads the addresses of an IPv4 packet ([0] source, [1]
+ * destination); false for anything else. */
+static __always_inline bool uplink_addrs(struct __sk_buff *skb, __u32 addrs[2])
+{
+	return skb->protocol == bpf_htons(ETH_P_IP) && bpf_skb_load_bytes(skb, IP_SRC_OFF, addrs, 8) == 0;
+}
+
+static __always_inline int icmp_type(struct __sk_buff *skb, __u32 l4off)
+{
+	__u8 type;
+
+	if (bpf_skb_load_bytes(skb, l4off, &type, sizeof(type)) < 0)
+		return -1;
+	return type;
+}
+
+/* error_out translates an ICMP error a pod sends about a masqueraded flow
+ * (a reply that found its socket closed): it leaves from the node's
+ * address, quoting what the outside sent to the node. An error about
+ * anything else leaves as it is. */
+static __always_inline int error_out(struct __sk_buff *skb, struct pkt *p, __u32 l4off, __u64 now)
+{
+	struct masq_key k = {
+		.saddr = p->f.inner.daddr, .daddr = p->f.inner.saddr, .sport = p->f.inner.dport,
+		.dport = p->f.inner.sport, .proto = p->f.inner.proto, .dir = MASQ_OUT,
+	};
+	struct masq_value *v = masq_lookup(&k, now);
+	if (!v)
+		return TC_ACT_OK;
+	if (masq_icmp_error(skb, l4off, false, p->f.saddr, v->addr, p->f.inner.dport, v->port) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_MASQUERADED);
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int shunt_to_uplink(struct __sk_buff *skb)
+{
+	struct pkt p = { .dir = SHUNT_DIR_TO_UPLINK, .point = FLOW_POINT_TO_UPLINK };
+	struct endpoint_info *ep;
+	__u32 addrs[2];
+	int verdict;
+
+	if (!MASQ.addr || !uplink_addrs(skb, addrs))
+		return TC_ACT_OK;
+	ep = lookup_endpoint(addrs[0]);
+	if (!ep || masq_excluded(addrs[1]))
+		return TC_ACT_OK;
+	p.src_identity = ep->identity;
+	p.dst_identity = SHUNT_ID_WORLD;
+
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	__u32 l4off = ETH_HLEN + ip->ihl * 4;
+	__u64 now = bpf_ktime_get_ns();
+	bool echo = false;
+
+	if (p.f.icmp_error)
+		return error_out(skb, &p, l4off, now);
+	if (p.f.proto == IPPROTO_ICMP) {
+		if (icmp_type(skb, l4off) != ICMP_ECHO)
+			return TC_ACT_OK;
+		echo = true;
+	} else if (p.f.proto == IPPROTO_TCP || p.f.proto == IPPROTO_UDP) {
+		/* A fragment after the first has no ports to translate by;
+		 * sent as it is it would leave with the pod's address. */
+		if (!p.f.has_ports)
+			return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	} else {
+		return TC_ACT_OK; /* no ports to share the node's address by */
+	}
+
+	struct masq_key k = {
+		.saddr = p.f.saddr, .daddr = p.f.daddr, .sport = p.f.sport, .dport = p.f.dport, .proto = p.f.proto,
+		.dir = MASQ_OUT,
+	};
+	struct masq_value *v = masq_lookup(&k, now);
+	__u16 port;
+	if (v) {
+		port = v->port;
+		masq_refresh(&k, v, p.f.tcp_flags, now);
+	} else {
+		__u32 reason = masq_new(&MASQ, &k, now, &port);
+		if (reason)
+			return drop(skb, &p, reason);
+		p.event = FLOW_EV_CONN_NEW;
+	}
+	int err = echo ? rewrite_icmp_echo(skb, l4off, false, p.f.saddr, MASQ.addr, p.f.sport, port)
+		       : rewrite_l4(skb, l4off, p.f.proto, false, p.f.saddr, MASQ.addr, p.f.sport, port);
+	if (err < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_MASQUERADED);
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int shunt_from_uplink(struct __sk_buff *skb)
+{
+	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK };
+	__u32 addrs[2];
+	int verdict;
+
+	if (!MASQ.addr || !uplink_addrs(skb, addrs) || addrs[1] != MASQ.addr)
+		return TC_ACT_OK;
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	__u32 l4off = ETH_HLEN + ip->ihl * 4;
+	__u64 now = bpf_ktime_get_ns();
+	bool error = p.f.icmp_error, echo = false;
+
+	/* The entry of the reply tuple: for an error, the quoted packet (the
+	 * node's) turned around. */
+	struct masq_key k = {
+		.saddr = p.f.saddr, .daddr = p.f.daddr, .sport = p.f.sport, .dport = p.f.dport, .proto = p.f.proto,
+		.dir = MASQ_IN,
+	};
+	if (error) {
+		k.saddr = p.f.inner.daddr, k.daddr = p.f.inner.saddr, k.sport = p.f.inner.dport;
+		k.dport = p.f.inner.sport, k.proto = p.f.inner.proto;
+	} else if (p.f.proto == IPPROTO_ICMP) {
+		if (icmp_type(skb, l4off) != ICMP_ECHOREPLY)
+			return TC_ACT_OK;
+		echo = true;
+	} else if ((p.f.proto != IPPROTO_TCP && p.f.proto != IPPROTO_UDP) || !p.f.has_ports) {
+		return TC_ACT_OK;
+	}
+	struct masq_value *v = masq_lookup(&k, now);
+	if (!v)
+		return TC_ACT_OK; /* the node's own */
+	__u32 pod = v->addr;
+	__u16 pod_port = v->port;
+	/* An error is no sign of life of the flow. */
+	if (!error)
+		masq_refresh(&k, v, p.f.tcp_flags, now);
+
+	int err;
+	if (error) {
+		err = masq_icmp_error(skb, l4off, true, MASQ.addr, pod, k.dport, pod_port);
+		p.f.inner.saddr = pod;
+		p.f.inner.sport = pod_port;
+		if (k.proto == IPPROTO_ICMP)
+			p.f.inner.dport = pod_port;
+	} else if (echo) {
+		err = rewrite_icmp_echo(skb, l4off, true, MASQ.addr, pod, k.dport, pod_port);
+		p.f.sport = pod_port;
+		p.f.dport = pod_port;
+	} else {
+		err = rewrite_l4(skb, l4off, p.f.proto, true, MASQ.addr, pod, k.dport, pod_port);
+		p.f.dport = pod_port;
+	}
+	p.f.daddr = pod;
+	if (err < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	count(SHUNT_REASON_UNMASQUERADED, p.dir, skb->len);
+
+	p.src_identity = identity_of(p.f.saddr);
+	struct endpoint_info *ep = lookup_endpoint(pod);
+	if (!ep) {
+		/* The pod is gone: the stack answers as for any address. */
+		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
+		return TC_ACT_OK;
+	}
+	struct policy_side src = { .addr = p.f.saddr, .identity = p.src_identity };
+	struct policy_side dst = {
+		.addr = pod, .identity = ep->identity, .flags = ep->flags, .local = true,
+	};
+	p.dst_identity = ep->identity;
+	__u32 reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
+	if (reason)
+		return drop(skb, &p, reason);
+	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);
+}

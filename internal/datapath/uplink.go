@@ -1,0 +1,197 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+)
+
+// Masquerade is how pods' traffic to destinations outside the cluster
+// leaves the node: from Addr, the node's address on its uplink, and a
+// source port of Ports allocated per flow by the uplink programs
+// (bpf/uplink_tc.c). Both are load-time constants: changing them means
+// opening again.
+type Masquerade struct {
+	Addr  netip.Addr
+	Ports PortRange
+}
+
+// PortRange is an inclusive range of ports.
+type PortRange struct{ Min, Max uint16 }
+
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
+
+// Overlaps says whether two ranges share a port.
+func (r PortRange) Overlaps(o PortRange) bool { return r.Min <= o.Max && o.Min <= r.Max }
+
+// DefaultMasqPorts are the source ports masqueraded flows get: above
+// Linux's default ephemeral range (net.ipv4.ip_local_port_range 32768-60999),
+// so a connection of the node's own never has a port the table hands out
+// and its replies are never taken for a pod's. That leaves 4536 ports per
+// destination address, port and protocol: what bounds the concurrent flows
+// from this node's pods to one outside server (a closed TCP connection
+// gives its port up a second later, bpf/lib/masq.h).
+var DefaultMasqPorts = PortRange{Min: 61000, Max: 65535}
+
+// ParsePortRange reads "MIN-MAX".
+func ParsePortRange(s string) (PortRange, error) {
+	lo, hi, ok := strings.Cut(s, "-")
+	min, err1 := strconv.ParseUint(lo, 10, 16)
+	max, err2 := strconv.ParseUint(hi, 10, 16)
+	if !ok || err1 != nil || err2 != nil || min == 0 || min > max {
+		return PortRange{}, fmt.Errorf("port range %q: give MIN-MAX, 1 <= MIN <= MAX <= 65535, e.g. %s", s, DefaultMasqPorts)
+	}
+	return PortRange{Min: uint16(min), Max: uint16(max)}, nil
+}
+
+// EphemeralPorts is the calling thread's network namespace's
+// net.ipv4.ip_local_port_range: where the node's own connections take
+// their source ports.
+func EphemeralPorts() (PortRange, error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return PortRange{}, fmt.Errorf("reading the node's ephemeral port range: %w", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return PortRange{}, fmt.Errorf("net.ipv4.ip_local_port_range is %q: want two ports", b)
+	}
+	return ParsePortRange(f[0] + "-" + f[1])
+}
+
+func (m *Masquerade) check() error {
+	if !m.Addr.Is4() || m.Addr.IsUnspecified() {
+		return fmt.Errorf("masquerade address %s: give the node's IPv4 address on its uplink", m.Addr)
+	}
+	if m.Ports.Min == 0 || m.Ports.Min > m.Ports.Max {
+		return fmt.Errorf("masquerade ports %s: give MIN-MAX, 1 <= MIN <= MAX <= 65535", m.Ports)
+	}
+	return nil
+}
+
+// loadUplink loads the uplink programs with the pod programs' forwarding
+// configuration and the masquerade's, beside them (loadBeside): one
+// conntrack, one endpoint table.
+func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32) error {
+	m := d.cfg.Masquerade
+	if err := m.check(); err != nil {
+		return err
+	}
+	if err := spec.Variables[uplinktcVarCONFIG].Set(uplinktcShuntConfig(sideConfig(cfg))); err != nil {
+		return fmt.Errorf("setting the uplink programs' load-time config: %w", err)
+	}
+	if err := spec.Variables[uplinktcVarMASQ].Set(uplinktcMasqConfig{Addr: be32(m.Addr), PortMin: m.Ports.Min, PortMax: m.Ports.Max}); err != nil {
+		return fmt.Errorf("setting the masquerade's load-time config: %w", err)
+	}
+	if err := d.loadBeside(spec, opts, flowsSize, &d.uplink); err != nil {
+		return err
+	}
+	d.masqExclude = mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue]{m: d.uplink.ShuntMasqExclude, name: "shunt_masq_exclude"}
+	return nil
+}
+
+// The programs on the node's uplink: to-uplink at egress (what leaves the
+// node: pods' flows to outside get the node's address), from-uplink at
+// ingress (their replies get the pod's back).
+const (
+	toUplinkHook   = "to-uplink"
+	fromUplinkHook = "from-uplink"
+)
+
+// AttachUplink attaches the masquerade programs at tcx egress and ingress
+// of the node's uplink, the interface holding the masquerade address, and
+// pins the links, adopting pinned ones as AttachPod does. Call it in the
+// network namespace the interface is in.
+func (d *Datapath) AttachUplink(ifname string, ifindex int) error {
+	if d.cfg.Masquerade == nil {
+		return fmt.Errorf("attaching the masquerade programs to %s: the datapath was opened without masquerade (Config.Masquerade)", ifname)
+	}
+	if !d.cfg.Mode.UsesBPF() {
+		return fmt.Errorf("attaching the masquerade programs to %s: forwarding mode %s runs no BPF program; "+
+			"use %s or %s for masquerade", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
+	}
+	if err := d.attachTCX(toUplinkHook, ifname, ifindex, d.uplink.ShuntToUplink, ebpf.AttachTCXEgress); err != nil {
+		return err
+	}
+	return d.attachTCX(fromUplinkHook, ifname, ifindex, d.uplink.ShuntFromUplink, ebpf.AttachTCXIngress)
+}
+
+// DetachUplink removes the masquerade programs from the uplink (a no-op
+// when none).
+func (d *Datapath) DetachUplink(ifname string) error {
+	return errors.Join(unpinLink(d.linkPin(toUplinkHook, ifname)), unpinLink(d.linkPin(fromUplinkHook, ifname)))
+}
+
+// UplinkOf is the interface of the calling thread's network namespace that
+// holds addr: where the masquerade programs go.
+func UplinkOf(addr netip.Addr) (name string, ifindex int, err error) {
+	l, err := underlayLink(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("masquerade: %w", err)
+	}
+	return l.Attrs().Name, l.Attrs().Index, nil
+}
+
+// SyncMasqExclude makes shunt_masq_exclude hold exactly these prefixes:
+// destinations pods reach with their own address (the cluster's pods,
+// services and nodes, and whatever else the operator lists). Addresses the
+// ipcache knows (pods, node addresses) are never masqueraded anyway. A list
+// that does not fit is refused before any write.
+func (d *Datapath) SyncMasqExclude(prefixes []netip.Prefix) error {
+	if d.cfg.Masquerade == nil {
+		return nil
+	}
+	want := map[podtcIpcacheKey]uplinktcMasqExcludeValue{}
+	for _, p := range prefixes {
+		if !p.Addr().Is4() {
+			return fmt.Errorf("masquerade exclusion %s: only IPv4 prefixes are supported", p)
+		}
+		want[ipcacheKey(p)] = uplinktcMasqExcludeValue{}
+	}
+	if err := d.checkFits("shunt_masq_exclude", len(want)); err != nil {
+		return err
+	}
+	stale, err := d.masqExclude.write(want, nil)
+	if err != nil {
+		return err
+	}
+	return d.masqExclude.prune(stale)
+}
+
+// masqDirNames name enum masq_dir in dumps.
+var masqDirNames = [...]string{
+	uplinktcMasqDirMASQ_OUT: "out",
+	uplinktcMasqDirMASQ_IN:  "in",
+}
+
+// masqFlagNames name enum masq_flags, one per bit.
+var masqFlagNames = map[uplinktcMasqFlags]string{
+	uplinktcMasqFlagsMASQ_F_REPLY_SEEN: "reply-seen",
+	uplinktcMasqFlagsMASQ_F_FIN_OUT:    "fin-out",
+	uplinktcMasqFlagsMASQ_F_FIN_IN:     "fin-in",
+	uplinktcMasqFlagsMASQ_F_RST:        "rst",
+}
+
+// masqRows decodes shunt_masq_nat: each entry with the flow's three
+// places (the pod, the outside end, the node's address and port), whichever
+// direction it is keyed by.
+func (d *Datapath) masqRows() ([]Row, error) {
+	now := monotonicNow()
+	return dump(d.uplink.ShuntMasqNat, func(k uplinktcMasqKey, v uplinktcMasqValue) Row {
+		at := func(a uint32, p uint16) string { return fmt.Sprintf("%s:%d", fromBe32(a), fromBe16(p)) }
+		r := Row{"direction": name(masqDirNames[:], k.Dir), "protocol": ProtoName(k.Proto),
+			"flags": flagsText(v.Flags, masqFlagNames), "ageSeconds": secondsSince(now, v.CreatedNs),
+			"idleSeconds": secondsSince(now, v.LastSeenNs)}
+		if k.Dir == uint8(uplinktcMasqDirMASQ_OUT) {
+			r["pod"], r["outside"], r["node"] = at(k.Saddr, k.Sport), at(k.Daddr, k.Dport), at(v.Addr, v.Port)
+		} else {
+			r["outside"], r["node"], r["pod"] = at(k.Saddr, k.Sport), at(k.Daddr, k.Dport), at(v.Addr, v.Port)
+		}
+		return r
+	})
+}
