@@ -169,15 +169,7 @@ static __always_inline int from_node_routed(struct __sk_buff *skb, struct endpoi
 		return drop(skb, &p, reason);
 	p.failed = reason;
 
-	struct policy_side src = { .addr = p.f.saddr, .identity = src_identity };
-	struct policy_side dst = {
-		.addr = p.f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
-	};
-	p.dst_identity = ep->identity;
-	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
-	if (reason)
-		return drop(skb, &p, reason);
-	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);
+	return admit_to_local_pod(skb, &p, &CONFIG, src_identity, ep);
 }
 
 SEC("tc")
@@ -260,13 +252,5 @@ int shunt_from_uplink(struct __sk_buff *skb)
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
-	struct policy_side src = { .addr = p.f.saddr, .identity = p.src_identity };
-	struct policy_side dst = {
-		.addr = pod, .identity = ep->identity, .flags = ep->flags, .local = true,
-	};
-	p.dst_identity = ep->identity;
-	__u32 reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
-	if (reason)
-		return drop(skb, &p, reason);
-	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);
+	return admit_to_local_pod(skb, &p, &CONFIG, p.src_identity, ep);
 }
