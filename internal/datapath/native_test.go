@@ -199,6 +199,22 @@ func testNativeTwoNodes(t *testing.T, mode Mode) {
 			t.Errorf("flow of the failed lookup: %+v; want FORWARDED (to the stack) at from-pod, A to B", ev)
 		}
 	})
+
+	t.Run("the node's teardown takes its routes on the underlay with it", func(t *testing.T) {
+		err := netnsrun.Do(b.netns, func() error {
+			if err := podnet.TeardownNode(podnet.Node{HostIf: b.node.HostIf}); err != nil {
+				return err
+			}
+			out, err := exec.Command("ip", "route", "show", "proto", "0x53").CombinedOutput()
+			if err != nil || len(strings.TrimSpace(string(out))) != 0 {
+				t.Errorf("routes of shunt's on node B after its node interface went: %s %v; want none", out, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // sendUDP sends one datagram to to from the namespace at nsPath.

@@ -33,6 +33,9 @@ const tunnelRouteProtocol netlink.RouteProtocol = 0x53
 // underlay interface) carry exactly routes of shunt's, with src (this
 // node's pod-network address, which the other nodes know as this node's)
 // as the source of what the node sends on them. A no-op with neither.
+// The routes go when the node does: with the overlay device, or, on the
+// underlay, with src (the kernel removes the routes whose source address
+// is removed, and teardown removes the node interface holding it).
 func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error {
 	dev := d.cfg.TunnelIfindex
 	if d.cfg.NativeIfindex != 0 {
