@@ -87,22 +87,7 @@ func testNativeTwoNodes(t *testing.T, mode Mode) {
 		t.Fatalf("node A's native routes: %s %v; want 10.244.2.0/24 via 10.77.0.2 dev ul-a", out, err)
 	}
 
-	if err := b.d.SetFlowMode(FlowModeDefault); err != nil {
-		t.Fatal(err)
-	}
-	frB, err := b.d.Flows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer frB.Close()
-	if err := a.d.SetFlowMode(FlowModeDefault); err != nil {
-		t.Fatal(err)
-	}
-	frA, err := a.d.Flows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer frA.Close()
+	frA, frB := a.flows(t), b.flows(t)
 	echoServer(t, b.pod, netip.AddrPortFrom(b.pod.PodIP, ovEchoPort))
 
 	t.Run("ping, TCP and UDP, routed without encapsulation", func(t *testing.T) {

@@ -96,14 +96,7 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 	}
 	a.sync(t, policy.State{IPCache: ipcache(a, b)})
 	b.sync(t, policy.State{IPCache: ipcache(b, a)})
-	if err := b.d.SetFlowMode(FlowModeDefault); err != nil {
-		t.Fatal(err)
-	}
-	fr, err := b.d.Flows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fr.Close()
+	fr := b.flows(t)
 
 	echoServer(t, b.pod, netip.AddrPortFrom(b.pod.PodIP, ovEchoPort))
 	echoServer(t, b.pod, netip.AddrPortFrom(b.pod.PodIP, ovDeniedPort))
@@ -344,6 +337,21 @@ func (n *ovNode) addPod(t *testing.T, name string, podIP netip.Addr, identity ui
 		n.extra = append(n.extra, ep)
 	}
 	return pod, ep
+}
+
+// flows turns the node's default flow events on and reads them until the
+// test ends.
+func (n *ovNode) flows(t *testing.T) *FlowReader {
+	t.Helper()
+	if err := n.d.SetFlowMode(FlowModeDefault); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := n.d.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fr.Close() })
+	return fr
 }
 
 func (n *ovNode) sync(t *testing.T, state policy.State) {
