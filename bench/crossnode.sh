@@ -11,7 +11,9 @@
 #   nftables         floor + the real kube-proxy (nftables) in both nodes
 #   shunt-vxlan      shunt's agent per node, --tunnel vxlan, the same 100
 #                    policies as NetworkPolicies
-# (shunt with native routing does not exist yet: not measured.)
+#   shunt-native     the same with --routing native (no encapsulation: the
+#                    nodes route each other's pod CIDRs, tc forwards with
+#                    bpf_fib_lookup), two more Nodes on shunt-vxlan's underlay
 # At N other Services (10 endpoints each): sockperf TCP ping-pong (14-byte
 # messages) to the pod IP and through a ClusterIP (avg, p50, p99, trans/s,
 # machine-wide softirq CPU per transaction), new connections/s through the
@@ -41,6 +43,7 @@ bin/crossnode -n $SCALES -reps $REPS -duration ${DURATION}s -policies 100 -bin b
 # every command it ran, exactly and in order: commands-run.txt (Nodes, Pods, Services, slices and NetworkPolicies go through the API with client-go); in short:
 # inside: the control plane (internal/kubecluster), per case an underlay namespace (bridge br0) and two node namespaces (ul0 192.168.U.1/.2), an API relay on each node's loopback, then
 nsenter --net=/run/netns/NODE bin/shunt --instance INST lab up --kubeconfig KC --node-name INST --service-cidr 10.96.0.0/16 --mode redirect-peer --tunnel vxlan --cluster-cidr 10.252.0.0/16   # shunt-vxlan, per node
+nsenter --net=/run/netns/NODE bin/shunt --instance INST lab up --kubeconfig KC --node-name INST --service-cidr 10.96.0.0/16 --mode redirect-peer --routing native --cluster-cidr 10.252.0.0/16   # shunt-native, per node (ul0 192.168.77.3/.4, on shunt-vxlan's bridge)
 ip -n NODE link add flannel.1 type vxlan id 1 local UNDERLAY dev ul0 dstport 8472 nolearning; ip -n NODE addr add PODNET.0/32 dev flannel.1   # floor, calico-iptables, nftables, per node
 ip -n NODE neigh add PEERNET.0 lladdr PEERMAC dev flannel.1 nud permanent; bridge -n NODE fdb append PEERMAC dev flannel.1 dst PEER_UNDERLAY self permanent
 ip -n NODE route add PEER_POD_CIDR via PEERNET.0 dev flannel.1 onlink; ip -n NODE link add cni0 type bridge; pods on veths (MTU 1450) in cni0, gateway PODNET.1
@@ -62,14 +65,14 @@ trap - INT TERM
 
 NOTES=$OUT/notes.md
 cat >"$NOTES" <<'EOT'
-Two nodes on one machine: each node is a network namespace, joined by a bridge in a third (the underlay); every case has its own three namespaces and the same pod addresses (shunt's IPAM places its pods first, the baselines copy the addresses). Client pod on node 1 (CPU 0), ten server pods on node 2 (CPU 1); the pod-IP metrics target server-0. `n` = Services besides the measured one, each with the ten server pods as endpoints.
+Two nodes on one machine: each node is a network namespace, joined by a bridge in a third (the underlay); every case has its own three namespaces (shunt-native: two, on shunt-vxlan's underlay) and the same pod addresses (shunt's IPAM places its pods first, the baselines copy the addresses; shunt-native's pods have their own). Client pod on node 1 (CPU 0), ten server pods on node 2 (CPU 1); the pod-IP metrics target server-0. `n` = Services besides the measured one, each with the ten server pods as endpoints.
 
 - floor: flannel's vxlan backend by hand: flannel.1 (VNI 1, port 8472, nolearning) with static neighbour + FDB entries for the other node, cni0 bridge, a route to the other node's pod /24 through flannel.1; no rules. No services: its rr_svc is a second sockperf run straight to the server pod (the floor the ClusterIP paths compare with) and its conn_rate goes to the ten pod IPs directly.
 - calico-iptables: floor + the real kube-proxy in iptables mode in both node namespaces + Calico-shaped filter rules on the server's node (cali-FORWARD -> cali-to-wl-dispatch -> a cali-tw chain per pod: ESTABLISHED accepted first, then 100 policy chains, one /32 peer rule each, the client's last, else DROP). The layout is Calico's, written by this benchmark (no Felix; Felix would match ipsets and dispatch by interface); the routing is flannel's (Canal-like), not Calico's routed veths with BGP/IPIP.
 - nftables: floor + the real kube-proxy in nftables mode in both node namespaces; no policy.
 - shunt-vxlan: shunt's agent on each node (`lab up --mode redirect-peer --tunnel vxlan`), pods through shunt-cni, the same 100 policies as NetworkPolicies (enforced on the server's node, client identity from the VNI). ClusterIPs are translated at connect() by the socket hooks.
-- (e) shunt with native routing: not implemented in shunt yet, not measured.
+- shunt-native: shunt's agent on each node with native routing (`lab up --mode redirect-peer --routing native`): no encapsulation, each agent routes the other Nodes' pod CIDRs via their InternalIPs on ul0, a pod's packet leaves through bpf_fib_lookup + a redirect to ul0 and arrives through the uplink program, which judges it with the sender's identity from the ipcache and hands it to the pod with bpf_redirect_peer; pods get the underlay's full 1500-byte MTU (the other cases 1450). Its two nodes are two more Nodes of the same cluster on shunt-vxlan's underlay bridge (.3, .4: nodes routed natively share a network), with their own client and server pods (addresses from their Nodes' pod CIDRs, not the other cases') and their own measured Service (xbench-native, the same ports). At n > 0 the other Services' endpoints are shunt-vxlan's servers: shunt-native waits only for its own Service to answer before measuring.
 
 rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages (sockperf's smallest), full round trip; avg/p50/p99 in µs; tps = received messages / the measured part of the run. rr_*_softirq: softirq time of the whole machine (/proc/stat, all CPUs) over the sockperf run divided by its round trips, in µs per transaction: machine-wide, so other work on the machine lands in it too. conn_rate: connect, 4-byte request, reply, close; 4 workers. throughput: iperf3, one TCP stream, end.sum_received.
 EOT
-finish "Cross-node pod to pod: flannel-style VXLAN, + kube-proxy/Calico iptables, + kube-proxy nftables, shunt VXLAN" floor
+finish "Cross-node pod to pod: flannel-style VXLAN, + kube-proxy/Calico iptables, + kube-proxy nftables, shunt VXLAN, shunt native routing" floor

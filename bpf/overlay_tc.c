@@ -88,13 +88,5 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
-	struct policy_side src = { .addr = p.f.saddr, .identity = key.tunnel_id };
-	struct policy_side dst = {
-		.addr = p.f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
-	};
-	p.dst_identity = ep->identity;
-	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
-	if (reason)
-		return drop(skb, &p, reason);
-	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);
+	return admit_to_local_pod(skb, &p, &CONFIG, key.tunnel_id, ep);
 }

@@ -10,9 +10,10 @@
  * routes a packet for another local pod here, in BPF: MACs rewritten, TTL
  * decremented, handed straight to the destination's veth, so it never enters
  * the host IP stack. A packet for a pod of another node is encapsulated to
- * that node (lib/encap.h) when the node has an overlay; its ingress policy
- * is judged there (bpf/overlay_tc.c). Anything else (node addresses,
- * outside) goes to the host stack.
+ * that node (lib/encap.h) when the node has an overlay, or routed out of
+ * the underlay as it is (lib/native.h) with native routing; its ingress
+ * policy is judged there (bpf/overlay_tc.c, bpf/uplink_tc.c). Anything
+ * else (node addresses, outside) goes to the host stack.
  *
  * shunt_to_pod runs at egress of the host veth: on packets the host stack
  * (or bpf_redirect) delivers to the pod. It applies the pod's ingress policy
@@ -31,6 +32,7 @@
 #include "lib/flows.h"
 #include "lib/proxy.h"
 #include "lib/encap.h"
+#include "lib/native.h"
 #include "lib/arp.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -159,6 +161,8 @@ int shunt_from_pod(struct __sk_buff *skb)
 		 * the receiver's ingress on the receiving node. */
 		if (tunnel_ip4 && CONFIG.tunnel_ifindex)
 			return to_tunnel(skb, &p, tunnel_ip4);
+		if (tunnel_ip4 && CONFIG.native_ifindex)
+			return to_node_routed(skb, &p, &CONFIG);
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}

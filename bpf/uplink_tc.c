@@ -16,8 +16,16 @@
  * ICMP error quoting one (port unreachable, fragmentation needed), gets the
  * pod's address and port back, quote and checksums included, is judged by
  * the pod's connection tracking and policy as any packet from outside, and
- * is handed straight to the pod as the overlay program does. Anything else
- * is the node's and goes to its stack, uncounted.
+ * is handed straight to the pod as the overlay program does. With native
+ * routing (no encapsulation, lib/native.h) it is also where other nodes'
+ * pods' packets for pods of this node arrive: judged by the pod's ingress
+ * policy with the sender's identity from the ipcache, tracked, and handed
+ * straight to the pod, as the overlay program does with the VNI's. Anything
+ * else is the node's and goes to its stack, uncounted.
+ *
+ * The uplink programs are one per hook: masquerade and native routing
+ * share them, each part off when its configuration is (MASQ.addr,
+ * CONFIG.native_ifindex).
  */
 #include "lib/common.h"
 #include "lib/metrics.h"
@@ -26,6 +34,7 @@
 #include "lib/ipv4.h"
 #include "lib/pkt.h"
 #include "lib/forward.h"
+#include "lib/tc_nat.h"
 #include "lib/policy.h"
 #include "lib/flows.h"
 #include "lib/masq.h"
@@ -135,6 +144,34 @@ int shunt_to_uplink(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+/* from_node_routed takes a packet another node routed here (native
+ * routing) for a pod of this node, from a pod of that node or the node
+ * itself: the ipcache's entry of its source says which, and that identity
+ * is what policy judges. Nothing in the packet proves it: with no tunnel
+ * there is no VNI to carry the identity and no outer header to check, so,
+ * as in Cilium's native routing without encryption, the underlay must be
+ * trusted not to deliver packets with forged pod addresses (a host that
+ * can send on it can claim any pod's address; the L2 sender is no better
+ * proof, any host of the link can forge it too). A reply from a service
+ * backend on the other node gets the service address back, as in the
+ * overlay program. */
+static __always_inline int from_node_routed(struct __sk_buff *skb, struct endpoint_info *ep, __u32 src_identity)
+{
+	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK, .src_identity = src_identity };
+	int verdict;
+	__u32 reason;
+
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
+	if (verdict >= 0)
+		return drop(skb, &p, reason);
+	p.failed = reason;
+
+	return admit_to_local_pod(skb, &p, &CONFIG, src_identity, ep);
+}
+
 SEC("tc")
 int shunt_from_uplink(struct __sk_buff *skb)
 {
@@ -142,7 +179,19 @@ int shunt_from_uplink(struct __sk_buff *skb)
 	__u32 addrs[2];
 	int verdict;
 
-	if (!MASQ.addr || !uplink_addrs(skb, addrs) || addrs[1] != MASQ.addr)
+	if (!uplink_addrs(skb, addrs))
+		return TC_ACT_OK;
+	if (CONFIG.native_ifindex) {
+		struct endpoint_info *ep = lookup_endpoint(addrs[1]);
+		struct ipcache_value *from = ep ? ipcache_lookup(addrs[0]) : NULL;
+
+		/* From anything but another node's pod or the node itself
+		 * (outside, this node's own peers): the stack delivers it, and
+		 * the pod's to-pod program judges it. */
+		if (from && from->tunnel_ip4)
+			return from_node_routed(skb, ep, from->identity);
+	}
+	if (!MASQ.addr || addrs[1] != MASQ.addr)
 		return TC_ACT_OK;
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
@@ -203,13 +252,5 @@ int shunt_from_uplink(struct __sk_buff *skb)
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
-	struct policy_side src = { .addr = p.f.saddr, .identity = p.src_identity };
-	struct policy_side dst = {
-		.addr = pod, .identity = ep->identity, .flags = ep->flags, .local = true,
-	};
-	p.dst_identity = ep->identity;
-	__u32 reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
-	if (reason)
-		return drop(skb, &p, reason);
-	return to_local_pod(skb, &p, ep, CONFIG.fwd_mode);
+	return admit_to_local_pod(skb, &p, &CONFIG, p.src_identity, ep);
 }

@@ -32,6 +32,13 @@ struct shunt_config {
 	 * pods of other nodes leave (lib/encap.h); 0: no overlay, they go to
 	 * the host stack. */
 	__u32 tunnel_ifindex;
+	/* Native routing (no encapsulation): the node's underlay interface,
+	 * out of which packets for pods of other nodes leave as they are, to
+	 * the next hop the node's routes give (the agent installs one per
+	 * other node's pod CIDR; lib/native.h), and on which other nodes'
+	 * pods' packets arrive (bpf/uplink_tc.c). 0: off. Never set with
+	 * tunnel_ifindex. */
+	__u32 native_ifindex;
 	/* 1: every connection enters shunt_ct at its first packet, as before
 	 * shunt_ct_new existed, so a flood of new connections evicts
 	 * established ones: the baseline benchmarks measure against. */
@@ -89,8 +96,10 @@ struct ipcache_value {
 	__u32 identity;
 	/* shunt_ipcache: the underlay IPv4 of the node hosting the address
 	 * (network byte order), where packets to it are encapsulated to and
-	 * the only outer source accepted for packets from it; 0 when it is not
-	 * behind the overlay (local pods, node addresses, world). */
+	 * the only outer source accepted for packets from it (overlay), or,
+	 * with native routing, the mark of another node's pod: routed out of
+	 * the underlay, and judged on arrival by this entry's identity; 0 when
+	 * it is on no other node (local pods, node addresses, world). */
 	__u32 tunnel_ip4;
 };
 
@@ -165,7 +174,8 @@ struct ct_value {
  * value; a value without a name fails the build). Append only: the pinned
  * counters are indexed by these numbers and outlive the agent. */
 enum shunt_reason {
-	SHUNT_REASON_FORWARDED = 0,       /* redirected to a local pod */
+	SHUNT_REASON_FORWARDED = 0,       /* redirected to a local pod, or (native routing) out of the underlay
+					   * to the node hosting the destination */
 	SHUNT_REASON_TO_STACK = 1,        /* handed to the host stack (not a local pod) */
 	SHUNT_REASON_NOT_IPV4 = 2,        /* passed: ARP, IPv6, ... */
 	SHUNT_REASON_INVALID_PACKET = 3,  /* dropped: truncated or malformed header */
@@ -207,7 +217,9 @@ enum shunt_reason {
 					      * the sender's identity does not fit a VNI) */
 	SHUNT_REASON_CT_PROMOTE_FAILED = 34, /* an assured connection could not move from shunt_ct_new to shunt_ct:
 					      * it stays where a flood of new connections can evict it (its packet passes) */
-	/* 35 is another branch's (merged later). */
+	SHUNT_REASON_FIB_LOOKUP_FAILED = 35, /* native routing: the route lookup for a pod of another node found
+					      * no route out of the underlay (none, unreachable, packet over the
+					      * MTU, ...): handed to the host stack, which answers (ICMP) or drops */
 	SHUNT_REASON_MASQUERADED = 36,    /* uplink egress: a pod's packet for outside the cluster leaves from the node's address */
 	SHUNT_REASON_MASQ_PORT_EXHAUSTED = 37, /* dropped: no free masquerade port for the destination within the tries */
 	SHUNT_REASON_MASQ_INSERT_FAILED = 38, /* dropped: the masquerade translation could not be recorded in shunt_masq_nat */
@@ -231,7 +243,7 @@ enum shunt_direction {
 	SHUNT_DIR_SOCKMSG = 7,    /* socket acceleration: sockops and sk_msg */
 	SHUNT_DIR_FROM_OVERLAY = 8, /* tc ingress of the node's VXLAN device: what other nodes' pods send */
 	SHUNT_DIR_TO_UPLINK = 9,    /* tc egress of the node's uplink: what leaves the node (masquerade) */
-	SHUNT_DIR_FROM_UPLINK = 10, /* tc ingress of the node's uplink: replies to masqueraded flows */
+	SHUNT_DIR_FROM_UPLINK = 10, /* tc ingress of the node's uplink: replies to masqueraded flows, other nodes' pods (native routing) */
 	SHUNT_DIR_MAX,
 };
 

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Forwarding in BPF, as a router would, without the host IP stack: one hop
  * (TTL) and the hand-over to a pod of this node. Used by every program that
- * delivers to a local pod (from another pod, from the overlay). */
+ * delivers to a local pod (from another pod, from the overlay, from the
+ * uplink). */
 #ifndef SHUNT_LIB_FORWARD_H
 #define SHUNT_LIB_FORWARD_H
 
 #include "common.h"
 #include "ipv4.h"
 #include "pkt.h"
+#include "policy.h"
 
 /* forward_hop makes one routing hop of the packet: the TTL is
  * decremented. Helpers may have moved the packet, so the header is read
@@ -60,6 +62,27 @@ static __always_inline int to_local_pod(struct __sk_buff *skb, struct pkt *p, st
 		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
 	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
 	return TC_ACT_REDIRECT;
+}
+
+/* admit_to_local_pod judges a packet that came from off the node (another
+ * node's pod or the node itself, outside) for the pod ep of this node: the
+ * pod's ingress policy with src_identity for the sender, then, admitted
+ * (and tracked: its replies pass back through shunt_from_pod), handed to
+ * the pod as from a pod of this node. Returns the program's verdict. */
+static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					      __u32 src_identity, struct endpoint_info *ep)
+{
+	struct policy_side src = { .addr = p->f.saddr, .identity = src_identity };
+	struct policy_side dst = {
+		.addr = p->f.daddr, .identity = ep->identity, .flags = ep->flags, .local = true,
+	};
+	__u32 reason;
+
+	p->dst_identity = ep->identity;
+	reason = policy_admit(skb, p, cfg, &src, &dst);
+	if (reason)
+		return drop(skb, p, reason);
+	return to_local_pod(skb, p, ep, cfg->fwd_mode);
 }
 
 #endif

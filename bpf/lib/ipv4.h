@@ -11,6 +11,7 @@
 #define IP_SRC_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, saddr))
 #define IP_CSUM_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, check))
 #define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
+#define IP_TOS_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, tos))
 
 /* ipv4_header returns the IPv4 header of an Ethernet frame, or NULL with
  * *verdict set: TC_ACT_OK for what is not IPv4, TC_ACT_SHOT for malformed. */

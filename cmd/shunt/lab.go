@@ -90,8 +90,9 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
 	cmd.Flags().StringVar(&agentFlags.nodeName, "node-name", "", "with --kubeconfig: this node's Node object (default: the instance name)")
 	cmd.Flags().StringVar(&agentFlags.clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR: pods route it through their node (pods of other nodes)")
+	cmd.Flags().StringVar(&agentFlags.routing, "routing", "", "how pods of other nodes are reached: tunnel (an overlay, --tunnel; the default with --tunnel) or native (no encapsulation: the underlay routes pod CIDRs); the node keeps it (default none)")
 	cmd.Flags().StringVar(&agentFlags.tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (the node keeps it; default none)")
-	cmd.Flags().StringVar(&agentFlags.underlay, "underlay-addr", "", "with --tunnel: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
+	cmd.Flags().StringVar(&agentFlags.underlay, "underlay-addr", "", "with --routing, --tunnel or --masquerade: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&agentFlags.masquerade, "masquerade", false, "pods' traffic to outside the cluster leaves from the node's address (--underlay-addr), translated in BPF on its uplink (the node keeps it)")
 	cmd.Flags().StringVar(&agentFlags.masqExclude, "masquerade-exclude", "", "with --masquerade: comma-separated CIDRs pods reach with their own address (default: the cluster CIDR, service CIDR and node addresses)")
 	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
@@ -109,7 +110,7 @@ type runFlags struct {
 	ctSingleTable             bool
 	kubeconfig, nodeName      string
 	runPods                   bool
-	tunnel, underlay          string
+	routing, tunnel, underlay string
 	clusterCIDR               string
 	masquerade                bool
 	masqExclude, masqPorts    string
@@ -146,6 +147,9 @@ func (f runFlags) args() []string {
 	}
 	if f.kubeconfig != "" && f.runPods {
 		args = append(args, "--run-pods")
+	}
+	if f.routing != "" {
+		args = append(args, "--routing", f.routing)
 	}
 	if f.tunnel != "" {
 		args = append(args, "--tunnel", f.tunnel)
@@ -454,6 +458,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 			fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
 				st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
 				st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
+			if r := st.Routing; r != nil && r.Mode != "tunnel" {
+				fmt.Printf("routing:   %s out of %s from %s (pod MTU %d)\n", r.Mode, r.Device, r.Underlay, r.PodMTU)
+			}
 			if t := st.Tunnel; t != nil {
 				fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
 			}

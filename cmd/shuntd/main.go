@@ -37,7 +37,7 @@ func newRootCmd() *cobra.Command {
 		socketAccel, accelNode, inCluster, runPods bool
 		ctSingleTable                              bool
 		kubeconfig, nodeName                       string
-		tunnel, underlay, clusterCIDR              string
+		routing, tunnel, underlay, clusterCIDR     string
 		masquerade                                 bool
 		masqExclude                                []string
 		masqPorts                                  string
@@ -78,7 +78,7 @@ func newRootCmd() *cobra.Command {
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
 			}
-			cfg.Tunnel = tunnel
+			cfg.Routing, cfg.Tunnel = routing, tunnel
 			if clusterCIDR != "" {
 				if cfg.ClusterCIDR, err = netip.ParsePrefix(clusterCIDR); err != nil || !cfg.ClusterCIDR.Addr().Is4() || cfg.ClusterCIDR.Masked() != cfg.ClusterCIDR {
 					return fmt.Errorf("--cluster-cidr %q: give the IPv4 range every node's pod CIDR is cut from, e.g. 10.244.0.0/16", clusterCIDR)
@@ -141,8 +141,9 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")
 	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubeconfig/--in-cluster: this node's Node object (env NODE_NAME; default: the instance name)")
 	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR (kube-controller-manager's --cluster-cidr): pods route it through this node, which reaches pods of other nodes")
+	cmd.Flags().StringVar(&routing, "routing", "", "how pods of other nodes are reached (Cilium's routingMode): tunnel (through the overlay --tunnel names; --tunnel alone means it) or native (no encapsulation: the underlay routes every node's pod CIDR to it; tc forwards with bpf_fib_lookup over the routes the agent installs via each node's --underlay-addr); default none (the host routes them)")
 	cmd.Flags().StringVar(&tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (a collect-metadata VXLAN device, UDP 4789); default none (the host routes them)")
-	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --tunnel or --masquerade: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
+	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --routing, --tunnel or --masquerade: this node's IPv4 address other nodes reach it at (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&masquerade, "masquerade", false, "pods' traffic to destinations outside the cluster leaves from the node's address (--underlay-addr, or the Node's InternalIP), translated in BPF on the interface holding it; no iptables")
 	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
 	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")

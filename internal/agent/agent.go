@@ -68,10 +68,16 @@ type Config struct {
 	// (lab.APIKubelet). Off on a real node, whose kubelet runs them.
 	RunPods bool
 
-	// Tunnel "vxlan" reaches pods of other nodes through a collect-metadata
-	// VXLAN device (the overlay); "" leaves their packets to the host
-	// stack. Underlay is this node's address other nodes tunnel to (with
-	// Kubernetes, default: the Node's InternalIP).
+	// Routing is how pods of other nodes are reached (Cilium's
+	// routingMode): RoutingTunnel through the overlay, Tunnel naming its
+	// protocol ("vxlan": a collect-metadata VXLAN device); RoutingNative
+	// without encapsulation, the underlay routing pod CIDRs (routes via
+	// each node's underlay address, followed in tc with bpf_fib_lookup);
+	// "" leaves their packets to the host stack. --tunnel vxlan alone
+	// means the overlay, as before there was a choice. Underlay is this
+	// node's address other nodes reach it at (with Kubernetes, default:
+	// the Node's InternalIP).
+	Routing  string
 	Tunnel   string
 	Underlay netip.Addr
 	// ClusterCIDR holds every node's pod CIDR; pods route it through this
@@ -91,13 +97,49 @@ type Config struct {
 	ConntrackSingleTable bool
 }
 
-// Tunnels shuntd knows.
+// Routing modes and tunnels shuntd knows.
 const (
-	TunnelVXLAN = "vxlan"
+	RoutingTunnel = "tunnel"
+	RoutingNative = "native"
+	TunnelVXLAN   = "vxlan"
 	// VXLANPort is IANA's VXLAN port; every node of a cluster must use
 	// the same (the device sends to it and listens on it).
 	VXLANPort = 4789
 )
+
+// settleRouting reads the routing flags (--routing, --tunnel) and keeps
+// the node's routing across restarts, as its mode: started again without
+// them it routes as before; another routing needs `lab down` first.
+func settleRouting(state *State, cfg *Config) error {
+	switch cfg.Routing {
+	case "":
+		if cfg.Tunnel != "" {
+			cfg.Routing = RoutingTunnel
+		}
+	case RoutingTunnel:
+		if cfg.Tunnel == "" {
+			cfg.Tunnel = TunnelVXLAN
+		}
+	case RoutingNative:
+		if cfg.Tunnel != "" {
+			return fmt.Errorf("--routing native with --tunnel %s: native routing has no tunnel; give one of them", cfg.Tunnel)
+		}
+	default:
+		return fmt.Errorf("--routing %q: use %s (encapsulated, with --tunnel), %s (the underlay routes pod CIDRs), or leave it out for none",
+			cfg.Routing, RoutingTunnel, RoutingNative)
+	}
+	if state.Routing == "" && state.Tunnel != "" {
+		state.Routing = RoutingTunnel // a state file from before --routing
+	}
+	if err := settle(&state.Routing, cfg.Routing, "", "routing", cfg.Instance); err != nil {
+		return err
+	}
+	if err := settle(&state.Tunnel, cfg.Tunnel, "", "tunnel", cfg.Instance); err != nil {
+		return err
+	}
+	cfg.Routing, cfg.Tunnel = state.Routing, state.Tunnel
+	return nil
+}
 
 // ensureTunnel makes the node's overlay device when one is asked for and
 // returns its ifindex (0: none). The pod programs read it at load time, so
@@ -144,6 +186,7 @@ type Agent struct {
 	started     time.Time
 
 	podMTU       int                   // pod interfaces' MTU (0: the default, 1500)
+	uplink       string                // the interface the uplink programs are on ("": none)
 	masq         *api.MasqueradeStatus // nil: no masquerade
 	cniEndpoints *cniEndpoints         // what shunt-cni reported
 	srv          *http.Server          // the API on the instance's socket
@@ -183,11 +226,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := settleSource(state, &cfg); err != nil {
 		return nil, err
 	}
-	// The overlay is the node's, like its mode: a restart keeps it.
-	if err := settle(&state.Tunnel, cfg.Tunnel, "", "tunnel", inst); err != nil {
+	// The routing is the node's, like its mode: a restart keeps it.
+	if err := settleRouting(state, &cfg); err != nil {
 		return nil, err
 	}
-	cfg.Tunnel = state.Tunnel
 	if err := settleMasquerade(state, &cfg); err != nil {
 		return nil, err
 	}
@@ -207,7 +249,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 		cidr := own.Spec.PodCIDR
-		if (cfg.Tunnel != "" || cfg.Masquerade) && !cfg.Underlay.IsValid() && state.Underlay == "" {
+		if needsUnderlay(cfg) && !cfg.Underlay.IsValid() && state.Underlay == "" {
 			// Other nodes reach this one's pods where the Node says, and
 			// pods' traffic to outside leaves from there.
 			if cfg.Underlay = policy.NodeTunnel(own); !cfg.Underlay.IsValid() {
@@ -219,7 +261,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 		cfg.PodCIDR = cidr
 	}
-	if cfg.Tunnel != "" || cfg.Masquerade {
+	if needsUnderlay(cfg) {
 		var flag string
 		if cfg.Underlay.IsValid() {
 			flag = cfg.Underlay.String()
@@ -293,8 +335,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	nativeIf, err := nativeUnderlay(cfg, state.Mode)
+	if err != nil {
+		return nil, err
+	}
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf, Masquerade: masq,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf, NativeIfindex: nativeIf, Masquerade: masq,
 		LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
 	if err != nil {
 		return nil, err
@@ -334,6 +380,19 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		if a.podMTU = mtu - datapath.VXLANOverhead; a.podMTU < 576 {
 			return nil, fmt.Errorf("--tunnel %s: the underlay interface's MTU %d leaves pods %d bytes, less than the 576 bytes every IPv4 host must accept: raise the underlay MTU",
 				cfg.Tunnel, mtu, a.podMTU)
+		}
+	}
+	if nativeIf != 0 {
+		// Pods' packets leave the underlay as they are: pods get its MTU.
+		if a.podMTU, err = datapath.UnderlayMTU(cfg.Underlay); err != nil {
+			return nil, err
+		}
+	}
+	if masq != nil || nativeIf != 0 {
+		// One program per hook: masquerade and native routing's
+		// receiving end share the uplink's.
+		if a.uplink, err = a.attachUplink(); err != nil {
+			return nil, err
 		}
 	}
 	if masq != nil {

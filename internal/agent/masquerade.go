@@ -52,12 +52,51 @@ func settleMasquerade(state *State, cfg *Config) error {
 	return nil
 }
 
+// needsUnderlay says whether the node needs its underlay address: to be
+// reached by other nodes (tunnel or native routing), or to masquerade
+// from.
+func needsUnderlay(cfg Config) bool {
+	return cfg.Routing != "" || cfg.Masquerade
+}
+
 // underlayUser names the flag that needs the node's underlay address.
 func underlayUser(cfg Config) string {
-	if cfg.Tunnel != "" {
+	switch {
+	case cfg.Tunnel != "":
 		return "--tunnel " + cfg.Tunnel
+	case cfg.Routing != "":
+		return "--routing " + cfg.Routing
 	}
 	return "--masquerade"
+}
+
+// nativeUnderlay is, with native routing, the ifindex of the interface
+// holding the node's underlay address, out of which pods' packets for
+// other nodes leave routed (0: no native routing). The pod programs read
+// it at load time.
+func nativeUnderlay(cfg Config, mode datapath.Mode) (int, error) {
+	if cfg.Routing != RoutingNative {
+		return 0, nil
+	}
+	if !mode.UsesBPF() {
+		return 0, fmt.Errorf("--routing native needs a BPF forwarding mode (%s or %s), not %s: the tc programs route",
+			datapath.ModeRedirectPeer, datapath.ModeRedirect, mode)
+	}
+	_, ifindex, err := datapath.UplinkOf(cfg.Underlay)
+	if err != nil {
+		return 0, fmt.Errorf("--routing native: %w", err)
+	}
+	return ifindex, nil
+}
+
+// attachUplink attaches the uplink programs to the interface holding the
+// node's address and returns its name.
+func (a *Agent) attachUplink() (string, error) {
+	name, ifindex, err := datapath.UplinkOf(a.cfg.Underlay)
+	if err != nil {
+		return "", err
+	}
+	return name, a.dp.AttachUplink(name, ifindex)
 }
 
 // masqueradeOf is the datapath's masquerade for this configuration (nil:
@@ -84,16 +123,9 @@ func masqueradeOf(cfg Config, mode datapath.Mode) (*datapath.Masquerade, error) 
 	return &datapath.Masquerade{Addr: cfg.Underlay, Ports: cfg.MasqueradePorts}, nil
 }
 
-// startMasquerade attaches the masquerade to the interface holding the
-// node's address and writes the destinations it leaves alone.
+// startMasquerade writes the destinations the masquerade (on the uplink,
+// attachUplink) leaves alone.
 func (a *Agent) startMasquerade(podPool, svcPool ipam.Pool) error {
-	name, ifindex, err := datapath.UplinkOf(a.cfg.Underlay)
-	if err != nil {
-		return err
-	}
-	if err := a.dp.AttachUplink(name, ifindex); err != nil {
-		return err
-	}
 	exclude := a.cfg.MasqueradeExclude
 	if exclude == nil {
 		cluster := a.cfg.ClusterCIDR
@@ -106,7 +138,7 @@ func (a *Agent) startMasquerade(podPool, svcPool ipam.Pool) error {
 	if err := a.dp.SyncMasqExclude(exclude); err != nil {
 		return err
 	}
-	a.masq = &api.MasqueradeStatus{Uplink: name, Address: a.cfg.Underlay.String(), Ports: a.cfg.MasqueradePorts.String()}
+	a.masq = &api.MasqueradeStatus{Uplink: a.uplink, Address: a.cfg.Underlay.String(), Ports: a.cfg.MasqueradePorts.String()}
 	for _, p := range exclude {
 		a.masq.Exclude = append(a.masq.Exclude, p.String())
 	}

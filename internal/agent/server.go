@@ -203,6 +203,10 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.cfg.Tunnel != "" {
 		st.Tunnel = &api.TunnelStatus{Kind: a.cfg.Tunnel, Device: a.cfg.Instance.TunnelIf(), Underlay: a.cfg.Underlay.String(), PodMTU: a.podMTU}
+		st.Routing = &api.RoutingStatus{Mode: RoutingTunnel, Device: st.Tunnel.Device, Underlay: st.Tunnel.Underlay, PodMTU: a.podMTU}
+	}
+	if a.cfg.Routing == RoutingNative {
+		st.Routing = &api.RoutingStatus{Mode: RoutingNative, Device: a.uplink, Underlay: a.cfg.Underlay.String(), PodMTU: a.podMTU}
 	}
 	if a.masq != nil {
 		st.Masquerade = a.masq

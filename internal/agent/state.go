@@ -23,8 +23,9 @@ type State struct {
 	ServiceCIDR string        `json:"serviceCIDR"`
 	// Source: a Kubernetes API server the node follows (nil: the lab).
 	Source   *SourceState `json:"source,omitempty"`
+	Routing  string       `json:"routing,omitempty"`  // "", tunnel or native (older files: tunnel when Tunnel is set)
 	Tunnel   string       `json:"tunnel,omitempty"`   // "" or vxlan
-	Underlay string       `json:"underlay,omitempty"` // with a tunnel or masquerade: this node's underlay address
+	Underlay string       `json:"underlay,omitempty"` // with routing or masquerade: this node's underlay address
 	// Masquerade: pods' traffic to outside leaves from the node's address
 	// (nil: it keeps the pods').
 	Masquerade *MasqueradeState `json:"masquerade,omitempty"`

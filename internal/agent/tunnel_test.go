@@ -58,3 +58,49 @@ func TestSettleSource(t *testing.T) {
 		t.Errorf("lab node: %v, kubernetes %v", err, lab.Kubernetes)
 	}
 }
+
+// TestSettleRouting: --tunnel vxlan alone is the overlay, as before
+// --routing; --routing tunnel takes vxlan; native routing has no tunnel; a
+// node keeps its routing across restarts (a state file from before
+// --routing included) and refuses another without lab down.
+func TestSettleRouting(t *testing.T) {
+	inst := instance.Instance{Name: "t1"}
+	for _, tc := range []struct {
+		name            string
+		state           State
+		flags           Config
+		routing, tunnel string
+		want            string // an error saying this, or "" for none
+	}{
+		{"none", State{}, Config{}, "", "", ""},
+		{"--tunnel vxlan", State{}, Config{Tunnel: TunnelVXLAN}, RoutingTunnel, TunnelVXLAN, ""},
+		{"--routing tunnel", State{}, Config{Routing: RoutingTunnel}, RoutingTunnel, TunnelVXLAN, ""},
+		{"--routing native", State{}, Config{Routing: RoutingNative}, RoutingNative, "", ""},
+		{"native with a tunnel", State{}, Config{Routing: RoutingNative, Tunnel: TunnelVXLAN}, "", "", "native routing has no tunnel"},
+		{"unknown", State{}, Config{Routing: "bgp"}, "", "", `--routing "bgp": use tunnel`},
+		{"restart of a native node", State{Routing: RoutingNative}, Config{}, RoutingNative, "", ""},
+		{"restart of an overlay node of an older version", State{Tunnel: TunnelVXLAN}, Config{}, RoutingTunnel, TunnelVXLAN, ""},
+		{"native asked of an overlay node", State{Tunnel: TunnelVXLAN}, Config{Routing: RoutingNative}, "", "", "already runs with routing tunnel"},
+		{"the overlay asked of a native node", State{Routing: RoutingNative}, Config{Tunnel: TunnelVXLAN}, "", "", "already runs with routing native"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, cfg := tc.state, tc.flags
+			cfg.Instance = inst
+			err := settleRouting(&state, &cfg)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("got %v, want an error saying %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil || cfg.Routing != tc.routing || cfg.Tunnel != tc.tunnel || state.Routing != tc.routing || state.Tunnel != tc.tunnel {
+				t.Errorf("got %v, routing %q tunnel %q (state %q %q); want routing %q tunnel %q", err, cfg.Routing, cfg.Tunnel,
+					state.Routing, state.Tunnel, tc.routing, tc.tunnel)
+			}
+		})
+	}
+	if _, err := nativeUnderlay(Config{Instance: inst, Routing: RoutingNative, Underlay: netip.MustParseAddr("192.168.77.1")}, datapath.ModeBridge); err == nil ||
+		!strings.Contains(err.Error(), "needs a BPF forwarding mode") {
+		t.Errorf("native routing in bridge mode: %v, want a refusal", err)
+	}
+}

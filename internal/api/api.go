@@ -130,6 +130,7 @@ type Status struct {
 	// programmed): "Kind ns/name: what and why".
 	Problems    []string           `json:"problems,omitempty"`
 	Mode        string             `json:"mode"`
+	Routing     *RoutingStatus     `json:"routing,omitempty"`    // nil: pods of other nodes are the host stack's
 	Tunnel      *TunnelStatus      `json:"tunnel,omitempty"`     // nil: no overlay
 	Masquerade  *MasqueradeStatus  `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
 	PodCIDR     string             `json:"podCIDR"`
@@ -157,6 +158,16 @@ type TunnelStatus struct {
 	Device   string `json:"device"`   // the collect-metadata device
 	Underlay string `json:"underlay"` // this node's address other nodes tunnel to
 	PodMTU   int    `json:"podMTU"`   // the underlay's MTU less the encapsulation
+}
+
+// RoutingStatus is how pods of other nodes are reached: through the
+// overlay (Tunnel says how) or routed natively, as they are, out of the
+// underlay interface.
+type RoutingStatus struct {
+	Mode     string `json:"mode"`     // tunnel or native
+	Device   string `json:"device"`   // what pods' packets for other nodes leave through
+	Underlay string `json:"underlay"` // this node's address other nodes reach it at
+	PodMTU   int    `json:"podMTU"`   // pod interfaces' MTU
 }
 
 // MasqueradeStatus is how pods' traffic to outside the cluster leaves the

@@ -57,6 +57,13 @@ type Config struct {
 	// entries with a Tunnel) leave; 0: no overlay, they go to the host
 	// stack. It is a load-time constant: changing it means opening again.
 	TunnelIfindex int
+	// NativeIfindex turns native routing on (no encapsulation): the node's
+	// underlay interface (UplinkOf), out of which packets for pods of other
+	// nodes leave routed as they are (bpf_fib_lookup over the routes
+	// SyncTunnelRoutes installs), and on which the uplink programs
+	// (AttachUplink) receive other nodes' pods' packets. 0: off. Never set
+	// with TunnelIfindex; a load-time constant.
+	NativeIfindex int
 	// LayoutFile records the layouts of the pinned maps, to check that a
 	// later build reads them alike (layout.go). bpffs holds no regular
 	// files, so it lives elsewhere: the agent's state directory. "": none
@@ -130,9 +137,13 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if cfg.TunnelIfindex < 0 {
 		return nil, fmt.Errorf("tunnel interface index %d: use the ifindex EnsureVXLAN returns, or 0 for no overlay", cfg.TunnelIfindex)
 	}
+	if cfg.NativeIfindex < 0 || (cfg.NativeIfindex != 0 && cfg.TunnelIfindex != 0) {
+		return nil, fmt.Errorf("native routing interface index %d with tunnel interface index %d: "+
+			"give the underlay's ifindex (UplinkOf) for native routing or a tunnel device's for the overlay, not both", cfg.NativeIfindex, cfg.TunnelIfindex)
+	}
 	tcConfig := podtcShuntConfig{
 		FwdMode: mode, ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
-		TunnelIfindex: uint32(cfg.TunnelIfindex),
+		TunnelIfindex: uint32(cfg.TunnelIfindex), NativeIfindex: uint32(cfg.NativeIfindex),
 	}
 	if cfg.ConntrackSingleTable {
 		tcConfig.CtSingleTable = 1
@@ -150,10 +161,10 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	}
 	// Before anything is created or pinned: a refusal leaves the node as
 	// it was.
-	// The uplink's maps exist only with masquerade: only then are they
-	// checked and recorded as pinned.
+	// The uplink's maps exist only with masquerade or native routing (the
+	// uplink programs): only then are they checked and recorded as pinned.
 	used := specs[:3]
-	if cfg.Masquerade != nil {
+	if cfg.usesUplink() {
 		used = specs
 	}
 	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, used...)
@@ -179,7 +190,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	if cfg.Masquerade != nil {
+	if cfg.usesUplink() {
 		if err := d.loadUplink(uplinkSpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
 			d.objs.Close()
 			d.overlay.Close()
@@ -252,7 +263,7 @@ func (d *Datapath) loadOverlay(spec *ebpf.CollectionSpec, opts *ebpf.CollectionO
 func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 	return overlaytcShuntConfig{
 		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
-		TunnelIfindex: cfg.TunnelIfindex, CtSingleTable: cfg.CtSingleTable,
+		TunnelIfindex: cfg.TunnelIfindex, NativeIfindex: cfg.NativeIfindex, CtSingleTable: cfg.CtSingleTable,
 	}
 }
 
@@ -480,6 +491,9 @@ func (d *Datapath) Features() []string {
 		}
 		if d.cfg.TunnelIfindex != 0 {
 			f = append(f, "collect-metadata VXLAN (bpf_skb_set_tunnel_key)")
+		}
+		if d.cfg.NativeIfindex != 0 {
+			f = append(f, "native routing (bpf_fib_lookup + bpf_redirect_neigh)")
 		}
 		if d.cfg.Masquerade != nil {
 			f = append(f, "masquerade (tcx on the uplink, BPF NAT table)")

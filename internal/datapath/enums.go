@@ -57,6 +57,7 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED:         "tunnel-spoofed",
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED:      "tunnel-key-failed",
 	podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED:      "ct-promote-failed",
+	podtcShuntReasonSHUNT_REASON_FIB_LOOKUP_FAILED:      "fib-lookup-failed",
 	podtcShuntReasonSHUNT_REASON_MASQUERADED:            "masqueraded",
 	podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED:    "masq-port-exhausted",
 	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED:     "masq-insert-failed",

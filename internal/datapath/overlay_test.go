@@ -52,9 +52,11 @@ type ovNode struct {
 	netns     string // the node's network namespace (path)
 	underlay  netip.Addr
 	d         *Datapath
+	node      podnet.Node
 	vxIfindex int
 	pod       podnet.Pod
 	ep        Endpoint
+	extra     []Endpoint // the node's other pods (addPod)
 }
 
 // TestOverlayTwoNodes: pods of two nodes reach each other through the
@@ -77,11 +79,11 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 	veth(t, nsA, "ul-a", netip.MustParsePrefix("10.77.0.1/24"), nsB, "ul-b", netip.MustParsePrefix("10.77.0.2/24"))
 	veth(t, nsX, "ul-x", netip.MustParsePrefix("10.78.0.3/24"), nsB, "ul-xb", netip.MustParsePrefix("10.78.0.2/24"))
 
-	a := newOvNode(t, "a", nsA, mode, netip.MustParseAddr("10.77.0.1"),
+	a := newOvNode(t, "a", nsA, mode, false, netip.MustParseAddr("10.77.0.1"),
 		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: 1450,
 			ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")},
 		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
-	b := newOvNode(t, "b", nsB, mode, netip.MustParseAddr("10.77.0.2"),
+	b := newOvNode(t, "b", nsB, mode, false, netip.MustParseAddr("10.77.0.2"),
 		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host", MTU: 1450},
 		netip.MustParseAddr("10.244.2.10"), ovIdentityB)
 	// Each node knows its own pod as a local endpoint and the other's as
@@ -94,14 +96,7 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 	}
 	a.sync(t, policy.State{IPCache: ipcache(a, b)})
 	b.sync(t, policy.State{IPCache: ipcache(b, a)})
-	if err := b.d.SetFlowMode(FlowModeDefault); err != nil {
-		t.Fatal(err)
-	}
-	fr, err := b.d.Flows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fr.Close()
+	fr := b.flows(t)
 
 	echoServer(t, b.pod, netip.AddrPortFrom(b.pod.PodIP, ovEchoPort))
 	echoServer(t, b.pod, netip.AddrPortFrom(b.pod.PodIP, ovDeniedPort))
@@ -255,17 +250,12 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 }
 
 // newOvNode builds a node inside its namespace: the node interface, the
-// VXLAN device, one pod, a datapath with its own pins, the pod and overlay
-// programs attached.
-func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, underlay netip.Addr, node podnet.Node, podIP netip.Addr, identity uint32) *ovNode {
+// VXLAN device (or, native, none: the underlay interface carries pods'
+// packets as they are), one pod, a datapath with its own pins, the pod and
+// overlay (native: uplink) programs attached.
+func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native bool, underlay netip.Addr, node podnet.Node, podIP netip.Addr, identity uint32) *ovNode {
 	t.Helper()
-	n := &ovNode{name: name, netns: nodeNetns, underlay: underlay}
-	n.pod = podnet.Pod{Netns: testName("shunt-test-ovpod-" + name), HostIf: "pod-" + name, PodIP: podIP}
-	t.Cleanup(func() {
-		if err := podnet.DeleteNetns(n.pod.Netns); err != nil {
-			t.Error(err)
-		}
-	})
+	n := &ovNode{name: name, netns: nodeNetns, underlay: underlay, node: node}
 	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-"+name))
 	t.Cleanup(func() {
 		if n.d != nil {
@@ -279,41 +269,94 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, underlay netip.A
 		if err := podnet.SetupNode(node); err != nil {
 			return err
 		}
-		vx, err := EnsureVXLAN(ovVXLAN, underlay, ovPort)
-		if err != nil {
+		cfg := Config{PinDir: pinDir, Mode: mode}
+		var uplink string
+		if native {
+			var err error
+			if uplink, cfg.NativeIfindex, err = UplinkOf(underlay); err != nil {
+				return err
+			}
+		} else {
+			vx, err := EnsureVXLAN(ovVXLAN, underlay, ovPort)
+			if err != nil {
+				return err
+			}
+			// Opening it again adopts the device.
+			if again, err := EnsureVXLAN(ovVXLAN, underlay, ovPort); err != nil || again != vx {
+				return fmt.Errorf("EnsureVXLAN again: ifindex %d, %v; want %d (adopted)", again, err, vx)
+			}
+			n.vxIfindex, cfg.TunnelIfindex = vx, vx
+		}
+		var err error
+		if n.d, err = Open(cfg); err != nil {
 			return err
 		}
-		// Opening it again adopts the device.
-		if again, err := EnsureVXLAN(ovVXLAN, underlay, ovPort); err != nil || again != vx {
-			return fmt.Errorf("EnsureVXLAN again: ifindex %d, %v; want %d (adopted)", again, err, vx)
+		if native {
+			return n.d.AttachUplink(uplink, cfg.NativeIfindex)
 		}
-		n.vxIfindex = vx
-		links, err := podnet.SetupPod(node, n.pod)
-		if err != nil {
-			return err
-		}
-		n.ep = Endpoint{IP: podIP, Ifindex: links.HostIfindex, PodMAC: links.PodMAC, NodeMAC: links.HostMAC, Identity: identity}
-		if n.d, err = Open(Config{PinDir: pinDir, Mode: mode, TunnelIfindex: vx}); err != nil {
-			return err
-		}
-		if err := n.d.AttachPod(n.pod.HostIf, links.HostIfindex); err != nil {
-			return err
-		}
-		return n.d.AttachOverlay(ovVXLAN, vx)
+		return n.d.AttachOverlay(ovVXLAN, n.vxIfindex)
 	})
 	if err != nil {
 		t.Fatalf("node %s: %v", name, err)
 	}
+	n.pod, n.ep = n.addPod(t, name, podIP, identity)
 	hooks, err := n.d.Hooks()
-	if err != nil || hooks["from-overlay"] != 1 || hooks["from-pod"] != 1 {
-		t.Fatalf("node %s: hooks %v, %v; want one from-overlay and one from-pod", name, hooks, err)
+	want := "from-overlay"
+	if native {
+		want = "from-uplink"
+	}
+	if err != nil || hooks[want] != 1 || hooks["from-pod"] != 1 {
+		t.Fatalf("node %s: hooks %v, %v; want one %s and one from-pod", name, hooks, err, want)
 	}
 	return n
 }
 
+// addPod plumbs a pod of the node, its programs attached; the node's
+// first pod is n.pod, any other is synced with it (n.extra).
+func (n *ovNode) addPod(t *testing.T, name string, podIP netip.Addr, identity uint32) (podnet.Pod, Endpoint) {
+	t.Helper()
+	pod := podnet.Pod{Netns: testName("shunt-test-ovpod-" + name), HostIf: "pod-" + name, PodIP: podIP}
+	t.Cleanup(func() {
+		if err := podnet.DeleteNetns(pod.Netns); err != nil {
+			t.Error(err)
+		}
+	})
+	var ep Endpoint
+	err := netnsrun.Do(n.netns, func() error {
+		links, err := podnet.SetupPod(n.node, pod)
+		if err != nil {
+			return err
+		}
+		ep = Endpoint{IP: podIP, Ifindex: links.HostIfindex, PodMAC: links.PodMAC, NodeMAC: links.HostMAC, Identity: identity}
+		return n.d.AttachPod(pod.HostIf, links.HostIfindex)
+	})
+	if err != nil {
+		t.Fatalf("node %s, pod %s: %v", n.name, name, err)
+	}
+	if n.pod.PodIP.IsValid() {
+		n.extra = append(n.extra, ep)
+	}
+	return pod, ep
+}
+
+// flows turns the node's default flow events on and reads them until the
+// test ends.
+func (n *ovNode) flows(t *testing.T) *FlowReader {
+	t.Helper()
+	if err := n.d.SetFlowMode(FlowModeDefault); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := n.d.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fr.Close() })
+	return fr
+}
+
 func (n *ovNode) sync(t *testing.T, state policy.State) {
 	t.Helper()
-	if err := n.d.SyncPolicy(state, []Endpoint{n.ep}); err != nil {
+	if err := n.d.SyncPolicy(state, append([]Endpoint{n.ep}, n.extra...)); err != nil {
 		t.Fatalf("node %s: %v", n.name, err)
 	}
 }

@@ -19,6 +19,7 @@ type overlaytcShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	NativeIfindex  uint32
 	CtSingleTable  uint32
 }
 

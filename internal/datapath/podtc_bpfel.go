@@ -201,6 +201,7 @@ type podtcShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	NativeIfindex  uint32
 	CtSingleTable  uint32
 }
 
@@ -284,6 +285,7 @@ const (
 	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED         podtcShuntReason = 32
 	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED      podtcShuntReason = 33
 	podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED      podtcShuntReason = 34
+	podtcShuntReasonSHUNT_REASON_FIB_LOOKUP_FAILED      podtcShuntReason = 35
 	podtcShuntReasonSHUNT_REASON_MASQUERADED            podtcShuntReason = 36
 	podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED    podtcShuntReason = 37
 	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED     podtcShuntReason = 38

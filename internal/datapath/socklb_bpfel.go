@@ -123,6 +123,7 @@ type socklbShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	NativeIfindex  uint32
 	CtSingleTable  uint32
 }
 

@@ -12,25 +12,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TunnelRoute sends this node's own traffic (its processes, not its pods:
-// the pod programs encapsulate theirs) for another node's pods through the
-// overlay: the other node's pod CIDR via the VXLAN device, encapsulated to
-// that node's underlay address with the remote-node identity as the VNI.
+// TunnelRoute is the route to another node's pods: its pod CIDR, reached
+// at that node's underlay address. With the overlay it carries this node's
+// own traffic (its processes, not its pods: the pod programs encapsulate
+// theirs) through the VXLAN device, encapsulated to that node with the
+// remote-node identity as the VNI. With native routing it is an ordinary
+// route on the underlay interface, via that node: the node's own traffic
+// takes it, and the pod programs find it with bpf_fib_lookup.
 type TunnelRoute struct {
 	PodCIDR netip.Prefix
 	Node    netip.Addr // the other node's underlay address
 }
 
-// tunnelRouteProtocol marks the routes shunt owns on the overlay device
-// (rtm_protocol), so a sync removes only its own stale ones.
+// tunnelRouteProtocol marks the routes shunt owns on the overlay device or
+// the underlay interface (rtm_protocol), so a sync removes only its own
+// stale ones.
 const tunnelRouteProtocol netlink.RouteProtocol = 0x53
 
-// SyncTunnelRoutes makes the overlay device carry exactly routes, with src
-// (this node's pod-network address, which the other nodes know as this
-// node's) as the source of what the node sends on them. A no-op without an
-// overlay.
+// SyncTunnelRoutes makes the overlay device (or, with native routing, the
+// underlay interface) carry exactly routes of shunt's, with src (this
+// node's pod-network address, which the other nodes know as this node's)
+// as the source of what the node sends on them. A no-op with neither.
+// The routes go when the node does: with the overlay device, or, on the
+// underlay, with src (the kernel removes the routes whose source address
+// is removed, and teardown removes the node interface holding it).
 func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error {
-	if d.cfg.TunnelIfindex == 0 {
+	dev := d.cfg.TunnelIfindex
+	if d.cfg.NativeIfindex != 0 {
+		dev = d.cfg.NativeIfindex
+	}
+	if dev == 0 {
 		return nil
 	}
 	want := map[netip.Prefix]bool{}
@@ -38,21 +49,29 @@ func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error 
 	for _, r := range routes {
 		want[r.PodCIDR.Masked()] = true
 		rt := &netlink.Route{
-			LinkIndex: d.cfg.TunnelIfindex, Dst: prefixNet(r.PodCIDR.Masked()), Src: src.AsSlice(),
-			Scope: netlink.SCOPE_LINK, Protocol: tunnelRouteProtocol,
-			Encap: &ipTunnelEncap{ID: uint32(podtcShuntIdentitySHUNT_ID_REMOTE_NODE), Dst: r.Node},
+			LinkIndex: dev, Dst: prefixNet(r.PodCIDR.Masked()), Src: src.AsSlice(), Protocol: tunnelRouteProtocol,
+		}
+		if d.cfg.NativeIfindex != 0 {
+			rt.Gw = r.Node.AsSlice()
+		} else {
+			rt.Scope = netlink.SCOPE_LINK
+			rt.Encap = &ipTunnelEncap{ID: uint32(podtcShuntIdentitySHUNT_ID_REMOTE_NODE), Dst: r.Node}
 		}
 		if err := netlink.RouteReplace(rt); err != nil {
-			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+			switch {
+			case d.cfg.NativeIfindex != 0 && errors.Is(err, unix.ENETUNREACH):
+				err = fmt.Errorf("%w (native routing: node %s must be on the underlay interface's network, "+
+					"a next hop this node reaches directly; otherwise use the overlay)", err, r.Node)
+			case d.cfg.NativeIfindex == 0 && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)):
 				err = fmt.Errorf("%w (the kernel needs lightweight tunnels, CONFIG_LWTUNNEL, Linux 4.3+)", err)
 			}
-			errs = append(errs, fmt.Errorf("route to node %s's pods %s through the overlay: %w", r.Node, r.PodCIDR, err))
+			errs = append(errs, fmt.Errorf("route to node %s's pods %s: %w", r.Node, r.PodCIDR, err))
 		}
 	}
-	have, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: d.cfg.TunnelIfindex, Protocol: tunnelRouteProtocol},
+	have, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: dev, Protocol: tunnelRouteProtocol},
 		netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("listing the overlay device's routes: %w", err))...)
+		return errors.Join(append(errs, fmt.Errorf("listing the routes of shunt's on ifindex %d: %w", dev, err))...)
 	}
 	for _, r := range have {
 		if r.Dst == nil {
@@ -64,7 +83,7 @@ func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error 
 			continue
 		}
 		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("removing the stale overlay route to %s: %w", r.Dst, err))
+			errs = append(errs, fmt.Errorf("removing the stale route to %s: %w", r.Dst, err))
 		}
 	}
 	return errors.Join(errs...)

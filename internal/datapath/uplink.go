@@ -74,19 +74,24 @@ func (m *Masquerade) check() error {
 	return nil
 }
 
+// usesUplink says whether the uplink programs run: they masquerade, and
+// receive what other nodes route here with native routing.
+func (c Config) usesUplink() bool { return c.Masquerade != nil || c.NativeIfindex != 0 }
+
 // loadUplink loads the uplink programs with the pod programs' forwarding
-// configuration and the masquerade's, beside them (loadBeside): one
-// conntrack, one endpoint table.
+// configuration and the masquerade's (none: MASQ.addr 0), beside them
+// (loadBeside): one conntrack, one endpoint table.
 func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, cfg podtcShuntConfig, flowsSize uint32) error {
-	m := d.cfg.Masquerade
-	if err := m.check(); err != nil {
-		return err
-	}
 	if err := spec.Variables[uplinktcVarCONFIG].Set(uplinktcShuntConfig(sideConfig(cfg))); err != nil {
 		return fmt.Errorf("setting the uplink programs' load-time config: %w", err)
 	}
-	if err := spec.Variables[uplinktcVarMASQ].Set(uplinktcMasqConfig{Addr: be32(m.Addr), PortMin: m.Ports.Min, PortMax: m.Ports.Max}); err != nil {
-		return fmt.Errorf("setting the masquerade's load-time config: %w", err)
+	if m := d.cfg.Masquerade; m != nil {
+		if err := m.check(); err != nil {
+			return err
+		}
+		if err := spec.Variables[uplinktcVarMASQ].Set(uplinktcMasqConfig{Addr: be32(m.Addr), PortMin: m.Ports.Min, PortMax: m.Ports.Max}); err != nil {
+			return fmt.Errorf("setting the masquerade's load-time config: %w", err)
+		}
 	}
 	if err := d.loadBeside(spec, opts, flowsSize, &d.uplink); err != nil {
 		return err
@@ -103,17 +108,23 @@ const (
 	fromUplinkHook = "from-uplink"
 )
 
-// AttachUplink attaches the masquerade programs at tcx egress and ingress
-// of the node's uplink, the interface holding the masquerade address, and
-// pins the links, adopting pinned ones as AttachPod does. Call it in the
-// network namespace the interface is in.
+// AttachUplink attaches the uplink programs (masquerade, native routing's
+// receiving end) at tcx egress and ingress of the node's uplink, the
+// interface holding the node's underlay address, and pins the links,
+// adopting pinned ones as AttachPod does. Call it in the network namespace
+// the interface is in.
 func (d *Datapath) AttachUplink(ifname string, ifindex int) error {
-	if d.cfg.Masquerade == nil {
-		return fmt.Errorf("attaching the masquerade programs to %s: the datapath was opened without masquerade (Config.Masquerade)", ifname)
+	if !d.cfg.usesUplink() {
+		return fmt.Errorf("attaching the uplink programs to %s: the datapath was opened with neither masquerade (Config.Masquerade) "+
+			"nor native routing (Config.NativeIfindex)", ifname)
+	}
+	if d.cfg.NativeIfindex != 0 && ifindex != d.cfg.NativeIfindex {
+		return fmt.Errorf("attaching the uplink programs to %s (ifindex %d): native routing was opened on ifindex %d; "+
+			"the uplink is the underlay interface", ifname, ifindex, d.cfg.NativeIfindex)
 	}
 	if !d.cfg.Mode.UsesBPF() {
-		return fmt.Errorf("attaching the masquerade programs to %s: forwarding mode %s runs no BPF program; "+
-			"use %s or %s for masquerade", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
+		return fmt.Errorf("attaching the uplink programs to %s: forwarding mode %s runs no BPF program; "+
+			"use %s or %s for masquerade or native routing", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
 	}
 	if err := d.attachTCX(toUplinkHook, ifname, ifindex, d.uplink.ShuntToUplink, ebpf.AttachTCXEgress); err != nil {
 		return err
@@ -128,11 +139,11 @@ func (d *Datapath) DetachUplink(ifname string) error {
 }
 
 // UplinkOf is the interface of the calling thread's network namespace that
-// holds addr: where the masquerade programs go.
+// holds addr: where the uplink programs go, and native routing's underlay.
 func UplinkOf(addr netip.Addr) (name string, ifindex int, err error) {
 	l, err := underlayLink(addr)
 	if err != nil {
-		return "", 0, fmt.Errorf("masquerade: %w", err)
+		return "", 0, fmt.Errorf("the node's uplink: %w", err)
 	}
 	return l.Attrs().Name, l.Attrs().Index, nil
 }

@@ -69,6 +69,7 @@ type uplinktcShuntConfig struct {
 	ProxyMarkMagic uint32
 	ProxyMarkMask  uint32
 	TunnelIfindex  uint32
+	NativeIfindex  uint32
 	CtSingleTable  uint32
 }
 

@@ -51,9 +51,23 @@ func newUnderlay(t *testing.T, nodes int) (netns []string, addrs []string, under
 	return netns, addrs, ul
 }
 
-// newOverlayNode starts a node of cluster c whose host side is netns, with
-// its Node at underlay address addr and a VXLAN overlay.
-func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kubeNode {
+// crossNodeRouting is how the nodes of a cross-node test reach each
+// other's pods: the agent's flags, and where the receiving node's program
+// reports what arrives.
+type crossNodeRouting struct {
+	flags   []string
+	receive string // the flow point of the receiving node's program
+	podMTU  int    // the pods' MTU over the underlay's 1500
+}
+
+var (
+	overlayRouting = crossNodeRouting{flags: []string{"--tunnel", "vxlan"}, receive: "from-overlay", podMTU: 1450}
+	nativeRouting  = crossNodeRouting{flags: []string{"--routing", "native"}, receive: "from-uplink", podMTU: 1500}
+)
+
+// newCrossNode starts a node of cluster c whose host side is netns, with
+// its Node at underlay address addr, routing to other nodes' pods as r says.
+func newCrossNode(t *testing.T, c *kubetest.Cluster, netns, addr string, r crossNodeRouting) *kubeNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
@@ -87,8 +101,8 @@ func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kube
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { relay.Close() })
-	l.mustShunt("lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
-		"--mode", "redirect-peer", "--tunnel", "vxlan", "--cluster-cidr", c.ClusterCIDR, "--masquerade")
+	l.mustShunt(append([]string{"lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
+		"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR, "--masquerade"}, r.flags...)...)
 	l.cidr = l.status().PodCIDR
 	k := &kubeNode{t: t, cs: c.Client, ctx: ctx, lab: l}
 	k.node = k.instance
@@ -106,11 +120,20 @@ func newOverlayNode(t *testing.T, c *kubetest.Cluster, netns, addr string) *kube
 // the flows of the receiving node say so. A pod's traffic to a host
 // outside the cluster on the underlay leaves from its node's InternalIP
 // (--masquerade).
-func TestCrossNodeOverlay(t *testing.T) {
+func TestCrossNodeOverlay(t *testing.T) { testCrossNode(t, overlayRouting) }
+
+// TestCrossNodeNative: TestCrossNodeOverlay's cluster with native routing
+// (--routing native): no encapsulation, each node routes the other's pod
+// CIDR via its InternalIP, the pods' packets leave through bpf_fib_lookup
+// and arrive through the uplink program, which judges them with the
+// sender's identity from the ipcache; pods keep the underlay's full MTU.
+func TestCrossNodeNative(t *testing.T) { testCrossNode(t, nativeRouting) }
+
+func testCrossNode(t *testing.T, r crossNodeRouting) {
 	c := newKubeCluster(t)
 	netns, addrs, underlay := newUnderlay(t, 2)
-	a := newOverlayNode(t, c, netns[0], addrs[0])
-	b := newOverlayNode(t, c, netns[1], addrs[1])
+	a := newCrossNode(t, c, netns[0], addrs[0], r)
+	b := newCrossNode(t, c, netns[1], addrs[1], r)
 
 	// Each node lists both, itself Ready with the address it tunnels from.
 	var nodes struct {
@@ -152,8 +175,27 @@ func TestCrossNodeOverlay(t *testing.T) {
 	// The node itself (its processes, not a pod) reaches the other node's
 	// pod: routed onto the overlay with the remote-node identity.
 	a.probe("", "connected", "--tcp", server+":7000", "--udp", server+":7000")
-	if st := a.status(); !strings.Contains(fmt.Sprint(st.Counters), "to-tunnel") {
-		t.Errorf("node %s counted nothing into the tunnel: %v", a.node, st.Counters)
+	if r.receive == "from-overlay" {
+		if st := a.status(); !strings.Contains(fmt.Sprint(st.Counters), "to-tunnel") {
+			t.Errorf("node %s counted nothing into the tunnel: %v", a.node, st.Counters)
+		}
+	} else {
+		// Routed by BPF both ways, never handed to the stack for want
+		// of a route.
+		st := a.status()
+		var received bool
+		for _, ct := range st.Counters {
+			received = received || (ct.Reason == "forwarded" && ct.Direction == "from-uplink")
+			if ct.Reason == "fib-lookup-failed" {
+				t.Errorf("node %s: %+v", a.node, ct)
+			}
+		}
+		if !received {
+			t.Errorf("node %s received nothing routed from the other node: %v", a.node, st.Counters)
+		}
+		if st.Routing == nil || st.Routing.Mode != "native" || st.Routing.Device != "ul0" || st.Routing.PodMTU != 1500 {
+			t.Errorf("node %s: routing %+v, want native out of ul0, pod MTU 1500", a.node, st.Routing)
+		}
 	}
 
 	// A ClusterIP whose only backend is on the other node: the client's
@@ -198,12 +240,12 @@ func TestCrossNodeOverlay(t *testing.T) {
 	flows := b.mustShunt("observe", "--last", "500", "--verdict", "DROPPED", "-o", "json")
 	var dropped bool
 	for _, line := range strings.Split(flows, "\n") {
-		if strings.Contains(line, `"from-overlay"`) && strings.Contains(line, "policy") && strings.Contains(line, `"`+a.podIPOf("default", "intruder")+`"`) {
+		if strings.Contains(line, `"`+r.receive+`"`) && strings.Contains(line, "policy") && strings.Contains(line, `"`+a.podIPOf("default", "intruder")+`"`) {
 			dropped = true
 		}
 	}
 	if !dropped {
-		t.Errorf("no policy drop from the intruder at from-overlay in node %s's flows:\n%s", b.node, flows)
+		t.Errorf("no policy drop from the intruder at %s in node %s's flows:\n%s", r.receive, b.node, flows)
 	}
 
 	// The intruder relabelled as a client: both nodes give it the
@@ -220,17 +262,18 @@ func TestCrossNodeOverlay(t *testing.T) {
 	a.probeFrom("default", "intruder", "connected", "--tcp", server+":7000")
 	t.Logf("relabelled pod allowed across nodes %s after the update", time.Since(start).Round(time.Millisecond))
 
-	// Path MTU: pods have the underlay's 1500 less the 50 bytes of VXLAN,
-	// so the largest unfragmentable ping (1450 - 28) crosses and one byte
-	// more is refused at the pod itself instead of vanishing in the tunnel.
+	// Path MTU: pods have the underlay's 1500 less the 50 bytes of VXLAN
+	// (native routing: all of it), so the largest unfragmentable ping
+	// (MTU - 28) crosses and one byte more is refused at the pod itself
+	// instead of vanishing in the tunnel.
 	ping := func(size int) error {
 		return exec.Command("ip", "netns", "exec", a.instance+"-default-client", "ping", "-c", "1", "-W", "2", "-M", "do",
 			"-s", fmt.Sprint(size), server).Run()
 	}
-	if err := ping(1450 - 28); err != nil {
-		t.Errorf("ping with DF at the pod MTU across the overlay: %v", err)
+	if err := ping(r.podMTU - 28); err != nil {
+		t.Errorf("ping with DF at the pod MTU %d across nodes: %v", r.podMTU, err)
 	}
-	if err := ping(1450 - 28 + 1); err == nil {
+	if err := ping(r.podMTU - 28 + 1); err == nil {
 		t.Errorf("ping with DF one byte over the pod MTU got through")
 	}
 }

@@ -189,6 +189,10 @@ type status struct {
 	Masquerade *struct {
 		Uplink, Address, Ports string
 	} `json:"masquerade"`
+	Routing *struct {
+		Mode, Device, Underlay string
+		PodMTU                 int
+	} `json:"routing"`
 	Counters []struct {
 		Reason, Direction string
 		Packets           uint64

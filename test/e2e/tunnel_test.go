@@ -93,3 +93,44 @@ func TestTunnelNode(t *testing.T) {
 		t.Errorf("lab down left the overlay device:\n%s", out)
 	}
 }
+
+// TestNativeNode: a node started with --routing native attaches the uplink
+// programs to its underlay interface (no VXLAN device), gives pods the
+// underlay's full MTU, says so in status, keeps its routing across a
+// restart without the flags, and refuses the overlay until `lab down`.
+func TestNativeNode(t *testing.T) {
+	ns := newNodeNetns(t, "192.168.77.1", 9000)
+	l := newLabIn(t, ns, []string{"--routing", "native", "--underlay-addr", "192.168.77.1"}, twoPods)
+	checkNative := func(when string) {
+		t.Helper()
+		st := l.status()
+		if st.Hooks["from-uplink"] != 1 || st.Hooks["from-overlay"] != 0 {
+			t.Errorf("%s: hooks %v: want the uplink programs attached, no overlay program", when, st.Hooks)
+		}
+		if r := st.Routing; r == nil || r.Mode != "native" || r.Device != "ul0" || r.Underlay != "192.168.77.1" || r.PodMTU != 9000 {
+			t.Errorf("%s: status routing %+v: want native out of ul0 from 192.168.77.1, pod MTU 9000", when, st.Routing)
+		}
+		if out := l.mustShunt("status"); !strings.Contains(out, "routing:   native out of ul0 from 192.168.77.1 (pod MTU 9000)") {
+			t.Errorf("%s: shunt status:\n%s\nwant the routing line", when, out)
+		}
+	}
+	checkNative("after lab up")
+	if out, err := exec.Command("ip", "-n", ns, "link", "show", l.instance+"_vxl").CombinedOutput(); err == nil {
+		t.Errorf("native routing made a VXLAN device:\n%s", out)
+	}
+	if out := l.mustShunt("lab", "exec", "client", "--", "ip", "-o", "link", "show", "eth0"); !strings.Contains(out, " mtu 9000 ") {
+		t.Errorf("pod interface %q: want mtu 9000 (the underlay's, no encapsulation)", out)
+	}
+	l.probe("client", "connected", "--tcp", l.podIP("server")+":7000")
+
+	pid := l.status().PID
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	if out, code := l.shunt("lab", "up", "--tunnel", "vxlan"); code == 0 || !strings.Contains(out, "already runs with routing native") {
+		t.Errorf("lab up --tunnel vxlan on a native node: exit %d:\n%s\nwant a refusal naming the routing", code, out)
+	}
+	l.mustShunt("lab", "up")
+	checkNative("after a restart")
+}

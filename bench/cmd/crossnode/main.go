@@ -22,6 +22,14 @@
 //	shunt-vxlan      shunt's agent per node (`lab up --tunnel vxlan
 //	                 --mode redirect-peer`), the same policies as
 //	                 NetworkPolicies
+//	shunt-native     the same with native routing (`--routing native`: no
+//	                 encapsulation, each node routes the other's pod CIDR
+//	                 via its underlay address, tc forwards with
+//	                 bpf_fib_lookup); two more Nodes of the same cluster, on
+//	                 shunt-vxlan's underlay (nodes routed natively share a
+//	                 network), with pods of their own (their addresses are
+//	                 their Nodes' pod CIDRs) and a measured Service of
+//	                 their own, "xbench-native"
 //
 // Services are selector-less, each with a hand-written EndpointSlice of the
 // ten server pods; the measured one ("xbench") exists at every scale N, the
@@ -99,17 +107,28 @@ const (
 	calico   = "calico-iptables"
 	nftables = "nftables"
 	shunt    = "shunt-vxlan"
+	native   = "shunt-native"
 )
 
 // underlay third octet per case: each case has its own underlay, and the
-// kube-proxy and shunt Nodes carry distinct InternalIPs.
-var underlayNet = map[string]int{floor: 76, shunt: 77, calico: 78, nftables: 79}
+// kube-proxy and shunt Nodes carry distinct InternalIPs. shunt-native's
+// nodes join shunt-vxlan's underlay (hosts .3 and .4): every shunt Node of
+// the cluster is then on one network, as native routing needs (each agent
+// routes every other Node's pod CIDR via its address).
+var underlayNet = map[string]int{floor: 76, shunt: 77, calico: 78, nftables: 79, native: 77}
+
+// underlayHost is the first host number of a case's nodes on its underlay.
+var underlayHost = map[string]int{native: 3}
 
 type caseNet struct {
 	name       string
 	nodes      [2]string // node (host side) network namespaces
 	client     string    // netns path of the client pod
 	hasService bool
+	// Only shunt-native's: its own server pods and measured ClusterIP
+	// (every other case has shunt-vxlan's addresses: b.serverIP, b.vip).
+	serverIP []string
+	vip      string
 }
 
 type bench struct {
@@ -296,8 +315,10 @@ func (b *bench) run(scales []int, reps int) error {
 		return fmt.Errorf("NetworkPolicies: %w", err)
 	}
 	// shunt first: its IPAM decides the pod addresses, the baselines copy them.
-	if err := b.setupShunt(ctx); err != nil {
-		return fmt.Errorf("case %s: %w", shunt, err)
+	for _, c := range []string{shunt, native} {
+		if err := b.setupShunt(ctx, c); err != nil {
+			return fmt.Errorf("case %s: %w", c, err)
+		}
 	}
 	for _, c := range []string{floor, calico, nftables} {
 		if err := b.setupFlannel(c); err != nil {
@@ -314,8 +335,12 @@ func (b *bench) run(scales []int, reps int) error {
 			}
 		}
 	}
-	if b.vip, err = b.createService(ctx, "xbench", true); err != nil {
+	if b.vip, err = b.createService(ctx, "xbench", true, b.serverIP); err != nil {
 		return fmt.Errorf("the measured Service: %w", err)
+	}
+	nc := b.cases[native]
+	if nc.vip, err = b.createService(ctx, "xbench-native", true, nc.serverIP); err != nil {
+		return fmt.Errorf("the measured Service of %s: %w", native, err)
 	}
 	// Thousands of short connections a second from one client: let it
 	// reuse TIME_WAIT ports, or every case after the first runs out.
@@ -332,7 +357,7 @@ func (b *bench) run(scales []int, reps int) error {
 	if err := b.checkCalicoPath(); err != nil {
 		return err
 	}
-	order := []string{floor, calico, nftables, shunt}
+	order := []string{floor, calico, nftables, shunt, native}
 	for _, n := range scales {
 		if err := b.scaleTo(ctx, n); err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
@@ -353,29 +378,34 @@ func (b *bench) run(scales []int, reps int) error {
 }
 
 // underlay makes the case's two node namespaces joined to a bridge in a
-// third, node i at 192.168.<net>.(i+1)/24 on its ul0.
+// third, node i at 192.168.<net>.(host+i)/24 on its ul0; shunt-native's
+// join shunt-vxlan's bridge (made first).
 func (b *bench) underlay(c string) (*caseNet, error) {
 	cn := &caseNet{name: c}
-	ul, err := b.netns(fmt.Sprintf("xb%s-%s-ul", b.id, c))
-	if err != nil {
-		return nil, err
-	}
-	if err := ipn(ul, []string{"link", "add", "br0", "type", "bridge"}, []string{"link", "set", "br0", "up"}); err != nil {
-		return nil, err
+	ul := fmt.Sprintf("xb%s-%s-ul", b.id, shunt)
+	if c != native {
+		var err error
+		if ul, err = b.netns(fmt.Sprintf("xb%s-%s-ul", b.id, c)); err != nil {
+			return nil, err
+		}
+		if err := ipn(ul, []string{"link", "add", "br0", "type", "bridge"}, []string{"link", "set", "br0", "up"}); err != nil {
+			return nil, err
+		}
 	}
 	for i := range 2 {
 		ns, err := b.netns(fmt.Sprintf("xb%s-%s-n%d", b.id, c, i+1))
 		if err != nil {
 			return nil, err
 		}
+		port := fmt.Sprintf("n%d", max(underlayHost[c], 1)+i)
 		if err := ipn(ns,
-			[]string{"link", "add", "ul0", "type", "veth", "peer", "name", fmt.Sprintf("n%d", i+1), "netns", ul},
+			[]string{"link", "add", "ul0", "type", "veth", "peer", "name", port, "netns", ul},
 			[]string{"addr", "add", b.underlayAddr(c, i) + "/24", "dev", "ul0"},
 			[]string{"link", "set", "ul0", "up"},
 		); err != nil {
 			return nil, err
 		}
-		if err := ipn(ul, []string{"link", "set", fmt.Sprintf("n%d", i+1), "master", "br0", "up"}); err != nil {
+		if err := ipn(ul, []string{"link", "set", port, "master", "br0", "up"}); err != nil {
 			return nil, err
 		}
 		// Agents and kube-proxy reach the API server on the machine's
@@ -390,7 +420,7 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 }
 
 func (b *bench) underlayAddr(c string, i int) string {
-	return fmt.Sprintf("192.168.%d.%d", underlayNet[c], i+1)
+	return fmt.Sprintf("192.168.%d.%d", underlayNet[c], max(underlayHost[c], 1)+i)
 }
 
 // relay makes the API server reachable inside namespace ns.
@@ -421,20 +451,25 @@ func (b *bench) node(ctx context.Context, name, addr string) error {
 	})
 }
 
-// setupShunt starts an agent per node with the VXLAN overlay and runs the
-// pods through the API: the client on node 1, the servers on node 2.
-func (b *bench) setupShunt(ctx context.Context) error {
-	cn, err := b.underlay(shunt)
+// setupShunt starts an agent per node of case c (shunt-vxlan: the VXLAN
+// overlay; shunt-native: native routing) and runs the pods through the
+// API: the client on node 1, the servers on node 2.
+func (b *bench) setupShunt(ctx context.Context, c string) error {
+	cn, err := b.underlay(c)
 	if err != nil {
 		return err
 	}
 	cn.hasService = true
+	routing, letter, prefix := []string{"--tunnel", "vxlan"}, "s", ""
+	if c == native {
+		routing, letter, prefix = []string{"--routing", "native"}, "r", "native-"
+	}
 	shuntBin := filepath.Join(b.bin, "shunt")
 	var insts [2]string
 	for i := range 2 {
-		insts[i] = fmt.Sprintf("xb%ss%d", b.id, i+1)
+		insts[i] = fmt.Sprintf("xb%s%s%d", b.id, letter, i+1)
 		inst := insts[i]
-		if err := b.node(ctx, inst, b.underlayAddr(shunt, i)); err != nil {
+		if err := b.node(ctx, inst, b.underlayAddr(c, i)); err != nil {
 			return err
 		}
 		ns := "/run/netns/" + cn.nodes[i]
@@ -448,8 +483,8 @@ func (b *bench) setupShunt(ctx context.Context) error {
 				log.Printf("removing lab %s: %v", inst, err)
 			}
 		})
-		argv := inNetns(ns, shuntBin, "--instance", inst, "lab", "up", "--kubeconfig", b.kc.Kubeconfig, "--node-name", inst,
-			"--service-cidr", serviceCIDR, "--mode", "redirect-peer", "--tunnel", "vxlan", "--cluster-cidr", clusterCIDR)
+		argv := inNetns(ns, append([]string{shuntBin, "--instance", inst, "lab", "up", "--kubeconfig", b.kc.Kubeconfig, "--node-name", inst,
+			"--service-cidr", serviceCIDR, "--mode", "redirect-peer", "--cluster-cidr", clusterCIDR}, routing...)...)
 		// One more try: shuntd can die at start-up (a nil a.objects called
 		// by the problem-events goroutine before agent.New assigns it, seen
 		// on this busy machine); the retry is logged, not hidden.
@@ -475,8 +510,11 @@ func (b *bench) setupShunt(ctx context.Context) error {
 		if n.Spec.PodCIDR == "" {
 			return fmt.Errorf("Node %s has no pod CIDR after its agent started", inst)
 		}
-		b.podCIDR[i] = n.Spec.PodCIDR
+		if c == shunt {
+			b.podCIDR[i] = n.Spec.PodCIDR
+		}
 	}
+	var serverIP []string
 	pin := func(argv ...string) []string { return append([]string{"taskset", "-c", "1"}, argv...) }
 	for i := range servers {
 		ctrs := []corev1.Container{
@@ -486,20 +524,41 @@ func (b *bench) setupShunt(ctx context.Context) error {
 		if i == 0 {
 			ctrs = append(ctrs, corev1.Container{Name: "iperf3", Image: "lab", Command: pin("iperf3", "-s", "-p", strconv.Itoa(iperfPort))})
 		}
-		ip, err := b.runPod(ctx, fmt.Sprintf("server-%d", i), insts[1], map[string]string{"app": "server"}, ctrs)
+		ip, err := b.runPod(ctx, fmt.Sprintf("%sserver-%d", prefix, i), insts[1], map[string]string{"app": "server"}, ctrs)
 		if err != nil {
 			return err
 		}
-		b.serverIP = append(b.serverIP, ip)
+		serverIP = append(serverIP, ip)
 	}
-	b.clientIP, err = b.runPod(ctx, "client", insts[0], map[string]string{"app": "client"},
+	clientIP, err := b.runPod(ctx, prefix+"client", insts[0], map[string]string{"app": "client"},
 		[]corev1.Container{{Name: "c", Image: "lab", Command: []string{"sleep", "infinity"}}})
 	if err != nil {
 		return err
 	}
-	cn.client = podnet.NetnsPath(instance.Instance{Name: insts[0]}.PodNetns("default", "client"))
-	log.Printf("shunt: pod CIDRs %s, %s; client %s, servers %s", b.podCIDR[0], b.podCIDR[1], b.clientIP, strings.Join(b.serverIP, " "))
+	cn.client = podnet.NetnsPath(instance.Instance{Name: insts[0]}.PodNetns("default", prefix+"client"))
+	if c == shunt {
+		b.serverIP, b.clientIP = serverIP, clientIP
+	} else {
+		cn.serverIP = serverIP
+	}
+	log.Printf("%s: client %s, servers %s", c, clientIP, strings.Join(serverIP, " "))
 	return nil
+}
+
+// servers are the server pods' addresses of case cn.
+func (b *bench) servers(cn *caseNet) []string {
+	if cn.serverIP != nil {
+		return cn.serverIP
+	}
+	return b.serverIP
+}
+
+// measuredVIP is the ClusterIP case cn measures.
+func (b *bench) measuredVIP(cn *caseNet) string {
+	if cn.vip != "" {
+		return cn.vip
+	}
+	return b.vip
 }
 
 func (b *bench) runPod(ctx context.Context, name, node string, labels map[string]string, ctrs []corev1.Container) (string, error) {
@@ -742,9 +801,9 @@ func (b *bench) checkCalicoPath() error {
 }
 
 // createService makes a selector-less Service and its slice of the ten
-// server pods; the measured one also has sockperf's port. It returns the
-// ClusterIP.
-func (b *bench) createService(ctx context.Context, name string, measured bool) (string, error) {
+// server pods at endpoints; the measured one also has sockperf's port. It
+// returns the ClusterIP.
+func (b *bench) createService(ctx context.Context, name string, measured bool, endpoints []string) (string, error) {
 	ports := []corev1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(servePort)}}
 	if measured {
 		ports = append(ports, corev1.ServicePort{Name: "sockperf", Port: sockperfPort, TargetPort: intstr.FromInt32(sockperfPort)})
@@ -765,7 +824,7 @@ func (b *bench) createService(ctx context.Context, name string, measured bool) (
 		pname, port := p.Name, p.TargetPort.IntVal
 		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &pname, Port: &port, Protocol: &proto})
 	}
-	for _, ip := range b.serverIP {
+	for _, ip := range endpoints {
 		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
 	}
 	if _, err := b.cs.DiscoveryV1().EndpointSlices("default").Create(ctx, sl, metav1.CreateOptions{}); err != nil {
@@ -778,7 +837,7 @@ func (b *bench) createService(ctx context.Context, name string, measured bool) (
 // address from the client (all ports; the policy lets the client in).
 func (b *bench) waitServers(ctx context.Context) error {
 	for _, c := range b.cases {
-		for _, ip := range b.serverIP {
+		for _, ip := range b.servers(c) {
 			// Not iperf3's port: a bare connection makes its server fail
 			// the next test; its client retries instead.
 			for _, p := range []int{sockperfPort, servePort} {
@@ -838,7 +897,7 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 	t0 := time.Now()
 	var last string
 	for i := b.fillers; i < n; i++ {
-		vip, err := b.createService(ctx, fmt.Sprintf("s%d", i), false)
+		vip, err := b.createService(ctx, fmt.Sprintf("s%d", i), false, b.serverIP)
 		if err != nil {
 			return fmt.Errorf("creating Service s%d: %w", i, err)
 		}
@@ -850,8 +909,11 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 		if !c.hasService {
 			continue
 		}
-		vips := []string{b.vip}
-		if last != "" {
+		vips := []string{b.measuredVIP(c)}
+		// The other Services' endpoints are shunt-vxlan's servers, which
+		// shunt-native's client does not reach (its replies would go
+		// back encapsulated): that case waits for its own Service only.
+		if last != "" && c.name != native {
 			vips = append(vips, last)
 		}
 		for _, vip := range vips {
@@ -1004,24 +1066,25 @@ func runLine(l string) (secs, received float64) {
 // measure runs every metric of case c once.
 func (b *bench) measure(c string, n, rep int) error {
 	cn := b.cases[c]
-	if err := b.rr(cn, b.serverIP[0], "rr_pod", n, rep); err != nil {
+	servers := b.servers(cn)
+	if err := b.rr(cn, servers[0], "rr_pod", n, rep); err != nil {
 		return err
 	}
 	// Through the ClusterIP; the floor has no services, so its rr_svc is
 	// a second run straight to the pod, the floor the others compare with.
-	svc := b.vip
+	svc := b.measuredVIP(cn)
 	if !cn.hasService {
-		svc = b.serverIP[0]
+		svc = servers[0]
 	}
 	if err := b.rr(cn, svc, "rr_svc", n, rep); err != nil {
 		return err
 	}
 	// New connections: through the ClusterIP, or for the floor (no
 	// services) straight to the same ten backends.
-	target := b.vip + ":80"
+	target := b.measuredVIP(cn) + ":80"
 	if !cn.hasService {
 		var t []string
-		for _, ip := range b.serverIP {
+		for _, ip := range servers {
 			t = append(t, net.JoinHostPort(ip, strconv.Itoa(servePort)))
 		}
 		target = strings.Join(t, ",")
@@ -1051,7 +1114,7 @@ func (b *bench) measure(c string, n, rep int) error {
 	var gbps float64
 	jsonPath := filepath.Join(b.out, fmt.Sprintf("iperf3-%s-n%d-%d.json", c, n, rep))
 	for try := 1; ; try++ {
-		out, err = b.client(cn, "iperf3", "-c", b.serverIP[0], "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(int(b.duration.Seconds())), "-J")
+		out, err = b.client(cn, "iperf3", "-c", servers[0], "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(int(b.duration.Seconds())), "-J")
 		os.WriteFile(jsonPath, out, 0o644)
 		var r struct {
 			End struct {

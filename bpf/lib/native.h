@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Native routing between nodes, the other mode beside the overlay
+ * (lib/encap.h): no encapsulation, the underlay routes pod CIDRs. A packet
+ * for a pod of another node leaves the node's underlay interface as it is,
+ * to the next hop the node's own routes give (the agent installs one per
+ * other node's pod CIDR: `CIDR via NODE dev UNDERLAY`), found with
+ * bpf_fib_lookup and sent with bpf_redirect or bpf_redirect_neigh, so it
+ * never climbs the host stack. The receiving node's uplink program
+ * (bpf/uplink_tc.c) judges it with the identity its ipcache gives the
+ * source address. */
+#ifndef SHUNT_LIB_NATIVE_H
+#define SHUNT_LIB_NATIVE_H
+
+#include "common.h"
+#include "ipv4.h"
+#include "pkt.h"
+#include "forward.h"
+
+/* to_node_routed sends a packet for a pod of another node out of cfg's
+ * underlay interface, routed: the route lookup of the node's namespace
+ * (as the stack would forward it, from the pod's veth) names the next hop;
+ * one hop (TTL), then the next hop's MAC written and the packet redirected
+ * (bpf_redirect), or, when the next hop's MAC is not known yet, handed to
+ * bpf_redirect_neigh, which resolves it as the stack does. A lookup that
+ * finds no route out of the underlay (no route, an unreachable or
+ * blackhole one, a packet over the route's MTU, another interface) hands
+ * the packet to the stack untouched, counted as fib-lookup-failed: the
+ * stack then answers it (ICMP unreachable, fragmentation needed) or routes
+ * it as configured. Returns the program's verdict; the outcome is counted
+ * and reported. */
+static __always_inline int to_node_routed(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET, .l4_protocol = p->f.proto, .sport = p->f.sport, .dport = p->f.dport,
+		.ifindex = skb->ingress_ifindex, .ipv4_src = p->f.saddr, .ipv4_dst = p->f.daddr,
+	};
+	__u8 tos = 0;
+	int verdict;
+	long ret;
+
+	bpf_skb_load_bytes(skb, IP_TOS_OFF, &tos, sizeof(tos));
+	fib.tos = tos;
+	/* tot_len stays 0: the helper then checks the packet against the
+	 * route's MTU itself, knowing a GSO packet leaves as segments. */
+	ret = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if ((ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH) || fib.ifindex != cfg->native_ifindex) {
+		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_FIB_LOOKUP_FAILED);
+		return TC_ACT_OK;
+	}
+	verdict = forward_hop(skb, p);
+	if (verdict >= 0)
+		return verdict;
+	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		/* The lookup left the next hop (the gateway, or the
+		 * destination on a shared link) in ipv4_dst. */
+		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib.ipv4_dst };
+
+		ret = bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	} else {
+		__u8 macs[12];
+
+		__builtin_memcpy(macs, fib.dmac, 6);
+		__builtin_memcpy(macs + 6, fib.smac, 6);
+		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
+			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+		ret = bpf_redirect(fib.ifindex, 0);
+	}
+	if (ret != TC_ACT_REDIRECT)
+		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
+	return TC_ACT_REDIRECT;
+}
+
+#endif
