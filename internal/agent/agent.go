@@ -624,13 +624,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.readFlows(fr)
 	go returnFreeMemory(ctx)
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
-	// Containers start and exit on their own: the lab's kubelet follows
-	// them into the pods' status, and so into the endpoints.
-	resync := time.NewTicker(500 * time.Millisecond)
-	defer resync.Stop()
+	var resync <-chan time.Time // nil: never
+	if every := a.src.ResyncEvery(); every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		resync = t.C
+	}
 	for {
 		select {
-		case <-resync.C:
+		case <-resync:
 			if err := a.src.Resync(ctx); err != nil {
 				a.log.Error("pod resync failed", "err", err)
 			}

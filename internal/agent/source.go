@@ -32,8 +32,10 @@ type source interface {
 	Apply(ctx context.Context, docs []manifest.Document) ([]model.Change, error)
 	Delete(ctx context.Context, docs []manifest.Document) ([]model.Change, error)
 	// Resync follows what changed on the node by itself (the lab's
-	// containers exiting).
+	// containers exiting), before `shunt get pods` answers and every
+	// ResyncEvery (0: the source follows its containers on its own).
 	Resync(ctx context.Context) error
+	ResyncEvery() time.Duration
 	Uninstall(ctx context.Context) error
 	// Health is "" when the source is fine, else what is wrong.
 	Health() string
@@ -60,11 +62,17 @@ func (k kubeSource) Delete(context.Context, []manifest.Document) ([]model.Change
 	return nil, errObjectsFromAPIServer
 }
 
-// Resync does nothing: the API kubelet follows its containers in its own
-// loop (every second and at every pod event), and writes what it finds
-// through the API server, whence it comes back as any change does. A pass
-// from here as well doubled its work, and an idle node's garbage.
-func (k kubeSource) Resync(context.Context) error { return nil }
+func (k kubeSource) Resync(ctx context.Context) error {
+	if k.pods != nil {
+		return k.pods.Sync(ctx)
+	}
+	return nil
+}
+
+// ResyncEvery is 0: the API kubelet follows its containers in its own loop
+// (every second and at every pod event); a periodic pass from the agent as
+// well doubled its work, and an idle node's garbage.
+func (kubeSource) ResyncEvery() time.Duration { return 0 }
 
 func (k kubeSource) Uninstall(ctx context.Context) error {
 	if k.pods != nil {
@@ -146,8 +154,12 @@ func (k *kubeClient) ownNode(ctx context.Context, node string) (*corev1.Node, er
 // labSource is the lab's control plane as a source.
 type labSource struct{ *lab.ControlPlane }
 
-func (labSource) Health() string   { return "" }
-func (labSource) Describe() string { return "lab" }
+func (labSource) Health() string { return "" }
+
+// ResyncEvery: the lab's containers start and exit on their own; its
+// kubelet follows them into the pods' status, and so into the endpoints.
+func (labSource) ResyncEvery() time.Duration { return 500 * time.Millisecond }
+func (labSource) Describe() string           { return "lab" }
 
 // startIdentities follows the cluster's ShuntIdentities, so the reconciler
 // numbers identities as every other node does.

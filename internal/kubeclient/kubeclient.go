@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -55,7 +56,6 @@ func init() {
 
 // Client talks to one API server.
 type Client struct {
-	config                 *rest.Config
 	core, disco, netpolicy rest.Interface
 	// raw has no group: discovery documents and /readyz.
 	raw rest.Interface
@@ -64,7 +64,7 @@ type Client struct {
 // New builds the clients for the configuration (kubesource.RESTConfig or a
 // kubeconfig of the caller's).
 func New(rc *rest.Config) (*Client, error) {
-	c := &Client{config: rc}
+	c := &Client{}
 	var err error
 	if c.core, err = restFor(rc, corev1.SchemeGroupVersion, "/api"); err != nil {
 		return nil, err
@@ -114,9 +114,6 @@ func restFor(rc *rest.Config, gv schema.GroupVersion, apiPath string) (rest.Inte
 	return c, nil
 }
 
-// Host is the API server's address, for messages.
-func (c *Client) Host() string { return c.config.Host }
-
 // Typed clients of the kinds the agent writes or reads one by one.
 
 func (c *Client) Pods(namespace string) *gentype.ClientWithList[*corev1.Pod, *corev1.PodList] {
@@ -159,7 +156,7 @@ func (s *EventSink) Update(e *corev1.Event) (*corev1.Event, error) {
 
 func (s *EventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 	out := &corev1.Event{}
-	err := s.core.Patch("application/strategic-merge-patch+json").NamespaceIfScoped(e.Namespace, e.Namespace != "").
+	err := s.core.Patch(types.StrategicMergePatchType).NamespaceIfScoped(e.Namespace, e.Namespace != "").
 		Resource("events").Name(e.Name).Body(data).Do(context.Background()).Into(out)
 	return out, err
 }

@@ -137,19 +137,30 @@ func (m *matrix) waitServing(p *oraclePod) {
 	}
 }
 
+// podIPIn waits for a pod's address: with Kubernetes, the lab kubelet
+// writes it through the API server a moment after the pod is created.
 func (l *lab) podIPIn(ns, name string) string {
 	l.t.Helper()
-	var list podList
-	if err := json.Unmarshal([]byte(l.mustShunt("get", "pods", "-n", ns, "-o", "json")), &list); err != nil {
-		l.t.Fatal(err)
-	}
-	for _, p := range list.Items {
-		if p.Metadata.Name == name {
-			return p.Status.PodIP
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var list podList
+		if err := json.Unmarshal([]byte(l.mustShunt("get", "pods", "-n", ns, "-o", "json")), &list); err != nil {
+			l.t.Fatal(err)
 		}
+		listed := false
+		for _, p := range list.Items {
+			if p.Metadata.Name == name {
+				if p.Status.PodIP != "" {
+					return p.Status.PodIP
+				}
+				listed = true
+			}
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("pod %s/%s has no address after 20 s (listed: %v)", ns, name, listed)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	l.t.Fatalf("pod %s/%s not listed", ns, name)
-	return ""
 }
 
 // probeFrom runs one labtools probe inside a pod's network namespace.
