@@ -18,6 +18,7 @@
 #include "flow.h"
 #include "ipv4.h"
 #include "tc_nat.h"
+#include "conntrack.h"
 #include "policy.h"
 
 struct {
@@ -37,27 +38,29 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } shunt_masq_exclude SEC(".maps");
 
-#define MASQ_NSEC_PER_SEC 1000000000ULL
-#define MASQ_TIMEOUT_TCP_OPENING (60 * MASQ_NSEC_PER_SEC) /* SYN sent, nothing back yet */
-#define MASQ_TIMEOUT_TCP_ESTABLISHED (21600 * MASQ_NSEC_PER_SEC)
-#define MASQ_TIMEOUT_TCP_CLOSING (10 * MASQ_NSEC_PER_SEC) /* RST, or FIN both ways */
-#define MASQ_TIMEOUT_OTHER (60 * MASQ_NSEC_PER_SEC)       /* UDP, ICMP echo */
-
 /* Ports tried for a new flow: the pod's own first when it is in range, then
  * pseudo-random ones. 16 tries fail only when about half the range or more
  * is in use towards one destination address, port and protocol (0.5^16);
  * a failure is counted as masq-port-exhausted. */
 #define MASQ_PORT_TRIES 16
 
+/* masq_closed: the TCP connection was reset, or FIN went both ways. */
+static __always_inline bool masq_closed(__u32 flags)
+{
+	return (flags & MASQ_F_RST) || ((flags & MASQ_F_FIN_OUT) && (flags & MASQ_F_FIN_IN));
+}
+
+/* A flow's entries live as long as conntrack keeps a connection of its
+ * protocol and state: the same timeouts (CT_TIMEOUT_* in conntrack.h). */
 static __always_inline __u64 masq_timeout(__u32 flags, __u8 proto)
 {
 	if (proto != IPPROTO_TCP)
-		return MASQ_TIMEOUT_OTHER;
-	if ((flags & MASQ_F_RST) || ((flags & MASQ_F_FIN_OUT) && (flags & MASQ_F_FIN_IN)))
-		return MASQ_TIMEOUT_TCP_CLOSING;
+		return CT_TIMEOUT_OTHER;
+	if (masq_closed(flags))
+		return CT_TIMEOUT_TCP_CLOSING;
 	if (!(flags & MASQ_F_REPLY_SEEN))
-		return MASQ_TIMEOUT_TCP_OPENING;
-	return MASQ_TIMEOUT_TCP_ESTABLISHED;
+		return CT_TIMEOUT_TCP_OPENING;
+	return CT_TIMEOUT_TCP_ESTABLISHED;
 }
 
 /* masq_idle is how long the flow of entry v has been quiet. Another CPU
@@ -76,7 +79,7 @@ static __always_inline bool masq_expired(const struct masq_value *v, __u8 proto,
 }
 
 /* A TCP connection that closed (RST, or FIN both ways) keeps its entries
- * for MASQ_TIMEOUT_TCP_CLOSING, for its own late packets, but gives its
+ * for CT_TIMEOUT_TCP_CLOSING, for its own late packets, but gives its
  * port to a new flow after this grace: enough for the last ACK and a
  * retransmitted FIN. Otherwise a destination's ports would be held 10 s
  * after every short connection, and one busy client would exhaust them
@@ -84,15 +87,13 @@ static __always_inline bool masq_expired(const struct masq_value *v, __u8 proto,
  * reuses the port of a connection in TIME_WAIT for a new SYN. The
  * outside end, if it closed first, accepts a new SYN on a tuple in
  * TIME_WAIT (RFC 6191). */
-#define MASQ_CLOSED_REUSE (1 * MASQ_NSEC_PER_SEC)
+#define MASQ_CLOSED_REUSE (1 * NSEC_PER_SEC)
 
 /* masq_reusable says whether the flow of entry v no longer holds its
  * port against a new flow. */
 static __always_inline bool masq_reusable(const struct masq_value *v, __u8 proto, __u64 now)
 {
-	bool closed = (v->flags & MASQ_F_RST) || ((v->flags & MASQ_F_FIN_OUT) && (v->flags & MASQ_F_FIN_IN));
-
-	if (proto == IPPROTO_TCP && closed && masq_idle(v, now) > MASQ_CLOSED_REUSE)
+	if (proto == IPPROTO_TCP && masq_closed(v->flags) && masq_idle(v, now) > MASQ_CLOSED_REUSE)
 		return true;
 	return masq_expired(v, proto, now);
 }
@@ -150,7 +151,7 @@ static __always_inline void masq_refresh(const struct masq_key *k, struct masq_v
 		if (tcp_flags & SHUNT_TCPF_RST)
 			flags |= MASQ_F_RST;
 	}
-	if (flags == v->flags && masq_idle(v, now) <= MASQ_NSEC_PER_SEC)
+	if (flags == v->flags && masq_idle(v, now) <= NSEC_PER_SEC)
 		return;
 	v->flags = flags;
 	v->last_seen_ns = now;
