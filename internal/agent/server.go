@@ -20,6 +20,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/services"
@@ -75,6 +76,10 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 		return a.src.Delete(ctx, d)
 	}))
 	mux.HandleFunc("POST /v1/wait", a.handleWait)
+	mux.HandleFunc("POST "+lab.PathWatch, a.handleLabWatch)
+	mux.HandleFunc("POST "+lab.PathNodes, a.handleLabNode)
+	mux.HandleFunc("POST "+lab.PathIdentities, a.handleLabIdentities)
+	mux.HandleFunc("PUT "+lab.PathPodStatus+"{namespace}/{name}/status", a.handleLabPodStatus)
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -273,21 +278,41 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 		node.APIVersion, node.Kind = "v1", "Node"
 		if node.Name == a.nodeName {
 			own = true
-			node.Status.Conditions = append(node.Status.Conditions, a.readyCondition())
+			node.Status.Conditions = setNodeReady(node.Status.Conditions, a.readyCondition())
 		}
 		list.Items = append(list.Items, node)
 	}
 	if !own {
-		node := corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-			ObjectMeta: metav1.ObjectMeta{Name: a.nodeName, CreationTimestamp: metav1.NewTime(a.started)},
-			Spec:       corev1.NodeSpec{PodCIDR: a.podPool.CIDR.String(), PodCIDRs: []string{a.podPool.CIDR.String()}},
-			Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{a.readyCondition()}}}
-		if a.cfg.Underlay.IsValid() {
-			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.Underlay.String()}}
-		}
-		list.Items = append(list.Items, node)
+		list.Items = append(list.Items, *a.nodeObject())
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// nodeObject is this node's Node as its agent knows it: its pod CIDR,
+// underlay address, readiness.
+func (a *Agent) nodeObject() *corev1.Node {
+	node := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: a.nodeName, CreationTimestamp: metav1.NewTime(a.started)},
+		Spec:       corev1.NodeSpec{PodCIDR: a.podPool.CIDR.String(), PodCIDRs: []string{a.podPool.CIDR.String()}}}
+	if a.rec != nil {
+		node.Status.Conditions = []corev1.NodeCondition{a.readyCondition()}
+	}
+	if a.cfg.Underlay.IsValid() {
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.Underlay.String()}}
+	}
+	return node
+}
+
+// setNodeReady puts this agent's view of its readiness in place of the
+// stored one: the agent knows best whether it programs its node.
+func setNodeReady(conds []corev1.NodeCondition, ready corev1.NodeCondition) []corev1.NodeCondition {
+	for i, c := range conds {
+		if c.Type == corev1.NodeReady {
+			conds[i] = ready
+			return conds
+		}
+	}
+	return append(conds, ready)
 }
 
 // readyCondition is this node's Ready condition as its agent sees it: ready
