@@ -196,14 +196,14 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 
-	podMTU       int                   // pod interfaces' MTU (0: the default, 1500)
-	uplink       string                // the interface the uplink programs are on ("": none)
-	masq         *api.MasqueradeStatus // nil: no masquerade
-	labCP        *lab.ControlPlane     // serving a multi-node lab's other nodes (nil: none)
+	podMTU       int                    // pod interfaces' MTU (0: the default, 1500)
+	uplink       string                 // the interface the uplink programs are on ("": none)
+	masq         *api.MasqueradeStatus  // nil: no masquerade
+	labCP        *lab.ControlPlane      // serving a multi-node lab's other nodes (nil: none)
 	clusterIDs   *lab.ClusterIdentities // with labCP: the lab's identity numbers
-	cniEndpoints *cniEndpoints         // what shunt-cni reported
-	srv          *http.Server          // the API on the instance's socket
-	ready        atomic.Bool           // New finished: status answers
+	cniEndpoints *cniEndpoints          // what shunt-cni reported
+	srv          *http.Server           // the API on the instance's socket
+	ready        atomic.Bool            // New finished: status answers
 
 	stopReconciler context.CancelFunc
 	shutdown       chan bool // true: uninstall before exiting

@@ -112,7 +112,9 @@ func nthAddr(p netip.Prefix, n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-func layoutPath(base instance.Instance) string { return filepath.Join(base.StateDir(), "lab-nodes.json") }
+func layoutPath(base instance.Instance) string {
+	return filepath.Join(base.StateDir(), "lab-nodes.json")
+}
 
 // Load reads the lab's layout; nil when base is a lab of one node.
 func Load(base instance.Instance) (*Layout, error) {
