@@ -479,68 +479,114 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "status [-o json]",
-		Short: "summarise the agent: mode, pod network, datapath counters",
+		Short: "summarise the agent (every node's, in a lab of several): mode, pod network, peers, datapath counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := g.client()
+			c, inst, err := g.client()
 			if err != nil {
 				return err
 			}
-			var st api.Status
-			if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+			insts, layout, err := nodeInstances(inst)
+			if err != nil {
 				return err
 			}
-			if done, err := printStructured(output, st, 0, nil); done {
-				return err
-			}
-			fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
-				st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
-				st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
-			if r := st.Routing; r != nil && r.Mode != "tunnel" {
-				fmt.Printf("routing:   %s out of %s from %s (pod MTU %d)\n", r.Mode, r.Device, r.Underlay, r.PodMTU)
-			}
-			if t := st.Tunnel; t != nil {
-				fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
-			}
-			if m := st.Masquerade; m != nil {
-				fmt.Printf("masquerade: pods' traffic to outside leaves %s from %s, ports %s (not to %s)\n",
-					m.Uplink, m.Address, m.Ports, strings.Join(m.Exclude, ", "))
-			}
-			for _, p := range st.Problems {
-				fmt.Printf("left out:  %s\n", p)
-			}
-			fmt.Printf("flows:     sampling %s, %d emitted, %d lost, %d kept", st.FlowSampling, st.Flows.Emitted, st.Flows.Lost, st.Flows.History)
-			if st.MetricsAddr != "" {
-				fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)
-			}
-			fmt.Printf("\nL7 proxy:  %s", proxyLine(st.Proxy))
-			fmt.Printf("\nsocket acceleration: %s", accelLine(st.Accel))
-			fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
-			var hooks []string
-			for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {
-				hooks = append(hooks, fmt.Sprintf("%s x%d", h, st.Hooks[h]))
-			}
-			fmt.Printf("programs:  %s\n", strings.Join(hooks, ", "))
-			var pressure []string
-			for _, m := range st.Maps {
-				if m.Entries > 0 && m.Fills() {
-					pressure = append(pressure, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Capacity))
+			if layout == nil || g.socket != "" {
+				var st api.Status
+				if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+					return err
 				}
-			}
-			fmt.Printf("maps:      %s\n", strings.Join(pressure, ", "))
-			if len(st.Counters) > 0 {
-				fmt.Println("datapath counters:")
-				for _, c := range st.Counters {
-					if c.SocketHook() {
-						fmt.Printf("  %-22s %-11s %10d calls\n", c.Reason, c.Direction, c.Packets)
-						continue
-					}
-					fmt.Printf("  %-22s %-11s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
+				if done, err := printStructured(output, st, 0, nil); done {
+					return err
 				}
+				printStatus(st)
+				return nil
 			}
-			return nil
+			// A lab of several nodes: each node's agent, in turn.
+			var all []api.Status
+			var errs []error
+			for i, n := range layout.Nodes {
+				var st api.Status
+				if err := api.NewClient(insts[i].Socket()).Do("GET", "/v1/status", nil, &st); err != nil {
+					errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+					continue
+				}
+				all = append(all, st)
+			}
+			if done, err := printStructured(output, all, 0, nil); done {
+				return errors.Join(append(errs, err)...)
+			}
+			for i, st := range all {
+				if i > 0 {
+					fmt.Println()
+				}
+				fmt.Printf("== node %s ==\n", st.NodeName)
+				printStatus(st)
+			}
+			return errors.Join(errs...)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
 	return cmd
+}
+
+// printStatus prints one agent's status for people.
+func printStatus(st api.Status) {
+	fmt.Printf("node:      %s\n", st.NodeName)
+	fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
+		st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
+		st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
+	if r := st.Routing; r != nil && r.Mode != "tunnel" {
+		fmt.Printf("routing:   %s out of %s from %s (pod MTU %d)\n", r.Mode, r.Device, r.Underlay, r.PodMTU)
+	}
+	if t := st.Tunnel; t != nil {
+		fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
+	}
+	if r := st.Routing; r != nil {
+		for _, p := range r.Peers {
+			state := "ready"
+			if !p.Ready {
+				state = "NOT READY"
+			}
+			if p.Address == "" {
+				p.Address, state = "no address", "its pods unreachable"
+			}
+			fmt.Printf("peer:      %s at %s, pods %s (%s)\n", p.Node, p.Address, p.PodCIDR, state)
+		}
+	}
+	if m := st.Masquerade; m != nil {
+		fmt.Printf("masquerade: pods' traffic to outside leaves %s from %s, ports %s (not to %s)\n",
+			m.Uplink, m.Address, m.Ports, strings.Join(m.Exclude, ", "))
+	}
+	for _, p := range st.Problems {
+		fmt.Printf("left out:  %s\n", p)
+	}
+	fmt.Printf("flows:     sampling %s, %d emitted, %d lost, %d kept", st.FlowSampling, st.Flows.Emitted, st.Flows.Lost, st.Flows.History)
+	if st.MetricsAddr != "" {
+		fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)
+	}
+	fmt.Printf("\nL7 proxy:  %s", proxyLine(st.Proxy))
+	fmt.Printf("\nsocket acceleration: %s", accelLine(st.Accel))
+	fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
+	var hooks []string
+	for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {
+		hooks = append(hooks, fmt.Sprintf("%s x%d", h, st.Hooks[h]))
+	}
+	fmt.Printf("programs:  %s\n", strings.Join(hooks, ", "))
+	var pressure []string
+	for _, m := range st.Maps {
+		if m.Entries > 0 && m.Fills() {
+			pressure = append(pressure, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Capacity))
+		}
+	}
+	fmt.Printf("maps:      %s\n", strings.Join(pressure, ", "))
+	if len(st.Counters) > 0 {
+		fmt.Println("datapath counters:")
+		for _, c := range st.Counters {
+			if c.SocketHook() {
+				fmt.Printf("  %-22s %-11s %10d calls\n", c.Reason, c.Direction, c.Packets)
+				continue
+			}
+			fmt.Printf("  %-22s %-11s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
+		}
+	}
 }

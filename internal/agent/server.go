@@ -23,6 +23,7 @@ import (
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
@@ -179,7 +180,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := api.Status{
-		Instance: a.cfg.Instance.Name, PID: os.Getpid(), Mode: string(a.state.Mode),
+		Instance: a.cfg.Instance.Name, NodeName: a.nodeName, PID: os.Getpid(), Mode: string(a.state.Mode),
 		PodCIDR: a.podPool.CIDR.String(), NodeIP: a.podPool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
 		PinDir: a.cfg.Instance.PinDir(), Pods: a.rec.EndpointCount(),
 	}
@@ -212,6 +213,9 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.cfg.Routing == RoutingNative {
 		st.Routing = &api.RoutingStatus{Mode: RoutingNative, Device: a.uplink, Underlay: a.cfg.Underlay.String(), PodMTU: a.podMTU}
+	}
+	if st.Routing != nil {
+		st.Routing.Peers = a.peers()
 	}
 	if a.masq != nil {
 		st.Masquerade = a.masq
@@ -286,6 +290,27 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 		list.Items = append(list.Items, *a.nodeObject())
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// peers are the other nodes of the cluster, as the datapath reaches them.
+func (a *Agent) peers() []api.Peer {
+	var out []api.Peer
+	for _, n := range a.objects().Nodes() {
+		if n.Name == a.nodeName {
+			continue
+		}
+		p := api.Peer{Node: n.Name, PodCIDR: n.Spec.PodCIDR, Ready: true}
+		if addr := policy.NodeTunnel(n); addr.IsValid() {
+			p.Address = addr.String()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				p.Ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // nodeObject is this node's Node as its agent knows it: its pod CIDR,
