@@ -89,6 +89,8 @@ func (cp *ControlPlane) assignOnCreate(o manifest.Object, now metav1.Time, sched
 			obj.Spec.NodeName = sched.place()
 		case !sched.known[obj.Spec.NodeName]:
 			obj.Status = unschedulable(obj.Spec.NodeName, sched)
+		default:
+			sched.pods[obj.Spec.NodeName]++ // placed by its author
 		}
 	case *gatewayv1.HTTPRoute:
 		// Its conditions say which generation of the spec they judged.
