@@ -329,7 +329,9 @@ func nodeStatus(t *testing.T, l *lab) map[string]string {
 	var nodes struct {
 		Items []struct {
 			Metadata struct{ Name string }
-			Status   struct{ Conditions []struct{ Type, Status string } }
+			Status   struct {
+				Conditions []struct{ Type, Status string }
+			}
 		}
 	}
 	if err := json.Unmarshal([]byte(l.mustShunt("get", "nodes", "-o", "json")), &nodes); err != nil {
