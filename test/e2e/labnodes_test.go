@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,13 +26,18 @@ func newLabNodes(t *testing.T, n int, flags []string, manifests ...string) *lab 
 	t.Helper()
 	requireRoot(t)
 	l := &lab{t: t, instance: fmt.Sprintf("e2m%05d", rand.IntN(100000)), cidr: "10.244.0.0/16"}
+	// What runs "on the node" (the CLI, probes from the node) runs on
+	// node-1, in its namespace.
+	l.netns = l.instance + "-node1"
 	t.Cleanup(func() {
 		for k := 1; k <= n; k++ {
 			if t.Failed() {
 				t.Logf("agent log of node-%d:\n%s", k, readFile("/var/lib/shunt/"+l.node(k).instance+"/shuntd.log"))
 			}
 		}
-		l.shunt("lab", "down")
+		down := *l
+		down.netns = "" // removed by the command
+		down.shunt("lab", "down")
 		for k := 1; k <= n; k++ {
 			nl := l.node(k)
 			nl.cidr = "" // the nodes' pod routes live in their own namespaces
@@ -44,7 +48,10 @@ func newLabNodes(t *testing.T, n int, flags []string, manifests ...string) *lab 
 	for _, m := range manifests {
 		args = append(args, "-f", m)
 	}
-	l.mustShunt(args...)
+	// The nodes' namespaces do not exist before the first `lab up`.
+	first := *l
+	first.netns = ""
+	first.mustShunt(args...)
 	return l
 }
 
@@ -159,7 +166,7 @@ func TestLabNodesMasqueradeLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ns := "/run/netns/" + podNetns(t, l, pod)
+			ns := l.podNetnsPath("default", pod)
 			var conns []net.Conn
 			defer func() {
 				for _, c := range conns {
@@ -384,19 +391,6 @@ func serviceIP(t *testing.T, l *lab, name string) string {
 		t.Fatal(err)
 	}
 	return svc.Spec.ClusterIP
-}
-
-// podNetns is the network namespace of a lab pod, on whichever node.
-func podNetns(t *testing.T, l *lab, pod string) string {
-	t.Helper()
-	for k := 1; k <= 9; k++ {
-		ns := l.node(k).instance + "-default-" + pod
-		if _, err := os.Stat("/run/netns/" + ns); err == nil {
-			return ns
-		}
-	}
-	t.Fatalf("no network namespace for pod %s", pod)
-	return ""
 }
 
 type externalHost struct{ netns, addr string }
