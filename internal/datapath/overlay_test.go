@@ -285,7 +285,7 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native bool, und
 			if again, err := EnsureVXLAN(ovVXLAN, underlay, ovPort); err != nil || again != vx {
 				return fmt.Errorf("EnsureVXLAN again: ifindex %d, %v; want %d (adopted)", again, err, vx)
 			}
-			n.vxIfindex, cfg.TunnelIfindex = vx, vx
+			n.vxIfindex, cfg.TunnelIfindex, cfg.NodeIP = vx, vx, node.NodeIP
 		}
 		var err error
 		if n.d, err = Open(cfg); err != nil {
@@ -690,7 +690,7 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		}
 		var progIDs []ebpf.ProgramID
 		for range 2 {
-			d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+			d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
 			if err != nil {
 				return err
 			}
@@ -724,7 +724,7 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		if len(tcx.Programs) != 1 {
 			t.Errorf("%d programs at tcx ingress of %s, want 1", len(tcx.Programs), ovVXLAN)
 		}
-		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
 		if err != nil {
 			return err
 		}
@@ -759,7 +759,7 @@ func TestSyncTunnelRoutes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
 		if err != nil {
 			return err
 		}
