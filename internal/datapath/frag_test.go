@@ -3,14 +3,20 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
 	"github.com/shuntnet/shunt/internal/netnsrun"
+	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 )
@@ -234,4 +240,173 @@ func TestFromPodFragNeeded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOverlayPathMTU: two nodes of the overlay over a 1500-byte underlay,
+// whose pods get 1450 bytes; both pods raise their own MTU to 1500, as a
+// pod with NET_ADMIN may. A ping without DF too big for the tunnel still
+// gets its reply (the outer packet is fragmented: the tunnel key sets no
+// DF on it); one with DF gets "fragmentation needed" with MTU 1450 from
+// the node's pod-network address, the pod's kernel records the path MTU,
+// and a ping that fits it gets its reply. A 20 MB TCP transfer (each way,
+// GSO packets judged by their segments) completes and leaves no outer
+// fragment behind: its path MTU converged.
+func TestOverlayPathMTU(t *testing.T) {
+	requireBPF(t)
+	for _, mode := range []Mode{ModeRedirectPeer, ModeRedirect} {
+		t.Run(string(mode), func(t *testing.T) { testOverlayPathMTU(t, mode) })
+	}
+}
+
+func testOverlayPathMTU(t *testing.T, mode Mode) {
+	podCIDR := netip.MustParsePrefix("10.244.0.0/16")
+	nsA, nsB := testNetns(t), testNetns(t)
+	veth(t, nsA, "ul-a", netip.MustParsePrefix("10.77.0.1/24"), nsB, "ul-b", netip.MustParsePrefix("10.77.0.2/24"))
+	a := newOvNode(t, "a", nsA, mode, false, netip.MustParseAddr("10.77.0.1"),
+		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: fragTunnelMTU},
+		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
+	b := newOvNode(t, "b", nsB, mode, false, netip.MustParseAddr("10.77.0.2"),
+		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host", MTU: fragTunnelMTU},
+		netip.MustParseAddr("10.244.2.10"), ovIdentityB)
+	// A second pod on B, for the TCP transfer: one whose path no ping
+	// taught either end (a cached path MTU lowers the MSS a SYN offers).
+	b2, b2ep := b.addPod(t, "b2", netip.MustParseAddr("10.244.2.20"), ovIdentityB)
+	ipcache := func(local, remote *ovNode) []policy.PrefixIdentity {
+		var entries []policy.PrefixIdentity
+		for _, ep := range append([]Endpoint{local.ep}, local.extra...) {
+			entries = append(entries, policy.PrefixIdentity{Prefix: netip.PrefixFrom(ep.IP, 32), Identity: ep.Identity})
+		}
+		for _, ep := range append([]Endpoint{remote.ep}, remote.extra...) {
+			entries = append(entries, policy.PrefixIdentity{Prefix: netip.PrefixFrom(ep.IP, 32), Identity: ep.Identity, Tunnel: remote.underlay})
+		}
+		return entries
+	}
+	a.sync(t, policy.State{IPCache: ipcache(a, b)})
+	b.sync(t, policy.State{IPCache: ipcache(b, a)})
+	// Both ends of each pod's veth, as a CNI configuration with "mtu":
+	// 1500 makes them. (A pod that raises only its own end gets only its
+	// GSO packets past the host end, which refuses the others, ENOBUFS in
+	// the pod: its TCP still needs the answer, its pings never reach it.)
+	setMTU := func(ns, ifname string) error {
+		return netnsrun.Do(ns, func() error {
+			l, err := netlink.LinkByName(ifname)
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetMTU(l, 1500)
+		})
+	}
+	for _, p := range []struct {
+		node *ovNode
+		pod  podnet.Pod
+	}{{a, a.pod}, {b, b.pod}, {b, b2}} {
+		if err := errors.Join(setMTU(podnet.NetnsPath(p.pod.Netns), podnet.PodIfName), setMTU(p.node.netns, p.pod.HostIf)); err != nil {
+			t.Fatalf("raising pod %s's MTU: %v", p.pod.PodIP, err)
+		}
+	}
+	frA := a.flows(t)
+	echoServer(t, b2, netip.AddrPortFrom(b2ep.IP, ovEchoPort))
+	toB := b.pod.PodIP.String()
+
+	t.Run("no DF: fragmented outside the tunnel, delivered", func(t *testing.T) {
+		before, fragsBefore := counts(t, a.d), ipStat(t, a.netns, "FragCreates")
+		if out, err := inPod(a.pod, "ping", "-M", "dont", "-s", "1472", "-c", "1", "-W", "3", toB); err != nil {
+			t.Fatalf("ping -M dont -s 1472 %s from pod A: %v\n%s", toB, err, out)
+		}
+		counterDelta(t, a.d, before, map[string]uint64{"frag-needed/from-pod": 0}, "to-tunnel/from-pod")
+		if n := ipStat(t, a.netns, "FragCreates") - fragsBefore; n < 2 {
+			t.Errorf("node A created %d IP fragments, want the outer packet's (2 or more)", n)
+		}
+	})
+
+	t.Run("DF: fragmentation needed, the path MTU recorded", func(t *testing.T) {
+		before := counts(t, a.d)
+		out, err := inPod(a.pod, "ping", "-M", "do", "-s", "1472", "-c", "1", "-W", "3", toB)
+		want := fmt.Sprintf("From %s icmp_seq=1 Frag needed and DF set (mtu = %d)", a.node.NodeIP, fragTunnelMTU)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("ping -M do -s 1472 %s from pod A: %v\n%s\nwant it to fail with %q", toB, err, out, want)
+		}
+		counterDelta(t, a.d, before, map[string]uint64{"frag-needed/from-pod": 1, "to-tunnel/from-pod": 0})
+		ev := findFlow(t, frA, func(e FlowEvent) bool { return e.Reason == "frag-needed" })
+		if ev.Verdict != "DROPPED" || ev.Src != a.pod.PodIP || ev.Dst != b.pod.PodIP || ev.Proto != 1 || ev.Length != 14+1500 {
+			t.Errorf("flow %+v: want the 1514-byte echo request from pod A to pod B DROPPED as frag-needed", ev)
+		}
+		if out, err := inPod(a.pod, "ip", "route", "get", toB); err != nil || !strings.Contains(out, fmt.Sprintf("mtu %d", fragTunnelMTU)) {
+			t.Errorf("ip route get %s in pod A: %v\n%s\nwant the path MTU %d cached", toB, err, out, fragTunnelMTU)
+		}
+		if out, err := inPod(a.pod, "ping", "-M", "do", "-s", "1422", "-c", "1", "-W", "3", toB); err != nil {
+			t.Errorf("ping -M do -s 1422 %s (1450 bytes) from pod A: %v\n%s", toB, err, out)
+		}
+	})
+
+	t.Run("TCP bulk transfer converges", func(t *testing.T) {
+		// Both kernels know nothing of the path yet: their segments of
+		// MSS 1460 (GSO) are answered on their node until they lower it.
+		beforeA, beforeB := counts(t, a.d), counts(t, b.d)
+		fragsA, fragsB := ipStat(t, a.netns, "FragCreates"), ipStat(t, b.netns, "FragCreates")
+		if err := tcpEcho(a.pod, netip.AddrPortFrom(b2ep.IP, ovEchoPort), 20<<20); err != nil {
+			t.Fatalf("20 MB each way between pod A and pod B2: %v (A: %v, B: %v)", err, counts(t, a.d), counts(t, b.d))
+		}
+		counterDelta(t, a.d, beforeA, nil, "frag-needed/from-pod", "to-tunnel/from-pod")
+		counterDelta(t, b.d, beforeB, nil, "frag-needed/from-pod", "to-tunnel/from-pod")
+		for _, c := range []struct {
+			pod podnet.Pod
+			to  netip.Addr
+		}{{a.pod, b2ep.IP}, {b2, a.pod.PodIP}} {
+			if out, err := inPod(c.pod, "ip", "route", "get", c.to.String()); err != nil || !strings.Contains(out, fmt.Sprintf("mtu %d", fragTunnelMTU)) {
+				t.Errorf("ip route get %s in pod %s: %v\n%s\nwant the path MTU %d cached", c.to, c.pod.PodIP, err, out, fragTunnelMTU)
+			}
+		}
+		if nA, nB := ipStat(t, a.netns, "FragCreates")-fragsA, ipStat(t, b.netns, "FragCreates")-fragsB; nA != 0 || nB != 0 {
+			t.Errorf("the nodes created IP fragments during the transfer (A %d, B %d), want none: every packet fit the tunnel", nA, nB)
+		}
+	})
+}
+
+// inPod runs a command inside the pod's network namespace and returns its
+// output.
+func inPod(pod podnet.Pod, name string, args ...string) (string, error) {
+	var out []byte
+	err := netnsrun.Do(podnet.NetnsPath(pod.Netns), func() (err error) {
+		out, err = exec.Command(name, args...).CombinedOutput()
+		return err
+	})
+	return string(out), err
+}
+
+// ipStat reads an IPv4 counter of the namespace (/proc/net/snmp's "Ip:"
+// lines, e.g. FragCreates: fragments the namespace's stack created).
+func ipStat(t *testing.T, ns, field string) uint64 {
+	t.Helper()
+	var snmp []byte
+	// thread-self: the namespace of this thread, where /proc/self/net
+	// would show the process's.
+	if err := netnsrun.Do(ns, func() (err error) {
+		snmp, err = os.ReadFile("/proc/thread-self/net/snmp")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(snmp), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Ip:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == field && i < len(f) {
+				v, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					t.Fatalf("/proc/net/snmp Ip %s: %v", field, err)
+				}
+				return v
+			}
+		}
+	}
+	t.Fatalf("no Ip %s in /proc/net/snmp:\n%s", field, snmp)
+	return 0
 }
