@@ -259,28 +259,11 @@ func TestOverlayPathMTU(t *testing.T) {
 }
 
 func testOverlayPathMTU(t *testing.T, mode Mode) {
-	podCIDR := netip.MustParsePrefix("10.244.0.0/16")
-	nsA, nsB := testNetns(t), testNetns(t)
-	veth(t, nsA, "ul-a", netip.MustParsePrefix("10.77.0.1/24"), nsB, "ul-b", netip.MustParsePrefix("10.77.0.2/24"))
-	a := newOvNode(t, "a", nsA, mode, false, netip.MustParseAddr("10.77.0.1"),
-		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: fragTunnelMTU},
-		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
-	b := newOvNode(t, "b", nsB, mode, false, netip.MustParseAddr("10.77.0.2"),
-		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host", MTU: fragTunnelMTU},
-		netip.MustParseAddr("10.244.2.10"), ovIdentityB)
+	a, b := newOvNodes(t, mode, false, fragTunnelMTU)
 	// A second pod on B, for the TCP transfer: one whose path no ping
 	// taught either end (a cached path MTU lowers the MSS a SYN offers).
 	b2, b2ep := b.addPod(t, "b2", netip.MustParseAddr("10.244.2.20"), ovIdentityB)
-	ipcache := func(local, remote *ovNode) []policy.PrefixIdentity {
-		var entries []policy.PrefixIdentity
-		for _, ep := range append([]Endpoint{local.ep}, local.extra...) {
-			entries = append(entries, policy.PrefixIdentity{Prefix: netip.PrefixFrom(ep.IP, 32), Identity: ep.Identity})
-		}
-		for _, ep := range append([]Endpoint{remote.ep}, remote.extra...) {
-			entries = append(entries, policy.PrefixIdentity{Prefix: netip.PrefixFrom(ep.IP, 32), Identity: ep.Identity, Tunnel: remote.underlay})
-		}
-		return entries
-	}
+	ipcache := ovIPCache
 	a.sync(t, policy.State{IPCache: ipcache(a, b)})
 	b.sync(t, policy.State{IPCache: ipcache(b, a)})
 	// Both ends of each pod's veth, as a CNI configuration with "mtu":
