@@ -29,6 +29,7 @@
 #include "lib/policy.h"
 #include "lib/flows.h"
 #include "lib/encap.h"
+#include "lib/proxy.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -89,4 +90,42 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	return admit_to_local_pod(skb, &p, &CONFIG, key.tunnel_id, ep);
+}
+
+/* shunt_to_overlay runs at egress of the VXLAN device, on what the node's
+ * own stack sends to other nodes' pods: the routes that bring it here put
+ * the remote-node identity in the tunnel key. The node proxy's connections
+ * (its socket mark) act for a client pod, whose identity the mark carries:
+ * that identity goes in the VNI instead, so the receiving node judges the
+ * client's connection by the client's identity, as if the client had
+ * connected itself (this node's proxy has already decided its requests). */
+SEC("tc")
+int shunt_to_overlay(struct __sk_buff *skb)
+{
+	struct ipcache_value *v;
+	__u32 identity, daddr;
+
+	if (!proxy_marked(&CONFIG, skb->mark, &identity) || !tunnel_identity_ok(identity) ||
+	    skb->protocol != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	/* The node the route sends it to is the one the ipcache says hosts
+	 * the destination (the key the route set cannot be read back as it
+	 * was written: for a key being sent, the helper reports its
+	 * destination as the local address). */
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, daddr), &daddr, sizeof(daddr)) < 0)
+		return TC_ACT_OK;
+	v = ipcache_lookup(daddr);
+	if (!v || !v->tunnel_ip4)
+		return TC_ACT_OK;
+	struct bpf_tunnel_key key = {
+		.tunnel_id = identity,
+		.remote_ipv4 = bpf_ntohl(v->tunnel_ip4),
+		.tunnel_ttl = TUNNEL_TTL,
+	};
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), 0) < 0) {
+		count(SHUNT_REASON_TUNNEL_KEY_FAILED, SHUNT_DIR_TO_OVERLAY, skb->len);
+		return TC_ACT_SHOT;
+	}
+	count(SHUNT_REASON_PROXY_IDENTITY, SHUNT_DIR_TO_OVERLAY, skb->len);
+	return TC_ACT_OK;
 }

@@ -234,6 +234,9 @@ enum shunt_reason {
 	SHUNT_REASON_FRAG_NEEDED = 41,    /* answered with ICMP fragmentation needed: the packet does not fit the
 					   * tunnel (DF set; a GSO packet: its segments do not), so it is not sent
 					   * (lib/encap.h) */
+	SHUNT_REASON_PROXY_IDENTITY = 42, /* the node proxy's connection to another node's pod: the VNI carries the
+					   * identity of the client the proxy acts for (its socket mark), not the
+					   * remote-node identity of the node's other traffic */
 	SHUNT_REASON_MAX,
 };
 
@@ -252,6 +255,7 @@ enum shunt_direction {
 	SHUNT_DIR_FROM_OVERLAY = 8, /* tc ingress of the node's VXLAN device: what other nodes' pods send */
 	SHUNT_DIR_TO_UPLINK = 9,    /* tc egress of the node's uplink: what leaves the node (masquerade) */
 	SHUNT_DIR_FROM_UPLINK = 10, /* tc ingress of the node's uplink: replies to masqueraded flows, other nodes' pods (native routing) */
+	SHUNT_DIR_TO_OVERLAY = 11,  /* tc egress of the node's VXLAN device: the node's own traffic to other nodes' pods */
 	SHUNT_DIR_MAX,
 };
 

@@ -411,9 +411,14 @@ func attachPinned(pin string, prog *ebpf.Program, valid func(link.Link) bool, at
 	return nil
 }
 
-// overlayHook is the program on the node's VXLAN device: from-overlay at
-// ingress (what other nodes' pods send to this node, decapsulated).
-const overlayHook = "from-overlay"
+// The programs on the node's VXLAN device: from-overlay at ingress (what
+// other nodes' pods send to this node, decapsulated), to-overlay at egress
+// (the node's own traffic to other nodes' pods: the node proxy's carries its
+// client's identity).
+const (
+	overlayHook   = "from-overlay"
+	toOverlayHook = "to-overlay"
+)
 
 // AttachOverlay attaches the overlay program at tcx ingress of the node's
 // collect-metadata VXLAN device (EnsureVXLAN) and pins the link, adopting a
@@ -424,13 +429,16 @@ func (d *Datapath) AttachOverlay(ifname string, ifindex int) error {
 		return fmt.Errorf("attaching the overlay program to %s: forwarding mode %s runs no BPF program; "+
 			"use %s or %s for an overlay", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
 	}
-	return d.attachTCX(overlayHook, ifname, ifindex, d.overlay.ShuntFromOverlay, ebpf.AttachTCXIngress)
+	if err := d.attachTCX(overlayHook, ifname, ifindex, d.overlay.ShuntFromOverlay, ebpf.AttachTCXIngress); err != nil {
+		return err
+	}
+	return d.attachTCX(toOverlayHook, ifname, ifindex, d.overlay.ShuntToOverlay, ebpf.AttachTCXEgress)
 }
 
-// DetachOverlay removes the overlay program from the VXLAN device (a no-op
-// when none).
+// DetachOverlay removes the overlay programs from the VXLAN device (a
+// no-op when none).
 func (d *Datapath) DetachOverlay(ifname string) error {
-	return unpinLink(d.linkPin(overlayHook, ifname))
+	return errors.Join(unpinLink(d.linkPin(overlayHook, ifname)), unpinLink(d.linkPin(toOverlayHook, ifname)))
 }
 
 // DetachPod removes the program from a pod interface (a no-op when none).
@@ -486,7 +494,7 @@ func (d *Datapath) Hooks() (map[string]int, error) {
 				name = h.name
 			}
 		}
-		for _, h := range []string{overlayHook, toUplinkHook, fromUplinkHook} {
+		for _, h := range []string{overlayHook, toOverlayHook, toUplinkHook, fromUplinkHook} {
 			if strings.HasPrefix(name, h+"-") {
 				name = h
 			}

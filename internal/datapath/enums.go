@@ -64,6 +64,7 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_UNMASQUERADED:          "unmasqueraded",
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED:            "arp-spoofed",
 	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED:            "frag-needed",
+	podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY:         "proxy-identity",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on
@@ -80,6 +81,7 @@ var directionNames = [...]string{
 	podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY: "from-overlay",
 	podtcShuntDirectionSHUNT_DIR_TO_UPLINK:    "to-uplink",
 	podtcShuntDirectionSHUNT_DIR_FROM_UPLINK:  "from-uplink",
+	podtcShuntDirectionSHUNT_DIR_TO_OVERLAY:   "to-overlay",
 }
 
 // Flow event fields (enum flow_verdict, flow_event_type, flow_point).

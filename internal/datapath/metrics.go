@@ -25,7 +25,8 @@ func (c Counter) SocketHook() bool {
 		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_TO_POD] &&
 		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY] &&
 		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_TO_UPLINK] &&
-		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_FROM_UPLINK]
+		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_FROM_UPLINK] &&
+		c.Direction != directionNames[podtcShuntDirectionSHUNT_DIR_TO_OVERLAY]
 }
 
 // Counters reads shunt_metrics, which the tc programs and the socket hooks

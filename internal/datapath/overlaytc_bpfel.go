@@ -28,23 +28,27 @@ type overlaytcShuntConfig struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	overlaytcMapShuntAffinity       = "shunt_affinity"
-	overlaytcMapShuntBackends       = "shunt_backends"
-	overlaytcMapShuntCidrIdentities = "shunt_cidr_identities"
-	overlaytcMapShuntCt             = "shunt_ct"
-	overlaytcMapShuntCtNew          = "shunt_ct_new"
-	overlaytcMapShuntEndpoints      = "shunt_endpoints"
-	overlaytcMapShuntFlowConfig     = "shunt_flow_config"
-	overlaytcMapShuntFlowStats      = "shunt_flow_stats"
-	overlaytcMapShuntFlows          = "shunt_flows"
-	overlaytcMapShuntIpcache        = "shunt_ipcache"
-	overlaytcMapShuntMetrics        = "shunt_metrics"
-	overlaytcMapShuntPolicy         = "shunt_policy"
-	overlaytcMapShuntRevnat         = "shunt_revnat"
-	overlaytcMapShuntServices       = "shunt_services"
-	overlaytcMapShuntTcNat          = "shunt_tc_nat"
-	overlaytcProgShuntFromOverlay   = "shunt_from_overlay"
-	overlaytcVarCONFIG              = "CONFIG"
+	overlaytcMapShuntAffinity          = "shunt_affinity"
+	overlaytcMapShuntBackends          = "shunt_backends"
+	overlaytcMapShuntCidrIdentities    = "shunt_cidr_identities"
+	overlaytcMapShuntCt                = "shunt_ct"
+	overlaytcMapShuntCtNew             = "shunt_ct_new"
+	overlaytcMapShuntEndpoints         = "shunt_endpoints"
+	overlaytcMapShuntFlowConfig        = "shunt_flow_config"
+	overlaytcMapShuntFlowStats         = "shunt_flow_stats"
+	overlaytcMapShuntFlows             = "shunt_flows"
+	overlaytcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
+	overlaytcMapShuntIpcache           = "shunt_ipcache"
+	overlaytcMapShuntL7Redirect        = "shunt_l7_redirect"
+	overlaytcMapShuntMetrics           = "shunt_metrics"
+	overlaytcMapShuntPolicy            = "shunt_policy"
+	overlaytcMapShuntProxyOrigins      = "shunt_proxy_origins"
+	overlaytcMapShuntRevnat            = "shunt_revnat"
+	overlaytcMapShuntServices          = "shunt_services"
+	overlaytcMapShuntTcNat             = "shunt_tc_nat"
+	overlaytcProgShuntFromOverlay      = "shunt_from_overlay"
+	overlaytcProgShuntToOverlay        = "shunt_to_overlay"
+	overlaytcVarCONFIG                 = "CONFIG"
 )
 
 // loadOverlaytc returns the embedded CollectionSpec for overlaytc.
@@ -90,27 +94,31 @@ type overlaytcSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type overlaytcProgramSpecs struct {
 	ShuntFromOverlay *ebpf.ProgramSpec `ebpf:"shunt_from_overlay"`
+	ShuntToOverlay   *ebpf.ProgramSpec `ebpf:"shunt_to_overlay"`
 }
 
 // overlaytcMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type overlaytcMapSpecs struct {
-	ShuntAffinity       *ebpf.MapSpec `ebpf:"shunt_affinity"`
-	ShuntBackends       *ebpf.MapSpec `ebpf:"shunt_backends"`
-	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
-	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
-	ShuntCtNew          *ebpf.MapSpec `ebpf:"shunt_ct_new"`
-	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
-	ShuntFlowConfig     *ebpf.MapSpec `ebpf:"shunt_flow_config"`
-	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
-	ShuntFlows          *ebpf.MapSpec `ebpf:"shunt_flows"`
-	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
-	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
-	ShuntPolicy         *ebpf.MapSpec `ebpf:"shunt_policy"`
-	ShuntRevnat         *ebpf.MapSpec `ebpf:"shunt_revnat"`
-	ShuntServices       *ebpf.MapSpec `ebpf:"shunt_services"`
-	ShuntTcNat          *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
+	ShuntAffinity          *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
+	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
+	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
+	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntTcNat             *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
 }
 
 // overlaytcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -140,21 +148,24 @@ func (o *overlaytcObjects) Close() error {
 //
 // It can be passed to loadOverlaytcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type overlaytcMaps struct {
-	ShuntAffinity       *ebpf.Map `ebpf:"shunt_affinity"`
-	ShuntBackends       *ebpf.Map `ebpf:"shunt_backends"`
-	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
-	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
-	ShuntCtNew          *ebpf.Map `ebpf:"shunt_ct_new"`
-	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
-	ShuntFlowConfig     *ebpf.Map `ebpf:"shunt_flow_config"`
-	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
-	ShuntFlows          *ebpf.Map `ebpf:"shunt_flows"`
-	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
-	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
-	ShuntPolicy         *ebpf.Map `ebpf:"shunt_policy"`
-	ShuntRevnat         *ebpf.Map `ebpf:"shunt_revnat"`
-	ShuntServices       *ebpf.Map `ebpf:"shunt_services"`
-	ShuntTcNat          *ebpf.Map `ebpf:"shunt_tc_nat"`
+	ShuntAffinity          *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
+	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
+	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
+	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.Map `ebpf:"shunt_services"`
+	ShuntTcNat             *ebpf.Map `ebpf:"shunt_tc_nat"`
 }
 
 func (m *overlaytcMaps) Close() error {
@@ -168,9 +179,12 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,
 		m.ShuntFlows,
+		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
+		m.ShuntL7Redirect,
 		m.ShuntMetrics,
 		m.ShuntPolicy,
+		m.ShuntProxyOrigins,
 		m.ShuntRevnat,
 		m.ShuntServices,
 		m.ShuntTcNat,
@@ -189,11 +203,13 @@ type overlaytcVariables struct {
 // It can be passed to loadOverlaytcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type overlaytcPrograms struct {
 	ShuntFromOverlay *ebpf.Program `ebpf:"shunt_from_overlay"`
+	ShuntToOverlay   *ebpf.Program `ebpf:"shunt_to_overlay"`
 }
 
 func (p *overlaytcPrograms) Close() error {
 	return _OverlaytcClose(
 		p.ShuntFromOverlay,
+		p.ShuntToOverlay,
 	)
 }
 

@@ -220,7 +220,8 @@ const (
 	podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY podtcShuntDirection = 8
 	podtcShuntDirectionSHUNT_DIR_TO_UPLINK    podtcShuntDirection = 9
 	podtcShuntDirectionSHUNT_DIR_FROM_UPLINK  podtcShuntDirection = 10
-	podtcShuntDirectionSHUNT_DIR_MAX          podtcShuntDirection = 11
+	podtcShuntDirectionSHUNT_DIR_TO_OVERLAY   podtcShuntDirection = 11
+	podtcShuntDirectionSHUNT_DIR_MAX          podtcShuntDirection = 12
 )
 
 type podtcShuntFwdMode uint32
@@ -293,7 +294,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_UNMASQUERADED          podtcShuntReason = 39
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED            podtcShuntReason = 40
 	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED            podtcShuntReason = 41
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 42
+	podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY         podtcShuntReason = 42
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 43
 )
 
 type podtcTcNatKey struct {

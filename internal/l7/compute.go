@@ -6,8 +6,10 @@
 // A connection goes to the proxy only when its destination needs it:
 //   - a service port that an HTTPRoute names as its parent (GAMMA: the
 //     route applies to every client of the service);
-//   - a local pod port with HTTP policy rules, dialled directly or through
-//     a service whose backends include it.
+//   - a pod port with HTTP policy rules, dialled directly or through a
+//     service whose backends include it: a local pod's, and another node's
+//     (Input.Cluster), whose requests this node's proxy judges as that
+//     pod's policies read (the client's connection is seen only here).
 //
 // Everything else keeps the kernel path and its cost.
 package l7
@@ -35,6 +37,9 @@ type Input struct {
 	Store  *model.Store
 	Ports  []services.Port // the service table
 	Policy *policy.Result
+	// Cluster is policy.ClusterL7: the L7 ports of other nodes' pods (nil:
+	// none).
+	Cluster *policy.Result
 	// Endpoints are the local pods with their addresses; NodeAddrs the
 	// node's own (clients with the host identity).
 	Endpoints []model.Endpoint
@@ -76,7 +81,7 @@ func Compute(in Input) Result {
 	var res Result
 	res.PodProxies, res.Warnings = podProxies(in)
 	routes := in.Store.HTTPRoutes()
-	if len(routes) == 0 && (in.Policy == nil || len(in.Policy.L7) == 0) {
+	if len(routes) == 0 && (in.Policy == nil || len(in.Policy.L7) == 0) && (in.Cluster == nil || len(in.Cluster.L7) == 0) {
 		return res
 	}
 	byName := map[string][]services.Port{} // "ns/name" -> its TCP ports
@@ -119,6 +124,17 @@ func Compute(in Input) Result {
 			l7Ports[ap] = true
 			redirect[ap] = true
 			res.Config.Policies = append(res.Config.Policies, PortPolicy(lp, in.Policy))
+		}
+	}
+	if in.Cluster != nil {
+		for _, lp := range in.Cluster.L7 {
+			ap := netip.AddrPortFrom(lp.Endpoint, lp.Port)
+			if l7Ports[ap] || (in.Policy != nil && in.Policy.Endpoint(lp.Pod).IP.IsValid()) {
+				continue // a local pod's: its node's own computation has it
+			}
+			l7Ports[ap] = true
+			redirect[ap] = true
+			res.Config.Policies = append(res.Config.Policies, PortPolicy(lp, in.Cluster))
 		}
 	}
 	for name, ports := range byName {

@@ -133,3 +133,29 @@ func (v Verdict) action() string {
 	}
 	return manifest.ActionAllow
 }
+
+// ClusterL7 computes the L7 ports of every pod of the cluster, not only of
+// this node's (nil when no policy has HTTP rules, or every pod is local). A
+// client's node sends connections to another node's pod port with HTTP
+// rules to its own node proxy, as for a local one: the socket hooks see
+// the connection only there. Its proxy decides each request as the
+// server's policies read, and its connection to the server carries the
+// client's identity to the server's node, whose tc admits it at L4.
+// Without this, a pod of another node would reach such a port with no
+// HTTP rule applied. alloc gives the same numbers as the node's own
+// computation; the result is for the L7 view only.
+func ClusterL7(in Input, alloc Allocations) *Result {
+	remote := slices.ContainsFunc(in.Pods, func(p Pod) bool { return !p.Local })
+	if !remote || !slices.ContainsFunc(in.ShuntPolicies, func(sp *manifest.ShuntNetworkPolicy) bool {
+		return slices.ContainsFunc(sp.Spec.Ingress, func(r manifest.ShuntRule) bool { return len(r.HTTP) > 0 })
+	}) {
+		return nil
+	}
+	all := in
+	all.Pods = make([]Pod, len(in.Pods))
+	for i, p := range in.Pods {
+		p.Local = true
+		all.Pods[i] = p
+	}
+	return Compute(all, alloc)
+}

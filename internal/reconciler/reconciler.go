@@ -131,6 +131,9 @@ type Reconciler struct {
 
 	// Results, published after each sync for readers (API, flows).
 	policy   atomic.Pointer[policy.Result]
+	// clusterL7 is the last policy sync's policy.ClusterL7: the L7 ports
+	// of other nodes' pods (nil: none).
+	clusterL7 atomic.Pointer[policy.Result]
 	names    atomic.Pointer[Names]
 	svcNames serviceNames
 	lastSync struct{ policy, services time.Duration }
@@ -578,6 +581,11 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 			return nil, err
 		}
 	}
+	in, err := r.policyInput(w.store, false, w.endpoints)
+	if err != nil {
+		return nil, err
+	}
+	r.clusterL7.Store(policy.ClusterL7(in, pol.Alloc))
 	return pol, nil
 }
 
@@ -612,12 +620,13 @@ func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
 		pol = r.policy.Load()
 	}
 	var ports []services.Port
-	if len(w.store.HTTPRoutes()) > 0 || (pol != nil && len(pol.L7) > 0) {
+	cluster := r.clusterL7.Load()
+	if len(w.store.HTTPRoutes()) > 0 || (pol != nil && len(pol.L7) > 0) || (cluster != nil && len(cluster.L7) > 0) {
 		r.mu.Lock()
 		ports = r.svc.Ports()
 		r.mu.Unlock()
 	}
-	res := l7.Compute(l7.Input{Store: w.store, Ports: ports, Policy: pol, Endpoints: w.endpoints, NodeAddrs: r.cfg.NodeAddrs})
+	res := l7.Compute(l7.Input{Store: w.store, Ports: ports, Policy: pol, Cluster: cluster, Endpoints: w.endpoints, NodeAddrs: r.cfg.NodeAddrs})
 	if r.cfg.ProxyConfig != nil {
 		r.cfg.ProxyConfig(res.Config)
 	}
