@@ -25,7 +25,9 @@ import (
 // processes under a shim), writing their status back through the API as
 // kubelet's status manager does. A deleted pod's sandbox is torn down and
 // the pod then removed for good (grace period 0), as kubelet finishes a
-// graceful deletion.
+// graceful deletion. It keeps the node's heartbeat (its Lease and Ready
+// condition, nodeheartbeat.go), so the control plane sees the node go when
+// its agent goes.
 //
 // The lab has no scheduler: with Schedule, pods that name no node are bound
 // to this one (a Binding, as kube-scheduler writes; of two nodes racing,
@@ -58,9 +60,19 @@ func NewAPIKubelet(cfg Config, api *kubeclient.Client, schedule bool, ready func
 	return k, nil
 }
 
-// Run watches the pods and syncs them until ctx ends; it returns once the
-// pod informer has listed.
+// Run heartbeats for the node, watches the pods and syncs them until ctx
+// ends; it returns once the pod informer has listed.
 func (k *APIKubelet) Run(ctx context.Context) error {
+	// The node says it is Ready before its pods do: the node-lifecycle
+	// controller marks the pods of a node it holds NotReady not ready
+	// again as soon as their status is written (after a restart, a node
+	// it marked Unknown while the agent was away).
+	hb := newNodeHeartbeat(k.api, k.cfg.NodeName, k.cfg.NodeLeaseDuration, k.cfg.Log)
+	if err := hb.beat(ctx); err != nil {
+		hb.failing = true
+		k.cfg.Log.Warn("node heartbeat failed; retrying every second", "node", k.cfg.NodeName, "err", err)
+	}
+	go hb.run(ctx)
 	inf := k.api.Informer(kubeclient.Pods, 0)
 	poke := func(any) { k.poke() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

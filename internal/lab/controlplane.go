@@ -18,6 +18,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -50,6 +51,9 @@ type Config struct {
 	Log         *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
 	LegacyPods map[string]*PodRecord
+	// NodeLeaseDuration (APIKubelet) is the node's Lease duration, renewed
+	// every quarter of it; DefaultNodeLeaseDuration when zero.
+	NodeLeaseDuration time.Duration
 }
 
 // ControlPlane is the lab's API server, EndpointSlice controller and
