@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -262,9 +263,11 @@ func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// handleNodes lists the cluster's Nodes; this node is marked Ready (its
-// agent answers) and, in the lab, which has no Node objects, is the one
-// listed, built from what the agent knows of itself.
+// handleNodes lists the cluster's Nodes; this node's Ready condition is its
+// agent's (it answers; it replaces the one in the API, which a kubelet
+// writes only every few minutes when nothing changes) and, in the lab,
+// which has no Node objects, it is the one listed, built from what the
+// agent knows of itself. Other nodes' conditions are the API's.
 func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	list := corev1.NodeList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
 	own := false
@@ -273,7 +276,9 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 		node.APIVersion, node.Kind = "v1", "Node"
 		if node.Name == a.nodeName {
 			own = true
-			node.Status.Conditions = append(node.Status.Conditions, a.readyCondition())
+			node.Status.Conditions = append(slices.DeleteFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+				return c.Type == corev1.NodeReady
+			}), a.readyCondition())
 		}
 		list.Items = append(list.Items, node)
 	}

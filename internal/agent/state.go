@@ -49,6 +49,9 @@ type SourceState struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"` // "": in-cluster
 	NodeName   string `json:"nodeName,omitempty"`
 	RunPods    bool   `json:"runPods,omitempty"`
+	// NodeLeaseSeconds is the node's Lease duration (RunPods); 0: the
+	// default.
+	NodeLeaseSeconds int32 `json:"nodeLeaseDurationSeconds,omitempty"`
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
