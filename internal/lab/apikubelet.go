@@ -67,12 +67,7 @@ func (k *APIKubelet) Run(ctx context.Context) error {
 	// controller marks the pods of a node it holds NotReady not ready
 	// again as soon as their status is written (after a restart, a node
 	// it marked Unknown while the agent was away).
-	hb := newNodeHeartbeat(k.api, k.cfg.NodeName, k.cfg.NodeLeaseDuration, k.cfg.Log)
-	if err := hb.beat(ctx); err != nil {
-		hb.failing = true
-		k.cfg.Log.Warn("node heartbeat failed; retrying every second", "node", k.cfg.NodeName, "err", err)
-	}
-	go hb.run(ctx)
+	newNodeHeartbeat(k.api, k.cfg.NodeName, k.cfg.NodeLeaseDuration, k.cfg.Log).start(ctx)
 	inf := k.api.Informer(kubeclient.Pods, 0)
 	poke := func(any) { k.poke() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

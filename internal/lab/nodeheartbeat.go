@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -80,13 +81,14 @@ func (h *nodeHeartbeat) renewInterval() time.Duration {
 	return h.leaseDuration / nodeLeaseRenewFraction
 }
 
-// run beats every renewal interval (sooner after a failure) until ctx
-// ends; the caller gave the first beat.
-func (h *nodeHeartbeat) run(ctx context.Context) {
-	next := h.renewInterval()
-	if h.failing {
-		next = heartbeatRetry
-	}
+// start gives the first beat, then beats every renewal interval (sooner
+// after a failure) in the background until ctx ends.
+func (h *nodeHeartbeat) start(ctx context.Context) {
+	next := h.after(h.beat(ctx))
+	go h.run(ctx, next)
+}
+
+func (h *nodeHeartbeat) run(ctx context.Context, next time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -94,22 +96,37 @@ func (h *nodeHeartbeat) run(ctx context.Context) {
 		case <-time.After(next):
 		}
 		err := h.beat(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
+		if err != nil && ctx.Err() != nil {
 			return
-		case err != nil:
-			if !h.failing {
-				h.log.Warn("node heartbeat failed; retrying every second", "node", h.node, "err", err)
-			}
-			h.failing, next = true, heartbeatRetry
-		default:
-			if h.failing {
-				h.log.Info("node heartbeat resumed", "node", h.node)
-			}
-			h.failing, next = false, h.renewInterval()
 		}
+		next = h.after(err)
 	}
 }
+
+// after notes how a beat went, logging when the heartbeat starts or stops
+// failing (not at every retry of an outage), and says when to beat next:
+// soon after a failure, at the renewal interval for a Node that does not
+// exist (not an outage: it may never come).
+func (h *nodeHeartbeat) after(err error) time.Duration {
+	switch {
+	case err == nil:
+		if h.failing {
+			h.log.Info("node heartbeat resumed", "node", h.node)
+		}
+		h.failing = false
+		return h.renewInterval()
+	case !h.failing:
+		h.log.Warn("node heartbeat failed; retrying", "node", h.node, "err", err)
+	}
+	h.failing = true
+	if errors.Is(err, errNoNode) {
+		return h.renewInterval()
+	}
+	return heartbeatRetry
+}
+
+// errNoNode is a beat for a Node that does not exist.
+var errNoNode = errors.New("no such Node")
 
 // beat renews the node's Lease and, when needed, its Ready condition. A
 // Node that does not exist gets neither: a kubelet registers its Node once,
@@ -119,7 +136,7 @@ func (h *nodeHeartbeat) beat(ctx context.Context) error {
 	node, err := h.api.Nodes().Get(ctx, h.node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		h.lease = nil
-		return fmt.Errorf("node %s does not exist, so nothing heartbeats for it: create the Node (it was deleted, or never registered)", h.node)
+		return fmt.Errorf("%w %s, so nothing heartbeats for it: create the Node (it was deleted, or never registered)", errNoNode, h.node)
 	}
 	if err != nil {
 		return fmt.Errorf("reading node %s for its heartbeat: %w", h.node, err)

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -143,8 +144,10 @@ func TestNodeHeartbeat(t *testing.T) {
 	if err := nodes.Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.beat(ctx); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if err := h.beat(ctx); !errors.Is(err, errNoNode) || !strings.Contains(err.Error(), "create the Node") {
 		t.Errorf("beat for a deleted Node: %v, want it to say the Node does not exist", err)
+	} else if next := h.after(err); next != h.renewInterval() {
+		t.Errorf("a missing Node is asked for again after %v, want the renewal interval (it is not an outage)", next)
 	}
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		_, err := leases.Get(ctx, "n1", metav1.GetOptions{})
