@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -71,26 +69,42 @@ func TestNodeRemoval(t *testing.T) {
 	frontends := []string{vip + ":80/TCP", alt.Spec.ClusterIP + ":8080/TCP"}
 	both := map[string]bool{ipA: true, ipB: true}
 	onlyA := map[string]bool{ipA: true}
-	// Ready endpoints of both Services, and A's service map, name each
-	// backend it should.
-	settled := func(want map[string]bool) func() (bool, string) {
-		return func() (bool, string) {
-			var got []string
-			ok := true
+	// What the cluster publishes (both Services' ready endpoints) and what
+	// node A programs (its service map) name each backend they should.
+	endpointsAre := func(want map[string]bool) milestone {
+		return milestone{fmt.Sprintf("ready endpoints of both Services %v", slices.Sorted(maps.Keys(want))), func() (bool, string) {
+			ok, got := true, ""
 			for _, svc := range []string{"server", "server-alt"} {
-				ready := readyEndpoints(a, svc)
+				ready := map[string]bool{}
+				for addr, r := range sliceEndpoints(a, svc) {
+					if r {
+						ready[addr] = true
+					}
+				}
 				ok = ok && equalSets(ready, want)
-				got = append(got, fmt.Sprintf("%s ready endpoints %v", svc, slices.Sorted(maps.Keys(ready))))
+				got += fmt.Sprintf("%s: %v ", svc, slices.Sorted(maps.Keys(ready)))
 			}
+			return ok, got
+		}}
+	}
+	mapIs := func(want map[string]bool) milestone {
+		return milestone{fmt.Sprintf("node A's service map backends %v", slices.Sorted(maps.Keys(want))), func() (bool, string) {
+			ok, got := true, ""
 			for _, fe := range frontends {
 				backends := serviceBackends(a, fe)
 				ok = ok && equalSets(backends, want)
-				got = append(got, fmt.Sprintf("node A's map %s → %v", fe, slices.Sorted(maps.Keys(backends))))
+				got += fmt.Sprintf("%s: %v ", fe, slices.Sorted(maps.Keys(backends)))
 			}
-			return ok, strings.Join(got, "; ")
-		}
+			return ok, got
+		}}
 	}
-	waitFor(t, "both backends in both Services on node A", time.Minute, settled(both))
+	nodeBReady := func(want bool) milestone {
+		return milestone{fmt.Sprintf("node B Ready=%v", want), func() (bool, string) {
+			st := nodeReady(a, b.node)
+			return (st == corev1.ConditionTrue) == want, "Ready=" + string(st)
+		}}
+	}
+	waitMilestones(t, "services created", time.Now(), time.Minute, endpointsAre(both), mapIs(both))
 	a.probeFrom("default", "client", "connected", "--tcp", vip+":80")
 
 	// (a) B's agent dies; its node goes silent.
@@ -100,14 +114,14 @@ func TestNodeRemoval(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, pid)
-	notReady := waitFor(t, "node B Ready=Unknown", nodeGrace+time.Minute, func() (bool, string) {
-		st := nodeReady(a, b.node)
-		return st != corev1.ConditionTrue, "Ready=" + string(st)
-	})
-	gone := waitFor(t, "B's pod out of both Services on node A", time.Minute, settled(onlyA))
-	t.Logf("node B's agent killed: node Ready=Unknown after %v, B's pod out of the ready endpoints and of node A's service map after %v (grace period %v)",
-		notReady.Sub(killed).Round(100*time.Millisecond), gone.Sub(killed).Round(100*time.Millisecond), nodeGrace)
-	if got := probePeers(a, "client", 50, "--tcp", vip+":80"); got["server-a"] != 50 {
+	waitMilestones(t, fmt.Sprintf("node B's agent killed (grace period %v)", nodeGrace), killed, nodeGrace+time.Minute,
+		nodeBReady(false), endpointsAre(onlyA), mapIs(onlyA))
+	for _, svc := range []string{"server", "server-alt"} {
+		if ready, listed := sliceEndpoints(a, svc)[ipB]; !listed || ready {
+			t.Errorf("B's pod %s in the EndpointSlices of %s with its node silent: listed %v, ready %v; want listed, not ready", ipB, svc, listed, ready)
+		}
+	}
+	if got := peers(a.probeJSON("client", "--count", "50", "--tcp", vip+":80")); got["server-a"] != 50 {
 		t.Errorf("50 connections through %s:80 with node B silent: answered by %v, want all by server-a", vip, got)
 	}
 	// The pod itself runs on, on its node's pinned datapath: it left the
@@ -119,23 +133,18 @@ func TestNodeRemoval(t *testing.T) {
 
 	restarted := time.Now()
 	b.mustShunt("lab", "up")
-	back := waitFor(t, "B's pod back in both Services on node A", time.Minute, settled(both))
-	if st := nodeReady(a, b.node); st != corev1.ConditionTrue {
-		t.Errorf("node B after its agent restarted: Ready=%s", st)
-	}
-	t.Logf("node B's agent restarted: B's pod back in both Services on node A after %v", back.Sub(restarted).Round(100*time.Millisecond))
-	if got := probePeers(a, "client", 50, "--tcp", vip+":80"); got["server-a"] == 0 || got["server-b"] == 0 || got["server-a"]+got["server-b"] != 50 {
+	waitMilestones(t, "node B's agent restarted", restarted, time.Minute, nodeBReady(true), endpointsAre(both), mapIs(both))
+	if got := peers(a.probeJSON("client", "--count", "50", "--tcp", vip+":80")); got["server-a"] == 0 || got["server-b"] == 0 || got["server-a"]+got["server-b"] != 50 {
 		t.Errorf("50 connections through %s:80 with both nodes up: answered by %v, want both backends", vip, got)
 	}
 
-	// (b) Node B is deleted.
+	// (b) Node B is deleted. The pod GC waits 40 s for a missing node to
+	// come back, checking every 20 s.
 	deleted := time.Now()
 	if err := c.Client.CoreV1().Nodes().Delete(a.ctx, b.node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The pod GC waits 40 s for a missing node to come back, checking
-	// every 20 s.
-	collected := waitFor(t, "node B's pods deleted", 3*time.Minute, func() (bool, string) {
+	podsGone := milestone{"node B's pods deleted", func() (bool, string) {
 		pods, err := c.Client.CoreV1().Pods("").List(a.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + b.node})
 		if err != nil {
 			return false, err.Error()
@@ -145,40 +154,62 @@ func TestNodeRemoval(t *testing.T) {
 			names = append(names, p.Name)
 		}
 		return len(names) == 0, fmt.Sprintf("pods on %s: %v", b.node, names)
-	})
-	gone = waitFor(t, "B's pod out of both Services on node A", time.Minute, settled(onlyA))
-	t.Logf("node B deleted: its pods garbage-collected after %v, out of both Services on node A after %v",
-		collected.Sub(deleted).Round(100*time.Millisecond), gone.Sub(deleted).Round(100*time.Millisecond))
-	if got := probePeers(a, "client", 50, "--tcp", vip+":80"); got["server-a"] != 50 {
-		t.Errorf("50 connections through %s:80 with node B deleted: answered by %v, want all by server-a", vip, got)
-	}
-	// Its Lease went with it (owned by the Node), and B's agent, still
-	// running, did not make another.
-	waitFor(t, "node B's Lease gone", time.Minute, func() (bool, string) {
+	}}
+	// Its Lease goes with it (owned by the Node).
+	leaseGone := milestone{"node B's Lease deleted", func() (bool, string) {
 		_, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(a.ctx, b.node, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get lease: %v", err)
-	})
+	}}
+	waitMilestones(t, "node B deleted", deleted, 3*time.Minute, leaseGone, podsGone, endpointsAre(onlyA), mapIs(onlyA))
+	if got := peers(a.probeJSON("client", "--count", "50", "--tcp", vip+":80")); got["server-a"] != 50 {
+		t.Errorf("50 connections through %s:80 with node B deleted: answered by %v, want all by server-a", vip, got)
+	}
+	// B's agent, still running, made no Lease again.
 	time.Sleep(2 * nodeGrace / 4)
 	if _, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(a.ctx, b.node, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node B's Lease after its Node was deleted: %v, want none (its agent must not heartbeat for a deleted Node)", err)
 	}
 }
 
-// waitFor polls cond every 200 ms until it holds, failing the test with
-// its last report after timeout; it returns when it first held.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) time.Time {
+// milestone is a condition a test waits for.
+type milestone struct {
+	what string
+	cond func() (bool, string) // whether it holds, and what was seen
+}
+
+// waitMilestones polls the milestones every 200 ms until each has held
+// once, failing the test with the last report of those that never did
+// after timeout, and logs how long after since (when event happened) each
+// first held.
+func waitMilestones(t *testing.T, event string, since time.Time, timeout time.Duration, ms ...milestone) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	at := make([]time.Duration, len(ms))
+	deadline := since.Add(timeout)
 	for {
-		ok, last := cond()
-		if ok {
-			return time.Now()
+		var pending []string
+		for i, m := range ms {
+			if at[i] != 0 {
+				continue
+			}
+			if ok, seen := m.cond(); ok {
+				at[i] = time.Since(since)
+			} else {
+				pending = append(pending, fmt.Sprintf("%s (seen: %s)", m.what, seen))
+			}
+		}
+		if len(pending) == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last: %s", what, timeout, last)
+			t.Fatalf("%s: not within %v: %s", event, timeout, strings.Join(pending, "; "))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	var report []string
+	for i, m := range ms {
+		report = append(report, fmt.Sprintf("%s after %v", m.what, at[i].Round(100*time.Millisecond)))
+	}
+	t.Logf("%s: %s", event, strings.Join(report, "; "))
 }
 
 // nodeReady is the status of a Node's Ready condition in the API ("" when
@@ -197,9 +228,9 @@ func nodeReady(k *kubeNode, node string) corev1.ConditionStatus {
 	return ""
 }
 
-// readyEndpoints are the addresses of a Service's EndpointSlices whose
-// endpoints are ready, as the EndpointSlice controller published them.
-func readyEndpoints(k *kubeNode, svc string) map[string]bool {
+// sliceEndpoints are the addresses in a Service's EndpointSlices, as the
+// EndpointSlice controller published them, each with whether it is ready.
+func sliceEndpoints(k *kubeNode, svc string) map[string]bool {
 	k.t.Helper()
 	list, err := k.cs.DiscoveryV1().EndpointSlices("default").List(k.ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
 	if err != nil {
@@ -208,10 +239,8 @@ func readyEndpoints(k *kubeNode, svc string) map[string]bool {
 	out := map[string]bool{}
 	for _, s := range list.Items {
 		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && *e.Conditions.Ready {
-				for _, a := range e.Addresses {
-					out[a] = true
-				}
+			for _, a := range e.Addresses {
+				out[a] = e.Conditions.Ready != nil && *e.Conditions.Ready
 			}
 		}
 	}
@@ -237,25 +266,4 @@ func serviceBackends(k *kubeNode, frontend string) map[string]bool {
 		}
 	}
 	return out
-}
-
-// probePeers makes n TCP or UDP attempts from a pod of node k and counts
-// who answered (the lab server's name), or how it failed.
-func probePeers(k *kubeNode, pod string, n int, target ...string) map[string]int {
-	k.t.Helper()
-	args := append([]string{"netns", "exec", k.instance + "-default-" + pod, filepath.Join(binDir, "shunt"),
-		"lab", "probe", "-o", "json", "--expect", "any", "--timeout", "2s", "--count", fmt.Sprint(n)}, target...)
-	out, err := exec.Command("ip", args...).Output()
-	if err != nil {
-		k.t.Fatalf("probe from %s: %v\n%s", pod, err, out)
-	}
-	var rs []probeResult
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		var r probeResult
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			k.t.Fatalf("probe output %q: %v", line, err)
-		}
-		rs = append(rs, r)
-	}
-	return peers(rs)
 }
