@@ -67,9 +67,15 @@ static __always_inline struct proxy_origin *proxy_origin_of(struct flow *f)
 }
 
 /* to_tunnel sends a packet to the node hosting its destination: one hop,
- * then encapsulated with the sender's identity as the VNI. */
+ * then encapsulated with the sender's identity as the VNI; a packet too
+ * big for the tunnel that must not be fragmented is answered with ICMP
+ * fragmentation needed instead, so its sender learns the path's MTU. */
 static __always_inline int to_tunnel(struct __sk_buff *skb, struct pkt *p, __u32 tunnel_ip4)
 {
+	__u32 mtu;
+
+	if (encap_too_big(skb, &CONFIG, &mtu))
+		return encap_answer_too_big(skb, p, &CONFIG, mtu);
 	int verdict = forward_hop(skb, p);
 	if (verdict >= 0)
 		return verdict;

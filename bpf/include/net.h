@@ -75,6 +75,10 @@ struct iphdr {
 	__be32 daddr;
 };
 
+#define IP_DF 0x4000     /* iphdr.frag_off (host order): don't fragment */
+#define IP_OFFSET 0x1fff /* iphdr.frag_off (host order): fragment offset */
+#define IPTOS_PREC_INTERNETCONTROL 0xc0 /* the TOS Linux gives the ICMP errors it sends */
+
 /* linux/tcp.h (little-endian bitfield order) */
 struct tcphdr {
 	__be16 source;
@@ -101,6 +105,7 @@ struct udphdr {
 #define ICMP_ECHO 8
 #define ICMP_TIME_EXCEEDED 11
 #define ICMP_PARAMETERPROB 12
+#define ICMP_FRAG_NEEDED 4 /* a code of ICMP_DEST_UNREACH */
 
 struct icmphdr {
 	__u8 type;

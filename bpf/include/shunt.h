@@ -43,6 +43,11 @@ struct shunt_config {
 	 * shunt_ct_new existed, so a flood of new connections evicts
 	 * established ones: the baseline benchmarks measure against. */
 	__u32 ct_single_table;
+	/* The node's address on the pod network (network byte order): pods'
+	 * gateway, and so the source of the ICMP errors the programs answer
+	 * themselves, as the host stack would (lib/icmp.h). Set whenever
+	 * tunnel_ifindex is. */
+	__u32 node_ip4;
 };
 
 /* A local pod endpoint, keyed by its IPv4 address (network byte order). */
@@ -226,6 +231,9 @@ enum shunt_reason {
 	SHUNT_REASON_UNMASQUERADED = 39,  /* uplink ingress: a reply (or an ICMP error about) a masqueraded flow, given back to its pod */
 	SHUNT_REASON_ARP_SPOOFED = 40,    /* dropped: an ARP frame from a pod claiming an address that is not the pod's
 					   * (lib/arp.h) */
+	SHUNT_REASON_FRAG_NEEDED = 41,    /* answered with ICMP fragmentation needed: the packet does not fit the
+					   * tunnel (DF set; a GSO packet: its segments do not), so it is not sent
+					   * (lib/encap.h) */
 	SHUNT_REASON_MAX,
 };
 

@@ -75,7 +75,7 @@ static __always_inline int parse_flow(struct __sk_buff *skb, struct iphdr *ip, s
 	f->saddr = ip->saddr;
 	f->daddr = ip->daddr;
 	f->proto = ip->protocol;
-	if (ip->frag_off & bpf_htons(0x1fff))
+	if (ip->frag_off & bpf_htons(IP_OFFSET))
 		return 0;
 	if (proto_has_ports(f->proto)) {
 		__u16 ports[2];

@@ -33,6 +33,17 @@ static __always_inline int forward_hop(struct __sk_buff *skb, struct pkt *p)
 	return -1;
 }
 
+/* redirect_into_pod sets the packet's way into the pod whose host veth is
+ * ifindex: straight into its namespace (bpf_redirect_peer) or out of its
+ * host veth (bpf_redirect), as fwd_mode (enum shunt_fwd_mode) says. The
+ * helper's result: TC_ACT_REDIRECT when set. */
+static __always_inline long redirect_into_pod(__u32 ifindex, __u32 fwd_mode)
+{
+	if (fwd_mode == SHUNT_FWD_REDIRECT_PEER)
+		return bpf_redirect_peer(ifindex, 0);
+	return bpf_redirect(ifindex, 0);
+}
+
 /* to_local_pod hands the packet to a pod of this node: one hop, the pod's
  * MACs written (its own as destination, its gateway's as source), then
  * straight into its namespace (bpf_redirect_peer) or out of its host veth
@@ -43,7 +54,6 @@ static __always_inline int to_local_pod(struct __sk_buff *skb, struct pkt *p, st
 	/* Copy what we need before helpers invalidate packet pointers. */
 	__u32 ifindex = ep->ifindex;
 	__u8 macs[12];
-	long ret;
 	int verdict;
 
 	__builtin_memcpy(macs, ep->pod_mac, 6);
@@ -53,12 +63,7 @@ static __always_inline int to_local_pod(struct __sk_buff *skb, struct pkt *p, st
 		return verdict;
 	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
-
-	if (fwd_mode == SHUNT_FWD_REDIRECT_PEER)
-		ret = bpf_redirect_peer(ifindex, 0);
-	else
-		ret = bpf_redirect(ifindex, 0);
-	if (ret != TC_ACT_REDIRECT)
+	if (redirect_into_pod(ifindex, fwd_mode) != TC_ACT_REDIRECT)
 		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
 	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
 	return TC_ACT_REDIRECT;

@@ -25,13 +25,18 @@ struct pkt {
 	__u32 failed;      /* a record that could not be made on the way (enum shunt_reason), 0 if none */
 };
 
-/* done counts a packet's outcome and, when the sampling wants it, reports
- * it. A record that could not be made on the way (counted where it failed)
- * is news even when the packet went on: the event names it as its reason
- * and is sent whenever flows are on. */
-static __always_inline void done(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason)
+/* done_len counts a packet's outcome and, when the sampling wants it,
+ * reports it, the packet being len bytes long. A record that could not be
+ * made on the way (counted where it failed) is news even when the packet
+ * went on: the event names it as its reason and is sent whenever flows are
+ * on. */
+static __always_inline void done_len(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason, __u32 len)
 {
-	count(reason, p->dir, skb->len);
+	/* Hidden from the compiler: inlined many times, this function's
+	 * skb->ifindex is otherwise read through one &skb->ifindex kept for
+	 * all of them, a moved context pointer the verifier refuses. */
+	asm volatile("" : "+r"(skb));
+	count(reason, p->dir, len);
 	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
 	__u32 mode = flow_mode();
 	if (!flow_wanted(mode, event) && !(p->failed && mode != FLOW_MODE_OFF))
@@ -42,13 +47,19 @@ static __always_inline void done(struct __sk_buff *skb, struct pkt *p, __u8 verd
 		.saddr = p->f.saddr, .daddr = p->f.daddr, .sport = p->f.sport, .dport = p->f.dport,
 		.proto = p->f.proto, .tcp_flags = p->f.tcp_flags, .verdict = verdict, .reason = reason,
 		.point = p->point, .event = event, .ifindex = skb->ifindex, .src_identity = p->src_identity,
-		.dst_identity = p->dst_identity, .rule_id = p->rule, .len = skb->len,
+		.dst_identity = p->dst_identity, .rule_id = p->rule, .len = len,
 	};
 	if (p->orig_daddr != p->f.daddr || p->orig_dport != p->f.dport) {
 		e.orig_daddr = p->orig_daddr;
 		e.orig_dport = p->orig_dport;
 	}
 	flow_emit(&e);
+}
+
+/* done counts and reports a packet's outcome (done_len) at its length now. */
+static __always_inline void done(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason)
+{
+	done_len(skb, p, verdict, reason, skb->len);
 }
 
 static __always_inline int drop(struct __sk_buff *skb, struct pkt *p, __u32 reason)

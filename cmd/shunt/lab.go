@@ -20,6 +20,7 @@ import (
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/labnet"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/teardown"
@@ -42,6 +43,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 		serviceCIDR   string
 		wait          time.Duration
 		agentFlags    runFlags
+		multi         multiNodeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE|DIR|-] [--mode MODE] [--pod-cidr CIDR]",
@@ -60,7 +62,19 @@ func newLabUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args()); err != nil {
+			layout, err := settleLayout(c, inst, multi, agentFlags)
+			if err != nil {
+				return err
+			}
+			if layout != nil {
+				if podCIDR != "" {
+					return errors.New("--pod-cidr with --nodes: each node's pod CIDR is cut from --cluster-cidr")
+				}
+				err = ensureLabNodes(inst, layout, mode, serviceCIDR, multi, agentFlags)
+			} else {
+				err = ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args())
+			}
+			if err != nil {
 				return err
 			}
 			if len(objs) == 0 {
@@ -97,6 +111,8 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&agentFlags.masqExclude, "masquerade-exclude", "", "with --masquerade: comma-separated CIDRs pods reach with their own address (default: the cluster CIDR, service CIDR and node addresses)")
 	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
 	cmd.Flags().IntVar(&agentFlags.nodeLeaseSeconds, "node-lease-duration-seconds", 0, "with --kubeconfig and --run-pods: the node's Lease duration, renewed every quarter of it (kubelet's flag; default 40, the node keeps it)")
+	cmd.Flags().IntVar(&multi.nodes, "nodes", 0, "build a lab of this many nodes (2-9), each an agent in a network namespace of its own joined by an underlay, with a host outside the cluster (`lab exec --external`); the lab keeps its nodes (default: as it is, else one node)")
+	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
 }
@@ -180,6 +196,12 @@ func (f runFlags) args() []string {
 // ensureAgent starts shuntd for the instance unless one answers already;
 // extra are run flags for a new agent.
 func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string, extra []string) error {
+	return ensureAgentIn("", c, inst, mode, podCIDR, serviceCIDR, extra)
+}
+
+// ensureAgentIn is ensureAgent for an agent whose node's host side is the
+// network namespace at netnsPath ("": this one).
+func ensureAgentIn(netnsPath string, c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string, extra []string) error {
 	if c.Alive() {
 		var st api.Status
 		if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
@@ -217,7 +239,7 @@ func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCI
 	agentCmd := exec.Command(exe, append(args, extra...)...)
 	agentCmd.Stdout, agentCmd.Stderr = logf, logf
 	agentCmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := agentCmd.Start(); err != nil {
+	if err := podexec.Start(podexec.Target{NetnsPath: netnsPath}, agentCmd); err != nil {
 		return fmt.Errorf("starting %s: %w", exe, err)
 	}
 	exited := make(chan error, 1)
@@ -317,18 +339,14 @@ func uninstall(g *globals) error {
 	if err != nil {
 		return err
 	}
-	if c.Alive() {
-		var st api.Status
-		if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+	if l, err := labnet.Load(inst); err != nil || l != nil {
+		if err != nil {
 			return err
 		}
-		if err := c.Do("POST", "/v1/shutdown?uninstall=true", nil, nil); err != nil {
-			return err
-		}
-		// Wait for the agent to finish and exit.
-		for i := 0; i < 200 && syscall.Kill(st.PID, 0) == nil; i++ {
-			time.Sleep(50 * time.Millisecond)
-		}
+		return uninstallLab(inst, l)
+	}
+	if err := stopAgent(c, true); err != nil {
+		return err
 	}
 	// Also sweeps whatever a crashed agent left behind.
 	if err := teardown.Instance(inst); err != nil {
@@ -340,7 +358,11 @@ func uninstall(g *globals) error {
 
 // podTarget locates a running pod's namespace and cgroup.
 func podTarget(g *globals, ns, name string) (podexec.Target, error) {
-	inst, err := g.inst()
+	base, err := g.inst()
+	if err != nil {
+		return podexec.Target{}, err
+	}
+	inst, err := podInstance(base, ns, name)
 	if err != nil {
 		return podexec.Target{}, err
 	}
@@ -355,7 +377,7 @@ func podTarget(g *globals, ns, name string) (podexec.Target, error) {
 	if _, err := os.Stat(t.NetnsPath); err != nil {
 		t.NetnsPath = podnet.NetnsPath(inst.LegacyPodNetns(ns, name))
 		if _, err := os.Stat(t.NetnsPath); err != nil {
-			return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, inst.Name)
+			return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, base.Name)
 		}
 	}
 	return t, nil
@@ -363,15 +385,26 @@ func podTarget(g *globals, ns, name string) (podexec.Target, error) {
 
 func newLabExecCmd(g *globals) *cobra.Command {
 	var ns string
+	var external bool
 	cmd := &cobra.Command{
-		Use:   "exec POD [-n NS] -- CMD [ARGS...]",
-		Short: "run a command inside a pod; its exit code is passed through",
-		Args:  cobra.MinimumNArgs(2),
+		Use:   "exec (POD [-n NS] | --external) -- CMD [ARGS...]",
+		Short: "run a command inside a pod (or on the lab's host outside the cluster); its exit code is passed through",
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 1 {
-				return errors.New("usage: shunt lab exec POD [-n NS] -- CMD [ARGS...]")
+			var t podexec.Target
+			var err error
+			if external {
+				if cmd.ArgsLenAtDash() != 0 {
+					return errors.New("usage: shunt lab exec --external -- CMD [ARGS...]")
+				}
+				t, err = externalTarget(g)
+				args = append([]string{""}, args...)
+			} else {
+				if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
+					return errors.New("usage: shunt lab exec POD [-n NS] -- CMD [ARGS...]")
+				}
+				t, err = podTarget(g, ns, args[0])
 			}
-			t, err := podTarget(g, ns, args[0])
 			if err != nil {
 				return err
 			}
@@ -394,6 +427,7 @@ func newLabExecCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "namespace of the pod")
+	cmd.Flags().BoolVar(&external, "external", false, "run on the lab's host outside the cluster (a lab of several nodes: on their underlay)")
 	return cmd
 }
 
@@ -404,7 +438,11 @@ func newLabLogsCmd(g *globals) *cobra.Command {
 		Short: "print the output of a pod's containers",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			inst, err := g.inst()
+			base, err := g.inst()
+			if err != nil {
+				return err
+			}
+			inst, err := podInstance(base, ns, args[0])
 			if err != nil {
 				return err
 			}
@@ -446,68 +484,114 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "status [-o json]",
-		Short: "summarise the agent: mode, pod network, datapath counters",
+		Short: "summarise the agent (every node's, in a lab of several): mode, pod network, peers, datapath counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := g.client()
+			c, inst, err := g.client()
 			if err != nil {
 				return err
 			}
-			var st api.Status
-			if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+			insts, layout, err := nodeInstances(inst)
+			if err != nil {
 				return err
 			}
-			if done, err := printStructured(output, st, 0, nil); done {
-				return err
-			}
-			fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
-				st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
-				st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
-			if r := st.Routing; r != nil && r.Mode != "tunnel" {
-				fmt.Printf("routing:   %s out of %s from %s (pod MTU %d)\n", r.Mode, r.Device, r.Underlay, r.PodMTU)
-			}
-			if t := st.Tunnel; t != nil {
-				fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
-			}
-			if m := st.Masquerade; m != nil {
-				fmt.Printf("masquerade: pods' traffic to outside leaves %s from %s, ports %s (not to %s)\n",
-					m.Uplink, m.Address, m.Ports, strings.Join(m.Exclude, ", "))
-			}
-			for _, p := range st.Problems {
-				fmt.Printf("left out:  %s\n", p)
-			}
-			fmt.Printf("flows:     sampling %s, %d emitted, %d lost, %d kept", st.FlowSampling, st.Flows.Emitted, st.Flows.Lost, st.Flows.History)
-			if st.MetricsAddr != "" {
-				fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)
-			}
-			fmt.Printf("\nL7 proxy:  %s", proxyLine(st.Proxy))
-			fmt.Printf("\nsocket acceleration: %s", accelLine(st.Accel))
-			fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
-			var hooks []string
-			for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {
-				hooks = append(hooks, fmt.Sprintf("%s x%d", h, st.Hooks[h]))
-			}
-			fmt.Printf("programs:  %s\n", strings.Join(hooks, ", "))
-			var pressure []string
-			for _, m := range st.Maps {
-				if m.Entries > 0 && m.Fills() {
-					pressure = append(pressure, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Capacity))
+			if layout == nil || g.socket != "" {
+				var st api.Status
+				if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
+					return err
 				}
-			}
-			fmt.Printf("maps:      %s\n", strings.Join(pressure, ", "))
-			if len(st.Counters) > 0 {
-				fmt.Println("datapath counters:")
-				for _, c := range st.Counters {
-					if c.SocketHook() {
-						fmt.Printf("  %-22s %-11s %10d calls\n", c.Reason, c.Direction, c.Packets)
-						continue
-					}
-					fmt.Printf("  %-22s %-11s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
+				if done, err := printStructured(output, st, 0, nil); done {
+					return err
 				}
+				printStatus(st)
+				return nil
 			}
-			return nil
+			// A lab of several nodes: each node's agent, in turn.
+			var all []api.Status
+			var errs []error
+			for i, n := range layout.Nodes {
+				var st api.Status
+				if err := api.NewClient(insts[i].Socket()).Do("GET", "/v1/status", nil, &st); err != nil {
+					errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+					continue
+				}
+				all = append(all, st)
+			}
+			if done, err := printStructured(output, all, 0, nil); done {
+				return errors.Join(append(errs, err)...)
+			}
+			for i, st := range all {
+				if i > 0 {
+					fmt.Println()
+				}
+				fmt.Printf("== node %s ==\n", st.NodeName)
+				printStatus(st)
+			}
+			return errors.Join(errs...)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
 	return cmd
+}
+
+// printStatus prints one agent's status for people.
+func printStatus(st api.Status) {
+	fmt.Printf("node:      %s\n", st.NodeName)
+	fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
+		st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
+		st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
+	if r := st.Routing; r != nil && r.Mode != "tunnel" {
+		fmt.Printf("routing:   %s out of %s from %s (pod MTU %d)\n", r.Mode, r.Device, r.Underlay, r.PodMTU)
+	}
+	if t := st.Tunnel; t != nil {
+		fmt.Printf("tunnel:    %s on %s from %s (pod MTU %d)\n", t.Kind, t.Device, t.Underlay, t.PodMTU)
+	}
+	if r := st.Routing; r != nil {
+		for _, p := range r.Peers {
+			state := "ready"
+			if !p.Ready {
+				state = "NOT READY"
+			}
+			if p.Address == "" {
+				p.Address, state = "no address", "its pods unreachable"
+			}
+			fmt.Printf("peer:      %s at %s, pods %s (%s)\n", p.Node, p.Address, p.PodCIDR, state)
+		}
+	}
+	if m := st.Masquerade; m != nil {
+		fmt.Printf("masquerade: pods' traffic to outside leaves %s from %s, ports %s (not to %s)\n",
+			m.Uplink, m.Address, m.Ports, strings.Join(m.Exclude, ", "))
+	}
+	for _, p := range st.Problems {
+		fmt.Printf("left out:  %s\n", p)
+	}
+	fmt.Printf("flows:     sampling %s, %d emitted, %d lost, %d kept", st.FlowSampling, st.Flows.Emitted, st.Flows.Lost, st.Flows.History)
+	if st.MetricsAddr != "" {
+		fmt.Printf("; metrics on http://%s/metrics", st.MetricsAddr)
+	}
+	fmt.Printf("\nL7 proxy:  %s", proxyLine(st.Proxy))
+	fmt.Printf("\nsocket acceleration: %s", accelLine(st.Accel))
+	fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
+	var hooks []string
+	for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {
+		hooks = append(hooks, fmt.Sprintf("%s x%d", h, st.Hooks[h]))
+	}
+	fmt.Printf("programs:  %s\n", strings.Join(hooks, ", "))
+	var pressure []string
+	for _, m := range st.Maps {
+		if m.Entries > 0 && m.Fills() {
+			pressure = append(pressure, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Capacity))
+		}
+	}
+	fmt.Printf("maps:      %s\n", strings.Join(pressure, ", "))
+	if len(st.Counters) > 0 {
+		fmt.Println("datapath counters:")
+		for _, c := range st.Counters {
+			if c.SocketHook() {
+				fmt.Printf("  %-22s %-11s %10d calls\n", c.Reason, c.Direction, c.Packets)
+				continue
+			}
+			fmt.Printf("  %-22s %-11s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
+		}
+	}
 }

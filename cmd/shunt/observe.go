@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -22,6 +21,7 @@ func newObserveCmd(g *globals) *cobra.Command {
 		port                      uint16
 		last                      int
 		follow                    bool
+		node                      string
 	)
 	cmd := &cobra.Command{
 		Use:   "observe [-f] [--pod P] [--verdict DROPPED|FORWARDED|TRANSLATED] [filters] [-o compact|table|json]",
@@ -30,7 +30,7 @@ func newObserveCmd(g *globals) *cobra.Command {
 			"follows new ones. Pods are NAMESPACE/NAME, or NAME in --namespace (default: default).\n" +
 			"What the datapath reports is set with `shunt flow-sampling` (default: drops, connection\n" +
 			"starts and ends, service translations). -o json prints one flow per line, stable fields:\n" +
-			"time, verdict, dropReason, reason, event, point, source{pod,namespace,ip,port,identity,labels},\n" +
+			"time, node, verdict, dropReason, reason, event, point, source{pod,namespace,ip,port,identity,labels},\n" +
 			"destination{...}, protocol, tcpFlags, service{name,ip,port}, interface, policy, ruleID, length.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -76,7 +76,7 @@ func newObserveCmd(g *globals) *cobra.Command {
 			if follow {
 				q.Set("follow", "true")
 			}
-			c, _, err := g.client()
+			streams, many, err := flowStreams(g, node)
 			if err != nil {
 				return err
 			}
@@ -88,24 +88,24 @@ func newObserveCmd(g *globals) *cobra.Command {
 					tw.Flush()
 				}
 			}
-			err = c.Stream("/v1/flows?"+q.Encode(), func(line []byte) error {
+			err = mergeFlows(streams, "/v1/flows?"+q.Encode(), follow, last, func(line []byte, fl flows.Flow) error {
 				if out == "json" {
 					_, err := fmt.Printf("%s\n", line)
 					return err
 				}
-				var fl flows.Flow
-				if err := json.Unmarshal(line, &fl); err != nil {
-					return err
+				where := ""
+				if many {
+					where = "[" + fl.Node + "] "
 				}
 				if tw != nil {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", fl.Time.Local().Format("15:04:05.000"),
+					fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\n", where, fl.Time.Local().Format("15:04:05.000"),
 						endpointText(fl.Source), endpointText(fl.Destination), fl.Protocol, fl.Verdict, summary(fl))
 					if follow {
 						tw.Flush()
 					}
 					return nil
 				}
-				fmt.Println(compact(fl))
+				fmt.Println(where + compact(fl))
 				return nil
 			})
 			if tw != nil {
@@ -130,6 +130,7 @@ func newObserveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.Service, "service", "", "flows translated from this service (NAMESPACE/NAME)")
 	fl.StringVar(&since, "since", "", "flows since a duration ago (5m) or an RFC 3339 time")
 	fl.StringVarP(&out, "output", "o", "compact", "compact, table or json (one flow per line)")
+	fl.StringVar(&node, "node", "", "a lab of several nodes: only the flows this node saw (default: every node's, merged by time)")
 	return cmd
 }
 

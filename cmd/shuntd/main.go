@@ -43,6 +43,9 @@ func newRootCmd() *cobra.Command {
 		masquerade                                 bool
 		masqExclude                                []string
 		masqPorts                                  string
+		labControlPlane                            bool
+		labJoin                                    string
+		nodeGrace                                  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -70,7 +73,7 @@ func newRootCmd() *cobra.Command {
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
 				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode,
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
-				ConntrackSingleTable: ctSingleTable}
+				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace}
 			if kubeconfig != "" && inCluster {
 				return fmt.Errorf("--kubeconfig and --in-cluster: give one")
 			}
@@ -150,7 +153,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server (pods are plumbed through shunt-cni) instead of the lab")
 	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")
-	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubeconfig/--in-cluster: this node's Node object (env NODE_NAME; default: the instance name)")
+	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node: with --kubeconfig/--in-cluster the Node object, in a multi-node lab its name (env NODE_NAME; default: the instance name)")
 	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR (kube-controller-manager's --cluster-cidr): pods route it through this node, which reaches pods of other nodes")
 	cmd.Flags().StringVar(&routing, "routing", "", "how pods of other nodes are reached (Cilium's routingMode): tunnel (through the overlay --tunnel names; --tunnel alone means it) or native (no encapsulation: the underlay routes every node's pod CIDR to it; tc forwards with bpf_fib_lookup over the routes the agent installs via each node's --underlay-addr); default none (the host routes them)")
 	cmd.Flags().StringVar(&tunnel, "tunnel", "", "reach pods of other nodes through an overlay: vxlan (a collect-metadata VXLAN device, UDP 4789); default none (the host routes them)")
@@ -159,6 +162,9 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
 	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
 	cmd.Flags().IntVar(&nodeLeaseSeconds, "node-lease-duration-seconds", int(lab.DefaultNodeLeaseDuration/time.Second), "with --run-pods: the duration of the node's Lease in kube-node-lease, renewed every quarter of it, as kubelet's flag of that name (the node keeps it across restarts)")
+	cmd.Flags().BoolVar(&labControlPlane, "lab-control-plane", false, "this lab node's control plane also serves the lab's other nodes (`shunt lab up --nodes N`): their Nodes, the objects, their pods' status, one identity numbering; the node keeps it")
+	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")
+	cmd.Flags().DurationVar(&nodeGrace, "node-grace", 0, "with --lab-control-plane: how long a joined node's agent may go silent before the node is NotReady and its pods leave every Service (default "+lab.DefaultNodeGrace.String()+", Kubernetes' node-monitor-grace-period)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.AddCommand(newShimCmd())
 	return cmd

@@ -100,6 +100,17 @@ type Config struct {
 	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
 	// connections can evict established ones (datapath.Config).
 	ConntrackSingleTable bool
+
+	// A lab of several nodes (`shunt lab up --nodes N`, internal/lab
+	// cluster.go): LabControlPlane serves the other nodes (their Nodes,
+	// objects, pod status, identities); LabJoin makes this node one of
+	// them, following the control plane of the agent at that socket.
+	// NodeName names the node in both. NodeGrace is how long a joining
+	// node may go silent before it is NotReady (0: lab.DefaultNodeGrace).
+	// The node keeps them, as its source.
+	LabControlPlane bool
+	LabJoin         string
+	NodeGrace       time.Duration
 }
 
 // Routing modes and tunnels shuntd knows.
@@ -190,12 +201,14 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 
-	podMTU       int                   // pod interfaces' MTU (0: the default, 1500)
-	uplink       string                // the interface the uplink programs are on ("": none)
-	masq         *api.MasqueradeStatus // nil: no masquerade
-	cniEndpoints *cniEndpoints         // what shunt-cni reported
-	srv          *http.Server          // the API on the instance's socket
-	ready        atomic.Bool           // New finished: status answers
+	podMTU       int                    // pod interfaces' MTU (0: the default, 1500)
+	uplink       string                 // the interface the uplink programs are on ("": none)
+	masq         *api.MasqueradeStatus  // nil: no masquerade
+	labCP        *lab.ControlPlane      // serving a multi-node lab's other nodes (nil: none)
+	clusterIDs   *lab.ClusterIdentities // with labCP: the lab's identity numbers
+	cniEndpoints *cniEndpoints          // what shunt-cni reported
+	srv          *http.Server           // the API on the instance's socket
+	ready        atomic.Bool            // New finished: status answers
 
 	stopReconciler context.CancelFunc
 	shutdown       chan bool // true: uninstall before exiting
@@ -239,11 +252,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	nodeName := inst.Name
+	if cfg.NodeName != "" {
+		nodeName = cfg.NodeName
+	}
 	var kube *kubeClient // the API server, loaded once (Kubernetes mode)
 	if cfg.Kubernetes {
-		if cfg.NodeName != "" {
-			nodeName = cfg.NodeName
-		}
 		if kube, err = newKubeClient(cfg.Kubeconfig); err != nil {
 			return nil, err
 		}
@@ -346,7 +359,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf, NativeIfindex: nativeIf, Masquerade: masq,
-		LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
+		NodeIP: podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +442,10 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopReconciler = cancel
 	var identities reconciler.IdentityResolver
-	if cfg.Kubernetes {
+	a.nodeName = nodeName
+	var follower *lab.Follower // this node joined a multi-node lab
+	switch {
+	case cfg.Kubernetes:
 		// Every node of the cluster must number identities alike.
 		ids, err := kube.startIdentities(ctx, log)
 		if err != nil {
@@ -437,8 +453,22 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 		identities = ids
 		go a.collectIdentities(ctx, ids, 2*time.Minute)
+	case cfg.LabControlPlane:
+		// The numbers this node gave so far stay theirs.
+		if a.clusterIDs, err = lab.NewClusterIdentities(inst.StateDir(), alloc.Identities); err != nil {
+			return nil, err
+		}
+		identities = a.clusterIDs
+	case cfg.LabJoin != "":
+		follower = lab.NewFollower(cfg.LabJoin, nodeName, log)
+		join, cancel := context.WithTimeout(ctx, time.Minute)
+		err := follower.Register(join, a.nodeObject())
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		identities = follower
 	}
-	a.nodeName = nodeName
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: nodeName, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
 		Allocations: alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
@@ -460,7 +490,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 
 	var labCP *lab.ControlPlane
-	if cfg.Kubernetes {
+	switch {
+	case follower != nil:
+		a.src = followerSource{Follower: follower}
+		a.objects = follower.Store
+	case cfg.Kubernetes:
 		ks, err := kubesource.New(kubesource.Config{REST: kube.rest, Resync: 10 * time.Minute, Log: log}, a.rec)
 		if err != nil {
 			return nil, err
@@ -482,16 +516,19 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		// its entry in each ShuntNetworkPolicy, the mesh's HTTPRoutes.
 		go wait.UntilWithContext(ctx, newPolicyStatus(kube.dyn, nodeName, ks.Store, a.problems, a.rec.Settled, log).write, time.Second)
 		go wait.UntilWithContext(ctx, newRouteStatus(kube.dyn, ks.Store, a.rec.Settled, log).write, time.Second)
-	} else {
+	default:
 		labCP, err = lab.New(lab.Config{
-			Instance: inst, NodeName: inst.Name, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,
-			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods,
+			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,
+			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods, NodeGrace: cfg.NodeGrace,
 		}, a.rec)
 		if err != nil {
 			return nil, err
 		}
 		a.src = labSource{labCP}
 		a.objects = labCP.Store
+		if cfg.LabControlPlane {
+			a.labCP = labCP
+		}
 	}
 	// The API serves before the pods start: the lab's kubelet plumbs them
 	// with shunt-cni, which hands each endpoint to this agent.
@@ -511,6 +548,16 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 		a.src = kubeSource{Source: a.src.(kubeSource).Source, server: kube.rest.Host, pods: kl}
 	}
+	if follower != nil {
+		kl, err := follower.Kubelet(lab.Config{
+			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool,
+			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log,
+		}, a.podsProgrammed)
+		if err != nil {
+			return nil, err
+		}
+		a.src = followerSource{Follower: follower, pods: kl}
+	}
 	if labCP != nil && (len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil) {
 		// Older versions kept objects, ClusterIPs and pods in state.json.
 		if err := labCP.Migrate(state.Objects, state.ClusterIPs); err != nil {
@@ -525,12 +572,29 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		"serviceCIDR", svcPool.CIDR, "pins", inst.PinDir())
 	startCtx, done := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer done()
-	if labCP != nil {
+	switch {
+	case follower != nil:
+		if err := follower.Run(ctx, startCtx, a.rec); err != nil {
+			return nil, err
+		}
+		if err := a.src.(followerSource).pods.Run(ctx); err != nil {
+			return nil, err
+		}
+	case labCP != nil:
 		if err := labCP.Start(startCtx); err != nil {
 			return nil, err
 		}
-	} else if err := a.src.(kubeSource).WaitSynced(startCtx); err != nil {
-		return nil, err
+		if cfg.LabControlPlane {
+			// The control plane's own node is one of the lab's.
+			if err := labCP.RegisterNode(startCtx, a.nodeObject()); err != nil {
+				return nil, err
+			}
+			go labCP.RunNodeLifecycle(ctx)
+		}
+	default:
+		if err := a.src.(kubeSource).WaitSynced(startCtx); err != nil {
+			return nil, err
+		}
 	}
 	// Once a sync has covered everything the source delivered, the proxy
 	// configuration is complete and may replace the one the proxy kept
@@ -566,11 +630,30 @@ func settle[T ~string](persisted *T, flag, def T, what string, inst instance.Ins
 // instead of starting an empty lab that would remove the node's pods.
 // Naming another API server or node needs `lab down` first.
 func settleSource(state *State, cfg *Config) error {
+	if cfg.Kubernetes && (cfg.LabControlPlane || cfg.LabJoin != "") {
+		return errors.New("--kubeconfig with --lab-control-plane or --lab-join: a node takes its objects from a Kubernetes API server or from a lab, not both")
+	}
+	if cfg.LabControlPlane && cfg.LabJoin != "" {
+		return errors.New("--lab-control-plane with --lab-join: a node either serves the lab's control plane or joins one")
+	}
 	was := state.Source
+	lab := cfg.LabControlPlane || cfg.LabJoin != ""
 	switch {
 	case was == nil && cfg.Kubernetes:
 		state.Source = &SourceState{Kubeconfig: cfg.Kubeconfig, NodeName: cfg.NodeName, RunPods: cfg.RunPods}
+	case was == nil && lab:
+		state.Source = &SourceState{NodeName: cfg.NodeName, LabControlPlane: cfg.LabControlPlane, LabJoin: cfg.LabJoin}
 	case was == nil:
+	case was.LabControlPlane || was.LabJoin != "":
+		if cfg.Kubernetes || (lab && (cfg.LabControlPlane != was.LabControlPlane || cfg.LabJoin != was.LabJoin)) ||
+			(cfg.NodeName != "" && cfg.NodeName != was.NodeName) {
+			return fmt.Errorf("instance %q is node %q of a multi-node lab; run `shunt --instance %s lab down` first to make it another node",
+				cfg.Instance.Name, was.NodeName, cfg.Instance.Name)
+		}
+		cfg.NodeName, cfg.LabControlPlane, cfg.LabJoin = was.NodeName, was.LabControlPlane, was.LabJoin
+	case lab:
+		return fmt.Errorf("instance %q is node %q of the API server in %s; run `shunt --instance %s lab down` first to make it a lab node",
+			cfg.Instance.Name, was.NodeName, orInCluster(was.Kubeconfig), cfg.Instance.Name)
 	case !cfg.Kubernetes:
 		cfg.Kubernetes, cfg.Kubeconfig, cfg.NodeName, cfg.RunPods = true, was.Kubeconfig, was.NodeName, was.RunPods
 	case cfg.Kubeconfig != was.Kubeconfig || (cfg.NodeName != "" && cfg.NodeName != was.NodeName):

@@ -45,7 +45,7 @@ func (a *Agent) handleFlows(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	enc := json.NewEncoder(w)
+	enc := nodeEncoder{json.NewEncoder(w), a.nodeName}
 	if q.Get("follow") != "true" {
 		for _, fl := range a.flows.Query(filter, last) {
 			enc.Encode(fl)
@@ -74,6 +74,18 @@ func (a *Agent) handleFlows(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// nodeEncoder writes flows with the node that saw them, so a lab's or a
+// cluster's flows merged from every node still say where each was seen.
+type nodeEncoder struct {
+	enc  *json.Encoder
+	node string
+}
+
+func (e nodeEncoder) Encode(fl flows.Flow) error {
+	fl.Node = e.node
+	return e.enc.Encode(fl)
 }
 
 // handleSampling reports (GET) or sets (POST ?mode=) the flow sampling.

@@ -29,6 +29,8 @@ func Preflight() error {
 	}{
 		{"BPF programs of type sched_cls (tc)", "4.1", func() error { return features.HaveProgramType(ebpf.SchedCLS) }},
 		{"the bpf_redirect_peer helper", "5.10", func() error { return features.HaveProgramHelper(ebpf.SchedCLS, asm.FnRedirectPeer) }},
+		// The overlay's answer to packets too big for the tunnel.
+		{"the bpf_check_mtu helper", "5.12", func() error { return features.HaveProgramHelper(ebpf.SchedCLS, asm.FnCheckMtu) }},
 	}
 	for _, c := range checks {
 		if err := c.probe(); err != nil {

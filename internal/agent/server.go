@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -21,8 +20,10 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
@@ -76,6 +77,10 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 		return a.src.Delete(ctx, d)
 	}))
 	mux.HandleFunc("POST /v1/wait", a.handleWait)
+	mux.HandleFunc("POST "+lab.PathWatch, a.handleLabWatch)
+	mux.HandleFunc("POST "+lab.PathNodes, a.handleLabNode)
+	mux.HandleFunc("POST "+lab.PathIdentities, a.handleLabIdentities)
+	mux.HandleFunc("PUT "+lab.PathPodStatus+"{namespace}/{name}/status", a.handleLabPodStatus)
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -175,7 +180,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := api.Status{
-		Instance: a.cfg.Instance.Name, PID: os.Getpid(), Mode: string(a.state.Mode),
+		Instance: a.cfg.Instance.Name, NodeName: a.nodeName, PID: os.Getpid(), Mode: string(a.state.Mode),
 		PodCIDR: a.podPool.CIDR.String(), NodeIP: a.podPool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
 		PinDir: a.cfg.Instance.PinDir(), Pods: a.rec.EndpointCount(),
 	}
@@ -208,6 +213,9 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.cfg.Routing == RoutingNative {
 		st.Routing = &api.RoutingStatus{Mode: RoutingNative, Device: a.uplink, Underlay: a.cfg.Underlay.String(), PodMTU: a.podMTU}
+	}
+	if st.Routing != nil {
+		st.Routing.Peers = a.peers()
 	}
 	if a.masq != nil {
 		st.Masquerade = a.masq
@@ -263,11 +271,9 @@ func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// handleNodes lists the cluster's Nodes; this node's Ready condition is its
-// agent's (it answers; it replaces the one in the API, which a kubelet
-// writes only every few minutes when nothing changes) and, in the lab,
-// which has no Node objects, it is the one listed, built from what the
-// agent knows of itself. Other nodes' conditions are the API's.
+// handleNodes lists the cluster's Nodes; this node is marked Ready (its
+// agent answers) and, in the lab, which has no Node objects, is the one
+// listed, built from what the agent knows of itself.
 func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 	list := corev1.NodeList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
 	own := false
@@ -276,23 +282,62 @@ func (a *Agent) handleNodes(w http.ResponseWriter, r *http.Request) {
 		node.APIVersion, node.Kind = "v1", "Node"
 		if node.Name == a.nodeName {
 			own = true
-			node.Status.Conditions = append(slices.DeleteFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
-				return c.Type == corev1.NodeReady
-			}), a.readyCondition())
+			node.Status.Conditions = setNodeReady(node.Status.Conditions, a.readyCondition())
 		}
 		list.Items = append(list.Items, node)
 	}
 	if !own {
-		node := corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-			ObjectMeta: metav1.ObjectMeta{Name: a.nodeName, CreationTimestamp: metav1.NewTime(a.started)},
-			Spec:       corev1.NodeSpec{PodCIDR: a.podPool.CIDR.String(), PodCIDRs: []string{a.podPool.CIDR.String()}},
-			Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{a.readyCondition()}}}
-		if a.cfg.Underlay.IsValid() {
-			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.Underlay.String()}}
-		}
-		list.Items = append(list.Items, node)
+		list.Items = append(list.Items, *a.nodeObject())
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// peers are the other nodes of the cluster, as the datapath reaches them.
+func (a *Agent) peers() []api.Peer {
+	var out []api.Peer
+	for _, n := range a.objects().Nodes() {
+		if n.Name == a.nodeName {
+			continue
+		}
+		p := api.Peer{Node: n.Name, PodCIDR: n.Spec.PodCIDR, Ready: true}
+		if addr := policy.NodeTunnel(n); addr.IsValid() {
+			p.Address = addr.String()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				p.Ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// nodeObject is this node's Node as its agent knows it: its pod CIDR,
+// underlay address, readiness.
+func (a *Agent) nodeObject() *corev1.Node {
+	node := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: a.nodeName, CreationTimestamp: metav1.NewTime(a.started)},
+		Spec:       corev1.NodeSpec{PodCIDR: a.podPool.CIDR.String(), PodCIDRs: []string{a.podPool.CIDR.String()}}}
+	if a.rec != nil {
+		node.Status.Conditions = []corev1.NodeCondition{a.readyCondition()}
+	}
+	if a.cfg.Underlay.IsValid() {
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.Underlay.String()}}
+	}
+	return node
+}
+
+// setNodeReady puts this agent's view of its readiness in place of the
+// stored one: the agent knows best whether it programs its node.
+func setNodeReady(conds []corev1.NodeCondition, ready corev1.NodeCondition) []corev1.NodeCondition {
+	for i, c := range conds {
+		if c.Type == corev1.NodeReady {
+			conds[i] = ready
+			return conds
+		}
+	}
+	return append(conds, ready)
 }
 
 // readyCondition is this node's Ready condition as its agent sees it: ready

@@ -161,6 +161,45 @@ func (labSource) Health() string { return "" }
 func (labSource) ResyncEvery() time.Duration { return 500 * time.Millisecond }
 func (labSource) Describe() string           { return "lab" }
 
+// followerSource is a multi-node lab's control plane, for a node that
+// joined it: objects come from there, and its kubelet runs the pods placed
+// on this node.
+type followerSource struct {
+	*lab.Follower
+	pods *lab.APIKubelet
+}
+
+// errObjectsFromLab refuses apply and delete on a joining node: the lab's
+// objects are the control plane's.
+var errObjectsFromLab = errors.New("this node joined a multi-node lab: apply and delete objects on the lab's first node (`shunt --instance LAB ...`, the instance `shunt lab up --nodes` was given), which serves every node")
+
+func (followerSource) Apply(context.Context, []manifest.Document) ([]model.Change, error) {
+	return nil, errObjectsFromLab
+}
+
+func (followerSource) Delete(context.Context, []manifest.Document) ([]model.Change, error) {
+	return nil, errObjectsFromLab
+}
+
+func (f followerSource) Resync(ctx context.Context) error {
+	if f.pods != nil {
+		return f.pods.Sync(ctx)
+	}
+	return nil
+}
+
+// ResyncEvery is 0: the kubelet follows its containers in its own loop.
+func (followerSource) ResyncEvery() time.Duration { return 0 }
+
+func (f followerSource) Uninstall(ctx context.Context) error {
+	if f.pods != nil {
+		return f.pods.Uninstall(ctx)
+	}
+	return nil
+}
+
+func (f followerSource) Describe() string { return "lab node (joined " + f.Socket() + ")" }
+
 // startIdentities follows the cluster's ShuntIdentities, so the reconciler
 // numbers identities as every other node does.
 func (k *kubeClient) startIdentities(ctx context.Context, log *slog.Logger) (*kubeidentity.Allocator, error) {

@@ -44,7 +44,8 @@ type MasqueradeState struct {
 	Exclude []string `json:"exclude,omitempty"` // CIDRs; empty: the defaults
 }
 
-// SourceState is the API server a Kubernetes node follows.
+// SourceState is the API server a Kubernetes node follows, or the node's
+// place in a multi-node lab.
 type SourceState struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"` // "": in-cluster
 	NodeName   string `json:"nodeName,omitempty"`
@@ -52,6 +53,10 @@ type SourceState struct {
 	// NodeLeaseSeconds is the node's Lease duration (RunPods); 0: the
 	// default.
 	NodeLeaseSeconds int32 `json:"nodeLeaseDurationSeconds,omitempty"`
+	// LabControlPlane: this node's control plane serves the lab's other
+	// nodes; LabJoin: this node follows the control plane at that socket.
+	LabControlPlane bool   `json:"labControlPlane,omitempty"`
+	LabJoin         string `json:"labJoin,omitempty"`
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }

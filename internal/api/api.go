@@ -124,6 +124,7 @@ type PolicyMapEntry struct {
 // Status is the agent's summary.
 type Status struct {
 	Instance string `json:"instance"`
+	NodeName string `json:"nodeName"`
 	PID      int    `json:"pid"`
 	Source   string `json:"source"` // where objects come from: "lab" or "kubernetes https://..."
 	// Problems are what objects ask that shunt leaves out (the rest is
@@ -168,6 +169,16 @@ type RoutingStatus struct {
 	Device   string `json:"device"`   // what pods' packets for other nodes leave through
 	Underlay string `json:"underlay"` // this node's address other nodes reach it at
 	PodMTU   int    `json:"podMTU"`   // pod interfaces' MTU
+	// Peers are the other nodes whose pods are reached this way.
+	Peers []Peer `json:"peers,omitempty"`
+}
+
+// Peer is another node as this one reaches it.
+type Peer struct {
+	Node    string `json:"node"`
+	Address string `json:"address"` // its underlay address ("": none, its pods are unreachable)
+	PodCIDR string `json:"podCIDR"`
+	Ready   bool   `json:"ready"`
 }
 
 // MasqueradeStatus is how pods' traffic to outside the cluster leaves the

@@ -7,6 +7,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,6 +58,12 @@ type Config struct {
 	// entries with a Tunnel) leave; 0: no overlay, they go to the host
 	// stack. It is a load-time constant: changing it means opening again.
 	TunnelIfindex int
+	// NodeIP is the node's address on the pod network (pods' gateway):
+	// the source of the ICMP errors the programs answer themselves, as the
+	// host stack would (with the overlay: "fragmentation needed" for a
+	// packet too big for the tunnel). Required with TunnelIfindex; a
+	// load-time constant.
+	NodeIP netip.Addr
 	// NativeIfindex turns native routing on (no encapsulation): the node's
 	// underlay interface (UplinkOf), out of which packets for pods of other
 	// nodes leave routed as they are (bpf_fib_lookup over the routes
@@ -141,9 +148,19 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		return nil, fmt.Errorf("native routing interface index %d with tunnel interface index %d: "+
 			"give the underlay's ifindex (UplinkOf) for native routing or a tunnel device's for the overlay, not both", cfg.NativeIfindex, cfg.TunnelIfindex)
 	}
+	if cfg.NodeIP.IsValid() && (!cfg.NodeIP.Is4() || cfg.NodeIP.IsUnspecified()) {
+		return nil, fmt.Errorf("node address %s: give the node's IPv4 address on the pod network (pods' gateway)", cfg.NodeIP)
+	}
+	if cfg.TunnelIfindex != 0 && !cfg.NodeIP.IsValid() {
+		return nil, errors.New("the overlay (a tunnel interface index) needs the node's address on the pod network (Config.NodeIP, " +
+			"pods' gateway): it is the source of the ICMP \"fragmentation needed\" a packet too big for the tunnel is answered with")
+	}
 	tcConfig := podtcShuntConfig{
 		FwdMode: mode, ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
 		TunnelIfindex: uint32(cfg.TunnelIfindex), NativeIfindex: uint32(cfg.NativeIfindex),
+	}
+	if cfg.NodeIP.IsValid() {
+		tcConfig.NodeIp4 = be32(cfg.NodeIP)
 	}
 	if cfg.ConntrackSingleTable {
 		tcConfig.CtSingleTable = 1
@@ -264,6 +281,7 @@ func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 	return overlaytcShuntConfig{
 		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
 		TunnelIfindex: cfg.TunnelIfindex, NativeIfindex: cfg.NativeIfindex, CtSingleTable: cfg.CtSingleTable,
+		NodeIp4: cfg.NodeIp4,
 	}
 }
 

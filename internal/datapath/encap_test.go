@@ -36,7 +36,7 @@ func TestFromPodToTunnel(t *testing.T) {
 	}
 
 	t.Run("overlay", func(t *testing.T) {
-		d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1}, nil)
+		d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: testNodeIP}, nil)
 		if err := d.SyncPolicy(state, endpoints); err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestFromPodToTunnel(t *testing.T) {
 // real tunnel metadata, which test runs cannot give: TestOverlayTwoNodes
 // checks them.
 func TestFromOverlayNeedsTunnelKey(t *testing.T) {
-	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1}, nil)
+	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: testNodeIP}, nil)
 	before := counts(t, d)
 	pkt := packet(netip.MustParseAddr("10.98.0.20"), netip.MustParseAddr("10.99.0.10"), 6, tcpSegment(40000, 80, tcpSYN))
 	ret, _, err := d.overlay.ShuntFromOverlay.Test(pkt)

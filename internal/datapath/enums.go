@@ -63,6 +63,7 @@ var reasonNames = [...]string{
 	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED:     "masq-insert-failed",
 	podtcShuntReasonSHUNT_REASON_UNMASQUERADED:          "unmasqueraded",
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED:            "arp-spoofed",
+	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED:            "frag-needed",
 }
 
 // Direction names (enum shunt_direction): a direction of the tc programs on

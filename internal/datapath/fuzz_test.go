@@ -109,6 +109,6 @@ var fuzzNode = netip.MustParseAddr("172.31.0.1")
 // the masquerade.
 func openFuzzDatapath(f *testing.F) *Datapath {
 	f.Helper()
-	return openConfiguredDatapath(f, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1,
+	return openConfiguredDatapath(f, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: testNodeIP,
 		Masquerade: &Masquerade{Addr: fuzzNode, Ports: DefaultMasqPorts}}, nil)
 }

@@ -44,15 +44,7 @@ func TestNativeTwoNodes(t *testing.T) {
 }
 
 func testNativeTwoNodes(t *testing.T, mode Mode) {
-	podCIDR := netip.MustParsePrefix("10.244.0.0/16")
-	nsA, nsB := testNetns(t), testNetns(t)
-	veth(t, nsA, "ul-a", netip.MustParsePrefix("10.77.0.1/24"), nsB, "ul-b", netip.MustParsePrefix("10.77.0.2/24"))
-	a := newOvNode(t, "a", nsA, mode, true, netip.MustParseAddr("10.77.0.1"),
-		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host"},
-		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
-	b := newOvNode(t, "b", nsB, mode, true, netip.MustParseAddr("10.77.0.2"),
-		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host"},
-		netip.MustParseAddr("10.244.2.10"), ovIdentityB)
+	a, b := newOvNodes(t, mode, true, 0)
 	x, _ := a.addPod(t, "x", netip.MustParseAddr("10.244.1.20"), nrIdentityX)
 
 	// As the reconciler has it: this node's pods are endpoints, the other
@@ -82,7 +74,7 @@ func testNativeTwoNodes(t *testing.T, mode Mode) {
 	}
 	syncRoutes(a, routesA)
 	syncRoutes(b, []TunnelRoute{{PodCIDR: aPods, Node: a.underlay}})
-	out, err := exec.Command("ip", "-n", strings.TrimPrefix(nsA, "/run/netns/"), "route", "show", "proto", "0x53").CombinedOutput()
+	out, err := exec.Command("ip", "-n", strings.TrimPrefix(a.netns, "/run/netns/"), "route", "show", "proto", "0x53").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "10.244.2.0/24 via 10.77.0.2 dev ul-a") {
 		t.Fatalf("node A's native routes: %s %v; want 10.244.2.0/24 via 10.77.0.2 dev ul-a", out, err)
 	}

@@ -15,6 +15,10 @@ import (
 // packet still fits the underlay without fragments.
 const VXLANOverhead = 50
 
+// minIPv4MTU is the least MTU an IPv4 interface may have (RFC 791: every
+// module must forward 68 bytes without fragmenting).
+const minIPv4MTU = 68
+
 // UnderlayMTU is the MTU of the interface holding addr in the calling
 // thread's network namespace.
 func UnderlayMTU(addr netip.Addr) (int, error) {
@@ -34,7 +38,11 @@ func UnderlayMTU(addr netip.Addr) (int, error) {
 // nodes' ipcache entries name as the tunnel endpoint of its pods: it must
 // be an address of this namespace. An existing device of that name is
 // adopted when it is such a device on that port (a restarted agent), and
-// refused otherwise. The device is set up; its ifindex goes into
+// refused otherwise. The device's MTU is the underlay interface's less
+// VXLANOverhead, as pods': what the node routes onto it (its own traffic to
+// other nodes' pods) fits the underlay once encapsulated, and the pod
+// programs answer a packet bigger than it with ICMP fragmentation needed
+// (bpf/lib/encap.h). The device is set up; its ifindex goes into
 // Config.TunnelIfindex and AttachOverlay.
 func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err error) {
 	if !underlay.Is4() || underlay.IsUnspecified() {
@@ -43,8 +51,14 @@ func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err e
 	if port <= 0 || port > 65535 {
 		return 0, fmt.Errorf("VXLAN device %s: UDP port %d: use 1-65535 (4789 is VXLAN's)", name, port)
 	}
-	if _, err := underlayLink(underlay); err != nil {
+	ul, err := underlayLink(underlay)
+	if err != nil {
 		return 0, fmt.Errorf("VXLAN device %s: %w", name, err)
+	}
+	mtu := ul.Attrs().MTU - VXLANOverhead
+	if mtu < minIPv4MTU {
+		return 0, fmt.Errorf("VXLAN device %s: the underlay interface %s's MTU %d leaves %d bytes after the encapsulation, "+
+			"less than IPv4's minimum %d: raise the underlay's MTU", name, ul.Attrs().Name, ul.Attrs().MTU, mtu, minIPv4MTU)
 	}
 	l, err := netlink.LinkByName(name)
 	if err == nil {
@@ -60,6 +74,7 @@ func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err e
 		}
 		la := netlink.NewLinkAttrs()
 		la.Name = name
+		la.MTU = mtu
 		vx := &netlink.Vxlan{LinkAttrs: la, FlowBased: true, Port: port, Learning: false, SrcAddr: underlay.AsSlice()}
 		if err := netlink.LinkAdd(vx); err != nil {
 			if errors.Is(err, unix.EOPNOTSUPP) {
@@ -84,6 +99,12 @@ func EnsureVXLAN(name string, underlay netip.Addr, port int) (ifindex int, err e
 	// device with a tunnel key per route (SyncTunnelRoutes); nobody would
 	// answer ARP for those pods behind it, and none is needed: the
 	// receiving node's program rewrites the frame's MACs.
+	if l.Attrs().MTU != mtu {
+		if err := netlink.LinkSetMTU(l, mtu); err != nil {
+			return 0, fmt.Errorf("setting VXLAN device %s's MTU to %d (the underlay's %d less the encapsulation): %w",
+				name, mtu, ul.Attrs().MTU, err)
+		}
+	}
 	if err := netlink.LinkSetARPOff(l); err != nil {
 		return 0, fmt.Errorf("turning ARP off on VXLAN device %s: %w", name, err)
 	}

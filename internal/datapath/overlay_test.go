@@ -74,26 +74,10 @@ func TestOverlayTwoNodes(t *testing.T) {
 }
 
 func testOverlayTwoNodes(t *testing.T, mode Mode) {
-	podCIDR := netip.MustParsePrefix("10.244.0.0/16") // the cluster's: both pods route it to their node
-	nsA, nsB, nsX := testNetns(t), testNetns(t), testNetns(t)
-	veth(t, nsA, "ul-a", netip.MustParsePrefix("10.77.0.1/24"), nsB, "ul-b", netip.MustParsePrefix("10.77.0.2/24"))
-	veth(t, nsX, "ul-x", netip.MustParsePrefix("10.78.0.3/24"), nsB, "ul-xb", netip.MustParsePrefix("10.78.0.2/24"))
-
-	a := newOvNode(t, "a", nsA, mode, false, netip.MustParseAddr("10.77.0.1"),
-		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: 1450,
-			ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")},
-		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
-	b := newOvNode(t, "b", nsB, mode, false, netip.MustParseAddr("10.77.0.2"),
-		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host", MTU: 1450},
-		netip.MustParseAddr("10.244.2.10"), ovIdentityB)
-	// Each node knows its own pod as a local endpoint and the other's as
-	// an ipcache entry behind the other node's underlay address.
-	ipcache := func(local, remote *ovNode) []policy.PrefixIdentity {
-		return []policy.PrefixIdentity{
-			{Prefix: netip.PrefixFrom(local.pod.PodIP, 32), Identity: local.ep.Identity},
-			{Prefix: netip.PrefixFrom(remote.pod.PodIP, 32), Identity: remote.ep.Identity, Tunnel: remote.underlay},
-		}
-	}
+	a, b := newOvNodes(t, mode, false, 1450)
+	nsX := testNetns(t)
+	veth(t, nsX, "ul-x", netip.MustParsePrefix("10.78.0.3/24"), b.netns, "ul-xb", netip.MustParsePrefix("10.78.0.2/24"))
+	ipcache := ovIPCache
 	a.sync(t, policy.State{IPCache: ipcache(a, b)})
 	b.sync(t, policy.State{IPCache: ipcache(b, a)})
 	fr := b.flows(t)
@@ -249,6 +233,39 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 	})
 }
 
+// newOvNodes builds the two nodes of the drawing above, without the
+// intruder: namespaces joined by an underlay veth pair (MTU 1500), one pod
+// each (identities ovIdentityA and B), pods routing the cluster's
+// 10.244.0.0/16 and the services' 10.96.0.0/16 to their node, with podMTU
+// (0: 1500); native: routed without encapsulation.
+func newOvNodes(t *testing.T, mode Mode, native bool, podMTU int) (a, b *ovNode) {
+	t.Helper()
+	podCIDR := netip.MustParsePrefix("10.244.0.0/16") // the cluster's: both pods route it to their node
+	services := netip.MustParsePrefix("10.96.0.0/16")
+	nsA, nsB := testNetns(t), testNetns(t)
+	veth(t, nsA, "ul-a", netip.MustParsePrefix("10.77.0.1/24"), nsB, "ul-b", netip.MustParsePrefix("10.77.0.2/24"))
+	a = newOvNode(t, "a", nsA, mode, native, netip.MustParseAddr("10.77.0.1"),
+		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: podMTU, ServiceCIDR: services},
+		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
+	b = newOvNode(t, "b", nsB, mode, native, netip.MustParseAddr("10.77.0.2"),
+		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host", MTU: podMTU, ServiceCIDR: services},
+		netip.MustParseAddr("10.244.2.10"), ovIdentityB)
+	return a, b
+}
+
+// ovIPCache is the ipcache of node local with the overlay: its own pods
+// as local entries, the remote node's behind that node's underlay address.
+func ovIPCache(local, remote *ovNode) []policy.PrefixIdentity {
+	var entries []policy.PrefixIdentity
+	for _, ep := range append([]Endpoint{local.ep}, local.extra...) {
+		entries = append(entries, policy.PrefixIdentity{Prefix: netip.PrefixFrom(ep.IP, 32), Identity: ep.Identity})
+	}
+	for _, ep := range append([]Endpoint{remote.ep}, remote.extra...) {
+		entries = append(entries, policy.PrefixIdentity{Prefix: netip.PrefixFrom(ep.IP, 32), Identity: ep.Identity, Tunnel: remote.underlay})
+	}
+	return entries
+}
+
 // newOvNode builds a node inside its namespace: the node interface, the
 // VXLAN device (or, native, none: the underlay interface carries pods'
 // packets as they are), one pod, a datapath with its own pins, the pod and
@@ -285,7 +302,7 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native bool, und
 			if again, err := EnsureVXLAN(ovVXLAN, underlay, ovPort); err != nil || again != vx {
 				return fmt.Errorf("EnsureVXLAN again: ifindex %d, %v; want %d (adopted)", again, err, vx)
 			}
-			n.vxIfindex, cfg.TunnelIfindex = vx, vx
+			n.vxIfindex, cfg.TunnelIfindex, cfg.NodeIP = vx, vx, node.NodeIP
 		}
 		var err error
 		if n.d, err = Open(cfg); err != nil {
@@ -690,7 +707,7 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		}
 		var progIDs []ebpf.ProgramID
 		for range 2 {
-			d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+			d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
 			if err != nil {
 				return err
 			}
@@ -724,7 +741,7 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		if len(tcx.Programs) != 1 {
 			t.Errorf("%d programs at tcx ingress of %s, want 1", len(tcx.Programs), ovVXLAN)
 		}
-		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
 		if err != nil {
 			return err
 		}
@@ -759,7 +776,7 @@ func TestSyncTunnelRoutes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx})
+		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
 		if err != nil {
 			return err
 		}

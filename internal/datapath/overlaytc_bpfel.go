@@ -21,6 +21,7 @@ type overlaytcShuntConfig struct {
 	TunnelIfindex  uint32
 	NativeIfindex  uint32
 	CtSingleTable  uint32
+	NodeIp4        uint32
 }
 
 // Names of all BPF objects in the ELF.

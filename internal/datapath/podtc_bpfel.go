@@ -203,6 +203,7 @@ type podtcShuntConfig struct {
 	TunnelIfindex  uint32
 	NativeIfindex  uint32
 	CtSingleTable  uint32
+	NodeIp4        uint32
 }
 
 type podtcShuntDirection uint32
@@ -291,7 +292,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED     podtcShuntReason = 38
 	podtcShuntReasonSHUNT_REASON_UNMASQUERADED          podtcShuntReason = 39
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED            podtcShuntReason = 40
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 41
+	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED            podtcShuntReason = 41
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 42
 )
 
 type podtcTcNatKey struct {

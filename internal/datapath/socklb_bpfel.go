@@ -125,6 +125,7 @@ type socklbShuntConfig struct {
 	TunnelIfindex  uint32
 	NativeIfindex  uint32
 	CtSingleTable  uint32
+	NodeIp4        uint32
 }
 
 type socklbSockKey struct {

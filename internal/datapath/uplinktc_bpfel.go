@@ -71,6 +71,7 @@ type uplinktcShuntConfig struct {
 	TunnelIfindex  uint32
 	NativeIfindex  uint32
 	CtSingleTable  uint32
+	NodeIp4        uint32
 }
 
 // Names of all BPF objects in the ELF.

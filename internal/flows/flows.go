@@ -33,6 +33,7 @@ type Service struct {
 // Flow is one flow event, enriched with names. Fields are stable.
 type Flow struct {
 	Time        time.Time `json:"time"`
+	Node        string    `json:"node,omitempty"`       // the node whose datapath (or proxy) reported it
 	Verdict     string    `json:"verdict"`              // FORWARDED, DROPPED, TRANSLATED, REDIRECTED
 	DropReason  string    `json:"dropReason,omitempty"` // set when DROPPED: policy-denied, policy-not-allowed, ...
 	Reason      string    `json:"reason"`               // the datapath's reason (counters use the same names)

@@ -19,22 +19,24 @@ import (
 	"github.com/shuntnet/shunt/internal/kubeclient"
 )
 
-// APIKubelet is the lab's kubelet for a node of a real Kubernetes cluster:
-// it watches the API server for the pods bound to its node and runs them
-// as the lab runs its own (namespace, cgroup, shunt-cni through libcni,
-// processes under a shim), writing their status back through the API as
-// kubelet's status manager does. A deleted pod's sandbox is torn down and
-// the pod then removed for good (grace period 0), as kubelet finishes a
-// graceful deletion. It keeps the node's heartbeat (its Lease and Ready
-// condition, nodeheartbeat.go), so the control plane sees the node go when
-// its agent goes.
+// APIKubelet is the lab's kubelet for a node whose pods are in an API: a
+// real Kubernetes API server's (NewAPIKubelet), or the control plane of a
+// multi-node lab, for a node that joined it (Follower.Kubelet). It runs the
+// node's pods as the lab runs its own (namespace, cgroup, shunt-cni
+// through libcni, processes under a shim), writing their status back
+// through the API as kubelet's status manager does. A deleted pod's
+// sandbox is torn down and the pod then removed for good (grace period 0),
+// as kubelet finishes a graceful deletion. With a Kubernetes API server it
+// keeps the node's heartbeat (its Lease and Ready condition,
+// nodeheartbeat.go), so the control plane sees the node go when its agent
+// goes.
 //
 // The lab has no scheduler: with Schedule, pods that name no node are bound
 // to this one (a Binding, as kube-scheduler writes; of two nodes racing,
 // the API server lets one win).
 type APIKubelet struct {
 	cfg      Config
-	api      *kubeclient.Client
+	api      podAPI
 	schedule bool
 	// ready returns once the node's datapath knows the pods (their labels,
 	// identities, the policies that select them): containers never run
@@ -43,12 +45,29 @@ type APIKubelet struct {
 
 	mu      sync.Mutex
 	kubelet kubelet
-	pods    cache.Store
 	kick    chan struct{}
+}
+
+// podAPI is the API a kubelet takes its pods from and writes their status
+// to. Conflicts and pods already gone are no errors: the next pass works
+// on the newer pods.
+type podAPI interface {
+	// run starts following the pods, calling changed at every change; it
+	// returns once the pods are listed.
+	run(ctx context.Context, changed func()) error
+	pods() []*corev1.Pod
+	bind(ctx context.Context, p *corev1.Pod, node string) error
+	// remove deletes a pod whose deletion the kubelet finished.
+	remove(ctx context.Context, p *corev1.Pod) error
+	updateStatus(ctx context.Context, p *corev1.Pod) error
 }
 
 // NewAPIKubelet loads the pod records an earlier agent kept; Run starts.
 func NewAPIKubelet(cfg Config, api *kubeclient.Client, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
+	return newAPIKubelet(cfg, &kubePods{api: api, heartbeat: newNodeHeartbeat(api, cfg.NodeName, cfg.NodeLeaseDuration, cfg.Log)}, schedule, ready)
+}
+
+func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
 	cni, err := newCNIRuntime(cfg)
 	if err != nil {
 		return nil, err
@@ -60,25 +79,11 @@ func NewAPIKubelet(cfg Config, api *kubeclient.Client, schedule bool, ready func
 	return k, nil
 }
 
-// Run heartbeats for the node, watches the pods and syncs them until ctx
-// ends; it returns once the pod informer has listed.
+// Run follows the pods and syncs them until ctx ends; it returns once the
+// pods are listed.
 func (k *APIKubelet) Run(ctx context.Context) error {
-	// The node says it is Ready before its pods do: the node-lifecycle
-	// controller marks the pods of a node it holds NotReady not ready
-	// again as soon as their status is written (after a restart, a node
-	// it marked Unknown while the agent was away).
-	newNodeHeartbeat(k.api, k.cfg.NodeName, k.cfg.NodeLeaseDuration, k.cfg.Log).start(ctx)
-	inf := k.api.Informer(kubeclient.Pods, 0)
-	poke := func(any) { k.poke() }
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, n any) { k.poke() }, DeleteFunc: poke,
-	}); err != nil {
+	if err := k.api.run(ctx, k.poke); err != nil {
 		return err
-	}
-	k.pods = inf.GetStore()
-	go inf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("lab kubelet: listing pods from the API server: %w", ctx.Err())
 	}
 	go func() {
 		// A pass every second follows containers that exit on their own
@@ -100,6 +105,80 @@ func (k *APIKubelet) Run(ctx context.Context) error {
 	return nil
 }
 
+// kubePods are the pods of a Kubernetes API server, and the heartbeat of
+// their node.
+type kubePods struct {
+	api       *kubeclient.Client
+	store     cache.Store
+	heartbeat *nodeHeartbeat
+}
+
+func (kp *kubePods) run(ctx context.Context, changed func()) error {
+	// The node says it is Ready before its pods do: the node-lifecycle
+	// controller marks the pods of a node it holds NotReady not ready
+	// again as soon as their status is written (after a restart, a node
+	// it marked Unknown while the agent was away).
+	kp.heartbeat.start(ctx)
+	inf := kp.api.Informer(kubeclient.Pods, 0)
+	poke := func(any) { changed() }
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, n any) { changed() }, DeleteFunc: poke,
+	}); err != nil {
+		return err
+	}
+	kp.store = inf.GetStore()
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("lab kubelet: listing pods from the API server: %w", ctx.Err())
+	}
+	return nil
+}
+
+func (kp *kubePods) pods() []*corev1.Pod {
+	var all []*corev1.Pod
+	for _, o := range kp.store.List() {
+		if p, ok := o.(*corev1.Pod); ok {
+			all = append(all, p)
+		}
+	}
+	return all
+}
+
+func (kp *kubePods) bind(ctx context.Context, p *corev1.Pod, node string) error {
+	err := kp.api.BindPod(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // another node took it, or it is gone
+	}
+	if err != nil {
+		return fmt.Errorf("binding pod %s/%s to node %s: %w", p.Namespace, p.Name, node, err)
+	}
+	return nil
+}
+
+func (kp *kubePods) remove(ctx context.Context, p *corev1.Pod) error {
+	err := kp.api.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("removing deleted pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}
+
+func (kp *kubePods) updateStatus(ctx context.Context, p *corev1.Pod) error {
+	_, err := kp.api.Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // the next pass writes it against the newer pod
+	}
+	if err != nil {
+		return fmt.Errorf("writing the status of pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
+}
+
 func (k *APIKubelet) poke() {
 	select {
 	case k.kick <- struct{}{}:
@@ -112,12 +191,7 @@ func (k *APIKubelet) poke() {
 func (k *APIKubelet) Sync(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var all []*corev1.Pod
-	for _, o := range k.pods.List() {
-		if p, ok := o.(*corev1.Pod); ok {
-			all = append(all, p)
-		}
-	}
+	all := k.api.pods()
 	kl := &k.kubelet
 	var errs []error
 	local := map[string]*corev1.Pod{}
@@ -186,17 +260,7 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 
 // bind assigns an unscheduled pod to this node.
 func (k *APIKubelet) bind(ctx context.Context, p *corev1.Pod) error {
-	err := k.api.BindPod(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: k.cfg.NodeName},
-	})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil // another node took it, or it is gone
-	}
-	if err != nil {
-		return fmt.Errorf("binding pod %s/%s to node %s: %w", p.Namespace, p.Name, k.cfg.NodeName, err)
-	}
-	return nil
+	return k.api.bind(ctx, p, k.cfg.NodeName)
 }
 
 // finishDeletion stops a deleted pod's processes, removes its sandbox, and
@@ -206,13 +270,7 @@ func (k *APIKubelet) finishDeletion(ctx context.Context, p *corev1.Pod) error {
 	if rec := k.kubelet.pods[p.Namespace+"/"+p.Name]; rec != nil {
 		err = k.kubelet.remove(ctx, rec)
 	}
-	del := k.api.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID},
-	})
-	if del != nil && !apierrors.IsNotFound(del) && !apierrors.IsConflict(del) {
-		err = errors.Join(err, fmt.Errorf("removing deleted pod %s/%s: %w", p.Namespace, p.Name, del))
-	}
-	return err
+	return errors.Join(err, k.api.remove(ctx, p))
 }
 
 // writeStatus writes the fields a kubelet owns (address, phase, the Ready
@@ -231,14 +289,7 @@ func (k *APIKubelet) writeStatus(ctx context.Context, p *corev1.Pod) error {
 	}
 	np := p.DeepCopy()
 	np.Status = *st
-	_, err := k.api.Pods(p.Namespace).UpdateStatus(ctx, np, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil // the next pass writes it against the newer pod
-	}
-	if err != nil {
-		return fmt.Errorf("writing the status of pod %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	return nil
+	return k.api.updateStatus(ctx, np)
 }
 
 // setCondition replaces the condition of c's type, keeping its transition

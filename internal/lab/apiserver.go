@@ -32,6 +32,7 @@ import (
 func (cp *ControlPlane) admitApply(cur *model.Store, objs []manifest.Object) (*model.Store, []model.Change, ipAssignment, error) {
 	var problems []string
 	now := metav1.Now()
+	sched := newScheduler(cur, cp.cfg.NodeName)
 	accepted := make([]manifest.Object, 0, len(objs))
 	for _, o := range objs {
 		if old, exists := cur.Get(o.Key()); exists {
@@ -41,7 +42,7 @@ func (cp *ControlPlane) admitApply(cur *model.Store, objs []manifest.Object) (*m
 				continue
 			}
 		} else {
-			cp.assignOnCreate(o, now)
+			cp.assignOnCreate(o, now, sched)
 		}
 		accepted = append(accepted, o)
 	}
@@ -66,9 +67,10 @@ func (cp *ControlPlane) admitApply(cur *model.Store, objs []manifest.Object) (*m
 }
 
 // assignOnCreate fills in what the API server assigns to a new object: a
-// uid and a creation time, and (playing the scheduler, with one node) the
-// pod's node. Status is the kubelet's to write, never the client's.
-func (cp *ControlPlane) assignOnCreate(o manifest.Object, now metav1.Time) {
+// uid and a creation time, and (playing the scheduler) the pod's node.
+// Status is the kubelet's to write, never the client's; a pod whose node
+// does not exist is Pending with the reason.
+func (cp *ControlPlane) assignOnCreate(o manifest.Object, now metav1.Time, sched *scheduler) {
 	meta, ok := o.Obj.(metav1.Object)
 	if !ok {
 		return
@@ -81,10 +83,15 @@ func (cp *ControlPlane) assignOnCreate(o manifest.Object, now metav1.Time) {
 	}
 	switch obj := o.Obj.(type) {
 	case *corev1.Pod:
-		if obj.Spec.NodeName == "" {
-			obj.Spec.NodeName = cp.cfg.NodeName
-		}
 		obj.Status = corev1.PodStatus{}
+		switch {
+		case obj.Spec.NodeName == "":
+			obj.Spec.NodeName = sched.place()
+		case !sched.known[obj.Spec.NodeName]:
+			obj.Status = unschedulable(obj.Spec.NodeName, sched)
+		default:
+			sched.pods[obj.Spec.NodeName]++ // placed by its author
+		}
 	case *gatewayv1.HTTPRoute:
 		// Its conditions say which generation of the spec they judged.
 		obj.Generation = 1
@@ -187,6 +194,14 @@ func (cp *ControlPlane) admitDelete(cur *model.Store, objs []manifest.Object) (*
 		case manifest.KindService:
 			for _, sl := range cur.EndpointSlicesFor(key.Namespace, key.Name) {
 				queue(manifest.Key{Kind: manifest.KindEndpointSlice, Namespace: key.Namespace, Name: sl.Name})
+			}
+		case manifest.KindNode:
+			// The pod garbage collector: pods bound to a node that no
+			// longer exists are deleted.
+			for _, p := range cur.Pods() {
+				if p.Spec.NodeName == key.Name {
+					queue(manifest.Key{Kind: manifest.KindPod, Namespace: p.Namespace, Name: p.Name})
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"os"
 	"strings"
@@ -39,8 +40,8 @@ func newControlPlane(t *testing.T) (*ControlPlane, *fakeNode) {
 	pods, _ := ipam.NewPool("10.244.0.0/24")
 	svcs, _ := ipam.NewPool("10.96.0.0/24")
 	node := &fakeNode{}
-	cp := &ControlPlane{cfg: Config{Instance: instance.Instance{Name: "t"}, NodeName: "node-1", PodPool: pods, ServicePool: svcs},
-		node: node, store: model.New(), journal: objectLog{dir: t.TempDir()}}
+	cp := &ControlPlane{cfg: Config{Instance: instance.Instance{Name: "t"}, NodeName: "node-1", PodPool: pods, ServicePool: svcs, Log: slog.New(slog.DiscardHandler)},
+		node: node, store: model.New(), journal: objectLog{dir: t.TempDir()}, watch: newWatchState(), leases: newLeases()}
 	cp.clusterIPs = newClusterIPs(svcs, cp.store)
 	cp.kubelet = kubelet{cfg: cp.cfg, pods: map[string]*PodRecord{}}
 	return cp, node

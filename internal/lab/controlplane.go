@@ -54,6 +54,9 @@ type Config struct {
 	// NodeLeaseDuration (APIKubelet) is the node's Lease duration, renewed
 	// every quarter of it; DefaultNodeLeaseDuration when zero.
 	NodeLeaseDuration time.Duration
+	// NodeGrace is how long a joining node of a multi-node lab may stay
+	// silent before it is NotReady (0: DefaultNodeGrace).
+	NodeGrace time.Duration
 }
 
 // ControlPlane is the lab's API server, EndpointSlice controller and
@@ -71,6 +74,10 @@ type ControlPlane struct {
 	// notStarted says why pods wait to start (the datapath failed); they
 	// are retried by Resync.
 	notStarted string
+	// watch is the revision log joining nodes follow; leases their
+	// heartbeats (cluster.go).
+	watch  watchState
+	leases *leases
 }
 
 // New loads the persisted objects and pod records; Start brings the node
@@ -83,7 +90,8 @@ func New(cfg Config, node Node) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{cfg: cfg, node: node, journal: objectLog{dir: cfg.Instance.StateDir()}, kubelet: kubelet{cfg: cfg, cni: cni}}
+	cp := &ControlPlane{cfg: cfg, node: node, journal: objectLog{dir: cfg.Instance.StateDir()}, kubelet: kubelet{cfg: cfg, cni: cni},
+		watch: newWatchState(), leases: newLeases()}
 	stored, err := cp.journal.load()
 	if err != nil {
 		return nil, err
@@ -167,7 +175,7 @@ func (cp *ControlPlane) Apply(ctx context.Context, docs []manifest.Document) ([]
 	if err != nil {
 		return nil, err
 	}
-	return cp.change(ctx, objs, cp.admitApply)
+	return cp.changeEverywhere(ctx, objs, cp.admitApply)
 }
 
 // Delete removes objects (and what depends on them) all or nothing. As
@@ -181,41 +189,53 @@ func (cp *ControlPlane) Delete(ctx context.Context, docs []manifest.Document) ([
 	if err != nil {
 		return nil, err
 	}
-	return cp.change(ctx, objs, cp.admitDelete)
+	return cp.changeEverywhere(ctx, objs, cp.admitDelete)
 }
 
 type admission func(cur *model.Store, objs []manifest.Object) (*model.Store, []model.Change, ipAssignment, error)
 
-// change admits a request, commits it and waits for the node.
-func (cp *ControlPlane) change(ctx context.Context, objs []manifest.Object, admit admission) ([]model.Change, error) {
+// changeEverywhere is change, returning once every node of a multi-node
+// lab enforces it too (without holding the lock: their polls need it).
+func (cp *ControlPlane) changeEverywhere(ctx context.Context, objs []manifest.Object, admit admission) ([]model.Change, error) {
+	changes, rev, err := cp.change(ctx, objs, admit)
+	if err != nil || rev == 0 {
+		return changes, err
+	}
+	return changes, cp.waitNodes(ctx, rev)
+}
+
+// change admits a request, commits it and waits for the node; rev is the
+// revision that holds it (0: nothing changed).
+func (cp *ControlPlane) change(ctx context.Context, objs []manifest.Object, admit admission) (_ []model.Change, rev uint64, _ error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	next, changes, ips, err := admit(cp.store, objs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !slices.ContainsFunc(changes, model.Change.Changed) {
-		return changes, nil // nothing to do, nothing to write
+		return changes, 0, nil // nothing to do, nothing to write
 	}
 	pods := touches(changes, manifest.KindPod)
 	if pods {
 		if err := cp.kubelet.admit(next); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if pods || touches(changes, manifest.KindNamespace, manifest.KindNetworkPolicy, manifest.KindShuntNetworkPolicy) {
 		if err := cp.node.Admit(next); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if err := cp.commit(next, changes); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	rev = cp.watch.rev
 	cp.clusterIPs.commit(ips)
 	if pods {
 		err = cp.syncPods(ctx)
 	}
-	return changes, errors.Join(err, cp.node.Wait(ctx, cp.gen))
+	return changes, rev, errors.Join(err, cp.node.Wait(ctx, cp.gen))
 }
 
 // joinChanges adds the controllers' changes to a request's: a status
@@ -263,6 +283,7 @@ func (cp *ControlPlane) commit(next *model.Store, changes []model.Change) error 
 		return fmt.Errorf("nothing applied: %w", err)
 	}
 	cp.store = next
+	cp.watch.committed(changed)
 	cp.gen = cp.node.Update(next, changes)
 	return nil
 }

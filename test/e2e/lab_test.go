@@ -205,8 +205,22 @@ type status struct {
 
 func (l *lab) status() status {
 	l.t.Helper()
+	out := l.mustShunt("status", "-o", "json")
 	var st status
-	if err := json.Unmarshal([]byte(l.mustShunt("status", "-o", "json")), &st); err != nil {
+	if strings.HasPrefix(out, "[") {
+		// A lab of several nodes: the first node's status, with every
+		// node's counters.
+		var all []status
+		if err := json.Unmarshal([]byte(out), &all); err != nil {
+			l.t.Fatal(err)
+		}
+		st = all[0]
+		for _, o := range all[1:] {
+			st.Counters = append(st.Counters, o.Counters...)
+		}
+		return st
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		l.t.Fatal(err)
 	}
 	return st

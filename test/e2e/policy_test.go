@@ -18,6 +18,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/labtools"
 	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/netnsrun"
 )
 
 // The NetworkPolicy matrix: namespaces x and z, pods a, b, c in each, every
@@ -125,7 +126,10 @@ func (m *matrix) waitServing(p *oraclePod) {
 	for _, pp := range matrixPorts {
 		target := fmt.Sprintf("%s:%d", p.IP, pp.port)
 		for {
-			r := labtools.Probe(strings.ToLower(string(pp.proto)), target, labtools.ProbeOptions{Timeout: 500 * time.Millisecond, Send: "ping"})
+			var r labtools.Result
+			m.onNode(func() {
+				r = labtools.Probe(strings.ToLower(string(pp.proto)), target, labtools.ProbeOptions{Timeout: 500 * time.Millisecond, Send: "ping"})
+			})
 			if r.Result == labtools.Connected {
 				break
 			}
@@ -134,6 +138,19 @@ func (m *matrix) waitServing(p *oraclePod) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// onNode runs f on the lab's node: in its network namespace, if it has
+// one of its own.
+func (l *lab) onNode(f func()) {
+	l.t.Helper()
+	if l.netns == "" {
+		f()
+		return
+	}
+	if err := netnsrun.Do("/run/netns/"+l.netns, func() error { f(); return nil }); err != nil {
+		l.t.Fatal(err)
 	}
 }
 
@@ -262,8 +279,18 @@ func netpol(ns, name, spec string) string {
 	return fmt.Sprintf("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: %s, namespace: %s}\nspec:\n%s\n", name, ns, spec)
 }
 
+// inEverySource is inBothSources and a lab of two nodes ("lab-nodes"),
+// where the pods are spread over both: most pairs cross nodes, and the
+// receiving node judges ingress with the identity the packet carries.
+func inEverySource(t *testing.T, body func(t *testing.T, startLab labStarter)) {
+	inBothSources(t, body)
+	t.Run("lab-nodes", func(t *testing.T) {
+		body(t, func(manifests ...string) *lab { return newLabNodes(t, 2, nil, manifests...) })
+	})
+}
+
 func TestNetworkPolicyMatrix(t *testing.T) {
-	inBothSources(t, func(t *testing.T, startLab labStarter) {
+	inEverySource(t, func(t *testing.T, startLab labStarter) {
 		m := newMatrix(t, startLab)
 		ya, yc := m.pods["z/a"].IP, m.pods["z/c"].IP
 		cases := []struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -23,8 +24,7 @@ func (l *lab) inPod(ns, pod string, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		inst, _ := instance.New(l.instance)
-		h, err := netns.GetFromPath(podnet.NetnsPath(inst.PodNetns(ns, pod)))
+		h, err := netns.GetFromPath(l.podNetnsPath(ns, pod))
 		if err == nil {
 			err = netns.Set(h)
 			h.Close()
@@ -36,6 +36,28 @@ func (l *lab) inPod(ns, pod string, f func() error) error {
 		done <- f()
 	}()
 	return <-done
+}
+
+// podNetnsPath is where the network namespace of pod ns/name is, on
+// whichever node of the lab runs it.
+func (l *lab) podNetnsPath(ns, pod string) string {
+	inst, _ := instance.New(l.instance)
+	first := podnet.NetnsPath(inst.PodNetns(ns, pod))
+	if len(l.instance) > 8 {
+		return first // a lab of one node
+	}
+	for k := 1; k <= 9; k++ {
+		ni, _ := instance.New(l.node(k).instance)
+		if p := podnet.NetnsPath(ni.PodNetns(ns, pod)); fileExists(p) {
+			return p
+		}
+	}
+	return first
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // TestServiceTCFallback: a datagram to a ClusterIP sent from a raw socket,
