@@ -36,6 +36,7 @@ demo: setup build
 
 demo-down: build
 	$(BIN)/shunt lab down
+	$(BIN)/shunt --instance nodes lab down
 
 # The whole suite: unit tests everywhere, BPF_PROG_TEST_RUN tests, and the
 # end-to-end lab tests (root needed; they skip with a reason without it).
