@@ -110,6 +110,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.masquerade, "masquerade", false, "pods' traffic to outside the cluster leaves from the node's address (--underlay-addr), translated in BPF on its uplink (the node keeps it)")
 	cmd.Flags().StringVar(&agentFlags.masqExclude, "masquerade-exclude", "", "with --masquerade: comma-separated CIDRs pods reach with their own address (default: the cluster CIDR, service CIDR and node addresses)")
 	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
+	cmd.Flags().IntVar(&agentFlags.nodeLeaseSeconds, "node-lease-duration-seconds", 0, "with --kubeconfig and --run-pods: the node's Lease duration, renewed every quarter of it (kubelet's flag; default 40, the node keeps it)")
 	cmd.Flags().IntVar(&multi.nodes, "nodes", 0, "build a lab of this many nodes (2-9), each an agent in a network namespace of its own joined by an underlay, with a host outside the cluster (`lab exec --external`); the lab keeps its nodes (default: as it is, else one node)")
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
@@ -126,6 +127,7 @@ type runFlags struct {
 	ctSingleTable             bool
 	kubeconfig, nodeName      string
 	runPods                   bool
+	nodeLeaseSeconds          int
 	routing, tunnel, underlay string
 	clusterCIDR               string
 	masquerade                bool
@@ -163,6 +165,9 @@ func (f runFlags) args() []string {
 	}
 	if f.kubeconfig != "" && f.runPods {
 		args = append(args, "--run-pods")
+		if f.nodeLeaseSeconds > 0 {
+			args = append(args, "--node-lease-duration-seconds", fmt.Sprint(f.nodeLeaseSeconds))
+		}
 	}
 	if f.routing != "" {
 		args = append(args, "--routing", f.routing)

@@ -38,6 +38,7 @@ func newRootCmd() *cobra.Command {
 		socketAccel, accelNode, inCluster, runPods bool
 		ctSingleTable                              bool
 		kubeconfig, nodeName                       string
+		nodeLeaseSeconds                           int
 		routing, tunnel, underlay, clusterCIDR     string
 		masquerade                                 bool
 		masqExclude                                []string
@@ -78,6 +79,15 @@ func newRootCmd() *cobra.Command {
 			}
 			if runPods && !cfg.Kubernetes {
 				return fmt.Errorf("--run-pods is for a node of a Kubernetes cluster (with --kubeconfig); the lab runs its pods anyway")
+			}
+			if cmd.Flags().Changed("node-lease-duration-seconds") {
+				if !runPods {
+					return fmt.Errorf("--node-lease-duration-seconds is the heartbeat of a node whose kubelet the agent plays (--run-pods); a real kubelet has its own")
+				}
+				if nodeLeaseSeconds < 4 {
+					return fmt.Errorf("--node-lease-duration-seconds %d: give at least 4 (the Lease is renewed every quarter of it), and less than the controller-manager's --node-monitor-grace-period", nodeLeaseSeconds)
+				}
+				cfg.NodeLeaseDuration = time.Duration(nodeLeaseSeconds) * time.Second
 			}
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
@@ -151,6 +161,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&masquerade, "masquerade", false, "pods' traffic to destinations outside the cluster leaves from the node's address (--underlay-addr, or the Node's InternalIP), translated in BPF on the interface holding it; no iptables")
 	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
 	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
+	cmd.Flags().IntVar(&nodeLeaseSeconds, "node-lease-duration-seconds", int(lab.DefaultNodeLeaseDuration/time.Second), "with --run-pods: the duration of the node's Lease in kube-node-lease, renewed every quarter of it, as kubelet's flag of that name (the node keeps it across restarts)")
 	cmd.Flags().BoolVar(&labControlPlane, "lab-control-plane", false, "this lab node's control plane also serves the lab's other nodes (`shunt lab up --nodes N`): their Nodes, the objects, their pods' status, one identity numbering; the node keeps it")
 	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")
 	cmd.Flags().DurationVar(&nodeGrace, "node-grace", 0, "with --lab-control-plane: how long a joined node's agent may go silent before the node is NotReady and its pods leave every Service (default "+lab.DefaultNodeGrace.String()+", Kubernetes' node-monitor-grace-period)")

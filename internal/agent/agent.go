@@ -67,6 +67,11 @@ type Config struct {
 	// scheduler, running the API's pods in namespaces on this machine
 	// (lab.APIKubelet). Off on a real node, whose kubelet runs them.
 	RunPods bool
+	// NodeLeaseDuration (with RunPods) is the node's Lease duration, as
+	// kubelet's --node-lease-duration-seconds: the Lease is renewed every
+	// quarter of it. Zero: what the node last ran with, else
+	// lab.DefaultNodeLeaseDuration.
+	NodeLeaseDuration time.Duration
 
 	// Routing is how pods of other nodes are reached (Cilium's
 	// routingMode): RoutingTunnel through the overlay, Tunnel naming its
@@ -533,7 +538,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.Kubernetes && cfg.RunPods {
 		kl, err := lab.NewAPIKubelet(lab.Config{
 			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool,
-			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log,
+			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, NodeLeaseDuration: cfg.NodeLeaseDuration,
 		}, kube.api, true, a.podsProgrammed)
 		if err != nil {
 			return nil, err
@@ -654,6 +659,16 @@ func settleSource(state *State, cfg *Config) error {
 	case cfg.Kubeconfig != was.Kubeconfig || (cfg.NodeName != "" && cfg.NodeName != was.NodeName):
 		return fmt.Errorf("instance %q is node %q of the API server in %s; run `shunt --instance %s lab down` first to make it another node",
 			cfg.Instance.Name, was.NodeName, orInCluster(was.Kubeconfig), cfg.Instance.Name)
+	}
+	// The heartbeat keeps its pace across restarts (a control plane whose
+	// grace period was shortened for it would otherwise see the node
+	// flap); a new duration given replaces it.
+	if s := state.Source; s != nil {
+		if cfg.NodeLeaseDuration == 0 {
+			cfg.NodeLeaseDuration = time.Duration(s.NodeLeaseSeconds) * time.Second
+		} else {
+			s.NodeLeaseSeconds = int32(cfg.NodeLeaseDuration / time.Second)
+		}
 	}
 	return nil
 }

@@ -50,6 +50,9 @@ type SourceState struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"` // "": in-cluster
 	NodeName   string `json:"nodeName,omitempty"`
 	RunPods    bool   `json:"runPods,omitempty"`
+	// NodeLeaseSeconds is the node's Lease duration (RunPods); 0: the
+	// default.
+	NodeLeaseSeconds int32 `json:"nodeLeaseDurationSeconds,omitempty"`
 	// LabControlPlane: this node's control plane serves the lab's other
 	// nodes; LabJoin: this node follows the control plane at that socket.
 	LabControlPlane bool   `json:"labControlPlane,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/instance"
@@ -36,18 +37,24 @@ func TestEnsureTunnelRefuses(t *testing.T) {
 }
 
 // TestSettleSource: a Kubernetes node restarted without --kubeconfig
-// follows the same API server as that node; another server or node name
-// is refused; a lab node stays a lab node.
+// follows the same API server as that node, with the same Lease duration
+// (a new one given replaces it); another server or node name is refused; a
+// lab node stays a lab node.
 func TestSettleSource(t *testing.T) {
 	inst := instance.Instance{Name: "t1"}
 	state := &State{}
-	first := Config{Instance: inst, Kubernetes: true, Kubeconfig: "/k/config", NodeName: "n1", RunPods: true}
-	if err := settleSource(state, &first); err != nil || state.Source == nil || state.Source.NodeName != "n1" {
+	first := Config{Instance: inst, Kubernetes: true, Kubeconfig: "/k/config", NodeName: "n1", RunPods: true, NodeLeaseDuration: 8 * time.Second}
+	if err := settleSource(state, &first); err != nil || state.Source == nil || state.Source.NodeName != "n1" || state.Source.NodeLeaseSeconds != 8 {
 		t.Fatalf("first start: %v, state %+v", err, state.Source)
 	}
 	again := Config{Instance: inst}
-	if err := settleSource(state, &again); err != nil || !again.Kubernetes || again.Kubeconfig != "/k/config" || again.NodeName != "n1" || !again.RunPods {
+	if err := settleSource(state, &again); err != nil || !again.Kubernetes || again.Kubeconfig != "/k/config" || again.NodeName != "n1" || !again.RunPods ||
+		again.NodeLeaseDuration != 8*time.Second {
 		t.Errorf("restart without flags: %v, config %+v", err, again)
+	}
+	longer := Config{Instance: inst, Kubernetes: true, Kubeconfig: "/k/config", NodeLeaseDuration: 40 * time.Second}
+	if err := settleSource(state, &longer); err != nil || state.Source.NodeLeaseSeconds != 40 {
+		t.Errorf("restart with another lease duration: %v, state %+v", err, state.Source)
 	}
 	other := Config{Instance: inst, Kubernetes: true, Kubeconfig: "/k/config", NodeName: "n2"}
 	if err := settleSource(state, &other); err == nil || !strings.Contains(err.Error(), "lab down") {

@@ -1,6 +1,6 @@
 // Package kubeclient is the agent's Kubernetes API client: typed access to
-// the few kinds shunt reads and writes (core/v1, discovery/v1,
-// networking/v1), encoded and decoded with a scheme that knows only them.
+// the few kinds shunt reads and writes (core/v1, coordination/v1,
+// discovery/v1, networking/v1), encoded and decoded with a scheme that knows only them.
 //
 // Why not client-go's clientset: every typed client of
 // k8s.io/client-go/kubernetes (and its informers and discovery packages)
@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -47,7 +48,7 @@ var (
 )
 
 func init() {
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, networkingv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme, discoveryv1.AddToScheme, networkingv1.AddToScheme} {
 		utilruntime.Must(add(Scheme))
 	}
 	// ListOptions and friends, as query parameters.
@@ -56,7 +57,7 @@ func init() {
 
 // Client talks to one API server.
 type Client struct {
-	core, disco, netpolicy rest.Interface
+	core, coordination, disco, netpolicy rest.Interface
 	// raw has no group: discovery documents and /readyz.
 	raw rest.Interface
 }
@@ -67,6 +68,9 @@ func New(rc *rest.Config) (*Client, error) {
 	c := &Client{}
 	var err error
 	if c.core, err = restFor(rc, corev1.SchemeGroupVersion, "/api"); err != nil {
+		return nil, err
+	}
+	if c.coordination, err = restFor(rc, coordinationv1.SchemeGroupVersion, "/apis"); err != nil {
 		return nil, err
 	}
 	if c.disco, err = restFor(rc, discoveryv1.SchemeGroupVersion, "/apis"); err != nil {
@@ -124,6 +128,13 @@ func (c *Client) Pods(namespace string) *gentype.ClientWithList[*corev1.Pod, *co
 func (c *Client) Nodes() *gentype.ClientWithList[*corev1.Node, *corev1.NodeList] {
 	return gentype.NewClientWithList[*corev1.Node, *corev1.NodeList]("nodes", c.core, parameterCodec, "",
 		func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} })
+}
+
+// Leases are coordination.k8s.io Leases: a kubelet's heartbeat is its
+// node's Lease in namespace kube-node-lease.
+func (c *Client) Leases(namespace string) *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return gentype.NewClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList]("leases", c.coordination, parameterCodec, namespace,
+		func() *coordinationv1.Lease { return &coordinationv1.Lease{} }, func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} })
 }
 
 // BindPod assigns a pod to a node, as kube-scheduler does (the pods/binding

@@ -5,7 +5,8 @@
 // spec.nodeName, and whoever plays the kubelet (the lab, a test) writes their
 // status. ClusterIPs come from the real API server, spec.podCIDR of Nodes from
 // the real node IPAM controller and EndpointSlices from the real EndpointSlice
-// controller.
+// controller. With Options.NodeLifecycle, nodes that stop heartbeating or are
+// deleted leave the cluster as in Kubernetes (NodeLifecycleControllers).
 //
 // Everything of one cluster lives in one directory: certificates, etcd's data,
 // logs, the admin kubeconfig and cluster.json, which records the PIDs so that
@@ -23,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +61,21 @@ type Options struct {
 	// ClusterCIDR is what Nodes' pod CIDRs are allocated from;
 	// DefaultClusterCIDR when empty.
 	ClusterCIDR string
+	// NodeLifecycle runs NodeLifecycleControllers: a Node whose heartbeat
+	// (its Lease in kube-node-lease, its Ready condition) stops for
+	// NodeMonitorGracePeriod becomes Ready=Unknown, its pods not ready
+	// (out of every Service's endpoints) and, past their toleration of
+	// the taint (300 s by default), evicted; a deleted Node's pods are
+	// deleted. Only for clusters whose Nodes heartbeat (a kubelet, or an
+	// agent that plays it: shuntd --run-pods): a Node nobody heartbeats
+	// goes Unknown, and its pods not ready, a minute after it is created
+	// (--node-startup-grace-period).
+	NodeLifecycle bool
+	// NodeMonitorGracePeriod is the controller-manager's
+	// --node-monitor-grace-period (NodeLifecycle); Kubernetes' default
+	// when zero. It must exceed the Lease's renewal interval several
+	// times over (kubelet renews every 10 s).
+	NodeMonitorGracePeriod time.Duration
 	// Detach lets the processes outlive the caller (a CLI); otherwise
 	// they die with it (tests).
 	Detach bool
@@ -324,26 +341,8 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	kcmConfig := filepath.Join(dir, kcmKubeconfigFile)
 	o.Logf("starting kube-controller-manager")
-	kcmProc, err := run("kube-controller-manager", filepath.Join(o.BinDir, "kube-controller-manager"), []string{
-		"--kubeconfig=" + kcmConfig,
-		"--authentication-kubeconfig=" + kcmConfig, "--authorization-kubeconfig=" + kcmConfig,
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(kcmPort),
-		"--cert-dir=" + filepath.Join(dir, "controller-manager"),
-		"--leader-elect=false",
-		// Each controller talks to the API server as its own service
-		// account, with the RBAC roles a real cluster gives it.
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + filepath.Join(dir, saKeyFile),
-		"--root-ca-file=" + filepath.Join(dir, caFile),
-		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + o.ClusterCIDR,
-		"--node-cidr-mask-size=" + strconv.Itoa(NodeCIDRMaskSize),
-		"--service-cluster-ip-range=" + o.ServiceCIDR,
-		"--controllers=" + strings.Join(Controllers, ","),
-		"--profiling=false",
-	})
+	kcmProc, err := run("kube-controller-manager", filepath.Join(o.BinDir, "kube-controller-manager"), controllerManagerArgs(o, dir, kcmPort))
 	if err != nil {
 		return nil, err
 	}
@@ -362,9 +361,41 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	return c, nil
 }
 
-// Controllers are the kube-controller-manager controllers the cluster runs:
-// what shunt needs from a control plane, and no node lifecycle controller,
-// which would mark every pod NotReady because no kubelet posts node status.
+// controllerManagerArgs are kube-controller-manager's flags for a cluster
+// in dir, serving its health on port.
+func controllerManagerArgs(o Options, dir string, port int) []string {
+	kubeconfig := filepath.Join(dir, kcmKubeconfigFile)
+	controllers := slices.Clone(Controllers)
+	if o.NodeLifecycle {
+		controllers = append(controllers, NodeLifecycleControllers...)
+	}
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(dir, "controller-manager"),
+		"--leader-elect=false",
+		// Each controller talks to the API server as its own service
+		// account, with the RBAC roles a real cluster gives it.
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + filepath.Join(dir, saKeyFile),
+		"--root-ca-file=" + filepath.Join(dir, caFile),
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + o.ClusterCIDR,
+		"--node-cidr-mask-size=" + strconv.Itoa(NodeCIDRMaskSize),
+		"--service-cluster-ip-range=" + o.ServiceCIDR,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--profiling=false",
+	}
+	if o.NodeLifecycle && o.NodeMonitorGracePeriod > 0 {
+		args = append(args, "--node-monitor-grace-period="+o.NodeMonitorGracePeriod.String())
+	}
+	return args
+}
+
+// Controllers are the kube-controller-manager controllers every cluster
+// runs: what shunt needs from a control plane. NodeLifecycleControllers
+// come with Options.NodeLifecycle.
 var Controllers = []string{
 	"serviceaccount-token-controller",
 	"serviceaccount-controller",
@@ -375,6 +406,20 @@ var Controllers = []string{
 	"endpointslice-mirroring-controller",
 	"node-ipam-controller",
 	"service-cidr-controller",
+}
+
+// NodeLifecycleControllers remove from the cluster a node that goes away,
+// as in Kubernetes: the node-lifecycle controller watches the nodes'
+// heartbeats (Leases and Ready conditions), marks a silent node
+// Ready=Unknown and its pods not ready, and taints it (NoExecute); the
+// taint-eviction controller evicts the pods that do not tolerate the taint
+// (the API server's DefaultTolerationSeconds admission gives every pod
+// 300 s); the pod garbage collector deletes the pods of a Node that was
+// deleted (after a 40 s quarantine, checked every 20 s).
+var NodeLifecycleControllers = []string{
+	"node-lifecycle-controller",
+	"taint-eviction-controller",
+	"pod-garbage-collector-controller",
 }
 
 // IssueKubeconfig writes a kubeconfig for user (in groups) of the cluster in

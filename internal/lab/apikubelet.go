@@ -26,7 +26,10 @@ import (
 // through libcni, processes under a shim), writing their status back
 // through the API as kubelet's status manager does. A deleted pod's
 // sandbox is torn down and the pod then removed for good (grace period 0),
-// as kubelet finishes a graceful deletion.
+// as kubelet finishes a graceful deletion. With a Kubernetes API server it
+// keeps the node's heartbeat (its Lease and Ready condition,
+// nodeheartbeat.go), so the control plane sees the node go when its agent
+// goes.
 //
 // The lab has no scheduler: with Schedule, pods that name no node are bound
 // to this one (a Binding, as kube-scheduler writes; of two nodes racing,
@@ -61,7 +64,7 @@ type podAPI interface {
 
 // NewAPIKubelet loads the pod records an earlier agent kept; Run starts.
 func NewAPIKubelet(cfg Config, api *kubeclient.Client, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
-	return newAPIKubelet(cfg, &kubePods{api: api}, schedule, ready)
+	return newAPIKubelet(cfg, &kubePods{api: api, heartbeat: newNodeHeartbeat(api, cfg.NodeName, cfg.NodeLeaseDuration, cfg.Log)}, schedule, ready)
 }
 
 func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
@@ -102,13 +105,20 @@ func (k *APIKubelet) Run(ctx context.Context) error {
 	return nil
 }
 
-// kubePods are the pods of a Kubernetes API server.
+// kubePods are the pods of a Kubernetes API server, and the heartbeat of
+// their node.
 type kubePods struct {
-	api   *kubeclient.Client
-	store cache.Store
+	api       *kubeclient.Client
+	store     cache.Store
+	heartbeat *nodeHeartbeat
 }
 
 func (kp *kubePods) run(ctx context.Context, changed func()) error {
+	// The node says it is Ready before its pods do: the node-lifecycle
+	// controller marks the pods of a node it holds NotReady not ready
+	// again as soon as their status is written (after a restart, a node
+	// it marked Unknown while the agent was away).
+	kp.heartbeat.start(ctx)
 	inf := kp.api.Informer(kubeclient.Pods, 0)
 	poke := func(any) { changed() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

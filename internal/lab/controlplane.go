@@ -51,6 +51,9 @@ type Config struct {
 	Log         *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
 	LegacyPods map[string]*PodRecord
+	// NodeLeaseDuration (APIKubelet) is the node's Lease duration, renewed
+	// every quarter of it; DefaultNodeLeaseDuration when zero.
+	NodeLeaseDuration time.Duration
 	// NodeGrace is how long a joining node of a multi-node lab may stay
 	// silent before it is NotReady (0: DefaultNodeGrace).
 	NodeGrace time.Duration

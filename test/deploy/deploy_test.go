@@ -83,6 +83,11 @@ func TestDeployManifests(t *testing.T) {
 			{"delete", "nodes", false}, {"patch", "shuntnetworkpolicies.shunt.io/status", true},
 			{"patch", "shuntnetworkpolicies.shunt.io", false}, {"update", "httproutes.gateway.networking.k8s.io/status", true},
 			{"update", "httproutes.gateway.networking.k8s.io", false},
+			// A node's heartbeat is its kubelet's (the DaemonSet's agent
+			// runs beside one, without --run-pods): an agent that could
+			// write it could keep any node alive, or kill it.
+			{"update", "leases.coordination.k8s.io", false}, {"create", "leases.coordination.k8s.io", false},
+			{"patch", "nodes/status", false}, {"update", "nodes/status", false},
 		} {
 			args := []string{"auth", "can-i", want.verb, want.resource, "--all-namespaces"}
 			if res, sub, ok := strings.Cut(want.resource, "/"); ok {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,8 +67,9 @@ var (
 )
 
 // newCrossNode starts a node of cluster c whose host side is netns, with
-// its Node at underlay address addr, routing to other nodes' pods as r says.
-func newCrossNode(t *testing.T, c *kubetest.Cluster, netns, addr string, r crossNodeRouting) *kubeNode {
+// its Node at underlay address addr, routing to other nodes' pods as r
+// says; extra are more flags of its `lab up`.
+func newCrossNode(t *testing.T, c *kubetest.Cluster, netns, addr string, r crossNodeRouting, extra ...string) *kubeNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
@@ -101,8 +103,8 @@ func newCrossNode(t *testing.T, c *kubetest.Cluster, netns, addr string, r cross
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { relay.Close() })
-	l.mustShunt(append([]string{"lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
-		"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR, "--masquerade"}, r.flags...)...)
+	l.mustShunt(slices.Concat([]string{"lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
+		"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR, "--masquerade"}, r.flags, extra)...)
 	l.cidr = l.status().PodCIDR
 	k := &kubeNode{t: t, cs: c.Client, ctx: ctx, lab: l}
 	k.node = k.instance

@@ -35,16 +35,26 @@ type kubeNode struct {
 }
 
 // newKubeCluster starts a control plane with shunt's CRDs installed, as a
-// cluster operator would before deploying shunt.
+// cluster operator would before deploying shunt. It watches its nodes as
+// Kubernetes does (kubecluster.Options.NodeLifecycle, Kubernetes' grace
+// period): every node of these tests has an agent that plays its kubelet
+// (`lab up --kubeconfig` runs the pods) and heartbeats for it.
 func newKubeCluster(t *testing.T) *kubetest.Cluster {
+	t.Helper()
+	return newKubeClusterWith(t, kubecluster.Options{})
+}
+
+// newKubeClusterWith is newKubeCluster with options (a grace period); the
+// CIDRs are chosen here.
+func newKubeClusterWith(t *testing.T, o kubecluster.Options) *kubetest.Cluster {
 	t.Helper()
 	requireRoot(t)
 	// CIDRs no lab test uses (labs take 10.200-249.x.0/24 and
 	// 10.100-149.x.0/24), so a kube test can run beside them.
-	c := kubetest.StartWith(t, kubecluster.Options{
-		ClusterCIDR: fmt.Sprintf("10.%d.0.0/16", 250+rand.IntN(5)),
-		ServiceCIDR: fmt.Sprintf("10.%d.%d.0/24", 150+rand.IntN(50), rand.IntN(250)),
-	})
+	o.ClusterCIDR = fmt.Sprintf("10.%d.0.0/16", 250+rand.IntN(5))
+	o.ServiceCIDR = fmt.Sprintf("10.%d.%d.0/24", 150+rand.IntN(50), rand.IntN(250))
+	o.NodeLifecycle = true
+	c := kubetest.StartWith(t, o)
 	c.Apply(t, "../../deploy/crds/")
 	return c
 }
