@@ -481,7 +481,7 @@ func newLabLogsCmd(g *globals) *cobra.Command {
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
-	var output string
+	var output, node string
 	cmd := &cobra.Command{
 		Use:   "status [-o json]",
 		Short: "summarise the agent (every node's, in a lab of several): mode, pod network, peers, datapath counters",
@@ -494,6 +494,21 @@ func newStatusCmd(g *globals) *cobra.Command {
 			insts, layout, err := nodeInstances(inst)
 			if err != nil {
 				return err
+			}
+			if layout != nil && node != "" && g.socket == "" {
+				// One node of a lab of several: its agent's status alone.
+				var names []string
+				for i, n := range layout.Nodes {
+					names = append(names, n.Name)
+					if n.Name == node {
+						c, layout = api.NewClient(insts[i].Socket()), nil
+					}
+				}
+				if layout != nil {
+					return fmt.Errorf("--node %s: lab %q has nodes %s", node, inst.Name, strings.Join(names, ", "))
+				}
+			} else if node != "" && (layout == nil || g.socket != "") {
+				return fmt.Errorf("--node %s: lab %q has one node; --node picks one of a lab of several (`shunt lab up --nodes N`)", node, inst.Name)
 			}
 			if layout == nil || g.socket != "" {
 				var st api.Status
@@ -531,6 +546,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	cmd.Flags().StringVar(&node, "node", "", "a lab of several nodes: only this node's agent (default: every node's, in turn)")
 	return cmd
 }
 

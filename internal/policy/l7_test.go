@@ -77,3 +77,46 @@ spec:
 		t.Errorf("CIDR identity of an address no policy names: %d", id)
 	}
 }
+
+// TestClusterL7: with prod/db on another node, this node's own
+// computation has no L7 port for it (no endpoint here), but ClusterL7 has,
+// with the same rules and the identities this node's computation gave; it
+// is nil when no policy has HTTP rules or every pod is local.
+func TestClusterL7(t *testing.T) {
+	docs := append(append([]string{}, basePods...), `
+apiVersion: shunt.io/v1alpha1
+kind: ShuntNetworkPolicy
+metadata: {name: db-http, namespace: prod}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress:
+  - peers: [{podSelector: {matchLabels: {app: web}}}]
+    ports: [{port: 8080}]
+    http: [{method: GET, path: /metrics}]
+`)
+	in := world(t, docs...)
+	if ClusterL7(in, Allocations{}) != nil {
+		t.Error("ClusterL7 with every pod local: want nil (the node's own computation has them)")
+	}
+	for i, p := range in.Pods {
+		if p.Pod.Namespace+"/"+p.Pod.Name == "prod/db" {
+			in.Pods[i].Local = false
+		}
+	}
+	own := Compute(in, Allocations{})
+	if len(own.L7) != 0 {
+		t.Fatalf("this node's computation has L7 ports %+v for a pod of another node", own.L7)
+	}
+	cluster := ClusterL7(in, own.Alloc)
+	if cluster == nil || len(cluster.L7) != 1 || cluster.L7[0].Pod != "prod/db" || cluster.L7[0].Port != 8080 {
+		t.Fatalf("ClusterL7: %+v, want prod/db:8080", cluster)
+	}
+	rule := cluster.L7[0].Rules[0]
+	if web := own.podIdentity["prod/web"]; len(rule.Identities) != 1 || rule.Identities[0] != web {
+		t.Errorf("the rule names identities %v, want this node's number for prod/web, %d", rule.Identities, web)
+	}
+	in.ShuntPolicies = nil
+	if ClusterL7(in, own.Alloc) != nil {
+		t.Error("ClusterL7 without HTTP rules: want nil")
+	}
+}

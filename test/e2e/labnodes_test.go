@@ -412,3 +412,49 @@ func labExternal(t *testing.T, l *lab) externalHost {
 	t.Fatalf("the external host has no address:\n%s", out)
 	return externalHost{}
 }
+
+// TestLabNodesL7: examples/l7 with its clients on node-1 and every server
+// on node-2. The client's node sends the connections to its own proxy: the
+// HTTPRoute splits 90/10 over backends of the other node, and the HTTP
+// rules of a pod of the other node decide each request (before, a client
+// of another node reached that port with no HTTP rule applied); the
+// proxy's connection carries its client's identity in the VNI, which the
+// server's node admits at L4.
+func TestLabNodesL7(t *testing.T) {
+	l := newLabNodes(t, 2, nil, "testdata/lab-nodes-l7.yaml")
+	backend, reviews := l.podIP("backend"), serviceIP(t, l, "reviews")
+	get := func(pod string, args ...string) string {
+		t.Helper()
+		out, _ := l.shunt(append([]string{"lab", "exec", pod, "--", filepath.Join(binDir, "shunt"), "lab", "http-get"}, args...)...)
+		return out
+	}
+	waitFor(t, 10*time.Second, "the backend answering through node-1's proxy", func() bool {
+		return strings.HasPrefix(get("frontend", "http://"+backend+":8080/metrics"), "200")
+	})
+	if out := get("frontend", "http://"+backend+":8080/admin"); !strings.HasPrefix(out, "403") || !strings.Contains(out, "ShuntNetworkPolicy default/backend-http") {
+		t.Errorf("frontend GET /admin on the other node's backend: %q, want 403 naming the policy", out)
+	}
+	if out := get("frontend", "http://"+serviceIP(t, l, "backend")+":8080/admin"); !strings.HasPrefix(out, "403") {
+		t.Errorf("frontend GET /admin through the ClusterIP: %q, want 403", out)
+	}
+	if out := get("monitoring", "-X", "POST", "http://"+backend+":8080/admin"); !strings.HasPrefix(out, "200") {
+		t.Errorf("monitoring POST /admin: %q, want 200", out)
+	}
+	var load struct{ ByPod, ByStatus map[string]int }
+	out := l.mustShunt("lab", "exec", "frontend", "--", filepath.Join(binDir, "shunt"), "lab", "http-load", "--url", "http://"+reviews+":9080/", "-n", "100", "-c", "1")
+	if err := json.Unmarshal([]byte(out), &load); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if load.ByPod["reviews-v1"] != 90 || load.ByPod["reviews-v2"] != 10 || load.ByStatus["200"] != 100 {
+		t.Errorf("100 requests split %v (%v), want reviews-v1 90, reviews-v2 10, all 200", load.ByPod, load.ByStatus)
+	}
+	var st struct {
+		Counters []struct{ Reason, Direction string }
+	}
+	if err := json.Unmarshal([]byte(l.mustShunt("status", "--node", "node-1", "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(fmt.Sprint(st.Counters), "proxy-identity to-overlay") {
+		t.Errorf("node-1 counted no proxy connection carrying its client's identity: %v", st.Counters)
+	}
+}
