@@ -61,15 +61,29 @@ func (a *Agent) handleLabNode(w http.ResponseWriter, r *http.Request) {
 	if cp == nil || !decodeBody(w, r, &n) {
 		return
 	}
-	err := cp.RegisterNode(r.Context(), &n)
-	switch {
-	case errors.Is(err, lab.ErrNodeRefused):
-		writeError(w, http.StatusUnprocessableEntity, err)
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, err)
-	default:
+	writeOutcome(w, cp.RegisterNode(r.Context(), &n), errorCode{lab.ErrNodeRefused, http.StatusUnprocessableEntity})
+}
+
+// errorCode is the HTTP status for errors of one kind.
+type errorCode struct {
+	kind error
+	code int
+}
+
+// writeOutcome answers an empty object, or err with the status of the
+// first kind it is (else 500).
+func writeOutcome(w http.ResponseWriter, err error, codes ...errorCode) {
+	if err == nil {
 		writeJSON(w, http.StatusOK, struct{}{})
+		return
 	}
+	for _, c := range codes {
+		if errors.Is(err, c.kind) {
+			writeError(w, c.code, err)
+			return
+		}
+	}
+	writeError(w, http.StatusInternalServerError, err)
 }
 
 func (a *Agent) handleLabIdentities(w http.ResponseWriter, r *http.Request) {
@@ -98,15 +112,6 @@ func (a *Agent) handleLabPodStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("the body is pod %s/%s, the path names %s/%s", p.Namespace, p.Name, r.PathValue("namespace"), r.PathValue("name")))
 		return
 	}
-	err := cp.UpdatePodStatus(r.Context(), r.URL.Query().Get("node"), &p)
-	switch {
-	case errors.Is(err, lab.ErrPodNotFound):
-		writeError(w, http.StatusNotFound, err)
-	case errors.Is(err, lab.ErrPodConflict):
-		writeError(w, http.StatusConflict, err)
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, err)
-	default:
-		writeJSON(w, http.StatusOK, struct{}{})
-	}
+	writeOutcome(w, cp.UpdatePodStatus(r.Context(), r.URL.Query().Get("node"), &p),
+		errorCode{lab.ErrPodNotFound, http.StatusNotFound}, errorCode{lab.ErrPodConflict, http.StatusConflict})
 }

@@ -170,16 +170,9 @@ func (l Layout) Create() error {
 	if err := upLoopback(uh); err != nil {
 		return err
 	}
-	br, err := uh.LinkByName("br0")
+	br, err := ensureLink(uh, "br0", func(la netlink.LinkAttrs) netlink.Link { return &netlink.Bridge{LinkAttrs: la} })
 	if err != nil {
-		la := netlink.NewLinkAttrs()
-		la.Name = "br0"
-		if err := uh.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
-			return fmt.Errorf("underlay bridge in %s: %w", l.UnderlayNetns, err)
-		}
-		if br, err = uh.LinkByName("br0"); err != nil {
-			return err
-		}
+		return fmt.Errorf("underlay bridge in %s: %w", l.UnderlayNetns, err)
 	}
 	if err := uh.LinkSetUp(br); err != nil {
 		return err
@@ -215,16 +208,11 @@ func joinUnderlay(uh *netlink.Handle, ul netns.NsHandle, br netlink.Link, h Host
 	if err := upLoopback(nh); err != nil {
 		return err
 	}
-	link, err := nh.LinkByName("ul0")
+	link, err := ensureLink(nh, "ul0", func(la netlink.LinkAttrs) netlink.Link {
+		return &netlink.Veth{LinkAttrs: la, PeerName: port, PeerNamespace: netlink.NsFd(int(ul))}
+	})
 	if err != nil {
-		la := netlink.NewLinkAttrs()
-		la.Name = "ul0"
-		if err := nh.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: port, PeerNamespace: netlink.NsFd(int(ul))}); err != nil {
-			return fmt.Errorf("veth ul0/%s: %w", port, err)
-		}
-		if link, err = nh.LinkByName("ul0"); err != nil {
-			return err
-		}
+		return fmt.Errorf("veth ul0/%s: %w", port, err)
 	}
 	addr := netip.MustParseAddr(h.Addr)
 	if err := nh.AddrReplace(link, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, 32)}}); err != nil {
@@ -241,6 +229,20 @@ func joinUnderlay(uh *netlink.Handle, ul netns.NsHandle, br netlink.Link, h Host
 		return err
 	}
 	return uh.LinkSetUp(peer)
+}
+
+// ensureLink returns the link of that name, made with build if there is
+// none.
+func ensureLink(h *netlink.Handle, name string, build func(netlink.LinkAttrs) netlink.Link) (netlink.Link, error) {
+	if l, err := h.LinkByName(name); err == nil {
+		return l, nil
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	if err := h.LinkAdd(build(la)); err != nil {
+		return nil, err
+	}
+	return h.LinkByName(name)
 }
 
 func upLoopback(h *netlink.Handle) error {

@@ -130,13 +130,13 @@ type Reconciler struct {
 	haveObjects  bool // an Update came (see Config.WaitForObjects)
 
 	// Results, published after each sync for readers (API, flows).
-	policy   atomic.Pointer[policy.Result]
+	policy atomic.Pointer[policy.Result]
 	// clusterL7 is the last policy sync's policy.ClusterL7: the L7 ports
 	// of other nodes' pods (nil: none).
 	clusterL7 atomic.Pointer[policy.Result]
-	names    atomic.Pointer[Names]
-	svcNames serviceNames
-	lastSync struct{ policy, services time.Duration }
+	names     atomic.Pointer[Names]
+	svcNames  serviceNames
+	lastSync  struct{ policy, services time.Duration }
 }
 
 // checkedPolicy is a policy computed by Admit for a store about to be
