@@ -70,7 +70,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 				if podCIDR != "" {
 					return errors.New("--pod-cidr with --nodes: each node's pod CIDR is cut from --cluster-cidr")
 				}
-				err = ensureLabNodes(inst, layout, mode, serviceCIDR, multi, agentFlags)
+				err = ensureLabNodes(inst, layout, mode, serviceCIDR, agentFlags)
 			} else {
 				err = ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args())
 			}

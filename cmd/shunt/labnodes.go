@@ -57,6 +57,9 @@ func settleLayout(c *api.Client, inst instance.Instance, f multiNodeFlags, run r
 		if routing != "" && routing != layout.Routing {
 			return nil, fmt.Errorf("lab %q routes between nodes with %s; run `shunt --instance %s lab down` first to change it to %s", inst.Name, layout.Routing, inst.Name, routing)
 		}
+		if f.nodeGrace > 0 && f.nodeGrace.String() != layout.NodeGrace {
+			return nil, fmt.Errorf("lab %q runs with --node-grace %s; run `shunt --instance %s lab down` first to change it", inst.Name, orDefault(layout.NodeGrace), inst.Name)
+		}
 		return layout, layout.Create() // namespaces lost (a reboot) are made again
 	}
 	if c.Alive() {
@@ -75,6 +78,9 @@ func settleLayout(c *api.Client, inst instance.Instance, f multiNodeFlags, run r
 	if err != nil {
 		return nil, err
 	}
+	if f.nodeGrace > 0 {
+		l.NodeGrace = f.nodeGrace.String() // the lab keeps it, as its routing
+	}
 	if err := l.Save(inst); err != nil {
 		return nil, err
 	}
@@ -86,7 +92,7 @@ func settleLayout(c *api.Client, inst instance.Instance, f multiNodeFlags, run r
 
 // ensureLabNodes starts every node's agent that does not run, the first
 // (the control plane) first.
-func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR string, f multiNodeFlags, run runFlags) error {
+func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR string, run runFlags) error {
 	run.routing, run.tunnel, run.underlay, run.clusterCIDR, run.masquerade = "", "", "", "", false
 	for i, n := range l.Nodes {
 		ni, err := instance.New(n.Instance)
@@ -103,8 +109,8 @@ func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR 
 		}
 		if i == 0 {
 			args = append(args, "--lab-control-plane")
-			if f.nodeGrace > 0 {
-				args = append(args, "--node-grace", f.nodeGrace.String())
+			if l.NodeGrace != "" {
+				args = append(args, "--node-grace", l.NodeGrace)
 			}
 		} else {
 			args = append(args, "--lab-join", base.Socket())
@@ -114,6 +120,13 @@ func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR 
 		}
 	}
 	return nil
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "default (40s)"
+	}
+	return s
 }
 
 // nodeInstances are the instances of the lab's nodes (just inst for a lab

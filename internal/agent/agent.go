@@ -252,7 +252,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	nodeName := inst.Name
-	if cfg.NodeName != "" {
+	if cfg.NodeName != "" && (cfg.Kubernetes || cfg.LabControlPlane || cfg.LabJoin != "") {
+		// A lab of one node is named after its instance, whatever
+		// NODE_NAME says: its pods' spec.nodeName is that name.
 		nodeName = cfg.NodeName
 	}
 	var kube *kubeClient // the API server, loaded once (Kubernetes mode)

@@ -51,6 +51,9 @@ type Layout struct {
 	External Host `json:"external"`
 	// Routing is how nodes reach each other's pods: tunnel or native.
 	Routing string `json:"routing"`
+	// NodeGrace is how long a node's agent may go silent before the node
+	// is NotReady ("": the control plane's default).
+	NodeGrace string `json:"nodeGrace,omitempty"`
 }
 
 // Node is one node of the lab.
