@@ -321,6 +321,18 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	var follower *lab.Follower // this node joined a multi-node lab
+	if cfg.LabJoin != "" {
+		// Joined first: a node the lab refuses (its pod CIDR or address
+		// is another node's) is never half built.
+		follower = lab.NewFollower(cfg.LabJoin, nodeName, log)
+		join, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := follower.Register(join, newNodeObject(nodeName, podPool.CIDR, cfg.Underlay, time.Now().UTC()))
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
 	root, err := cgroup.Root()
 	if err != nil {
 		return nil, err
@@ -445,7 +457,6 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.stopReconciler = cancel
 	var identities reconciler.IdentityResolver
 	a.nodeName = nodeName
-	var follower *lab.Follower // this node joined a multi-node lab
 	switch {
 	case cfg.Kubernetes:
 		// Every node of the cluster must number identities alike.
@@ -461,14 +472,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			return nil, err
 		}
 		identities = a.clusterIDs
-	case cfg.LabJoin != "":
-		follower = lab.NewFollower(cfg.LabJoin, nodeName, log)
-		join, cancel := context.WithTimeout(ctx, time.Minute)
-		err := follower.Register(join, a.nodeObject())
-		cancel()
-		if err != nil {
-			return nil, err
-		}
+	case follower != nil:
 		identities = follower
 	}
 	a.rec = reconciler.New(reconciler.Config{

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"strconv"
 	"syscall"
@@ -316,14 +317,21 @@ func (a *Agent) peers() []api.Peer {
 // nodeObject is this node's Node as its agent knows it: its pod CIDR,
 // underlay address, readiness.
 func (a *Agent) nodeObject() *corev1.Node {
-	node := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-		ObjectMeta: metav1.ObjectMeta{Name: a.nodeName, CreationTimestamp: metav1.NewTime(a.started)},
-		Spec:       corev1.NodeSpec{PodCIDR: a.podPool.CIDR.String(), PodCIDRs: []string{a.podPool.CIDR.String()}}}
+	node := newNodeObject(a.nodeName, a.podPool.CIDR, a.cfg.Underlay, a.started)
 	if a.rec != nil {
 		node.Status.Conditions = []corev1.NodeCondition{a.readyCondition()}
 	}
-	if a.cfg.Underlay.IsValid() {
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.Underlay.String()}}
+	return node
+}
+
+// newNodeObject is a node's Node: name, pod CIDR, the underlay address as
+// its InternalIP (when it has one).
+func newNodeObject(name string, podCIDR netip.Prefix, underlay netip.Addr, created time.Time) *corev1.Node {
+	node := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
+		Spec:       corev1.NodeSpec{PodCIDR: podCIDR.String(), PodCIDRs: []string{podCIDR.String()}}}
+	if underlay.IsValid() {
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: underlay.String()}}
 	}
 	return node
 }

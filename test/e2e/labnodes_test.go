@@ -298,6 +298,34 @@ func TestLabNodeGoesAway(t *testing.T) {
 	if p.Status.Phase != "Pending" || p.Status.Reason != "NodeNotFound" || !strings.Contains(p.Status.Message, "node-9") {
 		t.Errorf("pod for node-9: status %+v, want Pending, NodeNotFound, naming node-9", p.Status)
 	}
+
+	// A node that would overlap node-1's pods, or take node-1's address,
+	// cannot join: its agent refuses to start and says why.
+	joinRefused(t, l, "10.244.0.0/24", "192.168.123.50", "overlaps node node-1's 10.244.0.0/24")
+	joinRefused(t, l, "10.244.7.0/24", "192.168.123.1", "InternalIP 192.168.123.1 is node node-1's")
+}
+
+// joinRefused starts one more agent (in a namespace of its own) that asks
+// to join lab l with a Node of that pod CIDR and address, and checks that
+// it exits with the control plane's refusal.
+func joinRefused(t *testing.T, l *lab, podCIDR, addr, want string) {
+	t.Helper()
+	extra := &lab{t: t, instance: l.instance + "x", netns: fmt.Sprintf("e2ej%06d", rand.IntN(1000000))}
+	mustIP(t, [][]string{{"netns", "add", extra.netns}, {"-n", extra.netns, "link", "set", "lo", "up"}})
+	t.Cleanup(func() {
+		extra.shunt("lab", "down")
+		exec.Command("ip", "netns", "del", extra.netns).Run()
+		extra.assertGone()
+	})
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+extra.netns, filepath.Join(binDir, "shuntd"), "--instance", extra.instance,
+		"--lab-join", "/run/shunt/"+l.instance+"/shuntd.sock", "--node-name", "node-x", "--pod-cidr", podCIDR,
+		"--underlay-addr", addr, "--service-cidr", "10.96.0.0/16").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("joining with pod CIDR %s and address %s: %v, want a refusal saying %q:\n%s", podCIDR, addr, err, want, out)
+	}
+	if strings.Contains(l.mustShunt("get", "nodes"), "node-x") {
+		t.Errorf("the refused node-x was stored")
+	}
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
