@@ -125,11 +125,15 @@ func (w *watchState) since(rev uint64) ([]manifest.Key, bool) {
 // the same revision).
 func (cp *ControlPlane) Watch(ctx context.Context, req WatchRequest) (WatchResult, error) {
 	cp.mu.Lock()
-	if req.Epoch == cp.watch.epoch {
-		cp.leases.renew(req.Node, req.Programmed)
-	} else {
-		cp.leases.renew(req.Node, 0)
+	programmed := req.Programmed
+	if req.Epoch != cp.watch.epoch {
+		programmed = 0 // of another run's revisions
 	}
+	// The node is alive while its poll is open (its agent holds the
+	// connection), and when it ends.
+	cp.leases.renew(req.Node, programmed)
+	cp.leases.polling(req.Node, 1)
+	defer cp.leases.polling(req.Node, -1)
 	for req.Epoch == cp.watch.epoch && cp.watch.rev <= req.After {
 		moved := cp.watch.moved
 		cp.mu.Unlock()
@@ -180,6 +184,7 @@ type leases struct {
 type lease struct {
 	programmed uint64
 	renewed    time.Time
+	polls      int // open polls: the node is alive now
 }
 
 func newLeases() *leases {
@@ -192,20 +197,42 @@ func (l *leases) renew(node string, programmed uint64) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.nodes[node] = lease{programmed: programmed, renewed: time.Now()}
+	ls := l.nodes[node]
+	ls.programmed, ls.renewed = programmed, time.Now()
+	l.nodes[node] = ls
 	close(l.renewed)
 	l.renewed = make(chan struct{})
 }
 
-// lastSeen is when the node last polled (the control plane's start for a
-// node not seen since).
+// polling counts a node's open polls up or down; a poll that ends renews
+// its lease.
+func (l *leases) polling(node string, delta int) {
+	if node == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ls := l.nodes[node]
+	ls.polls += delta
+	if delta < 0 {
+		ls.renewed = time.Now()
+	}
+	l.nodes[node] = ls
+}
+
+// lastSeen is when the node last polled: now while a poll is open (the
+// control plane's start for a node not seen since).
 func (l *leases) lastSeen(node string) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ls, ok := l.nodes[node]; ok {
-		return ls.renewed
+	ls, ok := l.nodes[node]
+	switch {
+	case !ok:
+		return l.started
+	case ls.polls > 0:
+		return time.Now()
 	}
-	return l.started
+	return ls.renewed
 }
 
 // behind lists the nodes seen within grace whose datapath does not
@@ -215,7 +242,7 @@ func (l *leases) behind(rev uint64, grace time.Duration) ([]string, <-chan struc
 	defer l.mu.Unlock()
 	var late []string
 	for node, ls := range l.nodes {
-		if ls.programmed < rev && time.Since(ls.renewed) < grace {
+		if ls.programmed < rev && (ls.polls > 0 || time.Since(ls.renewed) < grace) {
 			late = append(late, node)
 		}
 	}

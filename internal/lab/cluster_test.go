@@ -245,6 +245,28 @@ func TestNodeLifecycle(t *testing.T) {
 	if err := cp.checkNodes(); err != nil || ready("node-2") != corev1.ConditionTrue {
 		t.Errorf("node-2 polling again: Ready=%s, %v", ready("node-2"), err)
 	}
+	// A poll open for longer than the grace period (nothing changed) is
+	// a live node, not a silent one.
+	cp.mu.Lock()
+	rev := cp.watch.rev
+	cp.mu.Unlock()
+	poll, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		cp.Watch(poll, WatchRequest{Node: "node-2", Epoch: cp.watch.epoch, After: rev})
+		close(done)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cp.leases.mu.Lock()
+	ls := cp.leases.nodes["node-2"]
+	ls.renewed = time.Now().Add(-time.Hour)
+	cp.leases.nodes["node-2"] = ls
+	cp.leases.mu.Unlock()
+	if err := cp.checkNodes(); err != nil || ready("node-2") != corev1.ConditionTrue {
+		t.Errorf("node-2 with a poll open: Ready=%s, %v", ready("node-2"), err)
+	}
+	cancel()
+	<-done
 }
 
 func hasCondition(p *corev1.Pod, typ corev1.PodConditionType, st corev1.ConditionStatus) bool {
