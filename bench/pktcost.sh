@@ -98,7 +98,7 @@ for rep in $(seq 1 "$REPS"); do
 			{ echo "$out" >&2; die "case $c: sockperf failed"; }
 		soft1=$(stat_field 8 cpu) sys1=$(stat_field 4 cpu0)
 		in1=$(udp_in "$inst")
-		sent=$(echo "$out" | sed -n 's/.*SentMessages=\([0-9]*\).*/\1/p' | tail -n 1)
+		sent=$(echo "$out" | sed -n 's/.*Total of \([0-9]*\) messages sent.*/\1/p' | tail -n 1)
 		got=$((in1 - in0))
 		[ -n "$sent" ] && [ "$sent" -gt 0 ] && [ "$got" -gt 0 ] || { echo "$out" >&2; die "case $c: nothing sent or received"; }
 		rx=$(awk -v t=$((soft1 - soft0)) -v hz="$HZ" -v n="$got" 'BEGIN { printf "%.3f", t * 1e6 / hz / n }')
