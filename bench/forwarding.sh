@@ -41,16 +41,8 @@ set -- "${args[@]+"${args[@]}"}"
 source bench/lib.sh # REPS, DURATION, SHUNT, LABS, cleanup_labs, row, finish
 read -ra CASES <<<"$CASES_ARG"
 
-OUT=bench/out/forwarding
 die() { echo "forwarding: $*" >&2; exit 1; }
-# One run at a time: runs share the output folder (and would share the CPUs).
-mkdir -p bench/out
-exec 9>bench/out/.forwarding.lock
-flock -n 9 || die "another forwarding run holds bench/out/.forwarding.lock"
-rm -rf "$OUT"
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out forwarding
 echo "# ${BENCH_INVOCATION:-bench/forwarding.sh${ORIG_ARGS:+ $ORIG_ARGS}} (reps $REPS, duration $DURATION s)" >"$OUT/commands.txt"
 
 SOCKPERF_PORT=11111

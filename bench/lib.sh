@@ -29,6 +29,20 @@ cleanup_labs() {
 }
 trap cleanup_labs EXIT
 
+# bench_out NAME: bench/out/NAME, emptied for this run, under a lock: one
+# run of NAME at a time (runs share the folder, its address ranges and the
+# CPUs). Sets OUT and ROWS (empty); calls the script's die when locked out.
+bench_out() {
+	OUT=bench/out/$1
+	mkdir -p bench/out
+	exec 9>"bench/out/.$1.lock"
+	flock -n 9 || die "another $1 run holds bench/out/.$1.lock"
+	rm -rf "$OUT"
+	mkdir -p "$OUT"
+	ROWS=$OUT/rows.jsonl
+	: >"$ROWS"
+}
+
 # lab_up INSTANCE MODE CIDR MANIFEST [LAB UP FLAGS...]: start a lab and
 # remember to remove it.
 lab_up() {

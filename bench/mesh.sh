@@ -59,7 +59,6 @@ SCALE_LIST="10 50 150"
 [ -z "$QUICK" ] || SCALE_LIST=10
 source bench/lib.sh # REPS, DURATION, SCALE_LIST, SHUNT, LABS, cleanup_labs, row, finish
 
-OUT=bench/out/mesh
 die() { echo "mesh: $*" >&2; exit 1; }
 warn() { echo "mesh: WARNING: $*" >&2; }
 [[ $CONNS =~ ^[1-9][0-9]*$ ]] || die "--conns wants a positive number, not '$CONNS'"
@@ -74,15 +73,7 @@ for tool in haproxy iptables nft jq taskset ss; do
 		die "$tool is missing: run scripts/setup.sh"
 done
 
-# One run at a time: runs share the output folder, the address ranges and
-# the CPUs.
-mkdir -p bench/out
-exec 9>bench/out/.mesh.lock
-flock -n 9 || die "another mesh run holds bench/out/.mesh.lock"
-rm -rf "$OUT"
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out mesh
 : >"$OUT/path.txt"
 go build -o bin/ ./bench/cmd/httpload
 

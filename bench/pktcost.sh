@@ -30,17 +30,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh # REPS, DURATION, SHUNT, LABS, lab_up, in_pod, row, finish
 
-OUT=bench/out/pktcost
 RATE=${RATE:-50000}
 PORT=11111
 die() { echo "pktcost: $*" >&2; exit 1; }
-mkdir -p bench/out
-exec 9>bench/out/.pktcost.lock
-flock -n 9 || die "another pktcost run holds bench/out/.pktcost.lock"
-rm -rf "$OUT"
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out pktcost
 for tool in sockperf jq taskset getconf; do
 	command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh"
 done

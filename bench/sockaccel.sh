@@ -56,15 +56,8 @@ fi
 read -ra PAYLOAD_LIST <<<"$PAYLOADS"
 CASES=(loopback loopback-accel redirect-peer accel clusterip-accel proxy proxy-accel)
 
-OUT=bench/out/sockaccel
 die() { echo "sockaccel: FAIL: $*" >&2; exit 1; }
-mkdir -p bench/out
-exec 9>bench/out/.sockaccel.lock
-flock -n 9 || die "another sockaccel run holds bench/out/.sockaccel.lock"
-rm -rf "$OUT"
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out sockaccel
 for tool in sockperf iperf3 jq taskset haproxy; do
 	command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh"
 done
