@@ -146,9 +146,7 @@ func (v Verdict) action() string {
 // computation; the result is for the L7 view only.
 func ClusterL7(in Input, alloc Allocations) *Result {
 	remote := slices.ContainsFunc(in.Pods, func(p Pod) bool { return !p.Local })
-	if !remote || !slices.ContainsFunc(in.ShuntPolicies, func(sp *manifest.ShuntNetworkPolicy) bool {
-		return slices.ContainsFunc(sp.Spec.Ingress, func(r manifest.ShuntRule) bool { return len(r.HTTP) > 0 })
-	}) {
+	if !remote || !HasHTTPRules(in.ShuntPolicies) {
 		return nil
 	}
 	all := in
@@ -158,4 +156,12 @@ func ClusterL7(in Input, alloc Allocations) *Result {
 		all.Pods[i] = p
 	}
 	return Compute(all, alloc)
+}
+
+// HasHTTPRules says whether a policy has HTTP rules: without any, no pod
+// has L7 ports.
+func HasHTTPRules(policies []*manifest.ShuntNetworkPolicy) bool {
+	return slices.ContainsFunc(policies, func(sp *manifest.ShuntNetworkPolicy) bool {
+		return slices.ContainsFunc(sp.Spec.Ingress, func(r manifest.ShuntRule) bool { return len(r.HTTP) > 0 })
+	})
 }

@@ -545,9 +545,10 @@ func (r *Reconciler) clusterIdentities(in policy.Input, alloc policy.Allocations
 // local endpoints.
 func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 	pol := w.checked
+	var in policy.Input // this sync's input, when it computed the policy
 	if pol == nil {
-		in, err := r.policyInput(w.store, false, w.endpoints)
-		if err != nil {
+		var err error
+		if in, err = r.policyInput(w.store, false, w.endpoints); err != nil {
 			return nil, err
 		}
 		alloc, err := r.clusterIdentities(in, w.alloc)
@@ -581,12 +582,28 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 			return nil, err
 		}
 	}
-	in, err := r.policyInput(w.store, false, w.endpoints)
+	cluster, err := r.clusterL7For(w, pol, in, w.checked == nil)
 	if err != nil {
 		return nil, err
 	}
-	r.clusterL7.Store(policy.ClusterL7(in, pol.Alloc))
+	r.clusterL7.Store(cluster)
 	return pol, nil
+}
+
+// clusterL7For is policy.ClusterL7 for this sync. Only with HTTP rules
+// somewhere does it need the input, which it builds again (the machine's
+// addresses, every pod) when Admit computed the policy (haveInput false).
+func (r *Reconciler) clusterL7For(w work, pol *policy.Result, in policy.Input, haveInput bool) (*policy.Result, error) {
+	if !policy.HasHTTPRules(w.store.ShuntPolicies()) {
+		return nil, nil
+	}
+	if !haveInput {
+		var err error
+		if in, err = r.policyInput(w.store, false, w.endpoints); err != nil {
+			return nil, err
+		}
+	}
+	return policy.ClusterL7(in, pol.Alloc), nil
 }
 
 // syncServices writes what changed in the service table. The first sync
