@@ -20,6 +20,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/policy"
 )
 
 // A lab of several nodes (`shunt lab up --nodes N`): the first node's
@@ -335,7 +336,7 @@ func checkNode(store *model.Store, n *corev1.Node) error {
 	if err != nil || !cidr.Addr().Is4() {
 		return fmt.Errorf("node %s: spec.podCIDR %q: a lab node needs an IPv4 pod CIDR", n.Name, n.Spec.PodCIDR)
 	}
-	addr := internalIP(n)
+	addr := policy.NodeAddress(n, corev1.NodeInternalIP)
 	if !addr.IsValid() {
 		return fmt.Errorf("node %s: status.addresses: a lab node needs an IPv4 InternalIP (its underlay address)", n.Name)
 	}
@@ -346,22 +347,11 @@ func checkNode(store *model.Store, n *corev1.Node) error {
 		if oc, err := netip.ParsePrefix(o.Spec.PodCIDR); err == nil && oc.Overlaps(cidr) {
 			return fmt.Errorf("node %s: spec.podCIDR %s overlaps node %s's %s: give every node its own range", n.Name, cidr, o.Name, oc)
 		}
-		if internalIP(o) == addr {
+		if policy.NodeAddress(o, corev1.NodeInternalIP) == addr {
 			return fmt.Errorf("node %s: status.addresses: InternalIP %s is node %s's already: every node needs its own underlay address", n.Name, addr, o.Name)
 		}
 	}
 	return nil
-}
-
-func internalIP(n *corev1.Node) netip.Addr {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-				return ip
-			}
-		}
-	}
-	return netip.Addr{}
 }
 
 // setNodeCondition replaces the condition of c's type, keeping its

@@ -237,11 +237,17 @@ func (c *computation) remoteNodeAddrs(tunnels map[string]netip.Addr) {
 // NodeTunnel is the address a node's pods are reached at through the
 // overlay (see nodeTunnels); invalid when the node has none.
 func NodeTunnel(n *corev1.Node) netip.Addr {
-	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
-		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); a.Type == t && err == nil && ip.Is4() {
-				return ip
-			}
+	if ip := NodeAddress(n, corev1.NodeInternalIP); ip.IsValid() {
+		return ip
+	}
+	return NodeAddress(n, corev1.NodeExternalIP)
+}
+
+// NodeAddress is the node's first IPv4 address of type t (invalid: none).
+func NodeAddress(n *corev1.Node, t corev1.NodeAddressType) netip.Addr {
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); a.Type == t && err == nil && ip.Is4() {
+			return ip
 		}
 	}
 	return netip.Addr{}
