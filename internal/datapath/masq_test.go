@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -76,7 +77,7 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode) {
 			return err
 		}
 		ep = Endpoint{IP: mxPodIP, Ifindex: links.HostIfindex, PodMAC: links.PodMAC, NodeMAC: links.HostMAC, Identity: 300}
-		if d, err = Open(Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: DefaultMasqPorts}}); err != nil {
+		if d, err = Open(Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: dpinfo.DefaultMasqPorts}}); err != nil {
 			return err
 		}
 		if err := d.AttachPod(pod.HostIf, links.HostIfindex); err != nil {
