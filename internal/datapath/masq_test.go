@@ -14,6 +14,7 @@ import (
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/teardown"
 )
 
 // The masquerade test builds, out of network namespaces, a node whose
@@ -63,7 +64,7 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode) {
 		if d != nil {
 			d.Close()
 		}
-		if err := Uninstall(pinDir); err != nil {
+		if err := teardown.Pins(pinDir); err != nil {
 			t.Error(err)
 		}
 	})
