@@ -24,8 +24,8 @@ import (
 // writes made and the mirror.
 
 const (
-	tcp = 6
-	udp = 17
+	ipTCP = 6
+	ipUDP = 17
 )
 
 // fakeServiceMaps is shunt_services and shunt_backends in memory.
@@ -58,7 +58,7 @@ func (m *fakeServiceMaps) putBackends(ids []uint32, vals []socklbBackendValue) e
 func (m *fakeServiceMaps) putServices(keys []socklbServiceKey, vals []socklbServiceValue) error {
 	for i, k := range keys {
 		m.services[k] = vals[i]
-		m.did("put " + slotText(k))
+		m.did("put " + serviceSlotText(k))
 	}
 	return nil
 }
@@ -66,7 +66,7 @@ func (m *fakeServiceMaps) putServices(keys []socklbServiceKey, vals []socklbServ
 func (m *fakeServiceMaps) deleteServices(keys []socklbServiceKey) error {
 	for _, k := range keys {
 		delete(m.services, k)
-		m.did("delete " + slotText(k))
+		m.did("delete " + serviceSlotText(k))
 	}
 	return nil
 }
@@ -79,7 +79,7 @@ func (m *fakeServiceMaps) deleteBackends(ids []uint32) error {
 	return nil
 }
 
-func slotText(k socklbServiceKey) string {
+func serviceSlotText(k socklbServiceKey) string {
 	return fmt.Sprintf("%s:%d/%d#%d", fromBe32(k.Vip), fromBe16(k.Port), k.Proto, k.Slot)
 }
 
@@ -96,9 +96,9 @@ func (m *fakeServiceMaps) broken() []string {
 			sk.Slot = slot
 			sv, ok := m.services[sk]
 			if !ok {
-				out = append(out, fmt.Sprintf("%s counts %d backends, slot %d is missing", slotText(k), v.BackendCount, slot))
+				out = append(out, fmt.Sprintf("%s counts %d backends, slot %d is missing", serviceSlotText(k), v.BackendCount, slot))
 			} else if _, ok := m.backends[sv.Id]; !ok {
-				out = append(out, fmt.Sprintf("%s holds backend %d, which is missing", slotText(sk), sv.Id))
+				out = append(out, fmt.Sprintf("%s holds backend %d, which is missing", serviceSlotText(sk), sv.Id))
 			}
 		}
 	}
@@ -125,28 +125,28 @@ func (m *fakeServiceMaps) reachable(f services.Frontend) ([]services.Backend, bo
 
 // Entries, as the tests write them.
 
-func fe(vip string, port uint16, proto uint8) services.Frontend {
-	return services.Frontend{VIP: netip.MustParseAddr(vip), Port: port, Proto: proto}
+func planFrontend(vip string, planPort uint16, proto uint8) services.Frontend {
+	return services.Frontend{VIP: netip.MustParseAddr(vip), Port: planPort, Proto: proto}
 }
 
-func be(addr string) services.Backend {
+func planBackend(addr string) services.Backend {
 	ap := netip.MustParseAddrPort(addr)
 	return services.Backend{IP: ap.Addr(), Port: ap.Port()}
 }
 
-func port(f services.Frontend, affinity uint32, backends ...string) services.Port {
+func planPort(f services.Frontend, affinity uint32, backends ...string) services.Port {
 	p := services.Port{Frontend: f, Name: fmt.Sprintf("test/%s", f.VIP), AffinityTimeout: affinity}
 	for _, b := range backends {
-		p.Backends = append(p.Backends, be(b))
+		p.Backends = append(p.Backends, planBackend(b))
 	}
 	return p
 }
 
-func slotKey(f services.Frontend, slot uint16) socklbServiceKey {
+func planSlotKey(f services.Frontend, slot uint16) socklbServiceKey {
 	return socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto, Slot: slot}
 }
 
-func master(id uint32, count uint16, affinity uint32) socklbServiceValue {
+func planMaster(id uint32, count uint16, affinity uint32) socklbServiceValue {
 	v := socklbServiceValue{Id: id, BackendCount: count}
 	if affinity > 0 {
 		v.Flags, v.AffinityTimeout = serviceAffinityFlag, affinity
@@ -154,27 +154,27 @@ func master(id uint32, count uint16, affinity uint32) socklbServiceValue {
 	return v
 }
 
-func backendVal(addr string, proto uint8) socklbBackendValue {
-	b := be(addr)
+func planBackendVal(addr string, proto uint8) socklbBackendValue {
+	b := planBackend(addr)
 	return socklbBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: proto}
 }
 
 // contents is what the two maps hold.
-type contents struct {
+type planContents struct {
 	services map[socklbServiceKey]socklbServiceValue
 	backends map[uint32]socklbBackendValue
 }
 
 // svc is the entries of one port: slot 0, then one slot per backend id.
-func svc(f services.Frontend, id uint32, affinity uint32, backendIDs ...uint32) map[socklbServiceKey]socklbServiceValue {
-	out := map[socklbServiceKey]socklbServiceValue{slotKey(f, 0): master(id, uint16(len(backendIDs)), affinity)}
+func planEntries(f services.Frontend, id uint32, affinity uint32, backendIDs ...uint32) map[socklbServiceKey]socklbServiceValue {
+	out := map[socklbServiceKey]socklbServiceValue{planSlotKey(f, 0): planMaster(id, uint16(len(backendIDs)), affinity)}
 	for i, b := range backendIDs {
-		out[slotKey(f, uint16(i+1))] = socklbServiceValue{Id: b}
+		out[planSlotKey(f, uint16(i+1))] = socklbServiceValue{Id: b}
 	}
 	return out
 }
 
-func merge[K comparable, V any](ms ...map[K]V) map[K]V {
+func mergeMaps[K comparable, V any](ms ...map[K]V) map[K]V {
 	out := map[K]V{}
 	for _, m := range ms {
 		maps.Copy(out, m)
@@ -183,10 +183,10 @@ func merge[K comparable, V any](ms ...map[K]V) map[K]V {
 }
 
 var (
-	web  = fe("10.96.0.10", 80, tcp)
-	api  = fe("10.96.0.11", 443, tcp)
-	dns  = fe("10.96.0.53", 53, udp)
-	web2 = fe("10.96.0.10", 8080, tcp) // the same address, another port
+	feWeb  = planFrontend("10.96.0.10", 80, ipTCP)
+	feAPI  = planFrontend("10.96.0.11", 443, ipTCP)
+	feDNS  = planFrontend("10.96.0.53", 53, ipUDP)
+	feWeb2 = planFrontend("10.96.0.10", 8080, ipTCP) // the same address, another port
 )
 
 // planStep is one sync or update of a case.
@@ -244,11 +244,11 @@ func applyPlan(t *testing.T, table *serviceTable, m *fakeServiceMaps, step planS
 		for f, old := range before {
 			now, ok := m.reachable(f)
 			if _, stays := after[f]; stays && !ok {
-				t.Errorf("after %q: %s, desired before and after, is gone", op, slotText(slotKey(f, 0)))
+				t.Errorf("after %q: %s, desired before and after, is gone", op, serviceSlotText(planSlotKey(f, 0)))
 			}
 			for _, b := range now {
 				if !slices.Contains(old, b) && !slices.Contains(after[f], b) {
-					t.Errorf("after %q: %s leads to %v, neither an old nor a new backend", op, slotText(slotKey(f, 0)), b)
+					t.Errorf("after %q: %s leads to %v, neither an old nor a new backend", op, serviceSlotText(planSlotKey(f, 0)), b)
 				}
 			}
 		}
@@ -278,7 +278,7 @@ func checkMirror(t *testing.T, table *serviceTable, m *fakeServiceMaps) {
 		f := services.Frontend{VIP: fromBe32(k.Vip), Port: fromBe16(k.Port), Proto: k.Proto}
 		wr, ok := table.ports[f]
 		if !ok || wr.id != v.Id || uint16(len(wr.backends)) != v.BackendCount || wr.affinity != v.AffinityTimeout {
-			t.Errorf("%s is %+v in the map, %+v (known %v) in the mirror", slotText(k), v, wr, ok)
+			t.Errorf("%s is %+v in the map, %+v (known %v) in the mirror", serviceSlotText(k), v, wr, ok)
 		}
 	}
 	if ports != len(table.ports) || len(table.svcIDs) != len(table.ports) {
@@ -298,154 +298,154 @@ func checkMirror(t *testing.T, table *serviceTable, m *fakeServiceMaps) {
 func TestServicePlan(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		before  []planStep // synced first, not checked
+		before  []planStep // applied first, under the same checks
 		step    planStep
-		want    contents
+		want    planContents
 		ops     []string // the writes, in order; deletes of one kind sorted
 		goneUDP []string
 	}{{
 		name: "new service: backends, then slots, then slot 0",
-		step: planStep{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080")}},
-		want: contents{
-			services: svc(web, 1, 0, 1, 2),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp), 2: backendVal("10.0.0.3:8080", tcp)},
+		step: planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080")}},
+		want: planContents{
+			services: planEntries(feWeb, 1, 0, 1, 2),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 1", "put backend 2",
 			"put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
 	}, {
 		name:   "unchanged: no writes",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080")}}},
-		step:   planStep{sync: []services.Port{port(web, 0, "10.0.0.2:8080")}},
-		want:   contents{services: svc(web, 1, 0, 1), backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp)}},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}}},
+		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}},
+		want:   planContents{services: planEntries(feWeb, 1, 0, 1), backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)}},
 	}, {
 		name:   "backend added: its backend, its slot, slot 0 with the new count; other slots untouched",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080")}}},
-		step:   planStep{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080")}},
-		want: contents{
-			services: svc(web, 1, 0, 1, 2, 3),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp), 2: backendVal("10.0.0.3:8080", tcp),
-				3: backendVal("10.0.0.4:8080", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080")}}},
+		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080")}},
+		want: planContents{
+			services: planEntries(feWeb, 1, 0, 1, 2, 3),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP),
+				3: planBackendVal("10.0.0.4:8080", ipTCP)},
 		},
 		ops: []string{"put backend 3", "put 10.96.0.10:80/6#3", "put 10.96.0.10:80/6#0"},
 	}, {
 		name:   "backend removed from the middle: the slots after it move down before the count shrinks, the last slot and the backend go after",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080")}}},
-		step:   planStep{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.4:8080")}},
-		want: contents{
-			services: svc(web, 1, 0, 1, 3),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp), 3: backendVal("10.0.0.4:8080", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080")}}},
+		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.4:8080")}},
+		want: planContents{
+			services: planEntries(feWeb, 1, 0, 1, 3),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 3: planBackendVal("10.0.0.4:8080", ipTCP)},
 		},
 		ops: []string{"put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#3", "delete backend 2"},
 	}, {
 		name:   "every backend replaced: new backends before the slots that name them, old ones deleted last, ids not reused",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080")}}},
-		step:   planStep{sync: []services.Port{port(web, 0, "10.0.1.2:8080", "10.0.1.3:8080")}},
-		want: contents{
-			services: svc(web, 1, 0, 3, 4),
-			backends: map[uint32]socklbBackendValue{3: backendVal("10.0.1.2:8080", tcp), 4: backendVal("10.0.1.3:8080", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080")}}},
+		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.1.2:8080", "10.0.1.3:8080")}},
+		want: planContents{
+			services: planEntries(feWeb, 1, 0, 3, 4),
+			backends: map[uint32]socklbBackendValue{3: planBackendVal("10.0.1.2:8080", ipTCP), 4: planBackendVal("10.0.1.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 3", "put backend 4", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2",
 			"put 10.96.0.10:80/6#0", "delete backend 1", "delete backend 2"},
 	}, {
 		name: "service removed: slot 0 first, then its slots, then the backends no other port uses",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080"),
-			port(web2, 0, "10.0.0.3:8080")}}},
-		step: planStep{sync: []services.Port{port(web2, 0, "10.0.0.3:8080")}},
-		want: contents{
-			services: svc(web2, 2, 0, 2),
-			backends: map[uint32]socklbBackendValue{2: backendVal("10.0.0.3:8080", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080"),
+			planPort(feWeb2, 0, "10.0.0.3:8080")}}},
+		step: planStep{sync: []services.Port{planPort(feWeb2, 0, "10.0.0.3:8080")}},
+		want: planContents{
+			services: planEntries(feWeb2, 2, 0, 2),
+			backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"delete 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete 10.96.0.10:80/6#2", "delete backend 1"},
 	}, {
 		name: "a backend shared by two ports has one id and stays while one uses it",
-		step: planStep{sync: []services.Port{port(web, 0, "10.0.0.2:8080"), port(web2, 0, "10.0.0.2:8080", "10.0.0.3:8080")}},
-		want: contents{
-			services: merge(svc(web, 1, 0, 1), svc(web2, 2, 0, 1, 2)),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp), 2: backendVal("10.0.0.3:8080", tcp)},
+		step: planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080"), planPort(feWeb2, 0, "10.0.0.2:8080", "10.0.0.3:8080")}},
+		want: planContents{
+			services: mergeMaps(planEntries(feWeb, 1, 0, 1), planEntries(feWeb2, 2, 0, 1, 2)),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 1", "put backend 2", "put 10.96.0.10:80/6#1", "put 10.96.0.10:8080/6#1",
 			"put 10.96.0.10:8080/6#2", "put 10.96.0.10:80/6#0", "put 10.96.0.10:8080/6#0"},
 	}, {
 		name: "session affinity: the flag and the timeout in slot 0",
-		step: planStep{sync: []services.Port{port(web, 10800, "10.0.0.2:8080")}},
-		want: contents{
-			services: svc(web, 1, 10800, 1),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp)},
+		step: planStep{sync: []services.Port{planPort(feWeb, 10800, "10.0.0.2:8080")}},
+		want: planContents{
+			services: planEntries(feWeb, 1, 10800, 1),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
 		},
 		ops: []string{"put backend 1", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#0"},
 	}, {
 		name:   "affinity timeout changed: slot 0 alone is rewritten, the service keeps its id (affinity entries stay valid)",
-		before: []planStep{{sync: []services.Port{port(web, 10800, "10.0.0.2:8080")}}},
-		step:   planStep{sync: []services.Port{port(web, 60, "10.0.0.2:8080")}},
-		want: contents{
-			services: svc(web, 1, 60, 1),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 10800, "10.0.0.2:8080")}}},
+		step:   planStep{sync: []services.Port{planPort(feWeb, 60, "10.0.0.2:8080")}},
+		want: planContents{
+			services: planEntries(feWeb, 1, 60, 1),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
 		},
 		ops: []string{"put 10.96.0.10:80/6#0"},
 	}, {
 		name:   "affinity off: flag and timeout cleared",
-		before: []planStep{{sync: []services.Port{port(web, 10800, "10.0.0.2:8080")}}},
-		step:   planStep{sync: []services.Port{port(web, 0, "10.0.0.2:8080")}},
-		want: contents{
-			services: svc(web, 1, 0, 1),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 10800, "10.0.0.2:8080")}}},
+		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}},
+		want: planContents{
+			services: planEntries(feWeb, 1, 0, 1),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
 		},
 		ops: []string{"put 10.96.0.10:80/6#0"},
 	}, {
 		name: "no endpoints: slot 0 with no backends (connects are refused), nothing else",
-		step: planStep{sync: []services.Port{port(web, 0)}},
-		want: contents{services: svc(web, 1, 0), backends: map[uint32]socklbBackendValue{}},
+		step: planStep{sync: []services.Port{planPort(feWeb, 0)}},
+		want: planContents{services: planEntries(feWeb, 1, 0), backends: map[uint32]socklbBackendValue{}},
 		ops:  []string{"put 10.96.0.10:80/6#0"},
 	}, {
 		name:   "last endpoint gone: the count drops to 0 before its slot and backend go",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080")}}},
-		step:   planStep{sync: []services.Port{port(web, 0)}},
-		want:   contents{services: svc(web, 1, 0), backends: map[uint32]socklbBackendValue{}},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}}},
+		step:   planStep{sync: []services.Port{planPort(feWeb, 0)}},
+		want:   planContents{services: planEntries(feWeb, 1, 0), backends: map[uint32]socklbBackendValue{}},
 		ops:    []string{"put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete backend 1"},
 	}, {
 		name:    "UDP backend gone: reported, so connected sockets to it can be destroyed",
-		before:  []planStep{{sync: []services.Port{port(dns, 0, "10.0.0.5:53", "10.0.0.6:53")}}},
-		step:    planStep{sync: []services.Port{port(dns, 0, "10.0.0.6:53")}},
-		want:    contents{services: svc(dns, 1, 0, 2), backends: map[uint32]socklbBackendValue{2: backendVal("10.0.0.6:53", udp)}},
+		before:  []planStep{{sync: []services.Port{planPort(feDNS, 0, "10.0.0.5:53", "10.0.0.6:53")}}},
+		step:    planStep{sync: []services.Port{planPort(feDNS, 0, "10.0.0.6:53")}},
+		want:    planContents{services: planEntries(feDNS, 1, 0, 2), backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.6:53", ipUDP)}},
 		ops:     []string{"put 10.96.0.53:53/17#1", "put 10.96.0.53:53/17#0", "delete 10.96.0.53:53/17#2", "delete backend 1"},
 		goneUDP: []string{"10.0.0.5:53"},
 	}, {
 		name: "the same address and port under TCP and UDP are two backends",
-		step: planStep{sync: []services.Port{port(web, 0, "10.0.0.2:53"), port(fe("10.96.0.10", 80, udp), 0, "10.0.0.2:53")}},
-		want: contents{
-			services: merge(svc(web, 1, 0, 1), svc(fe("10.96.0.10", 80, udp), 2, 0, 2)),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:53", tcp), 2: backendVal("10.0.0.2:53", udp)},
+		step: planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:53"), planPort(planFrontend("10.96.0.10", 80, ipUDP), 0, "10.0.0.2:53")}},
+		want: planContents{
+			services: mergeMaps(planEntries(feWeb, 1, 0, 1), planEntries(planFrontend("10.96.0.10", 80, ipUDP), 2, 0, 2)),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:53", ipTCP), 2: planBackendVal("10.0.0.2:53", ipUDP)},
 		},
 		ops: []string{"put backend 1", "put backend 2", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/17#1",
 			"put 10.96.0.10:80/6#0", "put 10.96.0.10:80/17#0"},
 	}, {
 		name: "partial update: the upserted and removed ports only, the other port untouched",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080"), port(api, 0, "10.0.0.7:8443"),
-			port(dns, 0, "10.0.0.5:53")}}},
-		step: planStep{update: true, upsert: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080")},
-			remove: []services.Frontend{dns}},
-		want: contents{
-			services: merge(svc(web, 1, 0, 1, 4), svc(api, 2, 0, 2)),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp), 2: backendVal("10.0.0.7:8443", tcp),
-				4: backendVal("10.0.0.3:8080", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080"), planPort(feAPI, 0, "10.0.0.7:8443"),
+			planPort(feDNS, 0, "10.0.0.5:53")}}},
+		step: planStep{update: true, upsert: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080")},
+			remove: []services.Frontend{feDNS}},
+		want: planContents{
+			services: mergeMaps(planEntries(feWeb, 1, 0, 1, 4), planEntries(feAPI, 2, 0, 2)),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.7:8443", ipTCP),
+				4: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 4", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0",
 			"delete 10.96.0.53:53/17#0", "delete 10.96.0.53:53/17#1", "delete backend 3"},
 		goneUDP: []string{"10.0.0.5:53"},
 	}, {
 		name:   "partial update of a new port: ids after every id handed out before",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080")}}, {sync: nil}},
-		step:   planStep{update: true, upsert: []services.Port{port(api, 0, "10.0.0.7:8443")}},
-		want: contents{
-			services: svc(api, 2, 0, 2),
-			backends: map[uint32]socklbBackendValue{2: backendVal("10.0.0.7:8443", tcp)},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}}, {sync: nil}},
+		step:   planStep{update: true, upsert: []services.Port{planPort(feAPI, 0, "10.0.0.7:8443")}},
+		want: planContents{
+			services: planEntries(feAPI, 2, 0, 2),
+			backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.7:8443", ipTCP)},
 		},
 		ops: []string{"put backend 2", "put 10.96.0.11:443/6#1", "put 10.96.0.11:443/6#0"},
 	}, {
 		name:   "removing a port that is not there writes nothing",
-		before: []planStep{{sync: []services.Port{port(web, 0, "10.0.0.2:8080")}}},
-		step:   planStep{update: true, remove: []services.Frontend{api}},
-		want:   contents{services: svc(web, 1, 0, 1), backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp)}},
+		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}}},
+		step:   planStep{update: true, remove: []services.Frontend{feAPI}},
+		want:   planContents{services: planEntries(feWeb, 1, 0, 1), backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)}},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			table := newServiceTable()
@@ -458,12 +458,12 @@ func TestServicePlan(t *testing.T) {
 			}
 			ops, w := applyPlan(t, &table, m, c.step)
 			if !maps.Equal(m.services, c.want.services) {
-				t.Errorf("shunt_services:\n%s\nwant:\n%s", servicesText(m.services), servicesText(c.want.services))
+				t.Errorf("shunt_services:\n%s\nwant:\n%s", serviceEntriesText(m.services), serviceEntriesText(c.want.services))
 			}
 			if !maps.Equal(m.backends, c.want.backends) {
 				t.Errorf("shunt_backends %v, want %v", m.backends, c.want.backends)
 			}
-			if got := sortedDeletes(ops); !slices.Equal(got, c.ops) {
+			if got := sortDeleteRuns(ops); !slices.Equal(got, c.ops) {
 				t.Errorf("writes:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(c.ops, "\n  "))
 			}
 			var gone []string
@@ -480,7 +480,7 @@ func TestServicePlan(t *testing.T) {
 
 // sortedDeletes sorts each run of deletes of one kind (slot 0s, slots,
 // backends): their order within the run is a map's.
-func sortedDeletes(ops []string) []string {
+func sortDeleteRuns(ops []string) []string {
 	out := slices.Clone(ops)
 	kind := func(op string) string {
 		switch {
@@ -504,10 +504,10 @@ func sortedDeletes(ops []string) []string {
 	return out
 }
 
-func servicesText(m map[socklbServiceKey]socklbServiceValue) string {
+func serviceEntriesText(m map[socklbServiceKey]socklbServiceValue) string {
 	var lines []string
 	for k, v := range m {
-		lines = append(lines, fmt.Sprintf("  %s = %+v", slotText(k), v))
+		lines = append(lines, fmt.Sprintf("  %s = %+v", serviceSlotText(k), v))
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -519,7 +519,7 @@ func servicesText(m map[socklbServiceKey]socklbServiceValue) string {
 func TestServicePlanRawEntries(t *testing.T) {
 	table := newServiceTable()
 	m := newFakeServiceMaps()
-	applyPlan(t, &table, m, planStep{sync: []services.Port{port(web, 10800, "10.0.0.2:8080")}})
+	applyPlan(t, &table, m, planStep{sync: []services.Port{planPort(feWeb, 10800, "10.0.0.2:8080")}})
 	// 10.96.0.10 is the bytes 0a 60 00 0a, port 80 the bytes 00 50, read
 	// as little-endian numbers (the objects are bpfel).
 	wantServices := map[socklbServiceKey]socklbServiceValue{
@@ -538,7 +538,7 @@ func TestServicePlanRawEntries(t *testing.T) {
 // leaves the table (established connections keep it; new ones do not get
 // it), and with none ready the port stays with no backends.
 func TestServicePlanFromCompute(t *testing.T) {
-	svcObj := parseObj[*corev1.Service](t, `apiVersion: v1
+	svcObj := parseManifest[*corev1.Service](t, `apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: default}
 spec:
@@ -558,7 +558,7 @@ endpoints:
 		for i, cond := range conditions {
 			doc += fmt.Sprintf("- {addresses: [10.0.0.%d], conditions: %s}\n", i+2, cond)
 		}
-		return parseObj[*discoveryv1.EndpointSlice](t, doc)
+		return parseManifest[*discoveryv1.EndpointSlice](t, doc)
 	}
 	vip := netip.MustParseAddr("10.96.0.10")
 	const ready, terminating, notReady = "{ready: true}", "{ready: false, serving: true, terminating: true}", "{ready: false}"
@@ -567,43 +567,43 @@ endpoints:
 	m := newFakeServiceMaps()
 	steps := []struct {
 		slice *discoveryv1.EndpointSlice
-		want  contents
+		want  planContents
 		ops   []string
 	}{{
 		slice: slice(ready, ready, terminating),
-		want: contents{services: svc(web, 1, 600, 1, 2),
-			backends: map[uint32]socklbBackendValue{1: backendVal("10.0.0.2:8080", tcp), 2: backendVal("10.0.0.3:8080", tcp)}},
+		want: planContents{services: planEntries(feWeb, 1, 600, 1, 2),
+			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)}},
 		ops: []string{"put backend 1", "put backend 2", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
 	}, {
 		slice: slice(terminating, ready, terminating),
-		want: contents{services: svc(web, 1, 600, 2),
-			backends: map[uint32]socklbBackendValue{2: backendVal("10.0.0.3:8080", tcp)}},
+		want: planContents{services: planEntries(feWeb, 1, 600, 2),
+			backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.3:8080", ipTCP)}},
 		ops: []string{"put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#2", "delete backend 1"},
 	}, {
 		slice: slice(terminating, notReady, terminating),
-		want:  contents{services: svc(web, 1, 600), backends: map[uint32]socklbBackendValue{}},
+		want:  planContents{services: planEntries(feWeb, 1, 600), backends: map[uint32]socklbBackendValue{}},
 		ops:   []string{"put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete backend 2"},
 	}, {
 		slice: slice(ready, notReady, ready),
-		want: contents{services: svc(web, 1, 600, 3, 4),
-			backends: map[uint32]socklbBackendValue{3: backendVal("10.0.0.2:8080", tcp), 4: backendVal("10.0.0.4:8080", tcp)}},
+		want: planContents{services: planEntries(feWeb, 1, 600, 3, 4),
+			backends: map[uint32]socklbBackendValue{3: planBackendVal("10.0.0.2:8080", ipTCP), 4: planBackendVal("10.0.0.4:8080", ipTCP)}},
 		ops: []string{"put backend 3", "put backend 4", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
 	}}
 	for i, s := range steps {
 		desired := services.Ports(svcObj, vip, []*discoveryv1.EndpointSlice{s.slice})
 		ops, _ := applyPlan(t, &table, m, planStep{sync: desired})
 		if !maps.Equal(m.services, s.want.services) || !maps.Equal(m.backends, s.want.backends) {
-			t.Errorf("step %d: shunt_services:\n%s\nshunt_backends %v\nwant:\n%s\n%v", i, servicesText(m.services), m.backends,
-				servicesText(s.want.services), s.want.backends)
+			t.Errorf("step %d: shunt_services:\n%s\nshunt_backends %v\nwant:\n%s\n%v", i, serviceEntriesText(m.services), m.backends,
+				serviceEntriesText(s.want.services), s.want.backends)
 		}
-		if got := sortedDeletes(ops); !slices.Equal(got, s.ops) {
+		if got := sortDeleteRuns(ops); !slices.Equal(got, s.ops) {
 			t.Errorf("step %d: writes %q, want %q", i, got, s.ops)
 		}
 		checkMirror(t, &table, m)
 	}
 }
 
-func parseObj[T any](t *testing.T, doc string) T {
+func parseManifest[T any](t *testing.T, doc string) T {
 	t.Helper()
 	objs, err := manifest.Parse("t.yaml", []byte(doc))
 	if err != nil {
@@ -615,13 +615,13 @@ func parseObj[T any](t *testing.T, doc string) T {
 // TestServicePlanSlots: the capacity each plan needs is counted before
 // anything is planned, and what the maps cannot hold is refused.
 func TestServicePlanSlots(t *testing.T) {
-	if n, err := syncSlots([]services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080"), port(api, 0)}); n != 4 || err != nil {
+	if n, err := syncSlots([]services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080"), planPort(feAPI, 0)}); n != 4 || err != nil {
 		t.Errorf("sync slots %d, %v: want 3 + 1", n, err)
 	}
-	if _, err := syncSlots([]services.Port{port(fe("fd00::10", 80, tcp), 0)}); err == nil || !strings.Contains(err.Error(), "only IPv4") {
+	if _, err := syncSlots([]services.Port{planPort(planFrontend("fd00::10", 80, ipTCP), 0)}); err == nil || !strings.Contains(err.Error(), "only IPv4") {
 		t.Errorf("IPv6 frontend: %v", err)
 	}
-	many := port(web, 0)
+	many := planPort(feWeb, 0)
 	many.Backends = make([]services.Backend, 0x10000)
 	if _, err := syncSlots([]services.Port{many}); err == nil || !strings.Contains(err.Error(), "at most 65535") {
 		t.Errorf("65536 backends: %v", err)
@@ -629,13 +629,13 @@ func TestServicePlanSlots(t *testing.T) {
 
 	table := newServiceTable()
 	m := newFakeServiceMaps()
-	applyPlan(t, &table, m, planStep{sync: []services.Port{port(web, 0, "10.0.0.2:8080", "10.0.0.3:8080"), port(dns, 0, "10.0.0.5:53")}})
+	applyPlan(t, &table, m, planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080"), planPort(feDNS, 0, "10.0.0.5:53")}})
 	if table.slots != 5 {
 		t.Fatalf("mirror counts %d slots, want 3 + 2", table.slots)
 	}
 	// web shrinks to 1 backend (-1), dns goes (-2), api comes with 2 (+3).
-	n, err := table.updateSlots([]services.Port{port(web, 0, "10.0.0.2:8080"), port(api, 0, "10.0.0.7:8443", "10.0.0.8:8443")},
-		[]services.Frontend{dns, web2})
+	n, err := table.updateSlots([]services.Port{planPort(feWeb, 0, "10.0.0.2:8080"), planPort(feAPI, 0, "10.0.0.7:8443", "10.0.0.8:8443")},
+		[]services.Frontend{feDNS, feWeb2})
 	if n != 5 || err != nil {
 		t.Errorf("update slots %d, %v: want 5 - 1 - 2 + 3 = 5", n, err)
 	}
