@@ -18,7 +18,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/cgroup"
-	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/labnet"
 	"github.com/shuntnet/shunt/internal/podexec"
@@ -109,7 +109,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&agentFlags.underlay, "underlay-addr", "", "with --routing, --tunnel or --masquerade: this node's IPv4 address other nodes tunnel to (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&agentFlags.masquerade, "masquerade", false, "pods' traffic to outside the cluster leaves from the node's address (--underlay-addr), translated in BPF on its uplink (the node keeps it)")
 	cmd.Flags().StringVar(&agentFlags.masqExclude, "masquerade-exclude", "", "with --masquerade: comma-separated CIDRs pods reach with their own address (default: the cluster CIDR, service CIDR and node addresses)")
-	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
+	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+dpinfo.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
 	cmd.Flags().IntVar(&agentFlags.nodeLeaseSeconds, "node-lease-duration-seconds", 0, "with --kubeconfig and --run-pods: the node's Lease duration, renewed every quarter of it (kubelet's flag; default 40, the node keeps it)")
 	cmd.Flags().IntVar(&multi.nodes, "nodes", 0, "build a lab of this many nodes (2-9), each an agent in a network namespace of its own joined by an underlay, with a host outside the cluster (`lab exec --external`); the lab keeps its nodes (default: as it is, else one node)")
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shuntnet/shunt/internal/api"
-	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 func newMapCmd(g *globals) *cobra.Command {
@@ -29,7 +29,7 @@ func newMapCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var maps []datapath.MapInfo
+			var maps []dpinfo.MapInfo
 			if err := c.Do("GET", "/v1/maps", nil, &maps); err != nil {
 				return err
 			}

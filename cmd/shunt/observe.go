@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/flows"
 )
 
@@ -172,7 +172,7 @@ func summary(fl flows.Flow) string {
 	}
 	if fl.DropReason != "" {
 		parts = append(parts, "reason "+fl.DropReason)
-	} else if datapath.InsertFailed(fl.Reason) {
+	} else if dpinfo.InsertFailed(fl.Reason) {
 		parts = append(parts, "reason "+fl.Reason) // went on, but something was not recorded
 	}
 	if fl.Service != nil {

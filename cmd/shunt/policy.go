@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/shuntnet/shunt/internal/api"
-	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/policy"
 )
 
@@ -72,7 +72,7 @@ func peerText(p policy.Peer) string {
 }
 
 func printTrace(t policy.Trace) {
-	proto := datapath.ProtoName(t.Proto)
+	proto := dpinfo.ProtoName(t.Proto)
 	verdict := strings.ToUpper(t.Verdict)
 	if t.Reason != "" {
 		verdict += " (" + t.Reason + ")"

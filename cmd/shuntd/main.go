@@ -18,6 +18,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/agent"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/podexec"
@@ -105,7 +106,7 @@ func newRootCmd() *cobra.Command {
 			}
 			cfg.Masquerade = masquerade
 			if masqPorts != "" {
-				if cfg.MasqueradePorts, err = datapath.ParsePortRange(masqPorts); err != nil {
+				if cfg.MasqueradePorts, err = dpinfo.ParsePortRange(masqPorts); err != nil {
 					return fmt.Errorf("--masquerade-ports: %w", err)
 				}
 			}
@@ -160,7 +161,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --routing, --tunnel or --masquerade: this node's IPv4 address other nodes reach it at (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&masquerade, "masquerade", false, "pods' traffic to destinations outside the cluster leaves from the node's address (--underlay-addr, or the Node's InternalIP), translated in BPF on the interface holding it; no iptables")
 	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
-	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+datapath.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
+	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+dpinfo.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
 	cmd.Flags().IntVar(&nodeLeaseSeconds, "node-lease-duration-seconds", int(lab.DefaultNodeLeaseDuration/time.Second), "with --run-pods: the duration of the node's Lease in kube-node-lease, renewed every quarter of it, as kubelet's flag of that name (the node keeps it across restarts)")
 	cmd.Flags().BoolVar(&labControlPlane, "lab-control-plane", false, "this lab node's control plane also serves the lab's other nodes (`shunt lab up --nodes N`): their Nodes, the objects, their pods' status, one identity numbering; the node keeps it")
 	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")

@@ -3,7 +3,7 @@ package agent
 import (
 	"net/http"
 
-	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 func (a *Agent) handleMaps(w http.ResponseWriter, r *http.Request) {
@@ -25,7 +25,7 @@ func (a *Agent) handleMapDump(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rows == nil {
-		rows = []datapath.Row{}
+		rows = []dpinfo.Row{}
 	}
 	if !raw {
 		names := a.rec.Names()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/ipam"
 )
 
@@ -14,12 +15,12 @@ import (
 // tunnel: started again without --masquerade it masquerades as before;
 // other ports or exclusions need `lab down` first.
 func settleMasquerade(state *State, cfg *Config) error {
-	given := cfg.MasqueradePorts != (datapath.PortRange{}) || cfg.MasqueradeExclude != nil
+	given := cfg.MasqueradePorts != (dpinfo.PortRange{}) || cfg.MasqueradeExclude != nil
 	if given && !cfg.Masquerade && state.Masquerade == nil {
 		return fmt.Errorf("--masquerade-ports and --masquerade-exclude go with --masquerade")
 	}
-	if cfg.MasqueradePorts == (datapath.PortRange{}) {
-		cfg.MasqueradePorts = datapath.DefaultMasqPorts
+	if cfg.MasqueradePorts == (dpinfo.PortRange{}) {
+		cfg.MasqueradePorts = dpinfo.DefaultMasqPorts
 	}
 	want := &MasqueradeState{Ports: cfg.MasqueradePorts.String()}
 	for _, p := range cfg.MasqueradeExclude {
@@ -36,7 +37,7 @@ func settleMasquerade(state *State, cfg *Config) error {
 		return fmt.Errorf("instance %q already masquerades with ports %s, exclusions %v; run `shunt --instance %s lab down` first to change them",
 			cfg.Instance.Name, was.Ports, was.Exclude, cfg.Instance.Name)
 	}
-	ports, err := datapath.ParsePortRange(was.Ports)
+	ports, err := dpinfo.ParsePortRange(was.Ports)
 	if err != nil {
 		return fmt.Errorf("the persisted masquerade: %w", err)
 	}
@@ -118,7 +119,7 @@ func masqueradeOf(cfg Config, mode datapath.Mode) (*datapath.Masquerade, error) 
 	if cfg.MasqueradePorts.Overlaps(eph) {
 		return nil, fmt.Errorf("--masquerade-ports %s overlaps the node's ephemeral ports %s (net.ipv4.ip_local_port_range): "+
 			"the node's own connections would take ports the masquerade hands out; choose ports outside it (default %s)",
-			cfg.MasqueradePorts, eph, datapath.DefaultMasqPorts)
+			cfg.MasqueradePorts, eph, dpinfo.DefaultMasqPorts)
 	}
 	return &datapath.Masquerade{Addr: cfg.Underlay, Ports: cfg.MasqueradePorts}, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
@@ -395,7 +396,7 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 	for _, e := range entries {
 		se := api.ServiceEntry{
 			Service: names[services.Frontend{VIP: e.VIP, Port: e.Port, Proto: e.Proto}], VIP: e.VIP.String(), Port: e.Port,
-			Protocol: datapath.ProtoName(e.Proto), ID: e.ID, Affinity: e.AffinityTimeout, Backends: []string{},
+			Protocol: dpinfo.ProtoName(e.Proto), ID: e.ID, Affinity: e.AffinityTimeout, Backends: []string{},
 		}
 		for _, b := range e.Backends {
 			se.Backends = append(se.Backends, fmt.Sprintf("%s:%d (#%d)", b.IP, b.Port, b.ID))

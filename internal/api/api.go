@@ -15,7 +15,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // Object is a manifest object on the wire, with where it came from so the
@@ -129,28 +129,28 @@ type Status struct {
 	Source   string `json:"source"` // where objects come from: "lab" or "kubernetes https://..."
 	// Problems are what objects ask that shunt leaves out (the rest is
 	// programmed): "Kind ns/name: what and why".
-	Problems    []string           `json:"problems,omitempty"`
-	Mode        string             `json:"mode"`
-	Routing     *RoutingStatus     `json:"routing,omitempty"`    // nil: pods of other nodes are the host stack's
-	Tunnel      *TunnelStatus      `json:"tunnel,omitempty"`     // nil: no overlay
-	Masquerade  *MasqueradeStatus  `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
-	PodCIDR     string             `json:"podCIDR"`
-	ServiceCIDR string             `json:"serviceCIDR"`
-	NodeIP      string             `json:"nodeIP"`
-	PinDir      string             `json:"pinDir"`
-	Pods        int                `json:"pods"`
-	Counters    []datapath.Counter `json:"counters"`
+	Problems    []string          `json:"problems,omitempty"`
+	Mode        string            `json:"mode"`
+	Routing     *RoutingStatus    `json:"routing,omitempty"`    // nil: pods of other nodes are the host stack's
+	Tunnel      *TunnelStatus     `json:"tunnel,omitempty"`     // nil: no overlay
+	Masquerade  *MasqueradeStatus `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
+	PodCIDR     string            `json:"podCIDR"`
+	ServiceCIDR string            `json:"serviceCIDR"`
+	NodeIP      string            `json:"nodeIP"`
+	PinDir      string            `json:"pinDir"`
+	Pods        int               `json:"pods"`
+	Counters    []dpinfo.Counter  `json:"counters"`
 
-	Started      time.Time          `json:"started"`
-	Health       []string           `json:"health"` // "ok", or what needs attention
-	Features     []string           `json:"features"`
-	Hooks        map[string]int     `json:"hooks"` // attached programs by hook
-	Maps         []datapath.MapInfo `json:"maps"`
-	FlowSampling string             `json:"flowSampling"`
-	Flows        FlowStatus         `json:"flows"`
-	MetricsAddr  string             `json:"metricsAddr,omitempty"`
-	Proxy        *ProxyStatus       `json:"proxy,omitempty"`
-	Accel        AccelStatus        `json:"socketAcceleration"`
+	Started      time.Time        `json:"started"`
+	Health       []string         `json:"health"` // "ok", or what needs attention
+	Features     []string         `json:"features"`
+	Hooks        map[string]int   `json:"hooks"` // attached programs by hook
+	Maps         []dpinfo.MapInfo `json:"maps"`
+	FlowSampling string           `json:"flowSampling"`
+	Flows        FlowStatus       `json:"flows"`
+	MetricsAddr  string           `json:"metricsAddr,omitempty"`
+	Proxy        *ProxyStatus     `json:"proxy,omitempty"`
+	Accel        AccelStatus      `json:"socketAcceleration"`
 }
 
 // TunnelStatus is the node's overlay: how pods of other nodes are reached.

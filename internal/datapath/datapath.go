@@ -466,18 +466,6 @@ func unpinLink(pin string) error {
 	return nil
 }
 
-// Uninstall removes every pin of an instance: links first (which detaches
-// their programs), then maps. Running it twice is a no-op.
-func Uninstall(pinDir string) error {
-	links, _ := filepath.Glob(filepath.Join(pinDir, "links", "*"))
-	var errs []error
-	for _, pin := range links {
-		errs = append(errs, unpinLink(pin))
-	}
-	errs = append(errs, os.RemoveAll(pinDir))
-	return errors.Join(errs...)
-}
-
 // Hooks counts the pinned program attachments by hook: from-pod (tcx
 // ingress of pod veths), to-pod (tcx egress), from-overlay (tcx ingress of
 // the VXLAN device), to-uplink and from-uplink (masquerade), sock-connect4, ...

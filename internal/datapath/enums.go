@@ -8,81 +8,20 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
-// The names Go prints for the values of the C enums in bpf/include/shunt.h,
-// all in this file. Each table is indexed (or keyed) by the constants bpf2go
-// generates from the enum, so a name cannot slide onto another value; the
-// tables of the enums that end in a _MAX value are checked against it at
-// compile time, so a value added in C without a name fails the build.
-// TestEnumNames checks every enum of shunt.h against the compiled objects:
-// each value has a name of its own, or the enum is listed with the reason Go
-// never prints it.
-
-// Reason names (enum shunt_reason), as the counters, metrics and flows
-// print them.
-var reasonNames = [...]string{
-	podtcShuntReasonSHUNT_REASON_FORWARDED:              "forwarded",
-	podtcShuntReasonSHUNT_REASON_TO_STACK:               "to-stack",
-	podtcShuntReasonSHUNT_REASON_NOT_IPV4:               "not-ipv4",
-	podtcShuntReasonSHUNT_REASON_INVALID_PACKET:         "invalid-packet",
-	podtcShuntReasonSHUNT_REASON_TTL_EXCEEDED:           "ttl-exceeded",
-	podtcShuntReasonSHUNT_REASON_REDIRECT_FAILED:        "redirect-failed",
-	podtcShuntReasonSHUNT_REASON_SERVICE_NO_BACKEND:     "service-no-backend",
-	podtcShuntReasonSHUNT_REASON_SERVICE_XLATE:          "service-translated",
-	podtcShuntReasonSHUNT_REASON_POLICY_DENIED:          "policy-denied",
-	podtcShuntReasonSHUNT_REASON_POLICY_NOT_ALLOWED:     "policy-not-allowed",
-	podtcShuntReasonSHUNT_REASON_CT_FULL:                "ct-full",
-	podtcShuntReasonSHUNT_REASON_SPOOFED:                "spoofed",
-	podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED:      "nat-insert-failed",
-	podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED: "affinity-insert-failed",
-	podtcShuntReasonSHUNT_REASON_SOCK_XLATE:             "sock-translated",
-	podtcShuntReasonSHUNT_REASON_SOCK_REFUSED:           "sock-refused",
-	podtcShuntReasonSHUNT_REASON_SOCK_PASSED:            "sock-passed",
-	podtcShuntReasonSHUNT_REASON_SOCK_RESTORED:          "sock-restored",
-	podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED:   "revnat-insert-failed",
-	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED:    "sock-storage-failed",
-	podtcShuntReasonSHUNT_REASON_SOCK_TO_PROXY:          "sock-to-proxy",
-	podtcShuntReasonSHUNT_REASON_PROXY_ADMITTED:         "proxy-admitted",
-	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED:    "proxy-origin-failed",
-	podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_ANSWERED:  "proxy-origin-answered",
-	podtcShuntReasonSHUNT_REASON_ACCEL_ADDED:            "accel-added",
-	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED:    "accel-insert-failed",
-	podtcShuntReasonSHUNT_REASON_ACCEL_REDIRECTED:       "accel-redirected",
-	podtcShuntReasonSHUNT_REASON_ACCEL_PASSED:           "accel-passed",
-	podtcShuntReasonSHUNT_REASON_ACCEL_ENDED:            "accel-ended",
-	podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS:    "accel-foreign-netns",
-	podtcShuntReasonSHUNT_REASON_SOCK_FOREIGN_NETNS:     "sock-foreign-netns",
-	podtcShuntReasonSHUNT_REASON_TO_TUNNEL:              "to-tunnel",
-	podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED:         "tunnel-spoofed",
-	podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED:      "tunnel-key-failed",
-	podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED:      "ct-promote-failed",
-	podtcShuntReasonSHUNT_REASON_FIB_LOOKUP_FAILED:      "fib-lookup-failed",
-	podtcShuntReasonSHUNT_REASON_MASQUERADED:            "masqueraded",
-	podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED:    "masq-port-exhausted",
-	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED:     "masq-insert-failed",
-	podtcShuntReasonSHUNT_REASON_UNMASQUERADED:          "unmasqueraded",
-	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED:            "arp-spoofed",
-	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED:            "frag-needed",
-	podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY:         "proxy-identity",
-}
-
-// Direction names (enum shunt_direction): a direction of the tc programs on
-// a pod's veth or on the overlay device, or a socket hook.
-var directionNames = [...]string{
-	podtcShuntDirectionSHUNT_DIR_FROM_POD:     "from-pod",
-	podtcShuntDirectionSHUNT_DIR_TO_POD:       "to-pod",
-	podtcShuntDirectionSHUNT_DIR_CONNECT:      "connect",
-	podtcShuntDirectionSHUNT_DIR_SENDMSG:      "sendmsg",
-	podtcShuntDirectionSHUNT_DIR_RECVMSG:      "recvmsg",
-	podtcShuntDirectionSHUNT_DIR_GETPEERNAME:  "getpeername",
-	podtcShuntDirectionSHUNT_DIR_GETSOCKOPT:   "getsockopt",
-	podtcShuntDirectionSHUNT_DIR_SOCKMSG:      "sockmsg",
-	podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY: "from-overlay",
-	podtcShuntDirectionSHUNT_DIR_TO_UPLINK:    "to-uplink",
-	podtcShuntDirectionSHUNT_DIR_FROM_UPLINK:  "from-uplink",
-	podtcShuntDirectionSHUNT_DIR_TO_OVERLAY:   "to-overlay",
-}
+// The names Go prints for the values of the C enums in bpf/include/shunt.h.
+// Those of shunt_reason and shunt_direction are in internal/dpinfo, which
+// the CLI uses without linking the datapath; each of its constants is
+// checked here against bpf2go's, so a value that moves in C fails the
+// build. The others are in this file: each table is indexed (or keyed) by
+// the constants bpf2go generates from the enum, so a name cannot slide
+// onto another value; the tables of the enums that end in a _MAX value are
+// checked against it at compile time, so a value added in C without a name
+// fails the build. TestEnumNames checks every enum of shunt.h against the
+// compiled objects: each value has a name of its own, or the enum is listed
+// with the reason Go never prints it.
 
 // Flow event fields (enum flow_verdict, flow_event_type, flow_point).
 var (
@@ -112,11 +51,74 @@ var (
 // Each table covers its enum exactly (the _MAX value is one past the last):
 // a value added in C without a name here, or a stale name, fails to compile.
 const (
-	_ = uint(len(reasonNames)-int(podtcShuntReasonSHUNT_REASON_MAX)) + uint(int(podtcShuntReasonSHUNT_REASON_MAX)-len(reasonNames))
-	_ = uint(len(directionNames)-int(podtcShuntDirectionSHUNT_DIR_MAX)) + uint(int(podtcShuntDirectionSHUNT_DIR_MAX)-len(directionNames))
 	_ = uint(len(flowVerdictNames)-int(podtcFlowVerdictFLOW_VERDICT_MAX)) + uint(int(podtcFlowVerdictFLOW_VERDICT_MAX)-len(flowVerdictNames))
 	_ = uint(len(flowEventNames)-int(podtcFlowEventTypeFLOW_EV_MAX)) + uint(int(podtcFlowEventTypeFLOW_EV_MAX)-len(flowEventNames))
 	_ = uint(len(flowPointNames)-int(podtcFlowPointFLOW_POINT_MAX)) + uint(int(podtcFlowPointFLOW_POINT_MAX)-len(flowPointNames))
+)
+
+// dpinfo's reasons and directions are the C enums' values: a pair that
+// differs indexes past the one element of sameAsC, and the build fails on
+// that line.
+type sameAsC [1]struct{}
+
+var (
+	_ = sameAsC{}[dpinfo.ReasonForwarded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_FORWARDED)]
+	_ = sameAsC{}[dpinfo.ReasonToStack^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_TO_STACK)]
+	_ = sameAsC{}[dpinfo.ReasonNotIPv4^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NOT_IPV4)]
+	_ = sameAsC{}[dpinfo.ReasonInvalidPacket^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_INVALID_PACKET)]
+	_ = sameAsC{}[dpinfo.ReasonTTLExceeded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_TTL_EXCEEDED)]
+	_ = sameAsC{}[dpinfo.ReasonRedirectFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_REDIRECT_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonServiceNoBackend^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SERVICE_NO_BACKEND)]
+	_ = sameAsC{}[dpinfo.ReasonServiceXlate^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SERVICE_XLATE)]
+	_ = sameAsC{}[dpinfo.ReasonPolicyDenied^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_POLICY_DENIED)]
+	_ = sameAsC{}[dpinfo.ReasonPolicyNotAllowed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_POLICY_NOT_ALLOWED)]
+	_ = sameAsC{}[dpinfo.ReasonCTFull^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_CT_FULL)]
+	_ = sameAsC{}[dpinfo.ReasonSpoofed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SPOOFED)]
+	_ = sameAsC{}[dpinfo.ReasonNATInsertFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonAffinityInsertFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonSockXlate^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SOCK_XLATE)]
+	_ = sameAsC{}[dpinfo.ReasonSockRefused^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SOCK_REFUSED)]
+	_ = sameAsC{}[dpinfo.ReasonSockPassed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SOCK_PASSED)]
+	_ = sameAsC{}[dpinfo.ReasonSockRestored^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SOCK_RESTORED)]
+	_ = sameAsC{}[dpinfo.ReasonRevNATInsertFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonSockStorageFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonSockToProxy^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SOCK_TO_PROXY)]
+	_ = sameAsC{}[dpinfo.ReasonProxyAdmitted^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_ADMITTED)]
+	_ = sameAsC{}[dpinfo.ReasonProxyOriginFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonProxyOriginAnswered^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_ANSWERED)]
+	_ = sameAsC{}[dpinfo.ReasonAccelAdded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_ADDED)]
+	_ = sameAsC{}[dpinfo.ReasonAccelInsertFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonAccelRedirected^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_REDIRECTED)]
+	_ = sameAsC{}[dpinfo.ReasonAccelPassed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_PASSED)]
+	_ = sameAsC{}[dpinfo.ReasonAccelEnded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_ENDED)]
+	_ = sameAsC{}[dpinfo.ReasonAccelForeignNetns^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_FOREIGN_NETNS)]
+	_ = sameAsC{}[dpinfo.ReasonSockForeignNetns^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_SOCK_FOREIGN_NETNS)]
+	_ = sameAsC{}[dpinfo.ReasonToTunnel^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_TO_TUNNEL)]
+	_ = sameAsC{}[dpinfo.ReasonTunnelSpoofed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_TUNNEL_SPOOFED)]
+	_ = sameAsC{}[dpinfo.ReasonTunnelKeyFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_TUNNEL_KEY_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonCTPromoteFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonFIBLookupFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_FIB_LOOKUP_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonMasqueraded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MASQUERADED)]
+	_ = sameAsC{}[dpinfo.ReasonMasqPortExhausted^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MASQ_PORT_EXHAUSTED)]
+	_ = sameAsC{}[dpinfo.ReasonMasqInsertFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED)]
+	_ = sameAsC{}[dpinfo.ReasonUnmasqueraded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_UNMASQUERADED)]
+	_ = sameAsC{}[dpinfo.ReasonARPSpoofed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ARP_SPOOFED)]
+	_ = sameAsC{}[dpinfo.ReasonFragNeeded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_FRAG_NEEDED)]
+	_ = sameAsC{}[dpinfo.ReasonProxyIdentity^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY)]
+	_ = sameAsC{}[dpinfo.ReasonMax^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MAX)]
+	_ = sameAsC{}[dpinfo.DirFromPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_POD)]
+	_ = sameAsC{}[dpinfo.DirToPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_TO_POD)]
+	_ = sameAsC{}[dpinfo.DirConnect^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_CONNECT)]
+	_ = sameAsC{}[dpinfo.DirSendmsg^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_SENDMSG)]
+	_ = sameAsC{}[dpinfo.DirRecvmsg^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_RECVMSG)]
+	_ = sameAsC{}[dpinfo.DirGetpeername^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_GETPEERNAME)]
+	_ = sameAsC{}[dpinfo.DirGetsockopt^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_GETSOCKOPT)]
+	_ = sameAsC{}[dpinfo.DirSockmsg^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_SOCKMSG)]
+	_ = sameAsC{}[dpinfo.DirFromOverlay^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_OVERLAY)]
+	_ = sameAsC{}[dpinfo.DirToUplink^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_TO_UPLINK)]
+	_ = sameAsC{}[dpinfo.DirFromUplink^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_UPLINK)]
+	_ = sameAsC{}[dpinfo.DirToOverlay^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_TO_OVERLAY)]
+	_ = sameAsC{}[dpinfo.DirMax^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_MAX)]
 )
 
 // Flag names (enum endpoint_flags, enum ct_flags), one per bit.
@@ -160,27 +162,6 @@ func name(names []string, i uint8) string {
 		return names[i]
 	}
 	return fmt.Sprint(i)
-}
-
-// insertFailures are the reasons that say a program could not record an
-// entry in a map (the packet or call may still have gone on).
-var insertFailures = [...]podtcShuntReason{
-	podtcShuntReasonSHUNT_REASON_CT_FULL, podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED,
-	podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED,
-	podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED, podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED,
-	podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED, podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED,
-	podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED,
-}
-
-// InsertFailed says whether a reason is a map insert that failed: worth
-// showing even on a flow that went on.
-func InsertFailed(reason string) bool {
-	for _, r := range insertFailures {
-		if reasonNames[r] == reason {
-			return true
-		}
-	}
-	return false
 }
 
 // enumValues reads a C enum of bpf/include/shunt.h, value name -> value,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/policy"
 )
@@ -17,8 +18,8 @@ import (
 // prints, Go's name for each of the given values ("" or a bare number: it
 // has none).
 var goNames = map[string]func(values []uint64) map[uint64]string{
-	"shunt_reason":    table(reasonNames[:]),
-	"shunt_direction": table(directionNames[:]),
+	"shunt_reason":    enum(dpinfo.ReasonMax),
+	"shunt_direction": enum(dpinfo.DirMax),
 	"flow_verdict":    table(flowVerdictNames[:]),
 	"flow_event_type": table(flowEventNames[:]),
 	"flow_point":      table(flowPointNames[:]),
@@ -44,6 +45,20 @@ func table(names []string) func([]uint64) map[uint64]string {
 		out := map[uint64]string{}
 		for i, n := range names {
 			out[uint64(i)] = n
+		}
+		return out
+	}
+}
+
+// enum names the values of a dpinfo enum, 0 up to max (one past the last).
+func enum[E interface {
+	~uint8
+	String() string
+}](max E) func([]uint64) map[uint64]string {
+	return func([]uint64) map[uint64]string {
+		out := map[uint64]string{}
+		for v := range max {
+			out[uint64(v)] = v.String()
 		}
 		return out
 	}

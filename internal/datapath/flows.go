@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,7 @@ func decodeFlow(raw []byte, boot time.Time) (FlowEvent, error) {
 		Time: boot.Add(time.Duration(e.TsNs)), CgroupID: e.CgroupId,
 		Src: fromBe32(e.Saddr), Dst: fromBe32(e.Daddr), SrcPort: fromBe16(e.Sport), DstPort: fromBe16(e.Dport),
 		Proto: e.Proto, TCPFlags: e.TcpFlags, Verdict: name(flowVerdictNames[:], e.Verdict),
-		Reason: name(reasonNames[:], e.Reason), Point: name(flowPointNames[:], e.Point), Event: name(flowEventNames[:], e.Event),
+		Reason: dpinfo.Reason(e.Reason).String(), Point: name(flowPointNames[:], e.Point), Event: name(flowEventNames[:], e.Event),
 		Ifindex: e.Ifindex, SrcIdentity: e.SrcIdentity, DstIdentity: e.DstIdentity, RuleID: e.RuleId, Length: e.Len,
 	}
 	if e.OrigDaddr != 0 {

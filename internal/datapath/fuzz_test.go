@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/policy"
 )
 
@@ -110,5 +111,5 @@ var fuzzNode = netip.MustParseAddr("172.31.0.1")
 func openFuzzDatapath(f *testing.F) *Datapath {
 	f.Helper()
 	return openConfiguredDatapath(f, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: testNodeIP,
-		Masquerade: &Masquerade{Addr: fuzzNode, Ports: DefaultMasqPorts}}, nil)
+		Masquerade: &Masquerade{Addr: fuzzNode, Ports: dpinfo.DefaultMasqPorts}}, nil)
 }

@@ -12,41 +12,9 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/policy"
 )
-
-// MapInfo describes one map of the datapath.
-type MapInfo struct {
-	Name     string `json:"name"`
-	About    string `json:"about"` // what the map holds
-	Type     string `json:"type"`
-	Entries  int    `json:"entries"` // -1: not countable (ring buffer, socket storage)
-	Capacity int    `json:"capacity"`
-	Pinned   bool   `json:"pinned"`
-	Dumpable bool   `json:"dumpable"`
-	WhenFull string `json:"whenFull,omitempty"` // what happens when it is full
-}
-
-// Fills says whether the map has a fill level: entries that come and go
-// (not an array, whose entries always exist, nor a map that cannot count).
-func (m MapInfo) Fills() bool {
-	return m.Entries >= 0 && m.Capacity > 0 && m.Type != ebpf.Array.String() && m.Type != ebpf.PerCPUArray.String()
-}
-
-// Pressure is a health message when the map is 90% full or more, else "".
-func (m MapInfo) Pressure() string {
-	if !m.Fills() || m.Entries*10 < m.Capacity*9 {
-		return ""
-	}
-	msg := fmt.Sprintf("map %s is %d%% full (%d of %d)", m.Name, 100*m.Entries/m.Capacity, m.Entries, m.Capacity)
-	if m.WhenFull != "" {
-		msg += ": " + m.WhenFull
-	}
-	return msg
-}
-
-// Row is one decoded map entry: column name -> value.
-type Row map[string]any
 
 // mapDesc is everything the datapath knows about one of its maps, in one
 // place: `shunt map list` and `map dump`, the map pressure of `shunt
@@ -132,14 +100,14 @@ var mapTable = []mapDesc{
 			unassured, err := ctRows(d.objs.ShuntCtNew, ctTableNew)
 			return append(assured, unassured...), err
 		},
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_CT_PROMOTE_FAILED],
+		insertFailed: dpinfo.ReasonCTPromoteFailed.String(),
 	},
 	{
 		name:         "shunt_ct_new",
 		about:        "connection tracking, connections not assured yet: a flood of new ones evicts only these, never an established one (LRU)",
 		of:           func(d *Datapath) *ebpf.Map { return d.objs.ShuntCtNew },
 		dump:         func(d *Datapath) ([]Row, error) { return ctRows(d.objs.ShuntCtNew, ctTableNew) },
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_CT_FULL],
+		insertFailed: dpinfo.ReasonCTFull.String(),
 	},
 	{
 		name:  "shunt_tc_nat",
@@ -152,17 +120,17 @@ var mapTable = []mapDesc{
 					what = "source"
 				}
 				return Row{"flow": fmt.Sprintf("%s:%d -> %s:%d/%s", fromBe32(k.Saddr), fromBe16(k.Sport), fromBe32(k.Daddr),
-					fromBe16(k.Dport), ProtoName(k.Proto)), "rewrite": what, "to": fmt.Sprintf("%s:%d", fromBe32(v.Addr), fromBe16(v.Port))}
+					fromBe16(k.Dport), dpinfo.ProtoName(k.Proto)), "rewrite": what, "to": fmt.Sprintf("%s:%d", fromBe32(v.Addr), fromBe16(v.Port))}
 			})
 		},
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_NAT_INSERT_FAILED],
+		insertFailed: dpinfo.ReasonNATInsertFailed.String(),
 	},
 	{
 		name:         "shunt_masq_nat",
 		about:        "masquerade: pods' flows to outside the cluster, by tuple of either direction -> the node's address and port or the pod's (LRU)",
 		of:           func(d *Datapath) *ebpf.Map { return d.uplink.ShuntMasqNat },
 		dump:         func(d *Datapath) ([]Row, error) { return d.masqRows() },
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_MASQ_INSERT_FAILED],
+		insertFailed: dpinfo.ReasonMasqInsertFailed.String(),
 	},
 	{
 		name:  "shunt_masq_exclude",
@@ -181,7 +149,7 @@ var mapTable = []mapDesc{
 		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntServices },
 		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.sock.ShuntServices, func(k socklbServiceKey, v socklbServiceValue) Row {
-				r := Row{"frontend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Vip), fromBe16(k.Port), ProtoName(k.Proto)), "slot": k.Slot}
+				r := Row{"frontend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Vip), fromBe16(k.Port), dpinfo.ProtoName(k.Proto)), "slot": k.Slot}
 				if k.Slot == 0 {
 					r["serviceID"], r["backends"], r["affinitySeconds"] = v.Id, v.BackendCount, v.AffinityTimeout
 				} else {
@@ -199,7 +167,7 @@ var mapTable = []mapDesc{
 		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntBackends },
 		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.sock.ShuntBackends, func(k uint32, v socklbBackendValue) Row {
-				return Row{"id": k, "backend": fmt.Sprintf("%s:%d/%s", fromBe32(v.Ip), fromBe16(v.Port), ProtoName(v.Proto))}
+				return Row{"id": k, "backend": fmt.Sprintf("%s:%d/%s", fromBe32(v.Ip), fromBe16(v.Port), dpinfo.ProtoName(v.Proto))}
 			})
 		},
 	},
@@ -214,7 +182,7 @@ var mapTable = []mapDesc{
 					"idleSeconds": secondsSince(now, v.LastUsedNs)}
 			})
 		},
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_AFFINITY_INSERT_FAILED],
+		insertFailed: dpinfo.ReasonAffinityInsertFailed.String(),
 	},
 	{
 		name:  "shunt_revnat",
@@ -227,13 +195,13 @@ var mapTable = []mapDesc{
 					"service": fmt.Sprintf("%s:%d", fromBe32(v.Vip), fromBe16(v.Vport))}
 			})
 		},
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_REVNAT_INSERT_FAILED],
+		insertFailed: dpinfo.ReasonRevNATInsertFailed.String(),
 	},
 	{
 		name:         "shunt_sock_svc",
 		about:        "per socket: the service and backend its connect was translated to (socket storage)",
 		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockSvc },
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_SOCK_STORAGE_FAILED],
+		insertFailed: dpinfo.ReasonSockStorageFailed.String(),
 	},
 	{
 		name:  "shunt_l7_redirect",
@@ -241,7 +209,7 @@ var mapTable = []mapDesc{
 		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntL7Redirect },
 		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.sock.ShuntL7Redirect, func(k socklbL7RedirectKey, v socklbL7RedirectValue) Row {
-				return Row{"destination": fmt.Sprintf("%s:%d", fromBe32(k.Ip), fromBe16(k.Port)), "protocol": ProtoName(k.Proto),
+				return Row{"destination": fmt.Sprintf("%s:%d", fromBe32(k.Ip), fromBe16(k.Port)), "protocol": dpinfo.ProtoName(k.Proto),
 					"proxy": fmt.Sprintf("%s:%d", fromBe32(v.ProxyIp), fromBe16(v.ProxyPort))}
 			})
 		},
@@ -251,7 +219,7 @@ var mapTable = []mapDesc{
 		name:         "shunt_sock_proxied",
 		about:        "per socket redirected to a proxy: the destination it dialled (socket storage)",
 		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockProxied },
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED],
+		insertFailed: dpinfo.ReasonProxyOriginFailed.String(),
 	},
 	{
 		name:  "shunt_proxy_origins",
@@ -264,7 +232,7 @@ var mapTable = []mapDesc{
 					"destination": fmt.Sprintf("%s:%d", fromBe32(v.Ip), fromBe16(v.Port))}
 			})
 		},
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_PROXY_ORIGIN_FAILED],
+		insertFailed: dpinfo.ReasonProxyOriginFailed.String(),
 	},
 	{
 		name:  "shunt_identity_endpoints",
@@ -282,7 +250,7 @@ var mapTable = []mapDesc{
 		about:        "socket acceleration: established local sockets by (network namespace, tuple local end first); sk_msg sends to the peer's ingress",
 		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockhash },
 		dump:         func(d *Datapath) ([]Row, error) { return d.accelRows() },
-		insertFailed: reasonNames[podtcShuntReasonSHUNT_REASON_ACCEL_INSERT_FAILED],
+		insertFailed: dpinfo.ReasonAccelInsertFailed.String(),
 	},
 	{
 		name:  "shunt_accel_connecting",
@@ -367,7 +335,7 @@ var mapTable = []mapDesc{
 				return nil, nil
 			}
 			return dump(m, func(k sockdestroyGoneBackend, _ uint8) Row {
-				return Row{"backend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Ip), fromBe16(k.Port), ProtoName(k.Proto))}
+				return Row{"backend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Ip), fromBe16(k.Port), dpinfo.ProtoName(k.Proto))}
 			})
 		},
 	},
@@ -412,15 +380,15 @@ func (d *Datapath) checkFits(name string, need int) error {
 
 // Maps lists every map with its fill level (entries are counted by walking
 // the keys: a scrape of a full 128k-entry table takes tens of ms).
-func (d *Datapath) Maps() ([]MapInfo, error) {
-	var out []MapInfo
+func (d *Datapath) Maps() ([]dpinfo.MapInfo, error) {
+	var out []dpinfo.MapInfo
 	for _, md := range mapTable {
 		m := md.of(d)
 		if m == nil {
 			continue
 		}
 		_, err := os.Stat(filepath.Join(d.cfg.PinDir, md.name))
-		info := MapInfo{Name: md.name, About: md.about, Type: m.Type().String(), Capacity: int(m.MaxEntries()), Entries: -1,
+		info := dpinfo.MapInfo{Name: md.name, About: md.about, Type: m.Type().String(), Capacity: int(m.MaxEntries()), Entries: -1,
 			Pinned: err == nil, Dumpable: md.dump != nil, WhenFull: md.whenFull(m.Type())}
 		switch m.Type() {
 		case ebpf.RingBuf, ebpf.SkStorage:
@@ -435,7 +403,7 @@ func (d *Datapath) Maps() ([]MapInfo, error) {
 		}
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b MapInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b dpinfo.MapInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -513,30 +481,13 @@ func dumpPrefixes(m *ebpf.Map) ([]Row, error) {
 	})
 }
 
-// ProtoName names an IP protocol number.
-func ProtoName(p uint8) string {
-	switch p {
-	case 0:
-		return "any"
-	case 1:
-		return "ICMP"
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	case 132:
-		return "SCTP"
-	}
-	return fmt.Sprint(p)
-}
-
 // PortsText shows a policy key's protocol and port prefix: "80/TCP",
 // "8000-8063/TCP", "all/UDP", "any".
 func PortsText(k policy.Key) string {
 	if k.Proto == 0 {
 		return "any"
 	}
-	proto := ProtoName(k.Proto)
+	proto := dpinfo.ProtoName(k.Proto)
 	if k.PortBits == 0 {
 		return "all/" + proto
 	}
@@ -564,7 +515,7 @@ func ctRows(m *ebpf.Map, table string) ([]Row, error) {
 		if v.Flags&uint32(podtcCtFlagsCT_F_ORIG_IS_A) == 0 {
 			src, dst = b, a
 		}
-		return Row{"source": src, "destination": dst, "protocol": ProtoName(k.Proto), "table": table, "state": ctState(v.Flags, table),
+		return Row{"source": src, "destination": dst, "protocol": dpinfo.ProtoName(k.Proto), "table": table, "state": ctState(v.Flags, table),
 			"flags": flagsText(v.Flags, ctFlagNames), "ageSeconds": secondsSince(now, v.CreatedNs),
 			"idleSeconds": secondsSince(now, v.LastSeenNs), "ruleID": v.RuleId}
 	})

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // TestMapTable: every map of the BPF objects is described in mapTable
@@ -32,7 +35,7 @@ func TestMapTable(t *testing.T) {
 		if md.refuse != "" && md.insertFailed != "" {
 			t.Errorf("%s: written by the agent and inserted into by programs?", md.name)
 		}
-		if md.insertFailed != "" && !InsertFailed(md.insertFailed) {
+		if md.insertFailed != "" && !dpinfo.InsertFailed(md.insertFailed) {
 			t.Errorf("%s: %q is not a reason for a failed insert", md.name, md.insertFailed)
 		}
 	}
@@ -60,7 +63,7 @@ func TestMapTableMatchesKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed := map[string]MapInfo{}
+	listed := map[string]dpinfo.MapInfo{}
 	for _, mi := range infos {
 		listed[mi.Name] = mi
 	}
@@ -94,7 +97,7 @@ func TestMapTableMatchesKernel(t *testing.T) {
 			}
 		}
 	}
-	if !slices.IsSortedFunc(infos, func(a, b MapInfo) int { return strings.Compare(a.Name, b.Name) }) {
+	if !slices.IsSortedFunc(infos, func(a, b dpinfo.MapInfo) int { return strings.Compare(a.Name, b.Name) }) {
 		t.Error("maps are not listed by name")
 	}
 	if ct := listed["shunt_ct_new"]; !strings.Contains(ct.WhenFull, "least recently used") || !strings.Contains(ct.WhenFull, "ct-full") {
@@ -115,18 +118,11 @@ func TestMapTableMatchesKernel(t *testing.T) {
 	}
 }
 
-func TestMapPressure(t *testing.T) {
-	for _, c := range []struct {
-		m    MapInfo
-		want string
-	}{
-		{MapInfo{Name: "shunt_ct", Type: "LRUHash", Entries: 95, Capacity: 100, WhenFull: "x"}, "map shunt_ct is 95% full (95 of 100): x"},
-		{MapInfo{Name: "shunt_ct", Type: "LRUHash", Entries: 89, Capacity: 100}, ""},
-		{MapInfo{Name: "shunt_metrics", Type: "PerCPUArray", Entries: 512, Capacity: 512}, ""},
-		{MapInfo{Name: "shunt_flows", Type: "RingBuf", Entries: -1, Capacity: 4096}, ""},
-	} {
-		if got := c.m.Pressure(); got != c.want {
-			t.Errorf("%+v: pressure %q, want %q", c.m, got, c.want)
-		}
+// TestMapInfoTypes: the array types dpinfo.MapInfo.Fills leaves out are
+// named as cilium/ebpf names them.
+func TestMapInfoTypes(t *testing.T) {
+	if ebpf.Array.String() != dpinfo.TypeArray || ebpf.PerCPUArray.String() != dpinfo.TypePerCPUArray {
+		t.Errorf("cilium/ebpf names the arrays %q and %q, dpinfo %q and %q",
+			ebpf.Array, ebpf.PerCPUArray, dpinfo.TypeArray, dpinfo.TypePerCPUArray)
 	}
 }

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/teardown"
 )
 
 // The masquerade test builds, out of network namespaces, a node whose
@@ -62,7 +64,7 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode) {
 		if d != nil {
 			d.Close()
 		}
-		if err := Uninstall(pinDir); err != nil {
+		if err := teardown.Pins(pinDir); err != nil {
 			t.Error(err)
 		}
 	})
@@ -76,7 +78,7 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode) {
 			return err
 		}
 		ep = Endpoint{IP: mxPodIP, Ifindex: links.HostIfindex, PodMAC: links.PodMAC, NodeMAC: links.HostMAC, Identity: 300}
-		if d, err = Open(Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: DefaultMasqPorts}}); err != nil {
+		if d, err = Open(Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: dpinfo.DefaultMasqPorts}}); err != nil {
 			return err
 		}
 		if err := d.AttachPod(pod.HostIf, links.HostIfindex); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
+	"github.com/shuntnet/shunt/internal/teardown"
 )
 
 // The two-node overlay test builds, out of network namespaces, two nodes
@@ -278,7 +279,7 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native bool, und
 		if n.d != nil {
 			n.d.Close()
 		}
-		if err := Uninstall(pinDir); err != nil {
+		if err := teardown.Pins(pinDir); err != nil {
 			t.Error(err)
 		}
 	})
@@ -624,7 +625,7 @@ func findFlow(t *testing.T, fr *FlowReader, match func(FlowEvent) bool) FlowEven
 func overlayPins(t *testing.T, name string) string {
 	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-"+name))
 	t.Cleanup(func() {
-		if err := Uninstall(pinDir); err != nil {
+		if err := teardown.Pins(pinDir); err != nil {
 			t.Error(err)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/teardown"
 )
 
 // requireBPF skips tests that need root and a BPF-capable kernel.
@@ -58,7 +59,7 @@ func testPinDir(t testing.TB) string {
 	t.Helper()
 	pinDir := filepath.Join("/sys/fs/bpf", "shunt-test-"+filepath.Base(filepath.Dir(t.TempDir())))
 	t.Cleanup(func() {
-		if err := Uninstall(pinDir); err != nil {
+		if err := teardown.Pins(pinDir); err != nil {
 			t.Error(err)
 		}
 	})

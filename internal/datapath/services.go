@@ -76,11 +76,15 @@ type serviceTable struct {
 	nextBackend, nextService uint32
 }
 
+// newServiceTable is the mirror of empty maps.
+func newServiceTable() serviceTable {
+	return serviceTable{ports: map[services.Frontend]written{}, backends: map[backendKey]uint32{},
+		keys: map[uint32]backendKey{}, refs: map[uint32]int{}, svcIDs: map[uint32]bool{}, nextBackend: 1, nextService: 1}
+}
+
 func (d *Datapath) loadServiceTable() error {
 	t := &d.services
-	t.ports, t.backends, t.refs, t.svcIDs = map[services.Frontend]written{}, map[backendKey]uint32{}, map[uint32]int{}, map[uint32]bool{}
-	t.slots = 0
-	t.keys = map[uint32]backendKey{}
+	*t = newServiceTable()
 	var id uint32
 	var bv socklbBackendValue
 	it := d.sock.ShuntBackends.Iterate()
@@ -120,7 +124,6 @@ func (d *Datapath) loadServiceTable() error {
 		t.slots += 1 + len(w.backends)
 		t.svcIDs[v.Id] = true
 	}
-	t.nextBackend, t.nextService = 1, 1
 	for id := range t.refs {
 		t.nextBackend = max(t.nextBackend, id+1)
 	}
@@ -140,7 +143,6 @@ func (d *Datapath) loadServiceTable() error {
 // affinity entries stay valid. goneUDP are the UDP backends no service
 // uses any more: connected sockets still point at them (DestroyUDPSockets).
 func (d *Datapath) SyncServices(desired []services.Port) (goneUDP []netip.AddrPort, err error) {
-	t := &d.services
 	if err := d.useServiceTable(); err != nil {
 		return nil, err
 	}
@@ -148,29 +150,48 @@ func (d *Datapath) SyncServices(desired []services.Port) (goneUDP []netip.AddrPo
 
 	// Refuse up front what does not fit, so a full map never leaves a
 	// half-written state: existing services keep working.
-	slots := 0
-	want := make(map[services.Frontend]bool, len(desired))
-	for _, s := range desired {
-		if err := checkServicePort(s); err != nil {
-			return nil, err
-		}
-		slots += 1 + len(s.Backends)
-		want[s.Frontend] = true
+	slots, err := syncSlots(desired)
+	if err != nil {
+		return nil, err
 	}
 	if err := d.checkSlots(slots); err != nil {
 		return nil, err
 	}
+	return d.flushServices(d.services.planSync(desired))
+}
 
+// syncSlots is the number of shunt_services entries desired needs, or why
+// the maps cannot hold it.
+func syncSlots(desired []services.Port) (int, error) {
+	slots := 0
+	for _, s := range desired {
+		if err := checkServicePort(s); err != nil {
+			return 0, err
+		}
+		slots += 1 + len(s.Backends)
+	}
+	return slots, nil
+}
+
+// planSync plans the writes that make the maps hold exactly desired, and
+// makes the mirror what they will hold. It touches no map: SyncServices
+// flushes the plan.
+func (t *serviceTable) planSync(desired []services.Port) *serviceWrites {
+	want := make(map[services.Frontend]bool, len(desired))
+	for _, s := range desired {
+		want[s.Frontend] = true
+	}
 	var w serviceWrites
 	for _, s := range desired {
-		d.syncServicePort(s, &w)
+		t.syncServicePort(s, &w)
 	}
 	for f, wr := range t.ports {
 		if !want[f] {
-			d.deleteServicePort(f, wr, &w)
+			t.deleteServicePort(f, wr, &w)
 		}
 	}
-	return d.finish(nil, &w)
+	t.collectBackends(nil, &w)
+	return &w
 }
 
 // UpdateServices writes the given service ports and removes the given
@@ -179,11 +200,23 @@ func (d *Datapath) SyncServices(desired []services.Port) (goneUDP []netip.AddrPo
 // write order as SyncServices applies; a change that does not fit is
 // refused before any write. goneUDP as for SyncServices.
 func (d *Datapath) UpdateServices(upsert []services.Port, remove []services.Frontend) (goneUDP []netip.AddrPort, err error) {
-	t := &d.services
 	if err := d.useServiceTable(); err != nil {
 		return nil, err
 	}
 	defer d.reloadServiceTableOnError(&err)
+	slots, err := d.services.updateSlots(upsert, remove)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.checkSlots(slots); err != nil {
+		return nil, err
+	}
+	return d.flushServices(d.services.planUpdate(upsert, remove))
+}
+
+// updateSlots is the number of shunt_services entries the table holds
+// after the update, or why the maps cannot hold a port of it.
+func (t *serviceTable) updateSlots(upsert []services.Port, remove []services.Frontend) (int, error) {
 	slots := t.slots
 	for _, f := range remove {
 		if w, ok := t.ports[f]; ok {
@@ -192,29 +225,33 @@ func (d *Datapath) UpdateServices(upsert []services.Port, remove []services.Fron
 	}
 	for _, s := range upsert {
 		if err := checkServicePort(s); err != nil {
-			return nil, err
+			return 0, err
 		}
 		if w, ok := t.ports[s.Frontend]; ok {
 			slots -= 1 + len(w.backends)
 		}
 		slots += 1 + len(s.Backends)
 	}
-	if err := d.checkSlots(slots); err != nil {
-		return nil, err
-	}
+	return slots, nil
+}
+
+// planUpdate plans the writes of UpdateServices and makes the mirror what
+// the maps will hold, touching no map.
+func (t *serviceTable) planUpdate(upsert []services.Port, remove []services.Frontend) *serviceWrites {
 	var w serviceWrites
 	var candidates []uint32 // backends that may have lost their last user
 	for _, s := range upsert {
 		candidates = append(candidates, t.ports[s.Frontend].backends...)
-		d.syncServicePort(s, &w)
+		t.syncServicePort(s, &w)
 	}
 	for _, f := range remove {
 		if wr, ok := t.ports[f]; ok {
 			candidates = append(candidates, wr.backends...)
-			d.deleteServicePort(f, wr, &w)
+			t.deleteServicePort(f, wr, &w)
 		}
 	}
-	return d.finish(candidates, &w)
+	t.collectBackends(candidates, &w) // nil (nothing replaced or removed): every backend
+	return &w
 }
 
 // checkSlots refuses a table of slots entries that shunt_services cannot
@@ -223,11 +260,9 @@ func (d *Datapath) checkSlots(slots int) error {
 	return d.checkFits("shunt_services", slots)
 }
 
-// finish plans the removal of the unused backends among candidates (all
-// of them if nil), makes the planned writes and reports the UDP backends
+// flushServices makes the planned writes and reports the UDP backends
 // that are gone.
-func (d *Datapath) finish(candidates []uint32, w *serviceWrites) ([]netip.AddrPort, error) {
-	d.collectBackends(candidates, w)
+func (d *Datapath) flushServices(w *serviceWrites) ([]netip.AddrPort, error) {
 	if err := d.flush(w); err != nil {
 		return nil, err
 	}
@@ -280,24 +315,55 @@ type serviceWrites struct {
 	goneUDP      []netip.AddrPort // addresses of the gone UDP backends
 }
 
-// flush makes the writes in their order. The mirror was updated while
-// they were planned; if a write fails, the caller reloads it.
-func (d *Datapath) flush(w *serviceWrites) error {
-	backends, services := d.sock.ShuntBackends, d.sock.ShuntServices
-	// In order, stopping at the first failure.
+// serviceMaps is where planned writes go: shunt_services and
+// shunt_backends, or a test's copy of them in memory.
+type serviceMaps interface {
+	putBackends(ids []uint32, vals []socklbBackendValue) error
+	putServices(keys []socklbServiceKey, vals []socklbServiceValue) error
+	deleteServices(keys []socklbServiceKey) error
+	deleteBackends(ids []uint32) error
+}
+
+// writeTo makes the writes in their order, stopping at the first failure.
+func (w *serviceWrites) writeTo(m serviceMaps) error {
 	for _, step := range []func() error{
-		func() error { return putAll(backends, w.backendIDs, w.backendVals) },
-		func() error { return putAll(services, w.slotKeys, w.slotVals) },
-		func() error { return putAll(services, w.masterKeys, w.masterVals) },
-		func() error { return deleteAll(services, w.goneMasters) },
-		func() error { return deleteAll(services, w.goneSlots) },
-		func() error { return deleteAll(backends, w.goneBackends) },
+		func() error { return m.putBackends(w.backendIDs, w.backendVals) },
+		func() error { return m.putServices(w.slotKeys, w.slotVals) },
+		func() error { return m.putServices(w.masterKeys, w.masterVals) },
+		func() error { return m.deleteServices(w.goneMasters) },
+		func() error { return m.deleteServices(w.goneSlots) },
+		func() error { return m.deleteBackends(w.goneBackends) },
 	} {
 		if err := step(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// kernelServiceMaps are the kernel's shunt_services and shunt_backends.
+type kernelServiceMaps struct{ services, backends *ebpf.Map }
+
+func (k kernelServiceMaps) putBackends(ids []uint32, vals []socklbBackendValue) error {
+	return putAll(k.backends, ids, vals)
+}
+
+func (k kernelServiceMaps) putServices(keys []socklbServiceKey, vals []socklbServiceValue) error {
+	return putAll(k.services, keys, vals)
+}
+
+func (k kernelServiceMaps) deleteServices(keys []socklbServiceKey) error {
+	return deleteAll(k.services, keys)
+}
+
+func (k kernelServiceMaps) deleteBackends(ids []uint32) error {
+	return deleteAll(k.backends, ids)
+}
+
+// flush makes the writes in their order. The mirror was updated while
+// they were planned; if a write fails, the caller reloads it.
+func (d *Datapath) flush(w *serviceWrites) error {
+	return w.writeTo(kernelServiceMaps{services: d.sock.ShuntServices, backends: d.sock.ShuntBackends})
 }
 
 // batchMin is the size from which a batch system call beats one call per
@@ -356,8 +422,7 @@ func deleteAll[K any](m *ebpf.Map, keys []K) error {
 
 // collectBackends plans the deletion of backends no service port uses any
 // more: among candidates, or all of them when candidates is nil.
-func (d *Datapath) collectBackends(candidates []uint32, w *serviceWrites) {
-	t := &d.services
+func (t *serviceTable) collectBackends(candidates []uint32, w *serviceWrites) {
 	if candidates == nil {
 		for _, id := range t.backends {
 			candidates = append(candidates, id)
@@ -379,8 +444,7 @@ func (d *Datapath) collectBackends(candidates []uint32, w *serviceWrites) {
 }
 
 // syncServicePort plans the writes that make one port what s says.
-func (d *Datapath) syncServicePort(s services.Port, w *serviceWrites) {
-	t := &d.services
+func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 	f := s.Frontend
 	old, exists := t.ports[f]
 	ids := make([]uint32, len(s.Backends))
@@ -442,8 +506,7 @@ func (d *Datapath) syncServicePort(s services.Port, w *serviceWrites) {
 
 // deleteServicePort plans the removal of one port: slot 0 first, so no
 // new lookup finds it, then its slots.
-func (d *Datapath) deleteServicePort(f services.Frontend, wr written, w *serviceWrites) {
-	t := &d.services
+func (t *serviceTable) deleteServicePort(f services.Frontend, wr written, w *serviceWrites) {
 	master := socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
 	w.goneMasters = append(w.goneMasters, master)
 	for slot := 1; slot <= len(wr.backends); slot++ {

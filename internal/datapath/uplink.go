@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // Masquerade is how pods' traffic to destinations outside the cluster
@@ -18,50 +18,22 @@ import (
 // opening again.
 type Masquerade struct {
 	Addr  netip.Addr
-	Ports PortRange
-}
-
-// PortRange is an inclusive range of ports.
-type PortRange struct{ Min, Max uint16 }
-
-func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
-
-// Overlaps says whether two ranges share a port.
-func (r PortRange) Overlaps(o PortRange) bool { return r.Min <= o.Max && o.Min <= r.Max }
-
-// DefaultMasqPorts are the source ports masqueraded flows get: above
-// Linux's default ephemeral range (net.ipv4.ip_local_port_range 32768-60999),
-// so a connection of the node's own never has a port the table hands out
-// and its replies are never taken for a pod's. That leaves 4536 ports per
-// destination address, port and protocol: what bounds the concurrent flows
-// from this node's pods to one outside server (a closed TCP connection
-// gives its port up a second later, bpf/lib/masq.h).
-var DefaultMasqPorts = PortRange{Min: 61000, Max: 65535}
-
-// ParsePortRange reads "MIN-MAX".
-func ParsePortRange(s string) (PortRange, error) {
-	lo, hi, ok := strings.Cut(s, "-")
-	min, err1 := strconv.ParseUint(lo, 10, 16)
-	max, err2 := strconv.ParseUint(hi, 10, 16)
-	if !ok || err1 != nil || err2 != nil || min == 0 || min > max {
-		return PortRange{}, fmt.Errorf("port range %q: give MIN-MAX, 1 <= MIN <= MAX <= 65535, e.g. %s", s, DefaultMasqPorts)
-	}
-	return PortRange{Min: uint16(min), Max: uint16(max)}, nil
+	Ports dpinfo.PortRange
 }
 
 // EphemeralPorts is the calling thread's network namespace's
 // net.ipv4.ip_local_port_range: where the node's own connections take
 // their source ports.
-func EphemeralPorts() (PortRange, error) {
+func EphemeralPorts() (dpinfo.PortRange, error) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return PortRange{}, fmt.Errorf("reading the node's ephemeral port range: %w", err)
+		return dpinfo.PortRange{}, fmt.Errorf("reading the node's ephemeral port range: %w", err)
 	}
 	f := strings.Fields(string(b))
 	if len(f) != 2 {
-		return PortRange{}, fmt.Errorf("net.ipv4.ip_local_port_range is %q: want two ports", b)
+		return dpinfo.PortRange{}, fmt.Errorf("net.ipv4.ip_local_port_range is %q: want two ports", b)
 	}
-	return ParsePortRange(f[0] + "-" + f[1])
+	return dpinfo.ParsePortRange(f[0] + "-" + f[1])
 }
 
 func (m *Masquerade) check() error {
@@ -195,7 +167,7 @@ func (d *Datapath) masqRows() ([]Row, error) {
 	now := monotonicNow()
 	return dump(d.uplink.ShuntMasqNat, func(k uplinktcMasqKey, v uplinktcMasqValue) Row {
 		at := func(a uint32, p uint16) string { return fmt.Sprintf("%s:%d", fromBe32(a), fromBe16(p)) }
-		r := Row{"direction": name(masqDirNames[:], k.Dir), "protocol": ProtoName(k.Proto),
+		r := Row{"direction": name(masqDirNames[:], k.Dir), "protocol": dpinfo.ProtoName(k.Proto),
 			"flags": flagsText(v.Flags, masqFlagNames), "ageSeconds": secondsSince(now, v.CreatedNs),
 			"idleSeconds": secondsSince(now, v.LastSeenNs)}
 		if k.Dir == uint8(uplinktcMasqDirMASQ_OUT) {

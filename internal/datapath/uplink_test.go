@@ -354,18 +354,6 @@ func TestMasqueradeInsertFailed(t *testing.T) {
 	expectFlow(t, flows(), "DROPPED", "masq-insert-failed")
 }
 
-// TestPortRange: what --masquerade-ports accepts, and the overlap check.
-func TestPortRange(t *testing.T) {
-	for s, ok := range map[string]bool{"61000-65535": true, "1-1": true, "0-10": false, "10-1": false, "x": false, "1-70000": false} {
-		if _, err := ParsePortRange(s); (err == nil) != ok {
-			t.Errorf("ParsePortRange(%q): %v, want ok %v", s, err, ok)
-		}
-	}
-	if !(PortRange{32768, 60999}).Overlaps(PortRange{60999, 61000}) || DefaultMasqPorts.Overlaps(PortRange{32768, 60999}) {
-		t.Error("Overlaps is wrong at the edges")
-	}
-}
-
 // udpDatagramLen is a UDP header for a payload of n bytes.
 func udpDatagramLen(sport, dport uint16, n int) []byte {
 	udp := udpDatagram(sport, dport)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
@@ -107,7 +108,7 @@ func tcpFlagsText(f uint8) string {
 func (n *Names) Enrich(e datapath.FlowEvent) flows.Flow {
 	fl := flows.Flow{
 		Time: e.Time, Verdict: e.Verdict, Reason: e.Reason, Event: e.Event, Point: e.Point,
-		Protocol: datapath.ProtoName(e.Proto), Interface: n.Ifaces[e.Ifindex], RuleID: e.RuleID,
+		Protocol: dpinfo.ProtoName(e.Proto), Interface: n.Ifaces[e.Ifindex], RuleID: e.RuleID,
 		Policy: n.Rules[e.RuleID], Length: e.Length, Bytes: e.Bytes, Messages: e.Messages,
 	}
 	if e.Verdict == "DROPPED" {
@@ -146,7 +147,7 @@ func (n *Names) Enrich(e datapath.FlowEvent) flows.Flow {
 }
 
 // Annotate adds names next to the numbers of a decoded map row.
-func (n *Names) Annotate(row datapath.Row) {
+func (n *Names) Annotate(row dpinfo.Row) {
 	for col, v := range row {
 		switch col {
 		case "ip", "endpoint", "source", "destination", "backend", "prefix", "local", "remote", "netns":

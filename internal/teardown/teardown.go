@@ -6,10 +6,10 @@ package teardown
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/shuntnet/shunt/internal/cgroup"
-	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/podnet"
 )
@@ -37,9 +37,26 @@ func Instance(inst instance.Instance) error {
 	errs = append(errs,
 		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
 		podnet.DeleteLink(inst.TunnelIf()),
-		datapath.Uninstall(inst.PinDir()),
+		Pins(inst.PinDir()),
 		os.RemoveAll(inst.StateDir()),
 		os.RemoveAll(inst.RunDir()),
 	)
+	return errors.Join(errs...)
+}
+
+// Pins removes every pin of a datapath under pinDir: links first (a link
+// whose pin is gone and that no process holds is released, which detaches
+// its program), then maps. Removing the file is all that unpinning is, so
+// this needs no BPF library: the CLI removes an instance without linking
+// the datapath. Running it twice is a no-op.
+func Pins(pinDir string) error {
+	links, _ := filepath.Glob(filepath.Join(pinDir, "links", "*"))
+	var errs []error
+	for _, pin := range links {
+		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, os.RemoveAll(pinDir))
 	return errors.Join(errs...)
 }

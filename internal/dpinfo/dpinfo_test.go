@@ -1,0 +1,76 @@
+package dpinfo
+
+import "testing"
+
+func TestNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{ReasonForwarded.String(), "forwarded"},
+		{ReasonCTFull.String(), "ct-full"},
+		{ReasonProxyIdentity.String(), "proxy-identity"},
+		{ReasonMax.String(), "43"},
+		{DirFromPod.String(), "from-pod"},
+		{DirToOverlay.String(), "to-overlay"},
+		{DirMax.String(), "12"},
+		{ProtoName(6), "TCP"},
+		{ProtoName(0), "any"},
+		{ProtoName(99), "99"},
+	} {
+		if c.got != c.want {
+			t.Errorf("name %q, want %q", c.got, c.want)
+		}
+	}
+	seen := map[string]Reason{}
+	for r := range ReasonMax {
+		if other, dup := seen[r.String()]; dup {
+			t.Errorf("reasons %d and %d are both %q", other, r, r.String())
+		}
+		seen[r.String()] = r
+	}
+}
+
+func TestInsertFailed(t *testing.T) {
+	for reason, want := range map[string]bool{"ct-full": true, "masq-insert-failed": true, "ct-promote-failed": true,
+		"forwarded": false, "policy-denied": false, "": false, "no-such-reason": false} {
+		if InsertFailed(reason) != want {
+			t.Errorf("InsertFailed(%q) = %v, want %v", reason, !want, want)
+		}
+	}
+}
+
+func TestSocketHook(t *testing.T) {
+	for dir, want := range map[string]bool{"connect": true, "sendmsg": true, "recvmsg": true, "getpeername": true,
+		"getsockopt": true, "sockmsg": true, "from-pod": false, "to-pod": false, "from-overlay": false,
+		"to-overlay": false, "to-uplink": false, "from-uplink": false} {
+		if got := (Counter{Direction: dir}).SocketHook(); got != want {
+			t.Errorf("direction %s: socket hook %v, want %v", dir, got, want)
+		}
+	}
+}
+
+func TestMapPressure(t *testing.T) {
+	for _, c := range []struct {
+		m    MapInfo
+		want string
+	}{
+		{MapInfo{Name: "shunt_ct", Type: "LRUHash", Entries: 95, Capacity: 100, WhenFull: "x"}, "map shunt_ct is 95% full (95 of 100): x"},
+		{MapInfo{Name: "shunt_ct", Type: "LRUHash", Entries: 89, Capacity: 100}, ""},
+		{MapInfo{Name: "shunt_metrics", Type: TypePerCPUArray, Entries: 512, Capacity: 512}, ""},
+		{MapInfo{Name: "shunt_flows", Type: "RingBuf", Entries: -1, Capacity: 4096}, ""},
+	} {
+		if got := c.m.Pressure(); got != c.want {
+			t.Errorf("%+v: pressure %q, want %q", c.m, got, c.want)
+		}
+	}
+}
+
+// TestPortRange: what --masquerade-ports accepts, and the overlap check.
+func TestPortRange(t *testing.T) {
+	for s, ok := range map[string]bool{"61000-65535": true, "1-1": true, "0-10": false, "10-1": false, "x": false, "1-70000": false} {
+		if _, err := ParsePortRange(s); (err == nil) != ok {
+			t.Errorf("ParsePortRange(%q): %v, want ok %v", s, err, ok)
+		}
+	}
+	if !(PortRange{32768, 60999}).Overlaps(PortRange{60999, 61000}) || DefaultMasqPorts.Overlaps(PortRange{32768, 60999}) {
+		t.Error("Overlaps is wrong at the edges")
+	}
+}
