@@ -11,7 +11,7 @@
 #include "lib/common.h"
 #include "lib/services.h"
 #include "lib/metrics.h"
-#include "lib/flows.h"
+#include "lib/flow_events.h"
 #include "lib/proxy.h"
 #include "lib/endpoints.h"
 #include "lib/policy.h"
