@@ -122,7 +122,7 @@ func Open(cfg Config) (*Datapath, error) { return open(cfg, nil) }
 
 // open is Open with a change to the specs before loading (tests: a map
 // small enough to fill), applied to the pod and socket objects alike.
-func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
+func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing memlock limit: %w", err)
 	}
@@ -195,31 +195,31 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		return nil, err
 	}
 	d := &Datapath{cfg: cfg, layouts: layouts}
+	// From here on a failure releases whatever was loaded (Close of an
+	// object never loaded is a no-op); pins stay, as they would after Close.
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
 	if err := probeAccel(); err != nil {
-		d.objs.Close()
 		return nil, err
 	}
 	if err := d.loadOverlay(overlaySpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
-		d.objs.Close()
 		return nil, err
 	}
 	if cfg.usesUplink() {
 		if err := d.loadUplink(uplinkSpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
-			d.objs.Close()
-			d.overlay.Close()
 			return nil, err
 		}
 	}
 	if err := sockSpec.Variables[socklbVarCONFIG].Set(socklbShuntConfig{
 		ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
 	}); err != nil {
-		d.objs.Close()
-		d.overlay.Close()
-		d.uplink.Close()
 		return nil, fmt.Errorf("setting the socket programs' load-time config: %w", err)
 	}
 	// One ring buffer for every program: it is not pinned (a restarted
@@ -229,13 +229,9 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	sockOpts := *opts
 	sockOpts.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
 	if err := sockSpec.LoadAndAssign(&d.sock, &sockOpts); err != nil {
-		d.objs.Close()
-		d.overlay.Close()
-		d.uplink.Close()
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
 	if err := layouts.recordLayouts(cfg.LayoutFile); err != nil {
-		d.Close()
 		return nil, err
 	}
 	d.initPolicyMaps()
