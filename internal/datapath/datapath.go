@@ -271,8 +271,8 @@ func loadSpecs() (*datapathSpecs, error) {
 // (loadBeside): the cgroup address hooks (service load balancing, L7
 // redirection), sockops (acceleration, proxy origins), sk_msg
 // (acceleration) and the cgroup getsockopt program (SO_ORIGINAL_DST). Each
-// object is loaded on its own, so each kind of program can be left out
-// where a kernel lacks it, while all of them share one copy of every map.
+// object is loaded on its own (so a kind a kernel lacks can later be left
+// out alone), all of them on one copy of every map.
 func (d *Datapath) loadSocket(s *datapathSpecs, opts *ebpf.CollectionOptions, flowsSize uint32) error {
 	// Of the load-time configuration the socket programs read only the
 	// proxy's mark.
