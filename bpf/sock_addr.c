@@ -15,7 +15,7 @@
 #include "lib/metrics.h"
 #include "lib/flow_events.h"
 #include "lib/proxy.h"
-#include "lib/accel.h"
+#include "lib/accel_config.h"
 #include "lib/sock_svc.h"
 #include "lib/sock_proxied.h"
 

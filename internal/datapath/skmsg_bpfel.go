@@ -21,7 +21,6 @@ const (
 	skmsgMapShuntAccelSocks      = "shunt_accel_socks"
 	skmsgMapShuntCt              = "shunt_ct"
 	skmsgMapShuntCtNew           = "shunt_ct_new"
-	skmsgMapShuntEndpoints       = "shunt_endpoints"
 	skmsgMapShuntMetrics         = "shunt_metrics"
 	skmsgMapShuntNetnsPods       = "shunt_netns_pods"
 	skmsgMapShuntSockhash        = "shunt_sockhash"
@@ -82,7 +81,6 @@ type skmsgMapSpecs struct {
 	ShuntAccelSocks      *ebpf.MapSpec `ebpf:"shunt_accel_socks"`
 	ShuntCt              *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew           *ebpf.MapSpec `ebpf:"shunt_ct_new"`
-	ShuntEndpoints       *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntMetrics         *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNetnsPods       *ebpf.MapSpec `ebpf:"shunt_netns_pods"`
 	ShuntSockhash        *ebpf.MapSpec `ebpf:"shunt_sockhash"`
@@ -119,7 +117,6 @@ type skmsgMaps struct {
 	ShuntAccelSocks      *ebpf.Map `ebpf:"shunt_accel_socks"`
 	ShuntCt              *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew           *ebpf.Map `ebpf:"shunt_ct_new"`
-	ShuntEndpoints       *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntMetrics         *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNetnsPods       *ebpf.Map `ebpf:"shunt_netns_pods"`
 	ShuntSockhash        *ebpf.Map `ebpf:"shunt_sockhash"`
@@ -132,7 +129,6 @@ func (m *skmsgMaps) Close() error {
 		m.ShuntAccelSocks,
 		m.ShuntCt,
 		m.ShuntCtNew,
-		m.ShuntEndpoints,
 		m.ShuntMetrics,
 		m.ShuntNetnsPods,
 		m.ShuntSockhash,

@@ -90,11 +90,8 @@ type sockaddrServiceValue struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	sockaddrMapShuntAccelConfig       = "shunt_accel_config"
-	sockaddrMapShuntAccelConnecting   = "shunt_accel_connecting"
-	sockaddrMapShuntAccelSocks        = "shunt_accel_socks"
 	sockaddrMapShuntAffinity          = "shunt_affinity"
 	sockaddrMapShuntBackends          = "shunt_backends"
-	sockaddrMapShuntEndpoints         = "shunt_endpoints"
 	sockaddrMapShuntFlowConfig        = "shunt_flow_config"
 	sockaddrMapShuntFlowStats         = "shunt_flow_stats"
 	sockaddrMapShuntFlows             = "shunt_flows"
@@ -107,7 +104,6 @@ const (
 	sockaddrMapShuntServices          = "shunt_services"
 	sockaddrMapShuntSockProxied       = "shunt_sock_proxied"
 	sockaddrMapShuntSockSvc           = "shunt_sock_svc"
-	sockaddrMapShuntSockhash          = "shunt_sockhash"
 	sockaddrProgShuntConnect4         = "shunt_connect4"
 	sockaddrProgShuntConnect6         = "shunt_connect6"
 	sockaddrProgShuntGetpeername4     = "shunt_getpeername4"
@@ -176,11 +172,8 @@ type sockaddrProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockaddrMapSpecs struct {
 	ShuntAccelConfig       *ebpf.MapSpec `ebpf:"shunt_accel_config"`
-	ShuntAccelConnecting   *ebpf.MapSpec `ebpf:"shunt_accel_connecting"`
-	ShuntAccelSocks        *ebpf.MapSpec `ebpf:"shunt_accel_socks"`
 	ShuntAffinity          *ebpf.MapSpec `ebpf:"shunt_affinity"`
 	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
-	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
 	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
@@ -193,7 +186,6 @@ type sockaddrMapSpecs struct {
 	ShuntServices          *ebpf.MapSpec `ebpf:"shunt_services"`
 	ShuntSockProxied       *ebpf.MapSpec `ebpf:"shunt_sock_proxied"`
 	ShuntSockSvc           *ebpf.MapSpec `ebpf:"shunt_sock_svc"`
-	ShuntSockhash          *ebpf.MapSpec `ebpf:"shunt_sockhash"`
 }
 
 // sockaddrVariableSpecs contains global variables before they are loaded into the kernel.
@@ -224,11 +216,8 @@ func (o *sockaddrObjects) Close() error {
 // It can be passed to loadSockaddrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockaddrMaps struct {
 	ShuntAccelConfig       *ebpf.Map `ebpf:"shunt_accel_config"`
-	ShuntAccelConnecting   *ebpf.Map `ebpf:"shunt_accel_connecting"`
-	ShuntAccelSocks        *ebpf.Map `ebpf:"shunt_accel_socks"`
 	ShuntAffinity          *ebpf.Map `ebpf:"shunt_affinity"`
 	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
-	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
 	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
@@ -241,17 +230,13 @@ type sockaddrMaps struct {
 	ShuntServices          *ebpf.Map `ebpf:"shunt_services"`
 	ShuntSockProxied       *ebpf.Map `ebpf:"shunt_sock_proxied"`
 	ShuntSockSvc           *ebpf.Map `ebpf:"shunt_sock_svc"`
-	ShuntSockhash          *ebpf.Map `ebpf:"shunt_sockhash"`
 }
 
 func (m *sockaddrMaps) Close() error {
 	return _SockaddrClose(
 		m.ShuntAccelConfig,
-		m.ShuntAccelConnecting,
-		m.ShuntAccelSocks,
 		m.ShuntAffinity,
 		m.ShuntBackends,
-		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,
 		m.ShuntFlows,
@@ -264,7 +249,6 @@ func (m *sockaddrMaps) Close() error {
 		m.ShuntServices,
 		m.ShuntSockProxied,
 		m.ShuntSockSvc,
-		m.ShuntSockhash,
 	)
 }
 
