@@ -1,28 +1,20 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * Destroys connected UDP sockets whose service backend went away. connect()
- * to a service VIP is translated once (bpf/sock_lb.c), so a connected UDP
+ * to a service VIP is translated once (bpf/sock_addr.c), so a connected UDP
  * socket keeps sending to the backend it got, and blackholes once that
  * backend is deleted (a DNS pod restarted). The agent fills
  * shunt_gone_backends and runs this iterator over the UDP sockets of each
- * network namespace; every socket that sock_lb steered to a gone backend is
- * destroyed with bpf_sock_destroy (Linux 6.5+): the application's next
- * receive fails with ECONNABORTED and a resolver opens a new socket, which
- * is translated to a live backend.
+ * network namespace; every socket that the connect hook steered to a gone
+ * backend is destroyed with bpf_sock_destroy (Linux 6.5+): the
+ * application's next receive fails with ECONNABORTED and a resolver opens a
+ * new socket, which is translated to a live backend.
  */
 #include "lib/common.h"
 #include "sock_destroy.h"
+#include "lib/sock_svc.h" /* the connect hooks' record, given as the pinned map */
 
 char __license[] SEC("license") = "Dual BSD/GPL";
-
-/* sock_lb's per-socket translation record, given to this program as the
- * pinned map (MapReplacements) when it is loaded: same definition. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct sock_translation);
-} shunt_sock_svc SEC(".maps");
 
 /* Backends gone since the last run, filled by the agent for one run. */
 struct {
@@ -79,7 +71,7 @@ int shunt_destroy_udp(struct bpf_iter__udp *ctx)
 
 	if (!bpf_map_lookup_elem(&shunt_gone_backends, &key))
 		return 0;
-	/* Only sockets that sock_lb steered, and only while they still point
+	/* Only sockets that the connect hook steered, and only while they still point
 	 * where it steered them: a socket connected to the backend address
 	 * directly (or reconnected since) is the application's own choice. */
 	st = bpf_sk_storage_get(&shunt_sock_svc, udp, 0, 0);

@@ -30,13 +30,13 @@
 #include "lib/common.h"
 #include "lib/metrics.h"
 #include "lib/endpoints.h"
-#include "lib/flow.h"
+#include "lib/flow_tuple.h"
 #include "lib/ipv4.h"
 #include "lib/pkt.h"
 #include "lib/forward.h"
 #include "lib/tc_nat.h"
 #include "lib/policy.h"
-#include "lib/flows.h"
+#include "lib/flow_events.h"
 #include "lib/masq.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Socket acceleration maps: the sockhash of accelerated sockets, their
- * socket storage, the pods' network namespaces and the run-time switch. */
+ * socket storage and the connecting ends' markers; the run-time switch and
+ * the pods' network namespaces are in accel_config.h. */
 #ifndef SHUNT_LIB_ACCEL_H
 #define SHUNT_LIB_ACCEL_H
 
 #include "common.h"
-#include "endpoints.h"
+#include "accel_config.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKHASH);
@@ -35,34 +36,6 @@ struct {
 	__type(value, struct accel_sock);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } shunt_accel_socks SEC(".maps");
-
-/* The network namespaces of this node's pods (cookie -> pod address):
- * loopback connections are accelerated only inside a pod's namespace. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u64);
-	__type(value, __u32);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} shunt_netns_pods SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, struct accel_config);
-	__uint(max_entries, 1);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} shunt_accel_config SEC(".maps");
-
-/* accel_config is the switch, or NULL when acceleration is off. */
-static __always_inline const struct accel_config *accel_on(void)
-{
-	__u32 zero = 0;
-	struct accel_config *c = bpf_map_lookup_elem(&shunt_accel_config, &zero);
-
-	return c && c->enabled ? c : NULL;
-}
 
 static __always_inline bool is_loopback(__u32 ip)
 {

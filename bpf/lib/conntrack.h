@@ -21,7 +21,7 @@
 #define SHUNT_LIB_CONNTRACK_H
 
 #include "common.h"
-#include "flow.h"
+#include "flow_tuple.h"
 
 /* Assured connections. */
 struct {

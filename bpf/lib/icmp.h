@@ -6,7 +6,7 @@
 #define SHUNT_LIB_ICMP_H
 
 #include "common.h"
-#include "flow.h"
+#include "flow_tuple.h"
 
 #define ICMP_ERROR_TTL 64
 /* An ICMP error quotes the packet it is about (RFC 792): its IPv4 header,

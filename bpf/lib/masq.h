@@ -15,7 +15,7 @@
 #define SHUNT_LIB_MASQ_H
 
 #include "common.h"
-#include "flow.h"
+#include "flow_tuple.h"
 #include "ipv4.h"
 #include "tc_nat.h"
 #include "conntrack.h"

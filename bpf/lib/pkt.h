@@ -7,8 +7,8 @@
 
 #include "common.h"
 #include "metrics.h"
-#include "flow.h"
-#include "flows.h"
+#include "flow_tuple.h"
+#include "flow_events.h"
 #include "ipv4.h"
 
 /* What one packet's flow event reports, filled in along the way. */

@@ -8,7 +8,7 @@
 #define SHUNT_LIB_POLICY_H
 
 #include "common.h"
-#include "flow.h"
+#include "flow_tuple.h"
 #include "conntrack.h"
 #include "pkt.h"
 

@@ -9,7 +9,7 @@
 #include "common.h"
 #include "services.h"
 #include "metrics.h"
-#include "flow.h"
+#include "flow_tuple.h"
 #include "ipv4.h"
 
 struct {

@@ -10,10 +10,11 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Socket acceleration (bpf/sock_lb.c: sockops + sk_msg + shunt_sockhash):
-// sends between two local sockets skip the TCP/IP stack. The sockops
-// program is attached with the socket hooks; the sk_msg program is attached
-// to the sockhash with a pinned link, so it outlives the agent with the map.
+// Socket acceleration (bpf/sock_ops.c, bpf/sk_msg.c, shunt_sockhash in
+// bpf/lib/accel.h): sends between two local sockets skip the TCP/IP stack.
+// The sockops program is attached with the socket hooks; the sk_msg program
+// is attached to the sockhash with a pinned link, so it outlives the agent
+// with the map.
 
 // probeAccel says clearly when the kernel lacks what acceleration needs.
 func probeAccel() error {
@@ -32,14 +33,14 @@ func (d *Datapath) AttachSocketAccel() error {
 	always := func(link.Link) bool { return true }
 	attach := func() (link.Link, error) {
 		l, err := link.AttachRawLink(link.RawLinkOptions{
-			Target: d.sock.ShuntSockhash.FD(), Program: d.sock.ShuntSkMsg, Attach: ebpf.AttachSkMsgVerdict,
+			Target: d.sockOps.ShuntSockhash.FD(), Program: d.skMsg.ShuntSkMsg, Attach: ebpf.AttachSkMsgVerdict,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("attaching sk_msg to shunt_sockhash (sockmap links need Linux 6.10+): %w", err)
 		}
 		return l, nil
 	}
-	return attachPinned(filepath.Join(d.cfg.PinDir, "links", "sockhash-sk_msg"), d.sock.ShuntSkMsg, always, attach)
+	return attachPinned(filepath.Join(d.cfg.PinDir, "links", "sockhash-sk_msg"), d.skMsg.ShuntSkMsg, always, attach)
 }
 
 // AccelConfig is the run-time switch of socket acceleration.
@@ -60,14 +61,14 @@ func (d *Datapath) SetAccel(c AccelConfig) error {
 	if err != nil {
 		return err
 	}
-	v := socklbAccelConfig{HostNetnsCookie: host}
+	v := sockopsAccelConfig{HostNetnsCookie: host}
 	if c.On {
 		v.Enabled = 1
 	}
 	if c.NodeProcesses {
 		v.NodeProcesses = 1
 	}
-	if err := d.sock.ShuntAccelConfig.Put(uint32(0), v); err != nil {
+	if err := d.sockOps.ShuntAccelConfig.Put(uint32(0), v); err != nil {
 		return fmt.Errorf("writing shunt_accel_config: %w", err)
 	}
 	return nil
@@ -76,12 +77,12 @@ func (d *Datapath) SetAccel(c AccelConfig) error {
 // AccelStatus says how acceleration is set and how many sockets the
 // sockhash holds.
 func (d *Datapath) AccelStatus() (c AccelConfig, sockets int, err error) {
-	var v socklbAccelConfig
-	if err := d.sock.ShuntAccelConfig.Lookup(uint32(0), &v); err != nil {
+	var v sockopsAccelConfig
+	if err := d.sockOps.ShuntAccelConfig.Lookup(uint32(0), &v); err != nil {
 		return c, 0, fmt.Errorf("reading shunt_accel_config: %w", err)
 	}
 	c = AccelConfig{On: v.Enabled != 0, NodeProcesses: v.NodeProcesses != 0}
-	n, err := countKeys(d.sock.ShuntSockhash)
+	n, err := countKeys(d.sockOps.ShuntSockhash)
 	return c, n, err
 }
 
@@ -89,13 +90,13 @@ func (d *Datapath) AccelStatus() (c AccelConfig, sockets int, err error) {
 // (local end first) and the namespace it lives in, named by the pod whose
 // namespace it is ("node" for the node's).
 func (d *Datapath) accelRows() ([]Row, error) {
-	var cfg socklbAccelConfig
-	if err := d.sock.ShuntAccelConfig.Lookup(uint32(0), &cfg); err != nil {
+	var cfg sockopsAccelConfig
+	if err := d.sockOps.ShuntAccelConfig.Lookup(uint32(0), &cfg); err != nil {
 		return nil, fmt.Errorf("reading shunt_accel_config: %w", err)
 	}
 	var rows []Row
-	var k socklbSockKey
-	it := d.sock.ShuntSockhash.Iterate()
+	var k sockopsSockKey
+	it := d.sockOps.ShuntSockhash.Iterate()
 	var cookie uint64
 	for it.Next(&k, &cookie) {
 		row := Row{
@@ -107,7 +108,7 @@ func (d *Datapath) accelRows() ([]Row, error) {
 		switch {
 		case k.NetnsCookie == cfg.HostNetnsCookie:
 			row["netns"] = "node"
-		case d.sock.ShuntNetnsPods.Lookup(k.NetnsCookie, &pod) == nil:
+		case d.sockOps.ShuntNetnsPods.Lookup(k.NetnsCookie, &pod) == nil:
 			row["netns"] = fromBe32(pod).String()
 		}
 		rows = append(rows, row)

@@ -29,9 +29,9 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 	return c, s
 }
 
-func sockKeyOf(c *net.TCPConn, netns uint64) socklbSockKey {
+func sockKeyOf(c *net.TCPConn, netns uint64) sockopsSockKey {
 	l, r := c.LocalAddr().(*net.TCPAddr), c.RemoteAddr().(*net.TCPAddr)
-	return socklbSockKey{
+	return sockopsSockKey{
 		NetnsCookie: netns, LocalIp: be32(l.AddrPort().Addr()), RemoteIp: be32(r.AddrPort().Addr()),
 		LocalPort: be16(uint16(l.Port)), RemotePort: be16(uint16(r.Port)),
 	}
@@ -115,13 +115,13 @@ func TestAccelRemovedMidStream(t *testing.T) {
 	ck, sk := sockKeyOf(client, netns), sockKeyOf(server, netns)
 	for _, e := range []struct {
 		c         *net.TCPConn
-		own, peer socklbSockKey
+		own, peer sockopsSockKey
 	}{{client, ck, sk}, {server, sk, ck}} {
 		withFD(t, e.c, func(fd int) {
-			if err := d.sock.ShuntAccelSocks.Put(int32(fd), socklbAccelSock{Peer: e.peer, Flags: 1}); err != nil {
+			if err := d.sockOps.ShuntAccelSocks.Put(int32(fd), sockopsAccelSock{Peer: e.peer, Flags: 1}); err != nil {
 				t.Fatalf("socket storage: %v", err)
 			}
-			if err := d.sock.ShuntSockhash.Put(e.own, uint64(fd)); err != nil {
+			if err := d.sockOps.ShuntSockhash.Put(e.own, uint64(fd)); err != nil {
 				t.Fatalf("sockhash insert: %v", err)
 			}
 		})
@@ -131,8 +131,8 @@ func TestAccelRemovedMidStream(t *testing.T) {
 	exchangeChecked(t, server, client, []byte("reply-1"), "accelerated, server -> client")
 	counterDelta(t, d, before, map[string]uint64{"accel-redirected/sockmsg": 2})
 
-	for _, k := range []socklbSockKey{ck, sk} {
-		if err := d.sock.ShuntSockhash.Delete(k); err != nil {
+	for _, k := range []sockopsSockKey{ck, sk} {
+		if err := d.sockOps.ShuntSockhash.Delete(k); err != nil {
 			t.Fatalf("sockhash delete: %v", err)
 		}
 	}

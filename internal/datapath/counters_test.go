@@ -175,11 +175,11 @@ func TestSocketHookCounters(t *testing.T) {
 // than left to time out; what still works goes on.
 func TestSocketHookInsertFailures(t *testing.T) {
 	d := openChangedDatapath(t, ModeRedirectPeer, smallHash(4, "shunt_revnat", "shunt_affinity"))
-	fill[socklbRevnatKey, socklbRevnatValue](t, d.sock.ShuntRevnat, func(i int) socklbRevnatKey {
-		return socklbRevnatKey{NetnsCookie: uint64(i) + 1, SockCookie: 1}
+	fill[sockaddrRevnatKey, sockaddrRevnatValue](t, d.sockAddr.ShuntRevnat, func(i int) sockaddrRevnatKey {
+		return sockaddrRevnatKey{NetnsCookie: uint64(i) + 1, SockCookie: 1}
 	})
-	fill[socklbAffinityKey, socklbAffinityValue](t, d.sock.ShuntAffinity, func(i int) socklbAffinityKey {
-		return socklbAffinityKey{ClientCookie: 1, ServiceId: 1<<30 + uint32(i)}
+	fill[sockaddrAffinityKey, sockaddrAffinityValue](t, d.sockAddr.ShuntAffinity, func(i int) sockaddrAffinityKey {
+		return sockaddrAffinityKey{ClientCookie: 1, ServiceId: 1<<30 + uint32(i)}
 	})
 	cg := testCgroup(t)
 	if err := d.AttachSocketLB(cg); err != nil {
@@ -297,8 +297,8 @@ func TestTCInsertFailures(t *testing.T) {
 	}
 
 	// ClientIP affinity that cannot be recorded: translated all the same.
-	fill[socklbAffinityKey, socklbAffinityValue](t, d.sock.ShuntAffinity, func(i int) socklbAffinityKey {
-		return socklbAffinityKey{ClientCookie: 1, ServiceId: 1<<30 + uint32(i)}
+	fill[sockaddrAffinityKey, sockaddrAffinityValue](t, d.sockAddr.ShuntAffinity, func(i int) sockaddrAffinityKey {
+		return sockaddrAffinityKey{ClientCookie: 1, ServiceId: 1<<30 + uint32(i)}
 	})
 	web.AffinityTimeout = 30
 	if _, err := d.SyncServices([]services.Port{web}); err != nil {

@@ -93,8 +93,13 @@ type Datapath struct {
 	cfg     Config
 	objs    podtcObjects      // tc programs on pod veths
 	overlay overlaytcPrograms // tc program on the node's VXLAN device
-	sock    socklbObjects     // socket-layer service load balancing
-	uplink  uplinktcObjects   // masquerade on the node's uplink (loaded only with Config.Masquerade)
+	// The socket layer, one object per program kind; their maps are the
+	// pod programs' (pinned by name), each object holds its own handles.
+	sockAddr sockaddrObjects // cgroup address hooks: service load balancing, L7 redirection
+	sockOps  sockopsObjects  // sockops: socket acceleration, proxy origins
+	skMsg    skmsgPrograms   // sk_msg on shunt_sockhash: socket acceleration
+	sockopt  sockoptPrograms // cgroup getsockopt: SO_ORIGINAL_DST for proxies
+	uplink   uplinktcObjects // masquerade on the node's uplink (loaded only with Config.Masquerade)
 
 	masqExclude mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue] // destinations never masqueraded
 
@@ -121,8 +126,8 @@ func (d *Datapath) LayoutNotes() (notes, warnings []string) {
 func Open(cfg Config) (*Datapath, error) { return open(cfg, nil) }
 
 // open is Open with a change to the specs before loading (tests: a map
-// small enough to fill), applied to the pod and socket objects alike.
-func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
+// small enough to fill), applied to every object alike.
+func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing memlock limit: %w", err)
 	}
@@ -133,7 +138,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, overlaySpec, sockSpec, uplinkSpec := specs[0], specs[1], specs[2], specs[3]
+	spec := specs.pod
 	mode := podtcShuntFwdModeSHUNT_FWD_REDIRECT_PEER
 	if cfg.Mode == ModeRedirect {
 		mode = podtcShuntFwdModeSHUNT_FWD_REDIRECT
@@ -172,7 +177,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		spec.Maps["shunt_flows"].MaxEntries = flowBufferSize(cfg.FlowBufferBytes)
 	}
 	if change != nil {
-		for _, s := range specs {
+		for _, s := range specs.list(true) {
 			change(s)
 		}
 	}
@@ -180,11 +185,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 	// it was.
 	// The uplink's maps exist only with masquerade or native routing (the
 	// uplink programs): only then are they checked and recorded as pinned.
-	used := specs[:3]
-	if cfg.usesUplink() {
-		used = specs
-	}
-	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, used...)
+	layouts, err := checkLayouts(cfg.PinDir, cfg.LayoutFile, specs.list(cfg.usesUplink())...)
 	if err != nil {
 		return nil, err
 	}
@@ -195,74 +196,103 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (*Datapath, error) {
 		return nil, err
 	}
 	d := &Datapath{cfg: cfg, layouts: layouts}
+	// From here on a failure releases whatever was loaded (Close of an
+	// object never loaded is a no-op); pins stay, as they would after Close.
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, explainLoadError(err, cfg.PinDir)
 	}
 	if err := probeAccel(); err != nil {
-		d.objs.Close()
 		return nil, err
 	}
-	if err := d.loadOverlay(overlaySpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
-		d.objs.Close()
+	flowsSize := spec.Maps["shunt_flows"].MaxEntries
+	if err := d.loadOverlay(specs.overlay, opts, tcConfig, flowsSize); err != nil {
 		return nil, err
 	}
 	if cfg.usesUplink() {
-		if err := d.loadUplink(uplinkSpec, opts, tcConfig, spec.Maps["shunt_flows"].MaxEntries); err != nil {
-			d.objs.Close()
-			d.overlay.Close()
+		if err := d.loadUplink(specs.uplink, opts, tcConfig, flowsSize); err != nil {
 			return nil, err
 		}
 	}
-	if err := sockSpec.Variables[socklbVarCONFIG].Set(socklbShuntConfig{
-		ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
-	}); err != nil {
-		d.objs.Close()
-		d.overlay.Close()
-		d.uplink.Close()
-		return nil, fmt.Errorf("setting the socket programs' load-time config: %w", err)
-	}
-	// One ring buffer for every program: it is not pinned (a restarted
-	// agent may size it differently), so the socket programs are given
-	// the one just created.
-	sockSpec.Maps["shunt_flows"].MaxEntries = spec.Maps["shunt_flows"].MaxEntries
-	sockOpts := *opts
-	sockOpts.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
-	if err := sockSpec.LoadAndAssign(&d.sock, &sockOpts); err != nil {
-		d.objs.Close()
-		d.overlay.Close()
-		d.uplink.Close()
-		return nil, explainLoadError(err, cfg.PinDir)
+	if err := d.loadSocket(specs, opts, flowsSize); err != nil {
+		return nil, err
 	}
 	if err := layouts.recordLayouts(cfg.LayoutFile); err != nil {
-		d.Close()
 		return nil, err
 	}
 	d.initPolicyMaps()
 	return d, nil
 }
 
-// loadSpecs loads this build's objects, not yet in the kernel: the pod
-// programs, the overlay device's, the socket programs and the uplink's
-// (masquerade), in that order.
-func loadSpecs() ([]*ebpf.CollectionSpec, error) {
-	pod, err := loadPodtc()
-	if err != nil {
-		return nil, err
+// datapathSpecs are this build's objects, not yet in the kernel: one per
+// program kind, as the tc programs' (pod veths, the overlay device, the
+// uplink) and the socket layer's (bpf/sock_addr.c, sock_ops.c, sk_msg.c,
+// sockopt.c).
+type datapathSpecs struct {
+	pod, overlay, uplink              *ebpf.CollectionSpec
+	sockAddr, sockOps, skMsg, sockopt *ebpf.CollectionSpec
+}
+
+// list is the objects, the pod programs' first (they create the maps the
+// others share); the uplink's only with uplink.
+func (s *datapathSpecs) list(uplink bool) []*ebpf.CollectionSpec {
+	out := []*ebpf.CollectionSpec{s.pod, s.overlay, s.sockAddr, s.sockOps, s.skMsg, s.sockopt}
+	if uplink {
+		out = append(out, s.uplink)
 	}
-	overlay, err := loadOverlaytc()
-	if err != nil {
-		return nil, err
+	return out
+}
+
+// loadSpecs loads this build's objects, not yet in the kernel.
+func loadSpecs() (*datapathSpecs, error) {
+	var s datapathSpecs
+	for _, l := range []struct {
+		into **ebpf.CollectionSpec
+		load func() (*ebpf.CollectionSpec, error)
+	}{
+		{&s.pod, loadPodtc}, {&s.overlay, loadOverlaytc}, {&s.uplink, loadUplinktc},
+		{&s.sockAddr, loadSockaddr}, {&s.sockOps, loadSockops}, {&s.skMsg, loadSkmsg}, {&s.sockopt, loadSockopt},
+	} {
+		spec, err := l.load()
+		if err != nil {
+			return nil, err
+		}
+		*l.into = spec
 	}
-	sock, err := loadSocklb()
-	if err != nil {
-		return nil, err
+	return &s, nil
+}
+
+// loadSocket loads the socket layer's objects beside the pod programs
+// (loadBeside): the cgroup address hooks (service load balancing, L7
+// redirection), sockops (acceleration, proxy origins), sk_msg
+// (acceleration) and the cgroup getsockopt program (SO_ORIGINAL_DST). Each
+// object is loaded on its own (so a kind a kernel lacks can later be left
+// out alone), all of them on one copy of every map.
+func (d *Datapath) loadSocket(s *datapathSpecs, opts *ebpf.CollectionOptions, flowsSize uint32) error {
+	// Of the load-time configuration the socket programs read only the
+	// proxy's mark.
+	cfg := podtcShuntConfig{ProxyMarkMagic: d.cfg.ProxyMark.Magic, ProxyMarkMask: d.cfg.ProxyMark.Mask}
+	for _, v := range []*ebpf.VariableSpec{s.sockAddr.Variables[sockaddrVarCONFIG], s.sockOps.Variables[sockopsVarCONFIG]} {
+		if err := v.Set(cfg); err != nil {
+			return fmt.Errorf("setting the socket programs' load-time config: %w", err)
+		}
 	}
-	uplink, err := loadUplinktc()
-	if err != nil {
-		return nil, err
+	for _, o := range []struct {
+		spec *ebpf.CollectionSpec
+		into any
+	}{
+		{s.sockAddr, &d.sockAddr}, {s.sockOps, &d.sockOps}, {s.skMsg, &d.skMsg}, {s.sockopt, &d.sockopt},
+	} {
+		if err := d.loadBeside(o.spec, opts, flowsSize, o.into); err != nil {
+			return err
+		}
 	}
-	return []*ebpf.CollectionSpec{pod, overlay, sock, uplink}, nil
+	return nil
 }
 
 // loadOverlay loads the overlay device's program with the pod programs'
@@ -286,12 +316,16 @@ func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 }
 
 // loadBeside loads an object of programs beside the pod programs into
-// into: on their maps, the pinned ones by name and the unpinned ring
-// buffer of flowsSize bytes handed over.
+// into: on their maps, the pinned ones by name and, when the object emits
+// flow events, the ring buffer of flowsSize bytes handed over (one ring
+// buffer for every program; it is not pinned, as a restarted agent may size
+// it differently).
 func (d *Datapath) loadBeside(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, flowsSize uint32, into any) error {
-	spec.Maps["shunt_flows"].MaxEntries = flowsSize
 	o := *opts
-	o.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
+	if flows, ok := spec.Maps["shunt_flows"]; ok {
+		flows.MaxEntries = flowsSize
+		o.MapReplacements = map[string]*ebpf.Map{"shunt_flows": d.objs.ShuntFlows}
+	}
 	if err := spec.LoadAndAssign(into, &o); err != nil {
 		return explainLoadError(err, d.cfg.PinDir)
 	}
@@ -328,7 +362,8 @@ func explainLoadError(err error, pinDir string) error {
 // Close releases this process's handles. Pinned maps and links stay, so the
 // datapath keeps forwarding while no agent runs.
 func (d *Datapath) Close() error {
-	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.uplink.Close(), d.sock.Close())
+	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.uplink.Close(),
+		d.sockAddr.Close(), d.sockOps.Close(), d.skMsg.Close(), d.sockopt.Close())
 }
 
 // podHooks are the programs on a pod's host-side veth: from-pod at ingress

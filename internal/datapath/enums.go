@@ -188,15 +188,16 @@ func enumValues(enum string) (map[string]uint64, error) {
 	return nil, fmt.Errorf("enum %s is in none of the BPF objects' BTF (a program must use it as a type)", enum)
 }
 
-// objectSpecs are the collection specs of every BPF object of the datapath.
+// objectSpecs are the collection specs of every BPF object of the datapath:
+// those Open loads and the socket iterator (sockdestroy.go).
 func objectSpecs() ([]*ebpf.CollectionSpec, error) {
-	var out []*ebpf.CollectionSpec
-	for _, load := range []func() (*ebpf.CollectionSpec, error){loadPodtc, loadOverlaytc, loadUplinktc, loadSocklb, loadSockdestroy} {
-		spec, err := load()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, spec)
+	specs, err := loadSpecs()
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	destroy, err := loadSockdestroy()
+	if err != nil {
+		return nil, err
+	}
+	return append(specs.list(true), destroy), nil
 }

@@ -454,6 +454,6 @@ func CheckPinnedLayouts(pinDir, layoutFile string) error {
 	if err != nil {
 		return err
 	}
-	_, err = checkLayouts(pinDir, layoutFile, specs...)
+	_, err = checkLayouts(pinDir, layoutFile, specs.list(true)...)
 	return err
 }

@@ -23,7 +23,7 @@ func TestLayoutOfThisBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	layouts := map[string]mapLayout{}
-	for _, spec := range specs {
+	for _, spec := range specs.list(true) {
 		for name, ms := range spec.Maps {
 			if ms.Pinning != ebpf.PinByName {
 				continue
@@ -339,7 +339,7 @@ func TestOpenWithoutLayoutFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backends := specs[2].Maps["shunt_backends"].Copy()
+	backends := specs.sockAddr.Maps["shunt_backends"].Copy()
 	repin := func(ms *ebpf.MapSpec) {
 		t.Helper()
 		pin := filepath.Join(pinDir, ms.Name)

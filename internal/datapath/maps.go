@@ -146,9 +146,9 @@ var mapTable = []mapDesc{
 	{
 		name:  "shunt_services",
 		about: "service ports: (VIP, port, protocol, slot) -> slot 0: the service, slot n: its n-th backend",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntServices },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntServices },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sock.ShuntServices, func(k socklbServiceKey, v socklbServiceValue) Row {
+			return dump(d.sockAddr.ShuntServices, func(k sockaddrServiceKey, v sockaddrServiceValue) Row {
 				r := Row{"frontend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Vip), fromBe16(k.Port), dpinfo.ProtoName(k.Proto)), "slot": k.Slot}
 				if k.Slot == 0 {
 					r["serviceID"], r["backends"], r["affinitySeconds"] = v.Id, v.BackendCount, v.AffinityTimeout
@@ -164,9 +164,9 @@ var mapTable = []mapDesc{
 		// Never fuller than shunt_services, which has a slot for each.
 		name:  "shunt_backends",
 		about: "service backends: id -> address, port, protocol",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntBackends },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntBackends },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sock.ShuntBackends, func(k uint32, v socklbBackendValue) Row {
+			return dump(d.sockAddr.ShuntBackends, func(k uint32, v sockaddrBackendValue) Row {
 				return Row{"id": k, "backend": fmt.Sprintf("%s:%d/%s", fromBe32(v.Ip), fromBe16(v.Port), dpinfo.ProtoName(v.Proto))}
 			})
 		},
@@ -174,10 +174,10 @@ var mapTable = []mapDesc{
 	{
 		name:  "shunt_affinity",
 		about: "ClientIP session affinity: (client netns, service) -> backend, last use (LRU)",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAffinity },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntAffinity },
 		dump: func(d *Datapath) ([]Row, error) {
 			now := monotonicNow()
-			return dump(d.sock.ShuntAffinity, func(k socklbAffinityKey, v socklbAffinityValue) Row {
+			return dump(d.sockAddr.ShuntAffinity, func(k sockaddrAffinityKey, v sockaddrAffinityValue) Row {
 				return Row{"clientNetnsCookie": k.ClientCookie, "serviceID": k.ServiceId, "backendID": v.BackendId,
 					"idleSeconds": secondsSince(now, v.LastUsedNs)}
 			})
@@ -187,9 +187,9 @@ var mapTable = []mapDesc{
 	{
 		name:  "shunt_revnat",
 		about: "UDP reverse NAT: (netns, socket, backend) -> the service address replies get back (LRU)",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntRevnat },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntRevnat },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sock.ShuntRevnat, func(k socklbRevnatKey, v socklbRevnatValue) Row {
+			return dump(d.sockAddr.ShuntRevnat, func(k sockaddrRevnatKey, v sockaddrRevnatValue) Row {
 				return Row{"netnsCookie": k.NetnsCookie, "socketCookie": k.SockCookie,
 					"backend": fmt.Sprintf("%s:%d", fromBe32(k.BackendIp), fromBe16(k.BackendPort)),
 					"service": fmt.Sprintf("%s:%d", fromBe32(v.Vip), fromBe16(v.Vport))}
@@ -200,15 +200,15 @@ var mapTable = []mapDesc{
 	{
 		name:         "shunt_sock_svc",
 		about:        "per socket: the service and backend its connect was translated to (socket storage)",
-		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockSvc },
+		of:           func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntSockSvc },
 		insertFailed: dpinfo.ReasonSockStorageFailed.String(),
 	},
 	{
 		name:  "shunt_l7_redirect",
 		about: "L7 redirection: TCP destination (service port, pod port) -> the proxy its connects go to",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntL7Redirect },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntL7Redirect },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sock.ShuntL7Redirect, func(k socklbL7RedirectKey, v socklbL7RedirectValue) Row {
+			return dump(d.sockAddr.ShuntL7Redirect, func(k sockaddrL7RedirectKey, v sockaddrL7RedirectValue) Row {
 				return Row{"destination": fmt.Sprintf("%s:%d", fromBe32(k.Ip), fromBe16(k.Port)), "protocol": dpinfo.ProtoName(k.Proto),
 					"proxy": fmt.Sprintf("%s:%d", fromBe32(v.ProxyIp), fromBe16(v.ProxyPort))}
 			})
@@ -218,15 +218,15 @@ var mapTable = []mapDesc{
 	{
 		name:         "shunt_sock_proxied",
 		about:        "per socket redirected to a proxy: the destination it dialled (socket storage)",
-		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockProxied },
+		of:           func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntSockProxied },
 		insertFailed: dpinfo.ReasonProxyOriginFailed.String(),
 	},
 	{
 		name:  "shunt_proxy_origins",
 		about: "connections redirected to a proxy: (client, proxy) tuple -> original destination, for SO_ORIGINAL_DST (LRU)",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntProxyOrigins },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntProxyOrigins },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sock.ShuntProxyOrigins, func(k socklbProxyOriginKey, v socklbProxyOrigin) Row {
+			return dump(d.sockOps.ShuntProxyOrigins, func(k sockopsProxyOriginKey, v sockopsProxyOrigin) Row {
 				return Row{"client": fmt.Sprintf("%s:%d", fromBe32(k.ClientIp), fromBe16(k.ClientPort)),
 					"proxy":       fmt.Sprintf("%s:%d", fromBe32(k.ProxyIp), fromBe16(k.ProxyPort)),
 					"destination": fmt.Sprintf("%s:%d", fromBe32(v.Ip), fromBe16(v.Port))}
@@ -248,16 +248,16 @@ var mapTable = []mapDesc{
 	{
 		name:         "shunt_sockhash",
 		about:        "socket acceleration: established local sockets by (network namespace, tuple local end first); sk_msg sends to the peer's ingress",
-		of:           func(d *Datapath) *ebpf.Map { return d.sock.ShuntSockhash },
+		of:           func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntSockhash },
 		dump:         func(d *Datapath) ([]Row, error) { return d.accelRows() },
 		insertFailed: dpinfo.ReasonAccelInsertFailed.String(),
 	},
 	{
 		name:  "shunt_accel_connecting",
 		about: "socket acceleration: connecting ends just accelerated, until their accepting end follows (LRU)",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAccelConnecting },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntAccelConnecting },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sock.ShuntAccelConnecting, func(k socklbSockKey, _ uint8) Row {
+			return dump(d.sockOps.ShuntAccelConnecting, func(k sockopsSockKey, _ uint8) Row {
 				return Row{"local": fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
 					"remote": fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)), "netnsCookie": k.NetnsCookie}
 			})
@@ -266,14 +266,14 @@ var mapTable = []mapDesc{
 	{
 		name:  "shunt_accel_socks",
 		about: "socket storage of accelerated sockets: the peer's key, bytes and sends through the redirect (reported in flows when they close)",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAccelSocks },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntAccelSocks },
 	},
 	{
 		name:  "shunt_netns_pods",
 		about: "network namespace cookie -> local pod address (loopback is accelerated only inside pods)",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntNetnsPods },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntNetnsPods },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sock.ShuntNetnsPods, func(k uint64, v uint32) Row {
+			return dump(d.sockOps.ShuntNetnsPods, func(k uint64, v uint32) Row {
 				return Row{"netnsCookie": k, "ip": fromBe32(v).String()}
 			})
 		},
@@ -282,7 +282,7 @@ var mapTable = []mapDesc{
 	{
 		name:  "shunt_accel_config",
 		about: "socket acceleration switch (new connections join the sockhash only when on)",
-		of:    func(d *Datapath) *ebpf.Map { return d.sock.ShuntAccelConfig },
+		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntAccelConfig },
 		dump: func(d *Datapath) ([]Row, error) {
 			c, n, err := d.AccelStatus()
 			return []Row{{"enabled": c.On, "nodeProcesses": c.NodeProcesses, "sockets": n}}, err

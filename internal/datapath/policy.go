@@ -167,7 +167,7 @@ func (d *Datapath) initPolicyMaps() {
 		identities: mirroredMap[uint32, podtcIdentityEndpoint]{
 			m: d.objs.ShuntIdentityEndpoints, name: "shunt_identity_endpoints",
 		},
-		netnsPods: mirroredMap[uint64, uint32]{m: d.sock.ShuntNetnsPods, name: "shunt_netns_pods"},
+		netnsPods: mirroredMap[uint64, uint32]{m: d.sockOps.ShuntNetnsPods, name: "shunt_netns_pods"},
 	}
 }
 

@@ -11,9 +11,10 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// L7 redirection (bpf/sock_lb.c, bpf/lib/proxy.h): connects to chosen
-// destinations go to a proxy, which learns the original destination through
-// getsockopt(SOL_IP, SO_ORIGINAL_DST); its upstream sockets carry a mark
+// L7 redirection (bpf/sock_addr.c, bpf/sock_ops.c, bpf/sockopt.c,
+// bpf/lib/proxy.h): connects to chosen destinations go to a proxy, which
+// learns the original destination through getsockopt(SOL_IP,
+// SO_ORIGINAL_DST); its upstream sockets carry a mark
 // that says "proxy" and which client identity they act for.
 
 // ProxyMark is the SO_MARK layout of proxy upstream sockets: Magic under
@@ -42,21 +43,21 @@ type L7Redirect struct {
 // SyncL7Redirects makes shunt_l7_redirect hold exactly these entries: new
 // and changed ones first, stale ones after.
 func (d *Datapath) SyncL7Redirects(want []L7Redirect) error {
-	m := d.sock.ShuntL7Redirect
-	keys := make(map[socklbL7RedirectKey]socklbL7RedirectValue, len(want))
+	m := d.sockAddr.ShuntL7Redirect
+	keys := make(map[sockaddrL7RedirectKey]sockaddrL7RedirectValue, len(want))
 	for _, r := range want {
 		if !r.Dest.Addr().Is4() || !r.Proxy.Addr().Is4() {
 			return fmt.Errorf("L7 redirect %s -> %s: only IPv4 is supported", r.Dest, r.Proxy)
 		}
-		keys[socklbL7RedirectKey{Ip: be32(r.Dest.Addr()), Port: be16(r.Dest.Port()), Proto: protoTCP}] =
-			socklbL7RedirectValue{ProxyIp: be32(r.Proxy.Addr()), ProxyPort: be16(r.Proxy.Port())}
+		keys[sockaddrL7RedirectKey{Ip: be32(r.Dest.Addr()), Port: be16(r.Dest.Port()), Proto: protoTCP}] =
+			sockaddrL7RedirectValue{ProxyIp: be32(r.Proxy.Addr()), ProxyPort: be16(r.Proxy.Port())}
 	}
 	if err := d.checkFits("shunt_l7_redirect", len(keys)); err != nil {
 		return err
 	}
-	var stale []socklbL7RedirectKey
-	var k socklbL7RedirectKey
-	var v socklbL7RedirectValue
+	var stale []sockaddrL7RedirectKey
+	var k sockaddrL7RedirectKey
+	var v sockaddrL7RedirectValue
 	it := m.Iterate()
 	for it.Next(&k, &v) {
 		if nv, ok := keys[k]; !ok {
@@ -85,9 +86,9 @@ func (d *Datapath) SyncL7Redirects(want []L7Redirect) error {
 // L7Redirects reads shunt_l7_redirect back, sorted by destination.
 func (d *Datapath) L7Redirects() ([]L7Redirect, error) {
 	var out []L7Redirect
-	var k socklbL7RedirectKey
-	var v socklbL7RedirectValue
-	it := d.sock.ShuntL7Redirect.Iterate()
+	var k sockaddrL7RedirectKey
+	var v sockaddrL7RedirectValue
+	it := d.sockAddr.ShuntL7Redirect.Iterate()
 	for it.Next(&k, &v) {
 		out = append(out, L7Redirect{
 			Dest:  netip.AddrPortFrom(fromBe32(k.Ip), fromBe16(k.Port)),
@@ -108,13 +109,13 @@ func (d *Datapath) L7Redirects() ([]L7Redirect, error) {
 func (d *Datapath) AttachProxy(name, cgroupPath string) error {
 	always := func(link.Link) bool { return true }
 	attach := func() (link.Link, error) {
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: ebpf.AttachCGroupGetsockopt, Program: d.sock.ShuntGetsockopt})
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: ebpf.AttachCGroupGetsockopt, Program: d.sockopt.ShuntGetsockopt})
 		if err != nil {
 			return nil, fmt.Errorf("attaching getsockopt (SO_ORIGINAL_DST for the proxy) to cgroup %s: %w", cgroupPath, err)
 		}
 		return l, nil
 	}
-	return attachPinned(d.proxyLinkPin(name), d.sock.ShuntGetsockopt, always, attach)
+	return attachPinned(d.proxyLinkPin(name), d.sockopt.ShuntGetsockopt, always, attach)
 }
 
 // DetachProxy removes what AttachProxy attached (a no-op when nothing is).

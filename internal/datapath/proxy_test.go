@@ -207,25 +207,25 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := netip.AddrPortFrom(node, 15001)
-	origin := socklbProxyOriginKey{ClientIp: be32(client), ClientPort: be16(40000), ProxyIp: be32(node), ProxyPort: be16(proxy.Port())}
-	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(server), Port: be16(80)}); err != nil {
+	origin := sockopsProxyOriginKey{ClientIp: be32(client), ClientPort: be16(40000), ProxyIp: be32(node), ProxyPort: be16(proxy.Port())}
+	if err := d.sockOps.ShuntProxyOrigins.Put(origin, sockopsProxyOrigin{Ip: be32(server), Port: be16(80)}); err != nil {
 		t.Fatal(err)
 	}
 	// The same client dialled the server's port 82 (its egress does not
 	// allow it) and a service address (judged on the upstream leg).
 	origin.ClientPort = be16(40002)
-	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(server), Port: be16(82)}); err != nil {
+	if err := d.sockOps.ShuntProxyOrigins.Put(origin, sockopsProxyOrigin{Ip: be32(server), Port: be16(82)}); err != nil {
 		t.Fatal(err)
 	}
 	origin.ClientPort = be16(40003)
-	if err := d.sock.ShuntProxyOrigins.Put(origin, socklbProxyOrigin{Ip: be32(netip.MustParseAddr("10.96.0.10")), Port: be16(82)}); err != nil {
+	if err := d.sockOps.ShuntProxyOrigins.Put(origin, sockopsProxyOrigin{Ip: be32(netip.MustParseAddr("10.96.0.10")), Port: be16(82)}); err != nil {
 		t.Fatal(err)
 	}
 	// A pod's own proxy on 15006 receives what was dialled at 80 (allowed)
 	// and at 81 (not allowed): policy judges the port dialled.
 	for port, origPort := range map[uint16]uint16{40010: 80, 40011: 81} {
-		k := socklbProxyOriginKey{ClientIp: be32(client), ClientPort: be16(port), ProxyIp: be32(server), ProxyPort: be16(15006)}
-		if err := d.sock.ShuntProxyOrigins.Put(k, socklbProxyOrigin{Ip: be32(server), Port: be16(origPort)}); err != nil {
+		k := sockopsProxyOriginKey{ClientIp: be32(client), ClientPort: be16(port), ProxyIp: be32(server), ProxyPort: be16(15006)}
+		if err := d.sockOps.ShuntProxyOrigins.Put(k, sockopsProxyOrigin{Ip: be32(server), Port: be16(origPort)}); err != nil {
 			t.Fatal(err)
 		}
 	}

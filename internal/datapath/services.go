@@ -86,8 +86,8 @@ func (d *Datapath) loadServiceTable() error {
 	t := &d.services
 	*t = newServiceTable()
 	var id uint32
-	var bv socklbBackendValue
-	it := d.sock.ShuntBackends.Iterate()
+	var bv sockaddrBackendValue
+	it := d.sockAddr.ShuntBackends.Iterate()
 	for it.Next(&id, &bv) {
 		k := backendKey{fromBe32(bv.Ip), fromBe16(bv.Port), bv.Proto}
 		t.backends[k], t.keys[id] = id, k
@@ -96,10 +96,10 @@ func (d *Datapath) loadServiceTable() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading shunt_backends: %w", err)
 	}
-	slots := map[socklbServiceKey]socklbServiceValue{}
-	var sk socklbServiceKey
-	var sv socklbServiceValue
-	it = d.sock.ShuntServices.Iterate()
+	slots := map[sockaddrServiceKey]sockaddrServiceValue{}
+	var sk sockaddrServiceKey
+	var sv sockaddrServiceValue
+	it = d.sockAddr.ShuntServices.Iterate()
 	for it.Next(&sk, &sv) {
 		slots[sk] = sv
 	}
@@ -304,13 +304,13 @@ func checkServicePort(s services.Port) error {
 // a full load of 10 000 services writes ~120 000 entries.
 type serviceWrites struct {
 	backendIDs   []uint32
-	backendVals  []socklbBackendValue
-	slotKeys     []socklbServiceKey
-	slotVals     []socklbServiceValue
-	masterKeys   []socklbServiceKey
-	masterVals   []socklbServiceValue
-	goneMasters  []socklbServiceKey
-	goneSlots    []socklbServiceKey
+	backendVals  []sockaddrBackendValue
+	slotKeys     []sockaddrServiceKey
+	slotVals     []sockaddrServiceValue
+	masterKeys   []sockaddrServiceKey
+	masterVals   []sockaddrServiceValue
+	goneMasters  []sockaddrServiceKey
+	goneSlots    []sockaddrServiceKey
 	goneBackends []uint32
 	goneUDP      []netip.AddrPort // addresses of the gone UDP backends
 }
@@ -318,9 +318,9 @@ type serviceWrites struct {
 // serviceMaps is where planned writes go: shunt_services and
 // shunt_backends, or a test's copy of them in memory.
 type serviceMaps interface {
-	putBackends(ids []uint32, vals []socklbBackendValue) error
-	putServices(keys []socklbServiceKey, vals []socklbServiceValue) error
-	deleteServices(keys []socklbServiceKey) error
+	putBackends(ids []uint32, vals []sockaddrBackendValue) error
+	putServices(keys []sockaddrServiceKey, vals []sockaddrServiceValue) error
+	deleteServices(keys []sockaddrServiceKey) error
 	deleteBackends(ids []uint32) error
 }
 
@@ -344,15 +344,15 @@ func (w *serviceWrites) writeTo(m serviceMaps) error {
 // kernelServiceMaps are the kernel's shunt_services and shunt_backends.
 type kernelServiceMaps struct{ services, backends *ebpf.Map }
 
-func (k kernelServiceMaps) putBackends(ids []uint32, vals []socklbBackendValue) error {
+func (k kernelServiceMaps) putBackends(ids []uint32, vals []sockaddrBackendValue) error {
 	return putAll(k.backends, ids, vals)
 }
 
-func (k kernelServiceMaps) putServices(keys []socklbServiceKey, vals []socklbServiceValue) error {
+func (k kernelServiceMaps) putServices(keys []sockaddrServiceKey, vals []sockaddrServiceValue) error {
 	return putAll(k.services, keys, vals)
 }
 
-func (k kernelServiceMaps) deleteServices(keys []socklbServiceKey) error {
+func (k kernelServiceMaps) deleteServices(keys []sockaddrServiceKey) error {
 	return deleteAll(k.services, keys)
 }
 
@@ -363,7 +363,7 @@ func (k kernelServiceMaps) deleteBackends(ids []uint32) error {
 // flush makes the writes in their order. The mirror was updated while
 // they were planned; if a write fails, the caller reloads it.
 func (d *Datapath) flush(w *serviceWrites) error {
-	return w.writeTo(kernelServiceMaps{services: d.sock.ShuntServices, backends: d.sock.ShuntBackends})
+	return w.writeTo(kernelServiceMaps{services: d.sockAddr.ShuntServices, backends: d.sockAddr.ShuntBackends})
 }
 
 // batchMin is the size from which a batch system call beats one call per
@@ -455,7 +455,7 @@ func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 			id = t.nextBackend
 			t.nextBackend++
 			w.backendIDs = append(w.backendIDs, id)
-			w.backendVals = append(w.backendVals, socklbBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: s.Proto})
+			w.backendVals = append(w.backendVals, sockaddrBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: s.Proto})
 			t.backends[k], t.keys[id] = id, k
 			t.refs[id] = 0
 		}
@@ -470,7 +470,7 @@ func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 		t.nextService++
 		t.svcIDs[wr.id] = true
 	}
-	master := socklbServiceKey{Vip: be32(s.VIP), Port: be16(s.Port), Proto: s.Proto}
+	master := sockaddrServiceKey{Vip: be32(s.VIP), Port: be16(s.Port), Proto: s.Proto}
 	for i, id := range ids {
 		if i < len(old.backends) && old.backends[i] == id {
 			continue
@@ -478,9 +478,9 @@ func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 		k := master
 		k.Slot = uint16(i + 1)
 		w.slotKeys = append(w.slotKeys, k)
-		w.slotVals = append(w.slotVals, socklbServiceValue{Id: id})
+		w.slotVals = append(w.slotVals, sockaddrServiceValue{Id: id})
 	}
-	mv := socklbServiceValue{Id: wr.id, BackendCount: uint16(len(ids))}
+	mv := sockaddrServiceValue{Id: wr.id, BackendCount: uint16(len(ids))}
 	if s.AffinityTimeout > 0 {
 		mv.Flags, mv.AffinityTimeout = serviceAffinityFlag, s.AffinityTimeout
 	}
@@ -507,7 +507,7 @@ func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 // deleteServicePort plans the removal of one port: slot 0 first, so no
 // new lookup finds it, then its slots.
 func (t *serviceTable) deleteServicePort(f services.Frontend, wr written, w *serviceWrites) {
-	master := socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
+	master := sockaddrServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
 	w.goneMasters = append(w.goneMasters, master)
 	for slot := 1; slot <= len(wr.backends); slot++ {
 		k := master
@@ -533,15 +533,15 @@ func (d *Datapath) sockHooks() []struct {
 		prog *ebpf.Program
 		at   ebpf.AttachType
 	}{
-		{"connect4", d.sock.ShuntConnect4, ebpf.AttachCGroupInet4Connect},
-		{"sendmsg4", d.sock.ShuntSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
-		{"recvmsg4", d.sock.ShuntRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
-		{"getpeername4", d.sock.ShuntGetpeername4, ebpf.AttachCgroupInet4GetPeername},
-		{"connect6", d.sock.ShuntConnect6, ebpf.AttachCGroupInet6Connect},
-		{"sendmsg6", d.sock.ShuntSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
-		{"recvmsg6", d.sock.ShuntRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
-		{"getpeername6", d.sock.ShuntGetpeername6, ebpf.AttachCgroupInet6GetPeername},
-		{"sockops", d.sock.ShuntSockops, ebpf.AttachCGroupSockOps},
+		{"connect4", d.sockAddr.ShuntConnect4, ebpf.AttachCGroupInet4Connect},
+		{"sendmsg4", d.sockAddr.ShuntSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+		{"recvmsg4", d.sockAddr.ShuntRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+		{"getpeername4", d.sockAddr.ShuntGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+		{"connect6", d.sockAddr.ShuntConnect6, ebpf.AttachCGroupInet6Connect},
+		{"sendmsg6", d.sockAddr.ShuntSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+		{"recvmsg6", d.sockAddr.ShuntRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{"getpeername6", d.sockAddr.ShuntGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+		{"sockops", d.sockOps.ShuntSockops, ebpf.AttachCGroupSockOps},
 	}
 }
 
@@ -585,10 +585,10 @@ type BackendDump struct {
 
 // DumpServices decodes shunt_services and shunt_backends.
 func (d *Datapath) DumpServices() ([]ServiceDump, error) {
-	entries := map[socklbServiceKey]socklbServiceValue{}
-	var k socklbServiceKey
-	var v socklbServiceValue
-	it := d.sock.ShuntServices.Iterate()
+	entries := map[sockaddrServiceKey]sockaddrServiceValue{}
+	var k sockaddrServiceKey
+	var v sockaddrServiceValue
+	it := d.sockAddr.ShuntServices.Iterate()
 	for it.Next(&k, &v) {
 		entries[k] = v
 	}
@@ -608,8 +608,8 @@ func (d *Datapath) DumpServices() ([]ServiceDump, error) {
 			sk := k
 			sk.Slot = slot
 			bd := BackendDump{ID: entries[sk].Id}
-			var bv socklbBackendValue
-			if err := d.sock.ShuntBackends.Lookup(bd.ID, &bv); err == nil {
+			var bv sockaddrBackendValue
+			if err := d.sockAddr.ShuntBackends.Lookup(bd.ID, &bv); err == nil {
 				bd.IP, bd.Port = fromBe32(bv.Ip), fromBe16(bv.Port)
 			}
 			s.Backends = append(s.Backends, bd)

@@ -30,14 +30,14 @@ const (
 
 // fakeServiceMaps is shunt_services and shunt_backends in memory.
 type fakeServiceMaps struct {
-	services map[socklbServiceKey]socklbServiceValue
-	backends map[uint32]socklbBackendValue
+	services map[sockaddrServiceKey]sockaddrServiceValue
+	backends map[uint32]sockaddrBackendValue
 	ops      []string        // every write made, in order
 	after    func(op string) // called after each single write
 }
 
 func newFakeServiceMaps() *fakeServiceMaps {
-	return &fakeServiceMaps{services: map[socklbServiceKey]socklbServiceValue{}, backends: map[uint32]socklbBackendValue{}}
+	return &fakeServiceMaps{services: map[sockaddrServiceKey]sockaddrServiceValue{}, backends: map[uint32]sockaddrBackendValue{}}
 }
 
 func (m *fakeServiceMaps) did(op string) {
@@ -47,7 +47,7 @@ func (m *fakeServiceMaps) did(op string) {
 	}
 }
 
-func (m *fakeServiceMaps) putBackends(ids []uint32, vals []socklbBackendValue) error {
+func (m *fakeServiceMaps) putBackends(ids []uint32, vals []sockaddrBackendValue) error {
 	for i, id := range ids {
 		m.backends[id] = vals[i]
 		m.did(fmt.Sprintf("put backend %d", id))
@@ -55,7 +55,7 @@ func (m *fakeServiceMaps) putBackends(ids []uint32, vals []socklbBackendValue) e
 	return nil
 }
 
-func (m *fakeServiceMaps) putServices(keys []socklbServiceKey, vals []socklbServiceValue) error {
+func (m *fakeServiceMaps) putServices(keys []sockaddrServiceKey, vals []sockaddrServiceValue) error {
 	for i, k := range keys {
 		m.services[k] = vals[i]
 		m.did("put " + serviceSlotText(k))
@@ -63,7 +63,7 @@ func (m *fakeServiceMaps) putServices(keys []socklbServiceKey, vals []socklbServ
 	return nil
 }
 
-func (m *fakeServiceMaps) deleteServices(keys []socklbServiceKey) error {
+func (m *fakeServiceMaps) deleteServices(keys []sockaddrServiceKey) error {
 	for _, k := range keys {
 		delete(m.services, k)
 		m.did("delete " + serviceSlotText(k))
@@ -79,7 +79,7 @@ func (m *fakeServiceMaps) deleteBackends(ids []uint32) error {
 	return nil
 }
 
-func serviceSlotText(k socklbServiceKey) string {
+func serviceSlotText(k sockaddrServiceKey) string {
 	return fmt.Sprintf("%s:%d/%d#%d", fromBe32(k.Vip), fromBe16(k.Port), k.Proto, k.Slot)
 }
 
@@ -109,7 +109,7 @@ func (m *fakeServiceMaps) broken() []string {
 // reachable is the backends a lookup of f can pick now, and whether f is
 // there at all.
 func (m *fakeServiceMaps) reachable(f services.Frontend) ([]services.Backend, bool) {
-	k := socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
+	k := sockaddrServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
 	v, ok := m.services[k]
 	if !ok {
 		return nil, false
@@ -142,34 +142,34 @@ func planPort(f services.Frontend, affinity uint32, backends ...string) services
 	return p
 }
 
-func planSlotKey(f services.Frontend, slot uint16) socklbServiceKey {
-	return socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto, Slot: slot}
+func planSlotKey(f services.Frontend, slot uint16) sockaddrServiceKey {
+	return sockaddrServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto, Slot: slot}
 }
 
-func planMaster(id uint32, count uint16, affinity uint32) socklbServiceValue {
-	v := socklbServiceValue{Id: id, BackendCount: count}
+func planMaster(id uint32, count uint16, affinity uint32) sockaddrServiceValue {
+	v := sockaddrServiceValue{Id: id, BackendCount: count}
 	if affinity > 0 {
 		v.Flags, v.AffinityTimeout = serviceAffinityFlag, affinity
 	}
 	return v
 }
 
-func planBackendVal(addr string, proto uint8) socklbBackendValue {
+func planBackendVal(addr string, proto uint8) sockaddrBackendValue {
 	b := planBackend(addr)
-	return socklbBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: proto}
+	return sockaddrBackendValue{Ip: be32(b.IP), Port: be16(b.Port), Proto: proto}
 }
 
 // contents is what the two maps hold.
 type planContents struct {
-	services map[socklbServiceKey]socklbServiceValue
-	backends map[uint32]socklbBackendValue
+	services map[sockaddrServiceKey]sockaddrServiceValue
+	backends map[uint32]sockaddrBackendValue
 }
 
 // svc is the entries of one port: slot 0, then one slot per backend id.
-func planEntries(f services.Frontend, id uint32, affinity uint32, backendIDs ...uint32) map[socklbServiceKey]socklbServiceValue {
-	out := map[socklbServiceKey]socklbServiceValue{planSlotKey(f, 0): planMaster(id, uint16(len(backendIDs)), affinity)}
+func planEntries(f services.Frontend, id uint32, affinity uint32, backendIDs ...uint32) map[sockaddrServiceKey]sockaddrServiceValue {
+	out := map[sockaddrServiceKey]sockaddrServiceValue{planSlotKey(f, 0): planMaster(id, uint16(len(backendIDs)), affinity)}
 	for i, b := range backendIDs {
-		out[planSlotKey(f, uint16(i+1))] = socklbServiceValue{Id: b}
+		out[planSlotKey(f, uint16(i+1))] = sockaddrServiceValue{Id: b}
 	}
 	return out
 }
@@ -308,7 +308,7 @@ func TestServicePlan(t *testing.T) {
 		step: planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080")}},
 		want: planContents{
 			services: planEntries(feWeb, 1, 0, 1, 2),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 1", "put backend 2",
 			"put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
@@ -316,14 +316,14 @@ func TestServicePlan(t *testing.T) {
 		name:   "unchanged: no writes",
 		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}}},
 		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}},
-		want:   planContents{services: planEntries(feWeb, 1, 0, 1), backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)}},
+		want:   planContents{services: planEntries(feWeb, 1, 0, 1), backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)}},
 	}, {
 		name:   "backend added: its backend, its slot, slot 0 with the new count; other slots untouched",
 		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080")}}},
 		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080")}},
 		want: planContents{
 			services: planEntries(feWeb, 1, 0, 1, 2, 3),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP),
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP),
 				3: planBackendVal("10.0.0.4:8080", ipTCP)},
 		},
 		ops: []string{"put backend 3", "put 10.96.0.10:80/6#3", "put 10.96.0.10:80/6#0"},
@@ -333,7 +333,7 @@ func TestServicePlan(t *testing.T) {
 		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080", "10.0.0.4:8080")}},
 		want: planContents{
 			services: planEntries(feWeb, 1, 0, 1, 3),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 3: planBackendVal("10.0.0.4:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 3: planBackendVal("10.0.0.4:8080", ipTCP)},
 		},
 		ops: []string{"put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#3", "delete backend 2"},
 	}, {
@@ -342,7 +342,7 @@ func TestServicePlan(t *testing.T) {
 		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.1.2:8080", "10.0.1.3:8080")}},
 		want: planContents{
 			services: planEntries(feWeb, 1, 0, 3, 4),
-			backends: map[uint32]socklbBackendValue{3: planBackendVal("10.0.1.2:8080", ipTCP), 4: planBackendVal("10.0.1.3:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{3: planBackendVal("10.0.1.2:8080", ipTCP), 4: planBackendVal("10.0.1.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 3", "put backend 4", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2",
 			"put 10.96.0.10:80/6#0", "delete backend 1", "delete backend 2"},
@@ -353,7 +353,7 @@ func TestServicePlan(t *testing.T) {
 		step: planStep{sync: []services.Port{planPort(feWeb2, 0, "10.0.0.3:8080")}},
 		want: planContents{
 			services: planEntries(feWeb2, 2, 0, 2),
-			backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.3:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{2: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"delete 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete 10.96.0.10:80/6#2", "delete backend 1"},
 	}, {
@@ -361,7 +361,7 @@ func TestServicePlan(t *testing.T) {
 		step: planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080"), planPort(feWeb2, 0, "10.0.0.2:8080", "10.0.0.3:8080")}},
 		want: planContents{
 			services: mergeMaps(planEntries(feWeb, 1, 0, 1), planEntries(feWeb2, 2, 0, 1, 2)),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 1", "put backend 2", "put 10.96.0.10:80/6#1", "put 10.96.0.10:8080/6#1",
 			"put 10.96.0.10:8080/6#2", "put 10.96.0.10:80/6#0", "put 10.96.0.10:8080/6#0"},
@@ -370,7 +370,7 @@ func TestServicePlan(t *testing.T) {
 		step: planStep{sync: []services.Port{planPort(feWeb, 10800, "10.0.0.2:8080")}},
 		want: planContents{
 			services: planEntries(feWeb, 1, 10800, 1),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
 		},
 		ops: []string{"put backend 1", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#0"},
 	}, {
@@ -379,7 +379,7 @@ func TestServicePlan(t *testing.T) {
 		step:   planStep{sync: []services.Port{planPort(feWeb, 60, "10.0.0.2:8080")}},
 		want: planContents{
 			services: planEntries(feWeb, 1, 60, 1),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
 		},
 		ops: []string{"put 10.96.0.10:80/6#0"},
 	}, {
@@ -388,25 +388,25 @@ func TestServicePlan(t *testing.T) {
 		step:   planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}},
 		want: planContents{
 			services: planEntries(feWeb, 1, 0, 1),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)},
 		},
 		ops: []string{"put 10.96.0.10:80/6#0"},
 	}, {
 		name: "no endpoints: slot 0 with no backends (connects are refused), nothing else",
 		step: planStep{sync: []services.Port{planPort(feWeb, 0)}},
-		want: planContents{services: planEntries(feWeb, 1, 0), backends: map[uint32]socklbBackendValue{}},
+		want: planContents{services: planEntries(feWeb, 1, 0), backends: map[uint32]sockaddrBackendValue{}},
 		ops:  []string{"put 10.96.0.10:80/6#0"},
 	}, {
 		name:   "last endpoint gone: the count drops to 0 before its slot and backend go",
 		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}}},
 		step:   planStep{sync: []services.Port{planPort(feWeb, 0)}},
-		want:   planContents{services: planEntries(feWeb, 1, 0), backends: map[uint32]socklbBackendValue{}},
+		want:   planContents{services: planEntries(feWeb, 1, 0), backends: map[uint32]sockaddrBackendValue{}},
 		ops:    []string{"put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete backend 1"},
 	}, {
 		name:    "UDP backend gone: reported, so connected sockets to it can be destroyed",
 		before:  []planStep{{sync: []services.Port{planPort(feDNS, 0, "10.0.0.5:53", "10.0.0.6:53")}}},
 		step:    planStep{sync: []services.Port{planPort(feDNS, 0, "10.0.0.6:53")}},
-		want:    planContents{services: planEntries(feDNS, 1, 0, 2), backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.6:53", ipUDP)}},
+		want:    planContents{services: planEntries(feDNS, 1, 0, 2), backends: map[uint32]sockaddrBackendValue{2: planBackendVal("10.0.0.6:53", ipUDP)}},
 		ops:     []string{"put 10.96.0.53:53/17#1", "put 10.96.0.53:53/17#0", "delete 10.96.0.53:53/17#2", "delete backend 1"},
 		goneUDP: []string{"10.0.0.5:53"},
 	}, {
@@ -414,7 +414,7 @@ func TestServicePlan(t *testing.T) {
 		step: planStep{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:53"), planPort(planFrontend("10.96.0.10", 80, ipUDP), 0, "10.0.0.2:53")}},
 		want: planContents{
 			services: mergeMaps(planEntries(feWeb, 1, 0, 1), planEntries(planFrontend("10.96.0.10", 80, ipUDP), 2, 0, 2)),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:53", ipTCP), 2: planBackendVal("10.0.0.2:53", ipUDP)},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:53", ipTCP), 2: planBackendVal("10.0.0.2:53", ipUDP)},
 		},
 		ops: []string{"put backend 1", "put backend 2", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/17#1",
 			"put 10.96.0.10:80/6#0", "put 10.96.0.10:80/17#0"},
@@ -426,7 +426,7 @@ func TestServicePlan(t *testing.T) {
 			remove: []services.Frontend{feDNS}},
 		want: planContents{
 			services: mergeMaps(planEntries(feWeb, 1, 0, 1, 4), planEntries(feAPI, 2, 0, 2)),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.7:8443", ipTCP),
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.7:8443", ipTCP),
 				4: planBackendVal("10.0.0.3:8080", ipTCP)},
 		},
 		ops: []string{"put backend 4", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0",
@@ -438,14 +438,14 @@ func TestServicePlan(t *testing.T) {
 		step:   planStep{update: true, upsert: []services.Port{planPort(feAPI, 0, "10.0.0.7:8443")}},
 		want: planContents{
 			services: planEntries(feAPI, 2, 0, 2),
-			backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.7:8443", ipTCP)},
+			backends: map[uint32]sockaddrBackendValue{2: planBackendVal("10.0.0.7:8443", ipTCP)},
 		},
 		ops: []string{"put backend 2", "put 10.96.0.11:443/6#1", "put 10.96.0.11:443/6#0"},
 	}, {
 		name:   "removing a port that is not there writes nothing",
 		before: []planStep{{sync: []services.Port{planPort(feWeb, 0, "10.0.0.2:8080")}}},
 		step:   planStep{update: true, remove: []services.Frontend{feAPI}},
-		want:   planContents{services: planEntries(feWeb, 1, 0, 1), backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)}},
+		want:   planContents{services: planEntries(feWeb, 1, 0, 1), backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP)}},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			table := newServiceTable()
@@ -504,7 +504,7 @@ func sortDeleteRuns(ops []string) []string {
 	return out
 }
 
-func serviceEntriesText(m map[socklbServiceKey]socklbServiceValue) string {
+func serviceEntriesText(m map[sockaddrServiceKey]sockaddrServiceValue) string {
 	var lines []string
 	for k, v := range m {
 		lines = append(lines, fmt.Sprintf("  %s = %+v", serviceSlotText(k), v))
@@ -522,12 +522,12 @@ func TestServicePlanRawEntries(t *testing.T) {
 	applyPlan(t, &table, m, planStep{sync: []services.Port{planPort(feWeb, 10800, "10.0.0.2:8080")}})
 	// 10.96.0.10 is the bytes 0a 60 00 0a, port 80 the bytes 00 50, read
 	// as little-endian numbers (the objects are bpfel).
-	wantServices := map[socklbServiceKey]socklbServiceValue{
+	wantServices := map[sockaddrServiceKey]sockaddrServiceValue{
 		{Vip: 0x0a00600a, Port: 0x5000, Proto: 6, Slot: 0}: {Id: 1, BackendCount: 1, Flags: 1, AffinityTimeout: 10800},
 		{Vip: 0x0a00600a, Port: 0x5000, Proto: 6, Slot: 1}: {Id: 1},
 	}
 	// 10.0.0.2:8080: 0a 00 00 02, 1f 90.
-	wantBackends := map[uint32]socklbBackendValue{1: {Ip: 0x0200000a, Port: 0x901f, Proto: 6}}
+	wantBackends := map[uint32]sockaddrBackendValue{1: {Ip: 0x0200000a, Port: 0x901f, Proto: 6}}
 	if !maps.Equal(m.services, wantServices) || !maps.Equal(m.backends, wantBackends) {
 		t.Errorf("shunt_services %+v\nshunt_backends %+v", m.services, m.backends)
 	}
@@ -572,21 +572,21 @@ endpoints:
 	}{{
 		slice: slice(ready, ready, terminating),
 		want: planContents{services: planEntries(feWeb, 1, 600, 1, 2),
-			backends: map[uint32]socklbBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)}},
+			backends: map[uint32]sockaddrBackendValue{1: planBackendVal("10.0.0.2:8080", ipTCP), 2: planBackendVal("10.0.0.3:8080", ipTCP)}},
 		ops: []string{"put backend 1", "put backend 2", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
 	}, {
 		slice: slice(terminating, ready, terminating),
 		want: planContents{services: planEntries(feWeb, 1, 600, 2),
-			backends: map[uint32]socklbBackendValue{2: planBackendVal("10.0.0.3:8080", ipTCP)}},
+			backends: map[uint32]sockaddrBackendValue{2: planBackendVal("10.0.0.3:8080", ipTCP)}},
 		ops: []string{"put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#2", "delete backend 1"},
 	}, {
 		slice: slice(terminating, notReady, terminating),
-		want:  planContents{services: planEntries(feWeb, 1, 600), backends: map[uint32]socklbBackendValue{}},
+		want:  planContents{services: planEntries(feWeb, 1, 600), backends: map[uint32]sockaddrBackendValue{}},
 		ops:   []string{"put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete backend 2"},
 	}, {
 		slice: slice(ready, notReady, ready),
 		want: planContents{services: planEntries(feWeb, 1, 600, 3, 4),
-			backends: map[uint32]socklbBackendValue{3: planBackendVal("10.0.0.2:8080", ipTCP), 4: planBackendVal("10.0.0.4:8080", ipTCP)}},
+			backends: map[uint32]sockaddrBackendValue{3: planBackendVal("10.0.0.2:8080", ipTCP), 4: planBackendVal("10.0.0.4:8080", ipTCP)}},
 		ops: []string{"put backend 3", "put backend 4", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
 	}}
 	for i, s := range steps {

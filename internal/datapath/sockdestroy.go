@@ -51,8 +51,9 @@ func (s *sockDestroyer) goneBackends() *ebpf.Map {
 var errSockDestroyUnsupported = errors.New("destroying sockets of deleted backends needs the " +
 	"iter/udp socket iterator and the bpf_sock_destroy kfunc (Linux 6.5+)")
 
-// load loads the iterator with sock_lb's shunt_sock_svc map, so it sees
-// which sockets the connect hooks translated and to which backend.
+// load loads the iterator with the connect hooks' shunt_sock_svc map
+// (bpf/lib/sock_svc.h), so it sees which sockets they translated and to
+// which backend.
 func (s *sockDestroyer) load(sockSvc *ebpf.Map, pinDir string) error {
 	if s.loaded {
 		return s.loadErr
@@ -110,7 +111,7 @@ func (d *Datapath) DestroyUDPSockets(netnsPaths []string, gone []netip.AddrPort)
 	s := &d.destroyer
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.load(d.sock.ShuntSockSvc, d.cfg.PinDir); err != nil {
+	if err := s.load(d.sockAddr.ShuntSockSvc, d.cfg.PinDir); err != nil {
 		return 0, err
 	}
 	batch := int(s.objs.ShuntGoneBackends.MaxEntries())

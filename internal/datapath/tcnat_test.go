@@ -134,8 +134,8 @@ func TestSyncServicesKeepsIDsAndRemovesStale(t *testing.T) {
 	}
 	var n int
 	var id uint32
-	var v socklbBackendValue
-	for it := d.sock.ShuntBackends.Iterate(); it.Next(&id, &v); {
+	var v sockaddrBackendValue
+	for it := d.sockAddr.ShuntBackends.Iterate(); it.Next(&id, &v); {
 		n++
 	}
 	if n != 1 {
@@ -158,7 +158,7 @@ func TestSyncServicesRefusesWhatDoesNotFit(t *testing.T) {
 	if _, err := d.SyncServices([]services.Port{keep}); err != nil {
 		t.Fatal(err)
 	}
-	max := int(d.sock.ShuntServices.MaxEntries())
+	max := int(d.sockAddr.ShuntServices.MaxEntries())
 	backends := make([]services.Backend, 0xffff)
 	for i := range backends {
 		backends[i] = services.Backend{IP: netip.AddrFrom4([4]byte{10, 98, byte(i >> 8), byte(i)}), Port: 80}
@@ -205,9 +205,9 @@ func TestUpdateServicesTouchesOnlyWhatChanged(t *testing.T) {
 		}
 	}
 	var id uint32
-	var v socklbBackendValue
+	var v sockaddrBackendValue
 	n := 0
-	it := d.sock.ShuntBackends.Iterate()
+	it := d.sockAddr.ShuntBackends.Iterate()
 	for it.Next(&id, &v) {
 		n++
 		if fromBe32(v.Ip) != ip("10.99.0.3") {
@@ -249,8 +249,8 @@ func TestServiceWritesInBatches(t *testing.T) {
 		t.Fatalf("%d service ports written, want 41", len(dump))
 	}
 	// Someone removed one slot behind our back: the removal still succeeds.
-	k := socklbServiceKey{Vip: be32(ports[5].VIP), Port: be16(53), Proto: 17, Slot: 3}
-	if err := d.sock.ShuntServices.Delete(k); err != nil {
+	k := sockaddrServiceKey{Vip: be32(ports[5].VIP), Port: be16(53), Proto: 17, Slot: 3}
+	if err := d.sockAddr.ShuntServices.Delete(k); err != nil {
 		t.Fatal(err)
 	}
 	var remove []services.Frontend
@@ -270,9 +270,9 @@ func TestServiceWritesInBatches(t *testing.T) {
 		t.Errorf("%d service ports left, want 21", len(dump))
 	}
 	var id uint32
-	var v socklbBackendValue
+	var v sockaddrBackendValue
 	n := 0
-	for it := d.sock.ShuntBackends.Iterate(); it.Next(&id, &v); {
+	for it := d.sockAddr.ShuntBackends.Iterate(); it.Next(&id, &v); {
 		n++
 	}
 	if n != 210 { // s20..s39 UDP, s0 TCP
@@ -280,10 +280,10 @@ func TestServiceWritesInBatches(t *testing.T) {
 	}
 	// The slot count kept for capacity checks matches the kernel's map
 	// (the entry deleted behind our back aside).
-	var sk socklbServiceKey
-	var sv socklbServiceValue
+	var sk sockaddrServiceKey
+	var sv sockaddrServiceValue
 	entries := 0
-	for it := d.sock.ShuntServices.Iterate(); it.Next(&sk, &sv); {
+	for it := d.sockAddr.ShuntServices.Iterate(); it.Next(&sk, &sv); {
 		entries++
 	}
 	if d.services.slots != entries || entries != 21*11 {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The tuple of a packet, read once and shared by service translation,
  * connection tracking and policy. */
-#ifndef SHUNT_LIB_FLOW_H
-#define SHUNT_LIB_FLOW_H
+#ifndef SHUNT_LIB_FLOW_TUPLE_H
+#define SHUNT_LIB_FLOW_TUPLE_H
 
 #include "common.h"
 

@@ -3,8 +3,8 @@
  * size it is told (not pinned: a restart may choose another size) and
  * shared by every program of the instance. Emitting never waits: when the
  * buffer is full the event is counted as lost and the packet goes on. */
-#ifndef SHUNT_LIB_FLOWS_H
-#define SHUNT_LIB_FLOWS_H
+#ifndef SHUNT_LIB_FLOW_EVENTS_H
+#define SHUNT_LIB_FLOW_EVENTS_H
 
 #include "common.h"
 
