@@ -1,7 +1,8 @@
 // Package agent is the node agent (shuntd). It wires the parts together and
 // serves the CLI over a Unix socket:
 //
-//	source (the lab's emulated control plane: internal/lab)
+//	source (the lab's emulated control plane: internal/lab; a multi-node
+//	        lab's, joined; or a Kubernetes API server: internal/kubesource)
 //	  -> objects (internal/model) and local endpoints
 //	  -> node reconciler (internal/reconciler: compute with
 //	     internal/services and internal/policy, coalescing run loop)
@@ -9,6 +10,12 @@
 //
 // It owns no pods and no maps itself: the lab runs pods, the reconciler
 // decides map contents, the datapath writes them.
+//
+// New starts it in steps, each in its file: settings.go settles the
+// node's settings, node.go opens and programs the node, source.go chooses
+// the source (chooseSource: the one place that tells lab, lab follower and
+// Kubernetes apart) and carries each kind's part of the steps, and
+// agent.go wires the reconciler, the source and the API, then starts.
 package agent
 
 import (
