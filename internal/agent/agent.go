@@ -1,7 +1,8 @@
 // Package agent is the node agent (shuntd). It wires the parts together and
 // serves the CLI over a Unix socket:
 //
-//	source (the lab's emulated control plane: internal/lab)
+//	source (the lab's emulated control plane: internal/lab; a multi-node
+//	        lab's, joined; or a Kubernetes API server: internal/kubesource)
 //	  -> objects (internal/model) and local endpoints
 //	  -> node reconciler (internal/reconciler: compute with
 //	     internal/services and internal/policy, coalescing run loop)
@@ -9,34 +10,35 @@
 //
 // It owns no pods and no maps itself: the lab runs pods, the reconciler
 // decides map contents, the datapath writes them.
+//
+// New starts it in steps, each in its file: settings.go settles the
+// node's settings, node.go opens and programs the node, source.go chooses
+// the source (chooseSource: the one place that tells lab, lab follower and
+// Kubernetes apart) and carries each kind's part of the steps, and
+// agent.go wires the reconciler, the source and the API, then starts.
 package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/shuntnet/shunt/internal/api"
-	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
-	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/reconciler"
 	"github.com/shuntnet/shunt/internal/teardown"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Config is how shuntd was started.
@@ -123,61 +125,6 @@ const (
 	VXLANPort = 4789
 )
 
-// settleRouting reads the routing flags (--routing, --tunnel) and keeps
-// the node's routing across restarts, as its mode: started again without
-// them it routes as before; another routing needs `lab down` first.
-func settleRouting(state *State, cfg *Config) error {
-	switch cfg.Routing {
-	case "":
-		if cfg.Tunnel != "" {
-			cfg.Routing = RoutingTunnel
-		}
-	case RoutingTunnel:
-		if cfg.Tunnel == "" {
-			cfg.Tunnel = TunnelVXLAN
-		}
-	case RoutingNative:
-		if cfg.Tunnel != "" {
-			return fmt.Errorf("--routing native with --tunnel %s: native routing has no tunnel; give one of them", cfg.Tunnel)
-		}
-	default:
-		return fmt.Errorf("--routing %q: use %s (encapsulated, with --tunnel), %s (the underlay routes pod CIDRs), or leave it out for none",
-			cfg.Routing, RoutingTunnel, RoutingNative)
-	}
-	if state.Routing == "" && state.Tunnel != "" {
-		state.Routing = RoutingTunnel // a state file from before --routing
-	}
-	if err := settle(&state.Routing, cfg.Routing, "", "routing", cfg.Instance); err != nil {
-		return err
-	}
-	if err := settle(&state.Tunnel, cfg.Tunnel, "", "tunnel", cfg.Instance); err != nil {
-		return err
-	}
-	cfg.Routing, cfg.Tunnel = state.Routing, state.Tunnel
-	return nil
-}
-
-// ensureTunnel makes the node's overlay device when one is asked for and
-// returns its ifindex (0: none). The pod programs read it at load time, so
-// it exists before the datapath opens.
-func ensureTunnel(cfg Config, mode datapath.Mode) (int, error) {
-	switch cfg.Tunnel {
-	case "":
-		return 0, nil
-	case TunnelVXLAN:
-	default:
-		return 0, fmt.Errorf("--tunnel %q: use %s, or leave it out for none", cfg.Tunnel, TunnelVXLAN)
-	}
-	if !mode.UsesBPF() {
-		return 0, fmt.Errorf("--tunnel %s needs a BPF forwarding mode (%s or %s), not %s: the tc programs encapsulate", cfg.Tunnel,
-			datapath.ModeRedirectPeer, datapath.ModeRedirect, mode)
-	}
-	if !cfg.Underlay.IsValid() {
-		return 0, fmt.Errorf("--tunnel %s: give --underlay-addr, this node's address other nodes reach it at", cfg.Tunnel)
-	}
-	return datapath.EnsureVXLAN(cfg.Instance.TunnelIf(), cfg.Underlay, VXLANPort)
-}
-
 // Agent is one running shuntd.
 type Agent struct {
 	cfg      Config
@@ -215,174 +162,22 @@ type Agent struct {
 }
 
 // New checks the machine, adopts persisted state and pinned datapath, and
-// brings the node to the desired state. The caller then calls Run.
+// brings the node to the desired state, in steps: settle the settings,
+// open and program the node, wire the reconciler, the source and the API,
+// then start the source. The caller then calls Run.
 func New(cfg Config, log *slog.Logger) (*Agent, error) {
-	if err := Preflight(); err != nil {
-		return nil, err
-	}
-	inst := cfg.Instance
-	// Before anything is set up: pinned maps of a layout this build would
-	// read wrongly are refused with the node left exactly as it is.
-	if err := datapath.CheckPinnedLayouts(inst.PinDir(), inst.MapLayoutFile()); err != nil {
-		if le := (*datapath.LayoutError)(nil); errors.As(err, &le) {
-			le.Uninstall = fmt.Sprintf("shunt --instance %s uninstall", inst.Name)
-		}
-		return nil, err
-	}
-	for _, d := range []string{inst.StateDir(), inst.RunDir()} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, err
-		}
-	}
-	state, err := loadState(inst.StateDir())
+	a := &Agent{cfg: cfg, log: log, shutdown: make(chan bool, 1)}
+	s, err := a.settleSettings()
 	if err != nil {
 		return nil, err
 	}
-	if err := settle(&state.Mode, cfg.Mode, datapath.ModeRedirectPeer, "mode", inst); err != nil {
+	// Joined first: a node the lab refuses (its pod CIDR or address is
+	// another node's) is never half built.
+	if err := s.src.join(a); err != nil {
 		return nil, err
 	}
-	if err := settleSource(state, &cfg); err != nil {
+	if err := a.openNode(s); err != nil {
 		return nil, err
-	}
-	// The routing is the node's, like its mode: a restart keeps it.
-	if err := settleRouting(state, &cfg); err != nil {
-		return nil, err
-	}
-	if err := settleMasquerade(state, &cfg); err != nil {
-		return nil, err
-	}
-	nodeName := inst.Name
-	if cfg.NodeName != "" && (cfg.Kubernetes || cfg.LabControlPlane || cfg.LabJoin != "") {
-		// A lab of one node is named after its instance, whatever
-		// NODE_NAME says: its pods' spec.nodeName is that name.
-		nodeName = cfg.NodeName
-	}
-	var kube *kubeClient // the API server, loaded once (Kubernetes mode)
-	if cfg.Kubernetes {
-		if kube, err = newKubeClient(cfg.Kubeconfig); err != nil {
-			return nil, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		own, err := kube.ownNode(ctx, nodeName)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		cidr := own.Spec.PodCIDR
-		if needsUnderlay(cfg) && !cfg.Underlay.IsValid() && state.Underlay == "" {
-			// Other nodes reach this one's pods where the Node says, and
-			// pods' traffic to outside leaves from there.
-			if cfg.Underlay = policy.NodeTunnel(own); !cfg.Underlay.IsValid() {
-				return nil, fmt.Errorf("%s: node %s has no IPv4 InternalIP or ExternalIP in status.addresses: give --underlay-addr", underlayUser(cfg), nodeName)
-			}
-		}
-		if cfg.PodCIDR != "" && cfg.PodCIDR != cidr {
-			return nil, fmt.Errorf("--pod-cidr %s, but node %s has spec.podCIDR %s: leave --pod-cidr out with --kubeconfig", cfg.PodCIDR, nodeName, cidr)
-		}
-		cfg.PodCIDR = cidr
-	}
-	if needsUnderlay(cfg) {
-		var flag string
-		if cfg.Underlay.IsValid() {
-			flag = cfg.Underlay.String()
-		}
-		if err := settle(&state.Underlay, flag, "", "underlay address", inst); err != nil {
-			return nil, err
-		}
-		if cfg.Underlay, err = netip.ParseAddr(state.Underlay); err != nil {
-			return nil, fmt.Errorf("%s: give --underlay-addr, this node's address other nodes reach it at", underlayUser(cfg))
-		}
-	}
-	if err := settle(&state.PodCIDR, cfg.PodCIDR, instance.DefaultPodCIDR, "pod CIDR", inst); err != nil {
-		return nil, err
-	}
-	if err := settle(&state.ServiceCIDR, cfg.ServiceCIDR, instance.DefaultServiceCIDR, "service CIDR", inst); err != nil {
-		return nil, err
-	}
-	podPool, err := ipam.NewPool(state.PodCIDR)
-	if err != nil {
-		return nil, err
-	}
-	svcPool, err := ipam.NewPool(state.ServiceCIDR)
-	if err != nil {
-		return nil, fmt.Errorf("service CIDR: %w", err)
-	}
-	if c := cfg.ClusterCIDR; c.IsValid() && (!c.Contains(podPool.CIDR.Addr()) || c.Bits() > podPool.CIDR.Bits()) {
-		return nil, fmt.Errorf("--cluster-cidr %s does not hold this node's pod CIDR %s", c, podPool.CIDR)
-	}
-	if c := cfg.ClusterCIDR; c.IsValid() && c.Overlaps(svcPool.CIDR) {
-		return nil, fmt.Errorf("--cluster-cidr %s overlaps the service CIDR %s", c, svcPool.CIDR)
-	}
-	if svcPool.CIDR.Overlaps(podPool.CIDR) {
-		return nil, fmt.Errorf("service CIDR %s overlaps pod CIDR %s", svcPool.CIDR, podPool.CIDR)
-	}
-	// Refused before anything of the node is made.
-	masq, err := masqueradeOf(cfg, state.Mode)
-	if err != nil {
-		return nil, err
-	}
-	var follower *lab.Follower // this node joined a multi-node lab
-	if cfg.LabJoin != "" {
-		// Joined first: a node the lab refuses (its pod CIDR or address
-		// is another node's) is never half built.
-		follower = lab.NewFollower(cfg.LabJoin, nodeName, log)
-		join, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err := follower.Register(join, newNodeObject(nodeName, podPool.CIDR, cfg.Underlay, time.Now().UTC()))
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	}
-	root, err := cgroup.Root()
-	if err != nil {
-		return nil, err
-	}
-	alloc, err := loadAllocations(inst.StateDir(), state.Policy)
-	if err != nil {
-		return nil, err
-	}
-	eps, err := loadEndpoints(inst.StateDir())
-	if err != nil {
-		return nil, err
-	}
-	a := &Agent{cfg: cfg, log: log, state: state, podPool: podPool, svcPool: svcPool, cniEndpoints: eps,
-		shutdown: make(chan bool, 1), started: time.Now().UTC()}
-
-	node := podnet.Node{
-		Bridge: state.Mode == datapath.ModeBridge, PodCIDR: podPool.CIDR,
-		NodeIP: podPool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: svcPool.CIDR,
-	}
-	if err := podnet.SetupNode(node); err != nil {
-		return nil, err
-	}
-	if err := cgroup.Create(filepath.Join(inst.CgroupDir(root), "pods")); err != nil {
-		return nil, err
-	}
-	proxyCgroup := filepath.Join(inst.CgroupDir(root), "proxy")
-	if err := cgroup.Create(proxyCgroup); err != nil {
-		return nil, err
-	}
-	mark := DefaultProxyMark
-	tunnelIf, err := ensureTunnel(cfg, state.Mode)
-	if err != nil {
-		return nil, err
-	}
-	nativeIf, err := nativeUnderlay(cfg, state.Mode)
-	if err != nil {
-		return nil, err
-	}
-	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: tunnelIf, NativeIfindex: nativeIf, Masquerade: masq,
-		NodeIP: podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
-	if err != nil {
-		return nil, err
-	}
-	notes, warnings := a.dp.LayoutNotes()
-	for _, n := range notes {
-		log.Info("pinned maps", "layout", n)
-	}
-	for _, w := range warnings {
-		log.Warn("pinned maps", "layout", w)
 	}
 	ok := false
 	defer func() {
@@ -390,97 +185,37 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 			a.Close()
 		}
 	}()
-	if cfg.FlowHistory <= 0 {
-		cfg.FlowHistory = 8192
-	}
-	a.flows = flows.NewHistory(cfg.FlowHistory)
-	if err := a.dp.SetFlowMode(cfg.FlowSampling); err != nil {
+	if err := a.programNode(s); err != nil {
 		return nil, err
 	}
-	a.sampling.Store(uint32(cfg.FlowSampling))
-	a.metrics = newMetrics(a)
-	if tunnelIf != 0 {
-		if err := a.dp.AttachOverlay(inst.TunnelIf(), tunnelIf); err != nil {
-			return nil, err
-		}
-		// Pods' packets to other nodes get the encapsulation added: their
-		// interfaces leave room for it, so nothing is fragmented.
-		mtu, err := datapath.UnderlayMTU(cfg.Underlay)
-		if err != nil {
-			return nil, err
-		}
-		if a.podMTU = mtu - datapath.VXLANOverhead; a.podMTU < 576 {
-			return nil, fmt.Errorf("--tunnel %s: the underlay interface's MTU %d leaves pods %d bytes, less than the 576 bytes every IPv4 host must accept: raise the underlay MTU",
-				cfg.Tunnel, mtu, a.podMTU)
-		}
-	}
-	if nativeIf != 0 {
-		// Pods' packets leave the underlay as they are: pods get its MTU.
-		if a.podMTU, err = datapath.UnderlayMTU(cfg.Underlay); err != nil {
-			return nil, err
-		}
-	}
-	if masq != nil || nativeIf != 0 {
-		// One program per hook: masquerade and native routing's
-		// receiving end share the uplink's.
-		if a.uplink, err = a.attachUplink(); err != nil {
-			return nil, err
-		}
-	}
-	if masq != nil {
-		if err := a.startMasquerade(podPool, svcPool); err != nil {
-			return nil, err
-		}
-	}
-	// The cgroup v2 root: pods and the node's own processes reach services.
-	if err := a.dp.AttachSocketLB(root); err != nil {
+	if err := a.wire(s); err != nil {
 		return nil, err
 	}
-	if err := a.dp.AttachSocketAccel(); err != nil {
+	if err := a.start(s); err != nil {
 		return nil, err
 	}
-	if err := a.dp.SetAccel(datapath.AccelConfig{On: cfg.SocketAccel, NodeProcesses: cfg.AccelNode}); err != nil {
-		return nil, err
-	}
-	// SO_ORIGINAL_DST is answered only to the node proxy's cgroup.
-	if err := a.dp.AttachProxy("node", proxyCgroup); err != nil {
-		return nil, err
-	}
-	if cfg.ProxyPort == 0 {
-		cfg.ProxyPort = DefaultProxyPort
-	}
-	proxyAddr := netip.AddrPortFrom(podPool.NodeIP(), uint16(cfg.ProxyPort))
-	a.proxy = newNodeProxy(log, filepath.Join(cfg.BinDir, "shunt-proxy"), inst.RunDir(), proxyCgroup, proxyAddr, mark, a.addProxyFlow)
-	a.metrics.proxy = a.proxy
+	ok = true
+	a.ready.Store(true)
+	return a, nil
+}
 
+// wire starts the reconciler and the node proxy, opens the source and
+// serves the API.
+func (a *Agent) wire(s *startup) error {
+	inst := a.cfg.Instance
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopReconciler = cancel
-	var identities reconciler.IdentityResolver
-	a.nodeName = nodeName
-	switch {
-	case cfg.Kubernetes:
-		// Every node of the cluster must number identities alike.
-		ids, err := kube.startIdentities(ctx, log)
-		if err != nil {
-			return nil, err
-		}
-		identities = ids
-		go a.collectIdentities(ctx, ids, 2*time.Minute)
-	case cfg.LabControlPlane:
-		// The numbers this node gave so far stay theirs.
-		if a.clusterIDs, err = lab.NewClusterIdentities(inst.StateDir(), alloc.Identities); err != nil {
-			return nil, err
-		}
-		identities = a.clusterIDs
-	case follower != nil:
-		identities = follower
+	s.ctx = ctx
+	identities, err := s.src.identities(ctx, a, s)
+	if err != nil {
+		return err
 	}
 	a.rec = reconciler.New(reconciler.Config{
-		NodeName: nodeName, NodeAddrs: []netip.Addr{podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
-		Allocations: alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
+		NodeName: a.nodeName, NodeAddrs: []netip.Addr{a.podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
+		Allocations: s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Identities: identities,
-		Log:        log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
-		ProxyAddr: proxyAddr, ProxyConfig: a.proxy.Set,
+		Log:        a.log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
+		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set,
 		// The source's first Update is complete: the lab hands over every
 		// persisted object at once (ControlPlane.Start), the Kubernetes
 		// source once its informers synced.
@@ -492,198 +227,42 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	// Update) must have the local pods' endpoints too, or it would take
 	// their datapath away until the next one.
 	if err := a.restoreEndpoints(); err != nil {
-		return nil, err
+		return err
 	}
-
-	var labCP *lab.ControlPlane
-	switch {
-	case follower != nil:
-		a.src = followerSource{Follower: follower}
-		a.objects = follower.Store
-	case cfg.Kubernetes:
-		ks, err := kubesource.New(kubesource.Config{REST: kube.rest, Resync: 10 * time.Minute, Log: log}, a.rec)
-		if err != nil {
-			return nil, err
-		}
-		a.src = kubeSource{Source: ks, server: kube.rest.Host}
-		// Before anything that reads the objects starts: the problem
-		// events and status writers below run at once (a nil a.objects
-		// crashed one agent start in 14 of the cross-node benchmark).
-		a.objects = ks.Store
-		if err := ks.Run(ctx); err != nil {
-			return nil, err
-		}
-		events, err := newProblemEvents(kube.api, nodeName, ks.Store, a.problems, log)
-		if err != nil {
-			return nil, err
-		}
-		go events.run(ctx, time.Second)
-		// Status of the cluster's objects that only this agent can write:
-		// its entry in each ShuntNetworkPolicy, the mesh's HTTPRoutes.
-		go wait.UntilWithContext(ctx, newPolicyStatus(kube.dyn, nodeName, ks.Store, a.problems, a.rec.Settled, log).write, time.Second)
-		go wait.UntilWithContext(ctx, newRouteStatus(kube.dyn, ks.Store, a.rec.Settled, log).write, time.Second)
-	default:
-		labCP, err = lab.New(lab.Config{
-			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool, ServicePool: svcPool,
-			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, LegacyPods: state.Pods, NodeGrace: cfg.NodeGrace,
-		}, a.rec)
-		if err != nil {
-			return nil, err
-		}
-		a.src = labSource{labCP}
-		a.objects = labCP.Store
-		if cfg.LabControlPlane {
-			a.labCP = labCP
-		}
+	if err := s.src.open(ctx, a, s); err != nil {
+		return err
 	}
 	// The API serves before the pods start: the lab's kubelet plumbs them
 	// with shunt-cni, which hands each endpoint to this agent.
 	if a.srv, err = a.serveAPI(); err != nil {
-		return nil, fmt.Errorf("serving the API on %s: %w", inst.Socket(), err)
+		return fmt.Errorf("serving the API on %s: %w", inst.Socket(), err)
 	}
-	if cfg.Kubernetes && cfg.RunPods {
-		kl, err := lab.NewAPIKubelet(lab.Config{
-			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool,
-			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log, NodeLeaseDuration: cfg.NodeLeaseDuration,
-		}, kube.api, true, a.podsProgrammed)
-		if err != nil {
-			return nil, err
-		}
-		if err := kl.Run(ctx); err != nil {
-			return nil, err
-		}
-		a.src = kubeSource{Source: a.src.(kubeSource).Source, server: kube.rest.Host, pods: kl}
+	return s.src.serving(ctx, a, s)
+}
+
+// start saves the node's state and starts the source: its first objects
+// reach the reconciler, and once a sync covered them the node proxy's
+// configuration is complete.
+func (a *Agent) start(s *startup) error {
+	if err := a.state.save(a.cfg.Instance.StateDir()); err != nil {
+		return err
 	}
-	if follower != nil {
-		kl, err := follower.Kubelet(lab.Config{
-			Instance: inst, NodeName: nodeName, NodeIP: podPool.NodeIP(), PodPool: podPool,
-			CgroupRoot: root, BinDir: cfg.BinDir, ShimExe: cfg.ShimExe, Log: log,
-		}, a.podsProgrammed)
-		if err != nil {
-			return nil, err
-		}
-		a.src = followerSource{Follower: follower, pods: kl}
-	}
-	if labCP != nil && (len(state.Objects) > 0 || len(state.ClusterIPs) > 0 || state.Pods != nil) {
-		// Older versions kept objects, ClusterIPs and pods in state.json.
-		if err := labCP.Migrate(state.Objects, state.ClusterIPs); err != nil {
-			return nil, err
-		}
-		state.Objects, state.ClusterIPs, state.Pods = nil, nil, nil
-	}
-	if err := state.save(inst.StateDir()); err != nil {
-		return nil, err
-	}
-	log.Info("datapath loaded", "mode", state.Mode, "podCIDR", podPool.CIDR, "nodeIP", podPool.NodeIP(),
-		"serviceCIDR", svcPool.CIDR, "pins", inst.PinDir())
+	a.log.Info("datapath loaded", "mode", a.state.Mode, "podCIDR", a.podPool.CIDR, "nodeIP", a.podPool.NodeIP(),
+		"serviceCIDR", a.svcPool.CIDR, "pins", a.cfg.Instance.PinDir())
 	startCtx, done := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer done()
-	switch {
-	case follower != nil:
-		if err := follower.Run(ctx, startCtx, a.rec); err != nil {
-			return nil, err
-		}
-		if err := a.src.(followerSource).pods.Run(ctx); err != nil {
-			return nil, err
-		}
-	case labCP != nil:
-		if err := labCP.Start(startCtx); err != nil {
-			return nil, err
-		}
-		if cfg.LabControlPlane {
-			// The control plane's own node is one of the lab's.
-			if err := labCP.RegisterNode(startCtx, a.nodeObject()); err != nil {
-				return nil, err
-			}
-			go labCP.RunNodeLifecycle(ctx)
-		}
-	default:
-		if err := a.src.(kubeSource).WaitSynced(startCtx); err != nil {
-			return nil, err
-		}
+	if err := s.src.start(s.ctx, startCtx, a); err != nil {
+		return err
 	}
 	// Once a sync has covered everything the source delivered, the proxy
 	// configuration is complete and may replace the one the proxy kept
 	// across the restart (a failed sync is retried; the proxy keeps its
 	// old configuration meanwhile, which is the safer of the two).
 	if err := a.rec.WaitCurrent(startCtx); err != nil {
-		log.Warn("first sync after start", "err", err)
+		a.log.Warn("first sync after start", "err", err)
 	}
 	a.proxy.Synced()
-	ok = true
-	a.ready.Store(true)
-	return a, nil
-}
-
-// settle picks a setting: what was persisted wins, and a flag that asks for
-// something else is an error rather than a silent change of a live node.
-func settle[T ~string](persisted *T, flag, def T, what string, inst instance.Instance) error {
-	switch {
-	case *persisted == "" && flag != "":
-		*persisted = flag
-	case *persisted == "":
-		*persisted = def
-	case flag != "" && flag != *persisted:
-		return fmt.Errorf("instance %q already runs with %s %s; run `shunt --instance %s lab down` first to change it to %s",
-			inst.Name, what, *persisted, inst.Name, flag)
-	}
 	return nil
-}
-
-// settleSource keeps where a node takes its objects from across restarts,
-// as its mode: an agent of a Kubernetes node started again without
-// --kubeconfig (`shunt lab up` after a crash) follows the same API server,
-// instead of starting an empty lab that would remove the node's pods.
-// Naming another API server or node needs `lab down` first.
-func settleSource(state *State, cfg *Config) error {
-	if cfg.Kubernetes && (cfg.LabControlPlane || cfg.LabJoin != "") {
-		return errors.New("--kubeconfig with --lab-control-plane or --lab-join: a node takes its objects from a Kubernetes API server or from a lab, not both")
-	}
-	if cfg.LabControlPlane && cfg.LabJoin != "" {
-		return errors.New("--lab-control-plane with --lab-join: a node either serves the lab's control plane or joins one")
-	}
-	was := state.Source
-	lab := cfg.LabControlPlane || cfg.LabJoin != ""
-	switch {
-	case was == nil && cfg.Kubernetes:
-		state.Source = &SourceState{Kubeconfig: cfg.Kubeconfig, NodeName: cfg.NodeName, RunPods: cfg.RunPods}
-	case was == nil && lab:
-		state.Source = &SourceState{NodeName: cfg.NodeName, LabControlPlane: cfg.LabControlPlane, LabJoin: cfg.LabJoin}
-	case was == nil:
-	case was.LabControlPlane || was.LabJoin != "":
-		if cfg.Kubernetes || (lab && (cfg.LabControlPlane != was.LabControlPlane || cfg.LabJoin != was.LabJoin)) ||
-			(cfg.NodeName != "" && cfg.NodeName != was.NodeName) {
-			return fmt.Errorf("instance %q is node %q of a multi-node lab; run `shunt --instance %s lab down` first to make it another node",
-				cfg.Instance.Name, was.NodeName, cfg.Instance.Name)
-		}
-		cfg.NodeName, cfg.LabControlPlane, cfg.LabJoin = was.NodeName, was.LabControlPlane, was.LabJoin
-	case lab:
-		return fmt.Errorf("instance %q is node %q of the API server in %s; run `shunt --instance %s lab down` first to make it a lab node",
-			cfg.Instance.Name, was.NodeName, orInCluster(was.Kubeconfig), cfg.Instance.Name)
-	case !cfg.Kubernetes:
-		cfg.Kubernetes, cfg.Kubeconfig, cfg.NodeName, cfg.RunPods = true, was.Kubeconfig, was.NodeName, was.RunPods
-	case cfg.Kubeconfig != was.Kubeconfig || (cfg.NodeName != "" && cfg.NodeName != was.NodeName):
-		return fmt.Errorf("instance %q is node %q of the API server in %s; run `shunt --instance %s lab down` first to make it another node",
-			cfg.Instance.Name, was.NodeName, orInCluster(was.Kubeconfig), cfg.Instance.Name)
-	}
-	// The heartbeat keeps its pace across restarts (a control plane whose
-	// grace period was shortened for it would otherwise see the node
-	// flap); a new duration given replaces it.
-	if s := state.Source; s != nil {
-		if cfg.NodeLeaseDuration == 0 {
-			cfg.NodeLeaseDuration = time.Duration(s.NodeLeaseSeconds) * time.Second
-		} else {
-			s.NodeLeaseSeconds = int32(cfg.NodeLeaseDuration / time.Second)
-		}
-	}
-	return nil
-}
-
-func orInCluster(kubeconfig string) string {
-	if kubeconfig == "" {
-		return "the in-cluster configuration"
-	}
-	return kubeconfig
 }
 
 // Close releases the agent's handles; pinned programs and pods stay.

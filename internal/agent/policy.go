@@ -115,25 +115,30 @@ func (a *Agent) handleTrace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	pol := a.rec.Policy()
-	if pol == nil {
-		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no policy computed yet"))
-		return
-	}
+	// The ends are checked before the policy: an unknown pod is named as
+	// such whether or not a policy was computed yet.
 	store := a.objects()
-	var ends [2]policy.Peer
+	var peers [2]policy.Peer
 	for i, s := range []string{q.Get("from"), q.Get("to")} {
 		if s == "" {
 			writeError(w, http.StatusBadRequest, fmt.Errorf("trace needs --from and --to"))
 			return
 		}
-		p := parsePeer(s)
-		if p.Pod != "" {
+		peers[i] = parsePeer(s)
+		if p := peers[i]; p.Pod != "" {
 			if _, ok := store.Pod(model.SplitName(p.Pod)); !ok {
-				writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s (give ns/name, a pod of the default namespace, or an IP)", p.Pod))
+				writeError(w, http.StatusNotFound, fmt.Errorf("pod %s not found (give ns/name, a pod of the default namespace, or an IP)", p.Pod))
 				return
 			}
 		}
+	}
+	pol := a.rec.Policy()
+	if pol == nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no policy computed yet"))
+		return
+	}
+	var ends [2]policy.Peer
+	for i, p := range peers {
 		if ends[i], err = pol.Resolve(p); err != nil {
 			writeError(w, http.StatusNotFound, err)
 			return
@@ -183,12 +188,29 @@ func traceHTTP(t *policy.Trace, pol *policy.Result, method, path string) error {
 // handlePolicyMap decodes what the kernel's policy map holds for one pod,
 // named with the agent's identities and rules.
 func (a *Agent) handlePolicyMap(w http.ResponseWriter, r *http.Request) {
-	p := parsePeer(r.URL.Query().Get("pod"))
+	name := r.URL.Query().Get("pod")
+	if name == "" {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("a policy map dump needs a pod (ns/name, or a pod of the default namespace)"))
+		return
+	}
+	p := parsePeer(name)
+	if p.Pod == "" {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%s is an address: give the pod (ns/name, or a pod of the default namespace)", name))
+		return
+	}
 	pod, ok := a.objects().Pod(model.SplitName(p.Pod))
-	pol := a.rec.Policy()
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("pod %s not found", p.Pod))
+		return
+	}
 	ip, err := netip.ParseAddr(pod.Status.PodIP)
-	if !ok || pol == nil || err != nil {
-		writeError(w, http.StatusNotFound, fmt.Errorf("no pod %s with an address", p.Pod))
+	if err != nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("pod %s has no address yet", p.Pod))
+		return
+	}
+	pol := a.rec.Policy()
+	if pol == nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("no policy computed yet"))
 		return
 	}
 	entries, err := a.dp.PolicyEntries()

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -39,6 +41,14 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	srv := &http.Server{Handler: a.apiHandler()}
+	go srv.Serve(ln)
+	return srv, nil
+}
+
+// apiHandler is every route of the agent's API, with bodies capped and a
+// handler's panic turned into a 500.
+func (a *Agent) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
 	mux.HandleFunc("GET /v1/healthz", a.handleHealth)
@@ -87,9 +97,30 @@ func (a *Agent) serveAPI() (*http.Server, error) {
 		a.shutdown <- r.URL.Query().Get("uninstall") == "true"
 		writeJSON(w, http.StatusOK, struct{}{})
 	})
-	srv := &http.Server{Handler: limitBodies(mux)}
-	go srv.Serve(ln)
-	return srv, nil
+	return recoverPanics(a.log, limitBodies(mux))
+}
+
+// recoverPanics turns a handler's panic into a 500 naming the request and
+// the panic (logged with its stack), so a bug in one handler is an error
+// the CLI shows, not a connection closed mid-answer that looks like a dead
+// agent. http.ErrAbortHandler keeps its meaning (abort the response).
+func recoverPanics(log *slog.Logger, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			log.Error("API handler panicked", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			writeError(w, http.StatusInternalServerError,
+				fmt.Errorf("the agent failed on %s %s: %v (a bug in shuntd: its log has the stack)", r.Method, r.URL.Path, p))
+		}()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // limitBodies caps every request body at api.MaxRequestBytes, so no

@@ -21,6 +21,7 @@ import (
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/reconciler"
 )
 
 // source is where the node's objects come from: the lab's emulated control
@@ -239,4 +240,240 @@ func (a *Agent) collectIdentities(ctx context.Context, ids *kubeidentity.Allocat
 			a.log.Warn("collecting unused identities", "err", err)
 		}
 	}, every)
+}
+
+// sourceStarter brings one kind of source up, in the steps of New; which
+// kind is chosen once, by chooseSource.
+type sourceStarter interface {
+	// settle says what the source knows of the node before its settings
+	// are final (the Node object of a Kubernetes node: pod CIDR, address).
+	settle(a *Agent) error
+	// join registers the node with the lab it joins, before anything of
+	// the node is built.
+	join(a *Agent) error
+	// identities numbers the pods' identities as every node of the cluster
+	// does (nil: this node numbers them itself).
+	identities(ctx context.Context, a *Agent, s *startup) (reconciler.IdentityResolver, error)
+	// open makes the source (a.src, a.objects), once the reconciler runs.
+	open(ctx context.Context, a *Agent, s *startup) error
+	// serving is what needs the agent's API: the lab's kubelet plumbs
+	// pods through shunt-cni, which calls the agent.
+	serving(ctx context.Context, a *Agent, s *startup) error
+	// start hands the reconciler the source's first objects and runs it
+	// until ctx ends; startCtx bounds the start.
+	start(ctx, startCtx context.Context, a *Agent) error
+}
+
+// chooseSource is where the node's objects come from: a Kubernetes API
+// server, the control plane of a multi-node lab this node joined, or the
+// lab's own control plane (a lab of one node, or the first node of
+// several).
+func chooseSource(cfg Config) sourceStarter {
+	switch {
+	case cfg.Kubernetes:
+		return &kubeStarter{}
+	case cfg.LabJoin != "":
+		return &followerStarter{}
+	default:
+		return &labStarter{}
+	}
+}
+
+// labConfig is the lab's configuration on this node: its control plane's,
+// or its kubelet's where the objects come from elsewhere.
+func (a *Agent) labConfig(s *startup) lab.Config {
+	return lab.Config{
+		Instance: a.cfg.Instance, NodeName: a.nodeName, NodeIP: a.podPool.NodeIP(), PodPool: a.podPool, ServicePool: a.svcPool,
+		CgroupRoot: s.root, BinDir: a.cfg.BinDir, ShimExe: a.cfg.ShimExe, Log: a.log,
+		LegacyPods: a.state.Pods, NodeGrace: a.cfg.NodeGrace, NodeLeaseDuration: a.cfg.NodeLeaseDuration,
+	}
+}
+
+// labStarter starts the lab's own control plane: API server, controllers
+// and kubelet of this node, serving the other nodes of a multi-node lab
+// with LabControlPlane.
+type labStarter struct{ cp *lab.ControlPlane }
+
+func (*labStarter) settle(*Agent) error { return nil }
+func (*labStarter) join(*Agent) error   { return nil }
+
+func (l *labStarter) identities(_ context.Context, a *Agent, s *startup) (reconciler.IdentityResolver, error) {
+	if !a.cfg.LabControlPlane {
+		return nil, nil
+	}
+	// The numbers this node gave so far stay theirs.
+	var err error
+	if a.clusterIDs, err = lab.NewClusterIdentities(a.cfg.Instance.StateDir(), s.alloc.Identities); err != nil {
+		return nil, err
+	}
+	return a.clusterIDs, nil
+}
+
+func (l *labStarter) open(_ context.Context, a *Agent, s *startup) error {
+	var err error
+	if l.cp, err = lab.New(a.labConfig(s), a.rec); err != nil {
+		return err
+	}
+	a.src, a.objects = labSource{l.cp}, l.cp.Store
+	if a.cfg.LabControlPlane {
+		a.labCP = l.cp
+	}
+	return nil
+}
+
+// serving moves what older versions kept in state.json (objects,
+// ClusterIPs, pods) to the lab, before the state is saved without them.
+func (l *labStarter) serving(_ context.Context, a *Agent, _ *startup) error {
+	if st := a.state; len(st.Objects) > 0 || len(st.ClusterIPs) > 0 || st.Pods != nil {
+		if err := l.cp.Migrate(st.Objects, st.ClusterIPs); err != nil {
+			return err
+		}
+		st.Objects, st.ClusterIPs, st.Pods = nil, nil, nil
+	}
+	return nil
+}
+
+func (l *labStarter) start(ctx, startCtx context.Context, a *Agent) error {
+	if err := l.cp.Start(startCtx); err != nil {
+		return err
+	}
+	if a.cfg.LabControlPlane {
+		// The control plane's own node is one of the lab's.
+		if err := l.cp.RegisterNode(startCtx, a.nodeObject()); err != nil {
+			return err
+		}
+		go l.cp.RunNodeLifecycle(ctx)
+	}
+	return nil
+}
+
+// followerStarter joins the control plane of a multi-node lab: objects
+// come from there, and this node's kubelet runs the pods placed on it.
+type followerStarter struct {
+	f    *lab.Follower
+	pods *lab.APIKubelet
+}
+
+func (*followerStarter) settle(*Agent) error { return nil }
+
+func (fs *followerStarter) join(a *Agent) error {
+	fs.f = lab.NewFollower(a.cfg.LabJoin, a.nodeName, a.log)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return fs.f.Register(ctx, newNodeObject(a.nodeName, a.podPool.CIDR, a.cfg.Underlay, time.Now().UTC()))
+}
+
+func (fs *followerStarter) identities(context.Context, *Agent, *startup) (reconciler.IdentityResolver, error) {
+	return fs.f, nil
+}
+
+func (fs *followerStarter) open(_ context.Context, a *Agent, _ *startup) error {
+	a.src, a.objects = followerSource{Follower: fs.f}, fs.f.Store
+	return nil
+}
+
+func (fs *followerStarter) serving(_ context.Context, a *Agent, s *startup) error {
+	var err error
+	if fs.pods, err = fs.f.Kubelet(a.labConfig(s), a.podsProgrammed); err != nil {
+		return err
+	}
+	a.src = followerSource{Follower: fs.f, pods: fs.pods}
+	return nil
+}
+
+func (fs *followerStarter) start(ctx, startCtx context.Context, a *Agent) error {
+	if err := fs.f.Run(ctx, startCtx, a.rec); err != nil {
+		return err
+	}
+	return fs.pods.Run(ctx)
+}
+
+// kubeStarter follows a Kubernetes API server; with RunPods the lab plays
+// this node's kubelet.
+type kubeStarter struct {
+	kube *kubeClient // loaded once, shared by everything that talks to it
+	ks   *kubesource.Source
+}
+
+func (k *kubeStarter) settle(a *Agent) error {
+	cfg := &a.cfg
+	var err error
+	if k.kube, err = newKubeClient(cfg.Kubeconfig); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	own, err := k.kube.ownNode(ctx, a.nodeName)
+	cancel()
+	if err != nil {
+		return err
+	}
+	cidr := own.Spec.PodCIDR
+	if needsUnderlay(*cfg) && !cfg.Underlay.IsValid() && a.state.Underlay == "" {
+		// Other nodes reach this one's pods where the Node says, and
+		// pods' traffic to outside leaves from there.
+		if cfg.Underlay = policy.NodeTunnel(own); !cfg.Underlay.IsValid() {
+			return fmt.Errorf("%s: node %s has no IPv4 InternalIP or ExternalIP in status.addresses: give --underlay-addr", underlayUser(*cfg), a.nodeName)
+		}
+	}
+	if cfg.PodCIDR != "" && cfg.PodCIDR != cidr {
+		return fmt.Errorf("--pod-cidr %s, but node %s has spec.podCIDR %s: leave --pod-cidr out with --kubeconfig", cfg.PodCIDR, a.nodeName, cidr)
+	}
+	cfg.PodCIDR = cidr
+	return nil
+}
+
+func (*kubeStarter) join(*Agent) error { return nil }
+
+func (k *kubeStarter) identities(ctx context.Context, a *Agent, _ *startup) (reconciler.IdentityResolver, error) {
+	// Every node of the cluster must number identities alike.
+	ids, err := k.kube.startIdentities(ctx, a.log)
+	if err != nil {
+		return nil, err
+	}
+	go a.collectIdentities(ctx, ids, 2*time.Minute)
+	return ids, nil
+}
+
+func (k *kubeStarter) open(ctx context.Context, a *Agent, _ *startup) error {
+	var err error
+	if k.ks, err = kubesource.New(kubesource.Config{REST: k.kube.rest, Resync: 10 * time.Minute, Log: a.log}, a.rec); err != nil {
+		return err
+	}
+	a.src = kubeSource{Source: k.ks, server: k.kube.rest.Host}
+	// Before anything that reads the objects starts: the problem events
+	// and status writers below run at once (a nil a.objects crashed one
+	// agent start in 14 of the cross-node benchmark).
+	a.objects = k.ks.Store
+	if err := k.ks.Run(ctx); err != nil {
+		return err
+	}
+	events, err := newProblemEvents(k.kube.api, a.nodeName, k.ks.Store, a.problems, a.log)
+	if err != nil {
+		return err
+	}
+	go events.run(ctx, time.Second)
+	// Status of the cluster's objects that only this agent can write: its
+	// entry in each ShuntNetworkPolicy, the mesh's HTTPRoutes.
+	go wait.UntilWithContext(ctx, newPolicyStatus(k.kube.dyn, a.nodeName, k.ks.Store, a.problems, a.rec.Settled, a.log).write, time.Second)
+	go wait.UntilWithContext(ctx, newRouteStatus(k.kube.dyn, k.ks.Store, a.rec.Settled, a.log).write, time.Second)
+	return nil
+}
+
+func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
+	if !a.cfg.RunPods {
+		return nil
+	}
+	kl, err := lab.NewAPIKubelet(a.labConfig(s), k.kube.api, true, a.podsProgrammed)
+	if err != nil {
+		return err
+	}
+	if err := kl.Run(ctx); err != nil {
+		return err
+	}
+	a.src = kubeSource{Source: k.ks, server: k.kube.rest.Host, pods: kl}
+	return nil
+}
+
+func (k *kubeStarter) start(_, startCtx context.Context, _ *Agent) error {
+	return k.ks.WaitSynced(startCtx)
 }

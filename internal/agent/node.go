@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/flows"
+	"github.com/shuntnet/shunt/internal/podnet"
+)
+
+// The second step of New: the node itself. openNode builds what the
+// datapath needs in place (the node's interface and routes, cgroups, the
+// tunnel device) and opens the datapath, adopting what is pinned;
+// programNode attaches and configures it.
+
+// openNode makes the node's plumbing and opens its datapath. Nothing of it
+// needs closing until it returns without an error.
+func (a *Agent) openNode(s *startup) error {
+	cfg, state, inst := a.cfg, a.state, a.cfg.Instance
+	var err error
+	if s.root, err = cgroup.Root(); err != nil {
+		return err
+	}
+	if s.alloc, err = loadAllocations(inst.StateDir(), state.Policy); err != nil {
+		return err
+	}
+	if a.cniEndpoints, err = loadEndpoints(inst.StateDir()); err != nil {
+		return err
+	}
+	a.started = time.Now().UTC()
+	node := podnet.Node{
+		Bridge: state.Mode == datapath.ModeBridge, PodCIDR: a.podPool.CIDR,
+		NodeIP: a.podPool.NodeIP(), HostIf: inst.NodeIf(), ServiceCIDR: a.svcPool.CIDR,
+	}
+	if err := podnet.SetupNode(node); err != nil {
+		return err
+	}
+	if err := cgroup.Create(filepath.Join(inst.CgroupDir(s.root), "pods")); err != nil {
+		return err
+	}
+	s.proxyCgroup = filepath.Join(inst.CgroupDir(s.root), "proxy")
+	if err := cgroup.Create(s.proxyCgroup); err != nil {
+		return err
+	}
+	if s.tunnelIf, err = ensureTunnel(cfg, state.Mode); err != nil {
+		return err
+	}
+	if s.nativeIf, err = nativeUnderlay(cfg, state.Mode); err != nil {
+		return err
+	}
+	mark := DefaultProxyMark
+	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
+		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable})
+	if err != nil {
+		return err
+	}
+	notes, warnings := a.dp.LayoutNotes()
+	for _, n := range notes {
+		a.log.Info("pinned maps", "layout", n)
+	}
+	for _, w := range warnings {
+		a.log.Warn("pinned maps", "layout", w)
+	}
+	return nil
+}
+
+// programNode attaches the datapath's programs and sets it up: flows,
+// metrics, routing to other nodes, masquerade, the socket hooks and the
+// node proxy.
+func (a *Agent) programNode(s *startup) error {
+	cfg := &a.cfg
+	if cfg.FlowHistory <= 0 {
+		cfg.FlowHistory = 8192
+	}
+	a.flows = flows.NewHistory(cfg.FlowHistory)
+	if err := a.dp.SetFlowMode(cfg.FlowSampling); err != nil {
+		return err
+	}
+	a.sampling.Store(uint32(cfg.FlowSampling))
+	a.metrics = newMetrics(a)
+	if err := a.programRouting(s); err != nil {
+		return err
+	}
+	// The cgroup v2 root: pods and the node's own processes reach services.
+	if err := a.dp.AttachSocketLB(s.root); err != nil {
+		return err
+	}
+	if err := a.dp.AttachSocketAccel(); err != nil {
+		return err
+	}
+	if err := a.dp.SetAccel(datapath.AccelConfig{On: cfg.SocketAccel, NodeProcesses: cfg.AccelNode}); err != nil {
+		return err
+	}
+	// SO_ORIGINAL_DST is answered only to the node proxy's cgroup.
+	if err := a.dp.AttachProxy("node", s.proxyCgroup); err != nil {
+		return err
+	}
+	if cfg.ProxyPort == 0 {
+		cfg.ProxyPort = DefaultProxyPort
+	}
+	s.proxyAddr = netip.AddrPortFrom(a.podPool.NodeIP(), uint16(cfg.ProxyPort))
+	a.proxy = newNodeProxy(a.log, filepath.Join(cfg.BinDir, "shunt-proxy"), cfg.Instance.RunDir(), s.proxyCgroup, s.proxyAddr, DefaultProxyMark, a.addProxyFlow)
+	a.metrics.proxy = a.proxy
+	return nil
+}
+
+// programRouting attaches the overlay or native routing and the
+// masquerade, and sizes pod interfaces for them.
+func (a *Agent) programRouting(s *startup) error {
+	cfg := a.cfg
+	if s.tunnelIf != 0 {
+		if err := a.dp.AttachOverlay(cfg.Instance.TunnelIf(), s.tunnelIf); err != nil {
+			return err
+		}
+		// Pods' packets to other nodes get the encapsulation added: their
+		// interfaces leave room for it, so nothing is fragmented.
+		mtu, err := datapath.UnderlayMTU(cfg.Underlay)
+		if err != nil {
+			return err
+		}
+		if a.podMTU = mtu - datapath.VXLANOverhead; a.podMTU < 576 {
+			return fmt.Errorf("--tunnel %s: the underlay interface's MTU %d leaves pods %d bytes, less than the 576 bytes every IPv4 host must accept: raise the underlay MTU",
+				cfg.Tunnel, mtu, a.podMTU)
+		}
+	}
+	var err error
+	if s.nativeIf != 0 {
+		// Pods' packets leave the underlay as they are: pods get its MTU.
+		if a.podMTU, err = datapath.UnderlayMTU(cfg.Underlay); err != nil {
+			return err
+		}
+	}
+	if s.masq != nil || s.nativeIf != 0 {
+		// One program per hook: masquerade and native routing's
+		// receiving end share the uplink's.
+		if a.uplink, err = a.attachUplink(); err != nil {
+			return err
+		}
+	}
+	if s.masq != nil {
+		return a.startMasquerade(a.podPool, a.svcPool)
+	}
+	return nil
+}
+
+// ensureTunnel makes the node's overlay device when one is asked for and
+// returns its ifindex (0: none). The pod programs read it at load time, so
+// it exists before the datapath opens.
+func ensureTunnel(cfg Config, mode datapath.Mode) (int, error) {
+	switch cfg.Tunnel {
+	case "":
+		return 0, nil
+	case TunnelVXLAN:
+	default:
+		return 0, fmt.Errorf("--tunnel %q: use %s, or leave it out for none", cfg.Tunnel, TunnelVXLAN)
+	}
+	if !mode.UsesBPF() {
+		return 0, fmt.Errorf("--tunnel %s needs a BPF forwarding mode (%s or %s), not %s: the tc programs encapsulate", cfg.Tunnel,
+			datapath.ModeRedirectPeer, datapath.ModeRedirect, mode)
+	}
+	if !cfg.Underlay.IsValid() {
+		return 0, fmt.Errorf("--tunnel %s: give --underlay-addr, this node's address other nodes reach it at", cfg.Tunnel)
+	}
+	return datapath.EnsureVXLAN(cfg.Instance.TunnelIf(), cfg.Underlay, VXLANPort)
+}
