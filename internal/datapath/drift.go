@@ -194,7 +194,7 @@ func (f *mapFix[K, V]) deletes(keep func(K) bool) error {
 // compareMap reads m, compares it with want, adds what differs to the
 // report (show makes key and value readable) and returns the repair.
 func compareMap[K comparable, V comparable](r *DriftReport, name string, m *ebpf.Map, want map[K]V,
-	showKey func(K) string, showVal func(V) string) (*mapFix[K, V], error) {
+	showKey func(K) string, showVal func(K, V) string) (*mapFix[K, V], error) {
 	have, err := readEntries[K, V](m)
 	if err != nil {
 		return nil, err
@@ -206,13 +206,13 @@ func compareMap[K comparable, V comparable](r *DriftReport, name string, m *ebpf
 	for _, d := range diffs {
 		e := DriftEntry{Map: name, Key: showKey(d.key)}
 		if d.inWant {
-			e.Expected = showVal(d.want)
+			e.Expected = showVal(d.key, d.want)
 			fix.put, fix.vals = append(fix.put, d.key), append(fix.vals, d.want)
 		} else {
 			fix.del = append(fix.del, d.key)
 		}
 		if d.inHave {
-			e.Found = showVal(d.have)
+			e.Found = showVal(d.key, d.have)
 		}
 		if d.inWant && d.inHave && e.Expected == e.Found {
 			// Bytes the readable form leaves out (padding) differ.
@@ -315,7 +315,7 @@ func (d *Datapath) verifyServices(r *DriftReport, repair bool) error {
 }
 
 // verifyMirror compares one mirrored map with its mirror.
-func verifyMirror[K comparable, V comparable](r *DriftReport, mm *mirroredMap[K, V], showKey func(K) string, showVal func(V) string) (*mapFix[K, V], error) {
+func verifyMirror[K comparable, V comparable](r *DriftReport, mm *mirroredMap[K, V], showKey func(K) string, showVal func(K, V) string) (*mapFix[K, V], error) {
 	if !mm.loaded {
 		r.Skipped[mm.name] = "not written by this agent yet"
 		return &mapFix[K, V]{m: mm.m, name: mm.name}, nil
@@ -345,14 +345,14 @@ func (d *Datapath) verifyPolicy(r *DriftReport, repair bool) error {
 		return err
 	}
 	id, err := verifyMirror(r, &p.identities, func(k uint32) string { return fmt.Sprintf("identity %d", k) },
-		func(v podtcIdentityEndpoint) string {
+		func(_ uint32, v podtcIdentityEndpoint) string {
 			return fmt.Sprintf("endpoint %s, flags %s", fromBe32(v.Ip), orDash(flagsText(v.Flags, endpointFlagNames)))
 		})
 	if err != nil {
 		return err
 	}
 	netns, err := verifyMirror(r, &p.netnsPods, func(k uint64) string { return fmt.Sprintf("netns cookie %d", k) },
-		func(v uint32) string { return "pod " + fromBe32(v).String() })
+		func(_ uint64, v uint32) string { return "pod " + fromBe32(v).String() })
 	if err != nil {
 		return err
 	}
@@ -386,7 +386,7 @@ func (d *Datapath) verifyL7(r *DriftReport, repair bool) error {
 		func(k socklbL7RedirectKey) string {
 			return fmt.Sprintf("%s:%d/%s", fromBe32(k.Ip), fromBe16(k.Port), ProtoName(k.Proto))
 		},
-		func(v socklbL7RedirectValue) string {
+		func(_ socklbL7RedirectKey, v socklbL7RedirectValue) string {
 			return fmt.Sprintf("proxy %s:%d", fromBe32(v.ProxyIp), fromBe16(v.ProxyPort))
 		})
 	if err != nil || !repair {
@@ -404,7 +404,7 @@ func (d *Datapath) verifyMasq(r *DriftReport, repair bool) error {
 	if d.cfg.Masquerade == nil {
 		return nil
 	}
-	fix, err := verifyMirror(r, &d.masqExclude, prefixKeyText, func(uplinktcMasqExcludeValue) string { return "excluded" })
+	fix, err := verifyMirror(r, &d.masqExclude, prefixKeyText, func(podtcIpcacheKey, uplinktcMasqExcludeValue) string { return "excluded" })
 	if err != nil || !repair {
 		return err
 	}
@@ -425,7 +425,7 @@ func (d *Datapath) verifyConfig(r *DriftReport, repair bool) error {
 	if s.accel != nil {
 		fix, err := compareMap(r, "shunt_accel_config", d.sock.ShuntAccelConfig, map[uint32]socklbAccelConfig{0: *s.accel},
 			func(uint32) string { return "0" },
-			func(v socklbAccelConfig) string {
+			func(_ uint32, v socklbAccelConfig) string {
 				return fmt.Sprintf("enabled %t, node processes %t, node netns cookie %d", v.Enabled != 0, v.NodeProcesses != 0, v.HostNetnsCookie)
 			})
 		if err == nil && repair {
@@ -441,7 +441,7 @@ func (d *Datapath) verifyConfig(r *DriftReport, repair bool) error {
 	if s.flows != nil {
 		fix, err := compareMap(r, "shunt_flow_config", d.objs.ShuntFlowConfig, map[uint32]podtcFlowConfig{0: *s.flows},
 			func(uint32) string { return "0" },
-			func(v podtcFlowConfig) string { return "sampling " + FlowMode(v.Mode).String() })
+			func(_ uint32, v podtcFlowConfig) string { return "sampling " + FlowMode(v.Mode).String() })
 		if err == nil && repair {
 			fix.del = nil
 			if err = fix.puts(nil); err == nil {
@@ -461,10 +461,13 @@ func serviceKeyText(k socklbServiceKey) string {
 	return fmt.Sprintf("%s:%d/%s slot %d", fromBe32(k.Vip), fromBe16(k.Port), ProtoName(k.Proto), k.Slot)
 }
 
-func serviceValueText(v socklbServiceValue) string {
-	if v.BackendCount == 0 && v.Flags == 0 && v.AffinityTimeout == 0 {
-		// A backend slot, or a service without backends: both readings.
-		return fmt.Sprintf("id %d (service: no backends)", v.Id)
+func serviceValueText(k socklbServiceKey, v socklbServiceValue) string {
+	if k.Slot != 0 {
+		s := fmt.Sprintf("backend %d", v.Id)
+		if v.BackendCount != 0 || v.Flags != 0 || v.AffinityTimeout != 0 {
+			s += fmt.Sprintf(" (service fields %d backends, flags %#x, affinity %ds)", v.BackendCount, v.Flags, v.AffinityTimeout)
+		}
+		return s
 	}
 	s := fmt.Sprintf("service %d, %d backends", v.Id, v.BackendCount)
 	if v.Flags&serviceAffinityFlag != 0 {
@@ -475,13 +478,13 @@ func serviceValueText(v socklbServiceValue) string {
 
 func backendKeyText(id uint32) string { return fmt.Sprintf("backend %d", id) }
 
-func backendValueText(v socklbBackendValue) string {
+func backendValueText(_ uint32, v socklbBackendValue) string {
 	return fmt.Sprintf("%s:%d/%s", fromBe32(v.Ip), fromBe16(v.Port), ProtoName(v.Proto))
 }
 
 func prefixKeyText(k podtcIpcacheKey) string { return fromIpcacheKey(k).String() }
 
-func prefixValueText(v podtcIpcacheValue) string {
+func prefixValueText(_ podtcIpcacheKey, v podtcIpcacheValue) string {
 	s := fmt.Sprintf("identity %d", v.Identity)
 	if v.TunnelIp4 != 0 {
 		s += ", tunnel " + fromBe32(v.TunnelIp4).String()
@@ -498,7 +501,7 @@ func policyKeyText(k podtcPolicyKey) string {
 	return fmt.Sprintf("%s %s identity %d %s", pk.Endpoint, dir, pk.Identity, PortsText(pk))
 }
 
-func policyValueText(v podtcPolicyValue) string {
+func policyValueText(_ podtcPolicyKey, v podtcPolicyValue) string {
 	s := fmt.Sprintf("%s (rule %d)", policy.Verdict(v.Verdict), v.RuleId)
 	if v.ProxyPort != 0 {
 		s += fmt.Sprintf(", proxy port %d", fromBe16(v.ProxyPort))
@@ -506,7 +509,7 @@ func policyValueText(v podtcPolicyValue) string {
 	return s
 }
 
-func endpointValueText(v podtcEndpointInfo) string {
+func endpointValueText(_ podtcEndpointKey, v podtcEndpointInfo) string {
 	return fmt.Sprintf("ifindex %d, identity %d, flags %s, pod MAC %s, node MAC %s, netns cookie %d", v.Ifindex, v.Identity,
 		orDash(flagsText(v.Flags, endpointFlagNames)), macText(v.PodMac[:]), macText(v.NodeMac[:]), v.NetnsCookie)
 }

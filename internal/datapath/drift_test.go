@@ -115,8 +115,8 @@ func TestVerifyMapsRepairs(t *testing.T) {
 	}
 	text := strings.Join(lines, "\n")
 	for _, want := range []string{
-		"shunt_services | 10.96.7.1:80/TCP slot 1 | id ",
-		"shunt_services | 10.96.7.66:80/TCP slot 0 |  | id 77",
+		"shunt_services | 10.96.7.1:80/TCP slot 1 | backend ",
+		"shunt_services | 10.96.7.66:80/TCP slot 0 |  | service 77, 0 backends",
 		"shunt_backends | backend ",
 		"| 10.99.7.3:8080/TCP | 10.99.7.99:8080/TCP",
 		"shunt_policy | 10.99.7.2 ingress from identity 301 8080/TCP | allow (rule 1) | ",
