@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 // Drift repair: the kernel's copy of a map the agent fully determines is
@@ -104,35 +105,85 @@ type entryDiff[K comparable, V comparable] struct {
 	inWant, inHave bool
 }
 
-// diffEntries compares two sets of entries: every key missing from have,
-// held with another value, or held but not wanted. Pure, so it is tested
-// without a kernel.
-func diffEntries[K comparable, V comparable](want, have map[K]V) []entryDiff[K, V] {
+// desired is what a map should hold, as the datapath keeps it: n entries,
+// each found by lookup and listed by each. The service mirror answers
+// without building a map of 100 000 entries per check.
+type desired[K comparable, V comparable] struct {
+	n      int
+	lookup func(K) (V, bool)
+	each   func(yield func(K, V) bool)
+}
+
+func fromMap[K comparable, V comparable](m map[K]V) desired[K, V] {
+	return desired[K, V]{
+		n:      len(m),
+		lookup: func(k K) (V, bool) { v, ok := m[k]; return v, ok },
+		each: func(yield func(K, V) bool) {
+			for k, v := range m {
+				if !yield(k, v) {
+					return
+				}
+			}
+		},
+	}
+}
+
+// diffAgainst compares what read reports (every entry the kernel holds,
+// once per call) with want: keys held with another value or not wanted, as
+// they stream by; keys missing only when fewer wanted keys were seen than
+// want has, which takes a second read. Pure, so it is tested without a
+// kernel.
+func diffAgainst[K comparable, V comparable](want desired[K, V], read func(func(K, V)) error) ([]entryDiff[K, V], error) {
 	var out []entryDiff[K, V]
-	for k, w := range want {
-		h, ok := have[k]
-		if !ok || h != w {
-			out = append(out, entryDiff[K, V]{key: k, want: w, have: h, inWant: true, inHave: ok})
-		}
-	}
-	for k, h := range have {
-		if _, ok := want[k]; !ok {
+	matched := 0
+	err := read(func(k K, h V) {
+		w, ok := want.lookup(k)
+		if !ok {
 			out = append(out, entryDiff[K, V]{key: k, have: h, inHave: true})
+			return
 		}
+		matched++
+		if w != h {
+			out = append(out, entryDiff[K, V]{key: k, want: w, have: h, inWant: true, inHave: true})
+		}
+	})
+	if err != nil || matched == want.n {
+		return out, err
 	}
+	have := map[K]struct{}{}
+	if err := read(func(k K, _ V) { have[k] = struct{}{} }); err != nil {
+		return nil, err
+	}
+	want.each(func(k K, w V) bool {
+		if _, ok := have[k]; !ok {
+			out = append(out, entryDiff[K, V]{key: k, want: w, inWant: true})
+		}
+		return true
+	})
+	return out, nil
+}
+
+// diffEntries compares two sets of entries: every key missing from have,
+// held with another value, or held but not wanted.
+func diffEntries[K comparable, V comparable](want, have map[K]V) []entryDiff[K, V] {
+	out, _ := diffAgainst(fromMap(want), func(fn func(K, V)) error {
+		for k, v := range have {
+			fn(k, v)
+		}
+		return nil
+	})
 	return out
 }
 
 // driftBatch is how many entries one batch lookup reads.
 const driftBatch = 4096
 
-// readEntries reads a whole map: in batches where the kernel supports them
-// (hash maps, arrays, LPM tries read through the generic batch), one
-// lookup per key otherwise.
-func readEntries[K comparable, V any](m *ebpf.Map) (map[K]V, error) {
-	out := map[K]V{}
-	n := min(int(m.MaxEntries()), driftBatch)
-	keys, vals := make([]K, max(n, 1)), make([]V, max(n, 1))
+// readEntries calls fn with every entry of m: read in batches where the
+// kernel supports them (hash maps, arrays, LPM tries through the generic
+// batch), one lookup per key otherwise.
+func readEntries[K comparable, V any](m *ebpf.Map, fn func(K, V)) error {
+	n := max(min(int(m.MaxEntries()), driftBatch), 1)
+	keys, vals := make([]K, n), make([]V, n)
 	var cursor ebpf.MapBatchCursor
 	for first := true; ; first = false {
 		got, err := m.BatchLookup(&cursor, keys, vals, nil)
@@ -140,25 +191,25 @@ func readEntries[K comparable, V any](m *ebpf.Map) (map[K]V, error) {
 			break
 		}
 		for i := range got {
-			out[keys[i]] = vals[i]
+			fn(keys[i], vals[i])
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", mapName(m), err)
+			return fmt.Errorf("reading %s: %w", mapName(m), err)
 		}
 	}
 	var k K
 	var v V
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		out[k] = v
+		fn(k, v)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", mapName(m), err)
+		return fmt.Errorf("reading %s: %w", mapName(m), err)
 	}
-	return out, nil
+	return nil
 }
 
 // mapFix is the repair of one map: the entries to write and to delete.
@@ -193,15 +244,14 @@ func (f *mapFix[K, V]) deletes(keep func(K) bool) error {
 
 // compareMap reads m, compares it with want, adds what differs to the
 // report (show makes key and value readable) and returns the repair.
-func compareMap[K comparable, V comparable](r *DriftReport, name string, m *ebpf.Map, want map[K]V,
+func compareMap[K comparable, V comparable](r *DriftReport, name string, m *ebpf.Map, want desired[K, V],
 	showKey func(K) string, showVal func(K, V) string) (*mapFix[K, V], error) {
-	have, err := readEntries[K, V](m)
+	diffs, err := diffAgainst(want, func(fn func(K, V)) error { return readEntries(m, fn) })
 	if err != nil {
 		return nil, err
 	}
-	r.Checked[name] = len(want)
+	r.Checked[name] = want.n
 	fix := &mapFix[K, V]{m: m, name: name}
-	diffs := diffEntries(want, have)
 	slices.SortFunc(diffs, func(a, b entryDiff[K, V]) int { return strings.Compare(showKey(a.key), showKey(b.key)) })
 	for _, d := range diffs {
 		e := DriftEntry{Map: name, Key: showKey(d.key)}
@@ -263,23 +313,49 @@ func (d *Datapath) verifyServices(r *DriftReport, repair bool) error {
 		r.Skipped["shunt_services"], r.Skipped["shunt_backends"] = why, why
 		return nil
 	}
-	wantB := make(map[uint32]socklbBackendValue, len(t.keys))
-	for id, k := range t.keys {
-		wantB[id] = socklbBackendValue{Ip: be32(k.ip), Port: be16(k.port), Proto: k.proto}
+	// The mirror answers for each entry read: no map of the desired
+	// entries is built (at 10 000 services, 210 000 of them).
+	wantB := desired[uint32, socklbBackendValue]{
+		n: len(t.keys),
+		lookup: func(id uint32) (socklbBackendValue, bool) {
+			k, ok := t.keys[id]
+			return backendValue(k), ok
+		},
+		each: func(yield func(uint32, socklbBackendValue) bool) {
+			for id, k := range t.keys {
+				if !yield(id, backendValue(k)) {
+					return
+				}
+			}
+		},
 	}
-	wantS := make(map[socklbServiceKey]socklbServiceValue, t.slots)
-	for f, w := range t.ports {
-		master := socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
-		mv := socklbServiceValue{Id: w.id, BackendCount: uint16(len(w.backends))}
-		if w.affinity > 0 {
-			mv.Flags, mv.AffinityTimeout = serviceAffinityFlag, w.affinity
-		}
-		wantS[master] = mv
-		for i, id := range w.backends {
-			k := master
-			k.Slot = uint16(i + 1)
-			wantS[k] = socklbServiceValue{Id: id}
-		}
+	wantS := desired[socklbServiceKey, socklbServiceValue]{
+		n: t.slots,
+		lookup: func(k socklbServiceKey) (socklbServiceValue, bool) {
+			w, ok := t.ports[services.Frontend{VIP: fromBe32(k.Vip), Port: fromBe16(k.Port), Proto: k.Proto}]
+			switch {
+			case !ok || k.Pad != 0 || k.Pad2 != 0 || int(k.Slot) > len(w.backends):
+				return socklbServiceValue{}, false
+			case k.Slot == 0:
+				return masterValue(w), true
+			}
+			return socklbServiceValue{Id: w.backends[k.Slot-1]}, true
+		},
+		each: func(yield func(socklbServiceKey, socklbServiceValue) bool) {
+			for f, w := range t.ports {
+				master := socklbServiceKey{Vip: be32(f.VIP), Port: be16(f.Port), Proto: f.Proto}
+				if !yield(master, masterValue(w)) {
+					return
+				}
+				for i, id := range w.backends {
+					k := master
+					k.Slot = uint16(i + 1)
+					if !yield(k, socklbServiceValue{Id: id}) {
+						return
+					}
+				}
+			}
+		},
 	}
 	fb, err := compareMap(r, "shunt_backends", d.sock.ShuntBackends, wantB, backendKeyText, backendValueText)
 	if err != nil {
@@ -314,13 +390,27 @@ func (d *Datapath) verifyServices(r *DriftReport, repair bool) error {
 	return nil
 }
 
+// backendValue is the shunt_backends value of a backend.
+func backendValue(k backendKey) socklbBackendValue {
+	return socklbBackendValue{Ip: be32(k.ip), Port: be16(k.port), Proto: k.proto}
+}
+
+// masterValue is the slot 0 value of a service port.
+func masterValue(w written) socklbServiceValue {
+	v := socklbServiceValue{Id: w.id, BackendCount: uint16(len(w.backends))}
+	if w.affinity > 0 {
+		v.Flags, v.AffinityTimeout = serviceAffinityFlag, w.affinity
+	}
+	return v
+}
+
 // verifyMirror compares one mirrored map with its mirror.
 func verifyMirror[K comparable, V comparable](r *DriftReport, mm *mirroredMap[K, V], showKey func(K) string, showVal func(K, V) string) (*mapFix[K, V], error) {
 	if !mm.loaded {
 		r.Skipped[mm.name] = "not written by this agent yet"
 		return &mapFix[K, V]{m: mm.m, name: mm.name}, nil
 	}
-	return compareMap(r, mm.name, mm.m, mm.have, showKey, showVal)
+	return compareMap(r, mm.name, mm.m, fromMap(mm.have), showKey, showVal)
 }
 
 // verifyPolicy compares the endpoint, ipcache and policy maps with their
@@ -382,7 +472,7 @@ func (d *Datapath) verifyL7(r *DriftReport, repair bool) error {
 		r.Skipped["shunt_l7_redirect"] = "not written by this agent yet"
 		return nil
 	}
-	fix, err := compareMap(r, "shunt_l7_redirect", d.sock.ShuntL7Redirect, want,
+	fix, err := compareMap(r, "shunt_l7_redirect", d.sock.ShuntL7Redirect, fromMap(want),
 		func(k socklbL7RedirectKey) string {
 			return fmt.Sprintf("%s:%d/%s", fromBe32(k.Ip), fromBe16(k.Port), ProtoName(k.Proto))
 		},
@@ -423,7 +513,7 @@ func (d *Datapath) verifyConfig(r *DriftReport, repair bool) error {
 	defer s.mu.Unlock()
 	var errs []error
 	if s.accel != nil {
-		fix, err := compareMap(r, "shunt_accel_config", d.sock.ShuntAccelConfig, map[uint32]socklbAccelConfig{0: *s.accel},
+		fix, err := compareMap(r, "shunt_accel_config", d.sock.ShuntAccelConfig, fromMap(map[uint32]socklbAccelConfig{0: *s.accel}),
 			func(uint32) string { return "0" },
 			func(_ uint32, v socklbAccelConfig) string {
 				return fmt.Sprintf("enabled %t, node processes %t, node netns cookie %d", v.Enabled != 0, v.NodeProcesses != 0, v.HostNetnsCookie)
@@ -439,7 +529,7 @@ func (d *Datapath) verifyConfig(r *DriftReport, repair bool) error {
 		r.Skipped["shunt_accel_config"] = "not written by this agent yet"
 	}
 	if s.flows != nil {
-		fix, err := compareMap(r, "shunt_flow_config", d.objs.ShuntFlowConfig, map[uint32]podtcFlowConfig{0: *s.flows},
+		fix, err := compareMap(r, "shunt_flow_config", d.objs.ShuntFlowConfig, fromMap(map[uint32]podtcFlowConfig{0: *s.flows}),
 			func(uint32) string { return "0" },
 			func(_ uint32, v podtcFlowConfig) string { return "sampling " + FlowMode(v.Mode).String() })
 		if err == nil && repair {

@@ -164,3 +164,30 @@ func TestVerifyMapsRepairs(t *testing.T) {
 		t.Errorf("%d shunt_services entries left after removing the only service", n)
 	}
 }
+
+// BenchmarkVerifyMaps: one check of the service maps at 10 000 services of
+// 10 backends each (110 000 shunt_services and 100 000 shunt_backends
+// entries), nothing to repair.
+func BenchmarkVerifyMaps(b *testing.B) {
+	d := openTestDatapath(&testing.T{}, ModeRedirectPeer)
+	var ports []services.Port
+	for i := range 10000 {
+		p := services.Port{Frontend: services.Frontend{VIP: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Proto: 6}}
+		for j := range 10 {
+			n := i*10 + j
+			p.Backends = append(p.Backends, services.Backend{IP: netip.AddrFrom4([4]byte{10, 200, byte(n >> 8), byte(n)}), Port: uint16(8000 + n>>16)})
+		}
+		ports = append(ports, p)
+	}
+	if _, err := d.SyncServices(ports); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r, err := d.VerifyMaps(true)
+		if err != nil || r.Differs() {
+			b.Fatalf("%v %d", err, len(r.Entries))
+		}
+	}
+}
