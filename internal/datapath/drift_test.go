@@ -191,3 +191,20 @@ func BenchmarkVerifyMaps(b *testing.B) {
 		}
 	}
 }
+
+// TestDriftMapsAreDesiredState: every map drift checks compare is one the
+// datapath describes, and none is one the programs insert into (runtime
+// state: conntrack, NAT, affinity, ...), which a check would "repair"
+// away.
+func TestDriftMapsAreDesiredState(t *testing.T) {
+	for _, name := range DriftMaps {
+		md, ok := describe(name)
+		if !ok {
+			t.Errorf("%s: not in mapTable", name)
+			continue
+		}
+		if md.insertFailed != "" {
+			t.Errorf("%s: programs insert into it (%s): runtime state, not the agent's to compare", name, md.insertFailed)
+		}
+	}
+}
