@@ -199,6 +199,9 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st.MetricsAddr, _ = a.metricsAddr.Load().(string)
 	st.Accel, _ = a.accelStatus()
 	st.Drift = a.metrics.drift.status(a.cfg.DriftCheckPeriod)
+	if st.Drift.LastError != "" {
+		st.Health = append(st.Health, "the last drift check failed: "+st.Drift.LastError)
+	}
 	ps := a.proxyStatus(r.Context())
 	st.Proxy = &ps
 	if !ps.Healthy {
