@@ -6,14 +6,15 @@
 # the agent's CPU time (utime + stime of /proc/PID/stat) over a window of
 # idle time, as a share of one core, and the duration of one check as the
 # agent reports it (`shunt status`: drift.lastTookMs).
-#   bench/run drift [--reps 3] [--quick] [--smoke] [--n 10000] [--periods "0 30s 10s 1s"]
-# WINDOW (env, seconds; default 60, --quick 15, --smoke 3) is the idle window.
+#   bench/run drift [--reps 3] [--quick] [--smoke] [--n 10000] [--periods "0 2m 30s 1s"]
+# WINDOW (env, seconds; default 120, at least the longest period; --quick 15,
+# --smoke 3) is the idle window.
 # --smoke: tiny sizes (N 100, periods 0 and 1s), one repetition: proves the
 # script runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMOKE=0
-PERIODS="0 30s 10s 1s"
+PERIODS="0 2m 30s 1s"
 ARGS=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -29,7 +30,7 @@ source bench/lib.sh
 die() { echo "bench/drift: $*" >&2; exit 1; }
 QUICK=0
 for a in "${ARGS[@]+"${ARGS[@]}"}"; do [ "$a" = --quick ] && QUICK=1; done
-WINDOW=${WINDOW:-60}
+WINDOW=${WINDOW:-120}
 [ "$QUICK" = 1 ] && WINDOW=${WINDOW_QUICK:-15}
 if [ "$SMOKE" = 1 ]; then
 	REPS=1 WINDOW=3 SCALE_LIST=100 PERIODS="0 1s"
