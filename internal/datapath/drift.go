@@ -19,7 +19,8 @@ import (
 // state after the last sync); what differs is rewritten, what should not be
 // there is deleted. Syncs compare desired contents with that in-memory copy
 // only, so without this an entry removed or altered behind the agent's back
-// (bpftool, a bug, a map of the wrong kind) stayed wrong until a restart.
+// (bpftool, a bug, an eviction that should not have happened) stayed wrong
+// until a restart.
 //
 // Checked (DriftMaps): shunt_services, shunt_backends, shunt_endpoints,
 // shunt_ipcache, shunt_cidr_identities, shunt_policy,
