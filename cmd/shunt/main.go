@@ -87,6 +87,7 @@ func newRootCmd() *cobra.Command {
 		newMetricsCmd(g),
 		newProxyCmd(g),
 		newAccelCmd(g),
+		newSyncCmd(g),
 		newUninstallCmd(g),
 		newDevCmd(),
 	)

@@ -113,6 +113,11 @@ type Config struct {
 	LabControlPlane bool
 	LabJoin         string
 	NodeGrace       time.Duration
+
+	// DriftCheckPeriod is how often the maps the agent fully determines
+	// are compared with the desired state and repaired (drift.go); 0:
+	// only on demand (`shunt sync --verify`).
+	DriftCheckPeriod time.Duration
 }
 
 // Routing modes and tunnels shuntd knows.
@@ -306,6 +311,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer fr.Close()
 	go a.readFlows(fr)
 	go returnFreeMemory(ctx)
+	go a.runDriftChecks(ctx)
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
 	var resync <-chan time.Time // nil: never
 	if every := a.src.ResyncEvery(); every > 0 {

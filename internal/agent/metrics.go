@@ -23,6 +23,7 @@ type metrics struct {
 	// proxy gathers the node proxy's own metrics (HTTP requests by route,
 	// backend and code, latency), served with the agent's.
 	proxy prometheus.Gatherer
+	drift *drift // drift checks (drift.go)
 }
 
 var (
@@ -69,6 +70,7 @@ func newMetrics(a *Agent) *metrics {
 	info.Set(1)
 	m.reg.MustRegister(m.sync, m.udpDestroyed, info, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), datapathCollector{a})
+	m.drift = newDriftMetrics(m.reg)
 	return m
 }
 

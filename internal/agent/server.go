@@ -76,6 +76,7 @@ func (a *Agent) apiHandler() http.Handler {
 	mux.HandleFunc("POST /v1/proxy/restart", a.handleProxyRestart)
 	mux.HandleFunc("POST /v1/accel", a.handleAccel)
 	mux.HandleFunc("GET /v1/maps/{name}", a.handleMapDump)
+	mux.HandleFunc("POST "+api.PathVerify, a.handleVerify)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	// Go profiles of the agent (root-only socket), e.g.
 	// curl --unix-socket SOCK http://shuntd/debug/pprof/profile?seconds=10
@@ -229,6 +230,10 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st.Flows.Emitted, st.Flows.Lost, _ = a.dp.FlowStats()
 	st.MetricsAddr, _ = a.metricsAddr.Load().(string)
 	st.Accel, _ = a.accelStatus()
+	st.Drift = a.metrics.drift.status(a.cfg.DriftCheckPeriod)
+	if st.Drift.LastError != "" {
+		st.Health = append(st.Health, "the last drift check failed: "+st.Drift.LastError)
+	}
 	ps := a.proxyStatus(r.Context())
 	st.Proxy = &ps
 	if !ps.Healthy {

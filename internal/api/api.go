@@ -151,6 +151,7 @@ type Status struct {
 	MetricsAddr  string           `json:"metricsAddr,omitempty"`
 	Proxy        *ProxyStatus     `json:"proxy,omitempty"`
 	Accel        AccelStatus      `json:"socketAcceleration"`
+	Drift        *DriftStatus     `json:"drift,omitempty"` // drift checks of the maps (drift.go)
 }
 
 // TunnelStatus is the node's overlay: how pods of other nodes are reached.

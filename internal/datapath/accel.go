@@ -68,10 +68,12 @@ func (d *Datapath) SetAccel(c AccelConfig) error {
 	if c.NodeProcesses {
 		v.NodeProcesses = 1
 	}
-	if err := d.sockOps.ShuntAccelConfig.Put(uint32(0), v); err != nil {
-		return fmt.Errorf("writing shunt_accel_config: %w", err)
-	}
-	return nil
+	return d.drift.setAccel(v, func() error {
+		if err := d.sockOps.ShuntAccelConfig.Put(uint32(0), v); err != nil {
+			return fmt.Errorf("writing shunt_accel_config: %w", err)
+		}
+		return nil
+	})
 }
 
 // AccelStatus says how acceleration is set and how many sockets the

@@ -106,6 +106,7 @@ type Datapath struct {
 	services serviceTable // in-memory mirror of the service maps
 	pol      policyMaps   // in-memory mirrors of the endpoint and policy maps
 	netns    netnsCookies // network namespace cookies of pods, by namespace file
+	drift    driftState   // what was written to maps without a mirror (drift.go)
 
 	destroyer sockDestroyer // UDP socket iterator, loaded on first use (sockdestroy.go)
 

@@ -93,10 +93,13 @@ func decodeFlow(raw []byte, boot time.Time) (FlowEvent, error) {
 
 // SetFlowMode says what the programs report from now on.
 func (d *Datapath) SetFlowMode(m FlowMode) error {
-	if err := d.objs.ShuntFlowConfig.Put(uint32(0), podtcFlowConfig{Mode: uint32(m)}); err != nil {
-		return fmt.Errorf("writing shunt_flow_config: %w", err)
-	}
-	return nil
+	v := podtcFlowConfig{Mode: uint32(m)}
+	return d.drift.setFlows(v, func() error {
+		if err := d.objs.ShuntFlowConfig.Put(uint32(0), v); err != nil {
+			return fmt.Errorf("writing shunt_flow_config: %w", err)
+		}
+		return nil
+	})
 }
 
 // FlowStats are the events sent and lost (ring buffer full) since the

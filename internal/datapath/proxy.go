@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,8 @@ func (d *Datapath) SyncL7Redirects(want []L7Redirect) error {
 	if err := d.checkFits("shunt_l7_redirect", len(keys)); err != nil {
 		return err
 	}
+	d.drift.l7 = nil // until this sync succeeds: a failed one is retried
+	wanted := maps.Clone(keys)
 	var stale []sockaddrL7RedirectKey
 	var k sockaddrL7RedirectKey
 	var v sockaddrL7RedirectValue
@@ -79,6 +82,9 @@ func (d *Datapath) SyncL7Redirects(want []L7Redirect) error {
 		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, fmt.Errorf("deleting from shunt_l7_redirect: %w", err))
 		}
+	}
+	if len(errs) == 0 {
+		d.drift.l7 = wanted
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -10,6 +11,7 @@ import (
 // coalesced into one more run, runs are at least minInterval apart, and a
 // failed run is retried after retryAfter even with no new trigger.
 type runner struct {
+	mu          sync.Mutex // held by each run of fn and by exclusive
 	fn          func() error
 	kick        chan struct{}
 	minInterval time.Duration
@@ -48,8 +50,19 @@ func (r *runner) loop(ctx context.Context) {
 		}
 		last = time.Now()
 		retry = nil
-		if err := r.fn(); err != nil {
+		r.mu.Lock()
+		err := r.fn()
+		r.mu.Unlock()
+		if err != nil {
 			retry = time.After(r.retryAfter)
 		}
 	}
+}
+
+// exclusive runs fn while no run of the runner's fn is in progress, and
+// holds the next one back until fn returns.
+func (r *runner) exclusive(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn()
 }
