@@ -57,7 +57,18 @@ func TestSmoke(t *testing.T) {
 	// build of 15-20 minutes.
 	kubeBuilt := exec.Command(filepath.Join(root, "scripts", "kube-build.sh"), "--check").Run() == nil
 
-	out := t.TempDir()
+	// The runs' output folders (logs, reports) are kept when a run failed.
+	out, err := os.MkdirTemp("", "bench-smoke-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the runs' output is kept in %s", out)
+			return
+		}
+		os.RemoveAll(out)
+	})
 	times := map[string]time.Duration{}
 	var total time.Duration
 	for _, name := range names {
