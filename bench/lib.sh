@@ -11,7 +11,7 @@
 # --smoke: 1 repetition of 1 s at tiny scales (SMOKE_SCALE_LIST, and whatever
 # else the script shrinks when SMOKE is set): proves that the whole pipeline
 # (set-up of every case, measuring, the report, the chart, the teardown)
-# still runs, in seconds; what `make test` runs (bench/smoke_test.go).
+# still runs, in seconds to a minute; what `make test` runs (smoke_test.go).
 # BENCH_OUT (environment): the folder the NAME/ output folders go in
 # (default bench/out), so that a smoke run clobbers no real results.
 REPS=3
@@ -51,8 +51,8 @@ trap cleanup_labs EXIT
 
 # bench_out NAME: $BENCH_OUT/NAME (bench/out/NAME), emptied for this run,
 # under a lock: one run of NAME at a time (runs share the folder, its address
-# ranges and the CPUs; the lock is in /run, so a run with another BENCH_OUT
-# waits for it too). Sets OUT and ROWS (empty); calls die when locked out.
+# ranges and the CPUs; the lock is in /run, so a run into another BENCH_OUT
+# is locked out too). Sets OUT and ROWS (empty); calls die when locked out.
 bench_out() {
 	OUT=$BENCH_OUT/$1
 	mkdir -p "$BENCH_OUT" /run/shunt-bench
