@@ -19,16 +19,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE_OPT=--syns
 SCALE_LIST=400000
+SMOKE_SCALE_LIST=20000 # --smoke: too few to evict anything, enough to run every step
 source bench/lib.sh
 SYNS=$SCALE_LIST
 HELD=200
 PORTS=7000,7001,7002,7003,7004,7005,7006,7007
 SCRIPT=$PWD/test/e2e/testdata/ctflood.py
 
-OUT=bench/out/ctflood
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out ctflood
 
 MANIFEST=$OUT/pods.yaml
 POLICY=$OUT/only-flooder.yaml

@@ -13,18 +13,17 @@
 # script runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SMOKE=0
 PERIODS="0 2m 30s 1s"
 ARGS=()
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--smoke) SMOKE=1; shift ;;
 	--periods) PERIODS=$2; shift 2 ;;
 	*) ARGS+=("$1"); shift ;;
 	esac
 done
 SCALE_OPT=--n
 SCALE_LIST="10000"
+SMOKE_SCALE_LIST=100
 set -- "${ARGS[@]+"${ARGS[@]}"}"
 source bench/lib.sh
 die() { echo "bench/drift: $*" >&2; exit 1; }
@@ -33,7 +32,7 @@ for a in "${ARGS[@]+"${ARGS[@]}"}"; do [ "$a" = --quick ] && QUICK=1; done
 WINDOW=${WINDOW:-120}
 [ "$QUICK" = 1 ] && WINDOW=${WINDOW_QUICK:-15}
 if [ "$SMOKE" = 1 ]; then
-	REPS=1 WINDOW=3 SCALE_LIST=100 PERIODS="0 1s"
+	WINDOW=3 PERIODS="0 1s" # REPS and SCALE_LIST: lib.sh
 fi
 bench_out drift
 go build -o bin/ ./bench/cmd/svcgen

@@ -4,20 +4,40 @@
 
 # A benchmark that measures at several scales sets SCALE_OPT (its option,
 # e.g. --n) and SCALE_LIST (the default scales) before sourcing this file;
-# SCALE_LIST is then what the user gave.
+# SCALE_LIST is then what the user gave. SMOKE_SCALE_LIST (optional) is the
+# tiny scale --smoke runs when the user gave none.
+#
+# --quick: 1 repetition of 2 s at the usual scales (its numbers mean nothing).
+# --smoke: 1 repetition of 1 s at tiny scales (SMOKE_SCALE_LIST, and whatever
+# else the script shrinks when SMOKE is set): proves that the whole pipeline
+# (set-up of every case, measuring, the report, the chart, the teardown)
+# still runs, in seconds to a minute; what `make test` runs (smoke_test.go).
+# BENCH_OUT (environment): the folder the NAME/ output folders go in
+# (default bench/out), so that a smoke run clobbers no real results.
 REPS=3
 DURATION=10
+QUICK=
+SMOKE=
+SCALE_GIVEN=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--reps) REPS=$2; shift 2 ;;
 	--duration) DURATION=$2; shift 2 ;;
-	--quick) REPS=1; DURATION=2; shift ;;
+	--quick) QUICK=1; REPS=1; DURATION=2; shift ;;
+	--smoke) SMOKE=1; REPS=1; DURATION=1; shift ;;
 	"${SCALE_OPT:-}")
 		[ -n "${SCALE_OPT:-}" ] || { echo "unknown option $1" >&2; exit 2; }
-		SCALE_LIST=$2; shift 2 ;;
+		SCALE_LIST=$2; SCALE_GIVEN=1; shift 2 ;;
 	*) echo "unknown option $1" >&2; exit 2 ;;
 	esac
 done
+if [ -n "$SMOKE" ] && [ -z "$SCALE_GIVEN" ] && [ -n "${SMOKE_SCALE_LIST:-}" ]; then
+	SCALE_LIST=$SMOKE_SCALE_LIST
+fi
+BENCH_OUT=${BENCH_OUT:-bench/out}
+
+# die MESSAGE: the script's own die (defined after sourcing) replaces this.
+die() { echo "$(basename "$0" .sh): $*" >&2; exit 1; }
 
 SHUNT=bin/shunt
 LABS=()
@@ -29,14 +49,15 @@ cleanup_labs() {
 }
 trap cleanup_labs EXIT
 
-# bench_out NAME: bench/out/NAME, emptied for this run, under a lock: one
-# run of NAME at a time (runs share the folder, its address ranges and the
-# CPUs). Sets OUT and ROWS (empty); calls the script's die when locked out.
+# bench_out NAME: $BENCH_OUT/NAME (bench/out/NAME), emptied for this run,
+# under a lock: one run of NAME at a time (runs share the folder, its address
+# ranges and the CPUs; the lock is in /run, so a run into another BENCH_OUT
+# is locked out too). Sets OUT and ROWS (empty); calls die when locked out.
 bench_out() {
-	OUT=bench/out/$1
-	mkdir -p bench/out
-	exec 9>"bench/out/.$1.lock"
-	flock -n 9 || die "another $1 run holds bench/out/.$1.lock"
+	OUT=$BENCH_OUT/$1
+	mkdir -p "$BENCH_OUT" /run/shunt-bench
+	exec 9>"/run/shunt-bench/$1.lock"
+	flock -n 9 || die "another $1 run holds /run/shunt-bench/$1.lock"
 	rm -rf "$OUT"
 	mkdir -p "$OUT"
 	ROWS=$OUT/rows.jsonl
@@ -50,7 +71,8 @@ lab_up() {
 	shift 4
 	LABS+=("$inst")
 	$SHUNT --instance "$inst" lab down >/dev/null 2>&1 || true
-	$SHUNT --instance "$inst" lab up --mode "$mode" --pod-cidr "$cidr" -f "$manifest" "$@" >/dev/null
+	# 9>&-: the agent this starts must not inherit (and keep) bench_out's lock.
+	$SHUNT --instance "$inst" lab up --mode "$mode" --pod-cidr "$cidr" -f "$manifest" "$@" >/dev/null 9>&-
 }
 
 # timed CMD...: run a command, print its wall-clock seconds.

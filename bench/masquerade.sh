@@ -32,12 +32,8 @@ set -- "${args[@]+"${args[@]}"}"
 source bench/lib.sh # REPS, DURATION, SHUNT, LABS, cleanup_labs, row, finish
 read -ra CASES <<<"$CASES_ARG"
 
-OUT=bench/out/masquerade
 die() { echo "masquerade: $*" >&2; exit 1; }
-rm -rf "$OUT"
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out masquerade
 for tool in sockperf iperf3 iptables jq taskset nsenter; do
 	command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh"
 done
@@ -171,7 +167,7 @@ for rep in $(seq "$REPS"); do
 	# Between repetitions, the closed connections' entries expire (TCP
 	# closing: 10 s in shunt's table, CLOSE/TIME_WAIT in conntrack are
 	# reused) so each repetition starts from about the same state.
-	sleep 11
+	[ "$rep" = "$REPS" ] || sleep 11
 done
 if [ -n "${INST[shunt-masq]:-}" ]; then
 	nsenter --net=/run/netns/"${NODE[shunt-masq]}" $SHUNT --instance "${INST[shunt-masq]}" status -o json |

@@ -55,6 +55,7 @@ done
 set -- "${args[@]+"${args[@]}"}"
 SCALE_OPT=--pods
 SCALE_LIST="10 50 150"
+SMOKE_SCALE_LIST=3 # --smoke: client, server and one idle pod
 # --quick: 1 repetition of 2 s (lib.sh) in a lab of 10 pods, unless --pods says otherwise.
 [ -z "$QUICK" ] || SCALE_LIST=10
 source bench/lib.sh # REPS, DURATION, SCALE_LIST, SHUNT, LABS, cleanup_labs, row, finish
@@ -117,7 +118,7 @@ fi
 # USE_NETFILTER/USE_TPROXY). HAProxy drops to the haproxy user, so the client
 # pod's capture rule can leave its own upstream connections alone (Istio
 # does the same with uid 1337).
-SIDECAR_CFG=$PWD/$OUT/sidecar.cfg
+SIDECAR_CFG=$(realpath "$OUT")/sidecar.cfg
 cat >"$SIDECAR_CFG" <<'EOT'
 global
     nbthread 1

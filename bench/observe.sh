@@ -14,10 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
-OUT=bench/out/observe
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out observe
 go build -o bin/ ./bench/cmd/connrate
 
 INST="bobs$$"

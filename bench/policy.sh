@@ -21,12 +21,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE_OPT=--r
 SCALE_LIST="0 100 1000 10000"
+SMOKE_SCALE_LIST=10 # --smoke: one small scale (N > 0 takes every path N = 0 takes, and more)
 source bench/lib.sh
 
-OUT=bench/out/policy
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out policy
 : >"$OUT/enforcement.txt"
 go build -o bin/ ./bench/cmd/connrate ./bench/cmd/policygen
 

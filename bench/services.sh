@@ -20,12 +20,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE_OPT=--n
 SCALE_LIST="0 100 1000 10000"
+SMOKE_SCALE_LIST=10 # --smoke: one small scale (N > 0 takes every path N = 0 takes, and more)
 source bench/lib.sh
 
-OUT=bench/out/services
-mkdir -p "$OUT"
-ROWS=$OUT/rows.jsonl
-: >"$ROWS"
+bench_out services
 go build -o bin/ ./bench/cmd/connrate ./bench/cmd/svcgen
 
 INST="bsvc$$"

@@ -36,7 +36,7 @@ cd "$(dirname "$0")/.."
 
 ORIG_ARGS="$*"
 IPERF_TIME=""
-PAYLOADS="64 1448 16K 64K 1M"
+PAYLOADS=""
 args=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -53,6 +53,8 @@ if [ -z "$IPERF_TIME" ]; then
 	IPERF_TIME=3
 	[ "$DURATION" -le 2 ] && IPERF_TIME=1
 fi
+# --smoke: one payload (the one the targets read).
+[ -n "$PAYLOADS" ] || { PAYLOADS="64 1448 16K 64K 1M"; [ -z "$SMOKE" ] || PAYLOADS=64K; }
 read -ra PAYLOAD_LIST <<<"$PAYLOADS"
 CASES=(loopback loopback-accel redirect-peer accel clusterip-accel proxy proxy-accel)
 

@@ -191,7 +191,7 @@ func procStatusKiB(t *testing.T, pid int, field string) int {
 // 56 s to create, 41 s to delete, the agent at 93 MiB; 99 s in all).
 func TestThousandPods(t *testing.T) {
 	const n = 1000
-	l := newLabWith(t, []string{"--mode", "redirect-peer", "--pod-cidr", fmt.Sprintf("10.%d.%d.0/22", 200+rand.IntN(50), 4*rand.IntN(60))})
+	l := newLabWith(t, []string{"--mode", "redirect-peer", "--pod-cidr", fmt.Sprintf("10.%d.%d.0/22", labOctet(), 4*rand.IntN(60))})
 	var b strings.Builder
 	for i := range n {
 		fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata: {name: p%04d}\nspec:\n  containers:\n  - {name: c, command: [sleep, infinity]}\n---\n", i)
