@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -415,9 +416,26 @@ func newLabExecCmd(g *globals) *cobra.Command {
 			c := exec.Command(args[1], args[2:]...)
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 			c.Env = append(os.Environ(), "SHUNT_POD_NAME="+args[0], "SHUNT_POD_NAMESPACE="+ns)
+			// SIGTERM and SIGINT go to the command, and exec waits for it:
+			// killing `lab exec` must not leave its command running.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+			defer signal.Stop(sigs)
 			if err := podexec.Start(t, c); err != nil {
 				return err
 			}
+			done := make(chan struct{})
+			defer close(done)
+			go func() {
+				for {
+					select {
+					case s := <-sigs:
+						c.Process.Signal(s)
+					case <-done:
+						return
+					}
+				}
+			}()
 			err = c.Wait()
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
