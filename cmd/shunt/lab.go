@@ -346,12 +346,17 @@ func uninstall(g *globals) error {
 		}
 		return uninstallLab(inst, l)
 	}
+	existed := c.Alive() || labLeftovers(inst)
 	if err := stopAgent(c, true); err != nil {
 		return err
 	}
 	// Also sweeps whatever a crashed agent left behind.
 	if err := teardown.Instance(inst); err != nil {
 		return err
+	}
+	if !existed {
+		fmt.Printf("no lab %q: nothing to remove\n", inst.Name)
+		return nil
 	}
 	fmt.Printf("lab %q removed\n", inst.Name)
 	return nil
@@ -628,4 +633,20 @@ func printStatus(st api.Status) {
 			fmt.Printf("  %-22s %-11s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
 		}
 	}
+}
+
+// labLeftovers says whether anything of the instance is on the machine:
+// state, run directory, pins, cgroup, namespaces or its node interface.
+func labLeftovers(inst instance.Instance) bool {
+	paths := []string{inst.StateDir(), inst.RunDir(), inst.PinDir(), "/sys/class/net/" + inst.NodeIf(), "/sys/class/net/" + inst.TunnelIf()}
+	if root, err := cgroup.Root(); err == nil {
+		paths = append(paths, inst.CgroupDir(root))
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	ns, _ := filepath.Glob(filepath.Join(podnet.NetnsDir, inst.Name+"-*"))
+	return len(ns) > 0
 }
