@@ -368,6 +368,9 @@ func podTarget(g *globals, ns, name string) (podexec.Target, error) {
 	if err != nil {
 		return podexec.Target{}, err
 	}
+	if err := noLab(base); err != nil {
+		return podexec.Target{}, err
+	}
 	inst, err := podInstance(base, ns, name)
 	if err != nil {
 		return podexec.Target{}, err
@@ -463,6 +466,9 @@ func newLabLogsCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			base, err := g.inst()
 			if err != nil {
+				return err
+			}
+			if err := noLab(base); err != nil {
 				return err
 			}
 			inst, err := podInstance(base, ns, args[0])
@@ -649,4 +655,12 @@ func labLeftovers(inst instance.Instance) bool {
 	}
 	ns, _ := filepath.Glob(filepath.Join(podnet.NetnsDir, inst.Name+"-*"))
 	return len(ns) > 0
+}
+
+// noLab is the error of a command for a lab that does not exist.
+func noLab(inst instance.Instance) error {
+	if _, err := os.Stat(inst.StateDir()); err == nil {
+		return nil
+	}
+	return fmt.Errorf("no lab running for instance %s: run `shunt --instance %s lab up`", inst.Name, inst.Name)
 }

@@ -211,6 +211,9 @@ func externalTarget(g *globals) (podexec.Target, error) {
 	if err != nil {
 		return podexec.Target{}, err
 	}
+	if err := noLab(inst); err != nil {
+		return podexec.Target{}, err
+	}
 	l, err := labnet.Load(inst)
 	if err != nil {
 		return podexec.Target{}, err
