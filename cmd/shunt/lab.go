@@ -63,6 +63,9 @@ func newLabUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A lab this command makes is removed again when it fails to start.
+			_, statErr := os.Stat(inst.StateDir())
+			fresh := statErr != nil && !c.Alive()
 			layout, err := settleLayout(c, inst, multi, agentFlags)
 			if err != nil {
 				return err
@@ -72,6 +75,11 @@ func newLabUpCmd(g *globals) *cobra.Command {
 					return errors.New("--pod-cidr with --nodes: each node's pod CIDR is cut from --cluster-cidr")
 				}
 				err = ensureLabNodes(inst, layout, mode, serviceCIDR, agentFlags)
+				if err != nil && fresh {
+					if derr := uninstallLab(inst, layout); derr != nil {
+						err = fmt.Errorf("%w; removing what was built: %v", err, derr)
+					}
+				}
 			} else {
 				err = ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args())
 			}
