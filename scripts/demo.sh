@@ -124,15 +124,19 @@ nodes observe --node node-2 --verdict DROPPED --last 1
 nodes lab exec client -- shunt lab probe --http "http://$web:8080/"
 
 step "masquerade in BPF: client -> a host outside the cluster, which sees node-1's address"
-nodes lab exec --external -- shunt lab serve --tcp 7000 >/dev/null 2>&1 &
+# bin/shunt itself in the background (not the shell function `nodes`), so
+# $! is its PID: the kill below reaches it, and it passes SIGTERM on.
+bin/shunt --instance nodes lab exec --external -- shunt lab serve --tcp 7000 >/dev/null 2>&1 &
 outside=$!
 sleep 0.5
-nodes lab exec client -- shunt lab probe --tcp 192.168.123.254:7000 --hold 1s >/dev/null &
+bin/shunt --instance nodes lab exec client -- shunt lab probe --tcp 192.168.123.254:7000 --hold 1s >/dev/null &
+held=$!
 sleep 0.5
 echo "the outside host's connections (peer = node-1's underlay address, port from the masquerade range):"
 nodes lab exec --external -- ss -tn state established '( sport = :7000 )'
-wait %2 || true
+wait "$held" || true
 kill "$outside" 2>/dev/null || true
+wait "$outside" 2>/dev/null || true
 nodes map dump shunt_masq_nat | head -n 5
 nodes status | grep -E '^(== |tunnel|peer|masquerade)'
 

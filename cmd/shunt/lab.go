@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -62,6 +63,9 @@ func newLabUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A lab this command makes is removed again when it fails to start.
+			_, statErr := os.Stat(inst.StateDir())
+			fresh := statErr != nil && !c.Alive()
 			layout, err := settleLayout(c, inst, multi, agentFlags)
 			if err != nil {
 				return err
@@ -71,6 +75,11 @@ func newLabUpCmd(g *globals) *cobra.Command {
 					return errors.New("--pod-cidr with --nodes: each node's pod CIDR is cut from --cluster-cidr")
 				}
 				err = ensureLabNodes(inst, layout, mode, serviceCIDR, agentFlags)
+				if err != nil && fresh {
+					if derr := uninstallLab(inst, layout); derr != nil {
+						err = fmt.Errorf("%w; removing what was built: %v", err, derr)
+					}
+				}
 			} else {
 				err = ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args())
 			}
@@ -350,12 +359,17 @@ func uninstall(g *globals) error {
 		}
 		return uninstallLab(inst, l)
 	}
+	existed := c.Alive() || labLeftovers(inst)
 	if err := stopAgent(c, true); err != nil {
 		return err
 	}
 	// Also sweeps whatever a crashed agent left behind.
 	if err := teardown.Instance(inst); err != nil {
 		return err
+	}
+	if !existed {
+		fmt.Printf("no lab %q: nothing to remove\n", inst.Name)
+		return nil
 	}
 	fmt.Printf("lab %q removed\n", inst.Name)
 	return nil
@@ -365,6 +379,9 @@ func uninstall(g *globals) error {
 func podTarget(g *globals, ns, name string) (podexec.Target, error) {
 	base, err := g.inst()
 	if err != nil {
+		return podexec.Target{}, err
+	}
+	if err := noLab(base); err != nil {
 		return podexec.Target{}, err
 	}
 	inst, err := podInstance(base, ns, name)
@@ -420,9 +437,26 @@ func newLabExecCmd(g *globals) *cobra.Command {
 			c := exec.Command(args[1], args[2:]...)
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 			c.Env = append(os.Environ(), "SHUNT_POD_NAME="+args[0], "SHUNT_POD_NAMESPACE="+ns)
+			// SIGTERM and SIGINT go to the command, and exec waits for it:
+			// killing `lab exec` must not leave its command running.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+			defer signal.Stop(sigs)
 			if err := podexec.Start(t, c); err != nil {
 				return err
 			}
+			done := make(chan struct{})
+			defer close(done)
+			go func() {
+				for {
+					select {
+					case s := <-sigs:
+						c.Process.Signal(s)
+					case <-done:
+						return
+					}
+				}
+			}()
 			err = c.Wait()
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
@@ -445,6 +479,9 @@ func newLabLogsCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			base, err := g.inst()
 			if err != nil {
+				return err
+			}
+			if err := noLab(base); err != nil {
 				return err
 			}
 			inst, err := podInstance(base, ns, args[0])
@@ -616,4 +653,28 @@ func printStatus(st api.Status) {
 			fmt.Printf("  %-22s %-11s %10d packets %12d bytes\n", c.Reason, c.Direction, c.Packets, c.Bytes)
 		}
 	}
+}
+
+// labLeftovers says whether anything of the instance is on the machine:
+// state, run directory, pins, cgroup, namespaces or its node interface.
+func labLeftovers(inst instance.Instance) bool {
+	paths := []string{inst.StateDir(), inst.RunDir(), inst.PinDir(), "/sys/class/net/" + inst.NodeIf(), "/sys/class/net/" + inst.TunnelIf()}
+	if root, err := cgroup.Root(); err == nil {
+		paths = append(paths, inst.CgroupDir(root))
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	ns, _ := filepath.Glob(filepath.Join(podnet.NetnsDir, inst.Name+"-*"))
+	return len(ns) > 0
+}
+
+// noLab is the error of a command for a lab that does not exist.
+func noLab(inst instance.Instance) error {
+	if _, err := os.Stat(inst.StateDir()); err == nil {
+		return nil
+	}
+	return fmt.Errorf("no lab running for instance %s: run `shunt --instance %s lab up`", inst.Name, inst.Name)
 }

@@ -168,6 +168,7 @@ func podInstance(inst instance.Instance, ns, name string) (instance.Instance, er
 // what each made, then the lab's namespaces.
 func uninstallLab(inst instance.Instance, l *labnet.Layout) error {
 	var errs []error
+	stopProcesses := l.StopProcesses()
 	nodes := slices.Clone(l.Nodes)
 	slices.Reverse(nodes)
 	for _, n := range nodes {
@@ -176,7 +177,15 @@ func uninstallLab(inst instance.Instance, l *labnet.Layout) error {
 			errs = append(errs, err)
 			continue
 		}
-		errs = append(errs, stopAgent(api.NewClient(ni.Socket()), true), teardown.Instance(ni))
+		errs = append(errs, stopAgent(api.NewClient(ni.Socket()), true))
+	}
+	// What else runs in the lab's namespaces (lab exec --external, ...),
+	// before the namespaces go.
+	stopProcesses()
+	for _, n := range nodes {
+		if ni, err := instance.New(n.Instance); err == nil {
+			errs = append(errs, teardown.Instance(ni))
+		}
 	}
 	errs = append(errs, l.Remove())
 	if err := errors.Join(errs...); err != nil {
@@ -209,6 +218,9 @@ func stopAgent(c *api.Client, uninstall bool) error {
 func externalTarget(g *globals) (podexec.Target, error) {
 	inst, err := g.inst()
 	if err != nil {
+		return podexec.Target{}, err
+	}
+	if err := noLab(inst); err != nil {
 		return podexec.Target{}, err
 	}
 	l, err := labnet.Load(inst)
