@@ -64,7 +64,7 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 	cmd.Flags().StringVar(&binDir, "kube-bin", "", "directory with kube-apiserver, kube-controller-manager, kubectl (default: what scripts/kube-build.sh built)")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "ClusterIP range (default: the lab's, 10.96.0.0/16)")
 	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "range Nodes' pod CIDRs are cut from (default: "+kubecluster.DefaultClusterCIDR+")")
-	cmd.Flags().BoolVar(&nodeLifecycle, "node-lifecycle", true, "run the node-lifecycle controller, taint eviction and the pod GC: a node whose heartbeat stops (a kubelet, or `shunt lab up --kubeconfig`, gives one) goes NotReady and its pods leave every Service; false when Nodes have no heartbeat (shuntd without --run-pods and no kubelet)")
+	cmd.Flags().BoolVar(&nodeLifecycle, "node-lifecycle", true, "run the node-lifecycle controller, taint eviction and the pod GC: a node whose heartbeat stops (a kubelet, or 'shunt lab up --kubeconfig', gives one) goes NotReady and its pods leave every Service; false when Nodes have no heartbeat (shuntd without --run-pods and no kubelet)")
 	cmd.Flags().DurationVar(&nodeGrace, "node-monitor-grace-period", 0, "with --node-lifecycle: how long a node may miss its heartbeat before it is NotReady (default: Kubernetes', 50s in "+kubecluster.KubeVersion+")")
 	return cmd
 }
