@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shuntnet/shunt/deploy"
 	"github.com/shuntnet/shunt/internal/kubecluster"
 )
 
@@ -29,7 +32,7 @@ func newDevCmd() *cobra.Command {
 	}
 	var dir string
 	cluster.PersistentFlags().StringVar(&dir, "dir", defaultClusterDir, "directory of the cluster: certificates, etcd data, logs, kubeconfig")
-	cluster.AddCommand(newDevClusterUpCmd(&dir), newDevClusterDownCmd(&dir), newDevClusterStatusCmd(&dir), newDevClusterKubeconfigCmd(&dir))
+	cluster.AddCommand(newDevClusterUpCmd(&dir), newDevClusterDownCmd(&dir), newDevClusterStatusCmd(&dir), newDevClusterEnvCmd(&dir), newDevClusterKubeconfigCmd(&dir))
 	cmd.AddCommand(cluster)
 	return cmd
 }
@@ -42,8 +45,13 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "up [--dir DIR]",
-		Short: "start the control plane and write DIR/kubeconfig; it runs until `shunt dev cluster down`",
-		Args:  cobra.NoArgs,
+		Short: "start the control plane, install shunt's CRDs and write DIR/kubeconfig; it runs until `shunt dev cluster down`",
+		Long: "Starts the control plane, installs shunt's CRDs (deploy/crds/) and writes DIR/kubeconfig; it runs\n" +
+			"until `shunt dev cluster down`. Progress goes to stderr; stdout is only the line that points a shell\n" +
+			"at the cluster and its kubectl, so\n\n" +
+			"  eval \"$(bin/shunt dev cluster up)\"\n\n" +
+			"leaves KUBECONFIG and PATH set (`shunt dev cluster env` prints the line again for another shell).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
@@ -55,18 +63,44 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("%w\n(logs in %s; remove with: shunt dev cluster down --dir %s)", err, filepath.Join(*dir, "logs"), *dir)
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "API server %s (Kubernetes %s), services %s, pod CIDRs from %s\n", c.Server, kubecluster.KubeVersion, c.ServiceCIDR, c.ClusterCIDR)
-			fmt.Fprintf(out, "export KUBECONFIG=%s PATH=%s:$PATH\n", c.Kubeconfig, c.BinDir)
+			// shunt's CRDs, as an operator installs them before the
+			// DaemonSet: an agent on this cluster needs ShuntIdentities.
+			if err := c.Apply(ctx, bytes.NewReader(deploy.CRDs()), "-"); err != nil {
+				return fmt.Errorf("installing shunt's CRDs: %w\n(the control plane runs; logs in %s; remove with: shunt dev cluster down --dir %s)", err, filepath.Join(*dir, "logs"), *dir)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "API server %s (Kubernetes %s), services %s, pod CIDRs from %s, shunt's CRDs installed\n", c.Server, kubecluster.KubeVersion, c.ServiceCIDR, c.ClusterCIDR)
+			printEnv(cmd.OutOrStdout(), c.Kubeconfig, c.BinDir)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&binDir, "kube-bin", "", "directory with kube-apiserver, kube-controller-manager, kubectl (default: what scripts/kube-build.sh built)")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "ClusterIP range (default: the lab's, 10.96.0.0/16)")
 	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "range Nodes' pod CIDRs are cut from (default: "+kubecluster.DefaultClusterCIDR+")")
-	cmd.Flags().BoolVar(&nodeLifecycle, "node-lifecycle", true, "run the node-lifecycle controller, taint eviction and the pod GC: a node whose heartbeat stops (a kubelet, or `shunt lab up --kubeconfig`, gives one) goes NotReady and its pods leave every Service; false when Nodes have no heartbeat (shuntd without --run-pods and no kubelet)")
+	cmd.Flags().BoolVar(&nodeLifecycle, "node-lifecycle", true, "run the node-lifecycle controller, taint eviction and the pod GC: a node whose heartbeat stops (a kubelet, or 'shunt lab up --kubeconfig', gives one) goes NotReady and its pods leave every Service; false when Nodes have no heartbeat (shuntd without --run-pods and no kubelet)")
 	cmd.Flags().DurationVar(&nodeGrace, "node-monitor-grace-period", 0, "with --node-lifecycle: how long a node may miss its heartbeat before it is NotReady (default: Kubernetes', 50s in "+kubecluster.KubeVersion+")")
 	return cmd
+}
+
+// printEnv writes the line that points a shell at a dev cluster: its admin
+// kubeconfig, and the kubectl built with its server first on PATH.
+func printEnv(w io.Writer, kubeconfig, binDir string) {
+	fmt.Fprintf(w, "export KUBECONFIG=%s PATH=%s:$PATH\n", kubeconfig, binDir)
+}
+
+func newDevClusterEnvCmd(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "env [--dir DIR]",
+		Short: "print the export line for the cluster's kubeconfig and kubectl: eval \"$(shunt dev cluster env)\"",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := kubecluster.ReadStatus(*dir)
+			if err != nil {
+				return err
+			}
+			printEnv(cmd.OutOrStdout(), st.Kubeconfig, st.BinDir)
+			return nil
+		},
+	}
 }
 
 func newDevClusterDownCmd(dir *string) *cobra.Command {

@@ -24,14 +24,13 @@ func newObserveCmd(g *globals) *cobra.Command {
 		node                      string
 	)
 	cmd := &cobra.Command{
-		Use:   "observe [-f] [--pod P] [--verdict DROPPED|FORWARDED|TRANSLATED] [filters] [-o compact|table|json]",
+		Use:   "observe [-f] [--pod P] [--verdict DROPPED|FORWARDED|TRANSLATED|REDIRECTED] [filters] [-o compact|table|json]",
 		Short: "show the datapath's flows: who talked to whom, what was dropped and why",
 		Long: "Prints the flows the agent keeps (the last 20 unless --last says otherwise) and, with -f,\n" +
 			"follows new ones. Pods are NAMESPACE/NAME, or NAME in --namespace (default: default).\n" +
 			"What the datapath reports is set with `shunt flow-sampling` (default: drops, connection\n" +
 			"starts and ends, service translations). -o json prints one flow per line, stable fields:\n" +
-			"time, node, verdict, dropReason, reason, event, point, source{pod,namespace,ip,port,identity,labels},\n" +
-			"destination{...}, protocol, tcpFlags, service{name,ip,port}, interface, policy, ruleID, length.",
+			flows.JSONFields() + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch out {

@@ -7,6 +7,7 @@ package flows
 import (
 	"fmt"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,40 @@ type HTTP struct {
 	// BackendPod is the backend's namespace/name when known.
 	BackendPod string `json:"backendPod,omitempty"`
 	Error      string `json:"error,omitempty"`
+}
+
+// JSONFields names the fields of a flow's JSON (`shunt observe -o json`),
+// read from Flow's tags so that the help listing them cannot drift from what
+// is emitted: "time, node, ..., source{pod,...}, destination{...}, ...,
+// http{method,...}". An object of a type already spelt out is "{...}".
+func JSONFields() string {
+	seen := map[reflect.Type]bool{}
+	var fields func(t reflect.Type, sep string) string
+	fields = func(t reflect.Type, sep string) string {
+		var names []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]() {
+				if seen[ft] {
+					name += "{...}"
+				} else {
+					seen[ft] = true
+					name += "{" + fields(ft, ",") + "}"
+				}
+			}
+			names = append(names, name)
+		}
+		return strings.Join(names, sep)
+	}
+	return fields(reflect.TypeFor[Flow](), ", ")
 }
 
 // Filter selects flows; empty fields select everything. Pods are

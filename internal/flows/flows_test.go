@@ -1,8 +1,11 @@
 package flows
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -144,5 +147,94 @@ func TestFilterSelectsHTTPRecords(t *testing.T) {
 		if _, err := ParseFilter(q); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestJSONFieldsNamesWhatIsEmitted: every key of a flow with every field
+// set, nested ones included, is in JSONFields (the list `shunt observe -h`
+// prints), and JSONFields names nothing else.
+func TestJSONFieldsNamesWhatIsEmitted(t *testing.T) {
+	var fl Flow
+	fill(reflect.ValueOf(&fl).Elem())
+	b, err := json.Marshal(fl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	emitted := map[string]bool{}
+	var keys func(prefix string, m map[string]any)
+	keys = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			emitted[prefix+k] = true
+			if sub, ok := v.(map[string]any); ok {
+				keys(prefix+k+".", sub)
+			}
+		}
+	}
+	keys("", m)
+
+	listed := map[string]bool{}
+	spelt := map[string][]string{} // "{a,b}" by the field that spelt it out
+	var last []string
+	for _, f := range strings.Split(JSONFields(), ", ") {
+		name, sub, nested := strings.Cut(f, "{")
+		listed[name] = true
+		if !nested {
+			continue
+		}
+		subs := strings.Split(strings.TrimSuffix(sub, "}"), ",")
+		if sub == "...}" {
+			subs = last // the type spelt out just before: destination after source
+		} else {
+			last = subs
+			spelt[name] = subs
+		}
+		for _, s := range subs {
+			listed[name+"."+s] = true
+		}
+	}
+	for k := range emitted {
+		if !listed[k] {
+			t.Errorf("%s is emitted but not in JSONFields %q", k, JSONFields())
+		}
+	}
+	for k := range listed {
+		if !emitted[k] {
+			t.Errorf("JSONFields names %s, which a flow with every field set does not emit", k)
+		}
+	}
+	if len(spelt) < 3 {
+		t.Errorf("JSONFields %q spells out fewer objects than source, service and http", JSONFields())
+	}
+}
+
+// fill sets every field of v to a non-zero value, so omitempty leaves none out.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			v.Set(reflect.ValueOf(time.Unix(1, 0)))
+			return
+		}
+		for i := range v.NumField() {
+			fill(v.Field(i))
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(v.Index(0))
+	case reflect.Int, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(1)
+	default:
+		panic("fill: no value for " + v.Type().String())
 	}
 }

@@ -19,10 +19,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -152,6 +154,9 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
+		return nil, err
+	}
 	_, svcNet, err := net.ParseCIDR(o.ServiceCIDR)
 	if err != nil {
 		return nil, fmt.Errorf("service CIDR %q: %w", o.ServiceCIDR, err)
@@ -173,7 +178,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	}
 
 	c := &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, KubeconfigFile), ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR, BinDir: o.BinDir}
-	st := &state{KubeVersion: KubeVersion, Kubeconfig: c.Kubeconfig, ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR}
+	st := &state{KubeVersion: KubeVersion, Kubeconfig: c.Kubeconfig, ServiceCIDR: o.ServiceCIDR, ClusterCIDR: o.ClusterCIDR, BinDir: o.BinDir}
 	ready := false
 	defer func() {
 		if !ready {
@@ -453,6 +458,27 @@ func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
 // Kubectl is the path of the kubectl built with the cluster's binaries.
 func (c *Cluster) Kubectl() string { return filepath.Join(c.BinDir, "kubectl") }
 
+// Apply runs `kubectl apply -f` as the admin on each path (a file, a
+// folder, or "-" for manifests), then waits until every
+// CustomResourceDefinition of the cluster is established: served, so that
+// objects of its kind can be created at once.
+func (c *Cluster) Apply(ctx context.Context, manifests io.Reader, paths ...string) error {
+	kubectl := func(stdin io.Reader, args ...string) error {
+		cmd := exec.CommandContext(ctx, c.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+		cmd.Stdin = stdin
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	for _, p := range paths {
+		if err := kubectl(manifests, "apply", "-f", p); err != nil {
+			return err
+		}
+	}
+	return kubectl(nil, "wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+}
+
 // StopAPIServer stops the API server alone (etcd and the controller-manager
 // keep running), as an outage would. Tests only: the cluster directory's
 // state file is not updated.
@@ -542,7 +568,9 @@ type Status struct {
 	Server      string
 	Kubeconfig  string
 	KubeVersion string
-	Components  []ComponentStatus
+	// BinDir has the cluster's binaries, kubectl among them.
+	BinDir     string
+	Components []ComponentStatus
 }
 
 // Running says whether every component runs.
@@ -564,7 +592,10 @@ func ReadStatus(dir string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	out := Status{Dir: dir, Server: s.Server, Kubeconfig: s.Kubeconfig, KubeVersion: s.KubeVersion}
+	out := Status{Dir: dir, Server: s.Server, Kubeconfig: s.Kubeconfig, KubeVersion: s.KubeVersion, BinDir: s.BinDir}
+	if out.BinDir == "" {
+		out.BinDir = DefaultBinDir()
+	}
 	for _, c := range s.Components {
 		out.Components = append(out.Components, ComponentStatus{Name: c.Name, PID: c.PID, Running: c.alive(), Log: c.Log})
 	}

@@ -29,6 +29,9 @@ type state struct {
 	Kubeconfig  string `json:"kubeconfig"`
 	ServiceCIDR string `json:"serviceCIDR"`
 	ClusterCIDR string `json:"clusterCIDR"`
+	// BinDir has the binaries it runs, kubectl among them (empty in files
+	// of older versions: DefaultBinDir).
+	BinDir string `json:"binDir,omitempty"`
 	// Components in start order; stopped in reverse.
 	Components []component `json:"components"`
 }

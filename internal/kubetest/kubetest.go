@@ -147,15 +147,9 @@ func buildScript() (string, error) {
 // among them is served, as an operator installs shunt's CRDs.
 func (c *Cluster) Apply(t testing.TB, paths ...string) {
 	t.Helper()
-	run := func(args ...string) {
-		t.Helper()
-		out, err := exec.Command(c.Kubectl(), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Cluster.Apply(ctx, nil, paths...); err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range paths {
-		run("apply", "-f", p)
-	}
-	run("wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
 }
