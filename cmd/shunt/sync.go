@@ -119,14 +119,7 @@ func printVerify(w io.Writer, r api.VerifyResponse) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Map, e.Key, orAbsent(e.Expected), orAbsent(e.Found))
 	}
 	tw.Flush()
-	per := map[string]int{}
-	for _, e := range r.Entries {
-		per[e.Map]++
-	}
-	var counts []string
-	for _, m := range slices.Sorted(maps.Keys(per)) {
-		counts = append(counts, fmt.Sprintf("%s %d", m, per[m]))
-	}
+	counts := r.DifferingByMap()
 	what := "repaired"
 	if r.DryRun {
 		what = "differ (dry run: left as they are)"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,14 +108,7 @@ func (a *Agent) verifyDrift(repair bool) (datapath.DriftReport, error) {
 // logDrift names what differed: the maps with their counts, and the first
 // entries.
 func (a *Agent) logDrift(r datapath.DriftReport, repaired bool) {
-	per := map[string]int{}
-	for _, e := range r.Entries {
-		per[e.Map]++
-	}
-	var counts []string
-	for _, m := range slices.Sorted(maps.Keys(per)) {
-		counts = append(counts, fmt.Sprintf("%s %d", m, per[m]))
-	}
+	counts := r.DifferingByMap()
 	msg := "maps differed from the desired state; repaired"
 	if !repaired {
 		msg = "maps differ from the desired state (dry run: left as they are)"

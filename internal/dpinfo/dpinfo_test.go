@@ -1,6 +1,9 @@
 package dpinfo
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestNames(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
@@ -72,5 +75,16 @@ func TestPortRange(t *testing.T) {
 	}
 	if !(PortRange{32768, 60999}).Overlaps(PortRange{60999, 61000}) || DefaultMasqPorts.Overlaps(PortRange{32768, 60999}) {
 		t.Error("Overlaps is wrong at the edges")
+	}
+}
+
+func TestDifferingByMap(t *testing.T) {
+	r := DriftReport{Entries: []DriftEntry{{Map: "shunt_services"}, {Map: "shunt_backends"}, {Map: "shunt_services"}}}
+	got := strings.Join(r.DifferingByMap(), ", ")
+	if want := "shunt_backends 1, shunt_services 2"; got != want {
+		t.Fatalf("DifferingByMap = %q, want %q", got, want)
+	}
+	if (DriftReport{}).Differs() || !r.Differs() {
+		t.Fatal("Differs: an empty report differs or a full one does not")
 	}
 }

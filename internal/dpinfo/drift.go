@@ -1,6 +1,11 @@
 package dpinfo
 
-import "time"
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
 
 // DriftEntry is one entry the kernel holds otherwise than the agent wrote
 // it, in the readable form of `shunt map dump`.
@@ -23,3 +28,17 @@ type DriftReport struct {
 
 // Differs says whether anything differed.
 func (r DriftReport) Differs() bool { return len(r.Entries) > 0 }
+
+// DifferingByMap says how many entries differed in each map, "MAP N", by
+// map name: the summary `shunt sync --verify` prints and the agent logs.
+func (r DriftReport) DifferingByMap() []string {
+	per := map[string]int{}
+	for _, e := range r.Entries {
+		per[e.Map]++
+	}
+	var counts []string
+	for _, m := range slices.Sorted(maps.Keys(per)) {
+		counts = append(counts, fmt.Sprintf("%s %d", m, per[m]))
+	}
+	return counts
+}
