@@ -172,7 +172,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")
 	cmd.Flags().DurationVar(&nodeGrace, "node-grace", 0, "with --lab-control-plane: how long a joined node's agent may go silent before the node is NotReady and its pods leave every Service (default "+lab.DefaultNodeGrace.String()+", Kubernetes' node-monitor-grace-period)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
-	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand (`shunt sync --verify`)")
+	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
 	cmd.AddCommand(newShimCmd())
 	return cmd
 }
