@@ -95,7 +95,7 @@ type Config struct {
 	// MasqueradeExclude lists the destinations pods reach with their own
 	// address (nil: the cluster CIDR, the service CIDR and the node's
 	// addresses); MasqueradePorts are the source ports flows get (zero:
-	// datapath.DefaultMasqPorts). The node keeps them, as its tunnel.
+	// dpinfo.DefaultMasqPorts). The node keeps them, as its tunnel.
 	Masquerade        bool
 	MasqueradeExclude []netip.Prefix
 	MasqueradePorts   datapath.PortRange
