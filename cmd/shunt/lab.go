@@ -630,7 +630,8 @@ func printStatus(st api.Status) {
 	fmt.Printf("\nL7 proxy:  %s", proxyLine(st.Proxy))
 	fmt.Printf("\nsocket acceleration: %s", accelLine(st.Accel))
 	fmt.Printf("\ndrift:     %s", driftLine(st.Drift))
-	fmt.Printf("\nkernel:    %s\n", strings.Join(st.Features, ", "))
+	fmt.Printf("\nkernel:    %s\n", st.Kernel.Line())
+	fmt.Printf("uses:      %s\n", strings.Join(st.Features, ", "))
 	var hooks []string
 	for _, h := range slices.Sorted(maps.Keys(st.Hooks)) {
 		hooks = append(hooks, fmt.Sprintf("%s x%d", h, st.Hooks[h]))

@@ -48,6 +48,7 @@ func newRootCmd() *cobra.Command {
 		labJoin                                    string
 		nodeGrace                                  time.Duration
 		driftPeriod                                time.Duration
+		kernelFallbacks                            string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -77,6 +78,9 @@ func newRootCmd() *cobra.Command {
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
 				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
 				DriftCheckPeriod: driftPeriod}
+			if cfg.KernelFallbacks, err = dpinfo.ParseFallbacks(kernelFallbacks); err != nil {
+				return fmt.Errorf("--kernel-fallbacks: %w", err)
+			}
 			if driftPeriod < 0 {
 				return fmt.Errorf("--drift-check-period %s: give a period, or 0 to compare only on demand (`shunt sync --verify`)", driftPeriod)
 			}
@@ -172,6 +176,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")
 	cmd.Flags().DurationVar(&nodeGrace, "node-grace", 0, "with --lab-control-plane: how long a joined node's agent may go silent before the node is NotReady and its pods leave every Service (default "+lab.DefaultNodeGrace.String()+", Kubernetes' node-monitor-grace-period)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
+	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
 	cmd.AddCommand(newShimCmd())
 	return cmd

@@ -30,6 +30,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
@@ -118,6 +119,10 @@ type Config struct {
 	// are compared with the desired state and repaired (drift.go); 0:
 	// only on demand (`shunt sync --verify`).
 	DriftCheckPeriod time.Duration
+	// KernelFallbacks are older kernel paths to take although the kernel
+	// has the newer feature (tests run every fallback on a new kernel);
+	// the ones the kernel needs are taken anyway (datapath.ProbeKernel).
+	KernelFallbacks dpinfo.Fallbacks
 }
 
 // Routing modes and tunnels shuntd knows.
@@ -152,6 +157,7 @@ type Agent struct {
 	// metricsAddr is where /metrics is served over TCP, once it is.
 	metricsAddr atomic.Value
 	started     time.Time
+	kernel      dpinfo.KernelReport // the kernel's features and the fallbacks taken
 
 	podMTU       int                    // pod interfaces' MTU (0: the default, 1500)
 	uplink       string                 // the interface the uplink programs are on ("": none)

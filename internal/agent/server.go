@@ -224,7 +224,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.Counters = counters
-	st.Started, st.Features = a.started, a.dp.Features()
+	st.Started, st.Features, st.Kernel = a.started, a.dp.Features(), a.kernel
 	st.FlowSampling = datapath.FlowMode(a.sampling.Load()).String()
 	st.Flows.History, st.Flows.FollowerMissed = a.flows.Len(), a.flows.Dropped()
 	st.Flows.Emitted, st.Flows.Lost, _ = a.dp.FlowStats()

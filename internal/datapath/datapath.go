@@ -15,6 +15,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // Mode is how traffic between pods of the node is forwarded.
@@ -86,6 +88,10 @@ type Config struct {
 	// give pods' traffic to outside the cluster the node's address; nil:
 	// pods' traffic leaves with their own addresses.
 	Masquerade *Masquerade
+	// Fallbacks are the older paths to take for kernel features this
+	// kernel lacks (ProbeKernel) or that were forced; nil: every newer
+	// path (Linux 6.10+).
+	Fallbacks dpinfo.Fallbacks
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
@@ -533,7 +539,11 @@ func (d *Datapath) Features() []string {
 	f := []string{"cgroup sock_addr hooks (connect/sendmsg/recvmsg/getpeername)", "sk_storage", "LPM tries", "LRU hash (conntrack)", "ring buffer (flows)",
 		"sockops + sk_msg + sockhash"}
 	if d.cfg.Mode.UsesBPF() {
-		f = append([]string{"tcx links (6.6+)"}, f...)
+		if d.cfg.Fallbacks.Has(dpinfo.FallbackTC) {
+			f = append([]string{"tc clsact + cls_bpf"}, f...)
+		} else {
+			f = append([]string{"tcx links (6.6+)"}, f...)
+		}
 		if d.cfg.Mode == ModeRedirectPeer {
 			f = append(f, "bpf_redirect_peer")
 		} else {
