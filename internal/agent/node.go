@@ -52,19 +52,11 @@ func (a *Agent) openNode(s *startup) error {
 	if s.nativeIf, err = nativeUnderlay(cfg, state.Mode); err != nil {
 		return err
 	}
-	fallbacks, kernel, err := datapath.ProbeKernel(cfg.KernelFallbacks)
-	if err != nil {
-		return err
-	}
-	a.kernel = kernel
-	if len(kernel.Taken) > 0 {
-		a.log.Info("kernel fallbacks", "kernel", kernel.Line())
-	}
 	mark := DefaultProxyMark
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
-		Fallbacks: fallbacks})
+		Fallbacks: s.fallbacks})
 	if err != nil {
 		return err
 	}

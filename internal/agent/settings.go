@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -22,6 +23,8 @@ import (
 // startup carries what New's steps settle for the ones after them.
 type startup struct {
 	src  sourceStarter        // where the node's objects come from
+	// the older kernel paths the datapath takes (datapath.ProbeKernel)
+	fallbacks dpinfo.Fallbacks
 	masq *datapath.Masquerade // nil: no masquerade
 
 	// openNode's
@@ -43,6 +46,20 @@ func (a *Agent) settleSettings() (*startup, error) {
 		return nil, err
 	}
 	cfg, inst := &a.cfg, a.cfg.Instance
+	// The kernel's features, before anything of the node is made: what
+	// it lacks and has a fallback for is taken, what it lacks without one
+	// refuses the start, named with the kernel that has it.
+	fallbacks, kernel, err := datapath.ProbeKernel(cfg.KernelFallbacks)
+	if err != nil {
+		return nil, err
+	}
+	if err := datapath.CheckKernel(fallbacks); err != nil {
+		return nil, err
+	}
+	a.kernel = kernel
+	if len(kernel.Taken) > 0 {
+		a.log.Info("kernel fallbacks", "kernel", kernel.Line())
+	}
 	// Before anything is set up: pinned maps of a layout this build would
 	// read wrongly are refused with the node left exactly as it is.
 	if err := datapath.CheckPinnedLayouts(inst.PinDir(), inst.MapLayoutFile()); err != nil {
@@ -80,7 +97,7 @@ func (a *Agent) settleSettings() (*startup, error) {
 		// NODE_NAME says: its pods' spec.nodeName is that name.
 		a.nodeName = cfg.NodeName
 	}
-	s := &startup{src: chooseSource(*cfg)}
+	s := &startup{src: chooseSource(*cfg), fallbacks: fallbacks}
 	// The source may know the node's pod CIDR and address (Kubernetes: its
 	// Node object).
 	if err := s.src.settle(a); err != nil {
