@@ -183,6 +183,14 @@ func compareRelease(a, b string) int {
 	return 0
 }
 
+// The probes CheckKernel runs (a test replaces them with a kernel that
+// lacks something).
+var (
+	haveProgramType   = features.HaveProgramType
+	haveProgramHelper = features.HaveProgramHelper
+	haveMapType       = features.HaveMapType
+)
+
 // CheckKernel probes, before anything is attached, every program type and
 // every helper each program of this build calls, on this kernel, except
 // what the fallbacks taken leave unused; a missing one is named with the
@@ -210,12 +218,12 @@ func CheckKernel(fallbacks dpinfo.Fallbacks) error {
 			continue
 		}
 		for _, p := range o.programs {
-			note("BPF programs of type "+p.typ.String(), programSince[p.typ][p.attach], features.HaveProgramType(p.typ))
+			note("BPF programs of type "+p.typ.String(), programSince[p.typ][p.attach], haveProgramType(p.typ))
 			for _, h := range p.helpers {
 				if g, ok := helperGuard[h]; ok && fallbacks.Has(g) {
 					continue
 				}
-				err := features.HaveProgramHelper(p.typ, h)
+				err := haveProgramHelper(p.typ, h)
 				if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
 					continue // no way to probe this pair here: loading tells
 				}
@@ -223,7 +231,7 @@ func CheckKernel(fallbacks dpinfo.Fallbacks) error {
 			}
 		}
 		for _, t := range o.maps {
-			note("BPF maps of type "+t.String(), mapSince[t], features.HaveMapType(t))
+			note("BPF maps of type "+t.String(), mapSince[t], haveMapType(t))
 		}
 	}
 	if len(missing) > 0 {

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 
 	"github.com/shuntnet/shunt/internal/dpinfo"
 )
@@ -110,6 +112,38 @@ func TestCheckKernel(t *testing.T) {
 	all, _ := dpinfo.ParseFallbacks("all")
 	if err := CheckKernel(all); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A kernel without a helper the objects need and no fallback for it is
+// refused, naming the helper, the program type and the kernel that has it;
+// one lacking only a guarded helper passes once its fallback is taken.
+func TestCheckKernelRefusesWhatIsMissing(t *testing.T) {
+	lacking := func(missing asm.BuiltinFunc) {
+		haveProgramHelper = func(pt ebpf.ProgramType, h asm.BuiltinFunc) error {
+			if h == missing {
+				return fmt.Errorf("%w: helper %s", ebpf.ErrNotSupported, h)
+			}
+			return nil
+		}
+	}
+	haveProgramType = func(ebpf.ProgramType) error { return nil }
+	haveMapType = func(ebpf.MapType) error { return nil }
+	t.Cleanup(func() {
+		haveProgramType, haveProgramHelper, haveMapType = features.HaveProgramType, features.HaveProgramHelper, features.HaveMapType
+	})
+	lacking(asm.FnRedirectPeer)
+	err := CheckKernel(nil)
+	if err == nil || !strings.Contains(err.Error(), "the bpf_redirect_peer helper in SchedCLS programs (Linux 5.10)") ||
+		!strings.Contains(err.Error(), "Linux 5.15 and later") {
+		t.Errorf("a kernel without bpf_redirect_peer: %v", err)
+	}
+	lacking(asm.FnSetRetval)
+	if err := CheckKernel(nil); err == nil || !strings.Contains(err.Error(), "bpf_set_retval") {
+		t.Errorf("a kernel without bpf_set_retval, fallback not taken: %v", err)
+	}
+	if err := CheckKernel(dpinfo.Fallbacks{dpinfo.FallbackNoSetRetval: true}); err != nil {
+		t.Errorf("a kernel without bpf_set_retval, fallback taken: %v", err)
 	}
 }
 
