@@ -46,9 +46,36 @@ func (m *Masquerade) check() error {
 	return nil
 }
 
-// usesUplink says whether the uplink programs run: they masquerade, and
-// receive what other nodes route here with native routing.
-func (c Config) usesUplink() bool { return c.Masquerade != nil || c.NativeIfindex != 0 }
+// NodePort is how traffic from outside reaches the node's external
+// Service frontends (lib/nodeport.h): it arrives on UplinkIfindex, where
+// the replies leave too, and a flow whose backend is on another node
+// (externalTrafficPolicy Cluster) gets SNATAddr, the node's address on the
+// pod network, and a source port of Ports. Load-time constants.
+type NodePort struct {
+	UplinkIfindex int
+	SNATAddr      netip.Addr
+	Ports         dpinfo.PortRange
+}
+
+func (n *NodePort) check() error {
+	if n.UplinkIfindex <= 0 {
+		return fmt.Errorf("NodePort uplink interface index %d: give the index of the interface holding the node's address (UplinkOf)", n.UplinkIfindex)
+	}
+	if !n.SNATAddr.Is4() || n.SNATAddr.IsUnspecified() {
+		return fmt.Errorf("NodePort SNAT address %s: give the node's IPv4 address on the pod network", n.SNATAddr)
+	}
+	if n.Ports.Min == 0 || n.Ports.Min > n.Ports.Max {
+		return fmt.Errorf("NodePort SNAT ports %s: give MIN-MAX, 1 <= MIN <= MAX <= 65535", n.Ports)
+	}
+	return nil
+}
+
+// usesUplink says whether the uplink programs run: they masquerade,
+// receive what other nodes route here with native routing, and what
+// outside clients send to the node's Services.
+func (c Config) usesUplink() bool {
+	return c.Masquerade != nil || c.NativeIfindex != 0 || c.NodePort != nil
+}
 
 // loadUplink loads the uplink programs with the pod programs' forwarding
 // configuration and the masquerade's (none: MASQ.addr 0), beside them
@@ -87,8 +114,12 @@ const (
 // the interface is in.
 func (d *Datapath) AttachUplink(ifname string, ifindex int) error {
 	if !d.cfg.usesUplink() {
-		return fmt.Errorf("attaching the uplink programs to %s: the datapath was opened with neither masquerade (Config.Masquerade) "+
-			"nor native routing (Config.NativeIfindex)", ifname)
+		return fmt.Errorf("attaching the uplink programs to %s: the datapath was opened without masquerade (Config.Masquerade), "+
+			"native routing (Config.NativeIfindex) or NodePort (Config.NodePort)", ifname)
+	}
+	if np := d.cfg.NodePort; np != nil && ifindex != np.UplinkIfindex {
+		return fmt.Errorf("attaching the uplink programs to %s (ifindex %d): NodePort was opened on ifindex %d; "+
+			"the uplink is the interface holding the node's address", ifname, ifindex, np.UplinkIfindex)
 	}
 	if d.cfg.NativeIfindex != 0 && ifindex != d.cfg.NativeIfindex {
 		return fmt.Errorf("attaching the uplink programs to %s (ifindex %d): native routing was opened on ifindex %d; "+

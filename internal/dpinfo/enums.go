@@ -51,6 +51,8 @@ const (
 	ReasonARPSpoofed
 	ReasonFragNeeded
 	ReasonProxyIdentity
+	ReasonNodePortXlate
+	ReasonNodePortReply
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -98,6 +100,8 @@ var reasonNames = [...]string{
 	ReasonARPSpoofed:           "arp-spoofed",
 	ReasonFragNeeded:           "frag-needed",
 	ReasonProxyIdentity:        "proxy-identity",
+	ReasonNodePortXlate:        "nodeport-xlate",
+	ReasonNodePortReply:        "nodeport-reply",
 }
 
 // String is the reason's name, or its number when it has none.
