@@ -144,6 +144,11 @@ func (a *Agent) programRouting(s *startup) error {
 			return err
 		}
 	}
+	if s.nodePort != nil {
+		if err := enableUplinkForwarding(a.uplink); err != nil {
+			return err
+		}
+	}
 	if s.masq != nil {
 		return a.startMasquerade(a.podPool, a.svcPool)
 	}

@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 
 	"github.com/shuntnet/shunt/internal/datapath"
 )
@@ -45,4 +47,17 @@ func (a *Agent) nodePortAddrs() []netip.Addr {
 		out = append(out, ip)
 	}
 	return out
+}
+
+// enableUplinkForwarding turns IPv4 forwarding on for the uplink: the
+// replies of flows from outside (lib/nodeport.h) leave through a route
+// lookup on it, which bpf_fib_lookup refuses on a device that does not
+// forward (BPF_FIB_LKUP_RET_FWD_DISABLED), as pods' veths do. Only the
+// uplink: the machine's other interfaces are left as they are.
+func enableUplinkForwarding(uplink string) error {
+	fwd := filepath.Join("/proc/sys/net/ipv4/conf", uplink, "forwarding")
+	if err := os.WriteFile(fwd, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("NodePort: enabling forwarding on the uplink %s (its replies are routed by bpf_fib_lookup): %w", uplink, err)
+	}
+	return nil
 }

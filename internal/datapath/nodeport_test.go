@@ -47,8 +47,9 @@ func TestNodePort(t *testing.T) {
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
 	var uplink int
 	if err := netnsrun.Do(ns, func() error {
-		// A node forwards (the route lookups of forwarded packets ask).
-		if out, err := exec.Command("sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		// The uplink forwards, as the agent sets it (bpf_fib_lookup
+		// refuses a device that does not).
+		if out, err := exec.Command("sysctl", "-qw", "net.ipv4.conf.np-ul.forwarding=1").CombinedOutput(); err != nil {
 			t.Fatalf("sysctl: %v: %s", err, out)
 		}
 		for _, args := range [][]string{
