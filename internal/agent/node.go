@@ -56,7 +56,7 @@ func (a *Agent) openNode(s *startup) error {
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodePort: s.nodePort,
-		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
+		NodeIP:   a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
 		Fallbacks: s.fallbacks})
 	if err != nil {
 		return err

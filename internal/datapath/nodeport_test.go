@@ -76,7 +76,9 @@ func TestNodePort(t *testing.T) {
 	}}, []Endpoint{{IP: npLocalPod, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300}}); err != nil {
 		t.Fatal(err)
 	}
-	fe := func(vip netip.Addr, port uint16) services.Frontend { return services.Frontend{VIP: vip, Port: port, Proto: 6} }
+	fe := func(vip netip.Addr, port uint16) services.Frontend {
+		return services.Frontend{VIP: vip, Port: port, Proto: 6}
+	}
 	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
 	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
 	if _, err := d.SyncServices([]services.Port{

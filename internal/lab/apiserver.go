@@ -225,11 +225,11 @@ func newUID() types.UID {
 // lives in the Service's spec.clusterIP, as the API server records it, so
 // it is persisted with the object; this is the index that finds free ones.
 type clusterIPs struct {
-	pool  ipam.Pool
+	pool ipam.Pool
 	// lbPool is where LoadBalancer Services get their address
 	// (assignExternal); invalid: none, they stay pending.
 	lbPool netip.Prefix
-	owner map[netip.Addr]string // ClusterIP -> service namespace/name
+	owner  map[netip.Addr]string // ClusterIP -> service namespace/name
 }
 
 func newClusterIPs(pool ipam.Pool, store *model.Store) clusterIPs {

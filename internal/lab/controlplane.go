@@ -48,10 +48,10 @@ type Config struct {
 	// LoadBalancerPool is where LoadBalancer Services get their ingress
 	// address (invalid: none, they stay pending).
 	LoadBalancerPool netip.Prefix
-	CgroupRoot  string
-	BinDir      string // put first on containers' PATH (where shunt lives), and where shunt-cni is
-	ShimExe     string // executable providing `shim`
-	Log         *slog.Logger
+	CgroupRoot       string
+	BinDir           string // put first on containers' PATH (where shunt lives), and where shunt-cni is
+	ShimExe          string // executable providing `shim`
+	Log              *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
 	LegacyPods map[string]*PodRecord
 	// NodeLeaseDuration (APIKubelet) is the node's Lease duration, renewed

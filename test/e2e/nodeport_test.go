@@ -127,7 +127,7 @@ func testNodePortLab(t *testing.T, routing string) {
 	}
 	body := eventually(t, "health check on node-2", "200", health(node2))
 	var hc struct {
-		Service struct{ Namespace, Name string }
+		Service             struct{ Namespace, Name string }
 		LocalEndpoints      int
 		ServiceProxyHealthy bool
 	}
