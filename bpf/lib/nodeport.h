@@ -82,26 +82,7 @@ static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *
 
 	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
-	int verdict = forward_hop(skb, p);
-	if (verdict >= 0)
-		return verdict;
-	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib.ipv4_dst };
-
-		ret = bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
-	} else {
-		__u8 macs[12];
-
-		__builtin_memcpy(macs, fib.dmac, 6);
-		__builtin_memcpy(macs + 6, fib.smac, 6);
-		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
-			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
-		ret = bpf_redirect(fib.ifindex, 0);
-	}
-	if (ret != TC_ACT_REDIRECT)
-		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
-	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_NODEPORT_REPLY);
-	return TC_ACT_REDIRECT;
+	return fib_redirect(skb, p, &fib, ret, SHUNT_REASON_NODEPORT_REPLY);
 }
 
 /* nodeport_reply translates a backend's reply to a flow from outside and

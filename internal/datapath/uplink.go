@@ -209,3 +209,18 @@ func (d *Datapath) masqRows() ([]Row, error) {
 		return r
 	})
 }
+
+// nodePortRows decodes shunt_nodeport_nat: each entry's tuple as it
+// arrives and the tuple written over it; a reply's goes back out to the
+// client.
+func (d *Datapath) nodePortRows() ([]Row, error) {
+	return dump(d.objs.ShuntNodeportNat, func(k podtcTcNatKey, v uplinktcNodeportNatValue) Row {
+		at := func(a uint32, p uint16) string { return fmt.Sprintf("%s:%d", fromBe32(a), fromBe16(p)) }
+		dir := "to-backend"
+		if v.Reply != 0 {
+			dir = "reply"
+		}
+		return Row{"direction": dir, "protocol": dpinfo.ProtoName(k.Proto), "from": at(k.Saddr, k.Sport), "to": at(k.Daddr, k.Dport),
+			"newFrom": at(v.Saddr, v.Sport), "newTo": at(v.Daddr, v.Dport)}
+	})
+}

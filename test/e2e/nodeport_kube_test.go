@@ -1,19 +1,16 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // TestKubernetesNodePort: a node of a real API server (its own network
@@ -75,18 +72,7 @@ func TestKubernetesNodePort(t *testing.T) {
 		t.Errorf("health check body %q (%v), want Service default/ranges with one local endpoint", body, err)
 	}
 
-	if err := wait.PollUntilContextTimeout(k.ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
-		evs, err := k.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=ranges"})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "LoadBalancerSourceRangesNotSupported" && e.Type == corev1.EventTypeWarning {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
+	if err := k.waitEvent("ranges", "LoadBalancerSourceRangesNotSupported", "198.51.100.0/24"); err != nil {
 		t.Errorf("no LoadBalancerSourceRangesNotSupported Warning event on the Service: %v", err)
 	}
 	if st := k.mustShunt("status"); !strings.Contains(st, "left out:  Service default/ranges: loadBalancerSourceRanges") {
