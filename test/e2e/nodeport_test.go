@@ -160,10 +160,14 @@ func testNodePortLab(t *testing.T, routing string) {
 	})
 
 	// The ingress node's flows name the frontend and its kind.
-	flows := l.mustShunt("observe", "--node", "node-1", "--last", "500", "-o", "json")
+	// (The agent reads the flow events as they come: a moment after.)
 	for _, want := range []string{`"kind":"nodeport"`, `"kind":"lb"`, `"kind":"externalip"`, `"node":"node-1"`} {
-		if !strings.Contains(flows, want) {
-			t.Errorf("node-1's flows lack %s", want)
-		}
+		eventually(t, "node-1's flows naming "+want, "yes", func() (string, string) {
+			flows := l.mustShunt("observe", "--node", "node-1", "--last", "2000", "-o", "json")
+			if strings.Contains(flows, want) {
+				return "yes", ""
+			}
+			return "no", fmt.Sprintf("%d lines", strings.Count(flows, "\n"))
+		})
 	}
 }
