@@ -48,7 +48,8 @@ func eventually(t *testing.T, what string, want string, get func() (string, stri
 // node-1) and an externalIP routed to node-1, both crossing to node-2;
 // a pod of node-1 reaching the NodePort and the load balancer address
 // through the socket layer. `get svc` shows them as kubectl does, and the
-// ingress node's flows name the frontend's kind.
+// ingress node's flows name the frontend's kind. Once the endpoint is
+// deleted, node-2's health check answers 503.
 // Both routing modes: the SNATed flow crosses the overlay as the node's
 // own traffic, or is routed, and its reply comes back through
 // from-overlay or from-uplink.
@@ -160,6 +161,13 @@ func testNodePortLab(t *testing.T, routing string) {
 	})
 
 	// The ingress node's flows name the frontend and its kind.
+	defer func() {
+		// Then the last endpoint goes: node-2's health check flips.
+		l.mustShunt("delete", "pod", "web")
+		if body := eventually(t, "health check on node-2 once its endpoint is gone", "503", health(node2)); !strings.Contains(body, `"localEndpoints":0`) {
+			t.Errorf("health check body on node-2 %q: want localEndpoints 0", body)
+		}
+	}()
 	// (The agent reads the flow events as they come: a moment after.)
 	for _, want := range []string{`"kind":"nodeport"`, `"kind":"lb"`, `"kind":"externalip"`, `"node":"node-1"`} {
 		eventually(t, "node-1's flows naming "+want, "yes", func() (string, string) {
