@@ -394,6 +394,11 @@ struct nodeport_nat_value {
 	__u16 dport;
 	__u8 reply;   /* 1: a backend's reply, sent out of the uplink */
 	__u8 pad[3];
+	/* Both entries of a flow are refreshed together; an entry idle past
+	 * its timeout (lib/nat_timeout.h) no longer holds its SNAT port. */
+	__u64 last_seen_ns;
+	__u32 flags;  /* enum masq_flags: the client's FIN is "out", the backend's "in" */
+	__u32 pad2;
 };
 
 /*

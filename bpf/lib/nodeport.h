@@ -33,6 +33,7 @@
 #include "policy.h"
 #include "encap.h"
 #include "native.h"
+#include "nat_timeout.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -68,6 +69,86 @@ static __always_inline struct tc_nat_key nodeport_key(const struct flow *f)
 	return k;
 }
 
+/* nodeport_partner is the key of the flow's other entry: the tuple the
+ * entry writes, turned around. */
+static __always_inline struct tc_nat_key nodeport_partner(const struct nodeport_nat_value *v, __u8 proto)
+{
+	struct tc_nat_key k = { .saddr = v->daddr, .daddr = v->saddr, .sport = v->dport, .dport = v->sport, .proto = proto };
+
+	return k;
+}
+
+static __always_inline __u64 nodeport_idle(const struct nodeport_nat_value *v, __u64 now)
+{
+	__u64 seen = v->last_seen_ns;
+
+	return now > seen ? now - seen : 0;
+}
+
+/* nodeport_reusable says whether the flow of reply entry v no longer holds
+ * its SNAT port: idle past its timeout, or a TCP connection closed a
+ * moment ago (as masquerade's ports, lib/masq.h). */
+static __always_inline bool nodeport_reusable(const struct nodeport_nat_value *v, __u8 proto, __u64 now)
+{
+	if (proto == IPPROTO_TCP && nat_closed(v->flags) && nodeport_idle(v, now) > NAT_CLOSED_REUSE)
+		return true;
+	return nodeport_idle(v, now) > nat_timeout(v->flags, proto);
+}
+
+/* nodeport_refresh notes a packet of the flow whose entry is (k, v): the
+ * TCP flags it carries and, at most once a second, the time, in both
+ * entries. A partner the LRU evicted is written again. */
+static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct nodeport_nat_value *v, __u8 tcp_flags, __u64 now)
+{
+	__u32 flags = v->flags;
+
+	if (v->reply)
+		flags |= MASQ_F_REPLY_SEEN;
+	if (k->proto == IPPROTO_TCP) {
+		if (tcp_flags & SHUNT_TCPF_FIN)
+			flags |= v->reply ? MASQ_F_FIN_IN : MASQ_F_FIN_OUT;
+		if (tcp_flags & SHUNT_TCPF_RST)
+			flags |= MASQ_F_RST;
+	}
+	if (flags == v->flags && nodeport_idle(v, now) <= NSEC_PER_SEC)
+		return;
+	v->flags = flags;
+	v->last_seen_ns = now;
+	struct tc_nat_key pk = nodeport_partner(v, k->proto);
+	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
+	if (pv) {
+		pv->flags |= flags;
+		pv->last_seen_ns = now;
+		return;
+	}
+	struct nodeport_nat_value again = {
+		.saddr = k->daddr, .sport = k->dport, .daddr = k->saddr, .dport = k->sport, .reply = !v->reply,
+		.last_seen_ns = now, .flags = flags,
+	};
+	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, BPF_NOEXIST);
+}
+
+/* nodeport_claim makes the reply tuple rk (one candidate SNAT port) the
+ * new flow's, with the value rev. Returns 0 when claimed, 1 when a live
+ * flow holds it, -1 when the insert failed. A flow that no longer holds
+ * its port (nodeport_reusable) gives it up here, its client entry with
+ * it. */
+static __always_inline int nodeport_claim(const struct tc_nat_key *rk, const struct nodeport_nat_value *rev, __u64 now)
+{
+	if (bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0)
+		return 0;
+	struct nodeport_nat_value *cur = bpf_map_lookup_elem(&shunt_nodeport_nat, rk);
+	if (!cur)
+		return bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0 ? 0 : -1;
+	if (!nodeport_reusable(cur, rk->proto, now))
+		return 1;
+	struct tc_nat_key pk = nodeport_partner(cur, rk->proto);
+	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
+	if (pv && pv->saddr == rk->daddr && pv->sport == rk->dport && pv->daddr == rk->saddr && pv->dport == rk->sport)
+		bpf_map_delete_elem(&shunt_nodeport_nat, &pk);
+	return bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_ANY) == 0 ? 0 : -1;
+}
+
 /* nodeport_send_out sends a reply to the client out of cfg's uplink: the
  * route lookup of the node's namespace as for a packet the node sends
  * (its MACs, or bpf_redirect_neigh when the next hop's is not known yet),
@@ -96,6 +177,7 @@ static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, 
 	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
 	if (!found || !found->reply)
 		return -1;
+	nodeport_refresh(&k, found, p->f.tcp_flags, bpf_ktime_get_ns());
 	struct nodeport_nat_value v = *found;
 	__u32 l4off = ETH_HLEN + sizeof(struct iphdr);
 	__u8 ihl;
@@ -117,17 +199,22 @@ static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *c
 {
 	__u16 lo = cfg->nodeport_port_min, hi = cfg->nodeport_port_max;
 	__u32 span = (__u32)hi - lo + 1;
+	__u64 now = bpf_ktime_get_ns();
 	struct nodeport_nat_value rev = {
-		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1,
+		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
 	};
 	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = cfg->nodeport_snat_ip4, .proto = ck->proto };
 
 	if (!cfg->nodeport_snat_ip4 || !span || lo > hi)
 		return SHUNT_REASON_MASQ_PORT_EXHAUSTED;
+	fwd->last_seen_ns = now;
 	for (int i = 0; i < NODEPORT_PORT_TRIES; i++) {
 		rk.dport = bpf_htons(lo + bpf_get_prandom_u32() % span);
-		if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_NOEXIST) < 0)
-			continue; /* taken (or the insert failed: the next try says) */
+		int r = nodeport_claim(&rk, &rev, now);
+		if (r < 0)
+			return SHUNT_REASON_NAT_INSERT_FAILED;
+		if (r > 0)
+			continue;
 		fwd->saddr = cfg->nodeport_snat_ip4, fwd->sport = rk.dport, fwd->daddr = be_ip, fwd->dport = be_port;
 		if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
 			bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
@@ -156,9 +243,11 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 
 	/* The backend is here: the client's address stays. */
 	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = ck->saddr, .dport = ck->sport, .proto = ck->proto };
+	__u64 now = bpf_ktime_get_ns();
 	struct nodeport_nat_value rev = {
-		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1,
+		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
 	};
+	fwd->last_seen_ns = now;
 	fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port;
 	if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
 		return SHUNT_REASON_NAT_INSERT_FAILED;
@@ -231,6 +320,7 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 	if (known) {
 		if (known->reply)
 			return -1; /* a backend's reply: nodeport_reply's */
+		nodeport_refresh(&ck, known, p->f.tcp_flags, bpf_ktime_get_ns());
 		fwd = *known;
 	} else {
 		struct service_value *svc = lookup_service(ck.daddr, ck.dport, ck.proto);

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -160,6 +161,25 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
+	t.Run("a reset SNAT flow gives its port up a second later", func(t *testing.T) {
+		third := netip.MustParseAddr("192.0.2.11")
+		if ret, _ := fromOutside(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpRST))); ret != tcActRedirect {
+			t.Errorf("the client's RST: verdict %d, want redirect", ret)
+		}
+		if ret, _ := fromOutside(packet(third, npNode, 6, tcpSegment(40001, 30081, tcpSYN))); ret != tcActShot {
+			t.Errorf("at once: verdict %d, want drop (the port is held a second after the reset)", ret)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		ret, out := fromOutside(packet(third, npNode, 6, tcpSegment(40001, 30081, tcpSYN)))
+		if got := checkedTuple(t, out); ret != tcActRedirect || got.sport != snatPort {
+			t.Errorf("a second later: verdict %d, %+v; want the freed port %d", ret, got, snatPort)
+		}
+		ret, out = fromOutside(packet(npRemotePod, npSNAT, 6, tcpSegment(8080, snatPort, tcpSYNACK)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, third, 30081, 40001}); ret != tcActRedirect || got != want {
+			t.Errorf("reply on the reused port: verdict %d, %+v; want %+v (the new client's)", ret, got, want)
+		}
+	})
+
 	t.Run("Local without an endpoint here: dropped", func(t *testing.T) {
 		if ret, _ := fromOutside(packet(npClient, npNode, 6, tcpSegment(40002, 30082, tcpSYN))); ret != tcActShot {
 			t.Errorf("verdict %d, want drop (no local backend)", ret)
@@ -189,7 +209,7 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
-	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 5, "nodeport-reply/from-uplink": 1, "nodeport-reply/from-pod": 2})
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 7, "nodeport-reply/from-uplink": 2, "nodeport-reply/from-pod": 2})
 	var kinds []string
 	for _, e := range flows() {
 		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {

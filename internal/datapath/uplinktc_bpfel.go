@@ -64,13 +64,16 @@ type uplinktcMasqValue struct {
 }
 
 type uplinktcNodeportNatValue struct {
-	_     structs.HostLayout
-	Saddr uint32
-	Daddr uint32
-	Sport uint16
-	Dport uint16
-	Reply uint8
-	Pad   [3]uint8
+	_          structs.HostLayout
+	Saddr      uint32
+	Daddr      uint32
+	Sport      uint16
+	Dport      uint16
+	Reply      uint8
+	Pad        [3]uint8
+	LastSeenNs uint64
+	Flags      uint32
+	Pad2       uint32
 }
 
 type uplinktcServiceFlags uint32
