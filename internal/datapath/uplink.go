@@ -214,6 +214,7 @@ func (d *Datapath) masqRows() ([]Row, error) {
 // arrives and the tuple written over it; a reply's goes back out to the
 // client.
 func (d *Datapath) nodePortRows() ([]Row, error) {
+	now := monotonicNow()
 	return dump(d.objs.ShuntNodeportNat, func(k podtcTcNatKey, v uplinktcNodeportNatValue) Row {
 		at := func(a uint32, p uint16) string { return fmt.Sprintf("%s:%d", fromBe32(a), fromBe16(p)) }
 		dir := "to-backend"
@@ -221,6 +222,7 @@ func (d *Datapath) nodePortRows() ([]Row, error) {
 			dir = "reply"
 		}
 		return Row{"direction": dir, "protocol": dpinfo.ProtoName(k.Proto), "from": at(k.Saddr, k.Sport), "to": at(k.Daddr, k.Dport),
-			"newFrom": at(v.Saddr, v.Sport), "newTo": at(v.Daddr, v.Dport)}
+			"newFrom": at(v.Saddr, v.Sport), "newTo": at(v.Daddr, v.Dport),
+			"flags": flagsText(v.Flags, masqFlagNames), "idleSeconds": secondsSince(now, v.LastSeenNs)}
 	})
 }
