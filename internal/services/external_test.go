@@ -197,3 +197,21 @@ func TestHealthChecks(t *testing.T) {
 		t.Errorf("node-3: %v, want %v", got, want)
 	}
 }
+
+// TestDeriveSlicesNodeName: the lab's endpoint controller writes each
+// endpoint's node, as Kubernetes' does: Local reads it.
+func TestDeriveSlicesNodeName(t *testing.T) {
+	svc := parse[*corev1.Service](t, svcDoc)
+	placed, unplaced := pod(t, "a", "web", 8080), pod(t, "b", "web", 8080)
+	placed.Spec.NodeName = "node-2"
+	slices := DeriveSlices(svc, []Pod{{Pod: placed, IP: "10.0.0.2", Ready: true}, {Pod: unplaced, IP: "10.0.0.3", Ready: true}})
+	if len(slices) != 1 || len(slices[0].Endpoints) != 2 {
+		t.Fatalf("slices %+v", slices)
+	}
+	if n := slices[0].Endpoints[0].NodeName; n == nil || *n != "node-2" {
+		t.Errorf("placed pod's endpoint node %v, want node-2", n)
+	}
+	if n := slices[0].Endpoints[1].NodeName; n != nil {
+		t.Errorf("unplaced pod's endpoint node %q, want none", *n)
+	}
+}
