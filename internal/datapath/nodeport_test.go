@@ -87,6 +87,10 @@ func TestNodePort(t *testing.T) {
 		{Frontend: fe(npNode, 30081), Kind: services.KindNodePort, Name: "remote", Backends: remote},
 		{Frontend: fe(npNode, 30082), Kind: services.KindNodePort, Name: "local-policy-none-here", LocalOnly: true},
 		{Frontend: fe(npLB, 80), Kind: services.KindLoadBalancer, Name: "lb", Backends: local},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30053, Proto: 17}, Kind: services.KindNodePort, Name: "dns",
+			Backends: []services.Backend{{IP: npLocalPod, Port: 5353}}},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30054, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote",
+			Backends: []services.Backend{{IP: npRemotePod, Port: 5353}}},
 		{Frontend: fe(netip.MustParseAddr("10.96.0.10"), 80), Kind: services.KindClusterIP, Name: "clusterip", Backends: local},
 	}); err != nil {
 		t.Fatal(err)
@@ -197,6 +201,26 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
+	t.Run("UDP, to this node's backend and SNATed to another's", func(t *testing.T) {
+		ret, out := fromOutside(packet(npClient, npNode, 17, udpDatagram(40010, 30053)))
+		if got, want := checkedTuple(t, out), (tuple{npClient, npLocalPod, 40010, 5353}); ret != tcActRedirect || got != want {
+			t.Errorf("verdict %d, %+v; want redirect, %+v", ret, got, want)
+		}
+		ret, out = fromPod(packet(npLocalPod, npClient, 17, udpDatagram(5353, 40010)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, npClient, 30053, 40010}); ret != tcActRedirect || got != want {
+			t.Errorf("reply: verdict %d, %+v; want %+v", ret, got, want)
+		}
+		ret, out = fromOutside(packet(npClient, npNode, 17, udpDatagram(40011, 30054)))
+		got := checkedTuple(t, out)
+		if ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod || got.dport != 5353 {
+			t.Errorf("to another node: verdict %d, %+v; want SNAT from %s to %s:5353", ret, got, npSNAT, npRemotePod)
+		}
+		ret, out = fromOutside(packet(npRemotePod, npSNAT, 17, udpDatagram(5353, got.sport)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, npClient, 30054, 40011}); ret != tcActRedirect || got != want {
+			t.Errorf("reply from another node: verdict %d, %+v; want %+v", ret, got, want)
+		}
+	})
+
 	t.Run("left alone: a ClusterIP, the node's own ports", func(t *testing.T) {
 		for _, pkt := range [][]byte{
 			packet(npClient, netip.MustParseAddr("10.96.0.10"), 6, tcpSegment(40004, 80, tcpSYN)),
@@ -209,7 +233,7 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
-	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 7, "nodeport-reply/from-uplink": 2, "nodeport-reply/from-pod": 2})
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 9, "nodeport-reply/from-uplink": 3, "nodeport-reply/from-pod": 3})
 	var kinds []string
 	for _, e := range flows() {
 		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {
