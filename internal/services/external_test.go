@@ -215,3 +215,31 @@ func TestDeriveSlicesNodeName(t *testing.T) {
 		t.Errorf("unplaced pod's endpoint node %q, want none", *n)
 	}
 }
+
+// TestPortsForLocalTerminating: with no ready endpoint on the node, a
+// Local Service's outside frontends use the node's endpoints that are
+// terminating but still serving, as kube-proxy does; the ClusterIP never
+// does, nor does a node that has a ready one.
+func TestPortsForLocalTerminating(t *testing.T) {
+	svc := lbService(t, "Local")
+	slices := webSlices()
+	yes := true
+	eps := slices[0].Endpoints
+	eps[2].Conditions.Serving = &yes // 10.0.0.3 on node-1: terminating, serving
+	withReady := rows(PortsFor(svc, slices, node1))
+	slices[0].Endpoints = eps[1:] // 10.0.0.1, node-1's ready one, gone
+	without := rows(PortsFor(svc, slices, node1))
+	for _, tc := range []struct {
+		rows []frontendRow
+		want string
+	}{{withReady, "10.0.0.1:8080"}, {without, "10.0.0.3:8080"}} {
+		for _, r := range tc.rows {
+			if r.frontend == "192.168.123.1:30080/tcp" && (len(r.backends) != 1 || r.backends[0] != tc.want) {
+				t.Errorf("NodePort backends %v, want %s", r.backends, tc.want)
+			}
+			if r.kind == KindClusterIP && strings.HasSuffix(r.frontend, "/tcp") && strings.Contains(strings.Join(r.backends, ","), "10.0.0.3") {
+				t.Errorf("the ClusterIP uses a terminating endpoint: %v", r.backends)
+			}
+		}
+	}
+}

@@ -164,7 +164,7 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 		if !ok {
 			continue
 		}
-		all, _ := portBackends(slices, sp, "")
+		all, _, _ := portBackends(slices, sp, "")
 		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, all))
 	}
 	return out
@@ -186,10 +186,16 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 		if !ok {
 			continue
 		}
-		all, onNode := portBackends(slices, sp, node.Name)
+		all, onNode, terminating := portBackends(slices, sp, node.Name)
 		backends := all
 		if local {
+			// As kube-proxy: with no ready endpoint here, the serving
+			// ones that are terminating keep taking new connections
+			// rather than none.
 			backends = onNode
+			if len(backends) == 0 {
+				backends = terminating
+			}
 		}
 		add := func(addr netip.Addr, port uint16, kind Kind) {
 			if !addr.Is4() || port == 0 {
@@ -242,9 +248,9 @@ func servicePort(svc *corev1.Service, sp corev1.ServicePort, fe Frontend, kind K
 }
 
 // portBackends are the usable backends of service port sp in slices,
-// sorted, and of them those whose endpoint is on node (none when node is
-// "").
-func portBackends(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node string) (all, onNode []Backend) {
+// sorted, of them those whose endpoint is on node (none when node is ""),
+// and the endpoints on node that are terminating but still serving.
+func portBackends(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node string) (all, onNode, terminating []Backend) {
 	seen := map[Backend]bool{}
 	for _, s := range slices {
 		num, ok := slicePort(s, sp)
@@ -252,17 +258,23 @@ func portBackends(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, no
 			continue
 		}
 		for _, ep := range s.Endpoints {
-			if !usable(ep) {
+			here := node != "" && ep.NodeName != nil && *ep.NodeName == node
+			ok := usable(ep)
+			if !ok && !(here && servingTerminating(ep)) {
 				continue
 			}
-			here := node != "" && ep.NodeName != nil && *ep.NodeName == node
 			for _, a := range ep.Addresses {
 				ip, err := netip.ParseAddr(a)
 				if err != nil || !ip.Is4() {
 					continue
 				}
 				b := Backend{IP: ip, Port: uint16(num)}
-				if !seen[b] {
+				switch {
+				case seen[b]:
+				case !ok:
+					seen[b] = true
+					terminating = append(terminating, b)
+				default:
 					seen[b] = true
 					all = append(all, b)
 					if here {
@@ -274,7 +286,16 @@ func portBackends(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, no
 	}
 	sortBackends(all)
 	sortBackends(onNode)
-	return all, onNode
+	sortBackends(terminating)
+	return all, onNode, terminating
+}
+
+// servingTerminating: an endpoint going away that still serves (its
+// Serving condition), which kube-proxy keeps using when a Local Service
+// has nothing else on the node.
+func servingTerminating(ep discoveryv1.Endpoint) bool {
+	c := ep.Conditions
+	return c.Terminating != nil && *c.Terminating && c.Serving != nil && *c.Serving
 }
 
 func sortBackends(bs []Backend) {
