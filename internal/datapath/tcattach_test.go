@@ -369,7 +369,9 @@ func TestTeardownRemovesClsBPFFilters(t *testing.T) {
 	foreign := newForeignCounter(t)
 	was := foreign.attach(t, n)
 	other := tcfilter.OwnerOf("/sys/fs/bpf/another-instance")
-	n.do(func() error { return tcfilter.Attach(n.ep.Ifindex, tcfilter.Egress, other, "to-pod", foreign.prog.FD()) })
+	n.do(func() error {
+		return tcfilter.Attach(n.ep.Ifindex, tcfilter.Egress, other, "to-pod", foreign.prog.FD())
+	})
 	d := n.open(tcFallback)
 	n.checkShuntRuns(d, tcfilter.Ingress, "from-pod", d.objs.ShuntFromPod)
 
