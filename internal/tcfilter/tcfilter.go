@@ -154,7 +154,7 @@ func ensureClsact(link netlink.Link) error {
 		if q.Type() == "clsact" {
 			return nil
 		}
-		return fmt.Errorf("ifindex %d has a %s qdisc where shunt needs clsact (another tool's): remove it "+
+		return fmt.Errorf("ifindex %d has the %s qdisc (another tool's) where shunt needs clsact: remove it "+
 			"(tc qdisc del dev DEV ingress) or move its filters to a clsact qdisc", link.Attrs().Index, q.Type())
 	}
 	err = netlink.QdiscAdd(clsact(link.Attrs().Index))
