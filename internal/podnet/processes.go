@@ -19,18 +19,29 @@ func NamedNetnsWithPrefix(prefix string) []string {
 // skipped) and returns what ends every process whose network namespace is
 // one of them, wherever its cgroup: what `lab exec`, `ip netns exec` or
 // nsenter started there would otherwise outlive the lab, holding a deleted
-// namespace alive. The namespaces are noted now, by inode, so the returned
-// function still finds their processes after the namespaces' names are gone
-// (an agent's teardown unmounts them). Processes are found by
-// /proc/PID/ns/net and killed by PID (SIGTERM, then SIGKILL after 2s),
-// never this process or its parent.
+// namespace alive. The namespaces are noted now, by device and inode, so
+// the returned function still finds their processes after the namespaces'
+// names are gone (an agent's teardown unmounts them); each is held open
+// until then, or a namespace freed meanwhile could hand its inode number
+// to a new one (another lab's pod) whose processes would be taken for its.
+// Processes are found by /proc/PID/ns/net and killed by PID (SIGTERM, then
+// SIGKILL after 2s), never this process or its parent.
 func StopProcesses(paths []string) func() {
-	inodes := map[uint64]bool{}
+	type nsID struct{ dev, ino uint64 }
+	noted := map[nsID]bool{}
+	var held []*os.File
 	for _, p := range paths {
-		var st syscall.Stat_t
-		if syscall.Stat(p, &st) == nil {
-			inodes[st.Ino] = true
+		f, err := os.Open(p)
+		if err != nil {
+			continue
 		}
+		var st syscall.Stat_t
+		if syscall.Fstat(int(f.Fd()), &st) != nil {
+			f.Close()
+			continue
+		}
+		noted[nsID{st.Dev, st.Ino}] = true
+		held = append(held, f)
 	}
 	find := func() []int {
 		var pids []int
@@ -41,14 +52,19 @@ func StopProcesses(paths []string) func() {
 				continue
 			}
 			var st syscall.Stat_t
-			if syscall.Stat(filepath.Join("/proc", e.Name(), "ns/net"), &st) == nil && inodes[st.Ino] {
+			if syscall.Stat(filepath.Join("/proc", e.Name(), "ns/net"), &st) == nil && noted[nsID{st.Dev, st.Ino}] {
 				pids = append(pids, pid)
 			}
 		}
 		return pids
 	}
 	return func() {
-		if len(inodes) == 0 {
+		defer func() {
+			for _, f := range held {
+				f.Close()
+			}
+		}()
+		if len(noted) == 0 {
 			return
 		}
 		for _, pid := range find() {

@@ -104,8 +104,15 @@ func TestLabUpRunning(t *testing.T) {
 
 	// Processes in the client pod's namespace outside its cgroup.
 	netns := "/run/netns/" + l.instance + "-default-client"
+	// Held open: a namespace freed could pass its inode number on to
+	// another test's new one.
+	held, err := os.Open(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	var st syscall.Stat_t
-	if err := syscall.Stat(netns, &st); err != nil {
+	if err := syscall.Fstat(int(held.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
 	bg := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "client", "--", "sleep", "1000")
@@ -117,17 +124,17 @@ func TestLabUpRunning(t *testing.T) {
 		defer c.Process.Kill()
 		go c.Wait()
 	}
-	waitFor(t, 5*time.Second, "both sleeps in the pod's namespace", func() bool { return len(pidsInNetns(st.Ino, "sleep")) == 2 })
+	waitFor(t, 5*time.Second, "both sleeps in the pod's namespace", func() bool { return len(pidsInNetns(st, "sleep")) == 2 })
 	l.mustShunt("lab", "down")
-	if pids := pidsInNetns(st.Ino, ""); len(pids) > 0 {
+	if pids := pidsInNetns(st, ""); len(pids) > 0 {
 		t.Errorf("processes in the client pod's namespace outlived lab down: %v", pids)
 	}
 	l.assertGone()
 }
 
 // pidsInNetns are the processes (whose command is comm, "": any) in the
-// network namespace of inode ino.
-func pidsInNetns(ino uint64, comm string) []int {
+// network namespace ns (its device and inode).
+func pidsInNetns(ns syscall.Stat_t, comm string) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -136,7 +143,7 @@ func pidsInNetns(ino uint64, comm string) []int {
 			continue
 		}
 		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join("/proc", e.Name(), "ns/net"), &st) != nil || st.Ino != ino {
+		if syscall.Stat(filepath.Join("/proc", e.Name(), "ns/net"), &st) != nil || st.Dev != ns.Dev || st.Ino != ns.Ino {
 			continue
 		}
 		if c, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm")); comm == "" || strings.TrimSpace(string(c)) == comm {
