@@ -48,7 +48,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE|DIR|-] [--mode MODE] [--pod-cidr CIDR]",
-		Short: "start the node agent for this lab (if not running) and apply manifests",
+		Short: "start the lab's agent (a running one: switch live settings, refuse start-time ones that differ) and apply manifests",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if agentFlags.masqPorts != "" {
