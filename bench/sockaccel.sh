@@ -69,8 +69,8 @@ SOCKPERF_PORT=11111 IPERF_PORT=5201 ECHO_PORT=8080
 PROXY_OFFSET=10000 # the proxied pod's proxy listens on PORT + PROXY_OFFSET
 INST="${SOCKACCEL_INSTANCE:-bsa$$}"
 INST=${INST:0:10}
-POD_CIDR=10.217.0.0/24
-SVC_CIDR=10.218.0.0/16
+POD_CIDR=10.214.0.0/24 # not policy.sh's pods nor ctflood's: smoke runs overlap (bench/smoke_test.go)
+SVC_CIDR=10.222.0.0/16
 MANIFEST=$OUT/pods.yaml
 HAPROXY_CFG=$(realpath "$OUT")/haproxy.cfg
 {

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/podnet"
 )
 
 // The tests below run a client process (this test binary, re-executed) in a
@@ -197,36 +197,39 @@ func testCgroup(t *testing.T) string {
 }
 
 // testNetns creates a named network namespace with lo up and deletes it
-// when the test ends; it returns its path.
+// when the test ends; it returns its path. podnet creates it, as the lab's
+// pods': /run/netns made a shared mount of itself first, as iproute2 does,
+// so that an `ip netns` run meanwhile cannot hide it (and make it
+// undeletable, EBUSY).
 func testNetns(t *testing.T) string {
 	t.Helper()
 	name := testName("shunt-test-sd")
+	if err := podnet.CreateNetns(name); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := podnet.DeleteNetns(name); err != nil {
 			t.Error(err)
 		}
 	})
-	errc := make(chan error, 1)
-	go func() {
-		// NewNamed moves this thread into the new namespace; it is never
-		// unlocked, so Go ends it with the goroutine.
-		runtime.LockOSThread()
-		ns, err := netns.NewNamed(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		ns.Close()
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("creating network namespace %s: %v", name, err)
+	ns, err := netns.GetFromPath(podnet.NetnsPath(name))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join("/run/netns", name)
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		t.Fatalf("setting lo up in network namespace %s: %v", name, err)
+	}
+	return podnet.NetnsPath(name)
 }
 
 // sockClient drives the client process over its stdin and stdout: one

@@ -213,6 +213,7 @@ type status struct {
 		Enabled bool
 		Sockets int
 	} `json:"socketAcceleration"`
+	FlowSampling string `json:"flowSampling"`
 }
 
 func (l *lab) status() status {
