@@ -215,6 +215,7 @@ type status struct {
 	} `json:"socketAcceleration"`
 	FlowSampling string `json:"flowSampling"`
 	Kernel       struct {
+		Release   string   `json:"release"`
 		Fallbacks []string `json:"fallbacks"` // the older kernel paths the agent takes
 	} `json:"kernel"`
 }
