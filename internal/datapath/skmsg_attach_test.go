@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,19 +57,7 @@ func TestSkMsgProgAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, server := tcpPair(t)
-	for _, e := range []struct {
-		c         *net.TCPConn
-		own, peer sockopsSockKey
-	}{{client, sockKeyOf(client, netns), sockKeyOf(server, netns)}, {server, sockKeyOf(server, netns), sockKeyOf(client, netns)}} {
-		withFD(t, e.c, func(fd int) {
-			if err := d.sockOps.ShuntAccelSocks.Put(int32(fd), sockopsAccelSock{Peer: e.peer, Flags: 1}); err != nil {
-				t.Fatalf("socket storage: %v", err)
-			}
-			if err := d.sockOps.ShuntSockhash.Put(e.own, uint64(fd)); err != nil {
-				t.Fatalf("sockhash insert: %v", err)
-			}
-		})
-	}
+	accelerateByHand(t, d, client, server, netns)
 	before := counts(t, d)
 	exchangeChecked(t, client, server, []byte("request-1"), "accelerated, client -> server")
 	counterDelta(t, d, before, map[string]uint64{"accel-redirected/sockmsg": 1})
