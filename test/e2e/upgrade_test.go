@@ -110,17 +110,6 @@ func (l *lab) pinned() pinnedObjects {
 			continue
 		}
 		if err != nil {
-			// A program attached without a link, pinned where its link
-			// would be (the skmsg-attach kernel fallback).
-			if prog, perr := ebpf.LoadPinnedProgram(pin, nil); perr == nil {
-				info, ierr := prog.Info()
-				prog.Close()
-				if ierr != nil {
-					l.t.Fatal(ierr)
-				}
-				p.progs[filepath.Base(pin)], _ = info.ID()
-				continue
-			}
 			l.t.Fatalf("pinned link %s: %v", pin, err)
 		}
 		info, err := lk.Info()
