@@ -48,7 +48,7 @@ func TestSkMsgProgAttach(t *testing.T) {
 
 	restart(skMsgAttachFallback)
 	first := attachedSkMsg(t, d, "the fallback")
-	if want := progID(t, d.skMsg.ShuntSkMsg); first != want {
+	if want := programID(t, d.skMsg.ShuntSkMsg); first != want {
 		t.Errorf("attached program %d, want the datapath's %d", first, want)
 	}
 	expectPinnedProgram(t, pin, first)
@@ -65,7 +65,7 @@ func TestSkMsgProgAttach(t *testing.T) {
 	// A restart replaces the program at once.
 	restart(skMsgAttachFallback)
 	second := attachedSkMsg(t, d, "the fallback after a restart")
-	if want := progID(t, d.skMsg.ShuntSkMsg); second != want || second == first {
+	if want := programID(t, d.skMsg.ShuntSkMsg); second != want || second == first {
 		t.Errorf("after a restart: attached program %d, want the new datapath's %d (the old was %d)", second, want, first)
 	}
 	expectPinnedProgram(t, pin, second)
@@ -79,7 +79,7 @@ func TestSkMsgProgAttach(t *testing.T) {
 	} else {
 		l.Close()
 	}
-	if viaLink != progID(t, d.skMsg.ShuntSkMsg) {
+	if viaLink != programID(t, d.skMsg.ShuntSkMsg) {
 		t.Errorf("the link attaches program %d, not the datapath's", viaLink)
 	}
 
@@ -138,19 +138,6 @@ func attachedSkMsg(t *testing.T, d *Datapath, when string) ebpf.ProgramID {
 	return ids[0]
 }
 
-func progID(t *testing.T, p *ebpf.Program) ebpf.ProgramID {
-	t.Helper()
-	info, err := p.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		t.Fatal("no program ID")
-	}
-	return id
-}
-
 // expectPinnedProgram checks that pin holds the program id (no link).
 func expectPinnedProgram(t *testing.T, pin string, id ebpf.ProgramID) {
 	t.Helper()
@@ -159,7 +146,7 @@ func expectPinnedProgram(t *testing.T, pin string, id ebpf.ProgramID) {
 		t.Fatalf("no program pinned at %s: %v", pin, err)
 	}
 	defer p.Close()
-	if got := progID(t, p); got != id {
+	if got := programID(t, p); got != id {
 		t.Errorf("pinned program %d, want %d", got, id)
 	}
 	if pins, _ := filepath.Glob(filepath.Join(filepath.Dir(pin), "sockhash-sk_msg*")); !slices.Equal(pins, []string{pin}) {
