@@ -289,6 +289,15 @@ func (d *Datapath) loadSocket(s *datapathSpecs, opts *ebpf.CollectionOptions, fl
 			return fmt.Errorf("setting the socket programs' load-time config: %w", err)
 		}
 	}
+	// Without bpf_set_retval (Linux 5.18) a refused connect or sendmsg
+	// fails with EPERM, not ECONNREFUSED or ENOBUFS (bpf/lib/set_retval.h).
+	var noSetRetval uint32
+	if d.cfg.Fallbacks.Has(dpinfo.FallbackNoSetRetval) {
+		noSetRetval = 1
+	}
+	if err := s.sockAddr.Variables[sockaddrVarNO_SET_RETVAL].Set(noSetRetval); err != nil {
+		return fmt.Errorf("setting the socket hooks' load-time NO_SET_RETVAL: %w", err)
+	}
 	for _, o := range []struct {
 		spec *ebpf.CollectionSpec
 		into any

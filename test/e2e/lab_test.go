@@ -214,6 +214,10 @@ type status struct {
 		Sockets int
 	} `json:"socketAcceleration"`
 	FlowSampling string `json:"flowSampling"`
+	Kernel       struct {
+		Release   string   `json:"release"`
+		Fallbacks []string `json:"fallbacks"` // the older kernel paths the agent takes
+	} `json:"kernel"`
 }
 
 func (l *lab) status() status {
