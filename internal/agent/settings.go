@@ -22,10 +22,10 @@ import (
 
 // startup carries what New's steps settle for the ones after them.
 type startup struct {
-	src  sourceStarter        // where the node's objects come from
+	src sourceStarter // where the node's objects come from
 	// the older kernel paths the datapath takes (datapath.ProbeKernel)
 	fallbacks dpinfo.Fallbacks
-	masq *datapath.Masquerade // nil: no masquerade
+	masq      *datapath.Masquerade // nil: no masquerade
 
 	// openNode's
 	root        string // the cgroup v2 root
