@@ -42,9 +42,16 @@ demo-down: build
 # end-to-end lab tests (root needed; they skip with a reason without it),
 # then every benchmark in smoke mode (bench/smoke_test.go) on its own, so its
 # timings and address ranges never meet the e2e tests' on the 2 cores.
+# The end-to-end tests run again with every kernel fallback forced (the
+# paths a Linux 5.15-6.9 kernel takes: tc clsact, sk_msg by
+# BPF_PROG_ATTACH, sock_diag destroy, no bpf_set_retval; docs/kernels.md):
+# forwarding, services, UDP socket destroy, policy, acceleration, the L7
+# proxy, two nodes, restarts and uninstall (~3 minutes).
+FALLBACK_E2E := ^(TestKernelFallbackTC|TestSkMsgAttachAcrossRestarts|TestPodToPodAllModes|TestServiceClusterIP|TestConnectedUDPSocketLeavesDeletedBackend|TestSocketAccelerationKeepsPolicy|TestL7ProxyPolicyRoutesAndFlows|TestCrossNodeOverlay|TestNetworkPolicyMatrix|TestUninstallAfterCrash)$$
 test: setup build check-generated kube
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vx 'github.com/shuntnet/shunt/bench')
+	SHUNT_KERNEL_FALLBACKS=all $(GO) test -count=1 -timeout 15m -run '$(FALLBACK_E2E)' ./test/e2e/
 	$(GO) test -count=1 -timeout 15m ./bench/
 	scripts/fuzz.sh 20000x
 
