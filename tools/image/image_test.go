@@ -1,0 +1,150 @@
+package main
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestImageIsReproducible builds the image of this checkout twice, from
+// the go build on, and wants the same digest and byte-identical outputs;
+// then checks what the image says about itself and holds.
+func TestImageIsReproducible(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every shunt program twice")
+	}
+	var results [2]*Result
+	var dirs [2]string
+	for i := range results {
+		dirs[i] = t.TempDir()
+		r, err := Build(Options{Repo: "../..", Arch: runtime.GOARCH, Tag: "ghcr.io/shuntnet/shunt:test",
+			Layout: filepath.Join(dirs[i], "oci"), Tar: filepath.Join(dirs[i], "shunt.tar")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results[i] = r
+	}
+	if results[0].Digest != results[1].Digest {
+		t.Fatalf("two builds of one commit: digests %s and %s", results[0].Digest, results[1].Digest)
+	}
+	if a, b := fileSHA256(t, filepath.Join(dirs[0], "shunt.tar")), fileSHA256(t, filepath.Join(dirs[1], "shunt.tar")); a != b {
+		t.Errorf("docker archives differ: sha256 %s and %s", a, b)
+	}
+	if a, b := fileSHA256(t, filepath.Join(dirs[0], "oci", "index.json")), fileSHA256(t, filepath.Join(dirs[1], "oci", "index.json")); a != b {
+		t.Errorf("OCI layouts' index.json differ: %s and %s", a, b)
+	}
+	t.Logf("digest %s (revision %s)", results[0].Digest, results[0].Source.Revision)
+
+	// What a runtime reads: the layout's image and the archive's are the
+	// image built, with its config.
+	lp, err := layout.FromPath(filepath.Join(dirs[0], "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != 1 || im.Manifests[0].Digest != results[0].Digest || im.Manifests[0].MediaType != types.OCIManifestSchema1 {
+		t.Fatalf("layout index: %+v, want one OCI manifest %s", im.Manifests, results[0].Digest)
+	}
+	if a := im.Manifests[0].Annotations; a["org.opencontainers.image.ref.name"] != "test" || a["io.containerd.image.name"] != "ghcr.io/shuntnet/shunt:test" {
+		t.Errorf("layout annotations %q", a)
+	}
+	img, err := tarball.ImageFromPath(filepath.Join(dirs[0], "shunt.tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := results[0].Source
+	if want := []string{"/usr/local/bin/shuntd"}; !slices.Equal(cf.Config.Entrypoint, want) {
+		t.Errorf("entrypoint %q, want %q", cf.Config.Entrypoint, want)
+	}
+	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
+		t.Errorf("platform %s/%s", cf.OS, cf.Architecture)
+	}
+	if !cf.Created.Time.Equal(src.Time) {
+		t.Errorf("created %s, want the commit time %s", cf.Created.Time, src.Time)
+	}
+	if got := cf.Config.Labels["org.opencontainers.image.revision"]; got != src.Revision || len(strings.TrimSuffix(got, "-dirty")) != 40 {
+		t.Errorf("revision label %q, want the commit %q", got, src.Revision)
+	}
+	for _, k := range []string{"org.opencontainers.image.source", "org.opencontainers.image.created", "org.opencontainers.image.title"} {
+		if cf.Config.Labels[k] == "" {
+			t.Errorf("label %s missing", k)
+		}
+	}
+	if !slices.ContainsFunc(cf.Config.Env, func(e string) bool { return strings.HasPrefix(e, "PATH=/usr/local/bin") }) {
+		t.Errorf("env %q: the chart runs the programs by name", cf.Config.Env)
+	}
+
+	// The layer: the programs, executable, owned by root, at the commit
+	// time, in sorted order, and nothing else but the few root files.
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %d %v, want one", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(src.Time) {
+			t.Errorf("%s: uid %d gid %d mtime %s, want 0 0 %s", h.Name, h.Uid, h.Gid, h.ModTime, src.Time)
+		}
+		if strings.HasPrefix(h.Name, "usr/local/bin/") && h.Typeflag == tar.TypeReg && h.Mode != 0o755 {
+			t.Errorf("%s mode %o", h.Name, h.Mode)
+		}
+	}
+	if !slices.IsSorted(names) {
+		t.Errorf("layer entries not sorted: %q", names)
+	}
+	for _, p := range Programs {
+		if !slices.Contains(names, "usr/local/bin/"+p.Name) {
+			t.Errorf("layer lacks usr/local/bin/%s: %q", p.Name, names)
+		}
+	}
+}
