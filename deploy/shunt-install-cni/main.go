@@ -1,19 +1,19 @@
 // Command shunt-install-cni puts shunt's CNI plugin on a node: it copies
 // shunt-cni into the node's CNI binary directory and writes the network
 // configuration the container runtime reads, each atomically (a temporary
-// file renamed over the old one), so a runtime never runs half a binary or
-// reads half a configuration. With --uninstall it removes both. The Helm
+// file renamed over the old one, internal/atomicfile), so a runtime never
+// runs half a binary or reads half a configuration. With --uninstall it removes both. The Helm
 // chart's init container runs it; the image has no shell to do it with.
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/shuntnet/shunt/internal/atomicfile"
 )
 
 func main() {
@@ -58,54 +58,29 @@ func (o options) run() error {
 	if err := json.Unmarshal([]byte(o.conf), &list); err != nil || list.CNIVersion == "" || list.Name == "" || len(list.Plugins) == 0 {
 		return fmt.Errorf("--conf is not a CNI network configuration list (cniVersion, name and plugins): %v", err)
 	}
-	src, err := os.Open(o.pluginSrc)
+	bin, err := os.ReadFile(o.pluginSrc)
 	if err != nil {
 		return fmt.Errorf("the plugin to install: %w", err)
 	}
-	defer src.Close()
-	// The binary before the configuration that names it.
-	if err := writeAtomic(plugin, src, 0o755); err != nil {
+	// The binary before the configuration that names it. Each through a
+	// temporary file renamed over the old one: a runtime sees the old file
+	// or the new one, and a plugin running while it is replaced keeps its
+	// inode ("text file busy" never happens).
+	if err := install(plugin, bin, 0o755); err != nil {
 		return err
 	}
 	fmt.Printf("installed %s\n", plugin)
 	pretty, _ := json.MarshalIndent(json.RawMessage(o.conf), "", "  ")
-	if err := writeAtomic(conf, bytes.NewReader(append(pretty, '\n')), 0o644); err != nil {
+	if err := install(conf, append(pretty, '\n'), 0o644); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s\n", conf)
 	return nil
 }
 
-// writeAtomic writes path through a temporary file in its directory,
-// synced, then renamed over path: a reader sees the old file or the new
-// one, and a running binary being replaced keeps its inode ("text file
-// busy" never happens).
-func writeAtomic(path string, r io.Reader, mode os.FileMode) error {
+func install(path string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("%s: %w (is the node's directory mounted?)", filepath.Dir(path), err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename: already gone
-	if _, err := io.Copy(tmp, r); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("installing %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteMode(path, data, mode)
 }

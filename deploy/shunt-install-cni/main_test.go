@@ -35,7 +35,7 @@ func TestInstallAndUninstall(t *testing.T) {
 	if err != nil || len(b) == 0 {
 		t.Fatalf("configuration: %q %v", b, err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(o.binDir, ".*tmp*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(o.binDir, "*.tmp")); len(left) > 0 {
 		t.Errorf("temporary files left: %v", left)
 	}
 	o.uninstall = true
