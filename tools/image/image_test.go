@@ -2,16 +2,21 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -146,5 +151,86 @@ func TestImageIsReproducible(t *testing.T) {
 		if !slices.Contains(names, "usr/local/bin/"+p.Name) {
 			t.Errorf("layer lacks usr/local/bin/%s: %q", p.Name, names)
 		}
+	}
+
+	t.Run("runs with nothing but the image", func(t *testing.T) { runInImage(t, img) })
+}
+
+// runInImage unpacks the image and runs its programs chrooted into it, as
+// a runtime would with no base image: no libc, no shell, nothing of the
+// host. The init container's job (shunt-install-cni) is done for real,
+// into the unpacked tree's /tmp.
+func runInImage(t *testing.T, img v1.Image) {
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	root := t.TempDir()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(root, h.Name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			mode := os.FileMode(h.Mode).Perm()
+			if h.Mode&0o1000 != 0 {
+				mode |= os.ModeSticky // /tmp
+			}
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, mode); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, os.FileMode(h.Mode).Perm())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(f, tr); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		default:
+			t.Fatalf("unexpected entry %s (type %c)", h.Name, h.Typeflag)
+		}
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=/usr/local/bin"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for prog, want := range map[string]string{"shuntd": "--in-cluster", "shunt": "status", "shunt-proxy": "sage", "shunt-install-cni": "cni-bin-dir"} {
+		out, err := run("/usr/local/bin/"+prog, "--help")
+		// flag's --help exits 0 (cobra) or 2 (the flag package): either way
+		// it ran, which a binary needing a loader would not.
+		if ee, ok := err.(*exec.ExitError); err != nil && !(ok && ee.ExitCode() == 2) || !strings.Contains(out, want) {
+			t.Errorf("%s --help in the image: %v\n%s", prog, err, out)
+		}
+	}
+	if out, err := run("/usr/local/bin/shunt-install-cni", "--cni-bin-dir=/tmp/opt/cni/bin", "--cni-conf-dir=/tmp/etc/cni/net.d"); err != nil {
+		t.Fatalf("shunt-install-cni in the image: %v\n%s", err, out)
+	}
+	plugin, err := os.ReadFile(filepath.Join(root, "tmp/opt/cni/bin/shunt-cni"))
+	orig, _ := os.ReadFile(filepath.Join(root, "usr/local/bin/shunt-cni"))
+	if err != nil || len(plugin) == 0 || !bytes.Equal(plugin, orig) {
+		t.Errorf("the plugin the init container installs: %d bytes, %v", len(plugin), err)
+	}
+	if conf, err := os.ReadFile(filepath.Join(root, "tmp/etc/cni/net.d/10-shunt.conflist")); err != nil || !bytes.Contains(conf, []byte(`"type": "shunt-cni"`)) {
+		t.Errorf("the network configuration: %v\n%s", err, conf)
+	}
+	// The probe's command runs; with no agent it says so and fails.
+	if out, err := run("/usr/local/bin/shunt", "status"); err == nil || !strings.Contains(out, "shuntd.sock") {
+		t.Errorf("shunt status with no agent: %v\n%s", err, out)
 	}
 }
