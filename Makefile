@@ -6,7 +6,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all setup build generate check-generated kube image test-tools demo demo-down test test-unit fuzz bench clean
+.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-unit fuzz bench clean
 
 all: build
 
@@ -36,6 +36,11 @@ kube:
 # (docker load -i); prints the digest, the same for the same commit.
 image:
 	cd tools/image && GOWORK=off $(GO) run . -repo ../.. -out ../../$(BIN)/image
+
+# The Helm chart as an archive ($(BIN)/shunt-VERSION.tgz, crds/ resolved),
+# for helm install from a file or helm push to an OCI registry.
+chart:
+	cd tools/helm && GOWORK=off $(GO) run . package -out ../../$(BIN) ../../deploy/helm/shunt
 
 # The tools modules' tests: the image builds reproducibly, the Helm chart
 # lints and renders (tools/helm, the Helm Go module, kept out of go.mod).

@@ -349,3 +349,28 @@ func TestManifestIsGenerated(t *testing.T) {
 		t.Errorf("deploy/shunt.yaml is not the chart's default rendering: run `make generate` and commit it")
 	}
 }
+
+// TestPackage: the archive holds the CRDs as files (the link resolved),
+// the templates, and the appVersion asked, and installs like the
+// directory.
+func TestPackage(t *testing.T) {
+	path, err := Package(chartDir, t.TempDir(), "v9.9.9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chrt, err := loader.Load(path)
+	if err != nil {
+		t.Fatalf("loading %s: %v", path, err)
+	}
+	files, _ := filepath.Glob("../../deploy/crds/*.yaml")
+	if got := len(chrt.CRDObjects()); got != len(files) || got == 0 {
+		t.Errorf("%s holds %d CRDs, deploy/crds %d", path, got, len(files))
+	}
+	if chrt.Metadata.AppVersion != "v9.9.9" || len(chrt.Templates) == 0 {
+		t.Errorf("appVersion %q, %d templates", chrt.Metadata.AppVersion, len(chrt.Templates))
+	}
+	m, err := Template(path, DefaultRelease, nil, false)
+	if err != nil || !strings.Contains(m, "image: ghcr.io/shuntnet/shunt:v9.9.9") || strings.Contains(m, "shunt:dev") {
+		t.Errorf("the packaged chart: %v, want the image tagged with its appVersion\n%s", err, m)
+	}
+}

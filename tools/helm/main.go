@@ -6,6 +6,7 @@
 //	go run . lint [-set k=v]... CHART
 //	go run . template [-set k=v]... [-include-crds] CHART     # helm template
 //	go run . manifest CHART > deploy/shunt.yaml              # the default install, with its namespace
+//	go run . package [-app-version V] [-out DIR] CHART       # helm package
 package main
 
 import (
@@ -31,7 +32,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("give a command: lint, template or manifest")
+		return fmt.Errorf("give a command: lint, template, manifest or package")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	var sets setFlags
@@ -41,6 +42,8 @@ func run(args []string) error {
 	fs.StringVar(&rel.Namespace, "namespace", rel.Namespace, "release namespace")
 	fs.StringVar(&rel.KubeVersion, "kube-version", rel.KubeVersion, "Kubernetes version the rendering assumes")
 	includeCRDs := fs.Bool("include-crds", false, "template: also the CRDs of crds/")
+	appVersion := fs.String("app-version", "", "package: the chart's appVersion (the default image tag)")
+	out := fs.String("out", ".", "package: the directory to write NAME-VERSION.tgz to")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -72,6 +75,13 @@ func run(args []string) error {
 		}
 		_, err = os.Stdout.WriteString(m)
 		return err
+	case "package":
+		path, err := Package(chart, *out, *appVersion)
+		if err != nil {
+			return err
+		}
+		fmt.Println(path)
+		return nil
 	case "manifest":
 		m, err := Template(chart, rel, vals, false)
 		if err != nil {
@@ -79,5 +89,5 @@ func run(args []string) error {
 		}
 		return writeManifest(os.Stdout, rel, m)
 	}
-	return fmt.Errorf("unknown command %q: lint, template or manifest", args[0])
+	return fmt.Errorf("unknown command %q: lint, template, manifest or package", args[0])
 }

@@ -77,6 +77,25 @@ func Template(chartDir string, rel Release, vals map[string]any, includeCRDs boo
 	return strings.TrimSpace(r.Manifest) + "\n", nil
 }
 
+// Package writes the chart as the archive `helm package` makes
+// (NAME-VERSION.tgz in outDir), for `helm install` from a file or an OCI
+// registry (`helm push`); crds/ is stored as files, not as the link.
+// appVersion, when given, replaces the chart's (the image tag it
+// defaults to).
+func Package(chartDir, outDir, appVersion string) (string, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return "", fmt.Errorf("loading the chart %s: %w", chartDir, err)
+	}
+	if appVersion != "" {
+		chrt.Metadata.AppVersion = appVersion
+	}
+	if err := chrt.Validate(); err != nil {
+		return "", err
+	}
+	return chartutil.Save(chrt, outDir)
+}
+
 // Lint runs `helm lint`'s rules on the chart with vals; it returns every
 // message at or above severity (support.WarningSev: warnings and errors).
 func Lint(chartDir string, rel Release, vals map[string]any, severity int) []support.Message {
