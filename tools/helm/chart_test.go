@@ -374,3 +374,20 @@ func TestPackage(t *testing.T) {
 		t.Errorf("the packaged chart: %v, want the image tagged with its appVersion\n%s", err, m)
 	}
 }
+
+// TestKubeVersionIsTheTestedOne: the chart is rendered for the Kubernetes
+// release shunt's tests run (tools/kube/go.mod), so a move to another one
+// moves this too.
+func TestKubeVersionIsTheTestedOne(t *testing.T) {
+	mod, err := os.ReadFile("../kube/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes (v\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("no k8s.io/kubernetes version in tools/kube/go.mod")
+	}
+	if string(m[1]) != DefaultRelease.KubeVersion {
+		t.Errorf("DefaultRelease.KubeVersion %s, tools/kube pins %s", DefaultRelease.KubeVersion, m[1])
+	}
+}
