@@ -101,12 +101,12 @@ func ReadSource(repo string) (Source, error) {
 
 // BuildBinaries builds every program into dir: static (CGO_ENABLED=0),
 // -trimpath so no path of this machine is inside, no build ID of the link
-// (-buildid= : it would hash the inputs, which are equal anyway, but keep
-// it out of the question), and -buildvcs=true so `shuntd`'s build info
-// (the shunt_build_info metric) names the commit: the same commit gives
-// the same bytes.
+// (-buildid=), and -buildvcs=false: Go stamps VCS information only where
+// .git is a directory, so the same commit built in a clone and in a git
+// worktree (where .git is a file) would differ; the commit is in the
+// image's revision label instead. The same sources give the same bytes.
 func BuildBinaries(repo, arch, dir string) (map[string]int64, error) {
-	args := []string{"build", "-trimpath", "-buildvcs=true", "-ldflags=-s -w -buildid=", "-o", dir + "/"}
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", dir + "/"}
 	for _, p := range Programs {
 		args = append(args, p.Package)
 	}

@@ -36,18 +36,38 @@ func fileSHA256(t *testing.T, path string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// TestImageIsReproducible builds the image of this checkout twice, from
-// the go build on, and wants the same digest and byte-identical outputs;
-// then checks what the image says about itself and holds.
+// TestImageIsReproducible builds the image twice, from the go build on,
+// and wants the same digest and byte-identical outputs; then checks what
+// the image says about itself and holds. With no uncommitted change the
+// second build is of a fresh clone of the commit elsewhere (another path,
+// a plain .git where this may be a worktree): what another machine would
+// build from that commit.
 func TestImageIsReproducible(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every shunt program twice")
+	}
+	src, err := ReadSource("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos := [2]string{"../..", "../.."}
+	if strings.HasSuffix(src.Revision, "-dirty") {
+		t.Logf("uncommitted changes: both builds from this tree (a clone would not hold them)")
+	} else {
+		clone := filepath.Join(t.TempDir(), "shunt")
+		if out, err := exec.Command("git", "clone", "--quiet", "--no-hardlinks", "../..", clone).CombinedOutput(); err != nil {
+			t.Fatalf("git clone: %v\n%s", err, out)
+		}
+		if out, err := exec.Command("git", "-C", clone, "checkout", "--quiet", "--detach", src.Revision).CombinedOutput(); err != nil {
+			t.Fatalf("git checkout: %v\n%s", err, out)
+		}
+		repos[1] = clone
 	}
 	var results [2]*Result
 	var dirs [2]string
 	for i := range results {
 		dirs[i] = t.TempDir()
-		r, err := Build(Options{Repo: "../..", Arch: runtime.GOARCH, Tag: "ghcr.io/shuntnet/shunt:test",
+		r, err := Build(Options{Repo: repos[i], Arch: runtime.GOARCH, Tag: "ghcr.io/shuntnet/shunt:test",
 			Layout: filepath.Join(dirs[i], "oci"), Tar: filepath.Join(dirs[i], "shunt.tar")})
 		if err != nil {
 			t.Fatal(err)
@@ -55,7 +75,7 @@ func TestImageIsReproducible(t *testing.T) {
 		results[i] = r
 	}
 	if results[0].Digest != results[1].Digest {
-		t.Fatalf("two builds of one commit: digests %s and %s", results[0].Digest, results[1].Digest)
+		t.Fatalf("two builds of one commit (%s and %s): digests %s and %s", repos[0], repos[1], results[0].Digest, results[1].Digest)
 	}
 	if a, b := fileSHA256(t, filepath.Join(dirs[0], "shunt.tar")), fileSHA256(t, filepath.Join(dirs[1], "shunt.tar")); a != b {
 		t.Errorf("docker archives differ: sha256 %s and %s", a, b)
