@@ -113,7 +113,9 @@ func TestImageIsReproducible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := results[0].Source
+	if results[0].Source != src || results[1].Source.Time != src.Time {
+		t.Errorf("sources %+v and %+v, want %+v", results[0].Source, results[1].Source, src)
+	}
 	if want := []string{"/usr/local/bin/shuntd"}; !slices.Equal(cf.Config.Entrypoint, want) {
 		t.Errorf("entrypoint %q, want %q", cf.Config.Entrypoint, want)
 	}
