@@ -148,16 +148,8 @@ func TestImageIsReproducible(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	tr := tar.NewReader(rc)
 	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEntry(t, rc, func(h *tar.Header, _ io.Reader) {
 		names = append(names, h.Name)
 		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(src.Time) {
 			t.Errorf("%s: uid %d gid %d mtime %s, want 0 0 %s", h.Name, h.Uid, h.Gid, h.ModTime, src.Time)
@@ -165,7 +157,7 @@ func TestImageIsReproducible(t *testing.T) {
 		if strings.HasPrefix(h.Name, "usr/local/bin/") && h.Typeflag == tar.TypeReg && h.Mode != 0o755 {
 			t.Errorf("%s mode %o", h.Name, h.Mode)
 		}
-	}
+	})
 	if !slices.IsSorted(names) {
 		t.Errorf("layer entries not sorted: %q", names)
 	}
@@ -176,6 +168,22 @@ func TestImageIsReproducible(t *testing.T) {
 	}
 
 	t.Run("runs with nothing but the image", func(t *testing.T) { runInImage(t, img) })
+}
+
+// eachEntry calls fn with every entry of the tar stream r and its content.
+func eachEntry(t *testing.T, r io.Reader, fn func(h *tar.Header, data io.Reader)) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(h, tr)
+	}
 }
 
 // runInImage unpacks the image and runs its programs chrooted into it, as
@@ -189,15 +197,7 @@ func runInImage(t *testing.T, img v1.Image) {
 	root := t.TempDir()
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEntry(t, rc, func(h *tar.Header, data io.Reader) {
 		path := filepath.Join(root, h.Name)
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -216,14 +216,14 @@ func runInImage(t *testing.T, img v1.Image) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := io.Copy(f, tr); err != nil {
+			if _, err := io.Copy(f, data); err != nil {
 				t.Fatal(err)
 			}
 			f.Close()
 		default:
 			t.Fatalf("unexpected entry %s (type %c)", h.Name, h.Typeflag)
 		}
-	}
+	})
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
