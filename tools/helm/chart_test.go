@@ -270,6 +270,13 @@ func TestAppArmorOnOlderKubernetes(t *testing.T) {
 	if agent.SecurityContext.AppArmorProfile != nil || ds.Spec.Template.Annotations["container.apparmor.security.beta.kubernetes.io/shuntd"] != "unconfined" {
 		t.Errorf("1.29: field %v annotations %v", agent.SecurityContext.AppArmorProfile, ds.Spec.Template.Annotations)
 	}
+	// No profile asked: neither, on either version.
+	for _, rel := range []Release{old, DefaultRelease} {
+		ds, agent, _ := daemonSet(t, rel, "securityContext.appArmorProfile=null")
+		if agent.SecurityContext.AppArmorProfile != nil || len(ds.Spec.Template.Annotations) != 0 {
+			t.Errorf("%s without a profile: field %v annotations %v", rel.KubeVersion, agent.SecurityContext.AppArmorProfile, ds.Spec.Template.Annotations)
+		}
+	}
 	ds, agent, _ = daemonSet(t, DefaultRelease)
 	if agent.SecurityContext.AppArmorProfile == nil || agent.SecurityContext.AppArmorProfile.Type != "Unconfined" || len(ds.Spec.Template.Annotations) != 0 {
 		t.Errorf("1.37: field %v annotations %v", agent.SecurityContext.AppArmorProfile, ds.Spec.Template.Annotations)
@@ -301,6 +308,12 @@ func TestRefusesWhatIsNotImplemented(t *testing.T) {
 		"l7Proxy=false":              "l7Proxy",
 		"tunnelProtocol=geneve":      "tunnelProtocol",
 		"routingMode=bgp":            "routingMode",
+		// values.schema.json: types, ranges, and no unknown keys
+		"masquerade=yes":        "masquerade",
+		"routingmode=native":    "routingmode",
+		"prometheus.port=70000": "port",
+		"image.digest=latest":   "digest",
+		"logLevel=verbose":      "logLevel",
 	} {
 		vals, _ := ParseSets([]string{set})
 		if _, err := Template(chartDir, DefaultRelease, vals, false); err == nil || !strings.Contains(err.Error(), want) {
