@@ -39,7 +39,7 @@ type client struct {
 
 // harness is a proxy with a fake SO_ORIGINAL_DST and recorded marks.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	p     *Proxy
 	addr  string
 	mu    sync.Mutex
@@ -48,7 +48,7 @@ type harness struct {
 	flows <-chan flows.Flow
 }
 
-func newHarness(t *testing.T, cfg proxyapi.Config) *harness {
+func newHarness(t testing.TB, cfg proxyapi.Config) *harness {
 	t.Helper()
 	h := startHarness(t, "")
 	h.apply(cfg)
@@ -56,7 +56,7 @@ func newHarness(t *testing.T, cfg proxyapi.Config) *harness {
 }
 
 // startHarness starts a proxy without a configuration.
-func startHarness(t *testing.T, configFile string) *harness {
+func startHarness(t testing.TB, configFile string) *harness {
 	t.Helper()
 	h := &harness{t: t, dst: map[netip.Addr]netip.AddrPort{}}
 	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark}
@@ -186,7 +186,7 @@ type seenRequest struct {
 
 // startBackend serves handler (nil: answer the name) with HTTP/1.1 and h2c
 // on ip:0.
-func startBackend(t *testing.T, name, ip string, handler http.HandlerFunc) *testBackend {
+func startBackend(t testing.TB, name, ip string, handler http.HandlerFunc) *testBackend {
 	t.Helper()
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
