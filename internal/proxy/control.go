@@ -5,12 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/proxyapi"
 )
+
+// flowBatchInterval is how long /flows gathers records before writing
+// them: at most this late for shunt observe, and one wake-up of the
+// writer per batch rather than per request.
+const flowBatchInterval = 50 * time.Millisecond
 
 // maxConfigBytes bounds a pushed configuration.
 const maxConfigBytes = 64 << 20
@@ -85,22 +91,31 @@ func (p *Proxy) handleFlows(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	rc.Flush()
 	enc := json.NewEncoder(w)
+	// Records are written in batches, flowBatchInterval after the first
+	// of a batch: requests do not wake this reader one by one.
+	timer := time.NewTimer(flowBatchInterval)
+	timer.Stop()
 	for {
 		select {
 		case fl := <-live:
 			if enc.Encode(fl) != nil {
 				return
 			}
-			// Write what is queued before flushing: one flush per burst.
-			for n := len(live); n > 0; n-- {
-				if enc.Encode(<-live) != nil {
-					return
-				}
-			}
-			if rc.Flush() != nil {
+		case <-r.Context().Done():
+			return
+		}
+		timer.Reset(flowBatchInterval)
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			return
+		}
+		for n := len(live); n > 0; n-- {
+			if enc.Encode(<-live) != nil {
 				return
 			}
-		case <-r.Context().Done():
+		}
+		if rc.Flush() != nil {
 			return
 		}
 	}

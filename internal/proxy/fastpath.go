@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -154,6 +155,7 @@ func (fc *fastConn) handOff() {
 	fc.releaseWriter()
 	fc.c.SetReadDeadline(time.Time{})
 	fc.c.replay = fc.br // not back to the pool: net/http reads it first
+	fc.p.stats.handoffs.Add(1)
 	fc.p.handoff.give(fc.c)
 }
 
@@ -267,7 +269,11 @@ func (fc *fastConn) appendUpstreamHead(b []byte) []byte {
 // written, or nothing was read and the request is bodyless and idempotent.
 func (fc *fastConn) attempt(x *exchange, deadline time.Time) (*upstreamConn, error) {
 	for {
-		uc, err := x.up.fast.get(x.backend.addr, deadline)
+		// A request net/http would not send again must not meet a
+		// connection the backend closed while idle: look first (net/http's
+		// transport notices with its background read).
+		check := !(fc.req.contentLength == 0 && replayableMethod(&fc.req.req))
+		uc, err := x.up.fast.get(x.backend.addr, deadline, check)
 		if err != nil {
 			if !deadline.IsZero() && !time.Now().Before(deadline) {
 				return nil, fmt.Errorf("%w: %w", errRouteTimeout, err)
@@ -386,8 +392,13 @@ func (fc *fastConn) peekUpstream(uc *upstreamConn, n int, deadline time.Time) ([
 
 // clientGone looks, without blocking, whether the client closed or reset
 // its connection.
-func (fc *fastConn) clientGone() bool {
-	sc, ok := fc.c.Conn.(syscall.Conn)
+func (fc *fastConn) clientGone() bool { return peerClosed(fc.c.Conn) }
+
+// peerClosed looks, without blocking, whether the other end closed or
+// reset the connection (or, on an idle connection, sent what nobody asked
+// for).
+func peerClosed(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return false
 	}
@@ -395,14 +406,14 @@ func (fc *fastConn) clientGone() bool {
 	if err != nil {
 		return true
 	}
-	gone := false
+	closed := false
 	err = rc.Read(func(fd uintptr) bool {
 		var b [1]byte
 		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		gone = n == 0 && err == nil || err != nil && err != unix.EAGAIN && err != unix.EINTR
+		closed = n == 0 && err == nil || err != nil && err != unix.EAGAIN && err != unix.EINTR
 		return true
 	})
-	return gone || err != nil
+	return closed || err != nil
 }
 
 // readResponseHead reads the final response head into fc.resp, passing

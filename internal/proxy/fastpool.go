@@ -44,15 +44,16 @@ func newFastPool(dial func(context.Context, string, string) (net.Conn, error)) *
 }
 
 // get returns an idle connection to addr, or dials one (by the deadline,
-// if there is one).
-func (p *fastPool) get(addr netip.AddrPort, deadline time.Time) (*upstreamConn, error) {
+// if there is one). check: only an idle connection the backend has not
+// closed (one more system call).
+func (p *fastPool) get(addr netip.AddrPort, deadline time.Time, check bool) (*upstreamConn, error) {
 	now := time.Now()
 	p.mu.Lock()
 	for list := p.idle[addr]; len(list) > 0; list = p.idle[addr] {
 		uc := list[len(list)-1]
 		list[len(list)-1] = nil
 		p.idle[addr] = list[:len(list)-1]
-		if now.Sub(uc.idleSince) < fastIdleTimeout {
+		if now.Sub(uc.idleSince) < fastIdleTimeout && uc.br.Buffered() == 0 && !(check && peerClosed(uc.c)) {
 			p.mu.Unlock()
 			uc.reused = true
 			return uc, nil

@@ -37,6 +37,23 @@ type client struct {
 	pod      string
 }
 
+// netHTTPOnly makes the harness's proxies serve every request with
+// net/http, without the fast path: SHUNT_PROXY_NET_HTTP_ONLY=1 runs the
+// whole suite so, onPaths runs one test on both paths.
+var netHTTPOnly = os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") == "1"
+
+// onPaths runs test on the fast path and on net/http's.
+func onPaths(t *testing.T, test func(t *testing.T)) {
+	for _, only := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "net-http"}[only], func(t *testing.T) {
+			saved := netHTTPOnly
+			netHTTPOnly = only
+			defer func() { netHTTPOnly = saved }()
+			test(t)
+		})
+	}
+}
+
 // harness is a proxy with a fake SO_ORIGINAL_DST and recorded marks.
 type harness struct {
 	t     testing.TB
@@ -59,7 +76,7 @@ func newHarness(t testing.TB, cfg proxyapi.Config) *harness {
 func startHarness(t testing.TB, configFile string) *harness {
 	t.Helper()
 	h := &harness{t: t, dst: map[netip.Addr]netip.AddrPort{}}
-	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark}
+	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly}
 	if os.Geteuid() == 0 {
 		opts.SetMark = func(fd uintptr, mark uint32) error {
 			h.setMark(fd, mark)

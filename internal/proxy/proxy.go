@@ -76,6 +76,7 @@ type Proxy struct {
 type stats struct {
 	conns, origDstErrors, requests, configErrors atomic.Uint64
 	active                                       atomic.Int64
+	handoffs                                     atomic.Uint64 // connections the fast path gave to net/http
 }
 
 // New returns a proxy with no configuration: it listens once one is
