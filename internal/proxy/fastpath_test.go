@@ -131,7 +131,7 @@ func TestBothPathsRecordTheSameFlows(t *testing.T) {
 		},
 		Routes: []proxyapi.Route{{Name: "default/web", Parents: []proxyapi.ParentRef{{Service: "default/web"}},
 			Rules: []proxyapi.RouteRule{{
-				Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: "/api"}}},
+				Matches:  []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: "/api"}}},
 				Backends: []proxyapi.RouteBackend{{Service: "default/v1", Port: 80, Weight: 3}, {Service: "default/v2", Port: 80, Weight: 1}},
 			}}}},
 		Policies: []proxyapi.PortPolicy{{Endpoint: v2.addr.Addr().String(), Port: v2.addr.Port(), Isolated: true, Rules: []proxyapi.L7Rule{
