@@ -15,6 +15,7 @@ targets=(
 	./internal/agent:FuzzObjectsRequest
 	./internal/datapath:FuzzDecodeFlow
 	./internal/datapath:FuzzPodPrograms
+	./internal/proxy:FuzzParseRequestHead
 )
 for t in "${targets[@]}"; do
 	pkg=${t%%:*} fn=${t##*:}
