@@ -16,6 +16,7 @@ targets=(
 	./internal/datapath:FuzzDecodeFlow
 	./internal/datapath:FuzzPodPrograms
 	./internal/proxy:FuzzParseRequestHead
+	./internal/proxyapi:FuzzDecodeFlowBatch
 )
 for t in "${targets[@]}"; do
 	pkg=${t%%:*} fn=${t##*:}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -483,5 +484,67 @@ func TestShutdownClosesIdleFastConnections(t *testing.T) {
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("the idle connection after shutdown: %v, want EOF", err)
+	}
+}
+
+// The agent reads /flows in batches (proxyapi.Client.Flows); shunt observe
+// must see the same records as the JSON lines carry.
+func TestFlowBatchesCarryWhatJSONDoes(t *testing.T) {
+	h, _ := backendHarness(t, testMark)
+	sock := t.TempDir() + "/control.sock"
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := &http.Server{Handler: h.p.ControlHandler()}
+	go ctl.Serve(ln)
+	defer ctl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	batched := make(chan flows.Flow, 100)
+	go proxyapi.NewClient(sock).Flows(ctx, func(fl flows.Flow) { batched <- fl })
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := hc.Get("http://proxy/flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.p.flows.mu.Lock()
+		n := len(h.p.flows.subs)
+		h.p.flows.mu.Unlock()
+		if n == 3 { // the harness's, the batch reader's, the JSON reader's
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d flow readers", n)
+		}
+	}
+	h.dials(frontend, "10.96.0.20:8080")
+	h.dials(monitoring, "10.96.0.20:8080")
+	get(t, h.client(frontend, false), "GET", "http://backend/metrics")
+	get(t, h.client(frontend, false), "GET", "http://backend/admin?x=1")
+	get(t, h.client(monitoring, true), "POST", "http://backend/anything")
+	dec := json.NewDecoder(resp.Body)
+	for i := 0; i < 3; i++ {
+		var fromJSON flows.Flow
+		if err := dec.Decode(&fromJSON); err != nil {
+			t.Fatal(err)
+		}
+		var fromBatch flows.Flow
+		select {
+		case fromBatch = <-batched:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no batched flow")
+		}
+		if !fromJSON.Time.Equal(fromBatch.Time) {
+			t.Errorf("record %d: time %v in JSON, %v in the batch", i, fromJSON.Time, fromBatch.Time)
+		}
+		fromJSON.Time, fromBatch.Time = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(fromJSON, fromBatch) {
+			t.Errorf("record %d:\nJSON  %+v %+v\nbatch %+v %+v", i, fromJSON, *fromJSON.HTTP, fromBatch, *fromBatch.HTTP)
+		}
 	}
 }
