@@ -477,7 +477,7 @@ func (fc *fastConn) relay(x *exchange, uc *upstreamConn, deadline time.Time) (ke
 	default:
 		err = fc.relayN(uc, resp.contentLength, deadline)
 	}
-	if err == nil && bw.Flush() != nil && !toEOF {
+	if err == nil && bw.Flush() != nil {
 		err = errClientGone
 	}
 	if err != nil {

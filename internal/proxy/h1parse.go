@@ -163,7 +163,11 @@ func (r *fastRequest) parse(text string) (ok bool) {
 			continue // net/http keeps Host out of the header map
 		}
 		r.vals = append(r.vals, value)
-		r.req.Header[key] = append(r.req.Header[key], r.vals[len(r.vals)-1:len(r.vals):len(r.vals)]...)
+		if vs := r.req.Header[key]; vs == nil {
+			r.req.Header[key] = r.vals[len(r.vals)-1 : len(r.vals) : len(r.vals)] // no allocation
+		} else {
+			r.req.Header[key] = append(vs, value)
+		}
 	}
 	if hosts != 1 || lengths > 1 || !validHost(host) {
 		return false
