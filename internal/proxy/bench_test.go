@@ -25,28 +25,40 @@ import (
 // reader of /flows on the control socket decoding every record as the
 // agent does. "direct" is the same client and backend without the proxy:
 // the proxy's CPU per request is proxied's cpu-µs/op minus direct's (one
-// process holds all three, so the profile shows all three too).
+// process holds all three, so the profile shows all three too); "nethttp"
+// is the proxy without its fast path.
 //
 // conns=1 is a serial client: every hand-off is a cold wake-up, as in the
 // mesh benchmark where each of 32 connections carries ~31 requests/s.
+//
+// paced is the mesh benchmark's load: 32 connections, 1000 requests/s in
+// all, evenly spread (run it with -benchtime 5000x: 5 s).
 func BenchmarkProxyRequest(b *testing.B) {
-	for _, conns := range []int{1, 32} {
-		b.Run(fmt.Sprintf("direct/conns=%d", conns), func(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		conns, rate int
+	}{{"conns=1", 1, 0}, {"conns=32", 32, 0}, {"paced", 32, 1000}} {
+		b.Run("direct/"+c.name, func(b *testing.B) {
 			be := startBackend(b, "bench", "127.0.6.1", benchHandler)
-			runBenchClients(b, be.addr.String(), conns)
+			runBenchClients(b, be.addr.String(), c.conns, c.rate)
 		})
-		b.Run(fmt.Sprintf("proxied/conns=%d", conns), func(b *testing.B) {
-			h, read := benchProxy(b)
-			runBenchClients(b, h.addr, conns)
-			b.StopTimer()
-			deadline := time.Now().Add(5 * time.Second)
-			for read.Load() < int64(b.N) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if got := read.Load(); got+int64(h.p.flows.dropped.Load()) < int64(b.N) {
-				b.Errorf("the flow reader got %d records (%d dropped) of %d requests", got, h.p.flows.dropped.Load(), b.N)
-			}
-		})
+		for _, path := range []struct {
+			name        string
+			netHTTPOnly bool
+		}{{"proxied", false}, {"nethttp", true}} {
+			b.Run(path.name+"/"+c.name, func(b *testing.B) {
+				h, read := benchProxy(b, path.netHTTPOnly)
+				runBenchClients(b, h.addr, c.conns, c.rate)
+				b.StopTimer()
+				deadline := time.Now().Add(5 * time.Second)
+				for read.Load() < int64(b.N) && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if got := read.Load(); got+int64(h.p.flows.dropped.Load()) < int64(b.N) {
+					b.Errorf("the flow reader got %d records (%d dropped) of %d requests", got, h.p.flows.dropped.Load(), b.N)
+				}
+			})
+		}
 	}
 }
 
@@ -55,11 +67,12 @@ func benchHandler(w http.ResponseWriter, r *http.Request) {
 }
 
 // benchProxy is a proxy with a route to one backend and an agent-like
-// reader of its flows; read counts the records it decoded.
-func benchProxy(b *testing.B) (*harness, *atomic.Int64) {
+// reader of its flows; read counts the records it decoded. netHTTPOnly:
+// without the fast path.
+func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
 	be := startBackend(b, "bench", "127.0.6.1", benchHandler)
 	h := &harness{t: b, dst: map[netip.Addr]netip.AddrPort{}}
-	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark})
+	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly})
 	b.Cleanup(func() {
 		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
 		defer done()
@@ -103,8 +116,9 @@ func benchProxy(b *testing.B) (*harness, *atomic.Int64) {
 }
 
 // runBenchClients sends b.N GETs over conns keep-alive connections from
-// the frontend's address and reports the process's CPU per request.
-func runBenchClients(b *testing.B, addr string, conns int) {
+// the frontend's address, as fast as they go or rate a second in all, and
+// reports the process's CPU per request.
+func runBenchClients(b *testing.B, addr string, conns, rate int) {
 	type benchConn struct {
 		c  net.Conn
 		br *bufio.Reader
@@ -146,11 +160,19 @@ func runBenchClients(b *testing.B, addr string, conns int) {
 	before := cpuTime()
 	b.ResetTimer()
 	var wg sync.WaitGroup
+	start := time.Now()
 	for _, bc := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
+			for {
+				n := next.Add(1)
+				if n > int64(b.N) {
+					return
+				}
+				if rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(n) * time.Second / time.Duration(rate))))
+				}
 				if err := do(bc); err != nil {
 					failed.Store(err)
 					return
