@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -85,13 +84,7 @@ func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
 	})
 	h.dials(frontend, "10.96.0.70:80")
 
-	sock := filepath.Join(b.TempDir(), "control.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctl := &http.Server{Handler: h.p.ControlHandler()}
-	go ctl.Serve(ln)
+	sock := h.serveControl()
 	ctx, cancel := context.WithCancel(context.Background())
 	var read atomic.Int64
 	var wg sync.WaitGroup
@@ -100,18 +93,8 @@ func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
 		defer wg.Done()
 		proxyapi.NewClient(sock).Flows(ctx, func(flows.Flow) { read.Add(1) })
 	}()
-	b.Cleanup(func() { cancel(); ctl.Close(); wg.Wait() })
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		h.p.flows.mu.Lock()
-		n := len(h.p.flows.subs)
-		h.p.flows.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the flow reader did not subscribe")
-		}
-	}
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	h.waitFlowReaders(1)
 	return h, &read
 }
 

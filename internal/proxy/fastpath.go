@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -229,7 +230,7 @@ func (fc *fastConn) serveRequest() (keep bool) {
 		timedOut := errors.Is(err, errRouteTimeout)
 		clientGone := errors.Is(err, errClientGone)
 		inTime := deadline.IsZero() || time.Now().Before(deadline)
-		retryCode := err == nil && containsInt(codes, fc.resp.status)
+		retryCode := err == nil && slices.Contains(codes, fc.resp.status)
 		if attempt < retries && inTime && !clientGone && (err != nil || retryCode) {
 			if uc != nil {
 				fc.drainResponse(x, uc)
@@ -657,15 +658,6 @@ func sleepUntil(d time.Duration, deadline time.Time) bool {
 		time.Sleep(d)
 	}
 	return true
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // fastConns are the connections the fast path serves, for Shutdown.

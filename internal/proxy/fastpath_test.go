@@ -491,14 +491,7 @@ func TestShutdownClosesIdleFastConnections(t *testing.T) {
 // must see the same records as the JSON lines carry.
 func TestFlowBatchesCarryWhatJSONDoes(t *testing.T) {
 	h, _ := backendHarness(t, testMark)
-	sock := t.TempDir() + "/control.sock"
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := &http.Server{Handler: h.p.ControlHandler()}
-	go ctl.Serve(ln)
-	defer ctl.Close()
+	sock := h.serveControl()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	batched := make(chan flows.Flow, 100)
@@ -511,17 +504,7 @@ func TestFlowBatchesCarryWhatJSONDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		h.p.flows.mu.Lock()
-		n := len(h.p.flows.subs)
-		h.p.flows.mu.Unlock()
-		if n == 3 { // the harness's, the batch reader's, the JSON reader's
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d flow readers", n)
-		}
-	}
+	h.waitFlowReaders(3) // the harness's, the batch reader's, the JSON reader's
 	h.dials(frontend, "10.96.0.20:8080")
 	h.dials(monitoring, "10.96.0.20:8080")
 	get(t, h.client(frontend, false), "GET", "http://backend/metrics")

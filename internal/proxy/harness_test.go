@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -171,6 +172,37 @@ func get(t *testing.T, c *http.Client, method, url string, header ...string) (in
 		t.Fatalf("%s %s: reading the body: %v", method, url, err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// serveControl serves the proxy's control API on a unix socket until the
+// test ends and returns the socket's path.
+func (h *harness) serveControl() string {
+	h.t.Helper()
+	sock := filepath.Join(h.t.TempDir(), "control.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h.p.ControlHandler()}
+	go srv.Serve(ln)
+	h.t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// waitFlowReaders waits until n readers take the proxy's flows.
+func (h *harness) waitFlowReaders(n int) {
+	h.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		h.p.flows.mu.Lock()
+		got := len(h.p.flows.subs)
+		h.p.flows.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%d flow readers, want %d", got, n)
+		}
+	}
 }
 
 // nextFlow waits for the next flow record.
