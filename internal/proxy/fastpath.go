@@ -74,12 +74,62 @@ type fastConn struct {
 	// idleArmed is when the idle deadline was last set: it is set again
 	// only once a minute, not per request.
 	idleArmed time.Time
+	rc        syscall.RawConn // to wait for a request without a buffer
+	readable  func(fd uintptr) bool
+	peek      [1]byte
+}
+
+// takeBuffers gets the connection's buffers from the pools; an idle
+// connection holds none (releaseBuffers), so thousands of idle clients do
+// not hold 32 KiB each.
+func (fc *fastConn) takeBuffers() {
+	if fc.br == nil {
+		fc.br = clientReaders.Get().(*bufio.Reader)
+		fc.br.Reset(fc.c.Conn)
+	}
+	if fc.bw == nil {
+		fc.bw = clientWriters.Get().(*bufio.Writer)
+		fc.bw.Reset(fc.c.Conn)
+	}
+}
+
+// releaseBuffers returns the buffers, empty, to the pools.
+func (fc *fastConn) releaseBuffers() {
+	if fc.br != nil {
+		fc.br.Reset(nil)
+		clientReaders.Put(fc.br)
+		fc.br = nil
+	}
+	if fc.bw != nil {
+		fc.bw.Reset(nil)
+		clientWriters.Put(fc.bw)
+		fc.bw = nil
+	}
+	if cap(fc.out) > 4<<10 {
+		fc.out = nil // a large body's scratch
+	}
+}
+
+// waitReadable waits until the client sends something (or closes),
+// holding no buffer: a peek that finds nothing parks the goroutine in the
+// poller, as a read would. (Not a bare wait: the poller's readiness is
+// reset before the callback, so only a look at the socket is reliable.)
+func (fc *fastConn) waitReadable() error {
+	if fc.readable == nil { // made once: a closure per request would be allocated
+		fc.readable = func(fd uintptr) bool {
+			_, _, err := unix.Recvfrom(int(fd), fc.peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			return err != unix.EAGAIN
+		}
+	}
+	return fc.rc.Read(fc.readable)
 }
 
 func (p *Proxy) serveConn(c *clientConn) {
-	fc := &fastConn{p: p, c: c, br: clientReaders.Get().(*bufio.Reader), bw: clientWriters.Get().(*bufio.Writer)}
-	fc.br.Reset(c.Conn)
-	fc.bw.Reset(c.Conn)
+	fc := &fastConn{p: p, c: c}
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		fc.rc, _ = sc.SyscallConn()
+	}
+	fc.takeBuffers()
 	p.fastConns.add(fc)
 	defer p.fastConns.remove(fc)
 	for {
@@ -121,6 +171,15 @@ func (fc *fastConn) readHead() (n int, st headStatus, err error) {
 			fc.c.SetReadDeadline(now.Add(idleTimeout))
 			fc.idleArmed = now
 		}
+		if fc.rc != nil {
+			fc.releaseBuffers()
+			err := fc.waitReadable()
+			fc.takeBuffers()
+			if err != nil {
+				fc.idle.Store(false)
+				return 0, 0, err
+			}
+		}
 		_, err := fc.br.Peek(1)
 		fc.idle.Store(false)
 		if err != nil {
@@ -153,7 +212,9 @@ func (fc *fastConn) handOff() {
 		fc.close()
 		return
 	}
-	fc.releaseWriter()
+	fc.bw.Reset(nil)
+	clientWriters.Put(fc.bw)
+	fc.bw = nil
 	fc.c.SetReadDeadline(time.Time{})
 	fc.c.replay = fc.br // not back to the pool: net/http reads it first
 	fc.p.stats.handoffs.Add(1)
@@ -161,16 +222,11 @@ func (fc *fastConn) handOff() {
 }
 
 func (fc *fastConn) close() {
-	fc.bw.Flush()
+	if fc.bw != nil {
+		fc.bw.Flush()
+	}
 	fc.c.Close()
-	fc.releaseWriter()
-	fc.br.Reset(nil)
-	clientReaders.Put(fc.br)
-}
-
-func (fc *fastConn) releaseWriter() {
-	fc.bw.Reset(nil)
-	clientWriters.Put(fc.bw)
+	fc.releaseBuffers()
 }
 
 // serveRequest handles one parsed request; keep says whether the

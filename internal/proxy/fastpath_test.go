@@ -531,3 +531,41 @@ func TestFlowBatchesCarryWhatJSONDoes(t *testing.T) {
 		}
 	}
 }
+
+// An idle fast-path connection holds no buffer: thousands of idle
+// keep-alive clients cost their goroutines, not 32 KiB each.
+func TestIdleConnectionsHoldNoBuffers(t *testing.T) {
+	if netHTTPOnly {
+		t.Skip("the fast path is off (SHUNT_PROXY_NET_HTTP_ONLY=1)")
+	}
+	b := echoBackend(t, "echo", "127.0.7.11")
+	h := newHarness(t, echoConfig(b))
+	h.dials(frontend, "10.96.0.80:80")
+	for i := 0; i < 5; i++ {
+		conn, br := rawClient(t, h, frontend)
+		conn.Write([]byte("GET /a HTTP/1.1\r\nHost: echo\r\n\r\n"))
+		readResponse(t, br, "GET")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.p.fastConns.mu.Lock()
+		idle, holding := 0, 0
+		for fc := range h.p.fastConns.m {
+			if fc.idle.Load() { // its goroutine set br and bw before
+				idle++
+				if fc.br != nil || fc.bw != nil {
+					holding++
+				}
+			}
+		}
+		h.p.fastConns.mu.Unlock()
+		if idle == 5 {
+			if holding != 0 {
+				t.Errorf("%d of 5 idle connections hold buffers", holding)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 5 connections idle", idle)
+		}
+	}
+}
