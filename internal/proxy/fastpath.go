@@ -83,6 +83,9 @@ type fastConn struct {
 // connection holds none (releaseBuffers), so thousands of idle clients do
 // not hold 32 KiB each.
 func (fc *fastConn) takeBuffers() {
+	if fc.br == nil && fc.bw == nil {
+		fc.p.fastConns.buffered.Add(1)
+	}
 	if fc.br == nil {
 		fc.br = clientReaders.Get().(*bufio.Reader)
 		fc.br.Reset(fc.c.Conn)
@@ -95,6 +98,9 @@ func (fc *fastConn) takeBuffers() {
 
 // releaseBuffers returns the buffers, empty, to the pools.
 func (fc *fastConn) releaseBuffers() {
+	if fc.br != nil || fc.bw != nil {
+		fc.p.fastConns.buffered.Add(-1)
+	}
 	if fc.br != nil {
 		fc.br.Reset(nil)
 		clientReaders.Put(fc.br)
@@ -163,6 +169,9 @@ func (fc *fastConn) readHead() (n int, st headStatus, err error) {
 		if err := fc.bw.Flush(); err != nil {
 			return 0, 0, err
 		}
+		if fc.rc != nil {
+			fc.releaseBuffers()
+		}
 		fc.idle.Store(true)
 		if fc.p.draining.Load() {
 			return 0, 0, errors.New("shutting down")
@@ -172,7 +181,6 @@ func (fc *fastConn) readHead() (n int, st headStatus, err error) {
 			fc.idleArmed = now
 		}
 		if fc.rc != nil {
-			fc.releaseBuffers()
 			err := fc.waitReadable()
 			fc.takeBuffers()
 			if err != nil {
@@ -720,6 +728,8 @@ func sleepUntil(d time.Duration, deadline time.Time) bool {
 type fastConns struct {
 	mu sync.Mutex
 	m  map[*fastConn]struct{}
+	// buffered counts the connections holding buffers (tests).
+	buffered atomic.Int64
 }
 
 func (s *fastConns) add(fc *fastConn) {
