@@ -77,7 +77,9 @@ func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	p := proxy.New(proxy.Options{Log: log, ConfigFile: o.configFile})
+	// SHUNT_PROXY_NET_HTTP_ONLY=1 turns the HTTP/1.1 fast path off: every
+	// request through net/http's reverse proxy, as before it existed.
+	p := proxy.New(proxy.Options{Log: log, ConfigFile: o.configFile, NetHTTPOnly: os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") == "1"})
 	// Listen on the saved configuration's address before taking the
 	// control socket: a predecessor that sees its socket taken may stop
 	// accepting (see waitForSuccessor).
@@ -96,7 +98,7 @@ func run(o options) error {
 	}()
 	st := p.Status()
 	log.Info("proxy started", "pid", st.PID, "control", o.control, "version", st.Version, "listen", st.Listen,
-		"gomaxprocs", runtime.GOMAXPROCS(0))
+		"gomaxprocs", runtime.GOMAXPROCS(0), "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1")
 
 	<-ctx.Done()
 	stop()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -239,6 +240,8 @@ func (r *fastResponse) parse(text []byte) error {
 	r.text = text
 	r.forward = r.forward[:0]
 	r.contentLength, r.chunked, r.close = -1, false, false
+	var lengthBuf [2]int
+	lengthLines := lengthBuf[:0] // indexes in forward
 	eol := bytes.Index(text, crlf)
 	line := text[:eol]
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' ||
@@ -270,6 +273,7 @@ func (r *fastResponse) parse(text []byte) error {
 		forward := true
 		switch {
 		case asciiEqualFold(name, "Content-Length"):
+			lengthLines = append(lengthLines, len(r.forward))
 			n, err := strconv.ParseInt(string(value), 10, 64)
 			if err != nil || n < 0 || (r.contentLength >= 0 && n != r.contentLength) {
 				return errBadResponse
@@ -294,8 +298,12 @@ func (r *fastResponse) parse(text []byte) error {
 			r.forward = append(r.forward, lineSpan)
 		}
 	}
-	if r.chunked {
-		r.contentLength = -1 // chunked wins, as RFC 9112 says
+	if r.chunked && len(lengthLines) > 0 {
+		// Chunked wins, as RFC 9112 says, and the client must not see both.
+		r.contentLength = -1
+		for i := len(lengthLines) - 1; i >= 0; i-- {
+			r.forward = slices.Delete(r.forward, lengthLines[i], lengthLines[i]+1)
+		}
 	}
 	return nil
 }

@@ -111,6 +111,7 @@ func TestParseResponseHead(t *testing.T) {
 		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n", 200, -1, true, true, "Transfer-Encoding: chunked\r\n"},
 		{"HTTP/1.0 404 Not Found\r\nkeep-alive: timeout=5\r\n\r\n", 404, -1, false, true, ""},
 		{"HTTP/1.1 204\r\n\r\n", 204, -1, false, false, ""},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nX-A: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 200, -1, true, false, "X-A: 1\r\nTransfer-Encoding: chunked\r\n"},
 	} {
 		var r fastResponse
 		if err := r.parse([]byte(c.head)); err != nil {
