@@ -567,3 +567,32 @@ func TestIdleConnectionsHoldNoBuffers(t *testing.T) {
 		}
 	}
 }
+
+// The sweep closes idle upstream connections their backend closed, which
+// nothing reads while they wait in the pool.
+func TestSweepClosesUpstreamConnectionsTheBackendClosed(t *testing.T) {
+	if netHTTPOnly {
+		t.Skip("the fast path is off (SHUNT_PROXY_NET_HTTP_ONLY=1)")
+	}
+	addr, _ := rawBackend(t, "127.0.7.12")
+	h := newHarness(t, echoConfig(&testBackend{name: "closer", addr: addr}))
+	h.dials(frontend, "10.96.0.80:80")
+	if code, _ := get(t, h.client(frontend, false), "GET", "http://closer/x"); code != 200 {
+		t.Fatal(code)
+	}
+	mark, _ := testMark.For(frontend.identity)
+	pool := h.p.up.get(mark).fast
+	idle := func() int {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		return len(pool.idle[addr])
+	}
+	if n := idle(); n != 1 {
+		t.Fatalf("%d idle upstream connections after a request, want 1", n)
+	}
+	time.Sleep(50 * time.Millisecond) // the backend's FIN arrives
+	pool.closeExpired()
+	if n := idle(); n != 0 {
+		t.Errorf("%d idle upstream connections after the sweep, want 0 (the backend closed it)", n)
+	}
+}

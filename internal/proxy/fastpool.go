@@ -16,6 +16,7 @@ const (
 	fastMaxIdlePerBackend = 64               // as the transports' MaxIdleConnsPerHost
 	fastIdleTimeout       = 90 * time.Second // as their IdleConnTimeout
 	upstreamBufferSize    = 16 << 10
+	fastSweepInterval     = 30 * time.Second
 )
 
 type fastPool struct {
@@ -103,7 +104,9 @@ func (p *fastPool) closeIdle() {
 }
 
 // closeExpired closes the connections idle for longer than the idle
-// timeout (called with every configuration push).
+// timeout or closed by their backend (net/http's transport notices the
+// latter with its background read; here the sweep looks, every
+// fastSweepInterval, and with every configuration push).
 func (p *fastPool) closeExpired() {
 	now := time.Now()
 	var expired []*upstreamConn
@@ -111,7 +114,7 @@ func (p *fastPool) closeExpired() {
 	for addr, list := range p.idle {
 		kept := list[:0]
 		for _, uc := range list {
-			if now.Sub(uc.idleSince) >= fastIdleTimeout {
+			if now.Sub(uc.idleSince) >= fastIdleTimeout || peerClosed(uc.c) {
 				expired = append(expired, uc)
 			} else {
 				kept = append(kept, uc)

@@ -66,6 +66,7 @@ type Proxy struct {
 	fastConns fastConns
 	handoff   *handoffListener // to srv: connections the fast path does not take
 	draining  atomic.Bool
+	stopSweep chan struct{} // ends the sweep of idle upstream connections
 
 	mu      sync.Mutex // serializes configuration changes and shutdown
 	ln      net.Listener
@@ -118,6 +119,8 @@ func New(opts Options) *Proxy {
 	}
 	if p.fastPath {
 		go p.srv.Serve(p.handoff)
+		p.stopSweep = make(chan struct{})
+		go p.up.sweep(fastSweepInterval, p.stopSweep)
 	}
 	return p
 }
@@ -243,6 +246,9 @@ func (p *Proxy) Status() proxyapi.Status {
 // remaining connections are closed.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
+	if !p.closing && p.stopSweep != nil {
+		close(p.stopSweep)
+	}
 	p.closing = true
 	ln := p.ln
 	p.mu.Unlock()

@@ -113,6 +113,29 @@ func (u *upstreams) retain(keep map[uint32]bool) {
 	}
 }
 
+// sweep closes, every interval until stop, the fast path's idle upstream
+// connections that expired or that their backend closed.
+func (u *upstreams) sweep(interval time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-stop:
+			return
+		}
+		u.mu.Lock()
+		pools := make([]*fastPool, 0, len(u.byMark))
+		for _, t := range u.byMark {
+			pools = append(pools, t.fast)
+		}
+		u.mu.Unlock()
+		for _, p := range pools {
+			p.closeExpired()
+		}
+	}
+}
+
 // closeIdle closes every idle upstream connection (at shutdown).
 func (u *upstreams) closeIdle() {
 	u.retain(nil)
