@@ -9,12 +9,16 @@
 #include "lib/flow_tuple.h"
 #include "lib/accel.h"
 #include "lib/accel_ct.h"
+#include "lib/accel_peer.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 /* Each send of an accelerated socket goes straight into the peer socket's
- * ingress queue when the peer is in the sockhash too; otherwise it takes
- * the stack (SK_PASS either way: a missing peer never drops data). The
+ * ingress queue when the peer is in the sockhash too and its queue has
+ * room; otherwise it takes the stack (SK_PASS either way: a missing peer
+ * never drops data), and once the peer's queue was full, every later send
+ * of the socket does (lib/accel_peer.h: the stack holds the writer back,
+ * a redirect cannot). The
  * connection's conntrack entry is kept fresh, as its packets would keep it
  * on the tc path, so a connection that falls back to it is still known. */
 SEC("sk_msg")
@@ -36,6 +40,12 @@ int shunt_sk_msg(struct sk_msg_md *msg)
 	}
 	__u32 size = msg->size;
 	struct sock_key peer = a->peer;
+	if (!(a->flags & ACCEL_SOCK_F_CONGESTED) && accel_peer_full(&peer, size))
+		a->flags |= ACCEL_SOCK_F_CONGESTED;
+	if (a->flags & ACCEL_SOCK_F_CONGESTED) {
+		count(SHUNT_REASON_ACCEL_CONGESTED, SHUNT_DIR_SOCKMSG, size);
+		return SK_PASS;
+	}
 	if (bpf_msg_redirect_hash(msg, &shunt_sockhash, &peer, BPF_F_INGRESS) != SK_PASS) {
 		count(SHUNT_REASON_ACCEL_PASSED, SHUNT_DIR_SOCKMSG, size);
 		return SK_PASS;

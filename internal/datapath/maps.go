@@ -264,6 +264,18 @@ var mapTable = []mapDesc{
 		},
 	},
 	{
+		name: "shunt_accel_sk_addrs",
+		about: "socket acceleration: each accelerated socket's kernel address by its key, where its peer's sk_msg reads " +
+			"how full its queue is (the address itself is not shown)",
+		of: func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntAccelSkAddrs },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.sockOps.ShuntAccelSkAddrs, func(k sockopsSockKey, _ uint64) Row {
+				return Row{"local": fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
+					"remote": fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)), "netnsCookie": k.NetnsCookie}
+			})
+		},
+	},
+	{
 		name:  "shunt_accel_socks",
 		about: "socket storage of accelerated sockets: the peer's key, bytes and sends through the redirect (reported in flows when they close)",
 		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntAccelSocks },
