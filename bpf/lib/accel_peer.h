@@ -16,7 +16,8 @@
  *
  * So before each redirect, sk_msg reads how much the peer has not read yet
  * (its psock's msg_tot_len, kept by sk_psock_queue_msg and sk_msg_recvmsg)
- * against the peer's receive buffer. Once the queue is full, the socket's
+ * against a limit: the peer's receive buffer, but at least
+ * ACCEL_QUEUE_FLOOR. Once the queue is full, the socket's
  * sends take the TCP stack from then on (SK_PASS): there the sender's
  * buffer and the peer's window hold the writer back (it blocks, or gets
  * EAGAIN), and its bytes still arrive in order: the peer's
@@ -63,11 +64,21 @@ struct sk_psock___shunt {
 	__u32 msg_tot_len;
 } __attribute__((preserve_access_index));
 
+/* A redirected socket's receive buffer stays where it started (128 KiB,
+ * tcp_rmem[1]): the stack's autotuning never sees its traffic. A reader
+ * that is merely descheduled for a moment falls 128 KiB behind a fast
+ * writer at once, and the switch to the stack is for good; so the limit is
+ * at least 4 MiB, the most a writer's own send buffer holds on the stack
+ * by default (tcp_wmem[2]): what a connection may queue per direction on
+ * either path is of the same order. */
+#define ACCEL_QUEUE_FLOOR (4u << 20)
+
 /* sk_user_data keeps flags in its low bits (SK_USER_DATA_PTRMASK). */
 #define ACCEL_SK_USER_DATA_PTRMASK (~(__u64)7)
 
 /* accel_peer_full says whether the peer socket's unread redirected bytes
- * and this send together exceed the peer's receive buffer. False when the
+ * and this send together exceed the peer's receive buffer (or
+ * ACCEL_QUEUE_FLOOR when that is larger). False when the
  * peer cannot be read (no address on file, or it is closing): the
  * redirect itself then finds no peer and the send takes the stack. */
 static __always_inline bool accel_peer_full(const struct sock_key *peer, __u32 size)
@@ -89,7 +100,8 @@ static __always_inline bool accel_peer_full(const struct sock_key *peer, __u32 s
 	__u32 queued = 0;
 	if (bpf_probe_read_kernel(&queued, sizeof(queued), &ps->msg_tot_len) < 0)
 		return false;
-	return (__u64)queued + size > (__u64)(rcvbuf > 0 ? rcvbuf : 0);
+	__u64 limit = rcvbuf > (int)ACCEL_QUEUE_FLOOR ? (__u64)rcvbuf : ACCEL_QUEUE_FLOOR;
+	return (__u64)queued + size > limit;
 }
 
 #endif
