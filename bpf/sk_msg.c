@@ -21,6 +21,11 @@ char __license[] SEC("license") = "Dual BSD/GPL";
  * a redirect cannot). The
  * connection's conntrack entry is kept fresh, as its packets would keep it
  * on the tc path, so a connection that falls back to it is still known. */
+/* A socket on the stack for good has nothing left to decide: its SK_PASS
+ * verdict holds for this many bytes of sends without running the program
+ * again (bpf_msg_apply_bytes; then it runs once and says the same). */
+#define ACCEL_PASS_BYTES 0xffffffffu
+
 SEC("sk_msg")
 int shunt_sk_msg(struct sk_msg_md *msg)
 {
@@ -29,6 +34,11 @@ int shunt_sk_msg(struct sk_msg_md *msg)
 
 	if (!a) {
 		count(SHUNT_REASON_ACCEL_PASSED, SHUNT_DIR_SOCKMSG, msg->size);
+		return SK_PASS;
+	}
+	/* On the stack for good: tc keeps its conntrack entry fresh now. */
+	if (a->flags & ACCEL_SOCK_F_CONGESTED) {
+		bpf_msg_apply_bytes(msg, ACCEL_PASS_BYTES);
 		return SK_PASS;
 	}
 	if (!(a->flags & ACCEL_SOCK_F_LOOPBACK)) {
@@ -40,10 +50,10 @@ int shunt_sk_msg(struct sk_msg_md *msg)
 	}
 	__u32 size = msg->size;
 	struct sock_key peer = a->peer;
-	if (!(a->flags & ACCEL_SOCK_F_CONGESTED) && accel_peer_full(&peer, size))
+	if (accel_peer_full(&peer, size)) {
 		a->flags |= ACCEL_SOCK_F_CONGESTED;
-	if (a->flags & ACCEL_SOCK_F_CONGESTED) {
 		count(SHUNT_REASON_ACCEL_CONGESTED, SHUNT_DIR_SOCKMSG, size);
+		bpf_msg_apply_bytes(msg, ACCEL_PASS_BYTES);
 		return SK_PASS;
 	}
 	if (bpf_msg_redirect_hash(msg, &shunt_sockhash, &peer, BPF_F_INGRESS) != SK_PASS) {

@@ -237,9 +237,10 @@ enum shunt_reason {
 	SHUNT_REASON_PROXY_IDENTITY = 42, /* the node proxy's connection to another node's pod: the VNI carries the
 					   * identity of the client the proxy acts for (its socket mark), not the
 					   * remote-node identity of the node's other traffic */
-	SHUNT_REASON_ACCEL_CONGESTED = 43, /* sk_msg: the peer socket's unread queue reached its receive buffer:
-					    * this socket's sends take the stack from now on, which holds a
-					    * writer back as TCP does (bpf/lib/accel_peer.h) */
+	SHUNT_REASON_ACCEL_CONGESTED = 43, /* sk_msg: the peer socket's unread queue is full (its receive buffer,
+					    * at least 4 MiB): this socket's sends take the stack from now on,
+					    * which holds a writer back as TCP does (bpf/lib/accel_peer.h);
+					    * counted once per socket */
 	SHUNT_REASON_MAX,
 };
 

@@ -24,7 +24,8 @@
  * tcp_bpf_recvmsg empties ingress_msg (the older, redirected bytes) before
  * it reads sk_receive_queue, and nothing is redirected after. The socket
  * never switches back: data still in flight on the stack could be
- * overtaken.
+ * overtaken, and a reader waiting inside tcp_recvmsg for more (MSG_WAITALL,
+ * SO_RCVLOWAT) would not see a message put on ingress_msg.
  *
  * sk_msg programs cannot look a socket up in the sockhash (no
  * bpf_sk_release for them), so sockops files each accelerated socket's

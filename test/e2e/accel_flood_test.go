@@ -145,7 +145,7 @@ func (l *lab) flood(t *testing.T, script, server string, port int, relay bool, m
 	delta := func(reason string) uint64 {
 		return after.counter(reason, "sockmsg") - before.counter(reason, "sockmsg")
 	}
-	t.Logf("writer %+v; reader %+v; accel-redirected +%d sends (+%d bytes), accel-congested +%d",
+	t.Logf("writer %+v; reader %+v; accel-redirected +%d sends (+%d bytes), accel-congested +%d sockets",
 		w, r, delta("accel-redirected"), l.redirectedBytes(t)-beforeBytes, delta("accel-congested"))
 	for _, e := range w.Errors {
 		t.Errorf("writer (%s): %s", mode, e)
@@ -159,6 +159,11 @@ func (l *lab) flood(t *testing.T, script, server string, port int, relay bool, m
 	}
 	if delta("accel-redirected") == 0 {
 		t.Error("accel-redirected did not move: the connection was not accelerated")
+	}
+	// The reader lags far more than any queue limit: the writer's socket
+	// (and the relay's, if any) must have moved to the stack.
+	if delta("accel-congested") == 0 {
+		t.Error("accel-congested did not move: no socket took the stack while its peer's queue was full")
 	}
 }
 
