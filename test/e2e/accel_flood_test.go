@@ -51,21 +51,8 @@ const (
 func TestSocketAccelBackpressure(t *testing.T) {
 	requireRoot(t)
 	script, _ := filepath.Abs("testdata/accel_flood.py")
-	manifest := filepath.Join(t.TempDir(), "flood.yaml")
-	writeFile(t, manifest, `
-apiVersion: v1
-kind: Pod
-metadata: {name: server, labels: {app: server}}
-spec:
-  containers: [{name: idle, command: ["sleep", "infinity"]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client, labels: {app: client}}
-spec:
-  containers: [{name: idle, command: ["sleep", "infinity"]}]
-`)
-	l := newLabWith(t, []string{"--mode", "redirect-peer", "--socket-acceleration"}, manifest)
+	// The pods' own servers use port 7000; the flood's peers, 7402 and up.
+	l := newLabWith(t, []string{"--mode", "redirect-peer", "--socket-acceleration"}, "testdata/two-pods.yaml")
 	server := l.podIP("server")
 	port := 7400
 	for _, via := range []string{"direct", "relay"} {
