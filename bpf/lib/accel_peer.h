@@ -98,6 +98,12 @@ static __always_inline bool accel_peer_full(const struct sock_key *peer, __u32 s
 	if (!psock)
 		return false;
 	struct sk_psock___shunt *ps = (struct sk_psock___shunt *)(unsigned long)psock;
+	/* A kernel whose psock does not count its queue (msg_tot_len, which
+	 * 6.18 has; not checked for every kernel since 5.15) gets no
+	 * backpressure: the redirect then behaves as before issue 31. The
+	 * loader resolves this to a constant (CO-RE field existence). */
+	if (!__builtin_preserve_field_info(ps->msg_tot_len, 2 /* BPF_FIELD_EXISTS */))
+		return false;
 	__u32 queued = 0;
 	if (bpf_probe_read_kernel(&queued, sizeof(queued), &ps->msg_tot_len) < 0)
 		return false;
