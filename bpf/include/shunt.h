@@ -237,6 +237,10 @@ enum shunt_reason {
 	SHUNT_REASON_PROXY_IDENTITY = 42, /* the node proxy's connection to another node's pod: the VNI carries the
 					   * identity of the client the proxy acts for (its socket mark), not the
 					   * remote-node identity of the node's other traffic */
+	SHUNT_REASON_ACCEL_CONGESTED = 43, /* sk_msg: the peer socket's unread queue is full (its receive buffer,
+					    * at least 4 MiB): this socket's sends take the stack from now on,
+					    * which holds a writer back as TCP does (bpf/lib/accel_peer.h);
+					    * counted once per socket */
 	SHUNT_REASON_MAX,
 };
 
@@ -567,6 +571,7 @@ struct sock_key {
 enum accel_sock_flags {
 	ACCEL_SOCK_F_LOOPBACK = 1, /* inside one namespace: no conntrack entry to keep fresh */
 	ACCEL_SOCK_F_ACTIVE = 2,   /* the connecting end */
+	ACCEL_SOCK_F_CONGESTED = 4, /* its peer's queue filled once: its sends take the stack for good */
 };
 
 /* Socket storage of an accelerated socket: the key of its peer, found once

@@ -295,7 +295,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED            podtcShuntReason = 40
 	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED            podtcShuntReason = 41
 	podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY         podtcShuntReason = 42
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 43
+	podtcShuntReasonSHUNT_REASON_ACCEL_CONGESTED        podtcShuntReason = 43
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 44
 )
 
 type podtcTcNatKey struct {

@@ -51,6 +51,7 @@ const (
 	ReasonARPSpoofed
 	ReasonFragNeeded
 	ReasonProxyIdentity
+	ReasonAccelCongested
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -98,6 +99,7 @@ var reasonNames = [...]string{
 	ReasonARPSpoofed:           "arp-spoofed",
 	ReasonFragNeeded:           "frag-needed",
 	ReasonProxyIdentity:        "proxy-identity",
+	ReasonAccelCongested:       "accel-congested",
 }
 
 // String is the reason's name, or its number when it has none.
