@@ -6,7 +6,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all setup build generate check-generated kube demo demo-down test test-unit fuzz bench clean
+.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-unit fuzz bench clean
 
 all: build
 
@@ -31,6 +31,23 @@ check-generated: generate
 kube:
 	@scripts/kube-build.sh >/dev/null
 
+# The container image, without a container daemon (tools/image, a module of
+# its own): $(BIN)/image/oci (OCI layout) and $(BIN)/image/shunt.tar
+# (docker load -i); prints the digest, the same for the same commit.
+image:
+	cd tools/image && GOWORK=off $(GO) run . -repo ../.. -out ../../$(BIN)/image
+
+# The Helm chart as an archive ($(BIN)/shunt-VERSION.tgz, crds/ resolved),
+# for helm install from a file or helm push to an OCI registry.
+chart:
+	cd tools/helm && GOWORK=off $(GO) run . package -out ../../$(BIN) ../../deploy/helm/shunt
+
+# The tools modules' tests: the image builds reproducibly, the Helm chart
+# lints and renders (tools/helm, the Helm Go module, kept out of go.mod).
+test-tools:
+	cd tools/image && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
+	cd tools/helm && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
+
 demo: setup build
 	@scripts/demo.sh
 
@@ -42,10 +59,18 @@ demo-down: build
 # end-to-end lab tests (root needed; they skip with a reason without it),
 # then every benchmark in smoke mode (bench/smoke_test.go) on its own, so its
 # timings and address ranges never meet the e2e tests' on the 2 cores.
+# The end-to-end tests run again with every kernel fallback forced (the
+# paths a Linux 5.15-6.9 kernel takes: tc clsact, sk_msg by
+# BPF_PROG_ATTACH, sock_diag destroy, no bpf_set_retval; docs/kernels.md):
+# forwarding, services, UDP socket destroy, policy, acceleration, the L7
+# proxy, two nodes, restarts and uninstall (~3 minutes).
+FALLBACK_E2E := ^(TestKernelFallbackTC|TestSkMsgAttachAcrossRestarts|TestPodToPodAllModes|TestServiceClusterIP|TestConnectedUDPSocketLeavesDeletedBackend|TestSocketAccelerationKeepsPolicy|TestL7ProxyPolicyRoutesAndFlows|TestCrossNodeOverlay|TestNetworkPolicyMatrix|TestUninstallAfterCrash)$$
 test: setup build check-generated kube
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vx 'github.com/shuntnet/shunt/bench')
+	SHUNT_KERNEL_FALLBACKS=all $(GO) test -count=1 -timeout 15m -run '$(FALLBACK_E2E)' ./test/e2e/
 	$(GO) test -count=1 -timeout 15m ./bench/
+	$(MAKE) test-tools
 	scripts/fuzz.sh 20000x
 
 # Every fuzz target for longer (FUZZTIME each); make test runs 20 000

@@ -33,12 +33,14 @@ done
 scripts/kube-build.sh >/dev/null
 go build -o bin/ ./bench/cmd/crossnode ./bench/cmd/connrate
 SCALES=$(echo $SCALE_LIST | tr ' ' ,)
-POLICIES=100
-[ -z "$SMOKE" ] || POLICIES=10
+POLICIES=100 SETTLE=5s SMOKE_FLAG=
+# --smoke: nothing to let settle, the cases measured at once (the numbers
+# mean nothing; every case's path still runs end to end)
+[ -z "$SMOKE" ] || POLICIES=10 SETTLE=0s SMOKE_FLAG=-smoke
 
 cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/crossnode.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
-bin/crossnode -n $SCALES -reps $REPS -duration ${DURATION}s -policies $POLICIES -bin bin -rows $ROWS -out $OUT
+bin/crossnode -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -policies $POLICIES -bin bin -rows $ROWS -out $OUT
 # every command it ran, exactly and in order: commands-run.txt (Nodes, Pods, Services, slices and NetworkPolicies go through the API with client-go); in short:
 # inside: the control plane (internal/kubecluster), per case an underlay namespace (bridge br0) and two node namespaces (ul0 192.168.U.1/.2), an API relay on each node's loopback, then
 nsenter --net=/run/netns/NODE bin/shunt --instance INST lab up --kubeconfig KC --node-name INST --service-cidr 10.96.0.0/16 --mode redirect-peer --tunnel vxlan --cluster-cidr 10.252.0.0/16   # shunt-vxlan, per node
@@ -55,7 +57,7 @@ nsenter --net=CLIENT_POD timeout T taskset -c 0 iperf3 -c SERVER_POD_IP -p 5201 
 EOT
 # In the background, so that an interrupt of this script reaches the driver,
 # which then removes what it built before exiting.
-bin/crossnode -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -policies "$POLICIES" -bin bin -rows "$ROWS" -out "$OUT" \
+bin/crossnode -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -policies "$POLICIES" -bin bin -rows "$ROWS" -out "$OUT" \
 	> >(tee "$OUT/crossnode.log") 2>&1 &
 XB=$!
 trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM

@@ -33,7 +33,7 @@ cat >"$OUT/commands.txt" <<EOT
 bin/k8sbench -n $(echo $SCALE_LIST | tr ' ' ,) -reps $REPS -duration ${DURATION}s -changes $CHANGES -policies $POLICIES -settle $SETTLE -bin bin -rows $ROWS
 # inside: the control plane (internal/kubecluster: etcd, kube-apiserver, kube-controller-manager), then
 bin/shunt lab up --kubeconfig KUBECONFIG --node-name shunt-node --service-cidr 10.96.0.0/16
-ip netns exec NS kube-proxy --kubeconfig KC --hostname-override kp-MODE --proxy-mode MODE --cluster-cidr 10.252.0.0/16   # MODE = iptables, nftables
+ip netns exec NS kube-proxy --kubeconfig KC --hostname-override kp-MODE --proxy-mode MODE --cluster-cidr 10.221.0.0/16   # MODE = iptables, nftables
 ip netns exec CLIENT_NS taskset -c 0 bin/connrate -target CLUSTER_IP:80 -workers 4 -duration ${DURATION}s
 EOT
 bin/k8sbench -n "$(echo $SCALE_LIST | tr ' ' ,)" -reps "$REPS" -duration "${DURATION}s" -changes "$CHANGES" -policies "$POLICIES" -settle "$SETTLE" -bin bin -rows "$ROWS" 2>&1 | tee "$OUT/k8sbench.log"

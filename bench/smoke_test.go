@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -69,45 +70,153 @@ func TestSmoke(t *testing.T) {
 		}
 		os.RemoveAll(out)
 	})
-	times := map[string]time.Duration{}
-	var total time.Duration
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			script, err := os.ReadFile(filepath.Join(root, "bench", name+".sh"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bytes.Contains(script, []byte("kube-build.sh")) && !kubeBuilt {
-				t.Skip("needs the Kubernetes binaries: run make kube (scripts/kube-build.sh --check fails)")
-			}
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), smokeTimeout)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, filepath.Join(root, "bench", "run"), name, "--smoke")
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "BENCH_OUT="+out)
-			// bench/run execs bash, which starts labs and servers: on a
-			// timeout, SIGTERM lets the script's traps remove them.
-			cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-			cmd.WaitDelay = 30 * time.Second
-			logs, err := cmd.CombinedOutput()
-			took := time.Since(start)
-			times[name] = took
-			total += took
-			t.Logf("%s: %.1f s", name, took.Seconds())
-			if err != nil {
-				t.Fatalf("bench/run %s --smoke: %v after %.1f s; its output ends:\n%s", name, err, took.Seconds(), tail(logs, 40))
-			}
-			checkReport(t, filepath.Join(out, name), start, logs)
-		})
+	// What bench/run does before every benchmark, once for all of them.
+	for _, prepare := range [][]string{{filepath.Join(root, "scripts", "setup.sh")}, {"make", "-s", "build"}} {
+		cmd := exec.Command(prepare[0], prepare[1:]...)
+		cmd.Dir = root
+		if logs, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(prepare, " "), err, tail(logs, 20))
+		}
 	}
+	var mu sync.Mutex
+	times := map[string]time.Duration{}
+	start := time.Now()
+	// Lanes run at once, each its benchmarks one after another.
+	// Goroutines, not t.Parallel, which -parallel (GOMAXPROCS: 2 here)
+	// would cap below the lanes.
+	var wg sync.WaitGroup
+	for i, lane := range smokeLanes(names, smokeLaneCount) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(fmt.Sprintf("lane%d", i+1), func(t *testing.T) {
+				for _, name := range lane {
+					t.Run(name, func(t *testing.T) {
+						took := smokeRun(t, root, out, name, kubeBuilt)
+						mu.Lock()
+						times[name] = took
+						mu.Unlock()
+					})
+				}
+			})
+		}()
+	}
+	wg.Wait()
 	var parts []string
 	for _, n := range names {
 		if d, ok := times[n]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.0f s", n, d.Seconds()))
 		}
 	}
-	t.Logf("smoke runs: %s; total %.0f s", strings.Join(parts, ", "), total.Seconds())
+	t.Logf("smoke runs: %s; %.0f s in all (%d lanes)", strings.Join(parts, ", "), time.Since(start).Seconds(), smokeLaneCount)
+}
+
+// smokeRun runs `bench/run NAME --smoke` and checks its report; it returns
+// how long the run took.
+func smokeRun(t *testing.T, root, out, name string, kubeBuilt bool) time.Duration {
+	script, err := os.ReadFile(filepath.Join(root, "bench", name+".sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(script, []byte("kube-build.sh")) && !kubeBuilt {
+		t.Skip("needs the Kubernetes binaries: run make kube (scripts/kube-build.sh --check fails)")
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), smokeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bench", "run"), name, "--smoke")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "BENCH_OUT="+out, "BENCH_PREPARED=1")
+	// bench/run execs bash, which starts labs and servers: on a
+	// timeout, SIGTERM lets the script's traps remove them.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	logs, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	t.Logf("%s: %.1f s", name, took.Seconds())
+	if err != nil {
+		t.Fatalf("bench/run %s --smoke: %v after %.1f s; its output ends:\n%s", name, err, took.Seconds(), tail(logs, 40))
+	}
+	checkReport(t, filepath.Join(out, name), start, logs)
+	return took
+}
+
+// smokeLaneCount: benchmarks mostly wait (sockperf's fixed 2 s start,
+// servers, agents and a control plane starting), so four at once on two
+// cores take much less than a third of the time of one after another.
+const smokeLaneCount = 4
+
+// sharedRanges are benchmarks that put the same addresses in the
+// machine's routing table (pod CIDRs; service CIDRs): they never run at
+// once. Every other benchmark (a new script too) may run beside any.
+var sharedRanges = [][]string{
+	{"drift", "observe", "services"}, // pods 10.219.0.0/24 (drift, observe); services 10.216.0.0/16 (drift, services)
+	{"ctflood", "policy"},            // 10.217 (ctflood's services, policy's pods)
+	{"forwarding", "pktcost"},        // 10.212 (forwarding's veth case, pktcost's pods)
+}
+
+// smokeSeconds are the benchmarks' smoke run times, roughly (one after
+// another on an idle 2-core machine, bench/README.md): they balance the
+// lanes. A benchmark not listed counts as 30 s.
+var smokeSeconds = map[string]float64{
+	"crossnode": 60, "sockaccel": 45, "forwarding": 30, "k8s": 28, "masquerade": 25, "drift": 22,
+	"services": 21, "policy": 17, "pktcost": 17, "observe": 16, "mesh": 12, "ctflood": 8,
+}
+
+// smokeLanes deals the benchmarks into n lanes: those sharing ranges
+// stay together in one lane, in name order; groups go, longest first, to
+// the lane with the least time so far.
+func smokeLanes(names []string, n int) [][]string {
+	group := map[string]int{}
+	for i, g := range sharedRanges {
+		for _, name := range g {
+			group[name] = i + 1
+		}
+	}
+	var groups [][]string
+	byGroup := map[int]int{}
+	for _, name := range names {
+		g, ok := group[name]
+		if idx, seen := byGroup[g]; ok && seen {
+			groups[idx] = append(groups[idx], name)
+			continue
+		}
+		if ok {
+			byGroup[g] = len(groups)
+		}
+		groups = append(groups, []string{name})
+	}
+	weight := func(g []string) float64 {
+		var s float64
+		for _, name := range g {
+			if w, ok := smokeSeconds[name]; ok {
+				s += w
+			} else {
+				s += 30
+			}
+		}
+		return s
+	}
+	sort.SliceStable(groups, func(i, j int) bool { return weight(groups[i]) > weight(groups[j]) })
+	lanes := make([][]string, n)
+	load := make([]float64, n)
+	for _, g := range groups {
+		least := 0
+		for i := range lanes {
+			if load[i] < load[least] {
+				least = i
+			}
+		}
+		lanes[least] = append(lanes[least], g...)
+		load[least] += weight(g)
+	}
+	var nonEmpty [][]string
+	for _, l := range lanes {
+		if len(l) > 0 {
+			nonEmpty = append(nonEmpty, l)
+		}
+	}
+	return nonEmpty
 }
 
 // checkReport: the run wrote, after start, a results.md whose table has at
@@ -222,4 +331,35 @@ func tail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestSmokeLanes: every benchmark runs once, in one lane; those sharing
+// address ranges share a lane.
+func TestSmokeLanes(t *testing.T) {
+	names := []string{"crossnode", "ctflood", "drift", "forwarding", "k8s", "masquerade", "mesh", "newone", "observe", "pktcost", "policy", "services", "sockaccel"}
+	lanes := smokeLanes(names, 4)
+	if len(lanes) != 4 {
+		t.Fatalf("%d lanes, want 4: %v", len(lanes), lanes)
+	}
+	laneOf := map[string]int{}
+	for i, l := range lanes {
+		for _, n := range l {
+			if _, dup := laneOf[n]; dup {
+				t.Errorf("%s in two lanes: %v", n, lanes)
+			}
+			laneOf[n] = i
+		}
+	}
+	for _, n := range names {
+		if _, ok := laneOf[n]; !ok {
+			t.Errorf("%s in no lane: %v", n, lanes)
+		}
+	}
+	for _, g := range sharedRanges {
+		for _, n := range g[1:] {
+			if laneOf[n] != laneOf[g[0]] {
+				t.Errorf("%s and %s share ranges but not a lane: %v", g[0], n, lanes)
+			}
+		}
+	}
 }

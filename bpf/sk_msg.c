@@ -9,14 +9,23 @@
 #include "lib/flow_tuple.h"
 #include "lib/accel.h"
 #include "lib/accel_ct.h"
+#include "lib/accel_peer.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 /* Each send of an accelerated socket goes straight into the peer socket's
- * ingress queue when the peer is in the sockhash too; otherwise it takes
- * the stack (SK_PASS either way: a missing peer never drops data). The
+ * ingress queue when the peer is in the sockhash too and its queue has
+ * room; otherwise it takes the stack (SK_PASS either way: a missing peer
+ * never drops data), and once the peer's queue was full, every later send
+ * of the socket does (lib/accel_peer.h: the stack holds the writer back,
+ * a redirect cannot). The
  * connection's conntrack entry is kept fresh, as its packets would keep it
  * on the tc path, so a connection that falls back to it is still known. */
+/* A socket on the stack for good has nothing left to decide: its SK_PASS
+ * verdict holds for this many bytes of sends without running the program
+ * again (bpf_msg_apply_bytes; then it runs once and says the same). */
+#define ACCEL_PASS_BYTES 0xffffffffu
+
 SEC("sk_msg")
 int shunt_sk_msg(struct sk_msg_md *msg)
 {
@@ -25,6 +34,11 @@ int shunt_sk_msg(struct sk_msg_md *msg)
 
 	if (!a) {
 		count(SHUNT_REASON_ACCEL_PASSED, SHUNT_DIR_SOCKMSG, msg->size);
+		return SK_PASS;
+	}
+	/* On the stack for good: tc keeps its conntrack entry fresh now. */
+	if (a->flags & ACCEL_SOCK_F_CONGESTED) {
+		bpf_msg_apply_bytes(msg, ACCEL_PASS_BYTES);
 		return SK_PASS;
 	}
 	if (!(a->flags & ACCEL_SOCK_F_LOOPBACK)) {
@@ -36,6 +50,12 @@ int shunt_sk_msg(struct sk_msg_md *msg)
 	}
 	__u32 size = msg->size;
 	struct sock_key peer = a->peer;
+	if (accel_peer_full(&peer, size)) {
+		a->flags |= ACCEL_SOCK_F_CONGESTED;
+		count(SHUNT_REASON_ACCEL_CONGESTED, SHUNT_DIR_SOCKMSG, size);
+		bpf_msg_apply_bytes(msg, ACCEL_PASS_BYTES);
+		return SK_PASS;
+	}
 	if (bpf_msg_redirect_hash(msg, &shunt_sockhash, &peer, BPF_F_INGRESS) != SK_PASS) {
 		count(SHUNT_REASON_ACCEL_PASSED, SHUNT_DIR_SOCKMSG, size);
 		return SK_PASS;

@@ -18,6 +18,7 @@
 #include "lib/accel_config.h"
 #include "lib/sock_svc.h"
 #include "lib/sock_proxied.h"
+#include "lib/set_retval.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -52,7 +53,8 @@ static __always_inline void sock_flow(struct dest *svc, __u32 be_ip, __u16 be_po
 /* translate picks the backend for a service destination. Returns
  * SOCK_REJECT, with the syscall's error set, for a service without backends
  * (ECONNREFUSED) and for a UDP destination whose replies could not be given
- * back the service address (ENOBUFS); *dst is changed only when it is
+ * back the service address (ENOBUFS); both are EPERM on a kernel without
+ * bpf_set_retval (set_refusal); *dst is changed only when it is
  * translated. Every outcome, and every record that could not be made, is
  * counted for the hook (SHUNT_DIR_CONNECT or SHUNT_DIR_SENDMSG). */
 static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst, __u8 proto, __u32 hook)
@@ -71,7 +73,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), &failed);
 	if (!be) {
 		/* Fail fast and say why: a timeout would hide the cause. */
-		bpf_set_retval(-ECONNREFUSED);
+		set_refusal(-ECONNREFUSED);
 		count(SHUNT_REASON_SOCK_REFUSED, hook, 0);
 		sock_flow(dst, 0, 0, proto, FLOW_DROPPED, SHUNT_REASON_SOCK_REFUSED);
 		return SOCK_REJECT;
@@ -117,7 +119,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 				/* Replies would come back from the backend's
 				 * address, which resolvers drop: fail now, and
 				 * say why, rather than time out. */
-				bpf_set_retval(-ENOBUFS);
+				set_refusal(-ENOBUFS);
 				sock_flow(dst, be->ip, be->port, proto, FLOW_DROPPED, failed);
 				return SOCK_REJECT;
 			}
@@ -136,7 +138,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
  * 1 when *dst now is the proxy, 0 when the destination is not redirected,
  * and SOCK_REJECT's -1 when the original destination could not be kept (the
  * proxy could not know where to go, and skipping it would skip its policy:
- * fail closed, with ENOBUFS). */
+ * fail closed, with ENOBUFS, or EPERM without bpf_set_retval). */
 static __always_inline int redirect_l7(struct bpf_sock_addr *ctx, struct dest *dst)
 {
 	struct l7_redirect_key key = { .ip = dst->ip, .port = dst->port, .proto = IPPROTO_TCP };
@@ -151,7 +153,7 @@ static __always_inline int redirect_l7(struct bpf_sock_addr *ctx, struct dest *d
 		return 0;
 	struct proxy_origin *o = bpf_sk_storage_get(&shunt_sock_proxied, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!o) {
-		bpf_set_retval(-ENOBUFS);
+		set_refusal(-ENOBUFS);
 		count(SHUNT_REASON_PROXY_ORIGIN_FAILED, SHUNT_DIR_CONNECT, 0);
 		sock_flow(dst, 0, 0, IPPROTO_TCP, FLOW_DROPPED, SHUNT_REASON_PROXY_ORIGIN_FAILED);
 		return -1;

@@ -19,6 +19,7 @@
 #include "lib/policy.h"
 #include "lib/accel.h"
 #include "lib/accel_ct.h"
+#include "lib/accel_peer.h"
 #include "lib/sock_proxied.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -149,11 +150,17 @@ static __always_inline void accelerate(struct bpf_sock_ops *ctx)
 	a.started_ns = bpf_ktime_get_ns();
 	if (ctx->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB)
 		a.flags |= ACCEL_SOCK_F_ACTIVE;
-	/* Storage first: sk_msg redirects only sockets that have it, so a
-	 * socket in the map without its peer's key never exists. */
+	/* Storage and address first: sk_msg redirects only sockets that have
+	 * storage, so a socket in the map without its peer's key never exists,
+	 * and its peer's sends read its queue at the address (lib/accel_peer.h;
+	 * storing a kernel address in a map takes CAP_PERFMON, as the agent
+	 * has). */
+	__u64 addr = (__u64)(unsigned long)sk;
 	if (!bpf_sk_storage_get(&shunt_accel_socks, sk, &a, BPF_SK_STORAGE_GET_F_CREATE) ||
+	    bpf_map_update_elem(&shunt_accel_sk_addrs, &key, &addr, BPF_ANY) < 0 ||
 	    bpf_sock_hash_update(ctx, &shunt_sockhash, &key, BPF_NOEXIST) < 0) {
 		bpf_sk_storage_delete(&shunt_accel_socks, sk);
+		bpf_map_delete_elem(&shunt_accel_sk_addrs, &key);
 		count(SHUNT_REASON_ACCEL_INSERT_FAILED, SHUNT_DIR_SOCKMSG, 0);
 		return;
 	}
@@ -179,6 +186,11 @@ static __always_inline void accel_closed(struct bpf_sock_ops *ctx)
 	struct accel_sock *a = bpf_sk_storage_get(&shunt_accel_socks, sk, 0, 0);
 	if (!a)
 		return;
+	struct sock_key key = {
+		.netns_cookie = bpf_get_netns_cookie(ctx), .local_ip = a->peer.remote_ip, .remote_ip = a->peer.local_ip,
+		.local_port = a->peer.remote_port, .remote_port = a->peer.local_port,
+	};
+	bpf_map_delete_elem(&shunt_accel_sk_addrs, &key);
 	count(SHUNT_REASON_ACCEL_ENDED, SHUNT_DIR_SOCKMSG, 0);
 	accel_event(ctx, a, SHUNT_REASON_ACCEL_ENDED, FLOW_EV_CONN_END);
 }

@@ -43,9 +43,14 @@ int shunt_getsockopt(struct bpf_sockopt *ctx)
 	sin->sin_addr.s_addr = o->ip;
 	__builtin_memset(sin->sin_zero, 0, sizeof(sin->sin_zero));
 	ctx->optlen = sizeof(*sin);
-	/* Not ctx->retval = 0: clang merges the two adjacent 32-bit stores
-	 * into one 64-bit store, which the verifier refuses. */
-	bpf_set_retval(0);
+	/* The kernel's own handler failed (ENOPROTOOPT without netfilter):
+	 * the answer is a success. ctx->retval is writable in getsockopt
+	 * since Linux 5.3, and the same as bpf_set_retval(0) (5.18) where
+	 * that exists: one path for every kernel. The barrier keeps clang
+	 * from merging this store with the one to optlen beside it into one
+	 * 64-bit store, which the verifier refuses. */
+	barrier();
+	ctx->retval = 0;
 	count(SHUNT_REASON_PROXY_ORIGIN_ANSWERED, SHUNT_DIR_GETSOCKOPT, 0);
 	return 1;
 }

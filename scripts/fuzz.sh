@@ -15,6 +15,8 @@ targets=(
 	./internal/agent:FuzzObjectsRequest
 	./internal/datapath:FuzzDecodeFlow
 	./internal/datapath:FuzzPodPrograms
+	./internal/proxy:FuzzParseRequestHead
+	./internal/proxyapi:FuzzDecodeFlowBatch
 )
 for t in "${targets[@]}"; do
 	pkg=${t%%:*} fn=${t##*:}

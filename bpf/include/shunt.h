@@ -248,9 +248,13 @@ enum shunt_reason {
 	SHUNT_REASON_PROXY_IDENTITY = 42, /* the node proxy's connection to another node's pod: the VNI carries the
 					   * identity of the client the proxy acts for (its socket mark), not the
 					   * remote-node identity of the node's other traffic */
-	SHUNT_REASON_NODEPORT_XLATE = 43, /* uplink ingress: a packet from outside to a NodePort, externalIP or load
+	SHUNT_REASON_ACCEL_CONGESTED = 43, /* sk_msg: the peer socket's unread queue is full (its receive buffer,
+					    * at least 4 MiB): this socket's sends take the stack from now on,
+					    * which holds a writer back as TCP does (bpf/lib/accel_peer.h);
+					    * counted once per socket */
+	SHUNT_REASON_NODEPORT_XLATE = 44, /* uplink ingress: a packet from outside to a NodePort, externalIP or load
 					   * balancer address translated to a backend (lib/nodeport.h) */
-	SHUNT_REASON_NODEPORT_REPLY = 44, /* a backend's reply to such a flow: the Service's address given back as
+	SHUNT_REASON_NODEPORT_REPLY = 45, /* a backend's reply to such a flow: the Service's address given back as
 					   * its source, and sent out of the uplink to the client */
 	SHUNT_REASON_MAX,
 };
@@ -605,6 +609,7 @@ struct sock_key {
 enum accel_sock_flags {
 	ACCEL_SOCK_F_LOOPBACK = 1, /* inside one namespace: no conntrack entry to keep fresh */
 	ACCEL_SOCK_F_ACTIVE = 2,   /* the connecting end */
+	ACCEL_SOCK_F_CONGESTED = 4, /* its peer's queue filled once: its sends take the stack for good */
 };
 
 /* Socket storage of an accelerated socket: the key of its peer, found once

@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -62,10 +64,22 @@ func run(o options) error {
 		return err
 	}
 	defer closeLog()
+	// SHUNT_PROXY_GOMAXPROCS sets the proxy's own GOMAXPROCS (GOMAXPROCS
+	// would set every Go process the agent starts): see bench/RESULTS.md,
+	// Mesh, for what it changes.
+	if v := os.Getenv("SHUNT_PROXY_GOMAXPROCS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("SHUNT_PROXY_GOMAXPROCS=%q: want a number of threads, 1 or more", v)
+		}
+		runtime.GOMAXPROCS(n)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	p := proxy.New(proxy.Options{Log: log, ConfigFile: o.configFile})
+	// SHUNT_PROXY_NET_HTTP_ONLY=1 turns the HTTP/1.1 fast path off: every
+	// request through net/http's reverse proxy, as before it existed.
+	p := proxy.New(proxy.Options{Log: log, ConfigFile: o.configFile, NetHTTPOnly: os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") == "1"})
 	// Listen on the saved configuration's address before taking the
 	// control socket: a predecessor that sees its socket taken may stop
 	// accepting (see waitForSuccessor).
@@ -83,7 +97,8 @@ func run(o options) error {
 		}
 	}()
 	st := p.Status()
-	log.Info("proxy started", "pid", st.PID, "control", o.control, "version", st.Version, "listen", st.Listen)
+	log.Info("proxy started", "pid", st.PID, "control", o.control, "version", st.Version, "listen", st.Listen,
+		"gomaxprocs", runtime.GOMAXPROCS(0), "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1")
 
 	<-ctx.Done()
 	stop()

@@ -48,9 +48,16 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "up [-f FILE|DIR|-] [--mode MODE] [--pod-cidr CIDR]",
-		Short: "start the node agent for this lab (if not running) and apply manifests",
+		Short: "start the lab's agent (a running one: switch live settings, refuse start-time ones that differ) and apply manifests",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if agentFlags.masqPorts != "" {
+				// Refused before anything starts (shuntd would refuse it too,
+				// after the lab's namespaces were made).
+				if _, err := dpinfo.ParsePortRange(agentFlags.masqPorts); err != nil {
+					return fmt.Errorf("--masquerade-ports: %w", err)
+				}
+			}
 			var objs []api.Object
 			if len(files) > 0 {
 				// Check the files before starting anything.
@@ -74,14 +81,14 @@ func newLabUpCmd(g *globals) *cobra.Command {
 				if podCIDR != "" {
 					return errors.New("--pod-cidr with --nodes: each node's pod CIDR is cut from --cluster-cidr")
 				}
-				err = ensureLabNodes(inst, layout, mode, serviceCIDR, agentFlags)
+				err = ensureLabNodes(inst, layout, mode, serviceCIDR, agentFlags, askedSettings(cmd.Flags(), nodeSettings...))
 				if err != nil && fresh {
 					if derr := uninstallLab(inst, layout); derr != nil {
 						err = fmt.Errorf("%w; removing what was built: %v", err, derr)
 					}
 				}
 			} else {
-				err = ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args())
+				err = ensureAgent(c, inst, mode, podCIDR, serviceCIDR, agentFlags.args(), askedSettings(cmd.Flags()))
 			}
 			if err != nil {
 				return err
@@ -213,24 +220,22 @@ func (f runFlags) args() []string {
 }
 
 // ensureAgent starts shuntd for the instance unless one answers already;
-// extra are run flags for a new agent.
-func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string, extra []string) error {
-	return ensureAgentIn("", c, inst, mode, podCIDR, serviceCIDR, extra)
+// extra are run flags for a new agent, asked the settings the user gave
+// explicitly, which a running agent is made to have or refused
+// (reconcileRunningAgent).
+func ensureAgent(c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string, extra []string, asked labSettings) error {
+	return ensureAgentIn("", c, inst, mode, podCIDR, serviceCIDR, extra, asked)
 }
 
 // ensureAgentIn is ensureAgent for an agent whose node's host side is the
 // network namespace at netnsPath ("": this one).
-func ensureAgentIn(netnsPath string, c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string, extra []string) error {
+func ensureAgentIn(netnsPath string, c *api.Client, inst instance.Instance, mode, podCIDR, serviceCIDR string, extra []string, asked labSettings) error {
 	if c.Alive() {
 		var st api.Status
 		if err := c.Do("GET", "/v1/status", nil, &st); err != nil {
 			return err
 		}
-		if (mode != "" && mode != st.Mode) || (podCIDR != "" && podCIDR != st.PodCIDR) || (serviceCIDR != "" && serviceCIDR != st.ServiceCIDR) {
-			return fmt.Errorf("lab %q runs with mode %s, pod CIDR %s and service CIDR %s; run `shunt --instance %s lab down` first to change them",
-				inst.Name, st.Mode, st.PodCIDR, st.ServiceCIDR, inst.Name)
-		}
-		return nil
+		return reconcileRunningAgent(c, inst, st, mode, podCIDR, serviceCIDR, asked)
 	}
 	exe, err := siblingExecutable("shuntd")
 	if err != nil {
@@ -365,9 +370,13 @@ func uninstall(g *globals) error {
 		return uninstallLab(inst, l)
 	}
 	existed := c.Alive() || labLeftovers(inst)
+	// Processes in the pods' namespaces outside their cgroups (lab exec,
+	// ip netns exec), which the agent's teardown does not stop.
+	stopProcesses := podnet.StopProcesses(instanceNetns(inst))
 	if err := stopAgent(c, true); err != nil {
 		return err
 	}
+	stopProcesses()
 	// Also sweeps whatever a crashed agent left behind.
 	if err := teardown.Instance(inst); err != nil {
 		return err
@@ -673,8 +682,14 @@ func labLeftovers(inst instance.Instance) bool {
 			return true
 		}
 	}
-	ns, _ := filepath.Glob(filepath.Join(podnet.NetnsDir, inst.Name+"-*"))
-	return len(ns) > 0
+	return len(instanceNetns(inst)) > 0
+}
+
+// instanceNetns are the paths of the instance's named network namespaces
+// (its pods'; a lab of several nodes names its own after its first node's
+// instance too). Instance names hold no "-": the prefix is the instance's.
+func instanceNetns(inst instance.Instance) []string {
+	return podnet.NamedNetnsWithPrefix(inst.Name + "-")
 }
 
 // noLab is the error of a command for a lab that does not exist.

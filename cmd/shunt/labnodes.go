@@ -11,10 +11,13 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/labnet"
 	"github.com/shuntnet/shunt/internal/podexec"
+	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -93,13 +96,25 @@ func settleLayout(c *api.Client, inst instance.Instance, f multiNodeFlags, run r
 
 // ensureLabNodes starts every node's agent that does not run, the first
 // (the control plane) first.
-func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR string, run runFlags) error {
+func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR string, run runFlags, asked labSettings) error {
 	lbPool := run.lbPool // the control plane's alone
 	run.routing, run.tunnel, run.underlay, run.clusterCIDR, run.masquerade, run.lbPool = "", "", "", "", false, ""
+	deleted, err := deletedLabNodes(base, l)
+	if err != nil {
+		return err
+	}
 	for i, n := range l.Nodes {
 		ni, err := instance.New(n.Instance)
 		if err != nil {
 			return err
+		}
+		if deleted[n.Name] {
+			// `shunt delete node` removed its Node while its agent ran: the
+			// agent registers the Node when it starts, so it starts again.
+			fmt.Fprintf(os.Stderr, "node %s was deleted from lab %q: restarting its agent, which registers it again\n", n.Name, base.Name)
+			if err := stopAgent(api.NewClient(ni.Socket()), false); err != nil {
+				return fmt.Errorf("node %s (instance %s): stopping its agent: %w", n.Name, n.Instance, err)
+			}
 		}
 		args := append(run.args(), "--node-name", n.Name, "--cluster-cidr", l.ClusterCIDR, "--underlay-addr", n.Addr,
 			// Pods reach the external host from their node's address.
@@ -120,7 +135,7 @@ func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR 
 		} else {
 			args = append(args, "--lab-join", base.Socket())
 		}
-		if err := ensureAgentIn(labnet.NetnsPath(n.Netns), api.NewClient(ni.Socket()), ni, mode, n.PodCIDR, serviceCIDR, args); err != nil {
+		if err := ensureAgentIn(labnet.NetnsPath(n.Netns), api.NewClient(ni.Socket()), ni, mode, n.PodCIDR, serviceCIDR, args, asked); err != nil {
 			return fmt.Errorf("node %s (instance %s): %w", n.Name, n.Instance, err)
 		}
 	}
@@ -133,6 +148,31 @@ func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR 
 		}
 	}
 	return nil
+}
+
+// deletedLabNodes are the lab's nodes whose agent runs but whose Node the
+// control plane (the first node's agent) no longer has.
+func deletedLabNodes(base instance.Instance, l *labnet.Layout) (map[string]bool, error) {
+	cp := api.NewClient(base.Socket())
+	if !cp.Alive() {
+		return nil, nil // no control plane to ask: its agent starts below, and every node registers with it
+	}
+	var nodes corev1.NodeList
+	if err := cp.Do("GET", "/v1/nodes", nil, &nodes); err != nil {
+		return nil, fmt.Errorf("listing lab %q's nodes: %w", base.Name, err)
+	}
+	deleted := map[string]bool{}
+	for _, n := range l.Nodes {
+		ni, err := instance.New(n.Instance)
+		if err != nil {
+			return nil, err
+		}
+		registered := slices.ContainsFunc(nodes.Items, func(o corev1.Node) bool { return o.Name == n.Name })
+		if !registered && api.NewClient(ni.Socket()).Alive() {
+			deleted[n.Name] = true
+		}
+	}
+	return deleted, nil
 }
 
 func orDefault(s string) string {
@@ -181,7 +221,13 @@ func podInstance(inst instance.Instance, ns, name string) (instance.Instance, er
 // what each made, then the lab's namespaces.
 func uninstallLab(inst instance.Instance, l *labnet.Layout) error {
 	var errs []error
-	stopProcesses := l.StopProcesses()
+	netns := l.NetnsPaths()
+	for _, n := range l.Nodes {
+		if ni, err := instance.New(n.Instance); err == nil {
+			netns = append(netns, instanceNetns(ni)...)
+		}
+	}
+	stopProcesses := podnet.StopProcesses(netns)
 	nodes := slices.Clone(l.Nodes)
 	slices.Reverse(nodes)
 	for _, n := range nodes {
@@ -192,8 +238,8 @@ func uninstallLab(inst instance.Instance, l *labnet.Layout) error {
 		}
 		errs = append(errs, stopAgent(api.NewClient(ni.Socket()), true))
 	}
-	// What else runs in the lab's namespaces (lab exec --external, ...),
-	// before the namespaces go.
+	// What else runs in the lab's namespaces (lab exec --external, lab
+	// exec or ip netns exec in a pod's, ...), before the namespaces go.
 	stopProcesses()
 	for _, n := range nodes {
 		if ni, err := instance.New(n.Instance); err == nil {

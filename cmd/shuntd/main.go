@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -11,12 +12,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/shuntnet/shunt/internal/agent"
+	"github.com/shuntnet/shunt/internal/atomicfile"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
@@ -153,6 +157,10 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
+			if err := writeFlags(i.AgentFlagsFile(), cmd.Flags()); err != nil {
+				// Only `lab up`'s comparison of settings needs it.
+				log.Warn("recording the agent's flags for `shunt lab up`", "err", err)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return a.Run(ctx)
@@ -190,6 +198,24 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
 	cmd.AddCommand(newShimCmd())
 	return cmd
+}
+
+// writeFlags records every flag's value, defaults included (a list as
+// comma-separated values), as JSON at path (instance.AgentFlagsFile).
+func writeFlags(path string, flags *pflag.FlagSet) error {
+	values := map[string]string{}
+	flags.VisitAll(func(f *pflag.Flag) {
+		if list, ok := f.Value.(pflag.SliceValue); ok {
+			values[f.Name] = strings.Join(list.GetSlice(), ",")
+			return
+		}
+		values[f.Name] = f.Value.String()
+	})
+	data, err := json.Marshal(values)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data)
 }
 
 // newShimCmd is the per-container supervisor the agent starts; not for users.

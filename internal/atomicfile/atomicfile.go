@@ -14,14 +14,26 @@ import (
 // temporary file is fsync'd before the rename (or a crash could leave the
 // new name pointing at an empty or partly written file, as on ext4 with
 // delalloc) and the directory after it (or the rename itself could be
-// lost), so when Write returns the new content is durable.
+// lost), so when Write returns the new content is durable. The file is
+// private to its owner (0600).
 func Write(path string, data []byte) error {
+	return WriteMode(path, data, 0o600)
+}
+
+// WriteMode is Write with the file's permissions, which the file has
+// before it takes path's name (an executable replaced this way is never
+// seen without its x bits).
+func WriteMode(path string, data []byte, mode os.FileMode) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	_, err = f.Write(data)
+	// OpenFile's mode is only for a new file, and the umask trims it.
+	err = f.Chmod(mode)
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

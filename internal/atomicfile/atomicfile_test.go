@@ -38,3 +38,25 @@ func TestWrite(t *testing.T) {
 		t.Errorf("temporary file left after a failed write: %v", err)
 	}
 }
+
+// TestWriteMode: the file has the mode asked, whatever the umask and a
+// leftover temporary file's mode, and Write's files stay private.
+func TestWriteMode(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "plugin")
+	os.WriteFile(bin+".tmp", []byte("partial"), 0o600) // left by a crash
+	if err := WriteMode(bin, []byte("#!"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("WriteMode 0755: %v %v", fi.Mode(), err)
+	}
+	state := filepath.Join(dir, "state.json")
+	os.WriteFile(state+".tmp", nil, 0o644)
+	if err := Write(state, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("Write: %v %v, want 0600", fi.Mode(), err)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // Socket acceleration (bpf/sock_ops.c, bpf/sk_msg.c, shunt_sockhash in
@@ -28,8 +30,13 @@ func probeAccel() error {
 }
 
 // AttachSocketAccel attaches the sk_msg program to the sockhash (a
-// sockmap link, Linux 6.10+), adopting the link an earlier agent pinned.
+// sockmap link, Linux 6.10+), adopting the link an earlier agent pinned;
+// with the skmsg-attach fallback, with BPF_PROG_ATTACH (skmsg_attach.go).
 func (d *Datapath) AttachSocketAccel() error {
+	pin := filepath.Join(d.cfg.PinDir, "links", "sockhash-sk_msg")
+	if d.cfg.Fallbacks.Has(dpinfo.FallbackSkMsgAttach) {
+		return attachSkMsgProg(pin, d.sockOps.ShuntSockhash, d.skMsg.ShuntSkMsg)
+	}
 	always := func(link.Link) bool { return true }
 	attach := func() (link.Link, error) {
 		l, err := link.AttachRawLink(link.RawLinkOptions{
@@ -38,9 +45,14 @@ func (d *Datapath) AttachSocketAccel() error {
 		if err != nil {
 			return nil, fmt.Errorf("attaching sk_msg to shunt_sockhash (sockmap links need Linux 6.10+): %w", err)
 		}
+		// The link replaced a program an agent with the fallback attached.
+		if err := unpinSkMsgProg(pin); err != nil {
+			l.Close()
+			return nil, err
+		}
 		return l, nil
 	}
-	return attachPinned(filepath.Join(d.cfg.PinDir, "links", "sockhash-sk_msg"), d.skMsg.ShuntSkMsg, always, attach)
+	return attachPinned(pin, d.skMsg.ShuntSkMsg, always, attach)
 }
 
 // AccelConfig is the run-time switch of socket acceleration.

@@ -49,6 +49,29 @@ func withFD(t *testing.T, c *net.TCPConn, fn func(fd int)) {
 	}
 }
 
+// accelerateByHand puts both sockets of a connection into the sockhash,
+// as sockops would, and returns their keys (sockops needs a handshake
+// through the cgroup hooks; the sockhash accepts established TCP sockets
+// from user space).
+func accelerateByHand(t *testing.T, d *Datapath, client, server *net.TCPConn, netns uint64) (ck, sk sockopsSockKey) {
+	t.Helper()
+	ck, sk = sockKeyOf(client, netns), sockKeyOf(server, netns)
+	for _, e := range []struct {
+		c         *net.TCPConn
+		own, peer sockopsSockKey
+	}{{client, ck, sk}, {server, sk, ck}} {
+		withFD(t, e.c, func(fd int) {
+			if err := d.sockOps.ShuntAccelSocks.Put(int32(fd), sockopsAccelSock{Peer: e.peer, Flags: 1}); err != nil {
+				t.Fatalf("socket storage: %v", err)
+			}
+			if err := d.sockOps.ShuntSockhash.Put(e.own, uint64(fd)); err != nil {
+				t.Fatalf("sockhash insert: %v", err)
+			}
+		})
+	}
+	return ck, sk
+}
+
 // inq is FIONREAD: the bytes the socket says are ready to read.
 func inq(t *testing.T, c *net.TCPConn) int {
 	var n int
@@ -112,20 +135,7 @@ func TestAccelRemovedMidStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, server := tcpPair(t)
-	ck, sk := sockKeyOf(client, netns), sockKeyOf(server, netns)
-	for _, e := range []struct {
-		c         *net.TCPConn
-		own, peer sockopsSockKey
-	}{{client, ck, sk}, {server, sk, ck}} {
-		withFD(t, e.c, func(fd int) {
-			if err := d.sockOps.ShuntAccelSocks.Put(int32(fd), sockopsAccelSock{Peer: e.peer, Flags: 1}); err != nil {
-				t.Fatalf("socket storage: %v", err)
-			}
-			if err := d.sockOps.ShuntSockhash.Put(e.own, uint64(fd)); err != nil {
-				t.Fatalf("sockhash insert: %v", err)
-			}
-		})
-	}
+	ck, sk := accelerateByHand(t, d, client, server, netns)
 	before := counts(t, d)
 	exchangeChecked(t, client, server, []byte("request-1"), "accelerated, client -> server")
 	exchangeChecked(t, server, client, []byte("reply-1"), "accelerated, server -> client")

@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
@@ -120,8 +123,33 @@ func expectFlow(t *testing.T, evs []FlowEvent, verdict, reason string) {
 // for its hook: translated and refused connects, connects and datagrams
 // that are no service's, replies and getpeername given back the service
 // address; translations and refusals are flow events with the same reason.
+// A refused connect fails with ECONNREFUSED, or EPERM without
+// bpf_set_retval.
 func TestSocketHookCounters(t *testing.T) {
-	d := openTestDatapath(t, ModeRedirectPeer)
+	forEachRefusalMode(t, testSocketHookCounters)
+}
+
+// refusalMode is how the socket hooks give a refusal's error: with
+// bpf_set_retval (Linux 5.18+), or without it (the no-set-retval fallback),
+// where every refusal is EPERM.
+type refusalMode struct {
+	fallbacks dpinfo.Fallbacks
+	// the errors of a service without backends, and of a UDP destination
+	// whose replies nothing could give the service address back
+	noBackends, noRecord syscall.Errno
+}
+
+func forEachRefusalMode(t *testing.T, test func(*testing.T, refusalMode)) {
+	for name, m := range map[string]refusalMode{
+		"set_retval":    {nil, syscall.ECONNREFUSED, syscall.ENOBUFS},
+		"no-set-retval": {dpinfo.Fallbacks{dpinfo.FallbackNoSetRetval: true}, syscall.EPERM, syscall.EPERM},
+	} {
+		t.Run(name, func(t *testing.T) { test(t, m) })
+	}
+}
+
+func testSocketHookCounters(t *testing.T, m refusalMode) {
+	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, Fallbacks: m.fallbacks}, nil)
 	cg := testCgroup(t)
 	if err := d.AttachSocketLB(cg); err != nil {
 		t.Fatal(err)
@@ -140,7 +168,7 @@ func TestSocketHookCounters(t *testing.T) {
 	counterDelta(t, d, before, map[string]uint64{"sock-translated/connect": 1}, "sock-restored/getpeername")
 
 	before = counts(t, d)
-	if ans, want := c.do("tcp %s", empty), "err ECONNREFUSED"; ans != want {
+	if ans, want := c.do("tcp %s", empty), "err "+unix.ErrnoName(m.noBackends); ans != want {
 		t.Errorf("TCP connect to a service without endpoints: %q, want %q", ans, want)
 	}
 	counterDelta(t, d, before, map[string]uint64{"sock-refused/connect": 1, "sock-translated/connect": 0})
@@ -172,9 +200,14 @@ func TestSocketHookCounters(t *testing.T) {
 // socket's translation record that cannot be made is counted under its own
 // reason and named in the flow event. A UDP destination whose replies
 // nothing could give the service address back is refused (ENOBUFS) rather
-// than left to time out; what still works goes on.
+// than left to time out (EPERM without bpf_set_retval); what still works
+// goes on.
 func TestSocketHookInsertFailures(t *testing.T) {
-	d := openChangedDatapath(t, ModeRedirectPeer, smallHash(4, "shunt_revnat", "shunt_affinity"))
+	forEachRefusalMode(t, testSocketHookInsertFailures)
+}
+
+func testSocketHookInsertFailures(t *testing.T, m refusalMode) {
+	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, Fallbacks: m.fallbacks}, smallHash(4, "shunt_revnat", "shunt_affinity"))
 	fill[sockaddrRevnatKey, sockaddrRevnatValue](t, d.sockAddr.ShuntRevnat, func(i int) sockaddrRevnatKey {
 		return sockaddrRevnatKey{NetnsCookie: uint64(i) + 1, SockCookie: 1}
 	})
@@ -195,7 +228,7 @@ func TestSocketHookInsertFailures(t *testing.T) {
 	// Unconnected UDP: only the reverse-NAT entry could restore the
 	// service address of replies.
 	before := counts(t, d)
-	if ans, want := c.do("sendto u %s", testDNSVIP), "err ENOBUFS"; ans != want {
+	if ans, want := c.do("sendto u %s", testDNSVIP), "err "+unix.ErrnoName(m.noRecord); ans != want {
 		t.Errorf("unconnected UDP with the reverse-NAT map full: %q, want %q", ans, want)
 	}
 	counterDelta(t, d, before, map[string]uint64{"revnat-insert-failed/sendmsg": 1, "sock-translated/sendmsg": 0})
@@ -238,7 +271,7 @@ func TestSocketHookInsertFailures(t *testing.T) {
 	expectFlow(t, read(), "TRANSLATED", "sock-storage-failed")
 	// Connected UDP without either record: refused.
 	before = counts(t, d)
-	if ans, want := nc.do("dial s4 4 %s", testDNSVIP), "err ENOBUFS"; ans != want {
+	if ans, want := nc.do("dial s4 4 %s", testDNSVIP), "err "+unix.ErrnoName(m.noRecord); ans != want {
 		t.Errorf("connected UDP without socket storage and reverse-NAT entry: %q, want %q (backend %s)", ans, want, nudp)
 	}
 	counterDelta(t, d, before, map[string]uint64{"sock-storage-failed/connect": 1, "revnat-insert-failed/connect": 1,

@@ -301,6 +301,15 @@ func (d *Datapath) loadSocket(s *datapathSpecs, opts *ebpf.CollectionOptions, fl
 			return fmt.Errorf("setting the socket programs' load-time config: %w", err)
 		}
 	}
+	// Without bpf_set_retval (Linux 5.18) a refused connect or sendmsg
+	// fails with EPERM, not ECONNREFUSED or ENOBUFS (bpf/lib/set_retval.h).
+	var noSetRetval uint32
+	if d.cfg.Fallbacks.Has(dpinfo.FallbackNoSetRetval) {
+		noSetRetval = 1
+	}
+	if err := s.sockAddr.Variables[sockaddrVarNO_SET_RETVAL].Set(noSetRetval); err != nil {
+		return fmt.Errorf("setting the socket hooks' load-time NO_SET_RETVAL: %w", err)
+	}
 	for _, o := range []struct {
 		spec *ebpf.CollectionSpec
 		into any
@@ -405,39 +414,21 @@ func (d *Datapath) linkPin(hook, ifname string) string {
 	return filepath.Join(d.cfg.PinDir, "links", hook+"-"+ifname)
 }
 
-// AttachPod attaches the pod programs at tcx ingress and egress of a pod's
-// host-side veth and pins the links. An existing pinned link on the same
-// interface is adopted and atomically switched to this agent's program, so
-// a restart never leaves the interface without a program.
+// AttachPod attaches the pod programs at tc ingress and egress of a pod's
+// host-side veth (attachTC: tcx links, pinned, or with the tc fallback
+// cls_bpf filters). An existing attachment on the same interface is adopted
+// and atomically switched to this agent's program, so a restart never
+// leaves the interface without a program.
 func (d *Datapath) AttachPod(ifname string, ifindex int) error {
 	if !d.cfg.Mode.UsesBPF() {
 		return nil
 	}
 	for _, h := range d.podHooks() {
-		if err := d.attachTCX(h.name, ifname, ifindex, h.prog, h.attach); err != nil {
+		if err := d.attachTC(h.name, ifname, ifindex, h.prog, h.attach); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// attachTCX makes prog the program of hook (named in its pin) at tcx
-// attach point at of the interface, through a pinned link: one still
-// attached there is adopted and switched to prog (attachPinned).
-func (d *Datapath) attachTCX(hook, ifname string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
-	onThisInterface := func(l link.Link) bool {
-		info, err := l.Info()
-		return err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex &&
-			ebpf.AttachType(info.TCX().AttachType) == at
-	}
-	attach := func() (link.Link, error) {
-		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at})
-		if err != nil {
-			return nil, fmt.Errorf("attaching %s program to %s (tcx needs Linux 6.6+): %w", hook, ifname, err)
-		}
-		return l, nil
-	}
-	return attachPinned(d.linkPin(hook, ifname), prog, onThisInterface, attach)
 }
 
 // attachPinned makes the link pinned at pin run prog. A pinned link that
@@ -475,32 +466,32 @@ const (
 	toOverlayHook = "to-overlay"
 )
 
-// AttachOverlay attaches the overlay program at tcx ingress of the node's
-// collect-metadata VXLAN device (EnsureVXLAN) and pins the link, adopting a
-// pinned one as AttachPod does, so a restart never leaves the device
+// AttachOverlay attaches the overlay programs at tc ingress and egress of
+// the node's collect-metadata VXLAN device (EnsureVXLAN), adopting an
+// existing attachment as AttachPod does, so a restart never leaves the device
 // without a program. Call it in the network namespace the device is in.
 func (d *Datapath) AttachOverlay(ifname string, ifindex int) error {
 	if !d.cfg.Mode.UsesBPF() {
 		return fmt.Errorf("attaching the overlay program to %s: forwarding mode %s runs no BPF program; "+
 			"use %s or %s for an overlay", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
 	}
-	if err := d.attachTCX(overlayHook, ifname, ifindex, d.overlay.ShuntFromOverlay, ebpf.AttachTCXIngress); err != nil {
+	if err := d.attachTC(overlayHook, ifname, ifindex, d.overlay.ShuntFromOverlay, ebpf.AttachTCXIngress); err != nil {
 		return err
 	}
-	return d.attachTCX(toOverlayHook, ifname, ifindex, d.overlay.ShuntToOverlay, ebpf.AttachTCXEgress)
+	return d.attachTC(toOverlayHook, ifname, ifindex, d.overlay.ShuntToOverlay, ebpf.AttachTCXEgress)
 }
 
 // DetachOverlay removes the overlay programs from the VXLAN device (a
 // no-op when none).
 func (d *Datapath) DetachOverlay(ifname string) error {
-	return errors.Join(unpinLink(d.linkPin(overlayHook, ifname)), unpinLink(d.linkPin(toOverlayHook, ifname)))
+	return errors.Join(d.detachTC(overlayHook, ifname, ebpf.AttachTCXIngress), d.detachTC(toOverlayHook, ifname, ebpf.AttachTCXEgress))
 }
 
 // DetachPod removes the program from a pod interface (a no-op when none).
 func (d *Datapath) DetachPod(ifname string) error {
 	var errs []error
 	for _, h := range d.podHooks() {
-		errs = append(errs, unpinLink(d.linkPin(h.name, ifname)))
+		errs = append(errs, d.detachTC(h.name, ifname, h.attach))
 	}
 	return errors.Join(errs...)
 }
@@ -521,9 +512,11 @@ func unpinLink(pin string) error {
 	return nil
 }
 
-// Hooks counts the pinned program attachments by hook: from-pod (tcx
-// ingress of pod veths), to-pod (tcx egress), from-overlay (tcx ingress of
+// Hooks counts the pinned program attachments by hook: from-pod (tc
+// ingress of pod veths), to-pod (tc egress), from-overlay (tc ingress of
 // the VXLAN device), to-uplink and from-uplink (masquerade), sock-connect4, ...
+// With the tc fallback a tc hook's pin is its record (attachClsBPF), named
+// as its link would be, so it counts alike.
 func (d *Datapath) Hooks() (map[string]int, error) {
 	pins, err := filepath.Glob(filepath.Join(d.cfg.PinDir, "links", "*"))
 	if err != nil {
@@ -569,7 +562,7 @@ func (d *Datapath) Features() []string {
 			f = append(f, "native routing (bpf_fib_lookup + bpf_redirect_neigh)")
 		}
 		if d.cfg.Masquerade != nil {
-			f = append(f, "masquerade (tcx on the uplink, BPF NAT table)")
+			f = append(f, "masquerade (tc programs on the uplink, BPF NAT table)")
 		}
 	}
 	return f

@@ -105,6 +105,7 @@ var (
 	_ = sameAsC{}[dpinfo.ReasonARPSpoofed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ARP_SPOOFED)]
 	_ = sameAsC{}[dpinfo.ReasonFragNeeded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_FRAG_NEEDED)]
 	_ = sameAsC{}[dpinfo.ReasonProxyIdentity^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY)]
+	_ = sameAsC{}[dpinfo.ReasonAccelCongested^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_CONGESTED)]
 	_ = sameAsC{}[dpinfo.ReasonNodePortXlate^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE)]
 	_ = sameAsC{}[dpinfo.ReasonNodePortReply^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY)]
 	_ = sameAsC{}[dpinfo.ReasonMax^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MAX)]

@@ -47,16 +47,21 @@ var helperSince = map[asm.BuiltinFunc]string{
 	asm.FnGetCurrentCgroupId: "4.18",
 	asm.FnSockHashUpdate:     "4.18",
 	asm.FnMsgRedirectHash:    "4.18",
-	asm.FnSkStorageGet:       "5.2",
-	asm.FnSkStorageDelete:    "5.2",
-	asm.FnGetNetnsCookie:     "5.7",
-	asm.FnSeqWrite:           "5.7",
-	asm.FnRingbufOutput:      "5.8",
-	asm.FnRingbufQuery:       "5.8",
-	asm.FnRedirectNeigh:      "5.10",
-	asm.FnRedirectPeer:       "5.10",
-	asm.FnCheckMtu:           "5.12",
-	asm.FnSetRetval:          "5.18",
+	asm.FnMsgApplyBytes:      "4.17",
+	// GPL-only; in sk_msg programs through the base helpers, for a loader
+	// with CAP_PERFMON, refused under lockdown=confidentiality (CheckKernel
+	// probes the pair on the running kernel).
+	asm.FnProbeReadKernel: "5.5",
+	asm.FnSkStorageGet:    "5.2",
+	asm.FnSkStorageDelete: "5.2",
+	asm.FnGetNetnsCookie:  "5.7",
+	asm.FnSeqWrite:        "5.7",
+	asm.FnRingbufOutput:   "5.8",
+	asm.FnRingbufQuery:    "5.8",
+	asm.FnRedirectNeigh:   "5.10",
+	asm.FnRedirectPeer:    "5.10",
+	asm.FnCheckMtu:        "5.12",
+	asm.FnSetRetval:       "5.18",
 }
 
 // helperGuard is the fallback under which a helper newer than the floor

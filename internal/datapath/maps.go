@@ -264,10 +264,16 @@ var mapTable = []mapDesc{
 		about: "socket acceleration: connecting ends just accelerated, until their accepting end follows (LRU)",
 		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntAccelConnecting },
 		dump: func(d *Datapath) ([]Row, error) {
-			return dump(d.sockOps.ShuntAccelConnecting, func(k sockopsSockKey, _ uint8) Row {
-				return Row{"local": fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
-					"remote": fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)), "netnsCookie": k.NetnsCookie}
-			})
+			return dump(d.sockOps.ShuntAccelConnecting, func(k sockopsSockKey, _ uint8) Row { return sockKeyRow(k) })
+		},
+	},
+	{
+		name: "shunt_accel_sk_addrs",
+		about: "socket acceleration: each accelerated socket's kernel address by its key, where its peer's sk_msg reads " +
+			"how full its queue is (the address itself is not shown)",
+		of: func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntAccelSkAddrs },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.sockOps.ShuntAccelSkAddrs, func(k sockopsSockKey, _ uint64) Row { return sockKeyRow(k) })
 		},
 	},
 	{
@@ -560,4 +566,11 @@ func monotonicNow() time.Duration { return time.Since(monotonicZero()) }
 
 func secondsSince(now time.Duration, ns uint64) float64 {
 	return float64((now - time.Duration(ns)).Milliseconds()) / 1000
+}
+
+// sockKeyRow shows a socket acceleration key: the socket's tuple, local end
+// first, and its network namespace.
+func sockKeyRow(k sockopsSockKey) Row {
+	return Row{"local": fmt.Sprintf("%s:%d", fromBe32(k.LocalIp), fromBe16(k.LocalPort)),
+		"remote": fmt.Sprintf("%s:%d", fromBe32(k.RemoteIp), fromBe16(k.RemotePort)), "netnsCookie": k.NetnsCookie}
 }

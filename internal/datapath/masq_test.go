@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -10,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/tcfilter"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -39,15 +43,18 @@ const (
 // the cluster, which sees them from the node's address, and the replies
 // come back to the pod; an ICMP port unreachable from that host reaches the
 // pod's UDP socket as ECONNREFUSED; the NAT table holds the flows and the
-// counters and flows name the translations.
+// counters and flows name the translations. It runs again with the tc
+// fallback: the programs on the pod's veth and the uplink as cls_bpf
+// filters.
 func TestMasqueradeNamespaces(t *testing.T) {
 	requireBPF(t)
 	for _, mode := range []Mode{ModeRedirectPeer, ModeRedirect} {
-		t.Run(string(mode), func(t *testing.T) { testMasqueradeNamespaces(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { testMasqueradeNamespaces(t, mode, nil) })
 	}
+	t.Run("redirect-peer-tc-fallback", func(t *testing.T) { testMasqueradeNamespaces(t, ModeRedirectPeer, tcFallback) })
 }
 
-func testMasqueradeNamespaces(t *testing.T, mode Mode) {
+func testMasqueradeNamespaces(t *testing.T, mode Mode, fallbacks dpinfo.Fallbacks) {
 	nsNode, nsOut := testNetns(t), testNetns(t)
 	veth(t, nsNode, "ul-n", netip.PrefixFrom(mxNodeAddr, 24), nsOut, "ul-o", netip.PrefixFrom(mxOutside, 24))
 	node := podnet.Node{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), NodeIP: netip.MustParseAddr("10.244.1.1"),
@@ -78,7 +85,8 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode) {
 			return err
 		}
 		ep = Endpoint{IP: mxPodIP, Ifindex: links.HostIfindex, PodMAC: links.PodMAC, NodeMAC: links.HostMAC, Identity: 300}
-		if d, err = Open(Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: dpinfo.DefaultMasqPorts}}); err != nil {
+		if d, err = Open(Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: dpinfo.DefaultMasqPorts},
+			Fallbacks: fallbacks}); err != nil {
 			return err
 		}
 		if err := d.AttachPod(pod.HostIf, links.HostIfindex); err != nil {
@@ -88,7 +96,13 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode) {
 		if err != nil {
 			return err
 		}
-		return d.AttachUplink(name, ifindex)
+		if err := d.AttachUplink(name, ifindex); err != nil {
+			return err
+		}
+		if fallbacks.Has(dpinfo.FallbackTC) {
+			return checkUplinkFilters(d, ifindex)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -202,6 +216,28 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode) {
 	if tcpRows != 2 {
 		t.Errorf("shunt_masq_nat holds %d entries of the TCP flow, want 2 (both directions): %v", tcpRows, rows)
 	}
+}
+
+// checkUplinkFilters checks that shunt's filters on the uplink run the
+// uplink programs, in the uplink's namespace.
+func checkUplinkFilters(d *Datapath, ifindex int) error {
+	for _, h := range []struct {
+		dir  tcfilter.Direction
+		prog *ebpf.Program
+	}{{tcfilter.Egress, d.uplink.ShuntToUplink}, {tcfilter.Ingress, d.uplink.ShuntFromUplink}} {
+		id, found, err := tcfilter.Find(ifindex, h.dir, d.tcOwner())
+		if err != nil {
+			return err
+		}
+		info, err := h.prog.Info()
+		if err != nil {
+			return err
+		}
+		if want, _ := info.ID(); !found || ebpf.ProgramID(id) != want {
+			return fmt.Errorf("uplink %s: shunt's filter found %v, running program %d; want program %d", h.dir, found, id, want)
+		}
+	}
+	return nil
 }
 
 // udpEcho sends a datagram from the pod on a connected socket and waits

@@ -299,9 +299,10 @@ const (
 	podtcShuntReasonSHUNT_REASON_ARP_SPOOFED            podtcShuntReason = 40
 	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED            podtcShuntReason = 41
 	podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY         podtcShuntReason = 42
-	podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE         podtcShuntReason = 43
-	podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY         podtcShuntReason = 44
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 45
+	podtcShuntReasonSHUNT_REASON_ACCEL_CONGESTED        podtcShuntReason = 43
+	podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE         podtcShuntReason = 44
+	podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY         podtcShuntReason = 45
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 46
 )
 
 type podtcTcNatKey struct {

@@ -18,6 +18,7 @@ import (
 const (
 	skmsgMapShuntAccelConfig     = "shunt_accel_config"
 	skmsgMapShuntAccelConnecting = "shunt_accel_connecting"
+	skmsgMapShuntAccelSkAddrs    = "shunt_accel_sk_addrs"
 	skmsgMapShuntAccelSocks      = "shunt_accel_socks"
 	skmsgMapShuntCt              = "shunt_ct"
 	skmsgMapShuntCtNew           = "shunt_ct_new"
@@ -78,6 +79,7 @@ type skmsgProgramSpecs struct {
 type skmsgMapSpecs struct {
 	ShuntAccelConfig     *ebpf.MapSpec `ebpf:"shunt_accel_config"`
 	ShuntAccelConnecting *ebpf.MapSpec `ebpf:"shunt_accel_connecting"`
+	ShuntAccelSkAddrs    *ebpf.MapSpec `ebpf:"shunt_accel_sk_addrs"`
 	ShuntAccelSocks      *ebpf.MapSpec `ebpf:"shunt_accel_socks"`
 	ShuntCt              *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew           *ebpf.MapSpec `ebpf:"shunt_ct_new"`
@@ -114,6 +116,7 @@ func (o *skmsgObjects) Close() error {
 type skmsgMaps struct {
 	ShuntAccelConfig     *ebpf.Map `ebpf:"shunt_accel_config"`
 	ShuntAccelConnecting *ebpf.Map `ebpf:"shunt_accel_connecting"`
+	ShuntAccelSkAddrs    *ebpf.Map `ebpf:"shunt_accel_sk_addrs"`
 	ShuntAccelSocks      *ebpf.Map `ebpf:"shunt_accel_socks"`
 	ShuntCt              *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew           *ebpf.Map `ebpf:"shunt_ct_new"`
@@ -126,6 +129,7 @@ func (m *skmsgMaps) Close() error {
 	return _SkmsgClose(
 		m.ShuntAccelConfig,
 		m.ShuntAccelConnecting,
+		m.ShuntAccelSkAddrs,
 		m.ShuntAccelSocks,
 		m.ShuntCt,
 		m.ShuntCtNew,

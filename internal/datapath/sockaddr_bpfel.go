@@ -113,6 +113,7 @@ const (
 	sockaddrProgShuntSendmsg4         = "shunt_sendmsg4"
 	sockaddrProgShuntSendmsg6         = "shunt_sendmsg6"
 	sockaddrVarCONFIG                 = "CONFIG"
+	sockaddrVarNO_SET_RETVAL          = "NO_SET_RETVAL"
 )
 
 // loadSockaddr returns the embedded CollectionSpec for sockaddr.
@@ -192,7 +193,8 @@ type sockaddrMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockaddrVariableSpecs struct {
-	CONFIG *ebpf.VariableSpec `ebpf:"CONFIG"`
+	CONFIG        *ebpf.VariableSpec `ebpf:"CONFIG"`
+	NO_SET_RETVAL *ebpf.VariableSpec `ebpf:"NO_SET_RETVAL"`
 }
 
 // sockaddrObjects contains all objects after they have been loaded into the kernel.
@@ -256,7 +258,8 @@ func (m *sockaddrMaps) Close() error {
 //
 // It can be passed to loadSockaddrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockaddrVariables struct {
-	CONFIG *ebpf.Variable `ebpf:"CONFIG"`
+	CONFIG        *ebpf.Variable `ebpf:"CONFIG"`
+	NO_SET_RETVAL *ebpf.Variable `ebpf:"NO_SET_RETVAL"`
 }
 
 // sockaddrPrograms contains all programs after they have been loaded into the kernel.

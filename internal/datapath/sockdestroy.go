@@ -11,6 +11,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 )
 
@@ -49,7 +51,7 @@ func (s *sockDestroyer) goneBackends() *ebpf.Map {
 
 // errSockDestroyUnsupported names what an older kernel lacks.
 var errSockDestroyUnsupported = errors.New("destroying sockets of deleted backends needs the " +
-	"iter/udp socket iterator and the bpf_sock_destroy kfunc (Linux 6.5+)")
+	"iter/udp socket iterator and the bpf_sock_destroy kfunc (Linux 6.5+), or the sock-diag kernel fallback (shuntd --kernel-fallbacks sock-diag)")
 
 // load loads the iterator with the connect hooks' shunt_sock_svc map
 // (bpf/lib/sock_svc.h), so it sees which sockets they translated and to
@@ -101,12 +103,17 @@ func (s *sockDestroyer) load(sockSvc *ebpf.Map, pinDir string) error {
 // The kernel's socket iterator only walks the namespace of the thread that
 // starts it, so each namespace is entered on a locked thread. A namespace
 // path that no longer exists (the pod is gone, and its sockets with it) is
-// skipped. Needs Linux 6.5+ (bpf_sock_destroy); on older kernels the error
-// says so and nothing else changes.
+// skipped. Needs Linux 6.5+ (bpf_sock_destroy); with the sock-diag fallback
+// (older kernels) the sockets are found and destroyed over sock_diag
+// instead (sockdiag.go), which needs CONFIG_INET_DIAG_DESTROY: without it
+// the error says so and nothing else changes.
 func (d *Datapath) DestroyUDPSockets(netnsPaths []string, gone []netip.AddrPort) (destroyed int, err error) {
 	keys := goneBackendKeys(gone)
 	if len(keys) == 0 || len(netnsPaths) == 0 {
 		return 0, nil
+	}
+	if d.cfg.Fallbacks.Has(dpinfo.FallbackSockDiag) {
+		return d.destroyUDPSocketsSockDiag(netnsPaths, keys)
 	}
 	s := &d.destroyer
 	s.mu.Lock()

@@ -61,6 +61,7 @@ type sockopsSockKey struct {
 const (
 	sockopsMapShuntAccelConfig       = "shunt_accel_config"
 	sockopsMapShuntAccelConnecting   = "shunt_accel_connecting"
+	sockopsMapShuntAccelSkAddrs      = "shunt_accel_sk_addrs"
 	sockopsMapShuntAccelSocks        = "shunt_accel_socks"
 	sockopsMapShuntCidrIdentities    = "shunt_cidr_identities"
 	sockopsMapShuntCt                = "shunt_ct"
@@ -133,6 +134,7 @@ type sockopsProgramSpecs struct {
 type sockopsMapSpecs struct {
 	ShuntAccelConfig       *ebpf.MapSpec `ebpf:"shunt_accel_config"`
 	ShuntAccelConnecting   *ebpf.MapSpec `ebpf:"shunt_accel_connecting"`
+	ShuntAccelSkAddrs      *ebpf.MapSpec `ebpf:"shunt_accel_sk_addrs"`
 	ShuntAccelSocks        *ebpf.MapSpec `ebpf:"shunt_accel_socks"`
 	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
@@ -181,6 +183,7 @@ func (o *sockopsObjects) Close() error {
 type sockopsMaps struct {
 	ShuntAccelConfig       *ebpf.Map `ebpf:"shunt_accel_config"`
 	ShuntAccelConnecting   *ebpf.Map `ebpf:"shunt_accel_connecting"`
+	ShuntAccelSkAddrs      *ebpf.Map `ebpf:"shunt_accel_sk_addrs"`
 	ShuntAccelSocks        *ebpf.Map `ebpf:"shunt_accel_socks"`
 	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
@@ -204,6 +207,7 @@ func (m *sockopsMaps) Close() error {
 	return _SockopsClose(
 		m.ShuntAccelConfig,
 		m.ShuntAccelConnecting,
+		m.ShuntAccelSkAddrs,
 		m.ShuntAccelSocks,
 		m.ShuntCidrIdentities,
 		m.ShuntCt,

@@ -108,9 +108,9 @@ const (
 )
 
 // AttachUplink attaches the uplink programs (masquerade, native routing's
-// receiving end) at tcx egress and ingress of the node's uplink, the
-// interface holding the node's underlay address, and pins the links,
-// adopting pinned ones as AttachPod does. Call it in the network namespace
+// receiving end) at tc egress and ingress of the node's uplink, the
+// interface holding the node's underlay address, adopting existing
+// attachments as AttachPod does. Call it in the network namespace
 // the interface is in.
 func (d *Datapath) AttachUplink(ifname string, ifindex int) error {
 	if !d.cfg.usesUplink() {
@@ -129,16 +129,16 @@ func (d *Datapath) AttachUplink(ifname string, ifindex int) error {
 		return fmt.Errorf("attaching the uplink programs to %s: forwarding mode %s runs no BPF program; "+
 			"use %s or %s for masquerade or native routing", ifname, d.cfg.Mode, ModeRedirectPeer, ModeRedirect)
 	}
-	if err := d.attachTCX(toUplinkHook, ifname, ifindex, d.uplink.ShuntToUplink, ebpf.AttachTCXEgress); err != nil {
+	if err := d.attachTC(toUplinkHook, ifname, ifindex, d.uplink.ShuntToUplink, ebpf.AttachTCXEgress); err != nil {
 		return err
 	}
-	return d.attachTCX(fromUplinkHook, ifname, ifindex, d.uplink.ShuntFromUplink, ebpf.AttachTCXIngress)
+	return d.attachTC(fromUplinkHook, ifname, ifindex, d.uplink.ShuntFromUplink, ebpf.AttachTCXIngress)
 }
 
 // DetachUplink removes the masquerade programs from the uplink (a no-op
 // when none).
 func (d *Datapath) DetachUplink(ifname string) error {
-	return errors.Join(unpinLink(d.linkPin(toUplinkHook, ifname)), unpinLink(d.linkPin(fromUplinkHook, ifname)))
+	return errors.Join(d.detachTC(toUplinkHook, ifname, ebpf.AttachTCXEgress), d.detachTC(fromUplinkHook, ifname, ebpf.AttachTCXIngress))
 }
 
 // UplinkOf is the interface of the calling thread's network namespace that

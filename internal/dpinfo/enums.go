@@ -51,6 +51,7 @@ const (
 	ReasonARPSpoofed
 	ReasonFragNeeded
 	ReasonProxyIdentity
+	ReasonAccelCongested
 	ReasonNodePortXlate
 	ReasonNodePortReply
 	ReasonMax // one past the last, SHUNT_REASON_MAX
@@ -100,6 +101,7 @@ var reasonNames = [...]string{
 	ReasonARPSpoofed:           "arp-spoofed",
 	ReasonFragNeeded:           "frag-needed",
 	ReasonProxyIdentity:        "proxy-identity",
+	ReasonAccelCongested:       "accel-congested",
 	ReasonNodePortXlate:        "nodeport-xlate",
 	ReasonNodePortReply:        "nodeport-reply",
 }

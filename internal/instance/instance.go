@@ -57,6 +57,12 @@ func NodeOnlyDirs() []string { return []string{runRoot, stateRoot, pinRoot} }
 // bpffs holds no regular files.
 func (i Instance) MapLayoutFile() string { return filepath.Join(i.StateDir(), "map-layout.json") }
 
+// AgentFlagsFile records the command-line settings of the running agent,
+// every flag with its value (defaults included), so that `shunt lab up` on a
+// running lab can tell which of the settings it is asked for differ. In the
+// run directory: it describes this run of the agent only.
+func (i Instance) AgentFlagsFile() string { return filepath.Join(i.RunDir(), "shuntd-flags.json") }
+
 // RunDir holds the agent's socket and pid file.
 func (i Instance) RunDir() string { return filepath.Join(runRoot, i.Name) }
 

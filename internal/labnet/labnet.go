@@ -17,8 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -279,52 +277,12 @@ func (l Layout) Remove() error {
 	return errors.Join(errs...)
 }
 
-// StopProcesses notes the layout's namespaces and returns what ends every process whose network namespace is one of the
-// layout's (nodes, external host, underlay): what `lab exec --external`
-// or a user started there would otherwise keep a deleted namespace alive.
-// It finds them by /proc/PID/ns/net and kills them by PID (SIGTERM, then
-// SIGKILL after 2s), never itself or its parent.
-func (l Layout) StopProcesses() func() {
-	inodes := map[uint64]bool{}
-	names := []string{l.External.Netns, l.UnderlayNetns}
+// NetnsPaths are the paths of the layout's own namespaces: the nodes', the
+// external host's and the underlay's.
+func (l Layout) NetnsPaths() []string {
+	paths := []string{NetnsPath(l.External.Netns), NetnsPath(l.UnderlayNetns)}
 	for _, n := range l.Nodes {
-		names = append(names, n.Netns)
+		paths = append(paths, NetnsPath(n.Netns))
 	}
-	for _, n := range names {
-		var st syscall.Stat_t
-		if syscall.Stat(NetnsPath(n), &st) == nil {
-			inodes[st.Ino] = true
-		}
-	}
-	find := func() []int {
-		var pids []int
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == os.Getpid() || pid == os.Getppid() {
-				continue
-			}
-			var st syscall.Stat_t
-			if syscall.Stat(filepath.Join("/proc", e.Name(), "ns/net"), &st) == nil && inodes[st.Ino] {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
-	}
-	// The namespaces are known now; the processes are ended when the
-	// returned function runs (after the agents stopped).
-	return func() {
-		if len(inodes) == 0 {
-			return
-		}
-		for _, pid := range find() {
-			syscall.Kill(pid, syscall.SIGTERM)
-		}
-		for i := 0; i < 40 && len(find()) > 0; i++ {
-			time.Sleep(50 * time.Millisecond)
-		}
-		for _, pid := range find() {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
+	return paths
 }

@@ -5,12 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/proxyapi"
 )
+
+// flowBatchInterval is how long /flows gathers records before writing
+// them: at most this late for shunt observe, and one wake-up of the
+// writer per batch rather than per request.
+const flowBatchInterval = 50 * time.Millisecond
 
 // maxConfigBytes bounds a pushed configuration.
 const maxConfigBytes = 64 << 20
@@ -23,7 +29,8 @@ const maxConfigBytes = 64 << 20
 //	GET /status   proxyapi.Status
 //	GET /metrics  Prometheus text
 //	GET /flows    the flow records made from now on, one JSON object a line,
-//	              until the client leaves (filters as flows.ParseFilter reads them)
+//	              until the client leaves (filters as flows.ParseFilter reads them);
+//	              with format=batch in the compact form of proxyapi.FlowEncoder
 func (p *Proxy) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /config", p.handlePutConfig)
@@ -80,27 +87,48 @@ func (p *Proxy) handleFlows(w http.ResponseWriter, r *http.Request) {
 	}
 	live, cancel := p.flows.subscribe(filter, 4096)
 	defer cancel()
-	w.Header().Set("Content-Type", "application/x-ndjson")
+	// Records are written in batches, flowBatchInterval after the first
+	// of a batch: requests do not wake this writer one by one.
+	var write func(fl flows.Flow) error
+	var end func() error
+	if r.URL.Query().Get("format") == "batch" {
+		w.Header().Set("Content-Type", proxyapi.FlowBatchType)
+		enc := proxyapi.NewFlowEncoder(w)
+		var batch []flows.Flow
+		write = func(fl flows.Flow) error { batch = append(batch, fl); return nil }
+		end = func() error { err := enc.Encode(batch); clear(batch); batch = batch[:0]; return err }
+	} else {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		write = func(fl flows.Flow) error { return enc.Encode(fl) }
+		end = func() error { return nil }
+	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	rc.Flush()
-	enc := json.NewEncoder(w)
+	timer := time.NewTimer(flowBatchInterval)
+	timer.Stop()
 	for {
 		select {
 		case fl := <-live:
-			if enc.Encode(fl) != nil {
-				return
-			}
-			// Write what is queued before flushing: one flush per burst.
-			for n := len(live); n > 0; n-- {
-				if enc.Encode(<-live) != nil {
-					return
-				}
-			}
-			if rc.Flush() != nil {
+			if write(fl) != nil {
 				return
 			}
 		case <-r.Context().Done():
+			return
+		}
+		timer.Reset(flowBatchInterval)
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			return
+		}
+		for n := len(live); n > 0; n-- {
+			if write(<-live) != nil {
+				return
+			}
+		}
+		if end() != nil || rc.Flush() != nil {
 			return
 		}
 	}

@@ -61,10 +61,7 @@ func (p *Proxy) roundTrip(out *http.Request) (*http.Response, error) {
 	if x.req.ProtoMajor == 2 {
 		tr = x.up.h2
 	}
-	retries, codes, backoff := 0, []int(nil), time.Duration(0)
-	if rl := x.target.rule; rl != nil && rl.retry != nil {
-		retries, codes, backoff = rl.retry.Attempts, rl.retry.Codes, time.Duration(rl.retry.Backoff)
-	}
+	retries, codes, backoff := x.target.rule.retryPolicy()
 	body, replayable, err := replayableBody(out, retries > 0)
 	if err != nil {
 		return nil, err
@@ -99,6 +96,15 @@ func (p *Proxy) roundTrip(out *http.Request) (*http.Response, error) {
 		case <-time.After(backoff):
 		}
 	}
+}
+
+// retryPolicy is how a rule (nil: none) retries: attempts after the
+// first, the statuses retried beside connection errors, the pause.
+func (rl *rule) retryPolicy() (retries int, codes []int, backoff time.Duration) {
+	if rl == nil || rl.retry == nil {
+		return 0, nil, 0
+	}
+	return rl.retry.Attempts, rl.retry.Codes, time.Duration(rl.retry.Backoff)
 }
 
 // replayableBody makes a request body that can be sent again: none, or
@@ -141,13 +147,24 @@ func refusalResponse(req *http.Request, ref *refusal) *http.Response {
 // nothing when the client went away.
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeOf(r.Context())
+	code := x.failed(err, x.req.Context().Err() != nil, errors.Is(r.Context().Err(), context.DeadlineExceeded))
+	if code != 0 {
+		http.Error(w, x.err, code)
+	}
+}
+
+// failed notes why a request got no upstream response and returns the
+// status to answer: 504 when the rule's timeout ran out (even if it struck
+// during a connect), 503 when the connect failed, 502 otherwise; 0 when the
+// client went away.
+func (x *exchange) failed(err error, clientGone, timedOut bool) int {
 	var de *dialError
 	var code int
 	switch {
-	case x.req.Context().Err() != nil:
+	case clientGone:
 		x.reason, x.err = "client-gone", "the client went away before the response: "+err.Error()
-		return
-	case errors.Is(r.Context().Err(), context.DeadlineExceeded): // the rule's timeout, even if it struck during a connect
+		return 0
+	case timedOut:
 		code, x.reason = http.StatusGatewayTimeout, "upstream-timeout"
 		x.err = fmt.Sprintf("upstream request timeout: no response from %s within the route's %s", x.backend.addr, x.target.rule.timeout)
 	case errors.As(err, &de):
@@ -158,13 +175,16 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		x.err = fmt.Sprintf("upstream %s: %v", x.backend.addr, err)
 	}
 	x.status = code
-	http.Error(w, x.err, code)
+	return code
 }
 
 // aborted notes why a response that had begun broke off.
-func (x *exchange) aborted() {
+func (x *exchange) aborted() { x.brokeOff(x.req.Context().Err() != nil) }
+
+// brokeOff notes why a response that had begun broke off.
+func (x *exchange) brokeOff(clientGone bool) {
 	switch {
-	case x.req.Context().Err() != nil:
+	case clientGone:
 		x.reason, x.err = "client-gone", "the client went away during the response"
 	case x.target.rule != nil && x.target.rule.timeout > 0 && time.Since(x.start) >= x.target.rule.timeout:
 		x.reason, x.err = "upstream-timeout", fmt.Sprintf("upstream request timeout: the response did not end within the route's %s", x.target.rule.timeout)

@@ -27,14 +27,8 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	mark, ok := t.cfg.Mark.For(x.peer.Identity)
-	if !ok {
-		p.refuse(w, x, &refusal{status: http.StatusForbidden, reason: reasonIdentity,
-			msg: fmt.Sprintf("the client's identity %d does not fit in the upstream mark (mask %#x): the proxy cannot carry it", x.peer.Identity, t.cfg.Mark.Mask)})
-		return
-	}
-	var ref *refusal
-	if x.target, ref = t.resolve(x.conn.orig, r); ref != nil {
+	mark, ref := x.decide(r)
+	if ref != nil {
 		p.refuse(w, x, ref)
 		return
 	}
@@ -48,13 +42,31 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	p.forward.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// refuse answers a request the proxy does not forward: one short line, and
-// the connection stays usable.
-func (p *Proxy) refuse(w http.ResponseWriter, x *exchange, ref *refusal) {
+// decide is what both paths ask first: the client's identity must fit the
+// upstream mark, and the original destination and routes give the target.
+func (x *exchange) decide(r *http.Request) (mark uint32, ref *refusal) {
+	t := x.t
+	mark, ok := t.cfg.Mark.For(x.peer.Identity)
+	if !ok {
+		return 0, &refusal{status: http.StatusForbidden, reason: reasonIdentity,
+			msg: fmt.Sprintf("the client's identity %d does not fit in the upstream mark (mask %#x): the proxy cannot carry it", x.peer.Identity, t.cfg.Mark.Mask)}
+	}
+	x.target, ref = t.resolve(x.conn.orig, r)
+	return mark, ref
+}
+
+// refuse notes a request the proxy answers itself.
+func (x *exchange) refuse(ref *refusal) {
 	x.refused, x.status = ref, ref.status
 	if ref.rule != "" {
 		x.policyRule = ref.rule
 	}
+}
+
+// refuse answers a request the proxy does not forward: one short line, and
+// the connection stays usable.
+func (p *Proxy) refuse(w http.ResponseWriter, x *exchange, ref *refusal) {
+	x.refuse(ref)
 	http.Error(w, ref.msg, ref.status)
 }
 

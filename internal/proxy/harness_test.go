@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -37,9 +38,26 @@ type client struct {
 	pod      string
 }
 
+// netHTTPOnly makes the harness's proxies serve every request with
+// net/http, without the fast path: SHUNT_PROXY_NET_HTTP_ONLY=1 runs the
+// whole suite so, onPaths runs one test on both paths.
+var netHTTPOnly = os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") == "1"
+
+// onPaths runs test on the fast path and on net/http's.
+func onPaths(t *testing.T, test func(t *testing.T)) {
+	for _, only := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "net-http"}[only], func(t *testing.T) {
+			saved := netHTTPOnly
+			netHTTPOnly = only
+			defer func() { netHTTPOnly = saved }()
+			test(t)
+		})
+	}
+}
+
 // harness is a proxy with a fake SO_ORIGINAL_DST and recorded marks.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	p     *Proxy
 	addr  string
 	mu    sync.Mutex
@@ -48,7 +66,7 @@ type harness struct {
 	flows <-chan flows.Flow
 }
 
-func newHarness(t *testing.T, cfg proxyapi.Config) *harness {
+func newHarness(t testing.TB, cfg proxyapi.Config) *harness {
 	t.Helper()
 	h := startHarness(t, "")
 	h.apply(cfg)
@@ -56,10 +74,10 @@ func newHarness(t *testing.T, cfg proxyapi.Config) *harness {
 }
 
 // startHarness starts a proxy without a configuration.
-func startHarness(t *testing.T, configFile string) *harness {
+func startHarness(t testing.TB, configFile string) *harness {
 	t.Helper()
 	h := &harness{t: t, dst: map[netip.Addr]netip.AddrPort{}}
-	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark}
+	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly}
 	if os.Geteuid() == 0 {
 		opts.SetMark = func(fd uintptr, mark uint32) error {
 			h.setMark(fd, mark)
@@ -156,6 +174,37 @@ func get(t *testing.T, c *http.Client, method, url string, header ...string) (in
 	return resp.StatusCode, string(b)
 }
 
+// serveControl serves the proxy's control API on a unix socket until the
+// test ends and returns the socket's path.
+func (h *harness) serveControl() string {
+	h.t.Helper()
+	sock := filepath.Join(h.t.TempDir(), "control.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h.p.ControlHandler()}
+	go srv.Serve(ln)
+	h.t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// waitFlowReaders waits until n readers take the proxy's flows.
+func (h *harness) waitFlowReaders(n int) {
+	h.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		h.p.flows.mu.Lock()
+		got := len(h.p.flows.subs)
+		h.p.flows.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%d flow readers, want %d", got, n)
+		}
+	}
+}
+
 // nextFlow waits for the next flow record.
 func (h *harness) nextFlow() flows.Flow {
 	h.t.Helper()
@@ -186,7 +235,7 @@ type seenRequest struct {
 
 // startBackend serves handler (nil: answer the name) with HTTP/1.1 and h2c
 // on ip:0.
-func startBackend(t *testing.T, name, ip string, handler http.HandlerFunc) *testBackend {
+func startBackend(t testing.TB, name, ip string, handler http.HandlerFunc) *testBackend {
 	t.Helper()
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {

@@ -138,14 +138,7 @@ func TestControlAPIAndConfigFile(t *testing.T) {
 	b := startBackend(t, "b", "127.0.5.6", nil)
 	dir := t.TempDir()
 	h := startHarness(t, filepath.Join(dir, "proxy-config.json"))
-	sock := filepath.Join(dir, "proxy.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h.p.ControlHandler()}
-	go srv.Serve(ln)
-	defer srv.Close()
+	sock := h.serveControl()
 	c := proxyapi.NewClient(sock)
 	ctx := context.Background()
 
@@ -165,7 +158,7 @@ func TestControlAPIAndConfigFile(t *testing.T) {
 		t.Errorf("an older version: %v, want 409", err)
 	}
 	bad := invalidConfig()
-	err = c.PushConfig(ctx, bad)
+	err := c.PushConfig(ctx, bad)
 	if !errors.As(err, &apiErr) || apiErr.Code != http.StatusBadRequest {
 		t.Fatalf("an invalid configuration: %v, want 400", err)
 	}

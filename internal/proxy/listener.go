@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +42,19 @@ type clientConn struct {
 	orig   netip.AddrPort // where it was headed
 	closed atomic.Bool
 	active *atomic.Int64
+	// replay holds what the fast path read before it handed the
+	// connection to net/http: read first.
+	replay *bufio.Reader
+}
+
+func (c *clientConn) Read(b []byte) (int, error) {
+	if c.replay != nil {
+		if c.replay.Buffered() > 0 {
+			return c.replay.Read(b)
+		}
+		c.replay = nil
+	}
+	return c.Conn.Read(b)
 }
 
 func (c *clientConn) Close() error {
@@ -78,3 +95,63 @@ func (l *listener) Accept() (net.Conn, error) {
 		return &clientConn{Conn: c, remote: remote, orig: orig, active: &p.stats.active}, nil
 	}
 }
+
+// acceptFast accepts connections for the fast path, each served by its own
+// goroutine (serveConn), until ln is closed.
+func (p *Proxy) acceptFast(ln net.Listener) error {
+	l := &listener{Listener: ln, p: p}
+	var pause time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors, say: wait as net/http does.
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			p.log.Warn("accepting a connection", "err", err, "retry in", pause)
+			time.Sleep(pause)
+			continue
+		}
+		pause = 0
+		go p.serveConn(c.(*clientConn))
+	}
+}
+
+// handoffListener is how connections the fast path does not take reach
+// the net/http server.
+type handoffListener struct {
+	addr      net.Addr
+	conns     chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newHandoffListener() *handoffListener {
+	return &handoffListener{addr: &net.TCPAddr{}, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// give hands a connection to the server; closed when it has stopped.
+func (l *handoffListener) give(c net.Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }

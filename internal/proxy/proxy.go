@@ -42,6 +42,9 @@ type Options struct {
 	// SetMark marks an upstream socket before it connects; nil: SetMark
 	// (SO_MARK, root only). Tests without privileges record it instead.
 	SetMark func(fd uintptr, mark uint32) error
+	// NetHTTPOnly serves every request with net/http, without the fast
+	// path (fastpath.go): for comparison and as a way back.
+	NetHTTPOnly bool
 }
 
 // Proxy is the node proxy: its listener, configuration and upstreams.
@@ -59,6 +62,12 @@ type Proxy struct {
 	metrics *metrics
 	stats   stats
 
+	fastPath  bool
+	fastConns fastConns
+	handoff   *handoffListener // to srv: connections the fast path does not take
+	draining  atomic.Bool
+	stopSweep chan struct{} // ends the sweep of idle upstream connections
+
 	mu      sync.Mutex // serializes configuration changes and shutdown
 	ln      net.Listener
 	closing bool
@@ -68,6 +77,7 @@ type Proxy struct {
 type stats struct {
 	conns, origDstErrors, requests, configErrors atomic.Uint64
 	active                                       atomic.Int64
+	handoffs                                     atomic.Uint64 // connections the fast path gave to net/http
 }
 
 // New returns a proxy with no configuration: it listens once one is
@@ -75,7 +85,7 @@ type stats struct {
 func New(opts Options) *Proxy {
 	p := &Proxy{
 		log: opts.Log, configFile: opts.ConfigFile, originalDst: opts.OriginalDst, started: time.Now(),
-		flows: newFlowHub(),
+		flows: newFlowHub(), fastPath: !opts.NetHTTPOnly, handoff: newHandoffListener(),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -106,6 +116,11 @@ func New(opts Options) *Proxy {
 		// when idle for long (Envoy's default too).
 		IdleTimeout: time.Hour,
 		ErrorLog:    slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	if p.fastPath {
+		go p.srv.Serve(p.handoff)
+		p.stopSweep = make(chan struct{})
+		go p.up.sweep(fastSweepInterval, p.stopSweep)
 	}
 	return p
 }
@@ -180,7 +195,12 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 }
 
 func (p *Proxy) serve(ln net.Listener) {
-	err := p.srv.Serve(&listener{Listener: ln, p: p})
+	var err error
+	if p.fastPath {
+		err = p.acceptFast(ln)
+	} else {
+		err = p.srv.Serve(&listener{Listener: ln, p: p})
+	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		p.log.Error("serving stopped", "listen", ln.Addr(), "err", err)
 	}
@@ -226,11 +246,22 @@ func (p *Proxy) Status() proxyapi.Status {
 // remaining connections are closed.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
+	if !p.closing && p.stopSweep != nil {
+		close(p.stopSweep)
+	}
 	p.closing = true
+	ln := p.ln
 	p.mu.Unlock()
+	p.draining.Store(true)
+	if ln != nil && p.fastPath {
+		ln.Close() // net/http closes the listeners it serves itself
+	}
 	err := p.srv.Shutdown(ctx)
 	if err != nil {
 		p.srv.Close()
+	}
+	if ferr := p.fastConns.drain(ctx); err == nil {
+		err = ferr
 	}
 	p.up.closeIdle()
 	return err

@@ -33,8 +33,10 @@ type upstreams struct {
 // transports are the two ways to an upstream: HTTP/1.1 for HTTP/1
 // clients, h2c (prior knowledge) for HTTP/2 clients, so gRPC stays HTTP/2
 // end to end with its trailers.
+// The fast path (fastpath.go) has its own pool of HTTP/1.1 connections.
 type transports struct {
 	h1, h2 *http.Transport
+	fast   *fastPool
 }
 
 // dialError is an upstream connect that failed: the answer is 503 (an
@@ -70,7 +72,7 @@ func (u *upstreams) get(mark uint32) *transports {
 		}
 		return c, nil
 	}
-	t := &transports{h1: newTransport(dial, false), h2: newTransport(dial, true)}
+	t := &transports{h1: newTransport(dial, false), h2: newTransport(dial, true), fast: newFastPool(dial)}
 	u.byMark[mark] = t
 	return t
 }
@@ -103,7 +105,33 @@ func (u *upstreams) retain(keep map[uint32]bool) {
 		if !keep[mark] {
 			t.h1.CloseIdleConnections()
 			t.h2.CloseIdleConnections()
+			t.fast.closeIdle()
 			delete(u.byMark, mark)
+		} else {
+			t.fast.closeExpired()
+		}
+	}
+}
+
+// sweep closes, every interval until stop, the fast path's idle upstream
+// connections that expired or that their backend closed.
+func (u *upstreams) sweep(interval time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-stop:
+			return
+		}
+		u.mu.Lock()
+		pools := make([]*fastPool, 0, len(u.byMark))
+		for _, t := range u.byMark {
+			pools = append(pools, t.fast)
+		}
+		u.mu.Unlock()
+		for _, p := range pools {
+			p.closeExpired()
 		}
 	}
 }

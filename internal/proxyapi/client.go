@@ -75,11 +75,26 @@ func (c *Client) MetricsText(ctx context.Context) (string, error) {
 // Flows calls each for every HTTP flow record the proxy makes from now on,
 // until ctx ends (nil error) or the stream breaks (the proxy went away).
 func (c *Client) Flows(ctx context.Context, each func(flows.Flow)) error {
-	resp, err := c.send(ctx, http.MethodGet, "/flows", nil)
+	resp, err := c.send(ctx, http.MethodGet, "/flows?format=batch", nil)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") == FlowBatchType {
+		dec := NewFlowDecoder(resp.Body)
+		for {
+			if err := dec.Decode(each); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err == io.EOF {
+					return fmt.Errorf("the proxy ended the flow stream")
+				}
+				return fmt.Errorf("reading the proxy's flows: %w", err)
+			}
+		}
+	}
+	// A proxy older than the batch form: JSON lines.
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {

@@ -12,6 +12,7 @@ import (
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/podnet"
+	"github.com/shuntnet/shunt/internal/tcfilter"
 )
 
 // Instance removes what an instance created, also when no agent runs and
@@ -37,6 +38,10 @@ func Instance(inst instance.Instance) error {
 	errs = append(errs,
 		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
 		podnet.DeleteLink(inst.TunnelIf()),
+		// The tc fallback's filters on interfaces that outlive the
+		// instance (the uplink), in this network namespace: a lab's
+		// node namespaces go with the lab.
+		tcfilter.RemoveAll(tcfilter.OwnerOf(inst.PinDir())),
 		Pins(inst.PinDir()),
 		os.RemoveAll(inst.StateDir()),
 		os.RemoveAll(inst.RunDir()),

@@ -4,6 +4,7 @@
 package deploy
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,32 @@ func TestDeployManifests(t *testing.T) {
 	admin("", "create", "namespace", "shunt-system")
 	admin("", "apply", "--dry-run=server", "-f", "../../deploy/shunt.yaml")
 	admin("", "apply", "-f", "../../deploy/shunt.yaml")
+
+	// The chart with values other than the defaults deploy/shunt.yaml
+	// holds: every variant must be objects the API server accepts (e.g.
+	// Bidirectional mounts only for a privileged container).
+	t.Run("chart variants", func(t *testing.T) {
+		for _, sets := range [][]string{
+			{"securityContext.privileged=true", "routingMode=native", "masquerade=true", "masqueradeExclude={10.0.0.0/8}",
+				"socketAcceleration=true", "image.digest=sha256:" + strings.Repeat("ab", 32), "k8sServiceHost=192.0.2.1", "k8sServicePort=6443"},
+			{"routingMode=", "prometheus.enabled=false", "cni.install=false", "resources.limits.memory=512Mi"},
+		} {
+			args := []string{"run", ".", "template"}
+			for _, s := range sets {
+				args = append(args, "-set", s)
+			}
+			cmd := exec.Command("go", append(args, "../../deploy/helm/shunt")...)
+			cmd.Dir = "../../tools/helm"
+			cmd.Env = append(os.Environ(), "GOWORK=off")
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("tools/helm template %v: %v", sets, err)
+			}
+			if out, err := kubectl(c, c.Kubeconfig, string(out), "apply", "--dry-run=server", "-f", "-"); err != nil {
+				t.Errorf("the chart with %v: the API server refuses it: %v\n%s", sets, err, out)
+			}
+		}
+	})
 
 	t.Run("ShuntNetworkPolicy validation", func(t *testing.T) {
 		admin("", "apply", "-f", "../e2e/testdata/shunt-policy.yaml")

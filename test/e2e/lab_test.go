@@ -213,6 +213,11 @@ type status struct {
 		Enabled bool
 		Sockets int
 	} `json:"socketAcceleration"`
+	FlowSampling string `json:"flowSampling"`
+	Kernel       struct {
+		Release   string   `json:"release"`
+		Fallbacks []string `json:"fallbacks"` // the older kernel paths the agent takes
+	} `json:"kernel"`
 }
 
 func (l *lab) status() status {

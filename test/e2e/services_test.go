@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,23 @@ func (l *lab) probeJSON(pod string, args ...string) []probeResult {
 		rs = append(rs, r)
 	}
 	return rs
+}
+
+// probeRefusedByHooks checks that the socket hooks refuse the targets:
+// with ECONNREFUSED, or with EPERM where the agent runs without
+// bpf_set_retval (the no-set-retval kernel fallback, as status says).
+func (l *lab) probeRefusedByHooks(pod string, targets ...string) {
+	l.t.Helper()
+	if !slices.Contains(l.status().Kernel.Fallbacks, "no-set-retval") {
+		l.probe(pod, "refused", targets...)
+		return
+	}
+	for _, r := range l.probeJSON(pod, targets...) {
+		if r.Result != "error" || !strings.Contains(r.Error, "operation not permitted") {
+			l.t.Errorf("probe from %q %v without bpf_set_retval: %s (%s), want error EPERM (operation not permitted)",
+				pod, targets, r.Result, r.Error)
+		}
+	}
 }
 
 func peers(rs []probeResult) map[string]int {
@@ -123,7 +141,7 @@ func TestServiceClusterIP(t *testing.T) {
 		// No endpoints: refused at once, TCP and UDP, not a timeout.
 		empty := l.clusterIP("empty")
 		start := time.Now()
-		l.probe("client", "refused", "--tcp", empty+":80", "--udp", empty+":53")
+		l.probeRefusedByHooks("client", "--tcp", empty+":80", "--udp", empty+":53")
 		if d := time.Since(start); d > time.Second {
 			t.Errorf("refusing a service without endpoints took %s", d)
 		}

@@ -65,7 +65,9 @@ func buildBaseline(t *testing.T) string {
 }
 
 // pinnedObjects are the BPF objects behind an instance's pins: each pinned
-// map, each pinned link and the program it runs, by pin name.
+// map, each pinned link and the program it runs, by pin name. With the tc
+// fallback a tc hook's pin is the program its cls_bpf filter runs (the
+// filter's record): a program without a link.
 type pinnedObjects struct {
 	maps  map[string]ebpf.MapID
 	links map[string]link.ID
@@ -98,6 +100,15 @@ func (l *lab) pinned() pinnedObjects {
 	links, _ := filepath.Glob(filepath.Join(dir, "links", "*"))
 	for _, pin := range links {
 		lk, err := link.LoadPinnedLink(pin, nil)
+		if prog, perr := ebpf.LoadPinnedProgram(pin, nil); err != nil && perr == nil {
+			info, err := prog.Info()
+			prog.Close()
+			if err != nil {
+				l.t.Fatal(err)
+			}
+			p.progs[filepath.Base(pin)], _ = info.ID()
+			continue
+		}
 		if err != nil {
 			l.t.Fatalf("pinned link %s: %v", pin, err)
 		}

@@ -53,6 +53,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -140,7 +141,11 @@ type bench struct {
 	out      string
 	rows     *os.File
 	duration time.Duration
-	policies int
+	settle   time.Duration // the wait after the Services are programmed
+	// concurrent: every case measured at once (-smoke: the paths run end
+	// to end, the numbers mean nothing).
+	concurrent bool
+	policies   int
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -158,6 +163,8 @@ func main() {
 		scales   = flag.String("n", "0,1000", "numbers of other Services, comma-separated")
 		reps     = flag.Int("reps", 3, "repetitions per scale")
 		duration = flag.Duration("duration", 10*time.Second, "length of each sockperf, iperf3 and connrate run")
+		settle   = flag.Duration("settle", 5*time.Second, "how long the dataplanes' syncs and the API burst get to die down after every scale's Services are programmed, before measuring")
+		smoke    = flag.Bool("smoke", false, "measure every case at once, not one after another: proves each case's path, and its numbers mean nothing (bench/run NAME --smoke)")
 		policies = flag.Int("policies", 100, "NetworkPolicies on the server pods (Calico-shaped iptables in calico-iptables, NetworkPolicies for shunt)")
 		rowsPath = flag.String("rows", "", "append result rows (JSON lines) here")
 		bin      = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
@@ -176,7 +183,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, policies: *policies, cases: map[string]*caseNet{}}
+	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, cases: map[string]*caseNet{}}
 	if b.bin, err = filepath.Abs(*bin); err != nil {
 		log.Fatal(err)
 	}
@@ -363,6 +370,24 @@ func (b *bench) run(scales []int, reps int) error {
 			return fmt.Errorf("N=%d: %w", n, err)
 		}
 		for rep := 1; rep <= reps; rep++ {
+			if b.concurrent {
+				errs := make([]error, len(order))
+				var wg sync.WaitGroup
+				for i, c := range order {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if err := b.measure(c, n, rep); err != nil {
+							errs[i] = fmt.Errorf("N=%d rep %d case %s: %w", n, rep, c, err)
+						}
+					}()
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					return err
+				}
+				continue
+			}
 			for i := range order {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -932,7 +957,7 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 	}
 	// Let the dataplanes' syncs (kube-proxy's run at most once a second)
 	// and the API burst die down before measuring.
-	time.Sleep(5 * time.Second)
+	time.Sleep(b.settle)
 	return nil
 }
 

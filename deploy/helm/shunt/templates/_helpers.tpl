@@ -1,0 +1,97 @@
+{{/* The objects' name: fixed ("shunt"), as the agent's RBAC and docs name them. */}}
+{{- define "shunt.name" -}}
+{{- default "shunt" .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "shunt.labels" -}}
+app.kubernetes.io/name: {{ include "shunt.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "shunt.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "shunt.name" . }}
+{{- end -}}
+
+{{- define "shunt.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "shunt.name" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* repository:tag, repository@digest, or repository:tag@digest. */}}
+{{- define "shunt.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- if and .Values.image.digest (not .Values.image.tag) -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else if .Values.image.digest -}}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The CNI network configuration list the init container writes. */}}
+{{- define "shunt.cniConfig" -}}
+{{- if .Values.cni.config -}}
+{{- .Values.cni.config -}}
+{{- else -}}
+{"cniVersion":"1.1.0","name":"shunt","plugins":[{"type":"shunt-cni","capabilities":{"cgroupPath":true}}]}
+{{- end -}}
+{{- end -}}
+
+{{/* The values that have one meaning only today: refuse the others by name rather than ignore them. */}}
+{{- define "shunt.validate" -}}
+{{- if ne (toString .Values.kubeProxyReplacement) "true" -}}
+{{- fail "kubeProxyReplacement: only true is implemented (shunt translates every Service itself); coexistence with kube-proxy is not (docs/install.md)" -}}
+{{- end -}}
+{{- if ne (toString .Values.l7Proxy) "true" -}}
+{{- fail "l7Proxy: only true is implemented: the agent always runs its node proxy (idle until an HTTPRoute or an L7 rule sends it traffic)" -}}
+{{- end -}}
+{{- if not (has .Values.routingMode (list "tunnel" "native" "")) -}}
+{{- fail (printf "routingMode %q: use tunnel, native, or \"\" (the host routes pod CIDRs)" .Values.routingMode) -}}
+{{- end -}}
+{{- if and (eq .Values.routingMode "tunnel") (ne .Values.tunnelProtocol "vxlan") -}}
+{{- fail (printf "tunnelProtocol %q: only vxlan is implemented" .Values.tunnelProtocol) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* shuntd's arguments, from the values. */}}
+{{- define "shunt.agentArgs" -}}
+- --in-cluster
+- --log-level={{ .Values.logLevel }}
+{{- if eq .Values.routingMode "tunnel" }}
+- --routing=tunnel
+- --tunnel={{ .Values.tunnelProtocol }}
+{{- else if eq .Values.routingMode "native" }}
+- --routing=native
+{{- end }}
+{{- with .Values.clusterCIDR }}
+- --cluster-cidr={{ . }}
+{{- end }}
+{{- with .Values.serviceCIDR }}
+- --service-cidr={{ . }}
+{{- end }}
+{{- if .Values.masquerade }}
+- --masquerade
+{{- with .Values.masqueradeExclude }}
+- --masquerade-exclude={{ join "," . }}
+{{- end }}
+{{- end }}
+{{- if .Values.socketAcceleration }}
+- --socket-acceleration
+{{- end }}
+{{- with .Values.kernelFallbacks }}
+- --kernel-fallbacks={{ . }}
+{{- end }}
+{{- if .Values.prometheus.enabled }}
+- --metrics-addr=:{{ .Values.prometheus.port }}
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shuntnet/shunt/internal/flows"
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+// BenchmarkProxyRequest drives the real proxy over loopback TCP: raw
+// HTTP/1.1 keep-alive clients from the frontend's address, a real net/http
+// backend, a route on the service (as bench/run mesh's case (b)) and a
+// reader of /flows on the control socket decoding every record as the
+// agent does. "direct" is the same client and backend without the proxy:
+// the proxy's CPU per request is proxied's cpu-µs/op minus direct's (one
+// process holds all three, so the profile shows all three too); "nethttp"
+// is the proxy without its fast path.
+//
+// conns=1 is a serial client: every hand-off is a cold wake-up, as in the
+// mesh benchmark where each of 32 connections carries ~31 requests/s.
+//
+// paced is the mesh benchmark's load: 32 connections, 1000 requests/s in
+// all, evenly spread (run it with -benchtime 5000x: 5 s).
+func BenchmarkProxyRequest(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		conns, rate int
+	}{{"conns=1", 1, 0}, {"conns=32", 32, 0}, {"paced", 32, 1000}} {
+		b.Run("direct/"+c.name, func(b *testing.B) {
+			be := startBackend(b, "bench", "127.0.6.1", benchHandler)
+			runBenchClients(b, be.addr.String(), c.conns, c.rate)
+		})
+		for _, path := range []struct {
+			name        string
+			netHTTPOnly bool
+		}{{"proxied", false}, {"nethttp", true}} {
+			b.Run(path.name+"/"+c.name, func(b *testing.B) {
+				h, read := benchProxy(b, path.netHTTPOnly)
+				runBenchClients(b, h.addr, c.conns, c.rate)
+				b.StopTimer()
+				deadline := time.Now().Add(5 * time.Second)
+				for read.Load() < int64(b.N) && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if got := read.Load(); got+int64(h.p.flows.dropped.Load()) < int64(b.N) {
+					b.Errorf("the flow reader got %d records (%d dropped) of %d requests", got, h.p.flows.dropped.Load(), b.N)
+				}
+			})
+		}
+	}
+}
+
+func benchHandler(w http.ResponseWriter, r *http.Request) {
+	w.Write([]byte("bench"))
+}
+
+// benchProxy is a proxy with a route to one backend and an agent-like
+// reader of its flows; read counts the records it decoded. netHTTPOnly:
+// without the fast path.
+func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
+	be := startBackend(b, "bench", "127.0.6.1", benchHandler)
+	h := &harness{t: b, dst: map[netip.Addr]netip.AddrPort{}}
+	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly})
+	b.Cleanup(func() {
+		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+		defer done()
+		h.p.Shutdown(ctx)
+	})
+	h.apply(proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(be),
+		Services: []proxyapi.Service{svcPort("default/bench", "10.96.0.70", 80, be)},
+		Routes: []proxyapi.Route{{Name: "default/bench", Parents: []proxyapi.ParentRef{{Service: "default/bench"}},
+			Rules: []proxyapi.RouteRule{{Backends: []proxyapi.RouteBackend{{Service: "default/bench", Port: 80, Weight: 1}}}}}},
+	})
+	h.dials(frontend, "10.96.0.70:80")
+
+	sock := h.serveControl()
+	ctx, cancel := context.WithCancel(context.Background())
+	var read atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		proxyapi.NewClient(sock).Flows(ctx, func(flows.Flow) { read.Add(1) })
+	}()
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	h.waitFlowReaders(1)
+	return h, &read
+}
+
+// runBenchClients sends b.N GETs over conns keep-alive connections from
+// the frontend's address, as fast as they go or rate a second in all, and
+// reports the process's CPU per request.
+func runBenchClients(b *testing.B, addr string, conns, rate int) {
+	type benchConn struct {
+		c  net.Conn
+		br *bufio.Reader
+	}
+	cs := make([]benchConn, conns)
+	for i := range cs {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(frontend.ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		cs[i] = benchConn{c, bufio.NewReader(c)}
+	}
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	do := func(bc benchConn) error {
+		if _, err := bc.c.Write(req); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bc.br, nil)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return err
+	}
+	for _, bc := range cs { // warm: upstream connections open
+		if err := do(bc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	var failed atomic.Value
+	b.ReportAllocs()
+	before := cpuTime()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, bc := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n := next.Add(1)
+				if n > int64(b.N) {
+					return
+				}
+				if rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(n) * time.Second / time.Duration(rate))))
+				}
+				if err := do(bc); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
