@@ -30,6 +30,7 @@
 #include "lib/flow_events.h"
 #include "lib/encap.h"
 #include "lib/proxy.h"
+#include "lib/nodeport.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -78,6 +79,11 @@ int shunt_from_overlay(struct __sk_buff *skb)
 
 	ep = lookup_endpoint(p.f.daddr);
 	if (!ep) {
+		/* A backend's reply to a client outside that reached a Service
+		 * of this node (lib/nodeport.h). */
+		verdict = nodeport_reply(skb, &p, &CONFIG);
+		if (verdict >= 0)
+			return verdict;
 		/* The node itself, or nothing of ours: the stack decides. The
 		 * inner destination MAC is the sending pod's gateway on its
 		 * node, not this device's, so the device took the frame as for

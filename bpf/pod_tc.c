@@ -34,6 +34,7 @@
 #include "lib/encap.h"
 #include "lib/native.h"
 #include "lib/arp.h"
+#include "lib/nodeport.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -169,6 +170,11 @@ int shunt_from_pod(struct __sk_buff *skb)
 			return to_tunnel(skb, &p, tunnel_ip4);
 		if (tunnel_ip4 && CONFIG.native_ifindex)
 			return to_node_routed(skb, &p, &CONFIG);
+		/* A reply to a client outside that reached a Service of this
+		 * node from there (lib/nodeport.h). */
+		verdict = nodeport_reply(skb, &p, &CONFIG);
+		if (verdict >= 0)
+			return verdict;
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}

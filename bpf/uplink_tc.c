@@ -23,9 +23,14 @@
  * straight to the pod, as the overlay program does with the VNI's. Anything
  * else is the node's and goes to its stack, uncounted.
  *
- * The uplink programs are one per hook: masquerade and native routing
- * share them, each part off when its configuration is (MASQ.addr,
- * CONFIG.native_ifindex).
+ * It is also where traffic from outside reaches the node's NodePorts,
+ * externalIPs and load balancer addresses (lib/nodeport.h), and where
+ * replies of such flows from backends on other nodes come back (native
+ * routing).
+ *
+ * The uplink programs are one per hook: masquerade, native routing and
+ * NodePort share them, each part off when its configuration is (MASQ.addr,
+ * CONFIG.native_ifindex, CONFIG.uplink_ifindex).
  */
 #include "lib/common.h"
 #include "lib/metrics.h"
@@ -38,6 +43,7 @@
 #include "lib/policy.h"
 #include "lib/flow_events.h"
 #include "lib/masq.h"
+#include "lib/nodeport.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -47,6 +53,7 @@ volatile const struct masq_config MASQ = {};
 /* Never read: they put these enums into the object's BTF (see pod_tc.c). */
 const volatile enum masq_dir _btf_masq_dir = 0;
 const volatile enum masq_flags _btf_masq_flags = 0;
+const volatile enum service_flags _btf_service_flags = 0;
 
 /* uplink_addrs reads the addresses of an IPv4 packet ([0] source, [1]
  * destination); false for anything else. */
@@ -172,6 +179,26 @@ static __always_inline int from_node_routed(struct __sk_buff *skb, struct endpoi
 	return admit_to_local_pod(skb, &p, &CONFIG, src_identity, ep);
 }
 
+/* nodeport_at_uplink takes what arrives for the node's external Service
+ * addresses (lib/nodeport.h): a client's packet, translated to its
+ * backend, or a backend's reply (routed back from another node), sent to
+ * the client. Returns -1 for anything else. */
+static __always_inline int nodeport_at_uplink(struct __sk_buff *skb)
+{
+	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK, .src_identity = SHUNT_ID_WORLD };
+	int verdict;
+
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	if (p.f.icmp_error)
+		return -1;
+	verdict = nodeport_reply(skb, &p, &CONFIG);
+	if (verdict >= 0)
+		return verdict;
+	return nodeport_from_outside(skb, &p, ip, &CONFIG);
+}
+
 SEC("tc")
 int shunt_from_uplink(struct __sk_buff *skb)
 {
@@ -190,6 +217,11 @@ int shunt_from_uplink(struct __sk_buff *skb)
 		 * the pod's to-pod program judges it. */
 		if (from && from->tunnel_ip4)
 			return from_node_routed(skb, ep, from->identity);
+	}
+	if (CONFIG.uplink_ifindex) {
+		verdict = nodeport_at_uplink(skb);
+		if (verdict >= 0)
+			return verdict;
 	}
 	if (!MASQ.addr || addrs[1] != MASQ.addr)
 		return TC_ACT_OK;

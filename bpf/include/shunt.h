@@ -48,6 +48,17 @@ struct shunt_config {
 	 * themselves, as the host stack would (lib/icmp.h). Set whenever
 	 * tunnel_ifindex is. */
 	__u32 node_ip4;
+	/* Traffic from outside to the node's Services (NodePort, externalIPs,
+	 * load balancer addresses; lib/nodeport.h): the node's uplink, out of
+	 * which the replies of such flows leave (0: off, none is translated),
+	 * the address the flows whose backend is on another node get as their
+	 * source (externalTrafficPolicy Cluster: the node's address on the pod
+	 * network, which every node's ipcache knows as this node's), and the
+	 * source ports allocated for them (host byte order, inclusive). */
+	__u32 uplink_ifindex;
+	__u32 nodeport_snat_ip4;
+	__u16 nodeport_port_min;
+	__u16 nodeport_port_max;
 };
 
 /* A local pod endpoint, keyed by its IPv4 address (network byte order). */
@@ -241,6 +252,10 @@ enum shunt_reason {
 					    * at least 4 MiB): this socket's sends take the stack from now on,
 					    * which holds a writer back as TCP does (bpf/lib/accel_peer.h);
 					    * counted once per socket */
+	SHUNT_REASON_NODEPORT_XLATE = 44, /* uplink ingress: a packet from outside to a NodePort, externalIP or load
+					   * balancer address translated to a backend (lib/nodeport.h) */
+	SHUNT_REASON_NODEPORT_REPLY = 45, /* a backend's reply to such a flow: the Service's address given back as
+					   * its source, and sent out of the uplink to the client */
 	SHUNT_REASON_MAX,
 };
 
@@ -299,6 +314,9 @@ struct service_key {
 
 enum service_flags {
 	SERVICE_F_AFFINITY = 1, /* ClientIP session affinity */
+	SERVICE_F_EXTERNAL = 2, /* reached from outside the cluster (NodePort, externalIP, load balancer): the
+				 * uplink program translates packets to it */
+	SERVICE_F_LOCAL = 4,    /* externalTrafficPolicy Local: this node's backends only, the client's address kept */
 };
 
 struct service_value {
@@ -365,6 +383,26 @@ struct tc_nat_value {
 	__u16 port;
 	__u8 reply;  /* 1: rewrite the source (reply direction), 0: the destination */
 	__u8 pad;
+};
+
+/* shunt_nodeport_nat: the translation of a flow from outside to one of the
+ * node's external Service addresses (lib/nodeport.h), keyed by a tuple as
+ * it arrives (struct tc_nat_key), naming the whole tuple to write over
+ * it. Two entries per flow: the client's packets (to the frontend) become
+ * the client's, or with SNAT the node's, to the backend; the backend's
+ * replies become the frontend's to the client. */
+struct nodeport_nat_value {
+	__u32 saddr;  /* network byte order */
+	__u32 daddr;
+	__u16 sport;  /* network byte order */
+	__u16 dport;
+	__u8 reply;   /* 1: a backend's reply, sent out of the uplink */
+	__u8 pad[3];
+	/* Both entries of a flow are refreshed together; an entry idle past
+	 * its timeout (lib/nat_timeout.h) no longer holds its SNAT port. */
+	__u64 last_seen_ns;
+	__u32 flags;  /* enum masq_flags: the client's FIN is "out", the backend's "in" */
+	__u32 pad2;
 };
 
 /*

@@ -20,6 +20,7 @@
 #include "tc_nat.h"
 #include "conntrack.h"
 #include "policy.h"
+#include "nat_timeout.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -44,25 +45,6 @@ struct {
  * a failure is counted as masq-port-exhausted. */
 #define MASQ_PORT_TRIES 16
 
-/* masq_closed: the TCP connection was reset, or FIN went both ways. */
-static __always_inline bool masq_closed(__u32 flags)
-{
-	return (flags & MASQ_F_RST) || ((flags & MASQ_F_FIN_OUT) && (flags & MASQ_F_FIN_IN));
-}
-
-/* A flow's entries live as long as conntrack keeps a connection of its
- * protocol and state: the same timeouts (CT_TIMEOUT_* in conntrack.h). */
-static __always_inline __u64 masq_timeout(__u32 flags, __u8 proto)
-{
-	if (proto != IPPROTO_TCP)
-		return CT_TIMEOUT_OTHER;
-	if (masq_closed(flags))
-		return CT_TIMEOUT_TCP_CLOSING;
-	if (!(flags & MASQ_F_REPLY_SEEN))
-		return CT_TIMEOUT_TCP_OPENING;
-	return CT_TIMEOUT_TCP_ESTABLISHED;
-}
-
 /* masq_idle is how long the flow of entry v has been quiet. Another CPU
  * may have refreshed it after this one read the clock: that is no idle
  * time, not an underflow to "idle for ages". */
@@ -75,25 +57,15 @@ static __always_inline __u64 masq_idle(const struct masq_value *v, __u64 now)
 
 static __always_inline bool masq_expired(const struct masq_value *v, __u8 proto, __u64 now)
 {
-	return masq_idle(v, now) > masq_timeout(v->flags, proto);
+	return masq_idle(v, now) > nat_timeout(v->flags, proto);
 }
 
-/* A TCP connection that closed (RST, or FIN both ways) keeps its entries
- * for CT_TIMEOUT_TCP_CLOSING, for its own late packets, but gives its
- * port to a new flow after this grace: enough for the last ACK and a
- * retransmitted FIN. Otherwise a destination's ports would be held 10 s
- * after every short connection, and one busy client would exhaust them
- * (4536 ports / 10 s = 450 connections a second); Linux's NAT likewise
- * reuses the port of a connection in TIME_WAIT for a new SYN. The
- * outside end, if it closed first, accepts a new SYN on a tuple in
- * TIME_WAIT (RFC 6191). */
-#define MASQ_CLOSED_REUSE (1 * NSEC_PER_SEC)
 
 /* masq_reusable says whether the flow of entry v no longer holds its
  * port against a new flow. */
 static __always_inline bool masq_reusable(const struct masq_value *v, __u8 proto, __u64 now)
 {
-	if (proto == IPPROTO_TCP && masq_closed(v->flags) && masq_idle(v, now) > MASQ_CLOSED_REUSE)
+	if (proto == IPPROTO_TCP && nat_closed(v->flags) && masq_idle(v, now) > NAT_CLOSED_REUSE)
 		return true;
 	return masq_expired(v, proto, now);
 }

@@ -16,6 +16,39 @@
 #include "pkt.h"
 #include "forward.h"
 
+/* fib_redirect sends the packet to the next hop a successful route lookup
+ * (ret: SUCCESS or NO_NEIGH) found: one hop (TTL), then the next hop's
+ * MAC written and the packet redirected (bpf_redirect), or, when the next
+ * hop's MAC is not known yet, handed to bpf_redirect_neigh, which
+ * resolves it as the stack does. The outcome is counted and reported as
+ * reason. Returns the program's verdict. */
+static __always_inline int fib_redirect(struct __sk_buff *skb, struct pkt *p, struct bpf_fib_lookup *fib, long ret, __u32 reason)
+{
+	int verdict = forward_hop(skb, p);
+
+	if (verdict >= 0)
+		return verdict;
+	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		/* The lookup left the next hop (the gateway, or the
+		 * destination on a shared link) in ipv4_dst. */
+		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib->ipv4_dst };
+
+		ret = bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+	} else {
+		__u8 macs[12];
+
+		__builtin_memcpy(macs, fib->dmac, 6);
+		__builtin_memcpy(macs + 6, fib->smac, 6);
+		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
+			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+		ret = bpf_redirect(fib->ifindex, 0);
+	}
+	if (ret != TC_ACT_REDIRECT)
+		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+	done(skb, p, FLOW_FORWARDED, reason);
+	return TC_ACT_REDIRECT;
+}
+
 /* to_node_routed sends a packet for a pod of another node out of cfg's
  * underlay interface, routed: the route lookup of the node's namespace
  * (as the stack would forward it, from the pod's veth) names the next hop;
@@ -35,7 +68,6 @@ static __always_inline int to_node_routed(struct __sk_buff *skb, struct pkt *p, 
 		.ifindex = skb->ingress_ifindex, .ipv4_src = p->f.saddr, .ipv4_dst = p->f.daddr,
 	};
 	__u8 tos = 0;
-	int verdict;
 	long ret;
 
 	bpf_skb_load_bytes(skb, IP_TOS_OFF, &tos, sizeof(tos));
@@ -47,28 +79,7 @@ static __always_inline int to_node_routed(struct __sk_buff *skb, struct pkt *p, 
 		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_FIB_LOOKUP_FAILED);
 		return TC_ACT_OK;
 	}
-	verdict = forward_hop(skb, p);
-	if (verdict >= 0)
-		return verdict;
-	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		/* The lookup left the next hop (the gateway, or the
-		 * destination on a shared link) in ipv4_dst. */
-		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib.ipv4_dst };
-
-		ret = bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
-	} else {
-		__u8 macs[12];
-
-		__builtin_memcpy(macs, fib.dmac, 6);
-		__builtin_memcpy(macs + 6, fib.smac, 6);
-		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
-			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
-		ret = bpf_redirect(fib.ifindex, 0);
-	}
-	if (ret != TC_ACT_REDIRECT)
-		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
-	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
-	return TC_ACT_REDIRECT;
+	return fib_redirect(skb, p, &fib, ret, SHUNT_REASON_FORWARDED);
 }
 
 #endif

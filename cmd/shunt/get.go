@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -356,20 +357,50 @@ func getServices(c *api.Client, o *getOptions, r *resource, name string) error {
 		}
 	}
 	return getObjects(c, o, r, name, "/v1/services", columns[*corev1.Service]{
-		header: []string{"NAME", "TYPE", "CLUSTER-IP", "PORT(S)", "AGE"},
+		header: []string{"NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"},
 		wide:   []string{"SELECTOR", "ENDPOINTS"},
 		row: func(s *corev1.Service) ([]string, []string) {
-			var ports []string
-			for _, p := range s.Spec.Ports {
-				ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
-			}
-			cells := []string{s.Name, string(s.Spec.Type), orNone(s.Spec.ClusterIP), strings.Join(ports, ","), age(s.CreationTimestamp.Time)}
+			cells := []string{s.Name, string(s.Spec.Type), orNone(s.Spec.ClusterIP), externalIPText(s), servicePortsText(s), age(s.CreationTimestamp.Time)}
 			if o.output != "wide" {
 				return cells, nil
 			}
 			return cells, []string{orNone(labelText(s.Spec.Selector)), orNone(strings.Join(readyEndpoints(eps, s.Namespace, s.Name), ","))}
 		},
 	})
+}
+
+// externalIPText is kubectl's EXTERNAL-IP column: the load balancer's
+// ingress addresses and the externalIPs, <pending> for a LoadBalancer
+// without an address yet, <none> otherwise.
+func externalIPText(s *corev1.Service) string {
+	var out []string
+	if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		for _, ing := range s.Status.LoadBalancer.Ingress {
+			out = append(out, cmp.Or(ing.IP, ing.Hostname))
+		}
+	}
+	out = append(out, s.Spec.ExternalIPs...)
+	switch {
+	case len(out) > 0:
+		return strings.Join(out, ",")
+	case s.Spec.Type == corev1.ServiceTypeLoadBalancer:
+		return "<pending>"
+	}
+	return "<none>"
+}
+
+// servicePortsText is kubectl's PORT(S) column: port/protocol, with the
+// nodePort after a colon when there is one (80:30080/TCP).
+func servicePortsText(s *corev1.Service) string {
+	var ports []string
+	for _, p := range s.Spec.Ports {
+		if p.NodePort != 0 {
+			ports = append(ports, fmt.Sprintf("%d:%d/%s", p.Port, p.NodePort, p.Protocol))
+		} else {
+			ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
+		}
+	}
+	return strings.Join(ports, ",")
 }
 
 // readyEndpoints lists ip:port of a service's ready endpoints, as

@@ -1,6 +1,8 @@
 package main
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"bytes"
 	"encoding/json"
 	"net"
@@ -264,9 +266,9 @@ func TestGetShowLabels(t *testing.T) {
 		"shop db 0/1 Running 0 <unknown> 10.0.0.5 <none> app=db,tier=c")
 	out, _, _ = get(sock, "svc", "--show-labels")
 	assertLines(t, out,
-		"NAME TYPE CLUSTER-IP PORT(S) AGE LABELS",
-		"web ClusterIP 10.96.0.10 80/TCP <unknown> app=web",
-		"other ClusterIP 10.96.0.11 53/UDP <unknown> <none>")
+		"NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE LABELS",
+		"web ClusterIP 10.96.0.10 <none> 80/TCP <unknown> app=web",
+		"other ClusterIP 10.96.0.11 <none> 53/UDP <unknown> <none>")
 	out, _, _ = get(sock, "endpointslices", "--show-labels")
 	assertLines(t, out,
 		"NAME ADDRESSTYPE PORTS ENDPOINTS LABELS",
@@ -454,6 +456,27 @@ func TestDeleteKindName(t *testing.T) {
 	} {
 		if err := del(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("delete %v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestServiceColumnsAsKubectl: EXTERNAL-IP and PORT(S) of NodePort and
+// LoadBalancer Services read as kubectl prints them.
+func TestServiceColumnsAsKubectl(t *testing.T) {
+	ports := []corev1.ServicePort{{Port: 80, NodePort: 30080, Protocol: corev1.ProtocolTCP}, {Port: 53, NodePort: 30053, Protocol: corev1.ProtocolUDP}}
+	for _, tc := range []struct {
+		name      string
+		svc       corev1.Service
+		ext, port string
+	}{
+		{"NodePort", corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: ports}}, "<none>", "80:30080/TCP,53:30053/UDP"},
+		{"NodePort with externalIPs", corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: ports[:1], ExternalIPs: []string{"192.0.2.1", "192.0.2.2"}}}, "192.0.2.1,192.0.2.2", "80:30080/TCP"},
+		{"LoadBalancer pending", corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: ports[:1]}}, "<pending>", "80:30080/TCP"},
+		{"LoadBalancer", corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: ports[:1]},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.168.124.1"}}}}}, "192.168.124.1", "80:30080/TCP"},
+	} {
+		if ext, port := externalIPText(&tc.svc), servicePortsText(&tc.svc); ext != tc.ext || port != tc.port {
+			t.Errorf("%s: EXTERNAL-IP %q PORT(S) %q, want %q %q", tc.name, ext, port, tc.ext, tc.port)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"syscall"
@@ -96,7 +97,8 @@ func settleLayout(c *api.Client, inst instance.Instance, f multiNodeFlags, run r
 // ensureLabNodes starts every node's agent that does not run, the first
 // (the control plane) first.
 func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR string, run runFlags, asked labSettings) error {
-	run.routing, run.tunnel, run.underlay, run.clusterCIDR, run.masquerade = "", "", "", "", false
+	lbPool := run.lbPool // the control plane's alone
+	run.routing, run.tunnel, run.underlay, run.clusterCIDR, run.masquerade, run.lbPool = "", "", "", "", false, ""
 	deleted, err := deletedLabNodes(base, l)
 	if err != nil {
 		return err
@@ -124,6 +126,9 @@ func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR 
 		}
 		if i == 0 {
 			args = append(args, "--lab-control-plane")
+			if lbPool != "" {
+				args = append(args, "--lb-pool", lbPool)
+			}
 			if l.NodeGrace != "" {
 				args = append(args, "--node-grace", l.NodeGrace)
 			}
@@ -132,6 +137,14 @@ func ensureLabNodes(base instance.Instance, l *labnet.Layout, mode, serviceCIDR 
 		}
 		if err := ensureAgentIn(labnet.NetnsPath(n.Netns), api.NewClient(ni.Socket()), ni, mode, n.PodCIDR, serviceCIDR, args, asked); err != nil {
 			return fmt.Errorf("node %s (instance %s): %w", n.Name, n.Instance, err)
+		}
+	}
+	if lbPool != "" && len(l.Nodes) > 0 {
+		// What a router announcing the pool (BGP, or ARP as MetalLB's
+		// L2 mode) gives the outside: the way to its addresses, here
+		// through node-1.
+		if out, err := exec.Command("ip", "-n", l.External.Netns, "route", "replace", lbPool, "via", l.Nodes[0].Addr).CombinedOutput(); err != nil {
+			return fmt.Errorf("routing the load balancer pool %s to node-1 on the external host: %v: %s", lbPool, err, out)
 		}
 	}
 	return nil

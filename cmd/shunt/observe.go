@@ -179,7 +179,11 @@ func summary(fl flows.Flow) string {
 		if name == "" {
 			name = "service"
 		}
-		parts = append(parts, fmt.Sprintf("%s %s:%d", name, fl.Service.IP, fl.Service.Port))
+		svc := fmt.Sprintf("%s %s:%d", name, fl.Service.IP, fl.Service.Port)
+		if k := fl.Service.Kind; k != "" && k != "clusterip" {
+			svc += " (" + k + ")" // reached from outside: the flow's node is the ingress node
+		}
+		parts = append(parts, svc)
 	}
 	if h := fl.HTTP; h != nil {
 		req := fmt.Sprintf("%s %s %s", h.Method, h.Path, h.Protocol)

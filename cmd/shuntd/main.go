@@ -53,6 +53,7 @@ func newRootCmd() *cobra.Command {
 		nodeGrace                                  time.Duration
 		driftPeriod                                time.Duration
 		kernelFallbacks                            string
+		lbPool                                     string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -82,6 +83,14 @@ func newRootCmd() *cobra.Command {
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
 				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
 				DriftCheckPeriod: driftPeriod}
+			if lbPool != "" {
+				if cfg.LoadBalancerPool, err = netip.ParsePrefix(lbPool); err != nil || !cfg.LoadBalancerPool.Addr().Is4() {
+					return fmt.Errorf("--lb-pool %q: give an IPv4 CIDR, e.g. 192.168.124.0/28", lbPool)
+				}
+				if labJoin != "" || kubeconfig != "" || inCluster {
+					return fmt.Errorf("--lb-pool is the lab's load balancer pool, for the node serving the lab's objects: not with --lab-join (the first node assigns), nor with a Kubernetes API server (its load balancer controller does)")
+				}
+			}
 			if cfg.KernelFallbacks, err = dpinfo.ParseFallbacks(kernelFallbacks); err != nil {
 				return fmt.Errorf("--kernel-fallbacks: %w", err)
 			}
@@ -185,6 +194,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&nodeGrace, "node-grace", 0, "with --lab-control-plane: how long a joined node's agent may go silent before the node is NotReady and its pods leave every Service (default "+lab.DefaultNodeGrace.String()+", Kubernetes' node-monitor-grace-period)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
+	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
 	cmd.AddCommand(newShimCmd())
 	return cmd

@@ -119,6 +119,9 @@ type Config struct {
 	// are compared with the desired state and repaired (drift.go); 0:
 	// only on demand (`shunt sync --verify`).
 	DriftCheckPeriod time.Duration
+	// LoadBalancerPool (with LabControlPlane) is where the lab's
+	// LoadBalancer Services get their address; invalid: none.
+	LoadBalancerPool netip.Prefix
 	// KernelFallbacks are older kernel paths to take although the kernel
 	// has the newer feature (tests run every fallback on a new kernel);
 	// the ones the kernel needs are taken anyway (datapath.ProbeKernel).
@@ -148,7 +151,8 @@ type Agent struct {
 	nodeName string              // this node's name (its Node object's, with Kubernetes)
 	objects  func() *model.Store // the objects as they are now (the source's)
 	// serviceProblems: the Services' part of problems(), per store.
-	serviceProblems serviceProblemsCache
+	serviceProblems  serviceProblemsCache
+	hostPortProblems hostPortProblemsCache
 
 	proxy    *nodeProxy     // the node L7 proxy
 	flows    *flows.History // the last flows, for observe
@@ -223,7 +227,8 @@ func (a *Agent) wire(s *startup) error {
 	}
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: a.nodeName, NodeAddrs: []netip.Addr{a.podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
-		Allocations: s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
+		NodePortAddrs: a.nodePortAddrs(),
+		Allocations:   s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Identities: identities,
 		Log:        a.log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
 		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set,
@@ -318,6 +323,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.readFlows(fr)
 	go returnFreeMemory(ctx)
 	go a.runDriftChecks(ctx)
+	go newHealthChecks(a.nodeName, a.log.With("component", "healthcheck")).run(ctx, a.objects, 500*time.Millisecond)
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
 	var resync <-chan time.Time // nil: never
 	if every := a.src.ResyncEvery(); every > 0 {

@@ -55,7 +55,8 @@ func (a *Agent) openNode(s *startup) error {
 	mark := DefaultProxyMark
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
-		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
+		NodePort: s.nodePort,
+		NodeIP:   a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
 		Fallbacks: s.fallbacks})
 	if err != nil {
 		return err
@@ -136,10 +137,15 @@ func (a *Agent) programRouting(s *startup) error {
 			return err
 		}
 	}
-	if s.masq != nil || s.nativeIf != 0 {
-		// One program per hook: masquerade and native routing's
-		// receiving end share the uplink's.
+	if s.masq != nil || s.nativeIf != 0 || s.nodePort != nil {
+		// One program per hook: masquerade, native routing's receiving
+		// end and NodePort share the uplink's.
 		if a.uplink, err = a.attachUplink(); err != nil {
+			return err
+		}
+	}
+	if s.nodePort != nil {
+		if err := enableUplinkForwarding(a.uplink); err != nil {
 			return err
 		}
 	}

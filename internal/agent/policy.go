@@ -37,6 +37,7 @@ func (a *Agent) problems() []policy.Problem {
 		out = append(out, pol.Problems...)
 	}
 	out = append(out, a.serviceProblems.of(a.objects())...)
+	out = append(out, a.hostPortProblems.of(a.objects(), a.nodeName)...)
 	if err := a.rec.PolicyError(); err != nil {
 		out = append(out, policy.Problem{Kind: "Node", Name: a.nodeName, Reason: "PolicyNotProgrammed",
 			Message: err.Error() + "; the previous policy stays in force"})
@@ -61,6 +62,32 @@ func (c *serviceProblemsCache) of(store *model.Store) []policy.Problem {
 		for _, svc := range store.Services() {
 			for _, is := range services.Unsupported(svc) {
 				c.out = append(c.out, policy.Problem{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Reason: is.Reason, Message: is.Message})
+			}
+		}
+	}
+	return c.out
+}
+
+// hostPortProblemsCache holds the hostPort problems of the pods of this
+// node in one store (the pods' node reports them: hostPort is the node's
+// business).
+type hostPortProblemsCache struct {
+	mu    sync.Mutex
+	store *model.Store
+	out   []policy.Problem
+}
+
+func (c *hostPortProblemsCache) of(store *model.Store, node string) []policy.Problem {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if store != c.store {
+		c.store, c.out = store, nil
+		for _, p := range store.Pods() {
+			if p.Spec.NodeName != node {
+				continue
+			}
+			for _, is := range services.HostPortIssues(p) {
+				c.out = append(c.out, policy.Problem{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, Reason: is.Reason, Message: is.Message})
 			}
 		}
 	}

@@ -26,6 +26,8 @@ type startup struct {
 	// the older kernel paths the datapath takes (datapath.ProbeKernel)
 	fallbacks dpinfo.Fallbacks
 	masq      *datapath.Masquerade // nil: no masquerade
+	// nil: outside clients do not reach the node's Services (no underlay)
+	nodePort *datapath.NodePort
 
 	// openNode's
 	root        string // the cgroup v2 root
@@ -108,6 +110,9 @@ func (a *Agent) settleSettings() (*startup, error) {
 	}
 	// Refused before anything of the node is made.
 	if s.masq, err = masqueradeOf(*cfg, state.Mode); err != nil {
+		return nil, err
+	}
+	if s.nodePort, err = nodePortOf(*cfg, state.Mode, a.podPool.NodeIP()); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -88,6 +88,11 @@ type Config struct {
 	// give pods' traffic to outside the cluster the node's address; nil:
 	// pods' traffic leaves with their own addresses.
 	Masquerade *Masquerade
+	// NodePort, when set, loads the uplink programs and lets traffic from
+	// outside reach the node's external Service frontends (NodePort,
+	// externalIPs, load balancer addresses: lib/nodeport.h); nil: they
+	// are reached from the node and its pods only (the socket layer).
+	NodePort *NodePort
 	// Fallbacks are the older paths to take for kernel features this
 	// kernel lacks (ProbeKernel) or that were forced; nil: every newer
 	// path (Linux 6.10+).
@@ -173,6 +178,13 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 	}
 	if cfg.NodeIP.IsValid() {
 		tcConfig.NodeIp4 = be32(cfg.NodeIP)
+	}
+	if np := cfg.NodePort; np != nil {
+		if err := np.check(); err != nil {
+			return nil, err
+		}
+		tcConfig.UplinkIfindex, tcConfig.NodeportSnatIp4 = uint32(np.UplinkIfindex), be32(np.SNATAddr)
+		tcConfig.NodeportPortMin, tcConfig.NodeportPortMax = np.Ports.Min, np.Ports.Max
 	}
 	if cfg.ConntrackSingleTable {
 		tcConfig.CtSingleTable = 1
@@ -327,7 +339,8 @@ func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 	return overlaytcShuntConfig{
 		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
 		TunnelIfindex: cfg.TunnelIfindex, NativeIfindex: cfg.NativeIfindex, CtSingleTable: cfg.CtSingleTable,
-		NodeIp4: cfg.NodeIp4,
+		NodeIp4: cfg.NodeIp4, UplinkIfindex: cfg.UplinkIfindex, NodeportSnatIp4: cfg.NodeportSnatIp4,
+		NodeportPortMin: cfg.NodeportPortMin, NodeportPortMax: cfg.NodeportPortMax,
 	}
 }
 

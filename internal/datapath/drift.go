@@ -384,9 +384,9 @@ func backendValue(k backendKey) sockaddrBackendValue {
 
 // masterValue is the slot 0 value of a service port.
 func masterValue(w written) sockaddrServiceValue {
-	v := sockaddrServiceValue{Id: w.id, BackendCount: uint16(len(w.backends))}
+	v := sockaddrServiceValue{Id: w.id, BackendCount: uint16(len(w.backends)), Flags: w.flags}
 	if w.affinity > 0 {
-		v.Flags, v.AffinityTimeout = serviceAffinityFlag, w.affinity
+		v.Flags, v.AffinityTimeout = v.Flags|serviceAffinityFlag, w.affinity
 	}
 	return v
 }

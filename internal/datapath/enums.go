@@ -106,6 +106,8 @@ var (
 	_ = sameAsC{}[dpinfo.ReasonFragNeeded^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_FRAG_NEEDED)]
 	_ = sameAsC{}[dpinfo.ReasonProxyIdentity^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY)]
 	_ = sameAsC{}[dpinfo.ReasonAccelCongested^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_ACCEL_CONGESTED)]
+	_ = sameAsC{}[dpinfo.ReasonNodePortXlate^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE)]
+	_ = sameAsC{}[dpinfo.ReasonNodePortReply^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY)]
 	_ = sameAsC{}[dpinfo.ReasonMax^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MAX)]
 	_ = sameAsC{}[dpinfo.DirFromPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_POD)]
 	_ = sameAsC{}[dpinfo.DirToPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_TO_POD)]

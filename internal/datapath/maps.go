@@ -133,6 +133,13 @@ var mapTable = []mapDesc{
 		insertFailed: dpinfo.ReasonMasqInsertFailed.String(),
 	},
 	{
+		name:         "shunt_nodeport_nat",
+		about:        "traffic from outside to the node's Services (NodePort, externalIPs, load balancer): the tuple as it arrives -> the tuple written over it, the client's packets and the backends' replies (LRU)",
+		of:           func(d *Datapath) *ebpf.Map { return d.objs.ShuntNodeportNat },
+		dump:         func(d *Datapath) ([]Row, error) { return d.nodePortRows() },
+		insertFailed: dpinfo.ReasonNATInsertFailed.String(),
+	},
+	{
 		name:  "shunt_masq_exclude",
 		about: "masquerade: destinations pods reach with their own address (cluster, services, nodes, --masquerade-exclude; LPM trie)",
 		of:    func(d *Datapath) *ebpf.Map { return d.uplink.ShuntMasqExclude },

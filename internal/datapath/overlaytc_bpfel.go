@@ -14,14 +14,18 @@ import (
 )
 
 type overlaytcShuntConfig struct {
-	_              structs.HostLayout
-	FwdMode        uint32
-	ProxyMarkMagic uint32
-	ProxyMarkMask  uint32
-	TunnelIfindex  uint32
-	NativeIfindex  uint32
-	CtSingleTable  uint32
-	NodeIp4        uint32
+	_               structs.HostLayout
+	FwdMode         uint32
+	ProxyMarkMagic  uint32
+	ProxyMarkMask   uint32
+	TunnelIfindex   uint32
+	NativeIfindex   uint32
+	CtSingleTable   uint32
+	NodeIp4         uint32
+	UplinkIfindex   uint32
+	NodeportSnatIp4 uint32
+	NodeportPortMin uint16
+	NodeportPortMax uint16
 }
 
 // Names of all BPF objects in the ELF.
@@ -41,6 +45,7 @@ const (
 	overlaytcMapShuntIpcache           = "shunt_ipcache"
 	overlaytcMapShuntL7Redirect        = "shunt_l7_redirect"
 	overlaytcMapShuntMetrics           = "shunt_metrics"
+	overlaytcMapShuntNodeportNat       = "shunt_nodeport_nat"
 	overlaytcMapShuntPolicy            = "shunt_policy"
 	overlaytcMapShuntProxyOrigins      = "shunt_proxy_origins"
 	overlaytcMapShuntRevnat            = "shunt_revnat"
@@ -114,6 +119,7 @@ type overlaytcMapSpecs struct {
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
@@ -161,6 +167,7 @@ type overlaytcMaps struct {
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
@@ -183,6 +190,7 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
 		m.ShuntMetrics,
+		m.ShuntNodeportNat,
 		m.ShuntPolicy,
 		m.ShuntProxyOrigins,
 		m.ShuntRevnat,

@@ -196,14 +196,18 @@ const (
 )
 
 type podtcShuntConfig struct {
-	_              structs.HostLayout
-	FwdMode        podtcShuntFwdMode
-	ProxyMarkMagic uint32
-	ProxyMarkMask  uint32
-	TunnelIfindex  uint32
-	NativeIfindex  uint32
-	CtSingleTable  uint32
-	NodeIp4        uint32
+	_               structs.HostLayout
+	FwdMode         podtcShuntFwdMode
+	ProxyMarkMagic  uint32
+	ProxyMarkMask   uint32
+	TunnelIfindex   uint32
+	NativeIfindex   uint32
+	CtSingleTable   uint32
+	NodeIp4         uint32
+	UplinkIfindex   uint32
+	NodeportSnatIp4 uint32
+	NodeportPortMin uint16
+	NodeportPortMax uint16
 }
 
 type podtcShuntDirection uint32
@@ -296,7 +300,9 @@ const (
 	podtcShuntReasonSHUNT_REASON_FRAG_NEEDED            podtcShuntReason = 41
 	podtcShuntReasonSHUNT_REASON_PROXY_IDENTITY         podtcShuntReason = 42
 	podtcShuntReasonSHUNT_REASON_ACCEL_CONGESTED        podtcShuntReason = 43
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 44
+	podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE         podtcShuntReason = 44
+	podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY         podtcShuntReason = 45
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 46
 )
 
 type podtcTcNatKey struct {
@@ -334,6 +340,7 @@ const (
 	podtcMapShuntIpcache           = "shunt_ipcache"
 	podtcMapShuntL7Redirect        = "shunt_l7_redirect"
 	podtcMapShuntMetrics           = "shunt_metrics"
+	podtcMapShuntNodeportNat       = "shunt_nodeport_nat"
 	podtcMapShuntPolicy            = "shunt_policy"
 	podtcMapShuntProxyOrigins      = "shunt_proxy_origins"
 	podtcMapShuntRevnat            = "shunt_revnat"
@@ -419,6 +426,7 @@ type podtcMapSpecs struct {
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
@@ -478,6 +486,7 @@ type podtcMaps struct {
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
@@ -500,6 +509,7 @@ func (m *podtcMaps) Close() error {
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
 		m.ShuntMetrics,
+		m.ShuntNodeportNat,
 		m.ShuntPolicy,
 		m.ShuntProxyOrigins,
 		m.ShuntRevnat,

@@ -15,7 +15,21 @@ import (
 	"github.com/shuntnet/shunt/internal/services"
 )
 
-const serviceAffinityFlag = 1 // SERVICE_F_AFFINITY
+const serviceAffinityFlag = uint16(uplinktcServiceFlagsSERVICE_F_AFFINITY)
+
+// frontendFlags are the flags of a service port's slot 0 that say what
+// kind of frontend it is: the uplink program translates external ones
+// (lib/nodeport.h).
+func frontendFlags(s services.Port) uint16 {
+	var f uint16
+	if s.Kind.External() {
+		f |= uint16(uplinktcServiceFlagsSERVICE_F_EXTERNAL)
+		if s.LocalOnly {
+			f |= uint16(uplinktcServiceFlagsSERVICE_F_LOCAL)
+		}
+	}
+	return f
+}
 
 // be32 keeps an IPv4 address as the bytes on the wire (network order) in a
 // native uint32, which is how the BPF side compares it.
@@ -53,6 +67,7 @@ type backendKey struct {
 type written struct {
 	id       uint32   // service id (slot 0)
 	affinity uint32   // seconds, 0: none
+	flags    uint16   // frontendFlags
 	backends []uint32 // backend ids, slot order
 }
 
@@ -110,7 +125,7 @@ func (d *Datapath) loadServiceTable() error {
 		if k.Slot != 0 {
 			continue
 		}
-		w := written{id: v.Id}
+		w := written{id: v.Id, flags: v.Flags &^ serviceAffinityFlag}
 		if v.Flags&serviceAffinityFlag != 0 {
 			w.affinity = v.AffinityTimeout
 		}
@@ -461,10 +476,11 @@ func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 		}
 		ids[i] = id
 	}
-	if exists && old.affinity == s.AffinityTimeout && slices.Equal(old.backends, ids) {
+	flags := frontendFlags(s)
+	if exists && old.affinity == s.AffinityTimeout && old.flags == flags && slices.Equal(old.backends, ids) {
 		return // unchanged: the common case of a partial sync
 	}
-	wr := written{id: old.id, affinity: s.AffinityTimeout, backends: ids}
+	wr := written{id: old.id, affinity: s.AffinityTimeout, flags: flags, backends: ids}
 	if !exists {
 		wr.id = t.nextService
 		t.nextService++
@@ -480,10 +496,7 @@ func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 		w.slotKeys = append(w.slotKeys, k)
 		w.slotVals = append(w.slotVals, sockaddrServiceValue{Id: id})
 	}
-	mv := sockaddrServiceValue{Id: wr.id, BackendCount: uint16(len(ids))}
-	if s.AffinityTimeout > 0 {
-		mv.Flags, mv.AffinityTimeout = serviceAffinityFlag, s.AffinityTimeout
-	}
+	mv := masterValue(wr)
 	w.masterKeys = append(w.masterKeys, master)
 	w.masterVals = append(w.masterVals, mv)
 	for i := len(ids); i < len(old.backends); i++ {

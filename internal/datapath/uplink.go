@@ -46,9 +46,36 @@ func (m *Masquerade) check() error {
 	return nil
 }
 
-// usesUplink says whether the uplink programs run: they masquerade, and
-// receive what other nodes route here with native routing.
-func (c Config) usesUplink() bool { return c.Masquerade != nil || c.NativeIfindex != 0 }
+// NodePort is how traffic from outside reaches the node's external
+// Service frontends (lib/nodeport.h): it arrives on UplinkIfindex, where
+// the replies leave too, and a flow whose backend is on another node
+// (externalTrafficPolicy Cluster) gets SNATAddr, the node's address on the
+// pod network, and a source port of Ports. Load-time constants.
+type NodePort struct {
+	UplinkIfindex int
+	SNATAddr      netip.Addr
+	Ports         dpinfo.PortRange
+}
+
+func (n *NodePort) check() error {
+	if n.UplinkIfindex <= 0 {
+		return fmt.Errorf("NodePort uplink interface index %d: give the index of the interface holding the node's address (UplinkOf)", n.UplinkIfindex)
+	}
+	if !n.SNATAddr.Is4() || n.SNATAddr.IsUnspecified() {
+		return fmt.Errorf("NodePort SNAT address %s: give the node's IPv4 address on the pod network", n.SNATAddr)
+	}
+	if n.Ports.Min == 0 || n.Ports.Min > n.Ports.Max {
+		return fmt.Errorf("NodePort SNAT ports %s: give MIN-MAX, 1 <= MIN <= MAX <= 65535", n.Ports)
+	}
+	return nil
+}
+
+// usesUplink says whether the uplink programs run: they masquerade,
+// receive what other nodes route here with native routing, and what
+// outside clients send to the node's Services.
+func (c Config) usesUplink() bool {
+	return c.Masquerade != nil || c.NativeIfindex != 0 || c.NodePort != nil
+}
 
 // loadUplink loads the uplink programs with the pod programs' forwarding
 // configuration and the masquerade's (none: MASQ.addr 0), beside them
@@ -87,8 +114,12 @@ const (
 // the interface is in.
 func (d *Datapath) AttachUplink(ifname string, ifindex int) error {
 	if !d.cfg.usesUplink() {
-		return fmt.Errorf("attaching the uplink programs to %s: the datapath was opened with neither masquerade (Config.Masquerade) "+
-			"nor native routing (Config.NativeIfindex)", ifname)
+		return fmt.Errorf("attaching the uplink programs to %s: the datapath was opened without masquerade (Config.Masquerade), "+
+			"native routing (Config.NativeIfindex) or NodePort (Config.NodePort)", ifname)
+	}
+	if np := d.cfg.NodePort; np != nil && ifindex != np.UplinkIfindex {
+		return fmt.Errorf("attaching the uplink programs to %s (ifindex %d): NodePort was opened on ifindex %d; "+
+			"the uplink is the interface holding the node's address", ifname, ifindex, np.UplinkIfindex)
 	}
 	if d.cfg.NativeIfindex != 0 && ifindex != d.cfg.NativeIfindex {
 		return fmt.Errorf("attaching the uplink programs to %s (ifindex %d): native routing was opened on ifindex %d; "+
@@ -176,5 +207,22 @@ func (d *Datapath) masqRows() ([]Row, error) {
 			r["outside"], r["node"], r["pod"] = at(k.Saddr, k.Sport), at(k.Daddr, k.Dport), at(v.Addr, v.Port)
 		}
 		return r
+	})
+}
+
+// nodePortRows decodes shunt_nodeport_nat: each entry's tuple as it
+// arrives and the tuple written over it; a reply's goes back out to the
+// client.
+func (d *Datapath) nodePortRows() ([]Row, error) {
+	now := monotonicNow()
+	return dump(d.objs.ShuntNodeportNat, func(k podtcTcNatKey, v uplinktcNodeportNatValue) Row {
+		at := func(a uint32, p uint16) string { return fmt.Sprintf("%s:%d", fromBe32(a), fromBe16(p)) }
+		dir := "to-backend"
+		if v.Reply != 0 {
+			dir = "reply"
+		}
+		return Row{"direction": dir, "protocol": dpinfo.ProtoName(k.Proto), "from": at(k.Saddr, k.Sport), "to": at(k.Daddr, k.Dport),
+			"newFrom": at(v.Saddr, v.Sport), "newTo": at(v.Daddr, v.Dport),
+			"flags": flagsText(v.Flags, masqFlagNames), "idleSeconds": secondsSince(now, v.LastSeenNs)}
 	})
 }

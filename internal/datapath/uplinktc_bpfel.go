@@ -63,15 +63,40 @@ type uplinktcMasqValue struct {
 	Pad2       uint32
 }
 
+type uplinktcNodeportNatValue struct {
+	_          structs.HostLayout
+	Saddr      uint32
+	Daddr      uint32
+	Sport      uint16
+	Dport      uint16
+	Reply      uint8
+	Pad        [3]uint8
+	LastSeenNs uint64
+	Flags      uint32
+	Pad2       uint32
+}
+
+type uplinktcServiceFlags uint32
+
+const (
+	uplinktcServiceFlagsSERVICE_F_AFFINITY uplinktcServiceFlags = 1
+	uplinktcServiceFlagsSERVICE_F_EXTERNAL uplinktcServiceFlags = 2
+	uplinktcServiceFlagsSERVICE_F_LOCAL    uplinktcServiceFlags = 4
+)
+
 type uplinktcShuntConfig struct {
-	_              structs.HostLayout
-	FwdMode        uint32
-	ProxyMarkMagic uint32
-	ProxyMarkMask  uint32
-	TunnelIfindex  uint32
-	NativeIfindex  uint32
-	CtSingleTable  uint32
-	NodeIp4        uint32
+	_               structs.HostLayout
+	FwdMode         uint32
+	ProxyMarkMagic  uint32
+	ProxyMarkMask   uint32
+	TunnelIfindex   uint32
+	NativeIfindex   uint32
+	CtSingleTable   uint32
+	NodeIp4         uint32
+	UplinkIfindex   uint32
+	NodeportSnatIp4 uint32
+	NodeportPortMin uint16
+	NodeportPortMax uint16
 }
 
 // Names of all BPF objects in the ELF.
@@ -91,6 +116,7 @@ const (
 	uplinktcMapShuntMasqExclude    = "shunt_masq_exclude"
 	uplinktcMapShuntMasqNat        = "shunt_masq_nat"
 	uplinktcMapShuntMetrics        = "shunt_metrics"
+	uplinktcMapShuntNodeportNat    = "shunt_nodeport_nat"
 	uplinktcMapShuntPolicy         = "shunt_policy"
 	uplinktcMapShuntRevnat         = "shunt_revnat"
 	uplinktcMapShuntServices       = "shunt_services"
@@ -101,6 +127,7 @@ const (
 	uplinktcVarMASQ                = "MASQ"
 	uplinktcVarBtfMasqDir          = "_btf_masq_dir"
 	uplinktcVarBtfMasqFlags        = "_btf_masq_flags"
+	uplinktcVarBtfServiceFlags     = "_btf_service_flags"
 )
 
 // loadUplinktc returns the embedded CollectionSpec for uplinktc.
@@ -166,6 +193,7 @@ type uplinktcMapSpecs struct {
 	ShuntMasqExclude    *ebpf.MapSpec `ebpf:"shunt_masq_exclude"`
 	ShuntMasqNat        *ebpf.MapSpec `ebpf:"shunt_masq_nat"`
 	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntNodeportNat    *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy         *ebpf.MapSpec `ebpf:"shunt_policy"`
 	ShuntRevnat         *ebpf.MapSpec `ebpf:"shunt_revnat"`
 	ShuntServices       *ebpf.MapSpec `ebpf:"shunt_services"`
@@ -176,10 +204,11 @@ type uplinktcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type uplinktcVariableSpecs struct {
-	CONFIG       *ebpf.VariableSpec `ebpf:"CONFIG"`
-	MASQ         *ebpf.VariableSpec `ebpf:"MASQ"`
-	BtfMasqDir   *ebpf.VariableSpec `ebpf:"_btf_masq_dir"`
-	BtfMasqFlags *ebpf.VariableSpec `ebpf:"_btf_masq_flags"`
+	CONFIG          *ebpf.VariableSpec `ebpf:"CONFIG"`
+	MASQ            *ebpf.VariableSpec `ebpf:"MASQ"`
+	BtfMasqDir      *ebpf.VariableSpec `ebpf:"_btf_masq_dir"`
+	BtfMasqFlags    *ebpf.VariableSpec `ebpf:"_btf_masq_flags"`
+	BtfServiceFlags *ebpf.VariableSpec `ebpf:"_btf_service_flags"`
 }
 
 // uplinktcObjects contains all objects after they have been loaded into the kernel.
@@ -215,6 +244,7 @@ type uplinktcMaps struct {
 	ShuntMasqExclude    *ebpf.Map `ebpf:"shunt_masq_exclude"`
 	ShuntMasqNat        *ebpf.Map `ebpf:"shunt_masq_nat"`
 	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntNodeportNat    *ebpf.Map `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy         *ebpf.Map `ebpf:"shunt_policy"`
 	ShuntRevnat         *ebpf.Map `ebpf:"shunt_revnat"`
 	ShuntServices       *ebpf.Map `ebpf:"shunt_services"`
@@ -236,6 +266,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntMasqExclude,
 		m.ShuntMasqNat,
 		m.ShuntMetrics,
+		m.ShuntNodeportNat,
 		m.ShuntPolicy,
 		m.ShuntRevnat,
 		m.ShuntServices,
@@ -247,10 +278,11 @@ func (m *uplinktcMaps) Close() error {
 //
 // It can be passed to loadUplinktcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uplinktcVariables struct {
-	CONFIG       *ebpf.Variable `ebpf:"CONFIG"`
-	MASQ         *ebpf.Variable `ebpf:"MASQ"`
-	BtfMasqDir   *ebpf.Variable `ebpf:"_btf_masq_dir"`
-	BtfMasqFlags *ebpf.Variable `ebpf:"_btf_masq_flags"`
+	CONFIG          *ebpf.Variable `ebpf:"CONFIG"`
+	MASQ            *ebpf.Variable `ebpf:"MASQ"`
+	BtfMasqDir      *ebpf.Variable `ebpf:"_btf_masq_dir"`
+	BtfMasqFlags    *ebpf.Variable `ebpf:"_btf_masq_flags"`
+	BtfServiceFlags *ebpf.Variable `ebpf:"_btf_service_flags"`
 }
 
 // uplinktcPrograms contains all programs after they have been loaded into the kernel.

@@ -52,6 +52,8 @@ const (
 	ReasonFragNeeded
 	ReasonProxyIdentity
 	ReasonAccelCongested
+	ReasonNodePortXlate
+	ReasonNodePortReply
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -100,6 +102,8 @@ var reasonNames = [...]string{
 	ReasonFragNeeded:           "frag-needed",
 	ReasonProxyIdentity:        "proxy-identity",
 	ReasonAccelCongested:       "accel-congested",
+	ReasonNodePortXlate:        "nodeport-xlate",
+	ReasonNodePortReply:        "nodeport-reply",
 }
 
 // String is the reason's name, or its number when it has none.

@@ -29,6 +29,10 @@ type Service struct {
 	Name string `json:"name,omitempty"` // namespace/name:port
 	IP   string `json:"ip"`
 	Port uint16 `json:"port"`
+	// Kind is the frontend's: clusterip, nodeport, externalip or lb (the
+	// last three reached from outside, the flow's node being the ingress
+	// node).
+	Kind string `json:"kind,omitempty"`
 }
 
 // Flow is one flow event, enriched with names. Fields are stable.

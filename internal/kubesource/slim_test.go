@@ -66,7 +66,7 @@ func TestSlimEndpointSliceBalancesAlike(t *testing.T) {
 // and affinity once slimmed, keeps its selector and type, and loses the
 // fields shunt never reads.
 func TestSlimServiceKeepsWhatIsRead(t *testing.T) {
-	single, local, timeout := corev1.IPFamilyPolicySingleStack, corev1.ServiceInternalTrafficPolicyLocal, int32(600)
+	single, local, timeout := corev1.IPFamilyPolicySingleStack, corev1.ServiceInternalTrafficPolicyCluster, int32(600)
 	orig := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", ResourceVersion: "9",
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
@@ -108,3 +108,49 @@ func TestSlimServiceKeepsWhatIsRead(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestSlimServiceKeepsOutsideTraffic: a LoadBalancer Service keeps what
+// outside traffic reads (nodePorts, externalIPs, the traffic policy, the
+// health check port, the load balancer's ingress) and what shunt names as
+// not implemented (source ranges, internalTrafficPolicy Local), so that
+// the frontends and the problems computed from it are the original's;
+// its EndpointSlice keeps each endpoint's node.
+func TestSlimServiceKeepsOutsideTraffic(t *testing.T) {
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	orig := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.10",
+			Ports:       []corev1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+			ExternalIPs: []string{"192.0.2.7"}, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, HealthCheckNodePort: 30500,
+			LoadBalancerSourceRanges: []string{"198.51.100.0/24"}, InternalTrafficPolicy: &local},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.100"}}}},
+	}
+	o, err := slimService(orig.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := o.(*corev1.Service)
+	node1, node2 := "node-1", "node-2"
+	port, proto, yes := int32(8080), corev1.ProtocolTCP, true
+	slice := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptrTo("http"), Port: &port, Protocol: &proto}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, NodeName: &node1, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+			{Addresses: []string{"10.0.0.2"}, NodeName: &node2, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+			{Addresses: []string{"10.0.0.3"}, NodeName: &node1, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+		}}
+	so, err := slimEndpointSlice(slice.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slimSlice := so.(*discoveryv1.EndpointSlice)
+	node := services.Node{Name: "node-1", NodePortAddrs: []netip.Addr{netip.MustParseAddr("192.168.123.1")}}
+	got := services.PortsFor(slim, []*discoveryv1.EndpointSlice{slimSlice}, node)
+	want := services.PortsFor(orig, []*discoveryv1.EndpointSlice{slice}, node)
+	if !reflect.DeepEqual(got, want) || len(got) != 4 {
+		t.Errorf("frontends from the slimmed objects:\n%+v\nfrom the originals (want 4: ClusterIP, NodePort, externalIP, LB):\n%+v", got, want)
+	}
+	if g, w := services.Unsupported(slim), services.Unsupported(orig); !reflect.DeepEqual(g, w) || len(g) != 2 {
+		t.Errorf("problems of the slimmed Service %+v, of the original %+v: want the same two", g, w)
+	}
+}

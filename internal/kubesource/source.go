@@ -384,10 +384,14 @@ func withoutLastApplied(a map[string]string) map[string]string {
 }
 
 // slimService keeps the metadata and the spec fields shunt reads: the
-// type, the cluster IPs, the ports, the selector and session affinity (a
-// field read anywhere else must be added here). The API server's defaults
-// (IP families and policy, traffic policies, ...) and the status are not
-// the datapath's: 10 000 Services kept whole are a tenth of its heap.
+// type, the cluster IPs, the ports (nodePorts included), the selector and
+// session affinity, what outside traffic reads (externalIPs, the traffic
+// policies, the health check port, the load balancer's ingress in the
+// status) and the fields shunt names as not implemented
+// (services.Unsupported: source ranges, traffic distribution); a field
+// read anywhere else must be added here. The API server's other defaults
+// (IP families and policy, ...) are not the datapath's: 10 000 Services
+// kept whole are a tenth of its heap.
 func slimService(o any) (any, error) {
 	svc, ok := o.(*corev1.Service)
 	if !ok {
@@ -395,14 +399,25 @@ func slimService(o any) (any, error) {
 	}
 	in := &svc.Spec
 	spec := corev1.ServiceSpec{Type: in.Type, ClusterIP: in.ClusterIP, Ports: in.Ports, Selector: in.Selector,
-		SessionAffinity: in.SessionAffinity, SessionAffinityConfig: in.SessionAffinityConfig}
+		SessionAffinity: in.SessionAffinity, SessionAffinityConfig: in.SessionAffinityConfig,
+		ExternalIPs: in.ExternalIPs, ExternalTrafficPolicy: in.ExternalTrafficPolicy, HealthCheckNodePort: in.HealthCheckNodePort,
+		LoadBalancerSourceRanges: in.LoadBalancerSourceRanges, TrafficDistribution: in.TrafficDistribution}
+	// internalTrafficPolicy Cluster is every Service's default: only Local
+	// says something (not implemented, so named).
+	if p := in.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		spec.InternalTrafficPolicy = p
+	}
+	var status corev1.ServiceStatus
+	if in.Type == corev1.ServiceTypeLoadBalancer {
+		status.LoadBalancer.Ingress = svc.Status.LoadBalancer.Ingress
+	}
 	// Most Services have one cluster IP: ClusterIPs then shares its string.
 	if len(in.ClusterIPs) == 1 && in.ClusterIPs[0] == in.ClusterIP {
 		spec.ClusterIPs = []string{in.ClusterIP}
 	} else {
 		spec.ClusterIPs = slices.Clip(in.ClusterIPs)
 	}
-	return &corev1.Service{TypeMeta: svc.TypeMeta, ObjectMeta: slimMeta(svc.ObjectMeta), Spec: spec}, nil
+	return &corev1.Service{TypeMeta: svc.TypeMeta, ObjectMeta: slimMeta(svc.ObjectMeta), Spec: spec, Status: status}, nil
 }
 
 // slimEndpointSlice keeps what load balancing reads: the ports, and of
@@ -423,16 +438,25 @@ func slimEndpointSlice(o any) (any, error) {
 		meta.Labels = map[string]string{discoveryv1.LabelServiceName: name}
 	}
 	out := &discoveryv1.EndpointSlice{TypeMeta: sl.TypeMeta, ObjectMeta: meta, AddressType: sl.AddressType, Ports: sl.Ports}
-	byConditions := map[[3]int8]int{} // index in out.Endpoints
+	// Merged by conditions and node: externalTrafficPolicy Local and its
+	// health check read the node.
+	type group struct {
+		conditions [3]int8
+		node       string
+	}
+	byConditions := map[group]int{} // index in out.Endpoints
 	for _, e := range sl.Endpoints {
 		c := discoveryv1.EndpointConditions{Ready: shared(e.Conditions.Ready), Serving: shared(e.Conditions.Serving), Terminating: shared(e.Conditions.Terminating)}
-		k := [3]int8{tristate(c.Ready), tristate(c.Serving), tristate(c.Terminating)}
+		k := group{conditions: [3]int8{tristate(c.Ready), tristate(c.Serving), tristate(c.Terminating)}}
+		if e.NodeName != nil {
+			k.node = *e.NodeName
+		}
 		if i, ok := byConditions[k]; ok {
 			out.Endpoints[i].Addresses = append(out.Endpoints[i].Addresses, e.Addresses...)
 			continue
 		}
 		byConditions[k] = len(out.Endpoints)
-		out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{Addresses: slices.Clip(e.Addresses), Conditions: c})
+		out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{Addresses: slices.Clip(e.Addresses), Conditions: c, NodeName: e.NodeName})
 	}
 	for i := range out.Endpoints {
 		out.Endpoints[i].Addresses = slices.Clip(out.Endpoints[i].Addresses)

@@ -120,6 +120,7 @@ func keepAssigned(old, updated manifest.Object) {
 		if n.Spec.ClusterIP == "" && o.Spec.ClusterIP != "" {
 			n.Spec.ClusterIP, n.Spec.ClusterIPs = o.Spec.ClusterIP, o.Spec.ClusterIPs
 		}
+		keepExternal(o, n)
 	case *gatewayv1.HTTPRoute:
 		n := updated.Obj.(*gatewayv1.HTTPRoute)
 		n.Generation, n.Status = o.Generation, o.Status
@@ -224,8 +225,11 @@ func newUID() types.UID {
 // lives in the Service's spec.clusterIP, as the API server records it, so
 // it is persisted with the object; this is the index that finds free ones.
 type clusterIPs struct {
-	pool  ipam.Pool
-	owner map[netip.Addr]string // ClusterIP -> service namespace/name
+	pool ipam.Pool
+	// lbPool is where LoadBalancer Services get their address
+	// (assignExternal); invalid: none, they stay pending.
+	lbPool netip.Prefix
+	owner  map[netip.Addr]string // ClusterIP -> service namespace/name
 }
 
 func newClusterIPs(pool ipam.Pool, store *model.Store) clusterIPs {
@@ -306,6 +310,7 @@ func (c *clusterIPs) assign(old, next *model.Store, changes []model.Change) (ipA
 			}
 		}
 	}
+	problems = append(problems, assignExternal(next, changes, c.lbPool)...)
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		return ipAssignment{}, errors.New(manifest.JoinProblems("nothing applied:", problems))

@@ -45,10 +45,13 @@ type Config struct {
 	NodeIP      netip.Addr // the node's address on the pod network
 	PodPool     ipam.Pool  // pod addresses
 	ServicePool ipam.Pool  // ClusterIPs
-	CgroupRoot  string
-	BinDir      string // put first on containers' PATH (where shunt lives), and where shunt-cni is
-	ShimExe     string // executable providing `shim`
-	Log         *slog.Logger
+	// LoadBalancerPool is where LoadBalancer Services get their ingress
+	// address (invalid: none, they stay pending).
+	LoadBalancerPool netip.Prefix
+	CgroupRoot       string
+	BinDir           string // put first on containers' PATH (where shunt lives), and where shunt-cni is
+	ShimExe          string // executable providing `shim`
+	Log              *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
 	LegacyPods map[string]*PodRecord
 	// NodeLeaseDuration (APIKubelet) is the node's Lease duration, renewed
@@ -105,6 +108,7 @@ func New(cfg Config, node Node) (*ControlPlane, error) {
 	}
 	cp.store = model.NewStore(objs)
 	cp.clusterIPs = newClusterIPs(cfg.ServicePool, cp.store)
+	cp.clusterIPs.lbPool = cfg.LoadBalancerPool
 	if err := cp.kubelet.load(cfg.LegacyPods); err != nil {
 		return nil, err
 	}
@@ -131,6 +135,7 @@ func (cp *ControlPlane) Migrate(legacy []StoredObject, clusterIPs map[string]str
 		}
 	}
 	cp.clusterIPs = newClusterIPs(cp.cfg.ServicePool, next)
+	cp.clusterIPs.lbPool = cp.cfg.LoadBalancerPool
 	ips, err := cp.clusterIPs.assign(cp.store, next, changes)
 	if err != nil {
 		return fmt.Errorf("persisted state: %w", err)

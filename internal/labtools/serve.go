@@ -12,6 +12,8 @@
 //   - UDP: every datagram gets "NAME <datagram>" back, sent to the datagram's
 //     source from the same (unconnected) socket.
 //   - HTTP (HTTP/1.1, and h2c with prior knowledge): /healthz answers "ok";
+//     /remote answers the client's address and port as the server sees
+//     them ("IP:PORT\n": who a translation made the client);
 //     every other path answers 200 with the body "NAME\n". Every response
 //     carries the header X-Shunt-Pod: NAME.
 //   - gRPC (h2c, no TLS): the standard health service (grpc.health.v1.Health)
@@ -255,6 +257,7 @@ func (s *Server) serveUDP(pc net.PacketConn) {
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/remote", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.RemoteAddr+"\n") })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, s.name+"\n") })
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Shunt-Pod", s.name)

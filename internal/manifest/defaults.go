@@ -27,6 +27,12 @@ func defaultService(s *corev1.Service) {
 	if s.Spec.SessionAffinity == "" {
 		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
 	}
+	// As the API server: outside traffic may reach any endpoint unless
+	// the Service says Local.
+	if external := s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer ||
+		len(s.Spec.ExternalIPs) > 0; external && s.Spec.ExternalTrafficPolicy == "" {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	}
 	if s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 		if s.Spec.SessionAffinityConfig == nil {
 			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{}

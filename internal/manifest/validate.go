@@ -328,10 +328,8 @@ func checkPod(c *checker, pod *corev1.Pod) {
 
 func checkService(c *checker, svc *corev1.Service) {
 	spec := path("spec")
-	if t := svc.Spec.Type; t != "" && t != corev1.ServiceTypeClusterIP {
-		c.errorf(spec.child("type"), "%q is not supported in the lab: use ClusterIP (or clusterIP: None for a headless Service)", t)
-	}
 	headless := svc.Spec.ClusterIP == corev1.ClusterIPNone
+	checkServiceType(c, svc, headless)
 	if ip := svc.Spec.ClusterIP; ip != "" && !headless {
 		if _, ok := parseIP(ip); !ok {
 			c.errorf(spec.child("clusterIP"), "%q is not a valid IPv4 or IPv6 address (or None)", ip)
@@ -351,11 +349,8 @@ func checkService(c *checker, svc *corev1.Service) {
 		c.errorf(spec.child("ports"), "at least one port is required (only a headless Service, clusterIP: None, may have none)")
 	}
 	names := map[string]path{}
-	type portProto struct {
-		port  int32
-		proto corev1.Protocol
-	}
 	seen := map[portProto]bool{}
+	nodePorts := map[portProto]bool{}
 	for i, p := range svc.Spec.Ports {
 		f := spec.child("ports").index(i)
 		if p.Name == "" && len(svc.Spec.Ports) > 1 {
@@ -373,9 +368,7 @@ func checkService(c *checker, svc *corev1.Service) {
 		if p.TargetPort != intstr.FromInt32(p.Port) && p.TargetPort != intstr.FromInt32(0) {
 			checkPortRef(c, f.child("targetPort"), p.TargetPort)
 		}
-		if p.NodePort != 0 {
-			c.errorf(f.child("nodePort"), "not supported: the lab has ClusterIP Services only")
-		}
+		checkNodePort(c, svc, f.child("nodePort"), p, nodePorts)
 	}
 
 	affinity := svc.Spec.SessionAffinityConfig
@@ -393,6 +386,90 @@ func checkService(c *checker, svc *corev1.Service) {
 	default:
 		c.errorf(spec.child("sessionAffinity"), "%q: use None or ClientIP", svc.Spec.SessionAffinity)
 	}
+}
+
+// portProto is a port number of one protocol.
+type portProto struct {
+	port  int32
+	proto corev1.Protocol
+}
+
+// DefaultNodePortRange is the API server's --service-node-port-range
+// default, the lab's nodePorts.
+var DefaultNodePortRange = struct{ Min, Max int32 }{30000, 32767}
+
+// exposesNodePorts says whether a Service's type gives it nodePorts.
+func exposesNodePorts(t corev1.ServiceType) bool {
+	return t == corev1.ServiceTypeNodePort || t == corev1.ServiceTypeLoadBalancer
+}
+
+// checkServiceType checks the type and the fields of outside traffic
+// (externalIPs, traffic policy, health check port, load balancer IP) as
+// the API server does.
+func checkServiceType(c *checker, svc *corev1.Service, headless bool) {
+	spec := path("spec")
+	t := svc.Spec.Type
+	switch t {
+	case "", corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+	default:
+		c.errorf(spec.child("type"), "%q is not supported in the lab: use ClusterIP, NodePort or LoadBalancer", t)
+	}
+	if headless && exposesNodePorts(t) {
+		c.errorf(spec.child("clusterIP"), "None may not be used with type %s: a headless Service has no frontend to expose", t)
+	}
+	for i, s := range svc.Spec.ExternalIPs {
+		if _, ok := parseIP(s); !ok {
+			c.errorf(spec.child("externalIPs").index(i), "%q is not a valid IPv4 or IPv6 address", s)
+		}
+	}
+	switch p := svc.Spec.ExternalTrafficPolicy; p {
+	case "", corev1.ServiceExternalTrafficPolicyCluster:
+	case corev1.ServiceExternalTrafficPolicyLocal:
+		if !exposesNodePorts(t) && len(svc.Spec.ExternalIPs) == 0 {
+			c.errorf(spec.child("externalTrafficPolicy"), "Local may only be set with type NodePort or LoadBalancer, or externalIPs")
+		}
+	default:
+		c.errorf(spec.child("externalTrafficPolicy"), "%q: use Cluster or Local", p)
+	}
+	if hc := svc.Spec.HealthCheckNodePort; hc != 0 {
+		switch {
+		case t != corev1.ServiceTypeLoadBalancer || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal:
+			c.errorf(spec.child("healthCheckNodePort"), "may only be set with type LoadBalancer and externalTrafficPolicy Local")
+		case hc < DefaultNodePortRange.Min || hc > DefaultNodePortRange.Max:
+			c.errorf(spec.child("healthCheckNodePort"), "%d is outside the NodePort range %d-%d", hc, DefaultNodePortRange.Min, DefaultNodePortRange.Max)
+		}
+	}
+	if ip := svc.Spec.LoadBalancerIP; ip != "" {
+		if _, ok := parseIP(ip); !ok {
+			c.errorf(spec.child("loadBalancerIP"), "%q is not a valid IPv4 or IPv6 address", ip)
+		} else if t != corev1.ServiceTypeLoadBalancer {
+			c.errorf(spec.child("loadBalancerIP"), "may only be set with type LoadBalancer")
+		}
+	}
+	for i, ing := range svc.Status.LoadBalancer.Ingress {
+		if _, ok := parseIP(ing.IP); ing.IP != "" && !ok {
+			c.errorf(path("status.loadBalancer.ingress").index(i).child("ip"), "%q is not a valid IPv4 or IPv6 address", ing.IP)
+		}
+	}
+}
+
+// checkNodePort checks one port's nodePort: only with a type that has
+// them, in the range, not twice for one protocol (seen).
+func checkNodePort(c *checker, svc *corev1.Service, f path, p corev1.ServicePort, seen map[portProto]bool) {
+	if p.NodePort == 0 {
+		return
+	}
+	switch {
+	case !exposesNodePorts(svc.Spec.Type):
+		c.errorf(f, "may only be set with type NodePort or LoadBalancer, not %s", cmp.Or(svc.Spec.Type, corev1.ServiceTypeClusterIP))
+	case p.NodePort < DefaultNodePortRange.Min || p.NodePort > DefaultNodePortRange.Max:
+		c.errorf(f, "%d is outside the NodePort range %d-%d", p.NodePort, DefaultNodePortRange.Min, DefaultNodePortRange.Max)
+	}
+	k := portProto{p.NodePort, p.Protocol}
+	if seen[k] {
+		c.errorf(f, "duplicate nodePort %d/%s", p.NodePort, p.Protocol)
+	}
+	seen[k] = true
 }
 
 // ---- EndpointSlice ----

@@ -34,29 +34,42 @@ type PodSide struct{ Pod, Namespace, IP string }
 // (not rebuilt), read by the flow reader.
 type serviceNames struct {
 	mu sync.RWMutex
-	m  map[services.Frontend]string
+	m  map[services.Frontend]frontendName
+}
+
+// frontendName is a frontend's service port name and its kind.
+type frontendName struct {
+	name string
+	kind services.Kind
 }
 
 func (s *serviceNames) name(f services.Frontend) string {
+	n, _ := s.lookup(f)
+	return n
+}
+
+// lookup gives a frontend's service port name and kind ("" when unknown).
+func (s *serviceNames) lookup(f services.Frontend) (string, services.Kind) {
 	if s == nil {
-		return ""
+		return "", services.KindClusterIP
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.m[f]
+	n := s.m[f]
+	return n.name, n.kind
 }
 
 func (s *serviceNames) update(d services.Delta) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil || d.Full {
-		s.m = map[services.Frontend]string{}
+		s.m = map[services.Frontend]frontendName{}
 	}
 	for _, f := range d.Remove {
 		delete(s.m, f)
 	}
 	for _, p := range d.Upsert {
-		s.m[p.Frontend] = p.Name
+		s.m[p.Frontend] = frontendName{p.Name, p.Kind}
 	}
 }
 
@@ -140,8 +153,11 @@ func (n *Names) Enrich(e datapath.FlowEvent) flows.Flow {
 		}
 	}
 	if e.OrigDst.IsValid() {
-		fl.Service = &flows.Service{IP: e.OrigDst.String(), Port: e.OrigDstPort,
-			Name: n.services.name(services.Frontend{VIP: e.OrigDst, Port: e.OrigDstPort, Proto: e.Proto})}
+		name, kind := n.services.lookup(services.Frontend{VIP: e.OrigDst, Port: e.OrigDstPort, Proto: e.Proto})
+		fl.Service = &flows.Service{IP: e.OrigDst.String(), Port: e.OrigDstPort, Name: name}
+		if name != "" {
+			fl.Service.Kind = kind.String()
+		}
 	}
 	return fl
 }

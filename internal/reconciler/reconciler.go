@@ -67,6 +67,8 @@ type Config struct {
 	// computation. Both are the host identity.
 	NodeAddrs []netip.Addr
 	HostAddrs func() ([]netip.Addr, error)
+	// NodePortAddrs are the addresses this node serves NodePorts on.
+	NodePortAddrs []netip.Addr
 	// Allocations are the identity, CIDR and rule numbers handed out
 	// before (persisted by the caller), so they survive restarts.
 	Allocations policy.Allocations
@@ -156,7 +158,7 @@ func New(cfg Config, dp Datapath) *Reconciler {
 	}
 	r := &Reconciler{
 		cfg: cfg, dp: dp, store: model.New(), endpoints: map[string]model.Endpoint{},
-		svc: services.NewTracker(), policyDirty: true, alloc: cfg.Allocations,
+		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs}), policyDirty: true, alloc: cfg.Allocations,
 		attach: map[string]model.Endpoint{}, detach: map[string]string{},
 	}
 	r.cond = sync.NewCond(&r.mu)

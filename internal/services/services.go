@@ -73,6 +73,7 @@ func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice 
 				Ready: &ready, Serving: &serving, Terminating: &terminating,
 			},
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: p.Pod.Namespace, Name: p.Pod.Name},
+			NodeName:  nodeNameOf(p.Pod),
 		})
 	}
 	sort.Strings(order)
@@ -86,6 +87,16 @@ func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice 
 		out = append(out, s)
 	}
 	return out
+}
+
+// nodeNameOf is the endpoint's nodeName, as the controller writes it
+// (externalTrafficPolicy Local reads it); nil for a pod not yet placed.
+func nodeNameOf(p *corev1.Pod) *string {
+	if p.Spec.NodeName == "" {
+		return nil
+	}
+	n := p.Spec.NodeName
+	return &n
 }
 
 func addrLess(a, b string) bool {
@@ -137,18 +148,15 @@ func portSignature(ports []discoveryv1.EndpointPort) string {
 
 var protoNumbers = map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.ProtocolUDP: 17}
 
-// Ports computes the datapath entries of one Service from its slices:
-// one entry per service port, backends that are ready and not terminating,
-// sorted. SCTP ports are not load balanced at the socket layer (yet) and
-// are left out. A headless Service (clusterIP None) has no entries, nor
-// does an IPv6 one (the datapath is IPv4; Unsupported says so).
+// Ports computes the datapath entries of one Service's ClusterIP from its
+// slices: one entry per service port, backends that are ready and not
+// terminating, sorted. SCTP ports are not load balanced at the socket
+// layer (yet) and are left out. A headless Service (clusterIP None) has no
+// entries, nor does an IPv6 one (the datapath is IPv4; Unsupported says
+// so).
 func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice) []Port {
 	if !clusterIP.IsValid() || !clusterIP.Is4() {
 		return nil
-	}
-	var timeout uint32
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		timeout = uint32(*svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds)
 	}
 	var out []Port
 	for _, sp := range svc.Spec.Ports {
@@ -156,43 +164,148 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 		if !ok {
 			continue
 		}
-		port := Port{
-			Frontend: Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto},
-			Name:     fmt.Sprintf("%s/%s:%s", svc.Namespace, svc.Name, portLabel(sp)), AffinityTimeout: timeout,
-		}
-		seen := map[Backend]bool{}
-		for _, s := range slices {
-			num, ok := slicePort(s, sp)
-			if !ok {
-				continue
-			}
-			for _, ep := range s.Endpoints {
-				if !usable(ep) {
-					continue
-				}
-				for _, a := range ep.Addresses {
-					ip, err := netip.ParseAddr(a)
-					if err != nil || !ip.Is4() {
-						continue
-					}
-					b := Backend{IP: ip, Port: uint16(num)}
-					if !seen[b] {
-						seen[b] = true
-						port.Backends = append(port.Backends, b)
-					}
-				}
-			}
-		}
-		sort.Slice(port.Backends, func(i, j int) bool {
-			a, b := port.Backends[i], port.Backends[j]
-			if a.IP != b.IP {
-				return a.IP.Less(b.IP)
-			}
-			return a.Port < b.Port
-		})
-		out = append(out, port)
+		all, _, _ := portBackends(slices, sp, "")
+		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, all))
 	}
 	return out
+}
+
+// PortsFor computes every frontend of one Service on node: its ClusterIP
+// ports (Ports), and for a NodePort or LoadBalancer Service each nodePort
+// on each of the node's NodePort addresses, each externalIP and each load
+// balancer ingress IP at the service port. With externalTrafficPolicy
+// Local the external frontends have this node's endpoints only. IPv6
+// addresses are left out (Unsupported names them).
+func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
+	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
+	out := Ports(svc, clusterIP, slices)
+	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	for _, sp := range svc.Spec.Ports {
+		proto, ok := protoNumbers[sp.Protocol]
+		if !ok {
+			continue
+		}
+		all, onNode, terminating := portBackends(slices, sp, node.Name)
+		backends := all
+		if local {
+			// As kube-proxy: with no ready endpoint here, the serving
+			// ones that are terminating keep taking new connections
+			// rather than none.
+			backends = onNode
+			if len(backends) == 0 {
+				backends = terminating
+			}
+		}
+		add := func(addr netip.Addr, port uint16, kind Kind) {
+			if !addr.Is4() || port == 0 {
+				return
+			}
+			p := servicePort(svc, sp, Frontend{VIP: addr, Port: port, Proto: proto}, kind, backends)
+			p.LocalOnly = local
+			out = append(out, p)
+		}
+		if nodePorts {
+			for _, a := range node.NodePortAddrs {
+				add(a, uint16(sp.NodePort), KindNodePort)
+			}
+		}
+		for _, s := range svc.Spec.ExternalIPs {
+			a, _ := netip.ParseAddr(s)
+			add(a, uint16(sp.Port), KindExternalIP)
+		}
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			for _, ing := range svc.Status.LoadBalancer.Ingress {
+				a, _ := netip.ParseAddr(ing.IP)
+				add(a, uint16(sp.Port), KindLoadBalancer)
+			}
+		}
+	}
+	return dedupeFrontends(out)
+}
+
+// dedupeFrontends keeps the first port of each frontend: an externalIP
+// that is also a node's address, say, is one frontend, not two.
+func dedupeFrontends(ports []Port) []Port {
+	seen := map[Frontend]bool{}
+	out := ports[:0]
+	for _, p := range ports {
+		if !seen[p.Frontend] {
+			seen[p.Frontend] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func servicePort(svc *corev1.Service, sp corev1.ServicePort, fe Frontend, kind Kind, backends []Backend) Port {
+	var timeout uint32
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		timeout = uint32(*svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds)
+	}
+	return Port{Frontend: fe, Kind: kind, Name: fmt.Sprintf("%s/%s:%s", svc.Namespace, svc.Name, portLabel(sp)),
+		AffinityTimeout: timeout, Backends: backends}
+}
+
+// portBackends are the usable backends of service port sp in slices,
+// sorted, of them those whose endpoint is on node (none when node is ""),
+// and the endpoints on node that are terminating but still serving.
+func portBackends(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node string) (all, onNode, terminating []Backend) {
+	seen := map[Backend]bool{}
+	for _, s := range slices {
+		num, ok := slicePort(s, sp)
+		if !ok {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			here := node != "" && ep.NodeName != nil && *ep.NodeName == node
+			ok := usable(ep)
+			if !ok && !(here && servingTerminating(ep)) {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				ip, err := netip.ParseAddr(a)
+				if err != nil || !ip.Is4() {
+					continue
+				}
+				b := Backend{IP: ip, Port: uint16(num)}
+				switch {
+				case seen[b]:
+				case !ok:
+					seen[b] = true
+					terminating = append(terminating, b)
+				default:
+					seen[b] = true
+					all = append(all, b)
+					if here {
+						onNode = append(onNode, b)
+					}
+				}
+			}
+		}
+	}
+	sortBackends(all)
+	sortBackends(onNode)
+	sortBackends(terminating)
+	return all, onNode, terminating
+}
+
+// servingTerminating: an endpoint going away that still serves (its
+// Serving condition), which kube-proxy keeps using when a Local Service
+// has nothing else on the node.
+func servingTerminating(ep discoveryv1.Endpoint) bool {
+	c := ep.Conditions
+	return c.Terminating != nil && *c.Terminating && c.Serving != nil && *c.Serving
+}
+
+func sortBackends(bs []Backend) {
+	sort.Slice(bs, func(i, j int) bool {
+		a, b := bs[i], bs[j]
+		if a.IP != b.IP {
+			return a.IP.Less(b.IP)
+		}
+		return a.Port < b.Port
+	})
 }
 
 func portLabel(sp corev1.ServicePort) string {
@@ -249,5 +362,5 @@ func Unsupported(svc *corev1.Service) []Issue {
 			out = append(out, Issue{"ProtocolNotSupported", fmt.Sprintf("port %d/%s: shunt load-balances TCP and UDP only; this port gets no entry", sp.Port, sp.Protocol)})
 		}
 	}
-	return out
+	return append(out, externalIssues(svc)...)
 }

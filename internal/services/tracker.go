@@ -2,7 +2,6 @@ package services
 
 import (
 	"maps"
-	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,14 +18,22 @@ import (
 // change tracker). It reads objects only: whoever wrote the EndpointSlices
 // (the lab's controller, a cluster's) does not matter.
 type Tracker struct {
+	node  Node
 	ports map[types.NamespacedName][]Port // computed ports by service
 	dirty map[types.NamespacedName]bool
 	full  bool // the next Compute starts from scratch
 }
 
-// NewTracker returns a tracker whose first Compute covers every service.
-func NewTracker() *Tracker {
-	return &Tracker{ports: map[types.NamespacedName][]Port{}, dirty: map[types.NamespacedName]bool{}, full: true}
+// NewTracker returns a tracker whose first Compute covers every service,
+// for a node without NodePort addresses (ClusterIPs, externalIPs and load
+// balancer addresses only).
+func NewTracker() *Tracker { return NewTrackerFor(Node{}) }
+
+// NewTrackerFor returns a tracker computing node's table: its endpoints
+// are the local ones of externalTrafficPolicy Local, its NodePort
+// addresses serve every nodePort.
+func NewTrackerFor(node Node) *Tracker {
+	return &Tracker{node: node, ports: map[types.NamespacedName][]Port{}, dirty: map[types.NamespacedName]bool{}, full: true}
 }
 
 // Delta is what a Compute changed. Full means the table was computed from
@@ -90,8 +97,7 @@ func (t *Tracker) Compute(store *model.Store) Delta {
 			delete(t.ports, key)
 			continue
 		}
-		addr, _ := netip.ParseAddr(svc.Spec.ClusterIP)
-		ports := Ports(svc, addr, store.EndpointSlicesFor(key.Namespace, key.Name))
+		ports := PortsFor(svc, store.EndpointSlicesFor(key.Namespace, key.Name), t.node)
 		t.ports[key] = ports
 		d.Upsert = append(d.Upsert, ports...)
 		d.Remove = append(d.Remove, gone(old, ports)...)

@@ -11,17 +11,56 @@ type Frontend struct {
 	Proto uint8 // 6 TCP, 17 UDP
 }
 
+// Kind says which address of a Service a frontend is: the ClusterIP, or
+// one that traffic from outside the cluster reaches (a node's address and
+// nodePort, an externalIP, a load balancer's ingress address).
+type Kind uint8
+
+const (
+	KindClusterIP Kind = iota
+	KindNodePort
+	KindExternalIP
+	KindLoadBalancer
+)
+
+var kindNames = [...]string{KindClusterIP: "clusterip", KindNodePort: "nodeport", KindExternalIP: "externalip", KindLoadBalancer: "lb"}
+
+// String is the kind as flows and dumps name it.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// External says whether traffic from outside the cluster reaches the
+// frontend: the uplink programs translate it.
+func (k Kind) External() bool { return k != KindClusterIP }
+
 // Port is the desired state of one service port: what a connect to its
 // frontend may be translated to.
 type Port struct {
 	Frontend
+	Kind            Kind
 	Name            string // "ns/svc:port", for dumps, errors and flows
 	AffinityTimeout uint32 // seconds; 0: no session affinity
-	Backends        []Backend
+	// LocalOnly: externalTrafficPolicy Local on an external frontend: the
+	// backends are this node's endpoints only, and the client's address
+	// is kept.
+	LocalOnly bool
+	Backends  []Backend
 }
 
 // Backend is one endpoint address of a service port.
 type Backend struct {
 	IP   netip.Addr
 	Port uint16
+}
+
+// Node is the node a service table is computed for: its name (which
+// endpoints are local, for externalTrafficPolicy Local) and the addresses
+// its NodePorts are served on.
+type Node struct {
+	Name          string
+	NodePortAddrs []netip.Addr
 }

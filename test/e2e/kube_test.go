@@ -135,6 +135,23 @@ func (k *kubeNode) podIPOf(ns, name string) string {
 	return p.Status.PodIP
 }
 
+// waitEvent waits for a Warning event of reason about object name of the
+// default namespace whose message holds contains.
+func (k *kubeNode) waitEvent(name, reason, contains string) error {
+	return wait.PollUntilContextTimeout(k.ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := k.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reason && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, contains) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
 // probeFrom runs `shunt lab probe` inside a pod's sandbox until it gives
 // want (a few seconds: servers start, changes propagate).
 func (k *kubeNode) probeFrom(ns, name, want string, targets ...string) {
@@ -211,18 +228,7 @@ func TestKubernetesNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.probeFrom("default", "client", "connected", "--tcp", svc.Spec.ClusterIP+":80")
-	if err := wait.PollUntilContextTimeout(k.ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
-		evs, err := k.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=mixed-blocks"})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "IPv6NotSupported" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "2001:db8::/32") {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
+	if err := k.waitEvent("mixed-blocks", "IPv6NotSupported", "2001:db8::/32"); err != nil {
 		t.Errorf("no IPv6NotSupported Warning event on the NetworkPolicy: %v", err)
 	}
 	if st := k.mustShunt("status"); !strings.Contains(st, "left out:  NetworkPolicy default/mixed-blocks: ipBlock 2001:db8::/32") {
@@ -240,18 +246,7 @@ func TestKubernetesNode(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(k.ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
-		evs, err := k.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=sctp"})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "ProtocolNotSupported" && strings.Contains(e.Message, "9999/SCTP") {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
+	if err := k.waitEvent("sctp", "ProtocolNotSupported", "9999/SCTP"); err != nil {
 		t.Errorf("no ProtocolNotSupported event on the SCTP Service: %v", err)
 	}
 

@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Traffic from outside the cluster to the node's Service addresses: a
+ * node address and nodePort, an externalIP, a load balancer's ingress
+ * address (service entries flagged SERVICE_F_EXTERNAL). The node's uplink
+ * program translates the client's packets (nodeport_from_outside): a
+ * backend is picked once per flow and the flow's two entries recorded in
+ * shunt_nodeport_nat (struct nodeport_nat_value in shunt.h).
+ *
+ * A backend on this node gets the packet with the client's address as it
+ * is. A backend on another node (externalTrafficPolicy Cluster) gets it
+ * from this node's address on the pod network and a port of its own
+ * (SNAT): every node's ipcache knows that address as this node's, so the
+ * packet travels as the node's own traffic (the overlay's remote-node
+ * VNI, or routed), and the reply comes back here, where the client's
+ * address is given back. With externalTrafficPolicy Local only this
+ * node's backends are programmed, so the client's address always stays.
+ *
+ * The reply of either kind (nodeport_reply) leaves the node by the uplink
+ * with the frontend's address as its source, sent by BPF (a route lookup
+ * and a redirect): handed to the stack, a packet from one of the node's
+ * own addresses arriving on an interface would be dropped as a martian.
+ * It is caught where it arrives: a local backend's at its veth
+ * (shunt_from_pod), a remote one's at the uplink (native routing) or the
+ * overlay device. */
+#ifndef SHUNT_LIB_NODEPORT_H
+#define SHUNT_LIB_NODEPORT_H
+
+#include "common.h"
+#include "services.h"
+#include "tc_nat.h"
+#include "pkt.h"
+#include "forward.h"
+#include "policy.h"
+#include "encap.h"
+#include "native.h"
+#include "nat_timeout.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct tc_nat_key);
+	__type(value, struct nodeport_nat_value);
+	__uint(max_entries, 131072); /* two per flow */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_nodeport_nat SEC(".maps");
+
+/* Source ports tried for a new SNAT flow before it is dropped as
+ * masq-port-exhausted (as masquerade's, lib/masq.h). */
+#define NODEPORT_PORT_TRIES 16
+
+/* nodeport_rewrite writes the tuple v over the packet's (f), fixing every
+ * checksum, and f with it. */
+static __always_inline int nodeport_rewrite(struct __sk_buff *skb, __u32 l4off, struct flow *f,
+					    const struct nodeport_nat_value *v)
+{
+	if ((v->daddr != f->daddr || v->dport != f->dport) &&
+	    rewrite_l4(skb, l4off, f->proto, true, f->daddr, v->daddr, f->dport, v->dport) < 0)
+		return -1;
+	if ((v->saddr != f->saddr || v->sport != f->sport) &&
+	    rewrite_l4(skb, l4off, f->proto, false, f->saddr, v->saddr, f->sport, v->sport) < 0)
+		return -1;
+	f->saddr = v->saddr, f->daddr = v->daddr, f->sport = v->sport, f->dport = v->dport;
+	return 0;
+}
+
+static __always_inline struct tc_nat_key nodeport_key(const struct flow *f)
+{
+	struct tc_nat_key k = { .saddr = f->saddr, .daddr = f->daddr, .sport = f->sport, .dport = f->dport, .proto = f->proto };
+
+	return k;
+}
+
+/* nodeport_partner is the key of the flow's other entry: the tuple the
+ * entry writes, turned around. */
+static __always_inline struct tc_nat_key nodeport_partner(const struct nodeport_nat_value *v, __u8 proto)
+{
+	struct tc_nat_key k = { .saddr = v->daddr, .daddr = v->saddr, .sport = v->dport, .dport = v->sport, .proto = proto };
+
+	return k;
+}
+
+static __always_inline __u64 nodeport_idle(const struct nodeport_nat_value *v, __u64 now)
+{
+	__u64 seen = v->last_seen_ns;
+
+	return now > seen ? now - seen : 0;
+}
+
+/* nodeport_reusable says whether the flow of reply entry v no longer holds
+ * its SNAT port: idle past its timeout, or a TCP connection closed a
+ * moment ago (as masquerade's ports, lib/masq.h). */
+static __always_inline bool nodeport_reusable(const struct nodeport_nat_value *v, __u8 proto, __u64 now)
+{
+	if (proto == IPPROTO_TCP && nat_closed(v->flags) && nodeport_idle(v, now) > NAT_CLOSED_REUSE)
+		return true;
+	return nodeport_idle(v, now) > nat_timeout(v->flags, proto);
+}
+
+/* nodeport_refresh notes a packet of the flow whose entry is (k, v): the
+ * TCP flags it carries and, at most once a second, the time, in both
+ * entries. A partner the LRU evicted is written again. */
+static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct nodeport_nat_value *v, __u8 tcp_flags, __u64 now)
+{
+	__u32 flags = v->flags;
+
+	if (v->reply)
+		flags |= MASQ_F_REPLY_SEEN;
+	if (k->proto == IPPROTO_TCP) {
+		if (tcp_flags & SHUNT_TCPF_FIN)
+			flags |= v->reply ? MASQ_F_FIN_IN : MASQ_F_FIN_OUT;
+		if (tcp_flags & SHUNT_TCPF_RST)
+			flags |= MASQ_F_RST;
+	}
+	if (flags == v->flags && nodeport_idle(v, now) <= NSEC_PER_SEC)
+		return;
+	v->flags = flags;
+	v->last_seen_ns = now;
+	struct tc_nat_key pk = nodeport_partner(v, k->proto);
+	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
+	if (pv) {
+		pv->flags |= flags;
+		pv->last_seen_ns = now;
+		return;
+	}
+	struct nodeport_nat_value again = {
+		.saddr = k->daddr, .sport = k->dport, .daddr = k->saddr, .dport = k->sport, .reply = !v->reply,
+		.last_seen_ns = now, .flags = flags,
+	};
+	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, BPF_NOEXIST);
+}
+
+/* nodeport_claim makes the reply tuple rk (one candidate SNAT port) the
+ * new flow's, with the value rev. Returns 0 when claimed, 1 when a live
+ * flow holds it, -1 when the insert failed. A flow that no longer holds
+ * its port (nodeport_reusable) gives it up here, its client entry with
+ * it. */
+static __always_inline int nodeport_claim(const struct tc_nat_key *rk, const struct nodeport_nat_value *rev, __u64 now)
+{
+	if (bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0)
+		return 0;
+	struct nodeport_nat_value *cur = bpf_map_lookup_elem(&shunt_nodeport_nat, rk);
+	if (!cur)
+		return bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0 ? 0 : -1;
+	if (!nodeport_reusable(cur, rk->proto, now))
+		return 1;
+	struct tc_nat_key pk = nodeport_partner(cur, rk->proto);
+	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
+	if (pv && pv->saddr == rk->daddr && pv->sport == rk->dport && pv->daddr == rk->saddr && pv->dport == rk->sport)
+		bpf_map_delete_elem(&shunt_nodeport_nat, &pk);
+	return bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_ANY) == 0 ? 0 : -1;
+}
+
+/* nodeport_send_out sends a reply to the client out of cfg's uplink: the
+ * route lookup of the node's namespace as for a packet the node sends
+ * (its MACs, or bpf_redirect_neigh when the next hop's is not known yet),
+ * one hop. Returns the verdict. */
+static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET, .l4_protocol = p->f.proto, .sport = p->f.sport, .dport = p->f.dport,
+		.ifindex = cfg->uplink_ifindex, .ipv4_src = p->f.saddr, .ipv4_dst = p->f.daddr,
+	};
+	long ret = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+	return fib_redirect(skb, p, &fib, ret, SHUNT_REASON_NODEPORT_REPLY);
+}
+
+/* nodeport_reply translates a backend's reply to a flow from outside and
+ * sends it to the client. Returns -1 when the packet is no such reply (it
+ * goes on as before), else the verdict. */
+static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	if (!cfg->uplink_ifindex || (p->f.proto != IPPROTO_TCP && p->f.proto != IPPROTO_UDP) || !p->f.has_ports)
+		return -1;
+	struct tc_nat_key k = nodeport_key(&p->f);
+	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
+	if (!found || !found->reply)
+		return -1;
+	nodeport_refresh(&k, found, p->f.tcp_flags, bpf_ktime_get_ns());
+	struct nodeport_nat_value v = *found;
+	__u32 l4off = ETH_HLEN + sizeof(struct iphdr);
+	__u8 ihl;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	l4off = ETH_HLEN + (ihl & 0xf) * 4;
+	if (nodeport_rewrite(skb, l4off, &p->f, &v) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	return nodeport_send_out(skb, p, cfg);
+}
+
+/* nodeport_snat records a new flow (client key ck) to a backend on
+ * another node: a source port of cfg's range for the reply tuple (backend
+ * -> the node's address and that port), then both entries. Returns 0 with
+ * *fwd filled in, else the drop reason. */
+static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *cfg, const struct tc_nat_key *ck,
+					   __u32 be_ip, __u16 be_port, struct nodeport_nat_value *fwd)
+{
+	__u16 lo = cfg->nodeport_port_min, hi = cfg->nodeport_port_max;
+	__u32 span = (__u32)hi - lo + 1;
+	__u64 now = bpf_ktime_get_ns();
+	struct nodeport_nat_value rev = {
+		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
+	};
+	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = cfg->nodeport_snat_ip4, .proto = ck->proto };
+
+	if (!cfg->nodeport_snat_ip4 || !span || lo > hi)
+		return SHUNT_REASON_MASQ_PORT_EXHAUSTED;
+	fwd->last_seen_ns = now;
+	for (int i = 0; i < NODEPORT_PORT_TRIES; i++) {
+		rk.dport = bpf_htons(lo + bpf_get_prandom_u32() % span);
+		int r = nodeport_claim(&rk, &rev, now);
+		if (r < 0)
+			return SHUNT_REASON_NAT_INSERT_FAILED;
+		if (r > 0)
+			continue;
+		fwd->saddr = cfg->nodeport_snat_ip4, fwd->sport = rk.dport, fwd->daddr = be_ip, fwd->dport = be_port;
+		if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
+			bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
+			return SHUNT_REASON_NAT_INSERT_FAILED;
+		}
+		return 0;
+	}
+	return SHUNT_REASON_MASQ_PORT_EXHAUSTED;
+}
+
+/* nodeport_new picks the backend of a new flow to external frontend svc
+ * and records it. Returns 0 with *fwd set, else the drop reason. */
+static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cfg, struct service_value *svc,
+					  const struct tc_nat_key *ck, struct nodeport_nat_value *fwd)
+{
+	__u32 failed = 0;
+	struct backend_value *be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, &failed);
+
+	if (!be)
+		return SHUNT_REASON_SERVICE_NO_BACKEND;
+	__u32 be_ip = be->ip;
+	__u16 be_port = be->port;
+
+	if (!(svc->flags & SERVICE_F_LOCAL) && !lookup_endpoint(be_ip))
+		return nodeport_snat(cfg, ck, be_ip, be_port, fwd);
+
+	/* The backend is here: the client's address stays. */
+	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = ck->saddr, .dport = ck->sport, .proto = ck->proto };
+	__u64 now = bpf_ktime_get_ns();
+	struct nodeport_nat_value rev = {
+		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
+	};
+	fwd->last_seen_ns = now;
+	fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port;
+	if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
+		return SHUNT_REASON_NAT_INSERT_FAILED;
+	if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
+		bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
+		return SHUNT_REASON_NAT_INSERT_FAILED;
+	}
+	return 0;
+}
+
+/* nodeport_to_backend delivers a translated packet: to a local pod
+ * through its ingress policy (the client's identity: the world's, or the
+ * node's own when SNAT made it the node's), to another node's pod through
+ * the overlay as the node's own traffic (the remote-node VNI) or routed.
+ * client is the address the packet came from, for policy. */
+static __always_inline int nodeport_to_backend(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					       __u32 client)
+{
+	struct endpoint_info *ep = lookup_endpoint(p->f.daddr);
+
+	if (ep) {
+		p->src_identity = identity_of(client);
+		return admit_to_local_pod(skb, p, cfg, p->src_identity, ep);
+	}
+	struct ipcache_value *remote = ipcache_lookup(p->f.daddr);
+	__u32 tunnel_ip4 = remote ? remote->tunnel_ip4 : 0;
+
+	p->dst_identity = remote ? remote->identity : SHUNT_ID_WORLD;
+	p->src_identity = SHUNT_ID_HOST;
+	if (!tunnel_ip4)
+		/* Not a pod of any node (a hand-written endpoint outside): the
+		 * stack routes it. */
+		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+	if (cfg->tunnel_ifindex) {
+		struct bpf_tunnel_key key = {
+			.tunnel_id = SHUNT_ID_REMOTE_NODE,
+			.remote_ipv4 = bpf_ntohl(tunnel_ip4),
+			.tunnel_ttl = TUNNEL_TTL,
+		};
+		int verdict = forward_hop(skb, p);
+
+		if (verdict >= 0)
+			return verdict;
+		if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+			return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
+		if (bpf_redirect(cfg->tunnel_ifindex, 0) != TC_ACT_REDIRECT)
+			return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
+		return TC_ACT_REDIRECT;
+	}
+	if (cfg->native_ifindex)
+		return to_node_routed(skb, p, cfg);
+	return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+}
+
+/* nodeport_from_outside translates a packet from outside to one of the
+ * node's external frontends, or a client's later packet of such a flow,
+ * and delivers it to the backend. Returns -1 when it is neither (it goes
+ * on as before), else the verdict. */
+static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct pkt *p, struct iphdr *ip,
+						 const volatile struct shunt_config *cfg)
+{
+	if (!cfg->uplink_ifindex || (p->f.proto != IPPROTO_TCP && p->f.proto != IPPROTO_UDP) || !p->f.has_ports)
+		return -1;
+	__u32 l4off = ETH_HLEN + ip->ihl * 4;
+	struct tc_nat_key ck = nodeport_key(&p->f);
+	struct nodeport_nat_value fwd = {};
+	struct nodeport_nat_value *known = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
+
+	if (known) {
+		if (known->reply)
+			return -1; /* a backend's reply: nodeport_reply's */
+		nodeport_refresh(&ck, known, p->f.tcp_flags, bpf_ktime_get_ns());
+		fwd = *known;
+	} else {
+		struct service_value *svc = lookup_service(ck.daddr, ck.dport, ck.proto);
+
+		if (!svc || !(svc->flags & SERVICE_F_EXTERNAL))
+			return -1;
+		__u32 reason = nodeport_new(cfg, svc, &ck, &fwd);
+		if (reason)
+			return drop(skb, p, reason);
+		p->event = FLOW_EV_CONN_NEW;
+	}
+	__u32 client = p->f.saddr;
+	if (nodeport_rewrite(skb, l4off, &p->f, &fwd) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
+	return nodeport_to_backend(skb, p, cfg, client);
+}
+
+#endif

@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/shuntnet/shunt/internal/datapath"
+)
+
+// nodePortOf is how outside clients reach the node's external Service
+// frontends (NodePort, externalIPs, load balancer addresses): through the
+// uplink programs on the interface holding the node's underlay address,
+// SNAT to the node's pod-network address for backends on other nodes,
+// with ports of the masquerade's range (the node's own connections take
+// none of them). nil without an underlay address: the node's pods and
+// processes still reach these frontends through the socket layer.
+func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapath.NodePort, error) {
+	if !cfg.Underlay.IsValid() || !mode.UsesBPF() {
+		return nil, nil
+	}
+	_, ifindex, err := datapath.UplinkOf(cfg.Underlay)
+	if err != nil {
+		return nil, fmt.Errorf("NodePort: %w", err)
+	}
+	eph, err := datapath.EphemeralPorts()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MasqueradePorts.Overlaps(eph) {
+		return nil, fmt.Errorf("--masquerade-ports %s overlaps the node's ephemeral ports %s (net.ipv4.ip_local_port_range): "+
+			"NodePort flows SNATed to the node take their source ports from that range; choose ports outside it", cfg.MasqueradePorts, eph)
+	}
+	return &datapath.NodePort{UplinkIfindex: ifindex, SNATAddr: podNetAddr, Ports: cfg.MasqueradePorts}, nil
+}
+
+// nodePortAddrs are the addresses the node serves NodePorts on: its
+// underlay address (where outside clients reach it) and its address on
+// the pod network.
+func (a *Agent) nodePortAddrs() []netip.Addr {
+	var out []netip.Addr
+	if a.cfg.Underlay.IsValid() {
+		out = append(out, a.cfg.Underlay)
+	}
+	if ip := a.podPool.NodeIP(); ip.IsValid() && ip != a.cfg.Underlay {
+		out = append(out, ip)
+	}
+	return out
+}
+
+// enableUplinkForwarding turns IPv4 forwarding on for the uplink: the
+// replies of flows from outside (lib/nodeport.h) leave through a route
+// lookup on it, which bpf_fib_lookup refuses on a device that does not
+// forward (BPF_FIB_LKUP_RET_FWD_DISABLED), as pods' veths do. Only the
+// uplink: the machine's other interfaces are left as they are.
+func enableUplinkForwarding(uplink string) error {
+	fwd := filepath.Join("/proc/sys/net/ipv4/conf", uplink, "forwarding")
+	if err := os.WriteFile(fwd, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("NodePort: enabling forwarding on the uplink %s (its replies are routed by bpf_fib_lookup): %w", uplink, err)
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/shuntnet/shunt/internal/netnsrun"
+	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/services"
+)
+
+// The NodePort unit tests run the uplink and pod programs on crafted
+// packets, in a namespace of their own whose uplink "np-ul" holds the
+// node's address 192.0.2.1/24 (the client 192.0.2.9 is on that link, its
+// MAC known), with native routing to another node 192.0.2.2 whose pods
+// are 10.98.0.0/24. The node's pod-network address, the source of SNATed
+// flows, is 10.99.0.1; its pod 10.99.0.10.
+var (
+	npNode      = netip.MustParseAddr("192.0.2.1")
+	npClient    = netip.MustParseAddr("192.0.2.9")
+	npOtherNode = netip.MustParseAddr("192.0.2.2")
+	npSNAT      = netip.MustParseAddr("10.99.0.1")
+	npLocalPod  = netip.MustParseAddr("10.99.0.10")
+	npRemotePod = netip.MustParseAddr("10.98.0.20")
+	npLB        = netip.MustParseAddr("192.0.2.100")
+	npPorts     = PortRange{Min: 61000, Max: 61001}
+)
+
+// skbContext is the start of struct __sk_buff a test run may set: the
+// packet arrives on ifindex (ingress_ifindex too), as it would on the
+// uplink.
+func skbContext(ifindex int) []byte {
+	ctx := make([]byte, 44)
+	binary.NativeEndian.PutUint32(ctx[36:], uint32(ifindex)) // ingress_ifindex
+	binary.NativeEndian.PutUint32(ctx[40:], uint32(ifindex)) // ifindex
+	return ctx
+}
+
+func TestNodePort(t *testing.T) {
+	requireBPF(t)
+	ns, peer := testNetns(t), testNetns(t)
+	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
+	var uplink int
+	if err := netnsrun.Do(ns, func() error {
+		// The uplink forwards, as the agent sets it (bpf_fib_lookup
+		// refuses a device that does not).
+		if out, err := exec.Command("sysctl", "-qw", "net.ipv4.conf.np-ul.forwarding=1").CombinedOutput(); err != nil {
+			t.Fatalf("sysctl: %v: %s", err, out)
+		}
+		for _, args := range [][]string{
+			{"route", "add", "10.98.0.0/24", "via", npOtherNode.String(), "dev", "np-ul"},
+			{"neigh", "replace", npClient.String(), "lladdr", "02:00:00:00:00:09", "dev", "np-ul", "nud", "permanent"},
+			{"neigh", "replace", npOtherNode.String(), "lladdr", "02:00:00:00:00:02", "dev", "np-ul", "nud", "permanent"},
+		} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				t.Fatalf("ip %v: %v: %s", args, err, out)
+			}
+		}
+		var err error
+		_, uplink, err = UplinkOf(npNode)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink,
+		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts}}, nil)
+	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
+	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
+		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},
+		{Prefix: netip.PrefixFrom(npRemotePod, 32), Identity: 301, Tunnel: npOtherNode},
+	}}, []Endpoint{{IP: npLocalPod, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300}}); err != nil {
+		t.Fatal(err)
+	}
+	fe := func(vip netip.Addr, port uint16) services.Frontend {
+		return services.Frontend{VIP: vip, Port: port, Proto: 6}
+	}
+	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
+	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
+	if _, err := d.SyncServices([]services.Port{
+		{Frontend: fe(npNode, 30080), Kind: services.KindNodePort, Name: "local", Backends: local},
+		{Frontend: fe(npNode, 30081), Kind: services.KindNodePort, Name: "remote", Backends: remote},
+		{Frontend: fe(npNode, 30082), Kind: services.KindNodePort, Name: "local-policy-none-here", LocalOnly: true},
+		{Frontend: fe(npLB, 80), Kind: services.KindLoadBalancer, Name: "lb", Backends: local},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30053, Proto: 17}, Kind: services.KindNodePort, Name: "dns",
+			Backends: []services.Backend{{IP: npLocalPod, Port: 5353}}},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30054, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote",
+			Backends: []services.Backend{{IP: npRemotePod, Port: 5353}}},
+		{Frontend: fe(netip.MustParseAddr("10.96.0.10"), 80), Kind: services.KindClusterIP, Name: "clusterip", Backends: local},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	flows := flowReader(t, d)
+	before := counts(t, d)
+	run := func(prog *ebpf.Program, pkt []byte, ctx []byte) (uint32, []byte) {
+		t.Helper()
+		var ret uint32
+		out := make([]byte, len(pkt)+256)
+		err := netnsrun.Do(ns, func() error {
+			opts := &ebpf.RunOptions{Data: withChecksum(pkt), DataOut: out}
+			if ctx != nil {
+				opts.Context = ctx
+			}
+			var err error
+			ret, err = prog.Run(opts)
+			out = out[:len(pkt)]
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ret, out
+	}
+	fromOutside := func(pkt []byte) (uint32, []byte) {
+		t.Helper()
+		return run(d.uplink.ShuntFromUplink, pkt, skbContext(uplink))
+	}
+	fromPod := func(pkt []byte) (uint32, []byte) { t.Helper(); return run(d.objs.ShuntFromPod, pkt, nil) }
+
+	t.Run("backend on this node: the client's address kept, the reply from the NodePort", func(t *testing.T) {
+		for i, flags := range []byte{tcpSYN, tcpACK} {
+			ret, out := fromOutside(packet(npClient, npNode, 6, tcpSegment(40000, 30080, flags)))
+			if got, want := checkedTuple(t, out), (tuple{npClient, npLocalPod, 40000, 8080}); ret != tcActRedirect || got != want {
+				t.Errorf("packet %d: verdict %d, %+v; want redirect to the pod, %+v", i, ret, got, want)
+			}
+		}
+		ret, out := fromPod(packet(npLocalPod, npClient, 6, tcpSegment(8080, 40000, tcpSYNACK)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, npClient, 30080, 40000}); ret != tcActRedirect || got != want {
+			t.Errorf("reply: verdict %d, %+v; want redirect out of the uplink, %+v", ret, got, want)
+		}
+		if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
+			t.Errorf("reply to MAC %s, want the client's (the route lookup's)", dst)
+		}
+	})
+
+	var snatPort uint16
+	t.Run("backend on another node: SNAT to the node's pod-network address, routed; the reply back to the client", func(t *testing.T) {
+		ret, out := fromOutside(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpSYN)))
+		got := checkedTuple(t, out)
+		snatPort = got.sport
+		if ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod || got.dport != 8080 || snatPort < npPorts.Min || snatPort > npPorts.Max {
+			t.Errorf("verdict %d, %+v; want redirect, from %s and a port of %s to %s:8080", ret, got, npSNAT, npPorts, npRemotePod)
+		}
+		if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:02" {
+			t.Errorf("to MAC %s, want the other node's", dst)
+		}
+		// A second client with the same port gets the other SNAT port.
+		ret, out = fromOutside(packet(netip.MustParseAddr("192.0.2.10"), npNode, 6, tcpSegment(40001, 30081, tcpSYN)))
+		if got2 := checkedTuple(t, out); ret != tcActRedirect || got2.sport == snatPort || got2.src != npSNAT {
+			t.Errorf("second client: verdict %d, %+v; want the other port than %d", ret, got2, snatPort)
+		}
+		ret, out = fromOutside(packet(npRemotePod, npSNAT, 6, tcpSegment(8080, snatPort, tcpSYNACK)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, npClient, 30081, 40001}); ret != tcActRedirect || got != want {
+			t.Errorf("reply: verdict %d, %+v; want redirect back out, %+v", ret, got, want)
+		}
+		// Both ports taken towards this backend: a third client is
+		// dropped, counted as out of ports.
+		if ret, _ := fromOutside(packet(netip.MustParseAddr("192.0.2.11"), npNode, 6, tcpSegment(40001, 30081, tcpSYN))); ret != tcActShot {
+			t.Errorf("third client with no SNAT port left: verdict %d, want drop", ret)
+		}
+	})
+
+	t.Run("a reset SNAT flow gives its port up a second later", func(t *testing.T) {
+		third := netip.MustParseAddr("192.0.2.11")
+		if ret, _ := fromOutside(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpRST))); ret != tcActRedirect {
+			t.Errorf("the client's RST: verdict %d, want redirect", ret)
+		}
+		if ret, _ := fromOutside(packet(third, npNode, 6, tcpSegment(40001, 30081, tcpSYN))); ret != tcActShot {
+			t.Errorf("at once: verdict %d, want drop (the port is held a second after the reset)", ret)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		ret, out := fromOutside(packet(third, npNode, 6, tcpSegment(40001, 30081, tcpSYN)))
+		if got := checkedTuple(t, out); ret != tcActRedirect || got.sport != snatPort {
+			t.Errorf("a second later: verdict %d, %+v; want the freed port %d", ret, got, snatPort)
+		}
+		ret, out = fromOutside(packet(npRemotePod, npSNAT, 6, tcpSegment(8080, snatPort, tcpSYNACK)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, third, 30081, 40001}); ret != tcActRedirect || got != want {
+			t.Errorf("reply on the reused port: verdict %d, %+v; want %+v (the new client's)", ret, got, want)
+		}
+	})
+
+	t.Run("Local without an endpoint here: dropped", func(t *testing.T) {
+		if ret, _ := fromOutside(packet(npClient, npNode, 6, tcpSegment(40002, 30082, tcpSYN))); ret != tcActShot {
+			t.Errorf("verdict %d, want drop (no local backend)", ret)
+		}
+	})
+
+	t.Run("load balancer address", func(t *testing.T) {
+		ret, out := fromOutside(packet(npClient, npLB, 6, tcpSegment(40003, 80, tcpSYN)))
+		if got, want := checkedTuple(t, out), (tuple{npClient, npLocalPod, 40003, 8080}); ret != tcActRedirect || got != want {
+			t.Errorf("verdict %d, %+v; want redirect, %+v", ret, got, want)
+		}
+		ret, out = fromPod(packet(npLocalPod, npClient, 6, tcpSegment(8080, 40003, tcpSYNACK)))
+		if got, want := checkedTuple(t, out), (tuple{npLB, npClient, 80, 40003}); ret != tcActRedirect || got != want {
+			t.Errorf("reply: verdict %d, %+v; want %+v", ret, got, want)
+		}
+	})
+
+	t.Run("UDP, to this node's backend and SNATed to another's", func(t *testing.T) {
+		ret, out := fromOutside(packet(npClient, npNode, 17, udpDatagram(40010, 30053)))
+		if got, want := checkedTuple(t, out), (tuple{npClient, npLocalPod, 40010, 5353}); ret != tcActRedirect || got != want {
+			t.Errorf("verdict %d, %+v; want redirect, %+v", ret, got, want)
+		}
+		ret, out = fromPod(packet(npLocalPod, npClient, 17, udpDatagram(5353, 40010)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, npClient, 30053, 40010}); ret != tcActRedirect || got != want {
+			t.Errorf("reply: verdict %d, %+v; want %+v", ret, got, want)
+		}
+		ret, out = fromOutside(packet(npClient, npNode, 17, udpDatagram(40011, 30054)))
+		got := checkedTuple(t, out)
+		if ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod || got.dport != 5353 {
+			t.Errorf("to another node: verdict %d, %+v; want SNAT from %s to %s:5353", ret, got, npSNAT, npRemotePod)
+		}
+		ret, out = fromOutside(packet(npRemotePod, npSNAT, 17, udpDatagram(5353, got.sport)))
+		if got, want := checkedTuple(t, out), (tuple{npNode, npClient, 30054, 40011}); ret != tcActRedirect || got != want {
+			t.Errorf("reply from another node: verdict %d, %+v; want %+v", ret, got, want)
+		}
+	})
+
+	t.Run("left alone: a ClusterIP, the node's own ports", func(t *testing.T) {
+		for _, pkt := range [][]byte{
+			packet(npClient, netip.MustParseAddr("10.96.0.10"), 6, tcpSegment(40004, 80, tcpSYN)),
+			packet(npClient, npNode, 6, tcpSegment(40005, 22, tcpSYN)),
+		} {
+			want := checkedTuple(t, withChecksum(pkt))
+			if ret, out := fromOutside(pkt); ret != tcActOK || checkedTuple(t, out) != want {
+				t.Errorf("verdict %d, %+v; want OK, unchanged %+v", ret, checkedTuple(t, out), want)
+			}
+		}
+	})
+
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 9, "nodeport-reply/from-uplink": 3, "nodeport-reply/from-pod": 3})
+	var kinds []string
+	for _, e := range flows() {
+		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {
+			kinds = append(kinds, e.Reason)
+		}
+	}
+	if len(kinds) == 0 {
+		t.Errorf("no flow event names the NodePort translations")
+	}
+}

@@ -1,0 +1,93 @@
+package services
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// externalIssues names what of a Service's outside-facing fields shunt
+// does not implement yet, so that none of it is dropped without a word:
+// the rest of the Service is programmed.
+func externalIssues(svc *corev1.Service) []Issue {
+	var out []Issue
+	spec := svc.Spec
+	for _, s := range spec.ExternalIPs {
+		if a, err := netip.ParseAddr(s); err == nil && !a.Is4() {
+			out = append(out, Issue{"IPv6NotSupported", fmt.Sprintf("externalIP %s: shunt load-balances IPv4 only; this address gets no entry", a)})
+		}
+	}
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		a, err := netip.ParseAddr(ing.IP)
+		switch {
+		case ing.IP == "" && ing.Hostname != "":
+			out = append(out, Issue{"LoadBalancerHostnameNotSupported", fmt.Sprintf("status.loadBalancer.ingress hostname %s: shunt serves ingress IPs only", ing.Hostname)})
+		case err == nil && !a.Is4():
+			out = append(out, Issue{"IPv6NotSupported", fmt.Sprintf("load balancer ingress %s: shunt load-balances IPv4 only; this address gets no entry", a)})
+		}
+	}
+	if len(spec.LoadBalancerSourceRanges) > 0 {
+		out = append(out, Issue{"LoadBalancerSourceRangesNotSupported", fmt.Sprintf("loadBalancerSourceRanges %v are not enforced: every client reaches the load balancer addresses", spec.LoadBalancerSourceRanges)})
+	}
+	if p := spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		out = append(out, Issue{"InternalTrafficPolicyNotSupported", "internalTrafficPolicy Local is not implemented: the ClusterIP balances over the endpoints of every node"})
+	}
+	if d := spec.TrafficDistribution; d != nil && *d != "" {
+		out = append(out, Issue{"TrafficDistributionNotSupported", fmt.Sprintf("trafficDistribution %s is not implemented: endpoints of every node and zone are used alike", *d)})
+	}
+	return out
+}
+
+// HealthCheck is what the healthCheckNodePort server of one Service with
+// externalTrafficPolicy Local answers on a node: how many of its
+// endpoints are there (200 with some, 503 with none), as kube-proxy does.
+type HealthCheck struct {
+	Namespace, Name string
+	Port            uint16 // spec.healthCheckNodePort
+	LocalEndpoints  int
+}
+
+// HealthChecks lists the health checks of services on node: the Services
+// with externalTrafficPolicy Local and a healthCheckNodePort, each with
+// its endpoints on node that are ready and not terminating, counted once
+// per address whatever the ports (kube-proxy counts endpoints).
+func HealthChecks(svcs []*corev1.Service, slicesOf func(namespace, name string) []*discoveryv1.EndpointSlice, node string) []HealthCheck {
+	var out []HealthCheck
+	for _, svc := range svcs {
+		if svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || svc.Spec.HealthCheckNodePort == 0 {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, s := range slicesOf(svc.Namespace, svc.Name) {
+			for _, ep := range s.Endpoints {
+				if !usable(ep) || ep.NodeName == nil || *ep.NodeName != node {
+					continue
+				}
+				for _, a := range ep.Addresses {
+					seen[a] = true
+				}
+			}
+		}
+		out = append(out, HealthCheck{Namespace: svc.Namespace, Name: svc.Name, Port: uint16(svc.Spec.HealthCheckNodePort), LocalEndpoints: len(seen)})
+	}
+	return out
+}
+
+// HostPortIssues names the hostPorts of a pod: not implemented (no
+// portmap plugin either), so the port is reached at the pod's own address
+// only, never at its node's.
+func HostPortIssues(pod *corev1.Pod) []Issue {
+	var out []Issue
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort != 0 {
+				out = append(out, Issue{"HostPortNotSupported", fmt.Sprintf("container %s: hostPort %d/%s is not implemented: port %d is reached at the pod's address only, not at the node's",
+					c.Name, p.HostPort, cmp.Or(p.Protocol, corev1.ProtocolTCP), p.ContainerPort)})
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,245 @@
+package services
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+const lbDoc = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.10
+  externalTrafficPolicy: %s
+  externalIPs: [192.0.2.7, "2001:db8::7"]
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080, nodePort: 30080}
+  - {name: dns, port: 53, targetPort: 5353, nodePort: 30053, protocol: UDP}
+status:
+  loadBalancer:
+    ingress: [{ip: 192.168.124.1}]
+`
+
+func lbService(t *testing.T, policy string) *corev1.Service {
+	return parse[*corev1.Service](t, strings.Replace(lbDoc, "%s", policy, 1))
+}
+
+// webSlices: 10.0.0.1 on node-1, 10.0.0.2 on node-2, 10.0.0.3 on node-1
+// but terminating.
+func webSlices() []*discoveryv1.EndpointSlice {
+	yes, no := true, false
+	n1, n2 := "node-1", "node-2"
+	http, dns := "http", "dns"
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	p8080, p5353 := int32(8080), int32(5353)
+	return []*discoveryv1.EndpointSlice{{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &http, Protocol: &tcp, Port: &p8080}, {Name: &dns, Protocol: &udp, Port: &p5353}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, NodeName: &n1, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+			{Addresses: []string{"10.0.0.2"}, NodeName: &n2, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+			{Addresses: []string{"10.0.0.3"}, NodeName: &n1, Conditions: discoveryv1.EndpointConditions{Ready: &no, Terminating: &yes}},
+		},
+	}}
+}
+
+var node1 = Node{Name: "node-1", NodePortAddrs: []netip.Addr{netip.MustParseAddr("192.168.123.1"), netip.MustParseAddr("10.244.1.1")}}
+
+type frontendRow struct {
+	kind     Kind
+	frontend string
+	backends []string
+	local    bool
+}
+
+func rows(ports []Port) []frontendRow {
+	var out []frontendRow
+	for _, p := range ports {
+		r := frontendRow{kind: p.Kind, frontend: netip.AddrPortFrom(p.VIP, p.Port).String() + map[uint8]string{6: "/tcp", 17: "/udp"}[p.Proto], local: p.LocalOnly}
+		for _, b := range p.Backends {
+			r.backends = append(r.backends, netip.AddrPortFrom(b.IP, b.Port).String())
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestPortsForLoadBalancer: a LoadBalancer Service has, per port, its
+// ClusterIP, a NodePort on each of the node's addresses, its IPv4
+// externalIP and its load balancer ingress address, each balancing over
+// every ready endpoint (Cluster); the IPv6 externalIP has none.
+func TestPortsForLoadBalancer(t *testing.T) {
+	got := rows(PortsFor(lbService(t, "Cluster"), webSlices(), node1))
+	both := []string{"10.0.0.1:8080", "10.0.0.2:8080"}
+	bothDNS := []string{"10.0.0.1:5353", "10.0.0.2:5353"}
+	want := []frontendRow{
+		{KindClusterIP, "10.96.0.10:80/tcp", both, false},
+		{KindClusterIP, "10.96.0.10:53/udp", bothDNS, false},
+		{KindNodePort, "192.168.123.1:30080/tcp", both, false},
+		{KindNodePort, "10.244.1.1:30080/tcp", both, false},
+		{KindExternalIP, "192.0.2.7:80/tcp", both, false},
+		{KindLoadBalancer, "192.168.124.1:80/tcp", both, false},
+		{KindNodePort, "192.168.123.1:30053/udp", bothDNS, false},
+		{KindNodePort, "10.244.1.1:30053/udp", bothDNS, false},
+		{KindExternalIP, "192.0.2.7:53/udp", bothDNS, false},
+		{KindLoadBalancer, "192.168.124.1:53/udp", bothDNS, false},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("frontends:\n%v\nwant:\n%v", got, want)
+	}
+}
+
+// TestPortsForLocal: with externalTrafficPolicy Local the outside
+// frontends balance over this node's ready endpoints only (none on a node
+// without one: traffic there is dropped, as kube-proxy does), the
+// ClusterIP still over all of them.
+func TestPortsForLocal(t *testing.T) {
+	svc := lbService(t, "Local")
+	for _, tc := range []struct {
+		node Node
+		want []string
+	}{
+		{node1, []string{"10.0.0.1:8080"}},
+		{Node{Name: "node-3", NodePortAddrs: []netip.Addr{netip.MustParseAddr("192.168.123.3")}}, nil},
+	} {
+		for _, r := range rows(PortsFor(svc, webSlices(), tc.node)) {
+			if !strings.HasSuffix(r.frontend, "/tcp") {
+				continue
+			}
+			if r.kind == KindClusterIP {
+				if len(r.backends) != 2 || r.local {
+					t.Errorf("%s: ClusterIP %v, want both endpoints", tc.node.Name, r)
+				}
+				continue
+			}
+			if !r.local || !reflect.DeepEqual(r.backends, tc.want) {
+				t.Errorf("%s: %v, want local-only backends %v", tc.node.Name, r, tc.want)
+			}
+		}
+	}
+}
+
+// TestPortsForTypes: a ClusterIP Service has no NodePort frontends even
+// on a node with addresses, a NodePort Service no load balancer one even
+// with a status, and externalIPs count whatever the type.
+func TestPortsForTypes(t *testing.T) {
+	svc := lbService(t, "Cluster")
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	kinds := map[Kind]int{}
+	for _, p := range PortsFor(svc, webSlices(), node1) {
+		kinds[p.Kind]++
+	}
+	if !reflect.DeepEqual(kinds, map[Kind]int{KindClusterIP: 2, KindNodePort: 4, KindExternalIP: 2}) {
+		t.Errorf("NodePort Service frontends by kind %v", kinds)
+	}
+	svc.Spec.Type = corev1.ServiceTypeClusterIP
+	clear(kinds)
+	for _, p := range PortsFor(svc, webSlices(), node1) {
+		kinds[p.Kind]++
+	}
+	if !reflect.DeepEqual(kinds, map[Kind]int{KindClusterIP: 2, KindExternalIP: 2}) {
+		t.Errorf("ClusterIP Service with externalIPs: frontends by kind %v", kinds)
+	}
+}
+
+// TestUnsupportedOutsideFields: every outside-facing field shunt does not
+// implement is named, none silently dropped.
+func TestUnsupportedOutsideFields(t *testing.T) {
+	svc := lbService(t, "Local")
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	dist := corev1.ServiceTrafficDistributionPreferClose
+	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	svc.Spec.InternalTrafficPolicy = &local
+	svc.Spec.TrafficDistribution = &dist
+	svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{Hostname: "lb.example"})
+	var reasons []string
+	for _, is := range Unsupported(svc) {
+		reasons = append(reasons, is.Reason)
+	}
+	want := []string{"IPv6NotSupported", "LoadBalancerHostnameNotSupported", "LoadBalancerSourceRangesNotSupported",
+		"InternalTrafficPolicyNotSupported", "TrafficDistributionNotSupported"}
+	if !reflect.DeepEqual(reasons, want) {
+		t.Errorf("issues %v, want %v", reasons, want)
+	}
+	if is := Unsupported(lbService(t, "Cluster")); len(is) != 1 || !strings.Contains(is[0].Message, "externalIP 2001:db8::7") {
+		t.Errorf("a Service with only its IPv6 externalIP unsupported: %v", is)
+	}
+	pod := pod(t, "hp", "web", 8080)
+	pod.Spec.Containers[0].Ports[0].HostPort = 80
+	if is := HostPortIssues(pod); len(is) != 1 || is[0].Reason != "HostPortNotSupported" || !strings.Contains(is[0].Message, "hostPort 80/TCP") {
+		t.Errorf("hostPort issues %v", is)
+	}
+}
+
+// TestHealthChecks: a Local Service's health check counts this node's
+// ready endpoints (a terminating one does not count); a Cluster Service
+// or one without a health check port has none.
+func TestHealthChecks(t *testing.T) {
+	local := lbService(t, "Local")
+	local.Spec.HealthCheckNodePort = 30500
+	cluster := lbService(t, "Cluster")
+	cluster.Name = "cluster"
+	noPort := lbService(t, "Local")
+	noPort.Name = "noport"
+	slicesOf := func(ns, name string) []*discoveryv1.EndpointSlice { return webSlices() }
+	svcs := []*corev1.Service{local, cluster, noPort}
+	if got, want := HealthChecks(svcs, slicesOf, "node-1"), []HealthCheck{{"shop", "web", 30500, 1}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("node-1: %v, want %v", got, want)
+	}
+	if got, want := HealthChecks(svcs, slicesOf, "node-3"), []HealthCheck{{"shop", "web", 30500, 0}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("node-3: %v, want %v", got, want)
+	}
+}
+
+// TestDeriveSlicesNodeName: the lab's endpoint controller writes each
+// endpoint's node, as Kubernetes' does: Local reads it.
+func TestDeriveSlicesNodeName(t *testing.T) {
+	svc := parse[*corev1.Service](t, svcDoc)
+	placed, unplaced := pod(t, "a", "web", 8080), pod(t, "b", "web", 8080)
+	placed.Spec.NodeName = "node-2"
+	slices := DeriveSlices(svc, []Pod{{Pod: placed, IP: "10.0.0.2", Ready: true}, {Pod: unplaced, IP: "10.0.0.3", Ready: true}})
+	if len(slices) != 1 || len(slices[0].Endpoints) != 2 {
+		t.Fatalf("slices %+v", slices)
+	}
+	if n := slices[0].Endpoints[0].NodeName; n == nil || *n != "node-2" {
+		t.Errorf("placed pod's endpoint node %v, want node-2", n)
+	}
+	if n := slices[0].Endpoints[1].NodeName; n != nil {
+		t.Errorf("unplaced pod's endpoint node %q, want none", *n)
+	}
+}
+
+// TestPortsForLocalTerminating: with no ready endpoint on the node, a
+// Local Service's outside frontends use the node's endpoints that are
+// terminating but still serving, as kube-proxy does; the ClusterIP never
+// does, nor does a node that has a ready one.
+func TestPortsForLocalTerminating(t *testing.T) {
+	svc := lbService(t, "Local")
+	slices := webSlices()
+	yes := true
+	eps := slices[0].Endpoints
+	eps[2].Conditions.Serving = &yes // 10.0.0.3 on node-1: terminating, serving
+	withReady := rows(PortsFor(svc, slices, node1))
+	slices[0].Endpoints = eps[1:] // 10.0.0.1, node-1's ready one, gone
+	without := rows(PortsFor(svc, slices, node1))
+	for _, tc := range []struct {
+		rows []frontendRow
+		want string
+	}{{withReady, "10.0.0.1:8080"}, {without, "10.0.0.3:8080"}} {
+		for _, r := range tc.rows {
+			if r.frontend == "192.168.123.1:30080/tcp" && (len(r.backends) != 1 || r.backends[0] != tc.want) {
+				t.Errorf("NodePort backends %v, want %s", r.backends, tc.want)
+			}
+			if r.kind == KindClusterIP && strings.HasSuffix(r.frontend, "/tcp") && strings.Contains(strings.Join(r.backends, ","), "10.0.0.3") {
+				t.Errorf("the ClusterIP uses a terminating endpoint: %v", r.backends)
+			}
+		}
+	}
+}

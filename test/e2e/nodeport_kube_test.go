@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// TestKubernetesNodePort: a node of a real API server (its own network
+// namespace on an underlay, a second namespace there being a host
+// outside the cluster) programs a NodePort Service and a LoadBalancer
+// Service with externalTrafficPolicy Local from the objects as the API
+// server allocated them (nodePorts, health check port): the outside host
+// reaches the NodePort on the node's address and the backend sees its
+// address; the health check answers 200 with one local endpoint; the
+// LoadBalancer's source ranges, which shunt does not enforce yet, are a
+// Warning event on the Service and a line of `shunt status`.
+func TestKubernetesNodePort(t *testing.T) {
+	c := newKubeCluster(t)
+	netns, addrs, _ := newUnderlay(t, 2)
+	k := newCrossNode(t, c, netns[0], addrs[0], overlayRouting)
+	outside := netns[1]
+	k.runPod("default", "web", map[string]string{"app": "web"}, "shunt", "lab", "serve", "--http", "8080")
+
+	create := func(svc *corev1.Service) *corev1.Service {
+		t.Helper()
+		out, err := k.cs.CoreV1().Services("default").Create(k.ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	port := []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
+	np := create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"}, Ports: port}})
+	lb := create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ranges"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"}, Ports: port,
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, LoadBalancerSourceRanges: []string{"198.51.100.0/24"}}})
+	if np.Spec.Ports[0].NodePort == 0 || lb.Spec.HealthCheckNodePort == 0 {
+		t.Fatalf("the API server allocated nodePort %d, health check port %d", np.Spec.Ports[0].NodePort, lb.Spec.HealthCheckNodePort)
+	}
+
+	get := func(url string) (string, string) {
+		out, err := exec.Command("ip", "netns", "exec", outside, filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", url).CombinedOutput()
+		if err != nil {
+			return "", string(out)
+		}
+		status, body, _ := strings.Cut(string(out), "\n")
+		return status, strings.TrimSpace(body)
+	}
+	body := eventually(t, "NodePort from outside", "200", func() (string, string) {
+		return get(fmt.Sprintf("http://%s:%d/remote", addrs[0], np.Spec.Ports[0].NodePort))
+	})
+	if host, _, _ := strings.Cut(body, ":"); host != addrs[1] {
+		t.Errorf("the backend saw %q, want the outside host %s (its backend is on the node: no SNAT)", body, addrs[1])
+	}
+	body = eventually(t, "health check", "200", func() (string, string) {
+		return get(fmt.Sprintf("http://%s:%d/", addrs[0], lb.Spec.HealthCheckNodePort))
+	})
+	var hc struct {
+		Service        struct{ Namespace, Name string }
+		LocalEndpoints int
+	}
+	if err := json.Unmarshal([]byte(body), &hc); err != nil || hc.Service.Name != "ranges" || hc.LocalEndpoints != 1 {
+		t.Errorf("health check body %q (%v), want Service default/ranges with one local endpoint", body, err)
+	}
+
+	if err := k.waitEvent("ranges", "LoadBalancerSourceRangesNotSupported", "198.51.100.0/24"); err != nil {
+		t.Errorf("no LoadBalancerSourceRangesNotSupported Warning event on the Service: %v", err)
+	}
+	if st := k.mustShunt("status"); !strings.Contains(st, "left out:  Service default/ranges: loadBalancerSourceRanges") {
+		t.Errorf("shunt status does not name the source ranges:\n%s", st)
+	}
+}
