@@ -311,7 +311,12 @@ func TestLabNodeGoesAway(t *testing.T) {
 func joinRefused(t *testing.T, l *lab, podCIDR, addr, want string) {
 	t.Helper()
 	extra := &lab{t: t, instance: l.instance + "x", netns: fmt.Sprintf("e2ej%06d", rand.IntN(1000000))}
-	mustIP(t, [][]string{{"netns", "add", extra.netns}, {"-n", extra.netns, "link", "set", "lo", "up"}})
+	// The joining node holds its underlay address, as a node does (the
+	// agent serves NodePorts on it and refuses an address it lacks).
+	mustIP(t, [][]string{{"netns", "add", extra.netns}, {"-n", extra.netns, "link", "set", "lo", "up"},
+		{"-n", extra.netns, "link", "add", "ul0", "type", "veth", "peer", "name", "ul1"},
+		{"-n", extra.netns, "addr", "add", addr + "/24", "dev", "ul0"},
+		{"-n", extra.netns, "link", "set", "ul0", "up"}, {"-n", extra.netns, "link", "set", "ul1", "up"}})
 	t.Cleanup(func() {
 		extra.shunt("lab", "down")
 		exec.Command("ip", "netns", "del", extra.netns).Run()
