@@ -267,6 +267,20 @@ func (s *datapathSpecs) list(uplink bool) []*ebpf.CollectionSpec {
 	return out
 }
 
+// namedSpec is one object of this build, by the name of its C file's
+// generated Go (bpf2go's identifier).
+type namedSpec struct {
+	name string
+	spec *ebpf.CollectionSpec
+}
+
+// named is every object, the uplink's included, with its name: for what
+// reads them all (the kernel feature check, kernelfeat.go).
+func (s *datapathSpecs) named() []namedSpec {
+	return []namedSpec{{"podtc", s.pod}, {"overlaytc", s.overlay}, {"uplinktc", s.uplink},
+		{"sockaddr", s.sockAddr}, {"sockops", s.sockOps}, {"skmsg", s.skMsg}, {"sockopt", s.sockopt}}
+}
+
 // loadSpecs loads this build's objects, not yet in the kernel.
 func loadSpecs() (*datapathSpecs, error) {
 	var s datapathSpecs

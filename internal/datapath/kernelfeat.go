@@ -129,19 +129,17 @@ type programUse struct {
 // objectUses reads every object of this build (the socket destroyer's
 // too), without loading anything.
 func objectUses() ([]objectUse, error) {
+	specs, err := loadSpecs()
+	if err != nil {
+		return nil, err
+	}
+	destroy, err := loadSockdestroy()
+	if err != nil {
+		return nil, fmt.Errorf("reading object sockdestroy: %w", err)
+	}
 	var out []objectUse
-	for _, o := range []struct {
-		name string
-		load func() (*ebpf.CollectionSpec, error)
-	}{
-		{"podtc", loadPodtc}, {"overlaytc", loadOverlaytc}, {"uplinktc", loadUplinktc},
-		{"sockaddr", loadSockaddr}, {"sockops", loadSockops}, {"skmsg", loadSkmsg}, {"sockopt", loadSockopt},
-		{"sockdestroy", loadSockdestroy},
-	} {
-		spec, err := o.load()
-		if err != nil {
-			return nil, fmt.Errorf("reading object %s: %w", o.name, err)
-		}
+	for _, o := range append(specs.named(), namedSpec{"sockdestroy", destroy}) {
+		spec := o.spec
 		use := objectUse{object: o.name, programs: map[string]programUse{}, maps: map[string]ebpf.MapType{}}
 		for name, p := range spec.Programs {
 			pu := programUse{typ: p.Type, attach: p.AttachType}

@@ -38,8 +38,15 @@ const (
 	FallbackNoSetRetval Fallback = "no-set-retval"
 )
 
-// AllFallbacks lists every fallback, in the order the table gives them.
-var AllFallbacks = []Fallback{FallbackTC, FallbackSkMsgAttach, FallbackSockDiag, FallbackNoSetRetval}
+// AllFallbacks lists every fallback, in the order the table
+// (KernelFeatures) gives them.
+var AllFallbacks = func() []Fallback {
+	var out []Fallback
+	for _, f := range KernelFeatures {
+		out = append(out, f.Fallback)
+	}
+	return out
+}()
 
 // Fallbacks is the set of older paths the datapath takes, because the
 // kernel lacks the newer feature or because they were forced (tests, and
