@@ -17,8 +17,8 @@ import (
 )
 
 // Instance removes what an instance created, also when no agent runs and
-// its state is gone: pods are found by the marks on their interfaces (PodNetns)
-// aliases. A second run is a no-op.
+// its state is gone: pods are found by the marks on their interfaces
+// (PodNetns). A second run is a no-op.
 func Instance(inst instance.Instance) error {
 	var errs []error
 	if root, err := cgroup.Root(); err == nil {
