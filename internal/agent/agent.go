@@ -126,6 +126,10 @@ type Config struct {
 	// has the newer feature (tests run every fallback on a new kernel);
 	// the ones the kernel needs are taken anyway (datapath.ProbeKernel).
 	KernelFallbacks dpinfo.Fallbacks
+	// RemoveKubeProxyRules (with Kubernetes): kube-proxy's rules found on
+	// the node are removed at start instead of refusing it
+	// (internal/kubeproxy). kube-proxy must have stopped on this node.
+	RemoveKubeProxyRules bool
 }
 
 // Routing modes and tunnels shuntd knows.

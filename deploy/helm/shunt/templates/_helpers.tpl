@@ -88,6 +88,9 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- with .Values.kernelFallbacks }}
 - --kernel-fallbacks={{ . }}
 {{- end }}
+{{- if .Values.removeKubeProxyRules }}
+- --remove-kube-proxy-rules
+{{- end }}
 {{- if .Values.prometheus.enabled }}
 - --metrics-addr=:{{ .Values.prometheus.port }}
 {{- end }}
