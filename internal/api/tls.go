@@ -19,33 +19,41 @@ const (
 	TLSCAFile   = "ca.crt"
 )
 
-// LoadTLS reads dir's certificate, key and CA into a mutual TLS
-// configuration: as a server it asks every client for a certificate the
-// CA signed and refuses the others; as a client it presents its own and
-// trusts only servers the CA signed, for any name (agents are reached at
-// node addresses no certificate names; the CA is the cluster's own, made
-// for this alone).
+// LoadTLS makes a mutual TLS configuration from dir's certificate, key
+// and CA: as a server it asks every client for a certificate the CA signed
+// and refuses the others; as a client it presents its own and trusts only
+// servers the CA signed, for any name (agents are reached at node
+// addresses no certificate names; the CA is the cluster's own, made for
+// this alone). The files are checked now and read again at every
+// handshake, so certificates replaced in place (a Secret the kubelet
+// updates) take over without a restart.
 func LoadTLS(dir string, server bool) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile))
-	if err != nil {
-		return nil, fmt.Errorf("TLS directory %s: %w (it needs %s, %s and %s)", dir, err, TLSCertFile, TLSKeyFile, TLSCAFile)
+	if _, _, err := readTLSDir(dir); err != nil {
+		return nil, err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(dir, TLSCAFile))
-	if err != nil {
-		return nil, fmt.Errorf("TLS directory %s: %w", dir, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("TLS directory %s: %s holds no PEM certificate", dir, TLSCAFile)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13}
 	if server {
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cert, pool, err := readTLSDir(dir)
+			if err != nil {
+				return nil, err
+			}
+			return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
+				ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}, nil
+		}
 		return cfg, nil
+	}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		cert, _, err := readTLSDir(dir)
+		return &cert, err
 	}
 	// The chain is checked against the CA below, without the host name.
 	cfg.InsecureSkipVerify = true
 	cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+		_, pool, err := readTLSDir(dir)
+		if err != nil {
+			return err
+		}
 		if len(raw) == 0 {
 			return fmt.Errorf("the server sent no certificate")
 		}
@@ -63,6 +71,23 @@ func LoadTLS(dir string, server bool) (*tls.Config, error) {
 		return err
 	}
 	return cfg, nil
+}
+
+// readTLSDir reads dir's certificate and key, and its CA as a pool.
+func readTLSDir(dir string) (tls.Certificate, *x509.CertPool, error) {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile))
+	if err != nil {
+		return cert, nil, fmt.Errorf("TLS directory %s: %w (it needs %s, %s and %s)", dir, err, TLSCertFile, TLSKeyFile, TLSCAFile)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, TLSCAFile))
+	if err != nil {
+		return cert, nil, fmt.Errorf("TLS directory %s: %w", dir, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return cert, nil, fmt.Errorf("TLS directory %s: %s holds no PEM certificate", dir, TLSCAFile)
+	}
+	return cert, pool, nil
 }
 
 // CheckPlainListen refuses a listen address that is not on loopback when

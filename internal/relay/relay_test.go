@@ -204,6 +204,18 @@ func TestRelayReachesAgentsByMutualTLS(t *testing.T) {
 	if err := api.NewRemoteClient(a.addr, noCert).Stream("/v1/flows", func([]byte) error { return nil }); err == nil {
 		t.Errorf("a client without a certificate read the agent's flows")
 	}
+
+	// A new CA's certificates written over both sides' files (a Secret
+	// updated in place) take over at the next connection, no restart.
+	ca2 := newCA(t)
+	ca2.issueInto(t, agentDir, "agent", true)
+	ca2.issueInto(t, relayDir, "relay", false)
+	if err := api.NewRemoteClient(a.addr, relayTLS).Stream("/v1/flows", func([]byte) error { return nil }); err != nil {
+		t.Errorf("after both sides' certificates were replaced: %v", err)
+	}
+	if err := api.NewRemoteClient(a.addr, strangerTLS).Stream("/v1/flows", func([]byte) error { return nil }); err == nil {
+		t.Errorf("after the rotation, another CA's client was served")
+	}
 	if err := api.CheckPlainListen("0.0.0.0:4244"); err == nil {
 		t.Errorf("a plain listener on every address was accepted")
 	}
@@ -250,6 +262,11 @@ func newCA(t *testing.T) *testCA {
 // client certificate the CA signs.
 func (ca *testCA) issue(t *testing.T, name string, server bool) string {
 	t.Helper()
+	return ca.issueInto(t, filepath.Join(t.TempDir(), name), name, server)
+}
+
+func (ca *testCA) issueInto(t *testing.T, dir, name string, server bool) string {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +286,6 @@ func (ca *testCA) issue(t *testing.T, name string, server bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), name)
 	os.MkdirAll(dir, 0o700)
 	for file, data := range map[string][]byte{
 		api.TLSCAFile:   ca.pem,
