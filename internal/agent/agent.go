@@ -60,9 +60,9 @@ type Config struct {
 	// (api.LoadTLS), without it only on loopback.
 	FlowsAddr   string
 	FlowsTLSDir string
-	ProxyPort       int               // the node proxy's port on the node address (0: DefaultProxyPort)
-	SocketAccel     bool              // accelerate TCP between local sockets from the start
-	AccelNode       bool              // with SocketAccel: the node's own processes too
+	ProxyPort   int  // the node proxy's port on the node address (0: DefaultProxyPort)
+	SocketAccel bool // accelerate TCP between local sockets from the start
+	AccelNode   bool // with SocketAccel: the node's own processes too
 
 	// Kubernetes takes objects from an API server instead of the lab:
 	// Kubeconfig names it ("" is the in-cluster configuration), NodeName is
