@@ -38,7 +38,7 @@ func main() {
 func newRootCmd() *cobra.Command {
 	var (
 		inst, mode, podCIDR, serviceCIDR, logLevel                  string
-		flowSampling, metricsAddr                                   string
+		flowSampling, metricsAddr, flowsAddr, flowsTLSDir           string
 		flowHistory, flowBuffer                                     int
 		socketAccel, accelNode, inCluster, runPods, removeKubeProxy bool
 		ctSingleTable                                               bool
@@ -79,7 +79,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
-				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode,
+				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, FlowsAddr: flowsAddr, FlowsTLSDir: flowsTLSDir, SocketAccel: socketAccel, AccelNode: accelNode,
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
 				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
 				DriftCheckPeriod: driftPeriod, RemoveKubeProxyRules: removeKubeProxy}
@@ -178,6 +178,8 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().IntVar(&flowHistory, "flow-history", 8192, "flows kept in memory for 'shunt observe'")
 	cmd.Flags().IntVar(&flowBuffer, "flow-buffer-bytes", 4<<20, "size of the flow ring buffer (a power of two, at least a page)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")
+	cmd.Flags().StringVar(&flowsAddr, "flows-addr", "", "also serve this node's flows (read only) on this TCP address, for a relay ('shunt relay'): by mutual TLS with --flows-tls-dir, else only on loopback")
+	cmd.Flags().StringVar(&flowsTLSDir, "flows-tls-dir", "", "with --flows-addr: the agent's certificate and key and the CA a relay's client certificate must be signed by (ca.crt, tls.crt, tls.key)")
 	cmd.Flags().BoolVar(&socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg + sockhash)")
 	cmd.Flags().BoolVar(&ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")

@@ -94,6 +94,10 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- if .Values.prometheus.enabled }}
 - --metrics-addr=:{{ .Values.prometheus.port }}
 {{- end }}
+{{- if .Values.relay.enabled }}
+- --flows-addr=:{{ .Values.relay.agentPort }}
+- --flows-tls-dir=/etc/shunt/flows-tls
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
