@@ -84,6 +84,7 @@ func newRootCmd() *cobra.Command {
 		newPolicyCmd(g),
 		newObserveCmd(g),
 		newRelayCmd(g),
+		newNodeCmd(g),
 		newFlowSamplingCmd(g),
 		newMetricsCmd(g),
 		newProxyCmd(g),
