@@ -83,6 +83,7 @@ func newRootCmd() *cobra.Command {
 		newMapCmd(g),
 		newPolicyCmd(g),
 		newObserveCmd(g),
+		newUICmd(g),
 		newFlowSamplingCmd(g),
 		newMetricsCmd(g),
 		newProxyCmd(g),

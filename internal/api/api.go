@@ -328,7 +328,16 @@ func (c *Client) DoContext(ctx context.Context, method, path string, in, out any
 // Stream GETs path and calls each for every line of the answer (JSON lines)
 // until the agent ends it or each returns an error.
 func (c *Client) Stream(path string, each func(line []byte) error) error {
-	resp, err := c.http.Get("http://shuntd" + path)
+	return c.StreamContext(context.Background(), path, each)
+}
+
+// StreamContext is Stream until ctx ends.
+func (c *Client) StreamContext(ctx context.Context, path string, each func(line []byte) error) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://shuntd"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
 	if errors.Is(err, os.ErrPermission) {
 		return fmt.Errorf("permission denied on the agent's socket %s: it is root-only, run shunt as root", c.socket)
 	}
