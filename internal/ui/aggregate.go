@@ -8,6 +8,7 @@ package ui
 
 import (
 	"cmp"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -105,20 +106,23 @@ func (l Limits) withDefaults() Limits {
 
 // Aggregate folds flows into nodes and edges. Safe for concurrent use.
 type Aggregate struct {
-	mu       sync.Mutex
-	limits   Limits
-	nodes    map[string]*Node
-	edges    map[string]*Edge
-	podNode  map[string]string // pod -> its workload's node, once its labels were seen
-	flows    uint64
-	overflow uint64
-	version  uint64 // changes with every flow added
+	mu      sync.Mutex
+	limits  Limits
+	nodes   map[string]*Node
+	edges   map[string]*Edge
+	podNode map[string]string // pod -> its workload's node, once its labels were seen
+	// identity -> the workload a pod of that identity was last seen in
+	identityNode map[uint32]Node
+	flows        uint64
+	overflow     uint64
+	version      uint64 // changes with every flow added
 }
 
 // NewAggregate returns an empty aggregate bounded by limits (zero fields:
 // the defaults).
 func NewAggregate(limits Limits) *Aggregate {
-	return &Aggregate{limits: limits.withDefaults(), nodes: map[string]*Node{}, edges: map[string]*Edge{}, podNode: map[string]string{}}
+	return &Aggregate{limits: limits.withDefaults(), nodes: map[string]*Node{}, edges: map[string]*Edge{},
+		podNode: map[string]string{}, identityNode: map[uint32]Node{}}
 }
 
 // Add folds one flow in: the edge from its source to its destination, or,
@@ -133,13 +137,21 @@ func (a *Aggregate) Add(fl *flows.Flow) {
 	if fl.Service != nil {
 		svc := serviceNode(fl.Service)
 		a.addEdge(src, svc, fl)
-		if dst.Kind != KindUnknown {
+		// A destination named by neither pod nor identity is where the
+		// socket layer sent the connection (the node proxy's port), not
+		// the Service's backend.
+		if dst.Kind != KindUnknown && (fl.Destination.Pod != "" || len(fl.Destination.Labels) > 0) {
 			a.addEdge(svc, dst, fl)
 		}
 		return
 	}
 	if dst.Kind == KindUnknown {
 		dst = Node{ID: "world", Kind: KindWorld, Name: "world"}
+	}
+	// A connection's end is reported for the packet that ended it, often
+	// the server's FIN: it belongs to the edge of the connection's start.
+	if fl.Event == "end" && a.edges[edgeID(src, dst)] == nil && a.edges[edgeID(dst, src)] != nil {
+		src, dst = dst, src
 	}
 	a.addEdge(src, dst, fl)
 }
@@ -153,7 +165,7 @@ func (a *Aggregate) Version() uint64 {
 }
 
 func (a *Aggregate) addEdge(from, to Node, fl *flows.Flow) {
-	id := from.ID + " > " + to.ID
+	id := edgeID(from, to)
 	e := a.edges[id]
 	if e == nil {
 		newNodes := 0
@@ -210,6 +222,8 @@ func (a *Aggregate) addEdge(from, to Node, fl *flows.Flow) {
 	}
 	e.next = (e.next + 1) % cap(e.ring)
 }
+
+func edgeID(from, to Node) string { return from.ID + " > " + to.ID }
 
 func (n *Node) addPod(pod string) {
 	if len(n.Pods) < maxPodsPerNode && !slices.Contains(n.Pods, pod) {
@@ -309,8 +323,17 @@ func (a *Aggregate) endpointNode(ep flows.Endpoint) Node {
 		if ep.IP == "" && len(ep.Labels) == 0 {
 			return Node{Kind: KindUnknown}
 		}
+		// The node proxy's upstream connections carry the client's
+		// identity from the node's address: the identity names the
+		// workload its pods were seen in.
+		if n, ok := a.identityNode[ep.Identity]; ok && ep.Identity != 0 {
+			return n
+		}
 		if name := appName(ep.Labels); name != "" && ep.Namespace != "" {
 			return workloadNode(ep.Namespace, name, "")
+		}
+		if len(ep.Labels) > 0 && ep.Identity != 0 {
+			return Node{ID: fmt.Sprintf("identity:%d", ep.Identity), Kind: KindWorkload, Name: strings.Join(ep.Labels, ",")}
 		}
 		return Node{ID: "world", Kind: KindWorld, Name: "world"}
 	}
@@ -318,15 +341,23 @@ func (a *Aggregate) endpointNode(ep flows.Endpoint) Node {
 	if ep.Namespace != "" {
 		ns = ep.Namespace
 	}
+	var n Node
 	if name := appName(ep.Labels); name != "" {
-		n := workloadNode(ns, name, ep.Pod)
-		a.podNode[ep.Pod] = name
-		return n
+		n = workloadNode(ns, name, ep.Pod)
+		if len(a.podNode) < 20*a.limits.MaxNodes {
+			a.podNode[ep.Pod] = name
+		}
+	} else if name, ok := a.podNode[ep.Pod]; ok {
+		n = workloadNode(ns, name, ep.Pod)
+	} else {
+		n = workloadNode(ns, ownerName(pod), ep.Pod)
 	}
-	if name, ok := a.podNode[ep.Pod]; ok {
-		return workloadNode(ns, name, ep.Pod)
+	if ep.Identity != 0 && len(a.identityNode) < a.limits.MaxNodes {
+		id := n
+		id.Pods = nil
+		a.identityNode[ep.Identity] = id
 	}
-	return workloadNode(ns, ownerName(pod), ep.Pod)
+	return n
 }
 
 func workloadNode(ns, name, pod string) Node {

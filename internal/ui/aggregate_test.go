@@ -1,8 +1,11 @@
 package ui
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +116,16 @@ func TestAggregateStateFollowsRecentFlows(t *testing.T) {
 	}
 }
 
+func TestAggregateConnectionEndJoinsItsStart(t *testing.T) {
+	a := NewAggregate(Limits{})
+	client, server := pod("a", "client", "app=client"), pod("a", "server", "app=server")
+	a.Add(&flows.Flow{Time: t0, Verdict: "FORWARDED", Event: "new", Protocol: "TCP", Source: client, Destination: server})
+	a.Add(&flows.Flow{Time: t0, Verdict: "FORWARDED", Event: "end", TCPFlags: "FIN|ACK", Protocol: "TCP", Source: server, Destination: client})
+	if s := a.Snapshot(t0); len(s.Edges) != 1 || s.Edges[0].ID != "w:a/client > w:a/server" || s.Edges[0].Forwarded != 2 {
+		t.Errorf("edges %+v, want client > server with both flows", s.Edges)
+	}
+}
+
 func TestAggregateBounded(t *testing.T) {
 	a := NewAggregate(Limits{MaxNodes: 50, MaxEdges: 20, RingSize: 5})
 	for i := range 10000 {
@@ -164,5 +177,50 @@ func TestWorkloadNames(t *testing.T) {
 	a.Add(&flows.Flow{Verdict: "FORWARDED", Source: pod("ns", "web-7d4b9c8f6d-x2k9p"), Destination: pod("ns", "db-0")})
 	if s := a.Snapshot(t0); len(s.Edges) != 1 || s.Edges[0].ID != "w:ns/shop > w:ns/db" || s.Edges[0].Forwarded != 2 {
 		t.Errorf("edges %+v", s.Edges)
+	}
+}
+
+// TestAggregateRecordedDemo folds flows recorded from the demo's lab
+// (`shunt observe -o json` after examples/demo, policy and l7: 100
+// requests split by the reviews route, an HTTP request the backend's
+// policy refused, a connection a deny rule dropped).
+func TestAggregateRecordedDemo(t *testing.T) {
+	data, err := os.ReadFile("testdata/demo-flows.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAggregate(Limits{})
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var fl flows.Flow
+		if err := json.Unmarshal([]byte(line), &fl); err != nil {
+			t.Fatal(err)
+		}
+		a.Add(&fl)
+	}
+	s := a.Snapshot(time.Now())
+	for id, want := range map[string]string{
+		"w:default/frontend > svc:default/reviews":   StateForwarded,
+		"svc:default/reviews > w:default/reviews-v1": StateForwarded,
+		"svc:default/reviews > w:default/reviews-v2": StateForwarded,
+		"w:default/frontend > svc:default/backend":   StateHTTPDenied,
+		"w:monitoring/scraper > w:shop/frontend":     StateDropped,
+		"w:default/frontend > host":                  StateForwarded, // to the node proxy
+		"w:default/frontend > w:default/reviews-v1":  StateForwarded, // the proxy's upstream connection, with the client's identity
+	} {
+		if e := edgeByID(t, s, id); e.State != want {
+			t.Errorf("%s: state %s, want %s", id, e.State, want)
+		}
+	}
+	if e := edgeByID(t, s, "svc:default/reviews > w:default/reviews-v1"); math.Abs(e.Share-90) > 0.01 {
+		t.Errorf("reviews-v1 has %.1f%% of the requests, want 90", e.Share)
+	}
+	for _, n := range s.Nodes {
+		if n.Kind == KindWorld {
+			t.Errorf("a node for the world, the demo never left the lab: %+v", n)
+		}
+	}
+	fls, _ := a.EdgeFlows("w:monitoring/scraper > w:shop/frontend")
+	if len(fls) == 0 || !strings.Contains(fls[0].Policy, "no-monitoring-admin") {
+		t.Errorf("the drop's flows do not name the deny rule: %+v", fls)
 	}
 }
