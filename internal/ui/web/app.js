@@ -8,7 +8,7 @@ const NODE_W = 170, NODE_H = 34, COL_GAP = 90, ROW_GAP = 16, PAD = 16, TITLE = 2
 
 // What the page measured, for tests and benchmarks: snapshots drawn, time
 // spent drawing them, long tasks the browser reported.
-const metrics = window.shuntUI = { snapshots: 0, renderMs: [], longTasks: [], view: '', last: null };
+const metrics = window.shuntUI = { snapshots: 0, rebuilds: 0, renderMs: [], longTasks: [], view: '', last: null };
 if ('PerformanceObserver' in window && PerformanceObserver.supportedEntryTypes.includes('longtask')) {
   new PerformanceObserver((list) => {
     for (const e of list.getEntries()) metrics.longTasks.push({ start: e.startTime, duration: e.duration });
@@ -105,6 +105,7 @@ function layout(snap) {
 }
 
 function rebuild(snap) {
+  metrics.rebuilds++;
   const lay = layout(snap);
   positions = lay.nodes;
   svg.setAttribute('width', lay.width);
@@ -130,24 +131,28 @@ function rebuild(snap) {
   for (const e of snap.edges) {
     const a = positions.get(e.from), b = positions.get(e.to);
     const g = el('g', { 'data-edge': e.id, 'data-from': e.from, 'data-to': e.to }, edges);
-    let d;
+    // A cubic Bézier from the right of the source to the left of the
+    // target (or its right, going back); the label at its middle,
+    // computed, not measured (getPointAtLength forces a layout per edge).
+    let p0, p1, p2, p3;
     if (e.from === e.to) {
-      d = `M${a.x + NODE_W},${a.y + 8} c40,-30 40,40 0,18`;
+      p0 = [a.x + NODE_W, a.y + 8]; p1 = [p0[0] + 40, p0[1] - 30]; p2 = [p0[0] + 40, p0[1] + 40]; p3 = [p0[0], p0[1] + 18];
     } else {
       const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2;
       const back = b.x + NODE_W / 2 < x1;
       const x2 = back ? b.x + NODE_W : b.x, y2 = b.y + NODE_H / 2;
       const dx = Math.max(40, Math.abs(x2 - x1) / 2);
-      d = back ? `M${x1},${y1} C${x1 + 60},${y1} ${x2 + 60},${y2} ${x2},${y2}` : `M${x1},${y1} C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}`;
+      p0 = [x1, y1]; p3 = [x2, y2];
+      if (back) { p1 = [x1 + 60, y1]; p2 = [x2 + 60, y2]; } else { p1 = [x1 + dx, y1]; p2 = [x2 - dx, y2]; }
     }
+    const d = `M${p0} C${p1} ${p2} ${p3}`;
     el('path', { d, class: 'hit' }, g);
     const line = el('path', { d, class: 'line' }, g);
     const label = el('text', {}, g);
-    const mid = line.getPointAtLength(line.getTotalLength() / 2);
-    label.setAttribute('x', mid.x + 4);
-    label.setAttribute('y', mid.y - 4);
+    label.setAttribute('x', (p0[0] + 3 * p1[0] + 3 * p2[0] + p3[0]) / 8 + 4);
+    label.setAttribute('y', (p0[1] + 3 * p1[1] + 3 * p2[1] + p3[1]) / 8 - 4);
     g.addEventListener('click', () => select(e.id));
-    edgeEls.set(e.id, { g, line, label });
+    edgeEls.set(e.id, { g, line, label, cls: '', text: '' });
   }
 }
 
@@ -156,19 +161,28 @@ function draw(snap) {
   if (key !== layoutKey) { rebuild(snap); layoutKey = key; }
   const now = Date.parse(snap.time);
   for (const e of snap.edges) {
-    const { g, line, label } = edgeEls.get(e.id);
+    const rec = edgeEls.get(e.id);
     const idle = now - Date.parse(e.last) > 30000;
-    g.setAttribute('class', `edge ${e.state}${idle ? ' idle' : ''}${e.id === selected ? ' selected' : ''}`);
-    g.setAttribute('data-state', e.state);
-    line.setAttribute('marker-end', `url(#arrow-${e.state})`);
+    // Touch the DOM only where something changed: at thousands of flows a
+    // second most labels change, classes and markers rarely.
+    const cls = `edge ${e.state}${idle ? ' idle' : ''}${e.id === selected ? ' selected' : ''}`;
+    if (rec.cls !== cls) {
+      rec.cls = cls;
+      rec.g.setAttribute('class', cls);
+      rec.g.setAttribute('data-state', e.state);
+      rec.line.setAttribute('marker-end', `url(#arrow-${e.state})`);
+    }
     const flows = e.forwarded + e.dropped + e.httpDenied;
     let text = String(flows);
     if (e.share) text = `${e.share.toFixed(1)}% of ${e.requests} req`;
     else if (e.requests) text = `${e.requests} req`;
     if (e.dropped) text += ` · ${e.dropped} dropped`;
     if (e.httpDenied) text += ` · ${e.httpDenied} denied`;
-    label.textContent = text;
-    if (e.share) g.setAttribute('data-share', e.share.toFixed(2)); else g.removeAttribute('data-share');
+    if (rec.text !== text) {
+      rec.text = text;
+      rec.label.textContent = text;
+      if (e.share) rec.g.setAttribute('data-share', e.share.toFixed(2)); else rec.g.removeAttribute('data-share');
+    }
     if (e.id === selected) {
       const sig = `${flows}/${e.requests}`;
       if (sig !== selectedSig) { selectedSig = sig; loadEdge(e); }
