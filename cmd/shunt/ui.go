@@ -51,6 +51,9 @@ func newUICmd(g *globals) *cobra.Command {
 			opts := ui.Options{Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 			if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 				opts.Host = host
+				if ip != nil && ip.IsUnspecified() || host == "" {
+					opts.Host = "*"
+				}
 				fmt.Fprintf(os.Stderr, "shunt ui: listening on %s, beyond loopback: the token is the only protection; prefer an SSH tunnel to 127.0.0.1\n", host)
 			}
 			srv := ui.NewServer(agentSource{streams: streams, last: last, log: opts.Log}, opts)

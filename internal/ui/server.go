@@ -50,7 +50,8 @@ type Options struct {
 	// the cookie it sets). NewServer makes one up when empty.
 	Token string
 	// Host is a name or address besides the loopback ones that requests
-	// may be addressed to: the one --listen gives, when not loopback.
+	// may be addressed to: the one --listen gives, when not loopback; "*"
+	// any (listening on every address: the token still guards).
 	Host string
 	Log  *slog.Logger
 }
@@ -177,7 +178,7 @@ func (s *Server) tokenOK(t string) bool {
 }
 
 func (s *Server) allowedHost(host string) bool {
-	return s.opts.Host != "" && host == s.opts.Host
+	return s.opts.Host == "*" || s.opts.Host != "" && host == s.opts.Host
 }
 
 func loopbackName(host string) bool {

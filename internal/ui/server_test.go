@@ -137,3 +137,38 @@ func TestServerBoundsWhatTheBrowserGets(t *testing.T) {
 		t.Errorf("a bad filter: %s, want 400", resp.Status)
 	}
 }
+
+// TestGuardHosts: loopback names always, the --listen host when given, any
+// host when listening on every address; the token in every case.
+func TestGuardHosts(t *testing.T) {
+	for _, c := range []struct {
+		allowed, host string
+		want          int
+	}{
+		{"", "127.0.0.1:7480", http.StatusOK},
+		{"", "localhost:7480", http.StatusOK},
+		{"", "[::1]:7480", http.StatusOK},
+		{"", "192.0.2.1:7480", http.StatusForbidden},
+		{"192.0.2.1", "192.0.2.1:7480", http.StatusOK},
+		{"192.0.2.1", "attacker.example:7480", http.StatusForbidden},
+		{"*", "attacker.example:7480", http.StatusOK},
+	} {
+		srv := NewServer(SourceFunc(func(ctx context.Context, _ func(flows.Flow)) error { <-ctx.Done(); return nil }), Options{Host: c.allowed})
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Host = c.host
+		req.AddCookie(&http.Cookie{Name: "shunt_ui", Value: srv.Token()})
+		w := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, req)
+		if w.Code != c.want {
+			t.Errorf("listening for %q, request to %s: %d, want %d", c.allowed, c.host, w.Code, c.want)
+		}
+		req = httptest.NewRequest("GET", "/", nil)
+		req.Host = c.host
+		req.AddCookie(&http.Cookie{Name: "shunt_ui", Value: "not-the-token"})
+		w = httptest.NewRecorder()
+		srv.Handler().ServeHTTP(w, req)
+		if w.Code == http.StatusOK {
+			t.Errorf("listening for %q, request to %s with a wrong token: 200", c.allowed, c.host)
+		}
+	}
+}

@@ -227,7 +227,7 @@ async function loadEdge(e) {
       (f.http.route ? ` · route ${f.http.route}` : '') +
       (f.http.backendPod || f.http.backend ? ` · backend ${f.http.backendPod || f.http.backend}` : '') +
       (f.http.error ? ` · ${f.http.error}` : '') : '';
-    const cells = [new Date(f.time).toLocaleTimeString(), side(f.source), side(f.destination) + (f.service && f.service.name ? ` (via ${f.service.name})` : ''),
+    const cells = [new Date(f.time).toISOString().slice(11, 23), side(f.source), side(f.destination) + (f.service && f.service.name ? ` (via ${f.service.name})` : ''),
       f.protocol, f.verdict, f.dropReason || '', f.policy || '', http];
     for (const c of cells) { const td = document.createElement('td'); td.textContent = c; tr.appendChild(td); }
     body.appendChild(tr);
