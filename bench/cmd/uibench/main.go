@@ -65,17 +65,18 @@ func main() {
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		const tick = 10 * time.Millisecond
-		perTick := float64(*rate) * tick.Seconds()
-		t := time.NewTicker(tick)
+		// Flows owed by the clock, not per tick: a ticker drops the ticks
+		// a busy machine delays, and the rate with them.
+		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
-		owed := 0.0
+		owed, last := 0.0, time.Now()
 		for {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case now := <-t.C:
-				owed += perTick
+				owed += float64(*rate) * now.Sub(last).Seconds()
+				last = now
 				for ; owed >= 1; owed-- {
 					each(gen.next(now))
 					produced.Add(1)

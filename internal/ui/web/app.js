@@ -128,6 +128,7 @@ function rebuild(snap) {
     title.textContent = [n.id, ...(n.pods || [])].join('\n');
     nodeEls.set(n.id, ge);
   }
+  const intoCount = new Map();
   for (const e of snap.edges) {
     const a = positions.get(e.from), b = positions.get(e.to);
     const g = el('g', { 'data-edge': e.id, 'data-from': e.from, 'data-to': e.to }, edges);
@@ -149,11 +150,21 @@ function rebuild(snap) {
     el('path', { d, class: 'hit' }, g);
     const line = el('path', { d, class: 'line' }, g);
     const label = el('text', {}, g);
-    label.setAttribute('x', (p0[0] + 3 * p1[0] + 3 * p2[0] + p3[0]) / 8 + 4);
-    label.setAttribute('y', (p0[1] + 3 * p1[1] + 3 * p2[1] + p3[1]) / 8 - 4);
+    // Edges into the same node would put their labels on top of each
+    // other at the middle: each sits a little further along than the last.
+    const k = intoCount.get(e.to) || 0;
+    intoCount.set(e.to, k + 1);
+    const [lx, ly] = bezier(p0, p1, p2, p3, [0.5, 0.38, 0.62, 0.28, 0.72][k % 5]);
+    label.setAttribute('x', lx + 4);
+    label.setAttribute('y', ly - 4);
     g.addEventListener('click', () => select(e.id));
-    edgeEls.set(e.id, { g, line, label, cls: '', text: '' });
+    edgeEls.set(e.id, { g, line, label, cls: '', text: '', width: 0 });
   }
+}
+
+function bezier(p0, p1, p2, p3, t) {
+  const u = 1 - t, a = u * u * u, b = 3 * u * u * t, c = 3 * u * t * t, d = t * t * t;
+  return [a * p0[0] + b * p1[0] + c * p2[0] + d * p3[0], a * p0[1] + b * p1[1] + c * p2[1] + d * p3[1]];
 }
 
 function draw(snap) {
@@ -173,6 +184,9 @@ function draw(snap) {
       rec.line.setAttribute('marker-end', `url(#arrow-${e.state})`);
     }
     const flows = e.forwarded + e.dropped + e.httpDenied;
+    // Thicker for more flows: 1.5 px, +1 per decade, at most 6.
+    const width = Math.min(6, 1.5 + Math.floor(Math.log10(flows + 1)));
+    if (rec.width !== width) { rec.width = width; rec.line.style.strokeWidth = width; }
     let text = String(flows);
     if (e.share) text = `${e.share.toFixed(1)}% of ${e.requests} req`;
     else if (e.requests) text = `${e.requests} req`;
