@@ -18,6 +18,11 @@ if ('PerformanceObserver' in window && PerformanceObserver.supportedEntryTypes.i
 const $ = (id) => document.getElementById(id);
 const svg = $('map');
 let source = null, view = '', selected = '', layoutKey = '', positions = new Map();
+// A new layout moves every box: at most one every RELAYOUT_MS (it costs a
+// rebuild of the whole SVG); meanwhile new edges between boxes already
+// placed are drawn where they are, edges to boxes not yet placed wait.
+const RELAYOUT_MS = 2000;
+let lastLayout = 0, stale = false, intoCount = new Map(), relayoutTimer = null;
 let nodeEls = new Map(), edgeEls = new Map(), lastFlows = 0, lastTime = 0, selectedSig = '';
 
 function el(name, attrs, parent) {
@@ -128,8 +133,13 @@ function rebuild(snap) {
     title.textContent = [n.id, ...(n.pods || [])].join('\n');
     nodeEls.set(n.id, ge);
   }
-  const intoCount = new Map();
-  for (const e of snap.edges) {
+  intoCount = new Map();
+  for (const e of snap.edges) addEdge(e);
+}
+
+function addEdge(e) {
+  const edges = $('edges');
+  {
     const a = positions.get(e.from), b = positions.get(e.to);
     const g = el('g', { 'data-edge': e.id, 'data-from': e.from, 'data-to': e.to }, edges);
     // A cubic Bézier from the right of the source to the left of the
@@ -168,11 +178,26 @@ function bezier(p0, p1, p2, p3, t) {
 }
 
 function draw(snap) {
-  const key = snap.nodes.map((n) => n.id).join('|') + '#' + snap.edges.map((e) => e.id).join('|');
-  if (key !== layoutKey) { rebuild(snap); layoutKey = key; }
+  const key = snap.nodes.map((n) => n.id).join('|');
+  const t = performance.now();
+  stale = stale || key !== layoutKey || snap.edges.some((e) => !edgeEls.has(e.id));
+  if (!layoutKey || (stale && t - lastLayout >= RELAYOUT_MS)) {
+    rebuild(snap);
+    layoutKey = key; lastLayout = t; stale = false;
+  } else {
+    for (const e of snap.edges) {
+      if (!edgeEls.has(e.id) && positions.has(e.from) && positions.has(e.to)) addEdge(e);
+    }
+    // The server sends nothing while nothing changes: lay out then
+    // without waiting for its next snapshot.
+    if (stale && !relayoutTimer) {
+      relayoutTimer = setTimeout(() => { relayoutTimer = null; if (metrics.last) draw(metrics.last); }, RELAYOUT_MS - (t - lastLayout));
+    }
+  }
   const now = Date.parse(snap.time);
   for (const e of snap.edges) {
     const rec = edgeEls.get(e.id);
+    if (!rec) continue; // its boxes come with the next layout
     const idle = now - Date.parse(e.last) > 30000;
     // Touch the DOM only where something changed: at thousands of flows a
     // second most labels change, classes and markers rarely.
