@@ -4,7 +4,7 @@
 'use strict';
 
 const SVGNS = 'http://www.w3.org/2000/svg';
-const NODE_W = 170, NODE_H = 34, COL_GAP = 90, ROW_GAP = 16, PAD = 16, TITLE = 24, GROUP_GAP = 30;
+const NODE_W = 170, NODE_H = 34, COL_GAP = 130, ROW_GAP = 16, PAD = 16, TITLE = 24, GROUP_GAP = 30;
 
 // What the page measured, for tests and benchmarks: snapshots drawn, time
 // spent drawing them, long tasks the browser reported.
@@ -165,7 +165,7 @@ function addEdge(e) {
     const k = intoCount.get(e.to) || 0;
     intoCount.set(e.to, k + 1);
     const [lx, ly] = bezier(p0, p1, p2, p3, [0.5, 0.38, 0.62, 0.28, 0.72][k % 5]);
-    label.setAttribute('x', lx + 4);
+    label.setAttribute('x', lx);
     label.setAttribute('y', ly - 4);
     g.addEventListener('click', () => select(e.id));
     edgeEls.set(e.id, { g, line, label, cls: '', text: '', width: 0 });
