@@ -151,12 +151,12 @@ func edgeSel(id string) string { return fmt.Sprintf(`document.querySelector('[da
 func TestUIServiceMap(t *testing.T) {
 	l := newLabWith(t, nil, "../../examples/demo/", "../../examples/policy/", "../../examples/l7/")
 	shuntBin := filepath.Join(binDir, "shunt")
-	exec := func(ns, pod string, args ...string) (string, int) {
+	podShunt := func(ns, pod string, args ...string) (string, int) {
 		return l.shunt(append([]string{"lab", "exec", "-n", ns, pod, "--", shuntBin, "lab"}, args...)...)
 	}
 	mustExec := func(ns, pod string, args ...string) string {
 		t.Helper()
-		out, code := exec(ns, pod, args...)
+		out, code := podShunt(ns, pod, args...)
 		if code != 0 {
 			t.Fatalf("%s/%s: shunt lab %s: exit %d:\n%s", ns, pod, strings.Join(args, " "), code, out)
 		}
@@ -218,7 +218,7 @@ func TestUIServiceMap(t *testing.T) {
 	start := time.Now()
 	probeDone := make(chan string, 1)
 	go func() {
-		out, code := exec("monitoring", "scraper", "probe", "--timeout", "500ms", "--expect", "timeout", "--tcp", shopFrontendIP+":8443")
+		out, code := podShunt("monitoring", "scraper", "probe", "--timeout", "500ms", "--expect", "timeout", "--tcp", shopFrontendIP+":8443")
 		if code != 0 {
 			out = fmt.Sprintf("exit %d: %s", code, out)
 		} else {
