@@ -85,6 +85,7 @@ func newRootCmd() *cobra.Command {
 		newObserveCmd(g),
 		newRelayCmd(g),
 		newNodeCmd(g),
+		newUICmd(g),
 		newFlowSamplingCmd(g),
 		newMetricsCmd(g),
 		newProxyCmd(g),
