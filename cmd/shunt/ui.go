@@ -23,9 +23,10 @@ import (
 
 func newUICmd(g *globals) *cobra.Command {
 	var (
-		listen string
-		node   string
-		last   int
+		listen, node        string
+		relayAddr, relayTLS string
+		allNodes            bool
+		last                int
 	)
 	cmd := &cobra.Command{
 		Use:   "ui [--listen 127.0.0.1:7480]",
@@ -44,7 +45,12 @@ func newUICmd(g *globals) *cobra.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("bad --listen %q: want HOST:PORT, e.g. 127.0.0.1:7480", listen)}
 			}
-			streams, _, err := flowStreams(g, node)
+			var streams []flowStream
+			if allNodes {
+				streams, err = relayStream(relayAddr, relayTLS)
+			} else {
+				streams, _, err = flowStreams(g, node)
+			}
 			if err != nil {
 				return err
 			}
@@ -84,6 +90,9 @@ func newUICmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7480", "address to serve the page on (loopback unless you say otherwise)")
 	cmd.Flags().StringVar(&node, "node", "", "a lab of several nodes: only this node's flows (default: every node's)")
+	cmd.Flags().BoolVar(&allNodes, "all-nodes", false, "the flows of every node of a cluster, through a relay (shunt relay) at --relay")
+	cmd.Flags().StringVar(&relayAddr, "relay", DefaultRelayAddr, "with --all-nodes: the relay's address")
+	cmd.Flags().StringVar(&relayTLS, "relay-tls-dir", "", "with --all-nodes: reach the relay by mutual TLS with this client certificate, key and CA (ca.crt, tls.crt, tls.key)")
 	cmd.Flags().IntVar(&last, "last", 5000, "flows of each agent's history to start the map with")
 	return cmd
 }
