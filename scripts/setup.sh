@@ -38,6 +38,7 @@ programs=(
 	"bpftool           bpftool          debugging: inspect loaded programs and maps by hand"
 	"curl              curl             debugging: the agent's /debug/pprof over its socket"
 	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"
+	"busybox           busybox-static   lab kubelet: the program of busybox images (internal/lab/images.go), as the conformance suites run them"
 )
 
 # Not here: kube-apiserver, kube-controller-manager, kube-proxy and kubectl.

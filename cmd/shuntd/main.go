@@ -24,6 +24,7 @@ import (
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/podexec"
 )
@@ -37,23 +38,23 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	var (
-		inst, mode, podCIDR, serviceCIDR, logLevel string
-		flowSampling, metricsAddr                  string
-		flowHistory, flowBuffer                    int
-		socketAccel, accelNode, inCluster, runPods bool
-		ctSingleTable                              bool
-		kubeconfig, nodeName                       string
-		nodeLeaseSeconds                           int
-		routing, tunnel, underlay, clusterCIDR     string
-		masquerade                                 bool
-		masqExclude                                []string
-		masqPorts                                  string
-		labControlPlane                            bool
-		labJoin                                    string
-		nodeGrace                                  time.Duration
-		driftPeriod                                time.Duration
-		kernelFallbacks                            string
-		lbPool                                     string
+		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost string
+		flowSampling, metricsAddr                           string
+		flowHistory, flowBuffer                             int
+		socketAccel, accelNode, inCluster, runPods          bool
+		ctSingleTable                                       bool
+		kubeconfig, nodeName                                string
+		nodeLeaseSeconds                                    int
+		routing, tunnel, underlay, clusterCIDR              string
+		masquerade                                          bool
+		masqExclude                                         []string
+		masqPorts                                           string
+		labControlPlane                                     bool
+		labJoin                                             string
+		nodeGrace                                           time.Duration
+		driftPeriod                                         time.Duration
+		kernelFallbacks                                     string
+		lbPool                                              string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -152,6 +153,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg.ShimExe, cfg.BinDir = exe, filepath.Dir(exe)
+			cfg.Images = podImages(agnhost, cfg.BinDir)
 			a, err := agent.New(cfg, log.With("instance", i.Name))
 			if err != nil {
 				return err
@@ -196,8 +198,30 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
 	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
+	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())
 	return cmd
+}
+
+// podImages finds the programs of the images the lab kubelet maps:
+// agnhost (the flag, beside shuntd, or in the Kubernetes build cache) and
+// Debian's static busybox. One not found leaves its images unmapped.
+func podImages(agnhost, binDir string) lab.Images {
+	var im lab.Images
+	candidates := []string{filepath.Join(binDir, "agnhost"), filepath.Join(kubecluster.DefaultBinDir(), "agnhost")}
+	if agnhost != "" {
+		candidates = []string{agnhost}
+	}
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && st.Mode()&0o111 != 0 {
+			im.Agnhost = c
+			break
+		}
+	}
+	if st, err := os.Stat("/bin/busybox"); err == nil && st.Mode()&0o111 != 0 {
+		im.Busybox = "/bin/busybox"
+	}
+	return im
 }
 
 // writeFlags records every flag's value, defaults included (a list as

@@ -50,6 +50,7 @@ type Config struct {
 	ServiceCIDR string        // empty: as persisted, else instance.DefaultServiceCIDR
 	BinDir      string        // put first on containers' PATH (where shunt lives)
 	ShimExe     string        // executable providing `shim` (shuntd itself)
+	Images      lab.Images    // the programs of the images the lab kubelet maps
 
 	FlowSampling    datapath.FlowMode // what the datapath reports
 	FlowHistory     int               // flows kept in memory (default 8192)
