@@ -41,7 +41,7 @@ func newRootCmd() *cobra.Command {
 		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost string
 		flowSampling, metricsAddr                           string
 		flowHistory, flowBuffer                             int
-		socketAccel, accelNode, inCluster, runPods          bool
+		socketAccel, accelNode, inCluster, runPods, noSched bool
 		ctSingleTable                                       bool
 		kubeconfig, nodeName                                string
 		nodeLeaseSeconds                                    int
@@ -81,7 +81,7 @@ func newRootCmd() *cobra.Command {
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
 				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode,
-				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
+				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods, NoSchedule: noSched,
 				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
 				DriftCheckPeriod: driftPeriod}
 			if lbPool != "" {
@@ -100,6 +100,9 @@ func newRootCmd() *cobra.Command {
 			}
 			if kubeconfig != "" && inCluster {
 				return fmt.Errorf("--kubeconfig and --in-cluster: give one")
+			}
+			if noSched && !runPods {
+				return fmt.Errorf("--no-schedule is for a node whose kubelet the agent plays (--run-pods)")
 			}
 			if runPods && !cfg.Kubernetes {
 				return fmt.Errorf("--run-pods is for a node of a Kubernetes cluster (with --kubeconfig); the lab runs its pods anyway")
@@ -198,6 +201,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
 	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
+	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")
 	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())
 	return cmd

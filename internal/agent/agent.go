@@ -71,6 +71,10 @@ type Config struct {
 	// scheduler, running the API's pods in namespaces on this machine
 	// (lab.APIKubelet). Off on a real node, whose kubelet runs them.
 	RunPods bool
+	// NoSchedule (with RunPods): leave pods that name no node to
+	// kube-scheduler, which places them by their nodeSelector and
+	// affinity, instead of binding them to this node.
+	NoSchedule bool
 	// NodeLeaseDuration (with RunPods) is the node's Lease duration, as
 	// kubelet's --node-lease-duration-seconds: the Lease is renewed every
 	// quarter of it. Zero: what the node last ran with, else

@@ -463,7 +463,7 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 	if !a.cfg.RunPods {
 		return nil
 	}
-	kl, err := lab.NewAPIKubelet(a.labConfig(s), k.kube.api, true, a.podsProgrammed)
+	kl, err := lab.NewAPIKubelet(a.labConfig(s), k.kube.api, !a.cfg.NoSchedule, a.podsProgrammed)
 	if err != nil {
 		return err
 	}
