@@ -248,7 +248,7 @@ func writeFlags(path string, flags *pflag.FlagSet) error {
 
 // newShimCmd is the per-container supervisor the agent starts; not for users.
 func newShimCmd() *cobra.Command {
-	var netnsPath, exitFile string
+	var netnsPath, exitFile, hostname string
 	var sec podexec.Security
 	var uid, gid int64
 	cmd := &cobra.Command{
@@ -264,11 +264,12 @@ func newShimCmd() *cobra.Command {
 				g := uint32(gid)
 				sec.GID = &g
 			}
-			os.Exit(lab.RunShim(netnsPath, exitFile, sec, args))
+			os.Exit(lab.RunShim(netnsPath, exitFile, hostname, sec, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
 	cmd.Flags().StringVar(&exitFile, "exit-file", "", "where to record the exit status")
+	cmd.Flags().StringVar(&hostname, "hostname", "", "the pod's host name, in a UTS namespace of its own (default: the node's)")
 	cmd.Flags().BoolVar(&sec.Privileged, "privileged", false, "keep every capability (securityContext.privileged)")
 	cmd.Flags().StringSliceVar(&sec.Add, "cap-add", nil, "capabilities beyond a runtime's default set")
 	cmd.Flags().StringSliceVar(&sec.Drop, "cap-drop", nil, "capabilities of the default set to drop (ALL: every one)")

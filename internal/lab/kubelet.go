@@ -263,7 +263,7 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 		if err != nil {
 			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
-		shimArgs := append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile}, securityArgs(pod, c)...)
+		shimArgs := append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
 		shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
 		shim.Stdout, shim.Stderr = logf, logf
 		shim.Dir = c.WorkingDir
@@ -394,6 +394,23 @@ func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {
 	}
 	st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
 	return st
+}
+
+// podHostname is the host name a kubelet gives the pod's containers:
+// spec.hostname, else the pod's name, cut to a DNS label's 63 characters;
+// "" (the node's) for a pod of the host's network.
+func podHostname(pod *corev1.Pod) string {
+	if pod.Spec.HostNetwork {
+		return ""
+	}
+	h := pod.Spec.Hostname
+	if h == "" {
+		h = pod.Name
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
 }
 
 // runnable says whether the lab can run every container of the pod (each
