@@ -6,7 +6,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-unit fuzz bench clean
+.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-unit fuzz bench clean conformance
 
 all: build
 
@@ -72,6 +72,12 @@ test: setup build check-generated kube
 	$(GO) test -count=1 -timeout 15m ./bench/
 	$(MAKE) test-tools
 	scripts/fuzz.sh 20000x
+
+# The Kubernetes e2e suite against a shunt cluster with no kube-proxy
+# (scripts/conformance.sh): FOCUS (default: sig-network conformance; netpol:
+# the NetworkPolicy specs), SKIP, REPORT (directory of JUnit and results.md).
+conformance:
+	scripts/conformance.sh $(if $(FOCUS),--focus '$(FOCUS)') $(if $(SKIP),--skip '$(SKIP)') $(if $(REPORT),--report-dir '$(REPORT)')
 
 # Every fuzz target for longer (FUZZTIME each); make test runs 20 000
 # executions of each (scripts/fuzz.sh says why a count).
