@@ -66,6 +66,7 @@ func up(ctx context.Context, dir, shuntBin, kubeBin string, n int, logf func(str
 	logf("control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) in %s", dir)
 	e.cluster, err = kubecluster.Up(ctx, kubecluster.Options{
 		Dir: dir, BinDir: kubeBin, NodeLifecycle: true, Scheduler: true, WorkloadControllers: true, Logf: logf,
+		ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR,
 	})
 	if err != nil {
 		return nil, err
@@ -87,7 +88,38 @@ func up(ctx context.Context, dir, shuntBin, kubeBin string, n int, logf func(str
 			return nil, err
 		}
 	}
-	return e, e.waitNodesReady(ctx)
+	if err := e.waitNodesReady(ctx); err != nil {
+		return nil, err
+	}
+	return e, e.routePods(ctx)
+}
+
+// The cluster's ranges: not the lab's defaults (10.244.0.0/16,
+// 10.96.0.0/16), which a one-node lab on this machine may be using, since
+// this machine routes the pod CIDRs to the nodes (routePods).
+const (
+	clusterCIDR = "10.199.0.0/16"
+	serviceCIDR = "10.198.0.0/16"
+)
+
+// routePods routes each node's pod CIDR from this machine to the node over
+// the underlay, as a control-plane host of a cluster reaches pods: the API
+// server's pods/proxy and services/proxy connect to pod addresses.
+func (e *env) routePods(ctx context.Context) error {
+	for _, nd := range e.nodes {
+		node, err := e.client.CoreV1().Nodes().Get(ctx, nd.instance, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if node.Spec.PodCIDR == "" {
+			return fmt.Errorf("node %s has no pod CIDR (the node IPAM controller gives one)", nd.instance)
+		}
+		// The routes go with the underlay leg at teardown.
+		if err := run("ip", "route", "add", node.Spec.PodCIDR, "via", nd.addr, "dev", e.hostIf); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func run(name string, args ...string) error {

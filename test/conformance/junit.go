@@ -27,6 +27,8 @@ type junitCase struct {
 	Skipped *junitMessage `xml:"skipped"`
 	Failure *junitMessage `xml:"failure"`
 	Error   *junitMessage `xml:"error"`
+	// SystemErr is the spec's log (e2e.test keeps it for failed specs).
+	SystemErr string `xml:"system-err"`
 }
 
 type junitMessage struct {
@@ -41,6 +43,34 @@ type result struct {
 	Outcome string // passed, failed, skipped
 	Seconds float64
 	Reason  string // for failed and skipped: why, one line
+	// Cause (failed) is what shunt lacks, when the spec's log shows
+	// one of the signatures of causes (none: "").
+	Cause string
+}
+
+// causes are signatures in a failed spec's log, and what each says shunt
+// lacks; the first that matches is the cause.
+var causes = []struct {
+	re    *regexp.Regexp
+	cause string
+}{
+	{regexp.MustCompile(`:10250/(exec|attach)/`), "kubelet API: exec (no server on the node's kubelet port 10250)"},
+	{regexp.MustCompile(`:10250/containerLogs/`), "kubelet API: logs (no server on the node's kubelet port 10250)"},
+	{regexp.MustCompile(`:10250/portForward/`), "kubelet API: port-forward (no server on the node's kubelet port 10250)"},
+	{regexp.MustCompile(`:10250/`), "kubelet API (no server on the node's kubelet port 10250)"},
+	{regexp.MustCompile(`ImageNotMapped`), "an image the lab does not map (ImageNotMapped)"},
+	{regexp.MustCompile(`(?i)hostNetwork|host-network`), "hostNetwork pods (the lab kubelet runs every pod in its own namespace)"},
+	{regexp.MustCompile(`(?i)readiness probe|liveness probe|startup probe`), "probes"},
+}
+
+// causeOf is the cause the spec's log shows, or "".
+func causeOf(log string) string {
+	for _, c := range causes {
+		if c.re.MatchString(log) {
+			return c.cause
+		}
+	}
+	return ""
 }
 
 // parseJUnit reads the report and keeps the specs the run selected: those
@@ -68,9 +98,9 @@ func parseJUnit(r io.Reader, focus, skip *regexp.Regexp) ([]result, error) {
 			res := result{Name: name, Seconds: c.Time}
 			switch {
 			case c.Failure != nil:
-				res.Outcome, res.Reason = "failed", oneLine(c.Failure.Message, c.Failure.Text)
+				res.Outcome, res.Reason, res.Cause = "failed", oneLine(c.Failure.Message, c.Failure.Text), causeOf(c.Failure.Text+c.SystemErr)
 			case c.Error != nil:
-				res.Outcome, res.Reason = "failed", oneLine(c.Error.Message, c.Error.Text)
+				res.Outcome, res.Reason, res.Cause = "failed", oneLine(c.Error.Message, c.Error.Text), causeOf(c.Error.Text+c.SystemErr)
 			case c.Skipped != nil || c.Status == "skipped":
 				res.Outcome = "skipped"
 				if c.Skipped != nil {
@@ -113,9 +143,9 @@ func markdown(results []result) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d specs: %d passed, %d failed, %d skipped\n\n", len(results), counts["passed"], counts["failed"], counts["skipped"])
-	b.WriteString("| Spec | Result | Seconds | Reason |\n|---|---|---|---|\n")
+	b.WriteString("| Spec | Result | Seconds | Reason | What shunt lacks (from the spec's log) |\n|---|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s |\n", cell(r.Name), r.Outcome, r.Seconds, cell(r.Reason))
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s |\n", cell(r.Name), r.Outcome, r.Seconds, cell(r.Reason), cell(r.Cause))
 	}
 	return b.String()
 }

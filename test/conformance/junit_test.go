@@ -16,7 +16,7 @@ const sampleJUnit = `<?xml version="1.0" encoding="UTF-8"?>
     <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.02"></testcase>
     <testcase name="[It] [sig-apps] Deployment should run [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
     <testcase name="[It] [sig-network] EndpointSlice should support creating EndpointSlice API operations [Conformance]" classname="Kubernetes e2e suite" status="passed" time="0.1"></testcase>
-    <testcase name="[It] [sig-network] Services should serve a basic endpoint from pods [Conformance]" classname="Kubernetes e2e suite" status="failed" time="125.4"><failure message="" type="failed">[FAILED] service is not reachable within 2m0s timeout on endpoint endpoint-test2:80 over TCP protocol&#xA;In [It] at: k8s.io/kubernetes/test/e2e/network/service.go:812</failure></testcase>
+    <testcase name="[It] [sig-network] Services should serve a basic endpoint from pods [Conformance]" classname="Kubernetes e2e suite" status="failed" time="125.4"><failure message="" type="failed">[FAILED] service is not reachable within 2m0s timeout on endpoint endpoint-test2:80 over TCP protocol&#xA;In [It] at: k8s.io/kubernetes/test/e2e/network/service.go:812</failure><system-err>error sending request: Post &#34;https://172.31.112.2:10250/exec/services-9015/execpod2bjw9/agnhost-container?command=%2Fbin%2Fsh&#34;: dial tcp 172.31.112.2:10250: connect: connection refused</system-err></testcase>
     <testcase name="[It] [sig-network] Services should have session affinity work for LoadBalancer service [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0.5"><skipped message="skipped - Only supported for providers [gce gke aws] (not local)"></skipped></testcase>
     <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" classname="Kubernetes e2e suite" status="passed" time="0"></testcase>
   </testsuite>
@@ -32,7 +32,8 @@ func TestJUnitToMarkdown(t *testing.T) {
 		{Name: "[sig-network] Services should have session affinity work for LoadBalancer service [Conformance]", Outcome: "skipped", Seconds: 0.5,
 			Reason: "Only supported for providers [gce gke aws] (not local)"},
 		{Name: "[sig-network] Services should serve a basic endpoint from pods [Conformance]", Outcome: "failed", Seconds: 125.4,
-			Reason: "service is not reachable within 2m0s timeout on endpoint endpoint-test2:80 over TCP protocol"},
+			Reason: "service is not reachable within 2m0s timeout on endpoint endpoint-test2:80 over TCP protocol",
+			Cause:  "kubelet API: exec (no server on the node's kubelet port 10250)"},
 	}
 	if !slices.Equal(results, want) {
 		t.Fatalf("parsed\n%+v\nwant\n%+v", results, want)
@@ -40,8 +41,8 @@ func TestJUnitToMarkdown(t *testing.T) {
 	md := markdown(results)
 	for _, line := range []string{
 		"3 specs: 1 passed, 1 failed, 1 skipped",
-		"| [sig-network] Services should serve a basic endpoint from pods [Conformance] | failed | 125 | service is not reachable within 2m0s timeout on endpoint endpoint-test2:80 over TCP protocol |",
-		"| [sig-network] Services should have session affinity work for LoadBalancer service [Conformance] | skipped | 0 | Only supported for providers [gce gke aws] (not local) |",
+		"| [sig-network] Services should serve a basic endpoint from pods [Conformance] | failed | 125 | service is not reachable within 2m0s timeout on endpoint endpoint-test2:80 over TCP protocol | kubelet API: exec (no server on the node's kubelet port 10250) |",
+		"| [sig-network] Services should have session affinity work for LoadBalancer service [Conformance] | skipped | 0 | Only supported for providers [gce gke aws] (not local) |  |",
 	} {
 		if !strings.Contains(md, line) {
 			t.Errorf("table lacks %q:\n%s", line, md)
