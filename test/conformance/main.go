@@ -39,6 +39,7 @@ func main() {
 	var (
 		focus, skip, reportDir, shuntBin, kubeBin string
 		nodes, parallel                           int
+		tableOnly                                 bool
 		timeout                                   time.Duration
 	)
 	flag.StringVar(&focus, "focus", FocusNetwork, "regular expression of the specs to run (e2e.test --ginkgo.focus); 'netpol' is focus 2: "+FocusNetpol)
@@ -48,18 +49,19 @@ func main() {
 	flag.StringVar(&kubeBin, "kube-bin", kubecluster.DefaultBinDir(), "directory of the Kubernetes programs, e2e.test, kube-scheduler and agnhost among them (scripts/kube-build.sh)")
 	flag.IntVar(&nodes, "nodes", 2, "lab nodes")
 	flag.IntVar(&parallel, "parallel", 3, "e2e.test processes at once, the specs dealt among them (upstream runs conformance in parallel too)")
+	flag.BoolVar(&tableOnly, "table-only", false, "run nothing: write results.md again from the JUnit of an earlier run in --report-dir (the same --focus, --skip and --parallel)")
 	flag.DurationVar(&timeout, "timeout", time.Hour, "the whole run's limit (e2e.test's --ginkgo.timeout)")
 	flag.Parse()
 	if focus == "netpol" {
 		focus = FocusNetpol
 	}
-	if err := runConformance(focus, skip, reportDir, shuntBin, kubeBin, nodes, parallel, timeout); err != nil {
+	if err := runConformance(focus, skip, reportDir, shuntBin, kubeBin, nodes, parallel, timeout, tableOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
 }
 
-func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, parallel int, timeout time.Duration) error {
+func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, parallel int, timeout time.Duration, tableOnly bool) error {
 	// Go's regular expressions, as Ginkgo's: checked before anything runs.
 	if _, err := regexp.Compile(focus); err != nil {
 		return fmt.Errorf("--focus: %w", err)
@@ -102,24 +104,13 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	shards := shard(specs, parallel)
 	logf("%d specs in %d e2e.test processes", len(specs), len(shards))
 
-	start := time.Now()
-	e, err := up(ctx, filepath.Join(reportDir, "cluster"), shuntBin, kubeBin, nodes, logf)
-	if err != nil {
-		return fmt.Errorf("bringing the cluster up: %w", err)
-	}
-	logf("cluster up in %.0f s", time.Since(start).Seconds())
 	runErrs := make([]error, len(shards))
-	var wg sync.WaitGroup
-	for i, focus := range shards {
-		wg.Go(func() {
-			runErrs[i] = e.runE2E(ctx, kubeBin, focus, shardDir(reportDir, i), timeout)
-		})
-	}
-	wg.Wait()
-	logf("tearing down")
-	downErr := e.down()
-	if downErr != nil {
-		logf("teardown: %v", downErr)
+	var downErr error
+	if !tableOnly {
+		runErrs, downErr = runShards(ctx, shards, reportDir, shuntBin, kubeBin, nodes, timeout, logf)
+		if len(runErrs) == 0 {
+			return downErr // the cluster did not come up
+		}
 	}
 
 	var results []result
@@ -141,7 +132,7 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 		// Failed specs are the results, not an error of the harness:
 		// e2e.test exits 1 for them.
 		var ee *exec.ExitError
-		if !errors.As(runErrs[i], &ee) {
+		if runErrs[i] != nil && !errors.As(runErrs[i], &ee) {
 			errs = append(errs, runErrs[i])
 		}
 	}
@@ -154,6 +145,32 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	logf("results: %s; JUnit and e2e.test's log of each process: %s/e2e-*/; the cluster's logs: %s", filepath.Join(reportDir, "results.md"),
 		reportDir, filepath.Join(reportDir, "cluster", "logs"))
 	return errors.Join(append(errs, downErr)...)
+}
+
+// runShards brings the cluster up, runs one e2e.test per shard at once and
+// tears the cluster down; the error of each e2e.test (none when the cluster
+// did not come up) and the teardown's.
+func runShards(ctx context.Context, shards []string, reportDir, shuntBin, kubeBin string, nodes int, timeout time.Duration, logf func(string, ...any)) ([]error, error) {
+	start := time.Now()
+	e, err := up(ctx, filepath.Join(reportDir, "cluster"), shuntBin, kubeBin, nodes, logf)
+	if err != nil {
+		return nil, fmt.Errorf("bringing the cluster up: %w", err)
+	}
+	logf("cluster up in %.0f s", time.Since(start).Seconds())
+	runErrs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, focus := range shards {
+		wg.Go(func() {
+			runErrs[i] = e.runE2E(ctx, kubeBin, focus, shardDir(reportDir, i), timeout)
+		})
+	}
+	wg.Wait()
+	logf("tearing down")
+	downErr := e.down()
+	if downErr != nil {
+		logf("teardown: %v", downErr)
+	}
+	return runErrs, downErr
 }
 
 func shardDir(reportDir string, i int) string {
