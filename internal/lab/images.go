@@ -13,7 +13,8 @@ import (
 //   - Images shunt maps, the ones the Kubernetes conformance suites run
 //     (MappedImages): agnhost built from its upstream source at the pinned
 //     Kubernetes release (scripts/kube-build.sh agnhost), pause (agnhost's
-//     pause), and busybox (Debian's busybox-static). They run as their image
+//     pause), busybox (Debian's busybox-static), and glibc-dns-testing
+//     (Debian 12 with dig: the node's own programs). They run as their image
 //     would: the image's entrypoint and default arguments, the pod's command
 //     and args over them as a runtime applies them, and the paths of the
 //     image's programs (/agnhost, /bin/sh, ...) mapped to the node's.
@@ -47,6 +48,9 @@ const (
 	imageAgnhost imageKind = iota + 1
 	imagePause
 	imageBusybox
+	// imageDebian: Debian 12 with programs the node has too (setup.sh
+	// installs them): its commands are the node's.
+	imageDebian
 )
 
 // MappedImages are the repositories (any tag or digest) the lab runs, as
@@ -60,6 +64,8 @@ var MappedImages = map[string]imageKind{
 	"registry.k8s.io/e2e-test-images/busybox":   imageBusybox,
 	"docker.io/library/busybox":                 imageBusybox,
 	"registry.k8s.io/e2e-test-images/busybox-1": imageBusybox,
+	// debian:bookworm-slim with dnsutils: dig is the node's (bind9-dnsutils).
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing": imageDebian,
 }
 
 // ImageNotMappedError says why an image cannot run.
@@ -106,6 +112,8 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 		entrypoint = []string{"/pause"}
 	case imageBusybox:
 		defaults = []string{"sh"}
+	case imageDebian:
+		defaults = []string{"bash"}
 	}
 	argv := slices.Concat(entrypoint, defaults)
 	switch {

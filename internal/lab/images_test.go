@@ -40,6 +40,8 @@ func TestImageArgv(t *testing.T) {
 			[]string{"/bin/busybox", "sh", "-c", "echo hi"}},
 		{"busybox: args keep no entrypoint", "busybox:1.36", nil, []string{"sleep", "3600"}, []string{"/bin/busybox", "sleep", "3600"}},
 		{"busybox: Docker Hub's full name", "docker.io/library/busybox", []string{"wget", "-q"}, nil, []string{"/bin/busybox", "wget", "-q"}},
+		{"glibc-dns-testing is Debian 12 with dig, as the node", "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
+			[]string{"sh", "-c", "dig +short kubernetes.default"}, nil, []string{"sh", "-c", "dig +short kubernetes.default"}},
 		{"lab image: the command is the node's", "debian:12", []string{"sleep", "infinity"}, nil, []string{"sleep", "infinity"}},
 		{"lab image with args", "lab", []string{"shunt"}, []string{"lab", "serve"}, []string{"shunt", "lab", "serve"}},
 	}

@@ -55,36 +55,38 @@ func main() {
 	if focus == "netpol" {
 		focus = FocusNetpol
 	}
-	if err := runConformance(focus, skip, reportDir, shuntBin, kubeBin, nodes, parallel, timeout, tableOnly); err != nil {
+	if _, err := runConformance(focus, skip, reportDir, shuntBin, kubeBin, nodes, parallel, timeout, tableOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
 }
 
-func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, parallel int, timeout time.Duration, tableOnly bool) error {
+// runConformance runs the specs (or, tableOnly, reads an earlier run's
+// JUnit) and writes the table; the specs' results.
+func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, parallel int, timeout time.Duration, tableOnly bool) ([]result, error) {
 	// Go's regular expressions, as Ginkgo's: checked before anything runs.
 	if _, err := regexp.Compile(focus); err != nil {
-		return fmt.Errorf("--focus: %w", err)
+		return nil, fmt.Errorf("--focus: %w", err)
 	}
 	if _, err := regexp.Compile(skip); err != nil {
-		return fmt.Errorf("--skip: %w", err)
+		return nil, fmt.Errorf("--skip: %w", err)
 	}
 	var err error
 	if reportDir == "" {
 		if reportDir, err = os.MkdirTemp("", "shunt-conformance-"); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if shuntBin, err = filepath.Abs(shuntBin); err != nil {
-		return err
+		return nil, err
 	}
 	for _, p := range []string{filepath.Join(shuntBin, "shunt"), filepath.Join(shuntBin, "shuntd"), filepath.Join(kubeBin, "e2e.test")} {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("%s is missing: run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test (scripts/conformance.sh does both)", p)
+			return nil, fmt.Errorf("%s is missing: run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test (scripts/conformance.sh does both)", p)
 		}
 	}
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
@@ -96,10 +98,10 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	// failing spec's time is a timeout, spent waiting.
 	specs, err := listSpecs(ctx, kubeBin, focus, skip, filepath.Join(reportDir, "dry-run"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(specs) == 0 {
-		return fmt.Errorf("no spec of e2e.test %s matches --focus %q --skip %q", kubecluster.KubeVersion, focus, skip)
+		return nil, fmt.Errorf("no spec of e2e.test %s matches --focus %q --skip %q", kubecluster.KubeVersion, focus, skip)
 	}
 	shards := shard(specs, parallel)
 	logf("%d specs in %d e2e.test processes", len(specs), len(shards))
@@ -109,7 +111,7 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	if !tableOnly {
 		runErrs, downErr = runShards(ctx, shards, reportDir, shuntBin, kubeBin, nodes, timeout, logf)
 		if len(runErrs) == 0 {
-			return downErr // the cluster did not come up
+			return nil, downErr // the cluster did not come up
 		}
 	}
 
@@ -139,12 +141,12 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	slices.SortFunc(results, func(a, b result) int { return strings.Compare(a.Name, b.Name) })
 	table := markdown(results)
 	if err := os.WriteFile(filepath.Join(reportDir, "results.md"), []byte(table), 0o644); err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Print(table)
 	logf("results: %s; JUnit and e2e.test's log of each process: %s/e2e-*/; the cluster's logs: %s", filepath.Join(reportDir, "results.md"),
 		reportDir, filepath.Join(reportDir, "cluster", "logs"))
-	return errors.Join(append(errs, downErr)...)
+	return results, errors.Join(append(errs, downErr)...)
 }
 
 // runShards brings the cluster up, runs one e2e.test per shard at once and
