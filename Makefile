@@ -27,9 +27,12 @@ check-generated: generate
 # kube-apiserver, kube-controller-manager, kube-proxy and kubectl at the
 # release pinned in tools/kube/go.mod, for the tests that run a real control
 # plane: built once per version (15-20 minutes cold on 2 cores, niced), then
-# this returns at once.
+# this returns at once. Then kube-scheduler, agnhost and e2e.test, for the
+# conformance subset of make test (test/conformance; e2e.test took 611 s
+# with the Go build cache of the others warm).
 kube:
 	@scripts/kube-build.sh >/dev/null
+	@scripts/kube-build.sh kube-scheduler agnhost e2e.test >/dev/null
 
 # The container image, without a container daemon (tools/image, a module of
 # its own): $(BIN)/image/oci (OCI layout) and $(BIN)/image/shunt.tar
