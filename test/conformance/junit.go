@@ -58,6 +58,10 @@ var causes = []struct {
 	{regexp.MustCompile(`:10250/containerLogs/`), "kubelet API: logs (no server on the node's kubelet port 10250)"},
 	{regexp.MustCompile(`:10250/portForward/`), "kubelet API: port-forward (no server on the node's kubelet port 10250)"},
 	{regexp.MustCompile(`:10250/`), "kubelet API (no server on the node's kubelet port 10250)"},
+	// netpol's probes run `agnhost connect` in a pod through exec and
+	// take an exec that fails for a blocked connection, logging nothing
+	// of the error.
+	{regexp.MustCompile(`HTTP servers are not ready|instead BLOCKED --- run 'kubectl exec`), "kubelet API: exec (netpol probes every connection with `agnhost connect` through exec, and no server answers on port 10250)"},
 	{regexp.MustCompile(`ImageNotMapped`), "an image the lab does not map (ImageNotMapped)"},
 	{regexp.MustCompile(`(?i)hostNetwork|host-network`), "hostNetwork pods (the lab kubelet runs every pod in its own namespace)"},
 	{regexp.MustCompile(`(?i)readiness probe|liveness probe|startup probe`), "probes"},
