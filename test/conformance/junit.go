@@ -116,6 +116,16 @@ func parseJUnit(r io.Reader, focus, skip *regexp.Regexp) ([]result, error) {
 			out = append(out, res)
 		}
 	}
+	// Ginkgo skips the specs a suite timeout leaves unrun with no reason.
+	timedOut := slices.ContainsFunc(out, func(r result) bool { return strings.Contains(r.Reason, "A suite timeout occurred") })
+	for i, r := range out {
+		if r.Outcome == "skipped" && (r.Reason == "" || r.Reason == "skipped") {
+			out[i].Reason = "no reason given by e2e.test"
+			if timedOut {
+				out[i].Reason = "not run: the run's time limit (--timeout) ended first"
+			}
+		}
+	}
 	slices.SortFunc(out, func(a, b result) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

@@ -55,6 +55,19 @@ func TestJUnitToMarkdown(t *testing.T) {
 	}
 }
 
+// Specs a suite timeout left unrun say so.
+func TestJUnitSuiteTimeout(t *testing.T) {
+	doc := strings.Replace(sampleJUnit, `<skipped message="skipped - Only supported for providers [gce gke aws] (not local)"></skipped>`, `<skipped message="skipped"></skipped>`, 1)
+	doc = strings.Replace(doc, `[FAILED] service is not reachable`, `[TIMEDOUT] A suite timeout occurred`, 1)
+	results, err := parseJUnit(strings.NewReader(doc), regexp.MustCompile(FocusNetwork), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := results[1]; r.Outcome != "skipped" || !strings.Contains(r.Reason, "not run") {
+		t.Errorf("%+v: want skipped, not run for the time limit", r)
+	}
+}
+
 // A failed suite node is a row of its own: it is why every spec failed.
 func TestJUnitSuiteFailure(t *testing.T) {
 	doc := strings.Replace(sampleJUnit, `<testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.02"></testcase>`,
