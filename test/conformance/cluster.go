@@ -66,7 +66,7 @@ func up(ctx context.Context, dir, shuntBin, kubeBin string, n int, logf func(str
 	logf("control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) in %s", dir)
 	e.cluster, err = kubecluster.Up(ctx, kubecluster.Options{
 		Dir: dir, BinDir: kubeBin, NodeLifecycle: true, Scheduler: true, WorkloadControllers: true, Logf: logf,
-		ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR,
+		ServiceCIDR: serviceCIDR, ClusterCIDR: fmt.Sprintf("10.%d.0.0/16", 150+rand.IntN(48)),
 	})
 	if err != nil {
 		return nil, err
@@ -96,11 +96,10 @@ func up(ctx context.Context, dir, shuntBin, kubeBin string, n int, logf func(str
 
 // The cluster's ranges: not the lab's defaults (10.244.0.0/16,
 // 10.96.0.0/16), which a one-node lab on this machine may be using, since
-// this machine routes the pod CIDRs to the nodes (routePods).
-const (
-	clusterCIDR = "10.199.0.0/16"
-	serviceCIDR = "10.198.0.0/16"
-)
+// this machine routes the pod CIDRs to the nodes (routePods); the pods'
+// is 10.X.0.0/16 with X drawn from 150-197, so that two runs at once
+// (make test on two worktrees) rarely route the same one.
+const serviceCIDR = "10.198.0.0/16"
 
 // routePods routes each node's pod CIDR from this machine to the node over
 // the underlay, as a control-plane host of a cluster reaches pods: the API
