@@ -6,7 +6,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-unit fuzz bench clean
+.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-unit fuzz bench clean conformance
 
 all: build
 
@@ -27,9 +27,12 @@ check-generated: generate
 # kube-apiserver, kube-controller-manager, kube-proxy and kubectl at the
 # release pinned in tools/kube/go.mod, for the tests that run a real control
 # plane: built once per version (15-20 minutes cold on 2 cores, niced), then
-# this returns at once.
+# this returns at once. Then kube-scheduler, agnhost and e2e.test, for the
+# conformance subset of make test (test/conformance; e2e.test took 611 s
+# with the Go build cache of the others warm).
 kube:
 	@scripts/kube-build.sh >/dev/null
+	@scripts/kube-build.sh kube-scheduler agnhost e2e.test >/dev/null
 
 # The container image, without a container daemon (tools/image, a module of
 # its own): $(BIN)/image/oci (OCI layout) and $(BIN)/image/shunt.tar
@@ -72,6 +75,12 @@ test: setup build check-generated kube
 	$(GO) test -count=1 -timeout 15m ./bench/
 	$(MAKE) test-tools
 	scripts/fuzz.sh 20000x
+
+# The Kubernetes e2e suite against a shunt cluster with no kube-proxy
+# (scripts/conformance.sh): FOCUS (default: sig-network conformance; netpol:
+# the NetworkPolicy specs), SKIP, REPORT (directory of JUnit and results.md).
+conformance:
+	scripts/conformance.sh $(if $(FOCUS),--focus '$(FOCUS)') $(if $(SKIP),--skip '$(SKIP)') $(if $(REPORT),--report-dir '$(REPORT)')
 
 # Every fuzz target for longer (FUZZTIME each); make test runs 20 000
 # executions of each (scripts/fuzz.sh says why a count).

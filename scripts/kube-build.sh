@@ -18,6 +18,19 @@
 #
 #   scripts/kube-build.sh            build if needed, print the bin directory
 #   scripts/kube-build.sh --check    print the bin directory, exit 1 if not built
+#   scripts/kube-build.sh [--check] PROGRAM...
+#                                    the same for the programs named (one of
+#                                    the four above, or an extra below)
+#
+# Extras, built only when named, into the same directory (scripts/conformance.sh
+# asks for them):
+#   kube-scheduler  the scheduler, for clusters whose pods ask for nodes by
+#                   selector or affinity (the Kubernetes e2e suite)
+#   agnhost         k8s.io/kubernetes/test/images/agnhost, the program of the
+#                   registry.k8s.io/e2e-test-images/agnhost image that the lab
+#                   kubelet runs for it (internal/lab/images.go)
+#   e2e.test        the Kubernetes end-to-end suite, `go test -c` of
+#                   k8s.io/kubernetes/test/e2e (tools/kube/e2e names its imports)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +46,24 @@ cache=${SHUNT_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shunt/kube}
 dir=$cache/$version
 bin=$dir/bin
 programs=(kube-apiserver kube-controller-manager kube-proxy kubectl)
+extras=(kube-scheduler agnhost e2e.test)
+check=
+if [ "${1:-}" = --check ]; then
+	check=1
+	shift
+fi
+if [ $# -gt 0 ]; then
+	for p in "$@"; do
+		case " ${programs[*]} ${extras[*]} " in
+		*" $p "*) ;;
+		*)
+			echo "kube-build: no program $p: the programs are ${programs[*]} ${extras[*]}" >&2
+			exit 2
+			;;
+		esac
+	done
+	programs=("$@")
+fi
 
 built() {
 	local p
@@ -45,7 +76,7 @@ if built; then
 	echo "$bin"
 	exit 0
 fi
-if [ "${1:-}" = --check ]; then
+if [ -n "$check" ]; then
 	echo "$bin"
 	exit 1
 fi
@@ -65,10 +96,8 @@ if ! command -v go >/dev/null; then
 	exit 1
 fi
 
-echo "kube-build: building ${programs[*]} $version into $bin (cold: 15-20 minutes on 2 cores)" >&2
+echo "kube-build: building ${programs[*]} $version into $bin (cold: 15-20 minutes on 2 cores; e2e.test about as long again)" >&2
 start=$(date +%s)
-tmp=$(mktemp -d "$dir/bin.tmp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 # The same version stamps the Kubernetes release build sets (hack/lib/version.sh),
 # so `kube-apiserver --version` and kubectl's version-skew check see the real
 # release rather than v0.0.0-master.
@@ -78,14 +107,29 @@ ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 done
-pkgs=()
+mkdir -p "$bin"
+# Each program is built into a private directory and moved into bin/ whole,
+# so a build cut short never leaves a half-written program that built() takes
+# for done.
+tmp=$(mktemp -d "$dir/bin.tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
 for p in "${programs[@]}"; do
-	pkgs+=("k8s.io/kubernetes/cmd/$p")
+	[ -x "$bin/$p" ] && continue
+	case $p in
+	agnhost) pkg=k8s.io/kubernetes/test/images/agnhost ;;
+	e2e.test) pkg=k8s.io/kubernetes/test/e2e ;;
+	*) pkg=k8s.io/kubernetes/cmd/$p ;;
+	esac
+	t0=$(date +%s)
+	# nice: other work shares these cores; static binaries like the release ones.
+	if [ "$p" = e2e.test ]; then
+		(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go test -c -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/$p" "$pkg")
+	else
+		(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/$p" "$pkg")
+	fi
+	chmod 755 "$tmp/$p"
+	mv -f "$tmp/$p" "$bin/$p"
+	echo "kube-build: $p built in $(($(date +%s) - t0)) s" >&2
 done
-# nice: other work shares these cores; static binaries like the release ones.
-(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
-chmod 755 "$tmp" # mktemp made it private
-mv -T "$tmp" "$bin"
-trap - EXIT
 echo "kube-build: built in $(($(date +%s) - start)) s" >&2
 echo "$bin"

@@ -39,6 +39,7 @@ programs=(
 	"curl              curl             debugging: the agent's /debug/pprof over its socket"
 	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"
 	"chromium          chromium         e2e, bench ui: drives the page of shunt ui headless (chromedp)"
+	"busybox           busybox-static   lab kubelet: the program of busybox images (internal/lab/images.go), as the conformance suites run them"
 )
 
 # Not here: kube-apiserver, kube-controller-manager, kube-proxy and kubectl.

@@ -39,9 +39,9 @@ func newDevCmd() *cobra.Command {
 
 func newDevClusterUpCmd(dir *string) *cobra.Command {
 	var (
-		binDir, serviceCIDR, clusterCIDR string
-		nodeLifecycle                    bool
-		nodeGrace                        time.Duration
+		binDir, serviceCIDR, clusterCIDR   string
+		nodeLifecycle, scheduler, workload bool
+		nodeGrace                          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up [--dir DIR]",
@@ -57,7 +57,7 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 			defer stop()
 			c, err := kubecluster.Up(ctx, kubecluster.Options{
 				Dir: *dir, BinDir: binDir, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR, Detach: true,
-				NodeLifecycle: nodeLifecycle, NodeMonitorGracePeriod: nodeGrace,
+				NodeLifecycle: nodeLifecycle, NodeMonitorGracePeriod: nodeGrace, Scheduler: scheduler, WorkloadControllers: workload,
 				Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
 			})
 			if err != nil {
@@ -77,6 +77,8 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "ClusterIP range (default: the lab's, 10.96.0.0/16)")
 	cmd.Flags().StringVar(&clusterCIDR, "cluster-cidr", "", "range Nodes' pod CIDRs are cut from (default: "+kubecluster.DefaultClusterCIDR+")")
 	cmd.Flags().BoolVar(&nodeLifecycle, "node-lifecycle", true, "run the node-lifecycle controller, taint eviction and the pod GC: a node whose heartbeat stops (a kubelet, or 'shunt lab up --kubeconfig', gives one) goes NotReady and its pods leave every Service; false when Nodes have no heartbeat (shuntd without --run-pods and no kubelet)")
+	cmd.Flags().BoolVar(&scheduler, "scheduler", false, "also run kube-scheduler (scripts/kube-build.sh kube-scheduler), which places pods by nodeSelector, affinity and resources; give the lab nodes --no-schedule")
+	cmd.Flags().BoolVar(&workload, "workload-controllers", false, "also run the controllers of ReplicationControllers, ReplicaSets, Deployments, DaemonSets, Jobs, StatefulSets, Endpoints and disruption budgets, as the Kubernetes e2e suites expect")
 	cmd.Flags().DurationVar(&nodeGrace, "node-monitor-grace-period", 0, "with --node-lifecycle: how long a node may miss its heartbeat before it is NotReady (default: Kubernetes', 50s in "+kubecluster.KubeVersion+")")
 	return cmd
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/podexec"
 )
@@ -37,10 +38,11 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	var (
-		inst, mode, podCIDR, serviceCIDR, logLevel                  string
+		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost         string
 		flowSampling, metricsAddr, flowsAddr, flowsTLSDir           string
 		flowHistory, flowBuffer                                     int
 		socketAccel, accelNode, inCluster, runPods, removeKubeProxy bool
+		noSched                                                     bool
 		ctSingleTable                                               bool
 		kubeconfig, nodeName                                        string
 		nodeLeaseSeconds                                            int
@@ -80,7 +82,7 @@ func newRootCmd() *cobra.Command {
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
 				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, FlowsAddr: flowsAddr, FlowsTLSDir: flowsTLSDir, SocketAccel: socketAccel, AccelNode: accelNode,
-				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
+				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods, NoSchedule: noSched,
 				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
 				DriftCheckPeriod: driftPeriod, RemoveKubeProxyRules: removeKubeProxy}
 			if removeKubeProxy && !cfg.Kubernetes {
@@ -102,6 +104,9 @@ func newRootCmd() *cobra.Command {
 			}
 			if kubeconfig != "" && inCluster {
 				return fmt.Errorf("--kubeconfig and --in-cluster: give one")
+			}
+			if noSched && !runPods {
+				return fmt.Errorf("--no-schedule is for a node whose kubelet the agent plays (--run-pods)")
 			}
 			if runPods && !cfg.Kubernetes {
 				return fmt.Errorf("--run-pods is for a node of a Kubernetes cluster (with --kubeconfig); the lab runs its pods anyway")
@@ -155,6 +160,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg.ShimExe, cfg.BinDir = exe, filepath.Dir(exe)
+			cfg.Images = podImages(agnhost, cfg.BinDir)
 			a, err := agent.New(cfg, log.With("instance", i.Name))
 			if err != nil {
 				return err
@@ -202,8 +208,31 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
 	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
+	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")
+	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())
 	return cmd
+}
+
+// podImages finds the programs of the images the lab kubelet maps:
+// agnhost (the flag, beside shuntd, or in the Kubernetes build cache) and
+// Debian's static busybox. One not found leaves its images unmapped.
+func podImages(agnhost, binDir string) lab.Images {
+	var im lab.Images
+	candidates := []string{filepath.Join(binDir, "agnhost"), filepath.Join(kubecluster.DefaultBinDir(), "agnhost")}
+	if agnhost != "" {
+		candidates = []string{agnhost}
+	}
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && st.Mode()&0o111 != 0 {
+			im.Agnhost = c
+			break
+		}
+	}
+	if st, err := os.Stat("/bin/busybox"); err == nil && st.Mode()&0o111 != 0 {
+		im.Busybox = "/bin/busybox"
+	}
+	return im
 }
 
 // writeFlags records every flag's value, defaults included (a list as
@@ -226,7 +255,7 @@ func writeFlags(path string, flags *pflag.FlagSet) error {
 
 // newShimCmd is the per-container supervisor the agent starts; not for users.
 func newShimCmd() *cobra.Command {
-	var netnsPath, exitFile string
+	var netnsPath, exitFile, hostname string
 	var sec podexec.Security
 	var uid, gid int64
 	cmd := &cobra.Command{
@@ -242,11 +271,12 @@ func newShimCmd() *cobra.Command {
 				g := uint32(gid)
 				sec.GID = &g
 			}
-			os.Exit(lab.RunShim(netnsPath, exitFile, sec, args))
+			os.Exit(lab.RunShim(netnsPath, exitFile, hostname, sec, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
 	cmd.Flags().StringVar(&exitFile, "exit-file", "", "where to record the exit status")
+	cmd.Flags().StringVar(&hostname, "hostname", "", "the pod's host name, in a UTS namespace of its own (default: the node's)")
 	cmd.Flags().BoolVar(&sec.Privileged, "privileged", false, "keep every capability (securityContext.privileged)")
 	cmd.Flags().StringSliceVar(&sec.Add, "cap-add", nil, "capabilities beyond a runtime's default set")
 	cmd.Flags().StringSliceVar(&sec.Drop, "cap-drop", nil, "capabilities of the default set to drop (ALL: every one)")

@@ -50,6 +50,7 @@ type Config struct {
 	ServiceCIDR string        // empty: as persisted, else instance.DefaultServiceCIDR
 	BinDir      string        // put first on containers' PATH (where shunt lives)
 	ShimExe     string        // executable providing `shim` (shuntd itself)
+	Images      lab.Images    // the programs of the images the lab kubelet maps
 
 	FlowSampling    datapath.FlowMode // what the datapath reports
 	FlowHistory     int               // flows kept in memory (default 8192)
@@ -75,6 +76,10 @@ type Config struct {
 	// scheduler, running the API's pods in namespaces on this machine
 	// (lab.APIKubelet). Off on a real node, whose kubelet runs them.
 	RunPods bool
+	// NoSchedule (with RunPods): leave pods that name no node to
+	// kube-scheduler, which places them by their nodeSelector and
+	// affinity, instead of binding them to this node.
+	NoSchedule bool
 	// NodeLeaseDuration (with RunPods) is the node's Lease duration, as
 	// kubelet's --node-lease-duration-seconds: the Lease is renewed every
 	// quarter of it. Zero: what the node last ran with, else

@@ -284,7 +284,7 @@ func chooseSource(cfg Config) sourceStarter {
 func (a *Agent) labConfig(s *startup) lab.Config {
 	return lab.Config{
 		Instance: a.cfg.Instance, NodeName: a.nodeName, NodeIP: a.podPool.NodeIP(), PodPool: a.podPool, ServicePool: a.svcPool,
-		CgroupRoot: s.root, BinDir: a.cfg.BinDir, ShimExe: a.cfg.ShimExe, Log: a.log,
+		CgroupRoot: s.root, BinDir: a.cfg.BinDir, ShimExe: a.cfg.ShimExe, Images: a.cfg.Images, Log: a.log,
 		LegacyPods: a.state.Pods, NodeGrace: a.cfg.NodeGrace, LoadBalancerPool: a.cfg.LoadBalancerPool, NodeLeaseDuration: a.cfg.NodeLeaseDuration,
 	}
 }
@@ -463,7 +463,7 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 	if !a.cfg.RunPods {
 		return nil
 	}
-	kl, err := lab.NewAPIKubelet(a.labConfig(s), k.kube.api, true, a.podsProgrammed)
+	kl, err := lab.NewAPIKubelet(a.labConfig(s), k.kube.api, !a.cfg.NoSchedule, a.podsProgrammed)
 	if err != nil {
 		return err
 	}

@@ -78,6 +78,16 @@ type Options struct {
 	// when zero. It must exceed the Lease's renewal interval several
 	// times over (kubelet renews every 10 s).
 	NodeMonitorGracePeriod time.Duration
+	// Scheduler runs kube-scheduler (scripts/kube-build.sh kube-scheduler
+	// builds it), which places pods by their nodeSelector, affinity and
+	// resources; without it pods name their node, or a lab kubelet binds
+	// them to its own.
+	Scheduler bool
+	// WorkloadControllers also runs the controllers of the workload APIs
+	// (WorkloadControllers: ReplicationControllers, ReplicaSets,
+	// Deployments, DaemonSets, Jobs, StatefulSets) and the Endpoints
+	// controller, as the Kubernetes e2e suites expect of a cluster.
+	WorkloadControllers bool
 	// Detach lets the processes outlive the caller (a CLI); otherwise
 	// they die with it (tests).
 	Detach bool
@@ -361,6 +371,11 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err := c.waitDefaultServiceAccount(ctx, kcmProc); err != nil {
 		return nil, err
 	}
+	if o.Scheduler {
+		if err := c.startScheduler(ctx, o, run); err != nil {
+			return nil, err
+		}
+	}
 	o.Logf("control plane ready: kubeconfig %s", c.Kubeconfig)
 	ready = true
 	return c, nil
@@ -373,6 +388,9 @@ func controllerManagerArgs(o Options, dir string, port int) []string {
 	controllers := slices.Clone(Controllers)
 	if o.NodeLifecycle {
 		controllers = append(controllers, NodeLifecycleControllers...)
+	}
+	if o.WorkloadControllers {
+		controllers = append(controllers, WorkloadControllers...)
 	}
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
@@ -425,6 +443,53 @@ var NodeLifecycleControllers = []string{
 	"node-lifecycle-controller",
 	"taint-eviction-controller",
 	"pod-garbage-collector-controller",
+}
+
+// WorkloadControllers come with Options.WorkloadControllers.
+var WorkloadControllers = []string{
+	"replicationcontroller-controller",
+	"replicaset-controller",
+	"deployment-controller",
+	"daemonset-controller",
+	"job-controller",
+	"statefulset-controller",
+	"endpoints-controller",
+	"disruption-controller",
+}
+
+// schedulerKubeconfigFile is kube-scheduler's, as user system:kube-scheduler
+// (the RBAC a real cluster gives it).
+const schedulerKubeconfigFile = "scheduler.kubeconfig"
+
+// startScheduler runs kube-scheduler and waits until it is healthy.
+func (c *Cluster) startScheduler(ctx context.Context, o Options, run func(name, bin string, args []string) (*proc, error)) error {
+	bin := filepath.Join(o.BinDir, "kube-scheduler")
+	if st, err := os.Stat(bin); err != nil || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("kube-scheduler %s is not built in %s: run scripts/kube-build.sh kube-scheduler", KubeVersion, o.BinDir)
+	}
+	kubeconfig := filepath.Join(c.Dir, schedulerKubeconfigFile)
+	if err := IssueKubeconfig(c.Dir, kubeconfig, "system:kube-scheduler"); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	o.Logf("starting kube-scheduler")
+	p, err := run("kube-scheduler", bin, []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.Dir, "scheduler"),
+		"--leader-elect=false",
+		"--profiling=false",
+	})
+	if err != nil {
+		return err
+	}
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer insecure.CloseIdleConnections()
+	return waitHealthy(ctx, p, insecure, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz")
 }
 
 // IssueKubeconfig writes a kubeconfig for user (in groups) of the cluster in

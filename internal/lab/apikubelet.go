@@ -230,7 +230,7 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if recs[i].Containers == nil {
+		if recs[i].Containers == nil && kl.runnable(pods[i]) {
 			toStart = append(toStart, pods[i])
 		}
 	}

@@ -51,6 +51,7 @@ type Config struct {
 	CgroupRoot       string
 	BinDir           string // put first on containers' PATH (where shunt lives), and where shunt-cni is
 	ShimExe          string // executable providing `shim`
+	Images           Images // the programs of the images the lab maps (images.go)
 	Log              *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
 	LegacyPods map[string]*PodRecord
@@ -324,7 +325,7 @@ func (cp *ControlPlane) syncPods(ctx context.Context) error {
 			plumbErr = errors.Join(plumbErr, err)
 			continue
 		}
-		if recs[i].Containers == nil {
+		if recs[i].Containers == nil && k.runnable(local[keys[i]]) {
 			toStart = append(toStart, keys[i])
 		}
 	}

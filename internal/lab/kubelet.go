@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -258,8 +259,11 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 		if err != nil {
 			return err
 		}
-		argv := append(slices.Clone(c.Command), c.Args...)
-		shimArgs := append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile}, securityArgs(pod, c)...)
+		argv, err := k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+		if err != nil {
+			return fmt.Errorf("container %s: %w", c.Name, err)
+		}
+		shimArgs := append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
 		shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
 		shim.Stdout, shim.Stderr = logf, logf
 		shim.Dir = c.WorkingDir
@@ -346,6 +350,10 @@ func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {
 	}
 	if rec.Containers == nil {
 		st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotStarted", Message: notStarted}}
+		if waiting, unmapped := k.imageWaits(pod); unmapped != "" {
+			st.ContainerStatuses = waiting
+			st.Conditions[0].Message = unmapped
+		}
 		return st
 	}
 	running, failed := 0, 0
@@ -386,6 +394,49 @@ func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {
 	}
 	st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
 	return st
+}
+
+// podHostname is the host name a kubelet gives the pod's containers:
+// spec.hostname, else the pod's name, cut to a DNS label's 63 characters;
+// "" (the node's) for a pod of the host's network.
+func podHostname(pod *corev1.Pod) string {
+	if pod.Spec.HostNetwork {
+		return ""
+	}
+	h := pod.Spec.Hostname
+	if h == "" {
+		h = pod.Name
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}
+
+// runnable says whether the lab can run every container of the pod (each
+// image is mapped, Images.Argv); a pod that is not stays Pending, its
+// sandbox built, as a kubelet leaves a pod whose image it cannot pull.
+func (k *kubelet) runnable(pod *corev1.Pod) bool {
+	_, unmapped := k.imageWaits(pod)
+	return unmapped == ""
+}
+
+// imageWaits are the container statuses of a pod with an image the lab
+// cannot run (each such container waiting with ImageNotMappedReason, the
+// others ContainerCreating) and what is wrong, or "" when every image maps.
+func (k *kubelet) imageWaits(pod *corev1.Pod) ([]corev1.ContainerStatus, string) {
+	var statuses []corev1.ContainerStatus
+	var problems []string
+	for _, c := range pod.Spec.Containers {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
+		if _, err := k.cfg.Images.Argv(c.Image, c.Command, c.Args); err != nil {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: ImageNotMappedReason, Message: err.Error()}
+			problems = append(problems, "container "+c.Name+": "+err.Error())
+		}
+		statuses = append(statuses, cs)
+	}
+	return statuses, strings.Join(problems, "; ")
 }
 
 func imageOf(p *corev1.Pod, container string) string {

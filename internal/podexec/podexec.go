@@ -24,6 +24,10 @@ type Target struct {
 	// read-only tmpfs in a mount namespace of the process's own: what a
 	// container runtime leaves out of a container's file system.
 	Hide []string
+	// Hostname gives the process a UTS namespace of its own with this host
+	// name (a pod's: its name, or spec.hostname), as a runtime gives each
+	// pod; empty keeps the caller's.
+	Hostname string
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -58,7 +62,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -79,6 +83,16 @@ func Start(t Target, cmd *exec.Cmd) error {
 		if ns != -1 {
 			if err := netns.Set(ns); err != nil {
 				errc <- fmt.Errorf("entering network namespace %s: %w", t.NetnsPath, err)
+				return
+			}
+		}
+		if t.Hostname != "" {
+			if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+				errc <- fmt.Errorf("new UTS namespace: %w", err)
+				return
+			}
+			if err := unix.Sethostname([]byte(t.Hostname)); err != nil {
+				errc <- fmt.Errorf("setting the host name %q: %w", t.Hostname, err)
 				return
 			}
 		}

@@ -1,0 +1,196 @@
+package lab
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+)
+
+// The lab runs no container images: a container's process is a program of
+// the node. Two kinds of image name say which:
+//
+//   - Images shunt maps, the ones the Kubernetes conformance suites run
+//     (MappedImages): agnhost built from its upstream source at the pinned
+//     Kubernetes release (scripts/kube-build.sh agnhost), pause (agnhost's
+//     pause), busybox (Debian's busybox-static), and glibc-dns-testing
+//     (Debian 12 with dig: the node's own programs). They run as their image
+//     would: the image's entrypoint and default arguments, the pod's command
+//     and args over them as a runtime applies them, and the paths of the
+//     image's programs (/agnhost, /bin/sh, ...) mapped to the node's.
+//   - Lab images: a name with no registry host ("lab", "debian:12",
+//     "shunt/labserver"), with a command. The image is a label; command and
+//     args run as the node's programs, as the lab always has.
+//
+// Any other image (a registry's image shunt does not map, or a lab image
+// with no command) is refused: its pod stays Pending with the waiting
+// reason ImageNotMapped naming the image, as a kubelet leaves a pod whose
+// image it cannot pull. Nothing else runs in its place.
+
+// ImageNotMappedReason is the waiting reason of a container whose image the
+// lab cannot run.
+const ImageNotMappedReason = "ImageNotMapped"
+
+// Images says where the programs of the mapped images are.
+type Images struct {
+	// Agnhost is the agnhost binary; empty when it is not built (agnhost
+	// and pause images are then not mapped, and say how to build it).
+	Agnhost string
+	// Busybox is Debian's static busybox (busybox-static: /bin/busybox);
+	// empty when it is not installed.
+	Busybox string
+}
+
+// imageKind is one family of mapped images.
+type imageKind int
+
+const (
+	imageAgnhost imageKind = iota + 1
+	imagePause
+	imageBusybox
+	// imageDebian: Debian 12 with programs the node has too (setup.sh
+	// installs them): its commands are the node's.
+	imageDebian
+)
+
+// MappedImages are the repositories (any tag or digest) the lab runs, as
+// e2e.test names them (k8s.io/kubernetes/test/utils/image) and as users
+// write them.
+var MappedImages = map[string]imageKind{
+	"registry.k8s.io/e2e-test-images/agnhost":   imageAgnhost,
+	"k8s.gcr.io/e2e-test-images/agnhost":        imageAgnhost,
+	"registry.k8s.io/pause":                     imagePause,
+	"k8s.gcr.io/pause":                          imagePause,
+	"registry.k8s.io/e2e-test-images/busybox":   imageBusybox,
+	"docker.io/library/busybox":                 imageBusybox,
+	"registry.k8s.io/e2e-test-images/busybox-1": imageBusybox,
+	// debian:bookworm-slim with dnsutils: dig is the node's (bind9-dnsutils).
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing": imageDebian,
+}
+
+// ImageNotMappedError says why an image cannot run.
+type ImageNotMappedError struct {
+	Image  string
+	Reason string
+}
+
+func (e *ImageNotMappedError) Error() string {
+	return fmt.Sprintf("image %q is not mapped to a program of this node: %s", e.Image, e.Reason)
+}
+
+// Argv is the process a container of image runs, given the pod's command
+// and args: the program's path first.
+func (im Images) Argv(image string, command, args []string) ([]string, error) {
+	repo, host := imageRepository(image)
+	kind, mapped := MappedImages[repo]
+	if !mapped {
+		switch {
+		case host != "":
+			return nil, &ImageNotMappedError{image, "the lab runs only " + mappedList() + " of registries' images"}
+		case len(command) == 0:
+			return nil, &ImageNotMappedError{image, "a lab image (a name with no registry) needs a command: the lab runs command and args as the node's programs"}
+		}
+		return append(slices.Clone(command), args...), nil
+	}
+	switch kind {
+	case imageAgnhost, imagePause:
+		if im.Agnhost == "" {
+			return nil, &ImageNotMappedError{image, "agnhost is not built on this node: run scripts/kube-build.sh agnhost (and give shuntd --agnhost)"}
+		}
+	case imageBusybox:
+		if im.Busybox == "" {
+			return nil, &ImageNotMappedError{image, "busybox is not installed on this node: run scripts/setup.sh (Debian's busybox-static)"}
+		}
+	}
+	// A runtime's rule: command replaces the entrypoint (and drops the
+	// image's arguments), args replace the image's arguments.
+	var entrypoint, defaults []string
+	switch kind {
+	case imageAgnhost:
+		entrypoint, defaults = []string{"/agnhost"}, []string{"pause"}
+	case imagePause:
+		entrypoint = []string{"/pause"}
+	case imageBusybox:
+		defaults = []string{"sh"}
+	case imageDebian:
+		defaults = []string{"bash"}
+	}
+	argv := slices.Concat(entrypoint, defaults)
+	switch {
+	case len(command) > 0:
+		argv = slices.Concat(command, args)
+	case len(args) > 0:
+		argv = slices.Concat(entrypoint, args)
+	}
+	return im.program(kind, argv), nil
+}
+
+// program maps the image's program argv[0] to the node's.
+func (im Images) program(kind imageKind, argv []string) []string {
+	name := path.Base(argv[0])
+	switch {
+	case kind == imagePause && name == "pause":
+		// The pause image's /pause waits for a signal; agnhost's pause
+		// is that program. Its arguments mean nothing to it.
+		return []string{im.Agnhost, "pause"}
+	case kind == imageAgnhost && (name == "agnhost" || name == "agnhost-2"):
+		return append([]string{im.Agnhost}, argv[1:]...)
+	case kind == imageBusybox || (kind == imageAgnhost && im.Busybox != ""):
+		// busybox's and alpine's (agnhost's base) programs are busybox
+		// applets: run as `busybox APPLET ARGS`, whose shell runs
+		// applets before the node's programs of the same name.
+		if kind == imageBusybox || alpineApplets[argv[0]] {
+			return append([]string{im.Busybox, name}, argv[1:]...)
+		}
+	}
+	// A program the image has that is also the node's (agnhost's curl,
+	// dig, ip): the node's, found on the container's PATH.
+	return argv
+}
+
+// alpineApplets are the paths of agnhost's base image (alpine) that are
+// busybox applets and that e2e tests run.
+var alpineApplets = map[string]bool{
+	"sh": true, "/bin/sh": true, "ash": true, "/bin/ash": true,
+	"sleep": true, "/bin/sleep": true, "cat": true, "/bin/cat": true,
+	"echo": true, "/bin/echo": true, "wget": true, "/usr/bin/wget": true,
+}
+
+// imageRepository is image without tag or digest, Docker Hub's short names
+// completed (busybox -> docker.io/library/busybox), and its registry host
+// ("" when the name has none: a lab image).
+func imageRepository(image string) (repo, host string) {
+	repo, _, _ = strings.Cut(image, "@")
+	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
+		repo = repo[:i]
+	}
+	first, rest, hasSlash := strings.Cut(repo, "/")
+	if hasSlash && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		host = first
+		if host == "index.docker.io" || host == "registry-1.docker.io" {
+			host = "docker.io"
+		}
+		if host == "docker.io" && !strings.Contains(rest, "/") {
+			rest = "library/" + rest
+		}
+		return host + "/" + rest, host
+	}
+	// Docker Hub's short names: the lab's own names have no host either,
+	// so only the mapped ones are completed.
+	if full := "docker.io/library/" + repo; !hasSlash && MappedImages[full] != 0 {
+		return full, ""
+	}
+	if full := "docker.io/" + repo; hasSlash && MappedImages[full] != 0 {
+		return full, ""
+	}
+	return repo, ""
+}
+
+func mappedList() string {
+	names := make([]string, 0, len(MappedImages))
+	for r := range MappedImages {
+		names = append(names, r)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shuntnet/shunt/internal/kubecluster"
+)
+
+// fastSubset are specs of focus 1 that pass today: make test runs them
+// through the whole harness (control plane, kube-scheduler, two lab
+// nodes, e2e.test), so the harness itself cannot rot between full runs.
+var fastSubset = []string{
+	"[sig-network] EndpointSlice should support creating EndpointSlice API operations [Conformance]",
+	"[sig-network] Services should find a service from listing all namespaces [Conformance]",
+	"[sig-network] Services should delete a collection of services [Conformance]",
+}
+
+func TestConformanceFastSubset(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, BPF, cgroups)")
+	}
+	kubeBin := kubecluster.DefaultBinDir()
+	for _, p := range []string{"e2e.test", "kube-scheduler", "agnhost"} {
+		if _, err := os.Stat(filepath.Join(kubeBin, p)); err != nil {
+			t.Skipf("%s is not built: run scripts/kube-build.sh kube-scheduler agnhost e2e.test (make test does)", p)
+		}
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "../../cmd/shunt", "../../cmd/shuntd", "../../cmd/shunt-proxy", "../../cmd/shunt-cni")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building shunt: %v\n%s", err, out)
+	}
+	quoted := make([]string, len(fastSubset))
+	for i, s := range fastSubset {
+		quoted[i] = regexp.QuoteMeta(s)
+	}
+	start := time.Now()
+	results, err := runConformance(strings.Join(quoted, "|"), "", t.TempDir(), bin, kubeBin, 2, 1, 10*time.Minute, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d specs in %.0f s, cluster up and down included", len(results), time.Since(start).Seconds())
+	passed := map[string]bool{}
+	for _, r := range results {
+		passed[r.Name] = r.Outcome == "passed"
+		if r.Outcome != "passed" {
+			t.Errorf("%s: %s: %s %s", r.Name, r.Outcome, r.Reason, r.Cause)
+		}
+	}
+	for _, s := range fastSubset {
+		if _, ran := passed[s]; !ran {
+			t.Errorf("%s did not run", s)
+		}
+	}
+}
