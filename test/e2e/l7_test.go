@@ -58,6 +58,7 @@ type proxyStatus struct {
 	Healthy  bool   `json:"healthy"`
 	Version  uint64 `json:"version"`
 	Wanted   uint64 `json:"wantedVersion"`
+	Routes   int    `json:"routes"` // in the agent's latest configuration
 	Requests uint64 `json:"requests"`
 	PID      int    `json:"pid"`
 }
@@ -225,8 +226,11 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 }
 
 // TestL7ProxySurvivesRestarts: an agent restart during a long proxied
-// stream of requests drops none; a proxy restart drains the old proxy
-// without failing requests of other connections.
+// stream of requests drops none, also while the new agent's source is held
+// back for seconds (its endpoints restored, no objects yet: the proxy
+// keeps the configuration it had, and the new agent's first push is
+// complete); a proxy restart drains the old proxy without failing requests
+// of other connections.
 func TestL7ProxySurvivesRestarts(t *testing.T) {
 	l := newLab(t, "redirect-peer", "testdata/l7.yaml")
 	l.waitProxyConfigured()
@@ -236,7 +240,7 @@ func TestL7ProxySurvivesRestarts(t *testing.T) {
 	run := func(what string, during func()) {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "frontend", "--",
-			filepath.Join(binDir, "shunt"), "lab", "http-load", "--url", url, "-n", "2000", "-c", "2", "--rate", "400")
+			filepath.Join(binDir, "shunt"), "lab", "http-load", "--url", url, "-n", "4000", "-c", "2", "--rate", "400")
 		var out strings.Builder
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {
@@ -248,18 +252,33 @@ func TestL7ProxySurvivesRestarts(t *testing.T) {
 			t.Fatalf("%s: http-load: %v\n%s", what, err, out.String())
 		}
 		var r loadResult
-		if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Errors != 0 || r.ByStatus["200"] != 2000 {
-			t.Errorf("%s: %+v (%v), want 2000 answered requests and no error", what, r, err)
+		if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Errors != 0 || r.ByStatus["200"] != 4000 {
+			t.Errorf("%s: %+v (%v), want 4000 answered requests and no error", what, r, err)
 		}
 	}
+	var pushedBefore uint64
 	run("agent restart", func() {
 		pid := l.status().PID
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		waitGone(t, pid)
+		before := l.proxyStatus().Version
+		// The new agent serves, then waits 3 s before its source starts:
+		// the load (10 s from 2 s before the restart) runs through it.
+		os.Setenv("SHUNT_TEST_HOLD_SOURCE", "3s")
+		defer os.Unsetenv("SHUNT_TEST_HOLD_SOURCE")
 		l.mustShunt("lab", "up")
+		if st := l.proxyStatus(); st.Version != before {
+			t.Errorf("the proxy's configuration changed from version %d to %d while the new agent's source was held back", before, st.Version)
+		}
+		os.Unsetenv("SHUNT_TEST_HOLD_SOURCE")
+		pushedBefore = before
 	})
+	l.waitProxyConfigured()
+	if st := l.proxyStatus(); st.Routes == 0 || st.Version <= pushedBefore {
+		t.Errorf("after the agent restart: %+v, want the new agent's configuration (newer than version %d) with its routes", st, pushedBefore)
+	}
 	run("proxy restart", func() {
 		old := l.proxyStatus().PID
 		l.mustShunt("proxy", "restart")
