@@ -11,8 +11,11 @@
 #               on both sides), traffic captured with iptables REDIRECT
 #               inside the pods' own network namespaces: outbound in the
 #               client pod, inbound in the server pod
-# (d) the node proxy with socket acceleration is not measured: socket
-# acceleration (issue 14) does not exist yet.
+#   node-proxy-accel (d) case (b) with socket acceleration (`shunt accel
+#               on`) on both legs: client -> proxy and proxy -> server
+#               through sockmap (sk_msg redirects), the proxy restarted
+#               first so its upstream connections are opened accelerated;
+#               the accel-added/accel-redirected counters are checked
 # Until bin/shunt-proxy exists, (b) is skipped with a note and (a) and (c)
 # still run.
 #
@@ -365,6 +368,23 @@ route_on() {
 
 route_off() { $SHUNT --instance "$INST" delete -f "$ROUTE" >/dev/null 2>&1 || true; }
 
+# accel_counter REASON: the sk_msg counter (direction sockmsg) of a reason.
+accel_counter() {
+	$SHUNT --instance "$INST" status -o json |
+		jq -r --arg r "$1" '[.counters[]? | select(.direction == "sockmsg" and .reason == $r) | .packets] | add // 0'
+}
+
+# accel_on: acceleration on, then a new node proxy (`shunt proxy restart`:
+# the new one takes over before the old one drains), so that the upstream
+# connections of case (d) are opened accelerated, not reused from (b);
+# returns once the route answers through the new proxy.
+accel_on() {
+	$SHUNT --instance "$INST" accel on >/dev/null || return 1
+	$SHUNT --instance "$INST" proxy restart >"$OUT/proxy-restart.log" 2>&1 || return 1
+	in_pod "$INST" client shunt lab probe --http "$URL" --timeout 2s >/dev/null 2>&1
+}
+accel_off() { $SHUNT --instance "$INST" accel off >/dev/null 2>&1 || true; }
+
 # measure CASE N REP [PROXY PIDS...]: one load run; latency rows, and for
 # the proxy cases their CPU and memory. Returns 1 when httpload failed.
 measure() {
@@ -443,6 +463,31 @@ run_case() {
 		fi
 		route_off
 		;;
+	node-proxy-accel)
+		[ -z "$NODE_PROXY_SKIP" ] || return 0
+		route_on || { warn "case node-proxy-accel: $NODE_PROXY_SKIP"; return 0; }
+		if ! accel_on; then
+			accel_off
+			route_off
+			die "case node-proxy-accel: turning acceleration on and restarting the node proxy failed (see $OUT/proxy-restart.log)"
+		fi
+		local added0 moved0 added moved
+		added0=$(accel_counter accel-added)
+		moved0=$(accel_counter accel-redirected)
+		mapfile -t pids < <(node_proxy_pids)
+		echo "n=$n rep $rep node-proxy-accel: proxy pids ${pids[*]}" >>"$OUT/path.txt"
+		measure node-proxy-accel "$n" "$rep" "${pids[@]}" || { accel_off; route_off; die "httpload failed for node-proxy-accel, n=$n, repetition $rep (log: $OUT/httpload-node-proxy-accel-$n-$rep.json.err)"; }
+		added=$(($(accel_counter accel-added) - added0))
+		moved=$(($(accel_counter accel-redirected) - moved0))
+		echo "n=$n rep $rep node-proxy-accel: accel-added +$added sockets, accel-redirected +$moved sends" >>"$OUT/path.txt"
+		# Both legs: each of the client's $CONNS connections adds its two
+		# ends (client, proxy), each upstream connection two more (proxy,
+		# server); every request is two redirected sends per leg.
+		[ "$added" -ge $((2 * CONNS + 2)) ] && [ "$moved" -ge "$((QPS * DURATION * 2))" ] ||
+			warn "n=$n rep $rep node-proxy-accel: accel-added +$added, accel-redirected +$moved: want >= $((2 * CONNS + 2)) sockets and >= $((QPS * DURATION * 2)) sends (both legs accelerated)"
+		accel_off
+		route_off
+		;;
 	sidecars)
 		mapfile -t pids < <(sidecar_pids)
 		[ "${#pids[@]}" = "$n" ] || die "expected $n HAProxy sidecars (one per pod), found ${#pids[@]}: see bin/shunt --instance $INST lab logs POD -c sidecar"
@@ -467,6 +512,8 @@ bin/shunt --instance $INST lab up --mode redirect-peer --pod-cidr $POD_CIDR --se
 bin/shunt --instance $INST lab exec client -- taskset -c 0 httpload -url http://CLUSTER_IP:$PORT/ -qps $QPS -c $CONNS -duration ${DURATION}s -warmup ${WARMUP}s
 # node-proxy (b), around the run:
 bin/shunt --instance $INST apply -f $ROUTE     # ... delete -f $ROUTE after
+# node-proxy-accel (d): as (b), and before the run (then accel off):
+bin/shunt --instance $INST accel on && bin/shunt --instance $INST proxy restart
 # sidecars (c), around the run (then iptables -t nat -F; nft delete table ip nat in both):
 nsenter --net=$CLIENT_NETNS iptables -t nat -A OUTPUT -p tcp ! -d 127.0.0.0/8 -m owner ! --uid-owner haproxy -j REDIRECT --to-ports 15001
 nsenter --net=$SERVER_NETNS iptables -t nat -A PREROUTING -p tcp --dport $PORT -j REDIRECT --to-ports 15006
@@ -474,7 +521,7 @@ nsenter --net=$SERVER_NETNS iptables -t nat -A PREROUTING -p tcp --dport $PORT -
 # path check, mid-run: nsenter --net=$SERVER_NETNS ss -Htn state established
 EOT
 
-cases=(no-proxy node-proxy sidecars)
+cases=(no-proxy node-proxy sidecars node-proxy-accel)
 first=1
 for n in "${PODS[@]}"; do
 	m=$(manifest "$n")
@@ -495,8 +542,8 @@ for n in "${PODS[@]}"; do
 	wait_ready "$URL" || die "$URL does not answer from the client pod"
 	echo "mesh: $n pods up; the lab settled (idle) after $(settle) s"
 	for rep in $(seq "$REPS"); do
-		for i in 0 1 2; do
-			run_case "${cases[$(((i + rep - 1) % 3))]}" "$n" "$rep"
+		for i in "${!cases[@]}"; do
+			run_case "${cases[$(((i + rep - 1) % ${#cases[@]}))]}" "$n" "$rep"
 		done
 	done
 done
@@ -528,9 +575,9 @@ LAST=${PODS[${#PODS[@]}-1]}
 {
 	cat <<EOT
 Cases: **no-proxy** (a) = client pod → service ClusterIP → server pod, shunt's socket load balancing only (the baseline of the ratios); **node-proxy** (b) = the same with an HTTPRoute (parentRef: the service) so the socket hooks send the connections to shunt's node proxy, which forwards them; **sidecars** (c) = an HAProxy $(haproxy -v | awk 'NR == 1 { print $3 }') sidecar in every pod (HTTP mode, keep-alive both sides, \`http-reuse always\`, one thread, maxconn 1024), traffic captured by iptables REDIRECT in the pods' own namespaces: outbound in the client pod (to 127.0.0.1:15001, the sidecar's own uid excluded), inbound in the server pod (port $PORT to 15006). The outbound sidecar forwards to the original destination, read with SO_ORIGINAL_DST (\`server 0.0.0.0:0\`); shunt's connect hook has already translated the ClusterIP at that point, so that destination is the server pod's address and the sidecar does no load balancing of its own (an Envoy sidecar would pick the endpoint itself). HAProxy is a lean sidecar (≈ 14 MiB RSS, ≈ 3.5 MiB PSS idle, against tens of MiB for an Envoy sidecar): the memory baseline is a favourable one for the sidecar model.
-**(d) node proxy + socket acceleration: not measured: socket acceleration (issue 14) does not exist yet.**
+**node-proxy-accel** (d) = (b) with socket acceleration on (\`shunt accel on\`, the node proxy restarted first so that its upstream connections are opened accelerated): client → proxy and proxy → server both through sk_msg redirects; path.txt records the accel-added and accel-redirected counters of each run.
 Load: \`httpload\` (bench/cmd/httpload, fortio as a library) from the client pod, $QPS requests/s over $CONNS keep-alive connections, requests staggered evenly (fortio's uniform mode, no bursts), ${WARMUP} s warm-up left out, then $DURATION s measured; latencies are every successful request's, exactly (not fortio's histogram). Server: \`shunt lab serve --http $PORT\` (Go net/http), pinned to CPU 1; client pinned to CPU 0; proxies unpinned. One client/server pair carries all the load; n counts every pod of the lab (client, server and n-2 idle pods), each with its sidecar container (idle without capture rules).
-proxy_cpu: user + system CPU time of the proxies over the whole load run (warm-up included, $((DURATION + WARMUP)) s): the node proxy for (b), all n sidecars for (c) (idle ones use ~0). proxy_rss: VmRSS summed; proxy_pss: proportional set size summed (pages the HAProxy processes share, such as their libraries, counted once), both sampled mid-run. (a) runs no proxy: those cells are empty.
+proxy_cpu: user + system CPU time of the proxies over the whole load run (warm-up included, $((DURATION + WARMUP)) s): the node proxy for (b) and (d), all n sidecars for (c) (idle ones use ~0). proxy_rss: VmRSS summed; proxy_pss: proportional set size summed (pages the HAProxy processes share, such as their libraries, counted once), both sampled mid-run. (a) runs no proxy: those cells are empty.
 EOT
 	if [ -n "$NODE_PROXY_SKIP" ]; then
 		echo
@@ -555,6 +602,14 @@ EOT
 	else
 		echo "- Target: (b) p99 ≤ 1.25× (a), or, where this machine's low floor makes that ratio unreachable, (b) adds at most a third of what (c) adds to p99: not measured. (c) adds $(minus "$c" "$a") µs to p99 at n=$LAST ($(ratio "$c" "$a")× (a))."
 	fi
+	for n in "${PODS[@]}"; do
+		d=$(med node-proxy-accel "$n" p50) c=$(med sidecars "$n" p50)
+		if [ -n "$d" ]; then
+			echo "- Target: (d) p50 ≤ (c) p50, at n=$n: $(meets "$(ratio "$d" "$c")" "<=" 1) ($d vs $c µs; (d) p99 $(med node-proxy-accel "$n" p99) µs against (b) $(med node-proxy "$n" p99), (c) $(med sidecars "$n" p99); CPU (d)/(b) $(ratio "$(med node-proxy-accel "$n" proxy_cpu)" "$(med node-proxy "$n" proxy_cpu)"))."
+		else
+			echo "- Target: (d) p50 ≤ (c) p50, at n=$n: not measured."
+		fi
+	done
 	if [[ " ${PODS[*]} " == *" 150 "* ]]; then
 		for m in proxy_cpu:"CPU time":ms proxy_rss:"memory (VmRSS)":MiB proxy_pss:"memory (PSS)":MiB; do
 			IFS=: read -r m what unit <<<"$m"
@@ -576,7 +631,7 @@ EOT
 				(min < 0.95 * q ? " (BELOW the target rate: the client or the path could not keep up)" : ""), o[int((k + 1) / 2)], o[k], at[k] }'
 	done
 	echo
-	echo "Path check: the server pod's established connections in the middle of each run (local port <- peer; client pod $CLIENT; no-proxy expects $PORT<-client, sidecars 15006<-client and $PORT<-127.0.0.1, node-proxy $PORT<-the proxy's address; idle keep-alive connections of the sidecars' pools may linger into the next case):"
+	echo "Path check: the server pod's established connections in the middle of each run (local port <- peer; client pod $CLIENT; no-proxy expects $PORT<-client, sidecars 15006<-client and $PORT<-127.0.0.1, node-proxy and node-proxy-accel $PORT<-the proxy's address; idle keep-alive connections of the sidecars' pools may linger into the next case):"
 	echo
 	sed 's/^/- /' "$OUT/path.txt"
 	echo

@@ -67,6 +67,74 @@ static __always_inline struct proxy_origin *proxy_origin_of(struct flow *f)
 	return bpf_map_lookup_elem(&shunt_proxy_origins, &key);
 }
 
+/* Backends of a service a SYN to the node proxy is judged against, at most:
+ * a bounded loop the verifier walks through once per backend. */
+#define PROXY_L4_MAX_BACKENDS 16
+
+/* The service port a SYN to the proxy was dialled at, and what decided
+ * service_l4_refusal's answer. */
+struct l4_question {
+	__u32 vip;      /* network order */
+	__u32 vport;    /* network order, in the low 16 bits */
+	__u32 rule;     /* out: the first refusing backend's rule */
+	__u32 identity; /* out: and its identity */
+};
+
+/* service_l4_refusal: the L3/L4 verdict the client src (a pod of this
+ * node; f its SYN) would meet dialling the service port of q without the
+ * proxy. The proxy picks the backend itself, so the client is refused only
+ * when every backend refuses it (its egress toward the backend, and the
+ * backend's ingress where the backend is a pod of this node: another
+ * node's pods judge the proxy's upstream connection, as this client,
+ * themselves). Returns 0 to admit, else the first backend's drop reason,
+ * its rule and identity in q. A service that cannot be read, or has more
+ * backends than are judged here, is admitted: the proxy's upstream
+ * connection is judged as the client. A global function, verified once on
+ * its own: inlined, its loop would multiply the states of shunt_from_pod
+ * past the verifier's limit. */
+__noinline int service_l4_refusal(struct policy_side *src, struct flow *f, struct l4_question *q)
+{
+	if (!src || !f || !q)
+		return 0;
+	struct service_key key = { .vip = q->vip, .port = (__u16)q->vport, .proto = IPPROTO_TCP };
+	int first = 0;
+
+	struct service_value *svc = bpf_map_lookup_elem(&shunt_services, &key);
+	if (!svc || svc->backend_count == 0 || svc->backend_count > PROXY_L4_MAX_BACKENDS)
+		return 0;
+	__u16 count = svc->backend_count;
+	for (__u16 i = 1; i <= PROXY_L4_MAX_BACKENDS; i++) {
+		if (i > count)
+			break;
+		key.slot = i;
+		struct service_value *slot = bpf_map_lookup_elem(&shunt_services, &key);
+		if (!slot)
+			return 0;
+		struct backend_value *be = bpf_map_lookup_elem(&shunt_backends, &slot->id);
+		if (!be)
+			return 0;
+		struct policy_side dst = { .addr = be->ip };
+		struct endpoint_info *ep = lookup_endpoint(be->ip);
+		if (ep) {
+			dst.identity = ep->identity;
+			dst.flags = ep->flags;
+			dst.local = true;
+		} else {
+			dst.identity = identity_of(be->ip);
+		}
+		__u32 rule = 0;
+		__u32 reason = policy_judge(f, src, &dst, be->port, &rule);
+		if (!reason)
+			return 0;
+		if (!first) {
+			first = reason;
+			q->rule = rule;
+			q->identity = dst.identity;
+		}
+	}
+	return first;
+}
+
 /* to_tunnel sends a packet to the node hosting its destination: one hop,
  * then encapsulated with the sender's identity as the VNI; a packet too
  * big for the tunnel that must not be fragmented is answered with ICMP
@@ -150,8 +218,21 @@ int shunt_from_pod(struct __sk_buff *skb)
 			dst.judged_dport = origin->port;
 		} else if (origin) {
 			/* A service: the proxy picks the backend, and its upstream
-			 * connection is judged as the client (the mark). */
+			 * connection is judged as the client (the mark). A client
+			 * every backend refuses at L4 is dropped here, at its SYN,
+			 * as it would be without the proxy: no handshake with the
+			 * proxy, and the flow names the service it dialled. */
 			dst.proxy = true;
+			struct l4_question q = { .vip = origin->ip, .vport = origin->port };
+			reason = service_l4_refusal(&src, &p.f, &q);
+			if (reason) {
+				p.rule = q.rule;
+				p.dst_identity = q.identity;
+				p.event = FLOW_EV_CONN_NEW;
+				p.orig_daddr = origin->ip;
+				p.orig_dport = origin->port;
+				return drop(skb, &p, reason);
+			}
 		}
 	}
 	p.dst_identity = dst.identity;

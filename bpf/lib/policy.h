@@ -130,6 +130,29 @@ static __always_inline __u32 verdict_reason(__u8 v)
 	return v == POLICY_DENY ? SHUNT_REASON_POLICY_DENIED : SHUNT_REASON_POLICY_NOT_ALLOWED;
 }
 
+/* policy_judge decides a new connection from src to dst's port dport (network
+ * order) at L3/L4: the egress policy of src and the ingress policy of dst,
+ * where each is a local pod with rules. Returns 0 to admit, or the drop
+ * reason; *rule is the rule that decided (0: none). */
+static __always_inline __u32 policy_judge(struct flow *f, struct policy_side *src, struct policy_side *dst,
+					  __u16 dport, __u32 *rule)
+{
+	__u8 v;
+
+	*rule = 0;
+	if (src->local && (src->flags & (ENDPOINT_F_EGRESS_ISOLATED | ENDPOINT_F_EGRESS_RULES))) {
+		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, dport, rule);
+		if (v == POLICY_DENY || (v == POLICY_NONE && (src->flags & ENDPOINT_F_EGRESS_ISOLATED)))
+			return verdict_reason(v);
+	}
+	if (dst->local && (dst->flags & (ENDPOINT_F_INGRESS_ISOLATED | ENDPOINT_F_INGRESS_RULES))) {
+		v = policy_verdict(dst->addr, 0, src->identity, src->addr, f, dport, rule);
+		if (v == POLICY_DENY || (v == POLICY_NONE && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)))
+			return verdict_reason(v);
+	}
+	return 0;
+}
+
 /* policy_admit decides a packet p between src and dst: a packet of a known
  * connection (or an ICMP error about one) passes; a new connection needs
  * the egress policy of src and the ingress policy of dst, and is recorded.
@@ -145,8 +168,6 @@ static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, 
 	struct flow *f = &p->f;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 rule = 0, failed = 0;
-	__u8 v;
-
 	bool closing = false;
 
 	p->rule = 0;
@@ -163,22 +184,13 @@ static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, 
 	if (ct_related(f))
 		return 0;
 	p->event = FLOW_EV_CONN_NEW;
-	if (dst->proxy)
-		goto admit;
-	__u16 dport = dst->judged_dport ? dst->judged_dport : f->dport;
-	if (src->local && (src->flags & (ENDPOINT_F_EGRESS_ISOLATED | ENDPOINT_F_EGRESS_RULES))) {
-		v = policy_verdict(src->addr, 1, dst->identity, dst->addr, f, dport, &rule);
+	if (!dst->proxy) {
+		__u32 reason = policy_judge(f, src, dst, dst->judged_dport ? dst->judged_dport : f->dport, &rule);
+
 		p->rule = rule;
-		if (v == POLICY_DENY || (v == POLICY_NONE && (src->flags & ENDPOINT_F_EGRESS_ISOLATED)))
-			return verdict_reason(v);
+		if (reason)
+			return reason;
 	}
-	if (dst->local && (dst->flags & (ENDPOINT_F_INGRESS_ISOLATED | ENDPOINT_F_INGRESS_RULES))) {
-		v = policy_verdict(dst->addr, 0, src->identity, src->addr, f, dport, &rule);
-		p->rule = rule;
-		if (v == POLICY_DENY || (v == POLICY_NONE && (dst->flags & ENDPOINT_F_INGRESS_ISOLATED)))
-			return verdict_reason(v);
-	}
-admit:
 	if (ct_create(f, rule, now, cfg->ct_single_table) < 0)
 		return SHUNT_REASON_CT_FULL;
 	return 0;

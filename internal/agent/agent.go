@@ -270,6 +270,12 @@ func (a *Agent) wire(s *startup) error {
 	return s.src.serving(ctx, a, s)
 }
 
+// holdSourceEnv, a duration, holds the source back that long at start: a
+// test hook that widens the moment a restarted agent serves with its
+// endpoints restored but no objects yet (the node proxy must keep the
+// configuration it has meanwhile).
+const holdSourceEnv = "SHUNT_TEST_HOLD_SOURCE"
+
 // start saves the node's state and starts the source: its first objects
 // reach the reconciler, and once a sync covered them the node proxy's
 // configuration is complete.
@@ -281,6 +287,10 @@ func (a *Agent) start(s *startup) error {
 		"serviceCIDR", a.svcPool.CIDR, "pins", a.cfg.Instance.PinDir())
 	startCtx, done := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer done()
+	if hold, err := time.ParseDuration(os.Getenv(holdSourceEnv)); err == nil && hold > 0 {
+		a.log.Warn("holding the source back (test hook)", "env", holdSourceEnv, "for", hold)
+		time.Sleep(hold)
+	}
 	if err := s.src.start(s.ctx, startCtx, a); err != nil {
 		return err
 	}

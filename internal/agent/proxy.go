@@ -58,12 +58,14 @@ type nodeProxy struct {
 	lastErr string          // why the last push or start failed
 	kick    chan struct{}
 	pid     int
-	// synced is false until the agent's source has delivered every
-	// object: a configuration computed before that lacks routes, and
-	// pushing it to a proxy that survived an agent restart would answer
-	// 404 for a moment. Until then the proxy keeps the last one it had.
+	// synced is false until a sync covered everything the source
+	// delivered at start: a configuration computed before that lacks
+	// routes, and pushing it to a proxy that survived an agent restart
+	// would answer 404 for a moment. Until then, and as long as the
+	// reconciler has given no configuration marked Complete, nothing is
+	// pushed and the proxy keeps the last one it had (the proxy itself
+	// also refuses an incomplete configuration over a complete one).
 	synced bool
-	given  bool // the reconciler has set a configuration
 }
 
 func newNodeProxy(log *slog.Logger, exe, dir, cgroupDir string, listen netip.AddrPort, mark proxyapi.Mark, onFlow func(flows.Flow)) *nodeProxy {
@@ -86,7 +88,6 @@ func (p *nodeProxy) Set(cfg proxyapi.Config) {
 	p.mu.Lock()
 	cfg.Listen, cfg.Mark = p.listen.String(), p.mark
 	cfg.Version = p.want.Version
-	p.given = true
 	if !reflect.DeepEqual(cfg, p.want) {
 		cfg.Version = p.nextVersion(p.want.Version)
 		p.want = cfg
@@ -144,7 +145,7 @@ func (p *nodeProxy) step(ctx context.Context) {
 		}
 	}
 	p.mu.Lock()
-	want, ready := p.want, p.synced && p.given
+	want, ready := p.want, p.synced && p.want.Complete
 	p.mu.Unlock()
 	if !ready {
 		return

@@ -24,7 +24,8 @@ const maxConfigBytes = 64 << 20
 // ControlHandler is the control API the agent uses on the proxy's unix
 // socket (proxyapi.Client):
 //
-//	PUT /config   replace the configuration (400: invalid, 409: older version)
+//	PUT /config   replace the configuration (400: invalid, 409: older version,
+//	              or incomplete while a complete one is in force)
 //	GET /config   the configuration in force
 //	GET /status   proxyapi.Status
 //	GET /metrics  Prometheus text
@@ -67,12 +68,13 @@ func (p *Proxy) handlePutConfig(w http.ResponseWriter, r *http.Request) {
 	err := p.Apply(cfg)
 	var ce *ConfigError
 	var se *StaleError
+	var ie *IncompleteError
 	switch {
 	case err == nil:
 		writeJSON(w, p.Status())
 	case errors.As(err, &ce):
 		http.Error(w, err.Error(), http.StatusBadRequest)
-	case errors.As(err, &se):
+	case errors.As(err, &se), errors.As(err, &ie):
 		http.Error(w, err.Error(), http.StatusConflict)
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)

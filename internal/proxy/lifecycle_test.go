@@ -244,3 +244,59 @@ func rawPut(sock, body string) (rawResponse, error) {
 	b, _ := io.ReadAll(resp.Body)
 	return rawResponse{resp.StatusCode, string(b)}, nil
 }
+
+// An agent that restarted pushes a configuration computed before it had
+// heard of every object (no routes, no services yet): the proxy keeps the
+// complete one in force, requests keep their routes, and the config file a
+// restarted proxy would load is still the complete one. A complete newer
+// configuration then replaces it.
+func TestIncompleteConfigurationKeepsTheCompleteOne(t *testing.T) {
+	v1 := startBackend(t, "v1", "127.0.7.12", nil)
+	v2 := startBackend(t, "v2", "127.0.7.13", nil)
+	complete := proxyapi.Config{Version: 1, Complete: true, Mark: testMark, Endpoints: endpoints(v1, v2),
+		Services: []proxyapi.Service{svcPort("default/web", "10.96.0.91", 80, v1, v2), svcPort("default/v2", "10.96.0.92", 80, v2)},
+		Routes: []proxyapi.Route{{Name: "default/web", Parents: []proxyapi.ParentRef{{Service: "default/web"}},
+			Rules: []proxyapi.RouteRule{{
+				Matches:  []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: "/api"}}},
+				Backends: []proxyapi.RouteBackend{{Service: "default/v2", Port: 80, Weight: 1}},
+			}}}},
+	}
+	file := filepath.Join(t.TempDir(), "proxy-config.json")
+	h := startHarness(t, file)
+	h.apply(complete)
+	h.dials(frontend, "10.96.0.91:80")
+	check := func(when string) {
+		t.Helper()
+		if code, body := get(t, h.client(frontend, false), "GET", "http://web/api/x"); code != 200 || !strings.Contains(body, "v2") {
+			t.Errorf("%s: /api/x %d %q, want 200 from v2 (the route)", when, code, body)
+		}
+	}
+	check("complete configuration")
+
+	// What a restarted agent computes before its source delivered the
+	// objects: its own endpoints, nothing else.
+	incomplete := proxyapi.Config{Version: 2, Listen: h.addr, Mark: testMark, Endpoints: endpoints(v1)}
+	var ie *IncompleteError
+	if err := h.p.Apply(incomplete); !errors.As(err, &ie) {
+		t.Fatalf("incomplete configuration over a complete one: %v, want *IncompleteError", err)
+	}
+	if cfg, _ := h.p.Config(); cfg.Version != 1 || len(cfg.Routes) != 1 {
+		t.Errorf("configuration in force: version %d, %d routes; want the complete version 1", cfg.Version, len(cfg.Routes))
+	}
+	check("after an incomplete push")
+	restarted := startHarness(t, file)
+	if err := restarted.p.LoadConfigFile(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := restarted.p.Config(); cfg.Version != 1 || !cfg.Complete {
+		t.Errorf("a restarted proxy loads version %d (complete %v), want the complete version 1", cfg.Version, cfg.Complete)
+	}
+	restarted.p.Shutdown(context.Background())
+
+	next := complete
+	next.Version, next.Listen, next.Routes = 3, h.addr, nil
+	h.apply(next)
+	if code, body := get(t, h.client(frontend, false), "GET", "http://web/api/x"); code != 200 || body == "" {
+		t.Errorf("complete configuration without the route: %d %q, want 200", code, body)
+	}
+}

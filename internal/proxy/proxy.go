@@ -134,8 +134,17 @@ func (e *StaleError) Error() string {
 	return fmt.Sprintf("configuration version %d is older than version %d in force", e.Got, e.Have)
 }
 
+// IncompleteError is a configuration built before the agent had the whole
+// cluster, sent while a complete one is in force.
+type IncompleteError struct{ Have, Got uint64 }
+
+func (e *IncompleteError) Error() string {
+	return fmt.Sprintf("configuration version %d is incomplete (the agent had not yet heard of every object); complete version %d stays in force", e.Got, e.Have)
+}
+
 // Apply checks a whole configuration and puts it in force at once: it
-// refuses an older version (*StaleError) and an invalid configuration
+// refuses an older version (*StaleError), an incomplete one while a
+// complete one is in force (*IncompleteError) and an invalid configuration
 // (*ConfigError, naming every bad field), and listens on the new address
 // when Listen changed. The previous configuration stays in force on any
 // error.
@@ -164,6 +173,9 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 	cur := p.table.Load()
 	if cur != nil && cfg.Version < cur.cfg.Version {
 		return &StaleError{Have: cur.cfg.Version, Got: cfg.Version}
+	}
+	if cur != nil && cur.cfg.Complete && !cfg.Complete {
+		return &IncompleteError{Have: cur.cfg.Version, Got: cfg.Version}
 	}
 	t, err := compile(cfg)
 	if err != nil {

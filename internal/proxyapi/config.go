@@ -22,6 +22,13 @@ type Config struct {
 	// getsockopt(SOL_IP, SO_ORIGINAL_DST) on the accepted socket.
 	Listen string `json:"listen"`
 	Mark   Mark   `json:"mark"`
+	// Complete: the agent built this configuration from a complete view of
+	// the cluster (its source had delivered every object). A restarted
+	// agent may compute configurations before that, without routes or
+	// services it has not heard of yet; a proxy that holds a complete
+	// configuration refuses an incomplete one (*proxy.IncompleteError) and
+	// keeps serving what it has.
+	Complete bool `json:"complete,omitempty"`
 	// DialTimeout bounds an upstream connect (a SYN dropped by L3/L4 policy
 	// would otherwise hang a request); 0: 2s.
 	DialTimeout Duration `json:"dialTimeout,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -97,4 +98,45 @@ func redirectDests(f *fakeDatapath) []string {
 		out = append(out, r.Dest.String())
 	}
 	return out
+}
+
+// TestProxyConfigCompleteOnlyWithObjects: a configuration computed before
+// the source's first Update (a restarted agent that restored its endpoints
+// and waits for the objects) is marked incomplete, so neither the agent
+// nor the proxy puts it in place of the one the proxy kept; with
+// WaitForObjects none is computed at all. The first configuration after
+// the objects came is complete and has the routes.
+func TestProxyConfigCompleteOnlyWithObjects(t *testing.T) {
+	for _, waitForObjects := range []bool{false, true} {
+		f := newFake()
+		proxy := netip.MustParseAddrPort("10.244.0.1:15001")
+		var mu sync.Mutex
+		var got []proxyapi.Config
+		r := New(Config{NodeName: "node-1", NodeAddrs: []netip.Addr{proxy.Addr()}, ProxyAddr: proxy, WaitForObjects: waitForObjects,
+			ProxyConfig: func(c proxyapi.Config) { mu.Lock(); got = append(got, c); mu.Unlock() }}, f)
+		runUntilEnd(t, r)
+		// The source is held back: only the restored endpoint is known.
+		gen := r.SetEndpoint(endpoint("default/web", "10.244.0.5", "lxc1", 7))
+		if !waitForObjects {
+			wait(t, r, gen)
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+		mu.Lock()
+		before := slices.Clone(got)
+		mu.Unlock()
+		switch {
+		case waitForObjects && len(before) != 0:
+			t.Errorf("WaitForObjects: %d configurations before the objects came, want none", len(before))
+		case !waitForObjects && (len(before) == 0 || slices.ContainsFunc(before, func(c proxyapi.Config) bool { return c.Complete })):
+			t.Errorf("configurations before the objects came: %+v, want at least one, none complete", before)
+		}
+		apply(t, r, model.New(), l7Docs+service("web", "10.96.0.1", "10.244.0.5"))
+		mu.Lock()
+		last := got[len(got)-1]
+		mu.Unlock()
+		if !last.Complete || len(last.Policies) != 1 || len(last.Services) != 1 {
+			t.Errorf("WaitForObjects %v: configuration after the objects came %+v, want complete with web's policy and service", waitForObjects, last)
+		}
+	}
 }

@@ -91,7 +91,8 @@ type Config struct {
 	// redirected.
 	ProxyAddr netip.AddrPort
 	// ProxyConfig receives every new proxy configuration (without version,
-	// listener and mark); it must not block. nil: none is sent.
+	// listener and mark); it must not block. nil: none is sent. A
+	// configuration computed before the first Update has Complete false.
 	ProxyConfig func(proxyapi.Config)
 	// Hooks for metrics; nil to ignore.
 	ObserveSync  func(step string, d time.Duration)
@@ -396,6 +397,7 @@ func (r *Reconciler) Admit(next *model.Store) error {
 type work struct {
 	gen       uint64
 	store     *model.Store
+	complete  bool // store holds the source's first Update (or a later one)
 	endpoints []model.Endpoint
 	attach    []model.Endpoint
 	detach    []string
@@ -409,7 +411,7 @@ type work struct {
 func (r *Reconciler) take() work {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := work{gen: r.gen, store: r.store, policy: r.policyDirty, l7: r.l7Dirty, alloc: r.alloc}
+	w := work{gen: r.gen, store: r.store, complete: r.haveObjects, policy: r.policyDirty, l7: r.l7Dirty, alloc: r.alloc}
 	for _, key := range slices.Sorted(maps.Keys(r.endpoints)) {
 		w.endpoints = append(w.endpoints, r.endpoints[key])
 	}
@@ -646,6 +648,9 @@ func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
 		r.mu.Unlock()
 	}
 	res := l7.Compute(l7.Input{Store: w.store, Ports: ports, Policy: pol, Cluster: cluster, Endpoints: w.endpoints, NodeAddrs: r.cfg.NodeAddrs})
+	// Before the source's first Update the store is empty: a proxy that
+	// kept a configuration across an agent restart must not take this one.
+	res.Config.Complete = w.complete
 	if r.cfg.ProxyConfig != nil {
 		r.cfg.ProxyConfig(res.Config)
 	}

@@ -58,6 +58,7 @@ type proxyStatus struct {
 	Healthy  bool   `json:"healthy"`
 	Version  uint64 `json:"version"`
 	Wanted   uint64 `json:"wantedVersion"`
+	Routes   int    `json:"routes"` // in the agent's latest configuration
 	Requests uint64 `json:"requests"`
 	PID      int    `json:"pid"`
 }
@@ -151,27 +152,50 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 			t.Errorf("403 flows: %+v", fs)
 		}
 	})
-	t.Run("a client no rule names gets 403", func(t *testing.T) {
-		if status, body := l.httpGet("intruder", "GET", "http://"+backend+":8080/metrics"); status != 403 {
-			t.Errorf("intruder through the proxy: %d %q, want 403", status, body)
+	t.Run("L4 first: a client no rule admits gets nothing, as without the proxy", func(t *testing.T) {
+		// No rule of backend:8080 names intruder: dialling the pod or the
+		// Service, its SYN is dropped (no handshake with the proxy, no
+		// 403), and the drop is a flow naming the policy and the service.
+		l.probe("intruder", "timeout", "--tcp", l.podIP("backend")+":8080")
+		l.probe("intruder", "timeout", "--tcp", backend+":8080")
+		if status, body := l.httpGet("intruder", "GET", "http://"+backend+":8080/metrics"); status != 0 {
+			t.Errorf("intruder through the Service: %d %q, want no answer (its SYN dropped)", status, body)
+		}
+		viaService := false
+		for _, f := range l.observe("--verdict", "DROPPED", "--from-pod", "default/intruder", "--last", "500") {
+			if f.HTTP == nil && f.Point == "from-pod" && f.DropReason == "policy-not-allowed" &&
+				f.Service != nil && f.Service.IP == backend && f.Service.Port == 8080 {
+				viaService = true
+			}
+		}
+		if !viaService {
+			t.Errorf("no from-pod drop (policy-not-allowed) of intruder's SYN to %s:8080 in the flows", backend)
+		}
+		// A client admitted at L4 still gets its HTTP rules through the
+		// Service (the policy matrix above asks more).
+		if status, _ := l.httpGet("frontend", "GET", "http://"+backend+":8080/admin"); status != 403 {
+			t.Errorf("frontend GET /admin through the Service: %d, want 403 (its HTTP rule)", status)
+		}
+		if status, _ := l.httpGet("frontend", "GET", "http://"+backend+":8080/metrics"); status != 200 {
+			t.Errorf("frontend GET /metrics through the Service: %d, want 200", status)
 		}
 	})
-	t.Run("a client denied at L4 stays denied through the proxy", func(t *testing.T) {
+	t.Run("a client denied at L4 by its own egress stays out of the proxy", func(t *testing.T) {
 		// The backend's HTTP rule allows locked, its own egress policy does
-		// not: the proxy's upstream connection, judged as locked, is
-		// dropped at the backend's veth.
+		// not: its SYN to the proxy is dropped at its veth, as its SYN to
+		// the backend would be.
 		status, body := l.httpGet("locked", "GET", "http://"+backend+":8080/metrics")
-		if status == 200 {
-			t.Fatalf("locked got through the proxy: %d %q", status, body)
+		if status != 0 {
+			t.Fatalf("locked through the Service: %d %q, want no answer", status, body)
 		}
 		found := false
-		for _, f := range l.observe("--verdict", "DROPPED", "--to-pod", "default/backend", "--last", "500") {
-			if f.HTTP == nil && f.Point == "to-pod" && strings.Contains(strings.Join(f.Source.Labels, ","), "app=locked") {
+		for _, f := range l.observe("--verdict", "DROPPED", "--from-pod", "default/locked", "--last", "500") {
+			if f.HTTP == nil && f.Point == "from-pod" && f.Service != nil && f.Service.IP == backend {
 				found = found || f.DropReason == "policy-not-allowed"
 			}
 		}
 		if !found {
-			t.Errorf("no drop at the backend's veth judged as locked's identity (the proxy answered %d %q)", status, body)
+			t.Errorf("no drop of locked's SYN to %s:8080 at its veth (policy-not-allowed)", backend)
 		}
 	})
 	t.Run("gRPC through a route to a selectorless parent", func(t *testing.T) {
@@ -206,9 +230,10 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 		if r.ByStatus["200"] != 200 || r.ByPod["reviews-v2"] < 10 || r.ByPod["reviews-v2"] > 30 {
 			t.Errorf("200 requests through the proxy, accelerated: %+v, want all 200 and the 90/10 split", r)
 		}
-		if status, _ := l.httpGet("intruder", "GET", "http://"+backend+":8080/metrics"); status != 403 {
-			t.Errorf("intruder through the accelerated proxy: %d, want 403", status)
+		if status, _ := l.httpGet("frontend", "GET", "http://"+backend+":8080/admin"); status != 403 {
+			t.Errorf("frontend GET /admin through the accelerated proxy: %d, want 403", status)
 		}
+		l.probe("intruder", "timeout", "--tcp", backend+":8080")
 		if status, _ := l.httpGet("locked", "GET", "http://"+backend+":8080/metrics"); status == 200 {
 			t.Error("locked got through the accelerated proxy")
 		}
@@ -225,8 +250,11 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 }
 
 // TestL7ProxySurvivesRestarts: an agent restart during a long proxied
-// stream of requests drops none; a proxy restart drains the old proxy
-// without failing requests of other connections.
+// stream of requests drops none, also while the new agent's source is held
+// back for seconds (its endpoints restored, no objects yet: the proxy
+// keeps the configuration it had, and the new agent's first push is
+// complete); a proxy restart drains the old proxy without failing requests
+// of other connections.
 func TestL7ProxySurvivesRestarts(t *testing.T) {
 	l := newLab(t, "redirect-peer", "testdata/l7.yaml")
 	l.waitProxyConfigured()
@@ -236,7 +264,7 @@ func TestL7ProxySurvivesRestarts(t *testing.T) {
 	run := func(what string, during func()) {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(binDir, "shunt"), "--instance", l.instance, "lab", "exec", "frontend", "--",
-			filepath.Join(binDir, "shunt"), "lab", "http-load", "--url", url, "-n", "2000", "-c", "2", "--rate", "400")
+			filepath.Join(binDir, "shunt"), "lab", "http-load", "--url", url, "-n", "6000", "-c", "2", "--rate", "400")
 		var out strings.Builder
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {
@@ -248,18 +276,30 @@ func TestL7ProxySurvivesRestarts(t *testing.T) {
 			t.Fatalf("%s: http-load: %v\n%s", what, err, out.String())
 		}
 		var r loadResult
-		if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Errors != 0 || r.ByStatus["200"] != 2000 {
-			t.Errorf("%s: %+v (%v), want 2000 answered requests and no error", what, r, err)
+		if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Errors != 0 || r.ByStatus["200"] != 6000 {
+			t.Errorf("%s: %+v (%v), want 6000 answered requests and no error", what, r, err)
 		}
 	}
+	var pushedBefore uint64
 	run("agent restart", func() {
-		pid := l.status().PID
+		pid, before := l.status().PID, l.proxyStatus().Version
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		waitGone(t, pid)
+		// The new agent loads, then waits 3 s before its source starts
+		// (`lab up` returns after): the load (15 s from 2 s before the
+		// restart) runs through that window.
+		os.Setenv("SHUNT_TEST_HOLD_SOURCE", "3s")
+		defer os.Unsetenv("SHUNT_TEST_HOLD_SOURCE")
 		l.mustShunt("lab", "up")
+		os.Unsetenv("SHUNT_TEST_HOLD_SOURCE")
+		pushedBefore = before
 	})
+	l.waitProxyConfigured()
+	if st := l.proxyStatus(); st.Routes == 0 || st.Version <= pushedBefore {
+		t.Errorf("after the agent restart: %+v, want the new agent's configuration (newer than version %d) with its routes", st, pushedBefore)
+	}
 	run("proxy restart", func() {
 		old := l.proxyStatus().PID
 		l.mustShunt("proxy", "restart")
