@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 )
 
@@ -129,3 +130,35 @@ func isPrime(n int) bool {
 	}
 	return true
 }
+
+// FlowHash is the hash the datapath takes a new flow's slot from
+// (bpf/lib/maglev.h, maglev_hash): the kernel's jhash_3words over the
+// client's address, the client's and the frontend's ports and the
+// protocol, in host byte order. The frontend's address is left out: it is
+// the same for every flow of one table and differs between the nodes of a
+// NodePort, which share a table. Its slot is FlowHash % M.
+func FlowHash(client [4]byte, clientPort, frontendPort uint16, proto uint8) uint32 {
+	a := binary.BigEndian.Uint32(client[:])
+	b := uint32(clientPort)<<16 | uint32(frontendPort)
+	c := uint32(proto)
+	const init = 0xdeadbeef + 3<<2
+	a, b, c = a+init, b+init, c+init
+	c ^= b
+	c -= bits.RotateLeft32(b, 14)
+	a ^= c
+	a -= bits.RotateLeft32(c, 11)
+	b ^= a
+	b -= bits.RotateLeft32(a, 25)
+	c ^= b
+	c -= bits.RotateLeft32(b, 16)
+	a ^= c
+	a -= bits.RotateLeft32(c, 4)
+	b ^= a
+	b -= bits.RotateLeft32(a, 14)
+	c ^= b
+	c -= bits.RotateLeft32(b, 24)
+	return c
+}
+
+// Slot is the slot of a flow's hash in the table.
+func (t *Table) Slot(hash uint32) int { return int(hash % uint32(len(t.Slots))) }
