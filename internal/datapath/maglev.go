@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -363,6 +365,10 @@ type MaglevDump struct {
 	Size      int
 	// Share is each backend's number of slots, by backend address.
 	Share map[netip.AddrPort]int
+	// Digest is the start of the SHA-256 of the table's backend addresses
+	// in slot order: the same on every node that holds the same table,
+	// whatever its backend ids.
+	Digest string
 }
 
 // DumpMaglev reads shunt_maglev and each table from the kernel, naming the
@@ -386,24 +392,33 @@ func (d *Datapath) DumpMaglev() ([]MaglevDump, error) {
 			md.Name = e.table.name
 		}
 		var slot, backend uint32
-		counts := map[uint32]int{}
+		slots := make([]uint32, md.Size)
 		ai := array.Iterate()
 		for ai.Next(&slot, &backend) {
-			counts[backend]++
+			if int(slot) < len(slots) {
+				slots[slot] = backend
+			}
 		}
 		err = ai.Err()
 		array.Close()
 		if err != nil {
 			return nil, fmt.Errorf("reading a Maglev table of shunt_maglev: %w", err)
 		}
-		for bid, n := range counts {
-			var bv sockaddrBackendValue
-			ap := netip.AddrPort{}
-			if err := d.sockAddr.ShuntBackends.Lookup(bid, &bv); err == nil {
-				ap = netip.AddrPortFrom(fromBe32(bv.Ip), fromBe16(bv.Port))
+		addrs := map[uint32]netip.AddrPort{}
+		h := sha256.New()
+		for _, bid := range slots {
+			ap, ok := addrs[bid]
+			if !ok {
+				var bv sockaddrBackendValue
+				if err := d.sockAddr.ShuntBackends.Lookup(bid, &bv); err == nil {
+					ap = netip.AddrPortFrom(fromBe32(bv.Ip), fromBe16(bv.Port))
+				}
+				addrs[bid] = ap
 			}
-			md.Share[ap] += n
+			md.Share[ap]++
+			fmt.Fprintln(h, ap)
 		}
+		md.Digest = hex.EncodeToString(h.Sum(nil)[:8])
 		out = append(out, md)
 	}
 	if err := it.Err(); err != nil {
@@ -427,7 +442,7 @@ func (d *Datapath) maglevRows() ([]Row, error) {
 		for i, b := range backends {
 			shares[i] = fmt.Sprintf("%s %d (%.1f%%)", b, md.Share[b], 100*float64(md.Share[b])/float64(md.Size))
 		}
-		r := Row{"serviceId": md.ServiceID, "slots": md.Size, "backends": strings.Join(shares, ", ")}
+		r := Row{"serviceId": md.ServiceID, "slots": md.Size, "backends": strings.Join(shares, ", "), "digest": md.Digest}
 		if md.Frontend.VIP.IsValid() {
 			r["frontend"] = fmt.Sprintf("%s:%d/%s", md.Frontend.VIP, md.Frontend.Port, dpinfo.ProtoName(md.Frontend.Proto))
 		}

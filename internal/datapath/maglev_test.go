@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -97,6 +99,22 @@ func TestNodePortMaglev(t *testing.T) {
 	}
 	if len(dumps) != 2 {
 		t.Fatalf("dump: %d tables, want 2: %+v", len(dumps), dumps)
+	}
+	// The kernel's arrays hold the Go table slot for slot.
+	var names []string
+	for _, b := range backends {
+		names = append(names, netip.AddrPortFrom(b.IP, b.Port).String())
+	}
+	tab, _, _ := maglev.Compute(names, size, []byte(name))
+	h := sha256.New()
+	for _, s := range tab.Slots {
+		fmt.Fprintln(h, tab.Backends[s])
+	}
+	want := hex.EncodeToString(h.Sum(nil)[:8])
+	for _, md := range dumps {
+		if md.Digest != want {
+			t.Errorf("%s: the kernel's table has digest %s, the Go table %s", md.Frontend.VIP, md.Digest, want)
+		}
 	}
 	for _, md := range dumps {
 		total := 0
