@@ -20,25 +20,9 @@ import (
 func TestMaglevLab(t *testing.T) {
 	l := newLabNodes(t, 2, []string{"--routing", "native", "--lb-pool", "192.168.124.0/28"}, "testdata/maglev.yaml")
 	node1, node2 := "192.168.123.1", "192.168.123.2"
-	var svcs struct {
-		Items []struct {
-			Metadata struct{ Name string }
-			Status   struct {
-				LoadBalancer struct{ Ingress []struct{ IP string } }
-			}
-		}
-	}
-	if err := json.Unmarshal([]byte(l.mustShunt("get", "svc", "-o", "json")), &svcs); err != nil {
-		t.Fatal(err)
-	}
-	lbIP := ""
-	for _, s := range svcs.Items {
-		if s.Metadata.Name == "web" && len(s.Status.LoadBalancer.Ingress) == 1 {
-			lbIP = s.Status.LoadBalancer.Ingress[0].IP
-		}
-	}
+	lbIP := loadBalancerAddress(t, l, "web")
 	if lbIP == "" {
-		t.Fatalf("Service web has no load balancer address: %+v", svcs)
+		t.Fatal("Service web has no load balancer address")
 	}
 
 	// get asks the backend's name through url from the source port.
