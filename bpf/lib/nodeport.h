@@ -3,7 +3,8 @@
  * node address and nodePort, an externalIP, a load balancer's ingress
  * address (service entries flagged SERVICE_F_EXTERNAL). The node's uplink
  * program translates the client's packets (nodeport_from_outside): a
- * backend is picked once per flow and the flow's two entries recorded in
+ * backend is picked once per flow (through the service's Maglev table,
+ * lib/maglev.h, so every node picks the same) and the flow's two entries recorded in
  * shunt_nodeport_nat (struct nodeport_nat_value in shunt.h).
  *
  * A backend on this node gets the packet with the client's address as it
@@ -34,6 +35,7 @@
 #include "encap.h"
 #include "native.h"
 #include "nat_timeout.h"
+#include "maglev.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -231,7 +233,14 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 					  const struct tc_nat_key *ck, struct nodeport_nat_value *fwd)
 {
 	__u32 failed = 0;
-	struct backend_value *be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, &failed);
+	struct backend_value *be = 0;
+
+	/* The service's Maglev table (lib/maglev.h), so that every node picks
+	 * the same backend; ClientIP affinity keeps its own choice. */
+	if (!(svc->flags & SERVICE_F_AFFINITY))
+		be = maglev_select(svc, ck->saddr, ck->sport, ck->dport, ck->proto);
+	if (!be)
+		be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, &failed);
 
 	if (!be)
 		return SHUNT_REASON_SERVICE_NO_BACKEND;

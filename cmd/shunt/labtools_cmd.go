@@ -311,6 +311,7 @@ body broke off (the error is on stderr), 2 on bad usage.`,
 	}
 	cmd.SetFlagErrorFunc(asUsageError)
 	requestFlags(cmd, &q, &headers)
+	cmd.Flags().Uint16Var(&q.SourcePort, "source-port", 0, "connect from this source port (0: any); the same tuple can then be sent through two nodes")
 	return cmd
 }
 

@@ -132,6 +132,12 @@ type Config struct {
 	// LoadBalancerPool (with LabControlPlane) is where the lab's
 	// LoadBalancer Services get their address; invalid: none.
 	LoadBalancerPool netip.Prefix
+	// MaglevTableSize is the size M (a prime) of the Maglev table of each
+	// Service reached from outside (datapath.Config.MaglevSize): 0 is
+	// maglev.DefaultSize, a negative size turns Maglev off (a random
+	// backend per new flow). Every node of a cluster must use the same M
+	// to pick the same backends.
+	MaglevTableSize int
 	// KernelFallbacks are older kernel paths to take although the kernel
 	// has the newer feature (tests run every fallback on a new kernel);
 	// the ones the kernel needs are taken anyway (datapath.ProbeKernel).

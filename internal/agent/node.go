@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/shuntnet/shunt/internal/maglev"
 	"net/netip"
 	"path/filepath"
 	"time"
@@ -55,8 +56,8 @@ func (a *Agent) openNode(s *startup) error {
 	mark := DefaultProxyMark
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
-		NodePort: s.nodePort,
-		NodeIP:   a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
+		NodePort: s.nodePort, MaglevSize: maglevSize(cfg.MaglevTableSize),
+		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
 		Fallbacks: s.fallbacks})
 	if err != nil {
 		return err
@@ -174,4 +175,16 @@ func ensureTunnel(cfg Config, mode datapath.Mode) (int, error) {
 		return 0, fmt.Errorf("--tunnel %s: give --underlay-addr, this node's address other nodes reach it at", cfg.Tunnel)
 	}
 	return datapath.EnsureVXLAN(cfg.Instance.TunnelIf(), cfg.Underlay, VXLANPort)
+}
+
+// maglevSize is the datapath's Maglev table size for the agent's setting
+// (Config.MaglevTableSize).
+func maglevSize(configured int) int {
+	switch {
+	case configured == 0:
+		return maglev.DefaultSize
+	case configured < 0:
+		return 0
+	}
+	return configured
 }

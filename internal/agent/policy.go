@@ -38,6 +38,7 @@ func (a *Agent) problems() []policy.Problem {
 	}
 	out = append(out, a.serviceProblems.of(a.objects())...)
 	out = append(out, a.hostPortProblems.of(a.objects(), a.nodeName)...)
+	out = append(out, a.maglevProblems()...)
 	if err := a.rec.PolicyError(); err != nil {
 		out = append(out, policy.Problem{Kind: "Node", Name: a.nodeName, Reason: "PolicyNotProgrammed",
 			Message: err.Error() + "; the previous policy stays in force"})
@@ -284,4 +285,21 @@ func identityNames(pol *policy.Result) map[uint32]string {
 		names[c.ID] = "cidr " + c.Prefix.String()
 	}
 	return names
+}
+
+// maglevProblems are the Services whose Maglev table has fewer than 100
+// slots per backend on this node (shuntd --maglev-table-size).
+func (a *Agent) maglevProblems() []policy.Problem {
+	if a.dp == nil {
+		return nil
+	}
+	var out []policy.Problem
+	for _, w := range a.dp.MaglevWarnings() {
+		// The port's name is "namespace/name:port".
+		ns, rest, _ := strings.Cut(w.Port, "/")
+		name, port, _ := strings.Cut(rest, ":")
+		out = append(out, policy.Problem{Kind: "Service", Namespace: ns, Name: name, Reason: "MaglevTableSmall",
+			Message: fmt.Sprintf("port %s: %s", port, w.Message)})
+	}
+	return out
 }

@@ -93,6 +93,12 @@ type Config struct {
 	// externalIPs, load balancer addresses: lib/nodeport.h); nil: they
 	// are reached from the node and its pods only (the socket layer).
 	NodePort *NodePort
+	// MaglevSize is the size M (a prime) of the Maglev table of each
+	// external service port (bpf/lib/maglev.h): traffic from outside picks
+	// its backend through it, the same on every node. 0: a random backend
+	// per new flow. A load-time constant; maglev.DefaultSize is the
+	// agent's default.
+	MaglevSize int
 	// Fallbacks are the older paths to take for kernel features this
 	// kernel lacks (ProbeKernel) or that were forced; nil: every newer
 	// path (Linux 6.10+).
@@ -114,10 +120,12 @@ type Datapath struct {
 
 	masqExclude mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue] // destinations never masqueraded
 
-	services serviceTable // in-memory mirror of the service maps
-	pol      policyMaps   // in-memory mirrors of the endpoint and policy maps
-	netns    netnsCookies // network namespace cookies of pods, by namespace file
-	drift    driftState   // what was written to maps without a mirror (drift.go)
+	services    serviceTable  // in-memory mirror of the service maps
+	maglev      maglevState   // the Maglev tables (maglev.go)
+	maglevInner *ebpf.MapSpec // their arrays' template
+	pol         policyMaps    // in-memory mirrors of the endpoint and policy maps
+	netns       netnsCookies  // network namespace cookies of pods, by namespace file
+	drift       driftState    // what was written to maps without a mirror (drift.go)
 
 	destroyer sockDestroyer // UDP socket iterator, loaded on first use (sockdestroy.go)
 
@@ -156,6 +164,9 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 		mode = podtcShuntFwdModeSHUNT_FWD_REDIRECT
 	}
 	if err := cfg.ProxyMark.check(); err != nil {
+		return nil, err
+	}
+	if err := checkMaglevSize(cfg.MaglevSize); err != nil {
 		return nil, err
 	}
 	if cfg.TunnelIfindex < 0 {

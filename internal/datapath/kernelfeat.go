@@ -107,6 +107,7 @@ var mapSince = map[ebpf.MapType]string{
 	ebpf.PerCPUArray: "4.6",
 	ebpf.LRUHash:     "4.10",
 	ebpf.LPMTrie:     "4.11",
+	ebpf.HashOfMaps:  "4.12", // shunt_maglev; its arrays' BPF_F_INNER_MAP is 5.10
 	ebpf.SockHash:    "4.18",
 	ebpf.SkStorage:   "5.2",
 	ebpf.RingBuf:     "5.8",

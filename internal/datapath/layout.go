@@ -351,9 +351,10 @@ func pinnedLayout(pin string, ms *ebpf.MapSpec, recorded mapLayouts) (pinnedMap,
 	if l, ok := recorded.Maps[ms.Name]; ok {
 		return pinnedMap{layout: l}, pinRecorded, nil
 	}
-	if ms.Key == nil && ms.Value == nil {
-		// Declared by sizes only (a sockhash): there are no fields, and
-		// the sizes were just checked.
+	if (ms.Key == nil && ms.Value == nil) || ms.Type == ebpf.HashOfMaps || ms.Type == ebpf.ArrayOfMaps {
+		// Declared by sizes only (a sockhash), or a map of maps (a number
+		// to a map, which the kernel keeps no value type for): there are
+		// no fields, and the sizes were just checked.
 		return pinnedMap{}, pinNone, nil
 	}
 	l, ok, err := layoutFromKernelBTF(m)

@@ -140,6 +140,14 @@ var mapTable = []mapDesc{
 		insertFailed: dpinfo.ReasonNATInsertFailed.String(),
 	},
 	{
+		name: "shunt_maglev",
+		about: "Maglev tables of the Services reached from outside: service id -> an array of M backend ids, " +
+			"computed alike on every node (hash of maps; each row a table's backends and their shares)",
+		of:     func(d *Datapath) *ebpf.Map { return d.objs.ShuntMaglev },
+		dump:   func(d *Datapath) ([]Row, error) { return d.maglevRows() },
+		refuse: "the previous tables stay in force",
+	},
+	{
 		name:  "shunt_masq_exclude",
 		about: "masquerade: destinations pods reach with their own address (cluster, services, nodes, --masquerade-exclude; LPM trie)",
 		of:    func(d *Datapath) *ebpf.Map { return d.uplink.ShuntMasqExclude },

@@ -42,11 +42,13 @@ func skbContext(ifindex int) []byte {
 	return ctx
 }
 
-func TestNodePort(t *testing.T) {
+// nodePortTestNode lays out the namespace the NodePort tests run in and
+// opens a datapath on it with maglevSize (0: random backends), its pod
+// npLocalPod and npRemotePod on the other node in the ipcache.
+func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	ns, peer := testNetns(t), testNetns(t)
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
-	var uplink int
 	if err := netnsrun.Do(ns, func() error {
 		// The uplink forwards, as the agent sets it (bpf_fib_lookup
 		// refuses a device that does not).
@@ -68,8 +70,13 @@ func TestNodePort(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink,
+	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
 		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts}}, nil)
+	return d, ns, uplink
+}
+
+func TestNodePort(t *testing.T) {
+	d, ns, uplink := nodePortTestNode(t, 0)
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
 		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},

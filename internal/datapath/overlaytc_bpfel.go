@@ -44,6 +44,7 @@ const (
 	overlaytcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
 	overlaytcMapShuntIpcache           = "shunt_ipcache"
 	overlaytcMapShuntL7Redirect        = "shunt_l7_redirect"
+	overlaytcMapShuntMaglev            = "shunt_maglev"
 	overlaytcMapShuntMetrics           = "shunt_metrics"
 	overlaytcMapShuntNodeportNat       = "shunt_nodeport_nat"
 	overlaytcMapShuntPolicy            = "shunt_policy"
@@ -54,6 +55,7 @@ const (
 	overlaytcProgShuntFromOverlay      = "shunt_from_overlay"
 	overlaytcProgShuntToOverlay        = "shunt_to_overlay"
 	overlaytcVarCONFIG                 = "CONFIG"
+	overlaytcVarMAGLEV_SIZE            = "MAGLEV_SIZE"
 )
 
 // loadOverlaytc returns the embedded CollectionSpec for overlaytc.
@@ -118,6 +120,7 @@ type overlaytcMapSpecs struct {
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntMaglev            *ebpf.MapSpec `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
@@ -131,7 +134,8 @@ type overlaytcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type overlaytcVariableSpecs struct {
-	CONFIG *ebpf.VariableSpec `ebpf:"CONFIG"`
+	CONFIG      *ebpf.VariableSpec `ebpf:"CONFIG"`
+	MAGLEV_SIZE *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
 }
 
 // overlaytcObjects contains all objects after they have been loaded into the kernel.
@@ -166,6 +170,7 @@ type overlaytcMaps struct {
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntMaglev            *ebpf.Map `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
@@ -189,6 +194,7 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
+		m.ShuntMaglev,
 		m.ShuntMetrics,
 		m.ShuntNodeportNat,
 		m.ShuntPolicy,
@@ -203,7 +209,8 @@ func (m *overlaytcMaps) Close() error {
 //
 // It can be passed to loadOverlaytcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type overlaytcVariables struct {
-	CONFIG *ebpf.Variable `ebpf:"CONFIG"`
+	CONFIG      *ebpf.Variable `ebpf:"CONFIG"`
+	MAGLEV_SIZE *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
 }
 
 // overlaytcPrograms contains all programs after they have been loaded into the kernel.

@@ -339,6 +339,7 @@ const (
 	podtcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
 	podtcMapShuntIpcache           = "shunt_ipcache"
 	podtcMapShuntL7Redirect        = "shunt_l7_redirect"
+	podtcMapShuntMaglev            = "shunt_maglev"
 	podtcMapShuntMetrics           = "shunt_metrics"
 	podtcMapShuntNodeportNat       = "shunt_nodeport_nat"
 	podtcMapShuntPolicy            = "shunt_policy"
@@ -349,6 +350,7 @@ const (
 	podtcProgShuntFromPod          = "shunt_from_pod"
 	podtcProgShuntToPod            = "shunt_to_pod"
 	podtcVarCONFIG                 = "CONFIG"
+	podtcVarMAGLEV_SIZE            = "MAGLEV_SIZE"
 	podtcVarBtfCtFlags             = "_btf_ct_flags"
 	podtcVarBtfDirection           = "_btf_direction"
 	podtcVarBtfEndpointFlags       = "_btf_endpoint_flags"
@@ -425,6 +427,7 @@ type podtcMapSpecs struct {
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntMaglev            *ebpf.MapSpec `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
@@ -439,6 +442,7 @@ type podtcMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcVariableSpecs struct {
 	CONFIG             *ebpf.VariableSpec `ebpf:"CONFIG"`
+	MAGLEV_SIZE        *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
 	BtfCtFlags         *ebpf.VariableSpec `ebpf:"_btf_ct_flags"`
 	BtfDirection       *ebpf.VariableSpec `ebpf:"_btf_direction"`
 	BtfEndpointFlags   *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
@@ -485,6 +489,7 @@ type podtcMaps struct {
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntMaglev            *ebpf.Map `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
@@ -508,6 +513,7 @@ func (m *podtcMaps) Close() error {
 		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
+		m.ShuntMaglev,
 		m.ShuntMetrics,
 		m.ShuntNodeportNat,
 		m.ShuntPolicy,
@@ -523,6 +529,7 @@ func (m *podtcMaps) Close() error {
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcVariables struct {
 	CONFIG             *ebpf.Variable `ebpf:"CONFIG"`
+	MAGLEV_SIZE        *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
 	BtfCtFlags         *ebpf.Variable `ebpf:"_btf_ct_flags"`
 	BtfDirection       *ebpf.Variable `ebpf:"_btf_direction"`
 	BtfEndpointFlags   *ebpf.Variable `ebpf:"_btf_endpoint_flags"`

@@ -172,7 +172,14 @@ func (d *Datapath) SyncServices(desired []services.Port) (goneUDP []netip.AddrPo
 	if err := d.checkSlots(slots); err != nil {
 		return nil, err
 	}
-	return d.flushServices(d.services.planSync(desired))
+	if err := d.checkMaglevFits(desired, nil, true); err != nil {
+		return nil, err
+	}
+	gone, err := d.flushServices(d.services.planSync(desired))
+	if err != nil {
+		return nil, err
+	}
+	return gone, d.syncMaglev(desired, nil, true)
 }
 
 // syncSlots is the number of shunt_services entries desired needs, or why
@@ -226,7 +233,14 @@ func (d *Datapath) UpdateServices(upsert []services.Port, remove []services.Fron
 	if err := d.checkSlots(slots); err != nil {
 		return nil, err
 	}
-	return d.flushServices(d.services.planUpdate(upsert, remove))
+	if err := d.checkMaglevFits(upsert, remove, false); err != nil {
+		return nil, err
+	}
+	gone, err := d.flushServices(d.services.planUpdate(upsert, remove))
+	if err != nil {
+		return nil, err
+	}
+	return gone, d.syncMaglev(upsert, remove, false)
 }
 
 // updateSlots is the number of shunt_services entries the table holds

@@ -92,6 +92,14 @@ func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOp
 			return fmt.Errorf("setting the masquerade's load-time config: %w", err)
 		}
 	}
+	if err := spec.Variables[uplinktcVarMAGLEV_SIZE].Set(uint32(d.cfg.MaglevSize)); err != nil {
+		return fmt.Errorf("setting the Maglev table size: %w", err)
+	}
+	inner, err := maglevInnerSpec(spec)
+	if err != nil {
+		return err
+	}
+	d.maglevInner = inner
 	if err := d.loadBeside(spec, opts, flowsSize, &d.uplink); err != nil {
 		return err
 	}

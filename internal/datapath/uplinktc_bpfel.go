@@ -113,6 +113,7 @@ const (
 	uplinktcMapShuntFlowStats      = "shunt_flow_stats"
 	uplinktcMapShuntFlows          = "shunt_flows"
 	uplinktcMapShuntIpcache        = "shunt_ipcache"
+	uplinktcMapShuntMaglev         = "shunt_maglev"
 	uplinktcMapShuntMasqExclude    = "shunt_masq_exclude"
 	uplinktcMapShuntMasqNat        = "shunt_masq_nat"
 	uplinktcMapShuntMetrics        = "shunt_metrics"
@@ -124,6 +125,7 @@ const (
 	uplinktcProgShuntFromUplink    = "shunt_from_uplink"
 	uplinktcProgShuntToUplink      = "shunt_to_uplink"
 	uplinktcVarCONFIG              = "CONFIG"
+	uplinktcVarMAGLEV_SIZE         = "MAGLEV_SIZE"
 	uplinktcVarMASQ                = "MASQ"
 	uplinktcVarBtfMasqDir          = "_btf_masq_dir"
 	uplinktcVarBtfMasqFlags        = "_btf_masq_flags"
@@ -190,6 +192,7 @@ type uplinktcMapSpecs struct {
 	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
 	ShuntFlows          *ebpf.MapSpec `ebpf:"shunt_flows"`
 	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
+	ShuntMaglev         *ebpf.MapSpec `ebpf:"shunt_maglev"`
 	ShuntMasqExclude    *ebpf.MapSpec `ebpf:"shunt_masq_exclude"`
 	ShuntMasqNat        *ebpf.MapSpec `ebpf:"shunt_masq_nat"`
 	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
@@ -205,6 +208,7 @@ type uplinktcMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type uplinktcVariableSpecs struct {
 	CONFIG          *ebpf.VariableSpec `ebpf:"CONFIG"`
+	MAGLEV_SIZE     *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
 	MASQ            *ebpf.VariableSpec `ebpf:"MASQ"`
 	BtfMasqDir      *ebpf.VariableSpec `ebpf:"_btf_masq_dir"`
 	BtfMasqFlags    *ebpf.VariableSpec `ebpf:"_btf_masq_flags"`
@@ -241,6 +245,7 @@ type uplinktcMaps struct {
 	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
 	ShuntFlows          *ebpf.Map `ebpf:"shunt_flows"`
 	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
+	ShuntMaglev         *ebpf.Map `ebpf:"shunt_maglev"`
 	ShuntMasqExclude    *ebpf.Map `ebpf:"shunt_masq_exclude"`
 	ShuntMasqNat        *ebpf.Map `ebpf:"shunt_masq_nat"`
 	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
@@ -263,6 +268,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntFlowStats,
 		m.ShuntFlows,
 		m.ShuntIpcache,
+		m.ShuntMaglev,
 		m.ShuntMasqExclude,
 		m.ShuntMasqNat,
 		m.ShuntMetrics,
@@ -279,6 +285,7 @@ func (m *uplinktcMaps) Close() error {
 // It can be passed to loadUplinktcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uplinktcVariables struct {
 	CONFIG          *ebpf.Variable `ebpf:"CONFIG"`
+	MAGLEV_SIZE     *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
 	MASQ            *ebpf.Variable `ebpf:"MASQ"`
 	BtfMasqDir      *ebpf.Variable `ebpf:"_btf_masq_dir"`
 	BtfMasqFlags    *ebpf.Variable `ebpf:"_btf_masq_flags"`

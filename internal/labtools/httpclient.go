@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -18,6 +19,10 @@ type Request struct {
 	Header  http.Header   // a Host entry becomes the request's Host
 	HTTP2   bool          // h2c with prior knowledge (http:// URLs), no HTTP/1.1 upgrade
 	Timeout time.Duration // per request, the response body included
+	// SourcePort, if not 0, is the connection's source port (with
+	// SO_REUSEADDR, so a port whose last connection is in TIME_WAIT is
+	// taken again): tests send the same tuple through two nodes.
+	SourcePort uint16
 }
 
 // ParseHeaders reads curl-style -H values, "Name: value". A name may
@@ -74,6 +79,18 @@ func (q Request) build(ctx context.Context) (*http.Request, error) {
 // connections opened.
 func (q Request) client(dialed *atomic.Int64) *http.Client {
 	dialer := &net.Dialer{}
+	if q.SourcePort != 0 {
+		dialer.LocalAddr = &net.TCPAddr{Port: int(q.SourcePort)}
+		dialer.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
 	t := &http.Transport{ // no proxy from the environment
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dialer.DialContext(ctx, network, addr)

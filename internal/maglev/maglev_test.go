@@ -39,10 +39,17 @@ func TestEven(t *testing.T) {
 }
 
 // Removing one of N backends moves few of the flows that were on the
-// others: measured, at most 3.1% when M ≈ 100·N and 0.6% when M ≈ 1600·N.
-// Issue 27 asked for 1% at M ≥ 100·N; Maglev does not give that (its
-// paper, figure 11, shows the same dependence on M/N), so the bound
-// checked is what the algorithm gives: 1% from M ≥ 1000·N, 4% from 100·N.
+// others (the slots of the removed backend move anyway; only the others'
+// count). Measured over every removal (N ≤ 16) or four of them, mean and
+// worst: N=10 M=1009 1.96% / 3.08%, N=50 M=5003 1.03% / 1.08%, N=100
+// M=10007 0.81% / 1.01%, N=160 M=16381 0.69% / 0.71%, and 0.5-0.7% at
+// M ≥ 1000·N. Maglev's own fill (the paper's permutations taken in turn,
+// which fill replaced) gave 2.98% / 4.08%, 2.89% / 3.30%, 1.62% / 1.66%,
+// 1.67% / 1.68% and the same 0.5-0.96% at M ≥ 1000·N. Issue 27 asked for
+// 1% at M ≥ 100·N: met from M ≥ 1000·N (the default size for up to 16
+// backends) and about met with N ≥ 100, not with few backends at M ≈ 100·N,
+// where keeping every share within one slot moves slots between the
+// remaining backends.
 func TestRemovingOneBackendMovesFewFlows(t *testing.T) {
 	for _, c := range []struct{ n, m int }{{10, 1009}, {10, DefaultSize}, {16, DefaultSize}, {50, 5003}, {100, 10007}, {160, DefaultSize}} {
 		all := backends(c.n)
@@ -50,35 +57,35 @@ func TestRemovingOneBackendMovesFewFlows(t *testing.T) {
 		if err != nil || warn != "" {
 			t.Fatalf("n=%d m=%d: %v %q", c.n, c.m, err, warn)
 		}
-		worst := 0.0
-		for _, gone := range []int{0, c.n / 2, c.n - 1} {
+		removals := []int{0, c.n / 3, c.n / 2, c.n - 1}
+		if c.n <= 16 {
+			removals = nil
+			for i := range c.n {
+				removals = append(removals, i)
+			}
+		}
+		worst, sum := 0.0, 0.0
+		for _, gone := range removals {
 			rest := append(append([]string{}, all[:gone]...), all[gone+1:]...)
 			after, _, err := Compute(rest, c.m, seed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			moved, kept := 0, 0
-			for i := range before.Slots {
-				was := before.Backends[before.Slots[i]]
-				if was == all[gone] {
-					continue
-				}
-				kept++
-				if after.Backends[after.Slots[i]] != was {
-					moved++
-				}
-			}
-			if f := float64(moved) / float64(kept); f > worst {
-				worst = f
-			}
+			f := Disruption(before, after, all[gone])
+			worst = max(worst, f)
+			sum += f
 		}
-		t.Logf("n=%d m=%d: at most %.3f%% of the other backends' slots moved", c.n, c.m, 100*worst)
-		bound := 0.04
-		if c.m >= 1000*c.n {
+		t.Logf("n=%d m=%d: %.3f%% of the other backends' slots moved on average over %d removals, at most %.3f%%",
+			c.n, c.m, 100*sum/float64(len(removals)), len(removals), 100*worst)
+		bound := 0.035
+		switch {
+		case c.m >= 1000*c.n:
 			bound = 0.01
+		case c.n >= 50:
+			bound = 0.0125
 		}
 		if worst > bound {
-			t.Errorf("n=%d m=%d: %.2f%% of the other backends' slots moved, want ≤ %.0f%%", c.n, c.m, 100*worst, 100*bound)
+			t.Errorf("n=%d m=%d: %.2f%% of the other backends' slots moved, want ≤ %.1f%%", c.n, c.m, 100*worst, 100*bound)
 		}
 	}
 }
@@ -103,7 +110,7 @@ func TestIdenticalEverywhere(t *testing.T) {
 		t.Error("another seed gave the same table")
 	}
 	sum := sha256.Sum256([]byte(fmt.Sprint(first.Slots)))
-	const golden = "28b8cb61f31ac355"
+	const golden = "ac40e800511777cf"
 	if got := fmt.Sprintf("%x", sum[:8]); got != golden {
 		t.Errorf("table digest %s, recorded %s: the table computation changed, and nodes of two builds would disagree", got, golden)
 	}

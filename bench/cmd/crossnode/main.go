@@ -83,6 +83,7 @@ import (
 	"github.com/shuntnet/shunt/bench/internal/benchrun"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
+	"github.com/shuntnet/shunt/internal/maglev"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 )
@@ -122,9 +123,12 @@ var underlayNet = map[string]int{floor: 76, shunt: 77, calico: 78, nftables: 79,
 var underlayHost = map[string]int{native: 3}
 
 type caseNet struct {
-	name       string
-	nodes      [2]string // node (host side) network namespaces
-	client     string    // netns path of the client pod
+	name   string
+	nodes  [2]string // node (host side) network namespaces
+	client string    // netns path of the client pod
+	// ext (-nodeport) is the netns path of the case's external host, on
+	// its underlay (shunt-native shares shunt-vxlan's).
+	ext        string
 	hasService bool
 	// Only shunt-native's: its own server pods and measured ClusterIP
 	// (every other case has shunt-vxlan's addresses: b.serverIP, b.vip).
@@ -146,6 +150,11 @@ type bench struct {
 	// to end, the numbers mean nothing).
 	concurrent bool
 	policies   int
+	// nodeport (bench/nodeport.sh): the measured Services are NodePorts,
+	// measured from an external host on each case's underlay to node 1
+	// (backends on node 2) and node 2 (backends there); no floor, no
+	// policies, the kube-proxy cases without Calico's rules.
+	nodeport bool
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -170,6 +179,7 @@ func main() {
 		bin      = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
 		out      = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
 		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
+		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -183,7 +193,12 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, cases: map[string]*caseNet{}}
+	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, cases: map[string]*caseNet{}}
+	if b.nodeport {
+		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
+		// the NodePort benchmark measures the NodePort path alone.
+		b.policies = 0
+	}
 	if b.bin, err = filepath.Abs(*bin); err != nil {
 		log.Fatal(err)
 	}
@@ -202,6 +217,9 @@ func main() {
 	defer stop()
 	b.ctx = ctx
 	err = b.run(ns, *reps)
+	if err == nil && b.nodeport {
+		err = b.maglevDisruption()
+	}
 	if ctx.Err() != nil {
 		log.Print("interrupted: cleaning up")
 	}
@@ -212,7 +230,19 @@ func main() {
 }
 
 func (b *bench) row(c, metric, unit string, value float64, rep, n int) {
-	benchrun.Row(b.rows, c, metric, unit, value, rep, n)
+	benchrun.Row(b.rows, b.caseName(c), metric, unit, value, rep, n)
+}
+
+// caseName is case c as the report names it: with -nodeport the kube-proxy
+// cases have no Calico rules.
+func (b *bench) caseName(c string) string {
+	switch {
+	case b.nodeport && c == calico:
+		return "kube-proxy-iptables"
+	case b.nodeport && c == nftables:
+		return "kube-proxy-nftables"
+	}
+	return c
 }
 
 // ran receives every command the run executes, one shell-quoted line each
@@ -327,13 +357,19 @@ func (b *bench) run(scales []int, reps int) error {
 			return fmt.Errorf("case %s: %w", c, err)
 		}
 	}
-	for _, c := range []string{floor, calico, nftables} {
+	flannelCases := []string{floor, calico, nftables}
+	if b.nodeport {
+		flannelCases = flannelCases[1:]
+	}
+	for _, c := range flannelCases {
 		if err := b.setupFlannel(c); err != nil {
 			return fmt.Errorf("case %s: %w", c, err)
 		}
 	}
-	if err := b.calicoPolicy(); err != nil {
-		return fmt.Errorf("case %s: policy rules: %w", calico, err)
+	if !b.nodeport {
+		if err := b.calicoPolicy(); err != nil {
+			return fmt.Errorf("case %s: policy rules: %w", calico, err)
+		}
 	}
 	for c, mode := range map[string]string{calico: "iptables", nftables: "nftables"} {
 		for i := range 2 {
@@ -342,18 +378,32 @@ func (b *bench) run(scales []int, reps int) error {
 			}
 		}
 	}
-	if b.vip, err = b.createService(ctx, "xbench", true, b.serverIP); err != nil {
+	if b.vip, err = b.createService(ctx, "xbench", measuredPorts[shunt], b.serverIP); err != nil {
 		return fmt.Errorf("the measured Service: %w", err)
 	}
 	nc := b.cases[native]
-	if nc.vip, err = b.createService(ctx, "xbench-native", true, nc.serverIP); err != nil {
+	if nc.vip, err = b.createService(ctx, "xbench-native", measuredPorts[native], nc.serverIP); err != nil {
 		return fmt.Errorf("the measured Service of %s: %w", native, err)
+	}
+	if b.nodeport {
+		// iperf3's server runs on the first server pod only.
+		if _, err := b.createService(ctx, "xbench-iperf", &nodePorts{iperf: measuredPorts[shunt].iperf}, b.serverIP[:1]); err != nil {
+			return err
+		}
+		if _, err := b.createService(ctx, "xbench-native-iperf", &nodePorts{iperf: measuredPorts[native].iperf}, nc.serverIP[:1]); err != nil {
+			return err
+		}
 	}
 	// Thousands of short connections a second from one client: let it
 	// reuse TIME_WAIT ports, or every case after the first runs out.
 	for _, c := range b.cases {
-		if err := sh("nsenter", "--net="+c.client, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1", "net.ipv4.ip_local_port_range=1024 65000"); err != nil {
-			return err
+		for _, path := range []string{c.client, c.ext} {
+			if path == "" {
+				continue
+			}
+			if err := sh("nsenter", "--net="+path, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1", "net.ipv4.ip_local_port_range=1024 65000"); err != nil {
+				return err
+			}
 		}
 	}
 	if err := b.waitServers(ctx); err != nil {
@@ -361,10 +411,12 @@ func (b *bench) run(scales []int, reps int) error {
 	}
 	// The client got in through the Calico-shaped rules by its own rule
 	// (the last policy's), not around them.
-	if err := b.checkCalicoPath(); err != nil {
+	order := []string{floor, calico, nftables, shunt, native}
+	if b.nodeport {
+		order = order[1:]
+	} else if err := b.checkCalicoPath(); err != nil {
 		return err
 	}
-	order := []string{floor, calico, nftables, shunt, native}
 	for _, n := range scales {
 		if err := b.scaleTo(ctx, n); err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
@@ -440,6 +492,27 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 		}
 		cn.nodes[i] = ns
 	}
+	if b.nodeport {
+		if c == native {
+			cn.ext = b.cases[shunt].ext
+		} else {
+			ext, err := b.netns(fmt.Sprintf("xb%s-%s-ext", b.id, c))
+			if err != nil {
+				return nil, err
+			}
+			if err := ipn(ext,
+				[]string{"link", "add", "ul0", "type", "veth", "peer", "name", "ext", "netns", ul},
+				[]string{"addr", "add", fmt.Sprintf("192.168.%d.%d/24", underlayNet[c], externalHost), "dev", "ul0"},
+				[]string{"link", "set", "ul0", "up"},
+			); err != nil {
+				return nil, err
+			}
+			if err := ipn(ul, []string{"link", "set", "ext", "master", "br0", "up"}); err != nil {
+				return nil, err
+			}
+			cn.ext = "/run/netns/" + ext
+		}
+	}
 	b.cases[c] = cn
 	return cn, nil
 }
@@ -488,6 +561,12 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 	routing, letter, prefix := []string{"--tunnel", "vxlan"}, "s", ""
 	if c == native {
 		routing, letter, prefix = []string{"--routing", "native"}, "r", "native-"
+	}
+	if b.nodeport {
+		// Pods route only the cluster's addresses unless the node
+		// masquerades: a backend on the ingress node could not answer an
+		// outside client whose address it sees.
+		routing = append(routing, "--masquerade")
 	}
 	shuntBin := filepath.Join(b.bin, "shunt")
 	var insts [2]string
@@ -825,17 +904,42 @@ func (b *bench) checkCalicoPath() error {
 	return fmt.Errorf("case %s: no rule for the client %s in %s:\n%s", calico, b.clientIP, ch, out)
 }
 
-// createService makes a selector-less Service and its slice of the ten
-// server pods at endpoints; the measured one also has sockperf's port. It
-// returns the ClusterIP.
-func (b *bench) createService(ctx context.Context, name string, measured bool, endpoints []string) (string, error) {
+// nodePorts are a measured Service's ports: lab serve's (80) and
+// sockperf's, and with -nodeport their nodePorts and iperf3's (a Service
+// of its own: one endpoint). nil: a filler Service (port 80 only).
+type nodePorts struct{ serve, sockperf, iperf int32 }
+
+// measuredPorts are the nodePorts of the measured Services: xbench (every
+// case but shunt-native) and xbench-native.
+var measuredPorts = map[string]*nodePorts{shunt: {30080, 31111, 30201}, native: {30081, 31112, 30202}}
+
+// externalHost is the host number of a case's external host (-nodeport)
+// on its underlay.
+const externalHost = 200
+
+// createService makes a selector-less Service and its slice of the server
+// pods at endpoints; a measured one (np not nil) also has sockperf's port,
+// and with -nodeport it is a NodePort (np's ports; np.iperf alone: iperf3's
+// Service). It returns the ClusterIP.
+func (b *bench) createService(ctx context.Context, name string, np *nodePorts, endpoints []string) (string, error) {
 	ports := []corev1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(servePort)}}
-	if measured {
+	spec := corev1.ServiceSpec{}
+	switch {
+	case np != nil && np.iperf != 0 && np.serve == 0:
+		ports = []corev1.ServicePort{{Name: "iperf", Port: iperfPort, TargetPort: intstr.FromInt32(iperfPort), NodePort: np.iperf}}
+	case np != nil:
 		ports = append(ports, corev1.ServicePort{Name: "sockperf", Port: sockperfPort, TargetPort: intstr.FromInt32(sockperfPort)})
+		if b.nodeport {
+			ports[0].NodePort, ports[1].NodePort = np.serve, np.sockperf
+		}
 	}
+	if b.nodeport && np != nil {
+		spec.Type = corev1.ServiceTypeNodePort
+	}
+	spec.Ports = ports
 	svc, err := b.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.ServiceSpec{Ports: ports},
+		Spec:       spec,
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return "", err
@@ -897,10 +1001,13 @@ func dialUntil(ctx context.Context, path, addr string) error {
 }
 
 // answers says whether vip:80 answers a request (lab serve replies).
-func answers(path, vip string) bool {
+func answers(path, vip string) bool { return answersAt(path, net.JoinHostPort(vip, "80")) }
+
+// answersAt says whether addr answers a request (lab serve replies).
+func answersAt(path, addr string) bool {
 	ok := false
 	netnsrun.Do(path, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(vip, "80"), 100*time.Millisecond)
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
 			return nil
 		}
@@ -922,7 +1029,7 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 	t0 := time.Now()
 	var last string
 	for i := b.fillers; i < n; i++ {
-		vip, err := b.createService(ctx, fmt.Sprintf("s%d", i), false, b.serverIP)
+		vip, err := b.createService(ctx, fmt.Sprintf("s%d", i), nil, b.serverIP)
 		if err != nil {
 			return fmt.Errorf("creating Service s%d: %w", i, err)
 		}
@@ -951,6 +1058,22 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 					return fmt.Errorf("case %s: ClusterIP %s does not answer after 5 minutes", c.name, vip)
 				}
 				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		if b.nodeport {
+			// The NodePort from the external host, through both nodes.
+			for i := range 2 {
+				addr := b.nodePortAddr(c, i, b.ports(c).serve)
+				deadline := time.Now().Add(5 * time.Minute)
+				for !answersAt(c.ext, addr) {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					if time.Now().After(deadline) {
+						return fmt.Errorf("case %s: NodePort %s does not answer the external host after 5 minutes", c.name, addr)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 			}
 		}
 		log.Printf("N=%d: %s programmed %s after the first create", n, c.name, time.Since(t0).Round(time.Millisecond))
@@ -998,11 +1121,16 @@ const userHZ = 100
 // average, p50, p99, transactions/s and softirq per transaction as
 // METRIC_avg etc.
 func (b *bench) rr(c *caseNet, target, metric string, n, rep int) error {
+	return b.rrAt(c, target, sockperfPort, metric, n, rep)
+}
+
+// rrAt is rr to another port than sockperf's own (a NodePort).
+func (b *bench) rrAt(c *caseNet, target string, port int, metric string, n, rep int) error {
 	s0, err := softirqJiffies()
 	if err != nil {
 		return err
 	}
-	out, err := b.client(c, "sockperf", "ping-pong", "--tcp", "-i", target, "-p", strconv.Itoa(sockperfPort),
+	out, err := b.client(c, "sockperf", "ping-pong", "--tcp", "-i", target, "-p", strconv.Itoa(port),
 		"-t", strconv.Itoa(int(b.duration.Seconds())), "--msg-size", strconv.Itoa(msgSize), "--full-rtt")
 	s1, serr := softirqJiffies()
 	logPath := filepath.Join(b.out, fmt.Sprintf("sockperf-%s-%s-n%d-%d.log", c.name, metric, n, rep))
@@ -1090,6 +1218,9 @@ func runLine(l string) (secs, received float64) {
 
 // measure runs every metric of case c once.
 func (b *bench) measure(c string, n, rep int) error {
+	if b.nodeport {
+		return b.measureNodePort(c, n, rep)
+	}
 	cn := b.cases[c]
 	servers := b.servers(cn)
 	if err := b.rr(cn, servers[0], "rr_pod", n, rep); err != nil {
@@ -1114,6 +1245,15 @@ func (b *bench) measure(c string, n, rep int) error {
 		}
 		target = strings.Join(t, ",")
 	}
+	if err := b.connRate(cn, target, "conn_rate", n, rep); err != nil {
+		return err
+	}
+	return b.throughput(cn, servers[0], iperfPort, "throughput", n, rep)
+}
+
+// connRate measures new connections/s from cn's client to target
+// (bench/cmd/connrate), then empties the nodes' conntrack tables.
+func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 	out, err := b.client(cn, filepath.Join(b.bin, "connrate"), "-target", target, "-workers", "4", "-duration", b.duration.String())
 	if err != nil {
 		return err
@@ -1125,8 +1265,8 @@ func (b *bench) measure(c string, n, rep int) error {
 	if err := json.Unmarshal(out, &cr); err != nil {
 		return fmt.Errorf("connrate output %q: %w", out, err)
 	}
-	b.row(c, "conn_rate", "conn/s", cr.Rate, rep, n)
-	log.Printf("  %-16s %.0f new connections/s (%d failed)", c, cr.Rate, cr.Failed)
+	b.row(cn.name, metric, "conn/s", cr.Rate, rep, n)
+	log.Printf("  %-16s %s %.0f new connections/s (%d failed)", cn.name, metric, cr.Rate, cr.Failed)
 	// Closed connections stay in the NAT cases' conntrack tables (the node
 	// namespaces'): clear them so the next case and repetition start alike.
 	for _, ns := range cn.nodes {
@@ -1134,12 +1274,17 @@ func (b *bench) measure(c string, n, rep int) error {
 		record(argv...)
 		exec.Command(argv[0], argv[1:]...).Run()
 	}
+	return nil
+}
+
+// throughput measures one iperf3 stream from cn's client to host:port.
+func (b *bench) throughput(cn *caseNet, host string, port int, metric string, n, rep int) error {
 	// iperf3's server takes one test at a time and needs a moment after
 	// the previous one: retry.
 	var gbps float64
-	jsonPath := filepath.Join(b.out, fmt.Sprintf("iperf3-%s-n%d-%d.json", c, n, rep))
+	jsonPath := filepath.Join(b.out, fmt.Sprintf("iperf3-%s-%s-n%d-%d.json", cn.name, metric, n, rep))
 	for try := 1; ; try++ {
-		out, err = b.client(cn, "iperf3", "-c", servers[0], "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(int(b.duration.Seconds())), "-J")
+		out, err := b.client(cn, "iperf3", "-c", host, "-p", strconv.Itoa(port), "-t", strconv.Itoa(int(b.duration.Seconds())), "-J")
 		os.WriteFile(jsonPath, out, 0o644)
 		var r struct {
 			End struct {
@@ -1157,7 +1302,72 @@ func (b *bench) measure(c string, n, rep int) error {
 		}
 		time.Sleep(time.Second)
 	}
-	b.row(c, "throughput", "Gbit/s", gbps, rep, n)
-	log.Printf("  %-16s %.2f Gbit/s", c, gbps)
+	b.row(cn.name, metric, "Gbit/s", gbps, rep, n)
+	log.Printf("  %-16s %s %.2f Gbit/s", cn.name, metric, gbps)
 	return nil
+}
+
+// ports are the nodePorts case c measures.
+func (b *bench) ports(c *caseNet) *nodePorts {
+	if c.name == native {
+		return measuredPorts[native]
+	}
+	return measuredPorts[shunt]
+}
+
+// nodePortAddr is node i's address on case c's underlay with port.
+func (b *bench) nodePortAddr(c *caseNet, i int, port int32) string {
+	return net.JoinHostPort(b.underlayAddr(c.name, i), strconv.Itoa(int(port)))
+}
+
+// measureNodePort runs every metric of case c once from its external
+// host: through node 1's NodePort (every backend on node 2: kube-proxy
+// and shunt SNAT to the node) and node 2's (every backend there).
+func (b *bench) measureNodePort(c string, n, rep int) error {
+	cn := b.cases[c]
+	ext := *cn
+	ext.client = cn.ext
+	p := b.ports(cn)
+	for i, where := range []string{"remote", "local"} {
+		if err := b.rrAt(&ext, b.underlayAddr(c, i), int(p.sockperf), "rr_"+where, n, rep); err != nil {
+			return err
+		}
+		if err := b.connRate(&ext, b.nodePortAddr(cn, i, p.serve), "conn_rate_"+where, n, rep); err != nil {
+			return err
+		}
+	}
+	return b.throughput(&ext, b.underlayAddr(c, 0), int(p.iperf), "throughput_remote", n, rep)
+}
+
+// maglevDisruption writes maglev.md: the share of the flows on the other
+// backends that the measured Service's table moves when one of its
+// backends goes, for each backend removed, as the agents compute it
+// (internal/maglev, the default size, the port's name as the seed).
+func (b *bench) maglevDisruption() error {
+	var names []string
+	for _, ip := range b.serverIP {
+		names = append(names, net.JoinHostPort(ip, strconv.Itoa(servePort)))
+	}
+	const port = "default/xbench:tcp"
+	var w bytes.Buffer
+	fmt.Fprintf(&w, "Maglev, the measured Service's port (%s, %d backends): removing one backend moves this share of the flows that were on the others (computed with internal/maglev as every agent computes it; kube-proxy picks a backend per connection at random, so a tuple's next connection lands elsewhere with probability (N-2)/(N-1) whatever is removed):\n\n", port, len(names))
+	fmt.Fprintf(&w, "| M | mean | worst | removals |\n|---|---|---|---|\n")
+	for _, m := range []int{1009, maglev.DefaultSize} {
+		before, _, err := maglev.Compute(names, m, []byte(port))
+		if err != nil {
+			return err
+		}
+		sum, worst := 0.0, 0.0
+		for i := range names {
+			rest := slices.Delete(slices.Clone(names), i, i+1)
+			after, _, err := maglev.Compute(rest, m, []byte(port))
+			if err != nil {
+				return err
+			}
+			f := maglev.Disruption(before, after, names[i])
+			sum, worst = sum+f, max(worst, f)
+		}
+		fmt.Fprintf(&w, "| %d | %.2f%% | %.2f%% | %d |\n", m, 100*sum/float64(len(names)), 100*worst, len(names))
+	}
+	return os.WriteFile(filepath.Join(b.out, "maglev.md"), w.Bytes(), 0o644)
 }

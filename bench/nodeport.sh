@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# NodePort benchmark (issue 27): traffic from a host outside the cluster to
+# a NodePort, two nodes on this machine (network namespaces joined by an
+# underlay bridge, an external host on it), one real control plane, side by
+# side in one run (bench/cmd/crossnode -nodeport builds, measures and
+# removes everything):
+#   kube-proxy-iptables  the real kube-proxy (iptables mode) in both nodes,
+#                        flannel-style VXLAN between them: the baseline
+#   kube-proxy-nftables  the same in nftables mode
+#   shunt-vxlan          shunt's agent per node, --tunnel vxlan: NodePort
+#                        translated in tc at the uplink, the backend by the
+#                        Service's Maglev table
+#   shunt-native         the same with --routing native
+# Ten server pods on node 2. From the external host: through node 1's
+# NodePort (every backend on the other node: SNAT to node 1) and node 2's
+# (every backend on the ingress node): sockperf TCP ping-pong (avg, p50,
+# p99, trans/s), new connections/s (bench/cmd/connrate); through node 1,
+# one iperf3 stream. At N other Services (ClusterIP, 10 endpoints each).
+# Plus the Maglev disruption of the measured Service's table on a backend
+# removal (maglev.md, computed as the agents compute it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCALE_OPT=--n
+SCALE_LIST="0 1000"
+SMOKE_SCALE_LIST=10
+source bench/lib.sh
+
+bench_out nodeport
+for tool in sockperf iperf3 iptables-restore nft conntrack nsenter taskset bridge jq; do
+	command -v "$tool" >/dev/null || { echo "nodeport: $tool is missing: run scripts/setup.sh" >&2; exit 1; }
+done
+scripts/kube-build.sh >/dev/null
+go build -o bin/ ./bench/cmd/crossnode ./bench/cmd/connrate
+SCALES=$(echo $SCALE_LIST | tr ' ' ,)
+SETTLE=5s SMOKE_FLAG=
+[ -z "$SMOKE" ] || SETTLE=0s SMOKE_FLAG=-smoke
+
+cat >"$OUT/commands.txt" <<EOT
+# ${BENCH_INVOCATION:-bench/nodeport.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
+bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT
+# every command it ran, exactly and in order: commands-run.txt; in short, as bench/crossnode.sh without the floor and the policies, shunt's agents with --masquerade (pods get a default route), plus per case an external host:
+ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name ext netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.200/24 dev ul0   # on the case's underlay bridge (shunt-native: shunt-vxlan's)
+# measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202
+nsenter --net=EXT timeout T taskset -c 0 sockperf ping-pong --tcp -i 192.168.U.1|192.168.U.2 -p 31111 -t $DURATION --msg-size 14 --full-rtt   # node 1 (remote backends), node 2 (local backends)
+nsenter --net=EXT timeout T taskset -c 0 bin/connrate -target 192.168.U.1|192.168.U.2:30080 -workers 4 -duration ${DURATION}s
+nsenter --net=EXT timeout T taskset -c 0 iperf3 -c 192.168.U.1 -p 30201 -t $DURATION -J
+EOT
+bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" \
+	> >(tee "$OUT/crossnode.log") 2>&1 &
+XB=$!
+trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM
+wait $XB || { echo "nodeport: bin/crossnode -nodeport failed (log: $OUT/crossnode.log)" >&2; exit 1; }
+trap - INT TERM
+
+NOTES=$OUT/notes.md
+cat >"$NOTES" <<'EOT'
+Two nodes on one machine, each a network namespace, joined by a bridge in a third (the underlay), and an external host (192.168.U.200) on that bridge; every case has its own namespaces (shunt-native's nodes and external host are on shunt-vxlan's underlay). Ten server pods on node 2 (CPU 1), the client tools in the external host (CPU 0). `n` = Services besides the measured ones (ClusterIP, the ten servers as endpoints each: NodePorts are at most 2768 per cluster).
+
+- kube-proxy-iptables / kube-proxy-nftables: the real kube-proxy (scripts/kube-build.sh) in both node namespaces, flannel's vxlan backend by hand between them (bench/crossnode.sh's floor); a NodePort flow is DNATed to a backend and, its backend on the other node, masqueraded to node 1's flannel address.
+- shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2.
+
+*_remote: through node 1's NodePort (every backend on node 2); *_local: through node 2's (every backend there). rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages, full round trip, avg/p50/p99 in µs, tps = received / measured time; softirq: machine-wide softirq time per transaction. conn_rate_*: connect, 4-byte request, reply, close; 4 workers. throughput_remote: iperf3, one TCP stream through node 1's NodePort to server-0.
+EOT
+if [ -f "$OUT/maglev.md" ]; then
+	echo >>"$NOTES"
+	cat "$OUT/maglev.md" >>"$NOTES"
+fi
+finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing" kube-proxy-iptables
