@@ -302,7 +302,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_ACCEL_CONGESTED        podtcShuntReason = 43
 	podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE         podtcShuntReason = 44
 	podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY         podtcShuntReason = 45
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 46
+	podtcShuntReasonSHUNT_REASON_LB_SOURCE_DENIED       podtcShuntReason = 46
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 47
 )
 
 type podtcTcNatKey struct {
@@ -339,6 +340,7 @@ const (
 	podtcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
 	podtcMapShuntIpcache           = "shunt_ipcache"
 	podtcMapShuntL7Redirect        = "shunt_l7_redirect"
+	podtcMapShuntLbSourceRanges    = "shunt_lb_source_ranges"
 	podtcMapShuntMetrics           = "shunt_metrics"
 	podtcMapShuntNodeportNat       = "shunt_nodeport_nat"
 	podtcMapShuntPolicy            = "shunt_policy"
@@ -425,6 +427,7 @@ type podtcMapSpecs struct {
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
@@ -485,6 +488,7 @@ type podtcMaps struct {
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
 	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
@@ -508,6 +512,7 @@ func (m *podtcMaps) Close() error {
 		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
+		m.ShuntLbSourceRanges,
 		m.ShuntMetrics,
 		m.ShuntNodeportNat,
 		m.ShuntPolicy,

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -29,12 +31,8 @@ func externalIssues(svc *corev1.Service) []Issue {
 			out = append(out, Issue{"IPv6NotSupported", fmt.Sprintf("load balancer ingress %s: shunt load-balances IPv4 only; this address gets no entry", a)})
 		}
 	}
-	if len(spec.LoadBalancerSourceRanges) > 0 {
-		out = append(out, Issue{"LoadBalancerSourceRangesNotSupported", fmt.Sprintf("loadBalancerSourceRanges %v are not enforced: every client reaches the load balancer addresses", spec.LoadBalancerSourceRanges)})
-	}
-	if p := spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		out = append(out, Issue{"InternalTrafficPolicyNotSupported", "internalTrafficPolicy Local is not implemented: the ClusterIP balances over the endpoints of every node"})
-	}
+	_, rangeIssues := SourceRanges(svc)
+	out = append(out, rangeIssues...)
 	if d := spec.TrafficDistribution; d != nil && *d != "" {
 		out = append(out, Issue{"TrafficDistributionNotSupported", fmt.Sprintf("trafficDistribution %s is not implemented: endpoints of every node and zone are used alike", *d)})
 	}
@@ -90,4 +88,52 @@ func HostPortIssues(pod *corev1.Pod) []Issue {
 		}
 	}
 	return out
+}
+
+// SourceRangesAnnotation is the older way to give a LoadBalancer's source
+// ranges, which kube-proxy reads when spec.loadBalancerSourceRanges is
+// empty: comma-separated CIDRs.
+const SourceRangesAnnotation = "service.beta.kubernetes.io/load-balancer-source-ranges"
+
+// SourceRanges are the IPv4 prefixes a LoadBalancer Service admits on its
+// load balancer addresses (spec.loadBalancerSourceRanges, else the
+// annotation), canonical (host bits cleared) and without duplicates; nil
+// when it admits every client. A range that is not a CIDR, or an IPv6
+// one (no IPv4 client is in it), is an issue and left out. When every
+// range given is left out, the Service admits no client from outside, as
+// the ranges asked for none of the IPv4 ones: 0.0.0.0/32 stands for that.
+func SourceRanges(svc *corev1.Service) ([]netip.Prefix, []Issue) {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return nil, nil
+	}
+	given, field := svc.Spec.LoadBalancerSourceRanges, "loadBalancerSourceRanges"
+	if len(given) == 0 && svc.Annotations[SourceRangesAnnotation] != "" {
+		given, field = strings.Split(svc.Annotations[SourceRangesAnnotation], ","), "annotation "+SourceRangesAnnotation
+	}
+	var out []netip.Prefix
+	var issues []Issue
+	for _, s := range given {
+		s = strings.TrimSpace(s)
+		p, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			issues = append(issues, Issue{"InvalidSourceRange", fmt.Sprintf("%s: %q is not a CIDR: left out", field, s)})
+		case !p.Addr().Is4():
+			issues = append(issues, Issue{"IPv6NotSupported", fmt.Sprintf("%s: %s: shunt load-balances IPv4 only; this range admits no client", field, p)})
+		default:
+			if p = p.Masked(); !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	if len(given) > 0 && len(out) == 0 {
+		out = []netip.Prefix{netip.PrefixFrom(netip.IPv4Unspecified(), 32)}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return out, issues
 }

@@ -155,7 +155,7 @@ func TestUnsupportedOutsideFields(t *testing.T) {
 	svc := lbService(t, "Local")
 	local := corev1.ServiceInternalTrafficPolicyLocal
 	dist := corev1.ServiceTrafficDistributionPreferClose
-	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24", "2001:db8::/64", "bogus"}
 	svc.Spec.InternalTrafficPolicy = &local
 	svc.Spec.TrafficDistribution = &dist
 	svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{Hostname: "lb.example"})
@@ -163,8 +163,8 @@ func TestUnsupportedOutsideFields(t *testing.T) {
 	for _, is := range Unsupported(svc) {
 		reasons = append(reasons, is.Reason)
 	}
-	want := []string{"IPv6NotSupported", "LoadBalancerHostnameNotSupported", "LoadBalancerSourceRangesNotSupported",
-		"InternalTrafficPolicyNotSupported", "TrafficDistributionNotSupported"}
+	want := []string{"IPv6NotSupported", "LoadBalancerHostnameNotSupported", "IPv6NotSupported", "InvalidSourceRange",
+		"TrafficDistributionNotSupported"}
 	if !reflect.DeepEqual(reasons, want) {
 		t.Errorf("issues %v, want %v", reasons, want)
 	}
@@ -239,6 +239,84 @@ func TestPortsForLocalTerminating(t *testing.T) {
 			}
 			if r.kind == KindClusterIP && strings.HasSuffix(r.frontend, "/tcp") && strings.Contains(strings.Join(r.backends, ","), "10.0.0.3") {
 				t.Errorf("the ClusterIP uses a terminating endpoint: %v", r.backends)
+			}
+		}
+	}
+}
+
+// TestSourceRanges: the load balancer frontends carry the Service's
+// IPv4 source ranges, canonical and sorted (the annotation when the
+// field is empty); the NodePorts, externalIPs and ClusterIP none; ranges
+// that all fall out admit no client rather than every one.
+func TestSourceRanges(t *testing.T) {
+	svc := lbService(t, "Cluster")
+	svc.Spec.LoadBalancerSourceRanges = []string{"203.0.113.9/24", " 198.51.100.0/24", "198.51.100.0/24", "2001:db8::/64"}
+	want := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24")}
+	for _, p := range PortsFor(svc, webSlices(), node1) {
+		switch {
+		case p.Kind == KindLoadBalancer && !reflect.DeepEqual(p.SourceRanges, want):
+			t.Errorf("%s %v: ranges %v, want %v", p.Kind, p.Frontend, p.SourceRanges, want)
+		case p.Kind != KindLoadBalancer && p.SourceRanges != nil:
+			t.Errorf("%s %v: ranges %v, want none (kube-proxy guards the load balancer addresses only)", p.Kind, p.Frontend, p.SourceRanges)
+		}
+	}
+	for _, tc := range []struct {
+		field      []string
+		annotation string
+		want       []string
+	}{
+		{nil, "", nil},
+		{nil, "10.0.0.0/8, 192.0.2.1/32", []string{"10.0.0.0/8", "192.0.2.1/32"}},
+		{[]string{"192.0.2.0/24"}, "10.0.0.0/8", []string{"192.0.2.0/24"}},
+		{[]string{"2001:db8::/64"}, "", []string{"0.0.0.0/32"}},
+	} {
+		svc.Spec.LoadBalancerSourceRanges = tc.field
+		svc.Annotations = map[string]string{SourceRangesAnnotation: tc.annotation}
+		got, _ := SourceRanges(svc)
+		var gotS []string
+		for _, p := range got {
+			gotS = append(gotS, p.String())
+		}
+		if !reflect.DeepEqual(gotS, tc.want) {
+			t.Errorf("field %v, annotation %q: %v, want %v", tc.field, tc.annotation, gotS, tc.want)
+		}
+	}
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	svc.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/8"}
+	if got, _ := SourceRanges(svc); got != nil {
+		t.Errorf("a NodePort Service: ranges %v, want none", got)
+	}
+}
+
+// TestPortsForInternalLocal: internalTrafficPolicy Local makes the
+// ClusterIP balance over this node's endpoints only (the serving
+// terminating ones when none is ready, as kube-proxy; none on a node
+// without any: refused like a Service without endpoints); the outside
+// frontends keep their own policy (Cluster here: every endpoint).
+func TestPortsForInternalLocal(t *testing.T) {
+	svc := lbService(t, "Cluster")
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	svc.Spec.InternalTrafficPolicy = &local
+	yes := true
+	terminatingServing := webSlices()
+	terminatingServing[0].Endpoints[2].Conditions.Serving = &yes
+	terminatingServing[0].Endpoints = terminatingServing[0].Endpoints[1:] // node-1's ready one gone
+	for _, tc := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		node   Node
+		want   []string
+	}{
+		{"node-1", webSlices(), node1, []string{"10.0.0.1:8080"}},
+		{"node-1, only a terminating serving endpoint", terminatingServing, node1, []string{"10.0.0.3:8080"}},
+		{"node-3, none", webSlices(), Node{Name: "node-3"}, nil},
+	} {
+		for _, r := range rows(PortsFor(svc, tc.slices, tc.node)) {
+			switch {
+			case r.frontend == "10.96.0.10:80/tcp" && !reflect.DeepEqual(r.backends, tc.want):
+				t.Errorf("%s: ClusterIP backends %v, want %v", tc.name, r.backends, tc.want)
+			case r.kind == KindNodePort && strings.HasSuffix(r.frontend, "/tcp") && len(r.backends) != 2 && tc.name == "node-1":
+				t.Errorf("%s: NodePort backends %v, want every ready endpoint (externalTrafficPolicy Cluster)", tc.name, r.backends)
 			}
 		}
 	}

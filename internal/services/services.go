@@ -179,8 +179,22 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
 	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
 	out := Ports(svc, clusterIP, slices)
+	if internalLocal(svc) {
+		out = out[:0]
+		if clusterIP.Is4() {
+			for _, sp := range svc.Spec.Ports {
+				proto, ok := protoNumbers[sp.Protocol]
+				if !ok {
+					continue
+				}
+				out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP,
+					localBackends(portBackends(slices, sp, node.Name))))
+			}
+		}
+	}
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	ranges, _ := SourceRanges(svc)
 	for _, sp := range svc.Spec.Ports {
 		proto, ok := protoNumbers[sp.Protocol]
 		if !ok {
@@ -189,13 +203,7 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 		all, onNode, terminating := portBackends(slices, sp, node.Name)
 		backends := all
 		if local {
-			// As kube-proxy: with no ready endpoint here, the serving
-			// ones that are terminating keep taking new connections
-			// rather than none.
-			backends = onNode
-			if len(backends) == 0 {
-				backends = terminating
-			}
+			backends = localBackends(all, onNode, terminating)
 		}
 		add := func(addr netip.Addr, port uint16, kind Kind) {
 			if !addr.Is4() || port == 0 {
@@ -203,6 +211,11 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 			}
 			p := servicePort(svc, sp, Frontend{VIP: addr, Port: port, Proto: proto}, kind, backends)
 			p.LocalOnly = local
+			if kind == KindLoadBalancer {
+				// As kube-proxy: the ranges guard the load balancer's
+				// addresses; the nodePorts stay open to all.
+				p.SourceRanges = ranges
+			}
 			out = append(out, p)
 		}
 		if nodePorts {
@@ -222,6 +235,25 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 		}
 	}
 	return dedupeFrontends(out)
+}
+
+// localBackends are the backends of a traffic policy Local from
+// portBackends' results: this node's ready endpoints, or, as kube-proxy,
+// with no ready endpoint here, the serving ones that are terminating
+// (they keep taking new connections rather than none).
+func localBackends(_, onNode, terminating []Backend) []Backend {
+	if len(onNode) == 0 {
+		return terminating
+	}
+	return onNode
+}
+
+// internalLocal: internalTrafficPolicy Local, the ClusterIP balancing
+// over this node's endpoints only (none here: refused, as a Service
+// without endpoints).
+func internalLocal(svc *corev1.Service) bool {
+	p := svc.Spec.InternalTrafficPolicy
+	return p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal
 }
 
 // dedupeFrontends keeps the first port of each frontend: an externalIP

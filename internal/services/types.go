@@ -48,7 +48,10 @@ type Port struct {
 	// backends are this node's endpoints only, and the client's address
 	// is kept.
 	LocalOnly bool
-	Backends  []Backend
+	// SourceRanges: a load balancer frontend's loadBalancerSourceRanges,
+	// the only clients from outside it admits (none: every client).
+	SourceRanges []netip.Prefix
+	Backends     []Backend
 }
 
 // Backend is one endpoint address of a service port.
