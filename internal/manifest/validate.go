@@ -304,6 +304,16 @@ func checkPod(c *checker, pod *corev1.Pod) {
 			checkPortNumber(c, pf.child("containerPort"), port.ContainerPort)
 			checkProtocol(c, pf.child("protocol"), port.Protocol)
 			checkPortName(c, pf.child("name"), port.Name, validation.IsValidPortName, portNames)
+			if port.HostPort != 0 {
+				checkPortNumber(c, pf.child("hostPort"), port.HostPort)
+			}
+			if port.HostIP != "" {
+				if _, ok := parseIP(port.HostIP); !ok {
+					c.errorf(pf.child("hostIP"), "%q is not a valid IPv4 or IPv6 address", port.HostIP)
+				} else if port.HostPort == 0 {
+					c.errorf(pf.child("hostIP"), "may only be set with a hostPort")
+				}
+			}
 		}
 		if sc := ctr.SecurityContext; sc != nil && sc.Capabilities != nil {
 			sf := f.child("securityContext").child("capabilities")

@@ -74,16 +74,62 @@ func HealthChecks(svcs []*corev1.Service, slicesOf func(namespace, name string) 
 	return out
 }
 
-// HostPortIssues names the hostPorts of a pod: not implemented (no
-// portmap plugin either), so the port is reached at the pod's own address
-// only, never at its node's.
+// HostPortsFor are the frontends of the hostPorts of pod on node: each
+// container port with a hostPort is reached at that port on the node's
+// NodePort addresses (hostIP unset or 0.0.0.0) or at its hostIP
+// (127.0.0.1 included: the node's own processes only), translated to the
+// pod's address and container port, as the portmap plugin does, without
+// it. None for a pod of another node, of the host's network (its ports
+// are the node's already), without an IPv4 address yet, or finished.
+func HostPortsFor(pod *corev1.Pod, node Node) []Port {
+	podIP, err := netip.ParseAddr(pod.Status.PodIP)
+	if pod.Spec.NodeName != node.Name || pod.Spec.HostNetwork || err != nil || !podIP.Is4() ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	var out []Port
+	for _, c := range pod.Spec.Containers {
+		for _, cp := range c.Ports {
+			proto, ok := protoNumbers[cmp.Or(cp.Protocol, corev1.ProtocolTCP)]
+			if cp.HostPort == 0 || !ok {
+				continue
+			}
+			addrs := node.NodePortAddrs
+			if hostIP, err := netip.ParseAddr(cp.HostIP); err == nil && !hostIP.IsUnspecified() {
+				addrs = []netip.Addr{hostIP}
+			}
+			for _, a := range addrs {
+				if !a.Is4() {
+					continue
+				}
+				out = append(out, Port{Frontend: Frontend{VIP: a, Port: uint16(cp.HostPort), Proto: proto}, Kind: KindHostPort,
+					Name:     fmt.Sprintf("%s/%s:%d/%s", pod.Namespace, pod.Name, cp.HostPort, cmp.Or(cp.Protocol, corev1.ProtocolTCP)),
+					Backends: []Backend{{IP: podIP, Port: uint16(cp.ContainerPort)}}})
+			}
+		}
+	}
+	return dedupeFrontends(out)
+}
+
+// HostPortIssues names what of a pod's hostPorts shunt does not serve:
+// an IPv6 hostIP, a protocol other than TCP and UDP, a hostPort of a pod
+// of the host's network (its ports are the node's: nothing to map).
 func HostPortIssues(pod *corev1.Pod) []Issue {
 	var out []Issue
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {
-			if p.HostPort != 0 {
-				out = append(out, Issue{"HostPortNotSupported", fmt.Sprintf("container %s: hostPort %d/%s is not implemented: port %d is reached at the pod's address only, not at the node's",
-					c.Name, p.HostPort, cmp.Or(p.Protocol, corev1.ProtocolTCP), p.ContainerPort)})
+			if p.HostPort == 0 {
+				continue
+			}
+			proto := cmp.Or(p.Protocol, corev1.ProtocolTCP)
+			what := fmt.Sprintf("container %s: hostPort %d/%s", c.Name, p.HostPort, proto)
+			hostIP, err := netip.ParseAddr(p.HostIP)
+			switch _, ok := protoNumbers[proto]; {
+			case pod.Spec.HostNetwork:
+			case !ok:
+				out = append(out, Issue{"ProtocolNotSupported", what + ": shunt maps TCP and UDP hostPorts only; this one is reached at the pod's address only"})
+			case err == nil && !hostIP.Is4():
+				out = append(out, Issue{"IPv6NotSupported", fmt.Sprintf("%s: hostIP %s: shunt maps IPv4 only; this port is reached at the pod's address only", what, hostIP)})
 			}
 		}
 	}

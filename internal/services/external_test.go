@@ -173,8 +173,12 @@ func TestUnsupportedOutsideFields(t *testing.T) {
 	}
 	pod := pod(t, "hp", "web", 8080)
 	pod.Spec.Containers[0].Ports[0].HostPort = 80
-	if is := HostPortIssues(pod); len(is) != 1 || is[0].Reason != "HostPortNotSupported" || !strings.Contains(is[0].Message, "hostPort 80/TCP") {
-		t.Errorf("hostPort issues %v", is)
+	if is := HostPortIssues(pod); len(is) != 0 {
+		t.Errorf("hostPort issues %v, want none (implemented)", is)
+	}
+	pod.Spec.Containers[0].Ports[0].HostIP = "2001:db8::1"
+	if is := HostPortIssues(pod); len(is) != 1 || is[0].Reason != "IPv6NotSupported" || !strings.Contains(is[0].Message, "hostPort 80/TCP") {
+		t.Errorf("hostPort issues of an IPv6 hostIP %v", is)
 	}
 }
 
@@ -318,6 +322,40 @@ func TestPortsForInternalLocal(t *testing.T) {
 			case r.kind == KindNodePort && strings.HasSuffix(r.frontend, "/tcp") && len(r.backends) != 2 && tc.name == "node-1":
 				t.Errorf("%s: NodePort backends %v, want every ready endpoint (externalTrafficPolicy Cluster)", tc.name, r.backends)
 			}
+		}
+	}
+}
+
+// TestHostPortsFor: a pod's hostPort is a frontend on each of its node's
+// addresses (or only its hostIP, 127.0.0.1 included) leading to the pod's
+// address and container port; none on another node, for a pod without
+// an address, or of the host's network.
+func TestHostPortsFor(t *testing.T) {
+	p := pod(t, "hp", "web", 8080)
+	p.Spec.NodeName = "node-1"
+	p.Status.PodIP = "10.244.1.5"
+	p.Spec.Containers[0].Ports[0].HostPort = 80
+	p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports,
+		corev1.ContainerPort{ContainerPort: 5353, HostPort: 53, Protocol: corev1.ProtocolUDP, HostIP: "127.0.0.1"})
+	got := rows(HostPortsFor(p, node1))
+	want := []frontendRow{
+		{KindHostPort, "192.168.123.1:80/tcp", []string{"10.244.1.5:8080"}, false},
+		{KindHostPort, "10.244.1.1:80/tcp", []string{"10.244.1.5:8080"}, false},
+		{KindHostPort, "127.0.0.1:53/udp", []string{"10.244.1.5:5353"}, false},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("frontends:\n%v\nwant:\n%v", got, want)
+	}
+	if ports := HostPortsFor(p, Node{Name: "node-2"}); ports != nil {
+		t.Errorf("on another node: %v", ports)
+	}
+	hostNet := p.DeepCopy()
+	hostNet.Spec.HostNetwork = true
+	noIP := p.DeepCopy()
+	noIP.Status.PodIP = ""
+	for _, q := range []*corev1.Pod{hostNet, noIP} {
+		if ports := HostPortsFor(q, node1); ports != nil {
+			t.Errorf("%v", ports)
 		}
 	}
 }

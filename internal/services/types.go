@@ -21,9 +21,11 @@ const (
 	KindNodePort
 	KindExternalIP
 	KindLoadBalancer
+	KindHostPort // a pod's hostPort on its node's addresses (or its hostIP)
 )
 
-var kindNames = [...]string{KindClusterIP: "clusterip", KindNodePort: "nodeport", KindExternalIP: "externalip", KindLoadBalancer: "lb"}
+var kindNames = [...]string{KindClusterIP: "clusterip", KindNodePort: "nodeport", KindExternalIP: "externalip", KindLoadBalancer: "lb",
+	KindHostPort: "hostport"}
 
 // String is the kind as flows and dumps name it.
 func (k Kind) String() string {
