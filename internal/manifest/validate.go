@@ -449,6 +449,9 @@ func checkServiceType(c *checker, svc *corev1.Service, headless bool) {
 			c.errorf(spec.child("healthCheckNodePort"), "%d is outside the NodePort range %d-%d", hc, DefaultNodePortRange.Min, DefaultNodePortRange.Max)
 		}
 	}
+	if svc.Spec.AllocateLoadBalancerNodePorts != nil && t != corev1.ServiceTypeLoadBalancer {
+		c.errorf(spec.child("allocateLoadBalancerNodePorts"), "may only be set with type LoadBalancer")
+	}
 	if ip := svc.Spec.LoadBalancerIP; ip != "" {
 		if _, ok := parseIP(ip); !ok {
 			c.errorf(spec.child("loadBalancerIP"), "%q is not a valid IPv4 or IPv6 address", ip)

@@ -33,8 +33,11 @@ func externalIssues(svc *corev1.Service) []Issue {
 	}
 	_, rangeIssues := SourceRanges(svc)
 	out = append(out, rangeIssues...)
-	if d := spec.TrafficDistribution; d != nil && *d != "" {
-		out = append(out, Issue{"TrafficDistributionNotSupported", fmt.Sprintf("trafficDistribution %s is not implemented: endpoints of every node and zone are used alike", *d)})
+	switch d := spec.TrafficDistribution; {
+	case d == nil, *d == "", *d == corev1.ServiceTrafficDistributionPreferSameNode, *d == corev1.ServiceTrafficDistributionPreferSameZone,
+		*d == corev1.ServiceTrafficDistributionPreferClose:
+	default:
+		out = append(out, Issue{"TrafficDistributionNotSupported", fmt.Sprintf("trafficDistribution %s is not known to shunt: endpoints of every node and zone are used alike", *d)})
 	}
 	return out
 }

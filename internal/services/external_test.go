@@ -154,7 +154,7 @@ func TestPortsForTypes(t *testing.T) {
 func TestUnsupportedOutsideFields(t *testing.T) {
 	svc := lbService(t, "Local")
 	local := corev1.ServiceInternalTrafficPolicyLocal
-	dist := corev1.ServiceTrafficDistributionPreferClose
+	dist := "PreferSomewhereElse" // a value of a later Kubernetes
 	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24", "2001:db8::/64", "bogus"}
 	svc.Spec.InternalTrafficPolicy = &local
 	svc.Spec.TrafficDistribution = &dist
@@ -356,6 +356,55 @@ func TestHostPortsFor(t *testing.T) {
 	for _, q := range []*corev1.Pod{hostNet, noIP} {
 		if ports := HostPortsFor(q, node1); ports != nil {
 			t.Errorf("%v", ports)
+		}
+	}
+}
+
+// TestTrafficDistribution: PreferSameNode uses this node's endpoints,
+// else its zone's; PreferSameZone (and PreferClose) its zone's (an
+// endpoint's own zone, else its node's label); with none of them, or no
+// zone known, every endpoint, as kube-proxy falls back. An externally
+// reached frontend with externalTrafficPolicy Cluster prefers alike.
+// allocateLoadBalancerNodePorts false (no nodePort): no NodePort
+// frontend.
+func TestTrafficDistribution(t *testing.T) {
+	zones := map[string]string{"node-1": "a", "node-2": "b", "node-3": "a", "node-4": "c"}
+	at := func(name string) Node {
+		return Node{Name: name, NodePortAddrs: []netip.Addr{netip.MustParseAddr("192.168.123.9")}, Zones: zones}
+	}
+	both := []string{"10.0.0.1:8080", "10.0.0.2:8080"}
+	for _, tc := range []struct {
+		dist string
+		node Node
+		want []string
+	}{
+		{"PreferSameNode", at("node-1"), []string{"10.0.0.1:8080"}},
+		{"PreferSameNode", at("node-3"), []string{"10.0.0.1:8080"}}, // none here: its zone a has node-1's
+		{"PreferSameNode", at("node-4"), both},                      // none in zone c either
+		{"PreferSameZone", at("node-3"), []string{"10.0.0.1:8080"}},
+		{"PreferClose", at("node-2"), []string{"10.0.0.2:8080"}},
+		{"PreferSameZone", at("node-4"), both},
+		{"PreferSameZone", Node{Name: "node-1"}, both}, // zones unknown
+		{"", at("node-1"), both},
+	} {
+		svc := lbService(t, "Cluster")
+		if tc.dist != "" {
+			d := tc.dist
+			svc.Spec.TrafficDistribution = &d
+		}
+		for _, r := range rows(PortsFor(svc, webSlices(), tc.node)) {
+			if strings.HasSuffix(r.frontend, "/tcp") && !reflect.DeepEqual(r.backends, tc.want) {
+				t.Errorf("%s on %s: %s %s backends %v, want %v", tc.dist, tc.node.Name, r.kind, r.frontend, r.backends, tc.want)
+			}
+		}
+	}
+	svc := lbService(t, "Cluster")
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = 0
+	}
+	for _, p := range PortsFor(svc, webSlices(), node1) {
+		if p.Kind == KindNodePort {
+			t.Errorf("a LoadBalancer without nodePorts has NodePort frontend %v", p.Frontend)
 		}
 	}
 }

@@ -170,6 +170,30 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 	return out
 }
 
+// clusterPorts are the ClusterIP ports of svc on node: Ports, with
+// internalTrafficPolicy Local this node's endpoints only, else those its
+// trafficDistribution prefers.
+func clusterPorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
+	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
+	if !clusterIP.Is4() {
+		return nil
+	}
+	var out []Port
+	for _, sp := range svc.Spec.Ports {
+		proto, ok := protoNumbers[sp.Protocol]
+		if !ok {
+			continue
+		}
+		all, onNode, terminating := portBackends(slices, sp, node.Name)
+		backends := preferred(svc, slices, sp, node, all, onNode)
+		if internalLocal(svc) {
+			backends = localBackends(all, onNode, terminating)
+		}
+		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, backends))
+	}
+	return out
+}
+
 // PortsFor computes every frontend of one Service on node: its ClusterIP
 // ports (Ports), and for a NodePort or LoadBalancer Service each nodePort
 // on each of the node's NodePort addresses, each externalIP and each load
@@ -177,21 +201,7 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 // Local the external frontends have this node's endpoints only. IPv6
 // addresses are left out (Unsupported names them).
 func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
-	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
-	out := Ports(svc, clusterIP, slices)
-	if internalLocal(svc) {
-		out = out[:0]
-		if clusterIP.Is4() {
-			for _, sp := range svc.Spec.Ports {
-				proto, ok := protoNumbers[sp.Protocol]
-				if !ok {
-					continue
-				}
-				out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP,
-					localBackends(portBackends(slices, sp, node.Name))))
-			}
-		}
-	}
+	out := clusterPorts(svc, slices, node)
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	ranges, _ := SourceRanges(svc)
@@ -201,7 +211,7 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 			continue
 		}
 		all, onNode, terminating := portBackends(slices, sp, node.Name)
-		backends := all
+		backends := preferred(svc, slices, sp, node, all, onNode)
 		if local {
 			backends = localBackends(all, onNode, terminating)
 		}
@@ -246,6 +256,63 @@ func localBackends(_, onNode, terminating []Backend) []Backend {
 		return terminating
 	}
 	return onNode
+}
+
+// ZoneLabel is the Node label naming its zone.
+const ZoneLabel = "topology.kubernetes.io/zone"
+
+// preferred are the backends trafficDistribution prefers of all (onNode:
+// those on node), as kube-proxy: PreferSameNode this node's, else (none
+// here) those of its zone; PreferSameZone (or PreferClose, its old name)
+// those of its zone; with none of them, or no zone known, all. An
+// endpoint's zone is its own (the slice's) or else its node's label.
+func preferred(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node Node, all, onNode []Backend) []Backend {
+	d := svc.Spec.TrafficDistribution
+	if d == nil {
+		return all
+	}
+	switch *d {
+	case corev1.ServiceTrafficDistributionPreferSameNode:
+		if len(onNode) > 0 {
+			return onNode
+		}
+	case corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferClose:
+	default:
+		return all
+	}
+	zone := node.Zones[node.Name]
+	if zone == "" {
+		return all
+	}
+	inZone := map[netip.Addr]bool{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			z := ""
+			if ep.Zone != nil {
+				z = *ep.Zone
+			} else if ep.NodeName != nil {
+				z = node.Zones[*ep.NodeName]
+			}
+			if z != zone {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					inZone[ip] = true
+				}
+			}
+		}
+	}
+	var out []Backend
+	for _, b := range all {
+		if inZone[b.IP] {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return all
+	}
+	return out
 }
 
 // internalLocal: internalTrafficPolicy Local, the ClusterIP balancing

@@ -64,6 +64,12 @@ func (t *Tracker) Touch(old, next *model.Store, changes []model.Change) {
 			t.dirty[types.NamespacedName{Namespace: c.Key.Namespace, Name: c.Key.Name}] = true
 		case manifest.KindPod:
 			t.dirtyPods[types.NamespacedName{Namespace: c.Key.Namespace, Name: c.Key.Name}] = true
+		case manifest.KindNode:
+			// A node's zone moves every Service's preference: all are
+			// computed again (rare; a heartbeat changes no label).
+			if zoneIn(old, c.Key) != zoneIn(next, c.Key) {
+				t.full = true
+			}
 		case manifest.KindEndpointSlice:
 			for _, s := range []*model.Store{old, next} {
 				if o, ok := s.Get(c.Key); ok {
@@ -73,6 +79,13 @@ func (t *Tracker) Touch(old, next *model.Store, changes []model.Change) {
 			}
 		}
 	}
+}
+
+func zoneIn(s *model.Store, k manifest.Key) string {
+	if o, ok := s.Get(k); ok {
+		return o.Obj.(*corev1.Node).Labels[ZoneLabel]
+	}
+	return ""
 }
 
 // Reset makes the next Compute start from scratch: after a failed write,
@@ -100,6 +113,12 @@ func (t *Tracker) Compute(store *model.Store) Delta {
 	}
 	clear(t.dirty)
 	clear(t.dirtyPods)
+	t.node.Zones = map[string]string{}
+	for _, n := range store.Nodes() {
+		if z := n.Labels[ZoneLabel]; z != "" {
+			t.node.Zones[n.Name] = z
+		}
+	}
 	for _, key := range pods {
 		old := t.hostPorts[key]
 		var ports []Port

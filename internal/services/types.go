@@ -68,4 +68,7 @@ type Backend struct {
 type Node struct {
 	Name          string
 	NodePortAddrs []netip.Addr
+	// Zones are the nodes' zones (their topology.kubernetes.io/zone
+	// label) by node name, for trafficDistribution PreferSameZone.
+	Zones map[string]string
 }
