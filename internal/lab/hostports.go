@@ -10,6 +10,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 // hostPortUse is one hostPort of a pod on its node: the address (invalid:
@@ -40,10 +41,7 @@ func hostPortsOf(p *corev1.Pod) []hostPortField {
 			if cp.HostPort == 0 {
 				continue
 			}
-			u := hostPortUse{node: p.Spec.NodeName, port: cp.HostPort, proto: cmp.Or(cp.Protocol, corev1.ProtocolTCP)}
-			if a, err := netip.ParseAddr(cp.HostIP); err == nil && !a.IsUnspecified() {
-				u.addr = a
-			}
+			u := hostPortUse{node: p.Spec.NodeName, addr: services.HostIPOf(cp), port: cp.HostPort, proto: cmp.Or(cp.Protocol, corev1.ProtocolTCP)}
 			out = append(out, hostPortField{u, fmt.Sprintf("spec.containers[%d].ports[%d].hostPort", i, j)})
 		}
 	}

@@ -98,7 +98,7 @@ func HostPortsFor(pod *corev1.Pod, node Node) []Port {
 				continue
 			}
 			addrs := node.NodePortAddrs
-			if hostIP, err := netip.ParseAddr(cp.HostIP); err == nil && !hostIP.IsUnspecified() {
+			if hostIP := HostIPOf(cp); hostIP.IsValid() {
 				addrs = []netip.Addr{hostIP}
 			}
 			for _, a := range addrs {
@@ -112,6 +112,16 @@ func HostPortsFor(pod *corev1.Pod, node Node) []Port {
 		}
 	}
 	return dedupeFrontends(out)
+}
+
+// HostIPOf is the one address a container port's hostPort takes: its
+// hostIP; invalid when it takes every address of the node (hostIP unset,
+// 0.0.0.0 or not an address).
+func HostIPOf(cp corev1.ContainerPort) netip.Addr {
+	if a, err := netip.ParseAddr(cp.HostIP); err == nil && !a.IsUnspecified() {
+		return a
+	}
+	return netip.Addr{}
 }
 
 // HostPortIssues names what of a pod's hostPorts shunt does not serve:

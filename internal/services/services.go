@@ -155,6 +155,13 @@ var protoNumbers = map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.Proto
 // entries, nor does an IPv6 one (the datapath is IPv4; Unsupported says
 // so).
 func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice) []Port {
+	return clusterPorts(svc, clusterIP, slices, nil)
+}
+
+// clusterPorts are the ClusterIP ports of svc: Ports, and on a node (nil:
+// none, every endpoint) with internalTrafficPolicy Local this node's
+// endpoints only, else those its trafficDistribution prefers.
+func clusterPorts(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice, node *Node) []Port {
 	if !clusterIP.IsValid() || !clusterIP.Is4() {
 		return nil
 	}
@@ -164,30 +171,15 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 		if !ok {
 			continue
 		}
-		all, _, _ := portBackends(slices, sp, "")
-		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, all))
-	}
-	return out
-}
-
-// clusterPorts are the ClusterIP ports of svc on node: Ports, with
-// internalTrafficPolicy Local this node's endpoints only, else those its
-// trafficDistribution prefers.
-func clusterPorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
-	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
-	if !clusterIP.Is4() {
-		return nil
-	}
-	var out []Port
-	for _, sp := range svc.Spec.Ports {
-		proto, ok := protoNumbers[sp.Protocol]
-		if !ok {
-			continue
-		}
-		all, onNode, terminating := portBackends(slices, sp, node.Name)
-		backends := preferred(svc, slices, sp, node, all, onNode)
-		if internalLocal(svc) {
-			backends = localBackends(all, onNode, terminating)
+		var backends []Backend
+		if node == nil {
+			backends, _, _ = portBackends(slices, sp, "")
+		} else {
+			all, onNode, terminating := portBackends(slices, sp, node.Name)
+			backends = preferred(svc, slices, sp, *node, all, onNode)
+			if internalLocal(svc) {
+				backends = localBackends(all, onNode, terminating)
+			}
 		}
 		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, backends))
 	}
@@ -201,7 +193,8 @@ func clusterPorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 // Local the external frontends have this node's endpoints only. IPv6
 // addresses are left out (Unsupported names them).
 func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
-	out := clusterPorts(svc, slices, node)
+	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
+	out := clusterPorts(svc, clusterIP, slices, &node)
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	ranges, _ := SourceRanges(svc)
