@@ -57,6 +57,21 @@ static __always_inline void sock_flow(struct dest *svc, __u32 be_ip, __u16 be_po
  * bpf_set_retval (set_refusal); *dst is changed only when it is
  * translated. Every outcome, and every record that could not be made, is
  * counted for the hook (SHUNT_DIR_CONNECT or SHUNT_DIR_SENDMSG). */
+/* pods_own_loopback says whether ip is a loopback address (127.0.0.0/8)
+ * and the socket is not the node's: a frontend there (a hostPort with
+ * hostIP 127.0.0.1) is the node's loopback, and a pod's 127.0.0.1 is its
+ * own, never translated. */
+static __always_inline bool pods_own_loopback(struct bpf_sock_addr *ctx, __u32 ip)
+{
+	__u32 zero = 0;
+	struct accel_config *c;
+
+	if ((bpf_ntohl(ip) >> 24) != 127)
+		return false;
+	c = bpf_map_lookup_elem(&shunt_accel_config, &zero);
+	return c && c->host_netns_cookie && bpf_get_netns_cookie(ctx) != c->host_netns_cookie;
+}
+
 static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst, __u8 proto, __u32 hook)
 {
 	bool connect = hook == SHUNT_DIR_CONNECT;
@@ -64,7 +79,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 	struct backend_value *be;
 	__u32 failed = 0; /* the last record that could not be made */
 
-	svc = lookup_service(dst->ip, dst->port, proto);
+	svc = pods_own_loopback(ctx, dst->ip) ? 0 : lookup_service(dst->ip, dst->port, proto);
 	if (!svc) {
 		count(SHUNT_REASON_SOCK_PASSED, hook, 0);
 		return SOCK_ALLOW;

@@ -256,6 +256,9 @@ enum shunt_reason {
 					   * balancer address translated to a backend (lib/nodeport.h) */
 	SHUNT_REASON_NODEPORT_REPLY = 45, /* a backend's reply to such a flow: the Service's address given back as
 					   * its source, and sent out of the uplink to the client */
+	SHUNT_REASON_LB_SOURCE_DENIED = 46, /* dropped: a new flow from outside to a load balancer address whose
+					     * Service's loadBalancerSourceRanges do not hold the client
+					     * (lib/source_ranges.h) */
 	SHUNT_REASON_MAX,
 };
 
@@ -648,6 +651,24 @@ struct destroy_result {
 	__u64 cookie; /* socket cookie (SO_COOKIE) */
 	__s32 err;    /* bpf_sock_destroy's return: 0, or a negative errno */
 	__u32 pad;
+};
+
+/* shunt_lb_source_ranges: the clients a load balancer frontend admits
+ * (loadBalancerSourceRanges; lib/source_ranges.h). An LPM trie keyed by
+ * the frontend's service id (slot 0's id in shunt_services) then the
+ * client's address: prefixlen counts the id's 32 bits too. A frontend
+ * with ranges has one entry per range (allow = 1) and one with the id
+ * alone (prefixlen 32, allow = 0) that every other client matches; a
+ * frontend without ranges has none, and admits everyone. */
+struct lb_source_range_key {
+	__u32 prefixlen;  /* 32 + the range's bits */
+	__u32 service_id; /* big endian, as the trie compares bytes from the first */
+	__u32 addr;       /* network byte order */
+};
+
+struct lb_source_range_value {
+	__u8 allow; /* 1: a range of the frontend holds the client; 0: the frontend's catch-all */
+	__u8 pad[3];
 };
 
 #endif /* SHUNT_H */

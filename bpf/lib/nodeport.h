@@ -36,6 +36,7 @@
 #include "native.h"
 #include "nat_timeout.h"
 #include "maglev.h"
+#include "source_ranges.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -336,6 +337,8 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 
 		if (!svc || !(svc->flags & SERVICE_F_EXTERNAL))
 			return -1;
+		if (!lb_source_allowed(svc->id, ck.saddr))
+			return drop(skb, p, SHUNT_REASON_LB_SOURCE_DENIED);
 		__u32 reason = nodeport_new(cfg, svc, &ck, &fwd);
 		if (reason)
 			return drop(skb, p, reason);

@@ -148,6 +148,17 @@ var mapTable = []mapDesc{
 		refuse: "the previous tables stay in force",
 	},
 	{
+		name:  "shunt_lb_source_ranges",
+		about: "loadBalancerSourceRanges: (load balancer frontend's service id, client prefix) -> admitted, or the frontend's catch-all that refuses (LPM trie)",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntLbSourceRanges },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.objs.ShuntLbSourceRanges, func(k uplinktcLbSourceRangeKey, v uplinktcLbSourceRangeValue) Row {
+				id, p := rangeOfKey(k)
+				return Row{"serviceID": id, "clients": p.String(), "admit": v.Allow == 1}
+			})
+		},
+	},
+	{
 		name:  "shunt_masq_exclude",
 		about: "masquerade: destinations pods reach with their own address (cluster, services, nodes, --masquerade-exclude; LPM trie)",
 		of:    func(d *Datapath) *ebpf.Map { return d.uplink.ShuntMasqExclude },

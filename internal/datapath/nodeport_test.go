@@ -94,6 +94,10 @@ func TestNodePort(t *testing.T) {
 		{Frontend: fe(npNode, 30081), Kind: services.KindNodePort, Name: "remote", Backends: remote},
 		{Frontend: fe(npNode, 30082), Kind: services.KindNodePort, Name: "local-policy-none-here", LocalOnly: true},
 		{Frontend: fe(npLB, 80), Kind: services.KindLoadBalancer, Name: "lb", Backends: local},
+		{Frontend: fe(npLB, 81), Kind: services.KindLoadBalancer, Name: "lb-client-in-range", Backends: local,
+			SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("192.0.2.8/30")}},
+		{Frontend: fe(npLB, 82), Kind: services.KindLoadBalancer, Name: "lb-client-out-of-range", Backends: local,
+			SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}},
 		{Frontend: services.Frontend{VIP: npNode, Port: 30053, Proto: 17}, Kind: services.KindNodePort, Name: "dns",
 			Backends: []services.Backend{{IP: npLocalPod, Port: 5353}}},
 		{Frontend: services.Frontend{VIP: npNode, Port: 30054, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote",
@@ -208,6 +212,23 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
+	t.Run("load balancer source ranges: a client in them admitted, one outside dropped", func(t *testing.T) {
+		ret, out := fromOutside(packet(npClient, npLB, 6, tcpSegment(40006, 81, tcpSYN)))
+		if got, want := checkedTuple(t, out), (tuple{npClient, npLocalPod, 40006, 8080}); ret != tcActRedirect || got != want {
+			t.Errorf("in range: verdict %d, %+v; want redirect, %+v", ret, got, want)
+		}
+		if ret, _ := fromOutside(packet(npClient, npLB, 6, tcpSegment(40007, 82, tcpSYN))); ret != tcActShot {
+			t.Errorf("out of range: verdict %d, want drop", ret)
+		}
+		var denied bool
+		for _, e := range flows() {
+			denied = denied || (e.Reason == "lb-source-denied" && e.Dst == npLB && e.DstPort == 82 && e.Verdict == "DROPPED")
+		}
+		if !denied {
+			t.Errorf("no flow event names the source range drop (lb-source-denied)")
+		}
+	})
+
 	t.Run("UDP, to this node's backend and SNATed to another's", func(t *testing.T) {
 		ret, out := fromOutside(packet(npClient, npNode, 17, udpDatagram(40010, 30053)))
 		if got, want := checkedTuple(t, out), (tuple{npClient, npLocalPod, 40010, 5353}); ret != tcActRedirect || got != want {
@@ -240,7 +261,7 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
-	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 9, "nodeport-reply/from-uplink": 3, "nodeport-reply/from-pod": 3})
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 10, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 3, "nodeport-reply/from-pod": 3})
 	var kinds []string
 	for _, e := range flows() {
 		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {

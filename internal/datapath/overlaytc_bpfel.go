@@ -44,6 +44,7 @@ const (
 	overlaytcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
 	overlaytcMapShuntIpcache           = "shunt_ipcache"
 	overlaytcMapShuntL7Redirect        = "shunt_l7_redirect"
+	overlaytcMapShuntLbSourceRanges    = "shunt_lb_source_ranges"
 	overlaytcMapShuntMaglev            = "shunt_maglev"
 	overlaytcMapShuntMetrics           = "shunt_metrics"
 	overlaytcMapShuntNodeportNat       = "shunt_nodeport_nat"
@@ -120,6 +121,7 @@ type overlaytcMapSpecs struct {
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
 	ShuntMaglev            *ebpf.MapSpec `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
@@ -170,6 +172,7 @@ type overlaytcMaps struct {
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
 	ShuntMaglev            *ebpf.Map `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
@@ -194,6 +197,7 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
+		m.ShuntLbSourceRanges,
 		m.ShuntMaglev,
 		m.ShuntMetrics,
 		m.ShuntNodeportNat,

@@ -302,7 +302,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_ACCEL_CONGESTED        podtcShuntReason = 43
 	podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE         podtcShuntReason = 44
 	podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY         podtcShuntReason = 45
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 46
+	podtcShuntReasonSHUNT_REASON_LB_SOURCE_DENIED       podtcShuntReason = 46
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 47
 )
 
 type podtcTcNatKey struct {
@@ -339,6 +340,7 @@ const (
 	podtcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
 	podtcMapShuntIpcache           = "shunt_ipcache"
 	podtcMapShuntL7Redirect        = "shunt_l7_redirect"
+	podtcMapShuntLbSourceRanges    = "shunt_lb_source_ranges"
 	podtcMapShuntMaglev            = "shunt_maglev"
 	podtcMapShuntMetrics           = "shunt_metrics"
 	podtcMapShuntNodeportNat       = "shunt_nodeport_nat"
@@ -427,6 +429,7 @@ type podtcMapSpecs struct {
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
 	ShuntMaglev            *ebpf.MapSpec `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
@@ -489,6 +492,7 @@ type podtcMaps struct {
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
 	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
 	ShuntMaglev            *ebpf.Map `ebpf:"shunt_maglev"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
@@ -513,6 +517,7 @@ func (m *podtcMaps) Close() error {
 		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
 		m.ShuntL7Redirect,
+		m.ShuntLbSourceRanges,
 		m.ShuntMaglev,
 		m.ShuntMetrics,
 		m.ShuntNodeportNat,

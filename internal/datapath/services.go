@@ -65,10 +65,11 @@ type backendKey struct {
 
 // written is what the kernel holds for one service port.
 type written struct {
-	id       uint32   // service id (slot 0)
-	affinity uint32   // seconds, 0: none
-	flags    uint16   // frontendFlags
-	backends []uint32 // backend ids, slot order
+	id       uint32         // service id (slot 0)
+	affinity uint32         // seconds, 0: none
+	flags    uint16         // frontendFlags
+	backends []uint32       // backend ids, slot order
+	ranges   []netip.Prefix // load balancer source ranges (sourceranges.go)
 }
 
 // serviceTable mirrors shunt_services and shunt_backends in memory, so a
@@ -83,6 +84,9 @@ type serviceTable struct {
 	keys     map[uint32]backendKey // backend id -> its key
 	refs     map[uint32]int        // backend id -> slots using it
 	svcIDs   map[uint32]bool
+	// strayRanges are source range entries of no port, found when the
+	// mirror was loaded: the next sync deletes them.
+	strayRanges []uplinktcLbSourceRangeKey
 	// slots counts the shunt_services entries ports hold (1 + backends
 	// each), kept in step so a partial update checks capacity in O(1).
 	slots int
@@ -138,6 +142,9 @@ func (d *Datapath) loadServiceTable() error {
 		t.ports[services.Frontend{VIP: fromBe32(k.Vip), Port: fromBe16(k.Port), Proto: k.Proto}] = w
 		t.slots += 1 + len(w.backends)
 		t.svcIDs[v.Id] = true
+	}
+	if err := t.loadRanges(d.objs.ShuntLbSourceRanges); err != nil {
+		return err
 	}
 	for id := range t.refs {
 		t.nextBackend = max(t.nextBackend, id+1)
@@ -203,7 +210,8 @@ func (t *serviceTable) planSync(desired []services.Port) *serviceWrites {
 	for _, s := range desired {
 		want[s.Frontend] = true
 	}
-	var w serviceWrites
+	w := serviceWrites{goneRanges: t.strayRanges}
+	t.strayRanges = nil
 	for _, s := range desired {
 		t.syncServicePort(s, &w)
 	}
@@ -267,7 +275,8 @@ func (t *serviceTable) updateSlots(upsert []services.Port, remove []services.Fro
 // planUpdate plans the writes of UpdateServices and makes the mirror what
 // the maps will hold, touching no map.
 func (t *serviceTable) planUpdate(upsert []services.Port, remove []services.Frontend) *serviceWrites {
-	var w serviceWrites
+	w := serviceWrites{goneRanges: t.strayRanges}
+	t.strayRanges = nil
 	var candidates []uint32 // backends that may have lost their last user
 	for _, s := range upsert {
 		candidates = append(candidates, t.ports[s.Frontend].backends...)
@@ -342,6 +351,11 @@ type serviceWrites struct {
 	goneSlots    []sockaddrServiceKey
 	goneBackends []uint32
 	goneUDP      []netip.AddrPort // addresses of the gone UDP backends
+	// Source range entries (sourceranges.go): new ones before slot 0,
+	// stale ones after.
+	rangeKeys  []uplinktcLbSourceRangeKey
+	rangeVals  []uplinktcLbSourceRangeValue
+	goneRanges []uplinktcLbSourceRangeKey
 }
 
 // serviceMaps is where planned writes go: shunt_services and
@@ -351,6 +365,8 @@ type serviceMaps interface {
 	putServices(keys []sockaddrServiceKey, vals []sockaddrServiceValue) error
 	deleteServices(keys []sockaddrServiceKey) error
 	deleteBackends(ids []uint32) error
+	putRanges(keys []uplinktcLbSourceRangeKey, vals []uplinktcLbSourceRangeValue) error
+	deleteRanges(keys []uplinktcLbSourceRangeKey) error
 }
 
 // writeTo makes the writes in their order, stopping at the first failure.
@@ -358,8 +374,10 @@ func (w *serviceWrites) writeTo(m serviceMaps) error {
 	for _, step := range []func() error{
 		func() error { return m.putBackends(w.backendIDs, w.backendVals) },
 		func() error { return m.putServices(w.slotKeys, w.slotVals) },
+		func() error { return m.putRanges(w.rangeKeys, w.rangeVals) },
 		func() error { return m.putServices(w.masterKeys, w.masterVals) },
 		func() error { return m.deleteServices(w.goneMasters) },
+		func() error { return m.deleteRanges(w.goneRanges) },
 		func() error { return m.deleteServices(w.goneSlots) },
 		func() error { return m.deleteBackends(w.goneBackends) },
 	} {
@@ -370,8 +388,9 @@ func (w *serviceWrites) writeTo(m serviceMaps) error {
 	return nil
 }
 
-// kernelServiceMaps are the kernel's shunt_services and shunt_backends.
-type kernelServiceMaps struct{ services, backends *ebpf.Map }
+// kernelServiceMaps are the kernel's shunt_services, shunt_backends and
+// shunt_lb_source_ranges.
+type kernelServiceMaps struct{ services, backends, ranges *ebpf.Map }
 
 func (k kernelServiceMaps) putBackends(ids []uint32, vals []sockaddrBackendValue) error {
 	return putAll(k.backends, ids, vals)
@@ -392,7 +411,7 @@ func (k kernelServiceMaps) deleteBackends(ids []uint32) error {
 // flush makes the writes in their order. The mirror was updated while
 // they were planned; if a write fails, the caller reloads it.
 func (d *Datapath) flush(w *serviceWrites) error {
-	return w.writeTo(kernelServiceMaps{services: d.sockAddr.ShuntServices, backends: d.sockAddr.ShuntBackends})
+	return w.writeTo(kernelServiceMaps{services: d.sockAddr.ShuntServices, backends: d.sockAddr.ShuntBackends, ranges: d.objs.ShuntLbSourceRanges})
 }
 
 // batchMin is the size from which a batch system call beats one call per
@@ -491,15 +510,16 @@ func (t *serviceTable) syncServicePort(s services.Port, w *serviceWrites) {
 		ids[i] = id
 	}
 	flags := frontendFlags(s)
-	if exists && old.affinity == s.AffinityTimeout && old.flags == flags && slices.Equal(old.backends, ids) {
+	if exists && old.affinity == s.AffinityTimeout && old.flags == flags && slices.Equal(old.backends, ids) && slices.Equal(old.ranges, s.SourceRanges) {
 		return // unchanged: the common case of a partial sync
 	}
-	wr := written{id: old.id, affinity: s.AffinityTimeout, flags: flags, backends: ids}
+	wr := written{id: old.id, affinity: s.AffinityTimeout, flags: flags, backends: ids, ranges: slices.Clone(s.SourceRanges)}
 	if !exists {
 		wr.id = t.nextService
 		t.nextService++
 		t.svcIDs[wr.id] = true
 	}
+	planRanges(old.id, old.ranges, wr.id, wr.ranges, w)
 	master := sockaddrServiceKey{Vip: be32(s.VIP), Port: be16(s.Port), Proto: s.Proto}
 	for i, id := range ids {
 		if i < len(old.backends) && old.backends[i] == id {
@@ -544,6 +564,7 @@ func (t *serviceTable) deleteServicePort(f services.Frontend, wr written, w *ser
 	for _, id := range wr.backends {
 		t.refs[id]--
 	}
+	planRanges(wr.id, wr.ranges, 0, nil, w)
 	delete(t.svcIDs, wr.id)
 	t.slots -= 1 + len(wr.backends)
 	delete(t.ports, f)

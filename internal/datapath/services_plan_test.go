@@ -32,12 +32,14 @@ const (
 type fakeServiceMaps struct {
 	services map[sockaddrServiceKey]sockaddrServiceValue
 	backends map[uint32]sockaddrBackendValue
+	ranges   map[uplinktcLbSourceRangeKey]uplinktcLbSourceRangeValue
 	ops      []string        // every write made, in order
 	after    func(op string) // called after each single write
 }
 
 func newFakeServiceMaps() *fakeServiceMaps {
-	return &fakeServiceMaps{services: map[sockaddrServiceKey]sockaddrServiceValue{}, backends: map[uint32]sockaddrBackendValue{}}
+	return &fakeServiceMaps{services: map[sockaddrServiceKey]sockaddrServiceValue{}, backends: map[uint32]sockaddrBackendValue{},
+		ranges: map[uplinktcLbSourceRangeKey]uplinktcLbSourceRangeValue{}}
 }
 
 func (m *fakeServiceMaps) did(op string) {
@@ -77,6 +79,27 @@ func (m *fakeServiceMaps) deleteBackends(ids []uint32) error {
 		m.did(fmt.Sprintf("delete backend %d", id))
 	}
 	return nil
+}
+
+func (m *fakeServiceMaps) putRanges(keys []uplinktcLbSourceRangeKey, vals []uplinktcLbSourceRangeValue) error {
+	for i, k := range keys {
+		m.ranges[k] = vals[i]
+		m.did("put range " + rangeText(k, vals[i]))
+	}
+	return nil
+}
+
+func (m *fakeServiceMaps) deleteRanges(keys []uplinktcLbSourceRangeKey) error {
+	for _, k := range keys {
+		delete(m.ranges, k)
+		m.did("delete range " + rangeText(k, uplinktcLbSourceRangeValue{}))
+	}
+	return nil
+}
+
+func rangeText(k uplinktcLbSourceRangeKey, v uplinktcLbSourceRangeValue) string {
+	id, p := rangeOfKey(k)
+	return fmt.Sprintf("%d %s allow=%d", id, p, v.Allow)
 }
 
 func serviceSlotText(k sockaddrServiceKey) string {

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type uplinktcLbSourceRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	ServiceId uint32
+	Addr      uint32
+}
+
+type uplinktcLbSourceRangeValue struct {
+	_     structs.HostLayout
+	Allow uint8
+	Pad   [3]uint8
+}
+
 type uplinktcMasqConfig struct {
 	_       structs.HostLayout
 	Addr    uint32
@@ -113,6 +126,7 @@ const (
 	uplinktcMapShuntFlowStats      = "shunt_flow_stats"
 	uplinktcMapShuntFlows          = "shunt_flows"
 	uplinktcMapShuntIpcache        = "shunt_ipcache"
+	uplinktcMapShuntLbSourceRanges = "shunt_lb_source_ranges"
 	uplinktcMapShuntMaglev         = "shunt_maglev"
 	uplinktcMapShuntMasqExclude    = "shunt_masq_exclude"
 	uplinktcMapShuntMasqNat        = "shunt_masq_nat"
@@ -192,6 +206,7 @@ type uplinktcMapSpecs struct {
 	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
 	ShuntFlows          *ebpf.MapSpec `ebpf:"shunt_flows"`
 	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
+	ShuntLbSourceRanges *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
 	ShuntMaglev         *ebpf.MapSpec `ebpf:"shunt_maglev"`
 	ShuntMasqExclude    *ebpf.MapSpec `ebpf:"shunt_masq_exclude"`
 	ShuntMasqNat        *ebpf.MapSpec `ebpf:"shunt_masq_nat"`
@@ -245,6 +260,7 @@ type uplinktcMaps struct {
 	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
 	ShuntFlows          *ebpf.Map `ebpf:"shunt_flows"`
 	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
+	ShuntLbSourceRanges *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
 	ShuntMaglev         *ebpf.Map `ebpf:"shunt_maglev"`
 	ShuntMasqExclude    *ebpf.Map `ebpf:"shunt_masq_exclude"`
 	ShuntMasqNat        *ebpf.Map `ebpf:"shunt_masq_nat"`
@@ -268,6 +284,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntFlowStats,
 		m.ShuntFlows,
 		m.ShuntIpcache,
+		m.ShuntLbSourceRanges,
 		m.ShuntMaglev,
 		m.ShuntMasqExclude,
 		m.ShuntMasqNat,

@@ -54,6 +54,7 @@ const (
 	ReasonAccelCongested
 	ReasonNodePortXlate
 	ReasonNodePortReply
+	ReasonLBSourceDenied
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -104,6 +105,7 @@ var reasonNames = [...]string{
 	ReasonAccelCongested:       "accel-congested",
 	ReasonNodePortXlate:        "nodeport-xlate",
 	ReasonNodePortReply:        "nodeport-reply",
+	ReasonLBSourceDenied:       "lb-source-denied",
 }
 
 // String is the reason's name, or its number when it has none.

@@ -111,9 +111,9 @@ func ptrTo[T any](v T) *T { return &v }
 
 // TestSlimServiceKeepsOutsideTraffic: a LoadBalancer Service keeps what
 // outside traffic reads (nodePorts, externalIPs, the traffic policy, the
-// health check port, the load balancer's ingress) and what shunt names as
-// not implemented (source ranges, internalTrafficPolicy Local), so that
-// the frontends and the problems computed from it are the original's;
+// health check port, the load balancer's ingress, the source ranges,
+// internalTrafficPolicy Local), so that the frontends and the problems
+// computed from it are the original's;
 // its EndpointSlice keeps each endpoint's node.
 func TestSlimServiceKeepsOutsideTraffic(t *testing.T) {
 	local := corev1.ServiceInternalTrafficPolicyLocal
@@ -150,7 +150,15 @@ func TestSlimServiceKeepsOutsideTraffic(t *testing.T) {
 	if !reflect.DeepEqual(got, want) || len(got) != 4 {
 		t.Errorf("frontends from the slimmed objects:\n%+v\nfrom the originals (want 4: ClusterIP, NodePort, externalIP, LB):\n%+v", got, want)
 	}
-	if g, w := services.Unsupported(slim), services.Unsupported(orig); !reflect.DeepEqual(g, w) || len(g) != 2 {
-		t.Errorf("problems of the slimmed Service %+v, of the original %+v: want the same two", g, w)
+	for _, p := range got {
+		switch {
+		case p.Kind == services.KindLoadBalancer && (len(p.SourceRanges) != 1 || p.SourceRanges[0].String() != "198.51.100.0/24"):
+			t.Errorf("load balancer frontend's source ranges %v, want the Service's", p.SourceRanges)
+		case p.Kind == services.KindClusterIP && len(p.Backends) != 2:
+			t.Errorf("ClusterIP backends %v, want node-1's two (internalTrafficPolicy Local)", p.Backends)
+		}
+	}
+	if g, w := services.Unsupported(slim), services.Unsupported(orig); !reflect.DeepEqual(g, w) {
+		t.Errorf("problems of the slimmed Service %+v, of the original %+v: want the same", g, w)
 	}
 }

@@ -311,6 +311,7 @@ func (c *clusterIPs) assign(old, next *model.Store, changes []model.Change) (ipA
 		}
 	}
 	problems = append(problems, assignExternal(next, changes, c.lbPool)...)
+	problems = append(problems, checkHostPorts(next, changes)...)
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		return ipAssignment{}, errors.New(manifest.JoinProblems("nothing applied:", problems))

@@ -119,11 +119,15 @@ func assignService(source string, s *corev1.Service, owners *externalOwners, lbP
 		return 0, false
 	}
 	exposes := s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer
+	// allocateLoadBalancerNodePorts: false: a LoadBalancer gets no
+	// nodePort it did not ask for, as the API server does.
+	allocate := !(s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.AllocateLoadBalancerNodePorts != nil && !*s.Spec.AllocateLoadBalancerNodePorts)
 	for i := range s.Spec.Ports {
 		p := &s.Spec.Ports[i]
 		field := fmt.Sprintf("spec.ports[%d].nodePort", i)
 		switch {
 		case !exposes:
+		case p.NodePort == 0 && !allocate:
 		case p.NodePort != 0:
 			if by := other(owners.nodePorts[nodePortKey{p.NodePort, p.Protocol}], self); by != "" {
 				problems = append(problems, fmt.Sprintf("%s%s: %d/%s is already allocated to Service %s", label, field, p.NodePort, p.Protocol, by))

@@ -81,6 +81,14 @@ func TestAssignOutside(t *testing.T) {
 	if cp.Store() != before {
 		t.Error("a refused request changed the objects")
 	}
+	// allocateLoadBalancerNodePorts false: no nodePort unless asked for;
+	// the load balancer address still.
+	if err := apply(outsideSvc("nonp", "LoadBalancer", "allocateLoadBalancerNodePorts: false, ports: [{name: a, port: 80}, {name: b, port: 81, nodePort: 30100}], ")); err != nil {
+		t.Fatal(err)
+	}
+	if s := serviceOf(t, cp, "nonp"); s.Spec.Ports[0].NodePort != 0 || s.Spec.Ports[1].NodePort != 30100 || len(s.Status.LoadBalancer.Ingress) != 1 {
+		t.Errorf("allocateLoadBalancerNodePorts false: nodePorts %d, %d (want 0, 30100), status %+v", s.Spec.Ports[0].NodePort, s.Spec.Ports[1].NodePort, s.Status.LoadBalancer)
+	}
 	// Back to ClusterIP: the nodePort goes (the API server would refuse
 	// to keep it).
 	if err := apply(outsideSvc("np", "ClusterIP", "")); err != nil {

@@ -304,6 +304,16 @@ func checkPod(c *checker, pod *corev1.Pod) {
 			checkPortNumber(c, pf.child("containerPort"), port.ContainerPort)
 			checkProtocol(c, pf.child("protocol"), port.Protocol)
 			checkPortName(c, pf.child("name"), port.Name, validation.IsValidPortName, portNames)
+			if port.HostPort != 0 {
+				checkPortNumber(c, pf.child("hostPort"), port.HostPort)
+			}
+			if port.HostIP != "" {
+				if _, ok := parseIP(port.HostIP); !ok {
+					c.errorf(pf.child("hostIP"), "%q is not a valid IPv4 or IPv6 address", port.HostIP)
+				} else if port.HostPort == 0 {
+					c.errorf(pf.child("hostIP"), "may only be set with a hostPort")
+				}
+			}
 		}
 		if sc := ctr.SecurityContext; sc != nil && sc.Capabilities != nil {
 			sf := f.child("securityContext").child("capabilities")
@@ -438,6 +448,9 @@ func checkServiceType(c *checker, svc *corev1.Service, headless bool) {
 		case hc < DefaultNodePortRange.Min || hc > DefaultNodePortRange.Max:
 			c.errorf(spec.child("healthCheckNodePort"), "%d is outside the NodePort range %d-%d", hc, DefaultNodePortRange.Min, DefaultNodePortRange.Max)
 		}
+	}
+	if svc.Spec.AllocateLoadBalancerNodePorts != nil && t != corev1.ServiceTypeLoadBalancer {
+		c.errorf(spec.child("allocateLoadBalancerNodePorts"), "may only be set with type LoadBalancer")
 	}
 	if ip := svc.Spec.LoadBalancerIP; ip != "" {
 		if _, ok := parseIP(ip); !ok {

@@ -154,8 +154,8 @@ func TestPortsForTypes(t *testing.T) {
 func TestUnsupportedOutsideFields(t *testing.T) {
 	svc := lbService(t, "Local")
 	local := corev1.ServiceInternalTrafficPolicyLocal
-	dist := corev1.ServiceTrafficDistributionPreferClose
-	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	dist := "PreferSomewhereElse" // a value of a later Kubernetes
+	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24", "2001:db8::/64", "bogus"}
 	svc.Spec.InternalTrafficPolicy = &local
 	svc.Spec.TrafficDistribution = &dist
 	svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{Hostname: "lb.example"})
@@ -163,8 +163,8 @@ func TestUnsupportedOutsideFields(t *testing.T) {
 	for _, is := range Unsupported(svc) {
 		reasons = append(reasons, is.Reason)
 	}
-	want := []string{"IPv6NotSupported", "LoadBalancerHostnameNotSupported", "LoadBalancerSourceRangesNotSupported",
-		"InternalTrafficPolicyNotSupported", "TrafficDistributionNotSupported"}
+	want := []string{"IPv6NotSupported", "LoadBalancerHostnameNotSupported", "IPv6NotSupported", "InvalidSourceRange",
+		"TrafficDistributionNotSupported"}
 	if !reflect.DeepEqual(reasons, want) {
 		t.Errorf("issues %v, want %v", reasons, want)
 	}
@@ -173,8 +173,12 @@ func TestUnsupportedOutsideFields(t *testing.T) {
 	}
 	pod := pod(t, "hp", "web", 8080)
 	pod.Spec.Containers[0].Ports[0].HostPort = 80
-	if is := HostPortIssues(pod); len(is) != 1 || is[0].Reason != "HostPortNotSupported" || !strings.Contains(is[0].Message, "hostPort 80/TCP") {
-		t.Errorf("hostPort issues %v", is)
+	if is := HostPortIssues(pod); len(is) != 0 {
+		t.Errorf("hostPort issues %v, want none (implemented)", is)
+	}
+	pod.Spec.Containers[0].Ports[0].HostIP = "2001:db8::1"
+	if is := HostPortIssues(pod); len(is) != 1 || is[0].Reason != "IPv6NotSupported" || !strings.Contains(is[0].Message, "hostPort 80/TCP") {
+		t.Errorf("hostPort issues of an IPv6 hostIP %v", is)
 	}
 }
 
@@ -240,6 +244,167 @@ func TestPortsForLocalTerminating(t *testing.T) {
 			if r.kind == KindClusterIP && strings.HasSuffix(r.frontend, "/tcp") && strings.Contains(strings.Join(r.backends, ","), "10.0.0.3") {
 				t.Errorf("the ClusterIP uses a terminating endpoint: %v", r.backends)
 			}
+		}
+	}
+}
+
+// TestSourceRanges: the load balancer frontends carry the Service's
+// IPv4 source ranges, canonical and sorted (the annotation when the
+// field is empty); the NodePorts, externalIPs and ClusterIP none; ranges
+// that all fall out admit no client rather than every one.
+func TestSourceRanges(t *testing.T) {
+	svc := lbService(t, "Cluster")
+	svc.Spec.LoadBalancerSourceRanges = []string{"203.0.113.9/24", " 198.51.100.0/24", "198.51.100.0/24", "2001:db8::/64"}
+	want := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24")}
+	for _, p := range PortsFor(svc, webSlices(), node1) {
+		switch {
+		case p.Kind == KindLoadBalancer && !reflect.DeepEqual(p.SourceRanges, want):
+			t.Errorf("%s %v: ranges %v, want %v", p.Kind, p.Frontend, p.SourceRanges, want)
+		case p.Kind != KindLoadBalancer && p.SourceRanges != nil:
+			t.Errorf("%s %v: ranges %v, want none (kube-proxy guards the load balancer addresses only)", p.Kind, p.Frontend, p.SourceRanges)
+		}
+	}
+	for _, tc := range []struct {
+		field      []string
+		annotation string
+		want       []string
+	}{
+		{nil, "", nil},
+		{nil, "10.0.0.0/8, 192.0.2.1/32", []string{"10.0.0.0/8", "192.0.2.1/32"}},
+		{[]string{"192.0.2.0/24"}, "10.0.0.0/8", []string{"192.0.2.0/24"}},
+		{[]string{"2001:db8::/64"}, "", []string{"0.0.0.0/32"}},
+	} {
+		svc.Spec.LoadBalancerSourceRanges = tc.field
+		svc.Annotations = map[string]string{SourceRangesAnnotation: tc.annotation}
+		got, _ := SourceRanges(svc)
+		var gotS []string
+		for _, p := range got {
+			gotS = append(gotS, p.String())
+		}
+		if !reflect.DeepEqual(gotS, tc.want) {
+			t.Errorf("field %v, annotation %q: %v, want %v", tc.field, tc.annotation, gotS, tc.want)
+		}
+	}
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	svc.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/8"}
+	if got, _ := SourceRanges(svc); got != nil {
+		t.Errorf("a NodePort Service: ranges %v, want none", got)
+	}
+}
+
+// TestPortsForInternalLocal: internalTrafficPolicy Local makes the
+// ClusterIP balance over this node's endpoints only (the serving
+// terminating ones when none is ready, as kube-proxy; none on a node
+// without any: refused like a Service without endpoints); the outside
+// frontends keep their own policy (Cluster here: every endpoint).
+func TestPortsForInternalLocal(t *testing.T) {
+	svc := lbService(t, "Cluster")
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	svc.Spec.InternalTrafficPolicy = &local
+	yes := true
+	terminatingServing := webSlices()
+	terminatingServing[0].Endpoints[2].Conditions.Serving = &yes
+	terminatingServing[0].Endpoints = terminatingServing[0].Endpoints[1:] // node-1's ready one gone
+	for _, tc := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		node   Node
+		want   []string
+	}{
+		{"node-1", webSlices(), node1, []string{"10.0.0.1:8080"}},
+		{"node-1, only a terminating serving endpoint", terminatingServing, node1, []string{"10.0.0.3:8080"}},
+		{"node-3, none", webSlices(), Node{Name: "node-3"}, nil},
+	} {
+		for _, r := range rows(PortsFor(svc, tc.slices, tc.node)) {
+			switch {
+			case r.frontend == "10.96.0.10:80/tcp" && !reflect.DeepEqual(r.backends, tc.want):
+				t.Errorf("%s: ClusterIP backends %v, want %v", tc.name, r.backends, tc.want)
+			case r.kind == KindNodePort && strings.HasSuffix(r.frontend, "/tcp") && len(r.backends) != 2 && tc.name == "node-1":
+				t.Errorf("%s: NodePort backends %v, want every ready endpoint (externalTrafficPolicy Cluster)", tc.name, r.backends)
+			}
+		}
+	}
+}
+
+// TestHostPortsFor: a pod's hostPort is a frontend on each of its node's
+// addresses (or only its hostIP, 127.0.0.1 included) leading to the pod's
+// address and container port; none on another node, for a pod without
+// an address, or of the host's network.
+func TestHostPortsFor(t *testing.T) {
+	p := pod(t, "hp", "web", 8080)
+	p.Spec.NodeName = "node-1"
+	p.Status.PodIP = "10.244.1.5"
+	p.Spec.Containers[0].Ports[0].HostPort = 80
+	p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports,
+		corev1.ContainerPort{ContainerPort: 5353, HostPort: 53, Protocol: corev1.ProtocolUDP, HostIP: "127.0.0.1"})
+	got := rows(HostPortsFor(p, node1))
+	want := []frontendRow{
+		{KindHostPort, "192.168.123.1:80/tcp", []string{"10.244.1.5:8080"}, false},
+		{KindHostPort, "10.244.1.1:80/tcp", []string{"10.244.1.5:8080"}, false},
+		{KindHostPort, "127.0.0.1:53/udp", []string{"10.244.1.5:5353"}, false},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("frontends:\n%v\nwant:\n%v", got, want)
+	}
+	if ports := HostPortsFor(p, Node{Name: "node-2"}); ports != nil {
+		t.Errorf("on another node: %v", ports)
+	}
+	hostNet := p.DeepCopy()
+	hostNet.Spec.HostNetwork = true
+	noIP := p.DeepCopy()
+	noIP.Status.PodIP = ""
+	for _, q := range []*corev1.Pod{hostNet, noIP} {
+		if ports := HostPortsFor(q, node1); ports != nil {
+			t.Errorf("%v", ports)
+		}
+	}
+}
+
+// TestTrafficDistribution: PreferSameNode uses this node's endpoints,
+// else its zone's; PreferSameZone (and PreferClose) its zone's (an
+// endpoint's own zone, else its node's label); with none of them, or no
+// zone known, every endpoint, as kube-proxy falls back. An externally
+// reached frontend with externalTrafficPolicy Cluster prefers alike.
+// allocateLoadBalancerNodePorts false (no nodePort): no NodePort
+// frontend.
+func TestTrafficDistribution(t *testing.T) {
+	zones := map[string]string{"node-1": "a", "node-2": "b", "node-3": "a", "node-4": "c"}
+	at := func(name string) Node {
+		return Node{Name: name, NodePortAddrs: []netip.Addr{netip.MustParseAddr("192.168.123.9")}, Zones: zones}
+	}
+	both := []string{"10.0.0.1:8080", "10.0.0.2:8080"}
+	for _, tc := range []struct {
+		dist string
+		node Node
+		want []string
+	}{
+		{"PreferSameNode", at("node-1"), []string{"10.0.0.1:8080"}},
+		{"PreferSameNode", at("node-3"), []string{"10.0.0.1:8080"}}, // none here: its zone a has node-1's
+		{"PreferSameNode", at("node-4"), both},                      // none in zone c either
+		{"PreferSameZone", at("node-3"), []string{"10.0.0.1:8080"}},
+		{"PreferClose", at("node-2"), []string{"10.0.0.2:8080"}},
+		{"PreferSameZone", at("node-4"), both},
+		{"PreferSameZone", Node{Name: "node-1"}, both}, // zones unknown
+		{"", at("node-1"), both},
+	} {
+		svc := lbService(t, "Cluster")
+		if tc.dist != "" {
+			d := tc.dist
+			svc.Spec.TrafficDistribution = &d
+		}
+		for _, r := range rows(PortsFor(svc, webSlices(), tc.node)) {
+			if strings.HasSuffix(r.frontend, "/tcp") && !reflect.DeepEqual(r.backends, tc.want) {
+				t.Errorf("%s on %s: %s %s backends %v, want %v", tc.dist, tc.node.Name, r.kind, r.frontend, r.backends, tc.want)
+			}
+		}
+	}
+	svc := lbService(t, "Cluster")
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = 0
+	}
+	for _, p := range PortsFor(svc, webSlices(), node1) {
+		if p.Kind == KindNodePort {
+			t.Errorf("a LoadBalancer without nodePorts has NodePort frontend %v", p.Frontend)
 		}
 	}
 }

@@ -155,6 +155,13 @@ var protoNumbers = map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.Proto
 // entries, nor does an IPv6 one (the datapath is IPv4; Unsupported says
 // so).
 func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice) []Port {
+	return clusterPorts(svc, clusterIP, slices, nil)
+}
+
+// clusterPorts are the ClusterIP ports of svc: Ports, and on a node (nil:
+// none, every endpoint) with internalTrafficPolicy Local this node's
+// endpoints only, else those its trafficDistribution prefers.
+func clusterPorts(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.EndpointSlice, node *Node) []Port {
 	if !clusterIP.IsValid() || !clusterIP.Is4() {
 		return nil
 	}
@@ -164,8 +171,17 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 		if !ok {
 			continue
 		}
-		all, _, _ := portBackends(slices, sp, "")
-		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, all))
+		var backends []Backend
+		if node == nil {
+			backends, _, _ = portBackends(slices, sp, "")
+		} else {
+			all, onNode, terminating := portBackends(slices, sp, node.Name)
+			backends = preferred(svc, slices, sp, *node, all, onNode)
+			if internalLocal(svc) {
+				backends = localBackends(all, onNode, terminating)
+			}
+		}
+		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, backends))
 	}
 	return out
 }
@@ -178,24 +194,19 @@ func Ports(svc *corev1.Service, clusterIP netip.Addr, slices []*discoveryv1.Endp
 // addresses are left out (Unsupported names them).
 func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
 	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
-	out := Ports(svc, clusterIP, slices)
+	out := clusterPorts(svc, clusterIP, slices, &node)
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	ranges, _ := SourceRanges(svc)
 	for _, sp := range svc.Spec.Ports {
 		proto, ok := protoNumbers[sp.Protocol]
 		if !ok {
 			continue
 		}
 		all, onNode, terminating := portBackends(slices, sp, node.Name)
-		backends := all
+		backends := preferred(svc, slices, sp, node, all, onNode)
 		if local {
-			// As kube-proxy: with no ready endpoint here, the serving
-			// ones that are terminating keep taking new connections
-			// rather than none.
-			backends = onNode
-			if len(backends) == 0 {
-				backends = terminating
-			}
+			backends = localBackends(all, onNode, terminating)
 		}
 		add := func(addr netip.Addr, port uint16, kind Kind) {
 			if !addr.Is4() || port == 0 {
@@ -203,6 +214,11 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 			}
 			p := servicePort(svc, sp, Frontend{VIP: addr, Port: port, Proto: proto}, kind, backends)
 			p.LocalOnly = local
+			if kind == KindLoadBalancer {
+				// As kube-proxy: the ranges guard the load balancer's
+				// addresses; the nodePorts stay open to all.
+				p.SourceRanges = ranges
+			}
 			out = append(out, p)
 		}
 		if nodePorts {
@@ -222,6 +238,82 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 		}
 	}
 	return dedupeFrontends(out)
+}
+
+// localBackends are the backends of a traffic policy Local from
+// portBackends' results: this node's ready endpoints, or, as kube-proxy,
+// with no ready endpoint here, the serving ones that are terminating
+// (they keep taking new connections rather than none).
+func localBackends(_, onNode, terminating []Backend) []Backend {
+	if len(onNode) == 0 {
+		return terminating
+	}
+	return onNode
+}
+
+// ZoneLabel is the Node label naming its zone.
+const ZoneLabel = "topology.kubernetes.io/zone"
+
+// preferred are the backends trafficDistribution prefers of all (onNode:
+// those on node), as kube-proxy: PreferSameNode this node's, else (none
+// here) those of its zone; PreferSameZone (or PreferClose, its old name)
+// those of its zone; with none of them, or no zone known, all. An
+// endpoint's zone is its own (the slice's) or else its node's label.
+func preferred(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node Node, all, onNode []Backend) []Backend {
+	d := svc.Spec.TrafficDistribution
+	if d == nil {
+		return all
+	}
+	switch *d {
+	case corev1.ServiceTrafficDistributionPreferSameNode:
+		if len(onNode) > 0 {
+			return onNode
+		}
+	case corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferClose:
+	default:
+		return all
+	}
+	zone := node.Zones[node.Name]
+	if zone == "" {
+		return all
+	}
+	inZone := map[netip.Addr]bool{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			z := ""
+			if ep.Zone != nil {
+				z = *ep.Zone
+			} else if ep.NodeName != nil {
+				z = node.Zones[*ep.NodeName]
+			}
+			if z != zone {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					inZone[ip] = true
+				}
+			}
+		}
+	}
+	var out []Backend
+	for _, b := range all {
+		if inZone[b.IP] {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return all
+	}
+	return out
+}
+
+// internalLocal: internalTrafficPolicy Local, the ClusterIP balancing
+// over this node's endpoints only (none here: refused, as a Service
+// without endpoints).
+func internalLocal(svc *corev1.Service) bool {
+	p := svc.Spec.InternalTrafficPolicy
+	return p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal
 }
 
 // dedupeFrontends keeps the first port of each frontend: an externalIP

@@ -21,7 +21,11 @@ type Tracker struct {
 	node  Node
 	ports map[types.NamespacedName][]Port // computed ports by service
 	dirty map[types.NamespacedName]bool
-	full  bool // the next Compute starts from scratch
+	// hostPorts are the frontends of the hostPorts of this node's pods,
+	// by pod; dirtyPods the pods changed since the last Compute.
+	hostPorts map[types.NamespacedName][]Port
+	dirtyPods map[types.NamespacedName]bool
+	full      bool // the next Compute starts from scratch
 }
 
 // NewTracker returns a tracker whose first Compute covers every service,
@@ -33,7 +37,8 @@ func NewTracker() *Tracker { return NewTrackerFor(Node{}) }
 // are the local ones of externalTrafficPolicy Local, its NodePort
 // addresses serve every nodePort.
 func NewTrackerFor(node Node) *Tracker {
-	return &Tracker{node: node, ports: map[types.NamespacedName][]Port{}, dirty: map[types.NamespacedName]bool{}, full: true}
+	return &Tracker{node: node, ports: map[types.NamespacedName][]Port{}, dirty: map[types.NamespacedName]bool{},
+		hostPorts: map[types.NamespacedName][]Port{}, dirtyPods: map[types.NamespacedName]bool{}, full: true}
 }
 
 // Delta is what a Compute changed. Full means the table was computed from
@@ -57,6 +62,14 @@ func (t *Tracker) Touch(old, next *model.Store, changes []model.Change) {
 		switch c.Key.Kind {
 		case manifest.KindService:
 			t.dirty[types.NamespacedName{Namespace: c.Key.Namespace, Name: c.Key.Name}] = true
+		case manifest.KindPod:
+			t.dirtyPods[types.NamespacedName{Namespace: c.Key.Namespace, Name: c.Key.Name}] = true
+		case manifest.KindNode:
+			// A node's zone moves every Service's preference: all are
+			// computed again (rare; a heartbeat changes no label).
+			if zoneIn(old, c.Key) != zoneIn(next, c.Key) {
+				t.full = true
+			}
 		case manifest.KindEndpointSlice:
 			for _, s := range []*model.Store{old, next} {
 				if o, ok := s.Get(c.Key); ok {
@@ -68,6 +81,13 @@ func (t *Tracker) Touch(old, next *model.Store, changes []model.Change) {
 	}
 }
 
+func zoneIn(s *model.Store, k manifest.Key) string {
+	if o, ok := s.Get(k); ok {
+		return o.Obj.(*corev1.Node).Labels[ZoneLabel]
+	}
+	return ""
+}
+
 // Reset makes the next Compute start from scratch: after a failed write,
 // when the kernel may hold anything between the old and the new table.
 func (t *Tracker) Reset() { t.full = true }
@@ -76,17 +96,43 @@ func (t *Tracker) Reset() { t.full = true }
 // Reset) from store.
 func (t *Tracker) Compute(store *model.Store) Delta {
 	var d Delta
-	var keys []types.NamespacedName
+	var keys, pods []types.NamespacedName
 	if t.full {
 		d.Full, t.full = true, false
 		clear(t.ports)
+		clear(t.hostPorts)
 		for _, s := range store.Services() {
 			keys = append(keys, types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
 		}
+		for _, p := range store.Pods() {
+			pods = append(pods, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+		}
 	} else {
 		keys = slices.SortedFunc(maps.Keys(t.dirty), compareNames)
+		pods = slices.SortedFunc(maps.Keys(t.dirtyPods), compareNames)
 	}
 	clear(t.dirty)
+	clear(t.dirtyPods)
+	t.node.Zones = map[string]string{}
+	for _, n := range store.Nodes() {
+		if z := n.Labels[ZoneLabel]; z != "" {
+			t.node.Zones[n.Name] = z
+		}
+	}
+	for _, key := range pods {
+		old := t.hostPorts[key]
+		var ports []Port
+		if p, ok := store.Pod(key.Namespace, key.Name); ok {
+			ports = HostPortsFor(p, t.node)
+		}
+		if len(ports) == 0 {
+			delete(t.hostPorts, key)
+		} else {
+			t.hostPorts[key] = ports
+		}
+		d.Upsert = append(d.Upsert, ports...)
+		d.Remove = append(d.Remove, gone(old, ports)...)
+	}
 	for _, key := range keys {
 		old := t.ports[key]
 		svc, ok := store.Service(key.Namespace, key.Name)
@@ -122,12 +168,21 @@ func (t *Tracker) Ports() []Port {
 	for _, key := range slices.SortedFunc(maps.Keys(t.ports), compareNames) {
 		out = append(out, t.ports[key]...)
 	}
+	for _, key := range slices.SortedFunc(maps.Keys(t.hostPorts), compareNames) {
+		out = append(out, t.hostPorts[key]...)
+	}
 	return out
 }
 
 // Count is the number of service ports and of their backends.
 func (t *Tracker) Count() (ports, backends int) {
 	for _, ps := range t.ports {
+		ports += len(ps)
+		for _, p := range ps {
+			backends += len(p.Backends)
+		}
+	}
+	for _, ps := range t.hostPorts {
 		ports += len(ps)
 		for _, p := range ps {
 			backends += len(p.Backends)

@@ -112,3 +112,32 @@ func TestSelectorServicesTouched(t *testing.T) {
 		t.Errorf("a pod without status: %+v, want not ready and no address", p)
 	}
 }
+
+// TestTrackerHostPorts: a pod of the node with a hostPort adds its
+// frontends when it has an address, a change to it rewrites them, its
+// deletion removes them; another node's pod adds none.
+func TestTrackerHostPorts(t *testing.T) {
+	pod := func(name, node, ip string, hostPort int) string {
+		return fmt.Sprintf("---\napiVersion: v1\nkind: Pod\nmetadata: {name: %s}\nspec: {nodeName: %s, containers: [{name: c, command: [x], ports: [{containerPort: 8080, hostPort: %d}]}]}\nstatus: {podIP: %s}\n",
+			name, node, hostPort, ip)
+	}
+	tr := NewTrackerFor(node1)
+	s := model.NewStore(objects(t, pod("mine", "node-1", "10.244.1.5", 80)+pod("theirs", "node-2", "10.244.2.5", 80)))
+	if d := tr.Compute(s); names(d.Upsert) != "default/mine:80/TCP=1,default/mine:80/TCP=1" {
+		t.Fatalf("first compute: %s (one frontend per NodePort address of node-1)", names(d.Upsert))
+	}
+	next, changes := s.Put(objects(t, pod("mine", "node-1", "10.244.1.5", 81)))
+	tr.Touch(s, next, changes)
+	d := tr.Compute(next)
+	if names(d.Upsert) != "default/mine:81/TCP=1,default/mine:81/TCP=1" || frontends(d.Remove) != "192.168.123.1:80,10.244.1.1:80" {
+		t.Errorf("hostPort changed: upsert %s remove %s", names(d.Upsert), frontends(d.Remove))
+	}
+	s, changes = next.Remove([]manifest.Key{{Kind: "Pod", Namespace: "default", Name: "mine"}})
+	tr.Touch(next, s, changes)
+	if d := tr.Compute(s); len(d.Upsert) != 0 || frontends(d.Remove) != "192.168.123.1:81,10.244.1.1:81" {
+		t.Errorf("pod deleted: upsert %s remove %s", names(d.Upsert), frontends(d.Remove))
+	}
+	if len(tr.Ports()) != 0 {
+		t.Errorf("left: %s", names(tr.Ports()))
+	}
+}

@@ -21,9 +21,11 @@ const (
 	KindNodePort
 	KindExternalIP
 	KindLoadBalancer
+	KindHostPort // a pod's hostPort on its node's addresses (or its hostIP)
 )
 
-var kindNames = [...]string{KindClusterIP: "clusterip", KindNodePort: "nodeport", KindExternalIP: "externalip", KindLoadBalancer: "lb"}
+var kindNames = [...]string{KindClusterIP: "clusterip", KindNodePort: "nodeport", KindExternalIP: "externalip", KindLoadBalancer: "lb",
+	KindHostPort: "hostport"}
 
 // String is the kind as flows and dumps name it.
 func (k Kind) String() string {
@@ -48,7 +50,10 @@ type Port struct {
 	// backends are this node's endpoints only, and the client's address
 	// is kept.
 	LocalOnly bool
-	Backends  []Backend
+	// SourceRanges: a load balancer frontend's loadBalancerSourceRanges,
+	// the only clients from outside it admits (none: every client).
+	SourceRanges []netip.Prefix
+	Backends     []Backend
 }
 
 // Backend is one endpoint address of a service port.
@@ -63,4 +68,7 @@ type Backend struct {
 type Node struct {
 	Name          string
 	NodePortAddrs []netip.Addr
+	// Zones are the nodes' zones (their topology.kubernetes.io/zone
+	// label) by node name, for trafficDistribution PreferSameZone.
+	Zones map[string]string
 }

@@ -20,8 +20,10 @@ import (
 // server allocated them (nodePorts, health check port): the outside host
 // reaches the NodePort on the node's address and the backend sees its
 // address; the health check answers 200 with one local endpoint; the
-// LoadBalancer's source ranges, which shunt does not enforce yet, are a
-// Warning event on the Service and a line of `shunt status`.
+// LoadBalancer's source ranges refuse the outside host at the address a
+// controller wrote in its status until the host is added to them; an
+// internalTrafficPolicy Local ClusterIP reaches the node's endpoint; and
+// `shunt status` names none of them as left out.
 func TestKubernetesNodePort(t *testing.T) {
 	c := newKubeCluster(t)
 	netns, addrs, _ := newUnderlay(t, 2)
@@ -72,10 +74,46 @@ func TestKubernetesNodePort(t *testing.T) {
 		t.Errorf("health check body %q (%v), want Service default/ranges with one local endpoint", body, err)
 	}
 
-	if err := k.waitEvent("ranges", "LoadBalancerSourceRangesNotSupported", "198.51.100.0/24"); err != nil {
-		t.Errorf("no LoadBalancerSourceRangesNotSupported Warning event on the Service: %v", err)
+	// The source ranges guard the load balancer address a controller
+	// writes in the status (routed to the node by the outside host): the
+	// outside host is not in them, then it is.
+	lbAddr := "192.0.2.200"
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbAddr}}
+	lb, err := k.cs.CoreV1().Services("default").UpdateStatus(k.ctx, lb, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st := k.mustShunt("status"); !strings.Contains(st, "left out:  Service default/ranges: loadBalancerSourceRanges") {
-		t.Errorf("shunt status does not name the source ranges:\n%s", st)
+	if out, err := exec.Command("ip", "-n", outside, "route", "replace", lbAddr+"/32", "via", addrs[0]).CombinedOutput(); err != nil {
+		t.Fatalf("routing the load balancer address: %v: %s", err, out)
+	}
+	lbURL := "http://" + lbAddr + ":80/remote"
+	// Its NodePort stays open to every client, as kube-proxy's: once it
+	// answers, the Service is programmed with its ranges.
+	eventually(t, "the ranged Service's NodePort", "200", func() (string, string) {
+		return get(fmt.Sprintf("http://%s:%d/remote", addrs[0], lb.Spec.Ports[0].NodePort))
+	})
+	eventually(t, "load balancer address, client outside the ranges", "", func() (string, string) { return get(lbURL) })
+	lb.Spec.LoadBalancerSourceRanges = append(lb.Spec.LoadBalancerSourceRanges, addrs[1]+"/32")
+	if _, err := k.cs.CoreV1().Services("default").Update(k.ctx, lb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "load balancer address, client in the ranges", "200", func() (string, string) { return get(lbURL) })
+
+	// internalTrafficPolicy Local: the ClusterIP of a Service whose one
+	// endpoint is on this node reaches it from the node.
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	itp := create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "near"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: port, InternalTrafficPolicy: &local}})
+	eventually(t, "internalTrafficPolicy Local ClusterIP from the node", "200", func() (string, string) {
+		out, err := exec.Command("ip", "netns", "exec", netns[0], filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s",
+			"http://"+itp.Spec.ClusterIP+"/").CombinedOutput()
+		if err != nil {
+			return "", string(out)
+		}
+		status, body, _ := strings.Cut(string(out), "\n")
+		return status, body
+	})
+	if st := k.mustShunt("status"); strings.Contains(st, "loadBalancerSourceRanges") || strings.Contains(st, "internalTrafficPolicy") {
+		t.Errorf("shunt status names implemented fields as left out:\n%s", st)
 	}
 }
