@@ -73,6 +73,7 @@ func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Con
 		return nil, err
 	}
 	k := &APIKubelet{cfg: cfg, api: api, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
+	k.kubelet.probes.changed = k.poke // a probe's new result is written at once
 	if err := k.kubelet.load(nil); err != nil {
 		return nil, err
 	}
@@ -249,7 +250,7 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 		}
 		k.cfg.Log.Info("pod started", "pod", rec.key(), "ip", rec.IP, "veth", rec.HostIf)
 	}
-	errs = append(errs, kl.save())
+	errs = append(errs, kl.syncContainers(slices.Collect(maps.Values(local))), kl.save())
 	for _, p := range local {
 		if p.DeletionTimestamp == nil && kl.pods[p.Namespace+"/"+p.Name] != nil {
 			errs = append(errs, k.writeStatus(ctx, p))
