@@ -36,7 +36,7 @@ func TestProbeStateThresholds(t *testing.T) {
 		{probeLiveness, true, []step{
 			{false, true, false, false},
 			{false, true, false, false},
-			{false, false, true, true}, // third failure in a row: kill
+			{false, false, true, true},  // third failure in a row: kill
 			{true, false, false, false}, // on hold: this instance is no longer probed
 		}},
 		{probeStartup, false, []step{
