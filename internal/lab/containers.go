@@ -223,7 +223,19 @@ func (k *kubelet) probeContainer(pod *corev1.Pod, rec *PodRecord, spec corev1.Co
 		k.cfg.Log.Info("killing container: it failed its probe", "pod", key, "container", name, "why", why)
 		killContainer(shim, gracePeriod(pod, probe))
 	}
-	k.probes.ensure(key, c.Name, c.ShimPID, c.Started, specs, kill)
+	k.probes.ensure(key, c.Name, c.ShimPID, c.Started, specs, seedOf(pod, c), kill)
+}
+
+// seedOf is the pod status's word on this container instance, if it has
+// one (the instance ran before this agent).
+func seedOf(pod *corev1.Pod, c *ContainerRecord) *probeSeed {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == c.Name && cs.State.Running != nil && cs.State.Running.StartedAt.Time.Equal(c.Started) &&
+			int(cs.RestartCount) == c.RestartCount {
+			return &probeSeed{started: cs.Started != nil && *cs.Started, ready: cs.Ready}
+		}
+	}
+	return nil
 }
 
 // execTarget is where an exec probe runs: inside the container, as its

@@ -169,6 +169,12 @@ func (p *prober) clk() clock.WithTicker {
 	return p.clock
 }
 
+// probeSeed is what the API last said of a container instance that ran
+// before this prober started (the agent restarted): its results carry on
+// rather than a restart making every probed pod unready until its next
+// probe.
+type probeSeed struct{ started, ready bool }
+
 // probeSpec is one probe of a container to run.
 type probeSpec struct {
 	kind  probeKind
@@ -180,7 +186,7 @@ type probeSpec struct {
 // PID; started when it started) unless they run already; the workers of an older instance
 // stop. kill kills the instance when its liveness or startup probe fails
 // (the kubelet's restart policy follows its exit).
-func (p *prober) ensure(pod, container string, instance int, started time.Time, specs []probeSpec, kill func(kind probeKind, why string)) {
+func (p *prober) ensure(pod, container string, instance int, started time.Time, specs []probeSpec, seed *probeSeed, kill func(kind probeKind, why string)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pods == nil {
@@ -202,6 +208,14 @@ func (p *prober) ensure(pod, container string, instance int, started time.Time, 
 	pp.containers[container] = c
 	for _, s := range specs {
 		st := newProbeState(s.kind, timingOf(s.probe, s.kind))
+		if seed != nil {
+			switch s.kind {
+			case probeStartup:
+				st.result = seed.started
+			case probeReadiness:
+				st.result = seed.ready
+			}
+		}
 		c.states[s.kind] = &st
 		go p.work(ctx, c, &st, started, s.run, kill)
 	}

@@ -132,7 +132,7 @@ func TestProberPeriodsAndStartupGate(t *testing.T) {
 	p.ensure("ns/pod", "c", 1234, start, []probeSpec{
 		{kind: probeStartup, probe: &corev1.Probe{InitialDelaySeconds: 3, PeriodSeconds: 2, FailureThreshold: 10}, run: startup.run},
 		{kind: probeReadiness, probe: &corev1.Probe{PeriodSeconds: 10, SuccessThreshold: 2}, run: readiness.run},
-	}, func(probeKind, string) { killed.Add(1) })
+	}, nil, func(probeKind, string) { killed.Add(1) })
 	defer p.stop("ns/pod")
 
 	state := func() (bool, bool) {
@@ -190,7 +190,7 @@ func TestProberLivenessKillsOnce(t *testing.T) {
 	live := newFakeProbe(false)
 	killed := make(chan probeKind, 10)
 	spec := []probeSpec{{kind: probeLiveness, probe: &corev1.Probe{PeriodSeconds: 5, FailureThreshold: 2}, run: live.run}}
-	p.ensure("ns/pod", "c", 1, start, spec, func(k probeKind, _ string) { killed <- k })
+	p.ensure("ns/pod", "c", 1, start, spec, nil, func(k probeKind, _ string) { killed <- k })
 	defer p.stop("ns/pod")
 	waitArmed(t, clk, 1)
 	step(t, clk, 0, live) // at once: no initial delay
@@ -217,7 +217,7 @@ func TestProberLivenessKillsOnce(t *testing.T) {
 		t.Errorf("after the kill: %d runs, %d more kills; want 2, 0", n, len(killed))
 	}
 	// A new instance (the restarted container) gets new workers.
-	p.ensure("ns/pod", "c", 2, clk.Now(), spec, func(k probeKind, _ string) { killed <- k })
+	p.ensure("ns/pod", "c", 2, clk.Now(), spec, nil, func(k probeKind, _ string) { killed <- k })
 	if s, r, known := p.state("ns/pod", "c", 2); !known || !s || !r {
 		t.Errorf("new instance: started %v ready %v known %v, want all", s, r, known)
 	}
@@ -273,5 +273,31 @@ func TestRestartPolicy(t *testing.T) {
 		if got := restarts(restartPolicyOf(pod), c.code); got != c.want {
 			t.Errorf("policy %q exit %d: restarts %v, want %v", c.policy, c.code, got, c.want)
 		}
+	}
+}
+
+// An agent that restarts keeps a running container's results from the
+// pod's status until its probes say otherwise.
+func TestProberSeededFromStatus(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(start)
+	p := &prober{clock: clk}
+	readiness := newFakeProbe(false)
+	p.ensure("ns/pod", "c", 7, start.Add(-time.Hour), []probeSpec{
+		{kind: probeStartup, probe: &corev1.Probe{}, run: newFakeProbe(true).run},
+		{kind: probeReadiness, probe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 2}, run: readiness.run},
+	}, &probeSeed{started: true, ready: true}, func(probeKind, string) {})
+	defer p.stop("ns/pod")
+	if s, r, _ := p.state("ns/pod", "c", 7); !s || !r {
+		t.Fatalf("seeded: started %v ready %v, want both", s, r)
+	}
+	waitArmed(t, clk, 2)
+	step(t, clk, 0, readiness) // the startup worker ends: started already
+
+	waitArmed(t, clk, 1)
+	step(t, clk, time.Second, readiness)
+	waitArmed(t, clk, 1)
+	if _, r, _ := p.state("ns/pod", "c", 7); r {
+		t.Error("still ready after two failures")
 	}
 }
