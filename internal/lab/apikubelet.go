@@ -146,6 +146,10 @@ func (kp *kubePods) pods() []*corev1.Pod {
 }
 
 func (kp *kubePods) bind(ctx context.Context, p *corev1.Pod, node string) error {
+	return kp.bindIfFits(ctx, p, node)
+}
+
+func (kp *kubePods) bindHere(ctx context.Context, p *corev1.Pod, node string) error {
 	err := kp.api.BindPod(ctx, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},

@@ -69,6 +69,15 @@ func (l *lab) waitPod(name, what string, timeout time.Duration, ok func(corev1.P
 	}
 }
 
+// waitReady waits until the pods are Ready: their readiness probes passed
+// and the status says so.
+func (l *lab) waitReady(pods ...string) {
+	l.t.Helper()
+	for _, name := range pods {
+		l.waitPod(name, "Ready", 30*time.Second, podReady)
+	}
+}
+
 func podReady(p corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -256,5 +265,47 @@ spec:
 	}
 	l.waitPod("always", "restarted a second time", 15*time.Second, func(p corev1.Pod) bool {
 		return p.Status.ContainerStatuses[0].RestartCount == 2
+	})
+}
+
+// TestNodeSelectorAndAffinity: a pod whose nodeSelector no node matches
+// stays Pending as Unschedulable; one whose required node affinity the
+// node meets runs there.
+func TestNodeSelectorAndAffinity(t *testing.T) {
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		l := startLab()
+		l.apply(writeManifest(t, "placed.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: nowhere}
+spec:
+  nodeSelector: {zone: nowhere}
+  containers: [{name: c, command: [sleep, infinity]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: here}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions: [{key: zone, operator: NotIn, values: [nowhere]}]
+  containers: [{name: c, command: [sleep, infinity]}]
+`))
+		p := l.waitPod("here", "Running", 30*time.Second, func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		if p.Spec.NodeName == "" {
+			t.Error("the running pod names no node")
+		}
+		p = l.waitPod("nowhere", "Unschedulable", 30*time.Second, func(p corev1.Pod) bool {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					return true
+				}
+			}
+			return false
+		})
+		if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+			t.Errorf("unschedulable pod: node %q phase %s, want none, Pending", p.Spec.NodeName, p.Status.Phase)
+		}
 	})
 }
