@@ -41,9 +41,13 @@ func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {
 		case !ended:
 			running++
 			started, ready, known := k.probes.state(rec.key(), c.Name, c.ShimPID)
-			if !known { // no workers yet: what kubelet assumes before a probe ran
-				started = spec.StartupProbe == nil
-				ready = started && spec.ReadinessProbe == nil
+			if !known { // no workers yet
+				if seed := seedOf(pod, c); seed != nil { // the agent restarted: as it was
+					started, ready = seed.started, seed.ready
+				} else { // what kubelet assumes before a probe ran
+					started = spec.StartupProbe == nil
+					ready = started && spec.ReadinessProbe == nil
+				}
 			}
 			cs.Started, cs.Ready = &started, ready
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.Started)}
