@@ -157,8 +157,12 @@ func containerSpec(pod *corev1.Pod, name string) (corev1.Container, bool) {
 	return corev1.Container{}, false
 }
 
-// netnsOf is the network namespace a pod's containers run in.
+// netnsOf is the network namespace a pod's containers run in ("": the
+// node's, for hostNetwork pods).
 func (k *kubelet) netnsOf(pod *corev1.Pod, rec *PodRecord) string {
+	if rec.HostNetwork {
+		return ""
+	}
 	return podnet.NetnsPath(rec.Netns)
 }
 

@@ -49,6 +49,9 @@ type PodRecord struct {
 	Cgroup      string            `json:"cgroup"`
 	Created     time.Time         `json:"created"`
 	Containers  []ContainerRecord `json:"containers"`
+	// HostNetwork: the pod runs in the node's network namespace, at the
+	// node's address (hostnetwork.go).
+	HostNetwork bool `json:"hostNetwork,omitempty"`
 }
 
 // ContainerRecord is one container process, run under a shim that records
@@ -138,9 +141,10 @@ func (k *kubelet) record(pod *corev1.Pod) *PodRecord {
 	inst := k.cfg.Instance
 	rec := &PodRecord{
 		Namespace: pod.Namespace, Name: pod.Name,
-		Netns:   inst.PodNetns(pod.Namespace, pod.Name),
-		Cgroup:  inst.PodCgroupDir(k.cfg.CgroupRoot, pod.Namespace, pod.Name),
-		Created: time.Now().UTC().Truncate(time.Second),
+		Netns:       inst.PodNetns(pod.Namespace, pod.Name),
+		Cgroup:      inst.PodCgroupDir(k.cfg.CgroupRoot, pod.Namespace, pod.Name),
+		Created:     time.Now().UTC().Truncate(time.Second),
+		HostNetwork: pod.Spec.HostNetwork,
 	}
 	k.pods[key] = rec
 	return rec
@@ -149,6 +153,9 @@ func (k *kubelet) record(pod *corev1.Pod) *PodRecord {
 // healthy says whether the pod's sandbox is in place; verify also asks
 // shunt-cni (CHECK), which asks the agent.
 func (k *kubelet) healthy(ctx context.Context, rec *PodRecord, verify bool) bool {
+	if rec.HostNetwork {
+		return rec.IP != ""
+	}
 	if rec.ContainerID == "" || rec.IP == "" {
 		return false
 	}
@@ -219,6 +226,9 @@ func (k *kubelet) plumb(ctx context.Context, rec *PodRecord, verify bool) error 
 	if err := cgroup.Create(rec.Cgroup); err != nil {
 		return err
 	}
+	if rec.HostNetwork {
+		return k.plumbHostNetwork(rec)
+	}
 	if err := podnet.CreateNetns(rec.Netns); err != nil {
 		return fmt.Errorf("pod %s: %w", rec.key(), err)
 	}
@@ -232,6 +242,9 @@ func (k *kubelet) plumb(ctx context.Context, rec *PodRecord, verify bool) error 
 // unplumb removes the pod's sandbox: its processes, shunt-cni DEL, the
 // namespace (and what an older agent built without the plugin).
 func (k *kubelet) unplumb(ctx context.Context, rec *PodRecord) error {
+	if rec.HostNetwork {
+		return k.unplumbHostNetwork(rec)
+	}
 	err := errors.Join(
 		cgroup.Remove(rec.Cgroup),
 		k.cni.del(ctx, rec),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -308,4 +309,35 @@ spec:
 			t.Errorf("unschedulable pod: node %q phase %s, want none, Pending", p.Spec.NodeName, p.Status.Phase)
 		}
 	})
+}
+
+// TestHostNetworkPod: a hostNetwork pod runs in the node's network
+// namespace, at the node's address, reachable there from another pod, and
+// probed there.
+func TestHostNetworkPod(t *testing.T) {
+	port := 20000 + rand.IntN(10000) // the machine's own ports: avoid other tests'
+	l := newLab(t, "redirect-peer", writeManifest(t, "host.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  containers: [{name: c, command: [sleep, infinity]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: on-host}
+spec:
+  hostNetwork: true
+  containers:
+  - name: c
+    command: [shunt, lab, serve, --tcp, "%d"]
+    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 1}
+`, port, port)))
+	p := l.waitPod("on-host", "Ready", 30*time.Second, podReady)
+	node := l.status().NodeIP
+	if p.Status.PodIP != node || p.Status.HostIP != node {
+		t.Errorf("hostNetwork pod: podIP %s hostIP %s, want the node's address %s", p.Status.PodIP, p.Status.HostIP, node)
+	}
+	l.probe("client", "connected", "--tcp", fmt.Sprintf("%s:%d", node, port))
+	// It shares the node's namespace: the node reaches it on loopback.
+	l.probe("", "connected", "--tcp", fmt.Sprintf("127.0.0.1:%d", port))
 }
