@@ -179,8 +179,9 @@ spec:
 }
 
 func TestLivenessProbeRestartsContainer(t *testing.T) {
-	sick := filepath.Join(t.TempDir(), "sick")
-	manifest := writeManifest(t, "live.yaml", fmt.Sprintf(`apiVersion: v1
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		sick := filepath.Join(t.TempDir(), "sick")
+		manifest := writeManifest(t, "live.yaml", fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: live}
 spec:
@@ -190,31 +191,33 @@ spec:
     command: [sleep, infinity]
     livenessProbe: {exec: {command: [sh, -c, "! test -f %s"]}, initialDelaySeconds: 2, periodSeconds: 1, failureThreshold: 2}
 `, sick))
-	l := newLab(t, "redirect-peer", manifest)
-	l.waitPod("live", "Ready", 15*time.Second, podReady)
-	if err := os.WriteFile(sick, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := l.waitPod("live", "restarted", 20*time.Second, func(p corev1.Pod) bool {
-		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
+		l := startLab(manifest)
+		l.waitPod("live", "Ready", 15*time.Second, podReady)
+		if err := os.WriteFile(sick, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := l.waitPod("live", "restarted", 20*time.Second, func(p corev1.Pod) bool {
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
+		})
+		os.Remove(sick) // before the new instance's first probe, 2 s after its start
+		c := p.Status.ContainerStatuses[0]
+		last := c.LastTerminationState.Terminated
+		if last == nil || last.ExitCode != 128+15 {
+			t.Errorf("last state %+v, want terminated by SIGTERM (exit code 143)", c.LastTerminationState)
+		}
+		p = l.waitPod("live", "running again and Ready", 15*time.Second, func(p corev1.Pod) bool {
+			return podReady(p) && p.Status.ContainerStatuses[0].State.Running != nil
+		})
+		time.Sleep(4 * time.Second) // the new instance's probes pass
+		if n := l.pod("live").Status.ContainerStatuses[0].RestartCount; n != 1 {
+			t.Errorf("restartCount %d, want 1", n)
+		}
 	})
-	os.Remove(sick) // before the new instance's first probe, 2 s after its start
-	c := p.Status.ContainerStatuses[0]
-	last := c.LastTerminationState.Terminated
-	if last == nil || last.ExitCode != 128+15 {
-		t.Errorf("last state %+v, want terminated by SIGTERM (exit code 143)", c.LastTerminationState)
-	}
-	p = l.waitPod("live", "running again and Ready", 15*time.Second, func(p corev1.Pod) bool {
-		return podReady(p) && p.Status.ContainerStatuses[0].State.Running != nil
-	})
-	time.Sleep(4 * time.Second) // the new instance's probes pass
-	if n := l.pod("live").Status.ContainerStatuses[0].RestartCount; n != 1 {
-		t.Errorf("restartCount %d, want 1", n)
-	}
 }
 
 func TestRestartPolicies(t *testing.T) {
-	manifest := writeManifest(t, "exits.yaml", `apiVersion: v1
+	inBothSources(t, func(t *testing.T, startLab labStarter) {
+		manifest := writeManifest(t, "exits.yaml", `apiVersion: v1
 kind: Pod
 metadata: {name: never}
 spec:
@@ -237,35 +240,36 @@ spec:
   containers:
   - {name: c, command: [sh, -c, "exit 1"]}
 `)
-	l := newLab(t, "redirect-peer", manifest)
-	p := l.waitPod("never", "Failed", 15*time.Second, func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
-	if c := p.Status.ContainerStatuses[0]; c.State.Terminated == nil || c.State.Terminated.ExitCode != 3 || c.RestartCount != 0 {
-		t.Errorf("never: container %+v, want terminated with exit code 3, no restart", c)
-	}
-	p = l.waitPod("onfailure-ok", "Succeeded", 15*time.Second, func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
-	if c := p.Status.ContainerStatuses[0]; c.RestartCount != 0 {
-		t.Errorf("onfailure-ok restarted %d times after exit code 0", c.RestartCount)
-	}
-	// Always: restarted at once, then after the back-off of 10 s; waiting
-	// in CrashLoopBackOff in between, the pod Running and not Ready.
-	p = l.waitPod("always", "restarted and in back-off", 15*time.Second, func(p corev1.Pod) bool {
+		l := startLab(manifest)
+		p := l.waitPod("never", "Failed", 15*time.Second, func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+		if c := p.Status.ContainerStatuses[0]; c.State.Terminated == nil || c.State.Terminated.ExitCode != 3 || c.RestartCount != 0 {
+			t.Errorf("never: container %+v, want terminated with exit code 3, no restart", c)
+		}
+		p = l.waitPod("onfailure-ok", "Succeeded", 15*time.Second, func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		if c := p.Status.ContainerStatuses[0]; c.RestartCount != 0 {
+			t.Errorf("onfailure-ok restarted %d times after exit code 0", c.RestartCount)
+		}
+		// Always: restarted at once, then after the back-off of 10 s; waiting
+		// in CrashLoopBackOff in between, the pod Running and not Ready.
+		p = l.waitPod("always", "restarted and in back-off", 15*time.Second, func(p corev1.Pod) bool {
+			c := p.Status.ContainerStatuses[0]
+			return c.RestartCount == 1 && c.State.Waiting != nil
+		})
 		c := p.Status.ContainerStatuses[0]
-		return c.RestartCount == 1 && c.State.Waiting != nil
-	})
-	c := p.Status.ContainerStatuses[0]
-	if c.State.Waiting.Reason != "CrashLoopBackOff" || !strings.Contains(c.State.Waiting.Message, "back-off 10s") ||
-		c.LastTerminationState.Terminated == nil || c.LastTerminationState.Terminated.ExitCode != 1 {
-		t.Errorf("always: %+v, want waiting in CrashLoopBackOff (back-off 10s), last exit code 1", c)
-	}
-	if p.Status.Phase != corev1.PodRunning || podReady(p) {
-		t.Errorf("always: phase %s ready %v, want Running, not ready", p.Status.Phase, podReady(p))
-	}
-	time.Sleep(5 * time.Second)
-	if n := l.pod("always").Status.ContainerStatuses[0].RestartCount; n != 1 {
-		t.Errorf("always: %d restarts 5 s into a 10 s back-off, want 1", n)
-	}
-	l.waitPod("always", "restarted a second time", 15*time.Second, func(p corev1.Pod) bool {
-		return p.Status.ContainerStatuses[0].RestartCount == 2
+		if c.State.Waiting.Reason != "CrashLoopBackOff" || !strings.Contains(c.State.Waiting.Message, "back-off 10s") ||
+			c.LastTerminationState.Terminated == nil || c.LastTerminationState.Terminated.ExitCode != 1 {
+			t.Errorf("always: %+v, want waiting in CrashLoopBackOff (back-off 10s), last exit code 1", c)
+		}
+		if p.Status.Phase != corev1.PodRunning || podReady(p) {
+			t.Errorf("always: phase %s ready %v, want Running, not ready", p.Status.Phase, podReady(p))
+		}
+		time.Sleep(5 * time.Second)
+		if n := l.pod("always").Status.ContainerStatuses[0].RestartCount; n != 1 {
+			t.Errorf("always: %d restarts 5 s into a 10 s back-off, want 1", n)
+		}
+		l.waitPod("always", "restarted a second time", 15*time.Second, func(p corev1.Pod) bool {
+			return p.Status.ContainerStatuses[0].RestartCount == 2
+		})
 	})
 }
 
