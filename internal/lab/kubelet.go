@@ -229,7 +229,7 @@ func (k *kubelet) plumb(ctx context.Context, rec *PodRecord, verify bool) error 
 	if rec.HostNetwork {
 		return k.plumbHostNetwork(rec)
 	}
-	if err := podnet.CreateNetns(rec.Netns); err != nil {
+	if err := podnet.CreateNetns(rec.Netns, k.cfg.Instance.PodLinkAlias(rec.Namespace, rec.Name)); err != nil {
 		return fmt.Errorf("pod %s: %w", rec.key(), err)
 	}
 	rec.ContainerID = newContainerID()
