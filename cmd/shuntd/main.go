@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 		ctSingleTable                                               bool
 		kubeconfig, nodeName                                        string
 		nodeLeaseSeconds                                            int
+		crashLoopBackOff                                            time.Duration
 		routing, tunnel, underlay, clusterCIDR                      string
 		masquerade                                                  bool
 		masqExclude                                                 []string
@@ -130,6 +131,7 @@ func newRootCmd() *cobra.Command {
 				}
 				cfg.NodeLeaseDuration = time.Duration(nodeLeaseSeconds) * time.Second
 			}
+			cfg.CrashLoopBackOff = crashLoopBackOff
 			if cfg.FlowSampling, err = datapath.ParseFlowMode(flowSampling); err != nil {
 				return err
 			}
@@ -209,6 +211,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&masquerade, "masquerade", false, "pods' traffic to destinations outside the cluster leaves from the node's address (--underlay-addr, or the Node's InternalIP), translated in BPF on the interface holding it; no iptables")
 	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
 	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+dpinfo.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
+	cmd.Flags().DurationVar(&crashLoopBackOff, "crash-loop-back-off", 10*time.Second, "the lab kubelet's back-off before a container's second restart, doubled at each next one up to 5 min, as kubelet's (shorter for tests)")
 	cmd.Flags().IntVar(&nodeLeaseSeconds, "node-lease-duration-seconds", int(lab.DefaultNodeLeaseDuration/time.Second), "with --run-pods: the duration of the node's Lease in kube-node-lease, renewed every quarter of it, as kubelet's flag of that name (the node keeps it across restarts)")
 	cmd.Flags().BoolVar(&labControlPlane, "lab-control-plane", false, "this lab node's control plane also serves the lab's other nodes ('shunt lab up --nodes N'): their Nodes, the objects, their pods' status, one identity numbering; the node keeps it")
 	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")

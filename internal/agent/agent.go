@@ -85,6 +85,10 @@ type Config struct {
 	// quarter of it. Zero: what the node last ran with, else
 	// lab.DefaultNodeLeaseDuration.
 	NodeLeaseDuration time.Duration
+	// CrashLoopBackOff is the lab kubelet's back-off before a container's
+	// second restart, doubled at each next one up to 5 min (or itself, if
+	// longer). Zero: kubelet's 10 s.
+	CrashLoopBackOff time.Duration
 
 	// Routing is how pods of other nodes are reached (Cilium's
 	// routingMode): RoutingTunnel through the overlay, Tunnel naming its

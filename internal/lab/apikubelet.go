@@ -73,6 +73,7 @@ func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Con
 		return nil, err
 	}
 	k := &APIKubelet{cfg: cfg, api: api, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
+	k.kubelet.probes.changed = k.poke // a probe's new result is written at once
 	if err := k.kubelet.load(nil); err != nil {
 		return nil, err
 	}
@@ -145,6 +146,10 @@ func (kp *kubePods) pods() []*corev1.Pod {
 }
 
 func (kp *kubePods) bind(ctx context.Context, p *corev1.Pod, node string) error {
+	return kp.bindIfFits(ctx, p, node)
+}
+
+func (kp *kubePods) bindHere(ctx context.Context, p *corev1.Pod, node string) error {
 	err := kp.api.BindPod(ctx, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
@@ -249,7 +254,7 @@ func (k *APIKubelet) Sync(ctx context.Context) error {
 		}
 		k.cfg.Log.Info("pod started", "pod", rec.key(), "ip", rec.IP, "veth", rec.HostIf)
 	}
-	errs = append(errs, kl.save())
+	errs = append(errs, kl.syncContainers(slices.Collect(maps.Values(local))), kl.save())
 	for _, p := range local {
 		if p.DeletionTimestamp == nil && kl.pods[p.Namespace+"/"+p.Name] != nil {
 			errs = append(errs, k.writeStatus(ctx, p))

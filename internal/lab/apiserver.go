@@ -86,7 +86,9 @@ func (cp *ControlPlane) assignOnCreate(o manifest.Object, now metav1.Time, sched
 		obj.Status = corev1.PodStatus{}
 		switch {
 		case obj.Spec.NodeName == "":
-			obj.Spec.NodeName = sched.place()
+			if obj.Spec.NodeName = sched.place(obj); obj.Spec.NodeName == "" {
+				obj.Status = unschedulableStatus(len(sched.nodes))
+			}
 		case !sched.known[obj.Spec.NodeName]:
 			obj.Status = unschedulable(obj.Spec.NodeName, sched)
 		default:

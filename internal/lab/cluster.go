@@ -301,6 +301,7 @@ func (cp *ControlPlane) RegisterNode(ctx context.Context, n *corev1.Node) error 
 	}
 	node := n.DeepCopy()
 	node.APIVersion, node.Kind = "v1", "Node"
+	labelNode(node)
 	now := metav1.Now()
 	if old, ok := cp.store.Get(manifest.Key{Kind: manifest.KindNode, Name: n.Name}); ok {
 		on := old.Obj.(*corev1.Node)
@@ -483,10 +484,11 @@ func podsNotReady(store *model.Store, node string) []manifest.Object {
 
 // scheduler places pods that name no node, as kube-scheduler would with
 // nothing but pod counts to go by: on the ready node with the fewest pods
-// (the first by name among equals). A lab without Node objects has one
-// node, the control plane's own.
+// (the first by name among equals) of those the pod's nodeSelector and
+// required node affinity admit (scheduling.go). A lab without Node
+// objects has one node, the control plane's own.
 type scheduler struct {
-	nodes []string
+	nodes []*corev1.Node
 	known map[string]bool
 	pods  map[string]int
 }
@@ -496,27 +498,32 @@ func newScheduler(store *model.Store, own string) *scheduler {
 	for _, n := range store.Nodes() {
 		s.known[n.Name] = true
 		if nodeReady(n) {
-			s.nodes = append(s.nodes, n.Name)
+			s.nodes = append(s.nodes, n)
 		}
 	}
 	if len(s.nodes) == 0 {
-		s.nodes = []string{own}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: own}}
+		labelNode(n)
+		s.nodes = []*corev1.Node{n}
 	}
-	sort.Strings(s.nodes)
+	slices.SortFunc(s.nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, p := range store.Pods() {
 		s.pods[p.Spec.NodeName]++
 	}
 	return s
 }
 
-func (s *scheduler) place() string {
-	best := s.nodes[0]
-	for _, n := range s.nodes[1:] {
-		if s.pods[n] < s.pods[best] {
-			best = n
+// place returns the pod's node, "" when none fits.
+func (s *scheduler) place(pod *corev1.Pod) string {
+	var best string
+	for _, n := range s.nodes {
+		if podFitsNode(pod, n) && (best == "" || s.pods[n.Name] < s.pods[best]) {
+			best = n.Name
 		}
 	}
-	s.pods[best]++
+	if best != "" {
+		s.pods[best]++
+	}
 	return best
 }
 

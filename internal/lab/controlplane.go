@@ -61,6 +61,10 @@ type Config struct {
 	// NodeGrace is how long a joining node of a multi-node lab may stay
 	// silent before it is NotReady (0: DefaultNodeGrace).
 	NodeGrace time.Duration
+	// CrashLoopBackOff and MaxCrashLoopBackOff are the back-off before a
+	// container's second restart, doubled at each next one up to the
+	// most (0: kubelet's, 10 s and 5 min; containers.go).
+	CrashLoopBackOff, MaxCrashLoopBackOff time.Duration
 }
 
 // ControlPlane is the lab's API server, EndpointSlice controller and
@@ -351,8 +355,19 @@ func (cp *ControlPlane) syncPods(ctx context.Context) error {
 		}
 		cp.cfg.Log.Info("pod started", "pod", key, "ip", rec.IP, "veth", rec.HostIf)
 	}
-	errs = append(errs, cp.writeStatus(), k.save())
+	errs = append(errs, k.syncContainers(cp.localPods()), cp.writeStatus(), k.save())
 	return errors.Join(errs...)
+}
+
+// localPods are the pods of this node. Called with mu held.
+func (cp *ControlPlane) localPods() []*corev1.Pod {
+	var pods []*corev1.Pod
+	for _, p := range cp.store.Pods() {
+		if p.Spec.NodeName == cp.cfg.NodeName {
+			pods = append(pods, p)
+		}
+	}
+	return pods
 }
 
 // writeStatus writes the status of every local pod whose status changed,
@@ -378,16 +393,17 @@ func (cp *ControlPlane) writeStatus() error {
 	return cp.commit(next, changes)
 }
 
-// Resync follows containers that started or exited on their own into the
-// pods' status (and so into the EndpointSlices), and retries pods that
-// could not start.
+// Resync follows containers that started or exited on their own, and the
+// probes' results, into the pods' status (and so into the
+// EndpointSlices), restarts containers as their pods' restartPolicy says,
+// and retries pods that could not start.
 func (cp *ControlPlane) Resync(ctx context.Context) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if cp.notStarted != "" {
 		return cp.syncPods(ctx)
 	}
-	return cp.writeStatus()
+	return errors.Join(cp.kubelet.syncContainers(cp.localPods()), cp.writeStatus())
 }
 
 // Uninstall removes every pod of the node.

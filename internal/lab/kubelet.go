@@ -17,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shuntnet/shunt/internal/atomicfile"
 	"github.com/shuntnet/shunt/internal/cgroup"
@@ -51,6 +50,9 @@ type PodRecord struct {
 	Cgroup      string            `json:"cgroup"`
 	Created     time.Time         `json:"created"`
 	Containers  []ContainerRecord `json:"containers"`
+	// HostNetwork: the pod runs in the node's network namespace, at the
+	// node's address (hostnetwork.go).
+	HostNetwork bool `json:"hostNetwork,omitempty"`
 }
 
 // ContainerRecord is one container process, run under a shim that records
@@ -61,6 +63,11 @@ type ContainerRecord struct {
 	Started  time.Time `json:"started"`
 	LogFile  string    `json:"logFile"`
 	ExitFile string    `json:"exitFile"`
+	// Restarts (restarts.go): how many, the back-off before the next, and
+	// how the previous instance ended.
+	RestartCount int           `json:"restartCount,omitempty"`
+	BackOff      time.Duration `json:"backOff,omitempty"`
+	Last         *LastRun      `json:"last,omitempty"`
 }
 
 func (r *PodRecord) key() string { return r.Namespace + "/" + r.Name }
@@ -73,6 +80,7 @@ type kubelet struct {
 	// checked: the records loaded at start were CHECKed once (their
 	// plumbing and the agent's endpoint may not have survived a reboot).
 	checked bool
+	probes  prober // probes.go
 }
 
 func (k *kubelet) recordsPath() string { return filepath.Join(k.cfg.Instance.StateDir(), "pods.json") }
@@ -134,9 +142,10 @@ func (k *kubelet) record(pod *corev1.Pod) *PodRecord {
 	inst := k.cfg.Instance
 	rec := &PodRecord{
 		Namespace: pod.Namespace, Name: pod.Name,
-		Netns:   inst.PodNetns(pod.Namespace, pod.Name),
-		Cgroup:  inst.PodCgroupDir(k.cfg.CgroupRoot, pod.Namespace, pod.Name),
-		Created: time.Now().UTC().Truncate(time.Second),
+		Netns:       inst.PodNetns(pod.Namespace, pod.Name),
+		Cgroup:      inst.PodCgroupDir(k.cfg.CgroupRoot, pod.Namespace, pod.Name),
+		Created:     time.Now().UTC().Truncate(time.Second),
+		HostNetwork: pod.Spec.HostNetwork,
 	}
 	k.pods[key] = rec
 	return rec
@@ -145,6 +154,9 @@ func (k *kubelet) record(pod *corev1.Pod) *PodRecord {
 // healthy says whether the pod's sandbox is in place; verify also asks
 // shunt-cni (CHECK), which asks the agent.
 func (k *kubelet) healthy(ctx context.Context, rec *PodRecord, verify bool) bool {
+	if rec.HostNetwork {
+		return rec.IP != ""
+	}
 	if rec.ContainerID == "" || rec.IP == "" {
 		return false
 	}
@@ -215,6 +227,9 @@ func (k *kubelet) plumb(ctx context.Context, rec *PodRecord, verify bool) error 
 	if err := cgroup.Create(rec.Cgroup); err != nil {
 		return err
 	}
+	if rec.HostNetwork {
+		return k.plumbHostNetwork(rec)
+	}
 	if err := podnet.CreateNetns(rec.Netns, k.cfg.Instance.PodLinkAlias(rec.Namespace, rec.Name)); err != nil {
 		return fmt.Errorf("pod %s: %w", rec.key(), err)
 	}
@@ -228,6 +243,9 @@ func (k *kubelet) plumb(ctx context.Context, rec *PodRecord, verify bool) error 
 // unplumb removes the pod's sandbox: its processes, shunt-cni DEL, the
 // namespace (and what an older agent built without the plugin).
 func (k *kubelet) unplumb(ctx context.Context, rec *PodRecord) error {
+	if rec.HostNetwork {
+		return k.unplumbHostNetwork(rec)
+	}
 	err := errors.Join(
 		cgroup.Remove(rec.Cgroup),
 		k.cni.del(ctx, rec),
@@ -251,38 +269,46 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 	}
 	rec.Containers = nil
 	for _, c := range pod.Spec.Containers {
-		cr := ContainerRecord{
-			Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"),
-			ExitFile: filepath.Join(dir, c.Name+".exit"), Started: time.Now().UTC().Truncate(time.Second),
-		}
-		logf, err := os.OpenFile(cr.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
+		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit")}
+		if err := k.startContainer(pod, rec, c, &cr); err != nil {
 			return err
 		}
-		argv, err := k.cfg.Images.Argv(c.Image, c.Command, c.Args)
-		if err != nil {
-			return fmt.Errorf("container %s: %w", c.Name, err)
-		}
-		shimArgs := append([]string{"shim", "--netns", podnet.NetnsPath(rec.Netns), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
-		shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
-		shim.Stdout, shim.Stderr = logf, logf
-		shim.Dir = c.WorkingDir
-		if shim.Dir == "" {
-			shim.Dir = "/"
-		}
-		shim.Env = k.containerEnv(pod, rec, c)
-		// Its own session: the container survives the agent's exit and its
-		// terminal signals.
-		shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		err = podexec.Start(podexec.Target{CgroupPath: rec.Cgroup}, shim)
-		logf.Close()
-		if err != nil {
-			return fmt.Errorf("container %s: starting %q: %w", c.Name, argv, err)
-		}
-		cr.ShimPID = shim.Process.Pid
-		go shim.Wait() // reap it while this agent lives; init does after
 		rec.Containers = append(rec.Containers, cr)
 	}
+	return nil
+}
+
+// startContainer runs one container's command under a shim (anew after
+// an exit: restarts.go), appending to its log.
+func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Container, cr *ContainerRecord) error {
+	cr.Started = time.Now().UTC().Truncate(time.Second)
+	logf, err := os.OpenFile(cr.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	argv, err := k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
+	shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
+	shim.Stdout, shim.Stderr = logf, logf
+	shim.Dir = c.WorkingDir
+	if shim.Dir == "" {
+		shim.Dir = "/"
+	}
+	shim.Env = k.containerEnv(pod, rec, c)
+	// Its own session: the container survives the agent's exit and its
+	// terminal signals.
+	shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = podexec.Start(podexec.Target{CgroupPath: rec.Cgroup}, shim)
+	logf.Close()
+	if err != nil {
+		return fmt.Errorf("container %s: starting %q: %w", c.Name, argv, err)
+	}
+	cr.ShimPID = shim.Process.Pid
+	go shim.Wait() // reap it while this agent lives; init does after
 	return nil
 }
 
@@ -325,6 +351,7 @@ func (k *kubelet) remove(ctx context.Context, recs ...*PodRecord) error {
 		errs[i] = errors.Join(k.unplumb(ctx, recs[i]), os.RemoveAll(k.podDir(recs[i])))
 	})
 	for _, rec := range recs {
+		k.probes.stop(rec.key())
 		delete(k.pods, rec.key())
 		k.cfg.Log.Info("pod deleted", "pod", rec.key())
 	}
@@ -334,66 +361,6 @@ func (k *kubelet) remove(ctx context.Context, recs ...*PodRecord) error {
 // removeAll removes every pod's sandbox and record.
 func (k *kubelet) removeAll(ctx context.Context) error {
 	return k.remove(ctx, slices.Collect(maps.Values(k.pods))...)
-}
-
-// status is the pod's status as a kubelet reports it: address, phase,
-// readiness and container states, read from the shims' records.
-func (k *kubelet) status(pod *corev1.Pod, notStarted string) corev1.PodStatus {
-	rec := k.pods[pod.Namespace+"/"+pod.Name]
-	if rec == nil || rec.IP == "" {
-		return corev1.PodStatus{Phase: corev1.PodPending}
-	}
-	created := metav1.NewTime(rec.Created)
-	st := corev1.PodStatus{
-		Phase: corev1.PodPending, PodIP: rec.IP, PodIPs: []corev1.PodIP{{IP: rec.IP}},
-		HostIP: k.cfg.NodeIP.String(), HostIPs: []corev1.HostIP{{IP: k.cfg.NodeIP.String()}}, StartTime: &created,
-	}
-	if rec.Containers == nil {
-		st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotStarted", Message: notStarted}}
-		if waiting, unmapped := k.imageWaits(pod); unmapped != "" {
-			st.ContainerStatuses = waiting
-			st.Conditions[0].Message = unmapped
-		}
-		return st
-	}
-	running, failed := 0, 0
-	for _, c := range rec.Containers {
-		cs := corev1.ContainerStatus{Name: c.Name, Image: imageOf(pod, c.Name)}
-		if es, ok := readExitStatus(c.ExitFile); ok {
-			reason := "Completed"
-			if es.ExitCode != 0 {
-				reason, failed = "Error", failed+1
-			}
-			cs.State.Terminated = &corev1.ContainerStateTerminated{
-				ExitCode: int32(es.ExitCode), Reason: reason, Message: es.Error,
-				StartedAt: metav1.NewTime(c.Started), FinishedAt: metav1.NewTime(es.FinishedAt.Truncate(time.Second)),
-			}
-		} else if processAlive(c.ShimPID) {
-			running++
-			cs.Ready, cs.Started = true, ptr(true)
-			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.Started)}
-		} else {
-			failed++
-			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Unknown",
-				Message: "the container's shim is gone without recording an exit status"}
-		}
-		st.ContainerStatuses = append(st.ContainerStatuses, cs)
-	}
-	total := len(rec.Containers)
-	switch {
-	case running > 0:
-		st.Phase = corev1.PodRunning
-	case failed > 0:
-		st.Phase = corev1.PodFailed
-	default:
-		st.Phase = corev1.PodSucceeded
-	}
-	ready := corev1.ConditionFalse
-	if running == total && total > 0 {
-		ready = corev1.ConditionTrue
-	}
-	st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
-	return st
 }
 
 // podHostname is the host name a kubelet gives the pod's containers:
@@ -458,10 +425,10 @@ func processAlive(pid int) bool {
 
 func ptr[T any](v T) *T { return &v }
 
-// securityArgs are the shim's flags for a container's securityContext (and
-// the pod's runAsUser/runAsGroup), as a container runtime applies them.
-func securityArgs(pod *corev1.Pod, c corev1.Container) []string {
-	var args []string
+// containerSecurity is what a container runtime takes from a container's
+// securityContext (and the pod's runAsUser/runAsGroup).
+func containerSecurity(pod *corev1.Pod, c corev1.Container) podexec.Security {
+	var sec podexec.Security
 	uid, gid := (*int64)(nil), (*int64)(nil)
 	if ps := pod.Spec.SecurityContext; ps != nil {
 		uid, gid = ps.RunAsUser, ps.RunAsGroup
@@ -473,23 +440,44 @@ func securityArgs(pod *corev1.Pod, c corev1.Container) []string {
 		if sc.RunAsGroup != nil {
 			gid = sc.RunAsGroup
 		}
-		if sc.Privileged != nil && *sc.Privileged {
-			args = append(args, "--privileged")
-		}
+		sec.Privileged = sc.Privileged != nil && *sc.Privileged
 		if caps := sc.Capabilities; caps != nil {
 			for _, a := range caps.Add {
-				args = append(args, "--cap-add", string(a))
+				sec.Add = append(sec.Add, string(a))
 			}
 			for _, d := range caps.Drop {
-				args = append(args, "--cap-drop", string(d))
+				sec.Drop = append(sec.Drop, string(d))
 			}
 		}
 	}
 	if uid != nil {
-		args = append(args, "--uid", strconv.FormatInt(*uid, 10))
+		sec.UID = ptr(uint32(*uid))
 	}
 	if gid != nil {
-		args = append(args, "--gid", strconv.FormatInt(*gid, 10))
+		sec.GID = ptr(uint32(*gid))
+	}
+	return sec
+}
+
+// securityArgs are the shim's flags for a container's securityContext, as
+// a container runtime applies them.
+func securityArgs(pod *corev1.Pod, c corev1.Container) []string {
+	var args []string
+	sec := containerSecurity(pod, c)
+	if sec.Privileged {
+		args = append(args, "--privileged")
+	}
+	for _, a := range sec.Add {
+		args = append(args, "--cap-add", a)
+	}
+	for _, d := range sec.Drop {
+		args = append(args, "--cap-drop", d)
+	}
+	if sec.UID != nil {
+		args = append(args, "--uid", strconv.FormatUint(uint64(*sec.UID), 10))
+	}
+	if sec.GID != nil {
+		args = append(args, "--gid", strconv.FormatUint(uint64(*sec.GID), 10))
 	}
 	return args
 }

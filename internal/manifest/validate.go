@@ -277,9 +277,6 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func checkPod(c *checker, pod *corev1.Pod) {
 	spec := path("spec")
-	if pod.Spec.HostNetwork {
-		c.errorf(spec.child("hostNetwork"), "not supported in the lab: every pod gets its own network namespace")
-	}
 	if len(pod.Spec.Containers) == 0 {
 		c.errorf(spec.child("containers"), "at least one container is required")
 	}

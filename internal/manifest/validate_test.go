@@ -88,7 +88,6 @@ func TestValidateRejects(t *testing.T) {
 		{"port name too long", podDoc("", ctr(", ports: [{containerPort: 80, name: abcdefghijklmnop}]")), pod, "spec.containers[0].ports[0].name", "no more than 15 characters"},
 		{"port name reused across containers", podDoc("", "{containers: [{name: a, command: [x], ports: [{name: http, containerPort: 80}]}, {name: b, command: [x], ports: [{name: http, containerPort: 81}]}]}"),
 			pod, "spec.containers[1].ports[0].name", `duplicate port name "http" (also spec.containers[0].ports[0].name)`},
-		{"hostNetwork", podDoc("", "{hostNetwork: true, containers: [{name: c, command: [x]}]}"), pod, "spec.hostNetwork", "not supported in the lab"},
 
 		// Service
 		{"service without ports", svcDoc("{selector: {app: web}}"), svc, "spec.ports", "at least one port"},
@@ -307,7 +306,6 @@ func TestValidateReportsEverything(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	want := []string{
-		"x.yaml#1: Pod default/web: spec.hostNetwork: not supported in the lab: every pod gets its own network namespace",
 		"x.yaml#1: Pod default/web: spec.containers[0].command: must not be empty: the lab runs command + args as the container's process (the image is not run)",
 		`x.yaml#1: Pod default/web: spec.containers[1].name: duplicate container name "c"`,
 		"x.yaml#1: Pod default/web: spec.containers[1].ports[0].containerPort: 0 is out of range 1-65535",

@@ -78,7 +78,7 @@ func (r *Reconciler) publishNames(w work) {
 	n := &Names{PodSides: map[netip.Addr]PodSide{}, Ifaces: map[uint32]string{}, Cgroups: map[uint64]string{},
 		Identities: map[uint32][]string{}, Rules: map[uint32]string{}, services: &r.svcNames}
 	for _, p := range w.store.Pods() {
-		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil && !p.Spec.HostNetwork { // hostNetwork: the node's address
 			n.PodSides[ip] = PodSide{Pod: p.Namespace + "/" + p.Name, Namespace: p.Namespace, IP: p.Status.PodIP}
 		}
 	}

@@ -332,6 +332,9 @@ func (r *Reconciler) policyInput(store *model.Store, placeholders bool, endpoint
 		reported[ep.Pod] = ep.IP
 	}
 	for _, p := range store.Pods() {
+		if p.Spec.HostNetwork {
+			continue // the node's address, the host identity: not a pod's
+		}
 		pod := policy.Pod{Pod: p, Local: p.Spec.NodeName == r.cfg.NodeName}
 		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
 			pod.IP = ip

@@ -93,10 +93,10 @@ func (l *lab) waitProxyConfigured() {
 func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 	l := newLab(t, "redirect-peer", "testdata/l7.yaml")
 	l.waitProxyConfigured()
-	// Containers are ready once they run: wait until the servers answer.
-	l.probe("monitoring", "connected", "--http", "http://"+l.podIP("backend")+":8080/",
-		"--http", "http://"+l.podIP("reviews-v1")+":9080/", "--http", "http://"+l.podIP("reviews-v2")+":9080/",
-		"--grpc", l.podIP("greeter")+":9090")
+	// Their readiness probes say when the servers answer; backend has
+	// none: its HTTP policy refuses the kubelet's probe from the node.
+	l.waitReady("reviews-v1", "reviews-v2", "greeter")
+	l.probe("monitoring", "connected", "--http", "http://"+l.podIP("backend")+":8080/")
 	reviews, backend, greeter := l.clusterIP("reviews"), l.clusterIP("backend"), l.clusterIP("greeter-front")
 
 	t.Run("split 90/10 per request on one connection", func(t *testing.T) {
@@ -258,7 +258,7 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 func TestL7ProxySurvivesRestarts(t *testing.T) {
 	l := newLab(t, "redirect-peer", "testdata/l7.yaml")
 	l.waitProxyConfigured()
-	l.probe("monitoring", "connected", "--http", "http://"+l.podIP("reviews-v1")+":9080/", "--http", "http://"+l.podIP("reviews-v2")+":9080/")
+	l.waitReady("reviews-v1", "reviews-v2")
 	url := "http://" + l.clusterIP("reviews") + ":9080/"
 
 	run := func(what string, during func()) {
