@@ -24,6 +24,10 @@ type Target struct {
 	// read-only tmpfs in a mount namespace of the process's own: what a
 	// container runtime leaves out of a container's file system.
 	Hide []string
+	// MountNsPath is a mount namespace to join (a running container's,
+	// /proc/PID/ns/mnt); empty keeps the caller's (or, with Hide, a new
+	// one).
+	MountNsPath string
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -48,7 +52,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			return err
 		}
 		if s.UID != nil || s.GID != nil {
-			cred := &syscall.Credential{NoSetGroups: false}
+			cred := &syscall.Credential{Groups: s.Groups}
 			if s.UID != nil {
 				cred.Uid = *s.UID
 			}
@@ -58,7 +62,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.MountNsPath == "" {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -68,6 +72,14 @@ func Start(t Target, cmd *exec.Cmd) error {
 			return fmt.Errorf("opening network namespace %s: %w", t.NetnsPath, err)
 		}
 		defer ns.Close()
+	}
+	mnt := -1
+	if t.MountNsPath != "" {
+		var err error
+		if mnt, err = unix.Open(t.MountNsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("opening mount namespace %s: %w", t.MountNsPath, err)
+		}
+		defer unix.Close(mnt)
 	}
 	// The child inherits the namespace and the capabilities of the thread
 	// that forks it. Change a locked thread that is never unlocked: Go
@@ -79,6 +91,19 @@ func Start(t Target, cmd *exec.Cmd) error {
 		if ns != -1 {
 			if err := netns.Set(ns); err != nil {
 				errc <- fmt.Errorf("entering network namespace %s: %w", t.NetnsPath, err)
+				return
+			}
+		}
+		if mnt != -1 {
+			// A thread shares its root and working directory with the
+			// process's other threads; setns refuses a mount namespace
+			// to a thread that does, so it takes a copy first.
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				errc <- fmt.Errorf("unsharing the thread's file system attributes: %w", err)
+				return
+			}
+			if err := unix.Setns(mnt, unix.CLONE_NEWNS); err != nil {
+				errc <- fmt.Errorf("entering mount namespace %s: %w", t.MountNsPath, err)
 				return
 			}
 		}
