@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"time"
 
@@ -467,6 +468,15 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 	if err != nil {
 		return err
 	}
+	// The API server's kubelet client certificate is signed by the CA
+	// that signs its own (kubeadm's and shunt dev cluster's layout).
+	ca, err := kubeconfigCA(k.kube.rest)
+	if err != nil {
+		return err
+	}
+	if _, err := kl.ServeKubeletAPI(ctx, lab.KubeletPort, ca); err != nil {
+		return err
+	}
 	if err := kl.Run(ctx); err != nil {
 		return err
 	}
@@ -476,4 +486,20 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 
 func (k *kubeStarter) start(_, startCtx context.Context, _ *Agent) error {
 	return k.ks.WaitSynced(startCtx)
+}
+
+// kubeconfigCA is the CA certificate (PEM) the kubeconfig trusts the API
+// server with.
+func kubeconfigCA(rc *rest.Config) ([]byte, error) {
+	if len(rc.TLSClientConfig.CAData) > 0 {
+		return rc.TLSClientConfig.CAData, nil
+	}
+	if rc.TLSClientConfig.CAFile != "" {
+		data, err := os.ReadFile(rc.TLSClientConfig.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the kubeconfig's CA certificate: %w", err)
+		}
+		return data, nil
+	}
+	return nil, errors.New("the kubeconfig names no CA certificate (certificate-authority-data or certificate-authority): the lab's kubelet API checks the API server's client certificate with it")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -67,6 +68,29 @@ type nodeHeartbeat struct {
 	// failing remembers that the last beat failed, so a long outage logs
 	// once when it starts and once when it ends.
 	failing bool
+	// address and kubeletPort are where the node's kubelet API listens
+	// (kubeletapi.go), written into the Node's status with its Ready
+	// condition (port 0: none).
+	address     string
+	kubeletPort int32
+}
+
+// kubeletEndpoint sets where the node's kubelet API listens; call it
+// before start.
+func (h *nodeHeartbeat) kubeletEndpoint(address string, port int32) {
+	h.address, h.kubeletPort = address, port
+}
+
+// endpointCurrent says whether the Node's status already names the
+// kubelet API's address and port.
+func (h *nodeHeartbeat) endpointCurrent(node *corev1.Node) bool {
+	if h.kubeletPort == 0 {
+		return true
+	}
+	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != h.kubeletPort {
+		return false
+	}
+	return slices.Contains(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: h.address})
 }
 
 func newNodeHeartbeat(api *kubeclient.Client, node string, leaseDuration time.Duration, log *slog.Logger) *nodeHeartbeat {
@@ -208,12 +232,19 @@ func (h *nodeHeartbeat) postReady(ctx context.Context, node *corev1.Node) error 
 		if c.Type != corev1.NodeReady || c.Status != corev1.ConditionTrue {
 			continue
 		}
-		if c.Reason == ready.Reason && c.Message == ready.Message && now.Sub(c.LastHeartbeatTime.Time) < nodeStatusReportFrequency {
+		if c.Reason == ready.Reason && c.Message == ready.Message && now.Sub(c.LastHeartbeatTime.Time) < nodeStatusReportFrequency && h.endpointCurrent(node) {
 			return nil
 		}
 		ready.LastTransitionTime = c.LastTransitionTime
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{ready}}})
+	status := map[string]any{"conditions": []corev1.NodeCondition{ready}}
+	if h.kubeletPort != 0 {
+		// The API server reaches the kubelet at the first address of its
+		// --kubelet-preferred-address-types the Node has, on this port.
+		status["addresses"] = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.address}}
+		status["daemonEndpoints"] = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: h.kubeletPort}}
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		return err
 	}
