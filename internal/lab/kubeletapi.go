@@ -15,9 +15,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
@@ -192,10 +194,7 @@ type containerExec struct {
 	cgroupRoot string
 }
 
-func (e containerExec) ExecInContainer(ctx context.Context, _, _, container string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, _ <-chan remotecommand.TerminalSize, _ time.Duration) error {
-	if tty {
-		return errors.New("the lab's kubelet runs commands without a terminal: run kubectl exec without -t")
-	}
+func (e containerExec) ExecInContainer(ctx context.Context, _, _, container string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
 	j, err := joinContainer(e.rec, container, e.cgroupRoot)
 	if err != nil {
 		return err
@@ -204,14 +203,22 @@ func (e containerExec) ExecInContainer(ctx context.Context, _, _, container stri
 	if err != nil {
 		return err
 	}
-	if in != nil {
-		cmd.Stdin = in
-	}
-	if out != nil {
-		cmd.Stdout = out
-	}
-	if errOut != nil {
-		cmd.Stderr = errOut
+	var term *terminal
+	if tty {
+		if term, err = newTerminal(cmd, resize); err != nil {
+			return err
+		}
+		defer term.close()
+	} else {
+		if in != nil {
+			cmd.Stdin = in
+		}
+		if out != nil {
+			cmd.Stdout = out
+		}
+		if errOut != nil {
+			cmd.Stderr = errOut
+		}
 	}
 	// A client that keeps its stdin open after the command ended must not
 	// hold the exec open.
@@ -221,6 +228,10 @@ func (e containerExec) ExecInContainer(ctx context.Context, _, _, container stri
 	}
 	done := make(chan struct{})
 	defer close(done)
+	if term != nil {
+		term.started(in, out)
+		defer term.wait()
+	}
 	go func() {
 		select {
 		case <-ctx.Done(): // the client went away: so does its command
@@ -340,4 +351,60 @@ func selfSignedServing(node string, ip netip.Addr) (tls.Certificate, error) {
 		return tls.Certificate{}, fmt.Errorf("kubelet API: signing its serving certificate: %w", err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// terminal is the pseudo-terminal of an exec with a tty (kubectl exec
+// -t): the command's stdin, stdout and stderr, and its controlling
+// terminal; the client's input and output go through its controlling
+// side, its window size too.
+type terminal struct {
+	control, term *os.File
+	output        chan struct{} // closed when all the output is copied
+}
+
+func newTerminal(cmd *exec.Cmd, resize <-chan remotecommand.TerminalSize) (*terminal, error) {
+	control, term, err := podexec.OpenPTY()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = term, term, term
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	go func() {
+		for size := range resize {
+			podexec.Resize(control, size.Width, size.Height)
+		}
+	}()
+	return &terminal{control: control, term: term, output: make(chan struct{})}, nil
+}
+
+// started copies the client's input in and the terminal's output out once
+// the command runs (and holds the terminal itself).
+func (t *terminal) started(in io.Reader, out io.Writer) {
+	t.term.Close()
+	if in != nil {
+		go io.Copy(t.control, in)
+	}
+	go func() {
+		defer close(t.output)
+		if out == nil {
+			out = io.Discard
+		}
+		// Reading ends (EIO) once the command and its children closed the
+		// terminal and their output is read.
+		io.Copy(out, t.control)
+	}()
+}
+
+// wait returns once the output is copied, or soon after: a background
+// child of the command may hold the terminal open.
+func (t *terminal) wait() {
+	select {
+	case <-t.output:
+	case <-time.After(time.Second):
+	}
+}
+
+func (t *terminal) close() {
+	t.term.Close()
+	t.control.Close()
 }

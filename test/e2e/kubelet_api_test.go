@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 )
 
 // TestKubeletAPI: the lab's kubelet serves the kubelet API as a kubelet
@@ -34,7 +39,7 @@ func TestKubeletAPI(t *testing.T) {
 	waitFor(t, 10*time.Second, "the container's output in kubectl logs", func() bool {
 		out, err := k.kubectl(nil, "logs", "web")
 		logs = string(out)
-		return err == nil && strings.Contains(logs, "hello from the container")
+		return err == nil && strings.Contains(logs, "hello from the container") && strings.Contains(logs, "serving http")
 	})
 	lines := strings.Split(strings.TrimSpace(logs), "\n")
 	if out := kubectl("logs", "web", "--tail=2"); out != strings.Join(lines[len(lines)-2:], "\n")+"\n" {
@@ -57,6 +62,8 @@ func TestKubeletAPI(t *testing.T) {
 	if out, err := k.kubectl([]byte("from stdin\n"), "exec", "-i", "web", "--", "cat"); err != nil || string(out) != "from stdin\n" {
 		t.Errorf("kubectl exec -i: %q, %v", out, err)
 	}
+
+	checkExecWithTerminal(t, k)
 
 	// Port-forward from this host to the pod's port 8080.
 	pf := exec.Command(k.kube.Kubectl(), "--kubeconfig", k.kube.Kubeconfig, "port-forward", "pod/web", ":8080")
@@ -95,4 +102,37 @@ func TestKubeletAPI(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("kubectl port-forward never listened:\n%s", stderr.String())
 	}
+}
+
+// checkExecWithTerminal: an exec with a terminal (kubectl exec -it) runs
+// the command on a terminal of the client's size, through the API server,
+// over WebSocket as kubectl does.
+func checkExecWithTerminal(t *testing.T, k *kubeNode) {
+	t.Helper()
+	req := k.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name("web").SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: []string{"sh", "-c", `while [ "$(stty size)" = "0 0" ]; do sleep 0.1; done; tty; stty size`}, Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(k.kube.RESTConfig(), "GET", req.URL().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sizes := fixedSize{remotecommand.TerminalSize{Width: 100, Height: 40}}
+	ctx, cancel := context.WithTimeout(k.ctx, 20*time.Second)
+	defer cancel()
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: &out, Tty: true, TerminalSizeQueue: &sizes})
+	if err != nil || !regexp.MustCompile(`(?m)^/dev/pts/\d+\r?$`).MatchString(out.String()) || !strings.Contains(out.String(), "40 100") {
+		t.Errorf("exec with a terminal of 100x40: %v:\n%q", err, out.String())
+	}
+}
+
+// fixedSize is a terminal that has one size.
+type fixedSize []remotecommand.TerminalSize
+
+func (f *fixedSize) Next() *remotecommand.TerminalSize {
+	if len(*f) == 0 {
+		return nil
+	}
+	s := (*f)[0]
+	*f = (*f)[1:]
+	return &s
 }
