@@ -64,6 +64,7 @@ func TestKubeletAPI(t *testing.T) {
 	}
 
 	checkExecWithTerminal(t, k)
+	checkAttach(t, k)
 
 	// Port-forward from this host to the pod's port 8080.
 	pf := exec.Command(k.kube.Kubectl(), "--kubeconfig", k.kube.Kubeconfig, "port-forward", "pod/web", ":8080")
@@ -122,6 +123,53 @@ func checkExecWithTerminal(t *testing.T, k *kubeNode) {
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: &out, Tty: true, TerminalSizeQueue: &sizes})
 	if err != nil || !regexp.MustCompile(`(?m)^/dev/pts/\d+\r?$`).MatchString(out.String()) || !strings.Contains(out.String(), "40 100") {
 		t.Errorf("exec with a terminal of 100x40: %v:\n%q", err, out.String())
+	}
+}
+
+// checkAttach: kubectl attach streams what a running container writes
+// from then on.
+func checkAttach(t *testing.T, k *kubeNode) {
+	t.Helper()
+	k.runPod("default", "ticker", nil, "sh", "-c", `i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done`)
+	attach := exec.Command(k.kube.Kubectl(), "--kubeconfig", k.kube.Kubeconfig, "attach", "ticker")
+	stdout, err := attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	attach.Stderr = &stderr
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { attach.Process.Kill(); attach.Wait() }()
+	ticks := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "tick ") {
+				ticks <- sc.Text()
+			}
+		}
+		close(ticks)
+	}()
+	var got []string
+	timeout := time.After(15 * time.Second)
+	for len(got) < 3 {
+		select {
+		case tick, ok := <-ticks:
+			if !ok {
+				t.Fatalf("kubectl attach ended after %q:\n%s", got, stderr.String())
+			}
+			got = append(got, tick)
+		case <-timeout:
+			t.Fatalf("kubectl attach: %q in 15 s, want 3 ticks:\n%s", got, stderr.String())
+		}
+	}
+	var first, last int
+	fmt.Sscanf(got[0], "tick %d", &first)
+	fmt.Sscanf(got[2], "tick %d", &last)
+	if last != first+2 {
+		t.Errorf("kubectl attach: %q, want consecutive ticks", got)
 	}
 }
 
