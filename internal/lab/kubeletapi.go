@@ -167,20 +167,30 @@ func (a *KubeletAPI) record(r *http.Request) (*PodRecord, int, error) {
 	return &c, 0, nil
 }
 
-func (a *KubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
-	opts, err := remotecommand.NewOptions(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	cmd := r.URL.Query()["command"]
-	if len(cmd) == 0 {
-		http.Error(w, "no command given (query parameter command)", http.StatusBadRequest)
-		return
+// streamPod is the pod a streaming request (exec, attach, port-forward)
+// is for; nil when the request is answered already with why not (its
+// options, optsErr, are wrong; there is no such pod).
+func (a *KubeletAPI) streamPod(w http.ResponseWriter, r *http.Request, optsErr error) *PodRecord {
+	if optsErr != nil {
+		http.Error(w, optsErr.Error(), http.StatusBadRequest)
+		return nil
 	}
 	rec, code, err := a.record(r)
 	if err != nil {
 		http.Error(w, err.Error(), code)
+		return nil
+	}
+	return rec
+}
+
+func (a *KubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
+	opts, err := remotecommand.NewOptions(r)
+	cmd := r.URL.Query()["command"]
+	if err == nil && len(cmd) == 0 {
+		err = errors.New("no command given (query parameter command)")
+	}
+	rec := a.streamPod(w, r, err)
+	if rec == nil {
 		return
 	}
 	remotecommand.ServeExec(w, r, containerExec{rec: rec, cgroupRoot: a.k.cfg.CgroupRoot}, rec.key(), rec.UID, r.PathValue("container"), cmd, opts,
@@ -249,13 +259,8 @@ func (e containerExec) ExecInContainer(ctx context.Context, _, _, container stri
 
 func (a *KubeletAPI) attach(w http.ResponseWriter, r *http.Request) {
 	opts, err := remotecommand.NewOptions(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	rec, code, err := a.record(r)
-	if err != nil {
-		http.Error(w, err.Error(), code)
+	rec := a.streamPod(w, r, err)
+	if rec == nil {
 		return
 	}
 	remotecommand.ServeAttach(w, r, containerAttach{rec: rec}, rec.key(), rec.UID, r.PathValue("container"), opts,
@@ -285,13 +290,8 @@ func (a containerAttach) AttachContainer(ctx context.Context, _, _, container st
 
 func (a *KubeletAPI) portForward(w http.ResponseWriter, r *http.Request) {
 	opts, err := portforward.NewV4Options(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	rec, code, err := a.record(r)
-	if err != nil {
-		http.Error(w, err.Error(), code)
+	rec := a.streamPod(w, r, err)
+	if rec == nil {
 		return
 	}
 	portforward.ServePortForward(w, r, podPortForward{rec: rec}, rec.key(), rec.UID, opts,
