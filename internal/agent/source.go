@@ -468,14 +468,10 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 	if err != nil {
 		return err
 	}
-	// The API server's kubelet client certificate is signed by the CA
-	// that signs its own (kubeadm's and shunt dev cluster's layout).
-	ca, err := kubeconfigCA(k.kube.rest)
-	if err != nil {
-		return err
-	}
-	if _, err := kl.ServeKubeletAPI(ctx, lab.KubeletPort, ca); err != nil {
-		return err
+	if err := a.serveKubeletAPI(ctx, kl, k.kube.rest); err != nil {
+		// The pods run without it; only kubectl exec, logs, attach and
+		// port-forward do not.
+		a.log.Warn("the node's kubelet API is not served: kubectl exec, logs, attach and port-forward fail on its pods", "err", err)
 	}
 	if err := kl.Run(ctx); err != nil {
 		return err
@@ -486,6 +482,26 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 
 func (k *kubeStarter) start(_, startCtx context.Context, _ *Agent) error {
 	return k.ks.WaitSynced(startCtx)
+}
+
+// serveKubeletAPI serves the node's kubelet API (lab.KubeletAPI).
+func (a *Agent) serveKubeletAPI(ctx context.Context, kl *lab.APIKubelet, rc *rest.Config) error {
+	// The API server's kubelet client certificate is signed by the CA
+	// that signs its own (kubeadm's and shunt dev cluster's layout).
+	ca, err := kubeconfigCA(rc)
+	if err != nil {
+		return err
+	}
+	// The API server reaches a kubelet at its Node's InternalIP: the
+	// underlay address where the node has one (the Node's own, see
+	// settle), else the node's address on the pod network, which the
+	// kubelet then writes into a Node that names none.
+	addr := a.cfg.Underlay
+	if !addr.IsValid() {
+		addr = a.podPool.NodeIP()
+	}
+	_, err = kl.ServeKubeletAPI(ctx, addr, lab.KubeletPort, ca)
+	return err
 }
 
 // kubeconfigCA is the CA certificate (PEM) the kubeconfig trusts the API

@@ -72,20 +72,22 @@ type KubeletAPI struct {
 	srv  *http.Server
 }
 
-// ServeKubeletAPI serves the kubelet API on the node's address (port 0:
-// any free one) until ctx ends, trusting clients signed by clientCA (PEM),
-// and publishes its address and port in the Node's status (InternalIP,
-// daemonEndpoints) with the node's heartbeat. Call it before Run.
-func (k *APIKubelet) ServeKubeletAPI(ctx context.Context, port int, clientCA []byte) (*KubeletAPI, error) {
+// ServeKubeletAPI serves the kubelet API on addr (the node's InternalIP:
+// its underlay address, else its address on the pod network; port 0: any
+// free one) until ctx ends, trusting clients signed by clientCA (PEM),
+// and publishes its port in the Node's status (daemonEndpoints; addr as
+// InternalIP on a Node that has none) with the node's heartbeat. Call it
+// before Run.
+func (k *APIKubelet) ServeKubeletAPI(ctx context.Context, addr netip.Addr, port int, clientCA []byte) (*KubeletAPI, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(clientCA) {
 		return nil, errors.New("kubelet API: the API server's kubeconfig names no CA certificate to check its client certificate with (certificate-authority-data)")
 	}
-	cert, err := selfSignedServing(k.cfg.NodeName, k.cfg.NodeIP)
+	cert, err := selfSignedServing(k.cfg.NodeName, addr)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(k.cfg.NodeIP, uint16(port)).String())
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, uint16(port)).String())
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API: listening on the node's address: %w (is another kubelet on this address?)", err)
 	}
@@ -107,7 +109,7 @@ func (k *APIKubelet) ServeKubeletAPI(ctx context.Context, port int, clientCA []b
 		api.srv.Close()
 	}()
 	if kp, ok := k.api.(*kubePods); ok {
-		kp.heartbeat.kubeletEndpoint(k.cfg.NodeIP.String(), int32(api.addr.Port()))
+		kp.heartbeat.kubeletEndpoint(addr.String(), int32(api.addr.Port()))
 	}
 	k.cfg.Log.Info("kubelet API serving", "addr", api.addr.String())
 	return api, nil

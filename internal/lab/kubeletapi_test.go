@@ -74,7 +74,7 @@ func testKubeletAPI(t *testing.T, ca testCA) (string, *ContainerRecord) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	api, err := k.ServeKubeletAPI(ctx, 0, ca.pem)
+	api, err := k.ServeKubeletAPI(ctx, k.cfg.NodeIP, 0, ca.pem)
 	if err != nil {
 		t.Fatal(err)
 	}

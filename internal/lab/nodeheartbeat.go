@@ -70,7 +70,8 @@ type nodeHeartbeat struct {
 	failing bool
 	// address and kubeletPort are where the node's kubelet API listens
 	// (kubeletapi.go), written into the Node's status with its Ready
-	// condition (port 0: none).
+	// condition (port 0: none; the address only on a Node that has no
+	// InternalIP).
 	address     string
 	kubeletPort int32
 }
@@ -82,15 +83,13 @@ func (h *nodeHeartbeat) kubeletEndpoint(address string, port int32) {
 }
 
 // endpointCurrent says whether the Node's status already names the
-// kubelet API's address and port.
+// kubelet API's port, and an InternalIP.
 func (h *nodeHeartbeat) endpointCurrent(node *corev1.Node) bool {
-	if h.kubeletPort == 0 {
-		return true
-	}
-	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != h.kubeletPort {
-		return false
-	}
-	return slices.Contains(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: h.address})
+	return h.kubeletPort == 0 || (node.Status.DaemonEndpoints.KubeletEndpoint.Port == h.kubeletPort && hasInternalIP(node))
+}
+
+func hasInternalIP(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Status.Addresses, func(a corev1.NodeAddress) bool { return a.Type == corev1.NodeInternalIP })
 }
 
 func newNodeHeartbeat(api *kubeclient.Client, node string, leaseDuration time.Duration, log *slog.Logger) *nodeHeartbeat {
@@ -241,8 +240,16 @@ func (h *nodeHeartbeat) postReady(ctx context.Context, node *corev1.Node) error 
 	if h.kubeletPort != 0 {
 		// The API server reaches the kubelet at the first address of its
 		// --kubelet-preferred-address-types the Node has, on this port.
-		status["addresses"] = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.address}}
+		// An InternalIP the Node has already stays: it is the node's
+		// underlay address, which other nodes tunnel to and where the
+		// kubelet API listens then.
 		status["daemonEndpoints"] = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: h.kubeletPort}}
+		if !hasInternalIP(node) {
+			status["addresses"] = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.address}}
+		} else if !slices.Contains(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: h.address}) {
+			h.log.Warn("the Node's InternalIP is not where its kubelet API listens: the API server cannot reach it for exec, logs or port-forward (give the agent --underlay-addr with the Node's InternalIP)",
+				"node", h.node, "addresses", node.Status.Addresses, "kubeletAPI", h.address)
+		}
 	}
 	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
