@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -158,5 +159,51 @@ func TestNodeHeartbeat(t *testing.T) {
 	h.beat(ctx)
 	if _, err := leases.Get(ctx, "n1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a beat after the Node was deleted made a Lease again: %v", err)
+	}
+}
+
+// TestNodeHeartbeatKubeletEndpoint: the heartbeat publishes where the
+// node's kubelet API listens: its port in daemonEndpoints, its address as
+// the InternalIP of a Node that has none; an InternalIP the Node has (its
+// underlay address) stays.
+func TestNodeHeartbeatKubeletEndpoint(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	api, err := kubeclient.New(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.Client.CoreV1().Nodes()
+	for _, tc := range []struct {
+		name, has, want string
+	}{
+		{"bare", "", "10.9.0.1"},
+		{"underlay", "192.0.2.7", "192.0.2.7"},
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.name}}
+		n, err := nodes.Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.has != "" {
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: tc.has}}
+			if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := newNodeHeartbeat(api, tc.name, 8*time.Second, slog.New(slog.DiscardHandler))
+		h.kubeletEndpoint("10.9.0.1", 10250)
+		if err := h.beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := nodes.Get(ctx, tc.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: tc.want}}
+		if got.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 || !slices.Equal(got.Status.Addresses, want) {
+			t.Errorf("node %s: kubelet port %d, addresses %v: want 10250 and %v", tc.name, got.Status.DaemonEndpoints.KubeletEndpoint.Port, got.Status.Addresses, want)
+		}
 	}
 }
