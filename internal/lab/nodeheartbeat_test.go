@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/shuntnet/shunt/internal/kubeclient"
@@ -182,13 +184,13 @@ func TestNodeHeartbeatKubeletEndpoint(t *testing.T) {
 		{"underlay", "192.0.2.7", "192.0.2.7"},
 	} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.name}}
-		n, err := nodes.Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := nodes.Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if tc.has != "" {
-			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: tc.has}}
-			if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			// A patch: node IPAM may have written the Node since.
+			patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, tc.has)
+			if _, err := nodes.Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 				t.Fatal(err)
 			}
 		}
