@@ -160,7 +160,7 @@ var sharedRanges = [][]string{
 // lanes. A benchmark not listed counts as 30 s.
 var smokeSeconds = map[string]float64{
 	"crossnode": 60, "sockaccel": 45, "forwarding": 30, "k8s": 28, "masquerade": 25, "drift": 22,
-	"services": 21, "policy": 17, "pktcost": 17, "observe": 16, "mesh": 12, "ctflood": 8,
+	"services": 21, "policy": 17, "pktcost": 17, "observe": 16, "mesh": 12, "ui": 12, "ctflood": 8,
 }
 
 // smokeLanes deals the benchmarks into n lanes: those sharing ranges

@@ -38,6 +38,7 @@ programs=(
 	"bpftool           bpftool          debugging: inspect loaded programs and maps by hand"
 	"curl              curl             debugging: the agent's /debug/pprof over its socket"
 	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"
+	"chromium          chromium         e2e, bench ui: drives the page of shunt ui headless (chromedp)"
 )
 
 # Not here: kube-apiserver, kube-controller-manager, kube-proxy and kubectl.

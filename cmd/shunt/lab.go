@@ -723,11 +723,10 @@ func labLeftovers(inst instance.Instance) bool {
 	return len(instanceNetns(inst)) > 0
 }
 
-// instanceNetns are the paths of the instance's named network namespaces
-// (its pods'; a lab of several nodes names its own after its first node's
-// instance too). Instance names hold no "-": the prefix is the instance's.
+// instanceNetns are the paths of the instance's pod network namespaces
+// (a lab of several nodes lists its own in its layout).
 func instanceNetns(inst instance.Instance) []string {
-	return podnet.NamedNetnsWithPrefix(inst.Name + "-")
+	return teardown.PodNetns(inst)
 }
 
 // noLab is the error of a command for a lab that does not exist.

@@ -20,8 +20,8 @@ func newObserveCmd(g *globals) *cobra.Command {
 		pod, from, to, since, out string
 		port                      uint16
 		last                      int
-		follow                    bool
-		node                      string
+		follow, allNodes          bool
+		node, relayAddr, relayTLS string
 	)
 	cmd := &cobra.Command{
 		Use:   "observe [-f] [--pod P] [--verdict DROPPED|FORWARDED|TRANSLATED|REDIRECTED] [filters] [-o compact|table|json]",
@@ -75,8 +75,14 @@ func newObserveCmd(g *globals) *cobra.Command {
 			if follow {
 				q.Set("follow", "true")
 			}
-			streams, many, err := flowStreams(g, node)
-			if err != nil {
+			var streams []flowStream
+			var err error
+			many := true
+			if allNodes {
+				if streams, err = relayStream(relayAddr, relayTLS); err != nil {
+					return err
+				}
+			} else if streams, many, err = flowStreams(g, node); err != nil {
 				return err
 			}
 			var tw *tabwriter.Writer
@@ -88,6 +94,9 @@ func newObserveCmd(g *globals) *cobra.Command {
 				}
 			}
 			err = mergeFlows(streams, "/v1/flows?"+q.Encode(), follow, last, func(line []byte, fl flows.Flow) error {
+				if allNodes && node != "" && fl.Node != node {
+					return nil
+				}
 				if out == "json" {
 					_, err := fmt.Printf("%s\n", line)
 					return err
@@ -129,7 +138,10 @@ func newObserveCmd(g *globals) *cobra.Command {
 	fl.StringVar(&f.Service, "service", "", "flows translated from this service (NAMESPACE/NAME)")
 	fl.StringVar(&since, "since", "", "flows since a duration ago (5m) or an RFC 3339 time")
 	fl.StringVarP(&out, "output", "o", "compact", "compact, table or json (one flow per line)")
-	fl.StringVar(&node, "node", "", "a lab of several nodes: only the flows this node saw (default: every node's, merged by time)")
+	fl.StringVar(&node, "node", "", "a lab of several nodes, or with --all-nodes: only the flows this node saw (default: every node's, merged by time)")
+	fl.BoolVar(&allNodes, "all-nodes", false, "the flows of every node of a cluster, through a relay (shunt relay) at --relay")
+	fl.StringVar(&relayAddr, "relay", DefaultRelayAddr, "with --all-nodes: the relay's address")
+	fl.StringVar(&relayTLS, "relay-tls-dir", "", "with --all-nodes: reach the relay by mutual TLS with this client certificate, key and CA (ca.crt, tls.crt, tls.key)")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,19 @@ func flowStreams(g *globals, node string) (_ []flowStream, many bool, _ error) {
 		return nil, false, fmt.Errorf("--node %s: lab %q has nodes %s", node, inst.Name, strings.Join(names, ", "))
 	}
 	return out, true, nil
+}
+
+// relayStream is the merged flows of a relay at addr (by mutual TLS with
+// tlsDir's certificate, when given).
+func relayStream(addr, tlsDir string) ([]flowStream, error) {
+	var cfg *tls.Config
+	if tlsDir != "" {
+		var err error
+		if cfg, err = api.LoadTLS(tlsDir, false); err != nil {
+			return nil, fmt.Errorf("--relay-tls-dir: %w", err)
+		}
+	}
+	return []flowStream{{node: "relay " + addr, client: api.NewRemoteClient(addr, cfg)}}, nil
 }
 
 // mergeFlows calls each for the flows of every stream: with follow, as

@@ -37,23 +37,23 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	var (
-		inst, mode, podCIDR, serviceCIDR, logLevel string
-		flowSampling, metricsAddr                  string
-		flowHistory, flowBuffer                    int
-		socketAccel, accelNode, inCluster, runPods bool
-		ctSingleTable                              bool
-		kubeconfig, nodeName                       string
-		nodeLeaseSeconds                           int
-		routing, tunnel, underlay, clusterCIDR     string
-		masquerade                                 bool
-		masqExclude                                []string
-		masqPorts                                  string
-		labControlPlane                            bool
-		labJoin                                    string
-		nodeGrace                                  time.Duration
-		driftPeriod                                time.Duration
-		kernelFallbacks                            string
-		lbPool                                     string
+		inst, mode, podCIDR, serviceCIDR, logLevel                  string
+		flowSampling, metricsAddr, flowsAddr, flowsTLSDir           string
+		flowHistory, flowBuffer                                     int
+		socketAccel, accelNode, inCluster, runPods, removeKubeProxy bool
+		ctSingleTable                                               bool
+		kubeconfig, nodeName                                        string
+		nodeLeaseSeconds                                            int
+		routing, tunnel, underlay, clusterCIDR                      string
+		masquerade                                                  bool
+		masqExclude                                                 []string
+		masqPorts                                                   string
+		labControlPlane                                             bool
+		labJoin                                                     string
+		nodeGrace                                                   time.Duration
+		driftPeriod                                                 time.Duration
+		kernelFallbacks                                             string
+		lbPool                                                      string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -79,10 +79,13 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
-				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, SocketAccel: socketAccel, AccelNode: accelNode,
+				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, FlowsAddr: flowsAddr, FlowsTLSDir: flowsTLSDir, SocketAccel: socketAccel, AccelNode: accelNode,
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods,
 				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
-				DriftCheckPeriod: driftPeriod}
+				DriftCheckPeriod: driftPeriod, RemoveKubeProxyRules: removeKubeProxy}
+			if removeKubeProxy && !cfg.Kubernetes {
+				return fmt.Errorf("--remove-kube-proxy-rules is for a node of a Kubernetes cluster (with --kubeconfig or --in-cluster): the lab runs no kube-proxy")
+			}
 			if lbPool != "" {
 				if cfg.LoadBalancerPool, err = netip.ParsePrefix(lbPool); err != nil || !cfg.LoadBalancerPool.Addr().Is4() {
 					return fmt.Errorf("--lb-pool %q: give an IPv4 CIDR, e.g. 192.168.124.0/28", lbPool)
@@ -175,6 +178,8 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().IntVar(&flowHistory, "flow-history", 8192, "flows kept in memory for 'shunt observe'")
 	cmd.Flags().IntVar(&flowBuffer, "flow-buffer-bytes", 4<<20, "size of the flow ring buffer (a power of two, at least a page)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")
+	cmd.Flags().StringVar(&flowsAddr, "flows-addr", "", "also serve this node's flows (read only) on this TCP address, for a relay ('shunt relay'): by mutual TLS with --flows-tls-dir, else only on loopback")
+	cmd.Flags().StringVar(&flowsTLSDir, "flows-tls-dir", "", "with --flows-addr: the agent's certificate and key and the CA a relay's client certificate must be signed by (ca.crt, tls.crt, tls.key)")
 	cmd.Flags().BoolVar(&socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg + sockhash)")
 	cmd.Flags().BoolVar(&ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
@@ -192,6 +197,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&labControlPlane, "lab-control-plane", false, "this lab node's control plane also serves the lab's other nodes ('shunt lab up --nodes N'): their Nodes, the objects, their pods' status, one identity numbering; the node keeps it")
 	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")
 	cmd.Flags().DurationVar(&nodeGrace, "node-grace", 0, "with --lab-control-plane: how long a joined node's agent may go silent before the node is NotReady and its pods leave every Service (default "+lab.DefaultNodeGrace.String()+", Kubernetes' node-monitor-grace-period)")
+	cmd.Flags().BoolVar(&removeKubeProxy, "remove-kube-proxy-rules", false, "with --kubeconfig/--in-cluster: remove kube-proxy's rules (nftables table, iptables-nft chains) found on the node at start, as 'kube-proxy --cleanup' does, instead of refusing to start; stop kube-proxy on the node first (docs/install.md)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
 	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")

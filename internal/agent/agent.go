@@ -55,9 +55,14 @@ type Config struct {
 	FlowHistory     int               // flows kept in memory (default 8192)
 	FlowBufferBytes int               // size of the flow ring buffer (0: 4 MiB)
 	MetricsAddr     string            // also serve /metrics over TCP here ("": only on the socket)
-	ProxyPort       int               // the node proxy's port on the node address (0: DefaultProxyPort)
-	SocketAccel     bool              // accelerate TCP between local sockets from the start
-	AccelNode       bool              // with SocketAccel: the node's own processes too
+	// FlowsAddr also serves the node's flows (GET /v1/flows, read only)
+	// over TCP, for a relay (`shunt relay`); with FlowsTLSDir by mutual TLS
+	// (api.LoadTLS), without it only on loopback.
+	FlowsAddr   string
+	FlowsTLSDir string
+	ProxyPort   int  // the node proxy's port on the node address (0: DefaultProxyPort)
+	SocketAccel bool // accelerate TCP between local sockets from the start
+	AccelNode   bool // with SocketAccel: the node's own processes too
 
 	// Kubernetes takes objects from an API server instead of the lab:
 	// Kubeconfig names it ("" is the in-cluster configuration), NodeName is
@@ -126,6 +131,10 @@ type Config struct {
 	// has the newer feature (tests run every fallback on a new kernel);
 	// the ones the kernel needs are taken anyway (datapath.ProbeKernel).
 	KernelFallbacks dpinfo.Fallbacks
+	// RemoveKubeProxyRules (with Kubernetes): kube-proxy's rules found on
+	// the node are removed at start instead of refusing it
+	// (internal/kubeproxy). kube-proxy must have stopped on this node.
+	RemoveKubeProxyRules bool
 }
 
 // Routing modes and tunnels shuntd knows.
@@ -314,6 +323,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer msrv.Close()
 		a.metricsAddr.Store(addr.String())
 		a.log.Info("serving metrics", "addr", addr.String())
+	}
+	if a.cfg.FlowsAddr != "" {
+		srv, err := a.serveFlowsTCP()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
 	}
 	fr, err := a.dp.Flows()
 	if err != nil {

@@ -1,13 +1,15 @@
 package agent
 
 import (
-	"encoding/json"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
-	"strconv"
+	"time"
 
+	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
 )
@@ -28,64 +30,41 @@ func (a *Agent) readFlows(fr *datapath.FlowReader) {
 	}
 }
 
-// handleFlows answers with the matching flows of the history as JSON lines
-// and, with follow=true, keeps streaming new ones until the client leaves.
+// handleFlows serves the node's flows (flows.Handler), each naming the
+// node, so a lab's or a cluster's flows merged from every node still say
+// where each was seen. The node's name is settled after the server is
+// made: it is read per request.
 func (a *Agent) handleFlows(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	filter, err := flows.ParseFilter(q)
+	flows.Handler(a.flows, a.nodeName).ServeHTTP(w, r)
+}
+
+// serveFlowsTCP serves the node's flows, and nothing else, on
+// cfg.FlowsAddr for a relay: by mutual TLS with cfg.FlowsTLSDir, else only
+// on loopback.
+func (a *Agent) serveFlowsTCP() (*http.Server, error) {
+	var tlsConfig *tls.Config
+	if a.cfg.FlowsTLSDir != "" {
+		var err error
+		if tlsConfig, err = api.LoadTLS(a.cfg.FlowsTLSDir, true); err != nil {
+			return nil, fmt.Errorf("serving flows on %s: %w", a.cfg.FlowsAddr, err)
+		}
+	} else if err := api.CheckPlainListen(a.cfg.FlowsAddr); err != nil {
+		return nil, fmt.Errorf("serving flows: %w", err)
+	}
+	ln, err := net.Listen("tcp", a.cfg.FlowsAddr)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
+		return nil, fmt.Errorf("serving flows on %s: %w", a.cfg.FlowsAddr, err)
 	}
-	last := 0
-	if s := q.Get("last"); s != "" {
-		if last, err = strconv.Atoi(s); err != nil || last < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("bad last %q: want a count", s))
-			return
-		}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	enc := nodeEncoder{json.NewEncoder(w), a.nodeName}
-	if q.Get("follow") != "true" {
-		for _, fl := range a.flows.Query(filter, last) {
-			enc.Encode(fl)
-		}
-		return
-	}
-	past, live, cancel := a.flows.Follow(filter, last, 4096)
-	defer cancel()
-	for _, fl := range past {
-		enc.Encode(fl)
-	}
-	flusher, _ := w.(http.Flusher)
-	if flusher != nil {
-		flusher.Flush()
-	}
-	for {
-		select {
-		case fl := <-live:
-			if err := enc.Encode(fl); err != nil {
-				return
-			}
-			if flusher != nil {
-				flusher.Flush()
-			}
-		case <-r.Context().Done():
-			return
-		}
-	}
-}
-
-// nodeEncoder writes flows with the node that saw them, so a lab's or a
-// cluster's flows merged from every node still say where each was seen.
-type nodeEncoder struct {
-	enc  *json.Encoder
-	node string
-}
-
-func (e nodeEncoder) Encode(fl flows.Flow) error {
-	fl.Node = e.node
-	return e.enc.Encode(fl)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/flows", a.handleFlows)
+	mux.HandleFunc("GET /v1/healthz", a.handleHealth)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	a.log.Info("serving flows", "addr", ln.Addr().String(), "mutualTLS", tlsConfig != nil)
+	return srv, nil
 }
 
 // handleSampling reports (GET) or sets (POST ?mode=) the flow sampling.

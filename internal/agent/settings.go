@@ -12,6 +12,7 @@ import (
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
+	"github.com/shuntnet/shunt/internal/kubeproxy"
 	"github.com/shuntnet/shunt/internal/policy"
 )
 
@@ -48,6 +49,18 @@ func (a *Agent) settleSettings() (*startup, error) {
 		return nil, err
 	}
 	cfg, inst := &a.cfg, a.cfg.Instance
+	// On a Kubernetes node shunt replaces kube-proxy: two translators of
+	// one Service fight, so kube-proxy's live rules refuse the start,
+	// unless told to remove them (the node-by-node migration).
+	if cfg.Kubernetes {
+		found, err := kubeproxy.Check(cfg.RemoveKubeProxyRules)
+		if err != nil {
+			return nil, err
+		}
+		if found.Live() {
+			a.log.Warn("removed kube-proxy's rules from the node", "found", found.String())
+		}
+	}
 	// The kernel's features, before anything of the node is made: what
 	// it lacks and has a fallback for is taken, what it lacks without one
 	// refuses the start, named with the kernel that has it.

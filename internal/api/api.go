@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -261,20 +262,34 @@ type StatusError struct {
 
 func (e *StatusError) Error() string { return e.Msg }
 
-// Client talks to one agent.
+// Client talks to one agent (or to a relay, which answers the same flows
+// requests).
 type Client struct {
-	socket string
+	socket string // where it is reached, for errors: a socket path or an address
+	base   string // the URL requests go to, before the path
 	http   *http.Client
 }
 
 // NewClient returns a client for the agent listening on socket.
 func NewClient(socket string) *Client {
-	return &Client{socket: socket, http: &http.Client{Transport: &http.Transport{
+	return &Client{socket: socket, base: "http://shuntd", http: &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
 		},
 	}}}
+}
+
+// NewRemoteClient returns a client for an agent's (or a relay's) TCP
+// listener at addr (host:port): HTTPS with tlsConfig (a client certificate
+// and the CA that signed the server's), plain HTTP when tlsConfig is nil
+// (loopback only: the server refuses anything else without TLS).
+func NewRemoteClient(addr string, tlsConfig *tls.Config) *Client {
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+	}
+	return &Client{socket: addr, base: scheme + "://" + addr, http: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}}
 }
 
 // Do sends a request and decodes the JSON answer into out (if not nil).
@@ -296,7 +311,7 @@ func (c *Client) DoContext(ctx context.Context, method, path string, in, out any
 		}
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://shuntd"+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
 	}
@@ -328,12 +343,21 @@ func (c *Client) DoContext(ctx context.Context, method, path string, in, out any
 // Stream GETs path and calls each for every line of the answer (JSON lines)
 // until the agent ends it or each returns an error.
 func (c *Client) Stream(path string, each func(line []byte) error) error {
-	resp, err := c.http.Get("http://shuntd" + path)
+	return c.StreamContext(context.Background(), path, each)
+}
+
+// StreamContext is Stream until ctx ends.
+func (c *Client) StreamContext(ctx context.Context, path string, each func(line []byte) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
 	if errors.Is(err, os.ErrPermission) {
 		return fmt.Errorf("permission denied on the agent's socket %s: it is root-only, run shunt as root", c.socket)
 	}
 	if err != nil {
-		return fmt.Errorf("cannot reach the shunt agent at %s (is it running? `shunt lab up` starts it): %w", c.socket, err)
+		return &UnreachableError{Socket: c.socket, Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {

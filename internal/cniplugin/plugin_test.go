@@ -179,7 +179,7 @@ type pod struct {
 func (e *env) newPod(name string) *pod {
 	t := e.t
 	p := &pod{name: name, netns: "cnit-" + e.id + "-" + name}
-	if err := podnet.CreateNetns(p.netns); err != nil {
+	if err := podnet.CreateNetns(p.netns, ""); err != nil {
 		t.Fatal(err)
 	}
 	root, err := cgroup.Root()

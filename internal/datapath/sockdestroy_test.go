@@ -230,7 +230,7 @@ func testCgroup(t *testing.T) string {
 func testNetns(t *testing.T) string {
 	t.Helper()
 	name := testName("shunt-test-sd")
-	if err := podnet.CreateNetns(name); err != nil {
+	if err := podnet.CreateNetns(name, ""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

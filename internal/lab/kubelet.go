@@ -217,7 +217,7 @@ func (k *kubelet) plumb(ctx context.Context, rec *PodRecord, verify bool) error 
 	if err := cgroup.Create(rec.Cgroup); err != nil {
 		return err
 	}
-	if err := podnet.CreateNetns(rec.Netns); err != nil {
+	if err := podnet.CreateNetns(rec.Netns, k.cfg.Instance.PodLinkAlias(rec.Namespace, rec.Name)); err != nil {
 		return fmt.Errorf("pod %s: %w", rec.key(), err)
 	}
 	rec.ContainerID = newContainerID()

@@ -260,7 +260,7 @@ func ensureNetns(name string) (netns.NsHandle, error) {
 	if ns, err := netns.GetFromPath(podnet.NetnsPath(name)); err == nil {
 		return ns, nil
 	}
-	if err := podnet.CreateNetns(name); err != nil {
+	if err := podnet.CreateNetns(name, ""); err != nil {
 		return 0, err
 	}
 	return netns.GetFromPath(podnet.NetnsPath(name))

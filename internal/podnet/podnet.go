@@ -193,7 +193,7 @@ func SetupPod(n Node, p Pod) (Links, error) {
 	if err := TeardownPod(p); err != nil {
 		return Links{}, err
 	}
-	if err := CreateNetns(p.Netns); err != nil {
+	if err := CreateNetns(p.Netns, p.Alias); err != nil {
 		return Links{}, err
 	}
 	links, err := AttachPod(n, p)
@@ -205,13 +205,68 @@ func SetupPod(n Node, p Pod) (Links, error) {
 }
 
 // CreateNetns creates a named network namespace under NetnsDir, as a
-// container runtime does before it calls the CNI plugin.
-func CreateNetns(name string) error {
+// container runtime does before it calls the CNI plugin. A non-empty owner
+// is set as the alias of the namespace's loopback interface: the mark by
+// which NetnsOwnedBy finds it again, with or without the creator's state
+// (a name prefix alone would claim namespaces someone else named alike).
+func CreateNetns(name, owner string) error {
 	ns, err := newNamedNetns(name)
 	if err != nil {
 		return err
 	}
-	return ns.Close()
+	defer ns.Close()
+	if owner == "" {
+		return nil
+	}
+	if err := markNetns(ns, owner); err != nil {
+		return errors.Join(fmt.Errorf("marking network namespace %s as %q's: %w", name, owner, err), DeleteNetns(name))
+	}
+	return nil
+}
+
+func markNetns(ns netns.NsHandle, owner string) error {
+	nh, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	lo, err := nh.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	return nh.LinkSetAlias(lo, owner[:min(len(owner), maxAliasLen)])
+}
+
+// NetnsOwnedBy lists the paths of the named network namespaces whose name
+// starts with namePrefix and which hold an interface whose alias starts
+// with owner: the loopback CreateNetns marked, or a pod side a plugin
+// aliased. A namespace it cannot open is not claimed.
+func NetnsOwnedBy(namePrefix, owner string) []string {
+	var owned []string
+	for _, path := range namedNetnsWithPrefix(namePrefix) {
+		if netnsHoldsAlias(path, owner) {
+			owned = append(owned, path)
+		}
+	}
+	return owned
+}
+
+func netnsHoldsAlias(path, prefix string) bool {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return false
+	}
+	defer ns.Close()
+	nh, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return false
+	}
+	defer nh.Close()
+	links, err := nh.LinkList()
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(links, func(l netlink.Link) bool { return strings.HasPrefix(l.Attrs().Alias, prefix) })
 }
 
 // DeleteNetns removes a named namespace (a no-op when absent).
@@ -516,17 +571,31 @@ func TeardownPod(p Pod) error {
 // LinksWithAliasPrefix lists host interfaces whose alias starts with prefix:
 // how uninstall finds pod veths even when the agent's state is lost.
 func LinksWithAliasPrefix(prefix string) ([]string, error) {
+	links, err := linksWithAliasPrefix(prefix)
+	var names []string
+	for _, l := range links {
+		names = append(names, l.Attrs().Name)
+	}
+	return names, err
+}
+
+// LinkAliasesWithPrefix lists the aliases, starting with prefix, of host
+// interfaces.
+func LinkAliasesWithPrefix(prefix string) ([]string, error) {
+	links, err := linksWithAliasPrefix(prefix)
+	var aliases []string
+	for _, l := range links {
+		aliases = append(aliases, l.Attrs().Alias)
+	}
+	return aliases, err
+}
+
+func linksWithAliasPrefix(prefix string) ([]netlink.Link, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	for _, l := range links {
-		if a := l.Attrs().Alias; a != "" && len(a) >= len(prefix) && a[:len(prefix)] == prefix {
-			names = append(names, l.Attrs().Name)
-		}
-	}
-	return names, nil
+	return slices.DeleteFunc(links, func(l netlink.Link) bool { return !strings.HasPrefix(l.Attrs().Alias, prefix) }), nil
 }
 
 // DeleteLink deletes a host interface by name (a no-op when absent).

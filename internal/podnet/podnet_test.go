@@ -106,7 +106,7 @@ func TestAttachDetach(t *testing.T) {
 	if err := SetupNode(node); err != nil {
 		t.Fatal(err)
 	}
-	if err := CreateNetns(nsName); err != nil {
+	if err := CreateNetns(nsName, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := AttachPod(node, pod); err != nil {

@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// NamedNetnsWithPrefix are the paths of the named network namespaces whose
-// names start with prefix (an instance's pods': "NAME-").
-func NamedNetnsWithPrefix(prefix string) []string {
+// namedNetnsWithPrefix are the paths of the named network namespaces whose
+// names start with prefix.
+func namedNetnsWithPrefix(prefix string) []string {
 	paths, _ := filepath.Glob(filepath.Join(NetnsDir, prefix+"*"))
 	return paths
 }

@@ -17,7 +17,7 @@ func TestStopProcesses(t *testing.T) {
 	}
 	start := func(name string) *exec.Cmd {
 		t.Helper()
-		if err := CreateNetns(name); err != nil {
+		if err := CreateNetns(name, ""); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { DeleteNetns(name) })

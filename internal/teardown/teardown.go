@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/shuntnet/shunt/internal/cgroup"
@@ -16,24 +17,23 @@ import (
 )
 
 // Instance removes what an instance created, also when no agent runs and
-// its state is gone: pods are found by namespace names and interface
-// aliases. A second run is a no-op.
+// its state is gone: pods are found by the marks on their interfaces
+// (PodNetns). A second run is a no-op.
 func Instance(inst instance.Instance) error {
 	var errs []error
 	if root, err := cgroup.Root(); err == nil {
 		errs = append(errs, cgroup.Remove(inst.CgroupDir(root)))
 	}
+	// The pods' namespaces are found before their host veths go: an older
+	// agent's pod namespace is known only through its veth's alias.
+	podNetns := PodNetns(inst)
 	if names, err := podnet.LinksWithAliasPrefix(inst.LinkAliasPrefix()); err == nil {
 		for _, n := range names {
 			errs = append(errs, podnet.DeleteLink(n))
 		}
 	}
-	if entries, err := os.ReadDir(podnet.NetnsDir); err == nil {
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), inst.Name+"-") {
-				errs = append(errs, podnet.TeardownPod(podnet.Pod{Netns: e.Name()}))
-			}
-		}
+	for _, path := range podNetns {
+		errs = append(errs, podnet.TeardownPod(podnet.Pod{Netns: filepath.Base(path)}))
 	}
 	errs = append(errs,
 		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
@@ -47,6 +47,31 @@ func Instance(inst instance.Instance) error {
 		os.RemoveAll(inst.RunDir()),
 	)
 	return errors.Join(errs...)
+}
+
+// PodNetns are the paths of the instance's pod network namespaces, found
+// by what marks them as its own rather than by name alone: another
+// instance's, a test's or an admin's namespace may start with the same
+// "NAME-". A namespace is the instance's when an interface in it carries
+// the instance's alias (the loopback, marked at creation), or when it is
+// named after a pod whose host veth carries it (a pod an agent built before
+// namespaces were marked).
+func PodNetns(inst instance.Instance) []string {
+	owned := podnet.NetnsOwnedBy(inst.Name+"-", inst.LinkAliasPrefix())
+	aliases, _ := podnet.LinkAliasesWithPrefix(inst.LinkAliasPrefix())
+	for _, alias := range aliases {
+		namespace, name, ok := strings.Cut(strings.TrimPrefix(alias, inst.LinkAliasPrefix()), "/")
+		if !ok {
+			continue
+		}
+		for _, netns := range []string{inst.PodNetns(namespace, name), inst.LegacyPodNetns(namespace, name)} {
+			path := podnet.NetnsPath(netns)
+			if _, err := os.Stat(path); err == nil && !slices.Contains(owned, path) {
+				owned = append(owned, path)
+			}
+		}
+	}
+	return owned
 }
 
 // Pins removes every pin of a datapath under pinDir: links first (a link

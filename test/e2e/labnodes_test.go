@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -111,6 +112,9 @@ func TestLabNodes(t *testing.T) {
 			merged := l.mustShunt("observe", "--last", "500")
 			if !strings.Contains(merged, "[node-1]") || !strings.Contains(merged, "[node-2]") {
 				t.Errorf("observe did not merge both nodes' flows:\n%s", merged)
+			}
+			if routing == "tunnel" {
+				checkRelay(t, l, server)
 			}
 			start := time.Now()
 			l.mustShunt("apply", "-f", "testdata/lab-nodes-relabel.yaml")
@@ -489,5 +493,66 @@ func TestLabNodesL7(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(st.Counters), "proxy-identity to-overlay") {
 		t.Errorf("node-1 counted no proxy connection carrying its client's identity: %v", st.Counters)
+	}
+}
+
+// checkRelay: `shunt relay` follows every node of the lab and `observe
+// --all-nodes` reads the merged stream through it, in time order, with
+// each flow's node and the filters observe has; the relay lists the nodes
+// it follows.
+func checkRelay(t *testing.T, l *lab, server string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the relay takes the port (on node-1's loopback, not this one)
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+l.netns, filepath.Join(binDir, "shunt"), "--instance", l.instance, "relay", "--listen", addr)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("relay log:\n%s", log.String())
+		}
+	}()
+	// New flows on both nodes while the relay follows: the intruder's
+	// drop on node-2, the client's connection from node-1.
+	var got string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l.probe("intruder", "timeout", "--tcp", server+":7000")
+		out, code := l.shunt("observe", "--all-nodes", "--relay", addr, "--last", "2000", "-o", "json")
+		got = out
+		if code == 0 && strings.Contains(out, `"node":"node-1"`) && strings.Contains(out, `"node":"node-2"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("observe --all-nodes through the relay at %s: want flows of node-1 and node-2:\n%s", addr, got)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	var prev time.Time
+	for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
+		var fl struct {
+			Time time.Time `json:"time"`
+		}
+		if err := json.Unmarshal([]byte(line), &fl); err != nil {
+			t.Fatalf("relay flow %q: %v", line, err)
+		}
+		if fl.Time.Before(prev) {
+			t.Errorf("relay's flows out of time order: %s after %s", fl.Time, prev)
+			break
+		}
+		prev = fl.Time
+	}
+	dropped := l.mustShunt("observe", "--all-nodes", "--relay", addr, "--node", "node-2", "--verdict", "DROPPED", "--last", "2000", "-o", "json")
+	if !strings.Contains(dropped, "default/intruder") || strings.Contains(dropped, `"node":"node-1"`) {
+		t.Errorf("observe --all-nodes --node node-2 --verdict DROPPED: want node-2's drops of the intruder only:\n%s", dropped)
 	}
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -125,7 +128,7 @@ func TestLint(t *testing.T) {
 	for _, sets := range [][]string{
 		nil,
 		{"securityContext.privileged=true", "prometheus.serviceMonitor.enabled=true", "masquerade=true",
-			"routingMode=native", "image.digest=sha256:" + strings.Repeat("ab", 32), "cni.install=false"},
+			"routingMode=native", "image.digest=sha256:" + strings.Repeat("ab", 32), "cni.install=false", "relay.enabled=true"},
 	} {
 		vals, err := ParseSets(sets)
 		if err != nil {
@@ -215,12 +218,12 @@ func TestValuesMapToFlags(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("0f", 32)
 	_, agent, _ := daemonSet(t, DefaultRelease,
 		"routingMode=native", "masquerade=true", "masqueradeExclude={10.0.0.0/8,192.168.0.0/16}", "socketAcceleration=true",
-		"kernelFallbacks=all", "serviceCIDR=10.96.0.0/12", "clusterCIDR=10.32.0.0/12", "logLevel=debug", "prometheus.port=9100",
+		"kernelFallbacks=all", "removeKubeProxyRules=true", "serviceCIDR=10.96.0.0/12", "clusterCIDR=10.32.0.0/12", "logLevel=debug", "prometheus.port=9100",
 		"image.repository=registry.example/shunt", "image.digest="+digest, "k8sServiceHost=192.0.2.10", "k8sServicePort=6443",
 		"extraArgs={--drift-check-period=1m}")
 	want := []string{"--in-cluster", "--log-level=debug", "--routing=native", "--cluster-cidr=10.32.0.0/12", "--service-cidr=10.96.0.0/12",
 		"--masquerade", "--masquerade-exclude=10.0.0.0/8,192.168.0.0/16", "--socket-acceleration", "--kernel-fallbacks=all",
-		"--metrics-addr=:9100", "--drift-check-period=1m"}
+		"--remove-kube-proxy-rules", "--metrics-addr=:9100", "--drift-check-period=1m"}
 	if !slices.Equal(agent.Args, want) {
 		t.Errorf("args\n %q\nwant\n %q", agent.Args, want)
 	}
@@ -402,5 +405,79 @@ func TestKubeVersionIsTheTestedOne(t *testing.T) {
 	}
 	if string(m[1]) != DefaultRelease.KubeVersion {
 		t.Errorf("DefaultRelease.KubeVersion %s, tools/kube pins %s", DefaultRelease.KubeVersion, m[1])
+	}
+}
+
+// TestRelay: with relay.enabled the agents serve their flows by mutual TLS
+// (flags that shuntd has, the agent's Secret mounted), and the relay runs
+// `shunt relay` with flags it has, on its pod's loopback, reading the agent
+// pods of the release's namespace; both Secrets hold certificates of one
+// CA, for server and client use.
+func TestRelay(t *testing.T) {
+	_, agent, _ := daemonSet(t, DefaultRelease, "relay.enabled=true", "relay.agentPort=4300")
+	if !slices.Contains(agent.Args, "--flows-addr=:4300") || !slices.Contains(agent.Args, "--flows-tls-dir=/etc/shunt/flows-tls") {
+		t.Errorf("agent args %q: want --flows-addr=:4300 and --flows-tls-dir", agent.Args)
+	}
+	checkArgsAreFlags(t, agent.Args)
+	if !slices.ContainsFunc(agent.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/shunt/flows-tls" && m.ReadOnly }) {
+		t.Errorf("agent mounts %v: want the flows TLS Secret at /etc/shunt/flows-tls", agent.VolumeMounts)
+	}
+	var relay apps.Deployment
+	secrets := map[string]corev1.Secret{}
+	for _, o := range render(t, DefaultRelease, "relay.enabled=true", "relay.agentPort=4300") {
+		switch o.Kind {
+		case "Deployment":
+			if err := yaml.UnmarshalStrict(o.Doc, &relay); err != nil {
+				t.Fatal(err)
+			}
+		case "Secret":
+			var s corev1.Secret
+			if err := yaml.UnmarshalStrict(o.Doc, &s); err != nil {
+				t.Fatal(err)
+			}
+			secrets[s.Name] = s
+		}
+	}
+	if len(relay.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("relay Deployment %+v: want one container", relay)
+	}
+	c := relay.Spec.Template.Spec.Containers[0]
+	want := []string{"relay", "--in-cluster", "--namespace=shunt-system", "--selector=app.kubernetes.io/name=shunt",
+		"--agent-port=4300", "--agent-tls-dir=/etc/shunt/flows-tls", "--listen=127.0.0.1:4245"}
+	if !slices.Equal(c.Command, []string{"shunt"}) || !slices.Equal(c.Args, want) {
+		t.Errorf("relay runs %q %q, want shunt %q", c.Command, c.Args, want)
+	}
+	relaySrc, err := os.ReadFile("../../cmd/shunt/relay.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range c.Args[1:] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.Contains(string(relaySrc), `"`+name+`"`) {
+			t.Errorf("relay argument %q: shunt relay has no such flag (cmd/shunt/relay.go)", a)
+		}
+	}
+	agentTLS, relayTLS := secrets["shunt-flows-agent-tls"], secrets["shunt-flows-relay-tls"]
+	if len(agentTLS.Data["ca.crt"]) == 0 || string(agentTLS.Data["ca.crt"]) != string(relayTLS.Data["ca.crt"]) {
+		t.Fatalf("flows Secrets %v: want both with the same ca.crt", secrets)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(agentTLS.Data["ca.crt"]) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	for name, usage := range map[string]x509.ExtKeyUsage{"shunt-flows-agent-tls": x509.ExtKeyUsageServerAuth, "shunt-flows-relay-tls": x509.ExtKeyUsageClientAuth} {
+		s := secrets[name]
+		if _, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"]); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		block, _ := pem.Decode(s.Data["tls.crt"])
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Errorf("%s: its certificate does not verify against the CA for %v: %v", name, usage, err)
+		}
 	}
 }

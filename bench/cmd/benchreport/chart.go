@@ -140,7 +140,9 @@ func linePanel(b *strings.Builder, t table, metric string, y0 int) int {
 		step := niceStep(math.Max(hi, 1e-9) / 4)
 		top := step * math.Ceil(hi/step)
 		if top <= 0 {
-			top = 1
+			// Every value 0 (no long tasks, say): a step sized for
+			// 1e-9 would make billions of ticks.
+			top, step = 1, 0.25
 		}
 		for i := 0.0; i*step <= top*1.0001; i++ {
 			ticks = append(ticks, i*step)

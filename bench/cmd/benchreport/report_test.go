@@ -194,6 +194,18 @@ func TestLogScaleWhenValuesSpanDecades(t *testing.T) {
 	}
 }
 
+// A metric that is 0 everywhere (no long tasks in any case) drew billions
+// of grid lines until the memory ran out.
+func TestLinePanelAllZero(t *testing.T) {
+	rows := []Row{
+		{Case: "x", N: 10, Metric: "long_tasks", Unit: "count", Value: 0},
+		{Case: "x", N: 100, Metric: "long_tasks", Unit: "count", Value: 0},
+	}
+	if svg := Chart("T", Medians(rows), ""); strings.Count(svg, "<line") > 20 {
+		t.Errorf("%d grid lines for an all-zero metric", strings.Count(svg, "<line"))
+	}
+}
+
 func TestRunWritesAllOutputs(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "results.json")

@@ -88,8 +88,15 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- with .Values.kernelFallbacks }}
 - --kernel-fallbacks={{ . }}
 {{- end }}
+{{- if .Values.removeKubeProxyRules }}
+- --remove-kube-proxy-rules
+{{- end }}
 {{- if .Values.prometheus.enabled }}
 - --metrics-addr=:{{ .Values.prometheus.port }}
+{{- end }}
+{{- if .Values.relay.enabled }}
+- --flows-addr=:{{ .Values.relay.agentPort }}
+- --flows-tls-dir=/etc/shunt/flows-tls
 {{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
