@@ -21,6 +21,7 @@ import (
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/labnet"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -394,22 +395,23 @@ func uninstall(g *globals) error {
 	return nil
 }
 
-// podTarget locates a running pod's namespace and cgroup.
-func podTarget(g *globals, ns, name string) (podexec.Target, error) {
+// podTarget locates a running pod's namespace and cgroup, and the node
+// instance that runs it.
+func podTarget(g *globals, ns, name string) (podexec.Target, instance.Instance, string, error) {
 	base, err := g.inst()
 	if err != nil {
-		return podexec.Target{}, err
+		return podexec.Target{}, base, "", err
 	}
 	if err := noLab(base); err != nil {
-		return podexec.Target{}, err
+		return podexec.Target{}, base, "", err
 	}
 	inst, err := podInstance(base, ns, name)
 	if err != nil {
-		return podexec.Target{}, err
+		return podexec.Target{}, inst, "", err
 	}
 	root, err := cgroup.Root()
 	if err != nil {
-		return podexec.Target{}, err
+		return podexec.Target{}, inst, "", err
 	}
 	t := podexec.Target{
 		NetnsPath:  podnet.NetnsPath(inst.PodNetns(ns, name)),
@@ -418,44 +420,78 @@ func podTarget(g *globals, ns, name string) (podexec.Target, error) {
 	if _, err := os.Stat(t.NetnsPath); err != nil {
 		t.NetnsPath = podnet.NetnsPath(inst.LegacyPodNetns(ns, name))
 		if _, err := os.Stat(t.NetnsPath); err != nil {
-			return t, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, base.Name)
+			return t, inst, root, fmt.Errorf("pod %s/%s not found in lab %q", ns, name, base.Name)
 		}
 	}
-	return t, nil
+	return t, inst, root, nil
 }
 
 func newLabExecCmd(g *globals) *cobra.Command {
-	var ns string
-	var external bool
+	var ns, container string
+	var external, nodePrivileges bool
 	cmd := &cobra.Command{
-		Use:   "exec (POD [-n NS] | --external) -- CMD [ARGS...]",
-		Short: "run a command inside a pod (or on the lab's host outside the cluster); its exit code is passed through",
-		Args:  cobra.MinimumNArgs(1),
+		Use:   "exec (POD [-n NS] [-c CONTAINER] [--node-privileges] | --external) -- CMD [ARGS...]",
+		Short: "run a command inside a pod's container, as kubectl exec does (or on the lab's host outside the cluster); its exit code is passed through",
+		Long: `Run a command inside a pod's container as the container runs: in its network
+and mount namespaces (the node's shunt directories are empty there), its
+cgroup, as its user, with its capabilities and its environment, as kubectl
+exec does. The container must be running.
+
+--node-privileges runs the command in the pod's network namespace and cgroup
+with the node's privileges instead: every capability, the node's mounts (its
+agent sockets and pinned maps) and this shell's environment. It is the node
+admin's tool (tcpdump in a pod, a container that has exited); no pod's own
+process ever has that.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var t podexec.Target
-			var err error
-			if external {
-				if cmd.ArgsLenAtDash() != 0 {
-					return errors.New("usage: shunt lab exec --external -- CMD [ARGS...]")
-				}
-				t, err = externalTarget(g)
-				args = append([]string{""}, args...)
-			} else {
-				if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
-					return errors.New("usage: shunt lab exec POD [-n NS] -- CMD [ARGS...]")
-				}
-				t, err = podTarget(g, ns, args[0])
-			}
-			if err != nil {
-				return err
-			}
+			var c *exec.Cmd
 			// As in the pod's containers, shunt's own tools are on PATH.
 			if self, err := os.Executable(); err == nil {
 				os.Setenv("PATH", filepath.Dir(self)+":"+os.Getenv("PATH"))
 			}
-			c := exec.Command(args[1], args[2:]...)
+			switch {
+			case external:
+				if cmd.ArgsLenAtDash() != 0 || nodePrivileges || container != "" {
+					return errors.New("usage: shunt lab exec --external -- CMD [ARGS...]")
+				}
+				var err error
+				if t, err = externalTarget(g); err != nil {
+					return err
+				}
+				c = exec.Command(args[0], args[1:]...)
+				c.Env = os.Environ()
+			case cmd.ArgsLenAtDash() != 1 || len(args) < 2:
+				return errors.New("usage: shunt lab exec POD [-n NS] [-c CONTAINER] [--node-privileges] -- CMD [ARGS...]")
+			case nodePrivileges:
+				if container != "" {
+					return errors.New("--node-privileges runs in the pod's network namespace, in no container: drop -c")
+				}
+				var err error
+				if t, _, _, err = podTarget(g, ns, args[0]); err != nil {
+					return err
+				}
+				c = exec.Command(args[1], args[2:]...)
+				c.Env = append(os.Environ(), "SHUNT_POD_NAME="+args[0], "SHUNT_POD_NAMESPACE="+ns)
+			default:
+				_, inst, root, err := podTarget(g, ns, args[0])
+				if err != nil {
+					return err
+				}
+				j, err := lab.JoinContainer(inst.StateDir(), ns, args[0], container, root)
+				if err != nil {
+					var nr lab.ErrContainerNotRunning
+					if errors.As(err, &nr) {
+						return fmt.Errorf("%w: `shunt lab logs %s -n %s` shows its output; `shunt lab exec --node-privileges` runs a command in the pod's network namespace with the node's privileges", err, args[0], ns)
+					}
+					return err
+				}
+				t = j.Target
+				if c, err = j.Command(args[1:]); err != nil {
+					return err
+				}
+			}
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-			c.Env = append(os.Environ(), "SHUNT_POD_NAME="+args[0], "SHUNT_POD_NAMESPACE="+ns)
 			// SIGTERM and SIGINT go to the command, and exec waits for it:
 			// killing `lab exec` must not leave its command running.
 			sigs := make(chan os.Signal, 1)
@@ -476,7 +512,7 @@ func newLabExecCmd(g *globals) *cobra.Command {
 					}
 				}
 			}()
-			err = c.Wait()
+			err := c.Wait()
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
 				return exitError{ee.ExitCode()}
@@ -485,6 +521,8 @@ func newLabExecCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "namespace of the pod")
+	cmd.Flags().StringVarP(&container, "container", "c", "", "the pod's container to run in (default: its first)")
+	cmd.Flags().BoolVar(&nodePrivileges, "node-privileges", false, "run in the pod's network namespace and cgroup with the node's privileges and mounts, in no container (the node admin's tool)")
 	cmd.Flags().BoolVar(&external, "external", false, "run on the lab's host outside the cluster (a lab of several nodes: on their underlay)")
 	return cmd
 }

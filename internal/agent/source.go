@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"time"
 
@@ -468,6 +469,11 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 	if err != nil {
 		return err
 	}
+	if err := a.serveKubeletAPI(ctx, kl, k.kube.rest); err != nil {
+		// The pods run without it; only kubectl exec, logs, attach and
+		// port-forward do not.
+		a.log.Warn("the node's kubelet API is not served: kubectl exec, logs, attach and port-forward fail on its pods", "err", err)
+	}
 	if err := kl.Run(ctx); err != nil {
 		return err
 	}
@@ -477,4 +483,40 @@ func (k *kubeStarter) serving(ctx context.Context, a *Agent, s *startup) error {
 
 func (k *kubeStarter) start(_, startCtx context.Context, _ *Agent) error {
 	return k.ks.WaitSynced(startCtx)
+}
+
+// serveKubeletAPI serves the node's kubelet API (lab.KubeletAPI).
+func (a *Agent) serveKubeletAPI(ctx context.Context, kl *lab.APIKubelet, rc *rest.Config) error {
+	// The API server's kubelet client certificate is signed by the CA
+	// that signs its own (kubeadm's and shunt dev cluster's layout).
+	ca, err := kubeconfigCA(rc)
+	if err != nil {
+		return err
+	}
+	// The API server reaches a kubelet at its Node's InternalIP: the
+	// underlay address where the node has one (the Node's own, see
+	// settle), else the node's address on the pod network, which the
+	// kubelet then writes into a Node that names none.
+	addr := a.cfg.Underlay
+	if !addr.IsValid() {
+		addr = a.podPool.NodeIP()
+	}
+	_, err = kl.ServeKubeletAPI(ctx, addr, lab.KubeletPort, ca)
+	return err
+}
+
+// kubeconfigCA is the CA certificate (PEM) the kubeconfig trusts the API
+// server with.
+func kubeconfigCA(rc *rest.Config) ([]byte, error) {
+	if len(rc.TLSClientConfig.CAData) > 0 {
+		return rc.TLSClientConfig.CAData, nil
+	}
+	if rc.TLSClientConfig.CAFile != "" {
+		data, err := os.ReadFile(rc.TLSClientConfig.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the kubeconfig's CA certificate: %w", err)
+		}
+		return data, nil
+	}
+	return nil, errors.New("the kubeconfig names no CA certificate (certificate-authority-data or certificate-authority): the lab's kubelet API checks the API server's client certificate with it")
 }

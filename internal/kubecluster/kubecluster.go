@@ -127,6 +127,9 @@ const (
 	proxyClientCertFile = "front-proxy-client.crt"
 	proxyClientKeyFile  = "front-proxy-client.key"
 	kcmKubeconfigFile   = "controller-manager.kubeconfig"
+	// The API server's client certificate towards kubelets.
+	kubeletClientCertFile = "apiserver-kubelet-client.crt"
+	kubeletClientKeyFile  = "apiserver-kubelet-client.key"
 	// KubeconfigFile is the admin kubeconfig in the cluster directory.
 	KubeconfigFile = "kubeconfig"
 )
@@ -228,6 +231,13 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What the API server shows kubelets when it proxies exec, logs,
+	// attach and port-forward to them, as kubeadm issues it (a cluster
+	// admin's group): a kubelet checks it against this CA.
+	kubeletClient, err := p.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
 	saKey, saPub, err := newSigningKey()
 	if err != nil {
 		return nil, err
@@ -251,6 +261,7 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	if err := writeFiles(dir, map[string][]byte{
 		caFile: p.caPEM, caKeyFile: caKey, apiserverCertFile: serving.cert, apiserverKeyFile: serving.key, saKeyFile: saKey, saPubFile: saPub,
 		frontProxyCAFile: frontProxy.caPEM, proxyClientCertFile: proxyClient.cert, proxyClientKeyFile: proxyClient.key,
+		kubeletClientCertFile: kubeletClient.cert, kubeletClientKeyFile: kubeletClient.key,
 	}); err != nil {
 		return nil, fmt.Errorf("writing certificates: %w", err)
 	}
@@ -314,6 +325,10 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + filepath.Join(dir, proxyClientCertFile),
 		"--proxy-client-key-file=" + filepath.Join(dir, proxyClientKeyFile),
+		// Kubelets' serving certificates are their own (self-signed), as
+		// kubeadm leaves them: no --kubelet-certificate-authority.
+		"--kubelet-client-certificate=" + filepath.Join(dir, kubeletClientCertFile),
+		"--kubelet-client-key=" + filepath.Join(dir, kubeletClientKeyFile),
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--profiling=false",

@@ -83,7 +83,10 @@ type kubelet struct {
 	probes  prober // probes.go
 }
 
-func (k *kubelet) recordsPath() string { return filepath.Join(k.cfg.Instance.StateDir(), "pods.json") }
+func (k *kubelet) recordsPath() string { return podRecordsPath(k.cfg.Instance.StateDir()) }
+
+// podRecordsPath is where a node's kubelet keeps its pod records.
+func podRecordsPath(stateDir string) string { return filepath.Join(stateDir, "pods.json") }
 
 func (k *kubelet) load(legacy map[string]*PodRecord) error {
 	var err error

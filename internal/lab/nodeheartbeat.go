@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -67,6 +68,28 @@ type nodeHeartbeat struct {
 	// failing remembers that the last beat failed, so a long outage logs
 	// once when it starts and once when it ends.
 	failing bool
+	// address and kubeletPort are where the node's kubelet API listens
+	// (kubeletapi.go), written into the Node's status with its Ready
+	// condition (port 0: none; the address only on a Node that has no
+	// InternalIP).
+	address     string
+	kubeletPort int32
+}
+
+// kubeletEndpoint sets where the node's kubelet API listens; call it
+// before start.
+func (h *nodeHeartbeat) kubeletEndpoint(address string, port int32) {
+	h.address, h.kubeletPort = address, port
+}
+
+// endpointCurrent says whether the Node's status already names the
+// kubelet API's port, and an InternalIP.
+func (h *nodeHeartbeat) endpointCurrent(node *corev1.Node) bool {
+	return h.kubeletPort == 0 || (node.Status.DaemonEndpoints.KubeletEndpoint.Port == h.kubeletPort && hasInternalIP(node))
+}
+
+func hasInternalIP(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Status.Addresses, func(a corev1.NodeAddress) bool { return a.Type == corev1.NodeInternalIP })
 }
 
 func newNodeHeartbeat(api *kubeclient.Client, node string, leaseDuration time.Duration, log *slog.Logger) *nodeHeartbeat {
@@ -208,12 +231,27 @@ func (h *nodeHeartbeat) postReady(ctx context.Context, node *corev1.Node) error 
 		if c.Type != corev1.NodeReady || c.Status != corev1.ConditionTrue {
 			continue
 		}
-		if c.Reason == ready.Reason && c.Message == ready.Message && now.Sub(c.LastHeartbeatTime.Time) < nodeStatusReportFrequency {
+		if c.Reason == ready.Reason && c.Message == ready.Message && now.Sub(c.LastHeartbeatTime.Time) < nodeStatusReportFrequency && h.endpointCurrent(node) {
 			return nil
 		}
 		ready.LastTransitionTime = c.LastTransitionTime
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{ready}}})
+	status := map[string]any{"conditions": []corev1.NodeCondition{ready}}
+	if h.kubeletPort != 0 {
+		// The API server reaches the kubelet at the first address of its
+		// --kubelet-preferred-address-types the Node has, on this port.
+		// An InternalIP the Node has already stays: it is the node's
+		// underlay address, which other nodes tunnel to and where the
+		// kubelet API listens then.
+		status["daemonEndpoints"] = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: h.kubeletPort}}
+		if !hasInternalIP(node) {
+			status["addresses"] = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.address}}
+		} else if !slices.Contains(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: h.address}) {
+			h.log.Warn("the Node's InternalIP is not where its kubelet API listens: the API server cannot reach it for exec, logs or port-forward (give the agent --underlay-addr with the Node's InternalIP)",
+				"node", h.node, "addresses", node.Status.Addresses, "kubeletAPI", h.address)
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		return err
 	}

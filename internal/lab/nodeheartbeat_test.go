@@ -3,7 +3,9 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/shuntnet/shunt/internal/kubeclient"
@@ -158,5 +161,51 @@ func TestNodeHeartbeat(t *testing.T) {
 	h.beat(ctx)
 	if _, err := leases.Get(ctx, "n1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a beat after the Node was deleted made a Lease again: %v", err)
+	}
+}
+
+// TestNodeHeartbeatKubeletEndpoint: the heartbeat publishes where the
+// node's kubelet API listens: its port in daemonEndpoints, its address as
+// the InternalIP of a Node that has none; an InternalIP the Node has (its
+// underlay address) stays.
+func TestNodeHeartbeatKubeletEndpoint(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	api, err := kubeclient.New(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.Client.CoreV1().Nodes()
+	for _, tc := range []struct {
+		name, has, want string
+	}{
+		{"bare", "", "10.9.0.1"},
+		{"underlay", "192.0.2.7", "192.0.2.7"},
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.name}}
+		if _, err := nodes.Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if tc.has != "" {
+			// A patch: node IPAM may have written the Node since.
+			patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, tc.has)
+			if _, err := nodes.Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := newNodeHeartbeat(api, tc.name, 8*time.Second, slog.New(slog.DiscardHandler))
+		h.kubeletEndpoint("10.9.0.1", 10250)
+		if err := h.beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := nodes.Get(ctx, tc.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: tc.want}}
+		if got.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 || !slices.Equal(got.Status.Addresses, want) {
+			t.Errorf("node %s: kubelet port %d, addresses %v: want 10250 and %v", tc.name, got.Status.DaemonEndpoints.KubeletEndpoint.Port, got.Status.Addresses, want)
+		}
 	}
 }

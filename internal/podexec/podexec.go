@@ -28,6 +28,14 @@ type Target struct {
 	// name (a pod's: its name, or spec.hostname), as a runtime gives each
 	// pod; empty keeps the caller's.
 	Hostname string
+	// MountNsPath is a mount namespace to join (a running container's,
+	// /proc/PID/ns/mnt); empty keeps the caller's (or, with Hide, a new
+	// one).
+	MountNsPath string
+	// UTSNsPath is a UTS namespace to join (a running container's, with
+	// its host name); empty keeps the caller's (or, with Hostname, a new
+	// one).
+	UTSNsPath string
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -52,7 +60,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			return err
 		}
 		if s.UID != nil || s.GID != nil {
-			cred := &syscall.Credential{NoSetGroups: false}
+			cred := &syscall.Credential{Groups: s.Groups}
 			if s.UID != nil {
 				cred.Uid = *s.UID
 			}
@@ -62,7 +70,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -72,6 +80,22 @@ func Start(t Target, cmd *exec.Cmd) error {
 			return fmt.Errorf("opening network namespace %s: %w", t.NetnsPath, err)
 		}
 		defer ns.Close()
+	}
+	mnt := -1
+	if t.MountNsPath != "" {
+		var err error
+		if mnt, err = unix.Open(t.MountNsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("opening mount namespace %s: %w", t.MountNsPath, err)
+		}
+		defer unix.Close(mnt)
+	}
+	uts := -1
+	if t.UTSNsPath != "" {
+		var err error
+		if uts, err = unix.Open(t.UTSNsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("opening UTS namespace %s: %w", t.UTSNsPath, err)
+		}
+		defer unix.Close(uts)
 	}
 	// The child inherits the namespace and the capabilities of the thread
 	// that forks it. Change a locked thread that is never unlocked: Go
@@ -93,6 +117,25 @@ func Start(t Target, cmd *exec.Cmd) error {
 			}
 			if err := unix.Sethostname([]byte(t.Hostname)); err != nil {
 				errc <- fmt.Errorf("setting the host name %q: %w", t.Hostname, err)
+				return
+			}
+		}
+		if uts != -1 {
+			if err := unix.Setns(uts, unix.CLONE_NEWUTS); err != nil {
+				errc <- fmt.Errorf("entering UTS namespace %s: %w", t.UTSNsPath, err)
+				return
+			}
+		}
+		if mnt != -1 {
+			// A thread shares its root and working directory with the
+			// process's other threads; setns refuses a mount namespace
+			// to a thread that does, so it takes a copy first.
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				errc <- fmt.Errorf("unsharing the thread's file system attributes: %w", err)
+				return
+			}
+			if err := unix.Setns(mnt, unix.CLONE_NEWNS); err != nil {
+				errc <- fmt.Errorf("entering mount namespace %s: %w", t.MountNsPath, err)
 				return
 			}
 		}

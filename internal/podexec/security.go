@@ -19,12 +19,19 @@ type Security struct {
 	Privileged bool     // every capability, as the node's root has
 	Add, Drop  []string // capability names, as Kubernetes writes them ("NET_ADMIN"; "ALL" in Drop)
 	UID, GID   *uint32  // nil: root
+	Groups     []uint32 // supplementary groups; none unless set
+	// Kept is the capability set itself, as a bit mask, read from a
+	// running container (Join); it overrides Privileged, Add and Drop.
+	Kept *uint64
 }
 
 // kept is the set of capabilities the process keeps, as a bit mask,
 // computed as containerd's CRI plugin does: the defaults (none after a
 // drop of ALL), plus what is added (ALL: every one), less what is dropped.
 func (s Security) kept() (uint64, error) {
+	if s.Kept != nil {
+		return *s.Kept, nil
+	}
 	if s.Privileged {
 		return ^uint64(0), nil
 	}

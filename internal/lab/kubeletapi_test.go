@@ -1,0 +1,162 @@
+package lab
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testCA signs client certificates for the tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) testCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// client is an HTTPS client presenting a certificate of this CA for user
+// cn in groups (the kubelet's own certificate is not checked, as the
+// API server without --kubelet-certificate-authority does not).
+func (ca testCA) client(t *testing.T, cn string, groups ...string) *http.Client {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn, Organization: groups}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true,
+		Certificates:       []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+	}}}
+}
+
+// testKubeletAPI serves the kubelet API of a node with one pod,
+// default/p, whose container c logged three lines and still runs.
+func testKubeletAPI(t *testing.T, ca testCA) (string, *ContainerRecord) {
+	t.Helper()
+	dir := t.TempDir()
+	c := ContainerRecord{Name: "c", ShimPID: os.Getpid(), LogFile: filepath.Join(dir, "c.log"), ExitFile: filepath.Join(dir, "c.exit")}
+	if err := os.WriteFile(c.LogFile, []byte("a\nb\nc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k := &APIKubelet{
+		cfg:     Config{NodeName: "n1", NodeIP: netip.MustParseAddr("127.0.0.1"), Log: slog.New(slog.DiscardHandler)},
+		kubelet: kubelet{pods: map[string]*PodRecord{"default/p": {Namespace: "default", Name: "p", UID: "u1", Containers: []ContainerRecord{c}}}},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	api, err := k.ServeKubeletAPI(ctx, k.cfg.NodeIP, 0, ca.pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "https://" + api.Addr().String(), &c
+}
+
+func get(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestKubeletAPIClients: only a client whose certificate the cluster's CA
+// signed, in group system:masters (the API server's kubelet client), is
+// served.
+func TestKubeletAPIClients(t *testing.T) {
+	ca := newTestCA(t)
+	base, _ := testKubeletAPI(t, ca)
+	if code, body := get(t, ca.client(t, "kube-apiserver-kubelet-client", "system:masters"), base+"/healthz"); code != 200 {
+		t.Errorf("the API server's client: %d %s", code, body)
+	}
+	if code, body := get(t, ca.client(t, "system:node:n2", "system:nodes"), base+"/containerLogs/default/p/c"); code != http.StatusForbidden {
+		t.Errorf("another node's client read a container's log: %d %s", code, body)
+	}
+	other := newTestCA(t)
+	if _, err := other.client(t, "admin", "system:masters").Get(base + "/healthz"); err == nil {
+		t.Error("a client certificate of another CA was accepted")
+	}
+	anonymous := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if _, err := anonymous.Get(base + "/healthz"); err == nil {
+		t.Error("a client without a certificate was accepted")
+	}
+}
+
+// TestKubeletAPIContainerLogs: pods/log as kubectl logs asks for it: all,
+// the last lines, a byte limit, following until the container ends; what
+// the lab does not record is refused, not ignored.
+func TestKubeletAPIContainerLogs(t *testing.T) {
+	ca := newTestCA(t)
+	base, c := testKubeletAPI(t, ca)
+	cl := ca.client(t, "kube-apiserver-kubelet-client", "system:masters")
+	for _, tc := range []struct {
+		query, want string
+		code        int
+	}{
+		{"", "a\nb\nc\n", 200},
+		{"?tailLines=2", "b\nc\n", 200},
+		{"?tailLines=0", "", 200},
+		{"?tailLines=9", "a\nb\nc\n", 200},
+		{"?limitBytes=3", "a\nb", 200},
+		{"?timestamps=true", "timestamps is not supported", 400},
+		{"?previous=true", "previous terminated container", 400},
+		{"?tailLines=x", "tailLines", 400},
+	} {
+		code, body := get(t, cl, base+"/containerLogs/default/p/c"+tc.query)
+		if code != tc.code || (tc.code == 200 && body != tc.want) || (tc.code != 200 && !strings.Contains(body, tc.want)) {
+			t.Errorf("logs%s: %d %q, want %d %q", tc.query, code, body, tc.code, tc.want)
+		}
+	}
+	if code, body := get(t, cl, base+"/containerLogs/default/nope/c"); code != 404 {
+		t.Errorf("logs of a pod not on the node: %d %s", code, body)
+	}
+
+	// Follow: what the container writes next, until it ends.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		f, _ := os.OpenFile(c.LogFile, os.O_APPEND|os.O_WRONLY, 0)
+		f.WriteString("d\n")
+		f.Close()
+		time.Sleep(300 * time.Millisecond)
+		os.WriteFile(c.ExitFile, []byte(`{"exitCode":0}`), 0o644)
+	}()
+	start := time.Now()
+	if code, body := get(t, cl, base+"/containerLogs/default/p/c?follow=true&tailLines=1"); code != 200 || body != "c\nd\n" {
+		t.Errorf("logs -f --tail=1: %d %q, want the last line, then the one written later", code, body)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("logs -f ended %v after the container did", time.Since(start))
+	}
+}

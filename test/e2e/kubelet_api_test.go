@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+)
+
+// TestKubeletAPI: the lab's kubelet serves the kubelet API as a kubelet
+// does, so kubectl works on its pods through the real API server:
+// `kubectl exec` enters the container as it runs (its capabilities, no
+// /run/shunt of the node, the exit code passed back), `kubectl logs`
+// returns what the container wrote (--tail too), and `kubectl
+// port-forward` reaches a port of the pod.
+func TestKubeletAPI(t *testing.T) {
+	k := newKubeNode(t)
+	k.runPod("default", "web", nil, "sh", "-c",
+		`grep -E "^Cap(Eff|Bnd)" /proc/self/status; echo first line; echo hello from the container; exec shunt lab serve --http 8080`)
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := k.kubectl(nil, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	var logs string
+	waitFor(t, 10*time.Second, "the container's output in kubectl logs", func() bool {
+		out, err := k.kubectl(nil, "logs", "web")
+		logs = string(out)
+		return err == nil && strings.Contains(logs, "hello from the container") && strings.Contains(logs, "serving http")
+	})
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	if out := kubectl("logs", "web", "--tail=2"); out != strings.Join(lines[len(lines)-2:], "\n")+"\n" {
+		t.Errorf("kubectl logs --tail=2: %q, want the last two lines of\n%s", out, logs)
+	}
+
+	capLines := regexp.MustCompile(`(?m)^Cap(Eff|Bnd):\s+[0-9a-f]+$`)
+	own := capLines.FindAllString(logs, -1)
+	execd := capLines.FindAllString(kubectl("exec", "web", "--", "cat", "/proc/self/status"), -1)
+	if len(own) != 2 || strings.Join(own, ",") != strings.Join(execd, ",") || !strings.Contains(own[0], "00000000a80425fb") {
+		t.Errorf("kubectl exec's capabilities %q, the container's own %q: want the runtime's default set in both", execd, own)
+	}
+	if out, err := k.kubectl(nil, "exec", "web", "--", "sh", "-c", "ls -A /run/shunt"); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("kubectl exec sees the node's /run/shunt (%v):\n%s", err, out)
+	}
+	cmd := exec.Command(k.kube.Kubectl(), "--kubeconfig", k.kube.Kubeconfig, "exec", "web", "--", "sh", "-c", "exit 3")
+	if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 3 {
+		t.Errorf("kubectl exec of a command that exits 3: %v, want exit code 3", err)
+	}
+	if out, err := k.kubectl([]byte("from stdin\n"), "exec", "-i", "web", "--", "cat"); err != nil || string(out) != "from stdin\n" {
+		t.Errorf("kubectl exec -i: %q, %v", out, err)
+	}
+
+	checkExecWithTerminal(t, k)
+	checkAttach(t, k)
+
+	// Port-forward from this host to the pod's port 8080.
+	pf := exec.Command(k.kube.Kubectl(), "--kubeconfig", k.kube.Kubeconfig, "port-forward", "pod/web", ":8080")
+	stdout, err := pf.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	pf.Stderr = &stderr
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pf.Process.Kill(); pf.Wait() })
+	local := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				local <- m[1]
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case port := <-local:
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%s/", port))
+		if err != nil {
+			t.Fatalf("GET through kubectl port-forward: %v\nkubectl: %s", err, stderr.String())
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "web") {
+			t.Errorf("GET through kubectl port-forward: %s %q, want 200 from pod web", resp.Status, body)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("kubectl port-forward never listened:\n%s", stderr.String())
+	}
+}
+
+// checkExecWithTerminal: an exec with a terminal (kubectl exec -it) runs
+// the command on a terminal of the client's size, through the API server,
+// over WebSocket as kubectl does.
+func checkExecWithTerminal(t *testing.T, k *kubeNode) {
+	t.Helper()
+	req := k.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name("web").SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: []string{"sh", "-c", `while [ "$(stty size)" = "0 0" ]; do sleep 0.1; done; tty; stty size`}, Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(k.kube.RESTConfig(), "GET", req.URL().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sizes := fixedSize{remotecommand.TerminalSize{Width: 100, Height: 40}}
+	ctx, cancel := context.WithTimeout(k.ctx, 20*time.Second)
+	defer cancel()
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: &out, Tty: true, TerminalSizeQueue: &sizes})
+	if err != nil || !regexp.MustCompile(`(?m)^/dev/pts/\d+\r?$`).MatchString(out.String()) || !strings.Contains(out.String(), "40 100") {
+		t.Errorf("exec with a terminal of 100x40: %v:\n%q", err, out.String())
+	}
+}
+
+// checkAttach: kubectl attach streams what a running container writes
+// from then on.
+func checkAttach(t *testing.T, k *kubeNode) {
+	t.Helper()
+	k.runPod("default", "ticker", nil, "sh", "-c", `i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done`)
+	attach := exec.Command(k.kube.Kubectl(), "--kubeconfig", k.kube.Kubeconfig, "attach", "ticker")
+	stdout, err := attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	attach.Stderr = &stderr
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { attach.Process.Kill(); attach.Wait() }()
+	ticks := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "tick ") {
+				ticks <- sc.Text()
+			}
+		}
+		close(ticks)
+	}()
+	var got []string
+	timeout := time.After(15 * time.Second)
+	for len(got) < 3 {
+		select {
+		case tick, ok := <-ticks:
+			if !ok {
+				t.Fatalf("kubectl attach ended after %q:\n%s", got, stderr.String())
+			}
+			got = append(got, tick)
+		case <-timeout:
+			t.Fatalf("kubectl attach: %q in 15 s, want 3 ticks:\n%s", got, stderr.String())
+		}
+	}
+	var first, last int
+	fmt.Sscanf(got[0], "tick %d", &first)
+	fmt.Sscanf(got[2], "tick %d", &last)
+	if last != first+2 {
+		t.Errorf("kubectl attach: %q, want consecutive ticks", got)
+	}
+}
+
+// fixedSize is a terminal that has one size.
+type fixedSize []remotecommand.TerminalSize
+
+func (f *fixedSize) Next() *remotecommand.TerminalSize {
+	if len(*f) == 0 {
+		return nil
+	}
+	s := (*f)[0]
+	*f = (*f)[1:]
+	return &s
+}
