@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,23 +27,7 @@ func TestServicePoliciesLab(t *testing.T) {
 	l := newLabNodes(t, 2, []string{"--lb-pool", "192.168.124.0/28"}, "testdata/svcpol.yaml")
 	labExternal(t, l)
 	node1 := "192.168.123.1"
-	lbIPs := map[string]string{}
-	var svcs struct {
-		Items []struct {
-			Metadata struct{ Name string }
-			Status   struct {
-				LoadBalancer struct{ Ingress []struct{ IP string } }
-			}
-		}
-	}
-	if err := json.Unmarshal([]byte(l.mustShunt("get", "svc", "-o", "json")), &svcs); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range svcs.Items {
-		if len(s.Status.LoadBalancer.Ingress) == 1 {
-			lbIPs[s.Metadata.Name] = s.Status.LoadBalancer.Ingress[0].IP
-		}
-	}
+	lbIPs := map[string]string{"open": loadBalancerAddress(t, l, "open"), "closed": loadBalancerAddress(t, l, "closed")}
 	if lbIPs["open"] == "" || lbIPs["closed"] == "" {
 		t.Fatalf("load balancer addresses %v: want one for open and closed", lbIPs)
 	}
