@@ -350,7 +350,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Info("serving metrics", "addr", addr.String())
 	}
 	if a.cfg.FlowsAddr != "" {
-		srv, err := a.serveFlowsTCP()
+		srv, _, err := a.serveFlowsTCP()
 		if err != nil {
 			return err
 		}

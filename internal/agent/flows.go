@@ -41,19 +41,19 @@ func (a *Agent) handleFlows(w http.ResponseWriter, r *http.Request) {
 // serveFlowsTCP serves the node's flows, and nothing else, on
 // cfg.FlowsAddr for a relay: by mutual TLS with cfg.FlowsTLSDir, else only
 // on loopback.
-func (a *Agent) serveFlowsTCP() (*http.Server, error) {
+func (a *Agent) serveFlowsTCP() (*http.Server, net.Addr, error) {
 	var tlsConfig *tls.Config
 	if a.cfg.FlowsTLSDir != "" {
 		var err error
 		if tlsConfig, err = api.LoadTLS(a.cfg.FlowsTLSDir, true); err != nil {
-			return nil, fmt.Errorf("serving flows on %s: %w", a.cfg.FlowsAddr, err)
+			return nil, nil, fmt.Errorf("serving flows on %s: %w", a.cfg.FlowsAddr, err)
 		}
 	} else if err := api.CheckPlainListen(a.cfg.FlowsAddr); err != nil {
-		return nil, fmt.Errorf("serving flows: %w", err)
+		return nil, nil, fmt.Errorf("serving flows: %w", err)
 	}
 	ln, err := net.Listen("tcp", a.cfg.FlowsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("serving flows on %s: %w", a.cfg.FlowsAddr, err)
+		return nil, nil, fmt.Errorf("serving flows on %s: %w", a.cfg.FlowsAddr, err)
 	}
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
@@ -64,7 +64,7 @@ func (a *Agent) serveFlowsTCP() (*http.Server, error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	a.log.Info("serving flows", "addr", ln.Addr().String(), "mutualTLS", tlsConfig != nil)
-	return srv, nil
+	return srv, ln.Addr(), nil
 }
 
 // handleSampling reports (GET) or sets (POST ?mode=) the flow sampling.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/kubetest"
+	"github.com/shuntnet/shunt/internal/testpki"
 )
 
 // TestKubernetesAgentsFromAPIServer: against a real API server, the agents
@@ -21,8 +22,8 @@ import (
 // reads the agents' flows by mutual TLS.
 func TestKubernetesAgentsFromAPIServer(t *testing.T) {
 	kc := kubetest.Start(t)
-	ca := newCA(t)
-	agentDir, relayDir := ca.issue(t, "agent", true), ca.issue(t, "relay", false)
+	ca := testpki.NewCA(t)
+	agentDir, relayDir := ca.Issue(t, "agent", true), ca.Issue(t, "relay", false)
 	a := startAgent(t, "node-a", agentDir)
 	a.history.Add(flowAt(time.Now(), 0, "default/a"))
 	_, portText, _ := net.SplitHostPort(a.addr)

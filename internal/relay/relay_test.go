@@ -2,19 +2,10 @@ package relay
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -22,6 +13,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/flows"
+	"github.com/shuntnet/shunt/internal/testpki"
 )
 
 // agent is a node's flow API as the agent serves it (flows.Handler over a
@@ -173,8 +165,8 @@ func TestRelayMergesNodesByTimeAndFollowsChanges(t *testing.T) {
 // CA is refused by the agent, and one the relay cannot verify is not
 // followed.
 func TestRelayReachesAgentsByMutualTLS(t *testing.T) {
-	ca := newCA(t)
-	agentDir, relayDir, strangerDir := ca.issue(t, "agent", true), ca.issue(t, "relay", false), newCA(t).issue(t, "stranger", false)
+	ca := testpki.NewCA(t)
+	agentDir, relayDir, strangerDir := ca.Issue(t, "agent", true), ca.Issue(t, "relay", false), testpki.NewCA(t).Issue(t, "stranger", false)
 	a := startAgent(t, "node-1", agentDir)
 	a.history.Add(flowAt(time.Now(), 0, "default/a"))
 
@@ -207,9 +199,9 @@ func TestRelayReachesAgentsByMutualTLS(t *testing.T) {
 
 	// A new CA's certificates written over both sides' files (a Secret
 	// updated in place) take over at the next connection, no restart.
-	ca2 := newCA(t)
-	ca2.issueInto(t, agentDir, "agent", true)
-	ca2.issueInto(t, relayDir, "relay", false)
+	ca2 := testpki.NewCA(t)
+	ca2.IssueInto(t, agentDir, "agent", true)
+	ca2.IssueInto(t, relayDir, "relay", false)
 	if err := api.NewRemoteClient(a.addr, relayTLS).Stream("/v1/flows", func([]byte) error { return nil }); err != nil {
 		t.Errorf("after both sides' certificates were replaced: %v", err)
 	}
@@ -233,68 +225,4 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "shunt-flows-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue writes a TLS directory (ca.crt, tls.crt, tls.key) for a server or
-// client certificate the CA signs.
-func (ca *testCA) issue(t *testing.T, name string, server bool) string {
-	t.Helper()
-	return ca.issueInto(t, filepath.Join(t.TempDir(), name), name, server)
-}
-
-func (ca *testCA) issueInto(t *testing.T, dir, name string, server bool) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	usage := x509.ExtKeyUsageClientAuth
-	if server {
-		usage = x509.ExtKeyUsageServerAuth
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.MkdirAll(dir, 0o700)
-	for file, data := range map[string][]byte{
-		api.TLSCAFile:   ca.pem,
-		api.TLSCertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		api.TLSKeyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
