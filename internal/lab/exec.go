@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shuntnet/shunt/internal/podexec"
 )
@@ -51,15 +52,30 @@ func (c *ContainerRecord) process(pod string) (int, error) {
 	if err != nil || !strings.Contains(string(cmdline), "\x00"+c.ExitFile+"\x00") {
 		return 0, ErrContainerNotRunning{Pod: pod, Container: c.Name, Why: "its shim is gone"}
 	}
-	pids, err := childrenOf(c.ShimPID)
-	if err != nil {
-		return 0, err
+	// A shim just started may not have started the container yet: its
+	// child comes within moments (the shim enters the pod, then forks).
+	deadline := time.Now().Add(containerStartWait)
+	for {
+		pids, err := childrenOf(c.ShimPID)
+		if err != nil {
+			return 0, err
+		}
+		if len(pids) == 1 {
+			return pids[0], nil
+		}
+		if es, ok := readExitStatus(c.ExitFile); ok {
+			return 0, ErrContainerNotRunning{Pod: pod, Container: c.Name, Why: fmt.Sprintf("it exited with code %d at %s", es.ExitCode, es.FinishedAt.Format("15:04:05"))}
+		}
+		if len(pids) > 1 || time.Now().After(deadline) {
+			return 0, ErrContainerNotRunning{Pod: pod, Container: c.Name, Why: fmt.Sprintf("its shim (pid %d) has %d processes, not one", c.ShimPID, len(pids))}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if len(pids) != 1 {
-		return 0, ErrContainerNotRunning{Pod: pod, Container: c.Name, Why: fmt.Sprintf("its shim (pid %d) has %d processes, not one", c.ShimPID, len(pids))}
-	}
-	return pids[0], nil
 }
+
+// containerStartWait is how long an exec waits for a just started shim to
+// start its container.
+const containerStartWait = 3 * time.Second
 
 // childrenOf lists the processes whose parent is pid (the kernel's
 // /proc/PID/task/TID/children needs CONFIG_PROC_CHILDREN, often absent).
