@@ -13,12 +13,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubeclient"
+	"github.com/shuntnet/shunt/internal/kubesource"
 	"github.com/shuntnet/shunt/internal/relay"
 )
 
@@ -67,7 +66,7 @@ func newRelayCmd(g *globals) *cobra.Command {
 				if agentTLS, err = api.LoadTLS(agentTLSDir, false); err != nil {
 					return fmt.Errorf("--agent-tls-dir: %w", err)
 				}
-				rc, err := restConfig(kubeconfig)
+				rc, err := kubesource.RESTConfig(kubeconfig)
 				if err != nil {
 					return err
 				}
@@ -114,22 +113,6 @@ func newRelayCmd(g *globals) *cobra.Command {
 	fl.IntVar(&agentPort, "agent-port", 4244, "with Kubernetes: the port the agents serve flows on (shuntd --flows-addr)")
 	fl.StringVar(&agentTLSDir, "agent-tls-dir", "", "with Kubernetes: the relay's client certificate and key, and the CA of the agents' certificates (ca.crt, tls.crt, tls.key)")
 	return cmd
-}
-
-// restConfig is the API server of kubeconfig, or the in-cluster one ("").
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster configuration: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-	}
-	return rc, nil
 }
 
 // labAgents finds the agents of the lab of inst: every node's, over its

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"sync"
@@ -115,10 +114,9 @@ func (s agentSource) Flows(ctx context.Context, each func(flows.Flow)) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q := url.Values{"follow": {"true"}, "last": {fmt.Sprint(s.last)}}
+			var newest time.Time
 			for ctx.Err() == nil {
-				var newest time.Time
-				err := st.client.StreamContext(ctx, "/v1/flows?"+q.Encode(), func(line []byte) error {
+				err := st.client.StreamContext(ctx, "/v1/flows?"+flows.FollowQuery(s.last, newest).Encode(), func(line []byte) error {
 					var fl flows.Flow
 					if err := json.Unmarshal(line, &fl); err != nil {
 						return fmt.Errorf("reading a flow: %w", err)
@@ -136,10 +134,6 @@ func (s agentSource) Flows(ctx context.Context, each func(flows.Flow)) error {
 					return
 				}
 				s.log.Warn("following flows failed, again in 1 s", "node", st.node, "err", err)
-				if !newest.IsZero() {
-					q.Del("last")
-					q.Set("since", newest.Add(time.Nanosecond).Format(time.RFC3339Nano))
-				}
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Second):

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"time"
 )
 
 // Handler serves the flows of h as the agent's API does (GET /v1/flows):
@@ -71,4 +73,18 @@ func writeError(w http.ResponseWriter, code int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+// FollowQuery is the query that follows an agent's flows: its history's
+// last `last` first, or, resuming after a break (after not zero), only the
+// flows later than after, so nothing already received comes again and the
+// agent filters by its own clock.
+func FollowQuery(last int, after time.Time) url.Values {
+	q := url.Values{"follow": {"true"}}
+	if after.IsZero() {
+		q.Set("last", strconv.Itoa(last))
+	} else {
+		q.Set("since", after.Add(time.Nanosecond).Format(time.RFC3339Nano))
+	}
+	return q
 }

@@ -153,16 +153,15 @@ func (r *Relay) rescan(ctx context.Context) {
 
 // follow streams one peer's flows into the merge, again after each end,
 // until ctx ends. The first stream backfills the peer's recent flows; a
-// stream after a break asks only for what is new since the last flow seen.
+// stream after a break asks only for what is newer than the last flow seen
+// (flows.FollowQuery).
 func (r *Relay) follow(ctx context.Context, st *peerState) {
-	path := fmt.Sprintf("/v1/flows?follow=true&last=%d", r.opt.Backfill)
 	var newest time.Time
 	for ctx.Err() == nil {
-		resumedAt := time.Now()
 		r.mu.Lock()
 		st.following = true
 		r.mu.Unlock()
-		err := st.peer.Stream(ctx, path, func(line []byte) error {
+		err := st.peer.Stream(ctx, "/v1/flows?"+flows.FollowQuery(r.opt.Backfill, newest).Encode(), func(line []byte) error {
 			var fl flows.Flow
 			if err := json.Unmarshal(line, &fl); err != nil {
 				return fmt.Errorf("node %s sent a flow the relay cannot read: %w", st.peer.Node, err)
@@ -171,11 +170,6 @@ func (r *Relay) follow(ctx context.Context, st *peerState) {
 			st.lastErr = ""
 			st.flows++
 			r.mu.Unlock()
-			// After a break the agent sends its recent history again:
-			// what is not newer than the last flow seen was merged already.
-			if !newest.IsZero() && !fl.Time.After(newest) && fl.Time.Before(resumedAt) {
-				return nil
-			}
 			newest = fl.Time
 			if fl.Node == "" {
 				fl.Node = st.peer.Node
