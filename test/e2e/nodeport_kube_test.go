@@ -117,3 +117,82 @@ func TestKubernetesNodePort(t *testing.T) {
 		t.Errorf("shunt status names implemented fields as left out:\n%s", st)
 	}
 }
+
+// TestKubernetesBesideKubeProxy: a node of a real API server whose agent
+// runs with --kube-proxy-replacement=false translates the ClusterIP at the
+// socket layer and leaves the NodePort to the real kube-proxy (iptables
+// mode) running on the node: before kube-proxy starts, the ClusterIP
+// answers from the node and a pod while the NodePort answers nobody
+// outside; once it runs, the outside host reaches the NodePort through
+// kube-proxy's rules (their counters move) while the ClusterIP's rule of
+// kube-proxy sees no packet (shunt translated the connect first: the two
+// never translate one flow); `shunt node check` calls the node fine and
+// `shunt status` says who serves what.
+func TestKubernetesBesideKubeProxy(t *testing.T) {
+	for _, bin := range []string{"iptables", "iptables-save"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is not installed: run scripts/setup.sh", bin)
+		}
+	}
+	c := newKubeCluster(t)
+	netns, addrs, _ := newUnderlay(t, 2)
+	k := newCrossNode(t, c, netns[0], addrs[0], overlayRouting, "--kube-proxy-replacement=false")
+	outside := netns[1]
+	k.runPod("default", "web", map[string]string{"app": "web"}, "shunt", "lab", "serve", "--http", "8080")
+	k.runPod("default", "client", nil, "sleep", "infinity")
+	port := []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
+	np, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"}, Ports: port}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpGet := func(netns, url string) (string, string) {
+		out, err := exec.Command("ip", "netns", "exec", netns, filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", url).CombinedOutput()
+		if err != nil {
+			return "", string(out)
+		}
+		status, body, _ := strings.Cut(string(out), "\n")
+		return status, strings.TrimSpace(body)
+	}
+	clusterURL := "http://" + np.Spec.ClusterIP + "/"
+	nodePortURL := fmt.Sprintf("http://%s:%d/remote", addrs[0], np.Spec.Ports[0].NodePort)
+	eventually(t, "ClusterIP from the node (shunt's socket layer)", "200", func() (string, string) { return httpGet(netns[0], clusterURL) })
+	if st, detail := httpGet(outside, nodePortURL); st != "" {
+		t.Fatalf("NodePort answered from outside (%s %s) before kube-proxy runs: shunt serves it although told to leave it to kube-proxy", st, detail)
+	}
+	if st := k.mustShunt("status"); !strings.Contains(st, "by kube-proxy (--kube-proxy-replacement=false)") {
+		t.Errorf("shunt status does not say kube-proxy serves the NodePorts:\n%s", st)
+	}
+
+	c.StartKubeProxy(t, netns[0], k.node, "iptables", c.ClusterCIDR)
+	eventually(t, "NodePort from outside through kube-proxy", "200", func() (string, string) { return httpGet(outside, nodePortURL) })
+	eventually(t, "ClusterIP from a pod", "200", func() (string, string) { return httpGet(k.instance+"-default-client", clusterURL) })
+	eventually(t, "ClusterIP from the node", "200", func() (string, string) { return httpGet(netns[0], clusterURL) })
+
+	// kube-proxy's own counters: its NodePort rule took the outside
+	// host's connection, its ClusterIP rule none of the node's or the pod's.
+	out, err := exec.Command("ip", "netns", "exec", netns[0], "iptables-save", "-c", "-t", "nat").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables-save: %v\n%s", err, out)
+	}
+	var nodePortRule, clusterRule string
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.Contains(line, "-A KUBE-NODEPORTS") && strings.Contains(line, fmt.Sprintf("--dport %d ", np.Spec.Ports[0].NodePort)):
+			nodePortRule = line
+		case strings.Contains(line, "-A KUBE-SERVICES") && strings.Contains(line, "-d "+np.Spec.ClusterIP+"/32") && strings.Contains(line, "--dport 80 "):
+			clusterRule = line
+		}
+	}
+	if !strings.HasPrefix(nodePortRule, "[") || strings.HasPrefix(nodePortRule, "[0:") {
+		t.Errorf("kube-proxy's NodePort rule took no packet: %q", nodePortRule)
+	}
+	if !strings.HasPrefix(clusterRule, "[0:0]") {
+		t.Errorf("kube-proxy's ClusterIP rule took packets (%q): a connection shunt translates at the socket must never reach it", clusterRule)
+	}
+
+	check, code := k.shunt("node", "check")
+	if code != 0 || !strings.Contains(check, "shunt translates ClusterIPs, kube-proxy NodePorts") {
+		t.Errorf("shunt node check (exit %d):\n%s", code, check)
+	}
+}
