@@ -135,6 +135,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&agentFlags.driftPeriod, "drift-check-period", "", "how often the agent compares the maps it fully determines with the desired state and repairs what differs, e.g. 1s, 10m; 0: only on demand, with 'shunt sync --verify' (default 2m)")
 	cmd.Flags().Var(negatedBool{&agentFlags.besideKubeProxy}, "kube-proxy-replacement", "with --kubeconfig: false leaves NodePorts, load balancer addresses and externalIPs to a kube-proxy running on the node (shuntd's flag)")
 	cmd.Flags().Lookup("kube-proxy-replacement").NoOptDefVal = "true"
+	cmd.Flags().BoolVar(&agentFlags.removeKubeProxy, "remove-kube-proxy-rules", false, "with --kubeconfig: remove kube-proxy's rules found on the node at start instead of refusing to start (shuntd's flag; stop kube-proxy first)")
 	cmd.Flags().BoolVar(&agentFlags.noSchedule, "no-schedule", false, "with --kubeconfig: leave pods that name no node to kube-scheduler instead of binding them to this node")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
@@ -171,6 +172,7 @@ type runFlags struct {
 	runPods                   bool
 	noSchedule                bool
 	besideKubeProxy           bool // --kube-proxy-replacement=false
+	removeKubeProxy           bool
 	nodeLeaseSeconds          int
 	routing, tunnel, underlay string
 	clusterCIDR               string
@@ -211,6 +213,9 @@ func (f runFlags) args() []string {
 	}
 	if f.besideKubeProxy {
 		args = append(args, "--kube-proxy-replacement=false")
+	}
+	if f.removeKubeProxy {
+		args = append(args, "--remove-kube-proxy-rules")
 	}
 	if f.kubeconfig != "" && f.runPods {
 		args = append(args, "--run-pods")

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -194,5 +197,108 @@ func TestKubernetesBesideKubeProxy(t *testing.T) {
 	check, code := k.shunt("node", "check")
 	if code != 0 || !strings.Contains(check, "shunt translates ClusterIPs, kube-proxy NodePorts") {
 		t.Errorf("shunt node check (exit %d):\n%s", code, check)
+	}
+}
+
+// TestKubeProxyMigration: a node migrates from kube-proxy to shunt while
+// clients hold connections: shunt runs beside kube-proxy
+// (--kube-proxy-replacement=false), an outside host holds a keep-alive
+// connection through a NodePort (kube-proxy's translation) and a pod one
+// through the ClusterIP (shunt's); kube-proxy stops, the agent restarts
+// as kube-proxy's replacement removing its rules; every request on both
+// connections is answered, neither connection is dialled again, and
+// `shunt node check` says shunt translates.
+func TestKubeProxyMigration(t *testing.T) {
+	c := newKubeCluster(t)
+	netns, addrs, _ := newUnderlay(t, 2)
+	flags := []string{"--kube-proxy-replacement=false"}
+	k := newCrossNode(t, c, netns[0], addrs[0], overlayRouting, flags...)
+	outside := netns[1]
+	k.runPod("default", "web", map[string]string{"app": "web"}, "shunt", "lab", "serve", "--http", "8080")
+	k.runPod("default", "client", nil, "sleep", "infinity")
+	port := []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
+	np, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"}, Ports: port}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopKubeProxy := c.StartKubeProxy(t, netns[0], k.node, "iptables", c.ClusterCIDR)
+	nodePortURL := fmt.Sprintf("http://%s:%d/", addrs[0], np.Spec.Ports[0].NodePort)
+	clusterURL := "http://" + np.Spec.ClusterIP + "/"
+	get := func(netns, url string) (string, string) {
+		out, err := exec.Command("ip", "netns", "exec", netns, filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", url).CombinedOutput()
+		if err != nil {
+			return "", string(out)
+		}
+		status, body, _ := strings.Cut(string(out), "\n")
+		return status, body
+	}
+	eventually(t, "NodePort through kube-proxy", "200", func() (string, string) { return get(outside, nodePortURL) })
+	eventually(t, "ClusterIP from the pod", "200", func() (string, string) { return get(k.instance+"-default-client", clusterURL) })
+
+	// 20 s of requests, 10 a second, each client over one connection.
+	type load struct {
+		Requests    int            `json:"requests"`
+		ByStatus    map[string]int `json:"byStatus"`
+		Errors      int            `json:"errors"`
+		FirstError  string         `json:"firstError"`
+		Connections int            `json:"connections"`
+	}
+	hold := func(netns, url string) func() load {
+		cmd := exec.Command("ip", "netns", "exec", netns, filepath.Join(binDir, "shunt"), "lab", "http-load", "--url", url, "-n", "200", "-c", "1", "--rate", "10")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return func() load {
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("http-load to %s: %v\n%s", url, err, out.String())
+			}
+			var l load
+			if err := json.Unmarshal(out.Bytes(), &l); err != nil {
+				t.Fatalf("http-load printed %q: %v", out.String(), err)
+			}
+			return l
+		}
+	}
+	viaNodePort := hold(outside, nodePortURL)
+	viaClusterIP := hold(k.instance+"-default-client", clusterURL)
+	time.Sleep(4 * time.Second)
+
+	// The migration of the node.
+	stopKubeProxy()
+	pid := k.status().PID
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+	k.mustShunt("lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", k.instance, "--service-cidr", c.ServiceCIDR,
+		"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR, "--masquerade", "--tunnel", "vxlan", "--remove-kube-proxy-rules")
+	if check, code := k.shunt("node", "check"); code != 0 || !strings.Contains(check, "shunt translates Services") {
+		t.Errorf("shunt node check after the migration (exit %d):\n%s", code, check)
+	}
+
+	// A new connection through the NodePort is shunt's now (its uplink
+	// counts a NodePort translation).
+	eventually(t, "NodePort through shunt after the migration", "200", func() (string, string) { return get(outside, nodePortURL) })
+	var translated uint64
+	for _, c := range k.status().Counters {
+		if c.Reason == "nodeport-xlate" {
+			translated += c.Packets
+		}
+	}
+	if translated == 0 {
+		t.Errorf("shunt counted no NodePort translation after the migration")
+	}
+
+	for what, l := range map[string]load{"NodePort (kube-proxy's, then shunt's)": viaNodePort(), "ClusterIP (shunt's)": viaClusterIP()} {
+		t.Logf("%s: %+v", what, l)
+		if l.Errors != 0 || l.ByStatus["200"] != l.Requests || l.Requests != 200 {
+			t.Errorf("%s across the migration: %d of %d requests answered 200, %d errors (%s)", what, l.ByStatus["200"], l.Requests, l.Errors, l.FirstError)
+		}
+		if l.Connections != 1 {
+			t.Errorf("%s: %d connections, want the one held throughout", what, l.Connections)
+		}
 	}
 }
