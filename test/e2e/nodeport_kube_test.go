@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/shuntnet/shunt/internal/kubetest"
 )
 
 // TestKubernetesNodePort: a node of a real API server (its own network
@@ -52,14 +54,7 @@ func TestKubernetesNodePort(t *testing.T) {
 		t.Fatalf("the API server allocated nodePort %d, health check port %d", np.Spec.Ports[0].NodePort, lb.Spec.HealthCheckNodePort)
 	}
 
-	get := func(url string) (string, string) {
-		out, err := exec.Command("ip", "netns", "exec", outside, filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", url).CombinedOutput()
-		if err != nil {
-			return "", string(out)
-		}
-		status, body, _ := strings.Cut(string(out), "\n")
-		return status, strings.TrimSpace(body)
-	}
+	get := func(url string) (string, string) { return httpGet(outside, url) }
 	body := eventually(t, "NodePort from outside", "200", func() (string, string) {
 		return get(fmt.Sprintf("http://%s:%d/remote", addrs[0], np.Spec.Ports[0].NodePort))
 	})
@@ -137,26 +132,8 @@ func TestKubernetesBesideKubeProxy(t *testing.T) {
 			t.Fatalf("%s is not installed: run scripts/setup.sh", bin)
 		}
 	}
-	c := newKubeCluster(t)
-	netns, addrs, _ := newUnderlay(t, 2)
-	k := newCrossNode(t, c, netns[0], addrs[0], overlayRouting, "--kube-proxy-replacement=false")
+	c, k, netns, addrs, np := besideKubeProxy(t)
 	outside := netns[1]
-	k.runPod("default", "web", map[string]string{"app": "web"}, "shunt", "lab", "serve", "--http", "8080")
-	k.runPod("default", "client", nil, "sleep", "infinity")
-	port := []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
-	np, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"}, Ports: port}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpGet := func(netns, url string) (string, string) {
-		out, err := exec.Command("ip", "netns", "exec", netns, filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", url).CombinedOutput()
-		if err != nil {
-			return "", string(out)
-		}
-		status, body, _ := strings.Cut(string(out), "\n")
-		return status, strings.TrimSpace(body)
-	}
 	clusterURL := "http://" + np.Spec.ClusterIP + "/"
 	nodePortURL := fmt.Sprintf("http://%s:%d/remote", addrs[0], np.Spec.Ports[0].NodePort)
 	eventually(t, "ClusterIP from the node (shunt's socket layer)", "200", func() (string, string) { return httpGet(netns[0], clusterURL) })
@@ -209,32 +186,13 @@ func TestKubernetesBesideKubeProxy(t *testing.T) {
 // connections is answered, neither connection is dialled again, and
 // `shunt node check` says shunt translates.
 func TestKubeProxyMigration(t *testing.T) {
-	c := newKubeCluster(t)
-	netns, addrs, _ := newUnderlay(t, 2)
-	flags := []string{"--kube-proxy-replacement=false"}
-	k := newCrossNode(t, c, netns[0], addrs[0], overlayRouting, flags...)
+	c, k, netns, addrs, np := besideKubeProxy(t)
 	outside := netns[1]
-	k.runPod("default", "web", map[string]string{"app": "web"}, "shunt", "lab", "serve", "--http", "8080")
-	k.runPod("default", "client", nil, "sleep", "infinity")
-	port := []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
-	np, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"}, Ports: port}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	stopKubeProxy := c.StartKubeProxy(t, netns[0], k.node, "iptables", c.ClusterCIDR)
 	nodePortURL := fmt.Sprintf("http://%s:%d/", addrs[0], np.Spec.Ports[0].NodePort)
 	clusterURL := "http://" + np.Spec.ClusterIP + "/"
-	get := func(netns, url string) (string, string) {
-		out, err := exec.Command("ip", "netns", "exec", netns, filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", url).CombinedOutput()
-		if err != nil {
-			return "", string(out)
-		}
-		status, body, _ := strings.Cut(string(out), "\n")
-		return status, body
-	}
-	eventually(t, "NodePort through kube-proxy", "200", func() (string, string) { return get(outside, nodePortURL) })
-	eventually(t, "ClusterIP from the pod", "200", func() (string, string) { return get(k.instance+"-default-client", clusterURL) })
+	eventually(t, "NodePort through kube-proxy", "200", func() (string, string) { return httpGet(outside, nodePortURL) })
+	eventually(t, "ClusterIP from the pod", "200", func() (string, string) { return httpGet(k.instance+"-default-client", clusterURL) })
 
 	// 20 s of requests, 10 a second, each client over one connection.
 	type load struct {
@@ -281,7 +239,7 @@ func TestKubeProxyMigration(t *testing.T) {
 
 	// A new connection through the NodePort is shunt's now (its uplink
 	// counts a NodePort translation).
-	eventually(t, "NodePort through shunt after the migration", "200", func() (string, string) { return get(outside, nodePortURL) })
+	eventually(t, "NodePort through shunt after the migration", "200", func() (string, string) { return httpGet(outside, nodePortURL) })
 	var translated uint64
 	for _, c := range k.status().Counters {
 		if c.Reason == "nodeport-xlate" {
@@ -301,4 +259,34 @@ func TestKubeProxyMigration(t *testing.T) {
 			t.Errorf("%s: %d connections, want the one held throughout", what, l.Connections)
 		}
 	}
+}
+
+// besideKubeProxy starts a node of a real API server (its own network
+// namespace netns[0] on an underlay with an outside host, netns[1]) whose
+// agent runs with --kube-proxy-replacement=false, a pod web serving HTTP on
+// 8080, a pod client, and the NodePort Service web in front of web.
+func besideKubeProxy(t *testing.T) (*kubetest.Cluster, *kubeNode, []string, []string, *corev1.Service) {
+	c := newKubeCluster(t)
+	netns, addrs, _ := newUnderlay(t, 2)
+	k := newCrossNode(t, c, netns[0], addrs[0], overlayRouting, "--kube-proxy-replacement=false")
+	k.runPod("default", "web", map[string]string{"app": "web"}, "shunt", "lab", "serve", "--http", "8080")
+	k.runPod("default", "client", nil, "sleep", "infinity")
+	port := []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
+	np, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"}, Ports: port}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, k, netns, addrs, np
+}
+
+// httpGet runs `shunt lab http-get URL` in the network namespace netns:
+// the status line and the body, or "" and what went wrong.
+func httpGet(netns, url string) (string, string) {
+	out, err := exec.Command("ip", "netns", "exec", netns, filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", url).CombinedOutput()
+	if err != nil {
+		return "", string(out)
+	}
+	status, body, _ := strings.Cut(string(out), "\n")
+	return status, strings.TrimSpace(body)
 }
