@@ -184,7 +184,10 @@ func TestKubernetesBesideKubeProxy(t *testing.T) {
 // through the ClusterIP (shunt's); kube-proxy stops, the agent restarts
 // as kube-proxy's replacement removing its rules; every request on both
 // connections is answered, neither connection is dialled again, and
-// `shunt node check` says shunt translates.
+// `shunt node check` says shunt translates. Then the rollback, with a
+// connection shunt translated held through it: the agent goes beside
+// kube-proxy again and kube-proxy starts; the connection holds and new
+// ones are kube-proxy's.
 func TestKubeProxyMigration(t *testing.T) {
 	c, k, netns, addrs, np := besideKubeProxy(t)
 	outside := netns[1]
@@ -224,15 +227,21 @@ func TestKubeProxyMigration(t *testing.T) {
 	viaClusterIP := hold(k.instance+"-default-client", clusterURL)
 	time.Sleep(4 * time.Second)
 
+	// restartAgent stops the node's agent (SIGTERM: its datapath stays
+	// pinned and working) and starts it again with flags.
+	restartAgent := func(flags ...string) {
+		pid := k.status().PID
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, pid)
+		k.mustShunt(append([]string{"lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", k.instance, "--service-cidr", c.ServiceCIDR,
+			"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR, "--masquerade", "--tunnel", "vxlan"}, flags...)...)
+	}
+
 	// The migration of the node.
 	stopKubeProxy()
-	pid := k.status().PID
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, pid)
-	k.mustShunt("lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", k.instance, "--service-cidr", c.ServiceCIDR,
-		"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR, "--masquerade", "--tunnel", "vxlan", "--remove-kube-proxy-rules")
+	restartAgent("--remove-kube-proxy-rules")
 	if check, code := k.shunt("node", "check"); code != 0 || !strings.Contains(check, "shunt translates Services") {
 		t.Errorf("shunt node check after the migration (exit %d):\n%s", code, check)
 	}
@@ -250,15 +259,45 @@ func TestKubeProxyMigration(t *testing.T) {
 		t.Errorf("shunt counted no NodePort translation after the migration")
 	}
 
-	for what, l := range map[string]load{"NodePort (kube-proxy's, then shunt's)": viaNodePort(), "ClusterIP (shunt's)": viaClusterIP()} {
-		t.Logf("%s: %+v", what, l)
-		if l.Errors != 0 || l.ByStatus["200"] != l.Requests || l.Requests != 200 {
-			t.Errorf("%s across the migration: %d of %d requests answered 200, %d errors (%s)", what, l.ByStatus["200"], l.Requests, l.Errors, l.FirstError)
-		}
-		if l.Connections != 1 {
-			t.Errorf("%s: %d connections, want the one held throughout", what, l.Connections)
+	held := func(step string, loads map[string]load) {
+		t.Helper()
+		for what, l := range loads {
+			t.Logf("%s, %s: %+v", step, what, l)
+			if l.Errors != 0 || l.ByStatus["200"] != l.Requests || l.Requests != 200 {
+				t.Errorf("%s across the %s: %d of %d requests answered 200, %d errors (%s)", what, step, l.ByStatus["200"], l.Requests, l.Errors, l.FirstError)
+			}
+			if l.Connections != 1 {
+				t.Errorf("%s across the %s: %d connections, want the one held throughout", what, step, l.Connections)
+			}
 		}
 	}
+	held("migration", map[string]load{"NodePort (kube-proxy's, then shunt's)": viaNodePort(), "ClusterIP (shunt's)": viaClusterIP()})
+
+	// The rollback: the agent goes beside kube-proxy again, then kube-proxy
+	// starts. The connection shunt translated keeps its translation
+	// (shunt's NodePort table, which kube-proxy's rules never see), and a
+	// new one is kube-proxy's.
+	viaNodePort = hold(outside, nodePortURL)
+	time.Sleep(4 * time.Second)
+	restartAgent("--kube-proxy-replacement=false")
+	c.StartKubeProxy(t, netns[0], k.node, "iptables", c.ClusterCIDR)
+	eventually(t, "NodePort through kube-proxy after the rollback", "200", func() (string, string) {
+		if st, detail := httpGet(outside, nodePortURL); st != "200" {
+			return st, detail
+		}
+		out, err := exec.Command("ip", "netns", "exec", netns[0], "iptables-save", "-c", "-t", "nat").CombinedOutput()
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "-A KUBE-NODEPORTS") && strings.Contains(line, fmt.Sprintf("--dport %d ", np.Spec.Ports[0].NodePort)) &&
+				!strings.HasPrefix(line, "[0:") {
+				return "200", ""
+			}
+		}
+		return "not kube-proxy's", fmt.Sprintf("kube-proxy's NodePort rule took no packet (%v)", err)
+	})
+	if check, code := k.shunt("node", "check"); code != 0 || !strings.Contains(check, "shunt translates ClusterIPs, kube-proxy NodePorts") {
+		t.Errorf("shunt node check after the rollback (exit %d):\n%s", code, check)
+	}
+	held("rollback", map[string]load{"NodePort (shunt's, then kube-proxy's)": viaNodePort()})
 }
 
 // besideKubeProxy starts a node of a real API server (its own network
