@@ -132,6 +132,8 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
 	cmd.Flags().StringVar(&agentFlags.lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (status.loadBalancer.ingress, as Cilium's LB-IPAM); with --nodes the external host routes it to node-1 (default none: they stay pending)")
 	cmd.Flags().StringVar(&agentFlags.driftPeriod, "drift-check-period", "", "how often the agent compares the maps it fully determines with the desired state and repairs what differs, e.g. 1s, 10m; 0: only on demand, with 'shunt sync --verify' (default 2m)")
+	cmd.Flags().StringVar(&agentFlags.clusterDNS, "cluster-dns", "", "with --kubeconfig: the cluster DNS Service's address (kubelet's --cluster-dns; 'shunt dev cluster up --dns' runs one at the service CIDR's .10) that pods of dnsPolicy ClusterFirst get in their resolv.conf (default none: the node's resolver)")
+	cmd.Flags().StringVar(&agentFlags.clusterDomain, "cluster-domain", "", "with --kubeconfig: the cluster's DNS domain (kubelet's --cluster-domain; default cluster.local)")
 	cmd.Flags().BoolVar(&agentFlags.noSchedule, "no-schedule", false, "with --kubeconfig: leave pods that name no node to kube-scheduler instead of binding them to this node")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
@@ -148,6 +150,7 @@ type runFlags struct {
 	kubeconfig, nodeName      string
 	runPods                   bool
 	noSchedule                bool
+	clusterDNS, clusterDomain string
 	nodeLeaseSeconds          int
 	routing, tunnel, underlay string
 	clusterCIDR               string
@@ -193,6 +196,12 @@ func (f runFlags) args() []string {
 		}
 		if f.nodeLeaseSeconds > 0 {
 			args = append(args, "--node-lease-duration-seconds", fmt.Sprint(f.nodeLeaseSeconds))
+		}
+		if f.clusterDNS != "" {
+			args = append(args, "--cluster-dns", f.clusterDNS)
+		}
+		if f.clusterDomain != "" {
+			args = append(args, "--cluster-domain", f.clusterDomain)
 		}
 	}
 	if f.routing != "" {
