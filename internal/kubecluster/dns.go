@@ -121,13 +121,22 @@ func (c *Cluster) DeployDNS(ctx context.Context, workloadControllers bool) (neti
 			{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(53)},
 		}}}
 	steps := []func() error{
-		func() error { _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); return err },
+		func() error {
+			_, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+			return err
+		},
 		func() error {
 			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
 			return err
 		},
-		func() error { _, err := cs.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); return err },
-		func() error { _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, config, metav1.CreateOptions{}); return err },
+		func() error {
+			_, err := cs.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, config, metav1.CreateOptions{})
+			return err
+		},
 		func() error { _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); return err },
 		func() error { return createDNSWorkload(ctx, cs, template, workloadControllers) },
 	}
