@@ -52,10 +52,10 @@ func DNSServiceIP(serviceCIDR string) (netip.Addr, error) {
 	return a, nil
 }
 
-// dnsCorefile is kubeadm's Corefile less what needs a network this
-// machine lacks (health's and prometheus' ports on the node): the
-// kubernetes plugin with the kubeconfig, forwarding the rest to the
-// node's resolver.
+// dnsCorefile is kubeadm's Corefile with the kubeconfig, without health
+// (:8080), prometheus (:9153) and loop: on the node's network those ports
+// may be the node's own, and readiness comes from ready (:8181). Names
+// outside the cluster go to the node's resolver.
 const dnsCorefile = `.:53 {
     errors
     ready :8181
