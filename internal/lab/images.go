@@ -211,3 +211,22 @@ func mappedList() string {
 	slices.Sort(names)
 	return strings.Join(names, ", ")
 }
+
+// imagePrograms are the paths where a mapped image has its programs, as
+// an exec into its container names them (kubectl exec POD -- /agnhost
+// dns-suffix): the runtime shows the node's program there
+// (podfiles.go bind-mounts it).
+func (im Images) imagePrograms(image string) map[string]string {
+	repo, _ := imageRepository(image)
+	switch MappedImages[repo] {
+	case imageAgnhost:
+		if im.Agnhost != "" {
+			return map[string]string{"/agnhost": im.Agnhost}
+		}
+	case imageCoreDNS:
+		if im.CoreDNS != "" {
+			return map[string]string{"/coredns": im.CoreDNS}
+		}
+	}
+	return nil
+}

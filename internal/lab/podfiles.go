@@ -20,7 +20,9 @@ import (
 // /etc/resolv.conf and /etc/hosts (dns.go), and its configMap, secret and
 // emptyDir volumes, written into the pod's directory and bind-mounted at
 // each container's mount paths in the container's own mount namespace
-// (podexec.Bind). The container otherwise sees the node's file system.
+// (podexec.Bind), and a mapped image's programs at their image paths
+// (/agnhost), so that an exec naming them finds them. The container
+// otherwise sees the node's file system.
 
 // volumeSource reads the objects of configMap and secret volumes: the API
 // server of an APIKubelet. The lab's own API server holds neither kind, so
@@ -73,6 +75,9 @@ func (k *kubelet) podFiles(ctx context.Context, pod *corev1.Pod, rec *PodRecord,
 			}
 			b = append(b, podexec.Bind{Source: src, Target: m.MountPath, ReadOnly: m.ReadOnly || v.readOnly})
 			mounted[filepath.Clean(m.MountPath)] = true
+		}
+		for target, program := range k.cfg.Images.imagePrograms(c.Image) {
+			b = append(b, podexec.Bind{Source: program, Target: target, ReadOnly: true})
 		}
 		// A container that mounts its own /etc/hosts or resolv.conf keeps
 		// it, as with kubelet.

@@ -43,7 +43,7 @@ func (o objectsOf) secret(_ context.Context, ns, name string) (*corev1.Secret, e
 func TestPodFiles(t *testing.T) {
 	dir := t.TempDir()
 	mode := int32(0o600)
-	k := &kubelet{cfg: Config{DNS: DNS{ResolvConf: filepath.Join(dir, "none")}}, volumes: objectsOf{
+	k := &kubelet{cfg: Config{DNS: DNS{ResolvConf: filepath.Join(dir, "none")}, Images: Images{CoreDNS: "/opt/kube/coredns"}}, volumes: objectsOf{
 		configMaps: map[string]*corev1.ConfigMap{"kube-system/coredns": {Data: map[string]string{"Corefile": ".:53 {}\n", "other": "x"}}},
 		secrets:    map[string]*corev1.Secret{"kube-system/kc": {Data: map[string][]byte{"kubeconfig": []byte("apiVersion: v1\n")}}},
 	}}
@@ -57,7 +57,7 @@ func TestPodFiles(t *testing.T) {
 			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
 		Containers: []corev1.Container{
-			{Name: "coredns", VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns"}, {Name: "kc", MountPath: "/var/run/secrets/coredns"},
+			{Name: "coredns", Image: "registry.k8s.io/coredns/coredns:v1.15.0", VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns"}, {Name: "kc", MountPath: "/var/run/secrets/coredns"},
 				{Name: "maybe", MountPath: "/maybe"}, {Name: "scratch", MountPath: "/tmp/scratch"}}},
 			{Name: "own-hosts", VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/etc/hosts", SubPath: "hosts"}}},
 		},
@@ -74,6 +74,7 @@ func TestPodFiles(t *testing.T) {
 		{Source: filepath.Join(vol, "kc"), Target: "/var/run/secrets/coredns", ReadOnly: true},
 		{Source: filepath.Join(vol, "maybe"), Target: "/maybe", ReadOnly: true},
 		{Source: filepath.Join(vol, "scratch"), Target: "/tmp/scratch"},
+		{Source: "/opt/kube/coredns", Target: "/coredns", ReadOnly: true}, // the image's program, for an exec naming it
 	}
 	sortBinds := func(b []podexec.Bind) {
 		slices.SortFunc(b, func(x, y podexec.Bind) int { return strings.Compare(x.Target, y.Target) })
