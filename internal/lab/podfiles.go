@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -119,10 +118,10 @@ func (k *kubelet) writeVolumes(ctx context.Context, pod *corev1.Pod, dir string)
 			continue
 		case v.ConfigMap != nil:
 			items, defaultMode = v.ConfigMap.Items, v.ConfigMap.DefaultMode
-			data, err = k.configMapData(ctx, pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Optional)
+			data, err = k.volumeData(ctx, "ConfigMap", pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Optional)
 		case v.Secret != nil:
 			items, defaultMode = v.Secret.Items, v.Secret.DefaultMode
-			data, err = k.secretData(ctx, pod.Namespace, v.Secret.SecretName, v.Secret.Optional)
+			data, err = k.volumeData(ctx, "Secret", pod.Namespace, v.Secret.SecretName, v.Secret.Optional)
 		default:
 			continue
 		}
@@ -137,39 +136,38 @@ func (k *kubelet) writeVolumes(ctx context.Context, pod *corev1.Pod, dir string)
 	return out, nil
 }
 
-func (k *kubelet) configMapData(ctx context.Context, namespace, name string, optional *bool) (map[string][]byte, error) {
+// volumeData is the data of a configMap or secret volume's object (kind
+// ConfigMap or Secret); nothing for a missing optional one.
+func (k *kubelet) volumeData(ctx context.Context, kind, namespace, name string, optional *bool) (map[string][]byte, error) {
 	if k.volumes == nil {
-		return nil, errors.New("the lab's own API server holds no ConfigMaps: configMap volumes need a Kubernetes API server (shunt lab up --kubeconfig)")
-	}
-	cm, err := k.volumes.configMap(ctx, namespace, name)
-	if err != nil {
-		if optional != nil && *optional && apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("the lab's own API server holds no %ss: %s volumes need a Kubernetes API server (shunt lab up --kubeconfig)",
+			kind, strings.ToLower(kind[:1])+kind[1:])
 	}
 	data := map[string][]byte{}
-	for key, v := range cm.Data {
-		data[key] = []byte(v)
+	var err error
+	if kind == "Secret" {
+		var s *corev1.Secret
+		if s, err = k.volumes.secret(ctx, namespace, name); err == nil {
+			data = s.Data
+		}
+	} else {
+		var cm *corev1.ConfigMap
+		if cm, err = k.volumes.configMap(ctx, namespace, name); err == nil {
+			for key, v := range cm.Data {
+				data[key] = []byte(v)
+			}
+			for key, v := range cm.BinaryData {
+				data[key] = v
+			}
+		}
 	}
-	for key, v := range cm.BinaryData {
-		data[key] = v
+	switch {
+	case optional != nil && *optional && apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
 	}
 	return data, nil
-}
-
-func (k *kubelet) secretData(ctx context.Context, namespace, name string, optional *bool) (map[string][]byte, error) {
-	if k.volumes == nil {
-		return nil, errors.New("the lab's own API server holds no Secrets: secret volumes need a Kubernetes API server (shunt lab up --kubeconfig)")
-	}
-	s, err := k.volumes.secret(ctx, namespace, name)
-	if err != nil {
-		if optional != nil && *optional && apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, name, err)
-	}
-	return s.Data, nil
 }
 
 // writeKeys writes each key (or the items asked for, at their paths) as a
