@@ -136,6 +136,8 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().Var(negatedBool{&agentFlags.besideKubeProxy}, "kube-proxy-replacement", "with --kubeconfig: false leaves NodePorts, load balancer addresses and externalIPs to a kube-proxy running on the node (shuntd's flag)")
 	cmd.Flags().Lookup("kube-proxy-replacement").NoOptDefVal = "true"
 	cmd.Flags().BoolVar(&agentFlags.removeKubeProxy, "remove-kube-proxy-rules", false, "with --kubeconfig: remove kube-proxy's rules found on the node at start instead of refusing to start (shuntd's flag; stop kube-proxy first)")
+	cmd.Flags().StringVar(&agentFlags.clusterDNS, "cluster-dns", "", "with --kubeconfig: the cluster DNS Service's address (kubelet's --cluster-dns; 'shunt dev cluster up --dns' runs one at the service CIDR's .10) that pods of dnsPolicy ClusterFirst get in their resolv.conf (default none: the node's resolver)")
+	cmd.Flags().StringVar(&agentFlags.clusterDomain, "cluster-domain", "", "with --kubeconfig: the cluster's DNS domain (kubelet's --cluster-domain; default cluster.local)")
 	cmd.Flags().BoolVar(&agentFlags.noSchedule, "no-schedule", false, "with --kubeconfig: leave pods that name no node to kube-scheduler instead of binding them to this node")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
@@ -173,6 +175,7 @@ type runFlags struct {
 	noSchedule                bool
 	besideKubeProxy           bool // --kube-proxy-replacement=false
 	removeKubeProxy           bool
+	clusterDNS, clusterDomain string
 	nodeLeaseSeconds          int
 	routing, tunnel, underlay string
 	clusterCIDR               string
@@ -224,6 +227,12 @@ func (f runFlags) args() []string {
 		}
 		if f.nodeLeaseSeconds > 0 {
 			args = append(args, "--node-lease-duration-seconds", fmt.Sprint(f.nodeLeaseSeconds))
+		}
+		if f.clusterDNS != "" {
+			args = append(args, "--cluster-dns", f.clusterDNS)
+		}
+		if f.clusterDomain != "" {
+			args = append(args, "--cluster-domain", f.clusterDomain)
 		}
 	}
 	if f.routing != "" {

@@ -40,6 +40,8 @@ func main() {
 func newRootCmd() *cobra.Command {
 	var (
 		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost                               string
+		clusterDomain                                                                     string
+		clusterDNS                                                                        []string
 		flowSampling, metricsAddr, flowsAddr, flowsTLSDir                                 string
 		flowHistory, flowBuffer                                                           int
 		socketAccel, accelNode, inCluster, runPods, removeKubeProxy, kubeProxyReplacement bool
@@ -179,6 +181,14 @@ func newRootCmd() *cobra.Command {
 			}
 			cfg.ShimExe, cfg.BinDir = exe, filepath.Dir(exe)
 			cfg.Images = podImages(agnhost, cfg.BinDir)
+			cfg.DNS.Domain = clusterDomain
+			for _, a := range clusterDNS {
+				addr, err := netip.ParseAddr(a)
+				if err != nil {
+					return fmt.Errorf("--cluster-dns %q: give the DNS Service's IP address (e.g. 10.96.0.10)", a)
+				}
+				cfg.DNS.Servers = append(cfg.DNS.Servers, addr)
+			}
 			a, err := agent.New(cfg, log.With("instance", i.Name))
 			if err != nil {
 				return err
@@ -230,14 +240,17 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().IntVar(&maglevSize, "maglev-table-size", maglev.DefaultSize, "size M (a prime) of the Maglev table of each Service reached from outside (NodePort, load balancer, externalIPs): every node picks the same backend for a flow; give every node the same M, at least 100 × a Service's backends; 0: a random backend per new flow")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
 	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")
+	cmd.Flags().StringSliceVar(&clusterDNS, "cluster-dns", nil, "with --run-pods: the cluster DNS Service's addresses (kubelet's --cluster-dns), the nameservers of pods of dnsPolicy ClusterFirst (default none: such pods get the node's resolv.conf, as from a kubelet without it)")
+	cmd.Flags().StringVar(&clusterDomain, "cluster-domain", lab.DefaultClusterDomain, "with --run-pods: the cluster's DNS domain (kubelet's --cluster-domain), in pods' search list and /etc/hosts")
 	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())
 	return cmd
 }
 
 // podImages finds the programs of the images the lab kubelet maps:
-// agnhost (the flag, beside shuntd, or in the Kubernetes build cache) and
-// Debian's static busybox. One not found leaves its images unmapped.
+// agnhost (the flag, beside shuntd, or in the Kubernetes build cache),
+// Debian's static busybox and coredns (beside shuntd or in the Kubernetes
+// build cache). One not found leaves its images unmapped.
 func podImages(agnhost, binDir string) lab.Images {
 	var im lab.Images
 	candidates := []string{filepath.Join(binDir, "agnhost"), filepath.Join(kubecluster.DefaultBinDir(), "agnhost")}
@@ -252,6 +265,12 @@ func podImages(agnhost, binDir string) lab.Images {
 	}
 	if st, err := os.Stat("/bin/busybox"); err == nil && st.Mode()&0o111 != 0 {
 		im.Busybox = "/bin/busybox"
+	}
+	for _, c := range []string{filepath.Join(binDir, "coredns"), filepath.Join(kubecluster.DefaultBinDir(), "coredns")} {
+		if st, err := os.Stat(c); err == nil && st.Mode()&0o111 != 0 {
+			im.CoreDNS = c
+			break
+		}
 	}
 	return im
 }
@@ -276,7 +295,7 @@ func writeFlags(path string, flags *pflag.FlagSet) error {
 
 // newShimCmd is the per-container supervisor the agent starts; not for users.
 func newShimCmd() *cobra.Command {
-	var netnsPath, exitFile, hostname string
+	var netnsPath, exitFile, hostname, bindsJSON string
 	var sec podexec.Security
 	var uid, gid int64
 	cmd := &cobra.Command{
@@ -292,11 +311,19 @@ func newShimCmd() *cobra.Command {
 				g := uint32(gid)
 				sec.GID = &g
 			}
-			os.Exit(lab.RunShim(netnsPath, exitFile, hostname, sec, args))
+			var binds []podexec.Bind
+			if bindsJSON != "" {
+				if err := json.Unmarshal([]byte(bindsJSON), &binds); err != nil {
+					fmt.Fprintf(os.Stderr, "shim: --binds %q: %v\n", bindsJSON, err)
+					os.Exit(127)
+				}
+			}
+			os.Exit(lab.RunShim(netnsPath, exitFile, hostname, sec, binds, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
 	cmd.Flags().StringVar(&exitFile, "exit-file", "", "where to record the exit status")
+	cmd.Flags().StringVar(&bindsJSON, "binds", "", "what the container mounts, as JSON: [{\"Source\":..., \"Target\":..., \"ReadOnly\":...}] (its resolv.conf, hosts, volumes)")
 	cmd.Flags().StringVar(&hostname, "hostname", "", "the pod's host name, in a UTS namespace of its own (default: the node's)")
 	cmd.Flags().BoolVar(&sec.Privileged, "privileged", false, "keep every capability (securityContext.privileged)")
 	cmd.Flags().StringSliceVar(&sec.Add, "cap-add", nil, "capabilities beyond a runtime's default set")

@@ -51,6 +51,7 @@ type Config struct {
 	BinDir      string        // put first on containers' PATH (where shunt lives)
 	ShimExe     string        // executable providing `shim` (shuntd itself)
 	Images      lab.Images    // the programs of the images the lab kubelet maps
+	DNS         lab.DNS       // what the lab kubelet writes into pods' resolv.conf
 
 	FlowSampling    datapath.FlowMode // what the datapath reports
 	FlowHistory     int               // flows kept in memory (default 8192)

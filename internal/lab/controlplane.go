@@ -52,6 +52,7 @@ type Config struct {
 	BinDir           string // put first on containers' PATH (where shunt lives), and where shunt-cni is
 	ShimExe          string // executable providing `shim`
 	Images           Images // the programs of the images the lab maps (images.go)
+	DNS              DNS    // cluster DNS and domain for pods' resolv.conf (dns.go)
 	Log              *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
 	LegacyPods map[string]*PodRecord

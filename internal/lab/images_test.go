@@ -16,7 +16,7 @@ import (
 )
 
 func TestImageArgv(t *testing.T) {
-	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox"}
+	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox", CoreDNS: "/opt/kube/coredns"}
 	agnhost := "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 	cases := []struct {
 		name, image   string
@@ -42,6 +42,10 @@ func TestImageArgv(t *testing.T) {
 		{"busybox: Docker Hub's full name", "docker.io/library/busybox", []string{"wget", "-q"}, nil, []string{"/bin/busybox", "wget", "-q"}},
 		{"glibc-dns-testing is Debian 12 with dig, as the node", "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
 			[]string{"sh", "-c", "dig +short kubernetes.default"}, nil, []string{"sh", "-c", "dig +short kubernetes.default"}},
+		{"coredns: args go to its entrypoint", "registry.k8s.io/coredns/coredns:v1.12.1", nil, []string{"-conf", "/etc/coredns/Corefile"},
+			[]string{"/opt/kube/coredns", "-conf", "/etc/coredns/Corefile"}},
+		{"coredns: command /coredns", "registry.k8s.io/coredns/coredns:v1.12.1", []string{"/coredns"}, []string{"-conf", "/c"},
+			[]string{"/opt/kube/coredns", "-conf", "/c"}},
 		{"lab image: the command is the node's", "debian:12", []string{"sleep", "infinity"}, nil, []string{"sleep", "infinity"}},
 		{"lab image with args", "lab", []string{"shunt"}, []string{"lab", "serve"}, []string{"shunt", "lab", "serve"}},
 	}

@@ -68,6 +68,9 @@ type ContainerRecord struct {
 	RestartCount int           `json:"restartCount,omitempty"`
 	BackOff      time.Duration `json:"backOff,omitempty"`
 	Last         *LastRun      `json:"last,omitempty"`
+	// Binds are what the container mounts (podfiles.go), kept for its
+	// restarts.
+	Binds []podexec.Bind `json:"binds,omitempty"`
 }
 
 func (r *PodRecord) key() string { return r.Namespace + "/" + r.Name }
@@ -81,6 +84,9 @@ type kubelet struct {
 	// plumbing and the agent's endpoint may not have survived a reboot).
 	checked bool
 	probes  prober // probes.go
+	// volumes reads configMap and secret volumes (podfiles.go); nil for
+	// the lab's own API server.
+	volumes volumeSource
 }
 
 func (k *kubelet) recordsPath() string { return podRecordsPath(k.cfg.Instance.StateDir()) }
@@ -271,8 +277,14 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 		return err
 	}
 	rec.Containers = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	binds, err := k.podFiles(ctx, pod, rec, dir)
+	if err != nil {
+		return err
+	}
 	for _, c := range pod.Spec.Containers {
-		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit")}
+		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit"), Binds: binds[c.Name]}
 		if err := k.startContainer(pod, rec, c, &cr); err != nil {
 			return err
 		}
@@ -295,6 +307,9 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
+	if len(cr.Binds) > 0 {
+		shimArgs = append(shimArgs, "--binds", bindsArg(cr.Binds))
+	}
 	shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
 	shim.Stdout, shim.Stderr = logf, logf
 	shim.Dir = c.WorkingDir

@@ -28,13 +28,13 @@ type ExitStatus struct {
 // capabilities unless it asks for others), forwards termination signals,
 // waits and records the exit status.
 // It outlives agent restarts, so no exit status is ever lost.
-func RunShim(netnsPath, exitFile, hostname string, sec podexec.Security, argv []string) int {
+func RunShim(netnsPath, exitFile, hostname string, sec podexec.Security, binds []podexec.Bind, argv []string) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	status := ExitStatus{}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	target := podexec.Target{NetnsPath: netnsPath, Security: &sec, Hostname: hostname}
+	target := podexec.Target{NetnsPath: netnsPath, Security: &sec, Hostname: hostname, Binds: binds}
 	if !sec.Privileged {
 		// A privileged container has the node's access, as in Kubernetes.
 		target.Hide = instance.NodeOnlyDirs()
