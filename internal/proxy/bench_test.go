@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -140,7 +139,7 @@ func runBenchClients(b *testing.B, addr string, conns, rate int) {
 	var next atomic.Int64
 	var failed atomic.Value
 	b.ReportAllocs()
-	before := cpuTime()
+	before := processCPU()
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -165,15 +164,8 @@ func runBenchClients(b *testing.B, addr string, conns, rate int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((processCPU()-before).Microseconds())/float64(b.N), "cpu-µs/op")
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)
 	}
-}
-
-// cpuTime is the process's user and system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

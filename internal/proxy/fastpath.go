@@ -76,7 +76,42 @@ type fastConn struct {
 	idleArmed time.Time
 	rc        syscall.RawConn // to wait for a request without a buffer
 	readable  func(fd uintptr) bool
-	peek      [1]byte
+	// first is what waitReadable read: the start of the next request,
+	// read by the client's bufio.Reader before the connection.
+	first firstRead
+}
+
+// firstRead is the client's first read after an idle wait, made by the
+// wait itself (one system call, where a look and then a read were two),
+// in a scratch buffer from a pool the client's reader then copies from.
+type firstRead struct {
+	c       net.Conn
+	scratch *[clientBufferSize]byte
+	b       []byte // unread part of scratch
+	err     error  // of the read, once b is empty
+}
+
+var scratchBuffers = sync.Pool{New: func() any { return new([clientBufferSize]byte) }}
+
+func (r *firstRead) Read(p []byte) (int, error) {
+	if len(r.b) > 0 {
+		n := copy(p, r.b)
+		r.b = r.b[n:]
+		return n, nil
+	}
+	r.release()
+	if err := r.err; err != nil {
+		r.err = nil
+		return 0, err
+	}
+	return r.c.Read(p)
+}
+
+func (r *firstRead) release() {
+	if r.scratch != nil {
+		scratchBuffers.Put(r.scratch)
+		r.scratch, r.b = nil, nil
+	}
 }
 
 // takeBuffers gets the connection's buffers from the pools; an idle
@@ -88,7 +123,8 @@ func (fc *fastConn) takeBuffers() {
 	}
 	if fc.br == nil {
 		fc.br = clientReaders.Get().(*bufio.Reader)
-		fc.br.Reset(fc.c.Conn)
+		fc.first.c = fc.c.Conn
+		fc.br.Reset(&fc.first)
 	}
 	if fc.bw == nil {
 		fc.bw = clientWriters.Get().(*bufio.Writer)
@@ -105,6 +141,8 @@ func (fc *fastConn) releaseBuffers() {
 		fc.br.Reset(nil)
 		clientReaders.Put(fc.br)
 		fc.br = nil
+		fc.first.release()
+		fc.first.err = nil
 	}
 	if fc.bw != nil {
 		fc.bw.Reset(nil)
@@ -117,14 +155,35 @@ func (fc *fastConn) releaseBuffers() {
 }
 
 // waitReadable waits until the client sends something (or closes),
-// holding no buffer: a peek that finds nothing parks the goroutine in the
-// poller, as a read would. (Not a bare wait: the poller's readiness is
-// reset before the callback, so only a look at the socket is reliable.)
+// holding no buffer, and reads it into fc.first: a read that finds
+// nothing parks the goroutine in the poller, as the connection's Read
+// would. (Not a bare wait: the poller's readiness is reset before the
+// callback, so only a read is reliable.)
 func (fc *fastConn) waitReadable() error {
 	if fc.readable == nil { // made once: a closure per request would be allocated
 		fc.readable = func(fd uintptr) bool {
-			_, _, err := unix.Recvfrom(int(fd), fc.peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			return err != unix.EAGAIN
+			r := &fc.first
+			if r.scratch == nil {
+				r.scratch = scratchBuffers.Get().(*[clientBufferSize]byte)
+			}
+			n, err := unix.Read(int(fd), r.scratch[:])
+			for err == unix.EINTR {
+				n, err = unix.Read(int(fd), r.scratch[:])
+			}
+			switch {
+			case err == unix.EAGAIN:
+				r.release() // idle: no buffer held
+				return false
+			case err != nil:
+				r.release()
+				r.err = os.NewSyscallError("read", err)
+			case n == 0:
+				r.release()
+				r.err = io.EOF
+			default:
+				r.b = r.scratch[:n]
+			}
+			return true
 		}
 	}
 	return fc.rc.Read(fc.readable)
