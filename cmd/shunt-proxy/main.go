@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -66,18 +65,9 @@ func run(o options) error {
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	// SHUNT_PROXY_GOMAXPROCS fixes the proxy's own GOMAXPROCS (GOMAXPROCS
-	// would set every Go process the agent starts); without it the proxy
-	// runs on one P while quiet and on Go's default when busy
-	// (proxy.GovernProcs): see bench/RESULTS.md, Mesh, for what it changes.
-	if v := os.Getenv("SHUNT_PROXY_GOMAXPROCS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return fmt.Errorf("SHUNT_PROXY_GOMAXPROCS=%q: want a number of threads, 1 or more", v)
-		}
-		runtime.GOMAXPROCS(n)
-	} else if os.Getenv("GOMAXPROCS") == "" {
-		go proxy.GovernProcs(ctx, log)
+	governed, err := proxy.SetProcs(ctx, log)
+	if err != nil {
+		return err
 	}
 
 	// SHUNT_PROXY_NET_HTTP_ONLY=1 turns the HTTP/1.1 fast path off: every
@@ -101,7 +91,7 @@ func run(o options) error {
 	}()
 	st := p.Status()
 	log.Info("proxy started", "pid", st.PID, "control", o.control, "version", st.Version, "listen", st.Listen,
-		"gomaxprocs", runtime.GOMAXPROCS(0), "governed", os.Getenv("SHUNT_PROXY_GOMAXPROCS")+os.Getenv("GOMAXPROCS") == "", "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1")
+		"gomaxprocs", runtime.GOMAXPROCS(0), "governed", governed, "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1")
 
 	<-ctx.Done()
 	stop()

@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	rtmetrics "runtime/metrics"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -35,6 +38,25 @@ const (
 	procsQueued   = 0.1
 	procsUnqueued = 0.01
 )
+
+// SetProcs applies SHUNT_PROXY_GOMAXPROCS, the proxy's own GOMAXPROCS
+// (GOMAXPROCS would set every Go process the agent starts); without it, or
+// GOMAXPROCS, the proxy's Ps are governed (GovernProcs) until ctx ends.
+func SetProcs(ctx context.Context, log *slog.Logger) (governed bool, err error) {
+	if v := os.Getenv("SHUNT_PROXY_GOMAXPROCS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return false, fmt.Errorf("SHUNT_PROXY_GOMAXPROCS=%q: want a number of threads, 1 or more", v)
+		}
+		runtime.GOMAXPROCS(n)
+		return false, nil
+	}
+	if os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) == 1 {
+		return false, nil
+	}
+	go GovernProcs(ctx, log)
+	return true, nil
+}
 
 // procsGovernor decides the proxy's GOMAXPROCS from the CPU it used.
 type procsGovernor struct {
