@@ -241,7 +241,7 @@ func BenchmarkProxyProcess(b *testing.B) {
 	runBenchClientsCPU(b, addr, 32, 1000, func() time.Duration {
 		// SHUNT_BENCH_PERF=1: perf stat counts the proxy process's system
 		// calls and context switches over the timed part.
-		if os.Getenv("SHUNT_BENCH_PERF") == "1" {
+		if os.Getenv("SHUNT_BENCH_PERF") == "1" && b.N >= 100 {
 			if perf == nil {
 				perf = exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strconv.Itoa(cmd.Process.Pid))
 				perf.Stderr = &perfOut
@@ -250,8 +250,18 @@ func BenchmarkProxyProcess(b *testing.B) {
 				}
 				time.Sleep(100 * time.Millisecond) // attached before the clients start
 			} else {
-				perf.Process.Signal(os.Interrupt)
-				perf.Wait()
+				// Again until it ends: an interrupt while it still attaches
+				// to the process's threads can go unheeded.
+				done := make(chan struct{})
+				go func() { perf.Wait(); close(done) }()
+				for stopped := false; !stopped; {
+					perf.Process.Signal(os.Interrupt)
+					select {
+					case <-done:
+						stopped = true
+					case <-time.After(500 * time.Millisecond):
+					}
+				}
 				for _, line := range strings.Split(perfOut.String(), "\n") {
 					f := strings.Split(line, ",")
 					if v, err := strconv.ParseFloat(f[0], 64); err == nil && len(f) > 2 {

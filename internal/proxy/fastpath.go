@@ -64,6 +64,7 @@ var errRouteTimeout = errors.New("the route's timeout ran out")
 type fastConn struct {
 	p      *Proxy
 	c      *clientConn
+	raw    io.ReadWriter // c's socket without c's wrappers (newRawSock)
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	req    fastRequest
@@ -85,7 +86,7 @@ type fastConn struct {
 // wait itself (one system call, where a look and then a read were two),
 // in a scratch buffer from a pool the client's reader then copies from.
 type firstRead struct {
-	c       net.Conn
+	c       io.Reader // the connection
 	scratch *[clientBufferSize]byte
 	b       []byte // unread part of scratch
 	err     error  // of the read, once b is empty
@@ -123,12 +124,12 @@ func (fc *fastConn) takeBuffers() {
 	}
 	if fc.br == nil {
 		fc.br = clientReaders.Get().(*bufio.Reader)
-		fc.first.c = fc.c.Conn
+		fc.first.c = fc.raw
 		fc.br.Reset(&fc.first)
 	}
 	if fc.bw == nil {
 		fc.bw = clientWriters.Get().(*bufio.Writer)
-		fc.bw.Reset(fc.c.Conn)
+		fc.bw.Reset(fc.raw)
 	}
 }
 
@@ -166,20 +167,14 @@ func (fc *fastConn) waitReadable() error {
 			if r.scratch == nil {
 				r.scratch = scratchBuffers.Get().(*[clientBufferSize]byte)
 			}
-			n, err := unix.Read(int(fd), r.scratch[:])
-			for err == unix.EINTR {
-				n, err = unix.Read(int(fd), r.scratch[:])
-			}
+			n, err := rawRead(fd, r.scratch[:])
 			switch {
 			case err == unix.EAGAIN:
 				r.release() // idle: no buffer held
 				return false
 			case err != nil:
 				r.release()
-				r.err = os.NewSyscallError("read", err)
-			case n == 0:
-				r.release()
-				r.err = io.EOF
+				r.err = err
 			default:
 				r.b = r.scratch[:n]
 			}
@@ -190,7 +185,7 @@ func (fc *fastConn) waitReadable() error {
 }
 
 func (p *Proxy) serveConn(c *clientConn) {
-	fc := &fastConn{p: p, c: c}
+	fc := &fastConn{p: p, c: c, raw: newRawSock(c.Conn)}
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		fc.rc, _ = sc.SyscallConn()
 	}
@@ -465,7 +460,7 @@ func earliest(a, b time.Time) time.Time {
 // send writes the request, then streams the rest of a large body from the
 // client. wrote says whether any byte went out.
 func (fc *fastConn) send(uc *upstreamConn) (wrote bool, err error) {
-	n, err := uc.c.Write(fc.out)
+	n, err := uc.raw.Write(fc.out)
 	if err != nil {
 		return n > 0, err
 	}
@@ -476,7 +471,7 @@ func (fc *fastConn) send(uc *upstreamConn) (wrote bool, err error) {
 			}
 		}
 		chunk, _ := fc.br.Peek(int(min(int64(fc.br.Buffered()), fc.unread)))
-		if _, err := uc.c.Write(chunk); err != nil {
+		if _, err := uc.raw.Write(chunk); err != nil {
 			return true, err
 		}
 		fc.br.Discard(len(chunk))
