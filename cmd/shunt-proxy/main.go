@@ -65,8 +65,8 @@ func run(o options) error {
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	governed, err := proxy.SetProcs(ctx, log)
-	if err != nil {
+	// See bench/RESULTS.md, Mesh, for what SHUNT_PROXY_GOMAXPROCS changes.
+	if err := proxy.SetProcs(); err != nil {
 		return err
 	}
 
@@ -91,7 +91,7 @@ func run(o options) error {
 	}()
 	st := p.Status()
 	log.Info("proxy started", "pid", st.PID, "control", o.control, "version", st.Version, "listen", st.Listen,
-		"gomaxprocs", runtime.GOMAXPROCS(0), "governed", governed, "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1")
+		"gomaxprocs", runtime.GOMAXPROCS(0), "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1")
 
 	<-ctx.Done()
 	stop()

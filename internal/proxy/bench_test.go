@@ -6,17 +6,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,10 +201,9 @@ func runBenchClientsCPU(b *testing.B, addr string, conns, rate int, proxyCPU fun
 // proxy alone in a process (this test binary again, running
 // TestBenchProxyChild), as in bench/run mesh: proxy-cpu-µs/op is that
 // process's utime+stime (/proc/PID/stat) per request, the runtime's idle
-// and wake-ups included and nothing else's. The child runs its Ps as
-// shunt-proxy does (SetProcs: SHUNT_PROXY_GOMAXPROCS, GOMAXPROCS, or
-// governed) and, governed, first idles until it runs on one P, as a proxy
-// that was quiet before the load. Run it with -benchtime 5000x (5 s).
+// and wake-ups included and nothing else's. The child sets its Ps as
+// shunt-proxy does (SetProcs: SHUNT_PROXY_GOMAXPROCS, or GOMAXPROCS).
+// Run it with -benchtime 5000x (5 s).
 func BenchmarkProxyProcess(b *testing.B) {
 	be := startBackend(b, "bench", "127.0.6.1", benchHandler)
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchProxyChild$")
@@ -295,17 +293,18 @@ func TestBenchProxyChild(t *testing.T) {
 	if backend == "" {
 		t.Skip("BenchmarkProxyProcess's proxy process: runs only under it")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	governed, err := SetProcs(ctx, slog.New(slog.DiscardHandler))
-	if err != nil {
+	if err := SetProcs(); err != nil {
 		t.Fatal(err)
 	}
 	h := benchHarness(t, netip.MustParseAddrPort(backend), false)
 	sock := h.serveControl()
-	for governed && runtime.GOMAXPROCS(0) != 1 {
-		time.Sleep(50 * time.Millisecond)
-	}
 	fmt.Println(h.addr, sock)
 	io.Copy(io.Discard, os.Stdin)
+}
+
+// processCPU is this process's user and system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
