@@ -76,7 +76,15 @@ func benchHandler(w http.ResponseWriter, r *http.Request) {
 func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
 	be := startBackend(b, "bench", "127.0.6.1", benchHandler)
 	h := benchHarness(b, be.addr, netHTTPOnly)
-	sock := h.serveControl()
+	read := readFlows(b, h.serveControl())
+	h.waitFlowReaders(1)
+	return h, read
+}
+
+// readFlows reads the proxy's flows from its control socket as the agent
+// does, decoding every record, until the benchmark ends; it returns the
+// count of records read.
+func readFlows(b *testing.B, sock string) *atomic.Int64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	var read atomic.Int64
 	var wg sync.WaitGroup
@@ -86,8 +94,7 @@ func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
 		proxyapi.NewClient(sock).Flows(ctx, func(flows.Flow) { read.Add(1) })
 	}()
 	b.Cleanup(func() { cancel(); wg.Wait() })
-	h.waitFlowReaders(1)
-	return h, &read
+	return &read
 }
 
 // benchHarness is a proxy (without the harness's flow subscriber) with a
@@ -225,15 +232,7 @@ func BenchmarkProxyProcess(b *testing.B) {
 	if _, err := fmt.Fscanln(stdout, &addr, &sock); err != nil {
 		b.Fatalf("the proxy process did not say where it listens: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var read atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		proxyapi.NewClient(sock).Flows(ctx, func(flows.Flow) { read.Add(1) })
-	}()
-	b.Cleanup(func() { cancel(); wg.Wait() })
+	readFlows(b, sock)
 	var perf *exec.Cmd
 	var perfOut bytes.Buffer
 	runBenchClientsCPU(b, addr, 32, 1000, func() time.Duration {
