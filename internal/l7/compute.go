@@ -295,6 +295,7 @@ func PortPolicy(lp policy.L7Port, pol *policy.Result) proxyapi.PortPolicy {
 	for _, r := range lp.Rules {
 		rule := proxyapi.L7Rule{
 			Name: pol.Rules[r.RuleID].String(), Action: r.Action, AnyPeer: r.AnyPeer, Identities: r.Identities,
+			Builtin: pol.Rules[r.RuleID].Kind == "",
 		}
 		for _, h := range r.HTTP {
 			rule.HTTP = append(rule.HTTP, proxyapi.HTTPRule{Method: h.Method, Path: h.Path, Headers: maps.Clone(h.Headers)})

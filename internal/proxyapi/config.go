@@ -195,6 +195,9 @@ type L7Rule struct {
 	CIDRs      []string   `json:"cidrs,omitempty"`  // peers by address (ipBlock cidr)
 	Except     []string   `json:"except,omitempty"` // ... minus these
 	HTTP       []HTTPRule `json:"http,omitempty"`
+	// Builtin: the node's own rule, not a policy's (a refusal's "no rule
+	// of ... allows" names policies only).
+	Builtin bool `json:"builtin,omitempty"`
 }
 
 // HTTPRule matches requests; an empty field matches anything. Path is an
