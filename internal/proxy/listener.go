@@ -69,6 +69,10 @@ func (c *clientConn) Close() error {
 type listener struct {
 	net.Listener
 	p *Proxy
+	// transparent: the tc programs gave the connections to this listener
+	// (steer.go), so an accepted socket's local address is the original
+	// destination.
+	transparent bool
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -81,8 +85,8 @@ func (l *listener) Accept() (net.Conn, error) {
 		p.stats.conns.Add(1)
 		remote := c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		remote = netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())
-		orig, err := p.originalDst(c)
-		if err == nil && orig == c.LocalAddr().(*net.TCPAddr).AddrPort() {
+		orig, err := l.originalDst(c)
+		if err == nil && orig == l.Addr().(*net.TCPAddr).AddrPort() {
 			err = fmt.Errorf("the client dialled the proxy itself: nothing to forward to")
 		}
 		if err != nil {
@@ -96,10 +100,19 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
+// originalDst is where an accepted connection was headed: its local
+// address on the transparent listener, else what the socket hooks kept.
+func (l *listener) originalDst(c net.Conn) (netip.AddrPort, error) {
+	if l.transparent {
+		a := c.LocalAddr().(*net.TCPAddr).AddrPort()
+		return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()), nil
+	}
+	return l.p.originalDst(c)
+}
+
 // acceptFast accepts connections for the fast path, each served by its own
-// goroutine (serveConn), until ln is closed.
-func (p *Proxy) acceptFast(ln net.Listener) error {
-	l := &listener{Listener: ln, p: p}
+// goroutine (serveConn), until l is closed.
+func (p *Proxy) acceptFast(l *listener) error {
 	var pause time.Duration
 	for {
 		c, err := l.Accept()

@@ -70,6 +70,7 @@ type Proxy struct {
 
 	mu      sync.Mutex // serializes configuration changes and shutdown
 	ln      net.Listener
+	steerLn net.Listener // the transparent listener (steer.go); nil: none
 	closing bool
 	lastErr string
 }
@@ -187,7 +188,17 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 			return err
 		}
 	}
+	var steerLn net.Listener
+	if t.steer.IsValid() && (cur == nil || t.steer != cur.steer) {
+		if steerLn, err = listenTransparent(t.steer); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			return err
+		}
+	}
 	p.table.Store(t) // before serving the new listener: every request has a table
+	p.swapSteerListener(t, steerLn)
 	if ln != nil {
 		old := p.ln
 		p.ln = ln
@@ -207,11 +218,16 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 }
 
 func (p *Proxy) serve(ln net.Listener) {
+	p.serveListener(&listener{Listener: ln, p: p})
+}
+
+func (p *Proxy) serveListener(l *listener) {
 	var err error
+	ln := l.Listener
 	if p.fastPath {
-		err = p.acceptFast(ln)
+		err = p.acceptFast(l)
 	} else {
-		err = p.srv.Serve(&listener{Listener: ln, p: p})
+		err = p.srv.Serve(l)
 	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		p.log.Error("serving stopped", "listen", ln.Addr(), "err", err)
@@ -263,10 +279,14 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.closing = true
 	ln := p.ln
+	steerLn := p.steerLn
 	p.mu.Unlock()
 	p.draining.Store(true)
 	if ln != nil && p.fastPath {
 		ln.Close() // net/http closes the listeners it serves itself
+	}
+	if steerLn != nil {
+		steerLn.Close()
 	}
 	err := p.srv.Shutdown(ctx)
 	if err != nil {
