@@ -6,7 +6,9 @@
 // the backend port's L7 policy, and forwards the request on an upstream
 // connection marked with the client's identity, so L3/L4 policy judges it
 // as the client. It serves HTTP/1.1 and h2c on one listener, and records
-// one flow per request.
+// one flow per request. Clients no socket hook of the node sees (another
+// node's pods, clients outside) reach it through a second, transparent
+// listener to which the tc programs steer their connections (steer.go).
 //
 // The agent configures it with complete, versioned configurations
 // (proxyapi.Config) on a control socket; the proxy is its own process and
