@@ -54,8 +54,20 @@ func TestProxySteering(t *testing.T) {
 	frontend := l.podIP("frontend")
 	var fs []flows.Flow
 	var steered, frontendDenied, outsideDenied, outsideAllowed bool
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !(steered && frontendDenied && outsideDenied && outsideAllowed) && time.Now().Before(deadline) {
+		// A request whose flow is not there yet is asked again: the
+		// agent's relay of the proxy's flows may have started after the
+		// first ones.
+		if !frontendDenied {
+			get("frontend", "http://"+backend+":8080/admin")
+		}
+		if !outsideDenied {
+			httpFromOutside(l, nodePort+"/admin")
+		}
+		if !outsideAllowed {
+			httpFromOutside(l, nodePort+"/public")
+		}
 		time.Sleep(200 * time.Millisecond)
 		fs = l.observe("--last", "5000", "--node", "node-2")
 		for _, f := range fs {
