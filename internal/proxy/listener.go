@@ -17,12 +17,17 @@ import (
 
 // listen binds the proxy's listener with SO_REUSEPORT, so a new proxy
 // process can listen on the same address before the old one stops
-// accepting and drains.
-func listen(addr netip.AddrPort) (net.Listener, error) {
+// accepting and drains; transparent adds IP_TRANSPARENT (steer.go).
+func listen(addr netip.AddrPort, transparent bool) (net.Listener, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		if err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); serr != nil || !transparent {
+				return
+			}
+			if err := unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1); err != nil {
+				serr = fmt.Errorf("IP_TRANSPARENT (the proxy needs CAP_NET_ADMIN): %w", err)
+			}
 		}); err != nil {
 			return err
 		}
@@ -30,6 +35,9 @@ func listen(addr netip.AddrPort) (net.Listener, error) {
 	}}
 	ln, err := lc.Listen(context.Background(), "tcp4", addr.String())
 	if err != nil {
+		if transparent {
+			return nil, fmt.Errorf("listening for steered connections on %s: %w", addr, err)
+		}
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	return ln, nil

@@ -186,13 +186,13 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 	}
 	var ln net.Listener
 	if cur == nil || t.listen != cur.listen {
-		if ln, err = listen(t.listen); err != nil {
+		if ln, err = listen(t.listen, false); err != nil {
 			return err
 		}
 	}
 	var steerLn net.Listener
 	if t.steer.IsValid() && (cur == nil || t.steer != cur.steer) {
-		if steerLn, err = listenTransparent(t.steer); err != nil {
+		if steerLn, err = listen(t.steer, true); err != nil {
 			if ln != nil {
 				ln.Close()
 			}

@@ -1,14 +1,6 @@
 package proxy
 
-import (
-	"context"
-	"fmt"
-	"net"
-	"net/netip"
-	"syscall"
-
-	"golang.org/x/sys/unix"
-)
+import "net"
 
 // The tc programs give the proxy the connections of clients no socket hook
 // of this node sees (another node's pods, clients outside through a
@@ -18,30 +10,6 @@ import (
 // destination (no SO_ORIGINAL_DST), its peer the client, whose identity
 // the configured endpoints give by address as for any client; its replies
 // leave from the pod's address, which IP_TRANSPARENT allows.
-
-// listenTransparent binds the transparent listener, with SO_REUSEPORT as
-// the other listener (a new proxy process takes over the address).
-func listenTransparent(addr netip.AddrPort) (net.Listener, error) {
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); serr != nil {
-				return
-			}
-			if err := unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1); err != nil {
-				serr = fmt.Errorf("IP_TRANSPARENT (the proxy needs CAP_NET_ADMIN): %w", err)
-			}
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	ln, err := lc.Listen(context.Background(), "tcp4", addr.String())
-	if err != nil {
-		return nil, fmt.Errorf("listening for steered connections on %s: %w", addr, err)
-	}
-	return ln, nil
-}
 
 // swapSteerListener serves ln (when not nil) as the transparent listener
 // in place of the previous one, or closes the previous one when t has
