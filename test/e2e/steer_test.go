@@ -48,6 +48,10 @@ func TestProxySteering(t *testing.T) {
 		t.Errorf("GET /admin from outside through the NodePort: %s %q, want 403 naming the policy", status, body)
 	}
 
+	// (3) Through a NodePort of node-1 (Cluster): node-1 sends it to
+	// node-2 from its own address, which the rules name.
+	checkSteeredFromNode1(t, l)
+
 	// The flows of node-2: the steering in tc, the proxy's verdicts with
 	// the clients' identities (the proxy's flows reach the agent's history
 	// a moment later).
@@ -120,4 +124,31 @@ func flowLines(fs []flows.Flow) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// checkSteeredFromNode1: the host outside reaches the backend of node-2
+// through the Cluster NodePort of node-1, which SNATs it to its address
+// on the pod network: node-2 steers the connection to its proxy, which
+// applies the rules naming that address (/public allowed, /admin 403), and
+// its answers find their way back through node-1.
+func checkSteeredFromNode1(t *testing.T, l *lab) {
+	t.Helper()
+	url := "http://192.168.123.1:30089"
+	eventually(t, "GET /public from outside through node-1's NodePort", "200", func() (string, string) { return httpFromOutside(l, url+"/public") })
+	if status, body := httpFromOutside(l, url+"/admin"); status != "403" || !strings.Contains(body, "ShuntNetworkPolicy default/backend-http") {
+		t.Errorf("GET /admin from outside through node-1's NodePort: %s %q, want 403 naming the policy", status, body)
+	}
+}
+
+// TestProxySteeringOverlay: with the overlay, the host outside reaches
+// node-2's backend through node-1's Cluster NodePort; node-2 steers the
+// connection to its proxy, whose answers leave through the overlay with
+// the backend pod's identity (the address they leave from) and are
+// translated back on node-1.
+func TestProxySteeringOverlay(t *testing.T) {
+	l := newLabNodes(t, 2, []string{"--routing", "tunnel"}, "testdata/steer.yaml")
+	checkSteeredFromNode1(t, l)
+	if st := l.node(2).mustShunt("status", "-o", "json"); !strings.Contains(st, "proxy-steered") {
+		t.Errorf("node-2 counted no steered packet:\n%s", st)
+	}
 }
