@@ -90,6 +90,33 @@ static __always_inline int error_out(struct __sk_buff *skb, struct pkt *p, __u32
 	return TC_ACT_OK;
 }
 
+/* proxy_nodeport_reply translates what the node proxy answers a client
+ * outside that reached a local backend through a NodePort, steered to the
+ * proxy (lib/steer.h): the proxy's socket sends from the backend's address
+ * and port, which leave as the frontend's, as nodeport_reply does for the
+ * backend's own replies at its veth. Returns -1 for anything else. */
+static __always_inline int proxy_nodeport_reply(struct __sk_buff *skb)
+{
+	struct pkt p = { .dir = SHUNT_DIR_TO_UPLINK, .point = FLOW_POINT_TO_UPLINK };
+	int verdict;
+
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	if (p.f.proto != IPPROTO_TCP || !p.f.has_ports)
+		return -1;
+	struct tc_nat_key k = nodeport_key(&p.f);
+	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
+	if (!found || !found->reply)
+		return -1;
+	nodeport_refresh(&k, found, p.f.tcp_flags, bpf_ktime_get_ns());
+	struct nodeport_nat_value v = *found;
+	if (nodeport_rewrite(skb, ETH_HLEN + ip->ihl * 4, &p.f, &v) < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_NODEPORT_REPLY);
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int shunt_to_uplink(struct __sk_buff *skb)
 {
@@ -98,9 +125,19 @@ int shunt_to_uplink(struct __sk_buff *skb)
 	__u32 addrs[2];
 	int verdict;
 
-	if (!MASQ.addr || !uplink_addrs(skb, addrs))
+	if (!uplink_addrs(skb, addrs))
 		return TC_ACT_OK;
 	ep = lookup_endpoint(addrs[0]);
+	/* From a local pod's address, out of the node's stack: the node
+	 * proxy's socket answering a steered client (a pod's own packets
+	 * leave through its veth's program). */
+	if (ep && CONFIG.uplink_ifindex && CONFIG.proxy_steer_port) {
+		verdict = proxy_nodeport_reply(skb);
+		if (verdict >= 0)
+			return verdict;
+	}
+	if (!MASQ.addr)
+		return TC_ACT_OK;
 	if (!ep || masq_excluded(addrs[1]))
 		return TC_ACT_OK;
 	p.src_identity = ep->identity;

@@ -59,6 +59,18 @@ struct shunt_config {
 	__u32 nodeport_snat_ip4;
 	__u16 nodeport_port_min;
 	__u16 nodeport_port_max;
+	/* Steering to the node proxy in tc (lib/steer.h): a new connection
+	 * from off the node (another node's pod, outside through a NodePort)
+	 * to a local pod's port the node proxy takes (shunt_l7_redirect) is
+	 * given to the proxy's transparent listener at proxy_steer_ip4 and
+	 * proxy_steer_port (network byte order) with bpf_sk_assign, and
+	 * marked proxy_steer_mark, which the node's routing rule delivers
+	 * locally. Port 0: no steering; such connections are dropped
+	 * (proxy-steer-failed), never passed around the proxy. */
+	__u32 proxy_steer_ip4;
+	__u16 proxy_steer_port;
+	__u16 pad_steer;
+	__u32 proxy_steer_mark;
 };
 
 /* A local pod endpoint, keyed by its IPv4 address (network byte order). */
@@ -259,6 +271,12 @@ enum shunt_reason {
 	SHUNT_REASON_LB_SOURCE_DENIED = 46, /* dropped: a new flow from outside to a load balancer address whose
 					     * Service's loadBalancerSourceRanges do not hold the client
 					     * (lib/source_ranges.h) */
+	SHUNT_REASON_PROXY_STEERED = 47, /* tc: a packet from off the node for a local pod's port with HTTP rules
+					  * given to the node proxy's socket (bpf_sk_assign, lib/steer.h) */
+	SHUNT_REASON_PROXY_STEER_FAILED = 48, /* dropped: a new connection from off the node to a local pod's port
+					       * with HTTP rules, which could not be given to the node proxy (no
+					       * steering configured, its listener missing, the assign failed):
+					       * never passed around the proxy */
 	SHUNT_REASON_MAX,
 };
 

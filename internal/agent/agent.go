@@ -264,7 +264,7 @@ func (a *Agent) wire(s *startup) error {
 		Allocations: s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Identities: identities,
 		Log:        a.log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
-		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set,
+		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set, NativeRouting: s.nativeIf != 0,
 		// The source's first Update is complete: the lab hands over every
 		// persisted object at once (ControlPlane.Start), the Kubernetes
 		// source once its informers synced.

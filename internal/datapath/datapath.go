@@ -55,6 +55,11 @@ type Config struct {
 	// ProxyMark is the SO_MARK layout of L7 proxies' upstream sockets
 	// (the zero value: no proxy, nothing is recognised by its mark).
 	ProxyMark ProxyMark
+	// ProxySteer, when set, gives connections from off the node to local
+	// pods' ports with HTTP rules to the node proxy's transparent
+	// listener in tc (bpf/lib/steer.h); nil: such connections are dropped
+	// (proxy-steer-failed). A load-time constant.
+	ProxySteer *ProxySteer
 	// TunnelIfindex is the node's collect-metadata VXLAN device
 	// (EnsureVXLAN), through which packets for pods of other nodes (ipcache
 	// entries with a Tunnel) leave; 0: no overlay, they go to the host
@@ -189,6 +194,13 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 	}
 	if cfg.NodeIP.IsValid() {
 		tcConfig.NodeIp4 = be32(cfg.NodeIP)
+	}
+	if ps := cfg.ProxySteer; ps != nil {
+		if err := ps.check(cfg.ProxyMark); err != nil {
+			return nil, err
+		}
+		tcConfig.ProxySteerIp4, tcConfig.ProxySteerPort = be32(ps.Listen.Addr()), be16(ps.Listen.Port())
+		tcConfig.ProxySteerMark = ps.Mark
 	}
 	if np := cfg.NodePort; np != nil {
 		if err := np.check(); err != nil {
@@ -366,6 +378,7 @@ func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 		TunnelIfindex: cfg.TunnelIfindex, NativeIfindex: cfg.NativeIfindex, CtSingleTable: cfg.CtSingleTable,
 		NodeIp4: cfg.NodeIp4, UplinkIfindex: cfg.UplinkIfindex, NodeportSnatIp4: cfg.NodeportSnatIp4,
 		NodeportPortMin: cfg.NodeportPortMin, NodeportPortMax: cfg.NodeportPortMax,
+		ProxySteerIp4: cfg.ProxySteerIp4, ProxySteerPort: cfg.ProxySteerPort, ProxySteerMark: cfg.ProxySteerMark,
 	}
 }
 

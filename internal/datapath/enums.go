@@ -109,6 +109,8 @@ var (
 	_ = sameAsC{}[dpinfo.ReasonNodePortXlate^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE)]
 	_ = sameAsC{}[dpinfo.ReasonNodePortReply^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY)]
 	_ = sameAsC{}[dpinfo.ReasonLBSourceDenied^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_LB_SOURCE_DENIED)]
+	_ = sameAsC{}[dpinfo.ReasonProxySteered^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_STEERED)]
+	_ = sameAsC{}[dpinfo.ReasonProxySteerFailed^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_STEER_FAILED)]
 	_ = sameAsC{}[dpinfo.ReasonMax^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MAX)]
 	_ = sameAsC{}[dpinfo.DirFromPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_POD)]
 	_ = sameAsC{}[dpinfo.DirToPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_TO_POD)]

@@ -52,6 +52,9 @@ var helperSince = map[asm.BuiltinFunc]string{
 	// with CAP_PERFMON, refused under lockdown=confidentiality (CheckKernel
 	// probes the pair on the running kernel).
 	asm.FnProbeReadKernel: "5.5",
+	asm.FnSkRelease:       "4.20",
+	asm.FnSkcLookupTcp:    "5.2",
+	asm.FnSkAssign:        "5.7", // tc programs (bpf/lib/steer.h)
 	asm.FnSkStorageGet:    "5.2",
 	asm.FnSkStorageDelete: "5.2",
 	asm.FnGetNetnsCookie:  "5.7",

@@ -208,6 +208,10 @@ type podtcShuntConfig struct {
 	NodeportSnatIp4 uint32
 	NodeportPortMin uint16
 	NodeportPortMax uint16
+	ProxySteerIp4   uint32
+	ProxySteerPort  uint16
+	PadSteer        uint16
+	ProxySteerMark  uint32
 }
 
 type podtcShuntDirection uint32
@@ -303,7 +307,9 @@ const (
 	podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE         podtcShuntReason = 44
 	podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY         podtcShuntReason = 45
 	podtcShuntReasonSHUNT_REASON_LB_SOURCE_DENIED       podtcShuntReason = 46
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 47
+	podtcShuntReasonSHUNT_REASON_PROXY_STEERED          podtcShuntReason = 47
+	podtcShuntReasonSHUNT_REASON_PROXY_STEER_FAILED     podtcShuntReason = 48
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 49
 )
 
 type podtcTcNatKey struct {

@@ -55,6 +55,8 @@ const (
 	ReasonNodePortXlate
 	ReasonNodePortReply
 	ReasonLBSourceDenied
+	ReasonProxySteered
+	ReasonProxySteerFailed
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -106,6 +108,8 @@ var reasonNames = [...]string{
 	ReasonNodePortXlate:        "nodeport-xlate",
 	ReasonNodePortReply:        "nodeport-reply",
 	ReasonLBSourceDenied:       "lb-source-denied",
+	ReasonProxySteered:         "proxy-steered",
+	ReasonProxySteerFailed:     "proxy-steer-failed",
 }
 
 // String is the reason's name, or its number when it has none.
