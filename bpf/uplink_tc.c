@@ -54,6 +54,7 @@ volatile const struct masq_config MASQ = {};
 const volatile enum masq_dir _btf_masq_dir = 0;
 const volatile enum masq_flags _btf_masq_flags = 0;
 const volatile enum service_flags _btf_service_flags = 0;
+const volatile enum nodeport_mode _btf_nodeport_mode = 0;
 
 /* uplink_addrs reads the addresses of an IPv4 packet ([0] source, [1]
  * destination); false for anything else. */
@@ -208,6 +209,11 @@ int shunt_from_uplink(struct __sk_buff *skb)
 
 	if (!uplink_addrs(skb, addrs))
 		return TC_ACT_OK;
+	if (CONFIG.nodeport_dsr_ip4 && addrs[1] == CONFIG.nodeport_dsr_ip4) {
+		verdict = nodeport_from_dsr(skb, &CONFIG);
+		if (verdict >= 0)
+			return verdict;
+	}
 	if (CONFIG.native_ifindex) {
 		struct endpoint_info *ep = lookup_endpoint(addrs[1]);
 		struct ipcache_value *from = ep ? ipcache_lookup(addrs[0]) : NULL;

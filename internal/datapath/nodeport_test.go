@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
@@ -46,6 +47,12 @@ func skbContext(ifindex int) []byte {
 // opens a datapath on it with maglevSize (0: random backends), its pod
 // npLocalPod and npRemotePod on the other node in the ipcache.
 func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, uplink int) {
+	return nodePortTestNodeMode(t, maglevSize, dpinfo.NodePortSNAT)
+}
+
+// nodePortTestNodeMode is nodePortTestNode with flows to backends on the
+// other node going as mode says (DSR from npNode).
+func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	ns, peer := testNetns(t), testNetns(t)
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
@@ -71,7 +78,7 @@ func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, upl
 		t.Fatal(err)
 	}
 	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
-		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts}}, nil)
+		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode}}, nil)
 	return d, ns, uplink
 }
 

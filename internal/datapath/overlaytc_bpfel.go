@@ -26,6 +26,8 @@ type overlaytcShuntConfig struct {
 	NodeportSnatIp4 uint32
 	NodeportPortMin uint16
 	NodeportPortMax uint16
+	NodeportDsrIp4  uint32
+	NodeportMode    uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -55,6 +55,9 @@ const (
 	ReasonNodePortXlate
 	ReasonNodePortReply
 	ReasonLBSourceDenied
+	ReasonDSREncap
+	ReasonDSRDecap
+	ReasonDSRTooBig
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -106,6 +109,9 @@ var reasonNames = [...]string{
 	ReasonNodePortXlate:        "nodeport-xlate",
 	ReasonNodePortReply:        "nodeport-reply",
 	ReasonLBSourceDenied:       "lb-source-denied",
+	ReasonDSREncap:             "dsr-encap",
+	ReasonDSRDecap:             "dsr-decap",
+	ReasonDSRTooBig:            "dsr-too-big",
 }
 
 // String is the reason's name, or its number when it has none.
