@@ -26,7 +26,8 @@
  * It is also where traffic from outside reaches the node's NodePorts,
  * externalIPs and load balancer addresses (lib/nodeport.h), and where
  * replies of such flows from backends on other nodes come back (native
- * routing).
+ * routing). With DSR (lib/dsr.h) it is also where another node's IPIP
+ * carrying such a flow arrives for a backend of this node.
  *
  * The uplink programs are one per hook: masquerade, native routing and
  * NodePort share them, each part off when its configuration is (MASQ.addr,

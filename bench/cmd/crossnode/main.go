@@ -155,6 +155,10 @@ type bench struct {
 	// (backends on node 2) and node 2 (backends there); no floor, no
 	// policies, the kube-proxy cases without Calico's rules.
 	nodeport bool
+	// nativeMode (-nodeport): shunt-native's --nodeport-mode; not snat,
+	// its rows are shunt-native-MODE (DSR: the replies leave node 2 for
+	// the external host straight).
+	nativeMode string
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -179,6 +183,7 @@ func main() {
 		bin      = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
 		out      = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
 		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
+		nativeMode = flag.String("native-nodeport-mode", "snat", "with -nodeport: shunt-native's --nodeport-mode (snat, dsr, hybrid); not snat, its rows are named shunt-native-MODE")
 		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
 	)
 	flag.Parse()
@@ -193,7 +198,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, cases: map[string]*caseNet{}}
+	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, nativeMode: *nativeMode, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -241,6 +246,8 @@ func (b *bench) caseName(c string) string {
 		return "kube-proxy-iptables"
 	case b.nodeport && c == nftables:
 		return "kube-proxy-nftables"
+	case b.nodeport && c == native && b.nativeMode != "snat":
+		return native + "-" + b.nativeMode
 	}
 	return c
 }
@@ -567,6 +574,9 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 		// masquerades: a backend on the ingress node could not answer an
 		// outside client whose address it sees.
 		routing = append(routing, "--masquerade")
+		if c == native {
+			routing = append(routing, "--nodeport-mode", b.nativeMode)
+		}
 	}
 	shuntBin := filepath.Join(b.bin, "shunt")
 	var insts [2]string
