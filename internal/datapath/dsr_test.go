@@ -10,7 +10,6 @@ import (
 
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
-	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
@@ -48,13 +47,7 @@ func dsrPacket(outerSrc, outerDst, svc netip.Addr, port uint16, frame []byte) []
 // as long as the program made it.
 func dsrNode(t *testing.T, mode dpinfo.NodePortMode) (d *Datapath, fromOutside, fromPod func([]byte) (uint32, []byte)) {
 	d, ns, uplink := nodePortTestNodeMode(t, 0, mode)
-	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
-	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
-		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},
-		{Prefix: netip.PrefixFrom(npRemotePod, 32), Identity: 301, Tunnel: npOtherNode},
-	}}, []Endpoint{{IP: npLocalPod, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300}}); err != nil {
-		t.Fatal(err)
-	}
+	syncNodePortPods(t, d)
 	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
 	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
 	if _, err := d.SyncServices([]services.Port{

@@ -82,8 +82,10 @@ func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 	return d, ns, uplink
 }
 
-func TestNodePort(t *testing.T) {
-	d, ns, uplink := nodePortTestNode(t, 0)
+// syncNodePortPods puts the test node's pod npLocalPod and the other
+// node's npRemotePod into d's ipcache (and the first into its endpoints).
+func syncNodePortPods(t *testing.T, d *Datapath) {
+	t.Helper()
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
 		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},
@@ -91,6 +93,11 @@ func TestNodePort(t *testing.T) {
 	}}, []Endpoint{{IP: npLocalPod, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300}}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestNodePort(t *testing.T) {
+	d, ns, uplink := nodePortTestNode(t, 0)
+	syncNodePortPods(t, d)
 	fe := func(vip netip.Addr, port uint16) services.Frontend {
 		return services.Frontend{VIP: vip, Port: port, Proto: 6}
 	}
