@@ -172,7 +172,11 @@ static __always_inline int dsr_decap(struct __sk_buff *skb, const volatile struc
 		return 0;
 	*svc_addr = o.opt.addr;
 	*svc_port = o.opt.port;
-	if (bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, DSR_ADJ_ROOM_DECAP_L3_IPV4) < 0)
+	/* Before Linux 6.3 the flag is refused: a packet that is not GSO
+	 * needs none (a GSO one would keep its encapsulation's GSO type: it is
+	 * dropped, counted invalid-packet). */
+	if (bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, DSR_ADJ_ROOM_DECAP_L3_IPV4) < 0 &&
+	    (skb->gso_size || bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0))
 		return -1;
 	return 1;
 }
