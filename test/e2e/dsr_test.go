@@ -147,6 +147,9 @@ func TestNodePortDSRLab(t *testing.T) {
 	if !strings.Contains(flows, `"dsr-encap"`) {
 		t.Errorf("node-1's flows name no dsr-encap (%d lines)", strings.Count(flows, "\n"))
 	}
+	if text := l.mustShunt("observe", "--last", "5000"); !strings.Contains(text, "DSR: IPIP to the backend's node") {
+		t.Errorf("shunt observe on node-1 names no DSR flow (%d lines)", strings.Count(text, "\n"))
+	}
 }
 
 // uplinkTxBytes is what the interface holding addr in netns ns sent.
