@@ -148,6 +148,17 @@ func TestNodePortDSR(t *testing.T) {
 		}
 	})
 
+	t.Run("UDP by DSR too (mode dsr, not hybrid)", func(t *testing.T) {
+		ret, out := fromOutside(withChecksum(packet(npClient, npNode, 17, udpDatagram(40001, 30054))))
+		if ret != tcActRedirect || len(out) < 14+dsrOuterLen+28 || out[14+9] != 4 {
+			t.Fatalf("verdict %d, %d bytes; want IPIP", ret, len(out))
+		}
+		inner := append(append([]byte{}, out[:14]...), out[14+dsrOuterLen:]...)
+		if got, want := checkedTuple(t, inner), (tuple{npClient, npRemotePod, 40001, 5353}); got != want {
+			t.Errorf("inner %+v, want %+v", got, want)
+		}
+	})
+
 	t.Run("too big once encapsulated: fragmentation needed with DF, dropped without", func(t *testing.T) {
 		big := func(df bool) []byte {
 			pkt := packet(npClient, npNode, 6, append(tcpSegment(40002, 30081, tcpACK), make([]byte, 1500-40)...))
@@ -211,7 +222,7 @@ func TestNodePortDSR(t *testing.T) {
 	})
 
 	counterDelta(t, d, before, map[string]uint64{
-		"dsr-encap/from-uplink": 2, "dsr-decap/from-uplink": 1, "dsr-too-big/from-uplink": 1,
+		"dsr-encap/from-uplink": 3, "dsr-decap/from-uplink": 1, "dsr-too-big/from-uplink": 1,
 		"frag-needed/from-uplink": 1, "tunnel-spoofed/from-uplink": 1, "nodeport-reply/from-pod": 1,
 	})
 }
