@@ -36,6 +36,7 @@
 #include "native.h"
 #include "nat_timeout.h"
 #include "maglev.h"
+#include "ct_stack.h"
 #include "source_ranges.h"
 #include "dsr.h"
 
@@ -389,6 +390,13 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 		struct service_value *svc = lookup_service(ck.daddr, ck.dport, ck.proto);
 
 		if (!svc || !(svc->flags & SERVICE_F_EXTERNAL))
+			return -1;
+		/* A TCP segment other than a first SYN, of a flow shunt does
+		 * not know, that the kernel's conntrack holds: a connection
+		 * kube-proxy translated before this node moved to shunt (or
+		 * while its agent was beside it). The stack's NAT keeps it. */
+		if (p->f.proto == IPPROTO_TCP && (p->f.tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN &&
+		    stack_tracks_tcp(skb, &p->f))
 			return -1;
 		if (!lb_source_allowed(svc->id, ck.saddr))
 			return drop(skb, p, SHUNT_REASON_LB_SOURCE_DENIED);

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -136,10 +137,32 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
 	cmd.Flags().StringVar(&agentFlags.lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (status.loadBalancer.ingress, as Cilium's LB-IPAM); with --nodes the external host routes it to node-1 (default none: they stay pending)")
 	cmd.Flags().StringVar(&agentFlags.driftPeriod, "drift-check-period", "", "how often the agent compares the maps it fully determines with the desired state and repairs what differs, e.g. 1s, 10m; 0: only on demand, with 'shunt sync --verify' (default 2m)")
+	cmd.Flags().Var(negatedBool{&agentFlags.besideKubeProxy}, "kube-proxy-replacement", "with --kubeconfig: false leaves NodePorts, load balancer addresses and externalIPs to a kube-proxy running on the node (shuntd's flag)")
+	cmd.Flags().Lookup("kube-proxy-replacement").NoOptDefVal = "true"
+	cmd.Flags().BoolVar(&agentFlags.removeKubeProxy, "remove-kube-proxy-rules", false, "with --kubeconfig: remove kube-proxy's rules found on the node at start instead of refusing to start (shuntd's flag; stop kube-proxy first)")
 	cmd.Flags().BoolVar(&agentFlags.noSchedule, "no-schedule", false, "with --kubeconfig: leave pods that name no node to kube-scheduler instead of binding them to this node")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
 }
+
+// negatedBool is a boolean flag stored negated: --kube-proxy-replacement
+// (default true) sets besideKubeProxy when false.
+type negatedBool struct{ p *bool }
+
+func (b negatedBool) String() string {
+	if b.p == nil {
+		return "true"
+	}
+	return strconv.FormatBool(!*b.p)
+}
+
+func (b negatedBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	*b.p = !v
+	return err
+}
+
+func (negatedBool) Type() string { return "bool" }
 
 // runFlags are shuntd settings that apply to this run of the agent only
 // (unlike mode and CIDRs, which the node keeps).
@@ -152,6 +175,8 @@ type runFlags struct {
 	kubeconfig, nodeName      string
 	runPods                   bool
 	noSchedule                bool
+	besideKubeProxy           bool // --kube-proxy-replacement=false
+	removeKubeProxy           bool
 	nodeLeaseSeconds          int
 	routing, tunnel, underlay string
 	clusterCIDR               string
@@ -190,6 +215,12 @@ func (f runFlags) args() []string {
 	}
 	if f.nodeName != "" {
 		args = append(args, "--node-name", f.nodeName)
+	}
+	if f.besideKubeProxy {
+		args = append(args, "--kube-proxy-replacement=false")
+	}
+	if f.removeKubeProxy {
+		args = append(args, "--remove-kube-proxy-rules")
 	}
 	if f.kubeconfig != "" && f.runPods {
 		args = append(args, "--run-pods")
@@ -684,6 +715,9 @@ func printStatus(st api.Status) {
 	if m := st.Masquerade; m != nil {
 		fmt.Printf("masquerade: pods' traffic to outside leaves %s from %s, ports %s (not to %s)\n",
 			m.Uplink, m.Address, m.Ports, strings.Join(m.Exclude, ", "))
+	}
+	if st.ExternalByKubeProxy {
+		fmt.Printf("services:  ClusterIPs and hostPorts by shunt; NodePorts, load balancer addresses and externalIPs by kube-proxy (--kube-proxy-replacement=false)\n")
 	}
 	for _, p := range st.Problems {
 		fmt.Printf("left out:  %s\n", p)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/kubeproxy"
 )
 
@@ -27,10 +28,13 @@ type nodeCheck struct {
 	KubeProxy     string `json:"kubeProxy"`     // kube-proxy's rules found
 	KubeProxyLive bool   `json:"kubeProxyLive"` // they translate Services
 	Agent         bool   `json:"agent"`         // shunt's agent answers (--instance)
-	CNI           string `json:"cni"`           // the node's first CNI configuration ("" none)
-	CNIPlugins    string `json:"cniPlugins"`    // its plugin types
-	Verdict       string `json:"verdict"`
-	OK            bool   `json:"ok"`
+	// BesideKubeProxy: the agent leaves NodePorts to kube-proxy
+	// (--kube-proxy-replacement=false), so both running is the plan.
+	BesideKubeProxy bool   `json:"besideKubeProxy,omitempty"`
+	CNI             string `json:"cni"`        // the node's first CNI configuration ("" none)
+	CNIPlugins      string `json:"cniPlugins"` // its plugin types
+	Verdict         string `json:"verdict"`
+	OK              bool   `json:"ok"`
 }
 
 func newNodeCheckCmd(g *globals) *cobra.Command {
@@ -41,7 +45,9 @@ func newNodeCheckCmd(g *globals) *cobra.Command {
 		Long: "Reads this network namespace's netfilter for kube-proxy's rules (its nftables table, its\n" +
 			"iptables chains), asks shunt's agent of --instance whether it runs, and reads the node's first\n" +
 			"CNI configuration (the one the container runtime uses). Exit 0 when exactly one of kube-proxy\n" +
-			"and shunt translates Services, 1 when both do (they would fight) or neither does.",
+			"and shunt translates Services, or when shunt runs beside kube-proxy as told\n" +
+			"(--kube-proxy-replacement=false: ClusterIPs shunt's, NodePorts kube-proxy's); 1 when both\n" +
+			"translate every Service (they would fight) or nothing serves them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "" && output != "json" {
@@ -58,8 +64,19 @@ func newNodeCheckCmd(g *globals) *cobra.Command {
 				return err
 			}
 			c.Agent = client.Alive()
+			if c.Agent {
+				var st api.Status
+				if err := client.Do("GET", "/v1/status", nil, &st); err != nil {
+					return fmt.Errorf("shunt's agent answers but its status does not: %w", err)
+				}
+				c.BesideKubeProxy = st.ExternalByKubeProxy
+			}
 			c.CNI, c.CNIPlugins = firstCNIConfig(confDir)
 			switch {
+			case c.Agent && c.BesideKubeProxy && c.KubeProxyLive:
+				c.Verdict, c.OK = "shunt translates ClusterIPs, kube-proxy NodePorts, load balancer addresses and externalIPs (shunt's --kube-proxy-replacement=false)", true
+			case c.Agent && c.BesideKubeProxy:
+				c.Verdict = "shunt translates ClusterIPs and leaves NodePorts to kube-proxy (--kube-proxy-replacement=false), but kube-proxy's rules are not here: nothing serves NodePorts, load balancer addresses and externalIPs; start kube-proxy or restart shunt's agent with --kube-proxy-replacement=true"
 			case c.KubeProxyLive && c.Agent:
 				c.Verdict = "both kube-proxy and shunt translate Services: stop kube-proxy on this node and restart shunt's agent with --remove-kube-proxy-rules"
 			case c.KubeProxyLive:

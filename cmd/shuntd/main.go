@@ -39,27 +39,27 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	var (
-		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost         string
-		flowSampling, metricsAddr, flowsAddr, flowsTLSDir           string
-		flowHistory, flowBuffer                                     int
-		socketAccel, accelNode, inCluster, runPods, removeKubeProxy bool
-		noSched                                                     bool
-		ctSingleTable                                               bool
-		kubeconfig, nodeName                                        string
-		nodeLeaseSeconds                                            int
-		crashLoopBackOff                                            time.Duration
-		routing, tunnel, underlay, clusterCIDR                      string
-		masquerade                                                  bool
-		masqExclude                                                 []string
-		masqPorts                                                   string
-		nodePortMode                                                string
-		labControlPlane                                             bool
-		labJoin                                                     string
-		nodeGrace                                                   time.Duration
-		driftPeriod                                                 time.Duration
-		kernelFallbacks                                             string
-		lbPool                                                      string
-		maglevSize                                                  int
+		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost                               string
+		flowSampling, metricsAddr, flowsAddr, flowsTLSDir                                 string
+		flowHistory, flowBuffer                                                           int
+		socketAccel, accelNode, inCluster, runPods, removeKubeProxy, kubeProxyReplacement bool
+		noSched                                                                           bool
+		ctSingleTable                                                                     bool
+		kubeconfig, nodeName                                                              string
+		nodeLeaseSeconds                                                                  int
+		crashLoopBackOff                                                                  time.Duration
+		routing, tunnel, underlay, clusterCIDR                                            string
+		masquerade                                                                        bool
+		masqExclude                                                                       []string
+		masqPorts                                                                         string
+		nodePortMode                                                                      string
+		labControlPlane                                                                   bool
+		labJoin                                                                           string
+		nodeGrace                                                                         time.Duration
+		driftPeriod                                                                       time.Duration
+		kernelFallbacks                                                                   string
+		lbPool                                                                            string
+		maglevSize                                                                        int
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -88,9 +88,15 @@ func newRootCmd() *cobra.Command {
 				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, FlowsAddr: flowsAddr, FlowsTLSDir: flowsTLSDir, SocketAccel: socketAccel, AccelNode: accelNode,
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods, NoSchedule: noSched,
 				ConntrackSingleTable: ctSingleTable, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
-				DriftCheckPeriod: driftPeriod, RemoveKubeProxyRules: removeKubeProxy}
+				DriftCheckPeriod: driftPeriod, RemoveKubeProxyRules: removeKubeProxy, LeaveExternalToKubeProxy: !kubeProxyReplacement}
 			if removeKubeProxy && !cfg.Kubernetes {
 				return fmt.Errorf("--remove-kube-proxy-rules is for a node of a Kubernetes cluster (with --kubeconfig or --in-cluster): the lab runs no kube-proxy")
+			}
+			if !kubeProxyReplacement && !cfg.Kubernetes {
+				return fmt.Errorf("--kube-proxy-replacement=false leaves NodePorts to kube-proxy, which runs on nodes of a Kubernetes cluster (with --kubeconfig or --in-cluster): the lab has none, and shunt serves them there")
+			}
+			if !kubeProxyReplacement && removeKubeProxy {
+				return fmt.Errorf("--remove-kube-proxy-rules with --kube-proxy-replacement=false: the first removes the rules of the kube-proxy the second works beside; choose one (docs/install.md)")
 			}
 			if lbPool != "" {
 				if cfg.LoadBalancerPool, err = netip.ParsePrefix(lbPool); err != nil || !cfg.LoadBalancerPool.Addr().Is4() {
@@ -221,6 +227,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&labControlPlane, "lab-control-plane", false, "this lab node's control plane also serves the lab's other nodes ('shunt lab up --nodes N'): their Nodes, the objects, their pods' status, one identity numbering; the node keeps it")
 	cmd.Flags().StringVar(&labJoin, "lab-join", "", "join a multi-node lab: take objects from the control plane of the agent at this socket (the lab's first node) and run the pods it places on --node-name; the node keeps it")
 	cmd.Flags().DurationVar(&nodeGrace, "node-grace", 0, "with --lab-control-plane: how long a joined node's agent may go silent before the node is NotReady and its pods leave every Service (default "+lab.DefaultNodeGrace.String()+", Kubernetes' node-monitor-grace-period)")
+	cmd.Flags().BoolVar(&kubeProxyReplacement, "kube-proxy-replacement", true, "with --kubeconfig/--in-cluster: true, shunt translates every Service and refuses kube-proxy's rules on the node; false, shunt translates ClusterIPs and hostPorts and leaves NodePorts, load balancer addresses, externalIPs and health check node ports to the kube-proxy running beside it (docs/install.md)")
 	cmd.Flags().BoolVar(&removeKubeProxy, "remove-kube-proxy-rules", false, "with --kubeconfig/--in-cluster: remove kube-proxy's rules (nftables table, iptables-nft chains) found on the node at start, as 'kube-proxy --cleanup' does, instead of refusing to start; stop kube-proxy on the node first (docs/install.md)")
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")

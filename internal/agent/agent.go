@@ -153,6 +153,14 @@ type Config struct {
 	// the node are removed at start instead of refusing it
 	// (internal/kubeproxy). kube-proxy must have stopped on this node.
 	RemoveKubeProxyRules bool
+	// LeaveExternalToKubeProxy (with Kubernetes; Helm
+	// kubeProxyReplacement: false): shunt translates ClusterIPs (socket
+	// layer and tc fallback) and hostPorts, and leaves NodePorts, load
+	// balancer addresses, externalIPs and health check node ports to the
+	// kube-proxy running beside it, whose rules are then expected, not
+	// refused. A ClusterIP connection shunt translates at the socket
+	// never meets kube-proxy's rules, so the two never translate one flow.
+	LeaveExternalToKubeProxy bool
 }
 
 // Routing modes and tunnels shuntd knows.
@@ -254,8 +262,8 @@ func (a *Agent) wire(s *startup) error {
 	}
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: a.nodeName, NodeAddrs: []netip.Addr{a.podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
-		NodePortAddrs: a.nodePortAddrs(),
-		Allocations:   s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
+		NodePortAddrs: a.nodePortAddrs(), ExternalByKubeProxy: a.cfg.LeaveExternalToKubeProxy,
+		Allocations: s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Identities: identities,
 		Log:        a.log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
 		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set,
@@ -367,7 +375,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.readFlows(fr)
 	go returnFreeMemory(ctx)
 	go a.runDriftChecks(ctx)
-	go newHealthChecks(a.nodeName, a.log.With("component", "healthcheck")).run(ctx, a.objects, 500*time.Millisecond)
+	if !a.cfg.LeaveExternalToKubeProxy {
+		// Else kube-proxy serves them (and holds their ports).
+		go newHealthChecks(a.nodeName, a.log.With("component", "healthcheck")).run(ctx, a.objects, 500*time.Millisecond)
+	}
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
 	var resync <-chan time.Time // nil: never
 	if every := a.src.ResyncEvery(); every > 0 {

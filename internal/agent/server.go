@@ -258,6 +258,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if a.masq != nil {
 		st.Masquerade = a.masq
 	}
+	st.ExternalByKubeProxy = a.cfg.LeaveExternalToKubeProxy
 	st.Source = a.src.Describe()
 	st.Problems = a.Warnings()
 	if st.Hooks, err = a.dp.Hooks(); err != nil {

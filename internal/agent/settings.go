@@ -52,7 +52,20 @@ func (a *Agent) settleSettings() (*startup, error) {
 	// On a Kubernetes node shunt replaces kube-proxy: two translators of
 	// one Service fight, so kube-proxy's live rules refuse the start,
 	// unless told to remove them (the node-by-node migration).
-	if cfg.Kubernetes {
+	switch {
+	case cfg.Kubernetes && cfg.LeaveExternalToKubeProxy:
+		// Beside kube-proxy: its rules are expected; without them nothing
+		// serves this node's NodePorts, which the log says.
+		found, err := kubeproxy.Detect()
+		if err != nil {
+			return nil, err
+		}
+		if found.Live() {
+			a.log.Info("kube-proxy serves NodePorts, load balancer addresses and externalIPs on this node; shunt translates ClusterIPs", "kube-proxy", found.String())
+		} else {
+			a.log.Warn("kube-proxy's rules are not on this node: with --kube-proxy-replacement=false nothing serves its NodePorts, load balancer addresses and externalIPs until kube-proxy runs")
+		}
+	case cfg.Kubernetes:
 		found, err := kubeproxy.Check(cfg.RemoveKubeProxyRules)
 		if err != nil {
 			return nil, err

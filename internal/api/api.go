@@ -130,17 +130,20 @@ type Status struct {
 	Source   string `json:"source"` // where objects come from: "lab" or "kubernetes https://..."
 	// Problems are what objects ask that shunt leaves out (the rest is
 	// programmed): "Kind ns/name: what and why".
-	Problems    []string          `json:"problems,omitempty"`
-	Mode        string            `json:"mode"`
-	Routing     *RoutingStatus    `json:"routing,omitempty"`    // nil: pods of other nodes are the host stack's
-	Tunnel      *TunnelStatus     `json:"tunnel,omitempty"`     // nil: no overlay
-	Masquerade  *MasqueradeStatus `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
-	PodCIDR     string            `json:"podCIDR"`
-	ServiceCIDR string            `json:"serviceCIDR"`
-	NodeIP      string            `json:"nodeIP"`
-	PinDir      string            `json:"pinDir"`
-	Pods        int               `json:"pods"`
-	Counters    []dpinfo.Counter  `json:"counters"`
+	Problems   []string          `json:"problems,omitempty"`
+	Mode       string            `json:"mode"`
+	Routing    *RoutingStatus    `json:"routing,omitempty"`    // nil: pods of other nodes are the host stack's
+	Tunnel     *TunnelStatus     `json:"tunnel,omitempty"`     // nil: no overlay
+	Masquerade *MasqueradeStatus `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
+	// ExternalByKubeProxy: NodePorts, load balancer addresses and
+	// externalIPs are left to kube-proxy (--kube-proxy-replacement=false).
+	ExternalByKubeProxy bool             `json:"externalByKubeProxy,omitempty"`
+	PodCIDR             string           `json:"podCIDR"`
+	ServiceCIDR         string           `json:"serviceCIDR"`
+	NodeIP              string           `json:"nodeIP"`
+	PinDir              string           `json:"pinDir"`
+	Pods                int              `json:"pods"`
+	Counters            []dpinfo.Counter `json:"counters"`
 
 	Started      time.Time           `json:"started"`
 	Health       []string            `json:"health"` // "ok", or what needs attention

@@ -75,7 +75,18 @@ var helperGuard = map[asm.BuiltinFunc]dpinfo.Fallback{
 // kfuncSince is the first kernel of each kfunc, and objectGuard the
 // fallback under which an object is never loaded.
 var kfuncSince = map[string]string{
-	"bpf_sock_destroy": "6.5",
+	"bpf_sock_destroy":  "6.5",
+	"bpf_skb_ct_lookup": "5.18", // tc's, with nf_conntrack (a module on many distributions)
+	"bpf_ct_release":    "5.18",
+}
+
+// kfuncWeak are kfuncs the objects declare __weak and test for before the
+// call: an object loads on a kernel without them (the loader resolves the
+// symbol to 0), and only the feature they serve is missing there. Each
+// says what.
+var kfuncWeak = map[string]string{
+	"bpf_skb_ct_lookup": "lib/ct_stack.h: kube-proxy's established NodePort connections are not kept across a migration",
+	"bpf_ct_release":    "lib/ct_stack.h: with bpf_skb_ct_lookup",
 }
 
 var objectGuard = map[string]dpinfo.Fallback{

@@ -7,9 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/kubetest"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -81,7 +78,7 @@ func TestRealKubeProxyRulesFoundAndRemoved(t *testing.T) {
 			if _, err := kc.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			stop := startKubeProxy(t, kc.Cluster, ns, mode)
+			stop := kc.StartKubeProxy(t, ns, ns, mode, "10.221.0.0/16")
 			var found Rules
 			deadline := time.Now().Add(60 * time.Second)
 			for !found.Live() || found.ServiceChains == 0 && mode == "iptables" {
@@ -137,58 +134,4 @@ func TestRealKubeProxyRulesFoundAndRemoved(t *testing.T) {
 	}
 }
 
-// startKubeProxy runs kube-proxy in ns as its own Node; the returned
-// function stops it (by PID) and waits for it.
-func startKubeProxy(t *testing.T, c *kubecluster.Cluster, ns, mode string) func() {
-	t.Helper()
-	kc := filepath.Join(t.TempDir(), "kube-proxy.kubeconfig")
-	if err := kubecluster.IssueKubeconfig(c.Dir, kc, "system:kube-proxy"); err != nil {
-		t.Fatal(err)
-	}
-	log, err := os.Create(filepath.Join(t.TempDir(), "kube-proxy.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The conntrack flags at 0: kube-proxy leaves the machine-wide
-	// conntrack sysctls alone.
-	cmd := exec.Command("ip", "netns", "exec", ns, filepath.Join(c.BinDir, "kube-proxy"),
-		"--kubeconfig", kc, "--hostname-override", ns, "--proxy-mode", mode, "--cluster-cidr", "10.221.0.0/16",
-		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",
-		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	stop := func() {
-		select {
-		case <-done:
-			return
-		default:
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("kube-proxy's log:\n%s", tail(string(out), 30))
-		}
-		log.Close()
-	})
-	return stop
-}
-
 func ptr[T any](v T) *T { return &v }
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}

@@ -69,6 +69,9 @@ type Config struct {
 	HostAddrs func() ([]netip.Addr, error)
 	// NodePortAddrs are the addresses this node serves NodePorts on.
 	NodePortAddrs []netip.Addr
+	// ExternalByKubeProxy: the node's NodePorts, load balancer addresses
+	// and externalIPs are kube-proxy's (services.Node).
+	ExternalByKubeProxy bool
 	// Allocations are the identity, CIDR and rule numbers handed out
 	// before (persisted by the caller), so they survive restarts.
 	Allocations policy.Allocations
@@ -159,7 +162,7 @@ func New(cfg Config, dp Datapath) *Reconciler {
 	}
 	r := &Reconciler{
 		cfg: cfg, dp: dp, store: model.New(), endpoints: map[string]model.Endpoint{},
-		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs}), policyDirty: true, alloc: cfg.Allocations,
+		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs, ExternalByKubeProxy: cfg.ExternalByKubeProxy}), policyDirty: true, alloc: cfg.Allocations,
 		attach: map[string]model.Endpoint{}, detach: map[string]string{},
 	}
 	r.cond = sync.NewCond(&r.mu)

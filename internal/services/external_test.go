@@ -149,6 +149,36 @@ func TestPortsForTypes(t *testing.T) {
 	}
 }
 
+// TestPortsForBesideKubeProxy: with kube-proxy serving the outside
+// frontends (--kube-proxy-replacement=false), a LoadBalancer Service with
+// externalIPs keeps only its ClusterIP ports, with the same backends; a
+// pod's hostPort (no kube-proxy's) keeps its frontends.
+func TestPortsForBesideKubeProxy(t *testing.T) {
+	beside := node1
+	beside.ExternalByKubeProxy = true
+	got := rows(PortsFor(lbService(t, "Cluster"), webSlices(), beside))
+	var want []frontendRow
+	for _, r := range rows(PortsFor(lbService(t, "Cluster"), webSlices(), node1)) {
+		if r.kind == KindClusterIP {
+			want = append(want, r)
+		}
+	}
+	if len(want) != 2 || !reflect.DeepEqual(got, want) {
+		t.Errorf("beside kube-proxy: %+v, want the ClusterIP ports %+v", got, want)
+	}
+	pod := parse[*corev1.Pod](t, `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: shop}
+spec:
+  nodeName: node-1
+  containers: [{name: c, image: x, ports: [{containerPort: 8080, hostPort: 9090}]}]
+status: {podIP: 10.0.0.9}
+`)
+	if n, m := len(HostPortsFor(pod, beside)), len(HostPortsFor(pod, node1)); n == 0 || n != m {
+		t.Errorf("hostPort frontends beside kube-proxy: %d, without: %d; want the same, not none", n, m)
+	}
+}
+
 // TestUnsupportedOutsideFields: every outside-facing field shunt does not
 // implement is named, none silently dropped.
 func TestUnsupportedOutsideFields(t *testing.T) {

@@ -195,6 +195,9 @@ func clusterPorts(svc *corev1.Service, clusterIP netip.Addr, slices []*discovery
 func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node) []Port {
 	clusterIP, _ := netip.ParseAddr(svc.Spec.ClusterIP)
 	out := clusterPorts(svc, clusterIP, slices, &node)
+	if node.ExternalByKubeProxy {
+		return dedupeFrontends(out)
+	}
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	ranges, _ := SourceRanges(svc)

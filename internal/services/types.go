@@ -68,6 +68,11 @@ type Backend struct {
 type Node struct {
 	Name          string
 	NodePortAddrs []netip.Addr
+	// ExternalByKubeProxy: kube-proxy runs beside shunt and serves the
+	// Services' outside frontends (NodePorts, load balancer addresses,
+	// externalIPs); shunt computes the ClusterIPs only (hostPorts, which
+	// are no kube-proxy's, stay).
+	ExternalByKubeProxy bool
 	// Zones are the nodes' zones (their topology.kubernetes.io/zone
 	// label) by node name, for trafficDistribution PreferSameZone.
 	Zones map[string]string

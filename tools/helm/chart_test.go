@@ -213,6 +213,20 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestBesideKubeProxy: kubeProxyReplacement false reaches shuntd as
+// --kube-proxy-replacement=false, and true adds no flag (its default).
+func TestBesideKubeProxy(t *testing.T) {
+	_, agent, _ := daemonSet(t, DefaultRelease, "kubeProxyReplacement=false")
+	if !slices.Contains(agent.Args, "--kube-proxy-replacement=false") {
+		t.Errorf("args %q: want --kube-proxy-replacement=false", agent.Args)
+	}
+	checkArgsAreFlags(t, agent.Args)
+	_, agent, _ = daemonSet(t, DefaultRelease, "kubeProxyReplacement=true")
+	if slices.ContainsFunc(agent.Args, func(a string) bool { return strings.HasPrefix(a, "--kube-proxy-replacement") }) {
+		t.Errorf("args %q: true is shuntd's default, no flag", agent.Args)
+	}
+}
+
 // TestValuesMapToFlags: the Cilium-named values reach shuntd as its flags.
 func TestValuesMapToFlags(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("0f", 32)
@@ -307,11 +321,12 @@ func TestServiceMonitor(t *testing.T) {
 // install by name instead of being ignored.
 func TestRefusesWhatIsNotImplemented(t *testing.T) {
 	for set, want := range map[string]string{
-		"kubeProxyReplacement=false": "kubeProxyReplacement",
-		"l7Proxy=false":              "l7Proxy",
-		"tunnelProtocol=geneve":      "tunnelProtocol",
-		"routingMode=bgp":            "routingMode",
-		"loadBalancer.mode=dsr":      "needs routingMode native",
+		"kubeProxyReplacement=partial":                         "kubeProxyReplacement",
+		"kubeProxyReplacement=false,removeKubeProxyRules=true": "removeKubeProxyRules",
+		"l7Proxy=false":         "l7Proxy",
+		"tunnelProtocol=geneve": "tunnelProtocol",
+		"routingMode=bgp":       "routingMode",
+		"loadBalancer.mode=dsr": "needs routingMode native",
 		// values.schema.json: types, ranges, and no unknown keys
 		"masquerade=yes":        "masquerade",
 		"routingmode=native":    "routingmode",

@@ -46,8 +46,11 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 
 {{/* The values that have one meaning only today: refuse the others by name rather than ignore them. */}}
 {{- define "shunt.validate" -}}
-{{- if ne (toString .Values.kubeProxyReplacement) "true" -}}
-{{- fail "kubeProxyReplacement: only true is implemented (shunt translates every Service itself); coexistence with kube-proxy is not (docs/install.md)" -}}
+{{- if not (has (toString .Values.kubeProxyReplacement) (list "true" "false")) -}}
+{{- fail (printf "kubeProxyReplacement %q: use true (shunt translates every Service) or false (ClusterIPs shunt's, NodePorts, load balancer addresses and externalIPs left to kube-proxy)" (toString .Values.kubeProxyReplacement)) -}}
+{{- end -}}
+{{- if and (eq (toString .Values.kubeProxyReplacement) "false") .Values.removeKubeProxyRules -}}
+{{- fail "removeKubeProxyRules with kubeProxyReplacement false: the first removes the rules of the kube-proxy the second works beside; choose one (docs/install.md)" -}}
 {{- end -}}
 {{- if ne (toString .Values.l7Proxy) "true" -}}
 {{- fail "l7Proxy: only true is implemented: the agent always runs its node proxy (idle until an HTTPRoute or an L7 rule sends it traffic)" -}}
@@ -96,6 +99,9 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- end }}
 {{- if .Values.removeKubeProxyRules }}
 - --remove-kube-proxy-rules
+{{- end }}
+{{- if eq (toString .Values.kubeProxyReplacement) "false" }}
+- --kube-proxy-replacement=false
 {{- end }}
 {{- if .Values.prometheus.enabled }}
 - --metrics-addr=:{{ .Values.prometheus.port }}
