@@ -26,7 +26,8 @@
  * It is also where traffic from outside reaches the node's NodePorts,
  * externalIPs and load balancer addresses (lib/nodeport.h), and where
  * replies of such flows from backends on other nodes come back (native
- * routing).
+ * routing). With DSR (lib/dsr.h) it is also where another node's IPIP
+ * carrying such a flow arrives for a backend of this node.
  *
  * The uplink programs are one per hook: masquerade, native routing and
  * NodePort share them, each part off when its configuration is (MASQ.addr,
@@ -54,6 +55,7 @@ volatile const struct masq_config MASQ = {};
 const volatile enum masq_dir _btf_masq_dir = 0;
 const volatile enum masq_flags _btf_masq_flags = 0;
 const volatile enum service_flags _btf_service_flags = 0;
+const volatile enum nodeport_mode _btf_nodeport_mode = 0;
 
 /* uplink_addrs reads the addresses of an IPv4 packet ([0] source, [1]
  * destination); false for anything else. */
@@ -245,6 +247,11 @@ int shunt_from_uplink(struct __sk_buff *skb)
 
 	if (!uplink_addrs(skb, addrs))
 		return TC_ACT_OK;
+	if (CONFIG.nodeport_dsr_ip4 && addrs[1] == CONFIG.nodeport_dsr_ip4) {
+		verdict = nodeport_from_dsr(skb, &CONFIG);
+		if (verdict >= 0)
+			return verdict;
+	}
 	if (CONFIG.native_ifindex) {
 		struct endpoint_info *ep = lookup_endpoint(addrs[1]);
 		struct ipcache_value *from = ep ? ipcache_lookup(addrs[0]) : NULL;

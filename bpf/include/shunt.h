@@ -71,6 +71,22 @@ struct shunt_config {
 	__u16 proxy_steer_port;
 	__u16 pad_steer;
 	__u32 proxy_steer_mark;
+	/* DSR (direct server return, lib/dsr.h): the node's underlay address
+	 * (network byte order), the outer source of the IPIP packets that carry
+	 * a flow from outside to its backend's node and the only outer
+	 * destination this node accepts them at (0: DSR off both ways), and
+	 * which new flows to a backend on another node go by DSR rather than
+	 * SNAT (enum nodeport_mode). */
+	__u32 nodeport_dsr_ip4;
+	__u32 nodeport_mode;
+};
+
+/* How a flow from outside reaches a backend on another node
+ * (shunt_config.nodeport_mode, shuntd --nodeport-mode). */
+enum nodeport_mode {
+	NODEPORT_MODE_SNAT = 0,   /* from the node's address; the reply comes back through it */
+	NODEPORT_MODE_DSR = 1,    /* IPIP to the backend's node with the client's address kept; the reply leaves from there */
+	NODEPORT_MODE_HYBRID = 2, /* DSR for TCP, SNAT for UDP */
 };
 
 /* A local pod endpoint, keyed by its IPv4 address (network byte order). */
@@ -277,6 +293,13 @@ enum shunt_reason {
 					       * with HTTP rules, which could not be given to the node proxy (no
 					       * steering configured, its listener missing, the assign failed):
 					       * never passed around the proxy */
+	SHUNT_REASON_DSR_ENCAP = 49, /* uplink ingress: a flow from outside sent to its backend's node by DSR: IPIP
+				      * with the service address and port in an IP option, the client's address kept
+				      * (lib/dsr.h) */
+	SHUNT_REASON_DSR_DECAP = 50, /* uplink ingress: such a packet arrived at the backend's node, decapsulated and
+				      * recorded, so the backend's reply leaves from here with the service address */
+	SHUNT_REASON_DSR_TOO_BIG = 51, /* dropped: a packet for DSR that would not fit the uplink's MTU once
+					* encapsulated and has no DF bit (with DF it is answered, frag-needed) */
 	SHUNT_REASON_MAX,
 };
 
@@ -418,7 +441,9 @@ struct nodeport_nat_value {
 	__u16 sport;  /* network byte order */
 	__u16 dport;
 	__u8 reply;   /* 1: a backend's reply, sent out of the uplink */
-	__u8 pad[3];
+	__u8 dsr;     /* 1: the client's entry of a DSR flow on its ingress node (lib/dsr.h): no reply
+		       * entry here, the reply leaves from the backend's node */
+	__u8 pad[2];
 	/* Both entries of a flow are refreshed together; an entry idle past
 	 * its timeout (lib/nat_timeout.h) no longer holds its SNAT port. */
 	__u64 last_seen_ns;

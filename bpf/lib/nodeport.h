@@ -38,6 +38,7 @@
 #include "maglev.h"
 #include "ct_stack.h"
 #include "source_ranges.h"
+#include "dsr.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -108,6 +109,10 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 
 	if (v->reply)
 		flags |= MASQ_F_REPLY_SEEN;
+	/* A DSR flow's replies never pass here: a client's packet other
+	 * than a SYN says it got one. */
+	if (v->dsr && !(tcp_flags & SHUNT_TCPF_SYN))
+		flags |= MASQ_F_REPLY_SEEN;
 	if (k->proto == IPPROTO_TCP) {
 		if (tcp_flags & SHUNT_TCPF_FIN)
 			flags |= v->reply ? MASQ_F_FIN_IN : MASQ_F_FIN_OUT;
@@ -118,6 +123,8 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		return;
 	v->flags = flags;
 	v->last_seen_ns = now;
+	if (v->dsr)
+		return; /* no partner on the ingress node: the reply entry is the backend's node's */
 	struct tc_nat_key pk = nodeport_partner(v, k->proto);
 	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
 	if (pv) {
@@ -229,6 +236,28 @@ static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *c
 	return SHUNT_REASON_MASQ_PORT_EXHAUSTED;
 }
 
+/* nodeport_direct records a new flow (client key ck) to a backend that
+ * gets the client's address as it is (this node's pod): the client's
+ * entry (*fwd, set here) and the reply's, which gives the reply ck's
+ * frontend as its source. Returns 0, else the drop reason. */
+static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 be_ip, __u16 be_port, struct nodeport_nat_value *fwd)
+{
+	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = ck->saddr, .dport = ck->sport, .proto = ck->proto };
+	__u64 now = bpf_ktime_get_ns();
+	struct nodeport_nat_value rev = {
+		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
+	};
+	fwd->last_seen_ns = now;
+	fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port;
+	if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
+		return SHUNT_REASON_NAT_INSERT_FAILED;
+	if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
+		bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
+		return SHUNT_REASON_NAT_INSERT_FAILED;
+	}
+	return 0;
+}
+
 /* nodeport_new picks the backend of a new flow to external frontend svc
  * and records it. Returns 0 with *fwd set, else the drop reason. */
 static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cfg, struct service_value *svc,
@@ -249,24 +278,18 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 	__u32 be_ip = be->ip;
 	__u16 be_port = be->port;
 
-	if (!(svc->flags & SERVICE_F_LOCAL) && !lookup_endpoint(be_ip))
-		return nodeport_snat(cfg, ck, be_ip, be_port, fwd);
-
-	/* The backend is here: the client's address stays. */
-	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = ck->saddr, .dport = ck->sport, .proto = ck->proto };
-	__u64 now = bpf_ktime_get_ns();
-	struct nodeport_nat_value rev = {
-		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
-	};
-	fwd->last_seen_ns = now;
-	fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port;
-	if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
-		return SHUNT_REASON_NAT_INSERT_FAILED;
-	if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
-		bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
-		return SHUNT_REASON_NAT_INSERT_FAILED;
+	if (!(svc->flags & SERVICE_F_LOCAL) && !lookup_endpoint(be_ip)) {
+		if (!dsr_wanted(cfg, ck->proto))
+			return nodeport_snat(cfg, ck, be_ip, be_port, fwd);
+		/* DSR (lib/dsr.h): the client's address stays, and only its
+		 * entry is recorded here; the backend's node records the
+		 * reply's. */
+		fwd->last_seen_ns = bpf_ktime_get_ns();
+		fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port, fwd->dsr = 1;
+		return bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
 	}
-	return 0;
+	/* The backend is here: the client's address stays. */
+	return nodeport_direct(ck, be_ip, be_port, fwd);
 }
 
 /* nodeport_to_backend delivers a translated packet: to a local pod
@@ -314,6 +337,36 @@ static __always_inline int nodeport_to_backend(struct __sk_buff *skb, struct pkt
 	return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
 }
 
+/* nodeport_dsr_forward sends a client's packet of a DSR flow (entry fwd)
+ * to its backend's node (lib/dsr.h): a packet that would not fit once
+ * encapsulated is answered first, as the client sent it; then translated
+ * (the client's address kept), one hop, encapsulated with the frontend it
+ * was sent to, and routed out of the uplink. Returns the verdict. */
+static __always_inline int nodeport_dsr_forward(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+						__u32 l4off, const struct nodeport_nat_value *fwd)
+{
+	__u32 svc_addr = p->f.daddr, mtu = 0;
+	__u16 svc_port = p->f.dport;
+	struct ipcache_value *remote = ipcache_lookup(fwd->daddr);
+	__u32 node = remote ? remote->tunnel_ip4 : 0;
+
+	p->src_identity = SHUNT_ID_WORLD;
+	if (!node)
+		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED); /* no pod of another node (any more) */
+	p->dst_identity = remote->identity;
+	if (dsr_too_big(skb, cfg, &mtu))
+		return dsr_answer_too_big(skb, p, cfg, mtu);
+	if (nodeport_rewrite(skb, l4off, &p->f, fwd) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
+	int verdict = forward_hop(skb, p);
+	if (verdict >= 0)
+		return verdict;
+	if (dsr_encap(skb, cfg, node, svc_addr, svc_port) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	return dsr_send(skb, p, cfg, node);
+}
+
 /* nodeport_from_outside translates a packet from outside to one of the
  * node's external frontends, or a client's later packet of such a flow,
  * and delivers it to the backend. Returns -1 when it is neither (it goes
@@ -352,11 +405,66 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 			return drop(skb, p, reason);
 		p->event = FLOW_EV_CONN_NEW;
 	}
+	if (fwd.dsr)
+		return nodeport_dsr_forward(skb, p, cfg, l4off, &fwd);
 	__u32 client = p->f.saddr;
 	if (nodeport_rewrite(skb, l4off, &p->f, &fwd) < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
 	return nodeport_to_backend(skb, p, cfg, client);
+}
+
+/* nodeport_from_dsr takes a DSR packet another node sent for a backend
+ * of this node (lib/dsr.h): decapsulated, its flow recorded as one whose
+ * backend is here (so the backend's reply gets the frontend from the
+ * outer header's option as its source and leaves from this node, and the
+ * client's later packets are translated here too should the route to a
+ * load balancer address move to this node), then judged by the pod's
+ * ingress policy as the client, whose address it keeps. Returns -1 when
+ * the packet is no DSR packet for this node, else the verdict. Only an
+ * outside client's flow comes this way: an inner source that is a pod or
+ * a node of the cluster is dropped as spoofed (the underlay is trusted as
+ * with native routing, lib/native.h). */
+static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volatile struct shunt_config *cfg)
+{
+	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK, .src_identity = SHUNT_ID_WORLD };
+	__u32 svc_addr = 0;
+	__u16 svc_port = 0;
+	int verdict;
+	int r = dsr_decap(skb, cfg, &svc_addr, &svc_port);
+
+	if (r == 0)
+		return -1;
+	if (r < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	p.orig_daddr = svc_addr;
+	p.orig_dport = svc_port;
+	if ((p.f.proto != IPPROTO_TCP && p.f.proto != IPPROTO_UDP) || !p.f.has_ports)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	struct ipcache_value *from = ipcache_lookup(p.f.saddr);
+	if (lookup_endpoint(p.f.saddr) || (from && (from->tunnel_ip4 || from->identity == SHUNT_ID_HOST ||
+						   from->identity == SHUNT_ID_REMOTE_NODE)))
+		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
+	struct endpoint_info *ep = lookup_endpoint(p.f.daddr);
+	if (!ep)
+		return drop(skb, &p, SHUNT_REASON_SERVICE_NO_BACKEND);
+
+	struct tc_nat_key ck = { .saddr = p.f.saddr, .daddr = svc_addr, .sport = p.f.sport, .dport = svc_port, .proto = p.f.proto };
+	struct nodeport_nat_value fwd = {};
+	struct nodeport_nat_value *known = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
+	if (known && !known->reply && known->daddr == p.f.daddr && known->dport == p.f.dport) {
+		nodeport_refresh(&ck, known, p.f.tcp_flags, bpf_ktime_get_ns());
+	} else {
+		__u32 reason = nodeport_direct(&ck, p.f.daddr, p.f.dport, &fwd);
+		if (reason)
+			return drop(skb, &p, reason);
+		p.event = FLOW_EV_CONN_NEW;
+	}
+	count(SHUNT_REASON_DSR_DECAP, p.dir, skb->len);
+	return admit_to_local_pod(skb, &p, cfg, identity_of(p.f.saddr), ep);
 }
 
 #endif

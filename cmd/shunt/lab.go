@@ -53,6 +53,9 @@ func newLabUpCmd(g *globals) *cobra.Command {
 		Short: "start the lab's agent (a running one: switch live settings, refuse start-time ones that differ) and apply manifests",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := dpinfo.ParseNodePortMode(agentFlags.nodePortMode); err != nil {
+				return fmt.Errorf("--nodeport-mode: %w", err)
+			}
 			if agentFlags.masqPorts != "" {
 				// Refused before anything starts (shuntd would refuse it too,
 				// after the lab's namespaces were made).
@@ -128,6 +131,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.masquerade, "masquerade", false, "pods' traffic to outside the cluster leaves from the node's address (--underlay-addr), translated in BPF on its uplink (the node keeps it)")
 	cmd.Flags().StringVar(&agentFlags.masqExclude, "masquerade-exclude", "", "with --masquerade: comma-separated CIDRs pods reach with their own address (default: the cluster CIDR, service CIDR and node addresses)")
 	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+dpinfo.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
+	cmd.Flags().StringVar(&agentFlags.nodePortMode, "nodeport-mode", "", "how flows from outside reach backends on other nodes: snat (default), dsr (direct server return; needs --routing native) or hybrid (DSR for TCP, SNAT for UDP)")
 	cmd.Flags().IntVar(&agentFlags.nodeLeaseSeconds, "node-lease-duration-seconds", 0, "with --kubeconfig and --run-pods: the node's Lease duration, renewed every quarter of it (kubelet's flag; default 40, the node keeps it)")
 	cmd.Flags().IntVar(&multi.nodes, "nodes", 0, "build a lab of this many nodes (2-9), each an agent in a network namespace of its own joined by an underlay, with a host outside the cluster ('lab exec --external'); the lab keeps its nodes (default: as it is, else one node)")
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
@@ -181,6 +185,7 @@ type runFlags struct {
 	clusterCIDR               string
 	masquerade                bool
 	masqExclude, masqPorts    string
+	nodePortMode              string
 	driftPeriod               string
 	lbPool                    string
 }
@@ -255,6 +260,9 @@ func (f runFlags) args() []string {
 	}
 	if f.masqPorts != "" {
 		args = append(args, "--masquerade-ports", f.masqPorts)
+	}
+	if f.nodePortMode != "" {
+		args = append(args, "--nodeport-mode", f.nodePortMode)
 	}
 	if f.driftPeriod != "" {
 		args = append(args, "--drift-check-period", f.driftPeriod)

@@ -54,6 +54,7 @@ func newRootCmd() *cobra.Command {
 		masquerade                                                                        bool
 		masqExclude                                                                       []string
 		masqPorts                                                                         string
+		nodePortMode                                                                      string
 		labControlPlane                                                                   bool
 		labJoin                                                                           string
 		nodeGrace                                                                         time.Duration
@@ -155,6 +156,9 @@ func newRootCmd() *cobra.Command {
 				}
 			}
 			cfg.Masquerade = masquerade
+			if cfg.NodePortMode, err = dpinfo.ParseNodePortMode(nodePortMode); err != nil {
+				return fmt.Errorf("--nodeport-mode: %w", err)
+			}
 			if masqPorts != "" {
 				if cfg.MasqueradePorts, err = dpinfo.ParsePortRange(masqPorts); err != nil {
 					return fmt.Errorf("--masquerade-ports: %w", err)
@@ -226,6 +230,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --routing, --tunnel or --masquerade: this node's IPv4 address other nodes reach it at (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&masquerade, "masquerade", false, "pods' traffic to destinations outside the cluster leaves from the node's address (--underlay-addr, or the Node's InternalIP), translated in BPF on the interface holding it; no iptables")
 	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
+	cmd.Flags().StringVar(&nodePortMode, "nodeport-mode", "", "how flows from outside (NodePort, load balancer, externalIPs) reach backends on other nodes: snat (default: from this node's address, the reply back through it), dsr (direct server return: the client's address kept, IPIP to the backend's node, the reply from there; needs --routing native) or hybrid (DSR for TCP, SNAT for UDP)")
 	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+dpinfo.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
 	cmd.Flags().DurationVar(&crashLoopBackOff, "crash-loop-back-off", 10*time.Second, "the lab kubelet's back-off before a container's second restart, doubled at each next one up to 5 min, as kubelet's (shorter for tests)")
 	cmd.Flags().IntVar(&nodeLeaseSeconds, "node-lease-duration-seconds", int(lab.DefaultNodeLeaseDuration/time.Second), "with --run-pods: the duration of the node's Lease in kube-node-lease, renewed every quarter of it, as kubelet's flag of that name (the node keeps it across restarts)")

@@ -115,6 +115,9 @@ type Config struct {
 	Masquerade        bool
 	MasqueradeExclude []netip.Prefix
 	MasqueradePorts   datapath.PortRange
+	// NodePortMode is how flows from outside reach backends on other
+	// nodes: SNAT (the default, ""), DSR or hybrid (dpinfo.NodePortMode).
+	NodePortMode dpinfo.NodePortMode
 	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
 	// connections can evict established ones (datapath.Config).
 	ConntrackSingleTable bool

@@ -208,6 +208,13 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 		}
 		tcConfig.UplinkIfindex, tcConfig.NodeportSnatIp4 = uint32(np.UplinkIfindex), be32(np.SNATAddr)
 		tcConfig.NodeportPortMin, tcConfig.NodeportPortMax = np.Ports.Min, np.Ports.Max
+		tcConfig.NodeportMode = np.modeValue()
+		if np.DSRAddr.IsValid() {
+			tcConfig.NodeportDsrIp4 = be32(np.DSRAddr)
+		}
+		if np.Mode.UsesDSR() && cfg.NativeIfindex == 0 {
+			return nil, fmt.Errorf("--nodeport-mode %s needs --routing native: DSR carries the service address in IPIP between nodes routed natively; with the overlay use --nodeport-mode snat", np.Mode)
+		}
 	}
 	if cfg.ConntrackSingleTable {
 		tcConfig.CtSingleTable = 1
@@ -379,6 +386,7 @@ func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 		NodeIp4: cfg.NodeIp4, UplinkIfindex: cfg.UplinkIfindex, NodeportSnatIp4: cfg.NodeportSnatIp4,
 		NodeportPortMin: cfg.NodeportPortMin, NodeportPortMax: cfg.NodeportPortMax,
 		ProxySteerIp4: cfg.ProxySteerIp4, ProxySteerPort: cfg.ProxySteerPort, ProxySteerMark: cfg.ProxySteerMark,
+		NodeportDsrIp4: cfg.NodeportDsrIp4, NodeportMode: cfg.NodeportMode,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
@@ -46,6 +47,12 @@ func skbContext(ifindex int) []byte {
 // opens a datapath on it with maglevSize (0: random backends), its pod
 // npLocalPod and npRemotePod on the other node in the ipcache.
 func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, uplink int) {
+	return nodePortTestNodeMode(t, maglevSize, dpinfo.NodePortSNAT)
+}
+
+// nodePortTestNodeMode is nodePortTestNode with flows to backends on the
+// other node going as mode says (DSR from npNode).
+func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	ns, peer := testNetns(t), testNetns(t)
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
@@ -71,12 +78,14 @@ func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, upl
 		t.Fatal(err)
 	}
 	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
-		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts}}, nil)
+		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode}}, nil)
 	return d, ns, uplink
 }
 
-func TestNodePort(t *testing.T) {
-	d, ns, uplink := nodePortTestNode(t, 0)
+// syncNodePortPods puts the test node's pod npLocalPod and the other
+// node's npRemotePod into d's ipcache (and the first into its endpoints).
+func syncNodePortPods(t *testing.T, d *Datapath) {
+	t.Helper()
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
 		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},
@@ -84,6 +93,11 @@ func TestNodePort(t *testing.T) {
 	}}, []Endpoint{{IP: npLocalPod, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300}}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestNodePort(t *testing.T) {
+	d, ns, uplink := nodePortTestNode(t, 0)
+	syncNodePortPods(t, d)
 	fe := func(vip netip.Addr, port uint16) services.Frontend {
 		return services.Frontend{VIP: vip, Port: port, Proto: 6}
 	}

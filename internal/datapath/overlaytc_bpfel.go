@@ -30,6 +30,8 @@ type overlaytcShuntConfig struct {
 	ProxySteerPort  uint16
 	PadSteer        uint16
 	ProxySteerMark  uint32
+	NodeportDsrIp4  uint32
+	NodeportMode    uint32
 }
 
 // Names of all BPF objects in the ELF.

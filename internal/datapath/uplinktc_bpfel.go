@@ -76,6 +76,14 @@ type uplinktcMasqValue struct {
 	Pad2       uint32
 }
 
+type uplinktcNodeportMode uint32
+
+const (
+	uplinktcNodeportModeNODEPORT_MODE_SNAT   uplinktcNodeportMode = 0
+	uplinktcNodeportModeNODEPORT_MODE_DSR    uplinktcNodeportMode = 1
+	uplinktcNodeportModeNODEPORT_MODE_HYBRID uplinktcNodeportMode = 2
+)
+
 type uplinktcNodeportNatValue struct {
 	_          structs.HostLayout
 	Saddr      uint32
@@ -83,7 +91,8 @@ type uplinktcNodeportNatValue struct {
 	Sport      uint16
 	Dport      uint16
 	Reply      uint8
-	Pad        [3]uint8
+	Dsr        uint8
+	Pad        [2]uint8
 	LastSeenNs uint64
 	Flags      uint32
 	Pad2       uint32
@@ -114,6 +123,8 @@ type uplinktcShuntConfig struct {
 	ProxySteerPort  uint16
 	PadSteer        uint16
 	ProxySteerMark  uint32
+	NodeportDsrIp4  uint32
+	NodeportMode    uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -150,6 +161,7 @@ const (
 	uplinktcVarMASQ                   = "MASQ"
 	uplinktcVarBtfMasqDir             = "_btf_masq_dir"
 	uplinktcVarBtfMasqFlags           = "_btf_masq_flags"
+	uplinktcVarBtfNodeportMode        = "_btf_nodeport_mode"
 	uplinktcVarBtfServiceFlags        = "_btf_service_flags"
 )
 
@@ -237,6 +249,7 @@ type uplinktcVariableSpecs struct {
 	MASQ            *ebpf.VariableSpec `ebpf:"MASQ"`
 	BtfMasqDir      *ebpf.VariableSpec `ebpf:"_btf_masq_dir"`
 	BtfMasqFlags    *ebpf.VariableSpec `ebpf:"_btf_masq_flags"`
+	BtfNodeportMode *ebpf.VariableSpec `ebpf:"_btf_nodeport_mode"`
 	BtfServiceFlags *ebpf.VariableSpec `ebpf:"_btf_service_flags"`
 }
 
@@ -322,6 +335,7 @@ type uplinktcVariables struct {
 	MASQ            *ebpf.Variable `ebpf:"MASQ"`
 	BtfMasqDir      *ebpf.Variable `ebpf:"_btf_masq_dir"`
 	BtfMasqFlags    *ebpf.Variable `ebpf:"_btf_masq_flags"`
+	BtfNodeportMode *ebpf.Variable `ebpf:"_btf_nodeport_mode"`
 	BtfServiceFlags *ebpf.Variable `ebpf:"_btf_service_flags"`
 }
 

@@ -57,6 +57,9 @@ const (
 	ReasonLBSourceDenied
 	ReasonProxySteered
 	ReasonProxySteerFailed
+	ReasonDSREncap
+	ReasonDSRDecap
+	ReasonDSRTooBig
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -110,6 +113,9 @@ var reasonNames = [...]string{
 	ReasonLBSourceDenied:       "lb-source-denied",
 	ReasonProxySteered:         "proxy-steered",
 	ReasonProxySteerFailed:     "proxy-steer-failed",
+	ReasonDSREncap:             "dsr-encap",
+	ReasonDSRDecap:             "dsr-decap",
+	ReasonDSRTooBig:            "dsr-too-big",
 }
 
 // String is the reason's name, or its number when it has none.
