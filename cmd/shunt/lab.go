@@ -131,6 +131,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&multi.nodes, "nodes", 0, "build a lab of this many nodes (2-9), each an agent in a network namespace of its own joined by an underlay, with a host outside the cluster ('lab exec --external'); the lab keeps its nodes (default: as it is, else one node)")
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
 	cmd.Flags().StringVar(&agentFlags.lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (status.loadBalancer.ingress, as Cilium's LB-IPAM); with --nodes the external host routes it to node-1 (default none: they stay pending)")
+	cmd.Flags().StringVar(&agentFlags.nodePortAddrs, "nodeport-addresses", "", "comma-separated IPv4 CIDRs (and \"primary\") selecting the node addresses NodePorts are served on, as kube-proxy's flag; one holding 127.0.0.1 serves them to the node's processes at 127.0.0.1 (default: every node address but 127.0.0.1)")
 	cmd.Flags().StringVar(&agentFlags.driftPeriod, "drift-check-period", "", "how often the agent compares the maps it fully determines with the desired state and repairs what differs, e.g. 1s, 10m; 0: only on demand, with 'shunt sync --verify' (default 2m)")
 	cmd.Flags().BoolVar(&agentFlags.noSchedule, "no-schedule", false, "with --kubeconfig: leave pods that name no node to kube-scheduler instead of binding them to this node")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
@@ -155,6 +156,7 @@ type runFlags struct {
 	masqExclude, masqPorts    string
 	driftPeriod               string
 	lbPool                    string
+	nodePortAddrs             string
 }
 
 func (f runFlags) args() []string {
@@ -221,6 +223,9 @@ func (f runFlags) args() []string {
 	}
 	if f.lbPool != "" {
 		args = append(args, "--lb-pool", f.lbPool)
+	}
+	if f.nodePortAddrs != "" {
+		args = append(args, "--nodeport-addresses", f.nodePortAddrs)
 	}
 	return args
 }

@@ -67,8 +67,10 @@ type Config struct {
 	// computation. Both are the host identity.
 	NodeAddrs []netip.Addr
 	HostAddrs func() ([]netip.Addr, error)
-	// NodePortAddrs are the addresses this node serves NodePorts on.
-	NodePortAddrs []netip.Addr
+	// NodePortAddrs are the node's addresses (its primary one first);
+	// NodePortAddresses selects those serving NodePorts (default: all).
+	NodePortAddrs     []netip.Addr
+	NodePortAddresses services.NodePortAddresses
 	// Allocations are the identity, CIDR and rule numbers handed out
 	// before (persisted by the caller), so they survive restarts.
 	Allocations policy.Allocations
@@ -159,7 +161,7 @@ func New(cfg Config, dp Datapath) *Reconciler {
 	}
 	r := &Reconciler{
 		cfg: cfg, dp: dp, store: model.New(), endpoints: map[string]model.Endpoint{},
-		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs}), policyDirty: true, alloc: cfg.Allocations,
+		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs, NodePortAddresses: cfg.NodePortAddresses}), policyDirty: true, alloc: cfg.Allocations,
 		attach: map[string]model.Endpoint{}, detach: map[string]string{},
 	}
 	r.cond = sync.NewCond(&r.mu)

@@ -82,6 +82,9 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 - --masquerade-exclude={{ join "," . }}
 {{- end }}
 {{- end }}
+{{- with .Values.nodePort.addresses }}
+- --nodeport-addresses={{ join "," . }}
+{{- end }}
 {{- if .Values.socketAcceleration }}
 - --socket-acceleration
 {{- end }}
