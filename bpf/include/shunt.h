@@ -258,7 +258,8 @@ enum shunt_reason {
 					   * its source, and sent out of the uplink to the client */
 	SHUNT_REASON_LB_SOURCE_DENIED = 46, /* dropped: a new flow from outside to a load balancer address whose
 					     * Service's loadBalancerSourceRanges do not hold the client
-					     * (lib/source_ranges.h) */
+					     * (lib/source_ranges.h); at the socket layer, a node-local
+					     * client's connect or sendmsg refused (ECONNREFUSED) */
 	SHUNT_REASON_MAX,
 };
 

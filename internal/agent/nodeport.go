@@ -32,7 +32,7 @@ func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapat
 		return nil, fmt.Errorf("--masquerade-ports %s overlaps the node's ephemeral ports %s (net.ipv4.ip_local_port_range): "+
 			"NodePort flows SNATed to the node take their source ports from that range; choose ports outside it", cfg.MasqueradePorts, eph)
 	}
-	return &datapath.NodePort{UplinkIfindex: ifindex, SNATAddr: podNetAddr, Ports: cfg.MasqueradePorts}, nil
+	return &datapath.NodePort{UplinkIfindex: ifindex, SNATAddr: podNetAddr, Ports: cfg.MasqueradePorts, UplinkAddr: cfg.Underlay}, nil
 }
 
 // podsDefaultRoute says whether pods route everything through their node

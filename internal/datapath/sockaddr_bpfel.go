@@ -97,6 +97,7 @@ const (
 	sockaddrMapShuntFlows             = "shunt_flows"
 	sockaddrMapShuntIdentityEndpoints = "shunt_identity_endpoints"
 	sockaddrMapShuntL7Redirect        = "shunt_l7_redirect"
+	sockaddrMapShuntLbSourceRanges    = "shunt_lb_source_ranges"
 	sockaddrMapShuntMetrics           = "shunt_metrics"
 	sockaddrMapShuntNetnsPods         = "shunt_netns_pods"
 	sockaddrMapShuntProxyOrigins      = "shunt_proxy_origins"
@@ -113,6 +114,7 @@ const (
 	sockaddrProgShuntSendmsg4         = "shunt_sendmsg4"
 	sockaddrProgShuntSendmsg6         = "shunt_sendmsg6"
 	sockaddrVarCONFIG                 = "CONFIG"
+	sockaddrVarNODE_SOURCE_IP4        = "NODE_SOURCE_IP4"
 	sockaddrVarNO_SET_RETVAL          = "NO_SET_RETVAL"
 )
 
@@ -180,6 +182,7 @@ type sockaddrMapSpecs struct {
 	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNetnsPods         *ebpf.MapSpec `ebpf:"shunt_netns_pods"`
 	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
@@ -193,8 +196,9 @@ type sockaddrMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockaddrVariableSpecs struct {
-	CONFIG        *ebpf.VariableSpec `ebpf:"CONFIG"`
-	NO_SET_RETVAL *ebpf.VariableSpec `ebpf:"NO_SET_RETVAL"`
+	CONFIG          *ebpf.VariableSpec `ebpf:"CONFIG"`
+	NODE_SOURCE_IP4 *ebpf.VariableSpec `ebpf:"NODE_SOURCE_IP4"`
+	NO_SET_RETVAL   *ebpf.VariableSpec `ebpf:"NO_SET_RETVAL"`
 }
 
 // sockaddrObjects contains all objects after they have been loaded into the kernel.
@@ -225,6 +229,7 @@ type sockaddrMaps struct {
 	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNetnsPods         *ebpf.Map `ebpf:"shunt_netns_pods"`
 	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
@@ -244,6 +249,7 @@ func (m *sockaddrMaps) Close() error {
 		m.ShuntFlows,
 		m.ShuntIdentityEndpoints,
 		m.ShuntL7Redirect,
+		m.ShuntLbSourceRanges,
 		m.ShuntMetrics,
 		m.ShuntNetnsPods,
 		m.ShuntProxyOrigins,
@@ -258,8 +264,9 @@ func (m *sockaddrMaps) Close() error {
 //
 // It can be passed to loadSockaddrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockaddrVariables struct {
-	CONFIG        *ebpf.Variable `ebpf:"CONFIG"`
-	NO_SET_RETVAL *ebpf.Variable `ebpf:"NO_SET_RETVAL"`
+	CONFIG          *ebpf.Variable `ebpf:"CONFIG"`
+	NODE_SOURCE_IP4 *ebpf.Variable `ebpf:"NODE_SOURCE_IP4"`
+	NO_SET_RETVAL   *ebpf.Variable `ebpf:"NO_SET_RETVAL"`
 }
 
 // sockaddrPrograms contains all programs after they have been loaded into the kernel.

@@ -55,6 +55,11 @@ type NodePort struct {
 	UplinkIfindex int
 	SNATAddr      netip.Addr
 	Ports         dpinfo.PortRange
+	// UplinkAddr is the node's address on the uplink: the source of its
+	// own connections to an outside load balancer address, which that
+	// frontend's source ranges judge at the socket layer (invalid: the
+	// node's address on the pod network, Config.NodeIP).
+	UplinkAddr netip.Addr
 }
 
 func (n *NodePort) check() error {
