@@ -25,6 +25,9 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 volatile const struct shunt_config CONFIG = {};
 
+/* Never read: it puts the enum into the object's BTF (see pod_tc.c). */
+const volatile enum affinity_client_kind _btf_affinity_client_kind = 0;
+
 /* Verdicts of cgroup sock_addr programs. */
 #define SOCK_ALLOW 1
 #define SOCK_REJECT 0
@@ -119,7 +122,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 		sock_flow(dst, 0, 0, proto, FLOW_DROPPED, SHUNT_REASON_LB_SOURCE_DENIED);
 		return SOCK_REJECT;
 	}
-	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), &failed);
+	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), AFFINITY_CLIENT_NETNS, &failed);
 	if (!be) {
 		/* Fail fast and say why: a timeout would hide the cause. */
 		set_refusal(-ECONNREFUSED);

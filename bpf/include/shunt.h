@@ -338,12 +338,20 @@ struct backend_value {
 	__u8 pad;
 };
 
-/* ClientIP affinity. At the socket layer the client is identified by its
- * network namespace (one pod = one netns): the netns cookie. */
+/* Who a ClientIP affinity entry is for (affinity_key.client_kind): the
+ * socket layer knows a client by its network namespace (one pod = one
+ * netns), the uplink and tc by its address. A kind of its own each, so a
+ * netns cookie and an address of equal value never share an entry. */
+enum affinity_client_kind {
+	AFFINITY_CLIENT_NETNS = 0, /* client_cookie is a network namespace cookie */
+	AFFINITY_CLIENT_ADDR = 1,  /* client_cookie is an IPv4 address (network byte order) */
+};
+
+/* ClientIP affinity: per client and frontend (service id). */
 struct affinity_key {
 	__u64 client_cookie;
 	__u32 service_id;
-	__u32 pad;
+	__u32 client_kind; /* enum affinity_client_kind (was padding: 0, a netns cookie) */
 };
 
 struct affinity_value {

@@ -340,7 +340,7 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 	if (!(svc->flags & SERVICE_F_AFFINITY))
 		be = maglev_select(svc, ck->saddr, ck->sport, ck->dport, ck->proto);
 	if (!be)
-		be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, &failed);
+		be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, AFFINITY_CLIENT_ADDR, &failed);
 
 	if (!be)
 		return SHUNT_REASON_SERVICE_NO_BACKEND;

@@ -13,11 +13,18 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type sockaddrAffinityClientKind uint32
+
+const (
+	sockaddrAffinityClientKindAFFINITY_CLIENT_NETNS sockaddrAffinityClientKind = 0
+	sockaddrAffinityClientKindAFFINITY_CLIENT_ADDR  sockaddrAffinityClientKind = 1
+)
+
 type sockaddrAffinityKey struct {
 	_            structs.HostLayout
 	ClientCookie uint64
 	ServiceId    uint32
-	Pad          uint32
+	ClientKind   uint32
 }
 
 type sockaddrAffinityValue struct {
@@ -116,6 +123,7 @@ const (
 	sockaddrVarCONFIG                 = "CONFIG"
 	sockaddrVarNODE_SOURCE_IP4        = "NODE_SOURCE_IP4"
 	sockaddrVarNO_SET_RETVAL          = "NO_SET_RETVAL"
+	sockaddrVarBtfAffinityClientKind  = "_btf_affinity_client_kind"
 )
 
 // loadSockaddr returns the embedded CollectionSpec for sockaddr.
@@ -196,9 +204,10 @@ type sockaddrMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockaddrVariableSpecs struct {
-	CONFIG          *ebpf.VariableSpec `ebpf:"CONFIG"`
-	NODE_SOURCE_IP4 *ebpf.VariableSpec `ebpf:"NODE_SOURCE_IP4"`
-	NO_SET_RETVAL   *ebpf.VariableSpec `ebpf:"NO_SET_RETVAL"`
+	CONFIG                *ebpf.VariableSpec `ebpf:"CONFIG"`
+	NODE_SOURCE_IP4       *ebpf.VariableSpec `ebpf:"NODE_SOURCE_IP4"`
+	NO_SET_RETVAL         *ebpf.VariableSpec `ebpf:"NO_SET_RETVAL"`
+	BtfAffinityClientKind *ebpf.VariableSpec `ebpf:"_btf_affinity_client_kind"`
 }
 
 // sockaddrObjects contains all objects after they have been loaded into the kernel.
@@ -264,9 +273,10 @@ func (m *sockaddrMaps) Close() error {
 //
 // It can be passed to loadSockaddrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockaddrVariables struct {
-	CONFIG          *ebpf.Variable `ebpf:"CONFIG"`
-	NODE_SOURCE_IP4 *ebpf.Variable `ebpf:"NODE_SOURCE_IP4"`
-	NO_SET_RETVAL   *ebpf.Variable `ebpf:"NO_SET_RETVAL"`
+	CONFIG                *ebpf.Variable `ebpf:"CONFIG"`
+	NODE_SOURCE_IP4       *ebpf.Variable `ebpf:"NODE_SOURCE_IP4"`
+	NO_SET_RETVAL         *ebpf.Variable `ebpf:"NO_SET_RETVAL"`
+	BtfAffinityClientKind *ebpf.Variable `ebpf:"_btf_affinity_client_kind"`
 }
 
 // sockaddrPrograms contains all programs after they have been loaded into the kernel.
