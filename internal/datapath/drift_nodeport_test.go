@@ -59,15 +59,7 @@ func TestVerifyMapsNodePort(t *testing.T) {
 	must(d.objs.ShuntLbSourceRanges.Delete(rangeKeyOf(lbID, netip.MustParsePrefix("192.0.2.0/24"))))
 	must(d.objs.ShuntLbSourceRanges.Put(rangeKeyOf(lbID, netip.MustParsePrefix("0.0.0.0/0")), uplinktcLbSourceRangeValue{Allow: 1}))
 
-	r, err = d.VerifyMaps(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for _, e := range r.Entries {
-		lines = append(lines, e.Map+" | "+e.Key+" | "+e.Expected+" | "+e.Found)
-	}
-	text := strings.Join(lines, "\n")
+	r, text := dryRunReport(t, d)
 	for _, want := range []string{
 		"shunt_maglev | table of default/web:http slot 7 | " + d.backendIDText(slot7) + " | " + d.backendIDText(other),
 		"shunt_maglev | " + d.services.serviceIDText(lbID) + " | table of default/web:http (array ",

@@ -38,6 +38,7 @@ var notPrinted = map[string]string{
 	"service_flags":        "bits the agent sets in shunt_services; dumps show the affinity timeout instead",
 	"shunt_metrics_layout": "the size of shunt_metrics, no names",
 	"accel_sock_flags":     "bits of socket storage, which user space cannot list",
+	"affinity_client_kind": "map dump shows the client as an address or a netns cookie, by the kind",
 }
 
 func table(names []string) func([]uint64) map[uint64]string {
