@@ -230,8 +230,7 @@ static __always_inline int nodeport_at_uplink(struct __sk_buff *skb)
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
-	if (p.f.icmp_error)
-		return -1;
+	/* A reply, or an ICMP error about a packet on its way to a backend. */
 	verdict = nodeport_reply(skb, &p, &CONFIG);
 	if (verdict >= 0)
 		return verdict;

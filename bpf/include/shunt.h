@@ -286,7 +286,8 @@ enum shunt_reason {
 					   * its source, and sent out of the uplink to the client */
 	SHUNT_REASON_LB_SOURCE_DENIED = 46, /* dropped: a new flow from outside to a load balancer address whose
 					     * Service's loadBalancerSourceRanges do not hold the client
-					     * (lib/source_ranges.h) */
+					     * (lib/source_ranges.h); at the socket layer, a node-local
+					     * client's connect or sendmsg refused (ECONNREFUSED) */
 	SHUNT_REASON_PROXY_STEERED = 47, /* tc: a packet from off the node for a local pod's port with HTTP rules
 					  * given to the node proxy's socket (bpf_sk_assign, lib/steer.h) */
 	SHUNT_REASON_PROXY_STEER_FAILED = 48, /* dropped: a new connection from off the node to a local pod's port
@@ -378,12 +379,20 @@ struct backend_value {
 	__u8 pad;
 };
 
-/* ClientIP affinity. At the socket layer the client is identified by its
- * network namespace (one pod = one netns): the netns cookie. */
+/* Who a ClientIP affinity entry is for (affinity_key.client_kind): the
+ * socket layer knows a client by its network namespace (one pod = one
+ * netns), the uplink and tc by its address. A kind of its own each, so a
+ * netns cookie and an address of equal value never share an entry. */
+enum affinity_client_kind {
+	AFFINITY_CLIENT_NETNS = 0, /* client_cookie is a network namespace cookie */
+	AFFINITY_CLIENT_ADDR = 1,  /* client_cookie is an IPv4 address (network byte order) */
+};
+
+/* ClientIP affinity: per client and frontend (service id). */
 struct affinity_key {
 	__u64 client_cookie;
 	__u32 service_id;
-	__u32 pad;
+	__u32 client_kind; /* enum affinity_client_kind (was padding: 0, a netns cookie) */
 };
 
 struct affinity_value {

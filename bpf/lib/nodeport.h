@@ -177,26 +177,125 @@ static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *
 	return fib_redirect(skb, p, &fib, ret, SHUNT_REASON_NODEPORT_REPLY);
 }
 
-/* nodeport_reply translates a backend's reply to a flow from outside and
- * sends it to the client. Returns -1 when the packet is no such reply (it
+/* nodeport_icmp_error translates an ICMP error about a packet of a flow
+ * from outside on its way to the backend (sent by the backend, or by a
+ * router between: fragmentation needed, port unreachable, ...), whose
+ * reply entry v (frontend -> client) was found, to reach the client about
+ * the address it used: the quote's source (the node's SNAT address and
+ * port, or the client's own) becomes the client's, as does the outer
+ * destination; the quote's destination (the backend) becomes the
+ * frontend, and so does the outer source when the backend sent the error
+ * (a router's address stays, as Linux's NAT leaves it). Every checksum is
+ * fixed: the quoted IPv4 header's, the quoted TCP/UDP checksum when the
+ * quote holds it, the ICMP checksum (no pseudo-header: every changed
+ * byte of the quote is a term of it) and the outer header's. f is not
+ * changed. Returns -1 when a rewrite failed.
+ *
+ * A function of its own, with the new values read from v and the old ones
+ * from f rather than copied: the uplink and pod programs' stacks have
+ * room for few more bytes. */
+static __noinline int nodeport_icmp_error(struct __sk_buff *skb, const struct flow *f, __u32 l4off,
+					  const struct nodeport_nat_value *v)
+{
+	__u32 icmp_csum = l4off + __builtin_offsetof(struct icmphdr, checksum);
+	__u32 qip = l4off + sizeof(struct icmphdr);
+	__u16 old_ip_csum, new_ip_csum, old_l4_csum, new_l4_csum;
+	__u8 vihl;
+
+	if (bpf_skb_load_bytes(skb, qip, &vihl, sizeof(vihl)) < 0 || (vihl & 0xf) < 5)
+		return -1;
+	__u32 ql4 = qip + (vihl & 0xf) * 4;
+	__u32 qcsum_ip = qip + __builtin_offsetof(struct iphdr, check);
+	if (bpf_skb_load_bytes(skb, qcsum_ip, &old_ip_csum, sizeof(old_ip_csum)) < 0 ||
+	    bpf_l3_csum_replace(skb, qcsum_ip, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_l3_csum_replace(skb, qcsum_ip, f->inner.daddr, v->saddr, sizeof(__u32)) < 0 ||
+	    bpf_skb_load_bytes(skb, qcsum_ip, &new_ip_csum, sizeof(new_ip_csum)) < 0)
+		return -1;
+	/* RFC 792 quotes 8 bytes of the transport header: a TCP checksum is
+	 * beyond them, a UDP one within (0: the datagram had none). */
+	__u32 qcsum_l4 = ql4 + (f->inner.proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
+							      : __builtin_offsetof(struct udphdr, check));
+	if (bpf_skb_load_bytes(skb, qcsum_l4, &old_l4_csum, sizeof(old_l4_csum)) == 0) {
+		__u64 m = f->inner.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+
+		if (bpf_l4_csum_replace(skb, qcsum_l4, f->inner.saddr, v->daddr, sizeof(__u32) | m) < 0 ||
+		    bpf_l4_csum_replace(skb, qcsum_l4, f->inner.daddr, v->saddr, sizeof(__u32) | m) < 0 ||
+		    bpf_l4_csum_replace(skb, qcsum_l4, f->inner.sport, v->dport, sizeof(__u16) | m) < 0 ||
+		    bpf_l4_csum_replace(skb, qcsum_l4, f->inner.dport, v->sport, sizeof(__u16) | m) < 0 ||
+		    bpf_skb_load_bytes(skb, qcsum_l4, &new_l4_csum, sizeof(new_l4_csum)) < 0 ||
+		    bpf_l4_csum_replace(skb, icmp_csum, old_l4_csum, new_l4_csum, sizeof(__u16)) < 0)
+			return -1;
+	}
+	if (bpf_l4_csum_replace(skb, icmp_csum, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_l4_csum_replace(skb, icmp_csum, f->inner.daddr, v->saddr, sizeof(__u32)) < 0 ||
+	    bpf_l4_csum_replace(skb, icmp_csum, f->inner.sport, v->dport, sizeof(__u16)) < 0 ||
+	    bpf_l4_csum_replace(skb, icmp_csum, f->inner.dport, v->sport, sizeof(__u16)) < 0 ||
+	    bpf_l4_csum_replace(skb, icmp_csum, old_ip_csum, new_ip_csum, sizeof(__u16)) < 0)
+		return -1;
+	if (bpf_skb_store_bytes(skb, qip + __builtin_offsetof(struct iphdr, saddr), &v->daddr, sizeof(__u32), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, qip + __builtin_offsetof(struct iphdr, daddr), &v->saddr, sizeof(__u32), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ql4, &v->dport, sizeof(__u16), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ql4 + 2, &v->sport, sizeof(__u16), 0) < 0)
+		return -1;
+	/* The outer header: the error's addressee is the quote's source. */
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, f->daddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_skb_store_bytes(skb, IP_DST_OFF, &v->daddr, sizeof(__u32), 0) < 0)
+		return -1;
+	if (f->saddr == f->inner.daddr &&
+	    (bpf_l3_csum_replace(skb, IP_CSUM_OFF, f->saddr, v->saddr, sizeof(__u32)) < 0 ||
+	     bpf_skb_store_bytes(skb, IP_SRC_OFF, &v->saddr, sizeof(__u32), 0) < 0))
+		return -1;
+	return 0;
+}
+
+/* nodeport_reply translates a backend's reply to a flow from outside, or
+ * an ICMP error about the flow's way to the backend (nodeport_icmp_error),
+ * and sends it to the client. Returns -1 when the packet is neither (it
  * goes on as before), else the verdict. */
 static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
 {
-	if (!cfg->uplink_ifindex || (p->f.proto != IPPROTO_TCP && p->f.proto != IPPROTO_UDP) || !p->f.has_ports)
+	struct flow *f = &p->f;
+	bool error = f->icmp_error;
+
+	if (!cfg->uplink_ifindex)
 		return -1;
-	struct tc_nat_key k = nodeport_key(&p->f);
+	struct tc_nat_key k = nodeport_key(f);
+	if (error) {
+		if ((f->inner.proto != IPPROTO_TCP && f->inner.proto != IPPROTO_UDP) || f->daddr != f->inner.saddr)
+			return -1;
+		/* The quoted packet went to the backend: turned around, it is
+		 * the flow's reply tuple. */
+		k.saddr = f->inner.daddr, k.daddr = f->inner.saddr, k.sport = f->inner.dport;
+		k.dport = f->inner.sport, k.proto = f->inner.proto;
+	} else if ((f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP) || !f->has_ports) {
+		return -1;
+	}
 	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
 	if (!found || !found->reply)
 		return -1;
-	nodeport_refresh(&k, found, p->f.tcp_flags, bpf_ktime_get_ns());
-	struct nodeport_nat_value v = *found;
-	__u32 l4off = ETH_HLEN + sizeof(struct iphdr);
 	__u8 ihl;
 
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
-	l4off = ETH_HLEN + (ihl & 0xf) * 4;
-	if (nodeport_rewrite(skb, l4off, &p->f, &v) < 0)
+	__u32 l4off = ETH_HLEN + (ihl & 0xf) * 4;
+	int err;
+	if (error) {
+		/* An error is no sign of life of the flow. */
+		err = nodeport_icmp_error(skb, f, l4off, found);
+		if (err == 0) {
+			if (f->saddr == f->inner.daddr)
+				f->saddr = found->saddr;
+			f->daddr = found->daddr;
+			f->inner.saddr = found->daddr, f->inner.sport = found->dport;
+			f->inner.daddr = found->saddr, f->inner.dport = found->sport;
+		}
+	} else {
+		nodeport_refresh(&k, found, f->tcp_flags, bpf_ktime_get_ns());
+		struct nodeport_nat_value v = *found;
+
+		err = nodeport_rewrite(skb, l4off, f, &v);
+	}
+	if (err < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	return nodeport_send_out(skb, p, cfg);
 }
@@ -271,7 +370,7 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 	if (!(svc->flags & SERVICE_F_AFFINITY))
 		be = maglev_select(svc, ck->saddr, ck->sport, ck->dport, ck->proto);
 	if (!be)
-		be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, &failed);
+		be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, AFFINITY_CLIENT_ADDR, &failed);
 
 	if (!be)
 		return SHUNT_REASON_SERVICE_NO_BACKEND;

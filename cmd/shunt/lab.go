@@ -136,6 +136,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&multi.nodes, "nodes", 0, "build a lab of this many nodes (2-9), each an agent in a network namespace of its own joined by an underlay, with a host outside the cluster ('lab exec --external'); the lab keeps its nodes (default: as it is, else one node)")
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
 	cmd.Flags().StringVar(&agentFlags.lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (status.loadBalancer.ingress, as Cilium's LB-IPAM); with --nodes the external host routes it to node-1 (default none: they stay pending)")
+	cmd.Flags().StringVar(&agentFlags.nodePortAddrs, "nodeport-addresses", "", "comma-separated IPv4 CIDRs (and \"primary\") selecting the node addresses NodePorts are served on, as kube-proxy's flag; one holding 127.0.0.1 serves them to the node's processes at 127.0.0.1 (default: every node address but 127.0.0.1)")
 	cmd.Flags().StringVar(&agentFlags.driftPeriod, "drift-check-period", "", "how often the agent compares the maps it fully determines with the desired state and repairs what differs, e.g. 1s, 10m; 0: only on demand, with 'shunt sync --verify' (default 2m)")
 	cmd.Flags().Var(negatedBool{&agentFlags.besideKubeProxy}, "kube-proxy-replacement", "with --kubeconfig: false leaves NodePorts, load balancer addresses and externalIPs to a kube-proxy running on the node (shuntd's flag)")
 	cmd.Flags().Lookup("kube-proxy-replacement").NoOptDefVal = "true"
@@ -188,6 +189,7 @@ type runFlags struct {
 	nodePortMode              string
 	driftPeriod               string
 	lbPool                    string
+	nodePortAddrs             string
 }
 
 func (f runFlags) args() []string {
@@ -269,6 +271,9 @@ func (f runFlags) args() []string {
 	}
 	if f.lbPool != "" {
 		args = append(args, "--lb-pool", f.lbPool)
+	}
+	if f.nodePortAddrs != "" {
+		args = append(args, "--nodeport-addresses", f.nodePortAddrs)
 	}
 	return args
 }

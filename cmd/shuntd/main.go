@@ -28,6 +28,7 @@ import (
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/maglev"
 	"github.com/shuntnet/shunt/internal/podexec"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 func main() {
@@ -62,6 +63,7 @@ func newRootCmd() *cobra.Command {
 		kernelFallbacks                                                                   string
 		lbPool                                                                            string
 		maglevSize                                                                        int
+		nodePortAddrs                                                                     []string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -115,6 +117,9 @@ func newRootCmd() *cobra.Command {
 				return fmt.Errorf("--maglev-table-size %d: give a prime such as %d, or 0 for no Maglev", maglevSize, maglev.DefaultSize)
 			default:
 				cfg.MaglevTableSize = maglevSize
+			}
+			if cfg.NodePortAddresses, err = services.ParseNodePortAddresses(nodePortAddrs); err != nil {
+				return err
 			}
 			if cfg.KernelFallbacks, err = dpinfo.ParseFallbacks(kernelFallbacks); err != nil {
 				return fmt.Errorf("--kernel-fallbacks: %w", err)
@@ -242,6 +247,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
 	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")
+	cmd.Flags().StringSliceVar(&nodePortAddrs, "nodeport-addresses", nil, "as kube-proxy's flag: IPv4 CIDRs (and \"primary\", the node's underlay address) selecting the node addresses NodePorts are served on; a CIDR holding 127.0.0.1 (e.g. 127.0.0.0/8) serves them to the node's own processes at 127.0.0.1 (default: every address of the node but 127.0.0.1)")
 	cmd.Flags().IntVar(&maglevSize, "maglev-table-size", maglev.DefaultSize, "size M (a prime) of the Maglev table of each Service reached from outside (NodePort, load balancer, externalIPs): every node picks the same backend for a flow; give every node the same M, at least 100 × a Service's backends; 0: a random backend per new flow")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
 	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")

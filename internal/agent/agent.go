@@ -39,6 +39,7 @@ import (
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/reconciler"
+	"github.com/shuntnet/shunt/internal/services"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -146,6 +147,10 @@ type Config struct {
 	// backend per new flow). Every node of a cluster must use the same M
 	// to pick the same backends.
 	MaglevTableSize int
+	// NodePortAddresses selects the node addresses NodePorts are served
+	// on (--nodeport-addresses, as kube-proxy's); zero: every address of
+	// the node but 127.0.0.1.
+	NodePortAddresses services.NodePortAddresses
 	// KernelFallbacks are older kernel paths to take although the kernel
 	// has the newer feature (tests run every fallback on a new kernel);
 	// the ones the kernel needs are taken anyway (datapath.ProbeKernel).
@@ -263,7 +268,7 @@ func (a *Agent) wire(s *startup) error {
 	}
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: a.nodeName, NodeAddrs: []netip.Addr{a.podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
-		NodePortAddrs: a.nodePortAddrs(), ExternalByKubeProxy: a.cfg.LeaveExternalToKubeProxy,
+		NodePortAddrs: a.nodePortAddrs(), NodePortAddresses: a.cfg.NodePortAddresses, ExternalByKubeProxy: a.cfg.LeaveExternalToKubeProxy,
 		Allocations: s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Identities: identities,
 		Log:        a.log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },

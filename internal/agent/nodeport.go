@@ -43,7 +43,19 @@ func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapat
 	// its own mode: nodes of one cluster may be rolled to a new mode one
 	// at a time.
 	return &datapath.NodePort{UplinkIfindex: ifindex, SNATAddr: podNetAddr, Ports: cfg.MasqueradePorts,
-		Mode: cfg.NodePortMode, DSRAddr: cfg.Underlay}, nil
+		Mode: cfg.NodePortMode, DSRAddr: cfg.Underlay, UplinkAddr: cfg.Underlay}, nil
+}
+
+// podsDefaultRoute says whether pods route everything through their node
+// (podnet.Node.DefaultRoute): wherever a pod may talk to an address off
+// the pod network. A node of a Kubernetes cluster (as every CNI plugin
+// gives its pods), one that masquerades, and one with an underlay
+// address, whose uplink brings clients from outside (a NodePort's
+// backend on the ingress node, or any with externalTrafficPolicy Local,
+// replies to the client's own address). A single-node lab without an
+// underlay keeps none: it never sends a pod's packet off the machine.
+func podsDefaultRoute(cfg Config) bool {
+	return cfg.Kubernetes || cfg.Masquerade || cfg.Underlay.IsValid()
 }
 
 // nodePortAddrs are the addresses the node serves NodePorts on: its

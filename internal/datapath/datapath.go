@@ -351,6 +351,19 @@ func (d *Datapath) loadSocket(s *datapathSpecs, opts *ebpf.CollectionOptions, fl
 	if d.cfg.Fallbacks.Has(dpinfo.FallbackNoSetRetval) {
 		noSetRetval = 1
 	}
+	// The node's own unbound sockets meet a load balancer's source
+	// ranges with the address their route would pick (bpf/sock_addr.c).
+	nodeSource := d.cfg.NodeIP
+	if np := d.cfg.NodePort; np != nil && np.UplinkAddr.Is4() {
+		nodeSource = np.UplinkAddr
+	}
+	var nodeSourceBE uint32
+	if nodeSource.Is4() {
+		nodeSourceBE = be32(nodeSource)
+	}
+	if err := s.sockAddr.Variables[sockaddrVarNODE_SOURCE_IP4].Set(nodeSourceBE); err != nil {
+		return fmt.Errorf("setting the socket hooks' load-time NODE_SOURCE_IP4: %w", err)
+	}
 	if err := s.sockAddr.Variables[sockaddrVarNO_SET_RETVAL].Set(noSetRetval); err != nil {
 		return fmt.Errorf("setting the socket hooks' load-time NO_SET_RETVAL: %w", err)
 	}

@@ -60,6 +60,11 @@ type NodePort struct {
 	Ports         dpinfo.PortRange
 	Mode          dpinfo.NodePortMode
 	DSRAddr       netip.Addr
+	// UplinkAddr is the node's address on the uplink: the source of its
+	// own connections to an outside load balancer address, which that
+	// frontend's source ranges judge at the socket layer (invalid: the
+	// node's address on the pod network, Config.NodeIP).
+	UplinkAddr netip.Addr
 }
 
 func (n *NodePort) check() error {

@@ -67,8 +67,10 @@ type Config struct {
 	// computation. Both are the host identity.
 	NodeAddrs []netip.Addr
 	HostAddrs func() ([]netip.Addr, error)
-	// NodePortAddrs are the addresses this node serves NodePorts on.
-	NodePortAddrs []netip.Addr
+	// NodePortAddrs are the node's addresses (its primary one first);
+	// NodePortAddresses selects those serving NodePorts (default: all).
+	NodePortAddrs     []netip.Addr
+	NodePortAddresses services.NodePortAddresses
 	// ExternalByKubeProxy: the node's NodePorts, load balancer addresses
 	// and externalIPs are kube-proxy's (services.Node).
 	ExternalByKubeProxy bool
@@ -170,7 +172,7 @@ func New(cfg Config, dp Datapath) *Reconciler {
 	}
 	r := &Reconciler{
 		cfg: cfg, dp: dp, store: model.New(), endpoints: map[string]model.Endpoint{},
-		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs, ExternalByKubeProxy: cfg.ExternalByKubeProxy}), policyDirty: true, alloc: cfg.Allocations,
+		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs, NodePortAddresses: cfg.NodePortAddresses, ExternalByKubeProxy: cfg.ExternalByKubeProxy}), policyDirty: true, alloc: cfg.Allocations,
 		attach: map[string]model.Endpoint{}, detach: map[string]string{},
 	}
 	r.cond = sync.NewCond(&r.mu)

@@ -91,6 +91,9 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- if ne .Values.loadBalancer.mode "snat" }}
 - --nodeport-mode={{ .Values.loadBalancer.mode }}
 {{- end }}
+{{- with .Values.nodePort.addresses }}
+- --nodeport-addresses={{ join "," . }}
+{{- end }}
 {{- if .Values.socketAcceleration }}
 - --socket-acceleration
 {{- end }}
