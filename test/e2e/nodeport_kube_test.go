@@ -359,3 +359,4 @@ func TestKubernetesNodePortWithoutMasquerade(t *testing.T) {
 	if host, _, _ := strings.Cut(body, ":"); host != addrs[1] {
 		t.Errorf("the backend saw %q, want the outside host %s", body, addrs[1])
 	}
+}
