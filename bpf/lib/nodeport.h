@@ -194,44 +194,82 @@ static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *
  * A function of its own, with the new values read from v and the old ones
  * from f rather than copied: the uplink and pod programs' stacks have
  * room for few more bytes. */
-static __noinline int nodeport_icmp_error(struct __sk_buff *skb, const struct flow *f, __u32 l4off,
-					  const struct nodeport_nat_value *v)
+/* pkt_read reads size (1 or 2) bytes at off of skb's linear data, without
+ * the stack bpf_skb_load_bytes needs (nodeport_icmp_error has none to
+ * spare); -1 when they are not there. */
+static __always_inline int pkt_read(struct __sk_buff *skb, __u32 off, __u32 size)
 {
-	__u32 icmp_csum = l4off + __builtin_offsetof(struct icmphdr, checksum);
-	__u32 qip = l4off + sizeof(struct icmphdr);
-	__u16 old_ip_csum, new_ip_csum, old_l4_csum, new_l4_csum;
-	__u8 vihl;
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 
-	if (bpf_skb_load_bytes(skb, qip, &vihl, sizeof(vihl)) < 0 || (vihl & 0xf) < 5)
+	if (off > 0xfff)
+		return -1;
+	__u8 *b = data + off;
+	if ((void *)(b + 2) > end)
+		return -1;
+	return size == 1 ? *b : *(__u16 *)b;
+}
+
+/* The rewrite in three steps, each a function of its own with few values
+ * live across its helper calls: the uplink program's frame leaves room
+ * for a callee of 32 bytes at most (the verifier's 512 for both frames),
+ * and one function doing everything spilled 80. qip is the quoted IPv4
+ * header's offset; the ICMP checksum is 6 bytes before it. */
+#define ICMP_CSUM_OF_QUOTE(qip) ((qip) - sizeof(struct icmphdr) + __builtin_offsetof(struct icmphdr, checksum))
+
+/* icmp_quote_ip rewrites the quoted IPv4 header's checksum for its new
+ * addresses, and the ICMP checksum for that change. */
+static __noinline int icmp_quote_ip(struct __sk_buff *skb, const struct flow *f, const struct nodeport_nat_value *v, __u32 qip)
+{
+	__u32 at = qip + __builtin_offsetof(struct iphdr, check);
+	int old = pkt_read(skb, at, 2);
+
+	if (old < 0 || bpf_l3_csum_replace(skb, at, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_l3_csum_replace(skb, at, f->inner.daddr, v->saddr, sizeof(__u32)) < 0)
+		return -1;
+	int now = pkt_read(skb, at, 2);
+	if (now < 0 || bpf_l4_csum_replace(skb, ICMP_CSUM_OF_QUOTE(qip), old, now, sizeof(__u16)) < 0)
+		return -1;
+	return 0;
+}
+
+/* icmp_quote_l4 rewrites the quoted transport checksum, when the quote
+ * holds it (RFC 792 quotes 8 bytes of the transport header: a TCP
+ * checksum is beyond them, a UDP one within; 0: the datagram had none),
+ * and returns its new value (the caller adjusts the ICMP checksum for
+ * it), or -1. ql4 is the quoted transport header's offset. */
+static __noinline int icmp_quote_l4(struct __sk_buff *skb, const struct flow *f, const struct nodeport_nat_value *v, __u32 ql4)
+{
+	__u32 at = ql4 + (f->inner.proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
+							  : __builtin_offsetof(struct udphdr, check));
+	int old = pkt_read(skb, at, 2);
+
+	if (old < 0)
+		return 0;
+	__u64 m = f->inner.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	if (bpf_l4_csum_replace(skb, at, f->inner.saddr, v->daddr, sizeof(__u32) | m) < 0 ||
+	    bpf_l4_csum_replace(skb, at, f->inner.daddr, v->saddr, sizeof(__u32) | m) < 0 ||
+	    bpf_l4_csum_replace(skb, at, f->inner.sport, v->dport, sizeof(__u16) | m) < 0 ||
+	    bpf_l4_csum_replace(skb, at, f->inner.dport, v->sport, sizeof(__u16) | m) < 0)
+		return -1;
+	return pkt_read(skb, at, 2); /* the new checksum, for the ICMP one */
+}
+
+/* icmp_quote_rewrite writes the quote's new addresses and ports and the
+ * ICMP checksum's terms for them (no pseudo-header: every changed byte of
+ * the quote is a term of it), then the outer header. */
+static __noinline int icmp_quote_rewrite(struct __sk_buff *skb, const struct flow *f, const struct nodeport_nat_value *v, __u32 qip)
+{
+	__u32 csum = ICMP_CSUM_OF_QUOTE(qip);
+
+	if (bpf_l4_csum_replace(skb, csum, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, f->inner.daddr, v->saddr, sizeof(__u32)) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, f->inner.sport, v->dport, sizeof(__u16)) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, f->inner.dport, v->sport, sizeof(__u16)) < 0)
+		return -1;
+	int vihl = pkt_read(skb, qip, 1);
+	if (vihl < 0)
 		return -1;
 	__u32 ql4 = qip + (vihl & 0xf) * 4;
-	__u32 qcsum_ip = qip + __builtin_offsetof(struct iphdr, check);
-	if (bpf_skb_load_bytes(skb, qcsum_ip, &old_ip_csum, sizeof(old_ip_csum)) < 0 ||
-	    bpf_l3_csum_replace(skb, qcsum_ip, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
-	    bpf_l3_csum_replace(skb, qcsum_ip, f->inner.daddr, v->saddr, sizeof(__u32)) < 0 ||
-	    bpf_skb_load_bytes(skb, qcsum_ip, &new_ip_csum, sizeof(new_ip_csum)) < 0)
-		return -1;
-	/* RFC 792 quotes 8 bytes of the transport header: a TCP checksum is
-	 * beyond them, a UDP one within (0: the datagram had none). */
-	__u32 qcsum_l4 = ql4 + (f->inner.proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
-							      : __builtin_offsetof(struct udphdr, check));
-	if (bpf_skb_load_bytes(skb, qcsum_l4, &old_l4_csum, sizeof(old_l4_csum)) == 0) {
-		__u64 m = f->inner.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-
-		if (bpf_l4_csum_replace(skb, qcsum_l4, f->inner.saddr, v->daddr, sizeof(__u32) | m) < 0 ||
-		    bpf_l4_csum_replace(skb, qcsum_l4, f->inner.daddr, v->saddr, sizeof(__u32) | m) < 0 ||
-		    bpf_l4_csum_replace(skb, qcsum_l4, f->inner.sport, v->dport, sizeof(__u16) | m) < 0 ||
-		    bpf_l4_csum_replace(skb, qcsum_l4, f->inner.dport, v->sport, sizeof(__u16) | m) < 0 ||
-		    bpf_skb_load_bytes(skb, qcsum_l4, &new_l4_csum, sizeof(new_l4_csum)) < 0 ||
-		    bpf_l4_csum_replace(skb, icmp_csum, old_l4_csum, new_l4_csum, sizeof(__u16)) < 0)
-			return -1;
-	}
-	if (bpf_l4_csum_replace(skb, icmp_csum, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
-	    bpf_l4_csum_replace(skb, icmp_csum, f->inner.daddr, v->saddr, sizeof(__u32)) < 0 ||
-	    bpf_l4_csum_replace(skb, icmp_csum, f->inner.sport, v->dport, sizeof(__u16)) < 0 ||
-	    bpf_l4_csum_replace(skb, icmp_csum, f->inner.dport, v->sport, sizeof(__u16)) < 0 ||
-	    bpf_l4_csum_replace(skb, icmp_csum, old_ip_csum, new_ip_csum, sizeof(__u16)) < 0)
-		return -1;
 	if (bpf_skb_store_bytes(skb, qip + __builtin_offsetof(struct iphdr, saddr), &v->daddr, sizeof(__u32), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, qip + __builtin_offsetof(struct iphdr, daddr), &v->saddr, sizeof(__u32), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ql4, &v->dport, sizeof(__u16), 0) < 0 ||
@@ -246,6 +284,31 @@ static __noinline int nodeport_icmp_error(struct __sk_buff *skb, const struct fl
 	     bpf_skb_store_bytes(skb, IP_SRC_OFF, &v->saddr, sizeof(__u32), 0) < 0))
 		return -1;
 	return 0;
+}
+
+static __always_inline int nodeport_icmp_error(struct __sk_buff *skb, const struct flow *f, __u32 l4off,
+					       const struct nodeport_nat_value *v)
+{
+	__u32 qip = l4off + sizeof(struct icmphdr);
+
+	/* An ICMP error is small: its quote in the linear data, where
+	 * pkt_read finds it. */
+	if (bpf_skb_pull_data(skb, 0) < 0)
+		return -1;
+	int vihl = pkt_read(skb, qip, 1);
+	if (vihl < 0 || (vihl & 0xf) < 5)
+		return -1;
+	if (icmp_quote_ip(skb, f, v, qip) < 0)
+		return -1;
+	__u32 ql4 = qip + (vihl & 0xf) * 4;
+	int old = pkt_read(skb, ql4 + (f->inner.proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
+								      : __builtin_offsetof(struct udphdr, check)), 2);
+	if (old >= 0) {
+		int now = icmp_quote_l4(skb, f, v, ql4);
+		if (now < 0 || bpf_l4_csum_replace(skb, ICMP_CSUM_OF_QUOTE(qip), old, now, sizeof(__u16)) < 0)
+			return -1;
+	}
+	return icmp_quote_rewrite(skb, f, v, qip);
 }
 
 /* nodeport_reply translates a backend's reply to a flow from outside, or

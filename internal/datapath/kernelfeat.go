@@ -41,6 +41,7 @@ var helperSince = map[asm.BuiltinFunc]string{
 	asm.FnCsumDiff:           "4.6",
 	asm.FnSkbChangeType:      "4.8",
 	asm.FnSkbChangeTail:      "4.9",
+	asm.FnSkbPullData:        "4.9",
 	asm.FnGetSocketCookie:    "4.12",
 	asm.FnSockOpsCbFlagsSet:  "4.16",
 	asm.FnSkbAdjustRoom:      "4.13", // DSR (lib/dsr.h); ENCAP_L3_IPV4 is 5.2, DECAP_L3_IPV4 6.3 (before, non-GSO packets only)
