@@ -272,8 +272,10 @@ func newShimCmd() *cobra.Command {
 	var netnsPath, exitFile, hostname string
 	var sec podexec.Security
 	var uid, gid int64
+	var rootfs string
+	var mounts []string
 	cmd := &cobra.Command{
-		Use:    "shim --netns PATH --exit-file FILE [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
+		Use:    "shim --netns PATH --exit-file FILE [--rootfs DIR --mount SRC:DST[:ro]...] [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
@@ -285,7 +287,16 @@ func newShimCmd() *cobra.Command {
 				g := uint32(gid)
 				sec.GID = &g
 			}
-			os.Exit(lab.RunShim(netnsPath, exitFile, hostname, sec, args))
+			fs := lab.ContainerFS{Rootfs: rootfs}
+			for _, m := range mounts {
+				pm, err := podexec.ParseMount(m)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "shunt:", err)
+					os.Exit(127)
+				}
+				fs.Mounts = append(fs.Mounts, pm)
+			}
+			os.Exit(lab.RunShimIn(netnsPath, exitFile, hostname, sec, fs, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
@@ -296,6 +307,8 @@ func newShimCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&sec.Drop, "cap-drop", nil, "capabilities of the default set to drop (ALL: every one)")
 	cmd.Flags().Int64Var(&uid, "uid", -1, "run as this user (runAsUser; default root)")
 	cmd.Flags().Int64Var(&gid, "gid", -1, "run as this group (runAsGroup)")
+	cmd.Flags().StringVar(&rootfs, "rootfs", "", "run chrooted in this root file system (an image's), in a mount namespace of its own")
+	cmd.Flags().StringArrayVar(&mounts, "mount", nil, "with --rootfs: bind-mount SOURCE of the node at TARGET (a volume; :ro read-only)")
 	cmd.MarkFlagRequired("netns")
 	cmd.MarkFlagRequired("exit-file")
 	return cmd

@@ -74,6 +74,9 @@ func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Con
 	}
 	k := &APIKubelet{cfg: cfg, api: api, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
 	k.kubelet.probes.changed = k.poke // a probe's new result is written at once
+	if kp, ok := api.(*kubePods); ok {
+		k.kubelet.objects = kp
+	}
 	if err := k.kubelet.load(nil); err != nil {
 		return nil, err
 	}

@@ -65,6 +65,9 @@ type Config struct {
 	// container's second restart, doubled at each next one up to the
 	// most (0: kubelet's, 10 s and 5 min; containers.go).
 	CrashLoopBackOff, MaxCrashLoopBackOff time.Duration
+	// HostPaths maps hostPath volumes' paths (and what is below them) to
+	// the node's own directories (volumes.go).
+	HostPaths map[string]string
 }
 
 // ControlPlane is the lab's API server, EndpointSlice controller and

@@ -39,6 +39,9 @@ type Images struct {
 	// Busybox is Debian's static busybox (busybox-static: /bin/busybox);
 	// empty when it is not installed.
 	Busybox string
+	// Layouts are OCI image layouts (`make image`'s bin/image/oci): an
+	// image they hold runs from its own file system (rootfs.go).
+	Layouts []string
 }
 
 // imageKind is one family of mapped images.
@@ -81,6 +84,12 @@ func (e *ImageNotMappedError) Error() string {
 // Argv is the process a container of image runs, given the pod's command
 // and args: the program's path first.
 func (im Images) Argv(image string, command, args []string) ([]string, error) {
+	if img, err := findLayoutImage(im.Layouts, image); err != nil || img != nil {
+		if err != nil {
+			return nil, &ImageNotMappedError{image, err.Error()}
+		}
+		return img.argv(command, args), nil
+	}
 	repo, host := imageRepository(image)
 	kind, mapped := MappedImages[repo]
 	if !mapped {

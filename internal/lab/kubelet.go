@@ -81,6 +81,9 @@ type kubelet struct {
 	// plumbing and the agent's endpoint may not have survived a reboot).
 	checked bool
 	probes  prober // probes.go
+	// objects are what volumes are made of (volumes.go); nil without an
+	// API server.
+	objects volumeObjects
 }
 
 func (k *kubelet) recordsPath() string { return podRecordsPath(k.cfg.Instance.StateDir()) }
@@ -289,12 +292,16 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 	if err != nil {
 		return err
 	}
-	argv, err := k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+	argv, fsFlags, imagePath, err := k.imageProcess(pod, rec, c)
+	if err == nil && argv == nil {
+		argv, err = k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+	}
 	if err != nil {
 		logf.Close()
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
+	shimArgs = append(shimArgs, fsFlags...)
 	shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
 	shim.Stdout, shim.Stderr = logf, logf
 	shim.Dir = c.WorkingDir
@@ -302,6 +309,10 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		shim.Dir = "/"
 	}
 	shim.Env = k.containerEnv(pod, rec, c)
+	if imagePath != "" {
+		// The image's PATH, last: exec keeps the last of a name.
+		shim.Env = append(shim.Env, "PATH="+imagePath)
+	}
 	// Its own session: the container survives the agent's exit and its
 	// terminal signals.
 	shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -326,7 +337,7 @@ func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Contain
 		"SHUNT_INSTANCE=" + k.cfg.Instance.Name,
 	}
 	for _, e := range c.Env {
-		env = append(env, e.Name+"="+e.Value)
+		env = append(env, e.Name+"="+envValue(pod, rec, e))
 	}
 	return env
 }

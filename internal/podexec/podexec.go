@@ -36,6 +36,11 @@ type Target struct {
 	// its host name); empty keeps the caller's (or, with Hostname, a new
 	// one).
 	UTSNsPath string
+	// Rootfs runs the process chrooted in this root file system (an
+	// image's, unpacked), in a mount namespace of its own with /proc,
+	// /sys, /dev and Mounts (rootfs.go); cmd.Path is the path in it.
+	Rootfs string
+	Mounts []Mount
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -70,7 +75,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" && t.Rootfs == "" {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -139,7 +144,14 @@ func Start(t Target, cmd *exec.Cmd) error {
 				return
 			}
 		}
-		if len(t.Hide) > 0 {
+		if t.Rootfs != "" {
+			privileged := t.Security == nil || t.Security.Privileged
+			if err := mountRootfsOnThread(t.Rootfs, t.Mounts, !privileged); err != nil {
+				errc <- err
+				return
+			}
+			cmd.SysProcAttr.Chroot = t.Rootfs
+		} else if len(t.Hide) > 0 {
 			if err := hideOnThread(t.Hide); err != nil {
 				errc <- err
 				return

@@ -1,0 +1,42 @@
+package kubeclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// CreateToken asks the API server for a service account token bound to a
+// pod (TokenRequest, as kubelet does for a projected token volume).
+func (c *Client) CreateToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.core.Post().Namespace(namespace).Resource("serviceaccounts").Name(serviceAccount).SubResource("token").
+		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("requesting a token of service account %s/%s: %w", namespace, serviceAccount, err)
+	}
+	var out authenticationv1.TokenRequest
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("token of service account %s/%s: %w", namespace, serviceAccount, err)
+	}
+	return &out, nil
+}
+
+// ConfigMap reads one ConfigMap.
+func (c *Client) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	raw, err := c.core.Get().Namespace(namespace).Resource("configmaps").Name(name).Do(ctx).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", namespace, name, err)
+	}
+	var cm corev1.ConfigMap
+	if err := json.Unmarshal(raw, &cm); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s: %w", namespace, name, err)
+	}
+	return &cm, nil
+}
