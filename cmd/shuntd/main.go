@@ -225,6 +225,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")
 	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())
+	cmd.AddCommand(newKubeletCmd())
 	return cmd
 }
 

@@ -64,7 +64,12 @@ type podAPI interface {
 
 // NewAPIKubelet loads the pod records an earlier agent kept; Run starts.
 func NewAPIKubelet(cfg Config, api *kubeclient.Client, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
-	return newAPIKubelet(cfg, &kubePods{api: api, heartbeat: newNodeHeartbeat(api, cfg.NodeName, cfg.NodeLeaseDuration, cfg.Log)}, schedule, ready)
+	kp := &kubePods{api: api, heartbeat: newNodeHeartbeat(api, cfg.NodeName, cfg.NodeLeaseDuration, cfg.Log)}
+	k, err := newAPIKubelet(cfg, kp, schedule, ready)
+	if err == nil && cfg.CNIConfDir != "" {
+		kp.heartbeat.networkReady = func() error { _, err := k.kubelet.cni.network(); return err }
+	}
+	return k, err
 }
 
 func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {

@@ -68,6 +68,10 @@ type Config struct {
 	// HostPaths maps hostPath volumes' paths (and what is below them) to
 	// the node's own directories (volumes.go).
 	HostPaths map[string]string
+	// CNIConfDir and CNIBinDir (a node whose CNI a DaemonSet installs,
+	// nodekubelet.go): pods are plumbed with the configuration found
+	// there, not the lab's own, and the node is Ready once there is one.
+	CNIConfDir, CNIBinDir string
 }
 
 // ControlPlane is the lab's API server, EndpointSlice controller and

@@ -274,6 +274,9 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 		return err
 	}
 	rec.Containers = nil
+	if err := k.runInitContainers(pod, rec); err != nil {
+		return err
+	}
 	for _, c := range pod.Spec.Containers {
 		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit")}
 		if err := k.startContainer(pod, rec, c, &cr); err != nil {
