@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -59,6 +60,8 @@ func newRootCmd() *cobra.Command {
 		kernelFallbacks                                             string
 		lbPool                                                      string
 		maglevSize                                                  int
+		uninstallWhenRemoved                                        bool
+		cniFiles                                                    []string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -177,14 +180,39 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer a.Close()
+			closed := false
+			defer func() {
+				if !closed {
+					a.Close()
+				}
+			}()
 			if err := writeFlags(i.AgentFlagsFile(), cmd.Flags()); err != nil {
 				// Only `lab up`'s comparison of settings needs it.
 				log.Warn("recording the agent's flags for `shunt lab up`", "err", err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return a.Run(ctx)
+			err = a.Run(ctx)
+			if !uninstallWhenRemoved {
+				return err
+			}
+			removed, rerr := daemonSetRemoved(kubeconfig)
+			if rerr != nil {
+				log.Warn("cannot tell whether shunt is being removed; keeping the datapath", "err", rerr)
+				return err
+			}
+			if !removed {
+				return err
+			}
+			log.Info("this agent's DaemonSet is gone: removing everything of shunt from the node", "cniFiles", cniFiles)
+			closed = true
+			uerr := a.Uninstall()
+			for _, f := range cniFiles {
+				if rmErr := os.Remove(f); rmErr != nil && !os.IsNotExist(rmErr) {
+					uerr = errors.Join(uerr, rmErr)
+				}
+			}
+			return errors.Join(err, uerr)
 		},
 	}
 	cmd.Flags().StringVar(&inst, "instance", envOr("SHUNT_INSTANCE", instance.Default), "name of this shunt node on the machine (env SHUNT_INSTANCE)")
@@ -222,6 +250,8 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")
 	cmd.Flags().IntVar(&maglevSize, "maglev-table-size", maglev.DefaultSize, "size M (a prime) of the Maglev table of each Service reached from outside (NodePort, load balancer, externalIPs): every node picks the same backend for a flow; give every node the same M, at least 100 × a Service's backends; 0: a random backend per new flow")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
+	cmd.Flags().BoolVar(&uninstallWhenRemoved, "uninstall-when-removed", false, "with --in-cluster: at SIGTERM, when this agent's DaemonSet is gone or being deleted (helm uninstall), remove everything of shunt from the node (pins, interfaces, routes, state, --cni-files) instead of keeping it for the next agent")
+	cmd.Flags().StringSliceVar(&cniFiles, "cni-files", nil, "with --uninstall-when-removed: the CNI configuration and plugin files the install step wrote, removed with the rest")
 	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")
 	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())

@@ -281,6 +281,9 @@ func (k *APIKubelet) bind(ctx context.Context, p *corev1.Pod) error {
 func (k *APIKubelet) finishDeletion(ctx context.Context, p *corev1.Pod) error {
 	var err error
 	if rec := k.kubelet.pods[p.Namespace+"/"+p.Name]; rec != nil {
+		if !k.kubelet.stopGracefully(p, rec) {
+			return nil // its containers are still stopping
+		}
 		err = k.kubelet.remove(ctx, rec)
 	}
 	return errors.Join(err, k.api.remove(ctx, p))

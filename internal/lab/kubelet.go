@@ -84,6 +84,9 @@ type kubelet struct {
 	// objects are what volumes are made of (volumes.go); nil without an
 	// API server.
 	objects volumeObjects
+	// stopping: deleted pods whose containers were sent SIGTERM, since
+	// when (graceful.go).
+	stopping map[string]time.Time
 }
 
 func (k *kubelet) recordsPath() string { return podRecordsPath(k.cfg.Instance.StateDir()) }

@@ -87,7 +87,7 @@ func Join(pid int, cgroupRoot string) (Joined, error) {
 	}
 	return Joined{
 		Root: root,
-		PID: pid,
+		PID:  pid,
 		Target: Target{
 			NetnsPath:   proc + "/ns/net",
 			MountNsPath: proc + "/ns/mnt",
