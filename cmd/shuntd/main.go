@@ -192,16 +192,14 @@ func newRootCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			var removal *removalWatch
+			if uninstallWhenRemoved {
+				if removal, err = watchRemoval(ctx, kubeconfig, log); err != nil {
+					return err
+				}
+			}
 			err = a.Run(ctx)
-			if !uninstallWhenRemoved {
-				return err
-			}
-			removed, rerr := daemonSetRemoved(kubeconfig)
-			if rerr != nil {
-				log.Warn("cannot tell whether shunt is being removed; keeping the datapath", "err", rerr)
-				return err
-			}
-			if !removed {
+			if removal == nil || !removal.removed.Load() {
 				return err
 			}
 			log.Info("this agent's DaemonSet is gone: removing everything of shunt from the node", "cniFiles", cniFiles)

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/shuntnet/shunt/internal/kubesource"
@@ -19,49 +24,86 @@ import (
 // pod is being replaced (a rolling update, a node drained: keep the
 // datapath, the next agent adopts its pins and pods keep their
 // connections) or shunt is being removed from the cluster (`helm
-// uninstall`, `kubectl delete -f`: leave nothing on the node). The
-// DaemonSet says: deleted, or being deleted, means removal. Helm deletes
-// it before its pods (the garbage collector deletes those after their
-// owner), so it is already gone when an agent gets SIGTERM.
+// uninstall`, `kubectl delete -f`: leave nothing on the node). Its
+// DaemonSet says: deleted, or being deleted, means removal. The agent
+// watches it while it runs, because by the time its pod is stopped (the
+// garbage collector deletes the pods after their DaemonSet) helm has also
+// deleted the agent's service account and RBAC, and it can ask nothing.
 
 var (
 	podsResource       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	daemonSetsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
 )
 
-// daemonSetRemoved says whether the DaemonSet owning this agent's pod
-// (POD_NAMESPACE/POD_NAME) is gone or being deleted.
-func daemonSetRemoved(kubeconfig string) (bool, error) {
+// removalWatch follows this agent's DaemonSet (the owner of POD_NAMESPACE/
+// POD_NAME) and remembers when it is deleted or being deleted.
+type removalWatch struct {
+	removed atomic.Bool
+}
+
+func watchRemoval(ctx context.Context, kubeconfig string, log *slog.Logger) (*removalWatch, error) {
 	ns, name := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 	if ns == "" || name == "" {
-		return false, errors.New("POD_NAMESPACE and POD_NAME are not set: the DaemonSet gives them from the downward API (deploy/helm/shunt does)")
+		return nil, errors.New("--uninstall-when-removed: POD_NAMESPACE and POD_NAME are not set (the DaemonSet gives them from the downward API, as deploy/helm/shunt does)")
 	}
 	rc, err := kubesource.RESTConfig(kubeconfig)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	getCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pod, err := dyn.Resource(podsResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := dyn.Resource(podsResource).Namespace(ns).Get(getCtx, name, metav1.GetOptions{})
 	if err != nil {
-		return false, fmt.Errorf("reading this agent's pod %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("--uninstall-when-removed: reading this agent's pod %s/%s: %w", ns, name, err)
 	}
+	var owner *metav1.OwnerReference
 	for _, o := range pod.GetOwnerReferences() {
-		if o.Kind != "DaemonSet" {
-			continue
+		if o.Kind == "DaemonSet" {
+			owner = &o
 		}
-		ds, err := dyn.Resource(daemonSetsResource).Namespace(ns).Get(ctx, o.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return true, nil
-		case err != nil:
-			return false, fmt.Errorf("reading DaemonSet %s/%s: %w", ns, o.Name, err)
-		}
-		return ds.GetDeletionTimestamp() != nil || ds.GetUID() != o.UID, nil
 	}
-	return false, fmt.Errorf("pod %s/%s has no DaemonSet owner", ns, name)
+	if owner == nil {
+		return nil, fmt.Errorf("--uninstall-when-removed: pod %s/%s has no DaemonSet owner", ns, name)
+	}
+	w := &removalWatch{}
+	dss := dyn.Resource(daemonSetsResource).Namespace(ns)
+	gone := func(u *unstructured.Unstructured) bool {
+		return u.GetUID() != owner.UID || u.GetDeletionTimestamp() != nil
+	}
+	go func() {
+		for ctx.Err() == nil {
+			ds, err := dss.Get(ctx, owner.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				w.removed.Store(true)
+				return
+			case err != nil:
+				log.Warn("following this agent's DaemonSet", "err", err)
+				time.Sleep(5 * time.Second)
+				continue
+			case gone(ds):
+				w.removed.Store(true)
+				return
+			}
+			wi, err := dss.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", owner.Name).String(), ResourceVersion: ds.GetResourceVersion()})
+			if err != nil {
+				log.Warn("following this agent's DaemonSet", "err", err)
+				time.Sleep(5 * time.Second)
+				continue
+			}
+			for ev := range wi.ResultChan() {
+				u, _ := ev.Object.(*unstructured.Unstructured)
+				if ev.Type == watch.Deleted || (u != nil && ev.Type == watch.Modified && gone(u)) {
+					w.removed.Store(true)
+					wi.Stop()
+					return
+				}
+			}
+		}
+	}()
+	return w, nil
 }

@@ -17,7 +17,7 @@ func (c *Client) CreateToken(ctx context.Context, namespace, serviceAccount stri
 		return nil, err
 	}
 	raw, err := c.core.Post().Namespace(namespace).Resource("serviceaccounts").Name(serviceAccount).SubResource("token").
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+		SetHeader("Content-Type", "application/json").SetHeader("Accept", "application/json").Body(body).Do(ctx).Raw()
 	if err != nil {
 		return nil, fmt.Errorf("requesting a token of service account %s/%s: %w", namespace, serviceAccount, err)
 	}
@@ -30,7 +30,7 @@ func (c *Client) CreateToken(ctx context.Context, namespace, serviceAccount stri
 
 // ConfigMap reads one ConfigMap.
 func (c *Client) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
-	raw, err := c.core.Get().Namespace(namespace).Resource("configmaps").Name(name).Do(ctx).Raw()
+	raw, err := c.core.Get().Namespace(namespace).Resource("configmaps").Name(name).SetHeader("Accept", "application/json").Do(ctx).Raw()
 	if err != nil {
 		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", namespace, name, err)
 	}

@@ -23,7 +23,7 @@ func (k *kubelet) runInitContainers(pod *corev1.Pod, rec *PodRecord) error {
 		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit")}
 		os.Remove(cr.ExitFile)
 		if err := k.startContainer(pod, rec, c, &cr); err != nil {
-			return fmt.Errorf("init container %s: %w", c.Name, err)
+			return fmt.Errorf("init %w", err) // "init container NAME: ..."
 		}
 		deadline := time.Now().Add(initContainerTimeout)
 		for {

@@ -152,8 +152,18 @@ func (img *ociImage) rootfs() (string, error) {
 	if _, err := os.Stat(root); err == nil {
 		return root, nil
 	}
-	tmp := dir + ".unpacking"
-	if err := os.RemoveAll(tmp); err != nil {
+	// Unpacked aside and renamed into place: another node's kubelet on
+	// this machine may unpack the same image at the same time; the first
+	// rename wins, the other's copy goes.
+	if err := os.MkdirAll(imageCacheDir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(imageCacheDir, hexsum[:12]+".unpacking-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
@@ -161,14 +171,13 @@ func (img *ociImage) rootfs() (string, error) {
 	}
 	for _, l := range img.layers {
 		if err := unpackLayer(img.layout, l, filepath.Join(tmp, "rootfs")); err != nil {
-			os.RemoveAll(tmp)
 			return "", fmt.Errorf("unpacking layer %s of image %s: %w", l.Digest, img.manifest.Digest, err)
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return "", err
-	}
 	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(root); serr == nil {
+			return root, nil // unpacked by another kubelet meanwhile
+		}
 		return "", err
 	}
 	return root, nil

@@ -68,11 +68,11 @@ func (k *kubelet) imageProcess(pod *corev1.Pod, rec *PodRecord, c corev1.Contain
 	}
 	root, err := img.rootfs()
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("container %s: image %s: %w", c.Name, c.Image, err)
+		return nil, nil, "", fmt.Errorf("image %s: %w", c.Image, err)
 	}
 	mounts, err := k.volumeMounts(pod, rec, c)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("container %s: %w", c.Name, err)
+		return nil, nil, "", err
 	}
 	shimFlags = []string{"--rootfs", root}
 	for _, m := range mounts {

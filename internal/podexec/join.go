@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // Joined is a running container as an exec enters it (kubectl exec,
@@ -89,6 +88,7 @@ func Join(pid int, cgroupRoot string) (Joined, error) {
 		Root: root,
 		PID:  pid,
 		Target: Target{
+			Chroot:      root,
 			NetnsPath:   proc + "/ns/net",
 			MountNsPath: proc + "/ns/mnt",
 			UTSNsPath:   proc + "/ns/uts",
@@ -113,8 +113,8 @@ func (j Joined) Command(argv []string) (*exec.Cmd, error) {
 		if path, err = LookPathIn(j.Root, path, j.env("PATH")); err != nil {
 			return nil, err
 		}
-		cmd := &exec.Cmd{Path: path, Args: argv, Env: j.Env, Dir: "/", SysProcAttr: &syscall.SysProcAttr{Chroot: j.Root}}
-		return cmd, nil
+		// Target.Chroot moves the starting thread there.
+		return &exec.Cmd{Path: path, Args: argv, Env: j.Env, Dir: "/"}, nil
 	}
 	if !strings.Contains(path, "/") {
 		var err error

@@ -41,6 +41,10 @@ type Target struct {
 	// /sys, /dev and Mounts (rootfs.go); cmd.Path is the path in it.
 	Rootfs string
 	Mounts []Mount
+	// Chroot is a root to run in (a running container's, /proc/PID/root,
+	// for an exec into it), entered before the capabilities are dropped:
+	// chroot needs CAP_SYS_CHROOT, which the container may not have.
+	Chroot string
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -75,7 +79,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" && t.Rootfs == "" {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" && t.Rootfs == "" && t.Chroot == "" {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -150,9 +154,18 @@ func Start(t Target, cmd *exec.Cmd) error {
 				errc <- err
 				return
 			}
-			cmd.SysProcAttr.Chroot = t.Rootfs
+			if err := chrootThread(t.Rootfs); err != nil {
+				errc <- err
+				return
+			}
 		} else if len(t.Hide) > 0 {
 			if err := hideOnThread(t.Hide); err != nil {
+				errc <- err
+				return
+			}
+		}
+		if t.Chroot != "" {
+			if err := chrootThread(t.Chroot); err != nil {
 				errc <- err
 				return
 			}

@@ -40,7 +40,7 @@ func ParseMount(s string) (Mount, error) {
 // namespace the thread is in), the node's /dev, and the volumes
 // bind-mounted. The mounts are slaves of the node's: a volume sees what
 // the node mounts below it later (HostToContainer), nothing mounted here
-// reaches the node. The child then chroots into root (SysProcAttr.Chroot).
+// reaches the node. The thread then chroots into root (chrootThread).
 func mountRootfsOnThread(root string, mounts []Mount, readOnlySys bool) error {
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		return fmt.Errorf("new mount namespace: %w", err)
@@ -109,6 +109,20 @@ func mountRootfsOnThread(root string, mounts []Mount, readOnlySys bool) error {
 		}
 	}
 	return nil
+}
+
+// chrootThread makes root the locked thread's root (and working
+// directory), which the child forked from it inherits. The thread gets a
+// copy of the process's root and working directory first, so no other
+// thread is moved.
+func chrootThread(root string) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unsharing the thread's file system attributes: %w", err)
+	}
+	if err := unix.Chroot(root); err != nil {
+		return fmt.Errorf("chroot %s: %w", root, err)
+	}
+	return unix.Chdir("/")
 }
 
 // LookPathIn finds a program in a root file system, as a runtime resolves

@@ -78,7 +78,21 @@ func TestHelmInstallOnLabNodes(t *testing.T) {
 
 	start := time.Now()
 	runHelm(t, helm, "install", c.Kubeconfig, values...)
-	t.Cleanup(func() { exec.Command(helm, "uninstall", "-kubeconfig", c.Kubeconfig, "-namespace", "shunt-system", "shunt").Run() })
+	t.Cleanup(func() {
+		exec.Command(helm, "uninstall", "-kubeconfig", c.Kubeconfig, "-namespace", "shunt-system", "shunt").Run()
+	})
+	t.Cleanup(func() {
+		// Before helm uninstall (a later cleanup, run first) removes them.
+		if t.Failed() {
+			for _, nd := range nodes {
+				logs, _ := filepath.Glob(filepath.Join(nd.kubeletInstance().StateDir(), "pods", "*", "*.log"))
+				for _, l := range logs {
+					b, _ := os.ReadFile(l)
+					t.Logf("container log %s:\n%s", l, tailString(string(b), 3000))
+				}
+			}
+		}
+	})
 	waitAgentsReady(t, ctx, c, len(nodes), 90*time.Second)
 	installToReady := time.Since(start)
 	t.Logf("helm install -> every node's agent Ready and every Node Ready: %s", installToReady.Round(100*time.Millisecond))
@@ -139,7 +153,9 @@ type helmLabNode struct {
 	name, netns, addr string
 }
 
-func (nd helmLabNode) kubeletInstance() instance.Instance { return instance.Instance{Name: nd.name + "k"} }
+func (nd helmLabNode) kubeletInstance() instance.Instance {
+	return instance.Instance{Name: nd.name + "k"}
+}
 
 // layoutImageName is the image name the layout's index carries.
 func layoutImageName(t *testing.T, layout string) string {
@@ -251,6 +267,9 @@ func startNodeKubelet(t *testing.T, bin, kubeconfig, layout string, nd helmLabNo
 		if out, err := exec.Command(filepath.Join(bin, "shuntd"), "kubelet", "--remove", "--node-name", nd.name).CombinedOutput(); err != nil {
 			t.Errorf("removing node %s: %v\n%s", nd.name, err, out)
 		}
+		// The agent's instance, should the test have stopped before
+		// helm uninstall removed it.
+		exec.Command("nsenter", "--net=/run/netns/"+nd.netns, filepath.Join(bin, "shunt"), "--instance", nd.name, "uninstall").Run()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("kubelet of %s:\n%s", nd.name, tailString(string(b), 6000))

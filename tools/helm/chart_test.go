@@ -169,7 +169,7 @@ func TestDefaults(t *testing.T) {
 	for _, c := range sc.Capabilities.Add {
 		added = append(added, string(c))
 	}
-	if want := []string{"BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"}; !slices.Equal(added, want) {
+	if want := []string{"BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE", "DAC_OVERRIDE"}; !slices.Equal(added, want) {
 		t.Errorf("agent capabilities added %v, want %v", added, want)
 	}
 	if len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
