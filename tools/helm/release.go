@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -26,13 +27,19 @@ func actionConfig(kubeconfig, namespace string) (*action.Configuration, error) {
 	return cfg, nil
 }
 
-// Install is `helm install --create-namespace`.
-func Install(kubeconfig, chartDir string, rel Release, vals map[string]any, wait time.Duration) (*release.Release, error) {
-	cfg, err := actionConfig(kubeconfig, rel.Namespace)
+// configAndChart are what install and upgrade start from.
+func configAndChart(kubeconfig, chartDir, namespace string) (*action.Configuration, *chart.Chart, error) {
+	cfg, err := actionConfig(kubeconfig, namespace)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	chrt, err := loader.Load(chartDir)
+	return cfg, chrt, err
+}
+
+// Install is `helm install --create-namespace`.
+func Install(kubeconfig, chartDir string, rel Release, vals map[string]any, wait time.Duration) (*release.Release, error) {
+	cfg, chrt, err := configAndChart(kubeconfig, chartDir, rel.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -44,11 +51,7 @@ func Install(kubeconfig, chartDir string, rel Release, vals map[string]any, wait
 
 // Upgrade is `helm upgrade`.
 func Upgrade(kubeconfig, chartDir string, rel Release, vals map[string]any, wait time.Duration) (*release.Release, error) {
-	cfg, err := actionConfig(kubeconfig, rel.Namespace)
-	if err != nil {
-		return nil, err
-	}
-	chrt, err := loader.Load(chartDir)
+	cfg, chrt, err := configAndChart(kubeconfig, chartDir, rel.Namespace)
 	if err != nil {
 		return nil, err
 	}
