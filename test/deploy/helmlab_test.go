@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,6 +47,9 @@ func TestHelmInstallOnLabNodes(t *testing.T) {
 		t.Skipf("no image layout at %s: run `make build image` first (%v)", layout, err)
 	}
 	imageRef := layoutImageName(t, layout)
+	// The image of "another build" for helm upgrade: the same layers, a
+	// configuration with one more label, hence another digest and tag.
+	upgradeLayout, upgradeRef := relabeledLayout(t, layout, imageRef)
 	c := kubetest.StartWith(t, kubecluster.Options{NodeLifecycle: true, Scheduler: true, WorkloadControllers: true,
 		ServiceCIDR: "10.199.0.0/16", ClusterCIDR: fmt.Sprintf("10.%d.0.0/16", 150+rand.IntN(48))})
 	helm := buildHelmTool(t)
@@ -55,7 +61,7 @@ func TestHelmInstallOnLabNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { relay.Close() })
-		startNodeKubelet(t, bin, c.Kubeconfig, layout, nd)
+		startNodeKubelet(t, bin, c.Kubeconfig, []string{layout, upgradeLayout}, nd)
 	}
 	u, err := url.Parse(c.Server)
 	if err != nil {
@@ -132,6 +138,31 @@ func TestHelmInstallOnLabNodes(t *testing.T) {
 		}
 	}
 
+	// helm upgrade to the other image while the client opens a connection
+	// to the ClusterIP every 50 ms: the agents are replaced one node at a
+	// time (RollingUpdate), the datapath stays pinned meanwhile.
+	load := exec.Command("nsenter", "--net="+clientNetns, "sh", "-c",
+		`while :; do if curl -s -m 1 -o /dev/null http://`+svc.Spec.ClusterIP+`:80/; then echo ok; else echo fail; fi; sleep 0.05; done`)
+	var loadOut strings.Builder
+	load.Stdout = &loadOut
+	if err := load.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	upRepo, upTag, _ := strings.Cut(upgradeRef, ":")
+	start = time.Now()
+	runHelm(t, helm, "upgrade", c.Kubeconfig, append(slices.Clone(values), "image.repository="+upRepo, "image.tag="+upTag)...)
+	waitAgentsOf(t, ctx, c, upgradeRef, len(nodes), 2*time.Minute)
+	t.Logf("helm upgrade -> every agent Ready from %s: %s", upgradeRef, time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(time.Second)
+	load.Process.Kill()
+	load.Wait()
+	ok, failed := strings.Count(loadOut.String(), "ok\n"), strings.Count(loadOut.String(), "fail\n")
+	t.Logf("connections to the ClusterIP during the upgrade: %d succeeded, %d failed", ok, failed)
+	if failed > 0 || ok == 0 {
+		t.Errorf("during helm upgrade %d connections to the ClusterIP failed (%d succeeded): want none", failed, ok)
+	}
+
 	// Uninstall: the test's pods first (a CNI leaves pods it networked
 	// to their runtime), then the release.
 	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
@@ -146,6 +177,94 @@ func TestHelmInstallOnLabNodes(t *testing.T) {
 		for _, left := range nodeLeftovers(nd) {
 			t.Errorf("node %s after helm uninstall: %s", nd.name, left)
 		}
+	}
+}
+
+// relabeledLayout writes a copy of the layout's image with one more label
+// in its configuration: another manifest digest, tagged "upgrade".
+func relabeledLayout(t *testing.T, layout, ref string) (string, string) {
+	readJSON := func(p string, v any) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, v); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+	}
+	var index map[string]any
+	readJSON(filepath.Join(layout, "index.json"), &index)
+	desc := index["manifests"].([]any)[0].(map[string]any)
+	blob := func(d string) string {
+		return filepath.Join(layout, "blobs", "sha256", strings.TrimPrefix(d, "sha256:"))
+	}
+	var manifest map[string]any
+	readJSON(blob(desc["digest"].(string)), &manifest)
+	var config map[string]any
+	readJSON(blob(manifest["config"].(map[string]any)["digest"].(string)), &config)
+	config["config"].(map[string]any)["Labels"].(map[string]any)["org.opencontainers.image.version"] = "upgrade"
+
+	out := filepath.Join(t.TempDir(), "oci-upgrade")
+	if err := os.MkdirAll(filepath.Join(out, "blobs", "sha256"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	put := func(v any) (string, int) {
+		data, _ := json.Marshal(v)
+		sum := sha256.Sum256(data)
+		d := "sha256:" + hex.EncodeToString(sum[:])
+		if err := os.WriteFile(filepath.Join(out, "blobs", "sha256", hex.EncodeToString(sum[:])), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return d, len(data)
+	}
+	for _, l := range manifest["layers"].([]any) {
+		d := l.(map[string]any)["digest"].(string)
+		data, err := os.ReadFile(blob(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cd, cn := put(config)
+	manifest["config"].(map[string]any)["digest"], manifest["config"].(map[string]any)["size"] = cd, cn
+	md, mn := put(manifest)
+	repo, _, _ := strings.Cut(ref, ":")
+	newRef := repo + ":upgrade"
+	desc["digest"], desc["size"] = md, mn
+	desc["annotations"] = map[string]any{"org.opencontainers.image.ref.name": "upgrade", "io.containerd.image.name": newRef}
+	data, _ := json.Marshal(index)
+	if err := os.WriteFile(filepath.Join(out, "index.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out, newRef
+}
+
+// waitAgentsOf waits until n agents of image are Ready.
+func waitAgentsOf(t *testing.T, ctx context.Context, c *kubetest.Cluster, image string, n int, within time.Duration) {
+	deadline := time.Now().Add(within)
+	for {
+		pods, err := c.Client.CoreV1().Pods("shunt-system").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := 0
+		var why []string
+		for _, p := range pods.Items {
+			if p.Spec.Containers[0].Image == image && podReady(&p) && p.DeletionTimestamp == nil {
+				ready++
+			} else {
+				why = append(why, fmt.Sprintf("%s (%s) on %s: %s %s", p.Name, p.Spec.Containers[0].Image, p.Spec.NodeName, p.Status.Phase, containerWaits(&p)))
+			}
+		}
+		if ready == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d agents of %s ready after %s: %s", ready, n, image, within, strings.Join(why, "; "))
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
@@ -241,14 +360,18 @@ func buildUnderlay(t *testing.T, prefix string, n int) []helmLabNode {
 
 // startNodeKubelet runs `shuntd kubelet` in the node's namespace; at the
 // end it stops it and removes what it made.
-func startNodeKubelet(t *testing.T, bin, kubeconfig, layout string, nd helmLabNode) {
+func startNodeKubelet(t *testing.T, bin, kubeconfig string, layouts []string, nd helmLabNode) {
 	logPath := filepath.Join(t.TempDir(), nd.name+"-kubelet.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+nd.netns, filepath.Join(bin, "shuntd"), "kubelet",
-		"--kubeconfig", kubeconfig, "--node-name", nd.name, "--node-addr", nd.addr, "--image-dir", layout)
+	args := []string{"--net=/run/netns/" + nd.netns, filepath.Join(bin, "shuntd"), "kubelet",
+		"--kubeconfig", kubeconfig, "--node-name", nd.name, "--node-addr", nd.addr}
+	for _, l := range layouts {
+		args = append(args, "--image-dir", l)
+	}
+	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
