@@ -60,7 +60,8 @@ demo-down: build
 	$(BIN)/shunt --instance nodes lab down
 
 # The whole suite: unit tests everywhere, BPF_PROG_TEST_RUN tests, and the
-# end-to-end lab tests (root needed; they skip with a reason without it),
+# end-to-end lab tests (root needed; they skip with a reason without it;
+# test/deploy installs the chart with the image on lab nodes, hence image),
 # then every benchmark in smoke mode (bench/smoke_test.go) on its own, so its
 # timings and address ranges never meet the e2e tests' on the 2 cores.
 # The end-to-end tests run again with every kernel fallback forced (the
@@ -69,7 +70,7 @@ demo-down: build
 # forwarding, services, UDP socket destroy, policy, acceleration, the L7
 # proxy, two nodes, restarts and uninstall (~3 minutes).
 FALLBACK_E2E := ^(TestKernelFallbackTC|TestSkMsgAttachAcrossRestarts|TestPodToPodAllModes|TestServiceClusterIP|TestConnectedUDPSocketLeavesDeletedBackend|TestSocketAccelerationKeepsPolicy|TestL7ProxyPolicyRoutesAndFlows|TestCrossNodeOverlay|TestNetworkPolicyMatrix|TestUninstallAfterCrash)$$
-test: setup build check-generated kube
+test: setup build check-generated kube image
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vx 'github.com/shuntnet/shunt/bench')
 	SHUNT_KERNEL_FALLBACKS=all $(GO) test -count=1 -timeout 15m -run '$(FALLBACK_E2E)' ./test/e2e/

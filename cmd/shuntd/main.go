@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -64,6 +65,8 @@ func newRootCmd() *cobra.Command {
 		lbPool                                                                            string
 		maglevSize                                                                        int
 		nodePortAddrs                                                                     []string
+		uninstallWhenRemoved                                                              bool
+		cniFiles                                                                          []string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -202,14 +205,37 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer a.Close()
+			closed := false
+			defer func() {
+				if !closed {
+					a.Close()
+				}
+			}()
 			if err := writeFlags(i.AgentFlagsFile(), cmd.Flags()); err != nil {
 				// Only `lab up`'s comparison of settings needs it.
 				log.Warn("recording the agent's flags for `shunt lab up`", "err", err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return a.Run(ctx)
+			var removal *removalWatch
+			if uninstallWhenRemoved {
+				if removal, err = watchRemoval(ctx, kubeconfig, log); err != nil {
+					return err
+				}
+			}
+			err = a.Run(ctx)
+			if removal == nil || !removal.removed.Load() {
+				return err
+			}
+			log.Info("this agent's DaemonSet is gone: removing everything of shunt from the node", "cniFiles", cniFiles)
+			closed = true
+			uerr := a.Uninstall()
+			for _, f := range cniFiles {
+				if rmErr := os.Remove(f); rmErr != nil && !os.IsNotExist(rmErr) {
+					uerr = errors.Join(uerr, rmErr)
+				}
+			}
+			return errors.Join(err, uerr)
 		},
 	}
 	cmd.Flags().StringVar(&inst, "instance", envOr("SHUNT_INSTANCE", instance.Default), "name of this shunt node on the machine (env SHUNT_INSTANCE)")
@@ -250,11 +276,14 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&nodePortAddrs, "nodeport-addresses", nil, "as kube-proxy's flag: IPv4 CIDRs (and \"primary\", the node's underlay address) selecting the node addresses NodePorts are served on; a CIDR holding 127.0.0.1 (e.g. 127.0.0.0/8) serves them to the node's own processes at 127.0.0.1 (default: every address of the node but 127.0.0.1)")
 	cmd.Flags().IntVar(&maglevSize, "maglev-table-size", maglev.DefaultSize, "size M (a prime) of the Maglev table of each Service reached from outside (NodePort, load balancer, externalIPs): every node picks the same backend for a flow; give every node the same M, at least 100 × a Service's backends; 0: a random backend per new flow")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
+	cmd.Flags().BoolVar(&uninstallWhenRemoved, "uninstall-when-removed", false, "with --in-cluster: at SIGTERM, when this agent's DaemonSet is gone or being deleted (helm uninstall), remove everything of shunt from the node (pins, interfaces, routes, state, --cni-files) instead of keeping it for the next agent")
+	cmd.Flags().StringSliceVar(&cniFiles, "cni-files", nil, "with --uninstall-when-removed: the CNI configuration and plugin files the install step wrote, removed with the rest")
 	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")
 	cmd.Flags().StringSliceVar(&clusterDNS, "cluster-dns", nil, "with --run-pods: the cluster DNS Service's addresses (kubelet's --cluster-dns), the nameservers of pods of dnsPolicy ClusterFirst (default none: such pods get the node's resolv.conf, as from a kubelet without it)")
 	cmd.Flags().StringVar(&clusterDomain, "cluster-domain", lab.DefaultClusterDomain, "with --run-pods: the cluster's DNS domain (kubelet's --cluster-domain), in pods' search list and /etc/hosts")
 	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())
+	cmd.AddCommand(newKubeletCmd())
 	return cmd
 }
 
@@ -309,8 +338,10 @@ func newShimCmd() *cobra.Command {
 	var netnsPath, exitFile, hostname, bindsJSON string
 	var sec podexec.Security
 	var uid, gid int64
+	var rootfs string
+	var mounts []string
 	cmd := &cobra.Command{
-		Use:    "shim --netns PATH --exit-file FILE [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
+		Use:    "shim --netns PATH --exit-file FILE [--rootfs DIR --mount SRC:DST[:ro]...] [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
@@ -329,7 +360,17 @@ func newShimCmd() *cobra.Command {
 					os.Exit(127)
 				}
 			}
-			os.Exit(lab.RunShim(netnsPath, exitFile, hostname, sec, binds, args))
+
+			fs := lab.ContainerFS{Rootfs: rootfs, Binds: binds}
+			for _, m := range mounts {
+				pm, err := podexec.ParseMount(m)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "shunt:", err)
+					os.Exit(127)
+				}
+				fs.Mounts = append(fs.Mounts, pm)
+			}
+			os.Exit(lab.RunShimIn(netnsPath, exitFile, hostname, sec, fs, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
@@ -341,6 +382,8 @@ func newShimCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&sec.Drop, "cap-drop", nil, "capabilities of the default set to drop (ALL: every one)")
 	cmd.Flags().Int64Var(&uid, "uid", -1, "run as this user (runAsUser; default root)")
 	cmd.Flags().Int64Var(&gid, "gid", -1, "run as this group (runAsGroup)")
+	cmd.Flags().StringVar(&rootfs, "rootfs", "", "run chrooted in this root file system (an image's), in a mount namespace of its own")
+	cmd.Flags().StringArrayVar(&mounts, "mount", nil, "with --rootfs: bind-mount SOURCE of the node at TARGET (a volume; :ro read-only)")
 	cmd.MarkFlagRequired("netns")
 	cmd.MarkFlagRequired("exit-file")
 	return cmd

@@ -211,6 +211,10 @@ func gracePeriod(pod *corev1.Pod, probe *corev1.Probe) time.Duration {
 // workers.
 func (k *kubelet) probeContainer(pod *corev1.Pod, rec *PodRecord, spec corev1.Container, c *ContainerRecord) {
 	target := probeTarget{podIP: rec.IP, env: k.containerEnv(pod, rec, spec), dir: spec.WorkingDir, exec: k.execTarget(pod, rec, spec, c.Binds)}
+	if img, _ := findLayoutImage(k.cfg.Images.Layouts, spec.Image); img != nil {
+		target.imageShim = c.ShimPID
+		target.env = append(target.env, "PATH="+img.imagePath())
+	}
 	var specs []probeSpec
 	for kind, p := range map[probeKind]*corev1.Probe{probeStartup: spec.StartupProbe, probeReadiness: spec.ReadinessProbe, probeLiveness: spec.LivenessProbe} {
 		if p != nil {

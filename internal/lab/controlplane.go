@@ -66,6 +66,13 @@ type Config struct {
 	// container's second restart, doubled at each next one up to the
 	// most (0: kubelet's, 10 s and 5 min; containers.go).
 	CrashLoopBackOff, MaxCrashLoopBackOff time.Duration
+	// HostPaths maps hostPath volumes' paths (and what is below them) to
+	// the node's own directories (volumes.go).
+	HostPaths map[string]string
+	// CNIConfDir and CNIBinDir (a node whose CNI a DaemonSet installs,
+	// nodekubelet.go): pods are plumbed with the configuration found
+	// there, not the lab's own, and the node is Ready once there is one.
+	CNIConfDir, CNIBinDir string
 }
 
 // ControlPlane is the lab's API server, EndpointSlice controller and

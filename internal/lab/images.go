@@ -43,6 +43,9 @@ type Images struct {
 	// CoreDNS is the coredns binary (scripts/kube-build.sh coredns, from
 	// tools/coredns); empty when it is not built.
 	CoreDNS string
+	// Layouts are OCI image layouts (`make image`'s bin/image/oci): an
+	// image they hold runs from its own file system (rootfs.go).
+	Layouts []string
 }
 
 // imageKind is one family of mapped images.
@@ -90,6 +93,12 @@ func (e *ImageNotMappedError) Error() string {
 // Argv is the process a container of image runs, given the pod's command
 // and args: the program's path first.
 func (im Images) Argv(image string, command, args []string) ([]string, error) {
+	if img, err := findLayoutImage(im.Layouts, image); err != nil || img != nil {
+		if err != nil {
+			return nil, &ImageNotMappedError{image, err.Error()}
+		}
+		return img.argv(command, args), nil
+	}
 	repo, host := imageRepository(image)
 	kind, mapped := MappedImages[repo]
 	if !mapped {

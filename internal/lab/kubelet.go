@@ -87,6 +87,12 @@ type kubelet struct {
 	// volumes reads configMap and secret volumes (podfiles.go); nil for
 	// the lab's own API server.
 	volumes volumeSource
+	// objects are what volumes are made of (volumes.go); nil without an
+	// API server.
+	objects volumeObjects
+	// stopping: deleted pods whose containers were sent SIGTERM, since
+	// when (graceful.go).
+	stopping map[string]time.Time
 }
 
 func (k *kubelet) recordsPath() string { return podRecordsPath(k.cfg.Instance.StateDir()) }
@@ -283,6 +289,9 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 	if err != nil {
 		return err
 	}
+	if err := k.runInitContainers(pod, rec); err != nil {
+		return err
+	}
 	for _, c := range pod.Spec.Containers {
 		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit"), Binds: binds[c.Name]}
 		if err := k.startContainer(pod, rec, c, &cr); err != nil {
@@ -301,13 +310,19 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 	if err != nil {
 		return err
 	}
-	argv, err := k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+	argv, fsFlags, imagePath, err := k.imageProcess(pod, rec, c)
+	if err == nil && argv == nil {
+		argv, err = k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+	}
 	if err != nil {
 		logf.Close()
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
-	if len(cr.Binds) > 0 {
+	if len(fsFlags) > 0 {
+		// From an image: its volumes are mounts in its own root (rootfs.go).
+		shimArgs = append(shimArgs, fsFlags...)
+	} else if len(cr.Binds) > 0 {
 		shimArgs = append(shimArgs, "--binds", bindsArg(cr.Binds))
 	}
 	shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
@@ -317,6 +332,10 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		shim.Dir = "/"
 	}
 	shim.Env = k.containerEnv(pod, rec, c)
+	if imagePath != "" {
+		// The image's PATH, last: exec keeps the last of a name.
+		shim.Env = append(shim.Env, "PATH="+imagePath)
+	}
 	// Its own session: the container survives the agent's exit and its
 	// terminal signals.
 	shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -341,7 +360,7 @@ func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Contain
 		"SHUNT_INSTANCE=" + k.cfg.Instance.Name,
 	}
 	for _, e := range c.Env {
-		env = append(env, e.Name+"="+e.Value)
+		env = append(env, e.Name+"="+envValue(pod, rec, e))
 	}
 	return env
 }

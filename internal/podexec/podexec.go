@@ -43,6 +43,15 @@ type Target struct {
 	// a runtime mounts into a container (the pod's /etc/resolv.conf and
 	// /etc/hosts, its volumes).
 	Binds []Bind
+	// Rootfs runs the process chrooted in this root file system (an
+	// image's, unpacked), in a mount namespace of its own with /proc,
+	// /sys, /dev and Mounts (rootfs.go); cmd.Path is the path in it.
+	Rootfs string
+	Mounts []Mount
+	// Chroot is a root to run in (a running container's, /proc/PID/root,
+	// for an exec into it), entered before the capabilities are dropped:
+	// chroot needs CAP_SYS_CHROOT, which the container may not have.
+	Chroot string
 }
 
 // Bind is one bind mount: Source (a file or directory of the node) seen
@@ -85,7 +94,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && len(t.Binds) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && len(t.Binds) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" && t.Rootfs == "" && t.Chroot == "" {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -154,8 +163,24 @@ func Start(t Target, cmd *exec.Cmd) error {
 				return
 			}
 		}
-		if len(t.Hide) > 0 || len(t.Binds) > 0 {
+		if t.Rootfs != "" {
+			privileged := t.Security == nil || t.Security.Privileged
+			if err := mountRootfsOnThread(t.Rootfs, t.Mounts, !privileged); err != nil {
+				errc <- err
+				return
+			}
+			if err := chrootThread(t.Rootfs); err != nil {
+				errc <- err
+				return
+			}
+		} else if len(t.Hide) > 0 || len(t.Binds) > 0 {
 			if err := mountOnThread(t.Binds, t.Hide); err != nil {
+				errc <- err
+				return
+			}
+		}
+		if t.Chroot != "" {
+			if err := chrootThread(t.Chroot); err != nil {
 				errc <- err
 				return
 			}

@@ -70,6 +70,10 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- define "shunt.agentArgs" -}}
 - --in-cluster
 - --log-level={{ .Values.logLevel }}
+- --uninstall-when-removed
+{{- if .Values.cni.install }}
+- --cni-files=/host/etc/cni/net.d/{{ .Values.cni.confFileName }},/host/opt/cni/bin/shunt-cni
+{{- end }}
 {{- if eq .Values.routingMode "tunnel" }}
 - --routing=tunnel
 - --tunnel={{ .Values.tunnelProtocol }}
