@@ -15,7 +15,7 @@ func TestNames(t *testing.T) {
 		{ReasonLBSourceDenied.String(), "lb-source-denied"},
 		{ReasonProxySteered.String(), "proxy-steered"},
 		{ReasonProxySteerFailed.String(), "proxy-steer-failed"},
-				{ReasonDSRTooBig.String(), "dsr-too-big"},
+		{ReasonDSRTooBig.String(), "dsr-too-big"},
 		{ReasonMax.String(), "52"},
 		{DirFromPod.String(), "from-pod"},
 		{DirToOverlay.String(), "to-overlay"},
