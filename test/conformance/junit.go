@@ -67,8 +67,9 @@ var causes = []struct {
 	// A program of the image that the node, whose programs the lab's
 	// mapped images run (internal/lab/images.go), does not have.
 	{regexp.MustCompile(`/bin/sh: \d+: \S+: not found`), "a program of the image the node lacks (scripts/setup.sh installs them)"},
-	// agnhost connect --protocol=sctp: socket(..., IPPROTO_SCTP) refused.
-	{regexp.MustCompile(`OTHER: protocol not supported`), "SCTP: the node's kernel has none (CONFIG_IP_SCTP unset on this machine), and shunt balances no SCTP Service port (services.Unsupported)"},
+	// agnhost connect --protocol=sctp: socket(..., IPPROTO_SCTP) refused,
+	// or a probe of SCTP that found it blocked.
+	{regexp.MustCompile(`OTHER: protocol not supported|instead BLOCKED --- run 'kubectl exec [^']*--protocol=sctp'`), "SCTP: the node's kernel has none (CONFIG_IP_SCTP unset on this machine), and shunt balances no SCTP Service port (services.Unsupported)"},
 	{regexp.MustCompile(`(?i)readiness probe failed|liveness probe failed|startup probe failed`), "probes"},
 }
 
