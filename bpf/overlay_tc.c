@@ -43,6 +43,11 @@ volatile const struct shunt_config CONFIG = {};
  * which a route of that node encapsulates with it). */
 static __always_inline bool tunnel_sender_ok(__u32 saddr, __u32 outer_saddr, __u32 vni)
 {
+	/* The sending node's own underlay address, which is no pod's: its
+	 * NodePort's reply to a pod of this node, as its own traffic
+	 * (lib/nodeport.h). */
+	if (saddr == outer_saddr)
+		return vni == SHUNT_ID_REMOTE_NODE;
 	struct ipcache_value *v = ipcache_lookup(saddr);
 
 	if (!v || !v->tunnel_ip4 || v->tunnel_ip4 != outer_saddr)

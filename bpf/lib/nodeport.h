@@ -311,11 +311,40 @@ static __always_inline int nodeport_icmp_error(struct __sk_buff *skb, const stru
 	return icmp_quote_rewrite(skb, f, v, qip);
 }
 
-/* nodeport_reply translates a backend's reply to a flow from outside, or
- * an ICMP error about the flow's way to the backend (nodeport_icmp_error),
- * and sends it to the client. Returns -1 when the packet is neither (it
- * goes on as before), else the verdict. */
-static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+/* nodeport_to_node sends a packet to the node whose underlay address is
+ * tunnel_ip4 as this node's own traffic: through the overlay with the
+ * remote-node VNI, or routed. Returns the verdict. */
+static __always_inline int nodeport_to_node(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					    __u32 tunnel_ip4)
+{
+	if (cfg->tunnel_ifindex) {
+		struct bpf_tunnel_key key = {
+			.tunnel_id = SHUNT_ID_REMOTE_NODE,
+			.remote_ipv4 = bpf_ntohl(tunnel_ip4),
+			.tunnel_ttl = TUNNEL_TTL,
+		};
+		int verdict = forward_hop(skb, p);
+
+		if (verdict >= 0)
+			return verdict;
+		if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+			return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
+		if (bpf_redirect(cfg->tunnel_ifindex, 0) != TC_ACT_REDIRECT)
+			return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
+		return TC_ACT_REDIRECT;
+	}
+	if (cfg->native_ifindex)
+		return to_node_routed(skb, p, cfg);
+	return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+}
+
+/* nodeport_unnat gives a backend's reply to a flow from outside the
+ * frontend's address and port back as its source (and the client's
+ * address as destination), or translates an ICMP error about the flow's
+ * way to the backend (nodeport_icmp_error). Returns -1 when the packet is no such reply (it
+ * goes on as before), 0 when it is translated, else the drop verdict. */
+static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
 {
 	struct flow *f = &p->f;
 	bool error = f->icmp_error;
@@ -360,6 +389,28 @@ static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, 
 	}
 	if (err < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	return 0;
+}
+
+/* nodeport_reply translates a backend's reply to a flow from outside and
+ * sends it to the client. Returns -1 when the packet is no such reply (it
+ * goes on as before), else the verdict. */
+static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	int verdict = nodeport_unnat(skb, p, cfg);
+
+	if (verdict != 0)
+		return verdict;
+	/* A client that is a pod of another node reached this node's
+	 * address from there (no socket of its node translated it): the
+	 * reply goes back to its node as this node's own traffic, not out of
+	 * the uplink, which has no route to pods. */
+	struct ipcache_value *client = ipcache_lookup(p->f.daddr);
+	if (client && client->tunnel_ip4) {
+		p->dst_identity = client->identity;
+		p->src_identity = SHUNT_ID_HOST;
+		return nodeport_to_node(skb, p, cfg, client->tunnel_ip4);
+	}
 	return nodeport_send_out(skb, p, cfg);
 }
 
@@ -477,26 +528,7 @@ static __always_inline int nodeport_to_backend(struct __sk_buff *skb, struct pkt
 		/* Not a pod of any node (a hand-written endpoint outside): the
 		 * stack routes it. */
 		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
-	if (cfg->tunnel_ifindex) {
-		struct bpf_tunnel_key key = {
-			.tunnel_id = SHUNT_ID_REMOTE_NODE,
-			.remote_ipv4 = bpf_ntohl(tunnel_ip4),
-			.tunnel_ttl = TUNNEL_TTL,
-		};
-		int verdict = forward_hop(skb, p);
-
-		if (verdict >= 0)
-			return verdict;
-		if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), 0) < 0)
-			return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
-		if (bpf_redirect(cfg->tunnel_ifindex, 0) != TC_ACT_REDIRECT)
-			return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
-		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
-		return TC_ACT_REDIRECT;
-	}
-	if (cfg->native_ifindex)
-		return to_node_routed(skb, p, cfg);
-	return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+	return nodeport_to_node(skb, p, cfg, tunnel_ip4);
 }
 
 /* nodeport_dsr_forward sends a client's packet of a DSR flow (entry fwd)

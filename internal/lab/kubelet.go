@@ -59,6 +59,7 @@ type PodRecord struct {
 // its exit status even when no agent is running.
 type ContainerRecord struct {
 	Name     string    `json:"name"`
+	Image    string    `json:"image,omitempty"` // an exec maps its image's programs (Images.ExecArgv)
 	ShimPID  int       `json:"shimPID"`
 	Started  time.Time `json:"started"`
 	LogFile  string    `json:"logFile"`
@@ -293,7 +294,7 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 		return err
 	}
 	for _, c := range pod.Spec.Containers {
-		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit"), Binds: binds[c.Name]}
+		cr := ContainerRecord{Name: c.Name, Image: c.Image, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit"), Binds: binds[c.Name]}
 		if err := k.startContainer(pod, rec, c, &cr); err != nil {
 			return err
 		}
