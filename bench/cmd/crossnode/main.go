@@ -938,10 +938,11 @@ func (b *bench) createService(ctx context.Context, name string, np *nodePorts, e
 		spec.Type = corev1.ServiceTypeNodePort
 	}
 	spec.Ports = ports
-	svc, err := b.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       spec,
-	}, metav1.CreateOptions{})
+	svc, err := createRetrying(ctx, func() (*corev1.Service, error) {
+		return b.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	}, func() (*corev1.Service, error) {
+		return b.cs.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+	})
 	if err != nil {
 		return "", err
 	}
@@ -957,10 +958,38 @@ func (b *bench) createService(ctx context.Context, name string, np *nodePorts, e
 	for _, ip := range endpoints {
 		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
 	}
-	if _, err := b.cs.DiscoveryV1().EndpointSlices("default").Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+	if _, err := createRetrying(ctx, func() (*discoveryv1.EndpointSlice, error) {
+		return b.cs.DiscoveryV1().EndpointSlices("default").Create(ctx, sl, metav1.CreateOptions{})
+	}, func() (*discoveryv1.EndpointSlice, error) {
+		return b.cs.DiscoveryV1().EndpointSlices("default").Get(ctx, name, metav1.GetOptions{})
+	}); err != nil {
 		return "", err
 	}
 	return svc.Spec.ClusterIP, nil
+}
+
+// createRetrying creates an object, again after the API server timed out
+// (a busy machine: 10 000 Services against a control plane sharing two
+// cores), and takes the object as it is when an earlier try created it
+// after all.
+func createRetrying[T any](ctx context.Context, create, get func() (T, error)) (T, error) {
+	for try := 1; ; try++ {
+		out, err := create()
+		switch {
+		case err == nil:
+			return out, nil
+		case apierrors.IsAlreadyExists(err) && try > 1:
+			return get()
+		case (apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err)) && try < 5:
+			select {
+			case <-ctx.Done():
+				return out, ctx.Err()
+			case <-time.After(time.Duration(try) * time.Second):
+			}
+		default:
+			return out, err
+		}
+	}
 }
 
 // waitServers waits until every server of every case answers on its pod
