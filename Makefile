@@ -29,10 +29,11 @@ check-generated: generate
 # plane: built once per version (15-20 minutes cold on 2 cores, niced), then
 # this returns at once. Then kube-scheduler, agnhost and e2e.test, for the
 # conformance subset of make test (test/conformance; e2e.test took 611 s
-# with the Go build cache of the others warm).
+# with the Go build cache of the others warm), and coredns, the cluster DNS
+# (tools/coredns: 376 s on 2 loaded cores with client-go's build cache warm).
 kube:
 	@scripts/kube-build.sh >/dev/null
-	@scripts/kube-build.sh kube-scheduler agnhost e2e.test >/dev/null
+	@scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns >/dev/null
 
 # The container image, without a container daemon (tools/image, a module of
 # its own): $(BIN)/image/oci (OCI layout) and $(BIN)/image/shunt.tar
@@ -59,7 +60,8 @@ demo-down: build
 	$(BIN)/shunt --instance nodes lab down
 
 # The whole suite: unit tests everywhere, BPF_PROG_TEST_RUN tests, and the
-# end-to-end lab tests (root needed; they skip with a reason without it),
+# end-to-end lab tests (root needed; they skip with a reason without it;
+# test/deploy installs the chart with the image on lab nodes, hence image),
 # then every benchmark in smoke mode (bench/smoke_test.go) on its own, so its
 # timings and address ranges never meet the e2e tests' on the 2 cores.
 # The end-to-end tests run again with every kernel fallback forced (the
@@ -68,7 +70,7 @@ demo-down: build
 # forwarding, services, UDP socket destroy, policy, acceleration, the L7
 # proxy, two nodes, restarts and uninstall (~3 minutes).
 FALLBACK_E2E := ^(TestKernelFallbackTC|TestSkMsgAttachAcrossRestarts|TestPodToPodAllModes|TestServiceClusterIP|TestConnectedUDPSocketLeavesDeletedBackend|TestSocketAccelerationKeepsPolicy|TestL7ProxyPolicyRoutesAndFlows|TestCrossNodeOverlay|TestNetworkPolicyMatrix|TestUninstallAfterCrash)$$
-test: setup build check-generated kube
+test: setup build check-generated kube image
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vx 'github.com/shuntnet/shunt/bench')
 	SHUNT_KERNEL_FALLBACKS=all $(GO) test -count=1 -timeout 15m -run '$(FALLBACK_E2E)' ./test/e2e/

@@ -33,11 +33,14 @@ scripts/kube-build.sh >/dev/null
 go build -o bin/ ./bench/cmd/crossnode ./bench/cmd/connrate
 SCALES=$(echo $SCALE_LIST | tr ' ' ,)
 SETTLE=5s SMOKE_FLAG=
+# NATIVE_MODE (environment): shunt-native's --nodeport-mode, snat (default),
+# dsr or hybrid; not snat, its rows are shunt-native-dsr (hybrid).
+NATIVE_MODE=${NATIVE_MODE:-snat}
 [ -z "$SMOKE" ] || SETTLE=0s SMOKE_FLAG=-smoke
 
 cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/nodeport.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
-bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT
+bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT -native-nodeport-mode $NATIVE_MODE
 # every command it ran, exactly and in order: commands-run.txt; in short, as bench/crossnode.sh without the floor and the policies, shunt's agents with --masquerade (pods get a default route), plus per case an external host:
 ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name ext netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.200/24 dev ul0   # on the case's underlay bridge (shunt-native: shunt-vxlan's)
 # measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202
@@ -45,7 +48,7 @@ nsenter --net=EXT timeout T taskset -c 0 sockperf ping-pong --tcp -i 192.168.U.1
 nsenter --net=EXT timeout T taskset -c 0 bin/connrate -target 192.168.U.1|192.168.U.2:30080 -workers 4 -duration ${DURATION}s
 nsenter --net=EXT timeout T taskset -c 0 iperf3 -c 192.168.U.1 -p 30201 -t $DURATION -J
 EOT
-bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" \
+bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" -native-nodeport-mode "$NATIVE_MODE" \
 	> >(tee "$OUT/crossnode.log") 2>&1 &
 XB=$!
 trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM
@@ -57,7 +60,7 @@ cat >"$NOTES" <<'EOT'
 Two nodes on one machine, each a network namespace, joined by a bridge in a third (the underlay), and an external host (192.168.U.200) on that bridge; every case has its own namespaces (shunt-native's nodes and external host are on shunt-vxlan's underlay). Ten server pods on node 2 (CPU 1), the client tools in the external host (CPU 0). `n` = Services besides the measured ones (ClusterIP, the ten servers as endpoints each: NodePorts are at most 2768 per cluster).
 
 - kube-proxy-iptables / kube-proxy-nftables: the real kube-proxy (scripts/kube-build.sh) in both node namespaces, flannel's vxlan backend by hand between them (bench/crossnode.sh's floor); a NodePort flow is DNATed to a backend and, its backend on the other node, masqueraded to node 1's flannel address.
-- shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2.
+- shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2; shunt-native-dsr (`NATIVE_MODE=dsr`, `--nodeport-mode dsr`): the client's address kept, IPIP to node 2, the replies from node 2 straight to the external host.
 
 *_remote: through node 1's NodePort (every backend on node 2); *_local: through node 2's (every backend there). rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages, full round trip, avg/p50/p99 in µs, tps = received / measured time; softirq: machine-wide softirq time per transaction. conn_rate_*: connect, 4-byte request, reply, close; 4 workers. throughput_remote: iperf3, one TCP stream through node 1's NodePort to server-0.
 EOT

@@ -43,6 +43,11 @@ volatile const struct shunt_config CONFIG = {};
  * which a route of that node encapsulates with it). */
 static __always_inline bool tunnel_sender_ok(__u32 saddr, __u32 outer_saddr, __u32 vni)
 {
+	/* The sending node's own underlay address, which is no pod's: its
+	 * NodePort's reply to a pod of this node, as its own traffic
+	 * (lib/nodeport.h). */
+	if (saddr == outer_saddr)
+		return vni == SHUNT_ID_REMOTE_NODE;
 	struct ipcache_value *v = ipcache_lookup(saddr);
 
 	if (!v || !v->tunnel_ip4 || v->tunnel_ip4 != outer_saddr)
@@ -98,21 +103,43 @@ int shunt_from_overlay(struct __sk_buff *skb)
 	return admit_to_local_pod(skb, &p, &CONFIG, key.tunnel_id, ep);
 }
 
+/* steered_reply_identity: the identity of a packet the node's stack sends
+ * from a local pod's address (not one a pod sent: those arrive redirected
+ * from its veth, with an ingress interface): the node proxy's socket
+ * answering a connection tc steered to it (lib/steer.h), which speaks as
+ * that pod. 0 for anything else. */
+static __always_inline __u32 steered_reply_identity(struct __sk_buff *skb)
+{
+	__u32 saddr;
+
+	if (!CONFIG.proxy_steer_port || skb->ingress_ifindex ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, saddr), &saddr, sizeof(saddr)) < 0)
+		return 0;
+	struct endpoint_info *ep = lookup_endpoint(saddr);
+	return ep ? ep->identity : 0;
+}
+
 /* shunt_to_overlay runs at egress of the VXLAN device, on what the node's
  * own stack sends to other nodes' pods: the routes that bring it here put
  * the remote-node identity in the tunnel key. The node proxy's connections
  * (its socket mark) act for a client pod, whose identity the mark carries:
  * that identity goes in the VNI instead, so the receiving node judges the
  * client's connection by the client's identity, as if the client had
- * connected itself (this node's proxy has already decided its requests). */
+ * connected itself (this node's proxy has already decided its requests).
+ * The proxy's answers on connections steered to it speak as the local pod
+ * whose address they leave from: that pod's identity, which the receiving
+ * node expects of the address (tunnel_sender_ok). */
 SEC("tc")
 int shunt_to_overlay(struct __sk_buff *skb)
 {
 	struct ipcache_value *v;
 	__u32 identity, daddr;
 
-	if (!proxy_marked(&CONFIG, skb->mark, &identity) || !tunnel_identity_ok(identity) ||
-	    skb->protocol != bpf_htons(ETH_P_IP))
+	if (skb->protocol != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	if (!proxy_marked(&CONFIG, skb->mark, &identity))
+		identity = steered_reply_identity(skb);
+	if (!identity || !tunnel_identity_ok(identity))
 		return TC_ACT_OK;
 	/* The node the route sends it to is the one the ipcache says hosts
 	 * the destination (the key the route set cannot be read back as it

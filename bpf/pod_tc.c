@@ -246,7 +246,15 @@ int shunt_from_pod(struct __sk_buff *skb)
 			return TC_ACT_OK;
 		}
 		/* A pod of another node: the sender's egress is judged (above),
-		 * the receiver's ingress on the receiving node. */
+		 * the receiver's ingress on the receiving node. A local
+		 * backend's reply to such a pod that reached a NodePort of this
+		 * node (no socket of its node translated its packets) leaves
+		 * with the frontend as its source (lib/nodeport.h). */
+		if (tunnel_ip4) {
+			verdict = nodeport_reply(skb, &p, &CONFIG);
+			if (verdict >= 0)
+				return verdict;
+		}
 		if (tunnel_ip4 && CONFIG.tunnel_ifindex)
 			return to_tunnel(skb, &p, tunnel_ip4);
 		if (tunnel_ip4 && CONFIG.native_ifindex)

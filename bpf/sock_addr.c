@@ -19,10 +19,14 @@
 #include "lib/sock_svc.h"
 #include "lib/sock_proxied.h"
 #include "lib/set_retval.h"
+#include "lib/source_ranges.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 volatile const struct shunt_config CONFIG = {};
+
+/* Never read: it puts the enum into the object's BTF (see pod_tc.c). */
+const volatile enum affinity_client_kind _btf_affinity_client_kind = 0;
 
 /* Verdicts of cgroup sock_addr programs. */
 #define SOCK_ALLOW 1
@@ -72,6 +76,30 @@ static __always_inline bool pods_own_loopback(struct bpf_sock_addr *ctx, __u32 i
 	return c && c->host_netns_cookie && bpf_get_netns_cookie(ctx) != c->host_netns_cookie;
 }
 
+/* The address the node's own unbound sockets are judged by at a load
+ * balancer frontend with source ranges: the node's address on its uplink,
+ * which the route to an outside load balancer address picks (without an
+ * uplink, its address on the pod network). Network byte order, set at
+ * load. */
+volatile const __u32 NODE_SOURCE_IP4 = 0;
+
+/* sock_client_ip4 is the address a socket's connection comes from, as
+ * loadBalancerSourceRanges judge it (no packet, so no source address,
+ * exists yet): the address the socket is bound to; else a pod's own
+ * address (its network namespace); else the node's (NODE_SOURCE_IP4). */
+static __always_inline __u32 sock_client_ip4(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u64 netns;
+	__u32 *pod;
+
+	if (sk && sk->src_ip4)
+		return sk->src_ip4;
+	netns = bpf_get_netns_cookie(ctx);
+	pod = bpf_map_lookup_elem(&shunt_netns_pods, &netns);
+	return pod ? *pod : NODE_SOURCE_IP4;
+}
+
 static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst, __u8 proto, __u32 hook)
 {
 	bool connect = hook == SHUNT_DIR_CONNECT;
@@ -85,7 +113,16 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 		return SOCK_ALLOW;
 	}
 
-	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), &failed);
+	/* A load balancer frontend's source ranges hold for node-local
+	 * clients too, as kube-proxy's: refused at once, as a Service without
+	 * endpoints is (only frontends with ranges have trie entries). */
+	if ((svc->flags & SERVICE_F_EXTERNAL) && !lb_source_allowed(svc->id, sock_client_ip4(ctx))) {
+		set_refusal(-ECONNREFUSED);
+		count(SHUNT_REASON_LB_SOURCE_DENIED, hook, 0);
+		sock_flow(dst, 0, 0, proto, FLOW_DROPPED, SHUNT_REASON_LB_SOURCE_DENIED);
+		return SOCK_REJECT;
+	}
+	be = select_backend(svc, dst->ip, dst->port, proto, bpf_get_netns_cookie(ctx), AFFINITY_CLIENT_NETNS, &failed);
 	if (!be) {
 		/* Fail fast and say why: a timeout would hide the cause. */
 		set_refusal(-ECONNREFUSED);

@@ -26,7 +26,8 @@
  * It is also where traffic from outside reaches the node's NodePorts,
  * externalIPs and load balancer addresses (lib/nodeport.h), and where
  * replies of such flows from backends on other nodes come back (native
- * routing).
+ * routing). With DSR (lib/dsr.h) it is also where another node's IPIP
+ * carrying such a flow arrives for a backend of this node.
  *
  * The uplink programs are one per hook: masquerade, native routing and
  * NodePort share them, each part off when its configuration is (MASQ.addr,
@@ -54,6 +55,7 @@ volatile const struct masq_config MASQ = {};
 const volatile enum masq_dir _btf_masq_dir = 0;
 const volatile enum masq_flags _btf_masq_flags = 0;
 const volatile enum service_flags _btf_service_flags = 0;
+const volatile enum nodeport_mode _btf_nodeport_mode = 0;
 
 /* uplink_addrs reads the addresses of an IPv4 packet ([0] source, [1]
  * destination); false for anything else. */
@@ -90,6 +92,33 @@ static __always_inline int error_out(struct __sk_buff *skb, struct pkt *p, __u32
 	return TC_ACT_OK;
 }
 
+/* proxy_nodeport_reply translates what the node proxy answers a client
+ * outside that reached a local backend through a NodePort, steered to the
+ * proxy (lib/steer.h): the proxy's socket sends from the backend's address
+ * and port, which leave as the frontend's, as nodeport_reply does for the
+ * backend's own replies at its veth. Returns -1 for anything else. */
+static __always_inline int proxy_nodeport_reply(struct __sk_buff *skb)
+{
+	struct pkt p = { .dir = SHUNT_DIR_TO_UPLINK, .point = FLOW_POINT_TO_UPLINK };
+	int verdict;
+
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	if (p.f.proto != IPPROTO_TCP || !p.f.has_ports)
+		return -1;
+	struct tc_nat_key k = nodeport_key(&p.f);
+	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
+	if (!found || !found->reply)
+		return -1;
+	nodeport_refresh(&k, found, p.f.tcp_flags, bpf_ktime_get_ns());
+	struct nodeport_nat_value v = *found;
+	if (nodeport_rewrite(skb, ETH_HLEN + ip->ihl * 4, &p.f, &v) < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_NODEPORT_REPLY);
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int shunt_to_uplink(struct __sk_buff *skb)
 {
@@ -98,9 +127,19 @@ int shunt_to_uplink(struct __sk_buff *skb)
 	__u32 addrs[2];
 	int verdict;
 
-	if (!MASQ.addr || !uplink_addrs(skb, addrs))
+	if (!uplink_addrs(skb, addrs))
 		return TC_ACT_OK;
 	ep = lookup_endpoint(addrs[0]);
+	/* From a local pod's address, out of the node's stack: the node
+	 * proxy's socket answering a steered client (a pod's own packets
+	 * leave through its veth's program). */
+	if (ep && CONFIG.uplink_ifindex && CONFIG.proxy_steer_port) {
+		verdict = proxy_nodeport_reply(skb);
+		if (verdict >= 0)
+			return verdict;
+	}
+	if (!MASQ.addr)
+		return TC_ACT_OK;
 	if (!ep || masq_excluded(addrs[1]))
 		return TC_ACT_OK;
 	p.src_identity = ep->identity;
@@ -191,8 +230,7 @@ static __always_inline int nodeport_at_uplink(struct __sk_buff *skb)
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
-	if (p.f.icmp_error)
-		return -1;
+	/* A reply, or an ICMP error about a packet on its way to a backend. */
 	verdict = nodeport_reply(skb, &p, &CONFIG);
 	if (verdict >= 0)
 		return verdict;
@@ -208,6 +246,11 @@ int shunt_from_uplink(struct __sk_buff *skb)
 
 	if (!uplink_addrs(skb, addrs))
 		return TC_ACT_OK;
+	if (CONFIG.nodeport_dsr_ip4 && addrs[1] == CONFIG.nodeport_dsr_ip4) {
+		verdict = nodeport_from_dsr(skb, &CONFIG);
+		if (verdict >= 0)
+			return verdict;
+	}
 	if (CONFIG.native_ifindex) {
 		struct endpoint_info *ep = lookup_endpoint(addrs[1]);
 		struct ipcache_value *from = ep ? ipcache_lookup(addrs[0]) : NULL;

@@ -11,8 +11,9 @@
 #   scripts/conformance.sh --focus RE --skip RE --report-dir DIR --nodes N
 #
 # It builds shunt (make build) and, once per Kubernetes release, e2e.test,
-# kube-scheduler and agnhost (scripts/kube-build.sh; e2e.test took 611 s on
-# 2 busy cores with a warm Go build cache, much longer cold). Root needed.
+# kube-scheduler, agnhost and coredns, the cluster DNS (scripts/kube-build.sh;
+# e2e.test took 611 s on 2 busy cores with a warm Go build cache, much longer
+# cold; coredns 376 s). Root needed.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -23,7 +24,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 scripts/setup.sh
 make -s build
-kube=$(scripts/kube-build.sh kube-scheduler agnhost e2e.test | tail -n1)
+kube=$(scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns | tail -n1)
 scripts/kube-build.sh >/dev/null
 GOWORK=off go build -o bin/conformance ./test/conformance
 exec bin/conformance --shunt-bin bin --kube-bin "$kube" "$@"

@@ -31,6 +31,12 @@
 #                   kubelet runs for it (internal/lab/images.go)
 #   e2e.test        the Kubernetes end-to-end suite, `go test -c` of
 #                   k8s.io/kubernetes/test/e2e (tools/kube/e2e names its imports)
+#   coredns         CoreDNS with the kubernetes plugin, from the module
+#                   tools/coredns (github.com/coredns/coredns at its pin,
+#                   client-go at this release), the program of the
+#                   registry.k8s.io/coredns/coredns image: the cluster DNS
+#                   that `shunt dev cluster up --dns` runs. Rebuilt when the
+#                   CoreDNS pin changes (bin/coredns.version says which).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,7 +52,7 @@ cache=${SHUNT_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shunt/kube}
 dir=$cache/$version
 bin=$dir/bin
 programs=(kube-apiserver kube-controller-manager kube-proxy kubectl)
-extras=(kube-scheduler agnhost e2e.test)
+extras=(kube-scheduler agnhost e2e.test coredns)
 check=
 if [ "${1:-}" = --check ]; then
 	check=1
@@ -65,10 +71,20 @@ if [ $# -gt 0 ]; then
 	programs=("$@")
 fi
 
+# CoreDNS has a pin of its own (tools/coredns/go.mod).
+coredns_version=$(awk '$1 == "github.com/coredns/coredns" && $2 ~ /^v/ { print $2 }' "$root/tools/coredns/go.mod")
+
+present() {
+	[ -x "$bin/$1" ] || return 1
+	if [ "$1" = coredns ]; then
+		[ "$(cat "$bin/coredns.version" 2>/dev/null)" = "$coredns_version" ] || return 1
+	fi
+}
+
 built() {
 	local p
 	for p in "${programs[@]}"; do
-		[ -x "$bin/$p" ] || return 1
+		present "$p" || return 1
 	done
 }
 
@@ -114,7 +130,7 @@ mkdir -p "$bin"
 tmp=$(mktemp -d "$dir/bin.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 for p in "${programs[@]}"; do
-	[ -x "$bin/$p" ] && continue
+	present "$p" && continue
 	case $p in
 	agnhost) pkg=k8s.io/kubernetes/test/images/agnhost ;;
 	e2e.test) pkg=k8s.io/kubernetes/test/e2e ;;
@@ -124,11 +140,17 @@ for p in "${programs[@]}"; do
 	# nice: other work shares these cores; static binaries like the release ones.
 	if [ "$p" = e2e.test ]; then
 		(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go test -c -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/$p" "$pkg")
+	elif [ "$p" = coredns ]; then
+		# A module of its own (tools/coredns), not k8s.io/kubernetes.
+		(cd "$root/tools/coredns" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$tmp/$p" .)
 	else
 		(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/$p" "$pkg")
 	fi
 	chmod 755 "$tmp/$p"
 	mv -f "$tmp/$p" "$bin/$p"
+	if [ "$p" = coredns ]; then
+		echo "$coredns_version" >"$bin/coredns.version"
+	fi
 	echo "kube-build: $p built in $(($(date +%s) - t0)) s" >&2
 done
 echo "kube-build: built in $(($(date +%s) - start)) s" >&2

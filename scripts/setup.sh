@@ -40,6 +40,7 @@ programs=(
 	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"
 	"chromium          chromium         e2e, bench ui: drives the page of shunt ui headless (chromedp)"
 	"busybox           busybox-static   lab kubelet: the program of busybox images (internal/lab/images.go), as the conformance suites run them"
+	"nc                netcat-openbsd   lab kubelet: agnhost's nc (its image installs netcat-openbsd); the Services conformance specs exec nc -u/-t/-v in its pods"
 )
 
 # Not here: kube-apiserver, kube-controller-manager, kube-proxy and kubectl.

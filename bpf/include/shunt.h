@@ -59,6 +59,34 @@ struct shunt_config {
 	__u32 nodeport_snat_ip4;
 	__u16 nodeport_port_min;
 	__u16 nodeport_port_max;
+	/* Steering to the node proxy in tc (lib/steer.h): a new connection
+	 * from off the node (another node's pod, outside through a NodePort)
+	 * to a local pod's port the node proxy takes (shunt_l7_redirect) is
+	 * given to the proxy's transparent listener at proxy_steer_ip4 and
+	 * proxy_steer_port (network byte order) with bpf_sk_assign, and
+	 * marked proxy_steer_mark, which the node's routing rule delivers
+	 * locally. Port 0: no steering; such connections are dropped
+	 * (proxy-steer-failed), never passed around the proxy. */
+	__u32 proxy_steer_ip4;
+	__u16 proxy_steer_port;
+	__u16 pad_steer;
+	__u32 proxy_steer_mark;
+	/* DSR (direct server return, lib/dsr.h): the node's underlay address
+	 * (network byte order), the outer source of the IPIP packets that carry
+	 * a flow from outside to its backend's node and the only outer
+	 * destination this node accepts them at (0: DSR off both ways), and
+	 * which new flows to a backend on another node go by DSR rather than
+	 * SNAT (enum nodeport_mode). */
+	__u32 nodeport_dsr_ip4;
+	__u32 nodeport_mode;
+};
+
+/* How a flow from outside reaches a backend on another node
+ * (shunt_config.nodeport_mode, shuntd --nodeport-mode). */
+enum nodeport_mode {
+	NODEPORT_MODE_SNAT = 0,   /* from the node's address; the reply comes back through it */
+	NODEPORT_MODE_DSR = 1,    /* IPIP to the backend's node with the client's address kept; the reply leaves from there */
+	NODEPORT_MODE_HYBRID = 2, /* DSR for TCP, SNAT for UDP */
 };
 
 /* A local pod endpoint, keyed by its IPv4 address (network byte order). */
@@ -258,7 +286,21 @@ enum shunt_reason {
 					   * its source, and sent out of the uplink to the client */
 	SHUNT_REASON_LB_SOURCE_DENIED = 46, /* dropped: a new flow from outside to a load balancer address whose
 					     * Service's loadBalancerSourceRanges do not hold the client
-					     * (lib/source_ranges.h) */
+					     * (lib/source_ranges.h); at the socket layer, a node-local
+					     * client's connect or sendmsg refused (ECONNREFUSED) */
+	SHUNT_REASON_PROXY_STEERED = 47, /* tc: a packet from off the node for a local pod's port with HTTP rules
+					  * given to the node proxy's socket (bpf_sk_assign, lib/steer.h) */
+	SHUNT_REASON_PROXY_STEER_FAILED = 48, /* dropped: a new connection from off the node to a local pod's port
+					       * with HTTP rules, which could not be given to the node proxy (no
+					       * steering configured, its listener missing, the assign failed):
+					       * never passed around the proxy */
+	SHUNT_REASON_DSR_ENCAP = 49, /* uplink ingress: a flow from outside sent to its backend's node by DSR: IPIP
+				      * with the service address and port in an IP option, the client's address kept
+				      * (lib/dsr.h) */
+	SHUNT_REASON_DSR_DECAP = 50, /* uplink ingress: such a packet arrived at the backend's node, decapsulated and
+				      * recorded, so the backend's reply leaves from here with the service address */
+	SHUNT_REASON_DSR_TOO_BIG = 51, /* dropped: a packet for DSR that would not fit the uplink's MTU once
+					* encapsulated and has no DF bit (with DF it is answered, frag-needed) */
 	SHUNT_REASON_MAX,
 };
 
@@ -337,12 +379,20 @@ struct backend_value {
 	__u8 pad;
 };
 
-/* ClientIP affinity. At the socket layer the client is identified by its
- * network namespace (one pod = one netns): the netns cookie. */
+/* Who a ClientIP affinity entry is for (affinity_key.client_kind): the
+ * socket layer knows a client by its network namespace (one pod = one
+ * netns), the uplink and tc by its address. A kind of its own each, so a
+ * netns cookie and an address of equal value never share an entry. */
+enum affinity_client_kind {
+	AFFINITY_CLIENT_NETNS = 0, /* client_cookie is a network namespace cookie */
+	AFFINITY_CLIENT_ADDR = 1,  /* client_cookie is an IPv4 address (network byte order) */
+};
+
+/* ClientIP affinity: per client and frontend (service id). */
 struct affinity_key {
 	__u64 client_cookie;
 	__u32 service_id;
-	__u32 pad;
+	__u32 client_kind; /* enum affinity_client_kind (was padding: 0, a netns cookie) */
 };
 
 struct affinity_value {
@@ -400,7 +450,9 @@ struct nodeport_nat_value {
 	__u16 sport;  /* network byte order */
 	__u16 dport;
 	__u8 reply;   /* 1: a backend's reply, sent out of the uplink */
-	__u8 pad[3];
+	__u8 dsr;     /* 1: the client's entry of a DSR flow on its ingress node (lib/dsr.h): no reply
+		       * entry here, the reply leaves from the backend's node */
+	__u8 pad[2];
 	/* Both entries of a flow are refreshed together; an entry idle past
 	 * its timeout (lib/nat_timeout.h) no longer holds its SNAT port. */
 	__u64 last_seen_ns;

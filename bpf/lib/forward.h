@@ -10,6 +10,7 @@
 #include "ipv4.h"
 #include "pkt.h"
 #include "policy.h"
+#include "steer.h"
 
 /* forward_hop makes one routing hop of the packet: the TTL is
  * decremented. Helpers may have moved the packet, so the header is read
@@ -73,7 +74,8 @@ static __always_inline int to_local_pod(struct __sk_buff *skb, struct pkt *p, st
  * node's pod or the node itself, outside) for the pod ep of this node: the
  * pod's ingress policy with src_identity for the sender, then, admitted
  * (and tracked: its replies pass back through shunt_from_pod), handed to
- * the pod as from a pod of this node. Returns the program's verdict. */
+ * the pod as from a pod of this node, or to the node proxy when the pod's
+ * port has HTTP rules (lib/steer.h). Returns the program's verdict. */
 static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
 					      __u32 src_identity, struct endpoint_info *ep)
 {
@@ -87,6 +89,9 @@ static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt 
 	reason = policy_admit(skb, p, cfg, &src, &dst);
 	if (reason)
 		return drop(skb, p, reason);
+	int verdict = steer_to_proxy(skb, p, cfg, src_identity);
+	if (verdict >= 0)
+		return verdict;
 	return to_local_pod(skb, p, ep, cfg->fwd_mode);
 }
 

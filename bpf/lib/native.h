@@ -16,18 +16,10 @@
 #include "pkt.h"
 #include "forward.h"
 
-/* fib_redirect sends the packet to the next hop a successful route lookup
- * (ret: SUCCESS or NO_NEIGH) found: one hop (TTL), then the next hop's
- * MAC written and the packet redirected (bpf_redirect), or, when the next
- * hop's MAC is not known yet, handed to bpf_redirect_neigh, which
- * resolves it as the stack does. The outcome is counted and reported as
- * reason. Returns the program's verdict. */
-static __always_inline int fib_redirect(struct __sk_buff *skb, struct pkt *p, struct bpf_fib_lookup *fib, long ret, __u32 reason)
+/* fib_send is fib_redirect without the hop: for a packet this node built
+ * itself (an encapsulation's outer header). */
+static __always_inline int fib_send(struct __sk_buff *skb, struct pkt *p, struct bpf_fib_lookup *fib, long ret, __u32 reason)
 {
-	int verdict = forward_hop(skb, p);
-
-	if (verdict >= 0)
-		return verdict;
 	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		/* The lookup left the next hop (the gateway, or the
 		 * destination on a shared link) in ipv4_dst. */
@@ -47,6 +39,21 @@ static __always_inline int fib_redirect(struct __sk_buff *skb, struct pkt *p, st
 		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
 	done(skb, p, FLOW_FORWARDED, reason);
 	return TC_ACT_REDIRECT;
+}
+
+/* fib_redirect sends the packet to the next hop a successful route lookup
+ * (ret: SUCCESS or NO_NEIGH) found: one hop (TTL), then the next hop's
+ * MAC written and the packet redirected (bpf_redirect), or, when the next
+ * hop's MAC is not known yet, handed to bpf_redirect_neigh, which
+ * resolves it as the stack does. The outcome is counted and reported as
+ * reason. Returns the program's verdict. */
+static __always_inline int fib_redirect(struct __sk_buff *skb, struct pkt *p, struct bpf_fib_lookup *fib, long ret, __u32 reason)
+{
+	int verdict = forward_hop(skb, p);
+
+	if (verdict >= 0)
+		return verdict;
+	return fib_send(skb, p, fib, ret, reason);
 }
 
 /* to_node_routed sends a packet for a pod of another node out of cfg's

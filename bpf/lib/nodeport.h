@@ -38,6 +38,7 @@
 #include "maglev.h"
 #include "ct_stack.h"
 #include "source_ranges.h"
+#include "dsr.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -108,6 +109,10 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 
 	if (v->reply)
 		flags |= MASQ_F_REPLY_SEEN;
+	/* A DSR flow's replies never pass here: a client's packet other
+	 * than a SYN says it got one. */
+	if (v->dsr && !(tcp_flags & SHUNT_TCPF_SYN))
+		flags |= MASQ_F_REPLY_SEEN;
 	if (k->proto == IPPROTO_TCP) {
 		if (tcp_flags & SHUNT_TCPF_FIN)
 			flags |= v->reply ? MASQ_F_FIN_IN : MASQ_F_FIN_OUT;
@@ -118,6 +123,8 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		return;
 	v->flags = flags;
 	v->last_seen_ns = now;
+	if (v->dsr)
+		return; /* no partner on the ingress node: the reply entry is the backend's node's */
 	struct tc_nat_key pk = nodeport_partner(v, k->proto);
 	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
 	if (pv) {
@@ -170,27 +177,240 @@ static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *
 	return fib_redirect(skb, p, &fib, ret, SHUNT_REASON_NODEPORT_REPLY);
 }
 
+/* nodeport_icmp_error translates an ICMP error about a packet of a flow
+ * from outside on its way to the backend (sent by the backend, or by a
+ * router between: fragmentation needed, port unreachable, ...), whose
+ * reply entry v (frontend -> client) was found, to reach the client about
+ * the address it used: the quote's source (the node's SNAT address and
+ * port, or the client's own) becomes the client's, as does the outer
+ * destination; the quote's destination (the backend) becomes the
+ * frontend, and so does the outer source when the backend sent the error
+ * (a router's address stays, as Linux's NAT leaves it). Every checksum is
+ * fixed: the quoted IPv4 header's, the quoted TCP/UDP checksum when the
+ * quote holds it, the ICMP checksum (no pseudo-header: every changed
+ * byte of the quote is a term of it) and the outer header's. f is not
+ * changed. Returns -1 when a rewrite failed.
+ *
+ * A function of its own, with the new values read from v and the old ones
+ * from f rather than copied: the uplink and pod programs' stacks have
+ * room for few more bytes. */
+/* pkt_read reads size (1 or 2) bytes at off of skb's linear data, without
+ * the stack bpf_skb_load_bytes needs (nodeport_icmp_error has none to
+ * spare); -1 when they are not there. */
+static __always_inline int pkt_read(struct __sk_buff *skb, __u32 off, __u32 size)
+{
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+
+	if (off > 0xfff)
+		return -1;
+	__u8 *b = data + off;
+	if ((void *)(b + 2) > end)
+		return -1;
+	return size == 1 ? *b : *(__u16 *)b;
+}
+
+/* The rewrite in three steps, each a function of its own with few values
+ * live across its helper calls: the uplink program's frame leaves room
+ * for a callee of 32 bytes at most (the verifier's 512 for both frames),
+ * and one function doing everything spilled 80. qip is the quoted IPv4
+ * header's offset; the ICMP checksum is 6 bytes before it. */
+#define ICMP_CSUM_OF_QUOTE(qip) ((qip) - sizeof(struct icmphdr) + __builtin_offsetof(struct icmphdr, checksum))
+
+/* icmp_quote_ip rewrites the quoted IPv4 header's checksum for its new
+ * addresses, and the ICMP checksum for that change. */
+static __noinline int icmp_quote_ip(struct __sk_buff *skb, const struct flow *f, const struct nodeport_nat_value *v, __u32 qip)
+{
+	__u32 at = qip + __builtin_offsetof(struct iphdr, check);
+	int old = pkt_read(skb, at, 2);
+
+	if (old < 0 || bpf_l3_csum_replace(skb, at, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_l3_csum_replace(skb, at, f->inner.daddr, v->saddr, sizeof(__u32)) < 0)
+		return -1;
+	int now = pkt_read(skb, at, 2);
+	if (now < 0 || bpf_l4_csum_replace(skb, ICMP_CSUM_OF_QUOTE(qip), old, now, sizeof(__u16)) < 0)
+		return -1;
+	return 0;
+}
+
+/* icmp_quote_l4 rewrites the quoted transport checksum, when the quote
+ * holds it (RFC 792 quotes 8 bytes of the transport header: a TCP
+ * checksum is beyond them, a UDP one within; 0: the datagram had none),
+ * and returns its new value (the caller adjusts the ICMP checksum for
+ * it), or -1. ql4 is the quoted transport header's offset. */
+static __noinline int icmp_quote_l4(struct __sk_buff *skb, const struct flow *f, const struct nodeport_nat_value *v, __u32 ql4)
+{
+	__u32 at = ql4 + (f->inner.proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
+							  : __builtin_offsetof(struct udphdr, check));
+	int old = pkt_read(skb, at, 2);
+
+	if (old < 0)
+		return 0;
+	__u64 m = f->inner.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	if (bpf_l4_csum_replace(skb, at, f->inner.saddr, v->daddr, sizeof(__u32) | m) < 0 ||
+	    bpf_l4_csum_replace(skb, at, f->inner.daddr, v->saddr, sizeof(__u32) | m) < 0 ||
+	    bpf_l4_csum_replace(skb, at, f->inner.sport, v->dport, sizeof(__u16) | m) < 0 ||
+	    bpf_l4_csum_replace(skb, at, f->inner.dport, v->sport, sizeof(__u16) | m) < 0)
+		return -1;
+	return pkt_read(skb, at, 2); /* the new checksum, for the ICMP one */
+}
+
+/* icmp_quote_rewrite writes the quote's new addresses and ports and the
+ * ICMP checksum's terms for them (no pseudo-header: every changed byte of
+ * the quote is a term of it), then the outer header. */
+static __noinline int icmp_quote_rewrite(struct __sk_buff *skb, const struct flow *f, const struct nodeport_nat_value *v, __u32 qip)
+{
+	__u32 csum = ICMP_CSUM_OF_QUOTE(qip);
+
+	if (bpf_l4_csum_replace(skb, csum, f->inner.saddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, f->inner.daddr, v->saddr, sizeof(__u32)) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, f->inner.sport, v->dport, sizeof(__u16)) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, f->inner.dport, v->sport, sizeof(__u16)) < 0)
+		return -1;
+	int vihl = pkt_read(skb, qip, 1);
+	if (vihl < 0)
+		return -1;
+	__u32 ql4 = qip + (vihl & 0xf) * 4;
+	if (bpf_skb_store_bytes(skb, qip + __builtin_offsetof(struct iphdr, saddr), &v->daddr, sizeof(__u32), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, qip + __builtin_offsetof(struct iphdr, daddr), &v->saddr, sizeof(__u32), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ql4, &v->dport, sizeof(__u16), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ql4 + 2, &v->sport, sizeof(__u16), 0) < 0)
+		return -1;
+	/* The outer header: the error's addressee is the quote's source. */
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, f->daddr, v->daddr, sizeof(__u32)) < 0 ||
+	    bpf_skb_store_bytes(skb, IP_DST_OFF, &v->daddr, sizeof(__u32), 0) < 0)
+		return -1;
+	if (f->saddr == f->inner.daddr &&
+	    (bpf_l3_csum_replace(skb, IP_CSUM_OFF, f->saddr, v->saddr, sizeof(__u32)) < 0 ||
+	     bpf_skb_store_bytes(skb, IP_SRC_OFF, &v->saddr, sizeof(__u32), 0) < 0))
+		return -1;
+	return 0;
+}
+
+static __always_inline int nodeport_icmp_error(struct __sk_buff *skb, const struct flow *f, __u32 l4off,
+					       const struct nodeport_nat_value *v)
+{
+	__u32 qip = l4off + sizeof(struct icmphdr);
+
+	/* An ICMP error is small: its quote in the linear data, where
+	 * pkt_read finds it. */
+	if (bpf_skb_pull_data(skb, 0) < 0)
+		return -1;
+	int vihl = pkt_read(skb, qip, 1);
+	if (vihl < 0 || (vihl & 0xf) < 5)
+		return -1;
+	if (icmp_quote_ip(skb, f, v, qip) < 0)
+		return -1;
+	__u32 ql4 = qip + (vihl & 0xf) * 4;
+	int old = pkt_read(skb, ql4 + (f->inner.proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
+								      : __builtin_offsetof(struct udphdr, check)), 2);
+	if (old >= 0) {
+		int now = icmp_quote_l4(skb, f, v, ql4);
+		if (now < 0 || bpf_l4_csum_replace(skb, ICMP_CSUM_OF_QUOTE(qip), old, now, sizeof(__u16)) < 0)
+			return -1;
+	}
+	return icmp_quote_rewrite(skb, f, v, qip);
+}
+
+/* nodeport_to_node sends a packet to the node whose underlay address is
+ * tunnel_ip4 as this node's own traffic: through the overlay with the
+ * remote-node VNI, or routed. Returns the verdict. */
+static __always_inline int nodeport_to_node(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					    __u32 tunnel_ip4)
+{
+	if (cfg->tunnel_ifindex) {
+		struct bpf_tunnel_key key = {
+			.tunnel_id = SHUNT_ID_REMOTE_NODE,
+			.remote_ipv4 = bpf_ntohl(tunnel_ip4),
+			.tunnel_ttl = TUNNEL_TTL,
+		};
+		int verdict = forward_hop(skb, p);
+
+		if (verdict >= 0)
+			return verdict;
+		if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+			return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
+		if (bpf_redirect(cfg->tunnel_ifindex, 0) != TC_ACT_REDIRECT)
+			return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
+		return TC_ACT_REDIRECT;
+	}
+	if (cfg->native_ifindex)
+		return to_node_routed(skb, p, cfg);
+	return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+}
+
+/* nodeport_unnat gives a backend's reply to a flow from outside the
+ * frontend's address and port back as its source (and the client's
+ * address as destination), or translates an ICMP error about the flow's
+ * way to the backend (nodeport_icmp_error). Returns -1 when the packet is no such reply (it
+ * goes on as before), 0 when it is translated, else the drop verdict. */
+static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	struct flow *f = &p->f;
+	bool error = f->icmp_error;
+
+	if (!cfg->uplink_ifindex)
+		return -1;
+	struct tc_nat_key k = nodeport_key(f);
+	if (error) {
+		if ((f->inner.proto != IPPROTO_TCP && f->inner.proto != IPPROTO_UDP) || f->daddr != f->inner.saddr)
+			return -1;
+		/* The quoted packet went to the backend: turned around, it is
+		 * the flow's reply tuple. */
+		k.saddr = f->inner.daddr, k.daddr = f->inner.saddr, k.sport = f->inner.dport;
+		k.dport = f->inner.sport, k.proto = f->inner.proto;
+	} else if ((f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP) || !f->has_ports) {
+		return -1;
+	}
+	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
+	if (!found || !found->reply)
+		return -1;
+	__u8 ihl;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	__u32 l4off = ETH_HLEN + (ihl & 0xf) * 4;
+	int err;
+	if (error) {
+		/* An error is no sign of life of the flow. */
+		err = nodeport_icmp_error(skb, f, l4off, found);
+		if (err == 0) {
+			if (f->saddr == f->inner.daddr)
+				f->saddr = found->saddr;
+			f->daddr = found->daddr;
+			f->inner.saddr = found->daddr, f->inner.sport = found->dport;
+			f->inner.daddr = found->saddr, f->inner.dport = found->sport;
+		}
+	} else {
+		nodeport_refresh(&k, found, f->tcp_flags, bpf_ktime_get_ns());
+		struct nodeport_nat_value v = *found;
+
+		err = nodeport_rewrite(skb, l4off, f, &v);
+	}
+	if (err < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	return 0;
+}
+
 /* nodeport_reply translates a backend's reply to a flow from outside and
  * sends it to the client. Returns -1 when the packet is no such reply (it
  * goes on as before), else the verdict. */
 static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
 {
-	if (!cfg->uplink_ifindex || (p->f.proto != IPPROTO_TCP && p->f.proto != IPPROTO_UDP) || !p->f.has_ports)
-		return -1;
-	struct tc_nat_key k = nodeport_key(&p->f);
-	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
-	if (!found || !found->reply)
-		return -1;
-	nodeport_refresh(&k, found, p->f.tcp_flags, bpf_ktime_get_ns());
-	struct nodeport_nat_value v = *found;
-	__u32 l4off = ETH_HLEN + sizeof(struct iphdr);
-	__u8 ihl;
+	int verdict = nodeport_unnat(skb, p, cfg);
 
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0)
-		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
-	l4off = ETH_HLEN + (ihl & 0xf) * 4;
-	if (nodeport_rewrite(skb, l4off, &p->f, &v) < 0)
-		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	if (verdict != 0)
+		return verdict;
+	/* A client that is a pod of another node reached this node's
+	 * address from there (no socket of its node translated it): the
+	 * reply goes back to its node as this node's own traffic, not out of
+	 * the uplink, which has no route to pods. */
+	struct ipcache_value *client = ipcache_lookup(p->f.daddr);
+	if (client && client->tunnel_ip4) {
+		p->dst_identity = client->identity;
+		p->src_identity = SHUNT_ID_HOST;
+		return nodeport_to_node(skb, p, cfg, client->tunnel_ip4);
+	}
 	return nodeport_send_out(skb, p, cfg);
 }
 
@@ -229,30 +449,12 @@ static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *c
 	return SHUNT_REASON_MASQ_PORT_EXHAUSTED;
 }
 
-/* nodeport_new picks the backend of a new flow to external frontend svc
- * and records it. Returns 0 with *fwd set, else the drop reason. */
-static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cfg, struct service_value *svc,
-					  const struct tc_nat_key *ck, struct nodeport_nat_value *fwd)
+/* nodeport_direct records a new flow (client key ck) to a backend that
+ * gets the client's address as it is (this node's pod): the client's
+ * entry (*fwd, set here) and the reply's, which gives the reply ck's
+ * frontend as its source. Returns 0, else the drop reason. */
+static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 be_ip, __u16 be_port, struct nodeport_nat_value *fwd)
 {
-	__u32 failed = 0;
-	struct backend_value *be = 0;
-
-	/* The service's Maglev table (lib/maglev.h), so that every node picks
-	 * the same backend; ClientIP affinity keeps its own choice. */
-	if (!(svc->flags & SERVICE_F_AFFINITY))
-		be = maglev_select(svc, ck->saddr, ck->sport, ck->dport, ck->proto);
-	if (!be)
-		be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, &failed);
-
-	if (!be)
-		return SHUNT_REASON_SERVICE_NO_BACKEND;
-	__u32 be_ip = be->ip;
-	__u16 be_port = be->port;
-
-	if (!(svc->flags & SERVICE_F_LOCAL) && !lookup_endpoint(be_ip))
-		return nodeport_snat(cfg, ck, be_ip, be_port, fwd);
-
-	/* The backend is here: the client's address stays. */
 	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = ck->saddr, .dport = ck->sport, .proto = ck->proto };
 	__u64 now = bpf_ktime_get_ns();
 	struct nodeport_nat_value rev = {
@@ -267,6 +469,40 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 		return SHUNT_REASON_NAT_INSERT_FAILED;
 	}
 	return 0;
+}
+
+/* nodeport_new picks the backend of a new flow to external frontend svc
+ * and records it. Returns 0 with *fwd set, else the drop reason. */
+static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cfg, struct service_value *svc,
+					  const struct tc_nat_key *ck, struct nodeport_nat_value *fwd)
+{
+	__u32 failed = 0;
+	struct backend_value *be = 0;
+
+	/* The service's Maglev table (lib/maglev.h), so that every node picks
+	 * the same backend; ClientIP affinity keeps its own choice. */
+	if (!(svc->flags & SERVICE_F_AFFINITY))
+		be = maglev_select(svc, ck->saddr, ck->sport, ck->dport, ck->proto);
+	if (!be)
+		be = select_backend(svc, ck->daddr, ck->dport, ck->proto, ck->saddr, AFFINITY_CLIENT_ADDR, &failed);
+
+	if (!be)
+		return SHUNT_REASON_SERVICE_NO_BACKEND;
+	__u32 be_ip = be->ip;
+	__u16 be_port = be->port;
+
+	if (!(svc->flags & SERVICE_F_LOCAL) && !lookup_endpoint(be_ip)) {
+		if (!dsr_wanted(cfg, ck->proto))
+			return nodeport_snat(cfg, ck, be_ip, be_port, fwd);
+		/* DSR (lib/dsr.h): the client's address stays, and only its
+		 * entry is recorded here; the backend's node records the
+		 * reply's. */
+		fwd->last_seen_ns = bpf_ktime_get_ns();
+		fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port, fwd->dsr = 1;
+		return bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
+	}
+	/* The backend is here: the client's address stays. */
+	return nodeport_direct(ck, be_ip, be_port, fwd);
 }
 
 /* nodeport_to_backend delivers a translated packet: to a local pod
@@ -292,26 +528,37 @@ static __always_inline int nodeport_to_backend(struct __sk_buff *skb, struct pkt
 		/* Not a pod of any node (a hand-written endpoint outside): the
 		 * stack routes it. */
 		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
-	if (cfg->tunnel_ifindex) {
-		struct bpf_tunnel_key key = {
-			.tunnel_id = SHUNT_ID_REMOTE_NODE,
-			.remote_ipv4 = bpf_ntohl(tunnel_ip4),
-			.tunnel_ttl = TUNNEL_TTL,
-		};
-		int verdict = forward_hop(skb, p);
+	return nodeport_to_node(skb, p, cfg, tunnel_ip4);
+}
 
-		if (verdict >= 0)
-			return verdict;
-		if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), 0) < 0)
-			return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
-		if (bpf_redirect(cfg->tunnel_ifindex, 0) != TC_ACT_REDIRECT)
-			return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
-		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
-		return TC_ACT_REDIRECT;
-	}
-	if (cfg->native_ifindex)
-		return to_node_routed(skb, p, cfg);
-	return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+/* nodeport_dsr_forward sends a client's packet of a DSR flow (entry fwd)
+ * to its backend's node (lib/dsr.h): a packet that would not fit once
+ * encapsulated is answered first, as the client sent it; then translated
+ * (the client's address kept), one hop, encapsulated with the frontend it
+ * was sent to, and routed out of the uplink. Returns the verdict. */
+static __always_inline int nodeport_dsr_forward(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+						__u32 l4off, const struct nodeport_nat_value *fwd)
+{
+	__u32 svc_addr = p->f.daddr, mtu = 0;
+	__u16 svc_port = p->f.dport;
+	struct ipcache_value *remote = ipcache_lookup(fwd->daddr);
+	__u32 node = remote ? remote->tunnel_ip4 : 0;
+
+	p->src_identity = SHUNT_ID_WORLD;
+	if (!node)
+		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED); /* no pod of another node (any more) */
+	p->dst_identity = remote->identity;
+	if (dsr_too_big(skb, cfg, &mtu))
+		return dsr_answer_too_big(skb, p, cfg, mtu);
+	if (nodeport_rewrite(skb, l4off, &p->f, fwd) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
+	int verdict = forward_hop(skb, p);
+	if (verdict >= 0)
+		return verdict;
+	if (dsr_encap(skb, cfg, node, svc_addr, svc_port) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	return dsr_send(skb, p, cfg, node);
 }
 
 /* nodeport_from_outside translates a packet from outside to one of the
@@ -352,11 +599,66 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 			return drop(skb, p, reason);
 		p->event = FLOW_EV_CONN_NEW;
 	}
+	if (fwd.dsr)
+		return nodeport_dsr_forward(skb, p, cfg, l4off, &fwd);
 	__u32 client = p->f.saddr;
 	if (nodeport_rewrite(skb, l4off, &p->f, &fwd) < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
 	return nodeport_to_backend(skb, p, cfg, client);
+}
+
+/* nodeport_from_dsr takes a DSR packet another node sent for a backend
+ * of this node (lib/dsr.h): decapsulated, its flow recorded as one whose
+ * backend is here (so the backend's reply gets the frontend from the
+ * outer header's option as its source and leaves from this node, and the
+ * client's later packets are translated here too should the route to a
+ * load balancer address move to this node), then judged by the pod's
+ * ingress policy as the client, whose address it keeps. Returns -1 when
+ * the packet is no DSR packet for this node, else the verdict. Only an
+ * outside client's flow comes this way: an inner source that is a pod or
+ * a node of the cluster is dropped as spoofed (the underlay is trusted as
+ * with native routing, lib/native.h). */
+static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volatile struct shunt_config *cfg)
+{
+	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK, .src_identity = SHUNT_ID_WORLD };
+	__u32 svc_addr = 0;
+	__u16 svc_port = 0;
+	int verdict;
+	int r = dsr_decap(skb, cfg, &svc_addr, &svc_port);
+
+	if (r == 0)
+		return -1;
+	if (r < 0)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	p.orig_daddr = svc_addr;
+	p.orig_dport = svc_port;
+	if ((p.f.proto != IPPROTO_TCP && p.f.proto != IPPROTO_UDP) || !p.f.has_ports)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	struct ipcache_value *from = ipcache_lookup(p.f.saddr);
+	if (lookup_endpoint(p.f.saddr) || (from && (from->tunnel_ip4 || from->identity == SHUNT_ID_HOST ||
+						   from->identity == SHUNT_ID_REMOTE_NODE)))
+		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
+	struct endpoint_info *ep = lookup_endpoint(p.f.daddr);
+	if (!ep)
+		return drop(skb, &p, SHUNT_REASON_SERVICE_NO_BACKEND);
+
+	struct tc_nat_key ck = { .saddr = p.f.saddr, .daddr = svc_addr, .sport = p.f.sport, .dport = svc_port, .proto = p.f.proto };
+	struct nodeport_nat_value fwd = {};
+	struct nodeport_nat_value *known = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
+	if (known && !known->reply && known->daddr == p.f.daddr && known->dport == p.f.dport) {
+		nodeport_refresh(&ck, known, p.f.tcp_flags, bpf_ktime_get_ns());
+	} else {
+		__u32 reason = nodeport_direct(&ck, p.f.daddr, p.f.dport, &fwd);
+		if (reason)
+			return drop(skb, &p, reason);
+		p.event = FLOW_EV_CONN_NEW;
+	}
+	count(SHUNT_REASON_DSR_DECAP, p.dir, skb->len);
+	return admit_to_local_pod(skb, &p, cfg, identity_of(p.f.saddr), ep);
 }
 
 #endif

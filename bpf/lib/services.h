@@ -60,7 +60,7 @@ lookup_service(__u32 vip, __u16 port, __u8 proto)
  * alone otherwise. */
 static __always_inline struct backend_value *
 select_backend(struct service_value *svc, __u32 vip, __u16 port, __u8 proto,
-	       __u64 client_cookie, __u32 *failed)
+	       __u64 client_cookie, __u32 client_kind, __u32 *failed)
 {
 	struct service_key key = { .vip = vip, .port = port, .proto = proto };
 	struct affinity_key akey = {};
@@ -75,6 +75,7 @@ select_backend(struct service_value *svc, __u32 vip, __u16 port, __u8 proto,
 
 	if (svc->flags & SERVICE_F_AFFINITY) {
 		akey.client_cookie = client_cookie;
+		akey.client_kind = client_kind;
 		akey.service_id = svc->id;
 		now = bpf_ktime_get_ns();
 		aff = bpf_map_lookup_elem(&shunt_affinity, &akey);

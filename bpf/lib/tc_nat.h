@@ -93,7 +93,7 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 	struct service_value *svc = lookup_service(vip, f->dport, proto);
 	if (!svc)
 		return -1;
-	struct backend_value *be = select_backend(svc, vip, f->dport, proto, saddr, reason);
+	struct backend_value *be = select_backend(svc, vip, f->dport, proto, saddr, AFFINITY_CLIENT_ADDR, reason);
 	if (!be) {
 		*reason = SHUNT_REASON_SERVICE_NO_BACKEND;
 		return TC_ACT_SHOT;

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -64,18 +63,12 @@ func run(o options) error {
 		return err
 	}
 	defer closeLog()
-	// SHUNT_PROXY_GOMAXPROCS sets the proxy's own GOMAXPROCS (GOMAXPROCS
-	// would set every Go process the agent starts): see bench/RESULTS.md,
-	// Mesh, for what it changes.
-	if v := os.Getenv("SHUNT_PROXY_GOMAXPROCS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return fmt.Errorf("SHUNT_PROXY_GOMAXPROCS=%q: want a number of threads, 1 or more", v)
-		}
-		runtime.GOMAXPROCS(n)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// See bench/RESULTS.md, Mesh, for what SHUNT_PROXY_GOMAXPROCS changes.
+	if err := proxy.SetProcs(); err != nil {
+		return err
+	}
 
 	// SHUNT_PROXY_NET_HTTP_ONLY=1 turns the HTTP/1.1 fast path off: every
 	// request through net/http's reverse proxy, as before it existed.

@@ -41,6 +41,7 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 	var (
 		binDir, serviceCIDR, clusterCIDR   string
 		nodeLifecycle, scheduler, workload bool
+		dns                                bool
 		nodeGrace                          time.Duration
 	)
 	cmd := &cobra.Command{
@@ -69,6 +70,13 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 				return fmt.Errorf("installing shunt's CRDs: %w\n(the control plane runs; logs in %s; remove with: shunt dev cluster down --dir %s)", err, filepath.Join(*dir, "logs"), *dir)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "API server %s (Kubernetes %s), services %s, pod CIDRs from %s, shunt's CRDs installed\n", c.Server, kubecluster.KubeVersion, c.ServiceCIDR, c.ClusterCIDR)
+			if dns {
+				ip, err := c.DeployDNS(ctx, workload)
+				if err != nil {
+					return fmt.Errorf("%w\n(the control plane runs; remove with: shunt dev cluster down --dir %s)", err, *dir)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "cluster DNS (CoreDNS, %s) is Service kube-system/kube-dns at %s: give the lab nodes --cluster-dns %s; it runs once a node runs pods (on the node's network, port 53)\n", kubecluster.DNSImage, ip, ip)
+			}
 			printEnv(cmd.OutOrStdout(), c.Kubeconfig, c.BinDir)
 			return nil
 		},
@@ -79,6 +87,7 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 	cmd.Flags().BoolVar(&nodeLifecycle, "node-lifecycle", true, "run the node-lifecycle controller, taint eviction and the pod GC: a node whose heartbeat stops (a kubelet, or 'shunt lab up --kubeconfig', gives one) goes NotReady and its pods leave every Service; false when Nodes have no heartbeat (shuntd without --run-pods and no kubelet)")
 	cmd.Flags().BoolVar(&scheduler, "scheduler", false, "also run kube-scheduler (scripts/kube-build.sh kube-scheduler), which places pods by nodeSelector, affinity and resources; give the lab nodes --no-schedule")
 	cmd.Flags().BoolVar(&workload, "workload-controllers", false, "also run the controllers of ReplicationControllers, ReplicaSets, Deployments, DaemonSets, Jobs, StatefulSets, Endpoints and disruption budgets, as the Kubernetes e2e suites expect")
+	cmd.Flags().BoolVar(&dns, "dns", false, "also run the cluster DNS: CoreDNS with its kubernetes plugin (scripts/kube-build.sh coredns) as Service kube-system/kube-dns at the service CIDR's .10, UDP and TCP 53; give the lab nodes --cluster-dns with that address")
 	cmd.Flags().DurationVar(&nodeGrace, "node-monitor-grace-period", 0, "with --node-lifecycle: how long a node may miss its heartbeat before it is NotReady (default: Kubernetes', 50s in "+kubecluster.KubeVersion+")")
 	return cmd
 }

@@ -53,6 +53,9 @@ func newLabUpCmd(g *globals) *cobra.Command {
 		Short: "start the lab's agent (a running one: switch live settings, refuse start-time ones that differ) and apply manifests",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := dpinfo.ParseNodePortMode(agentFlags.nodePortMode); err != nil {
+				return fmt.Errorf("--nodeport-mode: %w", err)
+			}
 			if agentFlags.masqPorts != "" {
 				// Refused before anything starts (shuntd would refuse it too,
 				// after the lab's namespaces were made).
@@ -128,14 +131,18 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.masquerade, "masquerade", false, "pods' traffic to outside the cluster leaves from the node's address (--underlay-addr), translated in BPF on its uplink (the node keeps it)")
 	cmd.Flags().StringVar(&agentFlags.masqExclude, "masquerade-exclude", "", "with --masquerade: comma-separated CIDRs pods reach with their own address (default: the cluster CIDR, service CIDR and node addresses)")
 	cmd.Flags().StringVar(&agentFlags.masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+dpinfo.DefaultMasqPorts.String()+", outside Linux's ephemeral range)")
+	cmd.Flags().StringVar(&agentFlags.nodePortMode, "nodeport-mode", "", "how flows from outside reach backends on other nodes: snat (default), dsr (direct server return; needs --routing native) or hybrid (DSR for TCP, SNAT for UDP)")
 	cmd.Flags().IntVar(&agentFlags.nodeLeaseSeconds, "node-lease-duration-seconds", 0, "with --kubeconfig and --run-pods: the node's Lease duration, renewed every quarter of it (kubelet's flag; default 40, the node keeps it)")
 	cmd.Flags().IntVar(&multi.nodes, "nodes", 0, "build a lab of this many nodes (2-9), each an agent in a network namespace of its own joined by an underlay, with a host outside the cluster ('lab exec --external'); the lab keeps its nodes (default: as it is, else one node)")
 	cmd.Flags().DurationVar(&multi.nodeGrace, "node-grace", 0, "with --nodes: how long a node's agent may go silent before the node is NotReady and its pods leave every Service (default 40s)")
 	cmd.Flags().StringVar(&agentFlags.lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (status.loadBalancer.ingress, as Cilium's LB-IPAM); with --nodes the external host routes it to node-1 (default none: they stay pending)")
+	cmd.Flags().StringVar(&agentFlags.nodePortAddrs, "nodeport-addresses", "", "comma-separated IPv4 CIDRs (and \"primary\") selecting the node addresses NodePorts are served on, as kube-proxy's flag; one holding 127.0.0.1 serves them to the node's processes at 127.0.0.1 (default: every node address but 127.0.0.1)")
 	cmd.Flags().StringVar(&agentFlags.driftPeriod, "drift-check-period", "", "how often the agent compares the maps it fully determines with the desired state and repairs what differs, e.g. 1s, 10m; 0: only on demand, with 'shunt sync --verify' (default 2m)")
 	cmd.Flags().Var(negatedBool{&agentFlags.besideKubeProxy}, "kube-proxy-replacement", "with --kubeconfig: false leaves NodePorts, load balancer addresses and externalIPs to a kube-proxy running on the node (shuntd's flag)")
 	cmd.Flags().Lookup("kube-proxy-replacement").NoOptDefVal = "true"
 	cmd.Flags().BoolVar(&agentFlags.removeKubeProxy, "remove-kube-proxy-rules", false, "with --kubeconfig: remove kube-proxy's rules found on the node at start instead of refusing to start (shuntd's flag; stop kube-proxy first)")
+	cmd.Flags().StringVar(&agentFlags.clusterDNS, "cluster-dns", "", "with --kubeconfig: the cluster DNS Service's address (kubelet's --cluster-dns; 'shunt dev cluster up --dns' runs one at the service CIDR's .10) that pods of dnsPolicy ClusterFirst get in their resolv.conf (default none: the node's resolver)")
+	cmd.Flags().StringVar(&agentFlags.clusterDomain, "cluster-domain", "", "with --kubeconfig: the cluster's DNS domain (kubelet's --cluster-domain; default cluster.local)")
 	cmd.Flags().BoolVar(&agentFlags.noSchedule, "no-schedule", false, "with --kubeconfig: leave pods that name no node to kube-scheduler instead of binding them to this node")
 	cmd.Flags().BoolVar(&agentFlags.runPods, "run-pods", true, "with --kubeconfig: the lab plays the node's kubelet and scheduler, running the API's pods here (false: a container runtime calls shunt-cni)")
 	return cmd
@@ -173,13 +180,16 @@ type runFlags struct {
 	noSchedule                bool
 	besideKubeProxy           bool // --kube-proxy-replacement=false
 	removeKubeProxy           bool
+	clusterDNS, clusterDomain string
 	nodeLeaseSeconds          int
 	routing, tunnel, underlay string
 	clusterCIDR               string
 	masquerade                bool
 	masqExclude, masqPorts    string
+	nodePortMode              string
 	driftPeriod               string
 	lbPool                    string
+	nodePortAddrs             string
 }
 
 func (f runFlags) args() []string {
@@ -225,6 +235,12 @@ func (f runFlags) args() []string {
 		if f.nodeLeaseSeconds > 0 {
 			args = append(args, "--node-lease-duration-seconds", fmt.Sprint(f.nodeLeaseSeconds))
 		}
+		if f.clusterDNS != "" {
+			args = append(args, "--cluster-dns", f.clusterDNS)
+		}
+		if f.clusterDomain != "" {
+			args = append(args, "--cluster-domain", f.clusterDomain)
+		}
 	}
 	if f.routing != "" {
 		args = append(args, "--routing", f.routing)
@@ -247,11 +263,17 @@ func (f runFlags) args() []string {
 	if f.masqPorts != "" {
 		args = append(args, "--masquerade-ports", f.masqPorts)
 	}
+	if f.nodePortMode != "" {
+		args = append(args, "--nodeport-mode", f.nodePortMode)
+	}
 	if f.driftPeriod != "" {
 		args = append(args, "--drift-check-period", f.driftPeriod)
 	}
 	if f.lbPool != "" {
 		args = append(args, "--lb-pool", f.lbPool)
+	}
+	if f.nodePortAddrs != "" {
+		args = append(args, "--nodeport-addresses", f.nodePortAddrs)
 	}
 	return args
 }

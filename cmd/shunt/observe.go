@@ -177,6 +177,8 @@ func summary(fl flows.Flow) string {
 		parts = append(parts, "accelerated (sockmap)")
 	case "accel-ended":
 		parts = append(parts, fmt.Sprintf("accelerated socket closed, sent %d bytes in %d messages", fl.Bytes, fl.Messages))
+	case "dsr-encap":
+		parts = append(parts, "DSR: IPIP to the backend's node, the reply leaves from there")
 	}
 	if fl.TCPFlags != "" {
 		parts = append(parts, fl.TCPFlags)

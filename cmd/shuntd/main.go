@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -28,6 +29,7 @@ import (
 	"github.com/shuntnet/shunt/internal/lab"
 	"github.com/shuntnet/shunt/internal/maglev"
 	"github.com/shuntnet/shunt/internal/podexec"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 func main() {
@@ -40,6 +42,8 @@ func main() {
 func newRootCmd() *cobra.Command {
 	var (
 		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost                               string
+		clusterDomain                                                                     string
+		clusterDNS                                                                        []string
 		flowSampling, metricsAddr, flowsAddr, flowsTLSDir                                 string
 		flowHistory, flowBuffer                                                           int
 		socketAccel, accelNode, inCluster, runPods, removeKubeProxy, kubeProxyReplacement bool
@@ -52,6 +56,7 @@ func newRootCmd() *cobra.Command {
 		masquerade                                                                        bool
 		masqExclude                                                                       []string
 		masqPorts                                                                         string
+		nodePortMode                                                                      string
 		labControlPlane                                                                   bool
 		labJoin                                                                           string
 		nodeGrace                                                                         time.Duration
@@ -59,6 +64,9 @@ func newRootCmd() *cobra.Command {
 		kernelFallbacks                                                                   string
 		lbPool                                                                            string
 		maglevSize                                                                        int
+		nodePortAddrs                                                                     []string
+		uninstallWhenRemoved                                                              bool
+		cniFiles                                                                          []string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -113,6 +121,9 @@ func newRootCmd() *cobra.Command {
 			default:
 				cfg.MaglevTableSize = maglevSize
 			}
+			if cfg.NodePortAddresses, err = services.ParseNodePortAddresses(nodePortAddrs); err != nil {
+				return err
+			}
 			if cfg.KernelFallbacks, err = dpinfo.ParseFallbacks(kernelFallbacks); err != nil {
 				return fmt.Errorf("--kernel-fallbacks: %w", err)
 			}
@@ -153,6 +164,9 @@ func newRootCmd() *cobra.Command {
 				}
 			}
 			cfg.Masquerade = masquerade
+			if cfg.NodePortMode, err = dpinfo.ParseNodePortMode(nodePortMode); err != nil {
+				return fmt.Errorf("--nodeport-mode: %w", err)
+			}
 			if masqPorts != "" {
 				if cfg.MasqueradePorts, err = dpinfo.ParsePortRange(masqPorts); err != nil {
 					return fmt.Errorf("--masquerade-ports: %w", err)
@@ -179,18 +193,49 @@ func newRootCmd() *cobra.Command {
 			}
 			cfg.ShimExe, cfg.BinDir = exe, filepath.Dir(exe)
 			cfg.Images = podImages(agnhost, cfg.BinDir)
+			cfg.DNS.Domain = clusterDomain
+			for _, a := range clusterDNS {
+				addr, err := netip.ParseAddr(a)
+				if err != nil {
+					return fmt.Errorf("--cluster-dns %q: give the DNS Service's IP address (e.g. 10.96.0.10)", a)
+				}
+				cfg.DNS.Servers = append(cfg.DNS.Servers, addr)
+			}
 			a, err := agent.New(cfg, log.With("instance", i.Name))
 			if err != nil {
 				return err
 			}
-			defer a.Close()
+			closed := false
+			defer func() {
+				if !closed {
+					a.Close()
+				}
+			}()
 			if err := writeFlags(i.AgentFlagsFile(), cmd.Flags()); err != nil {
 				// Only `lab up`'s comparison of settings needs it.
 				log.Warn("recording the agent's flags for `shunt lab up`", "err", err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return a.Run(ctx)
+			var removal *removalWatch
+			if uninstallWhenRemoved {
+				if removal, err = watchRemoval(ctx, kubeconfig, log); err != nil {
+					return err
+				}
+			}
+			err = a.Run(ctx)
+			if removal == nil || !removal.removed.Load() {
+				return err
+			}
+			log.Info("this agent's DaemonSet is gone: removing everything of shunt from the node", "cniFiles", cniFiles)
+			closed = true
+			uerr := a.Uninstall()
+			for _, f := range cniFiles {
+				if rmErr := os.Remove(f); rmErr != nil && !os.IsNotExist(rmErr) {
+					uerr = errors.Join(uerr, rmErr)
+				}
+			}
+			return errors.Join(err, uerr)
 		},
 	}
 	cmd.Flags().StringVar(&inst, "instance", envOr("SHUNT_INSTANCE", instance.Default), "name of this shunt node on the machine (env SHUNT_INSTANCE)")
@@ -216,6 +261,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&underlay, "underlay-addr", "", "with --routing, --tunnel or --masquerade: this node's IPv4 address other nodes reach it at (default with --kubeconfig: the Node's InternalIP)")
 	cmd.Flags().BoolVar(&masquerade, "masquerade", false, "pods' traffic to destinations outside the cluster leaves from the node's address (--underlay-addr, or the Node's InternalIP), translated in BPF on the interface holding it; no iptables")
 	cmd.Flags().StringSliceVar(&masqExclude, "masquerade-exclude", nil, "with --masquerade: CIDRs pods reach with their own address (default: the cluster CIDR, the service CIDR and the node's addresses)")
+	cmd.Flags().StringVar(&nodePortMode, "nodeport-mode", "", "how flows from outside (NodePort, load balancer, externalIPs) reach backends on other nodes: snat (default: from this node's address, the reply back through it), dsr (direct server return: the client's address kept, IPIP to the backend's node, the reply from there; needs --routing native) or hybrid (DSR for TCP, SNAT for UDP)")
 	cmd.Flags().StringVar(&masqPorts, "masquerade-ports", "", "with --masquerade: source ports of masqueraded flows, MIN-MAX (default "+dpinfo.DefaultMasqPorts.String()+": above Linux's default ephemeral range, so the node's own connections never take one)")
 	cmd.Flags().DurationVar(&crashLoopBackOff, "crash-loop-back-off", 10*time.Second, "the lab kubelet's back-off before a container's second restart, doubled at each next one up to 5 min, as kubelet's (shorter for tests)")
 	cmd.Flags().IntVar(&nodeLeaseSeconds, "node-lease-duration-seconds", int(lab.DefaultNodeLeaseDuration/time.Second), "with --run-pods: the duration of the node's Lease in kube-node-lease, renewed every quarter of it, as kubelet's flag of that name (the node keeps it across restarts)")
@@ -227,17 +273,24 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&runPods, "run-pods", false, "with --kubeconfig: play this node's kubelet (and a one-node scheduler), running the API's pods in network namespaces on this machine; never beside a real kubelet")
 	cmd.Flags().StringVar(&kernelFallbacks, "kernel-fallbacks", os.Getenv("SHUNT_KERNEL_FALLBACKS"), "take these older kernel paths even where the kernel has the newer feature, as on Linux 5.15: all, or a list of "+fmt.Sprint(dpinfo.AllFallbacks)+" (env SHUNT_KERNEL_FALLBACKS; a kernel lacking a feature takes its fallback anyway; docs/kernels.md)")
 	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR the lab's LoadBalancer Services get their address from (written into status.loadBalancer.ingress, as Cilium's LB-IPAM does; not with --lab-join or --kubeconfig); default none: they stay pending")
+	cmd.Flags().StringSliceVar(&nodePortAddrs, "nodeport-addresses", nil, "as kube-proxy's flag: IPv4 CIDRs (and \"primary\", the node's underlay address) selecting the node addresses NodePorts are served on; a CIDR holding 127.0.0.1 (e.g. 127.0.0.0/8) serves them to the node's own processes at 127.0.0.1 (default: every address of the node but 127.0.0.1)")
 	cmd.Flags().IntVar(&maglevSize, "maglev-table-size", maglev.DefaultSize, "size M (a prime) of the Maglev table of each Service reached from outside (NodePort, load balancer, externalIPs): every node picks the same backend for a flow; give every node the same M, at least 100 × a Service's backends; 0: a random backend per new flow")
 	cmd.Flags().DurationVar(&driftPeriod, "drift-check-period", agent.DefaultDriftCheckPeriod, "how often the maps the agent fully determines (services, backends, policy, ipcache, endpoints, L7 redirects, configuration) are compared with the desired state and what differs repaired; 0: only on demand ('shunt sync --verify')")
+	cmd.Flags().BoolVar(&uninstallWhenRemoved, "uninstall-when-removed", false, "with --in-cluster: at SIGTERM, when this agent's DaemonSet is gone or being deleted (helm uninstall), remove everything of shunt from the node (pins, interfaces, routes, state, --cni-files) instead of keeping it for the next agent")
+	cmd.Flags().StringSliceVar(&cniFiles, "cni-files", nil, "with --uninstall-when-removed: the CNI configuration and plugin files the install step wrote, removed with the rest")
 	cmd.Flags().BoolVar(&noSched, "no-schedule", false, "with --run-pods: leave pods that name no node to kube-scheduler (which honours nodeSelector and affinity) instead of binding them to this node")
+	cmd.Flags().StringSliceVar(&clusterDNS, "cluster-dns", nil, "with --run-pods: the cluster DNS Service's addresses (kubelet's --cluster-dns), the nameservers of pods of dnsPolicy ClusterFirst (default none: such pods get the node's resolv.conf, as from a kubelet without it)")
+	cmd.Flags().StringVar(&clusterDomain, "cluster-domain", lab.DefaultClusterDomain, "with --run-pods: the cluster's DNS domain (kubelet's --cluster-domain), in pods' search list and /etc/hosts")
 	cmd.Flags().StringVar(&agnhost, "agnhost", "", "the agnhost program that pods of registry.k8s.io/e2e-test-images/agnhost and registry.k8s.io/pause images run (default: agnhost beside shuntd, else the one scripts/kube-build.sh agnhost built); without one those pods stay Pending (ImageNotMapped)")
 	cmd.AddCommand(newShimCmd())
+	cmd.AddCommand(newKubeletCmd())
 	return cmd
 }
 
 // podImages finds the programs of the images the lab kubelet maps:
-// agnhost (the flag, beside shuntd, or in the Kubernetes build cache) and
-// Debian's static busybox. One not found leaves its images unmapped.
+// agnhost (the flag, beside shuntd, or in the Kubernetes build cache),
+// Debian's static busybox and coredns (beside shuntd or in the Kubernetes
+// build cache). One not found leaves its images unmapped.
 func podImages(agnhost, binDir string) lab.Images {
 	var im lab.Images
 	candidates := []string{filepath.Join(binDir, "agnhost"), filepath.Join(kubecluster.DefaultBinDir(), "agnhost")}
@@ -252,6 +305,12 @@ func podImages(agnhost, binDir string) lab.Images {
 	}
 	if st, err := os.Stat("/bin/busybox"); err == nil && st.Mode()&0o111 != 0 {
 		im.Busybox = "/bin/busybox"
+	}
+	for _, c := range []string{filepath.Join(binDir, "coredns"), filepath.Join(kubecluster.DefaultBinDir(), "coredns")} {
+		if st, err := os.Stat(c); err == nil && st.Mode()&0o111 != 0 {
+			im.CoreDNS = c
+			break
+		}
 	}
 	return im
 }
@@ -276,11 +335,13 @@ func writeFlags(path string, flags *pflag.FlagSet) error {
 
 // newShimCmd is the per-container supervisor the agent starts; not for users.
 func newShimCmd() *cobra.Command {
-	var netnsPath, exitFile, hostname string
+	var netnsPath, exitFile, hostname, bindsJSON string
 	var sec podexec.Security
 	var uid, gid int64
+	var rootfs string
+	var mounts []string
 	cmd := &cobra.Command{
-		Use:    "shim --netns PATH --exit-file FILE [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
+		Use:    "shim --netns PATH --exit-file FILE [--rootfs DIR --mount SRC:DST[:ro]...] [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
@@ -292,17 +353,37 @@ func newShimCmd() *cobra.Command {
 				g := uint32(gid)
 				sec.GID = &g
 			}
-			os.Exit(lab.RunShim(netnsPath, exitFile, hostname, sec, args))
+			var binds []podexec.Bind
+			if bindsJSON != "" {
+				if err := json.Unmarshal([]byte(bindsJSON), &binds); err != nil {
+					fmt.Fprintf(os.Stderr, "shim: --binds %q: %v\n", bindsJSON, err)
+					os.Exit(127)
+				}
+			}
+
+			fs := lab.ContainerFS{Rootfs: rootfs, Binds: binds}
+			for _, m := range mounts {
+				pm, err := podexec.ParseMount(m)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "shunt:", err)
+					os.Exit(127)
+				}
+				fs.Mounts = append(fs.Mounts, pm)
+			}
+			os.Exit(lab.RunShimIn(netnsPath, exitFile, hostname, sec, fs, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
 	cmd.Flags().StringVar(&exitFile, "exit-file", "", "where to record the exit status")
+	cmd.Flags().StringVar(&bindsJSON, "binds", "", "what the container mounts, as JSON: [{\"Source\":..., \"Target\":..., \"ReadOnly\":...}] (its resolv.conf, hosts, volumes)")
 	cmd.Flags().StringVar(&hostname, "hostname", "", "the pod's host name, in a UTS namespace of its own (default: the node's)")
 	cmd.Flags().BoolVar(&sec.Privileged, "privileged", false, "keep every capability (securityContext.privileged)")
 	cmd.Flags().StringSliceVar(&sec.Add, "cap-add", nil, "capabilities beyond a runtime's default set")
 	cmd.Flags().StringSliceVar(&sec.Drop, "cap-drop", nil, "capabilities of the default set to drop (ALL: every one)")
 	cmd.Flags().Int64Var(&uid, "uid", -1, "run as this user (runAsUser; default root)")
 	cmd.Flags().Int64Var(&gid, "gid", -1, "run as this group (runAsGroup)")
+	cmd.Flags().StringVar(&rootfs, "rootfs", "", "run chrooted in this root file system (an image's), in a mount namespace of its own")
+	cmd.Flags().StringArrayVar(&mounts, "mount", nil, "with --rootfs: bind-mount SOURCE of the node at TARGET (a volume; :ro read-only)")
 	cmd.MarkFlagRequired("netns")
 	cmd.MarkFlagRequired("exit-file")
 	return cmd

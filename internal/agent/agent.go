@@ -39,6 +39,7 @@ import (
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/reconciler"
+	"github.com/shuntnet/shunt/internal/services"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -51,6 +52,7 @@ type Config struct {
 	BinDir      string        // put first on containers' PATH (where shunt lives)
 	ShimExe     string        // executable providing `shim` (shuntd itself)
 	Images      lab.Images    // the programs of the images the lab kubelet maps
+	DNS         lab.DNS       // what the lab kubelet writes into pods' resolv.conf
 
 	FlowSampling    datapath.FlowMode // what the datapath reports
 	FlowHistory     int               // flows kept in memory (default 8192)
@@ -114,6 +116,9 @@ type Config struct {
 	Masquerade        bool
 	MasqueradeExclude []netip.Prefix
 	MasqueradePorts   datapath.PortRange
+	// NodePortMode is how flows from outside reach backends on other
+	// nodes: SNAT (the default, ""), DSR or hybrid (dpinfo.NodePortMode).
+	NodePortMode dpinfo.NodePortMode
 	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
 	// connections can evict established ones (datapath.Config).
 	ConntrackSingleTable bool
@@ -142,6 +147,10 @@ type Config struct {
 	// backend per new flow). Every node of a cluster must use the same M
 	// to pick the same backends.
 	MaglevTableSize int
+	// NodePortAddresses selects the node addresses NodePorts are served
+	// on (--nodeport-addresses, as kube-proxy's); zero: every address of
+	// the node but 127.0.0.1.
+	NodePortAddresses services.NodePortAddresses
 	// KernelFallbacks are older kernel paths to take although the kernel
 	// has the newer feature (tests run every fallback on a new kernel);
 	// the ones the kernel needs are taken anyway (datapath.ProbeKernel).
@@ -259,11 +268,11 @@ func (a *Agent) wire(s *startup) error {
 	}
 	a.rec = reconciler.New(reconciler.Config{
 		NodeName: a.nodeName, NodeAddrs: []netip.Addr{a.podPool.NodeIP()}, HostAddrs: podnet.HostAddresses,
-		NodePortAddrs: a.nodePortAddrs(), ExternalByKubeProxy: a.cfg.LeaveExternalToKubeProxy,
+		NodePortAddrs: a.nodePortAddrs(), NodePortAddresses: a.cfg.NodePortAddresses, ExternalByKubeProxy: a.cfg.LeaveExternalToKubeProxy,
 		Allocations: s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Identities: identities,
 		Log:        a.log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
-		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set,
+		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set, NativeRouting: s.nativeIf != 0,
 		// The source's first Update is complete: the lab hands over every
 		// persisted object at once (ControlPlane.Start), the Kubernetes
 		// source once its informers synced.

@@ -55,7 +55,7 @@ func (a *Agent) openNode(s *startup) error {
 	}
 	mark := DefaultProxyMark
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodePort: s.nodePort, MaglevSize: maglevSize(cfg.MaglevTableSize),
 		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
 		Fallbacks: s.fallbacks})
@@ -108,6 +108,13 @@ func (a *Agent) programNode(s *startup) error {
 	}
 	s.proxyAddr = netip.AddrPortFrom(a.podPool.NodeIP(), uint16(cfg.ProxyPort))
 	a.proxy = newNodeProxy(a.log, filepath.Join(cfg.BinDir, "shunt-proxy"), cfg.Instance.RunDir(), s.proxyCgroup, s.proxyAddr, DefaultProxyMark, a.addProxyFlow)
+	// Connections from off the node to local pods' ports with HTTP rules
+	// reach the proxy in tc (bpf/lib/steer.h), through its transparent
+	// listener and the routing that delivers them to the node's stack.
+	if err := a.dp.EnsureProxySteerRouting(); err != nil {
+		return err
+	}
+	a.proxy.steer = proxySteer(a.podPool.NodeIP()).Listen
 	a.metrics.proxy = a.proxy
 	return nil
 }

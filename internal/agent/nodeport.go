@@ -16,7 +16,14 @@ import (
 // with ports of the masquerade's range (the node's own connections take
 // none of them). nil without an underlay address: the node's pods and
 // processes still reach these frontends through the socket layer.
+// cfg.NodePortMode dsr or hybrid sends such flows to the backend's node by
+// DSR (bpf/lib/dsr.h), which needs native routing: refused otherwise,
+// before anything of the node is made.
 func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapath.NodePort, error) {
+	if cfg.NodePortMode.UsesDSR() && cfg.Routing != RoutingNative {
+		return nil, fmt.Errorf("--nodeport-mode %s needs --routing native (DSR's IPIP goes between nodes routed natively; "+
+			"over the overlay it is not carried): use --routing native or --nodeport-mode snat", cfg.NodePortMode)
+	}
 	if !cfg.Underlay.IsValid() || !mode.UsesBPF() {
 		return nil, nil
 	}
@@ -32,7 +39,23 @@ func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapat
 		return nil, fmt.Errorf("--masquerade-ports %s overlaps the node's ephemeral ports %s (net.ipv4.ip_local_port_range): "+
 			"NodePort flows SNATed to the node take their source ports from that range; choose ports outside it", cfg.MasqueradePorts, eph)
 	}
-	return &datapath.NodePort{UplinkIfindex: ifindex, SNATAddr: podNetAddr, Ports: cfg.MasqueradePorts}, nil
+	// Every node accepts DSR packets at its underlay address, whatever
+	// its own mode: nodes of one cluster may be rolled to a new mode one
+	// at a time.
+	return &datapath.NodePort{UplinkIfindex: ifindex, SNATAddr: podNetAddr, Ports: cfg.MasqueradePorts,
+		Mode: cfg.NodePortMode, DSRAddr: cfg.Underlay, UplinkAddr: cfg.Underlay}, nil
+}
+
+// podsDefaultRoute says whether pods route everything through their node
+// (podnet.Node.DefaultRoute): wherever a pod may talk to an address off
+// the pod network. A node of a Kubernetes cluster (as every CNI plugin
+// gives its pods), one that masquerades, and one with an underlay
+// address, whose uplink brings clients from outside (a NodePort's
+// backend on the ingress node, or any with externalTrafficPolicy Local,
+// replies to the client's own address). A single-node lab without an
+// underlay keeps none: it never sends a pod's packet off the machine.
+func podsDefaultRoute(cfg Config) bool {
+	return cfg.Kubernetes || cfg.Masquerade || cfg.Underlay.IsValid()
 }
 
 // nodePortAddrs are the addresses the node serves NodePorts on: its

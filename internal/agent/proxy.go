@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shuntnet/shunt/internal/api"
+	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/proxyapi"
 )
@@ -42,12 +43,27 @@ const DefaultProxyPort = 15001
 // client's identity (pod identities are below 1<<24).
 var DefaultProxyMark = proxyapi.Mark{Magic: 0x5e000000, Mask: 0xff000000}
 
+// DefaultProxySteerPort is the port of the node proxy's transparent
+// listener on the node address, to which the tc programs give connections
+// from off the node to local pods' ports with HTTP rules (bpf/lib/steer.h).
+const DefaultProxySteerPort = 15006
+
+// proxySteer is how steered packets reach the node's stack: their mark
+// (not a proxy upstream mark: its top byte is not DefaultProxyMark's) and
+// the routing table and rule priority that deliver them locally.
+func proxySteer(nodeIP netip.Addr) *datapath.ProxySteer {
+	return &datapath.ProxySteer{
+		Listen: netip.AddrPortFrom(nodeIP, DefaultProxySteerPort), Mark: 0x5f000000, Table: 0x5f, Priority: 95,
+	}
+}
+
 type nodeProxy struct {
 	log    *slog.Logger
 	exe    string
 	dir    string // control socket, config file, pid file, log
 	cgroup string // the cgroup it runs in (SO_ORIGINAL_DST is answered there)
 	listen netip.AddrPort
+	steer  netip.AddrPort // the transparent listener; invalid: none
 	mark   proxyapi.Mark
 	client *proxyapi.Client
 	onFlow func(flows.Flow)
@@ -87,6 +103,9 @@ func (p *nodeProxy) nextVersion(last uint64) uint64 {
 func (p *nodeProxy) Set(cfg proxyapi.Config) {
 	p.mu.Lock()
 	cfg.Listen, cfg.Mark = p.listen.String(), p.mark
+	if p.steer.IsValid() {
+		cfg.SteerListen = p.steer.String()
+	}
 	cfg.Version = p.want.Version
 	if !reflect.DeepEqual(cfg, p.want) {
 		cfg.Version = p.nextVersion(p.want.Version)

@@ -123,7 +123,7 @@ func (a *Agent) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		PodCIDR: a.podPool.CIDR.String(), NodeIP: a.podPool.NodeIP().String(), ServiceCIDR: a.svcPool.CIDR.String(),
 		Mode: string(a.state.Mode), Bridge: a.state.Mode == datapath.ModeBridge, NodeIf: a.cfg.Instance.NodeIf(),
 		LinkAliasPrefix: a.cfg.Instance.LinkAliasPrefix(), MTU: a.podMTU, ClusterCIDR: a.clusterCIDR(),
-		DefaultRoute: a.cfg.Masquerade,
+		DefaultRoute: podsDefaultRoute(a.cfg),
 	})
 }
 

@@ -285,7 +285,7 @@ func chooseSource(cfg Config) sourceStarter {
 func (a *Agent) labConfig(s *startup) lab.Config {
 	return lab.Config{
 		Instance: a.cfg.Instance, NodeName: a.nodeName, NodeIP: a.podPool.NodeIP(), PodPool: a.podPool, ServicePool: a.svcPool,
-		CgroupRoot: s.root, BinDir: a.cfg.BinDir, ShimExe: a.cfg.ShimExe, Images: a.cfg.Images, Log: a.log,
+		CgroupRoot: s.root, BinDir: a.cfg.BinDir, ShimExe: a.cfg.ShimExe, Images: a.cfg.Images, DNS: a.cfg.DNS, Log: a.log,
 		LegacyPods: a.state.Pods, NodeGrace: a.cfg.NodeGrace, LoadBalancerPool: a.cfg.LoadBalancerPool, NodeLeaseDuration: a.cfg.NodeLeaseDuration,
 		CrashLoopBackOff: a.cfg.CrashLoopBackOff,
 	}

@@ -402,7 +402,7 @@ type Network struct {
 	NodeIP       string `json:"nodeIP"` // the pods' gateway
 	ServiceCIDR  string `json:"serviceCIDR"`
 	ClusterCIDR  string `json:"clusterCIDR,omitempty"`  // every node's pods: routed through the node too
-	DefaultRoute bool   `json:"defaultRoute,omitempty"` // the node masquerades: pods route everything through it
+	DefaultRoute bool   `json:"defaultRoute,omitempty"` // pods route everything through the node (Kubernetes, masquerade, an uplink)
 	Mode         string `json:"mode"`
 	Bridge       bool   `json:"bridge"` // pods join NodeIf (a bridge) instead of being routed
 	NodeIf       string `json:"nodeIf"`

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -36,7 +37,7 @@ const ErrPluginNotAvailable uint = 50
 //	 "capabilities": {"cgroupPath": true}}
 //
 // Only name, cniVersion and type are required: the agent socket defaults to
-// the default instance's, the pod CIDR and MTU to what the agent says of
+// the instance SHUNT_INSTANCE names (default "shunt"), the pod CIDR and MTU to what the agent says of
 // its node (spec.podCIDR).
 type NetConf struct {
 	types.PluginConf
@@ -61,7 +62,13 @@ func parseConf(stdin []byte) (*NetConf, error) {
 			"stdin must be a JSON network configuration such as "+`{"cniVersion":"1.1.0","name":"shunt","type":"shunt-cni"}`)
 	}
 	if conf.AgentSocket == "" {
-		conf.AgentSocket = instance.Instance{Name: instance.Default}.Socket()
+		// The runtime's SHUNT_INSTANCE names the node's agent where one
+		// machine holds several (lab nodes), as for shunt and shuntd.
+		name := os.Getenv("SHUNT_INSTANCE")
+		if name == "" {
+			name = instance.Default
+		}
+		conf.AgentSocket = instance.Instance{Name: name}.Socket()
 	}
 	if conf.DataDir == "" {
 		conf.DataDir = DefaultDataDir

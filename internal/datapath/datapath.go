@@ -55,6 +55,11 @@ type Config struct {
 	// ProxyMark is the SO_MARK layout of L7 proxies' upstream sockets
 	// (the zero value: no proxy, nothing is recognised by its mark).
 	ProxyMark ProxyMark
+	// ProxySteer, when set, gives connections from off the node to local
+	// pods' ports with HTTP rules to the node proxy's transparent
+	// listener in tc (bpf/lib/steer.h); nil: such connections are dropped
+	// (proxy-steer-failed). A load-time constant.
+	ProxySteer *ProxySteer
 	// TunnelIfindex is the node's collect-metadata VXLAN device
 	// (EnsureVXLAN), through which packets for pods of other nodes (ipcache
 	// entries with a Tunnel) leave; 0: no overlay, they go to the host
@@ -190,12 +195,26 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 	if cfg.NodeIP.IsValid() {
 		tcConfig.NodeIp4 = be32(cfg.NodeIP)
 	}
+	if ps := cfg.ProxySteer; ps != nil {
+		if err := ps.check(cfg.ProxyMark); err != nil {
+			return nil, err
+		}
+		tcConfig.ProxySteerIp4, tcConfig.ProxySteerPort = be32(ps.Listen.Addr()), be16(ps.Listen.Port())
+		tcConfig.ProxySteerMark = ps.Mark
+	}
 	if np := cfg.NodePort; np != nil {
 		if err := np.check(); err != nil {
 			return nil, err
 		}
 		tcConfig.UplinkIfindex, tcConfig.NodeportSnatIp4 = uint32(np.UplinkIfindex), be32(np.SNATAddr)
 		tcConfig.NodeportPortMin, tcConfig.NodeportPortMax = np.Ports.Min, np.Ports.Max
+		tcConfig.NodeportMode = np.modeValue()
+		if np.DSRAddr.IsValid() {
+			tcConfig.NodeportDsrIp4 = be32(np.DSRAddr)
+		}
+		if np.Mode.UsesDSR() && cfg.NativeIfindex == 0 {
+			return nil, fmt.Errorf("--nodeport-mode %s needs --routing native: DSR carries the service address in IPIP between nodes routed natively; with the overlay use --nodeport-mode snat", np.Mode)
+		}
 	}
 	if cfg.ConntrackSingleTable {
 		tcConfig.CtSingleTable = 1
@@ -332,6 +351,19 @@ func (d *Datapath) loadSocket(s *datapathSpecs, opts *ebpf.CollectionOptions, fl
 	if d.cfg.Fallbacks.Has(dpinfo.FallbackNoSetRetval) {
 		noSetRetval = 1
 	}
+	// The node's own unbound sockets meet a load balancer's source
+	// ranges with the address their route would pick (bpf/sock_addr.c).
+	nodeSource := d.cfg.NodeIP
+	if np := d.cfg.NodePort; np != nil && np.UplinkAddr.Is4() {
+		nodeSource = np.UplinkAddr
+	}
+	var nodeSourceBE uint32
+	if nodeSource.Is4() {
+		nodeSourceBE = be32(nodeSource)
+	}
+	if err := s.sockAddr.Variables[sockaddrVarNODE_SOURCE_IP4].Set(nodeSourceBE); err != nil {
+		return fmt.Errorf("setting the socket hooks' load-time NODE_SOURCE_IP4: %w", err)
+	}
 	if err := s.sockAddr.Variables[sockaddrVarNO_SET_RETVAL].Set(noSetRetval); err != nil {
 		return fmt.Errorf("setting the socket hooks' load-time NO_SET_RETVAL: %w", err)
 	}
@@ -366,6 +398,8 @@ func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
 		TunnelIfindex: cfg.TunnelIfindex, NativeIfindex: cfg.NativeIfindex, CtSingleTable: cfg.CtSingleTable,
 		NodeIp4: cfg.NodeIp4, UplinkIfindex: cfg.UplinkIfindex, NodeportSnatIp4: cfg.NodeportSnatIp4,
 		NodeportPortMin: cfg.NodeportPortMin, NodeportPortMax: cfg.NodeportPortMax,
+		ProxySteerIp4: cfg.ProxySteerIp4, ProxySteerPort: cfg.ProxySteerPort, ProxySteerMark: cfg.ProxySteerMark,
+		NodeportDsrIp4: cfg.NodeportDsrIp4, NodeportMode: cfg.NodeportMode,
 	}
 }
 

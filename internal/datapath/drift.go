@@ -23,7 +23,9 @@ import (
 // (bpftool, a bug, an eviction that should not have happened) stayed wrong
 // until a restart.
 //
-// Checked (DriftMaps): shunt_services, shunt_backends, shunt_endpoints,
+// Checked (DriftMaps): shunt_services, shunt_backends,
+// shunt_lb_source_ranges, shunt_maglev and its tables (drift_nodeport.go),
+// shunt_endpoints,
 // shunt_ipcache, shunt_cidr_identities, shunt_policy,
 // shunt_identity_endpoints, shunt_netns_pods, shunt_l7_redirect,
 // shunt_masq_exclude (with masquerade), shunt_accel_config and
@@ -38,7 +40,7 @@ import (
 
 // DriftMaps are the maps VerifyMaps compares, in the order it does.
 var DriftMaps = []string{
-	"shunt_backends", "shunt_services",
+	"shunt_backends", "shunt_services", "shunt_lb_source_ranges", "shunt_maglev",
 	"shunt_ipcache", "shunt_cidr_identities", "shunt_policy", "shunt_endpoints", "shunt_identity_endpoints", "shunt_netns_pods",
 	"shunt_l7_redirect", "shunt_masq_exclude", "shunt_accel_config", "shunt_flow_config",
 }
@@ -270,7 +272,7 @@ func (d *Datapath) VerifyMaps(repair bool) (DriftReport, error) {
 	start := time.Now()
 	r := DriftReport{Time: start.UTC(), Checked: map[string]int{}, Repaired: map[string]int{}, Skipped: map[string]string{}}
 	var errs []error
-	for _, step := range []func(*DriftReport, bool) error{d.verifyServices, d.verifyPolicy, d.verifyL7, d.verifyMasq, d.verifyConfig} {
+	for _, step := range []func(*DriftReport, bool) error{d.verifyServices, d.verifyMaglev, d.verifyPolicy, d.verifyL7, d.verifyMasq, d.verifyConfig} {
 		if err := step(&r, repair); err != nil {
 			errs = append(errs, err)
 		}
@@ -297,7 +299,7 @@ func (d *Datapath) verifyServices(r *DriftReport, repair bool) error {
 	t := &d.services
 	if !t.loaded {
 		why := "no service sync yet, or the last one failed (the next sync reads the kernel again)"
-		r.Skipped["shunt_services"], r.Skipped["shunt_backends"] = why, why
+		r.Skipped["shunt_services"], r.Skipped["shunt_backends"], r.Skipped["shunt_lb_source_ranges"] = why, why, why
 		return nil
 	}
 	// The mirror answers for each entry read: no map of the desired
@@ -352,6 +354,10 @@ func (d *Datapath) verifyServices(r *DriftReport, repair bool) error {
 	if err != nil {
 		return err
 	}
+	fr, err := d.compareRanges(r)
+	if err != nil {
+		return err
+	}
 	if !repair {
 		return nil
 	}
@@ -360,8 +366,12 @@ func (d *Datapath) verifyServices(r *DriftReport, repair bool) error {
 	for _, step := range []func() error{
 		func() error { return fb.puts(nil) },
 		func() error { return fs.puts(slot) },
+		// A frontend's source ranges before the slot 0 that publishes
+		// it, and removed after it goes (sourceranges.go).
+		func() error { return fr.puts(nil) },
 		func() error { return fs.puts(master) },
 		func() error { return fs.deletes(master) },
+		func() error { return fr.deletes(nil) },
 		func() error { return fs.deletes(slot) },
 		func() error { return fb.deletes(nil) },
 	} {
@@ -374,6 +384,7 @@ func (d *Datapath) verifyServices(r *DriftReport, repair bool) error {
 	}
 	countFix(r, fb)
 	countFix(r, fs)
+	countFix(r, fr)
 	return nil
 }
 

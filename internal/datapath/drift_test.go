@@ -105,15 +105,7 @@ func TestVerifyMapsRepairs(t *testing.T) {
 	must(d.sockAddr.ShuntServices.Put(extra, sockaddrServiceValue{Id: 77}))
 	must(d.objs.ShuntFlowConfig.Put(uint32(0), podtcFlowConfig{Mode: uint32(FlowModeAll)}))
 
-	r, err = d.VerifyMaps(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for _, e := range r.Entries {
-		lines = append(lines, e.Map+" | "+e.Key+" | "+e.Expected+" | "+e.Found)
-	}
-	text := strings.Join(lines, "\n")
+	r, text := dryRunReport(t, d)
 	for _, want := range []string{
 		"shunt_services | 10.96.7.1:80/TCP slot 1 | backend ",
 		"shunt_services | 10.96.7.66:80/TCP slot 0 |  | service 77, 0 backends",
@@ -163,6 +155,21 @@ func TestVerifyMapsRepairs(t *testing.T) {
 	if n, _ := countKeys(d.sockAddr.ShuntServices); n != 0 {
 		t.Errorf("%d shunt_services entries left after removing the only service", n)
 	}
+}
+
+// dryRunReport checks d's maps without repairing them: the report, and its
+// entries one a line as "map | key | expected | found".
+func dryRunReport(t *testing.T, d *Datapath) (DriftReport, string) {
+	t.Helper()
+	r, err := d.VerifyMaps(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, e := range r.Entries {
+		lines = append(lines, e.Map+" | "+e.Key+" | "+e.Expected+" | "+e.Found)
+	}
+	return r, strings.Join(lines, "\n")
 }
 
 // BenchmarkVerifyMaps: one check of the service maps at 10 000 services of

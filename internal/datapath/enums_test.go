@@ -37,7 +37,9 @@ var notPrinted = map[string]string{
 	"shunt_fwd_mode":       "chosen from Mode (ModeRedirectPeer, ModeRedirect), which has its own names",
 	"service_flags":        "bits the agent sets in shunt_services; dumps show the affinity timeout instead",
 	"shunt_metrics_layout": "the size of shunt_metrics, no names",
+	"nodeport_mode":        "chosen from dpinfo.NodePortMode (snat, dsr, hybrid), which has its own names",
 	"accel_sock_flags":     "bits of socket storage, which user space cannot list",
+	"affinity_client_kind": "map dump shows the client as an address or a netns cookie, by the kind",
 }
 
 func table(names []string) func([]uint64) map[uint64]string {

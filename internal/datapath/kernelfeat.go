@@ -41,8 +41,10 @@ var helperSince = map[asm.BuiltinFunc]string{
 	asm.FnCsumDiff:           "4.6",
 	asm.FnSkbChangeType:      "4.8",
 	asm.FnSkbChangeTail:      "4.9",
+	asm.FnSkbPullData:        "4.9",
 	asm.FnGetSocketCookie:    "4.12",
 	asm.FnSockOpsCbFlagsSet:  "4.16",
+	asm.FnSkbAdjustRoom:      "4.13", // DSR (lib/dsr.h); ENCAP_L3_IPV4 is 5.2, DECAP_L3_IPV4 6.3 (before, non-GSO packets only)
 	asm.FnFibLookup:          "4.18",
 	asm.FnGetCurrentCgroupId: "4.18",
 	asm.FnSockHashUpdate:     "4.18",
@@ -52,6 +54,9 @@ var helperSince = map[asm.BuiltinFunc]string{
 	// with CAP_PERFMON, refused under lockdown=confidentiality (CheckKernel
 	// probes the pair on the running kernel).
 	asm.FnProbeReadKernel: "5.5",
+	asm.FnSkRelease:       "4.20",
+	asm.FnSkcLookupTcp:    "5.2",
+	asm.FnSkAssign:        "5.7", // tc programs (bpf/lib/steer.h)
 	asm.FnSkStorageGet:    "5.2",
 	asm.FnSkStorageDelete: "5.2",
 	asm.FnGetNetnsCookie:  "5.7",

@@ -36,7 +36,9 @@ type maglevTable struct {
 	table *maglev.Table
 	ids   []uint32 // backend id of each of table.Backends
 	array *ebpf.Map
-	users int // shunt_maglev entries pointing at it
+	// arrayID0 is the array's kernel id, once arrayID read it.
+	arrayID0 uint32
+	users    int // shunt_maglev entries pointing at it
 }
 
 // maglevEntry is what shunt_maglev holds for one frontend.

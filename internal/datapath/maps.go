@@ -199,13 +199,18 @@ var mapTable = []mapDesc{
 	},
 	{
 		name:  "shunt_affinity",
-		about: "ClientIP session affinity: (client netns, service) -> backend, last use (LRU)",
+		about: "ClientIP session affinity: (client netns at the socket layer, or client address on the uplink and in tc; service) -> backend, last use (LRU)",
 		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntAffinity },
 		dump: func(d *Datapath) ([]Row, error) {
 			now := monotonicNow()
 			return dump(d.sockAddr.ShuntAffinity, func(k sockaddrAffinityKey, v sockaddrAffinityValue) Row {
-				return Row{"clientNetnsCookie": k.ClientCookie, "serviceID": k.ServiceId, "backendID": v.BackendId,
-					"idleSeconds": secondsSince(now, v.LastUsedNs)}
+				row := Row{"serviceID": k.ServiceId, "backendID": v.BackendId, "idleSeconds": secondsSince(now, v.LastUsedNs)}
+				if k.ClientKind == uint32(sockaddrAffinityClientKindAFFINITY_CLIENT_ADDR) {
+					row["client"] = fromBe32(uint32(k.ClientCookie)).String()
+				} else {
+					row["clientNetnsCookie"] = k.ClientCookie
+				}
+				return row
 			})
 		},
 		insertFailed: dpinfo.ReasonAffinityInsertFailed.String(),

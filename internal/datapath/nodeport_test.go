@@ -1,15 +1,18 @@
 package datapath
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
 	"os/exec"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
@@ -46,6 +49,12 @@ func skbContext(ifindex int) []byte {
 // opens a datapath on it with maglevSize (0: random backends), its pod
 // npLocalPod and npRemotePod on the other node in the ipcache.
 func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, uplink int) {
+	return nodePortTestNodeMode(t, maglevSize, dpinfo.NodePortSNAT)
+}
+
+// nodePortTestNodeMode is nodePortTestNode with flows to backends on the
+// other node going as mode says (DSR from npNode).
+func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	ns, peer := testNetns(t), testNetns(t)
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
@@ -71,12 +80,14 @@ func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, upl
 		t.Fatal(err)
 	}
 	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
-		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts}}, nil)
+		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode}}, nil)
 	return d, ns, uplink
 }
 
-func TestNodePort(t *testing.T) {
-	d, ns, uplink := nodePortTestNode(t, 0)
+// syncNodePortPods puts the test node's pod npLocalPod and the other
+// node's npRemotePod into d's ipcache (and the first into its endpoints).
+func syncNodePortPods(t *testing.T, d *Datapath) {
+	t.Helper()
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
 		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},
@@ -84,6 +95,11 @@ func TestNodePort(t *testing.T) {
 	}}, []Endpoint{{IP: npLocalPod, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300}}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestNodePort(t *testing.T) {
+	d, ns, uplink := nodePortTestNode(t, 0)
+	syncNodePortPods(t, d)
 	fe := func(vip netip.Addr, port uint16) services.Frontend {
 		return services.Frontend{VIP: vip, Port: port, Proto: 6}
 	}
@@ -249,6 +265,63 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
+	t.Run("ICMP errors about the way to a backend reach the client about the frontend", func(t *testing.T) {
+		// An error quotes the datagram as the backend received it.
+		errorAbout := func(e icmpError) []any {
+			return []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.ip[16:20])),
+				netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4[0:]),
+				netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
+		}
+		ret, toRemote := fromOutside(packet(npClient, npNode, 17, udpDatagram(40012, 30054)))
+		if sent := checkedTuple(t, toRemote); ret != tcActRedirect || sent.src != npSNAT {
+			t.Fatalf("to another node: verdict %d, %+v; want SNAT from %s", ret, sent, npSNAT)
+		}
+		for _, tc := range []struct {
+			what    string
+			from    netip.Addr
+			message []byte
+			src     netip.Addr // the outer source the client sees
+		}{
+			{"the backend's port unreachable", npRemotePod, icmpUnreachable(toRemote), npNode},
+			{"a router's fragmentation needed: its address stays", npOtherNode, icmpFragNeeded(toRemote, 1400), npOtherNode},
+		} {
+			ret, out := fromOutside(packet(tc.from, npSNAT, 1, tc.message))
+			if ret != tcActRedirect {
+				t.Errorf("%s: verdict %d, want redirect out of the uplink", tc.what, ret)
+				continue
+			}
+			e := checkedICMPError(t, out)
+			if got, want := errorAbout(e), []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)}; !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", tc.what, got[0], got[1], got[2], got[3], got[4], got[5], want)
+			}
+			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
+				t.Errorf("%s: to MAC %s, want the client's", tc.what, dst)
+			}
+			if e.icmp[0] != tc.message[0] || e.icmp[1] != tc.message[1] || !bytes.Equal(e.icmp[4:8], tc.message[4:8]) {
+				t.Errorf("%s: type, code or MTU changed: % x, want % x", tc.what, e.icmp[:8], tc.message[:8])
+			}
+		}
+		// A backend on this node saw the client's own address: only the
+		// backend becomes the frontend.
+		ret, toLocal := fromOutside(packet(npClient, npNode, 17, udpDatagram(40013, 30053)))
+		if ret != tcActRedirect {
+			t.Fatalf("to this node's backend: verdict %d", ret)
+		}
+		ret, out := fromPod(packet(npLocalPod, npClient, 1, icmpUnreachable(toLocal)))
+		if ret != tcActRedirect {
+			t.Fatalf("the local backend's port unreachable: verdict %d, want redirect out of the uplink", ret)
+		}
+		if got, want := errorAbout(checkedICMPError(t, out)), []any{npNode, npClient, npClient, uint16(40013), npNode, uint16(30053)}; !reflect.DeepEqual(got, want) {
+			t.Errorf("the local backend's port unreachable: %v, want %v", got, want)
+		}
+		// An error about no flow from outside goes on as before.
+		stray := withChecksum(packet(npClient, npRemotePod, 17, udpDatagram(40014, 5353)))
+		if ret, out := fromOutside(packet(npRemotePod, npSNAT, 1, icmpUnreachable(stray))); ret != tcActOK ||
+			!bytes.Equal(out[34:], withChecksum(packet(npRemotePod, npSNAT, 1, icmpUnreachable(stray)))[34:]) {
+			t.Errorf("an error about no NodePort flow: verdict %d, want OK and unchanged", ret)
+		}
+	})
+
 	t.Run("left alone: a ClusterIP, the node's own ports", func(t *testing.T) {
 		for _, pkt := range [][]byte{
 			packet(npClient, netip.MustParseAddr("10.96.0.10"), 6, tcpSegment(40004, 80, tcpSYN)),
@@ -261,7 +334,7 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
-	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 10, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 3, "nodeport-reply/from-pod": 3})
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 12, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 5, "nodeport-reply/from-pod": 4})
 	var kinds []string
 	for _, e := range flows() {
 		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {

@@ -26,6 +26,12 @@ type overlaytcShuntConfig struct {
 	NodeportSnatIp4 uint32
 	NodeportPortMin uint16
 	NodeportPortMax uint16
+	ProxySteerIp4   uint32
+	ProxySteerPort  uint16
+	PadSteer        uint16
+	ProxySteerMark  uint32
+	NodeportDsrIp4  uint32
+	NodeportMode    uint32
 }
 
 // Names of all BPF objects in the ELF.

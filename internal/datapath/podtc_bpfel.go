@@ -208,6 +208,12 @@ type podtcShuntConfig struct {
 	NodeportSnatIp4 uint32
 	NodeportPortMin uint16
 	NodeportPortMax uint16
+	ProxySteerIp4   uint32
+	ProxySteerPort  uint16
+	PadSteer        uint16
+	ProxySteerMark  uint32
+	NodeportDsrIp4  uint32
+	NodeportMode    uint32
 }
 
 type podtcShuntDirection uint32
@@ -303,7 +309,12 @@ const (
 	podtcShuntReasonSHUNT_REASON_NODEPORT_XLATE         podtcShuntReason = 44
 	podtcShuntReasonSHUNT_REASON_NODEPORT_REPLY         podtcShuntReason = 45
 	podtcShuntReasonSHUNT_REASON_LB_SOURCE_DENIED       podtcShuntReason = 46
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 47
+	podtcShuntReasonSHUNT_REASON_PROXY_STEERED          podtcShuntReason = 47
+	podtcShuntReasonSHUNT_REASON_PROXY_STEER_FAILED     podtcShuntReason = 48
+	podtcShuntReasonSHUNT_REASON_DSR_ENCAP              podtcShuntReason = 49
+	podtcShuntReasonSHUNT_REASON_DSR_DECAP              podtcShuntReason = 50
+	podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG            podtcShuntReason = 51
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 52
 )
 
 type podtcTcNatKey struct {

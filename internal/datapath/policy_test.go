@@ -48,6 +48,12 @@ func icmpUnreachable(quoted []byte) []byte {
 	return append([]byte{3, 3, 0, 0, 0, 0, 0, 0}, quoted[14:14+28]...)
 }
 
+// icmpFragNeeded is fragmentation needed (next-hop MTU mtu) quoting the
+// first 28 bytes of the packet quoted (IPv4 and UDP headers).
+func icmpFragNeeded(quoted []byte, mtu uint16) []byte {
+	return append([]byte{3, 4, 0, 0, 0, 0, byte(mtu >> 8), byte(mtu)}, quoted[14:14+28]...)
+}
+
 const (
 	tcpSYN    = 0x02
 	tcpSYNACK = 0x12

@@ -13,11 +13,18 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type sockaddrAffinityClientKind uint32
+
+const (
+	sockaddrAffinityClientKindAFFINITY_CLIENT_NETNS sockaddrAffinityClientKind = 0
+	sockaddrAffinityClientKindAFFINITY_CLIENT_ADDR  sockaddrAffinityClientKind = 1
+)
+
 type sockaddrAffinityKey struct {
 	_            structs.HostLayout
 	ClientCookie uint64
 	ServiceId    uint32
-	Pad          uint32
+	ClientKind   uint32
 }
 
 type sockaddrAffinityValue struct {
@@ -97,6 +104,7 @@ const (
 	sockaddrMapShuntFlows             = "shunt_flows"
 	sockaddrMapShuntIdentityEndpoints = "shunt_identity_endpoints"
 	sockaddrMapShuntL7Redirect        = "shunt_l7_redirect"
+	sockaddrMapShuntLbSourceRanges    = "shunt_lb_source_ranges"
 	sockaddrMapShuntMetrics           = "shunt_metrics"
 	sockaddrMapShuntNetnsPods         = "shunt_netns_pods"
 	sockaddrMapShuntProxyOrigins      = "shunt_proxy_origins"
@@ -113,7 +121,9 @@ const (
 	sockaddrProgShuntSendmsg4         = "shunt_sendmsg4"
 	sockaddrProgShuntSendmsg6         = "shunt_sendmsg6"
 	sockaddrVarCONFIG                 = "CONFIG"
+	sockaddrVarNODE_SOURCE_IP4        = "NODE_SOURCE_IP4"
 	sockaddrVarNO_SET_RETVAL          = "NO_SET_RETVAL"
+	sockaddrVarBtfAffinityClientKind  = "_btf_affinity_client_kind"
 )
 
 // loadSockaddr returns the embedded CollectionSpec for sockaddr.
@@ -180,6 +190,7 @@ type sockaddrMapSpecs struct {
 	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
 	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
 	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNetnsPods         *ebpf.MapSpec `ebpf:"shunt_netns_pods"`
 	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
@@ -193,8 +204,10 @@ type sockaddrMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockaddrVariableSpecs struct {
-	CONFIG        *ebpf.VariableSpec `ebpf:"CONFIG"`
-	NO_SET_RETVAL *ebpf.VariableSpec `ebpf:"NO_SET_RETVAL"`
+	CONFIG                *ebpf.VariableSpec `ebpf:"CONFIG"`
+	NODE_SOURCE_IP4       *ebpf.VariableSpec `ebpf:"NODE_SOURCE_IP4"`
+	NO_SET_RETVAL         *ebpf.VariableSpec `ebpf:"NO_SET_RETVAL"`
+	BtfAffinityClientKind *ebpf.VariableSpec `ebpf:"_btf_affinity_client_kind"`
 }
 
 // sockaddrObjects contains all objects after they have been loaded into the kernel.
@@ -225,6 +238,7 @@ type sockaddrMaps struct {
 	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
 	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
 	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNetnsPods         *ebpf.Map `ebpf:"shunt_netns_pods"`
 	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
@@ -244,6 +258,7 @@ func (m *sockaddrMaps) Close() error {
 		m.ShuntFlows,
 		m.ShuntIdentityEndpoints,
 		m.ShuntL7Redirect,
+		m.ShuntLbSourceRanges,
 		m.ShuntMetrics,
 		m.ShuntNetnsPods,
 		m.ShuntProxyOrigins,
@@ -258,8 +273,10 @@ func (m *sockaddrMaps) Close() error {
 //
 // It can be passed to loadSockaddrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockaddrVariables struct {
-	CONFIG        *ebpf.Variable `ebpf:"CONFIG"`
-	NO_SET_RETVAL *ebpf.Variable `ebpf:"NO_SET_RETVAL"`
+	CONFIG                *ebpf.Variable `ebpf:"CONFIG"`
+	NODE_SOURCE_IP4       *ebpf.Variable `ebpf:"NODE_SOURCE_IP4"`
+	NO_SET_RETVAL         *ebpf.Variable `ebpf:"NO_SET_RETVAL"`
+	BtfAffinityClientKind *ebpf.Variable `ebpf:"_btf_affinity_client_kind"`
 }
 
 // sockaddrPrograms contains all programs after they have been loaded into the kernel.

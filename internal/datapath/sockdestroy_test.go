@@ -396,6 +396,7 @@ type clientSock struct {
 //	send NAME               send a datagram, nothing else ("ok" or the error)
 //	listentcp ADDR          a TCP server that accepts and closes connections
 //	tcp ADDR                a TCP connect; answers with what getpeername says
+//	tcpfrom SRC ADDR        tcp from a socket bound to the address SRC
 //	origdst ADDR            a TCP server writing each connection what SO_ORIGINAL_DST says
 //	tcpline ADDR MARK       a TCP connect with SO_MARK MARK (0: none); answers with the line read
 //	                        and what getpeername says
@@ -472,6 +473,8 @@ func runSockClient(in *os.File, out *os.File) error {
 			ans = "ok " + l.Addr().String()
 		case len(f) == 2 && f[0] == "tcp":
 			ans = tcpPeer(f[1])
+		case len(f) == 3 && f[0] == "tcpfrom":
+			ans = tcpPeerFrom(f[1], f[2])
 		case len(f) == 2 && f[0] == "origdst":
 			ans = serveOriginalDst(f[1])
 		case len(f) == 3 && f[0] == "tcpline":
@@ -511,8 +514,15 @@ func dialUDP(family string, to netip.AddrPort) (*net.UDPConn, error) {
 
 // tcpPeer connects to addr and answers with the peer getpeername reports:
 // the service address when the connect was translated.
-func tcpPeer(addr string) string {
-	conn, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+func tcpPeer(addr string) string { return tcpPeerFrom("", addr) }
+
+// tcpPeerFrom is tcpPeer from a socket bound to src ("": unbound).
+func tcpPeerFrom(src, addr string) string {
+	dialer := net.Dialer{Timeout: 2 * time.Second}
+	if src != "" {
+		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	conn, err := dialer.Dial("tcp4", addr)
 	if err != nil {
 		return errAnswer(err)
 	}

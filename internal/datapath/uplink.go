@@ -50,11 +50,21 @@ func (m *Masquerade) check() error {
 // Service frontends (lib/nodeport.h): it arrives on UplinkIfindex, where
 // the replies leave too, and a flow whose backend is on another node
 // (externalTrafficPolicy Cluster) gets SNATAddr, the node's address on the
-// pod network, and a source port of Ports. Load-time constants.
+// pod network, and a source port of Ports, or, as Mode says, goes to its
+// backend's node by DSR (bpf/lib/dsr.h) in IPIP from DSRAddr, the node's
+// underlay address, at which this node also accepts other nodes' DSR
+// packets (whatever its own Mode). Load-time constants.
 type NodePort struct {
 	UplinkIfindex int
 	SNATAddr      netip.Addr
 	Ports         dpinfo.PortRange
+	Mode          dpinfo.NodePortMode
+	DSRAddr       netip.Addr
+	// UplinkAddr is the node's address on the uplink: the source of its
+	// own connections to an outside load balancer address, which that
+	// frontend's source ranges judge at the socket layer (invalid: the
+	// node's address on the pod network, Config.NodeIP).
+	UplinkAddr netip.Addr
 }
 
 func (n *NodePort) check() error {
@@ -67,7 +77,27 @@ func (n *NodePort) check() error {
 	if n.Ports.Min == 0 || n.Ports.Min > n.Ports.Max {
 		return fmt.Errorf("NodePort SNAT ports %s: give MIN-MAX, 1 <= MIN <= MAX <= 65535", n.Ports)
 	}
+	if _, err := dpinfo.ParseNodePortMode(string(n.Mode)); err != nil {
+		return err
+	}
+	if n.DSRAddr.IsValid() && (!n.DSRAddr.Is4() || n.DSRAddr.IsUnspecified()) {
+		return fmt.Errorf("NodePort DSR address %s: give the node's IPv4 underlay address", n.DSRAddr)
+	}
+	if n.Mode.UsesDSR() && !n.DSRAddr.IsValid() {
+		return fmt.Errorf("--nodeport-mode %s needs the node's underlay address (the outer source of DSR's IPIP)", n.Mode)
+	}
 	return nil
+}
+
+// modeValue is n's Mode as the programs' enum nodeport_mode.
+func (n *NodePort) modeValue() uint32 {
+	switch n.Mode {
+	case dpinfo.NodePortDSR:
+		return uint32(uplinktcNodeportModeNODEPORT_MODE_DSR)
+	case dpinfo.NodePortHybrid:
+		return uint32(uplinktcNodeportModeNODEPORT_MODE_HYBRID)
+	}
+	return uint32(uplinktcNodeportModeNODEPORT_MODE_SNAT)
 }
 
 // usesUplink says whether the uplink programs run: they masquerade,
@@ -226,8 +256,11 @@ func (d *Datapath) nodePortRows() ([]Row, error) {
 	return dump(d.objs.ShuntNodeportNat, func(k podtcTcNatKey, v uplinktcNodeportNatValue) Row {
 		at := func(a uint32, p uint16) string { return fmt.Sprintf("%s:%d", fromBe32(a), fromBe16(p)) }
 		dir := "to-backend"
-		if v.Reply != 0 {
+		switch {
+		case v.Reply != 0:
 			dir = "reply"
+		case v.Dsr != 0:
+			dir = "to-backend-dsr" // its reply leaves from the backend's node
 		}
 		return Row{"direction": dir, "protocol": dpinfo.ProtoName(k.Proto), "from": at(k.Saddr, k.Sport), "to": at(k.Daddr, k.Dport),
 			"newFrom": at(v.Saddr, v.Sport), "newTo": at(v.Daddr, v.Dport),

@@ -76,6 +76,14 @@ type uplinktcMasqValue struct {
 	Pad2       uint32
 }
 
+type uplinktcNodeportMode uint32
+
+const (
+	uplinktcNodeportModeNODEPORT_MODE_SNAT   uplinktcNodeportMode = 0
+	uplinktcNodeportModeNODEPORT_MODE_DSR    uplinktcNodeportMode = 1
+	uplinktcNodeportModeNODEPORT_MODE_HYBRID uplinktcNodeportMode = 2
+)
+
 type uplinktcNodeportNatValue struct {
 	_          structs.HostLayout
 	Saddr      uint32
@@ -83,7 +91,8 @@ type uplinktcNodeportNatValue struct {
 	Sport      uint16
 	Dport      uint16
 	Reply      uint8
-	Pad        [3]uint8
+	Dsr        uint8
+	Pad        [2]uint8
 	LastSeenNs uint64
 	Flags      uint32
 	Pad2       uint32
@@ -110,40 +119,50 @@ type uplinktcShuntConfig struct {
 	NodeportSnatIp4 uint32
 	NodeportPortMin uint16
 	NodeportPortMax uint16
+	ProxySteerIp4   uint32
+	ProxySteerPort  uint16
+	PadSteer        uint16
+	ProxySteerMark  uint32
+	NodeportDsrIp4  uint32
+	NodeportMode    uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	uplinktcMapShuntAffinity       = "shunt_affinity"
-	uplinktcMapShuntBackends       = "shunt_backends"
-	uplinktcMapShuntCidrIdentities = "shunt_cidr_identities"
-	uplinktcMapShuntCt             = "shunt_ct"
-	uplinktcMapShuntCtNew          = "shunt_ct_new"
-	uplinktcMapShuntEndpoints      = "shunt_endpoints"
-	uplinktcMapShuntFlowConfig     = "shunt_flow_config"
-	uplinktcMapShuntFlowStats      = "shunt_flow_stats"
-	uplinktcMapShuntFlows          = "shunt_flows"
-	uplinktcMapShuntIpcache        = "shunt_ipcache"
-	uplinktcMapShuntLbSourceRanges = "shunt_lb_source_ranges"
-	uplinktcMapShuntMaglev         = "shunt_maglev"
-	uplinktcMapShuntMasqExclude    = "shunt_masq_exclude"
-	uplinktcMapShuntMasqNat        = "shunt_masq_nat"
-	uplinktcMapShuntMetrics        = "shunt_metrics"
-	uplinktcMapShuntNodeportNat    = "shunt_nodeport_nat"
-	uplinktcMapShuntPolicy         = "shunt_policy"
-	uplinktcMapShuntRevnat         = "shunt_revnat"
-	uplinktcMapShuntServices       = "shunt_services"
-	uplinktcMapShuntTcNat          = "shunt_tc_nat"
-	uplinktcProgShuntFromUplink    = "shunt_from_uplink"
-	uplinktcProgShuntToUplink      = "shunt_to_uplink"
-	uplinktcVarCONFIG              = "CONFIG"
-	uplinktcVarMAGLEV_SIZE         = "MAGLEV_SIZE"
-	uplinktcVarMASQ                = "MASQ"
-	uplinktcVarBtfMasqDir          = "_btf_masq_dir"
-	uplinktcVarBtfMasqFlags        = "_btf_masq_flags"
-	uplinktcVarBtfServiceFlags     = "_btf_service_flags"
+	uplinktcMapShuntAffinity          = "shunt_affinity"
+	uplinktcMapShuntBackends          = "shunt_backends"
+	uplinktcMapShuntCidrIdentities    = "shunt_cidr_identities"
+	uplinktcMapShuntCt                = "shunt_ct"
+	uplinktcMapShuntCtNew             = "shunt_ct_new"
+	uplinktcMapShuntEndpoints         = "shunt_endpoints"
+	uplinktcMapShuntFlowConfig        = "shunt_flow_config"
+	uplinktcMapShuntFlowStats         = "shunt_flow_stats"
+	uplinktcMapShuntFlows             = "shunt_flows"
+	uplinktcMapShuntIdentityEndpoints = "shunt_identity_endpoints"
+	uplinktcMapShuntIpcache           = "shunt_ipcache"
+	uplinktcMapShuntL7Redirect        = "shunt_l7_redirect"
+	uplinktcMapShuntLbSourceRanges    = "shunt_lb_source_ranges"
+	uplinktcMapShuntMaglev            = "shunt_maglev"
+	uplinktcMapShuntMasqExclude       = "shunt_masq_exclude"
+	uplinktcMapShuntMasqNat           = "shunt_masq_nat"
+	uplinktcMapShuntMetrics           = "shunt_metrics"
+	uplinktcMapShuntNodeportNat       = "shunt_nodeport_nat"
+	uplinktcMapShuntPolicy            = "shunt_policy"
+	uplinktcMapShuntProxyOrigins      = "shunt_proxy_origins"
+	uplinktcMapShuntRevnat            = "shunt_revnat"
+	uplinktcMapShuntServices          = "shunt_services"
+	uplinktcMapShuntTcNat             = "shunt_tc_nat"
+	uplinktcProgShuntFromUplink       = "shunt_from_uplink"
+	uplinktcProgShuntToUplink         = "shunt_to_uplink"
+	uplinktcVarCONFIG                 = "CONFIG"
+	uplinktcVarMAGLEV_SIZE            = "MAGLEV_SIZE"
+	uplinktcVarMASQ                   = "MASQ"
+	uplinktcVarBtfMasqDir             = "_btf_masq_dir"
+	uplinktcVarBtfMasqFlags           = "_btf_masq_flags"
+	uplinktcVarBtfNodeportMode        = "_btf_nodeport_mode"
+	uplinktcVarBtfServiceFlags        = "_btf_service_flags"
 )
 
 // loadUplinktc returns the embedded CollectionSpec for uplinktc.
@@ -196,26 +215,29 @@ type uplinktcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type uplinktcMapSpecs struct {
-	ShuntAffinity       *ebpf.MapSpec `ebpf:"shunt_affinity"`
-	ShuntBackends       *ebpf.MapSpec `ebpf:"shunt_backends"`
-	ShuntCidrIdentities *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
-	ShuntCt             *ebpf.MapSpec `ebpf:"shunt_ct"`
-	ShuntCtNew          *ebpf.MapSpec `ebpf:"shunt_ct_new"`
-	ShuntEndpoints      *ebpf.MapSpec `ebpf:"shunt_endpoints"`
-	ShuntFlowConfig     *ebpf.MapSpec `ebpf:"shunt_flow_config"`
-	ShuntFlowStats      *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
-	ShuntFlows          *ebpf.MapSpec `ebpf:"shunt_flows"`
-	ShuntIpcache        *ebpf.MapSpec `ebpf:"shunt_ipcache"`
-	ShuntLbSourceRanges *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
-	ShuntMaglev         *ebpf.MapSpec `ebpf:"shunt_maglev"`
-	ShuntMasqExclude    *ebpf.MapSpec `ebpf:"shunt_masq_exclude"`
-	ShuntMasqNat        *ebpf.MapSpec `ebpf:"shunt_masq_nat"`
-	ShuntMetrics        *ebpf.MapSpec `ebpf:"shunt_metrics"`
-	ShuntNodeportNat    *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
-	ShuntPolicy         *ebpf.MapSpec `ebpf:"shunt_policy"`
-	ShuntRevnat         *ebpf.MapSpec `ebpf:"shunt_revnat"`
-	ShuntServices       *ebpf.MapSpec `ebpf:"shunt_services"`
-	ShuntTcNat          *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
+	ShuntAffinity          *ebpf.MapSpec `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.MapSpec `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
+	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.MapSpec `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.MapSpec `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.MapSpec `ebpf:"shunt_ipcache"`
+	ShuntL7Redirect        *ebpf.MapSpec `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.MapSpec `ebpf:"shunt_lb_source_ranges"`
+	ShuntMaglev            *ebpf.MapSpec `ebpf:"shunt_maglev"`
+	ShuntMasqExclude       *ebpf.MapSpec `ebpf:"shunt_masq_exclude"`
+	ShuntMasqNat           *ebpf.MapSpec `ebpf:"shunt_masq_nat"`
+	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
+	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
+	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
+	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.MapSpec `ebpf:"shunt_services"`
+	ShuntTcNat             *ebpf.MapSpec `ebpf:"shunt_tc_nat"`
 }
 
 // uplinktcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -227,6 +249,7 @@ type uplinktcVariableSpecs struct {
 	MASQ            *ebpf.VariableSpec `ebpf:"MASQ"`
 	BtfMasqDir      *ebpf.VariableSpec `ebpf:"_btf_masq_dir"`
 	BtfMasqFlags    *ebpf.VariableSpec `ebpf:"_btf_masq_flags"`
+	BtfNodeportMode *ebpf.VariableSpec `ebpf:"_btf_nodeport_mode"`
 	BtfServiceFlags *ebpf.VariableSpec `ebpf:"_btf_service_flags"`
 }
 
@@ -250,26 +273,29 @@ func (o *uplinktcObjects) Close() error {
 //
 // It can be passed to loadUplinktcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uplinktcMaps struct {
-	ShuntAffinity       *ebpf.Map `ebpf:"shunt_affinity"`
-	ShuntBackends       *ebpf.Map `ebpf:"shunt_backends"`
-	ShuntCidrIdentities *ebpf.Map `ebpf:"shunt_cidr_identities"`
-	ShuntCt             *ebpf.Map `ebpf:"shunt_ct"`
-	ShuntCtNew          *ebpf.Map `ebpf:"shunt_ct_new"`
-	ShuntEndpoints      *ebpf.Map `ebpf:"shunt_endpoints"`
-	ShuntFlowConfig     *ebpf.Map `ebpf:"shunt_flow_config"`
-	ShuntFlowStats      *ebpf.Map `ebpf:"shunt_flow_stats"`
-	ShuntFlows          *ebpf.Map `ebpf:"shunt_flows"`
-	ShuntIpcache        *ebpf.Map `ebpf:"shunt_ipcache"`
-	ShuntLbSourceRanges *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
-	ShuntMaglev         *ebpf.Map `ebpf:"shunt_maglev"`
-	ShuntMasqExclude    *ebpf.Map `ebpf:"shunt_masq_exclude"`
-	ShuntMasqNat        *ebpf.Map `ebpf:"shunt_masq_nat"`
-	ShuntMetrics        *ebpf.Map `ebpf:"shunt_metrics"`
-	ShuntNodeportNat    *ebpf.Map `ebpf:"shunt_nodeport_nat"`
-	ShuntPolicy         *ebpf.Map `ebpf:"shunt_policy"`
-	ShuntRevnat         *ebpf.Map `ebpf:"shunt_revnat"`
-	ShuntServices       *ebpf.Map `ebpf:"shunt_services"`
-	ShuntTcNat          *ebpf.Map `ebpf:"shunt_tc_nat"`
+	ShuntAffinity          *ebpf.Map `ebpf:"shunt_affinity"`
+	ShuntBackends          *ebpf.Map `ebpf:"shunt_backends"`
+	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
+	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
+	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
+	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
+	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
+	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
+	ShuntFlows             *ebpf.Map `ebpf:"shunt_flows"`
+	ShuntIdentityEndpoints *ebpf.Map `ebpf:"shunt_identity_endpoints"`
+	ShuntIpcache           *ebpf.Map `ebpf:"shunt_ipcache"`
+	ShuntL7Redirect        *ebpf.Map `ebpf:"shunt_l7_redirect"`
+	ShuntLbSourceRanges    *ebpf.Map `ebpf:"shunt_lb_source_ranges"`
+	ShuntMaglev            *ebpf.Map `ebpf:"shunt_maglev"`
+	ShuntMasqExclude       *ebpf.Map `ebpf:"shunt_masq_exclude"`
+	ShuntMasqNat           *ebpf.Map `ebpf:"shunt_masq_nat"`
+	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
+	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
+	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
+	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
+	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
+	ShuntServices          *ebpf.Map `ebpf:"shunt_services"`
+	ShuntTcNat             *ebpf.Map `ebpf:"shunt_tc_nat"`
 }
 
 func (m *uplinktcMaps) Close() error {
@@ -283,7 +309,9 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,
 		m.ShuntFlows,
+		m.ShuntIdentityEndpoints,
 		m.ShuntIpcache,
+		m.ShuntL7Redirect,
 		m.ShuntLbSourceRanges,
 		m.ShuntMaglev,
 		m.ShuntMasqExclude,
@@ -291,6 +319,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntMetrics,
 		m.ShuntNodeportNat,
 		m.ShuntPolicy,
+		m.ShuntProxyOrigins,
 		m.ShuntRevnat,
 		m.ShuntServices,
 		m.ShuntTcNat,
@@ -306,6 +335,7 @@ type uplinktcVariables struct {
 	MASQ            *ebpf.Variable `ebpf:"MASQ"`
 	BtfMasqDir      *ebpf.Variable `ebpf:"_btf_masq_dir"`
 	BtfMasqFlags    *ebpf.Variable `ebpf:"_btf_masq_flags"`
+	BtfNodeportMode *ebpf.Variable `ebpf:"_btf_nodeport_mode"`
 	BtfServiceFlags *ebpf.Variable `ebpf:"_btf_service_flags"`
 }
 

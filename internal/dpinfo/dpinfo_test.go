@@ -13,7 +13,10 @@ func TestNames(t *testing.T) {
 		{ReasonAccelCongested.String(), "accel-congested"},
 		{ReasonNodePortReply.String(), "nodeport-reply"},
 		{ReasonLBSourceDenied.String(), "lb-source-denied"},
-		{ReasonMax.String(), "47"},
+		{ReasonProxySteered.String(), "proxy-steered"},
+		{ReasonProxySteerFailed.String(), "proxy-steer-failed"},
+		{ReasonDSRTooBig.String(), "dsr-too-big"},
+		{ReasonMax.String(), "52"},
 		{DirFromPod.String(), "from-pod"},
 		{DirToOverlay.String(), "to-overlay"},
 		{DirMax.String(), "12"},
@@ -89,5 +92,19 @@ func TestDifferingByMap(t *testing.T) {
 	}
 	if (DriftReport{}).Differs() || !r.Differs() {
 		t.Fatal("Differs: an empty report differs or a full one does not")
+	}
+}
+
+func TestParseNodePortMode(t *testing.T) {
+	for s, want := range map[string]NodePortMode{"": NodePortSNAT, "snat": NodePortSNAT, "dsr": NodePortDSR, "hybrid": NodePortHybrid} {
+		if got, err := ParseNodePortMode(s); err != nil || got != want {
+			t.Errorf("ParseNodePortMode(%q) = %q, %v; want %q", s, got, err, want)
+		}
+	}
+	if _, err := ParseNodePortMode("DSR"); err == nil || !strings.Contains(err.Error(), "snat, dsr") {
+		t.Errorf("ParseNodePortMode(DSR): %v, want refused naming the modes", err)
+	}
+	if NodePortSNAT.UsesDSR() || !NodePortDSR.UsesDSR() || !NodePortHybrid.UsesDSR() {
+		t.Error("UsesDSR wrong")
 	}
 }

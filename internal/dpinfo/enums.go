@@ -55,6 +55,11 @@ const (
 	ReasonNodePortXlate
 	ReasonNodePortReply
 	ReasonLBSourceDenied
+	ReasonProxySteered
+	ReasonProxySteerFailed
+	ReasonDSREncap
+	ReasonDSRDecap
+	ReasonDSRTooBig
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -106,6 +111,11 @@ var reasonNames = [...]string{
 	ReasonNodePortXlate:        "nodeport-xlate",
 	ReasonNodePortReply:        "nodeport-reply",
 	ReasonLBSourceDenied:       "lb-source-denied",
+	ReasonProxySteered:         "proxy-steered",
+	ReasonProxySteerFailed:     "proxy-steer-failed",
+	ReasonDSREncap:             "dsr-encap",
+	ReasonDSRDecap:             "dsr-decap",
+	ReasonDSRTooBig:            "dsr-too-big",
 }
 
 // String is the reason's name, or its number when it has none.

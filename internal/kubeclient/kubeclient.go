@@ -130,6 +130,18 @@ func (c *Client) Nodes() *gentype.ClientWithList[*corev1.Node, *corev1.NodeList]
 		func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} })
 }
 
+// ConfigMaps and Secrets are what the lab kubelet reads for a pod's
+// configMap and secret volumes.
+func (c *Client) ConfigMaps(namespace string) *gentype.ClientWithList[*corev1.ConfigMap, *corev1.ConfigMapList] {
+	return gentype.NewClientWithList[*corev1.ConfigMap, *corev1.ConfigMapList]("configmaps", c.core, parameterCodec, namespace,
+		func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, func() *corev1.ConfigMapList { return &corev1.ConfigMapList{} })
+}
+
+func (c *Client) Secrets(namespace string) *gentype.ClientWithList[*corev1.Secret, *corev1.SecretList] {
+	return gentype.NewClientWithList[*corev1.Secret, *corev1.SecretList]("secrets", c.core, parameterCodec, namespace,
+		func() *corev1.Secret { return &corev1.Secret{} }, func() *corev1.SecretList { return &corev1.SecretList{} })
+}
+
 // Leases are coordination.k8s.io Leases: a kubelet's heartbeat is its
 // node's Lease in namespace kube-node-lease.
 func (c *Client) Leases(namespace string) *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList] {

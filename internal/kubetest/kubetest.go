@@ -153,3 +153,25 @@ func (c *Cluster) Apply(t testing.TB, paths ...string) {
 		t.Fatal(err)
 	}
 }
+
+// Program returns the path of an extra program scripts/kube-build.sh
+// builds into the Kubernetes binaries' directory (coredns, agnhost, ...),
+// building it when missing (make kube builds them before make test).
+func Program(t testing.TB, name string) string {
+	t.Helper()
+	dir := Binaries(t)
+	p := filepath.Join(dir, name)
+	script, err := buildScript()
+	if err != nil {
+		unavailable(t, fmt.Sprintf("%s: %v", name, err))
+	}
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	// The script returns at once when the program is built (and current).
+	cmd := exec.Command(script, name)
+	cmd.Stderr = os.Stderr
+	if out, err := cmd.Output(); err != nil {
+		unavailable(t, fmt.Sprintf("%s %s failed (%v): %s", script, name, err, out))
+	}
+	return p
+}

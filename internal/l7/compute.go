@@ -157,7 +157,7 @@ func Compute(in Input) Result {
 			res.Config.Services = append(res.Config.Services, service(name, p, podByIP))
 		}
 	}
-	res.Config.Endpoints = endpoints(in)
+	res.Config.Endpoints = endpoints(in, podByIP)
 	res.Redirects = slices.SortedFunc(maps.Keys(redirect), func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return res
 }
@@ -281,7 +281,7 @@ func matches(in []gatewayv1.HTTPRouteMatch) []proxyapi.Match {
 
 // service is one service port with its ready backends, named by pod.
 func service(name string, p services.Port, podByIP map[netip.Addr]string) proxyapi.Service {
-	s := proxyapi.Service{Name: name, VIP: p.VIP.String(), Port: p.Port}
+	s := proxyapi.Service{Name: name, VIP: p.VIP.String(), Port: p.Port, External: p.Kind.External()}
 	for _, b := range p.Backends {
 		s.Backends = append(s.Backends, proxyapi.Backend{IP: b.IP.String(), Port: b.Port, Pod: podByIP[b.IP]})
 	}
@@ -295,6 +295,7 @@ func PortPolicy(lp policy.L7Port, pol *policy.Result) proxyapi.PortPolicy {
 	for _, r := range lp.Rules {
 		rule := proxyapi.L7Rule{
 			Name: pol.Rules[r.RuleID].String(), Action: r.Action, AnyPeer: r.AnyPeer, Identities: r.Identities,
+			Builtin: pol.Rules[r.RuleID].Kind == "",
 		}
 		for _, h := range r.HTTP {
 			rule.HTTP = append(rule.HTTP, proxyapi.HTTPRule{Method: h.Method, Path: h.Path, Headers: maps.Clone(h.Headers)})
@@ -306,8 +307,26 @@ func PortPolicy(lp policy.L7Port, pol *policy.Result) proxyapi.PortPolicy {
 
 // endpoints names the proxy's possible clients and backends: local pods
 // and the node.
-func endpoints(in Input) []proxyapi.Endpoint {
+//
+// Other nodes' pods and addresses are listed too (from the ipcache): the tc
+// programs give the proxy their connections to local pods' ports with HTTP
+// rules (bpf/lib/steer.h), and their identity is what those rules judge.
+func endpoints(in Input, podByIP map[netip.Addr]string) []proxyapi.Endpoint {
 	var out []proxyapi.Endpoint
+	if in.Policy != nil {
+		for _, e := range in.Policy.State.IPCache {
+			a := e.Prefix.Addr()
+			if !e.Tunnel.IsValid() || e.Prefix.Bits() != a.BitLen() {
+				continue // not another node's (local pods and the node come next)
+			}
+			ep := proxyapi.Endpoint{IP: a.String(), Identity: e.Identity, Pod: podByIP[a],
+				CIDRIdentity: in.Policy.CIDRIdentityOf(a), Labels: identityLabels(in.Policy, e.Identity)}
+			if e.Identity == policy.IdentityRemoteNode {
+				ep.Labels = []string{"reserved:remote-node"}
+			}
+			out = append(out, ep)
+		}
+	}
 	for _, ep := range in.Endpoints {
 		e := proxyapi.Endpoint{IP: ep.IP.String(), Pod: ep.Pod}
 		if in.Policy != nil {

@@ -1,8 +1,16 @@
 package l7
 
 import (
+	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/proxy/l7policy"
 )
 
 func TestParseInboundRedirect(t *testing.T) {
@@ -21,5 +29,99 @@ func TestParseInboundRedirect(t *testing.T) {
 		if _, err := ParseInboundRedirect(bad); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want an error saying %q", bad, err, want)
 		}
+	}
+}
+
+// TestHostProbesPassHTTPRules: the node's kubelet probes an isolated pod's
+// port with HTTP rules from the host identity; the proxy lets them through
+// as the tc programs admit the host at L4 (Kubernetes' rule, and Cilium's),
+// while a pod no rule allows still gets 403, and a ShuntNetworkPolicy that
+// denies the host still denies it (as at L4).
+func TestHostProbesPassHTTPRules(t *testing.T) {
+	const base = `
+apiVersion: v1
+kind: Namespace
+metadata: {name: prod}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: prod, labels: {app: db}}
+spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: prod, labels: {app: web}}
+spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: shunt.io/v1alpha1
+kind: ShuntNetworkPolicy
+metadata: {name: db-http, namespace: prod}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress:
+  - peers: [{podSelector: {matchLabels: {app: web}}}]
+    ports: [{port: 8080}]
+    http: [{method: GET, path: /api}]
+`
+	const denyHost = `
+---
+apiVersion: shunt.io/v1alpha1
+kind: ShuntNetworkPolicy
+metadata: {name: no-host, namespace: prod}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress:
+  - action: deny
+    peers: [{entity: host}]
+    ports: [{port: 8080}]
+`
+	host := netip.MustParseAddr("10.0.0.1")
+	// decide asks as the proxy would for a GET from a pod (ns/name), or
+	// from the host when pod is "".
+	decide := func(docs, pod, path string) l7policy.Decision {
+		t.Helper()
+		objs, err := manifest.Parse("t.yaml", []byte(docs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := policy.Input{HostAddrs: []netip.Addr{host}}
+		ip := byte(10)
+		for _, o := range objs {
+			switch obj := o.Obj.(type) {
+			case *corev1.Namespace:
+				in.Namespaces = append(in.Namespaces, obj)
+			case *corev1.Pod:
+				in.Pods = append(in.Pods, policy.Pod{Pod: obj, IP: netip.AddrFrom4([4]byte{10, 0, 0, ip}), Local: true})
+				ip++
+			case *manifest.ShuntNetworkPolicy:
+				in.ShuntPolicies = append(in.ShuntPolicies, obj)
+			}
+		}
+		pol := policy.Compute(in, policy.Allocations{})
+		if len(pol.L7) != 1 || !pol.L7[0].Isolated {
+			t.Fatalf("L7 ports %+v, want prod/db:8080, isolated", pol.L7)
+		}
+		port, err := l7policy.Compile(PortPolicy(pol.L7[0], pol))
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer := l7policy.Peer{Identity: pol.IdentityOf(policy.Peer{IP: host}), IP: host}
+		if pod != "" {
+			peer = l7policy.Peer{Identity: pol.Endpoint(pod).Identity, IP: netip.MustParseAddr("10.0.0.11")}
+		}
+		return port.Decide(peer,
+			l7policy.Request{Method: "GET", Path: path, Header: http.Header{}})
+	}
+	if d := decide(base, "", "/healthz"); !d.Allowed || !strings.Contains(d.Rule, "node-to-local-pod") {
+		t.Errorf("the host's probe GET /healthz: %+v, want allowed by the node's built-in rule", d)
+	}
+	if d := decide(base, "prod/web", "/healthz"); d.Allowed || d.Explanation != "no rule of ShuntNetworkPolicy prod/db-http allows GET /healthz" {
+		t.Errorf("prod/web GET /healthz: %+v, want refused naming only the policy (only GET /api is allowed to it)", d)
+	}
+	if d := decide(base, "prod/web", "/api"); !d.Allowed {
+		t.Errorf("prod/web GET /api: %+v, want allowed", d)
+	}
+	if d := decide(base+denyHost, "", "/healthz"); d.Allowed || d.DropReason != l7policy.ReasonDenied {
+		t.Errorf("the host's probe with a policy denying the host: %+v, want denied", d)
 	}
 }

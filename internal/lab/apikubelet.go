@@ -64,7 +64,12 @@ type podAPI interface {
 
 // NewAPIKubelet loads the pod records an earlier agent kept; Run starts.
 func NewAPIKubelet(cfg Config, api *kubeclient.Client, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
-	return newAPIKubelet(cfg, &kubePods{api: api, heartbeat: newNodeHeartbeat(api, cfg.NodeName, cfg.NodeLeaseDuration, cfg.Log)}, schedule, ready)
+	kp := &kubePods{api: api, heartbeat: newNodeHeartbeat(api, cfg.NodeName, cfg.NodeLeaseDuration, cfg.Log)}
+	k, err := newAPIKubelet(cfg, kp, schedule, ready)
+	if err == nil && cfg.CNIConfDir != "" {
+		kp.heartbeat.networkReady = func() error { _, err := k.kubelet.cni.network(); return err }
+	}
+	return k, err
 }
 
 func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Context, []*corev1.Pod) error) (*APIKubelet, error) {
@@ -74,6 +79,12 @@ func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Con
 	}
 	k := &APIKubelet{cfg: cfg, api: api, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
 	k.kubelet.probes.changed = k.poke // a probe's new result is written at once
+	if vs, ok := api.(volumeSource); ok {
+		k.kubelet.volumes = vs
+	}
+	if kp, ok := api.(*kubePods); ok {
+		k.kubelet.objects = kp
+	}
 	if err := k.kubelet.load(nil); err != nil {
 		return nil, err
 	}
@@ -273,6 +284,9 @@ func (k *APIKubelet) bind(ctx context.Context, p *corev1.Pod) error {
 func (k *APIKubelet) finishDeletion(ctx context.Context, p *corev1.Pod) error {
 	var err error
 	if rec := k.kubelet.pods[p.Namespace+"/"+p.Name]; rec != nil {
+		if !k.kubelet.stopGracefully(p, rec) {
+			return nil // its containers are still stopping
+		}
 		err = k.kubelet.remove(ctx, rec)
 	}
 	return errors.Join(err, k.api.remove(ctx, p))

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -28,6 +30,29 @@ const cniNetwork = "shunt"
 type cniRuntime struct {
 	cni  *libcni.CNIConfig
 	conf *libcni.NetworkConfigList
+	// confDir (Config.CNIConfDir): the network configuration is the first
+	// of this directory, read at each call, as a runtime reads it once a
+	// CNI installs it; conf is nil then.
+	confDir string
+}
+
+// ErrNoCNIConfig says the node's CNI configuration directory has none yet.
+var ErrNoCNIConfig = errors.New("no CNI network configuration installed yet (cni plugin not initialized)")
+
+// network is the configuration list pods are plumbed with.
+func (c *cniRuntime) network() (*libcni.NetworkConfigList, error) {
+	if c.confDir == "" {
+		return c.conf, nil
+	}
+	files, err := libcni.ConfFiles(c.confDir, []string{".conflist"})
+	if err != nil {
+		return nil, fmt.Errorf("CNI configuration directory %s: %w", c.confDir, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: %w", c.confDir, ErrNoCNIConfig)
+	}
+	slices.Sort(files)
+	return libcni.ConfListFromFile(files[0])
 }
 
 // newCNIRuntime configures libcni for the instance: the plugin from binDir,
@@ -35,6 +60,14 @@ type cniRuntime struct {
 // the instance's state directory (so `lab down` sweeps them).
 func newCNIRuntime(cfg Config) (*cniRuntime, error) {
 	state := cfg.Instance.StateDir()
+	if cfg.CNIConfDir != "" {
+		// The node's own configuration and plugins, installed by the
+		// CNI's DaemonSet.
+		return &cniRuntime{
+			cni:     libcni.NewCNIConfigWithCacheDir([]string{cfg.CNIBinDir}, filepath.Join(state, "cni", "cache"), nil),
+			confDir: cfg.CNIConfDir,
+		}, nil
+	}
 	raw := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"plugins":[{"type":"shunt-cni","agentSocket":%q,"dataDir":%q,"capabilities":{"cgroupPath":true}}]}`,
 		cniNetwork, cfg.Instance.Socket(), filepath.Join(state, "cni", "networks"))
 	conf, err := libcni.ConfListFromBytes([]byte(raw))
@@ -66,7 +99,11 @@ func (c *cniRuntime) runtimeConf(rec *PodRecord) *libcni.RuntimeConf {
 
 // add runs ADD for the pod's sandbox and records its address and veth.
 func (c *cniRuntime) add(ctx context.Context, rec *PodRecord) error {
-	r, err := c.cni.AddNetworkList(ctx, c.conf, c.runtimeConf(rec))
+	conf, err := c.network()
+	if err != nil {
+		return err
+	}
+	r, err := c.cni.AddNetworkList(ctx, conf, c.runtimeConf(rec))
 	if err != nil {
 		return fmt.Errorf("shunt-cni ADD: %w", err)
 	}
@@ -87,7 +124,11 @@ func (c *cniRuntime) add(ctx context.Context, rec *PodRecord) error {
 
 // check runs CHECK: plumbing, address and the agent's endpoint in place.
 func (c *cniRuntime) check(ctx context.Context, rec *PodRecord) error {
-	return c.cni.CheckNetworkList(ctx, c.conf, c.runtimeConf(rec))
+	conf, err := c.network()
+	if err != nil {
+		return err
+	}
+	return c.cni.CheckNetworkList(ctx, conf, c.runtimeConf(rec))
 }
 
 // del runs DEL (idempotent; a no-op for a pod that never had a sandbox).
@@ -95,7 +136,15 @@ func (c *cniRuntime) del(ctx context.Context, rec *PodRecord) error {
 	if rec.ContainerID == "" {
 		return nil
 	}
-	if err := c.cni.DelNetworkList(ctx, c.conf, c.runtimeConf(rec)); err != nil {
+	conf, err := c.network()
+	if errors.Is(err, ErrNoCNIConfig) {
+		// The CNI is gone (uninstalled): nothing of it to undo.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.cni.DelNetworkList(ctx, conf, c.runtimeConf(rec)); err != nil {
 		return fmt.Errorf("pod %s: shunt-cni DEL: %w", rec.key(), err)
 	}
 	return nil

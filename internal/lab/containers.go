@@ -210,7 +210,11 @@ func gracePeriod(pod *corev1.Pod, probe *corev1.Probe) time.Duration {
 // probeContainer makes sure a running container instance has its probe
 // workers.
 func (k *kubelet) probeContainer(pod *corev1.Pod, rec *PodRecord, spec corev1.Container, c *ContainerRecord) {
-	target := probeTarget{podIP: rec.IP, env: k.containerEnv(pod, rec, spec), dir: spec.WorkingDir, exec: k.execTarget(pod, rec, spec)}
+	target := probeTarget{podIP: rec.IP, env: k.containerEnv(pod, rec, spec), dir: spec.WorkingDir, exec: k.execTarget(pod, rec, spec, c.Binds)}
+	if img, _ := findLayoutImage(k.cfg.Images.Layouts, spec.Image); img != nil {
+		target.imageShim = c.ShimPID
+		target.env = append(target.env, "PATH="+img.imagePath())
+	}
 	var specs []probeSpec
 	for kind, p := range map[probeKind]*corev1.Probe{probeStartup: spec.StartupProbe, probeReadiness: spec.ReadinessProbe, probeLiveness: spec.LivenessProbe} {
 		if p != nil {
@@ -244,10 +248,11 @@ func seedOf(pod *corev1.Pod, c *ContainerRecord) *probeSeed {
 
 // execTarget is where an exec probe runs: inside the container, as its
 // shim starts it (network namespace, cgroup, privileges, the node's
-// directories hidden unless privileged).
-func (k *kubelet) execTarget(pod *corev1.Pod, rec *PodRecord, spec corev1.Container) podexec.Target {
+// directories hidden unless privileged, its resolv.conf, hosts and volumes
+// mounted).
+func (k *kubelet) execTarget(pod *corev1.Pod, rec *PodRecord, spec corev1.Container, binds []podexec.Bind) podexec.Target {
 	sec := containerSecurity(pod, spec)
-	t := podexec.Target{NetnsPath: k.netnsOf(pod, rec), CgroupPath: rec.Cgroup, Security: &sec}
+	t := podexec.Target{NetnsPath: k.netnsOf(pod, rec), CgroupPath: rec.Cgroup, Security: &sec, Binds: binds}
 	if !sec.Privileged {
 		t.Hide = instance.NodeOnlyDirs()
 	}

@@ -52,6 +52,7 @@ type Config struct {
 	BinDir           string // put first on containers' PATH (where shunt lives), and where shunt-cni is
 	ShimExe          string // executable providing `shim`
 	Images           Images // the programs of the images the lab maps (images.go)
+	DNS              DNS    // cluster DNS and domain for pods' resolv.conf (dns.go)
 	Log              *slog.Logger
 	// LegacyPods are pod records an older agent kept in state.json.
 	LegacyPods map[string]*PodRecord
@@ -65,6 +66,13 @@ type Config struct {
 	// container's second restart, doubled at each next one up to the
 	// most (0: kubelet's, 10 s and 5 min; containers.go).
 	CrashLoopBackOff, MaxCrashLoopBackOff time.Duration
+	// HostPaths maps hostPath volumes' paths (and what is below them) to
+	// the node's own directories (volumes.go).
+	HostPaths map[string]string
+	// CNIConfDir and CNIBinDir (a node whose CNI a DaemonSet installs,
+	// nodekubelet.go): pods are plumbed with the configuration found
+	// there, not the lab's own, and the node is Ready once there is one.
+	CNIConfDir, CNIBinDir string
 }
 
 // ControlPlane is the lab's API server, EndpointSlice controller and

@@ -13,8 +13,9 @@ import (
 //   - Images shunt maps, the ones the Kubernetes conformance suites run
 //     (MappedImages): agnhost built from its upstream source at the pinned
 //     Kubernetes release (scripts/kube-build.sh agnhost), pause (agnhost's
-//     pause), busybox (Debian's busybox-static), and glibc-dns-testing
-//     (Debian 12 with dig: the node's own programs). They run as their image
+//     pause), busybox (Debian's busybox-static), glibc-dns-testing
+//     (Debian 12 with dig: the node's own programs), and coredns (CoreDNS
+//     built from its module, tools/coredns). They run as their image
 //     would: the image's entrypoint and default arguments, the pod's command
 //     and args over them as a runtime applies them, and the paths of the
 //     image's programs (/agnhost, /bin/sh, ...) mapped to the node's.
@@ -39,6 +40,12 @@ type Images struct {
 	// Busybox is Debian's static busybox (busybox-static: /bin/busybox);
 	// empty when it is not installed.
 	Busybox string
+	// CoreDNS is the coredns binary (scripts/kube-build.sh coredns, from
+	// tools/coredns); empty when it is not built.
+	CoreDNS string
+	// Layouts are OCI image layouts (`make image`'s bin/image/oci): an
+	// image they hold runs from its own file system (rootfs.go).
+	Layouts []string
 }
 
 // imageKind is one family of mapped images.
@@ -51,6 +58,9 @@ const (
 	// imageDebian: Debian 12 with programs the node has too (setup.sh
 	// installs them): its commands are the node's.
 	imageDebian
+	// imageCoreDNS: CoreDNS, the cluster DNS (its image's entrypoint
+	// /coredns).
+	imageCoreDNS
 )
 
 // MappedImages are the repositories (any tag or digest) the lab runs, as
@@ -66,6 +76,8 @@ var MappedImages = map[string]imageKind{
 	"registry.k8s.io/e2e-test-images/busybox-1": imageBusybox,
 	// debian:bookworm-slim with dnsutils: dig is the node's (bind9-dnsutils).
 	"registry.k8s.io/e2e-test-images/glibc-dns-testing": imageDebian,
+	"registry.k8s.io/coredns/coredns":                   imageCoreDNS,
+	"docker.io/coredns/coredns":                         imageCoreDNS,
 }
 
 // ImageNotMappedError says why an image cannot run.
@@ -81,6 +93,12 @@ func (e *ImageNotMappedError) Error() string {
 // Argv is the process a container of image runs, given the pod's command
 // and args: the program's path first.
 func (im Images) Argv(image string, command, args []string) ([]string, error) {
+	if img, err := findLayoutImage(im.Layouts, image); err != nil || img != nil {
+		if err != nil {
+			return nil, &ImageNotMappedError{image, err.Error()}
+		}
+		return img.argv(command, args), nil
+	}
 	repo, host := imageRepository(image)
 	kind, mapped := MappedImages[repo]
 	if !mapped {
@@ -101,6 +119,10 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 		if im.Busybox == "" {
 			return nil, &ImageNotMappedError{image, "busybox is not installed on this node: run scripts/setup.sh (Debian's busybox-static)"}
 		}
+	case imageCoreDNS:
+		if im.CoreDNS == "" {
+			return nil, &ImageNotMappedError{image, "coredns is not built on this node: run scripts/kube-build.sh coredns"}
+		}
 	}
 	// A runtime's rule: command replaces the entrypoint (and drops the
 	// image's arguments), args replace the image's arguments.
@@ -114,6 +136,8 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 		defaults = []string{"sh"}
 	case imageDebian:
 		defaults = []string{"bash"}
+	case imageCoreDNS:
+		entrypoint = []string{"/coredns"}
 	}
 	argv := slices.Concat(entrypoint, defaults)
 	switch {
@@ -123,6 +147,25 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 		argv = slices.Concat(entrypoint, args)
 	}
 	return im.program(kind, argv), nil
+}
+
+// ExecArgv is what an exec of argv into a container of image runs: the
+// image's own programs (agnhost's /agnhost, pause's /pause) mapped to the
+// node's as the container's command is (Argv), any other program the
+// node's, found on the container's PATH. The shell too: Debian's busybox
+// sh runs its own applets first, and its nc has none of the -u, -t, -v
+// of the netcat-openbsd that agnhost's image installs and e2e tests exec.
+func (im Images) ExecArgv(image string, argv []string) []string {
+	repo, _ := imageRepository(image)
+	kind := MappedImages[repo]
+	if len(argv) == 0 || im.Agnhost == "" || (kind != imageAgnhost && kind != imagePause) {
+		return argv
+	}
+	switch path.Base(argv[0]) {
+	case "agnhost", "agnhost-2", "pause":
+		return im.program(kind, argv)
+	}
+	return argv
 }
 
 // program maps the image's program argv[0] to the node's.
@@ -135,6 +178,8 @@ func (im Images) program(kind imageKind, argv []string) []string {
 		return []string{im.Agnhost, "pause"}
 	case kind == imageAgnhost && (name == "agnhost" || name == "agnhost-2"):
 		return append([]string{im.Agnhost}, argv[1:]...)
+	case kind == imageCoreDNS && name == "coredns":
+		return append([]string{im.CoreDNS}, argv[1:]...)
 	case kind == imageBusybox || (kind == imageAgnhost && im.Busybox != ""):
 		// busybox's and alpine's (agnhost's base) programs are busybox
 		// applets: run as `busybox APPLET ARGS`, whose shell runs
@@ -193,4 +238,23 @@ func mappedList() string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
+}
+
+// imagePrograms are the paths where a mapped image has its programs, as
+// an exec into its container names them (kubectl exec POD -- /agnhost
+// dns-suffix): the runtime shows the node's program there
+// (podfiles.go bind-mounts it).
+func (im Images) imagePrograms(image string) map[string]string {
+	repo, _ := imageRepository(image)
+	switch MappedImages[repo] {
+	case imageAgnhost:
+		if im.Agnhost != "" {
+			return map[string]string{"/agnhost": im.Agnhost}
+		}
+	case imageCoreDNS:
+		if im.CoreDNS != "" {
+			return map[string]string{"/coredns": im.CoreDNS}
+		}
+	}
+	return nil
 }

@@ -16,7 +16,7 @@ import (
 )
 
 func TestImageArgv(t *testing.T) {
-	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox"}
+	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox", CoreDNS: "/opt/kube/coredns"}
 	agnhost := "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 	cases := []struct {
 		name, image   string
@@ -42,6 +42,10 @@ func TestImageArgv(t *testing.T) {
 		{"busybox: Docker Hub's full name", "docker.io/library/busybox", []string{"wget", "-q"}, nil, []string{"/bin/busybox", "wget", "-q"}},
 		{"glibc-dns-testing is Debian 12 with dig, as the node", "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
 			[]string{"sh", "-c", "dig +short kubernetes.default"}, nil, []string{"sh", "-c", "dig +short kubernetes.default"}},
+		{"coredns: args go to its entrypoint", "registry.k8s.io/coredns/coredns:v1.12.1", nil, []string{"-conf", "/etc/coredns/Corefile"},
+			[]string{"/opt/kube/coredns", "-conf", "/etc/coredns/Corefile"}},
+		{"coredns: command /coredns", "registry.k8s.io/coredns/coredns:v1.12.1", []string{"/coredns"}, []string{"-conf", "/c"},
+			[]string{"/opt/kube/coredns", "-conf", "/c"}},
 		{"lab image: the command is the node's", "debian:12", []string{"sleep", "infinity"}, nil, []string{"sleep", "infinity"}},
 		{"lab image with args", "lab", []string{"shunt"}, []string{"lab", "serve"}, []string{"shunt", "lab", "serve"}},
 	}
@@ -55,6 +59,33 @@ func TestImageArgv(t *testing.T) {
 				t.Fatalf("Argv(%q, %q, %q) = %q, want %q", c.image, c.command, c.args, got, c.want)
 			}
 		})
+	}
+}
+
+// An exec runs the image's own programs as its container does, and the
+// node's shell and tools otherwise (e2e tests exec nc -u, which busybox's
+// applet has not).
+func TestImageExecArgv(t *testing.T) {
+	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox"}
+	agnhost := "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	cases := []struct {
+		name, image string
+		argv, want  []string
+	}{
+		{"agnhost: /agnhost is the node's agnhost", agnhost, []string{"/agnhost", "dns-suffix"}, []string{"/opt/kube/agnhost", "dns-suffix"}},
+		{"agnhost: a shell is the node's", agnhost, []string{"/bin/sh", "-c", "echo x | nc -u -w 1 10.0.0.1 81"}, []string{"/bin/sh", "-c", "echo x | nc -u -w 1 10.0.0.1 81"}},
+		{"pause: /pause", "registry.k8s.io/pause:3.10.2", []string{"/pause"}, []string{"/opt/kube/agnhost", "pause"}},
+		{"busybox: as it is", "busybox:1.36", []string{"/agnhost"}, []string{"/agnhost"}},
+		{"lab image: as it is", "lab", []string{"agnhost", "x"}, []string{"agnhost", "x"}},
+		{"a record with no image: as it is", "", []string{"/agnhost"}, []string{"/agnhost"}},
+	}
+	for _, c := range cases {
+		if got := im.ExecArgv(c.image, c.argv); !slices.Equal(got, c.want) {
+			t.Errorf("%s: ExecArgv(%q, %q) = %q, want %q", c.name, c.image, c.argv, got, c.want)
+		}
+	}
+	if got := (Images{}).ExecArgv(agnhost, []string{"/agnhost"}); !slices.Equal(got, []string{"/agnhost"}) {
+		t.Errorf("with no agnhost built: %q, want it as it is", got)
 	}
 }
 

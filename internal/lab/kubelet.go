@@ -59,6 +59,7 @@ type PodRecord struct {
 // its exit status even when no agent is running.
 type ContainerRecord struct {
 	Name     string    `json:"name"`
+	Image    string    `json:"image,omitempty"` // an exec maps its image's programs (Images.ExecArgv)
 	ShimPID  int       `json:"shimPID"`
 	Started  time.Time `json:"started"`
 	LogFile  string    `json:"logFile"`
@@ -68,6 +69,9 @@ type ContainerRecord struct {
 	RestartCount int           `json:"restartCount,omitempty"`
 	BackOff      time.Duration `json:"backOff,omitempty"`
 	Last         *LastRun      `json:"last,omitempty"`
+	// Binds are what the container mounts (podfiles.go), kept for its
+	// restarts.
+	Binds []podexec.Bind `json:"binds,omitempty"`
 }
 
 func (r *PodRecord) key() string { return r.Namespace + "/" + r.Name }
@@ -81,6 +85,15 @@ type kubelet struct {
 	// plumbing and the agent's endpoint may not have survived a reboot).
 	checked bool
 	probes  prober // probes.go
+	// volumes reads configMap and secret volumes (podfiles.go); nil for
+	// the lab's own API server.
+	volumes volumeSource
+	// objects are what volumes are made of (volumes.go); nil without an
+	// API server.
+	objects volumeObjects
+	// stopping: deleted pods whose containers were sent SIGTERM, since
+	// when (graceful.go).
+	stopping map[string]time.Time
 }
 
 func (k *kubelet) recordsPath() string { return podRecordsPath(k.cfg.Instance.StateDir()) }
@@ -271,8 +284,17 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 		return err
 	}
 	rec.Containers = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	binds, err := k.podFiles(ctx, pod, rec, dir)
+	if err != nil {
+		return err
+	}
+	if err := k.runInitContainers(pod, rec); err != nil {
+		return err
+	}
 	for _, c := range pod.Spec.Containers {
-		cr := ContainerRecord{Name: c.Name, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit")}
+		cr := ContainerRecord{Name: c.Name, Image: c.Image, LogFile: filepath.Join(dir, c.Name+".log"), ExitFile: filepath.Join(dir, c.Name+".exit"), Binds: binds[c.Name]}
 		if err := k.startContainer(pod, rec, c, &cr); err != nil {
 			return err
 		}
@@ -289,12 +311,21 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 	if err != nil {
 		return err
 	}
-	argv, err := k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+	argv, fsFlags, imagePath, err := k.imageProcess(pod, rec, c)
+	if err == nil && argv == nil {
+		argv, err = k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+	}
 	if err != nil {
 		logf.Close()
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
+	if len(fsFlags) > 0 {
+		// From an image: its volumes are mounts in its own root (rootfs.go).
+		shimArgs = append(shimArgs, fsFlags...)
+	} else if len(cr.Binds) > 0 {
+		shimArgs = append(shimArgs, "--binds", bindsArg(cr.Binds))
+	}
 	shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
 	shim.Stdout, shim.Stderr = logf, logf
 	shim.Dir = c.WorkingDir
@@ -302,6 +333,10 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		shim.Dir = "/"
 	}
 	shim.Env = k.containerEnv(pod, rec, c)
+	if imagePath != "" {
+		// The image's PATH, last: exec keeps the last of a name.
+		shim.Env = append(shim.Env, "PATH="+imagePath)
+	}
 	// Its own session: the container survives the agent's exit and its
 	// terminal signals.
 	shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -326,7 +361,7 @@ func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Contain
 		"SHUNT_INSTANCE=" + k.cfg.Instance.Name,
 	}
 	for _, e := range c.Env {
-		env = append(env, e.Name+"="+e.Value)
+		env = append(env, e.Name+"="+envValue(pod, rec, e))
 	}
 	return env
 }

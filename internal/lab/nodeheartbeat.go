@@ -68,6 +68,10 @@ type nodeHeartbeat struct {
 	// failing remembers that the last beat failed, so a long outage logs
 	// once when it starts and once when it ends.
 	failing bool
+	// networkReady (a node whose CNI a DaemonSet installs) says why pods
+	// cannot be networked yet: the Node is not Ready until it says nil,
+	// as kubelet's NetworkReady runtime condition.
+	networkReady func() error
 	// address and kubeletPort are where the node's kubelet API listens
 	// (kubeletapi.go), written into the Node's status with its Ready
 	// condition (port 0: none; the address only on a Node that has no
@@ -227,8 +231,15 @@ func (h *nodeHeartbeat) postReady(ctx context.Context, node *corev1.Node) error 
 	now := metav1.NewTime(h.now())
 	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: nodeReadyReason, Message: nodeReadyMessage,
 		LastHeartbeatTime: now, LastTransitionTime: now}
+	if h.networkReady != nil {
+		if err := h.networkReady(); err != nil {
+			// kubelet's words, which tools and people search for.
+			ready.Status, ready.Reason = corev1.ConditionFalse, "KubeletNotReady"
+			ready.Message = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:" + err.Error()
+		}
+	}
 	for _, c := range node.Status.Conditions {
-		if c.Type != corev1.NodeReady || c.Status != corev1.ConditionTrue {
+		if c.Type != corev1.NodeReady || c.Status != ready.Status {
 			continue
 		}
 		if c.Reason == ready.Reason && c.Message == ready.Message && now.Sub(c.LastHeartbeatTime.Time) < nodeStatusReportFrequency && h.endpointCurrent(node) {

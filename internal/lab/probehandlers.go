@@ -33,6 +33,9 @@ type probeTarget struct {
 	exec podexec.Target
 	env  []string
 	dir  string
+	// imageShim: the container runs from an image (rootfs.go) under this
+	// shim; an exec runs in its file system (imageexec.go).
+	imageShim int
 }
 
 // runnerOf returns the function that runs probe against the container.
@@ -185,12 +188,19 @@ func execProbe(command []string, t probeTarget) probeFunc {
 		}
 		cmd := exec.CommandContext(ctx, command[0], command[1:]...)
 		cmd.Env, cmd.Dir = t.env, cmpOr(t.dir, "/")
-		if lp, err := lookPath(command[0], t.env); err == nil {
+		target := t.exec
+		if t.imageShim != 0 {
+			var err error
+			if target, cmd.Path, err = imageExecTarget(t.exec, t.imageShim, command[0], t.env); err != nil {
+				return false, err.Error()
+			}
+			cmd.Err = nil
+		} else if lp, err := lookPath(command[0], t.env); err == nil {
 			cmd.Path, cmd.Err = lp, nil
 		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := podexec.Start(t.exec, cmd); err != nil {
+		if err := podexec.Start(target, cmd); err != nil {
 			return false, err.Error()
 		}
 		err := cmd.Wait()

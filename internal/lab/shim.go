@@ -28,17 +28,40 @@ type ExitStatus struct {
 // capabilities unless it asks for others), forwards termination signals,
 // waits and records the exit status.
 // It outlives agent restarts, so no exit status is ever lost.
-func RunShim(netnsPath, exitFile, hostname string, sec podexec.Security, argv []string) int {
+func RunShim(netnsPath, exitFile, hostname string, sec podexec.Security, binds []podexec.Bind, argv []string) int {
+	return RunShimIn(netnsPath, exitFile, hostname, sec, ContainerFS{Binds: binds}, argv)
+}
+
+// ContainerFS is the file system of a container that runs from an image
+// (rootfs.go): its unpacked root and its volumes; or, Rootfs empty, the
+// node's with Binds.
+type ContainerFS struct {
+	Rootfs string
+	Mounts []podexec.Mount
+	// Binds are bind mounts into the node's file system a container
+	// without an image of its own sees (podfiles.go: resolv.conf, hosts,
+	// its volumes).
+	Binds []podexec.Bind
+}
+
+// RunShimIn is RunShim for a container with a file system of its own.
+func RunShimIn(netnsPath, exitFile, hostname string, sec podexec.Security, fs ContainerFS, argv []string) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	status := ExitStatus{}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	target := podexec.Target{NetnsPath: netnsPath, Security: &sec, Hostname: hostname}
-	if !sec.Privileged {
+	target := podexec.Target{NetnsPath: netnsPath, Security: &sec, Hostname: hostname, Binds: fs.Binds}
+	switch {
+	case fs.Rootfs != "":
+		// The image's program, found on the container's PATH in the image.
+		target.Rootfs, target.Mounts = fs.Rootfs, fs.Mounts
+		p, err := podexec.LookPathIn(fs.Rootfs, argv[0], os.Getenv("PATH"))
+		cmd = &exec.Cmd{Path: p, Args: argv, Env: os.Environ(), Err: err}
+	case !sec.Privileged:
 		// A privileged container has the node's access, as in Kubernetes.
 		target.Hide = instance.NodeOnlyDirs()
 	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	if err := podexec.Start(target, cmd); err != nil {
 		fmt.Fprintf(os.Stderr, "shunt: starting %q: %v\n", argv, err)
 		status.ExitCode, status.Error = 127, err.Error()

@@ -19,6 +19,9 @@ type Joined struct {
 	PID    int
 	Target Target   // its network and mount namespaces, cgroup, user, capabilities
 	Env    []string // its environment, as a runtime gives an exec the container's
+	// Root is /proc/PID/root when the container runs chrooted in an
+	// image's file system (Target.Rootfs): an exec runs there too.
+	Root string
 }
 
 // Join reads the running process pid: its namespaces, cgroup (below the
@@ -77,9 +80,15 @@ func Join(pid int, cgroupRoot string) (Joined, error) {
 		groups = append(groups, uint32(n))
 	}
 	u, g := uint32(uid), uint32(gid)
+	root := ""
+	if r, err := os.Readlink(proc + "/root"); err == nil && r != "/" {
+		root = proc + "/root"
+	}
 	return Joined{
-		PID: pid,
+		Root: root,
+		PID:  pid,
 		Target: Target{
+			Chroot:      root,
 			NetnsPath:   proc + "/ns/net",
 			MountNsPath: proc + "/ns/mnt",
 			UTSNsPath:   proc + "/ns/uts",
@@ -97,6 +106,16 @@ func (j Joined) Command(argv []string) (*exec.Cmd, error) {
 		return nil, errors.New("no command to run")
 	}
 	path := argv[0]
+	if j.Root != "" {
+		// The image's program: found in its file system, run chrooted
+		// there (after the child joins the container's mount namespace).
+		var err error
+		if path, err = LookPathIn(j.Root, path, j.env("PATH")); err != nil {
+			return nil, err
+		}
+		// Target.Chroot moves the starting thread there.
+		return &exec.Cmd{Path: path, Args: argv, Env: j.Env, Dir: "/"}, nil
+	}
 	if !strings.Contains(path, "/") {
 		var err error
 		if path, err = lookPath(path, j.env("PATH")); err != nil {

@@ -3,9 +3,11 @@
 package podexec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
 
@@ -36,6 +38,28 @@ type Target struct {
 	// its host name); empty keeps the caller's (or, with Hostname, a new
 	// one).
 	UTSNsPath string
+	// Binds are bind-mounted in a mount namespace of the process's own
+	// (the one Hide makes, or a new one), before Hide covers anything: what
+	// a runtime mounts into a container (the pod's /etc/resolv.conf and
+	// /etc/hosts, its volumes).
+	Binds []Bind
+	// Rootfs runs the process chrooted in this root file system (an
+	// image's, unpacked), in a mount namespace of its own with /proc,
+	// /sys, /dev and Mounts (rootfs.go); cmd.Path is the path in it.
+	Rootfs string
+	Mounts []Mount
+	// Chroot is a root to run in (a running container's, /proc/PID/root,
+	// for an exec into it), entered before the capabilities are dropped:
+	// chroot needs CAP_SYS_CHROOT, which the container may not have.
+	Chroot string
+}
+
+// Bind is one bind mount: Source (a file or directory of the node) seen
+// at Target. A missing Target is created as what Source is (an empty
+// directory or file), as runc creates mount points in a container's root.
+type Bind struct {
+	Source, Target string
+	ReadOnly       bool
 }
 
 // Start starts cmd inside the target. The child is cloned straight into the
@@ -70,7 +94,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			cmd.SysProcAttr.Credential = cred
 		}
 	}
-	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" {
+	if t.NetnsPath == "" && t.Security == nil && len(t.Hide) == 0 && len(t.Binds) == 0 && t.Hostname == "" && t.MountNsPath == "" && t.UTSNsPath == "" && t.Rootfs == "" && t.Chroot == "" {
 		return cmd.Start()
 	}
 	var ns netns.NsHandle = -1
@@ -139,8 +163,24 @@ func Start(t Target, cmd *exec.Cmd) error {
 				return
 			}
 		}
-		if len(t.Hide) > 0 {
-			if err := hideOnThread(t.Hide); err != nil {
+		if t.Rootfs != "" {
+			privileged := t.Security == nil || t.Security.Privileged
+			if err := mountRootfsOnThread(t.Rootfs, t.Mounts, !privileged); err != nil {
+				errc <- err
+				return
+			}
+			if err := chrootThread(t.Rootfs); err != nil {
+				errc <- err
+				return
+			}
+		} else if len(t.Hide) > 0 || len(t.Binds) > 0 {
+			if err := mountOnThread(t.Binds, t.Hide); err != nil {
+				errc <- err
+				return
+			}
+		}
+		if t.Chroot != "" {
+			if err := chrootThread(t.Chroot); err != nil {
 				errc <- err
 				return
 			}
@@ -156,23 +196,57 @@ func Start(t Target, cmd *exec.Cmd) error {
 	return <-errc
 }
 
-// hideOnThread gives the locked thread a mount namespace of its own (the
-// child forked from it inherits it) where each directory is an empty
-// read-only tmpfs. Mounts stay slaves of the node's, so nothing done here
-// reaches the node.
-func hideOnThread(dirs []string) error {
+// mountOnThread gives the locked thread a mount namespace of its own (the
+// child forked from it inherits it) with binds mounted, then each directory
+// of hide an empty read-only tmpfs (binds come first: their sources may be
+// in a hidden directory). Mounts stay slaves of the node's, so nothing
+// done here reaches the node.
+func mountOnThread(binds []Bind, hide []string) error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("new mount namespace: %w", err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("making the mounts slaves: %w", err)
 	}
-	for _, d := range dirs {
+	for _, b := range binds {
+		if err := bindMount(b); err != nil {
+			return err
+		}
+	}
+	for _, d := range hide {
 		if _, err := os.Stat(d); err != nil {
 			continue // nothing to hide
 		}
 		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
 			return fmt.Errorf("hiding %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// bindMount mounts b.Source at b.Target (read-only when asked: a bind
+// mount takes that flag only from a remount).
+func bindMount(b Bind) error {
+	st, err := os.Stat(b.Source)
+	if err != nil {
+		return fmt.Errorf("bind mount source: %w", err)
+	}
+	if _, err := os.Lstat(b.Target); errors.Is(err, os.ErrNotExist) {
+		if st.IsDir() {
+			err = os.MkdirAll(b.Target, 0o755)
+		} else if err = os.MkdirAll(filepath.Dir(b.Target), 0o755); err == nil {
+			err = os.WriteFile(b.Target, nil, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("creating the mount point %s: %w", b.Target, err)
+		}
+	}
+	if err := unix.Mount(b.Source, b.Target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind mounting %s at %s: %w", b.Source, b.Target, err)
+	}
+	if b.ReadOnly {
+		if err := unix.Mount("", b.Target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("making %s read-only: %w", b.Target, err)
 		}
 	}
 	return nil

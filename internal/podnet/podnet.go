@@ -44,9 +44,10 @@ type Node struct {
 	// their node, which forwards to pods of other nodes (the overlay).
 	// Invalid: one node, only its own pod CIDR is routed.
 	ClusterCIDR netip.Prefix
-	// DefaultRoute: pods route everything else through the node too,
-	// which masquerades their traffic to outside the cluster (without it
-	// a pod reaches nothing off the node's pod network).
+	// DefaultRoute: pods route everything else through the node too:
+	// to outside the cluster (masqueraded or not), and their replies to
+	// clients from outside (without it a pod reaches nothing off the
+	// node's pod network).
 	DefaultRoute bool
 	HostIf       string // name of the bridge (bridge mode) or of the veth holding NodeIP
 	MTU          int
@@ -142,10 +143,12 @@ func TeardownNode(n Node) error {
 }
 
 // PodRoutes are the prefixes a pod routes through the node (gateway
-// NodeIP). Only the pod network and the services, no default route unless
-// the node masquerades (DefaultRoute): the lab never sends a packet off
-// this machine otherwise (a pod's DNS lookup of the host's resolver fails
-// at once instead of leaking out).
+// NodeIP). The pod network and the services, and a default route when
+// the node asks (DefaultRoute: a Kubernetes node, one that masquerades or
+// has an uplink, where pods answer clients outside the cluster); a
+// single-node lab asks none, so it never sends a packet off this machine
+// (a pod's DNS lookup of the host's resolver fails at once instead of
+// leaking out).
 func (n Node) PodRoutes() []netip.Prefix {
 	var routes []netip.Prefix
 	if n.ServiceCIDR.IsValid() {

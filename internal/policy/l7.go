@@ -113,6 +113,13 @@ func (c *computation) finishL7() {
 		}
 	}
 	for _, lp := range ports {
+		if lp.Isolated {
+			// The node reaches its own pods at L4 whatever isolates them
+			// (finish's RuleNode entry): its kubelet's HTTP probes must
+			// pass the proxy too. A deny rule naming the host still wins,
+			// as at L4, since deny rules are decided first.
+			lp.Rules = append(lp.Rules, L7Rule{RuleID: RuleNode, Action: manifest.ActionAllow, Identities: []uint32{IdentityHost}})
+		}
 		slices.SortFunc(lp.Rules, func(a, b L7Rule) int { return cmp.Compare(a.RuleID, b.RuleID) })
 		c.res.L7 = append(c.res.L7, *lp)
 	}

@@ -41,8 +41,12 @@ spec:
 		t.Fatalf("L7 ports %+v, want prod/db:8080 only", r.L7)
 	}
 	lp := r.L7[0]
-	if lp.Pod != "prod/db" || lp.Port != 8080 || !lp.Isolated || len(lp.Rules) != 3 {
-		t.Fatalf("L7 port %+v, want prod/db:8080, isolated, with the 3 rules covering it", lp)
+	if lp.Pod != "prod/db" || lp.Port != 8080 || !lp.Isolated || len(lp.Rules) != 4 {
+		t.Fatalf("L7 port %+v, want prod/db:8080, isolated, with the 3 rules covering it and the node's", lp)
+	}
+	// The node's own allow comes first (its kubelet probes the pod).
+	if node := lp.Rules[0]; node.RuleID != RuleNode || node.Action != "allow" || !slices.Equal(node.Identities, []uint32{IdentityHost}) || node.HTTP != nil {
+		t.Errorf("first rule %+v, want the node-to-local-pod allow of the host", node)
 	}
 	web, dev := r.podIdentity["prod/web"], r.podIdentity["dev/tool"]
 	byAction := map[string]int{}
@@ -55,8 +59,8 @@ spec:
 			t.Errorf("the GET /metrics rule names %v, want the web identity %d", rule.Identities, web)
 		}
 	}
-	if byAction["allow"] != 2 || byAction["deny"] != 1 {
-		t.Errorf("rules by action %v, want 2 allows and 1 deny", byAction)
+	if byAction["allow"] != 3 || byAction["deny"] != 1 {
+		t.Errorf("rules by action %v, want 3 allows (one the node's) and 1 deny", byAction)
 	}
 	for _, chk := range []struct {
 		from string
@@ -111,7 +115,7 @@ spec:
 	if cluster == nil || len(cluster.L7) != 1 || cluster.L7[0].Pod != "prod/db" || cluster.L7[0].Port != 8080 {
 		t.Fatalf("ClusterL7: %+v, want prod/db:8080", cluster)
 	}
-	rule := cluster.L7[0].Rules[0]
+	rule := cluster.L7[0].Rules[1] // after the node's own (RuleNode)
 	if web := own.podIdentity["prod/web"]; len(rule.Identities) != 1 || rule.Identities[0] != web {
 		t.Errorf("the rule names identities %v, want this node's number for prod/web, %d", rule.Identities, web)
 	}

@@ -2,12 +2,17 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -70,21 +75,16 @@ func benchHandler(w http.ResponseWriter, r *http.Request) {
 // without the fast path.
 func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
 	be := startBackend(b, "bench", "127.0.6.1", benchHandler)
-	h := &harness{t: b, dst: map[netip.Addr]netip.AddrPort{}}
-	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly})
-	b.Cleanup(func() {
-		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
-		defer done()
-		h.p.Shutdown(ctx)
-	})
-	h.apply(proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(be),
-		Services: []proxyapi.Service{svcPort("default/bench", "10.96.0.70", 80, be)},
-		Routes: []proxyapi.Route{{Name: "default/bench", Parents: []proxyapi.ParentRef{{Service: "default/bench"}},
-			Rules: []proxyapi.RouteRule{{Backends: []proxyapi.RouteBackend{{Service: "default/bench", Port: 80, Weight: 1}}}}}},
-	})
-	h.dials(frontend, "10.96.0.70:80")
+	h := benchHarness(b, be.addr, netHTTPOnly)
+	read := readFlows(b, h.serveControl())
+	h.waitFlowReaders(1)
+	return h, read
+}
 
-	sock := h.serveControl()
+// readFlows reads the proxy's flows from its control socket as the agent
+// does, decoding every record, until the benchmark ends; it returns the
+// count of records read.
+func readFlows(b *testing.B, sock string) *atomic.Int64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	var read atomic.Int64
 	var wg sync.WaitGroup
@@ -94,14 +94,40 @@ func benchProxy(b *testing.B, netHTTPOnly bool) (*harness, *atomic.Int64) {
 		proxyapi.NewClient(sock).Flows(ctx, func(flows.Flow) { read.Add(1) })
 	}()
 	b.Cleanup(func() { cancel(); wg.Wait() })
-	h.waitFlowReaders(1)
-	return h, &read
+	return &read
+}
+
+// benchHarness is a proxy (without the harness's flow subscriber) with a
+// route on service 10.96.0.70:80 to the backend at be, dialled by the
+// frontend client.
+func benchHarness(tb testing.TB, be netip.AddrPort, netHTTPOnly bool) *harness {
+	h := &harness{t: tb, dst: map[netip.Addr]netip.AddrPort{}}
+	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly})
+	tb.Cleanup(func() {
+		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+		defer done()
+		h.p.Shutdown(ctx)
+	})
+	backend := &testBackend{name: "bench", addr: be}
+	h.apply(proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(backend),
+		Services: []proxyapi.Service{svcPort("default/bench", "10.96.0.70", 80, backend)},
+		Routes: []proxyapi.Route{{Name: "default/bench", Parents: []proxyapi.ParentRef{{Service: "default/bench"}},
+			Rules: []proxyapi.RouteRule{{Backends: []proxyapi.RouteBackend{{Service: "default/bench", Port: 80, Weight: 1}}}}}},
+	})
+	h.dials(frontend, "10.96.0.70:80")
+	return h
 }
 
 // runBenchClients sends b.N GETs over conns keep-alive connections from
 // the frontend's address, as fast as they go or rate a second in all, and
 // reports the process's CPU per request.
 func runBenchClients(b *testing.B, addr string, conns, rate int) {
+	runBenchClientsCPU(b, addr, conns, rate, nil)
+}
+
+// runBenchClientsCPU is runBenchClients that also reports, as
+// proxy-cpu-µs/op, the CPU proxyCPU counts over the timed part (nil: none).
+func runBenchClientsCPU(b *testing.B, addr string, conns, rate int, proxyCPU func() time.Duration) {
 	type benchConn struct {
 		c  net.Conn
 		br *bufio.Reader
@@ -140,7 +166,11 @@ func runBenchClients(b *testing.B, addr string, conns, rate int) {
 	var next atomic.Int64
 	var failed atomic.Value
 	b.ReportAllocs()
-	before := cpuTime()
+	before := processCPU()
+	var proxyBefore time.Duration
+	if proxyCPU != nil {
+		proxyBefore = proxyCPU()
+	}
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -165,14 +195,114 @@ func runBenchClients(b *testing.B, addr string, conns, rate int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((processCPU()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	if proxyCPU != nil {
+		b.ReportMetric(float64((proxyCPU()-proxyBefore).Microseconds())/float64(b.N), "proxy-cpu-µs/op")
+	}
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)
 	}
 }
 
-// cpuTime is the process's user and system CPU time.
-func cpuTime() time.Duration {
+// BenchmarkProxyProcess is BenchmarkProxyRequest/proxied/paced with the
+// proxy alone in a process (this test binary again, running
+// TestBenchProxyChild), as in bench/run mesh: proxy-cpu-µs/op is that
+// process's utime+stime (/proc/PID/stat) per request, the runtime's idle
+// and wake-ups included and nothing else's. The child sets its Ps as
+// shunt-proxy does (SetProcs: SHUNT_PROXY_GOMAXPROCS, or GOMAXPROCS).
+// Run it with -benchtime 5000x (5 s).
+func BenchmarkProxyProcess(b *testing.B) {
+	be := startBackend(b, "bench", "127.0.6.1", benchHandler)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchProxyChild$")
+	cmd.Env = append(os.Environ(), "SHUNT_BENCH_PROXY_BACKEND="+be.addr.String())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	var addr, sock string
+	if _, err := fmt.Fscanln(stdout, &addr, &sock); err != nil {
+		b.Fatalf("the proxy process did not say where it listens: %v", err)
+	}
+	readFlows(b, sock)
+	var perf *exec.Cmd
+	var perfOut bytes.Buffer
+	runBenchClientsCPU(b, addr, 32, 1000, func() time.Duration {
+		// SHUNT_BENCH_PERF=1: perf stat counts the proxy process's system
+		// calls and context switches over the timed part.
+		if os.Getenv("SHUNT_BENCH_PERF") == "1" && b.N >= 100 {
+			if perf == nil {
+				perf = exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strconv.Itoa(cmd.Process.Pid))
+				perf.Stderr = &perfOut
+				if err := perf.Start(); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond) // attached before the clients start
+			} else {
+				// Again until it ends: an interrupt while it still attaches
+				// to the process's threads can go unheeded.
+				done := make(chan struct{})
+				go func() { perf.Wait(); close(done) }()
+				for stopped := false; !stopped; {
+					perf.Process.Signal(os.Interrupt)
+					select {
+					case <-done:
+						stopped = true
+					case <-time.After(500 * time.Millisecond):
+					}
+				}
+				for _, line := range strings.Split(perfOut.String(), "\n") {
+					f := strings.Split(line, ",")
+					if v, err := strconv.ParseFloat(f[0], 64); err == nil && len(f) > 2 {
+						b.ReportMetric(v/float64(b.N), "proxy-"+strings.TrimPrefix(f[2], "raw_syscalls:")+"/op")
+					}
+				}
+			}
+		}
+		return procCPU(b, cmd.Process.Pid)
+	})
+}
+
+// procCPU is a process's utime+stime from /proc/PID/stat.
+func procCPU(b *testing.B, pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis: state is field 3,
+	// utime 14 and stime 15 (proc(5)), in clock ticks (USER_HZ, 100).
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// TestBenchProxyChild is BenchmarkProxyProcess's proxy process: it prints
+// its listening and control addresses and serves until its stdin closes.
+func TestBenchProxyChild(t *testing.T) {
+	backend := os.Getenv("SHUNT_BENCH_PROXY_BACKEND")
+	if backend == "" {
+		t.Skip("BenchmarkProxyProcess's proxy process: runs only under it")
+	}
+	if err := SetProcs(); err != nil {
+		t.Fatal(err)
+	}
+	h := benchHarness(t, netip.MustParseAddrPort(backend), false)
+	sock := h.serveControl()
+	fmt.Println(h.addr, sock)
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// processCPU is this process's user and system CPU time.
+func processCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

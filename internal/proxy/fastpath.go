@@ -64,6 +64,7 @@ var errRouteTimeout = errors.New("the route's timeout ran out")
 type fastConn struct {
 	p      *Proxy
 	c      *clientConn
+	raw    io.ReadWriter // c's socket without c's wrappers (newRawSock)
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	req    fastRequest
@@ -76,7 +77,42 @@ type fastConn struct {
 	idleArmed time.Time
 	rc        syscall.RawConn // to wait for a request without a buffer
 	readable  func(fd uintptr) bool
-	peek      [1]byte
+	// first is what waitReadable read: the start of the next request,
+	// read by the client's bufio.Reader before the connection.
+	first firstRead
+}
+
+// firstRead is the client's first read after an idle wait, made by the
+// wait itself (one system call, where a look and then a read were two),
+// in a scratch buffer from a pool the client's reader then copies from.
+type firstRead struct {
+	c       io.Reader // the connection
+	scratch *[clientBufferSize]byte
+	b       []byte // unread part of scratch
+	err     error  // of the read, once b is empty
+}
+
+var scratchBuffers = sync.Pool{New: func() any { return new([clientBufferSize]byte) }}
+
+func (r *firstRead) Read(p []byte) (int, error) {
+	if len(r.b) > 0 {
+		n := copy(p, r.b)
+		r.b = r.b[n:]
+		return n, nil
+	}
+	r.release()
+	if err := r.err; err != nil {
+		r.err = nil
+		return 0, err
+	}
+	return r.c.Read(p)
+}
+
+func (r *firstRead) release() {
+	if r.scratch != nil {
+		scratchBuffers.Put(r.scratch)
+		r.scratch, r.b = nil, nil
+	}
 }
 
 // takeBuffers gets the connection's buffers from the pools; an idle
@@ -88,11 +124,12 @@ func (fc *fastConn) takeBuffers() {
 	}
 	if fc.br == nil {
 		fc.br = clientReaders.Get().(*bufio.Reader)
-		fc.br.Reset(fc.c.Conn)
+		fc.first.c = fc.raw
+		fc.br.Reset(&fc.first)
 	}
 	if fc.bw == nil {
 		fc.bw = clientWriters.Get().(*bufio.Writer)
-		fc.bw.Reset(fc.c.Conn)
+		fc.bw.Reset(fc.raw)
 	}
 }
 
@@ -105,6 +142,8 @@ func (fc *fastConn) releaseBuffers() {
 		fc.br.Reset(nil)
 		clientReaders.Put(fc.br)
 		fc.br = nil
+		fc.first.release()
+		fc.first.err = nil
 	}
 	if fc.bw != nil {
 		fc.bw.Reset(nil)
@@ -117,21 +156,36 @@ func (fc *fastConn) releaseBuffers() {
 }
 
 // waitReadable waits until the client sends something (or closes),
-// holding no buffer: a peek that finds nothing parks the goroutine in the
-// poller, as a read would. (Not a bare wait: the poller's readiness is
-// reset before the callback, so only a look at the socket is reliable.)
+// holding no buffer, and reads it into fc.first: a read that finds
+// nothing parks the goroutine in the poller, as the connection's Read
+// would. (Not a bare wait: the poller's readiness is reset before the
+// callback, so only a read is reliable.)
 func (fc *fastConn) waitReadable() error {
 	if fc.readable == nil { // made once: a closure per request would be allocated
 		fc.readable = func(fd uintptr) bool {
-			_, _, err := unix.Recvfrom(int(fd), fc.peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			return err != unix.EAGAIN
+			r := &fc.first
+			if r.scratch == nil {
+				r.scratch = scratchBuffers.Get().(*[clientBufferSize]byte)
+			}
+			n, err := rawRead(fd, r.scratch[:])
+			switch {
+			case err == unix.EAGAIN:
+				r.release() // idle: no buffer held
+				return false
+			case err != nil:
+				r.release()
+				r.err = err
+			default:
+				r.b = r.scratch[:n]
+			}
+			return true
 		}
 	}
 	return fc.rc.Read(fc.readable)
 }
 
 func (p *Proxy) serveConn(c *clientConn) {
-	fc := &fastConn{p: p, c: c}
+	fc := &fastConn{p: p, c: c, raw: newRawSock(c.Conn)}
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		fc.rc, _ = sc.SyscallConn()
 	}
@@ -406,7 +460,7 @@ func earliest(a, b time.Time) time.Time {
 // send writes the request, then streams the rest of a large body from the
 // client. wrote says whether any byte went out.
 func (fc *fastConn) send(uc *upstreamConn) (wrote bool, err error) {
-	n, err := uc.c.Write(fc.out)
+	n, err := uc.raw.Write(fc.out)
 	if err != nil {
 		return n > 0, err
 	}
@@ -417,7 +471,7 @@ func (fc *fastConn) send(uc *upstreamConn) (wrote bool, err error) {
 			}
 		}
 		chunk, _ := fc.br.Peek(int(min(int64(fc.br.Buffered()), fc.unread)))
-		if _, err := uc.c.Write(chunk); err != nil {
+		if _, err := uc.raw.Write(chunk); err != nil {
 			return true, err
 		}
 		fc.br.Discard(len(chunk))

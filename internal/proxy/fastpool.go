@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -29,6 +30,7 @@ type fastPool struct {
 // while the connection lives).
 type upstreamConn struct {
 	c         net.Conn
+	raw       io.ReadWriter // c's socket (newRawSock)
 	br        *bufio.Reader
 	addr      netip.AddrPort
 	idleSince time.Time
@@ -73,8 +75,9 @@ func (p *fastPool) get(addr netip.AddrPort, deadline time.Time, check bool) (*up
 		return nil, err
 	}
 	br := upstreamReaders.Get().(*bufio.Reader)
-	br.Reset(c)
-	return &upstreamConn{c: c, br: br, addr: addr}, nil
+	raw := newRawSock(c)
+	br.Reset(raw)
+	return &upstreamConn{c: c, raw: raw, br: br, addr: addr}, nil
 }
 
 // put keeps a connection whose last response ended cleanly.

@@ -17,12 +17,17 @@ import (
 
 // listen binds the proxy's listener with SO_REUSEPORT, so a new proxy
 // process can listen on the same address before the old one stops
-// accepting and drains.
-func listen(addr netip.AddrPort) (net.Listener, error) {
+// accepting and drains; transparent adds IP_TRANSPARENT (steer.go).
+func listen(addr netip.AddrPort, transparent bool) (net.Listener, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		if err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); serr != nil || !transparent {
+				return
+			}
+			if err := unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1); err != nil {
+				serr = fmt.Errorf("IP_TRANSPARENT (the proxy needs CAP_NET_ADMIN): %w", err)
+			}
 		}); err != nil {
 			return err
 		}
@@ -30,6 +35,9 @@ func listen(addr netip.AddrPort) (net.Listener, error) {
 	}}
 	ln, err := lc.Listen(context.Background(), "tcp4", addr.String())
 	if err != nil {
+		if transparent {
+			return nil, fmt.Errorf("listening for steered connections on %s: %w", addr, err)
+		}
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	return ln, nil
@@ -69,6 +77,10 @@ func (c *clientConn) Close() error {
 type listener struct {
 	net.Listener
 	p *Proxy
+	// transparent: the tc programs gave the connections to this listener
+	// (steer.go), so an accepted socket's local address is the original
+	// destination.
+	transparent bool
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -81,8 +93,8 @@ func (l *listener) Accept() (net.Conn, error) {
 		p.stats.conns.Add(1)
 		remote := c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		remote = netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())
-		orig, err := p.originalDst(c)
-		if err == nil && orig == c.LocalAddr().(*net.TCPAddr).AddrPort() {
+		orig, err := l.originalDst(c)
+		if err == nil && orig == l.Addr().(*net.TCPAddr).AddrPort() {
 			err = fmt.Errorf("the client dialled the proxy itself: nothing to forward to")
 		}
 		if err != nil {
@@ -96,10 +108,19 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
+// originalDst is where an accepted connection was headed: its local
+// address on the transparent listener, else what the socket hooks kept.
+func (l *listener) originalDst(c net.Conn) (netip.AddrPort, error) {
+	if l.transparent {
+		a := c.LocalAddr().(*net.TCPAddr).AddrPort()
+		return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()), nil
+	}
+	return l.p.originalDst(c)
+}
+
 // acceptFast accepts connections for the fast path, each served by its own
-// goroutine (serveConn), until ln is closed.
-func (p *Proxy) acceptFast(ln net.Listener) error {
-	l := &listener{Listener: ln, p: p}
+// goroutine (serveConn), until l is closed.
+func (p *Proxy) acceptFast(l *listener) error {
 	var pause time.Duration
 	for {
 		c, err := l.Accept()

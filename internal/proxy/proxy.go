@@ -6,7 +6,9 @@
 // the backend port's L7 policy, and forwards the request on an upstream
 // connection marked with the client's identity, so L3/L4 policy judges it
 // as the client. It serves HTTP/1.1 and h2c on one listener, and records
-// one flow per request.
+// one flow per request. Clients no socket hook of the node sees (another
+// node's pods, clients outside) reach it through a second, transparent
+// listener to which the tc programs steer their connections (steer.go).
 //
 // The agent configures it with complete, versioned configurations
 // (proxyapi.Config) on a control socket; the proxy is its own process and
@@ -70,6 +72,7 @@ type Proxy struct {
 
 	mu      sync.Mutex // serializes configuration changes and shutdown
 	ln      net.Listener
+	steerLn net.Listener // the transparent listener (steer.go); nil: none
 	closing bool
 	lastErr string
 }
@@ -183,11 +186,21 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 	}
 	var ln net.Listener
 	if cur == nil || t.listen != cur.listen {
-		if ln, err = listen(t.listen); err != nil {
+		if ln, err = listen(t.listen, false); err != nil {
+			return err
+		}
+	}
+	var steerLn net.Listener
+	if t.steer.IsValid() && (cur == nil || t.steer != cur.steer) {
+		if steerLn, err = listen(t.steer, true); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
 			return err
 		}
 	}
 	p.table.Store(t) // before serving the new listener: every request has a table
+	p.swapSteerListener(t, steerLn)
 	if ln != nil {
 		old := p.ln
 		p.ln = ln
@@ -207,11 +220,16 @@ func (p *Proxy) apply(cfg proxyapi.Config) error {
 }
 
 func (p *Proxy) serve(ln net.Listener) {
+	p.serveListener(&listener{Listener: ln, p: p})
+}
+
+func (p *Proxy) serveListener(l *listener) {
 	var err error
+	ln := l.Listener
 	if p.fastPath {
-		err = p.acceptFast(ln)
+		err = p.acceptFast(l)
 	} else {
-		err = p.srv.Serve(&listener{Listener: ln, p: p})
+		err = p.srv.Serve(l)
 	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		p.log.Error("serving stopped", "listen", ln.Addr(), "err", err)
@@ -263,10 +281,14 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.closing = true
 	ln := p.ln
+	steerLn := p.steerLn
 	p.mu.Unlock()
 	p.draining.Store(true)
 	if ln != nil && p.fastPath {
 		ln.Close() // net/http closes the listeners it serves itself
+	}
+	if steerLn != nil {
+		steerLn.Close()
 	}
 	err := p.srv.Shutdown(ctx)
 	if err != nil {

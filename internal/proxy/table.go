@@ -20,6 +20,7 @@ import (
 type table struct {
 	cfg         proxyapi.Config
 	listen      netip.AddrPort
+	steer       netip.AddrPort // the transparent listener; invalid: none
 	dialTimeout time.Duration
 	endpoints   map[netip.Addr]*proxyapi.Endpoint
 	byVIP       map[netip.AddrPort]*service
@@ -101,6 +102,13 @@ func compile(cfg proxyapi.Config) (*table, error) {
 	} else if !t.listen.Addr().Is4() {
 		errs.add("listen", "%s: only IPv4 is served (the original destination comes back as a sockaddr_in)", cfg.Listen)
 	}
+	if cfg.SteerListen != "" {
+		if t.steer, err = netip.ParseAddrPort(cfg.SteerListen); err != nil || !t.steer.Addr().Is4() {
+			errs.add("steerListen", "%q is not an IPv4 address:port like 10.200.1.1:15006", cfg.SteerListen)
+		} else if t.steer == t.listen {
+			errs.add("steerListen", "%s is also the listener of redirected connections: give it a port of its own", t.steer)
+		}
+	}
 	switch m := cfg.Mark; {
 	case m.Mask == 0 || m.Magic == 0:
 		errs.add("mark", "magic and mask are both required: upstream sockets must carry a mark the socket hooks skip")
@@ -174,11 +182,16 @@ func (t *table) compileServices(errs *problems) {
 			continue
 		}
 		key := serviceKey{s.Name, s.Port}
-		if _, dup := t.byName[key]; dup {
+		if _, dup := t.byName[key]; dup && !s.External {
 			errs.add(field, "port %d of %s is listed twice", s.Port, s.Name)
 			continue
 		}
-		t.byName[key] = svc
+		if !s.External {
+			t.byName[key] = svc
+		} else if !svc.vip.IsValid() {
+			errs.add(field+".vip", "required for an external address of the service")
+			continue
+		}
 		if svc.vip.IsValid() {
 			if prev, dup := t.byVIP[svc.vip]; dup {
 				errs.add(field+".vip", "%s is also %s", svc.vip, prev.label)

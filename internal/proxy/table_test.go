@@ -158,3 +158,31 @@ func TestInvalidConfigIsRefusedWhole(t *testing.T) {
 		t.Errorf("after a refused push: version %d on %s", cfg.Version, h.p.Addr())
 	}
 }
+
+// A Service's external frontends (its NodePort on each node address) share
+// a name and port: each is an original destination of its own, none takes
+// the ClusterIP port's place as a route backend; a steering listener on
+// the listener's own address is refused.
+func TestExternalFrontendsAndSteerListen(t *testing.T) {
+	cfg := proxyapi.Config{Listen: "127.0.0.1:15001", SteerListen: "127.0.0.1:15006", Mark: testMark,
+		Services: []proxyapi.Service{
+			{Name: "default/web", VIP: "10.96.0.1", Port: 80},
+			{Name: "default/web", VIP: "192.168.123.1", Port: 30080, External: true},
+			{Name: "default/web", VIP: "10.244.0.1", Port: 30080, External: true},
+		}}
+	tb, err := compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tb.byName) != 1 || tb.byName[serviceKey{"default/web", 80}] == nil || len(tb.byVIP) != 3 {
+		t.Errorf("by name %v, by address %v: want the ClusterIP port by name, all three by address", tb.byName, tb.byVIP)
+	}
+	if tb.steer.String() != "127.0.0.1:15006" {
+		t.Errorf("steering listener %s, want 127.0.0.1:15006", tb.steer)
+	}
+	cfg.SteerListen = cfg.Listen
+	var ce *ConfigError
+	if _, err := compile(cfg); !errors.As(err, &ce) || !strings.Contains(err.Error(), "steerListen") {
+		t.Errorf("steering listener on the listener's address: %v, want a steerListen problem", err)
+	}
+}

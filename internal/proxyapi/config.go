@@ -21,7 +21,14 @@ type Config struct {
 	// send connections here; the original destination comes back through
 	// getsockopt(SOL_IP, SO_ORIGINAL_DST) on the accepted socket.
 	Listen string `json:"listen"`
-	Mark   Mark   `json:"mark"`
+	// SteerListen, if set, is where the proxy keeps a transparent listener
+	// (IP_TRANSPARENT) for the connections the tc programs give it
+	// (bpf_sk_assign): clients no socket hook of this node sees, another
+	// node's pods and clients outside, reaching a local pod's port with
+	// HTTP rules. An accepted socket's local address is the original
+	// destination; its peer is the client.
+	SteerListen string `json:"steerListen,omitempty"`
+	Mark        Mark   `json:"mark"`
 	// Complete: the agent built this configuration from a complete view of
 	// the cluster (its source had delivered every object). A restarted
 	// agent may compute configurations before that, without routes or
@@ -74,10 +81,14 @@ type Endpoint struct {
 // (the original destination) and routes name it as a backend by
 // (Name, Port).
 type Service struct {
-	Name     string    `json:"name"` // namespace/name
-	VIP      string    `json:"vip,omitempty"`
-	Port     uint16    `json:"port"`
-	PortName string    `json:"portName,omitempty"`
+	Name     string `json:"name"` // namespace/name
+	VIP      string `json:"vip,omitempty"`
+	Port     uint16 `json:"port"`
+	PortName string `json:"portName,omitempty"`
+	// External: a NodePort, load balancer or external address of the
+	// Service (one per node address), dialled by the node's own clients
+	// at VIP:Port; never a route's backend, which names the ClusterIP port.
+	External bool      `json:"external,omitempty"`
 	Backends []Backend `json:"backends,omitempty"` // ready endpoints
 }
 
@@ -195,6 +206,9 @@ type L7Rule struct {
 	CIDRs      []string   `json:"cidrs,omitempty"`  // peers by address (ipBlock cidr)
 	Except     []string   `json:"except,omitempty"` // ... minus these
 	HTTP       []HTTPRule `json:"http,omitempty"`
+	// Builtin: the node's own rule, not a policy's (a refusal's "no rule
+	// of ... allows" names policies only).
+	Builtin bool `json:"builtin,omitempty"`
 }
 
 // HTTPRule matches requests; an empty field matches anything. Path is an

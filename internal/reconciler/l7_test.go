@@ -140,3 +140,50 @@ func TestProxyConfigCompleteOnlyWithObjects(t *testing.T) {
 		}
 	}
 }
+
+const remoteL7Docs = `
+apiVersion: v1
+kind: Node
+metadata: {name: node-2}
+spec: {podCIDR: 10.244.1.0/24}
+status: {addresses: [{type: InternalIP, address: 192.168.50.12}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: far, labels: {app: web}}
+spec: {nodeName: node-2, containers: [{name: c, command: [x]}]}
+status: {podIP: 10.244.1.5}
+`
+
+// TestL7RemotePortsByRouting: with the overlay, another node's pod port
+// with HTTP rules is sent to this node's proxy (the VNI carries the
+// client's identity on); with native routing it is not (the server's node
+// steers the client's own connection in tc), and the proxy's endpoints
+// name that node's pods by address either way, for the connections tc
+// steers to it.
+func TestL7RemotePortsByRouting(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		f := newFake()
+		proxy := netip.MustParseAddrPort("10.244.0.1:15001")
+		var mu sync.Mutex
+		var last proxyapi.Config
+		r := New(Config{NodeName: "node-1", NodeAddrs: []netip.Addr{proxy.Addr()}, ProxyAddr: proxy, NativeRouting: native,
+			ProxyConfig: func(c proxyapi.Config) { mu.Lock(); last = c; mu.Unlock() }}, f)
+		runUntilEnd(t, r)
+		wait(t, r, r.SetEndpoint(endpoint("default/web", "10.244.0.5", "lxc1", 7)))
+		apply(t, r, model.New(), l7Docs+"---"+remoteL7Docs)
+		got := redirectDests(f)
+		if remote := slices.Contains(got, "10.244.1.5:8080"); remote == native {
+			t.Errorf("native routing %v: redirects %v, want the other node's HTTP port only with the overlay", native, got)
+		}
+		mu.Lock()
+		var named bool
+		for _, ep := range last.Endpoints {
+			named = named || (ep.IP == "10.244.1.5" && ep.Pod == "default/far" && ep.Identity != 0)
+		}
+		if !named {
+			t.Errorf("native routing %v: proxy endpoints %+v, want default/far of node-2 with its identity", native, last.Endpoints)
+		}
+		mu.Unlock()
+	}
+}

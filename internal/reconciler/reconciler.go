@@ -67,8 +67,10 @@ type Config struct {
 	// computation. Both are the host identity.
 	NodeAddrs []netip.Addr
 	HostAddrs func() ([]netip.Addr, error)
-	// NodePortAddrs are the addresses this node serves NodePorts on.
-	NodePortAddrs []netip.Addr
+	// NodePortAddrs are the node's addresses (its primary one first);
+	// NodePortAddresses selects those serving NodePorts (default: all).
+	NodePortAddrs     []netip.Addr
+	NodePortAddresses services.NodePortAddresses
 	// ExternalByKubeProxy: the node's NodePorts, load balancer addresses
 	// and externalIPs are kube-proxy's (services.Node).
 	ExternalByKubeProxy bool
@@ -93,6 +95,14 @@ type Config struct {
 	// connections that need L7 there. Invalid: no proxy, nothing is
 	// redirected.
 	ProxyAddr netip.AddrPort
+	// NativeRouting: other nodes' pods are routed to without the overlay.
+	// The client's node then leaves other nodes' pods' ports with HTTP
+	// rules alone (policy.ClusterL7 is not computed): its proxy's
+	// connection would reach the server's node from this node's address,
+	// the client's identity lost with no VNI to carry it, so the server's
+	// node gives the client's own connection to its proxy in tc
+	// (bpf/lib/steer.h), where the client's address names it.
+	NativeRouting bool
 	// ProxyConfig receives every new proxy configuration (without version,
 	// listener and mark); it must not block. nil: none is sent. A
 	// configuration computed before the first Update has Complete false.
@@ -162,7 +172,7 @@ func New(cfg Config, dp Datapath) *Reconciler {
 	}
 	r := &Reconciler{
 		cfg: cfg, dp: dp, store: model.New(), endpoints: map[string]model.Endpoint{},
-		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs, ExternalByKubeProxy: cfg.ExternalByKubeProxy}), policyDirty: true, alloc: cfg.Allocations,
+		svc: services.NewTrackerFor(services.Node{Name: cfg.NodeName, NodePortAddrs: cfg.NodePortAddrs, NodePortAddresses: cfg.NodePortAddresses, ExternalByKubeProxy: cfg.ExternalByKubeProxy}), policyDirty: true, alloc: cfg.Allocations,
 		attach: map[string]model.Endpoint{}, detach: map[string]string{},
 	}
 	r.cond = sync.NewCond(&r.mu)
@@ -604,7 +614,7 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 // somewhere does it need the input, which it builds again (the machine's
 // addresses, every pod) when Admit computed the policy (haveInput false).
 func (r *Reconciler) clusterL7For(w work, pol *policy.Result, in policy.Input, haveInput bool) (*policy.Result, error) {
-	if !policy.HasHTTPRules(w.store.ShuntPolicies()) {
+	if r.cfg.NativeRouting || !policy.HasHTTPRules(w.store.ShuntPolicies()) {
 		return nil, nil
 	}
 	if !haveInput {

@@ -188,7 +188,8 @@ func clusterPorts(svc *corev1.Service, clusterIP netip.Addr, slices []*discovery
 
 // PortsFor computes every frontend of one Service on node: its ClusterIP
 // ports (Ports), and for a NodePort or LoadBalancer Service each nodePort
-// on each of the node's NodePort addresses, each externalIP and each load
+// on each of the node's NodePort addresses (those node.NodePortAddresses
+// selects), each externalIP and each load
 // balancer ingress IP at the service port. With externalTrafficPolicy
 // Local the external frontends have this node's endpoints only. IPv6
 // addresses are left out (Unsupported names them).
@@ -201,6 +202,7 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	ranges, _ := SourceRanges(svc)
+	nodePortAddrs := node.nodePortFrontendAddrs()
 	for _, sp := range svc.Spec.Ports {
 		proto, ok := protoNumbers[sp.Protocol]
 		if !ok {
@@ -225,7 +227,7 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 			out = append(out, p)
 		}
 		if nodePorts {
-			for _, a := range node.NodePortAddrs {
+			for _, a := range nodePortAddrs {
 				add(a, uint16(sp.NodePort), KindNodePort)
 			}
 		}

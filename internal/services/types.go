@@ -66,13 +66,19 @@ type Backend struct {
 // endpoints are local, for externalTrafficPolicy Local) and the addresses
 // its NodePorts are served on.
 type Node struct {
-	Name          string
+	Name string
+	// NodePortAddrs are the node's addresses (its primary one, the
+	// underlay's, first): its NodePorts are served on those
+	// NodePortAddresses selects, its hostPorts on all of them.
 	NodePortAddrs []netip.Addr
 	// ExternalByKubeProxy: kube-proxy runs beside shunt and serves the
 	// Services' outside frontends (NodePorts, load balancer addresses,
 	// externalIPs); shunt computes the ClusterIPs only (hostPorts, which
 	// are no kube-proxy's, stay).
 	ExternalByKubeProxy bool
+	// NodePortAddresses selects which addresses serve NodePorts (shuntd
+	// --nodeport-addresses); zero: all of NodePortAddrs.
+	NodePortAddresses NodePortAddresses
 	// Zones are the nodes' zones (their topology.kubernetes.io/zone
 	// label) by node name, for trafficDistribution PreferSameZone.
 	Zones map[string]string

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,7 @@ type env struct {
 	underlay string // its namespace
 	hostIf   string // the machine's own leg on the underlay
 	nodes    []labNode
+	dns      netip.Addr // Service kube-dns
 	relays   []io.Closer
 	// undo runs in reverse at down.
 	undo []func() error
@@ -80,6 +82,13 @@ func up(ctx context.Context, dir, shuntBin, kubeBin string, n int, logf func(str
 	if e.client, err = e.cluster.Clientset(); err != nil {
 		return nil, err
 	}
+	// The cluster DNS, as `shunt dev cluster up --dns` runs it: CoreDNS on
+	// a node's network, Service kube-dns, the nodes' kubelets pointing
+	// pods at it.
+	if e.dns, err = e.cluster.DeployDNS(ctx, true); err != nil {
+		return nil, err
+	}
+	logf("cluster DNS: Service kube-system/kube-dns at %s (CoreDNS, %s)", e.dns, kubecluster.DNSImage)
 	if err := e.buildUnderlay(n); err != nil {
 		return nil, err
 	}
@@ -233,7 +242,18 @@ func (e *env) startNode(ctx context.Context, nd *labNode) error {
 	e.logf("lab node %s at %s (namespace %s)", nd.instance, nd.addr, nd.netns)
 	return e.shunt(*nd, "lab", "up", "--kubeconfig", e.cluster.Kubeconfig, "--node-name", nd.instance,
 		"--service-cidr", e.cluster.ServiceCIDR, "--cluster-cidr", e.cluster.ClusterCIDR, "--mode", "redirect-peer",
-		"--tunnel", "vxlan", "--masquerade", "--no-schedule")
+		"--tunnel", "vxlan", "--masquerade", "--masquerade-exclude", e.masqueradeExclude(), "--no-schedule", "--cluster-dns", e.dns.String())
+}
+
+// masqueradeExclude are the destinations pods reach with their own
+// address: the default ones (the cluster's and the Services' CIDRs) and
+// the underlay, whose host routes the pods' CIDRs (routePods). Without
+// the underlay, the replies of connections this machine opens to pods
+// (the API server's pods/proxy, which e2e.test reads the DNS specs'
+// results through) leave masqueraded from the node's address, and this
+// machine answers them with a reset.
+func (e *env) masqueradeExclude() string {
+	return strings.Join([]string{e.cluster.ClusterCIDR, e.cluster.ServiceCIDR, e.subnet + "0/24"}, ",")
 }
 
 // waitNodesReady waits until every Node is Ready and has no taint left

@@ -54,17 +54,23 @@ var causes = []struct {
 	re    *regexp.Regexp
 	cause string
 }{
-	{regexp.MustCompile(`:10250/(exec|attach)/`), "kubelet API: exec (no server on the node's kubelet port 10250)"},
-	{regexp.MustCompile(`:10250/containerLogs/`), "kubelet API: logs (no server on the node's kubelet port 10250)"},
-	{regexp.MustCompile(`:10250/portForward/`), "kubelet API: port-forward (no server on the node's kubelet port 10250)"},
-	{regexp.MustCompile(`:10250/`), "kubelet API (no server on the node's kubelet port 10250)"},
-	// netpol's probes run `agnhost connect` in a pod through exec and
-	// take an exec that fails for a blocked connection, logging nothing
-	// of the error.
-	{regexp.MustCompile(`HTTP servers are not ready|instead BLOCKED --- run 'kubectl exec`), "kubelet API: exec (netpol probes every connection with `agnhost connect` through exec, and no server answers on port 10250)"},
+	{regexp.MustCompile(`:10250/(exec|attach)/\S*: dial tcp`), "kubelet API: exec (no server on the node's kubelet port 10250)"},
+	{regexp.MustCompile(`:10250/containerLogs/\S*: dial tcp`), "kubelet API: logs (no server on the node's kubelet port 10250)"},
+	{regexp.MustCompile(`:10250/portForward/\S*: dial tcp`), "kubelet API: port-forward (no server on the node's kubelet port 10250)"},
+	{regexp.MustCompile(`:10250/\S*: dial tcp`), "kubelet API (no server on the node's kubelet port 10250)"},
 	{regexp.MustCompile(`ImageNotMapped`), "an image the lab does not map (ImageNotMapped)"},
-	{regexp.MustCompile(`(?i)hostNetwork|host-network`), "hostNetwork pods (the lab kubelet runs every pod in its own namespace)"},
-	{regexp.MustCompile(`(?i)readiness probe|liveness probe|startup probe`), "probes"},
+	// The DNS probers write what they resolved into an emptyDir at
+	// /results, which the spec reads through the API server's proxy.
+	{regexp.MustCompile(`cannot create /results/\S*: Directory nonexistent`), "emptyDir volumes (the DNS probers' /results), and cluster DNS"},
+	{regexp.MustCompile(`Temporary failure in name resolution|Could not find DNS search list|no servers could be reached|Unable to read \S+ from pod`),
+		"cluster DNS (no CoreDNS, no resolv.conf of the cluster in pods)"},
+	// A program of the image that the node, whose programs the lab's
+	// mapped images run (internal/lab/images.go), does not have.
+	{regexp.MustCompile(`/bin/sh: \d+: \S+: not found`), "a program of the image the node lacks (scripts/setup.sh installs them)"},
+	// agnhost connect --protocol=sctp: socket(..., IPPROTO_SCTP) refused,
+	// or a probe of SCTP that found it blocked.
+	{regexp.MustCompile(`OTHER: protocol not supported|instead BLOCKED --- run 'kubectl exec [^']*--protocol=sctp'`), "SCTP: the node's kernel has none (CONFIG_IP_SCTP unset on this machine), and shunt balances no SCTP Service port (services.Unsupported)"},
+	{regexp.MustCompile(`(?i)readiness probe failed|liveness probe failed|startup probe failed`), "probes"},
 }
 
 // causeOf is the cause the spec's log shows, or "".

@@ -103,3 +103,22 @@ func TestShard(t *testing.T) {
 		t.Errorf("9 processes for 3 specs: %d shards, want 3", len(got))
 	}
 }
+
+// The signatures name what a failed spec's log shows, and a log that
+// merely mentions a word (a pod dump's hostNetwork: false) names nothing.
+func TestCauseOf(t *testing.T) {
+	cases := []struct{ log, want string }{
+		{`nc: getaddrinfo for host "nodeport-test" port 80: Temporary failure in name resolution`, "cluster DNS (no CoreDNS, no resolv.conf of the cluster in pods)"},
+		{`sh: 1: cannot create /results/glibc_hosts@dns-querier-2: Directory nonexistent`, "emptyDir volumes (the DNS probers' /results), and cluster DNS"},
+		{`stderr: "/bin/sh: 1: nc: not found"`, "a program of the image the node lacks (scripts/setup.sh installs them)"},
+		{`connectivity expected :: x/a -> 10.198.33.11 :: stderr - OTHER: protocol not supported`, "SCTP: the node's kernel has none (CONFIG_IP_SCTP unset on this machine), and shunt balances no SCTP Service port (services.Unsupported)"},
+		{`Expected allowed pod connection was instead BLOCKED --- run 'kubectl exec a -n x -- /agnhost connect 10.198.1.2:81 --timeout=3s --protocol=sctp'`, "SCTP: the node's kernel has none (CONFIG_IP_SCTP unset on this machine), and shunt balances no SCTP Service port (services.Unsupported)"},
+		{`Spec:PodSpec{HostNetwork:false, ...} Waiting for service`, ""},
+		{`Exec: execute(https://127.0.0.1:46643/api/v1/namespaces/x/pods/a/exec?command=%2Fagnhost)`, ""},
+	}
+	for _, c := range cases {
+		if got := causeOf(c.log); got != c.want {
+			t.Errorf("causeOf(%q) = %q, want %q", c.log, got, c.want)
+		}
+	}
+}

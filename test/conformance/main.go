@@ -80,9 +80,9 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	if shuntBin, err = filepath.Abs(shuntBin); err != nil {
 		return nil, err
 	}
-	for _, p := range []string{filepath.Join(shuntBin, "shunt"), filepath.Join(shuntBin, "shuntd"), filepath.Join(kubeBin, "e2e.test")} {
+	for _, p := range []string{filepath.Join(shuntBin, "shunt"), filepath.Join(shuntBin, "shuntd"), filepath.Join(kubeBin, "e2e.test"), filepath.Join(kubeBin, "coredns")} {
 		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%s is missing: run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test (scripts/conformance.sh does both)", p)
+			return nil, fmt.Errorf("%s is missing: run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns (scripts/conformance.sh does both)", p)
 		}
 	}
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {

@@ -15,10 +15,15 @@ import (
 // fastSubset are specs of focus 1 that pass today: make test runs them
 // through the whole harness (control plane, kube-scheduler, two lab
 // nodes, e2e.test), so the harness itself cannot rot between full runs.
+// The last two send packets: pod to pod across the nodes (exec into an
+// agnhost pod, its /agnhost and netcat), and to a ClusterIP Service's TCP
+// and UDP port of one number (no kube-proxy: shunt's datapath).
 var fastSubset = []string{
 	"[sig-network] EndpointSlice should support creating EndpointSlice API operations [Conformance]",
 	"[sig-network] Services should find a service from listing all namespaces [Conformance]",
 	"[sig-network] Services should delete a collection of services [Conformance]",
+	"[sig-network] Networking Granular Checks: Pods should function for intra-pod communication: http [Conformance] [NodeConformance]",
+	"[sig-network] Services should serve endpoints on same port and different protocols [Conformance]",
 }
 
 func TestConformanceFastSubset(t *testing.T) {

@@ -115,6 +115,9 @@ func TestDeployManifests(t *testing.T) {
 			// write it could keep any node alive, or kill it.
 			{"update", "leases.coordination.k8s.io", false}, {"create", "leases.coordination.k8s.io", false},
 			{"patch", "nodes/status", false}, {"update", "nodes/status", false},
+			// Its DaemonSet gone means helm uninstall (shuntd
+			// --uninstall-when-removed); reading it is all it may do.
+			{"watch", "daemonsets.apps", true}, {"update", "daemonsets.apps", false}, {"delete", "daemonsets.apps", false},
 		} {
 			args := []string{"auth", "can-i", want.verb, want.resource, "--all-namespaces"}
 			if res, sub, ok := strings.Cut(want.resource, "/"); ok {

@@ -58,7 +58,10 @@ func newUnderlay(t *testing.T, nodes int) (netns []string, addrs []string, under
 type crossNodeRouting struct {
 	flags   []string
 	receive string // the flow point of the receiving node's program
-	podMTU  int    // the pods' MTU over the underlay's 1500
+	// noMasquerade: the node runs without --masquerade (pods keep their
+	// own address to the underlay).
+	noMasquerade bool
+	podMTU       int // the pods' MTU over the underlay's 1500
 }
 
 var (
@@ -103,8 +106,12 @@ func newCrossNode(t *testing.T, c *kubetest.Cluster, netns, addr string, r cross
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { relay.Close() })
-	l.mustShunt(slices.Concat([]string{"lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
-		"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR, "--masquerade"}, r.flags, extra)...)
+	up := []string{"lab", "up", "--kubeconfig", c.Kubeconfig, "--node-name", l.instance, "--service-cidr", c.ServiceCIDR,
+		"--mode", "redirect-peer", "--cluster-cidr", c.ClusterCIDR}
+	if !r.noMasquerade {
+		up = append(up, "--masquerade")
+	}
+	l.mustShunt(slices.Concat(up, r.flags, extra)...)
 	l.cidr = l.status().PodCIDR
 	k := &kubeNode{t: t, cs: c.Client, ctx: ctx, lab: l}
 	k.node = k.instance

@@ -93,9 +93,10 @@ func (l *lab) waitProxyConfigured() {
 func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 	l := newLab(t, "redirect-peer", "testdata/l7.yaml")
 	l.waitProxyConfigured()
-	// Their readiness probes say when the servers answer; backend has
-	// none: its HTTP policy refuses the kubelet's probe from the node.
-	l.waitReady("reviews-v1", "reviews-v2", "greeter")
+	// Their readiness probes say when the servers answer; backend's
+	// passes its HTTP policy, which no rule of it names the node in (the
+	// node reaches its own pods, as at L4).
+	l.waitReady("reviews-v1", "reviews-v2", "greeter", "backend")
 	l.probe("monitoring", "connected", "--http", "http://"+l.podIP("backend")+":8080/")
 	reviews, backend, greeter := l.clusterIP("reviews"), l.clusterIP("backend"), l.clusterIP("greeter-front")
 

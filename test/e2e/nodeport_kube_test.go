@@ -329,3 +329,34 @@ func httpGet(netns, url string) (string, string) {
 	status, body, _ := strings.Cut(string(out), "\n")
 	return status, strings.TrimSpace(body)
 }
+
+// TestKubernetesNodePortWithoutMasquerade: a node of a real API server
+// without --masquerade gives its pods a default route through it (as
+// every CNI plugin does), so a NodePort's backend on the ingress node
+// answers a host outside the cluster, whose address it sees; the pod's
+// routing table shows the default route via its gateway.
+func TestKubernetesNodePortWithoutMasquerade(t *testing.T) {
+	c := newKubeCluster(t)
+	netns, addrs, _ := newUnderlay(t, 2)
+	r := overlayRouting
+	r.noMasquerade = true
+	k := newCrossNode(t, c, netns[0], addrs[0], r)
+	outside := netns[1]
+	k.runPod("default", "web", map[string]string{"app": "web"}, "shunt", "lab", "serve", "--http", "8080")
+	np, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, code := k.shunt("lab", "exec", "web", "--", "ip", "-4", "route", "show", "default")
+	if code != 0 || !strings.HasPrefix(strings.TrimSpace(route), "default via ") {
+		t.Errorf("the pod's default route: exit %d, %q; want one via its gateway", code, route)
+	}
+	body := eventually(t, "NodePort from outside, backend on the ingress node, no masquerade", "200", func() (string, string) {
+		return httpGet(outside, fmt.Sprintf("http://%s:%d/remote", addrs[0], np.Spec.Ports[0].NodePort))
+	})
+	if host, _, _ := strings.Cut(body, ":"); host != addrs[1] {
+		t.Errorf("the backend saw %q, want the outside host %s", body, addrs[1])
+	}
+}

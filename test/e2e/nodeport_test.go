@@ -129,6 +129,9 @@ func testNodePortLab(t *testing.T, routing string) {
 	// Node-local clients: a pod of node-1 reaches the NodePort of its node
 	// and the load balancer address through the socket layer.
 	l.probe("client", "connected", "--tcp", node1+":30090")
+	// ... and the NodePort of the other node, as kube-proxy's rules (and
+	// Cilium's socket layer) let every pod reach every node's NodePorts.
+	l.probe("client", "connected", "--tcp", node2+":30090")
 	client := l.podIP("client")
 	eventually(t, "load balancer address from a pod of node-1", client, func() (string, string) {
 		out, code := l.shunt("lab", "exec", "client", "--", filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", "http://"+lbIP+":8000/remote")

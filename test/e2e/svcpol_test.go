@@ -12,7 +12,10 @@ import (
 // on each, reached from the host outside the cluster:
 //   - loadBalancerSourceRanges: a LoadBalancer whose ranges hold the
 //     external host answers it; one whose ranges do not answers nothing,
-//     and the ingress node's flows name the drop (lb-source-denied);
+//     and the ingress node's flows name the drop (lb-source-denied); at
+//     the socket layer the node (by its underlay address, in the open
+//     one's ranges) is admitted to the open one and refused by the closed
+//     one, a pod (its pod address in neither) refused by both, at once;
 //   - internalTrafficPolicy Local: the ClusterIP of a Service whose only
 //     endpoint is on node-2 refuses node-1's pod (as a Service without
 //     endpoints does) and takes node-2's to its endpoint;
@@ -40,6 +43,12 @@ func TestServicePoliciesLab(t *testing.T) {
 		if st, body := httpFromOutside(l, "http://"+lbIPs["closed"]+"/"); st != "" {
 			t.Errorf("LoadBalancer whose ranges do not hold the external host: %s %s, want no answer", st, body)
 		}
+		// Node-local clients, judged at the socket layer: the node by its
+		// underlay address, a pod by its own.
+		l.probe("", "connected", "--http", "http://"+lbIPs["open"]+"/")
+		l.probe("", "refused", "--tcp", lbIPs["closed"]+":80")
+		l.probe("client1", "refused", "--tcp", lbIPs["open"]+":80")
+		l.probe("client1", "refused", "--tcp", lbIPs["closed"]+":80")
 		// The lab routes the pool to node-1: its flows name the drop.
 		eventually(t, "node-1's flows naming lb-source-denied", "yes", func() (string, string) {
 			flows := l.mustShunt("observe", "--node", "node-1", "--last", "2000", "-o", "json")

@@ -169,7 +169,7 @@ func TestDefaults(t *testing.T) {
 	for _, c := range sc.Capabilities.Add {
 		added = append(added, string(c))
 	}
-	if want := []string{"BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"}; !slices.Equal(added, want) {
+	if want := []string{"BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE", "DAC_OVERRIDE"}; !slices.Equal(added, want) {
 		t.Errorf("agent capabilities added %v, want %v", added, want)
 	}
 	if len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
@@ -195,7 +195,7 @@ func TestDefaults(t *testing.T) {
 	}
 
 	// The agent's flags, every one a flag of shuntd.
-	want = []string{"--in-cluster", "--log-level=info", "--routing=tunnel", "--tunnel=vxlan", "--cluster-cidr=10.244.0.0/16", "--metrics-addr=:9966"}
+	want = []string{"--in-cluster", "--log-level=info", "--uninstall-when-removed", "--cni-files=/host/etc/cni/net.d/10-shunt.conflist,/host/opt/cni/bin/shunt-cni", "--routing=tunnel", "--tunnel=vxlan", "--cluster-cidr=10.244.0.0/16", "--metrics-addr=:9966"}
 	if !slices.Equal(agent.Args, want) || !slices.Equal(agent.Command, []string{"shuntd"}) {
 		t.Errorf("agent command %q args %q, want shuntd %q", agent.Command, agent.Args, want)
 	}
@@ -231,12 +231,12 @@ func TestBesideKubeProxy(t *testing.T) {
 func TestValuesMapToFlags(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("0f", 32)
 	_, agent, _ := daemonSet(t, DefaultRelease,
-		"routingMode=native", "masquerade=true", "masqueradeExclude={10.0.0.0/8,192.168.0.0/16}", "socketAcceleration=true",
+		"routingMode=native", "masquerade=true", "masqueradeExclude={10.0.0.0/8,192.168.0.0/16}", "loadBalancer.mode=hybrid", "nodePort.addresses={primary,127.0.0.0/8}", "socketAcceleration=true",
 		"kernelFallbacks=all", "removeKubeProxyRules=true", "serviceCIDR=10.96.0.0/12", "clusterCIDR=10.32.0.0/12", "logLevel=debug", "prometheus.port=9100",
 		"image.repository=registry.example/shunt", "image.digest="+digest, "k8sServiceHost=192.0.2.10", "k8sServicePort=6443",
 		"extraArgs={--drift-check-period=1m}")
-	want := []string{"--in-cluster", "--log-level=debug", "--routing=native", "--cluster-cidr=10.32.0.0/12", "--service-cidr=10.96.0.0/12",
-		"--masquerade", "--masquerade-exclude=10.0.0.0/8,192.168.0.0/16", "--socket-acceleration", "--kernel-fallbacks=all",
+	want := []string{"--in-cluster", "--log-level=debug", "--uninstall-when-removed", "--cni-files=/host/etc/cni/net.d/10-shunt.conflist,/host/opt/cni/bin/shunt-cni", "--routing=native", "--cluster-cidr=10.32.0.0/12", "--service-cidr=10.96.0.0/12",
+		"--masquerade", "--masquerade-exclude=10.0.0.0/8,192.168.0.0/16", "--nodeport-mode=hybrid", "--nodeport-addresses=primary,127.0.0.0/8", "--socket-acceleration", "--kernel-fallbacks=all",
 		"--remove-kube-proxy-rules", "--metrics-addr=:9100", "--drift-check-period=1m"}
 	if !slices.Equal(agent.Args, want) {
 		t.Errorf("args\n %q\nwant\n %q", agent.Args, want)
@@ -254,7 +254,7 @@ func TestValuesMapToFlags(t *testing.T) {
 	}
 
 	_, agent, install := daemonSet(t, DefaultRelease, "routingMode=", "prometheus.enabled=false", "image.tag=v1.2.3", "image.digest="+digest, "cni.install=false")
-	if want := []string{"--in-cluster", "--log-level=info", "--cluster-cidr=10.244.0.0/16"}; !slices.Equal(agent.Args, want) {
+	if want := []string{"--in-cluster", "--log-level=info", "--uninstall-when-removed", "--cluster-cidr=10.244.0.0/16"}; !slices.Equal(agent.Args, want) {
 		t.Errorf("args %q, want %q", agent.Args, want)
 	}
 	if agent.Image != "ghcr.io/shuntnet/shunt:v1.2.3@"+digest || len(agent.Ports) != 0 || install != nil {
@@ -326,12 +326,15 @@ func TestRefusesWhatIsNotImplemented(t *testing.T) {
 		"l7Proxy=false":         "l7Proxy",
 		"tunnelProtocol=geneve": "tunnelProtocol",
 		"routingMode=bgp":       "routingMode",
+		"loadBalancer.mode=dsr": "needs routingMode native",
 		// values.schema.json: types, ranges, and no unknown keys
-		"masquerade=yes":        "masquerade",
-		"routingmode=native":    "routingmode",
-		"prometheus.port=70000": "port",
-		"image.digest=latest":   "digest",
-		"logLevel=verbose":      "logLevel",
+		"masquerade=yes":                 "masquerade",
+		"routingmode=native":             "routingmode",
+		"prometheus.port=70000":          "port",
+		"image.digest=latest":            "digest",
+		"logLevel=verbose":               "logLevel",
+		"loadBalancer.mode=DSR":          "mode",
+		"nodePort.addresses={127.0.0.1}": "addresses",
 	} {
 		vals, _ := ParseSets([]string{set})
 		if _, err := Template(chartDir, DefaultRelease, vals, false); err == nil || !strings.Contains(err.Error(), want) {

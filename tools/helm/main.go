@@ -7,6 +7,9 @@
 //	go run . template [-set k=v]... [-include-crds] CHART     # helm template
 //	go run . manifest CHART > deploy/shunt.yaml              # the default install, with its namespace
 //	go run . package [-app-version V] [-out DIR] CHART       # helm package
+//	go run . install -kubeconfig F [-set k=v]... [-wait D] CHART   # helm install --create-namespace
+//	go run . upgrade -kubeconfig F [-set k=v]... [-wait D] CHART   # helm upgrade
+//	go run . uninstall -kubeconfig F [-wait D] NAME                # helm uninstall
 package main
 
 import (
@@ -44,11 +47,13 @@ func run(args []string) error {
 	includeCRDs := fs.Bool("include-crds", false, "template: also the CRDs of crds/")
 	appVersion := fs.String("app-version", "", "package: the chart's appVersion (the default image tag)")
 	out := fs.String("out", ".", "package: the directory to write NAME-VERSION.tgz to")
+	kubeconfig := fs.String("kubeconfig", "", "install, upgrade, uninstall: the cluster's kubeconfig")
+	wait := fs.Duration("wait", 0, "install, upgrade, uninstall: wait this long for the release's objects to be ready (or gone)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("%s: give the chart's directory", args[0])
+		return fmt.Errorf("%s: give the chart's directory (uninstall: the release's name)", args[0])
 	}
 	chart := fs.Arg(0)
 	vals, err := ParseSets(sets)
@@ -82,6 +87,24 @@ func run(args []string) error {
 		}
 		fmt.Println(path)
 		return nil
+	case "install", "upgrade":
+		do := Install
+		if args[0] == "upgrade" {
+			do = Upgrade
+		}
+		r, err := do(*kubeconfig, chart, rel, vals, *wait)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", args[0], rel.Name, err)
+		}
+		fmt.Printf("release %s revision %d in %s: %s\n", r.Name, r.Version, r.Namespace, r.Info.Status)
+		return nil
+	case "uninstall":
+		rel.Name = chart
+		if err := Uninstall(*kubeconfig, rel, *wait); err != nil {
+			return fmt.Errorf("uninstall %s: %w", rel.Name, err)
+		}
+		fmt.Printf("release %s uninstalled\n", rel.Name)
+		return nil
 	case "manifest":
 		m, err := Template(chart, rel, vals, false)
 		if err != nil {
@@ -89,5 +112,5 @@ func run(args []string) error {
 		}
 		return writeManifest(os.Stdout, rel, m)
 	}
-	return fmt.Errorf("unknown command %q: lint, template, manifest or package", args[0])
+	return fmt.Errorf("unknown command %q: lint, template, manifest, package, install, upgrade or uninstall", args[0])
 }

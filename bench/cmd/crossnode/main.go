@@ -156,6 +156,10 @@ type bench struct {
 	// (backends on node 2) and node 2 (backends there); no floor, no
 	// policies, the kube-proxy cases without Calico's rules.
 	nodeport bool
+	// nativeMode (-nodeport): shunt-native's --nodeport-mode; not snat,
+	// its rows are shunt-native-MODE (DSR: the replies leave node 2 for
+	// the external host straight).
+	nativeMode string
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -170,17 +174,18 @@ type bench struct {
 
 func main() {
 	var (
-		scales   = flag.String("n", "0,1000", "numbers of other Services, comma-separated")
-		reps     = flag.Int("reps", 3, "repetitions per scale")
-		duration = flag.Duration("duration", 10*time.Second, "length of each sockperf, iperf3 and connrate run")
-		settle   = flag.Duration("settle", 5*time.Second, "how long the dataplanes' syncs and the API burst get to die down after every scale's Services are programmed, before measuring")
-		smoke    = flag.Bool("smoke", false, "measure every case at once, not one after another: proves each case's path, and its numbers mean nothing (bench/run NAME --smoke)")
-		policies = flag.Int("policies", 100, "NetworkPolicies on the server pods (Calico-shaped iptables in calico-iptables, NetworkPolicies for shunt)")
-		rowsPath = flag.String("rows", "", "append result rows (JSON lines) here")
-		bin      = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
-		out      = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
-		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
-		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
+		scales     = flag.String("n", "0,1000", "numbers of other Services, comma-separated")
+		reps       = flag.Int("reps", 3, "repetitions per scale")
+		duration   = flag.Duration("duration", 10*time.Second, "length of each sockperf, iperf3 and connrate run")
+		settle     = flag.Duration("settle", 5*time.Second, "how long the dataplanes' syncs and the API burst get to die down after every scale's Services are programmed, before measuring")
+		smoke      = flag.Bool("smoke", false, "measure every case at once, not one after another: proves each case's path, and its numbers mean nothing (bench/run NAME --smoke)")
+		policies   = flag.Int("policies", 100, "NetworkPolicies on the server pods (Calico-shaped iptables in calico-iptables, NetworkPolicies for shunt)")
+		rowsPath   = flag.String("rows", "", "append result rows (JSON lines) here")
+		bin        = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
+		out        = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
+		id         = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
+		nativeMode = flag.String("native-nodeport-mode", "snat", "with -nodeport: shunt-native's --nodeport-mode (snat, dsr, hybrid); not snat, its rows are named shunt-native-MODE")
+		nodeport   = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -194,7 +199,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, cases: map[string]*caseNet{}}
+	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, nativeMode: *nativeMode, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -242,6 +247,8 @@ func (b *bench) caseName(c string) string {
 		return "kube-proxy-iptables"
 	case b.nodeport && c == nftables:
 		return "kube-proxy-nftables"
+	case b.nodeport && c == native && b.nativeMode != "snat":
+		return native + "-" + b.nativeMode
 	}
 	return c
 }
@@ -568,6 +575,9 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 		// masquerades: a backend on the ingress node could not answer an
 		// outside client whose address it sees.
 		routing = append(routing, "--masquerade")
+		if c == native {
+			routing = append(routing, "--nodeport-mode", b.nativeMode)
+		}
 	}
 	shuntBin := filepath.Join(b.bin, "shunt")
 	var insts [2]string

@@ -59,6 +59,7 @@ type Port struct {
 
 type rule struct {
 	name       string
+	builtin    bool // the node's rule: not named among the policies
 	deny       bool
 	anyPeer    bool
 	identities []uint32 // sorted
@@ -79,7 +80,7 @@ func Compile(pp proxyapi.PortPolicy) (*Port, error) {
 	p := &Port{isolated: pp.Isolated}
 	for i, r := range pp.Rules {
 		field := fmt.Sprintf("rules[%d]", i)
-		c := rule{name: r.Name, anyPeer: r.AnyPeer, identities: slices.Sorted(slices.Values(r.Identities))}
+		c := rule{name: r.Name, builtin: r.Builtin, anyPeer: r.AnyPeer, identities: slices.Sorted(slices.Values(r.Identities))}
 		switch r.Action {
 		case proxyapi.ActionAllow:
 		case proxyapi.ActionDeny:
@@ -212,7 +213,7 @@ func (h *httpRule) matches(req Request) bool {
 func (p *Port) policies() string {
 	var names []string
 	for _, r := range p.rules {
-		if r.deny {
+		if r.deny || r.builtin {
 			continue
 		}
 		name := r.name

@@ -58,6 +58,9 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- if not (has .Values.routingMode (list "tunnel" "native" "")) -}}
 {{- fail (printf "routingMode %q: use tunnel, native, or \"\" (the host routes pod CIDRs)" .Values.routingMode) -}}
 {{- end -}}
+{{- if and (has .Values.loadBalancer.mode (list "dsr" "hybrid")) (ne .Values.routingMode "native") -}}
+{{- fail (printf "loadBalancer.mode %s needs routingMode native (DSR is not carried over the overlay): use routingMode native or loadBalancer.mode snat" .Values.loadBalancer.mode) -}}
+{{- end -}}
 {{- if and (eq .Values.routingMode "tunnel") (ne .Values.tunnelProtocol "vxlan") -}}
 {{- fail (printf "tunnelProtocol %q: only vxlan is implemented" .Values.tunnelProtocol) -}}
 {{- end -}}
@@ -67,6 +70,10 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- define "shunt.agentArgs" -}}
 - --in-cluster
 - --log-level={{ .Values.logLevel }}
+- --uninstall-when-removed
+{{- if .Values.cni.install }}
+- --cni-files=/host/etc/cni/net.d/{{ .Values.cni.confFileName }},/host/opt/cni/bin/shunt-cni
+{{- end }}
 {{- if eq .Values.routingMode "tunnel" }}
 - --routing=tunnel
 - --tunnel={{ .Values.tunnelProtocol }}
@@ -84,6 +91,12 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- with .Values.masqueradeExclude }}
 - --masquerade-exclude={{ join "," . }}
 {{- end }}
+{{- end }}
+{{- if ne .Values.loadBalancer.mode "snat" }}
+- --nodeport-mode={{ .Values.loadBalancer.mode }}
+{{- end }}
+{{- with .Values.nodePort.addresses }}
+- --nodeport-addresses={{ join "," . }}
 {{- end }}
 {{- if .Values.socketAcceleration }}
 - --socket-acceleration

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* DSR (direct server return) for flows from outside, with native routing:
+ * the wire format and its two ends. lib/nodeport.h decides which flows go
+ * this way and records them.
+ *
+ * The ingress node keeps the client's address, translates the destination
+ * to the backend (client -> backend, as for a backend of its own) and
+ * carries the packet to the backend's node in IPIP built here with
+ * bpf_skb_adjust_room (the kernel needs no IPIP device): an outer IPv4
+ * header from this node's underlay address to the backend's node's, with
+ * one IP option naming the service address and port the client dialled
+ * (Cilium's DSR option layout: type 0x9a, length 8, port, address). The
+ * backend's node strips the outer header (dsr_decap), records the flow
+ * (its reply entry gives the reply the service address and port as its
+ * source, as for a backend of the ingress node) and hands the packet to
+ * the pod: the reply leaves from the backend's node straight to the
+ * client, never crossing the ingress node.
+ *
+ * The service address rides in the outer header rather than the inner,
+ * so the backend's node removes one block of 28 bytes and the pod gets
+ * the packet as the client sent it, translated. The cost: 28 bytes per
+ * packet on the way in (replies carry none). A GSO packet is cut into
+ * smaller segments (adjust_room lowers its gso_size by the 28 bytes); a
+ * single packet that no longer fits the uplink's MTU is answered with
+ * ICMP fragmentation needed (DF) or dropped, counted as dsr-too-big. */
+#ifndef SHUNT_LIB_DSR_H
+#define SHUNT_LIB_DSR_H
+
+#include "common.h"
+#include "pkt.h"
+#include "native.h"
+#include "icmp.h"
+
+#ifndef IPPROTO_IPIP
+#define IPPROTO_IPIP 4
+#endif
+/* Linux 6.3's flag (bpf_skb_adjust_room), not in the vendored UAPI header:
+ * the removed outer header was IPv4, so the packet is no longer an
+ * encapsulated one (GSO type, inner offsets). */
+#define DSR_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
+
+#define DSR_OPT_TYPE 0x9a /* copied, class 0, number 26: Cilium's */
+#define DSR_OUTER_TTL 64
+
+struct dsr_opt {
+	__u8 type;
+	__u8 len;
+	__u16 port; /* network byte order */
+	__u32 addr; /* network byte order */
+};
+
+struct dsr_outer {
+	struct iphdr ip;
+	struct dsr_opt opt;
+};
+
+#define DSR_OUTER_LEN ((__u32)sizeof(struct dsr_outer))
+
+/* dsr_wanted says whether a new flow of proto to a backend on another
+ * node goes by DSR: the mode asks for it (hybrid: TCP only) and the
+ * routing is native (the agent refuses DSR with the overlay). */
+static __always_inline bool dsr_wanted(const volatile struct shunt_config *cfg, __u8 proto)
+{
+	if (!cfg->nodeport_dsr_ip4 || !cfg->native_ifindex)
+		return false;
+	if (cfg->nodeport_mode == NODEPORT_MODE_DSR)
+		return true;
+	return cfg->nodeport_mode == NODEPORT_MODE_HYBRID && proto == IPPROTO_TCP;
+}
+
+/* dsr_too_big says whether the packet, encapsulated, would not fit cfg's
+ * uplink: a single packet only (a GSO packet's segments are cut 28 bytes
+ * smaller by the encapsulation). *mtu is set to the room left for the
+ * client's packets, the next-hop MTU to answer with. */
+static __always_inline bool dsr_too_big(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 *mtu)
+{
+	__u32 dev_mtu = 0;
+	long ret = bpf_check_mtu(skb, cfg->uplink_ifindex, &dev_mtu, DSR_OUTER_LEN, 0);
+
+	if (ret != BPF_MTU_CHK_RET_FRAG_NEEDED)
+		return false;
+	*mtu = dev_mtu > DSR_OUTER_LEN ? dev_mtu - DSR_OUTER_LEN : 0;
+	return true;
+}
+
+/* dsr_answer_too_big answers a client's packet dsr_too_big kept back: with
+ * DF, ICMP fragmentation needed from the node's underlay address, quoting
+ * the packet as the client sent it (not translated yet), sent back out of
+ * the uplink to the hop it came from; without DF it is dropped as
+ * dsr-too-big. Returns the verdict. */
+static __always_inline int dsr_answer_too_big(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg, __u32 mtu)
+{
+	__u32 len = skb->len;
+	__u16 frag_off = 0;
+
+	bpf_skb_load_bytes(skb, ETH_HLEN + __builtin_offsetof(struct iphdr, frag_off), &frag_off, sizeof(frag_off));
+	if (!(frag_off & bpf_htons(IP_DF)))
+		return drop(skb, p, SHUNT_REASON_DSR_TOO_BIG);
+	if (icmp4_frag_needed(skb, cfg->nodeport_dsr_ip4, mtu, p->f.daddr, p->f.dport) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	if (bpf_redirect(cfg->uplink_ifindex, 0) != TC_ACT_REDIRECT)
+		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+	done_len(skb, p, FLOW_DROPPED, SHUNT_REASON_FRAG_NEEDED, len);
+	return TC_ACT_REDIRECT;
+}
+
+/* dsr_encap puts the outer header in front of the (translated) packet:
+ * from cfg's underlay address to node (the backend's node's underlay
+ * address), the option naming svc_addr:svc_port. Returns 0, or -1 when a
+ * helper failed. */
+static __always_inline int dsr_encap(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 node,
+				     __u32 svc_addr, __u16 svc_port)
+{
+	struct iphdr inner;
+	struct dsr_outer o = {};
+	__s64 sum;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &inner, sizeof(inner)) < 0)
+		return -1;
+	o.ip.version = 4;
+	o.ip.ihl = DSR_OUTER_LEN / 4;
+	o.ip.tos = inner.tos;
+	o.ip.tot_len = bpf_htons(bpf_ntohs(inner.tot_len) + DSR_OUTER_LEN);
+	o.ip.frag_off = bpf_htons(IP_DF);
+	o.ip.ttl = DSR_OUTER_TTL;
+	o.ip.protocol = IPPROTO_IPIP;
+	o.ip.saddr = cfg->nodeport_dsr_ip4;
+	o.ip.daddr = node;
+	o.opt.type = DSR_OPT_TYPE;
+	o.opt.len = sizeof(o.opt);
+	o.opt.port = svc_port;
+	o.opt.addr = svc_addr;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&o, sizeof(o), 0);
+	if (sum < 0)
+		return -1;
+	o.ip.check = csum_fold(sum);
+	if (bpf_skb_adjust_room(skb, DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, ETH_HLEN, &o, sizeof(o), 0) < 0 ? -1 : 0;
+}
+
+/* dsr_send sends an encapsulated packet to its outer destination out of
+ * cfg's uplink (a route lookup as for a packet the node sends). Returns
+ * the verdict, counted as dsr-encap. */
+static __always_inline int dsr_send(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg, __u32 node)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET, .l4_protocol = IPPROTO_IPIP, .ifindex = cfg->uplink_ifindex,
+		.ipv4_src = cfg->nodeport_dsr_ip4, .ipv4_dst = node,
+	};
+	long ret = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
+	return fib_send(skb, p, &fib, ret, SHUNT_REASON_DSR_ENCAP);
+}
+
+/* dsr_decap takes a DSR packet arriving for cfg's underlay address: the
+ * outer header is checked and removed, *svc_addr and *svc_port set from
+ * its option. Returns 1 when decapsulated, 0 when the packet is no DSR
+ * packet for this node (left as it is), -1 when the removal failed. */
+static __always_inline int dsr_decap(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 *svc_addr,
+				     __u16 *svc_port)
+{
+	struct dsr_outer o;
+
+	if (!cfg->nodeport_dsr_ip4 || skb->protocol != bpf_htons(ETH_P_IP) ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN, &o, sizeof(o)) < 0)
+		return 0;
+	if (o.ip.protocol != IPPROTO_IPIP || o.ip.daddr != cfg->nodeport_dsr_ip4 || o.ip.ihl != DSR_OUTER_LEN / 4 ||
+	    o.opt.type != DSR_OPT_TYPE || o.opt.len != sizeof(o.opt) || (o.ip.frag_off & bpf_htons(0x2000 | IP_OFFSET)))
+		return 0;
+	*svc_addr = o.opt.addr;
+	*svc_port = o.opt.port;
+	/* Before Linux 6.3 the flag is refused: a packet that is not GSO
+	 * needs none (a GSO one would keep its encapsulation's GSO type: it is
+	 * dropped, counted invalid-packet). */
+	if (bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, DSR_ADJ_ROOM_DECAP_L3_IPV4) < 0 &&
+	    (skb->gso_size || bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0))
+		return -1;
+	return 1;
+}
+
+#endif

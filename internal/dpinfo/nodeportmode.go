@@ -1,0 +1,31 @@
+package dpinfo
+
+import "fmt"
+
+// NodePortMode is how a flow from outside reaches a backend on another
+// node (shuntd --nodeport-mode): SNAT to the ingress node's address, the
+// reply coming back through it; DSR, the client's address kept and the
+// flow carried to the backend's node in IPIP with the service address,
+// the reply leaving from there (bpf/lib/dsr.h); hybrid, DSR for TCP and
+// SNAT for UDP, as Cilium's.
+type NodePortMode string
+
+const (
+	NodePortSNAT   NodePortMode = "snat"
+	NodePortDSR    NodePortMode = "dsr"
+	NodePortHybrid NodePortMode = "hybrid"
+)
+
+// UsesDSR says whether some flows go by DSR.
+func (m NodePortMode) UsesDSR() bool { return m == NodePortDSR || m == NodePortHybrid }
+
+// ParseNodePortMode reads a mode; "" is the default, snat.
+func ParseNodePortMode(s string) (NodePortMode, error) {
+	switch m := NodePortMode(s); m {
+	case "":
+		return NodePortSNAT, nil
+	case NodePortSNAT, NodePortDSR, NodePortHybrid:
+		return m, nil
+	}
+	return "", fmt.Errorf("nodeport mode %q: give snat, dsr (direct server return, native routing only) or hybrid (DSR for TCP, SNAT for UDP)", s)
+}

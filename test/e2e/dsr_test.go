@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestNodePortDSRLab: a lab of two nodes with native routing and
+// --nodeport-mode hybrid, the backends on node-2, the clients on the
+// external host entering through node-1. TCP goes by DSR: the backend
+// sees the client's address, and the replies leave node-2 straight to the
+// client: node-1 counts no NodePort reply and holds no reply entry, and
+// its uplink sends far fewer bytes than a 4 MB download through it
+// carries, while node-2's sends them all. UDP falls back to SNAT (the
+// reply entry on node-1). A TCP connection to a load balancer address
+// keeps working when the external host's route to it moves from node-1 to
+// node-2 in its middle. Flows name dsr-encap and dsr-decap.
+func TestNodePortDSRLab(t *testing.T) {
+	l := newLabNodes(t, 2, []string{"--routing", "native", "--nodeport-mode", "hybrid", "--lb-pool", "192.168.124.0/28"}, "testdata/dsr.yaml")
+	ext := labExternal(t, l)
+	node1, node2 := "192.168.123.1", "192.168.123.2"
+	ns1, ns2 := l.instance+"-node1", l.instance+"-node2"
+
+	eventually(t, "NodePort on node-1 by DSR: the backend on node-2 sees the client", ext.addr, func() (string, string) {
+		status, body := httpFromOutside(l, fmt.Sprintf("http://%s:30080/remote", node1))
+		if status != "200" {
+			return status, body
+		}
+		host, _, _ := strings.Cut(body, ":")
+		return host, body
+	})
+	if out, code := l.shunt("lab", "exec", "--external", "--", filepath.Join(binDir, "shunt"), "lab", "probe", "--timeout", "2s",
+		"--expect", "connected", "--tcp", node1+":30070"); code != 0 {
+		t.Errorf("TCP echo through node-1's NodePort: %s", out)
+	}
+
+	// A 4 MB download through node-1 (iperf3 -R: the server on node-2
+	// sends): node-1's uplink carries the client's ACKs only.
+	tx1, tx2 := uplinkTxBytes(t, ns1, node1), uplinkTxBytes(t, ns2, node2)
+	const download = 4 << 20
+	var out string
+	var code int
+	for i := 0; i < 20; i++ { // iperf3 needs a moment to listen
+		out, code = l.shunt("lab", "exec", "--external", "--", "iperf3", "-c", node1, "-p", "30201", "-R", "-n", fmt.Sprint(download))
+		if code == 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if code != 0 {
+		t.Fatalf("iperf3 -R through node-1's NodePort: %s", out)
+	}
+	d1, d2 := uplinkTxBytes(t, ns1, node1)-tx1, uplinkTxBytes(t, ns2, node2)-tx2
+	t.Logf("a %d-byte download through node-1: node-1's uplink sent %d bytes, node-2's %d", download, d1, d2)
+	if d1 > download/4 || d2 < download {
+		t.Errorf("node-1's uplink sent %d bytes and node-2's %d during a %d-byte download entering through node-1: "+
+			"want the download to leave from node-2 (DSR), node-1 sending little more than ACKs", d1, d2, download)
+	}
+	// And the other way (the client sends 2 MB): the client's full-sized
+	// packets no longer fit once encapsulated, and still arrive
+	// (fragmentation needed, or GSO packets cut smaller).
+	if out, code := l.shunt("lab", "exec", "--external", "--", "iperf3", "-c", node1, "-p", "30201", "-n", fmt.Sprint(2<<20)); code != 0 {
+		t.Errorf("iperf3 upload through node-1's NodePort: %s", out)
+	}
+
+	// The ingress node: no NodePort reply counted, no reply entry for a
+	// TCP flow (the reply leaves from the backend's node).
+	if n := l.metric("shunt_datapath_packets_total", `reason="nodeport-reply"`); n != 0 {
+		t.Errorf("node-1 counted %v NodePort replies, want none (DSR)", n)
+	}
+	if n := l.metric("shunt_datapath_packets_total", `reason="dsr-encap"`); n == 0 {
+		t.Error("node-1 counted no dsr-encap")
+	}
+	if n := l.node(2).metric("shunt_datapath_packets_total", `reason="nodeport-reply"`); n == 0 {
+		t.Error("node-2 counted no NodePort reply, want the backend's replies sent from there")
+	}
+	if n := l.node(2).metric("shunt_datapath_packets_total", `reason="dsr-decap"`); n == 0 {
+		t.Error("node-2 counted no dsr-decap")
+	}
+	rows := nodePortNAT(t, l)
+	for _, r := range rows {
+		if r["direction"] == "reply" && r["protocol"] == "TCP" {
+			t.Errorf("node-1 holds a TCP reply entry %v: want none with DSR", r)
+		}
+	}
+
+	// UDP in hybrid mode: SNAT, its reply back through node-1.
+	if out, code := l.shunt("lab", "exec", "--external", "--", filepath.Join(binDir, "shunt"), "lab", "probe", "--timeout", "2s",
+		"--expect", "connected", "--udp", node1+":30053"); code != 0 {
+		t.Errorf("UDP through node-1's NodePort: %s", out)
+	}
+	var udpReply bool
+	for _, r := range nodePortNAT(t, l) {
+		udpReply = udpReply || (r["direction"] == "reply" && r["protocol"] == "UDP")
+	}
+	if !udpReply {
+		t.Errorf("node-1 holds no UDP reply entry after a UDP exchange: want SNAT for UDP in hybrid mode\n%v", rows)
+	}
+	if n := l.metric("shunt_datapath_packets_total", `reason="nodeport-reply"`); n == 0 {
+		t.Error("node-1 counted no NodePort reply for the UDP flow (SNAT)")
+	}
+
+	// The route to the load balancer address moves from node-1 to node-2
+	// in the middle of a connection: node-2 recorded the flow when it took
+	// the first DSR packet, and translates the client's packets arriving
+	// straight.
+	lbIP := loadBalancerAddress(t, l, "lb")
+	if lbIP == "" {
+		t.Fatal("Service lb has no load balancer address")
+	}
+	var wg sync.WaitGroup
+	var holdOut string
+	var holdCode int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		holdOut, holdCode = l.shunt("lab", "exec", "--external", "--", filepath.Join(binDir, "shunt"), "lab", "probe", "--timeout", "2s",
+			"--expect", "connected", "--hold", "4s", "--tcp", lbIP+":7000")
+	}()
+	// Moved once node-1 has the connection (its DSR entry), well within
+	// the hold.
+	waitFor(t, 3*time.Second, "node-1's DSR entry of the held connection", func() bool {
+		for _, r := range nodePortNAT(t, l) {
+			if r["direction"] == "to-backend-dsr" && r["to"] == lbIP+":7000" {
+				return true
+			}
+		}
+		return false
+	})
+	l.mustShunt("lab", "exec", "--external", "--", "ip", "route", "replace", lbIP, "via", node2)
+	xlateBefore := l.node(2).metric("shunt_datapath_packets_total", `reason="nodeport-xlate"`)
+	wg.Wait()
+	if holdCode != 0 {
+		t.Errorf("a TCP connection to %s held across the route's move from node-1 to node-2: %s", lbIP, holdOut)
+	}
+	if n := l.node(2).metric("shunt_datapath_packets_total", `reason="nodeport-xlate"`); n <= xlateBefore {
+		t.Error("node-2 translated no client packet after the move")
+	}
+
+	flows := l.mustShunt("observe", "--last", "5000", "-o", "json")
+	if !strings.Contains(flows, `"dsr-encap"`) {
+		t.Errorf("node-1's flows name no dsr-encap (%d lines)", strings.Count(flows, "\n"))
+	}
+	if text := l.mustShunt("observe", "--last", "5000"); !strings.Contains(text, "DSR: IPIP to the backend's node") {
+		t.Errorf("shunt observe on node-1 names no DSR flow (%d lines)", strings.Count(text, "\n"))
+	}
+}
+
+// uplinkTxBytes is what the interface holding addr in netns ns sent.
+func uplinkTxBytes(t *testing.T, ns, addr string) uint64 {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", ns, "-o", "-4", "addr", "show", "to", addr+"/32").CombinedOutput()
+	f := strings.Fields(string(out))
+	if err != nil || len(f) < 2 {
+		t.Fatalf("ip -n %s addr show to %s: %v: %s", ns, addr, err, out)
+	}
+	dev := f[1]
+	out, err = exec.Command("ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev).Output()
+	var links []struct {
+		Stats64 struct {
+			TX struct{ Bytes uint64 } `json:"tx"`
+		} `json:"stats64"`
+	}
+	if err != nil || json.Unmarshal(out, &links) != nil || len(links) != 1 {
+		t.Fatalf("ip -n %s -s -j link show dev %s: %v: %s", ns, dev, err, out)
+	}
+	return links[0].Stats64.TX.Bytes
+}
+
+// nodePortNAT is node-1's shunt_nodeport_nat rows.
+func nodePortNAT(t *testing.T, l *lab) []map[string]any {
+	t.Helper()
+	out := l.mustShunt("map", "dump", "shunt_nodeport_nat", "-o", "json")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("map dump shunt_nodeport_nat -o json: %v\n%s", err, out)
+	}
+	return rows
+}

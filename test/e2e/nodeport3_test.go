@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestNodePortThreeNodes: a lab of three nodes with native routing, a
+// NodePort whose backends are on node-2 and node-3: the external host
+// reaches both backends through node-1 (which has none: SNAT to each of
+// the other nodes), and through every node's address; through node-1 the
+// backends see node-1's address on the pod network.
+func TestNodePortThreeNodes(t *testing.T) {
+	l := newLabNodes(t, 3, []string{"--routing", "native"}, "testdata/nodeport-3.yaml")
+	labExternal(t, l)
+	for k := 1; k <= 3; k++ {
+		url := fmt.Sprintf("http://192.168.123.%d:30080/", k)
+		eventually(t, fmt.Sprintf("the NodePort on node-%d", k), "200", func() (string, string) { return httpFromOutside(l, url) })
+		seen := map[string]int{}
+		for range 24 {
+			st, body := httpFromOutside(l, url)
+			if st != "200" {
+				t.Errorf("node-%d: %s %q", k, st, body)
+				continue
+			}
+			seen[strings.TrimSpace(body)]++
+		}
+		if seen["web2"] == 0 || seen["web3"] == 0 || len(seen) != 2 {
+			t.Errorf("24 requests through node-%d reached %v; want both web2 (node-2) and web3 (node-3)", k, seen)
+		}
+	}
+	// Through node-1 the backend sees node-1's pod-network address
+	// (SNAT), which every node routes back to node-1.
+	node1PodNet := l.status().NodeIP
+	_, body := httpFromOutside(l, "http://192.168.123.1:30080/remote")
+	if host, _, _ := strings.Cut(strings.TrimSpace(body), ":"); host != node1PodNet {
+		t.Errorf("through node-1 the backend saw %q, want node-1's pod-network address %s", body, node1PodNet)
+	}
+}

@@ -1,0 +1,24 @@
+package e2e
+
+import "testing"
+
+// TestNodePortAddressesLab: by default a NodePort is served on the node's
+// address and not at 127.0.0.1 (nothing listens on 127.0.0.1:31917, so
+// the node's connect is refused); with --nodeport-addresses 127.0.0.0/8,
+// as kube-proxy's flag, the node's own processes reach it at 127.0.0.1
+// and the node's address (not selected) no longer serves it.
+func TestNodePortAddressesLab(t *testing.T) {
+	const manifest = "testdata/nodeport-addrs.yaml"
+	t.Run("default", func(t *testing.T) {
+		l := newLabWith(t, []string{"--mode", "redirect-peer"}, manifest)
+		l.probe("", "connected", "--tcp", l.status().NodeIP+":31917")
+		l.probe("", "refused", "--tcp", "127.0.0.1:31917")
+	})
+	t.Run("127.0.0.0/8", func(t *testing.T) {
+		l := newLabWith(t, []string{"--mode", "redirect-peer", "--nodeport-addresses", "127.0.0.0/8"}, manifest)
+		l.probe("", "connected", "--tcp", "127.0.0.1:31917")
+		l.probe("", "refused", "--tcp", l.status().NodeIP+":31917")
+		// A pod's 127.0.0.1 is its own: nothing listens on its 31917.
+		l.probe("web", "refused", "--tcp", "127.0.0.1:31917")
+	})
+}

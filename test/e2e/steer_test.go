@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shuntnet/shunt/internal/flows"
+)
+
+// TestProxySteering: HTTP rules hold for clients no socket hook of the
+// server's node sees. With native routing, a pod of node-1 dials the
+// backend on node-2 itself (node-1 leaves other nodes' HTTP ports alone),
+// and the host outside the cluster reaches it through a NodePort of
+// node-2; node-2's tc gives both connections to its proxy (bpf_sk_assign,
+// bpf/lib/steer.h), which answers what the rules deny with 403 and
+// forwards the rest, naming the client's identity; node-2's flows show the
+// steering (proxy-steered) and the proxy's verdicts.
+func TestProxySteering(t *testing.T) {
+	l := newLabNodes(t, 2, []string{"--routing", "native"}, "testdata/steer.yaml")
+	backend := l.podIP("backend")
+	node2 := "192.168.123.2"
+	get := func(pod string, args ...string) string {
+		t.Helper()
+		out, _ := l.shunt(append([]string{"lab", "exec", pod, "--", filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s"}, args...)...)
+		return out
+	}
+
+	// (1) Another node's pods, native routing.
+	waitFor(t, 15*time.Second, "frontend on node-1 GET /metrics of the backend on node-2", func() bool {
+		return strings.HasPrefix(get("frontend", "http://"+backend+":8080/metrics"), "200")
+	})
+	if out := get("frontend", "http://"+backend+":8080/admin"); !strings.HasPrefix(out, "403") || !strings.Contains(out, "ShuntNetworkPolicy default/backend-http") {
+		t.Errorf("frontend GET /admin on node-2's backend: %q, want 403 naming the policy", out)
+	}
+	if out := get("monitoring", "-X", "POST", "http://"+backend+":8080/admin"); !strings.HasPrefix(out, "200") {
+		t.Errorf("monitoring POST /admin: %q, want 200", out)
+	}
+
+	// (2) The host outside, through a NodePort of node-2 (Local: the
+	// backend is there and sees the client's address, here the proxy's
+	// connection for it).
+	nodePort := fmt.Sprintf("http://%s:30088", node2)
+	eventually(t, "GET /public from outside through the NodePort", "200", func() (string, string) { return httpFromOutside(l, nodePort+"/public") })
+	if status, body := httpFromOutside(l, nodePort+"/admin"); status != "403" || !strings.Contains(body, "ShuntNetworkPolicy default/backend-http") {
+		t.Errorf("GET /admin from outside through the NodePort: %s %q, want 403 naming the policy", status, body)
+	}
+
+	// (3) Through a NodePort of node-1 (Cluster): node-1 sends it to
+	// node-2 from its own address, which the rules name.
+	checkSteeredFromNode1(t, l)
+
+	// The flows of node-2: the steering in tc, the proxy's verdicts with
+	// the clients' identities (the proxy's flows reach the agent's history
+	// a moment later).
+	frontend := l.podIP("frontend")
+	var fs []flows.Flow
+	var steered, frontendDenied, outsideDenied, outsideAllowed bool
+	deadline := time.Now().Add(20 * time.Second)
+	for !(steered && frontendDenied && outsideDenied && outsideAllowed) && time.Now().Before(deadline) {
+		// A request whose flow is not there yet is asked again: the
+		// agent's relay of the proxy's flows may have started after the
+		// first ones.
+		if !frontendDenied {
+			get("frontend", "http://"+backend+":8080/admin")
+		}
+		if !outsideDenied {
+			httpFromOutside(l, nodePort+"/admin")
+		}
+		if !outsideAllowed {
+			httpFromOutside(l, nodePort+"/public")
+		}
+		time.Sleep(200 * time.Millisecond)
+		fs = l.observe("--last", "5000", "--node", "node-2")
+		for _, f := range fs {
+			if f.Reason == "proxy-steered" && f.Verdict == "REDIRECTED" && f.Destination.IP == backend {
+				steered = true
+			}
+			if f.HTTP == nil {
+				continue
+			}
+			denied := f.Verdict == "DROPPED" && f.HTTP.Path == "/admin" && f.HTTP.Status == 403
+			switch {
+			case denied && f.Source.IP == frontend && f.Source.Pod == "default/frontend":
+				frontendDenied = true
+			case denied && f.Source.IP != frontend && hasLabel(f.Source, "reserved:world"):
+				outsideDenied = true
+			case f.Verdict == "FORWARDED" && f.HTTP.Path == "/public" && f.HTTP.Status == 200 && hasLabel(f.Source, "reserved:world"):
+				outsideAllowed = true
+			}
+		}
+	}
+	if !steered || !frontendDenied || !outsideDenied || !outsideAllowed {
+		t.Errorf("node-2's flows: steered %v, frontend's /admin denied %v, outside /admin denied %v, outside /public forwarded %v; want all:\n%s",
+			steered, frontendDenied, outsideDenied, outsideAllowed, flowLines(fs))
+	}
+	// node-1 sent nothing to its own proxy: no HTTP flow there.
+	for _, f := range l.observe("--last", "5000", "--node", "node-1") {
+		if f.HTTP != nil {
+			t.Errorf("node-1's proxy saw a request (its client's node must leave other nodes' HTTP ports to them): %+v", f)
+			break
+		}
+	}
+}
+
+func hasLabel(e flows.Endpoint, label string) bool {
+	for _, l := range e.Labels {
+		if l == label {
+			return true
+		}
+	}
+	return false
+}
+
+func flowLines(fs []flows.Flow) string {
+	var b strings.Builder
+	for _, f := range fs {
+		fmt.Fprintf(&b, "%s %s %s:%d -> %s:%d", f.Verdict, f.Reason, f.Source.IP, f.Source.Port, f.Destination.IP, f.Destination.Port)
+		if f.HTTP != nil {
+			fmt.Fprintf(&b, " http %s %s %d", f.HTTP.Method, f.HTTP.Path, f.HTTP.Status)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// checkSteeredFromNode1: the host outside reaches the backend of node-2
+// through the Cluster NodePort of node-1, which SNATs it to its address
+// on the pod network: node-2 steers the connection to its proxy, which
+// applies the rules naming that address (/public allowed, /admin 403), and
+// its answers find their way back through node-1.
+func checkSteeredFromNode1(t *testing.T, l *lab) {
+	t.Helper()
+	url := "http://192.168.123.1:30089"
+	eventually(t, "GET /public from outside through node-1's NodePort", "200", func() (string, string) { return httpFromOutside(l, url+"/public") })
+	if status, body := httpFromOutside(l, url+"/admin"); status != "403" || !strings.Contains(body, "ShuntNetworkPolicy default/backend-http") {
+		t.Errorf("GET /admin from outside through node-1's NodePort: %s %q, want 403 naming the policy", status, body)
+	}
+}
+
+// TestProxySteeringOverlay: with the overlay, the host outside reaches
+// node-2's backend through node-1's Cluster NodePort; node-2 steers the
+// connection to its proxy, whose answers leave through the overlay with
+// the backend pod's identity (the address they leave from) and are
+// translated back on node-1.
+func TestProxySteeringOverlay(t *testing.T) {
+	l := newLabNodes(t, 2, []string{"--routing", "tunnel"}, "testdata/steer.yaml")
+	checkSteeredFromNode1(t, l)
+	if st := l.node(2).mustShunt("status", "-o", "json"); !strings.Contains(st, "proxy-steered") {
+		t.Errorf("node-2 counted no steered packet:\n%s", st)
+	}
+}
