@@ -215,6 +215,10 @@ spec:
 	})
 }
 
+// TestRestartPolicies: never's container runs 2 s before it fails, so that
+// the lab's start (which stops early on a pod already failed) has seen
+// every pod run first; it failed at once in one CI run, before the
+// start's first look.
 func TestRestartPolicies(t *testing.T) {
 	inBothSources(t, func(t *testing.T, startLab labStarter) {
 		manifest := writeManifest(t, "exits.yaml", `apiVersion: v1
@@ -223,7 +227,7 @@ metadata: {name: never}
 spec:
   restartPolicy: Never
   containers:
-  - {name: c, command: [sh, -c, "exit 3"]}
+  - {name: c, command: [sh, -c, "sleep 2; exit 3"]}
 ---
 apiVersion: v1
 kind: Pod
