@@ -79,9 +79,6 @@ func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Con
 	}
 	k := &APIKubelet{cfg: cfg, api: api, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
 	k.kubelet.probes.changed = k.poke // a probe's new result is written at once
-	if vs, ok := api.(volumeSource); ok {
-		k.kubelet.volumes = vs
-	}
 	if kp, ok := api.(*kubePods); ok {
 		k.kubelet.objects = kp
 	}

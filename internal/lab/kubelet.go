@@ -85,9 +85,6 @@ type kubelet struct {
 	// plumbing and the agent's endpoint may not have survived a reboot).
 	checked bool
 	probes  prober // probes.go
-	// volumes reads configMap and secret volumes (podfiles.go); nil for
-	// the lab's own API server.
-	volumes volumeSource
 	// objects are what volumes are made of (volumes.go); nil without an
 	// API server.
 	objects volumeObjects

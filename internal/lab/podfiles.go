@@ -23,15 +23,6 @@ import (
 // (/agnhost), so that an exec naming them finds them. The container
 // otherwise sees the node's file system.
 
-// volumeSource reads the objects of configMap and secret volumes: the API
-// server of an APIKubelet. The lab's own API server holds neither kind, so
-// its kubelet has none and pods asking for such volumes fail to start with
-// a reason saying so.
-type volumeSource interface {
-	configMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
-	secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
-}
-
 func (kp *kubePods) configMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
 	return kp.api.ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 }
@@ -139,7 +130,7 @@ func (k *kubelet) writeVolumes(ctx context.Context, pod *corev1.Pod, dir string)
 // volumeData is the data of a configMap or secret volume's object (kind
 // ConfigMap or Secret); nothing for a missing optional one.
 func (k *kubelet) volumeData(ctx context.Context, kind, namespace, name string, optional *bool) (map[string][]byte, error) {
-	if k.volumes == nil {
+	if k.objects == nil {
 		return nil, fmt.Errorf("the lab's own API server holds no %ss: %s volumes need a Kubernetes API server (shunt lab up --kubeconfig)",
 			kind, strings.ToLower(kind[:1])+kind[1:])
 	}
@@ -147,12 +138,12 @@ func (k *kubelet) volumeData(ctx context.Context, kind, namespace, name string, 
 	var err error
 	if kind == "Secret" {
 		var s *corev1.Secret
-		if s, err = k.volumes.secret(ctx, namespace, name); err == nil {
+		if s, err = k.objects.secret(ctx, namespace, name); err == nil {
 			data = s.Data
 		}
 	} else {
 		var cm *corev1.ConfigMap
-		if cm, err = k.volumes.configMap(ctx, namespace, name); err == nil {
+		if cm, err = k.objects.configMap(ctx, namespace, name); err == nil {
 			for key, v := range cm.Data {
 				data[key] = []byte(v)
 			}

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +17,7 @@ import (
 	"github.com/shuntnet/shunt/internal/podexec"
 )
 
-// objectsOf is a volumeSource over fixed objects.
+// objectsOf is a volumeObjects over fixed objects (no tokens).
 type objectsOf struct {
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
@@ -27,6 +28,10 @@ func (o objectsOf) configMap(_ context.Context, ns, name string) (*corev1.Config
 		return cm, nil
 	}
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+}
+
+func (objectsOf) token(context.Context, *corev1.Pod, []string, *int64) (string, error) {
+	return "", errors.New("objectsOf has no tokens")
 }
 
 func (o objectsOf) secret(_ context.Context, ns, name string) (*corev1.Secret, error) {
@@ -43,7 +48,7 @@ func (o objectsOf) secret(_ context.Context, ns, name string) (*corev1.Secret, e
 func TestPodFiles(t *testing.T) {
 	dir := t.TempDir()
 	mode := int32(0o600)
-	k := &kubelet{cfg: Config{DNS: DNS{ResolvConf: filepath.Join(dir, "none")}, Images: Images{CoreDNS: "/opt/kube/coredns"}}, volumes: objectsOf{
+	k := &kubelet{cfg: Config{DNS: DNS{ResolvConf: filepath.Join(dir, "none")}, Images: Images{CoreDNS: "/opt/kube/coredns"}}, objects: objectsOf{
 		configMaps: map[string]*corev1.ConfigMap{"kube-system/coredns": {Data: map[string]string{"Corefile": ".:53 {}\n", "other": "x"}}},
 		secrets:    map[string]*corev1.Secret{"kube-system/kc": {Data: map[string][]byte{"kubeconfig": []byte("apiVersion: v1\n")}}},
 	}}
@@ -106,7 +111,7 @@ func TestPodFiles(t *testing.T) {
 	if _, err := k.podFiles(context.Background(), pod, &PodRecord{}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "ConfigMap kube-system/missing") {
 		t.Errorf("a missing ConfigMap gave %v, want an error naming it", err)
 	}
-	k.volumes = nil
+	k.objects = nil
 	if _, err := k.podFiles(context.Background(), pod, &PodRecord{}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "no ConfigMaps") {
 		t.Errorf("the lab's own API server gave %v, want an error saying it holds no ConfigMaps", err)
 	}

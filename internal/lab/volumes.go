@@ -31,10 +31,15 @@ import (
 // Others (secret, persistent volumes, ...) are refused by name: the pod's
 // container does not start, its error says which.
 
-// volumeObjects are the API objects volumes are made of.
+// volumeObjects are the API objects volumes are made of, for containers
+// from an image (volumes.go) and for those on the node's file system
+// (podfiles.go): the API server of an APIKubelet. The lab's own API server
+// holds none of these kinds, so its kubelet has none and pods asking for
+// such volumes fail to start with a reason saying so.
 type volumeObjects interface {
 	token(ctx context.Context, pod *corev1.Pod, audiences []string, seconds *int64) (string, error)
 	configMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 }
 
 func (kp *kubePods) token(ctx context.Context, pod *corev1.Pod, audiences []string, seconds *int64) (string, error) {
