@@ -239,6 +239,10 @@ int shunt_from_pod(struct __sk_buff *skb)
 	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
+	/* On the node proxy's connection from a client's address: to the
+	 * proxy, wherever that address routes. */
+	if (p.ct_flags & CT_F_PROXY_UPSTREAM)
+		return steer_proxy_reply(skb, &p, &CONFIG);
 
 	if (!ep) {
 		if (via_proxy && p.event == FLOW_EV_CONN_NEW) {
@@ -297,13 +301,23 @@ int shunt_to_pod(struct __sk_buff *skb)
 		/* The node proxy connecting for a client: policy judges the
 		 * connection as that client, its egress included (a local
 		 * endpoint of the same identity has the same rules). */
-		struct identity_endpoint *ie = bpf_map_lookup_elem(&shunt_identity_endpoints, &client);
-
 		src.identity = client;
-		if (ie) {
-			src.addr = ie->ip;
-			src.flags = ie->flags;
-			src.local = true;
+		if (identity_of(p.f.saddr) != SHUNT_ID_HOST) {
+			/* From the client's own address, not the node's
+			 * (original source: a client from off the node that tc
+			 * steered to the proxy, whose own node judged its
+			 * egress): judged by that address (its CIDR identity)
+			 * and identity as without the proxy; the pod's answers
+			 * go back to the proxy's socket. */
+			p.ct_new_flags = CT_F_PROXY_UPSTREAM;
+		} else {
+			struct identity_endpoint *ie = bpf_map_lookup_elem(&shunt_identity_endpoints, &client);
+
+			if (ie) {
+				src.addr = ie->ip;
+				src.flags = ie->flags;
+				src.local = true;
+			}
 		}
 	} else {
 		src.identity = identity_of(p.f.saddr);

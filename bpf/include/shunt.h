@@ -203,6 +203,11 @@ enum ct_flags {
 	CT_F_FIN_A = 4,     /* a sent FIN */
 	CT_F_FIN_B = 8,
 	CT_F_RST = 16,
+	/* The node proxy's connection to a local pod made from its client's
+	 * address (original source, for a client tc steered to it): the pod's
+	 * packets, addressed to the client, go to the proxy's socket
+	 * (lib/steer.h, steer_proxy_reply), not where the address routes. */
+	CT_F_PROXY_UPSTREAM = 32,
 };
 
 struct ct_value {
@@ -301,6 +306,10 @@ enum shunt_reason {
 				      * recorded, so the backend's reply leaves from here with the service address */
 	SHUNT_REASON_DSR_TOO_BIG = 51, /* dropped: a packet for DSR that would not fit the uplink's MTU once
 					* encapsulated and has no DF bit (with DF it is answered, frag-needed) */
+	/* 52-59: kept for the nodeport/DSR work. */
+	SHUNT_REASON_PROXY_UPSTREAM_REPLY = 60, /* pod veth: a local pod's packet on a connection the node proxy made
+						 * from its client's address (original source) given to the proxy's
+						 * socket (bpf_sk_assign, lib/steer.h), not routed to that address */
 	SHUNT_REASON_MAX,
 };
 

@@ -108,4 +108,36 @@ static __always_inline int steer_to_proxy(struct __sk_buff *skb, struct pkt *p, 
 	return TC_ACT_OK;
 }
 
+/* steer_proxy_reply gives a local pod's packet on a connection the node
+ * proxy made to it from its client's address (original source, for a
+ * client steered here: CT_F_PROXY_UPSTREAM, set at the pod's veth by
+ * shunt_to_pod) to the proxy's socket, found by the packet's tuple, with
+ * bpf_sk_assign and cfg->proxy_steer_mark, whose routing rule delivers it
+ * locally: addressed to the client, it would otherwise be routed to the
+ * client itself. A packet whose socket is gone (the proxy closed it and
+ * forgot it) is dropped: the client has no such connection. */
+static __always_inline int steer_proxy_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	struct bpf_sock_tuple t = {};
+
+	t.ipv4.saddr = p->f.saddr;
+	t.ipv4.daddr = p->f.daddr;
+	t.ipv4.sport = p->f.sport;
+	t.ipv4.dport = p->f.dport;
+	struct bpf_sock *sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return drop(skb, p, SHUNT_REASON_PROXY_STEER_FAILED);
+	if (sk->state == BPF_TCP_LISTEN) {
+		bpf_sk_release(sk);
+		return drop(skb, p, SHUNT_REASON_PROXY_STEER_FAILED);
+	}
+	long err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return drop(skb, p, SHUNT_REASON_PROXY_STEER_FAILED);
+	skb->mark = cfg->proxy_steer_mark;
+	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_PROXY_UPSTREAM_REPLY);
+	return TC_ACT_OK;
+}
+
 #endif

@@ -168,7 +168,7 @@ func TestEnumNames(t *testing.T) {
 			seen[n] = byName[v]
 		}
 		for v, n := range goName {
-			if _, ok := byName[v]; !ok && n != "" {
+			if _, ok := byName[v]; !ok && n != "" && n != fmt.Sprint(v) { // a bare number: no name (a value kept unused)
 				t.Errorf("enum %s: Go names %d %q, a value the C enum does not have", enum, v, n)
 			}
 		}

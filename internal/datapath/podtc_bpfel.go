@@ -16,11 +16,12 @@ import (
 type podtcCtFlags uint32
 
 const (
-	podtcCtFlagsCT_F_ORIG_IS_A  podtcCtFlags = 1
-	podtcCtFlagsCT_F_REPLY_SEEN podtcCtFlags = 2
-	podtcCtFlagsCT_F_FIN_A      podtcCtFlags = 4
-	podtcCtFlagsCT_F_FIN_B      podtcCtFlags = 8
-	podtcCtFlagsCT_F_RST        podtcCtFlags = 16
+	podtcCtFlagsCT_F_ORIG_IS_A      podtcCtFlags = 1
+	podtcCtFlagsCT_F_REPLY_SEEN     podtcCtFlags = 2
+	podtcCtFlagsCT_F_FIN_A          podtcCtFlags = 4
+	podtcCtFlagsCT_F_FIN_B          podtcCtFlags = 8
+	podtcCtFlagsCT_F_RST            podtcCtFlags = 16
+	podtcCtFlagsCT_F_PROXY_UPSTREAM podtcCtFlags = 32
 )
 
 type podtcCtKey struct {
@@ -314,7 +315,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_DSR_ENCAP              podtcShuntReason = 49
 	podtcShuntReasonSHUNT_REASON_DSR_DECAP              podtcShuntReason = 50
 	podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG            podtcShuntReason = 51
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 52
+	podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY   podtcShuntReason = 60
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 61
 )
 
 type podtcTcNatKey struct {

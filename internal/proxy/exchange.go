@@ -47,6 +47,10 @@ func (t *table) newExchange(r *http.Request, c *clientConn) *exchange {
 	x.peer = l7policy.Peer{Identity: identityWorld, IP: c.remote.Addr()}
 	if x.client != nil {
 		x.peer.Identity, x.peer.CIDRIdentity = x.client.Identity, x.client.CIDRIdentity
+	} else {
+		// Outside the cluster: the policy prefix holding the address
+		// names it, as at L3/L4.
+		x.peer.CIDRIdentity, _ = t.cidrIdentityOf(c.remote.Addr())
 	}
 	return x
 }
@@ -111,6 +115,9 @@ func (x *exchange) endpoint(a netip.AddrPort) flows.Endpoint {
 		e.Pod, e.Namespace, e.Identity, e.Labels = ep.Pod, namespace(ep.Pod), ep.Identity, ep.Labels
 	} else if a == x.conn.remote {
 		e.Labels = []string{"reserved:world"}
+		if _, p := x.t.cidrIdentityOf(a.Addr()); p.IsValid() {
+			e.Labels = append(e.Labels, "cidr:"+p.String())
+		}
 	}
 	return e
 }

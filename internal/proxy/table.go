@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,6 +28,25 @@ type table struct {
 	vips        map[netip.Addr]bool
 	byName      map[serviceKey]*service
 	policies    map[netip.AddrPort]*l7policy.Port
+	// cidrs are the policy prefixes' identities, longest prefixes first
+	// (cidrIdentityOf).
+	cidrs []cidrIdentity
+}
+
+type cidrIdentity struct {
+	prefix   netip.Prefix
+	identity uint32
+}
+
+// cidrIdentityOf is the identity of the longest policy prefix holding a
+// (0: none), as the datapath's LPM lookup answers.
+func (t *table) cidrIdentityOf(a netip.Addr) (uint32, netip.Prefix) {
+	for _, c := range t.cidrs {
+		if c.prefix.Contains(a) {
+			return c.identity, c.prefix
+		}
+	}
+	return 0, netip.Prefix{}
 }
 
 type serviceKey struct {
@@ -124,6 +144,7 @@ func compile(cfg proxyapi.Config) (*table, error) {
 	t.compileServices(&errs)
 	t.compileRoutes(&errs)
 	t.compilePolicies(&errs)
+	t.compileCIDRs(&errs)
 	if len(errs) > 0 {
 		return nil, &ConfigError{Problems: errs}
 	}
@@ -145,6 +166,18 @@ func (t *table) compileEndpoints(errs *problems) {
 		}
 		t.endpoints[ip] = ep
 	}
+}
+
+func (t *table) compileCIDRs(errs *problems) {
+	for i, c := range t.cfg.CIDRIdentities {
+		p, err := netip.ParsePrefix(c.Prefix)
+		if err != nil || !p.Addr().Is4() {
+			errs.add(fmt.Sprintf("cidrIdentities[%d].prefix", i), "%q is not an IPv4 prefix like 203.0.113.0/24", c.Prefix)
+			continue
+		}
+		t.cidrs = append(t.cidrs, cidrIdentity{prefix: p.Masked(), identity: c.Identity})
+	}
+	slices.SortStableFunc(t.cidrs, func(a, b cidrIdentity) int { return b.prefix.Bits() - a.prefix.Bits() })
 }
 
 func (t *table) compileServices(errs *problems) {
