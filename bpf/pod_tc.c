@@ -54,6 +54,7 @@ const volatile enum flow_event_type _btf_flow_event = 0;
 const volatile enum flow_point _btf_flow_point = 0;
 const volatile struct flow_event _btf_flow_event_struct = {};
 const volatile enum ct_flags _btf_ct_flags = 0;
+const volatile enum proxy_origin_flags _btf_proxy_origin_flags = 0;
 
 /* proxy_origin_of: the original destination of a SYN a socket hook sent to
  * a proxy (the node's, or a pod's own), NULL for any other packet. */
@@ -181,6 +182,18 @@ int shunt_from_pod(struct __sk_buff *skb)
 	p.src_identity = ep->identity;
 
 	__u32 reason;
+	/* A pod's own proxy answering a client from off the node: the port
+	 * the client dialled back, before anything looks at the tuple. */
+	if (ep->flags & ENDPOINT_F_OWN_PROXY) {
+		reason = pod_proxy_out(skb, &p);
+		if (reason)
+			return drop(skb, &p, reason);
+		/* A rewrite moves the packet: read the header again. */
+		void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+		ip = data + ETH_HLEN;
+		if ((void *)(ip + 1) > data_end)
+			return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	}
 	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
 	if (verdict >= 0)
 		return drop(skb, &p, reason);

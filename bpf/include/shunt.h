@@ -99,6 +99,9 @@ enum endpoint_flags {
 	ENDPOINT_F_EGRESS_ISOLATED = 2,  /* some policy isolates the pod for egress: default deny */
 	ENDPOINT_F_INGRESS_RULES = 4,    /* the pod has ingress entries (e.g. denies) to look up */
 	ENDPOINT_F_EGRESS_RULES = 8,     /* the pod has egress entries to look up */
+	ENDPOINT_F_OWN_PROXY = 16,       /* the pod has its own inbound proxy (shunt.io/inbound-redirect): its
+					  * answers to clients from off the node may need their port back
+					  * (lib/steer.h, pod_proxy_out) */
 };
 
 struct endpoint_info {
@@ -632,7 +635,16 @@ struct l7_redirect_value {
 struct proxy_origin {
 	__u32 ip;   /* network byte order */
 	__u16 port; /* network byte order */
-	__u16 pad;
+	__u16 flags; /* enum proxy_origin_flags */
+};
+
+enum proxy_origin_flags {
+	/* Filed by tc for a client from off the node sent to a pod's own
+	 * proxy (lib/steer.h, pod_proxy_in): the client's packets get the
+	 * proxy's port as destination, the pod's answers the dialled port back
+	 * as source. Without it: a socket hook redirected the client's
+	 * connect, and its packets carry the proxy's port themselves. */
+	PROXY_ORIGIN_F_TC = 1,
 };
 
 /* A redirected connection as the proxy's accepted socket sees it. */

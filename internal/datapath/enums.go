@@ -138,6 +138,7 @@ var (
 		podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED:  "egress-isolated",
 		podtcEndpointFlagsENDPOINT_F_INGRESS_RULES:    "ingress-rules",
 		podtcEndpointFlagsENDPOINT_F_EGRESS_RULES:     "egress-rules",
+		podtcEndpointFlagsENDPOINT_F_OWN_PROXY:        "own-proxy",
 	}
 	ctFlagNames = map[podtcCtFlags]string{
 		podtcCtFlagsCT_F_ORIG_IS_A:      "opened-by-a",
@@ -212,3 +213,7 @@ func objectSpecs() ([]*ebpf.CollectionSpec, error) {
 	}
 	return append(specs.list(true), destroy), nil
 }
+
+// proxyOriginByTC: tc filed the original destination (a pod's own proxy
+// taking a client from off the node), not the socket hook.
+const proxyOriginByTC = uint16(podtcProxyOriginFlagsPROXY_ORIGIN_F_TC)

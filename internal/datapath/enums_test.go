@@ -40,6 +40,7 @@ var notPrinted = map[string]string{
 	"nodeport_mode":        "chosen from dpinfo.NodePortMode (snat, dsr, hybrid), which has its own names",
 	"accel_sock_flags":     "bits of socket storage, which user space cannot list",
 	"affinity_client_kind": "map dump shows the client as an address or a netns cookie, by the kind",
+	"proxy_origin_flags":   "one bit, PROXY_ORIGIN_F_TC, which map dump shows as redirectedBy tc (proxyOriginByTC)",
 }
 
 func table(names []string) func([]uint64) map[uint64]string {
