@@ -109,6 +109,17 @@ static __always_inline int steer_to_proxy(struct __sk_buff *skb, struct pkt *p, 
 	return TC_ACT_OK;
 }
 
+/* rewrite_tcp_port replaces the destination (is_dst) or source port of a
+ * TCP packet whose address on that side is addr, checksum included. */
+static __always_inline int rewrite_tcp_port(struct __sk_buff *skb, __u32 addr, bool is_dst, __u16 old_port, __u16 new_port)
+{
+	__u8 ihl;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0)
+		return -1;
+	return rewrite_l4(skb, ETH_HLEN + (ihl & 0xf) * 4, IPPROTO_TCP, is_dst, addr, addr, old_port, new_port);
+}
+
 /* pod_proxy_in sends a packet from off the node for a local pod's port
  * that the pod's own proxy takes (shunt.io/inbound-redirect: its
  * shunt_l7_redirect entry names the pod's own address) to that proxy, as
@@ -146,9 +157,7 @@ static __always_inline __u32 pod_proxy_in(struct __sk_buff *skb, struct pkt *p)
 		if (!o || !(o->flags & PROXY_ORIGIN_F_TC) || o->port != f->dport)
 			return 0;
 	}
-	__u8 ihl;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0 ||
-	    rewrite_l4(skb, ETH_HLEN + (ihl & 0xf) * 4, IPPROTO_TCP, true, f->daddr, f->daddr, f->dport, proxy_port) < 0)
+	if (rewrite_tcp_port(skb, f->daddr, true, f->dport, proxy_port) < 0)
 		return SHUNT_REASON_INVALID_PACKET;
 	f->dport = proxy_port;
 	return 0;
@@ -170,9 +179,7 @@ static __always_inline __u32 pod_proxy_out(struct __sk_buff *skb, struct pkt *p)
 	if (!o || !(o->flags & PROXY_ORIGIN_F_TC) || o->ip != f->saddr)
 		return 0;
 	__u16 port = o->port;
-	__u8 ihl;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0 ||
-	    rewrite_l4(skb, ETH_HLEN + (ihl & 0xf) * 4, IPPROTO_TCP, false, f->saddr, f->saddr, f->sport, port) < 0)
+	if (rewrite_tcp_port(skb, f->saddr, false, f->sport, port) < 0)
 		return SHUNT_REASON_INVALID_PACKET;
 	f->sport = port;
 	return 0;

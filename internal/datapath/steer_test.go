@@ -23,20 +23,8 @@ import (
 // is not: bpf_sk_assign refuses it there. test/e2e's TestProxySteering
 // covers it.)
 func TestProxySteering(t *testing.T) {
-	requireBPF(t)
-	ns, peer := testNetns(t), testNetns(t)
-	veth(t, ns, "st-ul", netip.PrefixFrom(npNode, 24), peer, "st-out", netip.PrefixFrom(npOtherNode, 24))
-	var uplink int
-	if err := netnsrun.Do(ns, func() error {
-		var err error
-		_, uplink, err = UplinkOf(npNode)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	steer := &ProxySteer{Listen: netip.MustParseAddrPort("127.0.0.1:15006"), Mark: 0x5f000000, Table: 0x5f, Priority: 95}
-	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, ProxySteer: steer,
-		ProxyMark: ProxyMark{Magic: 0x5e000000, Mask: 0xff000000}}, nil)
+	d, ns, uplink := nativeNode(t, "st", steer)
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
 		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},
@@ -88,6 +76,26 @@ func TestProxySteering(t *testing.T) {
 	}
 }
 
+// nativeNode opens a datapath with native routing in a namespace of its
+// own, whose uplink (NAME-ul, at npNode) faces another (NAME-out, at
+// npOtherNode), with steer as its steering configuration (nil: none).
+func nativeNode(t *testing.T, name string, steer *ProxySteer) (d *Datapath, ns string, uplink int) {
+	t.Helper()
+	requireBPF(t)
+	ns, peer := testNetns(t), testNetns(t)
+	veth(t, ns, name+"-ul", netip.PrefixFrom(npNode, 24), peer, name+"-out", netip.PrefixFrom(npOtherNode, 24))
+	if err := netnsrun.Do(ns, func() error {
+		var err error
+		_, uplink, err = UplinkOf(npNode)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, ProxySteer: steer,
+		ProxyMark: ProxyMark{Magic: 0x5e000000, Mask: 0xff000000}}, nil)
+	return d, ns, uplink
+}
+
 func nsName(path string) string { return path[strings.LastIndex(path, "/")+1:] }
 
 // TestPodOwnProxyRemoteClients: a pod with its own inbound proxy
@@ -100,19 +108,7 @@ func nsName(path string) string { return path[strings.LastIndex(path, "/")+1:] }
 // the port the client dialled; a connection begun before the redirect (no
 // record) is left as it is.
 func TestPodOwnProxyRemoteClients(t *testing.T) {
-	requireBPF(t)
-	ns, peer := testNetns(t), testNetns(t)
-	veth(t, ns, "pp-ul", netip.PrefixFrom(npNode, 24), peer, "pp-out", netip.PrefixFrom(npOtherNode, 24))
-	var uplink int
-	if err := netnsrun.Do(ns, func() error {
-		var err error
-		_, uplink, err = UplinkOf(npNode)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink,
-		ProxyMark: ProxyMark{Magic: 0x5e000000, Mask: 0xff000000}}, nil)
+	d, ns, uplink := nativeNode(t, "pp", nil)
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
 		{Prefix: netip.PrefixFrom(npLocalPod, 32), Identity: 300},
@@ -127,11 +123,7 @@ func TestPodOwnProxyRemoteClients(t *testing.T) {
 		t.Helper()
 		opts := &ebpf.RunOptions{Data: withChecksum(pkt), DataOut: make([]byte, len(pkt)+64), Context: ctx}
 		var ret uint32
-		if err := netnsrun.Do(ns, func() error {
-			var err error
-			ret, err = prog.Run(opts)
-			return err
-		}); err != nil {
+		if err := netnsrun.Do(ns, func() (err error) { ret, err = prog.Run(opts); return err }); err != nil {
 			t.Fatal(err)
 		}
 		return ret, checkedTuple(t, opts.DataOut)

@@ -321,23 +321,7 @@ func TestL7ProxySurvivesRestarts(t *testing.T) {
 // client the pod's policy does not allow on 7000 stays out.
 func TestBringYourOwnProxy(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	script, _ := filepath.Abs("testdata/byop.py")
-	log := filepath.Join(dir, "byop.log")
-	manifest := filepath.Join(dir, "byop.yaml")
-	writeFile(t, manifest, fmt.Sprintf(`
-apiVersion: v1
-kind: Pod
-metadata:
-  name: server
-  labels: {app: server}
-  annotations: {shunt.io/inbound-redirect: "7000:15006"}
-spec:
-  containers:
-  - {name: app, command: ["shunt", "lab", "serve", "--tcp", "7000"]}
-  # SO_MARK needs NET_ADMIN, as a sidecar proxy's does
-  - {name: proxy, command: ["python3", %q, "15006", "0x5e000000", %q], securityContext: {capabilities: {add: [NET_ADMIN]}}}
----
+	manifest, log := byopManifest(t, "", `
 apiVersion: v1
 kind: Pod
 metadata: {name: client, labels: {app: client}}
@@ -356,7 +340,7 @@ metadata: {name: server-from-client}
 spec:
   podSelector: {matchLabels: {app: server}}
   ingress: [{from: [{podSelector: {matchLabels: {app: client}}}], ports: [{port: 7000}]}]
-`, script, log))
+`)
 	l := newLab(t, "redirect-peer", manifest)
 	server := l.podIP("server")
 	l.probe("client", "connected", "--tcp", server+":7000", "--send", "hello")
@@ -369,6 +353,35 @@ spec:
 	if now := strings.Count(readFile(log), "\n"); now != lines {
 		t.Errorf("a client the policy does not allow on 7000 reached the pod's proxy: %q", readFile(log))
 	}
+}
+
+// byopManifest writes a manifest of a pod "server" (on node, if given)
+// whose port 7000 goes to its own proxy on 15006 (testdata/byop.py, which
+// logs each connection to the file returned) and the objects in rest.
+func byopManifest(t *testing.T, node, rest string) (manifest, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	script, _ := filepath.Abs("testdata/byop.py")
+	log, manifest = filepath.Join(dir, "byop.log"), filepath.Join(dir, "byop.yaml")
+	nodeName := ""
+	if node != "" {
+		nodeName = "nodeName: " + node
+	}
+	writeFile(t, manifest, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata:
+  name: server
+  labels: {app: server}
+  annotations: {shunt.io/inbound-redirect: "7000:15006"}
+spec:
+  %s
+  containers:
+  - {name: app, command: ["shunt", "lab", "serve", "--tcp", "7000"]}
+  # SO_MARK needs NET_ADMIN, as a sidecar proxy's does
+  - {name: proxy, command: ["python3", %q, "15006", "0x5e000000", %q], securityContext: {capabilities: {add: [NET_ADMIN]}}}
+---`, nodeName, script, log)+rest)
+	return manifest, log
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -389,23 +402,7 @@ func writeFile(t *testing.T, path, content string) {
 func TestBringYourOwnProxyRemote(t *testing.T) {
 	for _, routing := range []string{"native", "tunnel"} {
 		t.Run(routing, func(t *testing.T) {
-			dir := t.TempDir()
-			script, _ := filepath.Abs("testdata/byop.py")
-			log := filepath.Join(dir, "byop.log")
-			manifest := filepath.Join(dir, "byop.yaml")
-			writeFile(t, manifest, fmt.Sprintf(`
-apiVersion: v1
-kind: Pod
-metadata:
-  name: server
-  labels: {app: server}
-  annotations: {shunt.io/inbound-redirect: "7000:15006"}
-spec:
-  nodeName: node-2
-  containers:
-  - {name: app, command: ["shunt", "lab", "serve", "--tcp", "7000"]}
-  - {name: proxy, command: ["python3", %q, "15006", "0x5e000000", %q], securityContext: {capabilities: {add: [NET_ADMIN]}}}
----
+			manifest, log := byopManifest(t, "node-2", `
 apiVersion: v1
 kind: Pod
 metadata: {name: client, labels: {app: client}}
@@ -437,7 +434,7 @@ spec:
   ingress:
   - from: [{podSelector: {matchLabels: {app: client}}}, {ipBlock: {cidr: 192.168.123.254/32}}]
     ports: [{port: 7000}]
-`, script, log))
+`)
 			l := newLabNodes(t, 2, []string{"--routing", routing}, manifest)
 			server := l.podIP("server")
 			lines := func() int { return strings.Count(readFile(log), "orig="+server+":7000 ") }
