@@ -316,12 +316,15 @@ int shunt_to_pod(struct __sk_buff *skb)
 		 * endpoint of the same identity has the same rules). */
 		src.identity = client;
 		if (identity_of(p.f.saddr) != SHUNT_ID_HOST) {
-			/* From the client's own address, not the node's
-			 * (original source: a client from off the node that tc
-			 * steered to the proxy, whose own node judged its
-			 * egress): judged by that address (its CIDR identity)
-			 * and identity as without the proxy; the pod's answers
-			 * go back to the proxy's socket. */
+			/* A connection from the client's own address, not the
+			 * node's (original source: a client from off the node
+			 * that tc steered to the proxy, whose own node judged
+			 * its egress): judged by that address (its CIDR
+			 * identity) and identity as without the proxy; the pod's
+			 * answers go back to the proxy's socket. Asked of every
+			 * packet, not only SYNs: a connection whose record was
+			 * evicted is recorded again by its next packet, and must
+			 * be again the proxy's. */
 			p.ct_new_flags = CT_F_PROXY_UPSTREAM;
 		} else {
 			struct identity_endpoint *ie = bpf_map_lookup_elem(&shunt_identity_endpoints, &client);
