@@ -28,22 +28,23 @@ type table struct {
 	vips        map[netip.Addr]bool
 	byName      map[serviceKey]*service
 	policies    map[netip.AddrPort]*l7policy.Port
-	// cidrs are the policy prefixes' identities, longest prefixes first
-	// (cidrIdentityOf).
-	cidrs []cidrIdentity
+	// cidrs are the policy prefixes' identities by prefix, and cidrBits
+	// the prefix lengths they have, longest first (cidrIdentityOf).
+	cidrs    map[netip.Prefix]uint32
+	cidrBits []int
 }
 
-type cidrIdentity struct {
-	prefix   netip.Prefix
-	identity uint32
-}
-
-// cidrIdentityOf is the identity of the longest policy prefix holding a
-// (0: none), as the datapath's LPM lookup answers.
+// cidrIdentityOf is the identity of the longest policy prefix holding a,
+// and that prefix (0 and none: no prefix holds it), as the datapath's LPM
+// lookup answers: one map lookup per prefix length in use.
 func (t *table) cidrIdentityOf(a netip.Addr) (uint32, netip.Prefix) {
-	for _, c := range t.cidrs {
-		if c.prefix.Contains(a) {
-			return c.identity, c.prefix
+	for _, bits := range t.cidrBits {
+		p, err := a.Prefix(bits)
+		if err != nil {
+			break // not IPv4: no prefix of policies holds it
+		}
+		if id, ok := t.cidrs[p]; ok {
+			return id, p
 		}
 	}
 	return 0, netip.Prefix{}
@@ -169,15 +170,19 @@ func (t *table) compileEndpoints(errs *problems) {
 }
 
 func (t *table) compileCIDRs(errs *problems) {
+	t.cidrs = map[netip.Prefix]uint32{}
 	for i, c := range t.cfg.CIDRIdentities {
 		p, err := netip.ParsePrefix(c.Prefix)
 		if err != nil || !p.Addr().Is4() {
 			errs.add(fmt.Sprintf("cidrIdentities[%d].prefix", i), "%q is not an IPv4 prefix like 203.0.113.0/24", c.Prefix)
 			continue
 		}
-		t.cidrs = append(t.cidrs, cidrIdentity{prefix: p.Masked(), identity: c.Identity})
+		t.cidrs[p.Masked()] = c.Identity
+		t.cidrBits = append(t.cidrBits, p.Bits())
 	}
-	slices.SortStableFunc(t.cidrs, func(a, b cidrIdentity) int { return b.prefix.Bits() - a.prefix.Bits() })
+	slices.Sort(t.cidrBits)
+	t.cidrBits = slices.Compact(t.cidrBits)
+	slices.Reverse(t.cidrBits)
 }
 
 func (t *table) compileServices(errs *problems) {
