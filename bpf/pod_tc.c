@@ -54,6 +54,7 @@ const volatile enum flow_event_type _btf_flow_event = 0;
 const volatile enum flow_point _btf_flow_point = 0;
 const volatile struct flow_event _btf_flow_event_struct = {};
 const volatile enum ct_flags _btf_ct_flags = 0;
+const volatile enum proxy_origin_flags _btf_proxy_origin_flags = 0;
 
 /* proxy_origin_of: the original destination of a SYN a socket hook sent to
  * a proxy (the node's, or a pod's own), NULL for any other packet. */
@@ -181,6 +182,18 @@ int shunt_from_pod(struct __sk_buff *skb)
 	p.src_identity = ep->identity;
 
 	__u32 reason;
+	/* A pod's own proxy answering a client from off the node: the port
+	 * the client dialled back, before anything looks at the tuple. */
+	if (ep->flags & ENDPOINT_F_OWN_PROXY) {
+		reason = pod_proxy_out(skb, &p);
+		if (reason)
+			return drop(skb, &p, reason);
+		/* A rewrite moves the packet: read the header again. */
+		void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+		ip = data + ETH_HLEN;
+		if ((void *)(ip + 1) > data_end)
+			return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+	}
 	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
 	if (verdict >= 0)
 		return drop(skb, &p, reason);
@@ -239,6 +252,10 @@ int shunt_from_pod(struct __sk_buff *skb)
 	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
 	if (reason)
 		return drop(skb, &p, reason);
+	/* On the node proxy's connection from a client's address: to the
+	 * proxy, wherever that address routes. */
+	if (p.ct_flags & CT_F_PROXY_UPSTREAM)
+		return steer_proxy_reply(skb, &p, &CONFIG);
 
 	if (!ep) {
 		if (via_proxy && p.event == FLOW_EV_CONN_NEW) {
@@ -297,13 +314,26 @@ int shunt_to_pod(struct __sk_buff *skb)
 		/* The node proxy connecting for a client: policy judges the
 		 * connection as that client, its egress included (a local
 		 * endpoint of the same identity has the same rules). */
-		struct identity_endpoint *ie = bpf_map_lookup_elem(&shunt_identity_endpoints, &client);
-
 		src.identity = client;
-		if (ie) {
-			src.addr = ie->ip;
-			src.flags = ie->flags;
-			src.local = true;
+		if (identity_of(p.f.saddr) != SHUNT_ID_HOST) {
+			/* A connection from the client's own address, not the
+			 * node's (original source: a client from off the node
+			 * that tc steered to the proxy, whose own node judged
+			 * its egress): judged by that address (its CIDR
+			 * identity) and identity as without the proxy; the pod's
+			 * answers go back to the proxy's socket. Asked of every
+			 * packet, not only SYNs: a connection whose record was
+			 * evicted is recorded again by its next packet, and must
+			 * be again the proxy's. */
+			p.ct_new_flags = CT_F_PROXY_UPSTREAM;
+		} else {
+			struct identity_endpoint *ie = bpf_map_lookup_elem(&shunt_identity_endpoints, &client);
+
+			if (ie) {
+				src.addr = ie->ip;
+				src.flags = ie->flags;
+				src.local = true;
+			}
 		}
 	} else {
 		src.identity = identity_of(p.f.saddr);

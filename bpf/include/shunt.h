@@ -99,6 +99,9 @@ enum endpoint_flags {
 	ENDPOINT_F_EGRESS_ISOLATED = 2,  /* some policy isolates the pod for egress: default deny */
 	ENDPOINT_F_INGRESS_RULES = 4,    /* the pod has ingress entries (e.g. denies) to look up */
 	ENDPOINT_F_EGRESS_RULES = 8,     /* the pod has egress entries to look up */
+	ENDPOINT_F_OWN_PROXY = 16,       /* the pod has its own inbound proxy (shunt.io/inbound-redirect): its
+					  * answers to clients from off the node may need their port back
+					  * (lib/steer.h, pod_proxy_out) */
 };
 
 struct endpoint_info {
@@ -203,6 +206,11 @@ enum ct_flags {
 	CT_F_FIN_A = 4,     /* a sent FIN */
 	CT_F_FIN_B = 8,
 	CT_F_RST = 16,
+	/* The node proxy's connection to a local pod made from its client's
+	 * address (original source, for a client tc steered to it): the pod's
+	 * packets, addressed to the client, go to the proxy's socket
+	 * (lib/steer.h, steer_proxy_reply), not where the address routes. */
+	CT_F_PROXY_UPSTREAM = 32,
 };
 
 struct ct_value {
@@ -301,6 +309,10 @@ enum shunt_reason {
 				      * recorded, so the backend's reply leaves from here with the service address */
 	SHUNT_REASON_DSR_TOO_BIG = 51, /* dropped: a packet for DSR that would not fit the uplink's MTU once
 					* encapsulated and has no DF bit (with DF it is answered, frag-needed) */
+	/* 52-59: kept for the nodeport/DSR work. */
+	SHUNT_REASON_PROXY_UPSTREAM_REPLY = 60, /* pod veth: a local pod's packet on a connection the node proxy made
+						 * from its client's address (original source) given to the proxy's
+						 * socket (bpf_sk_assign, lib/steer.h), not routed to that address */
 	SHUNT_REASON_MAX,
 };
 
@@ -623,7 +635,16 @@ struct l7_redirect_value {
 struct proxy_origin {
 	__u32 ip;   /* network byte order */
 	__u16 port; /* network byte order */
-	__u16 pad;
+	__u16 flags; /* enum proxy_origin_flags */
+};
+
+enum proxy_origin_flags {
+	/* Filed by tc for a client from off the node sent to a pod's own
+	 * proxy (lib/steer.h, pod_proxy_in): the client's packets get the
+	 * proxy's port as destination, the pod's answers the dialled port back
+	 * as source. Without it: a socket hook redirected the client's
+	 * connect, and its packets carry the proxy's port themselves. */
+	PROXY_ORIGIN_F_TC = 1,
 };
 
 /* A redirected connection as the proxy's accepted socket sees it. */

@@ -175,11 +175,11 @@ static __always_inline bool ct_related(struct flow *f)
 	return bpf_map_lookup_elem(&shunt_ct, &k) || bpf_map_lookup_elem(&shunt_ct_new, &k);
 }
 
-/* ct_create records a connection whose first packet policy admitted: in
- * shunt_ct_new until it is assured, or straight in shunt_ct with
- * single_table (the behaviour before shunt_ct_new, kept as the baseline
- * benchmarks compare with). */
-static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now, bool single_table)
+/* ct_create records a connection whose first packet policy admitted, with
+ * the extra flags given: in shunt_ct_new until it is assured, or straight
+ * in shunt_ct with single_table (the behaviour before shunt_ct_new, kept as
+ * the baseline benchmarks compare with). */
+static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now, bool single_table, __u32 flags)
 {
 	struct ct_key k;
 	bool src_is_a;
@@ -187,7 +187,7 @@ static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now, b
 	ct_key_of(f->saddr, f->daddr, f->sport, f->dport, f->proto, &k, &src_is_a);
 	struct ct_value v = {
 		.last_seen_ns = now, .created_ns = now, .rule_id = rule_id,
-		.flags = src_is_a ? CT_F_ORIG_IS_A : 0,
+		.flags = flags | (src_is_a ? CT_F_ORIG_IS_A : 0),
 	};
 	if (f->proto == IPPROTO_TCP && (f->tcp_flags & SHUNT_TCPF_RST))
 		v.flags |= CT_F_RST;

@@ -75,7 +75,8 @@ static __always_inline int to_local_pod(struct __sk_buff *skb, struct pkt *p, st
  * pod's ingress policy with src_identity for the sender, then, admitted
  * (and tracked: its replies pass back through shunt_from_pod), handed to
  * the pod as from a pod of this node, or to the node proxy when the pod's
- * port has HTTP rules (lib/steer.h). Returns the program's verdict. */
+ * port has HTTP rules, or to the pod's own proxy's port when it has one
+ * for that port (lib/steer.h). Returns the program's verdict. */
 static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
 					      __u32 src_identity, struct endpoint_info *ep)
 {
@@ -92,6 +93,11 @@ static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt 
 	int verdict = steer_to_proxy(skb, p, cfg, src_identity);
 	if (verdict >= 0)
 		return verdict;
+	if (ep->flags & ENDPOINT_F_OWN_PROXY) {
+		reason = pod_proxy_in(skb, p);
+		if (reason)
+			return drop(skb, p, reason);
+	}
 	return to_local_pod(skb, p, ep, cfg->fwd_mode);
 }
 

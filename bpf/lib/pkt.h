@@ -16,12 +16,14 @@ struct pkt {
 	struct flow f;
 	__u32 dir;         /* enum shunt_direction: where it is counted */
 	__u8 point;        /* enum flow_point: where its flow event says it was seen */
+	__u8 ct_flags;     /* policy_admit: the flags (enum ct_flags) of the tracked connection it belongs to */
 	__u32 orig_daddr;  /* before the tc service translation */
 	__u16 orig_dport;
 	__u32 src_identity;
 	__u32 dst_identity;
 	__u32 rule;
 	__u8 event;        /* enum flow_event_type */
+	__u8 ct_new_flags; /* policy_admit: flags a connection this packet opens is recorded with */
 	__u32 failed;      /* a record that could not be made on the way (enum shunt_reason), 0 if none */
 };
 

@@ -160,7 +160,8 @@ static __always_inline __u32 policy_judge(struct flow *f, struct policy_side *sr
  * when the pod is isolated for that direction (deny-only policies take
  * away without isolating). Returns 0 to pass, or the drop reason; sets
  * p->rule to the rule that decided, p->event to what the packet is to its
- * connection (new, end, or just a packet), and p->failed when a conntrack
+ * connection (new, end, or just a packet), p->ct_flags to its connection's
+ * flags (a new one's: p->ct_new_flags), and p->failed when a conntrack
  * record could not be made on the way (counted here). */
 static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
 					  struct policy_side *src, struct policy_side *dst)
@@ -172,7 +173,9 @@ static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, 
 
 	p->rule = 0;
 	p->event = FLOW_EV_PACKET;
-	if (ct_lookup(f, now, &closing, &failed)) {
+	struct ct_value *ct = ct_lookup(f, now, &closing, &failed);
+	if (ct) {
+		p->ct_flags = ct->flags;
 		if (failed) {
 			count(failed, p->dir, skb->len);
 			p->failed = failed;
@@ -191,8 +194,9 @@ static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, 
 		if (reason)
 			return reason;
 	}
-	if (ct_create(f, rule, now, cfg->ct_single_table) < 0)
+	if (ct_create(f, rule, now, cfg->ct_single_table, p->ct_new_flags) < 0)
 		return SHUNT_REASON_CT_FULL;
+	p->ct_flags = p->ct_new_flags;
 	return 0;
 }
 

@@ -27,6 +27,7 @@
 #include "pkt.h"
 #include "policy.h"
 #include "proxy.h"
+#include "tc_nat.h"
 
 /* steer_wanted says whether f goes to a local pod's port the node proxy
  * takes: an L7 redirect to a proxy that is not the pod's own (a pod's own
@@ -105,6 +106,114 @@ static __always_inline int steer_to_proxy(struct __sk_buff *skb, struct pkt *p, 
 	if (skb->pkt_type != PACKET_HOST && bpf_skb_change_type(skb, PACKET_HOST) < 0)
 		return drop(skb, p, SHUNT_REASON_PROXY_STEER_FAILED);
 	done(skb, p, FLOW_REDIRECTED_PROXY, SHUNT_REASON_PROXY_STEERED);
+	return TC_ACT_OK;
+}
+
+/* rewrite_tcp_port replaces the destination (is_dst) or source port of a
+ * TCP packet whose address on that side is addr, checksum included. */
+static __always_inline int rewrite_tcp_port(struct __sk_buff *skb, __u32 addr, bool is_dst, __u16 old_port, __u16 new_port)
+{
+	__u8 ihl;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl, 1) < 0)
+		return -1;
+	return rewrite_l4(skb, ETH_HLEN + (ihl & 0xf) * 4, IPPROTO_TCP, is_dst, addr, addr, old_port, new_port);
+}
+
+/* pod_proxy_in sends a packet from off the node for a local pod's port
+ * that the pod's own proxy takes (shunt.io/inbound-redirect: its
+ * shunt_l7_redirect entry names the pod's own address) to that proxy, as
+ * the connect hook does for the node's clients and iptables REDIRECT for a
+ * sidecar: the destination port becomes the proxy's. A SYN files the
+ * original destination under the connection's tuple as the proxy's socket
+ * sees it (shunt_proxy_origins, PROXY_ORIGIN_F_TC), which the proxy's
+ * SO_ORIGINAL_DST answers (bpf/sockopt.c) and pod_proxy_out reads to give
+ * the pod's answers the dialled port back. A later packet of a connection
+ * with no such record (begun before the redirect) goes on unchanged.
+ * Policy judged the port dialled, before this. Returns 0, or the drop
+ * reason. */
+static __always_inline __u32 pod_proxy_in(struct __sk_buff *skb, struct pkt *p)
+{
+	struct flow *f = &p->f;
+
+	if (f->proto != IPPROTO_TCP || !f->has_ports)
+		return 0;
+	struct l7_redirect_key rk = { .ip = f->daddr, .port = f->dport, .proto = IPPROTO_TCP };
+	struct l7_redirect_value *r = bpf_map_lookup_elem(&shunt_l7_redirect, &rk);
+	if (!r || r->proxy_ip != f->daddr)
+		return 0;
+	__u16 proxy_port = r->proxy_port;
+	struct proxy_origin_key k = {
+		.client_ip = f->saddr, .client_port = f->sport, .proxy_ip = f->daddr, .proxy_port = proxy_port,
+	};
+	if ((f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN) {
+		struct proxy_origin o = { .ip = f->daddr, .port = f->dport, .flags = PROXY_ORIGIN_F_TC };
+
+		if (bpf_map_update_elem(&shunt_proxy_origins, &k, &o, BPF_ANY) < 0)
+			return SHUNT_REASON_PROXY_ORIGIN_FAILED;
+	} else {
+		struct proxy_origin *o = bpf_map_lookup_elem(&shunt_proxy_origins, &k);
+
+		if (!o || !(o->flags & PROXY_ORIGIN_F_TC) || o->port != f->dport)
+			return 0;
+	}
+	if (rewrite_tcp_port(skb, f->daddr, true, f->dport, proxy_port) < 0)
+		return SHUNT_REASON_INVALID_PACKET;
+	f->dport = proxy_port;
+	return 0;
+}
+
+/* pod_proxy_out gives a packet a pod with its own proxy sends back the port
+ * its client dialled, as its source, where pod_proxy_in sent the client's
+ * connection to the proxy's port. Returns 0, or the drop reason. */
+static __always_inline __u32 pod_proxy_out(struct __sk_buff *skb, struct pkt *p)
+{
+	struct flow *f = &p->f;
+
+	if (f->proto != IPPROTO_TCP || !f->has_ports)
+		return 0;
+	struct proxy_origin_key k = {
+		.client_ip = f->daddr, .client_port = f->dport, .proxy_ip = f->saddr, .proxy_port = f->sport,
+	};
+	struct proxy_origin *o = bpf_map_lookup_elem(&shunt_proxy_origins, &k);
+	if (!o || !(o->flags & PROXY_ORIGIN_F_TC) || o->ip != f->saddr)
+		return 0;
+	__u16 port = o->port;
+	if (rewrite_tcp_port(skb, f->saddr, false, f->sport, port) < 0)
+		return SHUNT_REASON_INVALID_PACKET;
+	f->sport = port;
+	return 0;
+}
+
+/* steer_proxy_reply gives a local pod's packet on a connection the node
+ * proxy made to it from its client's address (original source, for a
+ * client steered here: CT_F_PROXY_UPSTREAM, set at the pod's veth by
+ * shunt_to_pod) to the proxy's socket, found by the packet's tuple, with
+ * bpf_sk_assign and cfg->proxy_steer_mark, whose routing rule delivers it
+ * locally: addressed to the client, it would otherwise be routed to the
+ * client itself. A packet whose socket is gone (the proxy closed it and
+ * forgot it) is dropped: the client has no such connection. */
+static __always_inline int steer_proxy_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	struct bpf_sock_tuple t = {};
+
+	t.ipv4.saddr = p->f.saddr;
+	t.ipv4.daddr = p->f.daddr;
+	t.ipv4.sport = p->f.sport;
+	t.ipv4.dport = p->f.dport;
+	struct bpf_sock *sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return drop(skb, p, SHUNT_REASON_PROXY_STEER_FAILED);
+	if (sk->state == BPF_TCP_LISTEN) {
+		bpf_sk_release(sk);
+		return drop(skb, p, SHUNT_REASON_PROXY_STEER_FAILED);
+	}
+	long err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return drop(skb, p, SHUNT_REASON_PROXY_STEER_FAILED);
+	skb->mark = cfg->proxy_steer_mark;
+	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_PROXY_UPSTREAM_REPLY);
 	return TC_ACT_OK;
 }
 

@@ -27,6 +27,9 @@ type Endpoint struct {
 	EgressIsolated  bool   // some policy isolates the pod for egress (default deny)
 	IngressRules    bool   // the pod has ingress policy entries (look them up even when not isolated)
 	EgressRules     bool   // the pod has egress policy entries
+	// OwnProxy: the pod has its own inbound proxy (shunt.io/inbound-redirect),
+	// to which tc sends clients from off the node (bpf/lib/steer.h).
+	OwnProxy bool
 }
 
 // endpointKey keeps the address in network order: the C side compares it
@@ -46,6 +49,9 @@ func endpointValue(e Endpoint, netnsCookie uint64) podtcEndpointInfo {
 	}
 	if e.EgressRules {
 		v.Flags |= uint32(podtcEndpointFlagsENDPOINT_F_EGRESS_RULES)
+	}
+	if e.OwnProxy {
+		v.Flags |= uint32(podtcEndpointFlagsENDPOINT_F_OWN_PROXY)
 	}
 	copy(v.PodMac[:], e.PodMAC)
 	copy(v.NodeMac[:], e.NodeMAC)

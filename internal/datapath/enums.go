@@ -114,6 +114,7 @@ var (
 	_ = sameAsC{}[dpinfo.ReasonDSREncap^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_ENCAP)]
 	_ = sameAsC{}[dpinfo.ReasonDSRDecap^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_DECAP)]
 	_ = sameAsC{}[dpinfo.ReasonDSRTooBig^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG)]
+	_ = sameAsC{}[dpinfo.ReasonProxyUpstreamReply^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY)]
 	_ = sameAsC{}[dpinfo.ReasonMax^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MAX)]
 	_ = sameAsC{}[dpinfo.DirFromPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_POD)]
 	_ = sameAsC{}[dpinfo.DirToPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_TO_POD)]
@@ -137,13 +138,15 @@ var (
 		podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED:  "egress-isolated",
 		podtcEndpointFlagsENDPOINT_F_INGRESS_RULES:    "ingress-rules",
 		podtcEndpointFlagsENDPOINT_F_EGRESS_RULES:     "egress-rules",
+		podtcEndpointFlagsENDPOINT_F_OWN_PROXY:        "own-proxy",
 	}
 	ctFlagNames = map[podtcCtFlags]string{
-		podtcCtFlagsCT_F_ORIG_IS_A:  "opened-by-a",
-		podtcCtFlagsCT_F_REPLY_SEEN: "reply-seen",
-		podtcCtFlagsCT_F_FIN_A:      "fin-a",
-		podtcCtFlagsCT_F_FIN_B:      "fin-b",
-		podtcCtFlagsCT_F_RST:        "rst",
+		podtcCtFlagsCT_F_ORIG_IS_A:      "opened-by-a",
+		podtcCtFlagsCT_F_REPLY_SEEN:     "reply-seen",
+		podtcCtFlagsCT_F_FIN_A:          "fin-a",
+		podtcCtFlagsCT_F_FIN_B:          "fin-b",
+		podtcCtFlagsCT_F_RST:            "rst",
+		podtcCtFlagsCT_F_PROXY_UPSTREAM: "proxy-upstream",
 	}
 )
 
@@ -210,3 +213,7 @@ func objectSpecs() ([]*ebpf.CollectionSpec, error) {
 	}
 	return append(specs.list(true), destroy), nil
 }
+
+// proxyOriginByTC: tc filed the original destination (a pod's own proxy
+// taking a client from off the node), not the socket hook.
+const proxyOriginByTC = uint16(podtcProxyOriginFlagsPROXY_ORIGIN_F_TC)

@@ -254,13 +254,14 @@ var mapTable = []mapDesc{
 	},
 	{
 		name:  "shunt_proxy_origins",
-		about: "connections redirected to a proxy: (client, proxy) tuple -> original destination, for SO_ORIGINAL_DST (LRU)",
+		about: "connections redirected to a proxy: (client, proxy) tuple -> original destination, for SO_ORIGINAL_DST, and who redirected it (LRU)",
 		of:    func(d *Datapath) *ebpf.Map { return d.sockOps.ShuntProxyOrigins },
 		dump: func(d *Datapath) ([]Row, error) {
 			return dump(d.sockOps.ShuntProxyOrigins, func(k sockopsProxyOriginKey, v sockopsProxyOrigin) Row {
 				return Row{"client": fmt.Sprintf("%s:%d", fromBe32(k.ClientIp), fromBe16(k.ClientPort)),
-					"proxy":       fmt.Sprintf("%s:%d", fromBe32(k.ProxyIp), fromBe16(k.ProxyPort)),
-					"destination": fmt.Sprintf("%s:%d", fromBe32(v.Ip), fromBe16(v.Port))}
+					"proxy":        fmt.Sprintf("%s:%d", fromBe32(k.ProxyIp), fromBe16(k.ProxyPort)),
+					"destination":  fmt.Sprintf("%s:%d", fromBe32(v.Ip), fromBe16(v.Port)),
+					"redirectedBy": map[bool]string{true: "tc", false: "socket-hook"}[v.Flags&proxyOriginByTC != 0]}
 			})
 		},
 		insertFailed: dpinfo.ReasonProxyOriginFailed.String(),

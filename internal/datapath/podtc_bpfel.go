@@ -16,11 +16,12 @@ import (
 type podtcCtFlags uint32
 
 const (
-	podtcCtFlagsCT_F_ORIG_IS_A  podtcCtFlags = 1
-	podtcCtFlagsCT_F_REPLY_SEEN podtcCtFlags = 2
-	podtcCtFlagsCT_F_FIN_A      podtcCtFlags = 4
-	podtcCtFlagsCT_F_FIN_B      podtcCtFlags = 8
-	podtcCtFlagsCT_F_RST        podtcCtFlags = 16
+	podtcCtFlagsCT_F_ORIG_IS_A      podtcCtFlags = 1
+	podtcCtFlagsCT_F_REPLY_SEEN     podtcCtFlags = 2
+	podtcCtFlagsCT_F_FIN_A          podtcCtFlags = 4
+	podtcCtFlagsCT_F_FIN_B          podtcCtFlags = 8
+	podtcCtFlagsCT_F_RST            podtcCtFlags = 16
+	podtcCtFlagsCT_F_PROXY_UPSTREAM podtcCtFlags = 32
 )
 
 type podtcCtKey struct {
@@ -48,6 +49,7 @@ const (
 	podtcEndpointFlagsENDPOINT_F_EGRESS_ISOLATED  podtcEndpointFlags = 2
 	podtcEndpointFlagsENDPOINT_F_INGRESS_RULES    podtcEndpointFlags = 4
 	podtcEndpointFlagsENDPOINT_F_EGRESS_RULES     podtcEndpointFlags = 8
+	podtcEndpointFlagsENDPOINT_F_OWN_PROXY        podtcEndpointFlags = 16
 )
 
 type podtcEndpointInfo struct {
@@ -195,6 +197,12 @@ const (
 	podtcPolicyVerdictPOLICY_DENY  podtcPolicyVerdict = 2
 )
 
+type podtcProxyOriginFlags uint32
+
+const (
+	podtcProxyOriginFlagsPROXY_ORIGIN_F_TC podtcProxyOriginFlags = 1
+)
+
 type podtcShuntConfig struct {
 	_               structs.HostLayout
 	FwdMode         podtcShuntFwdMode
@@ -314,7 +322,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_DSR_ENCAP              podtcShuntReason = 49
 	podtcShuntReasonSHUNT_REASON_DSR_DECAP              podtcShuntReason = 50
 	podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG            podtcShuntReason = 51
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 52
+	podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY   podtcShuntReason = 60
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 61
 )
 
 type podtcTcNatKey struct {
@@ -374,6 +383,7 @@ const (
 	podtcVarBtfFlowVerdict         = "_btf_flow_verdict"
 	podtcVarBtfIdentity            = "_btf_identity"
 	podtcVarBtfMetricsLayout       = "_btf_metrics_layout"
+	podtcVarBtfProxyOriginFlags    = "_btf_proxy_origin_flags"
 	podtcVarBtfReason              = "_btf_reason"
 	podtcVarBtfVerdict             = "_btf_verdict"
 )
@@ -455,20 +465,21 @@ type podtcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcVariableSpecs struct {
-	CONFIG             *ebpf.VariableSpec `ebpf:"CONFIG"`
-	MAGLEV_SIZE        *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
-	BtfCtFlags         *ebpf.VariableSpec `ebpf:"_btf_ct_flags"`
-	BtfDirection       *ebpf.VariableSpec `ebpf:"_btf_direction"`
-	BtfEndpointFlags   *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
-	BtfFlowEvent       *ebpf.VariableSpec `ebpf:"_btf_flow_event"`
-	BtfFlowEventStruct *ebpf.VariableSpec `ebpf:"_btf_flow_event_struct"`
-	BtfFlowMode        *ebpf.VariableSpec `ebpf:"_btf_flow_mode"`
-	BtfFlowPoint       *ebpf.VariableSpec `ebpf:"_btf_flow_point"`
-	BtfFlowVerdict     *ebpf.VariableSpec `ebpf:"_btf_flow_verdict"`
-	BtfIdentity        *ebpf.VariableSpec `ebpf:"_btf_identity"`
-	BtfMetricsLayout   *ebpf.VariableSpec `ebpf:"_btf_metrics_layout"`
-	BtfReason          *ebpf.VariableSpec `ebpf:"_btf_reason"`
-	BtfVerdict         *ebpf.VariableSpec `ebpf:"_btf_verdict"`
+	CONFIG              *ebpf.VariableSpec `ebpf:"CONFIG"`
+	MAGLEV_SIZE         *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
+	BtfCtFlags          *ebpf.VariableSpec `ebpf:"_btf_ct_flags"`
+	BtfDirection        *ebpf.VariableSpec `ebpf:"_btf_direction"`
+	BtfEndpointFlags    *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
+	BtfFlowEvent        *ebpf.VariableSpec `ebpf:"_btf_flow_event"`
+	BtfFlowEventStruct  *ebpf.VariableSpec `ebpf:"_btf_flow_event_struct"`
+	BtfFlowMode         *ebpf.VariableSpec `ebpf:"_btf_flow_mode"`
+	BtfFlowPoint        *ebpf.VariableSpec `ebpf:"_btf_flow_point"`
+	BtfFlowVerdict      *ebpf.VariableSpec `ebpf:"_btf_flow_verdict"`
+	BtfIdentity         *ebpf.VariableSpec `ebpf:"_btf_identity"`
+	BtfMetricsLayout    *ebpf.VariableSpec `ebpf:"_btf_metrics_layout"`
+	BtfProxyOriginFlags *ebpf.VariableSpec `ebpf:"_btf_proxy_origin_flags"`
+	BtfReason           *ebpf.VariableSpec `ebpf:"_btf_reason"`
+	BtfVerdict          *ebpf.VariableSpec `ebpf:"_btf_verdict"`
 }
 
 // podtcObjects contains all objects after they have been loaded into the kernel.
@@ -544,20 +555,21 @@ func (m *podtcMaps) Close() error {
 //
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcVariables struct {
-	CONFIG             *ebpf.Variable `ebpf:"CONFIG"`
-	MAGLEV_SIZE        *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
-	BtfCtFlags         *ebpf.Variable `ebpf:"_btf_ct_flags"`
-	BtfDirection       *ebpf.Variable `ebpf:"_btf_direction"`
-	BtfEndpointFlags   *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
-	BtfFlowEvent       *ebpf.Variable `ebpf:"_btf_flow_event"`
-	BtfFlowEventStruct *ebpf.Variable `ebpf:"_btf_flow_event_struct"`
-	BtfFlowMode        *ebpf.Variable `ebpf:"_btf_flow_mode"`
-	BtfFlowPoint       *ebpf.Variable `ebpf:"_btf_flow_point"`
-	BtfFlowVerdict     *ebpf.Variable `ebpf:"_btf_flow_verdict"`
-	BtfIdentity        *ebpf.Variable `ebpf:"_btf_identity"`
-	BtfMetricsLayout   *ebpf.Variable `ebpf:"_btf_metrics_layout"`
-	BtfReason          *ebpf.Variable `ebpf:"_btf_reason"`
-	BtfVerdict         *ebpf.Variable `ebpf:"_btf_verdict"`
+	CONFIG              *ebpf.Variable `ebpf:"CONFIG"`
+	MAGLEV_SIZE         *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
+	BtfCtFlags          *ebpf.Variable `ebpf:"_btf_ct_flags"`
+	BtfDirection        *ebpf.Variable `ebpf:"_btf_direction"`
+	BtfEndpointFlags    *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
+	BtfFlowEvent        *ebpf.Variable `ebpf:"_btf_flow_event"`
+	BtfFlowEventStruct  *ebpf.Variable `ebpf:"_btf_flow_event_struct"`
+	BtfFlowMode         *ebpf.Variable `ebpf:"_btf_flow_mode"`
+	BtfFlowPoint        *ebpf.Variable `ebpf:"_btf_flow_point"`
+	BtfFlowVerdict      *ebpf.Variable `ebpf:"_btf_flow_verdict"`
+	BtfIdentity         *ebpf.Variable `ebpf:"_btf_identity"`
+	BtfMetricsLayout    *ebpf.Variable `ebpf:"_btf_metrics_layout"`
+	BtfProxyOriginFlags *ebpf.Variable `ebpf:"_btf_proxy_origin_flags"`
+	BtfReason           *ebpf.Variable `ebpf:"_btf_reason"`
+	BtfVerdict          *ebpf.Variable `ebpf:"_btf_verdict"`
 }
 
 // podtcPrograms contains all programs after they have been loaded into the kernel.

@@ -82,6 +82,35 @@ func TestL7Redirect(t *testing.T) {
 	}
 }
 
+// podCase is a packet a pod's veth program gets (shunt_to_pod when toPod,
+// else shunt_from_pod) with an skb mark, and the verdict it must get.
+type podCase struct {
+	name    string
+	toPod   bool
+	pkt     []byte
+	mark    uint32
+	verdict uint32
+}
+
+// runPodCases runs each case in order, checking its verdict.
+func runPodCases(t *testing.T, d *Datapath, cases []podCase) {
+	t.Helper()
+	for _, c := range cases {
+		prog := d.objs.ShuntFromPod
+		if c.toPod {
+			prog = d.objs.ShuntToPod
+		}
+		// __sk_buff up to mark (len and pkt_type must stay zero).
+		got, err := prog.Run(&ebpf.RunOptions{Data: c.pkt, Context: [3]uint32{0, 0, c.mark}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.verdict {
+			t.Errorf("%s: verdict %d, want %d", c.name, got, c.verdict)
+		}
+	}
+}
+
 func openMarkedDatapath(t *testing.T) *Datapath {
 	t.Helper()
 	return openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, ProxyMark: testProxyMark}, nil)
@@ -229,27 +258,12 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(prog *ebpf.Program, pkt []byte, mark uint32) uint32 {
-		t.Helper()
-		// __sk_buff up to mark (len and pkt_type must stay zero).
-		ret, err := prog.Run(&ebpf.RunOptions{Data: pkt, Context: [3]uint32{0, 0, mark}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ret
-	}
 	marked := func(id uint32) uint32 {
 		m, _ := proxyapi.Mark{Magic: testProxyMark.Magic, Mask: testProxyMark.Mask}.For(id)
 		return m
 	}
 	before := counts(t, d)
-	for _, c := range []struct {
-		name    string
-		toPod   bool
-		pkt     []byte
-		mark    uint32
-		verdict uint32
-	}{
+	runPodCases(t, d, []podCase{
 		{"client -> proxy for server:80, redirected by the hook: admitted", false, packet(client, node, 6, tcpSegment(40000, 15001, tcpSYN)), 0, tcActOK},
 		{"client -> proxy for server:82: dropped as the direct connection would be", false, packet(client, node, 6, tcpSegment(40002, 15001, tcpSYN)), 0, tcActShot},
 		{"client -> proxy for a service: admitted, the upstream leg is judged", false, packet(client, node, 6, tcpSegment(40003, 15001, tcpSYN)), 0, tcActOK},
@@ -260,14 +274,70 @@ func TestProxyLegsJudgedAsTheClient(t *testing.T) {
 		{"node -> server:80 unmarked: the host, not allowed", true, packet(node, server, 6, tcpSegment(50003, 80, tcpSYN)), 0, tcActShot},
 		{"client -> server's own proxy, dialled at 80: judged at 80", false, packet(client, server, 6, tcpSegment(40010, 15006, tcpSYN)), 0, tcActRedirect},
 		{"client -> server's own proxy, dialled at 81: judged at 81", false, packet(client, server, 6, tcpSegment(40011, 15006, tcpSYN)), 0, tcActShot},
-	} {
-		prog := d.objs.ShuntFromPod
-		if c.toPod {
-			prog = d.objs.ShuntToPod
-		}
-		if got := run(prog, c.pkt, c.mark); got != c.verdict {
-			t.Errorf("%s: verdict %d, want %d", c.name, got, c.verdict)
-		}
-	}
+	})
 	counterDelta(t, d, before, map[string]uint64{"proxy-admitted/from-pod": 2, "forwarded/to-pod": 1})
+}
+
+// TestProxyOriginalSource: the node proxy's upstream connection for a
+// client tc steered to it leaves from the client's own address (original
+// source, internal/proxy/upstream.go). At the pod's veth it is judged by
+// that address, so an ipBlock (a CIDR identity, which no mark can carry)
+// admits it as it admits the client without the proxy, where the same
+// connection from the node's address is refused; its tracking entry says
+// it is the proxy's (proxy-upstream), so the pod's answers, addressed to
+// the client, go to the proxy's socket and never where the client's
+// address routes: with no such socket (and BPF_PROG_TEST_RUN, where
+// bpf_sk_assign refuses to assign) they are dropped as proxy-steer-failed.
+// The pod's answers on an ordinary connection from the same address pass
+// as before.
+func TestProxyOriginalSource(t *testing.T) {
+	d := openMarkedDatapath(t)
+	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
+	server, node := netip.MustParseAddr("10.98.1.11"), netip.MustParseAddr("10.98.1.1")
+	outside, other := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("198.51.100.7")
+	const idServer, idBlock = 301, policy.FirstCIDRIdentity + 4
+	state := policy.State{
+		IPCache: []policy.PrefixIdentity{
+			{Prefix: netip.PrefixFrom(server, 32), Identity: idServer}, {Prefix: netip.PrefixFrom(node, 32), Identity: policy.IdentityHost},
+		},
+		CIDRIdentities: []policy.PrefixIdentity{{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Identity: idBlock}},
+		Entries: []policy.Entry{{Key: policy.Key{Endpoint: server, Identity: idBlock, Proto: 6, Port: 8080, PortBits: 16},
+			Verdict: policy.VerdictAllow, RuleID: 9}},
+	}
+	if err := d.SyncPolicy(state, []Endpoint{{IP: server, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: idServer, IngressIsolated: true}}); err != nil {
+		t.Fatal(err)
+	}
+	world, _ := proxyapi.Mark{Magic: testProxyMark.Magic, Mask: testProxyMark.Mask}.For(policy.IdentityWorld)
+	read := flowReader(t, d)
+	before := counts(t, d)
+	runPodCases(t, d, []podCase{
+		{"proxy -> server:8080 from the node's address for an outside client: no address to match the ipBlock", true,
+			packet(node, server, 6, tcpSegment(50000, 8080, tcpSYN)), world, tcActShot},
+		{"proxy -> server:8080 from the outside client's address: the ipBlock admits it", true,
+			packet(outside, server, 6, tcpSegment(50001, 8080, tcpSYN)), world, tcActOK},
+		{"proxy -> server:8080 from an address outside the block: refused", true,
+			packet(other, server, 6, tcpSegment(50002, 8080, tcpSYN)), world, tcActShot},
+		{"server's SYN-ACK to the client's address: to the proxy's socket, none here: dropped", false,
+			packet(server, outside, 6, tcpSegment(8080, 50001, tcpSYN|tcpACK)), 0, tcActShot},
+		{"the client itself (unmarked) -> server:8080: admitted by the ipBlock", true,
+			packet(outside, server, 6, tcpSegment(50003, 8080, tcpSYN)), 0, tcActOK},
+		{"server's SYN-ACK on the client's own connection: to the stack as before", false,
+			packet(server, outside, 6, tcpSegment(8080, 50003, tcpSYN|tcpACK)), 0, tcActOK},
+	})
+	counterDelta(t, d, before, map[string]uint64{"forwarded/to-pod": 2, "policy-not-allowed/to-pod": 2,
+		"proxy-steer-failed/from-pod": 1, "to-stack/from-pod": 1})
+	ctFlags := func(src netip.Addr, sport uint16) uint32 {
+		var v podtcCtValue
+		if err := d.objs.ShuntCtNew.Lookup(ctKeyOf(src, sport, server, 8080, 6), &v); err != nil {
+			t.Fatalf("conntrack entry of %s:%d -> %s:8080: %v", src, sport, server, err)
+		}
+		return v.Flags
+	}
+	if f := ctFlags(outside, 50001); f&uint32(podtcCtFlagsCT_F_PROXY_UPSTREAM) == 0 {
+		t.Errorf("the proxy's connection from the client's address: conntrack flags %s, want proxy-upstream", flagsText(f, ctFlagNames))
+	}
+	if f := ctFlags(outside, 50003); f&uint32(podtcCtFlagsCT_F_PROXY_UPSTREAM) != 0 {
+		t.Errorf("the client's own connection: conntrack flags %s, want no proxy-upstream", flagsText(f, ctFlagNames))
+	}
+	expectFlow(t, read(), "DROPPED", "proxy-steer-failed")
 }

@@ -31,10 +31,10 @@ type sockopsAccelSock struct {
 }
 
 type sockopsProxyOrigin struct {
-	_    structs.HostLayout
-	Ip   uint32
-	Port uint16
-	Pad  uint16
+	_     structs.HostLayout
+	Ip    uint32
+	Port  uint16
+	Flags uint16
 }
 
 type sockopsProxyOriginKey struct {

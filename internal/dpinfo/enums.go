@@ -60,7 +60,12 @@ const (
 	ReasonDSREncap
 	ReasonDSRDecap
 	ReasonDSRTooBig
-	ReasonMax // one past the last, SHUNT_REASON_MAX
+)
+
+// 52-59 are kept for the nodeport/DSR work (shunt.h says so too).
+const (
+	ReasonProxyUpstreamReply Reason = 60 + iota
+	ReasonMax                       // one past the last, SHUNT_REASON_MAX
 )
 
 var reasonNames = [...]string{
@@ -116,6 +121,7 @@ var reasonNames = [...]string{
 	ReasonDSREncap:             "dsr-encap",
 	ReasonDSRDecap:             "dsr-decap",
 	ReasonDSRTooBig:            "dsr-too-big",
+	ReasonProxyUpstreamReply:   "proxy-upstream-reply",
 }
 
 // String is the reason's name, or its number when it has none.
@@ -200,8 +206,8 @@ const (
 
 // name is names[i], or i as a number when the table has no name for it.
 func name(names []string, i uint8) string {
-	if int(i) < len(names) {
+	if int(i) < len(names) && names[i] != "" {
 		return names[i]
 	}
-	return fmt.Sprint(i)
+	return fmt.Sprint(i) // none, or a value kept unused (reasons 52-59)
 }

@@ -158,6 +158,11 @@ func Compute(in Input) Result {
 		}
 	}
 	res.Config.Endpoints = endpoints(in, podByIP)
+	if in.Policy != nil {
+		for _, c := range in.Policy.State.CIDRIdentities {
+			res.Config.CIDRIdentities = append(res.Config.CIDRIdentities, proxyapi.CIDRIdentity{Prefix: c.Prefix.String(), Identity: c.Identity})
+		}
+	}
 	res.Redirects = slices.SortedFunc(maps.Keys(redirect), func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return res
 }

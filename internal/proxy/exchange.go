@@ -27,6 +27,7 @@ type exchange struct {
 	t      *table
 	client *proxyapi.Endpoint // nil: unknown (world)
 	peer   l7policy.Peer
+	cidr   netip.Prefix // the policy prefix of a client outside (peer.CIDRIdentity's)
 	up     *transports
 	target target
 
@@ -47,6 +48,10 @@ func (t *table) newExchange(r *http.Request, c *clientConn) *exchange {
 	x.peer = l7policy.Peer{Identity: identityWorld, IP: c.remote.Addr()}
 	if x.client != nil {
 		x.peer.Identity, x.peer.CIDRIdentity = x.client.Identity, x.client.CIDRIdentity
+	} else {
+		// Outside the cluster: the policy prefix holding the address
+		// names it, as at L3/L4.
+		x.peer.CIDRIdentity, x.cidr = t.cidrIdentityOf(c.remote.Addr())
 	}
 	return x
 }
@@ -111,6 +116,9 @@ func (x *exchange) endpoint(a netip.AddrPort) flows.Endpoint {
 		e.Pod, e.Namespace, e.Identity, e.Labels = ep.Pod, namespace(ep.Pod), ep.Identity, ep.Labels
 	} else if a == x.conn.remote {
 		e.Labels = []string{"reserved:world"}
+		if x.cidr.IsValid() {
+			e.Labels = append(e.Labels, "cidr:"+x.cidr.String())
+		}
 	}
 	return e
 }

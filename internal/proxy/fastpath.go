@@ -313,7 +313,7 @@ func (fc *fastConn) serveRequest() (keep bool) {
 		x.refuse(ref)
 		return fc.writeError(ref.status, ref.msg) == nil
 	}
-	x.up = p.up.get(mark)
+	x.up = p.up.get(mark, x.conn.upstreamSource())
 
 	// The upstream request: its head, and a body small enough to be sent
 	// again with it; a larger one is streamed once after it.

@@ -581,7 +581,7 @@ func TestSweepClosesUpstreamConnectionsTheBackendClosed(t *testing.T) {
 		t.Fatal(code)
 	}
 	mark, _ := testMark.For(frontend.identity)
-	pool := h.p.up.get(mark).fast
+	pool := h.p.up.get(mark, netip.Addr{}).fast
 	idle := func() int {
 		pool.mu.Lock()
 		defer pool.mu.Unlock()

@@ -32,7 +32,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, x, ref)
 		return
 	}
-	x.up = p.up.get(mark)
+	x.up = p.up.get(mark, x.conn.upstreamSource())
 	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	if rl := x.target.rule; rl != nil && rl.timeout > 0 {
 		var cancel context.CancelFunc

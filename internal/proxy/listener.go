@@ -53,6 +53,23 @@ type clientConn struct {
 	// replay holds what the fast path read before it handed the
 	// connection to net/http: read first.
 	replay *bufio.Reader
+	// steered: tc gave the connection to the transparent listener
+	// (steer.go): its client is off the node and its original destination
+	// a pod of this node.
+	steered bool
+}
+
+// upstreamSource is the source address of the connection's upstream
+// connections: the client's own for a steered connection (original
+// source, upstream.go), so the local backend's policy judges the address
+// it would judge without the proxy (an ipBlock, its CIDR identity) and the
+// backend sees its client; invalid (the node's address) for a client of
+// this node, whose mark alone says who it is, also beyond this node.
+func (c *clientConn) upstreamSource() netip.Addr {
+	if !c.steered {
+		return netip.Addr{}
+	}
+	return c.remote.Addr()
 }
 
 func (c *clientConn) Read(b []byte) (int, error) {
@@ -104,7 +121,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			continue
 		}
 		p.stats.active.Add(1)
-		return &clientConn{Conn: c, remote: remote, orig: orig, active: &p.stats.active}, nil
+		return &clientConn{Conn: c, remote: remote, orig: orig, active: &p.stats.active, steered: l.transparent}, nil
 	}
 }
 

@@ -100,7 +100,7 @@ func New(opts Options) *Proxy {
 	if setMark == nil {
 		setMark = SetMark
 	}
-	p.up = &upstreams{setMark: setMark, byMark: map[uint32]*transports{}, dialTimeout: func() time.Duration {
+	p.up = &upstreams{setMark: setMark, byMark: map[upstreamKey]*transports{}, dialTimeout: func() time.Duration {
 		return p.table.Load().dialTimeout
 	}}
 	p.metrics = newMetrics(p)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,6 +28,26 @@ type table struct {
 	vips        map[netip.Addr]bool
 	byName      map[serviceKey]*service
 	policies    map[netip.AddrPort]*l7policy.Port
+	// cidrs are the policy prefixes' identities by prefix, and cidrBits
+	// the prefix lengths they have, longest first (cidrIdentityOf).
+	cidrs    map[netip.Prefix]uint32
+	cidrBits []int
+}
+
+// cidrIdentityOf is the identity of the longest policy prefix holding a,
+// and that prefix (0 and none: no prefix holds it), as the datapath's LPM
+// lookup answers: one map lookup per prefix length in use.
+func (t *table) cidrIdentityOf(a netip.Addr) (uint32, netip.Prefix) {
+	for _, bits := range t.cidrBits {
+		p, err := a.Prefix(bits)
+		if err != nil {
+			break // not IPv4: no prefix of policies holds it
+		}
+		if id, ok := t.cidrs[p]; ok {
+			return id, p
+		}
+	}
+	return 0, netip.Prefix{}
 }
 
 type serviceKey struct {
@@ -124,6 +145,7 @@ func compile(cfg proxyapi.Config) (*table, error) {
 	t.compileServices(&errs)
 	t.compileRoutes(&errs)
 	t.compilePolicies(&errs)
+	t.compileCIDRs(&errs)
 	if len(errs) > 0 {
 		return nil, &ConfigError{Problems: errs}
 	}
@@ -145,6 +167,22 @@ func (t *table) compileEndpoints(errs *problems) {
 		}
 		t.endpoints[ip] = ep
 	}
+}
+
+func (t *table) compileCIDRs(errs *problems) {
+	t.cidrs = map[netip.Prefix]uint32{}
+	for i, c := range t.cfg.CIDRIdentities {
+		p, err := netip.ParsePrefix(c.Prefix)
+		if err != nil || !p.Addr().Is4() {
+			errs.add(fmt.Sprintf("cidrIdentities[%d].prefix", i), "%q is not an IPv4 prefix like 203.0.113.0/24", c.Prefix)
+			continue
+		}
+		t.cidrs[p.Masked()] = c.Identity
+		t.cidrBits = append(t.cidrBits, p.Bits())
+	}
+	slices.Sort(t.cidrBits)
+	t.cidrBits = slices.Compact(t.cidrBits)
+	slices.Reverse(t.cidrBits)
 }
 
 func (t *table) compileServices(errs *problems) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +186,37 @@ func TestExternalFrontendsAndSteerListen(t *testing.T) {
 	var ce *ConfigError
 	if _, err := compile(cfg); !errors.As(err, &ce) || !strings.Contains(err.Error(), "steerListen") {
 		t.Errorf("steering listener on the listener's address: %v, want a steerListen problem", err)
+	}
+}
+
+// A client no endpoint names (outside the cluster) gets the identity of
+// the longest policy prefix holding its address, as the datapath's LPM
+// lookup answers (an except block inside a wider one is its own, longer
+// prefix), and its flows name that prefix; a prefix that does not parse
+// is refused by field.
+func TestCIDRIdentityOfOutsideClients(t *testing.T) {
+	cfg := proxyapi.Config{Listen: "127.0.0.1:15001", Mark: testMark, CIDRIdentities: []proxyapi.CIDRIdentity{
+		{Prefix: "203.0.113.0/24", Identity: 1<<24 + 1}, {Prefix: "203.0.113.128/25", Identity: 1<<24 + 2},
+	}}
+	tb, err := compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]uint32{"203.0.113.7": 1<<24 + 1, "203.0.113.200": 1<<24 + 2, "198.51.100.1": 0} {
+		if id, _ := tb.cidrIdentityOf(netip.MustParseAddr(addr)); id != want {
+			t.Errorf("CIDR identity of %s: %d, want %d", addr, id, want)
+		}
+	}
+	c := &clientConn{remote: netip.MustParseAddrPort("203.0.113.200:40000"), orig: netip.MustParseAddrPort("10.0.0.5:8080")}
+	x := tb.newExchange(httptest.NewRequest("GET", "/", nil), c)
+	if x.peer.Identity != identityWorld || x.peer.CIDRIdentity != 1<<24+2 {
+		t.Errorf("peer %+v, want world with CIDR identity %d", x.peer, 1<<24+2)
+	}
+	if src := x.flow(0).Source; !slices.Contains(src.Labels, "cidr:203.0.113.128/25") || !slices.Contains(src.Labels, "reserved:world") {
+		t.Errorf("flow source labels %v, want reserved:world and cidr:203.0.113.128/25", src.Labels)
+	}
+	cfg.CIDRIdentities = append(cfg.CIDRIdentities, proxyapi.CIDRIdentity{Prefix: "203.0.113.0", Identity: 9})
+	if _, err := compile(cfg); err == nil || !strings.Contains(err.Error(), "cidrIdentities[2].prefix:") {
+		t.Errorf("a prefix without its length: %v, want a cidrIdentities[2].prefix problem", err)
 	}
 }

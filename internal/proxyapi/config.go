@@ -44,6 +44,18 @@ type Config struct {
 	Services  []Service    `json:"services,omitempty"`  // service ports: original destinations and route backends
 	Routes    []Route      `json:"routes,omitempty"`    // HTTPRoutes, by parent service port
 	Policies  []PortPolicy `json:"policies,omitempty"`  // L7 ingress rules, by (pod, port)
+	// CIDRIdentities are the prefixes policies name (ipBlock), with their
+	// identities, as the datapath's shunt_cidr_identities holds them: a
+	// client no endpoint names (outside the cluster, steered to the
+	// proxy) is judged by the identity of the longest prefix holding its
+	// address, which rules naming address blocks list, as at L3/L4.
+	CIDRIdentities []CIDRIdentity `json:"cidrIdentities,omitempty"`
+}
+
+// CIDRIdentity is one prefix a policy names and its identity.
+type CIDRIdentity struct {
+	Prefix   string `json:"prefix"` // e.g. 203.0.113.0/24
+	Identity uint32 `json:"identity"`
 }
 
 // Mark is the SO_MARK layout of the proxy's upstream sockets: Magic under

@@ -588,6 +588,7 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 			IP: ep.IP, Ifindex: ep.Ifindex, PodMAC: ep.PodMAC, NodeMAC: ep.NodeMAC, Netns: ep.Netns,
 			Identity: pe.Identity, IngressIsolated: len(pe.IngressIsolatedBy) > 0, EgressIsolated: len(pe.EgressIsolatedBy) > 0,
 			IngressRules: pe.IngressRules, EgressRules: pe.EgressRules,
+			OwnProxy: p.Annotations[l7.InboundRedirectAnnotation] != "",
 		})
 	}
 	if err := r.dp.SyncPolicy(pol.State, eps); err != nil {

@@ -321,23 +321,7 @@ func TestL7ProxySurvivesRestarts(t *testing.T) {
 // client the pod's policy does not allow on 7000 stays out.
 func TestBringYourOwnProxy(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	script, _ := filepath.Abs("testdata/byop.py")
-	log := filepath.Join(dir, "byop.log")
-	manifest := filepath.Join(dir, "byop.yaml")
-	writeFile(t, manifest, fmt.Sprintf(`
-apiVersion: v1
-kind: Pod
-metadata:
-  name: server
-  labels: {app: server}
-  annotations: {shunt.io/inbound-redirect: "7000:15006"}
-spec:
-  containers:
-  - {name: app, command: ["shunt", "lab", "serve", "--tcp", "7000"]}
-  # SO_MARK needs NET_ADMIN, as a sidecar proxy's does
-  - {name: proxy, command: ["python3", %q, "15006", "0x5e000000", %q], securityContext: {capabilities: {add: [NET_ADMIN]}}}
----
+	manifest, log := byopManifest(t, "", `
 apiVersion: v1
 kind: Pod
 metadata: {name: client, labels: {app: client}}
@@ -356,7 +340,7 @@ metadata: {name: server-from-client}
 spec:
   podSelector: {matchLabels: {app: server}}
   ingress: [{from: [{podSelector: {matchLabels: {app: client}}}], ports: [{port: 7000}]}]
-`, script, log))
+`)
 	l := newLab(t, "redirect-peer", manifest)
 	server := l.podIP("server")
 	l.probe("client", "connected", "--tcp", server+":7000", "--send", "hello")
@@ -371,9 +355,102 @@ spec:
 	}
 }
 
+// byopManifest writes a manifest of a pod "server" (on node, if given)
+// whose port 7000 goes to its own proxy on 15006 (testdata/byop.py, which
+// logs each connection to the file returned) and the objects in rest.
+func byopManifest(t *testing.T, node, rest string) (manifest, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	script, _ := filepath.Abs("testdata/byop.py")
+	log, manifest = filepath.Join(dir, "byop.log"), filepath.Join(dir, "byop.yaml")
+	nodeName := ""
+	if node != "" {
+		nodeName = "nodeName: " + node
+	}
+	writeFile(t, manifest, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata:
+  name: server
+  labels: {app: server}
+  annotations: {shunt.io/inbound-redirect: "7000:15006"}
+spec:
+  %s
+  containers:
+  - {name: app, command: ["shunt", "lab", "serve", "--tcp", "7000"]}
+  # SO_MARK needs NET_ADMIN, as a sidecar proxy's does
+  - {name: proxy, command: ["python3", %q, "15006", "0x5e000000", %q], securityContext: {capabilities: {add: [NET_ADMIN]}}}
+---`, nodeName, script, log)+rest)
+	return manifest, log
+}
+
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBringYourOwnProxyRemote: the clients of a pod with its own proxy
+// (shunt.io/inbound-redirect 7000:15006) that no socket hook of its node
+// sees, a pod of another node (native routing and the overlay) and the
+// host outside through a Local NodePort, reach that proxy too: tc on the
+// pod's node sends their connections to 15006 and files the dialled
+// address, which the proxy reads with SO_ORIGINAL_DST, and the answers
+// leave from 7000. A client the pod's policy does not allow on 7000 stays
+// out, as before.
+func TestBringYourOwnProxyRemote(t *testing.T) {
+	for _, routing := range []string{"native", "tunnel"} {
+		t.Run(routing, func(t *testing.T) {
+			manifest, log := byopManifest(t, "node-2", `
+apiVersion: v1
+kind: Pod
+metadata: {name: client, labels: {app: client}}
+spec:
+  nodeName: node-1
+  containers: [{name: c, command: ["sleep", "infinity"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, labels: {app: other}}
+spec:
+  nodeName: node-1
+  containers: [{name: c, command: ["sleep", "infinity"]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: server}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  selector: {app: server}
+  ports: [{port: 7000, targetPort: 7000, nodePort: 30070}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: server-from-client}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: client}}}, {ipBlock: {cidr: 192.168.123.254/32}}]
+    ports: [{port: 7000}]
+`)
+			l := newLabNodes(t, 2, []string{"--routing", routing}, manifest)
+			server := l.podIP("server")
+			lines := func() int { return strings.Count(readFile(log), "orig="+server+":7000 ") }
+			l.probe("client", "connected", "--tcp", server+":7000", "--send", "hello")
+			if lines() != 1 {
+				t.Errorf("after the pod of node-1 connected: the pod's proxy log %q, want one connection for %s:7000", readFile(log), server)
+			}
+			out, code := l.shunt("lab", "exec", "--external", "--", filepath.Join(binDir, "shunt"), "lab", "probe", "--timeout", "2s",
+				"--expect", "connected", "--tcp", "192.168.123.2:30070", "--send", "hello")
+			if code != 0 || lines() != 2 {
+				t.Errorf("the host outside through the NodePort: exit %d %s; the pod's proxy log %q, want a second connection", code, out, readFile(log))
+			}
+			l.probe("other", "timeout", "--tcp", server+":7000")
+			if lines() != 2 {
+				t.Errorf("a client the policy does not allow on 7000 reached the pod's proxy: %q", readFile(log))
+			}
+		})
 	}
 }

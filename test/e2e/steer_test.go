@@ -152,3 +152,58 @@ func TestProxySteeringOverlay(t *testing.T) {
 		t.Errorf("node-2 counted no steered packet:\n%s", st)
 	}
 }
+
+// TestProxySteeringCIDR: HTTP rules for peers named by address (ipBlock)
+// hold for clients outside, with native routing and with the overlay. The
+// host outside reaches node-2's backend through node-2's Local NodePort
+// and through node-1's Cluster NodePort (SNATed to node-1's address);
+// node-2 steers both connections to its proxy, which answers 403 for what
+// the rules deny and forwards the rest from the client's own address, so
+// the backend's L3/L4 policy admits it by the same ipBlock (a CIDR
+// identity: no socket mark can carry one) and the backend sees its client.
+// node-2's flows name the ipBlock (cidr:...) as the client's on the
+// proxy's request, and the rule on the upstream connection into the pod.
+func TestProxySteeringCIDR(t *testing.T) {
+	for _, routing := range []string{"native", "tunnel"} {
+		t.Run(routing, func(t *testing.T) {
+			l := newLabNodes(t, 2, []string{"--routing", routing}, "testdata/steer-cidr.yaml")
+			for _, c := range []struct{ via, client string }{
+				{"http://192.168.123.2:30088", "192.168.123.254"}, // Local: the client's address
+				{"http://192.168.123.1:30089", "10.244.0.1"},      // Cluster: node-1's
+			} {
+				eventually(t, "GET /public through "+c.via, "200", func() (string, string) { return httpFromOutside(l, c.via+"/public") })
+				if status, body := httpFromOutside(l, c.via+"/admin"); status != "403" || !strings.Contains(body, "ShuntNetworkPolicy default/backend-cidr") {
+					t.Errorf("GET /admin through %s: %s %q, want 403 naming the policy", c.via, status, body)
+				}
+				if status, body := httpFromOutside(l, c.via+"/remote"); status != "200" || !strings.HasPrefix(body, c.client+":") {
+					t.Errorf("GET /remote through %s: %s %q, want 200 and the backend seeing %s", c.via, status, body, c.client)
+				}
+			}
+			backend := l.podIP("backend")
+			var fs []flows.Flow
+			var cidrNamed, upstreamAdmitted bool
+			deadline := time.Now().Add(20 * time.Second)
+			for !(cidrNamed && upstreamAdmitted) && time.Now().Before(deadline) {
+				httpFromOutside(l, "http://192.168.123.2:30088/public")
+				time.Sleep(200 * time.Millisecond)
+				fs = l.observe("--last", "5000", "--node", "node-2")
+				for _, f := range fs {
+					// The upstream connection into the pod, from the
+					// client's address, admitted by the ipBlock's rule.
+					if f.Point == "to-pod" && f.Verdict == "FORWARDED" && f.Event == "new" && f.Source.IP == "192.168.123.254" &&
+						f.Destination.IP == backend && strings.Contains(f.Policy, "backend-cidr") {
+						upstreamAdmitted = true
+					}
+					if f.HTTP != nil && f.HTTP.Path == "/public" && f.HTTP.Status == 200 && f.Source.IP == "192.168.123.254" &&
+						strings.Contains(f.Policy, "backend-cidr") && hasLabel(f.Source, "cidr:192.168.123.254/32") {
+						cidrNamed = true
+					}
+				}
+			}
+			if !cidrNamed || !upstreamAdmitted {
+				t.Errorf("node-2's flows: the proxy's /public 200 naming cidr:192.168.123.254/32 and the rule %v, the upstream connection from the client's address admitted by it %v; want both:\n%s",
+					cidrNamed, upstreamAdmitted, flowLines(fs))
+			}
+		})
+	}
+}
