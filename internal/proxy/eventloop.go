@@ -189,7 +189,7 @@ type loopUpstream struct {
 	// nothing will say so again: read to the end.
 	hup       bool
 	idleSince time.Time
-	owner      *loopConn // the client whose request it serves; nil: idle
+	owner     *loopConn // the client whose request it serves; nil: idle
 }
 
 type dialResult struct {
