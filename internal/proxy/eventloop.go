@@ -87,6 +87,9 @@ func eventLoopCount() int {
 	return max(1, runtime.GOMAXPROCS(0)-1)
 }
 
+// EventLoops is how many event loops serve the fast path.
+func (p *Proxy) EventLoops() int { return len(p.loops.loops) }
+
 // take gives c to a loop; false: c is left to its caller (no loop, or its
 // socket could not be taken from Go's poller).
 func (ls *eventLoops) take(c *clientConn) bool {
