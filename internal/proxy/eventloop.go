@@ -77,14 +77,16 @@ func (p *Proxy) startEventLoops(n int) error {
 }
 
 // eventLoopCount is SHUNT_PROXY_EVENT_LOOPS, else one fewer than the
-// Ps, at least one: a P stays for the rest, and Go's monitor thread takes
-// the P of a system call only when none is idle (then it polls at its
-// fastest).
+// Ps: a P stays for everything else, and the loops wait holding theirs
+// (epollWaitHoldingP). With one P, none: a loop that lets its P go at each
+// wait made Go's monitor thread take it back and poll every 20 µs, and
+// cost more than the goroutine per connection (BenchmarkProxyProcess,
+// GOMAXPROCS=1: 80–114 µs per request against 56–62).
 func eventLoopCount() int {
-	if n, err := strconv.Atoi(os.Getenv("SHUNT_PROXY_EVENT_LOOPS")); err == nil && n > 0 {
+	if n, err := strconv.Atoi(os.Getenv("SHUNT_PROXY_EVENT_LOOPS")); err == nil && n >= 0 {
 		return n
 	}
-	return max(1, runtime.GOMAXPROCS(0)-1)
+	return runtime.GOMAXPROCS(0) - 1
 }
 
 // EventLoops is how many event loops serve the fast path.

@@ -25,6 +25,7 @@ func skipWithoutLoop(t *testing.T) {
 	if netHTTPOnly || noEventLoop {
 		t.Skip("the event loop is off (SHUNT_PROXY_NET_HTTP_ONLY=1 or SHUNT_PROXY_NO_EVENT_LOOP=1)")
 	}
+	t.Setenv("SHUNT_PROXY_EVENT_LOOPS", "1") // one even where GOMAXPROCS=1 (then without holding its P)
 }
 
 // scriptBackend accepts connections and lets script write each response
