@@ -112,17 +112,7 @@ func TestEventLoopHandsPipelinedRequestsToGoroutines(t *testing.T) {
 
 	conn, br := rawClient(t, h, frontend)
 	conn.Write([]byte("GET /one HTTP/1.1\r\nHost: echo\r\n\r\nGET /two HTTP/1.1\r\nHost: echo\r\n\r\n"))
-	for _, want := range []string{"/one", "/two"} {
-		if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != want {
-			t.Fatalf("%d %q, want %q", resp.StatusCode, body, want)
-		}
-	}
-	if n := h.p.stats.loopHandoffs.Load(); n != 1 {
-		t.Errorf("%d connections handed to goroutines, want 1", n)
-	}
-	if n := h.p.loops.served.Load(); n != 0 {
-		t.Errorf("the loops served %d of the pipelined requests, want 0", n)
-	}
+	expectServed(t, h, br, []string{"/one", "/two"}, 1, 0)
 
 	conn2, br2 := rawClient(t, h, frontend)
 	conn2.Write([]byte("GET /slow HTTP/1.1\r\nHost: echo\r\n\r\n"))
@@ -134,16 +124,24 @@ func TestEventLoopHandsPipelinedRequestsToGoroutines(t *testing.T) {
 	conn2.Write([]byte("GET /after HTTP/1.1\r\nHost: echo\r\n\r\n"))
 	time.Sleep(50 * time.Millisecond) // the loop sees the second request in flight
 	close(release)
-	for _, want := range []string{"/slow", "/after"} {
-		if resp, body := readResponse(t, br2, "GET"); resp.StatusCode != 200 || body != want {
+	expectServed(t, h, br2, []string{"/slow", "/after"}, 2, 1) // the loop served /slow
+}
+
+// expectServed reads responses with these bodies, in order, and checks
+// how many connections the loops handed to goroutines and how many
+// requests they served themselves so far.
+func expectServed(t *testing.T, h *harness, br *bufio.Reader, bodies []string, handoffs, served uint64) {
+	t.Helper()
+	for _, want := range bodies {
+		if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != want {
 			t.Fatalf("%d %q, want %q", resp.StatusCode, body, want)
 		}
 	}
-	if n := h.p.stats.loopHandoffs.Load(); n != 2 {
-		t.Errorf("%d connections handed to goroutines, want 2", n)
+	if n := h.p.stats.loopHandoffs.Load(); n != handoffs {
+		t.Errorf("%d connections handed to goroutines, want %d", n, handoffs)
 	}
-	if n := h.p.loops.served.Load(); n != 1 {
-		t.Errorf("the loops served %d requests, want 1 (/slow)", n)
+	if n := h.p.loops.served.Load(); n != served {
+		t.Errorf("the loops served %d requests, want %d", n, served)
 	}
 }
 
