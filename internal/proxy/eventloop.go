@@ -740,9 +740,6 @@ func (l *eventLoop) flushClient(c *loopConn) (drained bool) {
 		c.coutOff += n
 	}
 	c.cout, c.coutOff = c.cout[:0], 0
-	if cap(c.cout) > 2*upstreamBufferSize {
-		c.cout = nil
-	}
 	if c.phase == phaseDone {
 		l.complete(c)
 		return true
@@ -757,6 +754,14 @@ func (l *eventLoop) flushClient(c *loopConn) (drained bool) {
 func (l *eventLoop) complete(c *loopConn) {
 	l.p.finish(c.x)
 	c.x, c.busy = nil, false
+	// An idle connection keeps small buffers only: thousands of idle
+	// clients must not hold a large body's worth each.
+	if cap(c.cout) > 4<<10 {
+		c.cout = nil
+	}
+	if cap(c.out) > 4<<10 {
+		c.out = nil
+	}
 	if u := c.up; u != nil {
 		c.up = nil
 		if c.resp.close || u.start != u.end || u.hup {
