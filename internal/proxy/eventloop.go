@@ -22,9 +22,10 @@ import (
 )
 
 // The event loop: the fast path for the plainest HTTP/1.1 keep-alive
-// exchanges, without a goroutine per connection. A few loops (one per P),
-// each a goroutine locked to its thread and waiting in its own epoll set,
-// own non-blocking client and upstream sockets taken out of Go's poller.
+// exchanges, without a goroutine per connection. A few loops (one per P
+// but one), each a goroutine waiting in its own epoll set (holding its P
+// while busy: epollWaitHoldingP), own non-blocking client and upstream
+// sockets taken out of Go's poller.
 // A readable client gives one read; a whole request in it (head and any
 // body, nothing after) is decided by the same code as the other paths
 // (exchange.decide, table.judge, the picks), written to a pooled upstream
