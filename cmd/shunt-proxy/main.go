@@ -72,7 +72,11 @@ func run(o options) error {
 
 	// SHUNT_PROXY_NET_HTTP_ONLY=1 turns the HTTP/1.1 fast path off: every
 	// request through net/http's reverse proxy, as before it existed.
-	p := proxy.New(proxy.Options{Log: log, ConfigFile: o.configFile, NetHTTPOnly: os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") == "1"})
+	// SHUNT_PROXY_NO_EVENT_LOOP=1 keeps the fast path without its event
+	// loops (a goroutine per connection); SHUNT_PROXY_EVENT_LOOPS=N sets
+	// how many loops (default: one fewer than GOMAXPROCS, at least one).
+	p := proxy.New(proxy.Options{Log: log, ConfigFile: o.configFile, NetHTTPOnly: os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") == "1",
+		NoEventLoop: os.Getenv("SHUNT_PROXY_NO_EVENT_LOOP") == "1"})
 	// Listen on the saved configuration's address before taking the
 	// control socket: a predecessor that sees its socket taken may stop
 	// accepting (see waitForSuccessor).
@@ -91,7 +95,7 @@ func run(o options) error {
 	}()
 	st := p.Status()
 	log.Info("proxy started", "pid", st.PID, "control", o.control, "version", st.Version, "listen", st.Listen,
-		"gomaxprocs", runtime.GOMAXPROCS(0), "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1")
+		"gomaxprocs", runtime.GOMAXPROCS(0), "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1", "event loops", p.EventLoops())
 
 	<-ctx.Done()
 	stop()

@@ -102,7 +102,7 @@ func readFlows(b *testing.B, sock string) *atomic.Int64 {
 // frontend client.
 func benchHarness(tb testing.TB, be netip.AddrPort, netHTTPOnly bool) *harness {
 	h := &harness{t: tb, dst: map[netip.Addr]netip.AddrPort{}}
-	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly})
+	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly, NoEventLoop: noEventLoop})
 	tb.Cleanup(func() {
 		ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
 		defer done()

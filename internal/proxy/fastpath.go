@@ -184,12 +184,21 @@ func (fc *fastConn) waitReadable() error {
 	return fc.rc.Read(fc.readable)
 }
 
-func (p *Proxy) serveConn(c *clientConn) {
+func (p *Proxy) serveConn(c *clientConn) { p.serveConnWith(c, nil) }
+
+// serveConnWith serves c, whose first bytes (read by the event loop) are
+// read.
+func (p *Proxy) serveConnWith(c *clientConn, read []byte) {
 	fc := &fastConn{p: p, c: c, raw: newRawSock(c.Conn)}
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		fc.rc, _ = sc.SyscallConn()
 	}
 	fc.takeBuffers()
+	if len(read) > 0 {
+		fc.first.scratch = scratchBuffers.Get().(*[clientBufferSize]byte)
+		fc.first.b = fc.first.scratch[:copy(fc.first.scratch[:], read)]
+		fc.br.Peek(len(fc.first.b)) // into the reader: readHead sees them buffered
+	}
 	p.fastConns.add(fc)
 	defer p.fastConns.remove(fc)
 	for {
@@ -372,12 +381,13 @@ func (fc *fastConn) serveRequest() (keep bool) {
 
 // appendUpstreamHead writes the request line and the header lines the
 // client sent, but the hop-by-hop ones, in the client's order and case.
-func (fc *fastConn) appendUpstreamHead(b []byte) []byte {
-	text := fc.req.text
-	b = append(b, fc.req.requestLine()...)
+func (fc *fastConn) appendUpstreamHead(b []byte) []byte { return fc.req.appendUpstreamHead(b) }
+
+func (r *fastRequest) appendUpstreamHead(b []byte) []byte {
+	b = append(b, r.requestLine()...)
 	b = append(b, "\r\n"...)
-	for _, s := range fc.req.forward {
-		b = append(b, text[s.start:s.end]...)
+	for _, s := range r.forward {
+		b = append(b, r.text[s.start:s.end]...)
 	}
 	return append(b, "\r\n"...)
 }
@@ -527,12 +537,17 @@ func peerClosed(c net.Conn) bool {
 	}
 	closed := false
 	err = rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		closed = n == 0 && err == nil || err != nil && err != unix.EAGAIN && err != unix.EINTR
+		closed = socketClosed(int(fd))
 		return true
 	})
 	return closed || err != nil
+}
+
+// socketClosed is peerClosed on a file descriptor.
+func socketClosed(fd int) bool {
+	var b [1]byte
+	n, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return n == 0 && err == nil || err != nil && err != unix.EAGAIN && err != unix.EINTR
 }
 
 // readResponseHead reads the final response head into fc.resp, passing
@@ -575,14 +590,7 @@ func (fc *fastConn) relay(x *exchange, uc *upstreamConn, deadline time.Time) (ke
 	noBody := bodyless(fc.req.req.Method, resp.status)
 	toEOF := !noBody && !resp.chunked && resp.contentLength < 0
 	bw := fc.bw
-	bw.Write(head[:bytesIndexCRLF(head)+2])
-	for _, s := range resp.forward {
-		bw.Write(head[s.start:s.end])
-	}
-	if fc.req.close || toEOF {
-		bw.WriteString("Connection: close\r\n")
-	}
-	bw.WriteString("\r\n")
+	bw.Write(resp.appendHead(bw.AvailableBuffer(), fc.req.close || toEOF))
 	x.status = resp.status
 	uc.br.Discard(len(head))
 	var err error
@@ -610,6 +618,21 @@ func (fc *fastConn) relay(x *exchange, uc *upstreamConn, deadline time.Time) (ke
 		x.up.fast.put(uc)
 	}
 	return !toEOF
+}
+
+// appendHead is the response head for the client: the status line and
+// the header lines but the hop-by-hop ones, Connection: close when the
+// client's connection ends after it.
+func (r *fastResponse) appendHead(b []byte, close bool) []byte {
+	head := r.text
+	b = append(b, head[:bytesIndexCRLF(head)+2]...)
+	for _, s := range r.forward {
+		b = append(b, head[s.start:s.end]...)
+	}
+	if close {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	return append(b, "\r\n"...)
 }
 
 func bytesIndexCRLF(b []byte) int {
@@ -748,22 +771,27 @@ func (fc *fastConn) discardBody() error {
 
 // writeError answers as http.Error does.
 func (fc *fastConn) writeError(code int, msg string) error {
-	bw := fc.bw
-	bw.WriteString("HTTP/1.1 ")
-	bw.WriteString(strconv.Itoa(code))
-	bw.WriteString(" ")
-	bw.WriteString(http.StatusText(code))
-	bw.WriteString("\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: ")
-	bw.WriteString(time.Now().UTC().Format(http.TimeFormat))
-	bw.WriteString("\r\nContent-Length: ")
-	bw.WriteString(strconv.Itoa(len(msg) + 1))
-	if fc.req.close {
-		bw.WriteString("\r\nConnection: close")
-	}
-	bw.WriteString("\r\n\r\n")
-	bw.WriteString(msg)
-	_, err := bw.WriteString("\n")
+	_, err := fc.bw.Write(appendHTTPError(fc.bw.AvailableBuffer(), code, msg, fc.req.close))
 	return err
+}
+
+// appendHTTPError is the answer http.Error gives; close adds Connection:
+// close.
+func appendHTTPError(b []byte, code int, msg string, close bool) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(code)...)
+	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	b = time.Now().UTC().AppendFormat(b, http.TimeFormat)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(msg)+1), 10)
+	if close {
+		b = append(b, "\r\nConnection: close"...)
+	}
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, msg...)
+	return append(b, '\n')
 }
 
 // sleepUntil waits d, unless the deadline comes first (then false).

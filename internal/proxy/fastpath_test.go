@@ -538,6 +538,7 @@ func TestIdleConnectionsHoldNoBuffers(t *testing.T) {
 	if netHTTPOnly {
 		t.Skip("the fast path is off (SHUNT_PROXY_NET_HTTP_ONLY=1)")
 	}
+	withoutEventLoop(t) // the goroutine path's own structures (the loop's: eventloop_test.go)
 	b := echoBackend(t, "echo", "127.0.7.11")
 	h := newHarness(t, echoConfig(b))
 	h.dials(frontend, "10.96.0.80:80")
@@ -574,6 +575,7 @@ func TestSweepClosesUpstreamConnectionsTheBackendClosed(t *testing.T) {
 	if netHTTPOnly {
 		t.Skip("the fast path is off (SHUNT_PROXY_NET_HTTP_ONLY=1)")
 	}
+	withoutEventLoop(t) // the goroutine path's own structures (the loop's: eventloop_test.go)
 	addr, _ := rawBackend(t, "127.0.7.12")
 	h := newHarness(t, echoConfig(&testBackend{name: "closer", addr: addr}))
 	h.dials(frontend, "10.96.0.80:80")
@@ -586,6 +588,11 @@ func TestSweepClosesUpstreamConnectionsTheBackendClosed(t *testing.T) {
 		pool.mu.Lock()
 		defer pool.mu.Unlock()
 		return len(pool.idle[addr])
+	}
+	// The connection goes back to the pool just after the response's
+	// last byte is written: the client can read it first.
+	for deadline := time.Now().Add(5 * time.Second); idle() != 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	if n := idle(); n != 1 {
 		t.Fatalf("%d idle upstream connections after a request, want 1", n)

@@ -43,6 +43,17 @@ type client struct {
 // whole suite so, onPaths runs one test on both paths.
 var netHTTPOnly = os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") == "1"
 
+// noEventLoop serves the fast path with a goroutine per connection only:
+// SHUNT_PROXY_NO_EVENT_LOOP=1 runs the suite that way; withoutEventLoop
+// for a test of the goroutine path's own structures.
+var noEventLoop = os.Getenv("SHUNT_PROXY_NO_EVENT_LOOP") == "1"
+
+func withoutEventLoop(t *testing.T) {
+	saved := noEventLoop
+	noEventLoop = true
+	t.Cleanup(func() { noEventLoop = saved })
+}
+
 // onPaths runs test on the fast path and on net/http's.
 func onPaths(t *testing.T, test func(t *testing.T)) {
 	for _, only := range []bool{false, true} {
@@ -77,7 +88,7 @@ func newHarness(t testing.TB, cfg proxyapi.Config) *harness {
 func startHarness(t testing.TB, configFile string) *harness {
 	t.Helper()
 	h := &harness{t: t, dst: map[netip.Addr]netip.AddrPort{}}
-	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly}
+	opts := Options{ConfigFile: configFile, OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly, NoEventLoop: noEventLoop}
 	if os.Geteuid() == 0 {
 		opts.SetMark = func(fd uintptr, mark uint32) error {
 			h.setMark(fd, mark)

@@ -152,7 +152,9 @@ func (p *Proxy) acceptFast(l *listener) error {
 			continue
 		}
 		pause = 0
-		go p.serveConn(c.(*clientConn))
+		if cc := c.(*clientConn); !p.loops.take(cc) {
+			go p.serveConn(cc)
+		}
 	}
 }
 

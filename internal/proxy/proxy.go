@@ -47,6 +47,9 @@ type Options struct {
 	// NetHTTPOnly serves every request with net/http, without the fast
 	// path (fastpath.go): for comparison and as a way back.
 	NetHTTPOnly bool
+	// NoEventLoop serves the fast path with a goroutine per connection
+	// only, without the event loops (eventloop.go): for comparison.
+	NoEventLoop bool
 }
 
 // Proxy is the node proxy: its listener, configuration and upstreams.
@@ -66,6 +69,7 @@ type Proxy struct {
 
 	fastPath  bool
 	fastConns fastConns
+	loops     eventLoops
 	handoff   *handoffListener // to srv: connections the fast path does not take
 	draining  atomic.Bool
 	stopSweep chan struct{} // ends the sweep of idle upstream connections
@@ -81,6 +85,7 @@ type stats struct {
 	conns, origDstErrors, requests, configErrors atomic.Uint64
 	active                                       atomic.Int64
 	handoffs                                     atomic.Uint64 // connections the fast path gave to net/http
+	loopHandoffs                                 atomic.Uint64 // connections the event loops gave to the goroutine path
 }
 
 // New returns a proxy with no configuration: it listens once one is
@@ -124,6 +129,11 @@ func New(opts Options) *Proxy {
 		go p.srv.Serve(p.handoff)
 		p.stopSweep = make(chan struct{})
 		go p.up.sweep(fastSweepInterval, p.stopSweep)
+		if !opts.NoEventLoop {
+			if err := p.startEventLoops(eventLoopCount()); err != nil {
+				p.log.Warn("serving the fast path without event loops", "err", err)
+			}
+		}
 	}
 	return p
 }
@@ -295,6 +305,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		p.srv.Close()
 	}
 	if ferr := p.fastConns.drain(ctx); err == nil {
+		err = ferr
+	}
+	if ferr := p.loops.drain(ctx); err == nil {
 		err = ferr
 	}
 	p.up.closeIdle()

@@ -208,6 +208,18 @@ func (u *upstreams) sweep(interval time.Duration, stop <-chan struct{}) {
 	}
 }
 
+// marks are the marks with transports (the event loops drop the idle
+// connections of the others).
+func (u *upstreams) marks() map[uint32]bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	m := make(map[uint32]bool, len(u.byMark))
+	for mark := range u.byMark {
+		m[mark] = true
+	}
+	return m
+}
+
 // closeIdle closes every idle upstream connection (at shutdown).
 func (u *upstreams) closeIdle() {
 	u.retain(nil)
