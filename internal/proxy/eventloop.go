@@ -172,22 +172,24 @@ type eventLoop struct {
 
 	clients   map[int]*loopConn
 	upstreams map[int]*loopUpstream // in use and idle
-	idle      map[upstreamKey][]*loopUpstream
+	idle      map[loopUpstreamKey][]*loopUpstream
 	scratch   []byte
 	events    []unix.EpollEvent
 	lastSweep time.Time
 }
 
-// upstreamKey is a pool of upstream connections: the client's mark (its
-// identity) and the backend.
-type upstreamKey struct {
-	mark uint32
-	addr netip.AddrPort
+// loopUpstreamKey is a pool of upstream connections: the client's mark
+// (its identity), the source address (original source of a steered
+// client, upstream.go; invalid: the node's) and the backend.
+type loopUpstreamKey struct {
+	mark   uint32
+	source netip.Addr
+	addr   netip.AddrPort
 }
 
 type loopUpstream struct {
 	fd         int
-	key        upstreamKey
+	key        loopUpstreamKey
 	buf        []byte // its read buffer while in use; start:end unread
 	start, end int
 	reused     bool
@@ -256,7 +258,7 @@ func newEventLoop(p *Proxy) (*eventLoop, error) {
 		return nil, fmt.Errorf("creating the event loop's eventfd: %w", err)
 	}
 	l := &eventLoop{p: p, epfd: epfd, wakeFd: wakeFd, stopped: make(chan struct{}),
-		clients: map[int]*loopConn{}, upstreams: map[int]*loopUpstream{}, idle: map[upstreamKey][]*loopUpstream{},
+		clients: map[int]*loopConn{}, upstreams: map[int]*loopUpstream{}, idle: map[loopUpstreamKey][]*loopUpstream{},
 		scratch: make([]byte, loopReadSize), events: make([]unix.EpollEvent, loopMaxEvents), lastSweep: time.Now()}
 	if err := l.add(wakeFd, unix.EPOLLIN); err != nil {
 		unix.Close(epfd)
@@ -434,7 +436,7 @@ func (l *eventLoop) readRequest(c *loopConn) {
 		l.answer(c, ref.status, ref.msg)
 		return
 	}
-	x.up = p.up.get(mark)
+	x.up = p.up.get(mark, c.cc.upstreamSource())
 	x.backend = x.target.pick()
 	rule, ref := t.judge(x.peer, x.backend, r)
 	x.policyRule = rule
@@ -463,7 +465,7 @@ func (s *service) needsTimers() bool {
 // or dials one (in a goroutine: a connect may take long; the result comes
 // back through the eventfd).
 func (l *eventLoop) connect(c *loopConn) {
-	key := upstreamKey{c.mark, c.x.backend.addr}
+	key := loopUpstreamKey{c.mark, c.cc.upstreamSource(), c.x.backend.addr}
 	// As the goroutine path: a request that could not be sent again must
 	// not meet a connection the backend closed while idle.
 	check := !(c.req.contentLength == 0 && replayableMethod(&c.req.req))
@@ -513,7 +515,7 @@ func (l *eventLoop) dialDone(d dialResult) {
 		l.answerFailure(c, d.err)
 		return
 	}
-	u := &loopUpstream{fd: d.fd, key: upstreamKey{c.mark, c.x.backend.addr}}
+	u := &loopUpstream{fd: d.fd, key: loopUpstreamKey{c.mark, c.cc.upstreamSource(), c.x.backend.addr}}
 	if err := l.add(d.fd, sockEvents); err != nil {
 		unix.Close(d.fd)
 		l.answerFailure(c, err)
@@ -883,18 +885,18 @@ func (l *eventLoop) sweep(now time.Time) {
 			l.closeClient(c)
 		}
 	}
-	marks := l.p.up.marks()
+	kept := l.p.up.keys()
 	for key, list := range l.idle {
-		kept := list[:0]
+		live := list[:0]
 		for _, u := range list {
-			if now.Sub(u.idleSince) >= fastIdleTimeout || !marks[key.mark] || draining {
+			if now.Sub(u.idleSince) >= fastIdleTimeout || !kept[upstreamKey{key.mark, key.source}] || draining {
 				l.closeUpstream(u)
 			} else {
-				kept = append(kept, u)
+				live = append(live, u)
 			}
 		}
-		clear(list[len(kept):])
-		l.idle[key] = kept
+		clear(list[len(live):])
+		l.idle[key] = live
 	}
 }
 

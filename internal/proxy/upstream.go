@@ -208,14 +208,15 @@ func (u *upstreams) sweep(interval time.Duration, stop <-chan struct{}) {
 	}
 }
 
-// marks are the marks with transports (the event loops drop the idle
-// connections of the others).
-func (u *upstreams) marks() map[uint32]bool {
+// keys are the marks and sources with transports (the event loops drop
+// the idle connections of the others: marks no longer in use, client
+// addresses forgotten).
+func (u *upstreams) keys() map[upstreamKey]bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	m := make(map[uint32]bool, len(u.byMark))
-	for mark := range u.byMark {
-		m[mark] = true
+	m := make(map[upstreamKey]bool, len(u.byMark))
+	for key := range u.byMark {
+		m[key] = true
 	}
 	return m
 }
