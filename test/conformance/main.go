@@ -6,6 +6,9 @@
 // (results.md: passed, failed, skipped, with the reason of every failure
 // and skip) into --report-dir, and tears everything down, on failure and
 // on Ctrl-C too. scripts/conformance.sh builds what it needs and runs it.
+//
+// --suite gateway-mesh runs focus 3 instead: the Gateway API conformance
+// suite's mesh profile (gateway.go), against the same cluster.
 package main
 
 import (
@@ -38,6 +41,7 @@ const (
 func main() {
 	var (
 		focus, skip, reportDir, shuntBin, kubeBin string
+		suiteName, gatewayTestBin, runTest        string
 		nodes, parallel                           int
 		tableOnly                                 bool
 		timeout                                   time.Duration
@@ -51,7 +55,22 @@ func main() {
 	flag.IntVar(&parallel, "parallel", 3, "e2e.test processes at once, the specs dealt among them (upstream runs conformance in parallel too)")
 	flag.BoolVar(&tableOnly, "table-only", false, "run nothing: write results.md again from the JUnit of an earlier run in --report-dir (the same --focus, --skip and --parallel)")
 	flag.DurationVar(&timeout, "timeout", time.Hour, "the whole run's limit (e2e.test's --ginkgo.timeout)")
+	flag.StringVar(&suiteName, "suite", "kubernetes", "the suite: kubernetes (e2e.test, focuses 1 and 2) or "+SuiteGatewayMesh+" (focus 3: the Gateway API conformance suite's mesh profile)")
+	flag.StringVar(&gatewayTestBin, "gateway-test-bin", defaultGatewayTestBin(), "with --suite "+SuiteGatewayMesh+": the suite's test binary (go test -c of tools/gwconformance)")
+	flag.StringVar(&runTest, "run-test", "", "with --suite "+SuiteGatewayMesh+": run only this test (its ShortName, e.g. MeshBasic)")
 	flag.Parse()
+	switch suiteName {
+	case "kubernetes":
+	case SuiteGatewayMesh:
+		if _, err := runGatewayMesh(gatewayTestBin, runTest, reportDir, shuntBin, kubeBin, nodes, timeout, tableOnly); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			os.Exit(1)
+		}
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "conformance: --suite %q: the suites are kubernetes and %s\n", suiteName, SuiteGatewayMesh)
+		os.Exit(2)
+	}
 	if focus == "netpol" {
 		focus = FocusNetpol
 	}
