@@ -27,6 +27,7 @@ type table struct {
 	vips        map[netip.Addr]bool
 	byName      map[serviceKey]*service
 	policies    map[netip.AddrPort]*l7policy.Port
+	filtered    bool // some route rule has filters (needsFilters)
 }
 
 type serviceKey struct {
@@ -43,6 +44,8 @@ type service struct {
 	backends []backend
 	next     atomic.Uint64 // round robin over backends
 	routes   []*matchEntry // in precedence order; empty: no route, use backends
+	// consumers are the namespaces with consumer routes on this port.
+	consumers map[string]bool
 }
 
 type backend struct {
