@@ -89,7 +89,7 @@ func (t *table) needsFilters(orig, client netip.AddrPort, r *http.Request) bool 
 	if svc == nil || len(svc.routes) == 0 {
 		return false
 	}
-	m := svc.route(r, t.clientNamespace(client.Addr()))
+	m, _ := svc.route(r, t.clientNamespace(client.Addr()))
 	return m != nil && m.rule.filtered
 }
 

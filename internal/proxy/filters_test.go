@@ -197,7 +197,9 @@ func TestFilterConfigErrors(t *testing.T) {
 
 // A consumer route (GAMMA: a route of another namespace than its parent
 // Service's) applies to its namespace's clients only, and replaces the
-// Service's own routes for them.
+// Service's own routes for them; other clients of a Service with consumer
+// routes only reach its backends as if it had no route (the mesh suite's
+// MeshConsumerRoute).
 func TestConsumerRoutes(t *testing.T) {
 	consumerApp := client{"127.0.0.4", 1003, "consumer/app"}
 	echo := startBackend(t, "echo-v1", "127.0.1.1", nil)
@@ -207,23 +209,31 @@ func TestConsumerRoutes(t *testing.T) {
 	to := []proxyapi.RouteBackend{{Service: "producer/echo", Port: 80, Weight: 1}}
 	eps := append(endpoints(echo), proxyapi.Endpoint{IP: consumerApp.ip, Identity: consumerApp.identity, Pod: consumerApp.pod})
 	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: eps,
-		Services: []proxyapi.Service{svcPort("producer/echo", "10.96.0.10", 80, echo)},
+		Services: []proxyapi.Service{svcPort("producer/echo", "10.96.0.10", 80, echo), svcPort("producer/solo", "10.96.0.11", 80, echo)},
 		Routes: []proxyapi.Route{
 			{Name: "producer/own", Parents: []proxyapi.ParentRef{{Service: "producer/echo"}},
 				Rules: []proxyapi.RouteRule{{Backends: to, Filters: marked("producer")}}},
-			{Name: "consumer/mine", Parents: []proxyapi.ParentRef{{Service: "producer/echo", Consumer: "consumer"}},
+			{Name: "consumer/mine", Parents: []proxyapi.ParentRef{{Service: "producer/echo", Consumer: "consumer"}, {Service: "producer/solo", Consumer: "consumer"}},
 				Rules: []proxyapi.RouteRule{{Backends: to, Filters: marked("consumer")}}},
 		},
 	})
-	for c, want := range map[client]string{frontend: "producer", consumerApp: "consumer"} {
-		h.dials(c, "10.96.0.10:80")
-		resp, err := h.client(c, false).Get("http://echo.producer/")
+	for _, tc := range []struct {
+		c         client
+		dst, want string
+	}{
+		{frontend, "10.96.0.10:80", "producer"}, {consumerApp, "10.96.0.10:80", "consumer"},
+		{frontend, "10.96.0.11:80", ""}, {consumerApp, "10.96.0.11:80", "consumer"},
+	} {
+		h.dials(tc.c, tc.dst)
+		c := h.client(tc.c, false)
+		resp, err := c.Get("http://echo.producer/")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if got := resp.Header.Get("X-Route"); resp.StatusCode != 200 || got != want {
-			t.Errorf("client %s: %d X-Route %q, want 200 %q", c.pod, resp.StatusCode, got, want)
+		c.CloseIdleConnections()
+		if got := resp.Header.Get("X-Route"); resp.StatusCode != 200 || got != tc.want {
+			t.Errorf("client %s to %s: %d X-Route %q, want 200 %q", tc.c.pod, tc.dst, resp.StatusCode, got, tc.want)
 		}
 	}
 }

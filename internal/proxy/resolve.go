@@ -59,8 +59,7 @@ func (t *table) resolve(orig netip.AddrPort, r *http.Request, clientNS string) (
 		return target{direct: b, label: cmp.Or(b.pod, orig.String())}, nil
 	}
 	tg := target{pool: svc, label: svc.label}
-	if len(svc.routes) > 0 {
-		m := svc.route(r, clientNS)
+	if m, routed := svc.route(r, clientNS); routed {
 		if m == nil {
 			return tg, &refusal{status: http.StatusNotFound, reason: reasonNoRoute,
 				msg: fmt.Sprintf("no route of %s matches %s %s", svc.label, r.Method, r.URL.Path)}

@@ -99,6 +99,7 @@ func (t *table) compileRoutes(errs *problems) {
 					pe.consumer = consumer
 					svc.routes = append(svc.routes, &pe)
 					if consumer != "" {
+						svc.consumerEntries++
 						if svc.consumers == nil {
 							svc.consumers = map[string]bool{}
 						}
@@ -342,17 +343,22 @@ func (v valueMatch) matches(s string) bool {
 // route returns the first match of the service's routes for r from a
 // client of namespace clientNS: the consumer routes of that namespace if
 // it has any for the service (GAMMA: they replace the producer's for
-// their namespace), else the service's own routes.
-func (s *service) route(r *http.Request, clientNS string) *matchEntry {
+// their namespace), else the service's own routes. routed is false when
+// no route is for this client (the service's backends serve it, as
+// without routes); then m is nil.
+func (s *service) route(r *http.Request, clientNS string) (m *matchEntry, routed bool) {
 	consumer := ""
 	if clientNS != "" && s.consumers[clientNS] {
 		consumer = clientNS
 	}
+	if consumer == "" && len(s.routes) == s.consumerEntries {
+		return nil, false // consumer routes of other namespaces only
+	}
 	query := r.URL.Query()
 	for _, e := range s.routes {
 		if e.consumer == consumer && e.matches(r, query) {
-			return e
+			return e, true
 		}
 	}
-	return nil
+	return nil, true
 }

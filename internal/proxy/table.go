@@ -44,8 +44,10 @@ type service struct {
 	backends []backend
 	next     atomic.Uint64 // round robin over backends
 	routes   []*matchEntry // in precedence order; empty: no route, use backends
-	// consumers are the namespaces with consumer routes on this port.
-	consumers map[string]bool
+	// consumers are the namespaces with consumer routes on this port;
+	// consumerEntries counts their entries in routes.
+	consumers       map[string]bool
+	consumerEntries int
 }
 
 type backend struct {

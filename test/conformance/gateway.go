@@ -31,12 +31,13 @@ const SuiteGatewayMesh = "gateway-mesh"
 // each conformance test is a subtest of it, named by its ShortName.
 const gatewayTestPrefix = "TestMeshConformance/"
 
-// runGatewayMesh brings the cluster up, runs the mesh suite (runTest: one
-// test by its ShortName, or "" for all) and tears the cluster down. It
+// runGatewayMesh brings the cluster up, runs the mesh suite (runTests: a
+// regular expression of the tests' names, their ShortName, or "" for all)
+// and tears the cluster down. It
 // writes the suite's test2json stream (gateway.json), its log
 // (gateway.log), its conformance report (report.yaml), a JUnit
 // (junit_01.xml) and results.md into reportDir.
-func runGatewayMesh(testBin, runTest, reportDir, shuntBin, kubeBin string, nodes int, timeout time.Duration, tableOnly bool) ([]result, error) {
+func runGatewayMesh(testBin, runTests, reportDir, shuntBin, kubeBin string, nodes int, timeout time.Duration, tableOnly bool) ([]result, error) {
 	var err error
 	if reportDir == "" {
 		if reportDir, err = os.MkdirTemp("", "shunt-gateway-mesh-"); err != nil {
@@ -48,6 +49,9 @@ func runGatewayMesh(testBin, runTest, reportDir, shuntBin, kubeBin string, nodes
 	}
 	if testBin, err = filepath.Abs(testBin); err != nil { // the suite runs in reportDir
 		return nil, err
+	}
+	if _, err := regexp.Compile(runTests); err != nil {
+		return nil, fmt.Errorf("--run-test: %w", err)
 	}
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {
 		return nil, err
@@ -75,7 +79,7 @@ func runGatewayMesh(testBin, runTest, reportDir, shuntBin, kubeBin string, nodes
 			return nil, fmt.Errorf("bringing the cluster up: %w", err)
 		}
 		logf("cluster up in %.0f s", time.Since(start).Seconds())
-		runErr = e.runGatewaySuite(ctx, testBin, runTest, reportDir, stream, timeout)
+		runErr = e.runGatewaySuite(ctx, testBin, runTests, reportDir, stream, timeout)
 		logf("tearing down")
 		if downErr = e.down(); downErr != nil {
 			logf("teardown: %v", downErr)
@@ -89,9 +93,6 @@ func runGatewayMesh(testBin, runTest, reportDir, shuntBin, kubeBin string, nodes
 	f.Close()
 	if err != nil {
 		return nil, err
-	}
-	if runTest != "" { // the others are reported "explicitly skipped"
-		results = slices.DeleteFunc(results, func(r result) bool { return r.Name != runTest })
 	}
 	if len(results) == 0 {
 		return nil, errors.Join(fmt.Errorf("the suite ran no test: see %s", filepath.Join(reportDir, "gateway.log")), runErr, downErr)
@@ -117,7 +118,7 @@ func runGatewayMesh(testBin, runTest, reportDir, shuntBin, kubeBin string, nodes
 
 // runGatewaySuite runs the suite's test binary under test2json against the
 // cluster.
-func (e *env) runGatewaySuite(ctx context.Context, testBin, runTest, reportDir, stream string, timeout time.Duration) error {
+func (e *env) runGatewaySuite(ctx context.Context, testBin, runTests, reportDir, stream string, timeout time.Duration) error {
 	out, err := os.Create(stream)
 	if err != nil {
 		return err
@@ -128,15 +129,19 @@ func (e *env) runGatewaySuite(ctx context.Context, testBin, runTest, reportDir, 
 		return err
 	}
 	defer logFile.Close()
+	// The tests are subtests named by their ShortName: -test.run selects
+	// them (the suite's own --run-test takes one name, and reports every
+	// other test as skipped).
+	run := "^TestMeshConformance$"
+	if runTests != "" {
+		run += "/^(?:" + runTests + ")$"
+	}
 	args := []string{"tool", "test2json", "-t", "-p", SuiteGatewayMesh, testBin,
-		"-test.v=test2json", "-test.run=^TestMeshConformance$", "-test.timeout=" + timeout.String(),
+		"-test.v=test2json", "-test.run=" + run, "-test.timeout=" + timeout.String(),
 		"--report-output=" + filepath.Join(reportDir, "report.yaml"),
 		// Namespaces and objects are removed after each test and the
 		// base manifests at the end, as the suite's defaults do.
 		"--cleanup-base-resources=true",
-	}
-	if runTest != "" {
-		args = append(args, "--run-test="+runTest)
 	}
 	e.logf("the Gateway API mesh suite, output in %s", logFile.Name())
 	cmd := exec.CommandContext(ctx, "go", args...)
@@ -207,11 +212,12 @@ func parseTest2JSON(r io.Reader, prefix string) ([]result, error) {
 		case "output":
 			outputs[top].WriteString(ev.Output)
 		case "pass", "fail", "skip":
-			if top != name {
-				continue // a subtest of the test: its output counts, its outcome is the test's
+			// A test's parallel subtests end after it: its time is the
+			// longest of theirs and its own; its outcome its own.
+			byName[top].Seconds = max(byName[top].Seconds, ev.Elapsed)
+			if top == name {
+				byName[top].Outcome = map[string]string{"pass": "passed", "fail": "failed", "skip": "skipped"}[ev.Action]
 			}
-			byName[top].Outcome = map[string]string{"pass": "passed", "fail": "failed", "skip": "skipped"}[ev.Action]
-			byName[top].Seconds = ev.Elapsed
 		}
 	}
 	var out []result

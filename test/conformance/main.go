@@ -57,7 +57,7 @@ func main() {
 	flag.DurationVar(&timeout, "timeout", time.Hour, "the whole run's limit (e2e.test's --ginkgo.timeout)")
 	flag.StringVar(&suiteName, "suite", "kubernetes", "the suite: kubernetes (e2e.test, focuses 1 and 2) or "+SuiteGatewayMesh+" (focus 3: the Gateway API conformance suite's mesh profile)")
 	flag.StringVar(&gatewayTestBin, "gateway-test-bin", defaultGatewayTestBin(), "with --suite "+SuiteGatewayMesh+": the suite's test binary (go test -c of tools/gwconformance)")
-	flag.StringVar(&runTest, "run-test", "", "with --suite "+SuiteGatewayMesh+": run only this test (its ShortName, e.g. MeshBasic)")
+	flag.StringVar(&runTest, "run-test", "", "with --suite "+SuiteGatewayMesh+": a regular expression of the tests to run, by their ShortName (e.g. 'MeshBasic|MeshPorts'); default all")
 	flag.Parse()
 	switch suiteName {
 	case "kubernetes":
