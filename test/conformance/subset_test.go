@@ -65,14 +65,15 @@ func TestConformanceFastSubset(t *testing.T) {
 	}
 }
 
-// gatewayMeshSubset are tests of focus 3 (the Gateway API mesh suite) that
-// pass today: make test runs them through the same harness, with Istio's
-// echo app as the suite's echo-advanced image and requests sent by its
-// client, exec'd in a pod. MeshBasic is a Service without routes; the
-// other two go through the node proxy's filters: a path rewrite, and a
-// consumer route whose response header only its own namespace's clients
-// get.
-var gatewayMeshSubset = []string{"MeshBasic", "MeshHTTPRouteRewritePath", "MeshConsumerRoute"}
+// Focus 3, the Gateway API mesh suite, runs whole in make test: its 22
+// tests take about 10 s once the cluster is up (13 s), through the same
+// harness, with Istio's echo app as the suite's echo-advanced image and
+// requests sent by its client, exec'd in a pod. Every test passes but
+// those skipped for a feature shunt does not claim, named here.
+var gatewayMeshSkips = map[string]string{
+	// The MESH-GRPC profile: shunt implements no GRPCRoute.
+	"MeshGRPCRouteWeight": "suite does not support GRPCRoute",
+}
 
 func TestGatewayMeshFastSubset(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -98,21 +99,24 @@ func TestGatewayMeshFastSubset(t *testing.T) {
 		t.Fatalf("building the Gateway API mesh suite: %v\n%s", err, out)
 	}
 	start := time.Now()
-	results, err := runGatewayMesh(suiteBin, strings.Join(gatewayMeshSubset, "|"), t.TempDir(), bin, kubeBin, 2, 10*time.Minute, false)
+	results, err := runGatewayMesh(suiteBin, "", t.TempDir(), bin, kubeBin, 2, 10*time.Minute, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d tests in %.0f s, cluster up and down included", len(results), time.Since(start).Seconds())
-	ran := map[string]bool{}
+	passed := 0
 	for _, r := range results {
-		ran[r.Name] = true
-		if r.Outcome != "passed" {
+		switch skip, known := gatewayMeshSkips[r.Name]; {
+		case r.Outcome == "passed":
+			passed++
+		case r.Outcome == "skipped" && known && strings.Contains(r.Reason, skip):
+		default:
 			t.Errorf("%s: %s: %s %s", r.Name, r.Outcome, r.Reason, r.Cause)
 		}
 	}
-	for _, name := range gatewayMeshSubset {
-		if !ran[name] {
-			t.Errorf("%s did not run", name)
-		}
+	// The suite's mesh tests of gateway-api v1.6.3: a run that selects
+	// fewer has lost some.
+	if passed+len(gatewayMeshSkips) < 22 {
+		t.Errorf("%d tests passed and %d are known skips, want 22 in all", passed, len(gatewayMeshSkips))
 	}
 }
