@@ -38,22 +38,14 @@ const gatewayTestPrefix = "TestMeshConformance/"
 // (gateway.log), its conformance report (report.yaml), a JUnit
 // (junit_01.xml) and results.md into reportDir.
 func runGatewayMesh(testBin, runTests, reportDir, shuntBin, kubeBin string, nodes int, timeout time.Duration, tableOnly bool) ([]result, error) {
-	var err error
-	if reportDir == "" {
-		if reportDir, err = os.MkdirTemp("", "shunt-gateway-mesh-"); err != nil {
-			return nil, err
-		}
-	}
-	if shuntBin, err = filepath.Abs(shuntBin); err != nil {
-		return nil, err
-	}
-	if testBin, err = filepath.Abs(testBin); err != nil { // the suite runs in reportDir
-		return nil, err
-	}
 	if _, err := regexp.Compile(runTests); err != nil {
 		return nil, fmt.Errorf("--run-test: %w", err)
 	}
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+	reportDir, shuntBin, err := runDirs(reportDir, shuntBin, "shunt-gateway-mesh-")
+	if err != nil {
+		return nil, err
+	}
+	if testBin, err = filepath.Abs(testBin); err != nil { // the suite runs in reportDir
 		return nil, err
 	}
 	stream := filepath.Join(reportDir, "gateway.json")
@@ -63,14 +55,10 @@ func runGatewayMesh(testBin, runTests, reportDir, shuntBin, kubeBin string, node
 		for _, f := range lab.IstioEchoFiles {
 			needed = append(needed, filepath.Join(kubeBin, f))
 		}
-		for _, p := range needed {
-			if _, err := os.Stat(p); err != nil {
-				return nil, fmt.Errorf("%s is missing: run make build, scripts/kube-build.sh kube-scheduler coredns istio-echo and build %s (scripts/conformance.sh --suite %s does all three)", p, testBin, SuiteGatewayMesh)
-			}
+		if err := requirePrograms(fmt.Sprintf("run make build, scripts/kube-build.sh kube-scheduler coredns istio-echo and build %s (scripts/conformance.sh --suite %s does all three)", testBin, SuiteGatewayMesh), needed...); err != nil {
+			return nil, err
 		}
-		logf := func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
-		}
+		logf := stampedLogf
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		start := time.Now()
@@ -306,41 +294,20 @@ func gatewayCauseOf(log string) string {
 // writeJUnit writes results as a JUnit report of one suite, as CI tools
 // read them (the same elements e2e.test's has).
 func writeJUnit(path, suite string, results []result) error {
-	type message struct {
-		Message string `xml:"message,attr"`
-		Text    string `xml:",chardata"`
-	}
-	type testcase struct {
-		Name    string   `xml:"name,attr"`
-		Status  string   `xml:"status,attr"`
-		Time    float64  `xml:"time,attr"`
-		Skipped *message `xml:"skipped"`
-		Failure *message `xml:"failure"`
-	}
-	type testsuite struct {
-		Name     string     `xml:"name,attr"`
-		Tests    int        `xml:"tests,attr"`
-		Failures int        `xml:"failures,attr"`
-		Skipped  int        `xml:"skipped,attr"`
-		Cases    []testcase `xml:"testcase"`
-	}
-	s := testsuite{Name: suite, Tests: len(results)}
+	s := junitSuite{Name: suite, Tests: len(results)}
 	for _, r := range results {
-		c := testcase{Name: r.Name, Status: r.Outcome, Time: r.Seconds}
+		c := junitCase{Name: r.Name, Status: r.Outcome, Time: r.Seconds}
 		switch r.Outcome {
 		case "failed":
 			s.Failures++
-			c.Failure = &message{Message: r.Reason, Text: r.Cause}
+			c.Failure = &junitMessage{Message: r.Reason, Text: r.Cause}
 		case "skipped":
 			s.Skipped++
-			c.Skipped = &message{Message: r.Reason}
+			c.Skipped = &junitMessage{Message: r.Reason}
 		}
 		s.Cases = append(s.Cases, c)
 	}
-	data, err := xml.MarshalIndent(struct {
-		XMLName xml.Name    `xml:"testsuites"`
-		Suites  []testsuite `xml:"testsuite"`
-	}{Suites: []testsuite{s}}, "", "  ")
+	data, err := xml.MarshalIndent(junitSuites{Suites: []junitSuite{s}}, "", "  ")
 	if err != nil {
 		return err
 	}

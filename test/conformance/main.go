@@ -90,26 +90,15 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	if _, err := regexp.Compile(skip); err != nil {
 		return nil, fmt.Errorf("--skip: %w", err)
 	}
-	var err error
-	if reportDir == "" {
-		if reportDir, err = os.MkdirTemp("", "shunt-conformance-"); err != nil {
-			return nil, err
-		}
-	}
-	if shuntBin, err = filepath.Abs(shuntBin); err != nil {
+	reportDir, shuntBin, err := runDirs(reportDir, shuntBin, "shunt-conformance-")
+	if err != nil {
 		return nil, err
 	}
-	for _, p := range []string{filepath.Join(shuntBin, "shunt"), filepath.Join(shuntBin, "shuntd"), filepath.Join(kubeBin, "e2e.test"), filepath.Join(kubeBin, "coredns")} {
-		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%s is missing: run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns (scripts/conformance.sh does both)", p)
-		}
-	}
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+	if err := requirePrograms("run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns (scripts/conformance.sh does both)",
+		filepath.Join(shuntBin, "shunt"), filepath.Join(shuntBin, "shuntd"), filepath.Join(kubeBin, "e2e.test"), filepath.Join(kubeBin, "coredns")); err != nil {
 		return nil, err
 	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
-	}
+	logf := stampedLogf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -166,6 +155,37 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	logf("results: %s; JUnit and e2e.test's log of each process: %s/e2e-*/; the cluster's logs: %s", filepath.Join(reportDir, "results.md"),
 		reportDir, filepath.Join(reportDir, "cluster", "logs"))
 	return results, errors.Join(append(errs, downErr)...)
+}
+
+// runDirs makes the report directory (a new one under /tmp, its name
+// starting with prefix, when reportDir is "") and shuntBin absolute.
+func runDirs(reportDir, shuntBin, prefix string) (string, string, error) {
+	var err error
+	if reportDir == "" {
+		if reportDir, err = os.MkdirTemp("", prefix); err != nil {
+			return "", "", err
+		}
+	}
+	if shuntBin, err = filepath.Abs(shuntBin); err != nil {
+		return "", "", err
+	}
+	return reportDir, shuntBin, os.MkdirAll(reportDir, 0o755)
+}
+
+// requirePrograms names the first of paths that is missing, and how to
+// build it.
+func requirePrograms(howToBuild string, paths ...string) error {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s is missing: %s", p, howToBuild)
+		}
+	}
+	return nil
+}
+
+// stampedLogf logs a line of progress to stderr, the time first.
+func stampedLogf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
 }
 
 // runShards brings the cluster up, runs one e2e.test per shard at once and

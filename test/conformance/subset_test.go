@@ -26,21 +26,29 @@ var fastSubset = []string{
 	"[sig-network] Services should serve endpoints on same port and different protocols [Conformance]",
 }
 
-func TestConformanceFastSubset(t *testing.T) {
+// subsetSetup skips the test when it cannot run (not root, a Kubernetes
+// program not built: kubeBuild says how to build them) and builds shunt
+// into a directory of the test's; the Kubernetes bin directory and that.
+func subsetSetup(t *testing.T, kubeBuild string, programs ...string) (kubeBin, bin string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, BPF, cgroups)")
 	}
-	kubeBin := kubecluster.DefaultBinDir()
-	for _, p := range []string{"e2e.test", "kube-scheduler", "agnhost"} {
+	kubeBin = kubecluster.DefaultBinDir()
+	for _, p := range programs {
 		if _, err := os.Stat(filepath.Join(kubeBin, p)); err != nil {
-			t.Skipf("%s is not built: run scripts/kube-build.sh kube-scheduler agnhost e2e.test (make test does)", p)
+			t.Skipf("%s is not built: run %s (make test does)", p, kubeBuild)
 		}
 	}
-	bin := t.TempDir()
+	bin = t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/", "../../cmd/shunt", "../../cmd/shuntd", "../../cmd/shunt-proxy", "../../cmd/shunt-cni")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building shunt: %v\n%s", err, out)
 	}
+	return kubeBin, bin
+}
+
+func TestConformanceFastSubset(t *testing.T) {
+	kubeBin, bin := subsetSetup(t, "scripts/kube-build.sh kube-scheduler agnhost e2e.test", "e2e.test", "kube-scheduler", "agnhost")
 	quoted := make([]string, len(fastSubset))
 	for i, s := range fastSubset {
 		quoted[i] = regexp.QuoteMeta(s)
@@ -76,23 +84,11 @@ var gatewayMeshSkips = map[string]string{
 }
 
 func TestGatewayMeshFastSubset(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, BPF, cgroups)")
-	}
-	kubeBin := kubecluster.DefaultBinDir()
-	for _, p := range []string{"kube-scheduler", "coredns", "istio-echo-server", "istio-echo-client"} {
-		if _, err := os.Stat(filepath.Join(kubeBin, p)); err != nil {
-			t.Skipf("%s is not built: run scripts/kube-build.sh kube-scheduler coredns istio-echo (make test does)", p)
-		}
-	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "../../cmd/shunt", "../../cmd/shuntd", "../../cmd/shunt-proxy", "../../cmd/shunt-cni")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building shunt: %v\n%s", err, out)
-	}
+	kubeBin, bin := subsetSetup(t, "scripts/kube-build.sh kube-scheduler coredns istio-echo",
+		"kube-scheduler", "coredns", "istio-echo-server", "istio-echo-client", "istio-echo-cert.crt", "istio-echo-cert.key")
 	// The suite's test binary, from its own module.
 	suiteBin := filepath.Join(bin, "gateway-mesh-conformance.test")
-	build = exec.Command("go", "test", "-c", "-o", suiteBin, ".")
+	build := exec.Command("go", "test", "-c", "-o", suiteBin, ".")
 	build.Dir = "../../tools/gwconformance"
 	build.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := build.CombinedOutput(); err != nil {
