@@ -186,10 +186,10 @@ func route(rt *gatewayv1.HTTPRoute, byName map[string][]services.Port) proxyapi.
 		r.Parents = append(r.Parents, parent)
 	}
 	for _, rule := range rt.Spec.Rules {
-		out := proxyapi.RouteRule{Matches: matches(rule.Matches), Filters: filters(rule.Filters)}
+		out := proxyapi.RouteRule{Matches: matches(rule.Matches), Filters: filters(rule.Filters, false)}
 		for _, br := range rule.BackendRefs {
 			b := backend(rt.Namespace, br.BackendRef, byName)
-			b.Filters = filters(br.Filters)
+			b.Filters = filters(br.Filters, true)
 			out.Backends = append(out.Backends, b)
 		}
 		if rule.Timeouts != nil && rule.Timeouts.Request != nil {
@@ -218,8 +218,10 @@ func route(rt *gatewayv1.HTTPRoute, byName map[string][]services.Port) proxyapi.
 }
 
 // filters turns HTTPRoute filters into the proxy's form (nil: none). A
-// filter type the proxy does not implement is named in Unsupported.
-func filters(in []gatewayv1.HTTPRouteFilter) *proxyapi.Filters {
+// filter type the proxy does not implement is named in Unsupported; on a
+// backendRef (backendRef), so are redirects and rewrites, which the CRD
+// allows there and the proxy applies only as a rule's.
+func filters(in []gatewayv1.HTTPRouteFilter, backendRef bool) *proxyapi.Filters {
 	if len(in) == 0 {
 		return nil
 	}
@@ -227,6 +229,8 @@ func filters(in []gatewayv1.HTTPRouteFilter) *proxyapi.Filters {
 	var unsupported []string
 	for _, f := range in {
 		switch {
+		case backendRef && (f.Type == gatewayv1.HTTPRouteFilterRequestRedirect || f.Type == gatewayv1.HTTPRouteFilterURLRewrite):
+			unsupported = append(unsupported, string(f.Type)+" (on a backendRef)")
 		case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil:
 			out.RequestHeaders = headerModifier(f.RequestHeaderModifier)
 		case f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil:

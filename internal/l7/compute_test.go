@@ -153,7 +153,8 @@ func TestRouteFiltersAndConsumers(t *testing.T) {
 					{Type: gatewayv1.HTTPRouteFilterURLRewrite, URLRewrite: &gatewayv1.HTTPURLRewriteFilter{
 						Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr("/new")}}},
 				}, BackendRefs: []gatewayv1.HTTPBackendRef{{Filters: []gatewayv1.HTTPRouteFilter{
-					{Type: gatewayv1.HTTPRouteFilterResponseHeaderModifier, ResponseHeaderModifier: &gatewayv1.HTTPHeaderFilter{Remove: []string{"Server"}}}}}}},
+					{Type: gatewayv1.HTTPRouteFilterResponseHeaderModifier, ResponseHeaderModifier: &gatewayv1.HTTPHeaderFilter{Remove: []string{"Server"}}}}},
+					{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterURLRewrite, URLRewrite: &gatewayv1.HTTPURLRewriteFilter{}}}}}},
 				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect, RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{
 					Scheme: ptr("https"), Hostname: &host, Port: &port, StatusCode: &code,
 					Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: ptr("/x")}}}}},
@@ -180,5 +181,8 @@ func TestRouteFiltersAndConsumers(t *testing.T) {
 	}
 	if f := got.Rules[0].Backends[0].Filters; f == nil || !reflect.DeepEqual(f.ResponseHeaders, &proxyapi.HeaderModifier{Remove: []string{"Server"}}) {
 		t.Errorf("the backendRef's filters: %+v", f)
+	}
+	if f := got.Rules[0].Backends[1].Filters; f == nil || f.Unsupported != "filter URLRewrite (on a backendRef) is not implemented by shunt's proxy" {
+		t.Errorf("a backendRef's URLRewrite: %+v, want it named unsupported", f)
 	}
 }

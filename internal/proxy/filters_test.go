@@ -58,6 +58,8 @@ func filtersHarness(t *testing.T) *harness {
 				{Matches: prefix("/port"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Port: 8083,
 					Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/moved"}}}},
 				{Matches: prefix("/mirror"), Backends: to, Filters: &proxyapi.Filters{Unsupported: "filter RequestMirror is not implemented"}},
+				{Matches: prefix("/backend-rewrite"), Backends: []proxyapi.RouteBackend{{Service: "default/echo-v1", Port: 8080, Weight: 1,
+					Filters: &proxyapi.Filters{Unsupported: "filter URLRewrite (on a backendRef) is not implemented"}}}},
 				{Backends: to},
 			}}},
 	})
@@ -147,6 +149,9 @@ func TestRouteFilters(t *testing.T) {
 			}
 			if resp, body := do("/mirror"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "RequestMirror") {
 				t.Errorf("a rule with an unsupported filter: %d %q, want 500 naming it", resp.StatusCode, body)
+			}
+			if resp, body := do("/backend-rewrite"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "URLRewrite (on a backendRef)") {
+				t.Errorf("a backendRef with an unsupported filter: %d %q, want 500 naming it", resp.StatusCode, body)
 			}
 		})
 	}

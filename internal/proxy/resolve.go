@@ -78,6 +78,10 @@ func (t *table) resolve(orig netip.AddrPort, r *http.Request, clientNS string) (
 				msg: fmt.Sprintf("route %s rule %d has no backend with a weight", m.rule.route, m.rule.index)}
 		}
 		tg.label, tg.backendFilters = rb.label, rb.filters
+		if f := rb.filters; f != nil && f.Unsupported != "" {
+			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonUnsupportedFilter,
+				msg: fmt.Sprintf("route %s rule %d backend %s: %s", m.rule.route, m.rule.index, rb.label, f.Unsupported)}
+		}
 		if rb.svc == nil {
 			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonUnresolved,
 				msg: fmt.Sprintf("route %s: %s", m.rule.route, rb.unresolved)}

@@ -236,7 +236,8 @@ type RouteBackend struct {
 	Weight     int32  `json:"weight"`
 	Unresolved string `json:"unresolved,omitempty"`
 	// Filters of this backendRef: header modifiers applied after the
-	// rule's when this backend is picked.
+	// rule's when this backend is picked (Unsupported: its share of
+	// requests is answered 500).
 	Filters *Filters `json:"filters,omitempty"`
 }
 
