@@ -30,10 +30,11 @@ check-generated: generate
 # this returns at once. Then kube-scheduler, agnhost and e2e.test, for the
 # conformance subset of make test (test/conformance; e2e.test took 611 s
 # with the Go build cache of the others warm), and coredns, the cluster DNS
-# (tools/coredns: 376 s on 2 loaded cores with client-go's build cache warm).
+# (tools/coredns: 376 s on 2 loaded cores with client-go's build cache warm),
+# and Istio's echo app for the Gateway API mesh subset (tools/istioecho).
 kube:
 	@scripts/kube-build.sh >/dev/null
-	@scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns >/dev/null
+	@scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns istio-echo >/dev/null
 
 # The container image, without a container daemon (tools/image, a module of
 # its own): $(BIN)/image/oci (OCI layout) and $(BIN)/image/shunt.tar
@@ -51,6 +52,7 @@ chart:
 test-tools:
 	cd tools/image && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
 	cd tools/helm && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
+	cd tools/gwconformance && GOWORK=off $(GO) vet ./...
 
 demo: setup build
 	@scripts/demo.sh
@@ -80,9 +82,11 @@ test: setup build check-generated kube image
 
 # The Kubernetes e2e suite against a shunt cluster with no kube-proxy
 # (scripts/conformance.sh): FOCUS (default: sig-network conformance; netpol:
-# the NetworkPolicy specs), SKIP, REPORT (directory of JUnit and results.md).
+# the NetworkPolicy specs), SKIP, REPORT (directory of JUnit and results.md);
+# SUITE=gateway-mesh: focus 3, the Gateway API mesh suite (RUN: a regular
+# expression of its tests).
 conformance:
-	scripts/conformance.sh $(if $(FOCUS),--focus '$(FOCUS)') $(if $(SKIP),--skip '$(SKIP)') $(if $(REPORT),--report-dir '$(REPORT)')
+	scripts/conformance.sh $(if $(SUITE),--suite '$(SUITE)') $(if $(RUN),--run-test '$(RUN)') $(if $(FOCUS),--focus '$(FOCUS)') $(if $(SKIP),--skip '$(SKIP)') $(if $(REPORT),--report-dir '$(REPORT)')
 
 # Every fuzz target for longer (FUZZTIME each); make test runs 20 000
 # executions of each (scripts/fuzz.sh says why a count).

@@ -9,6 +9,10 @@
 #   scripts/conformance.sh                      focus 1: sig-network conformance
 #   scripts/conformance.sh --focus netpol       focus 2: test/e2e/network/netpol
 #   scripts/conformance.sh --focus RE --skip RE --report-dir DIR --nodes N
+#   scripts/conformance.sh --suite gateway-mesh [--run-test NAME]
+#                                               focus 3: the Gateway API
+#                                               conformance suite's mesh
+#                                               profile (tools/gwconformance)
 #
 # It builds shunt (make build) and, once per Kubernetes release, e2e.test,
 # kube-scheduler, agnhost and coredns, the cluster DNS (scripts/kube-build.sh;
@@ -24,7 +28,17 @@ if [ "$(id -u)" != 0 ]; then
 fi
 scripts/setup.sh
 make -s build
-kube=$(scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns | tail -n1)
 scripts/kube-build.sh >/dev/null
 GOWORK=off go build -o bin/conformance ./test/conformance
+case " $* " in
+*" --suite gateway-mesh "* | *" --suite=gateway-mesh "*)
+	# Istio's echo app (the suite's echo-advanced image) and the suite's
+	# test binary, from modules of their own.
+	kube=$(scripts/kube-build.sh kube-scheduler coredns istio-echo | tail -n1)
+	(cd tools/gwconformance && GOWORK=off nice -n 19 go test -c -o ../../bin/gateway-mesh-conformance.test .)
+	;;
+*)
+	kube=$(scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns | tail -n1)
+	;;
+esac
 exec bin/conformance --shunt-bin bin --kube-bin "$kube" "$@"

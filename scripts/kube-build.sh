@@ -37,6 +37,13 @@
 #                   registry.k8s.io/coredns/coredns image: the cluster DNS
 #                   that `shunt dev cluster up --dns` runs. Rebuilt when the
 #                   CoreDNS pin changes (bin/coredns.version says which).
+#   istio-echo      Istio's echo app from the module tools/istioecho
+#                   (istio.io/istio at its pin): istio-echo-server,
+#                   istio-echo-client and the certificate and key of its
+#                   image (istio-echo-cert.crt, .key), the programs of the
+#                   registry.k8s.io/gateway-api/echo-advanced image that the
+#                   Gateway API mesh conformance suite deploys. Rebuilt when
+#                   the pin changes (bin/istio-echo.version).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,7 +59,7 @@ cache=${SHUNT_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shunt/kube}
 dir=$cache/$version
 bin=$dir/bin
 programs=(kube-apiserver kube-controller-manager kube-proxy kubectl)
-extras=(kube-scheduler agnhost e2e.test coredns)
+extras=(kube-scheduler agnhost e2e.test coredns istio-echo)
 check=
 if [ "${1:-}" = --check ]; then
 	check=1
@@ -73,8 +80,15 @@ fi
 
 # CoreDNS has a pin of its own (tools/coredns/go.mod).
 coredns_version=$(awk '$1 == "github.com/coredns/coredns" && $2 ~ /^v/ { print $2 }' "$root/tools/coredns/go.mod")
+# And Istio (tools/istioecho/go.mod).
+istio_version=$(awk '($1 == "istio.io/istio" && $2 ~ /^v/) { print $2 } ($1 == "require" && $2 == "istio.io/istio") { print $3 }' "$root/tools/istioecho/go.mod")
 
 present() {
+	if [ "$1" = istio-echo ]; then
+		[ -x "$bin/istio-echo-server" ] && [ -x "$bin/istio-echo-client" ] && [ -f "$bin/istio-echo-cert.crt" ] && [ -f "$bin/istio-echo-cert.key" ] || return 1
+		[ "$(cat "$bin/istio-echo.version" 2>/dev/null)" = "$istio_version" ] || return 1
+		return 0
+	fi
 	[ -x "$bin/$1" ] || return 1
 	if [ "$1" = coredns ]; then
 		[ "$(cat "$bin/coredns.version" 2>/dev/null)" = "$coredns_version" ] || return 1
@@ -140,6 +154,21 @@ for p in "${programs[@]}"; do
 	# nice: other work shares these cores; static binaries like the release ones.
 	if [ "$p" = e2e.test ]; then
 		(cd "$mod" && GOWORK=off CGO_ENABLED=0 nice -n 19 go test -c -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/$p" "$pkg")
+	elif [ "$p" = istio-echo ]; then
+		# A module of its own (tools/istioecho): the image's two programs,
+		# and the certificate and key its Dockerfile (pkg/test/echo/docker/
+		# Dockerfile.app at the pin) copies to /cert.crt and /cert.key.
+		(cd "$root/tools/istioecho" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$tmp/istio-echo-server" istio.io/istio/pkg/test/echo/cmd/server &&
+			GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$tmp/istio-echo-client" istio.io/istio/pkg/test/echo/cmd/client)
+		src=$(cd "$root/tools/istioecho" && GOWORK=off go list -m -f '{{.Dir}}' istio.io/istio)
+		install -m 644 "$src/tests/testdata/certs/dns/cert-chain.pem" "$tmp/istio-echo-cert.crt"
+		install -m 644 "$src/tests/testdata/certs/dns/key.pem" "$tmp/istio-echo-cert.key"
+		for f in istio-echo-server istio-echo-client istio-echo-cert.crt istio-echo-cert.key; do
+			mv -f "$tmp/$f" "$bin/$f"
+		done
+		echo "$istio_version" >"$bin/istio-echo.version"
+		echo "kube-build: $p built in $(($(date +%s) - t0)) s" >&2
+		continue
 	elif [ "$p" = coredns ]; then
 		# A module of its own (tools/coredns), not k8s.io/kubernetes.
 		(cd "$root/tools/coredns" && GOWORK=off CGO_ENABLED=0 nice -n 19 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$tmp/$p" .)

@@ -289,8 +289,9 @@ func newRootCmd() *cobra.Command {
 
 // podImages finds the programs of the images the lab kubelet maps:
 // agnhost (the flag, beside shuntd, or in the Kubernetes build cache),
-// Debian's static busybox and coredns (beside shuntd or in the Kubernetes
-// build cache). One not found leaves its images unmapped.
+// Debian's static busybox, coredns and Istio's echo app (beside shuntd or
+// in the Kubernetes build cache). One not found leaves its images
+// unmapped.
 func podImages(agnhost, binDir string) lab.Images {
 	var im lab.Images
 	candidates := []string{filepath.Join(binDir, "agnhost"), filepath.Join(kubecluster.DefaultBinDir(), "agnhost")}
@@ -312,7 +313,24 @@ func podImages(agnhost, binDir string) lab.Images {
 			break
 		}
 	}
+	for _, dir := range []string{binDir, kubecluster.DefaultBinDir()} {
+		if istioEchoComplete(dir) {
+			im.IstioEcho = dir
+			break
+		}
+	}
 	return im
+}
+
+// istioEchoComplete says whether dir holds every file of Istio's echo
+// image (scripts/kube-build.sh istio-echo).
+func istioEchoComplete(dir string) bool {
+	for _, name := range lab.IstioEchoFiles {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // writeFlags records every flag's value, defaults included (a list as

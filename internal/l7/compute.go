@@ -182,15 +182,20 @@ func route(rt *gatewayv1.HTTPRoute, byName map[string][]services.Port) proxyapi.
 			ns = string(*pr.Namespace)
 		}
 		parent := proxyapi.ParentRef{Service: ns + "/" + string(pr.Name)}
+		if ns != rt.Namespace {
+			parent.Consumer = rt.Namespace
+		}
 		if pr.Port != nil {
 			parent.Port = uint16(*pr.Port)
 		}
 		r.Parents = append(r.Parents, parent)
 	}
 	for _, rule := range rt.Spec.Rules {
-		out := proxyapi.RouteRule{Matches: matches(rule.Matches)}
+		out := proxyapi.RouteRule{Matches: matches(rule.Matches), Filters: filters(rule.Filters, false)}
 		for _, br := range rule.BackendRefs {
-			out.Backends = append(out.Backends, backend(rt.Namespace, br.BackendRef, byName))
+			b := backend(rt.Namespace, br.BackendRef, byName)
+			b.Filters = filters(br.Filters, true)
+			out.Backends = append(out.Backends, b)
 		}
 		if rule.Timeouts != nil && rule.Timeouts.Request != nil {
 			if d, err := time.ParseDuration(string(*rule.Timeouts.Request)); err == nil {
@@ -215,6 +220,79 @@ func route(rt *gatewayv1.HTTPRoute, byName map[string][]services.Port) proxyapi.
 		r.Rules = append(r.Rules, out)
 	}
 	return r
+}
+
+// filters turns HTTPRoute filters into the proxy's form (nil: none). A
+// filter type the proxy does not implement is named in Unsupported; on a
+// backendRef (backendRef), so are redirects and rewrites, which the CRD
+// allows there and the proxy applies only as a rule's.
+func filters(in []gatewayv1.HTTPRouteFilter, backendRef bool) *proxyapi.Filters {
+	if len(in) == 0 {
+		return nil
+	}
+	out := &proxyapi.Filters{}
+	var unsupported []string
+	for _, f := range in {
+		switch {
+		case backendRef && (f.Type == gatewayv1.HTTPRouteFilterRequestRedirect || f.Type == gatewayv1.HTTPRouteFilterURLRewrite):
+			unsupported = append(unsupported, string(f.Type)+" (on a backendRef)")
+		case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil:
+			out.RequestHeaders = headerModifier(f.RequestHeaderModifier)
+		case f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil:
+			out.ResponseHeaders = headerModifier(f.ResponseHeaderModifier)
+		case f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil:
+			rr := f.RequestRedirect
+			r := &proxyapi.Redirect{Path: pathModifier(rr.Path)}
+			if rr.Scheme != nil {
+				r.Scheme = *rr.Scheme
+			}
+			if rr.Hostname != nil {
+				r.Hostname = string(*rr.Hostname)
+			}
+			if rr.Port != nil {
+				r.Port = uint16(*rr.Port)
+			}
+			if rr.StatusCode != nil {
+				r.StatusCode = *rr.StatusCode
+			}
+			out.Redirect = r
+		case f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
+			r := &proxyapi.Rewrite{Path: pathModifier(f.URLRewrite.Path)}
+			if f.URLRewrite.Hostname != nil {
+				r.Hostname = string(*f.URLRewrite.Hostname)
+			}
+			out.Rewrite = r
+		default:
+			unsupported = append(unsupported, string(f.Type))
+		}
+	}
+	if len(unsupported) > 0 {
+		out.Unsupported = "filter " + strings.Join(unsupported, ", ") + " is not implemented by shunt's proxy"
+	}
+	return out
+}
+
+func headerModifier(h *gatewayv1.HTTPHeaderFilter) *proxyapi.HeaderModifier {
+	m := &proxyapi.HeaderModifier{Remove: slices.Clone(h.Remove)}
+	for _, s := range h.Set {
+		m.Set = append(m.Set, proxyapi.Header{Name: string(s.Name), Value: s.Value})
+	}
+	for _, a := range h.Add {
+		m.Add = append(m.Add, proxyapi.Header{Name: string(a.Name), Value: a.Value})
+	}
+	return m
+}
+
+func pathModifier(p *gatewayv1.HTTPPathModifier) *proxyapi.PathModifier {
+	switch {
+	case p == nil:
+		return nil
+	case p.Type == gatewayv1.FullPathHTTPPathModifier && p.ReplaceFullPath != nil:
+		return &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: *p.ReplaceFullPath}
+	case p.Type == gatewayv1.PrefixMatchHTTPPathModifier && p.ReplacePrefixMatch != nil:
+		return &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: *p.ReplacePrefixMatch}
+	}
+	return &proxyapi.PathModifier{Type: string(p.Type)} // the proxy refuses what it does not know
 }
 
 func isService(group *gatewayv1.Group, kind *gatewayv1.Kind) bool {

@@ -3,14 +3,19 @@ package l7
 import (
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/proxy/l7policy"
+	"github.com/shuntnet/shunt/internal/proxyapi"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 func TestParseInboundRedirect(t *testing.T) {
@@ -123,5 +128,61 @@ spec:
 	}
 	if d := decide(base+denyHost, "", "/healthz"); d.Allowed || d.DropReason != l7policy.ReasonDenied {
 		t.Errorf("the host's probe with a policy denying the host: %+v, want denied", d)
+	}
+}
+
+// A route's filters reach the proxy as they were written; one the proxy
+// does not implement is named, and a parent of another namespace makes
+// the route a consumer route of its own namespace.
+func TestRouteFiltersAndConsumers(t *testing.T) {
+	ptr := func(s string) *string { return &s }
+	svcKind, otherNS := gatewayv1.Kind("Service"), gatewayv1.Namespace("producer")
+	host := gatewayv1.PreciseHostname("example.org")
+	code, port := 301, gatewayv1.PortNumber(8083)
+	rt := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "consumer", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{
+				{Kind: &svcKind, Name: "echo", Namespace: &otherNS},
+				{Kind: &svcKind, Name: "local"},
+			}},
+			Rules: []gatewayv1.HTTPRouteRule{
+				{Filters: []gatewayv1.HTTPRouteFilter{
+					{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{
+						Set: []gatewayv1.HTTPHeader{{Name: "X-Set", Value: "v"}}, Add: []gatewayv1.HTTPHeader{{Name: "X-Add", Value: "a"}}, Remove: []string{"X-Gone"}}},
+					{Type: gatewayv1.HTTPRouteFilterURLRewrite, URLRewrite: &gatewayv1.HTTPURLRewriteFilter{
+						Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr("/new")}}},
+				}, BackendRefs: []gatewayv1.HTTPBackendRef{{Filters: []gatewayv1.HTTPRouteFilter{
+					{Type: gatewayv1.HTTPRouteFilterResponseHeaderModifier, ResponseHeaderModifier: &gatewayv1.HTTPHeaderFilter{Remove: []string{"Server"}}}}},
+					{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterURLRewrite, URLRewrite: &gatewayv1.HTTPURLRewriteFilter{}}}}}},
+				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect, RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{
+					Scheme: ptr("https"), Hostname: &host, Port: &port, StatusCode: &code,
+					Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: ptr("/x")}}}}},
+				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestMirror, RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{}}}},
+			},
+		},
+	}
+	got := route(rt, map[string][]services.Port{})
+	wantParents := []proxyapi.ParentRef{{Service: "producer/echo", Consumer: "consumer"}, {Service: "consumer/local"}}
+	if !reflect.DeepEqual(got.Parents, wantParents) {
+		t.Errorf("parents %+v, want %+v", got.Parents, wantParents)
+	}
+	want := []*proxyapi.Filters{
+		{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Set", Value: "v"}}, Add: []proxyapi.Header{{Name: "X-Add", Value: "a"}}, Remove: []string{"X-Gone"}},
+			Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/new"}}},
+		{Redirect: &proxyapi.Redirect{Scheme: "https", Hostname: "example.org", Port: 8083, StatusCode: 301,
+			Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/x"}}},
+		{Unsupported: "filter RequestMirror is not implemented by shunt's proxy"},
+	}
+	for i, w := range want {
+		if !reflect.DeepEqual(got.Rules[i].Filters, w) {
+			t.Errorf("rule %d: filters %+v, want %+v", i, got.Rules[i].Filters, w)
+		}
+	}
+	if f := got.Rules[0].Backends[0].Filters; f == nil || !reflect.DeepEqual(f.ResponseHeaders, &proxyapi.HeaderModifier{Remove: []string{"Server"}}) {
+		t.Errorf("the backendRef's filters: %+v", f)
+	}
+	if f := got.Rules[0].Backends[1].Filters; f == nil || f.Unsupported != "filter URLRewrite (on a backendRef) is not implemented by shunt's proxy" {
+		t.Errorf("a backendRef's URLRewrite: %+v, want it named unsupported", f)
 	}
 }

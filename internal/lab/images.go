@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -14,8 +15,10 @@ import (
 //     (MappedImages): agnhost built from its upstream source at the pinned
 //     Kubernetes release (scripts/kube-build.sh agnhost), pause (agnhost's
 //     pause), busybox (Debian's busybox-static), glibc-dns-testing
-//     (Debian 12 with dig: the node's own programs), and coredns (CoreDNS
-//     built from its module, tools/coredns). They run as their image
+//     (Debian 12 with dig: the node's own programs), coredns (CoreDNS
+//     built from its module, tools/coredns), and the Gateway API's
+//     echo-advanced (Istio's echo app, built from its module,
+//     tools/istioecho). They run as their image
 //     would: the image's entrypoint and default arguments, the pod's command
 //     and args over them as a runtime applies them, and the paths of the
 //     image's programs (/agnhost, /bin/sh, ...) mapped to the node's.
@@ -43,6 +46,11 @@ type Images struct {
 	// CoreDNS is the coredns binary (scripts/kube-build.sh coredns, from
 	// tools/coredns); empty when it is not built.
 	CoreDNS string
+	// IstioEcho is the directory of Istio's echo app (scripts/kube-build.sh
+	// istio-echo, from tools/istioecho): its server and client and the
+	// certificate and key its image carries (IstioEchoFiles); empty when
+	// it is not built.
+	IstioEcho string
 	// Layouts are OCI image layouts (`make image`'s bin/image/oci): an
 	// image they hold runs from its own file system (rootfs.go).
 	Layouts []string
@@ -61,7 +69,23 @@ const (
 	// imageCoreDNS: CoreDNS, the cluster DNS (its image's entrypoint
 	// /coredns).
 	imageCoreDNS
+	// imageIstioEcho: Istio's echo app (gcr.io/istio-release/app, which
+	// the Gateway API's echo-advanced image is): entrypoint
+	// /usr/local/bin/server, /usr/local/bin/client beside it, /cert.crt
+	// and /cert.key for its TLS ports.
+	imageIstioEcho
 )
+
+// IstioEchoFiles are the files of Istio's echo image, by their path in
+// the image, and their names in Images.IstioEcho (scripts/kube-build.sh
+// istio-echo writes them; Istio's pkg/test/echo/docker/Dockerfile.app
+// copies them there).
+var IstioEchoFiles = map[string]string{
+	"/usr/local/bin/server": "istio-echo-server",
+	"/usr/local/bin/client": "istio-echo-client",
+	"/cert.crt":             "istio-echo-cert.crt",
+	"/cert.key":             "istio-echo-cert.key",
+}
 
 // MappedImages are the repositories (any tag or digest) the lab runs, as
 // e2e.test names them (k8s.io/kubernetes/test/utils/image) and as users
@@ -78,6 +102,10 @@ var MappedImages = map[string]imageKind{
 	"registry.k8s.io/e2e-test-images/glibc-dns-testing": imageDebian,
 	"registry.k8s.io/coredns/coredns":                   imageCoreDNS,
 	"docker.io/coredns/coredns":                         imageCoreDNS,
+	// The Gateway API conformance suite's mesh echo (its mesh/manifests.yaml):
+	// FROM gcr.io/istio-release/app (docker/Dockerfile.echo-advanced).
+	"registry.k8s.io/gateway-api/echo-advanced": imageIstioEcho,
+	"gcr.io/istio-release/app":                  imageIstioEcho,
 }
 
 // ImageNotMappedError says why an image cannot run.
@@ -123,6 +151,10 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 		if im.CoreDNS == "" {
 			return nil, &ImageNotMappedError{image, "coredns is not built on this node: run scripts/kube-build.sh coredns"}
 		}
+	case imageIstioEcho:
+		if im.IstioEcho == "" {
+			return nil, &ImageNotMappedError{image, "Istio's echo app is not built on this node: run scripts/kube-build.sh istio-echo"}
+		}
 	}
 	// A runtime's rule: command replaces the entrypoint (and drops the
 	// image's arguments), args replace the image's arguments.
@@ -138,6 +170,8 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 		defaults = []string{"bash"}
 	case imageCoreDNS:
 		entrypoint = []string{"/coredns"}
+	case imageIstioEcho:
+		entrypoint = []string{"/usr/local/bin/server"}
 	}
 	argv := slices.Concat(entrypoint, defaults)
 	switch {
@@ -155,14 +189,22 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 // node's, found on the container's PATH. The shell too: Debian's busybox
 // sh runs its own applets first, and its nc has none of the -u, -t, -v
 // of the netcat-openbsd that agnhost's image installs and e2e tests exec.
+//
+// Istio's echo image has its server and client in /usr/local/bin, on the
+// image's PATH: the Gateway API's mesh suite execs `client URL ...`.
 func (im Images) ExecArgv(image string, argv []string) []string {
 	repo, _ := imageRepository(image)
 	kind := MappedImages[repo]
-	if len(argv) == 0 || im.Agnhost == "" || (kind != imageAgnhost && kind != imagePause) {
+	if len(argv) == 0 {
 		return argv
 	}
-	switch path.Base(argv[0]) {
-	case "agnhost", "agnhost-2", "pause":
+	switch {
+	case im.Agnhost != "" && (kind == imageAgnhost || kind == imagePause):
+		switch path.Base(argv[0]) {
+		case "agnhost", "agnhost-2", "pause":
+			return im.program(kind, argv)
+		}
+	case im.IstioEcho != "" && kind == imageIstioEcho:
 		return im.program(kind, argv)
 	}
 	return argv
@@ -180,6 +222,10 @@ func (im Images) program(kind imageKind, argv []string) []string {
 		return append([]string{im.Agnhost}, argv[1:]...)
 	case kind == imageCoreDNS && name == "coredns":
 		return append([]string{im.CoreDNS}, argv[1:]...)
+	case kind == imageIstioEcho && (argv[0] == "server" || argv[0] == "client" || argv[0] == "/usr/local/bin/"+name):
+		if file, ok := IstioEchoFiles["/usr/local/bin/"+name]; ok {
+			return append([]string{filepath.Join(im.IstioEcho, file)}, argv[1:]...)
+		}
 	case kind == imageBusybox || (kind == imageAgnhost && im.Busybox != ""):
 		// busybox's and alpine's (agnhost's base) programs are busybox
 		// applets: run as `busybox APPLET ARGS`, whose shell runs
@@ -254,6 +300,17 @@ func (im Images) imagePrograms(image string) map[string]string {
 	case imageCoreDNS:
 		if im.CoreDNS != "" {
 			return map[string]string{"/coredns": im.CoreDNS}
+		}
+	case imageIstioEcho:
+		// Its certificate and key, which the container's arguments name
+		// (--crt=/cert.crt --key=/cert.key). Not its programs: a mount
+		// point in the node's /usr/local/bin would be left behind there;
+		// the command and an exec run them by their path (program).
+		if im.IstioEcho != "" {
+			return map[string]string{
+				"/cert.crt": filepath.Join(im.IstioEcho, IstioEchoFiles["/cert.crt"]),
+				"/cert.key": filepath.Join(im.IstioEcho, IstioEchoFiles["/cert.key"]),
+			}
 		}
 	}
 	return nil

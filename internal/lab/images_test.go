@@ -16,13 +16,18 @@ import (
 )
 
 func TestImageArgv(t *testing.T) {
-	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox", CoreDNS: "/opt/kube/coredns"}
+	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox", CoreDNS: "/opt/kube/coredns", IstioEcho: "/opt/kube"}
 	agnhost := "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	echo := "registry.k8s.io/gateway-api/echo-advanced:v1.5.1"
 	cases := []struct {
 		name, image   string
 		command, args []string
 		want          []string
 	}{
+		{"echo-advanced: args go to its entrypoint, Istio's echo server", echo, nil, []string{"--tcp=9090", "--port=8080", "--crt=/cert.crt"},
+			[]string{"/opt/kube/istio-echo-server", "--tcp=9090", "--port=8080", "--crt=/cert.crt"}},
+		{"echo-advanced: command /usr/local/bin/client", echo, []string{"/usr/local/bin/client", "http://echo"}, nil,
+			[]string{"/opt/kube/istio-echo-client", "http://echo"}},
 		{"agnhost: args pick the subcommand", agnhost, nil, []string{"netexec", "--http-port=8080", "--udp-port=8081"},
 			[]string{"/opt/kube/agnhost", "netexec", "--http-port=8080", "--udp-port=8081"}},
 		{"agnhost: the image's default is pause", agnhost, nil, nil, []string{"/opt/kube/agnhost", "pause"}},
@@ -66,8 +71,9 @@ func TestImageArgv(t *testing.T) {
 // node's shell and tools otherwise (e2e tests exec nc -u, which busybox's
 // applet has not).
 func TestImageExecArgv(t *testing.T) {
-	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox"}
+	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox", IstioEcho: "/opt/kube"}
 	agnhost := "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	echo := "registry.k8s.io/gateway-api/echo-advanced:v1.5.1"
 	cases := []struct {
 		name, image string
 		argv, want  []string
@@ -78,6 +84,12 @@ func TestImageExecArgv(t *testing.T) {
 		{"busybox: as it is", "busybox:1.36", []string{"/agnhost"}, []string{"/agnhost"}},
 		{"lab image: as it is", "lab", []string{"agnhost", "x"}, []string{"agnhost", "x"}},
 		{"a record with no image: as it is", "", []string{"/agnhost"}, []string{"/agnhost"}},
+		// The Gateway API mesh suite execs `client URL --method=GET`:
+		// the image's /usr/local/bin/client, on its PATH.
+		{"echo-advanced: client is the image's", echo, []string{"client", "http://echo/", "--method=GET"},
+			[]string{"/opt/kube/istio-echo-client", "http://echo/", "--method=GET"}},
+		{"echo-advanced: by its path", echo, []string{"/usr/local/bin/client", "x"}, []string{"/opt/kube/istio-echo-client", "x"}},
+		{"echo-advanced: a shell is the node's", echo, []string{"sh", "-c", "true"}, []string{"sh", "-c", "true"}},
 	}
 	for _, c := range cases {
 		if got := im.ExecArgv(c.image, c.argv); !slices.Equal(got, c.want) {
@@ -105,6 +117,7 @@ func TestImageNotMapped(t *testing.T) {
 		{"agnhost not built", Images{Busybox: "/bin/busybox"}, "registry.k8s.io/e2e-test-images/agnhost:2.66.1", nil, "scripts/kube-build.sh agnhost"},
 		{"pause without agnhost", Images{}, "registry.k8s.io/pause:3.10.2", nil, "scripts/kube-build.sh agnhost"},
 		{"busybox not installed", Images{Agnhost: "/a"}, "busybox", nil, "busybox-static"},
+		{"Istio's echo not built", full, "registry.k8s.io/gateway-api/echo-advanced:v1.5.1", nil, "scripts/kube-build.sh istio-echo"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -755,9 +755,13 @@ const (
 // gammaOnly is why a parent other than a Service is refused.
 const gammaOnly = `shunt supports the GAMMA mesh pattern: parentRefs must name a Service: set group: "" and kind: Service`
 
-// notFiltered is why filters are refused: silently ignoring one (a
-// redirect, a header rewrite) would serve requests other than the route says.
-const notFiltered = "not supported: shunt's proxy implements no HTTPRoute filters (header modifiers, redirects, rewrites, mirrors, CORS, external auth): remove them"
+// filtersImplemented names the filters shunt's proxy applies; others are
+// refused: silently ignoring one (a mirror, CORS) would serve requests
+// other than the route says.
+const filtersImplemented = "shunt's proxy implements RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite"
+
+// maxHeaderModifications is the CRD's limit on each of set, add and remove.
+const maxHeaderModifications = 16
 
 var (
 	// gatewayDuration is a Gateway API duration (GEP-2257): "1h", "10s",
@@ -774,8 +778,9 @@ var httpMethods = []gatewayv1.HTTPMethod{
 
 // checkHTTPRoute checks an HTTPRoute as the Gateway API's CRD schema does,
 // and refuses what shunt does not implement rather than ignore it: parents
-// other than Services of the route's namespace, filters, hostnames,
-// session persistence, backends other than Services of the namespace.
+// other than Services of the route's namespace, filters other than header
+// modifiers, redirects and rewrites, hostnames, session persistence,
+// backends other than Services of the namespace.
 func checkHTTPRoute(c *checker, r *gatewayv1.HTTPRoute) {
 	spec := path("spec")
 	checkParentRefs(c, spec.child("parentRefs"), r.Namespace, r.Spec.ParentRefs)
@@ -798,14 +803,16 @@ func checkHTTPRoute(c *checker, r *gatewayv1.HTTPRoute) {
 		for j, m := range rule.Matches {
 			checkRouteMatch(c, f.child("matches").index(j), m)
 		}
-		if len(rule.Filters) > 0 {
-			c.errorf(f.child("filters"), notFiltered)
+		checkFilters(c, f.child("filters"), rule.Filters, rule, false)
+		if len(rule.BackendRefs) > 0 && slices.ContainsFunc(rule.Filters, func(x gatewayv1.HTTPRouteFilter) bool { return x.RequestRedirect != nil }) {
+			c.errorf(f.child("filters"), "RequestRedirect filter must not be used together with backendRefs: the proxy answers a redirect itself")
 		}
 		if len(rule.BackendRefs) > maxBackendRefs {
 			c.errorf(f.child("backendRefs"), "%d backendRefs: at most %d are allowed", len(rule.BackendRefs), maxBackendRefs)
 		}
 		for j, b := range rule.BackendRefs {
 			checkBackendRef(c, f.child("backendRefs").index(j), r.Namespace, b)
+			checkFilters(c, f.child("backendRefs").index(j).child("filters"), b.Filters, rule, true)
 		}
 		if rule.Timeouts != nil {
 			checkTimeouts(c, f.child("timeouts"), rule.Timeouts)
@@ -966,10 +973,127 @@ func checkMatchValue(c *checker, f path, typ gatewayv1.HeaderMatchType, value st
 	}
 }
 
-func checkBackendRef(c *checker, f path, ns string, b gatewayv1.HTTPBackendRef) {
-	if len(b.Filters) > 0 {
-		c.errorf(f.child("filters"), notFiltered)
+// checkFilters checks a rule's filters (backendRef: a backendRef's) as the
+// CRD does, and refuses those shunt's proxy does not apply.
+func checkFilters(c *checker, f path, filters []gatewayv1.HTTPRouteFilter, rule gatewayv1.HTTPRouteRule, backendRef bool) {
+	seen := map[gatewayv1.HTTPRouteFilterType]bool{}
+	for i, x := range filters {
+		xf := f.index(i)
+		if seen[x.Type] {
+			c.errorf(xf.child("type"), "%s filter cannot be repeated", x.Type)
+		}
+		seen[x.Type] = true
+		// The field named for the type, as the CRD's rules require.
+		given := map[gatewayv1.HTTPRouteFilterType]struct {
+			field string
+			set   bool
+		}{
+			gatewayv1.HTTPRouteFilterRequestHeaderModifier:  {"requestHeaderModifier", x.RequestHeaderModifier != nil},
+			gatewayv1.HTTPRouteFilterResponseHeaderModifier: {"responseHeaderModifier", x.ResponseHeaderModifier != nil},
+			gatewayv1.HTTPRouteFilterRequestRedirect:        {"requestRedirect", x.RequestRedirect != nil},
+			gatewayv1.HTTPRouteFilterURLRewrite:             {"urlRewrite", x.URLRewrite != nil},
+		}
+		if g, known := given[x.Type]; known && !g.set {
+			c.errorf(xf.child(g.field), "required for type %s", x.Type)
+			continue
+		}
+		switch x.Type {
+		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
+			checkHeaderFilter(c, xf.child("requestHeaderModifier"), x.RequestHeaderModifier)
+		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
+			checkHeaderFilter(c, xf.child("responseHeaderModifier"), x.ResponseHeaderModifier)
+		case gatewayv1.HTTPRouteFilterRequestRedirect, gatewayv1.HTTPRouteFilterURLRewrite:
+			if backendRef {
+				c.errorf(xf.child("type"), "%s is not supported on a backendRef: shunt's proxy applies it as a rule's filter: move it to the rule", x.Type)
+				continue
+			}
+			if x.Type == gatewayv1.HTTPRouteFilterURLRewrite {
+				checkHostnamePath(c, xf.child("urlRewrite"), x.URLRewrite.Hostname, x.URLRewrite.Path, rule)
+				continue
+			}
+			rd, rf := x.RequestRedirect, xf.child("requestRedirect")
+			if rd.Scheme != nil && *rd.Scheme != "http" && *rd.Scheme != "https" {
+				c.errorf(rf.child("scheme"), "%q: use http or https", *rd.Scheme)
+			}
+			if rd.StatusCode != nil && !slices.Contains([]int{301, 302, 303, 307, 308}, *rd.StatusCode) {
+				c.errorf(rf.child("statusCode"), "%d: use 301, 302, 303, 307 or 308", *rd.StatusCode)
+			}
+			if rd.Port != nil {
+				checkPortNumber(c, rf.child("port"), *rd.Port)
+			}
+			checkHostnamePath(c, rf, rd.Hostname, rd.Path, rule)
+		default:
+			c.errorf(xf.child("type"), "%q is not supported: %s", x.Type, filtersImplemented)
+		}
 	}
+	if seen[gatewayv1.HTTPRouteFilterRequestRedirect] && seen[gatewayv1.HTTPRouteFilterURLRewrite] {
+		c.errorf(f, "may specify either a RequestRedirect or a URLRewrite filter, not both")
+	}
+}
+
+// checkHeaderFilter checks set, add and remove of a header modifier.
+func checkHeaderFilter(c *checker, f path, h *gatewayv1.HTTPHeaderFilter) {
+	for name, headers := range map[string][]gatewayv1.HTTPHeader{"set": h.Set, "add": h.Add} {
+		if len(headers) > maxHeaderModifications {
+			c.errorf(f.child(name), "%d headers: at most %d are allowed", len(headers), maxHeaderModifications)
+		}
+		names := map[string]bool{}
+		for i, hd := range headers {
+			hf := f.child(name).index(i)
+			switch key := strings.ToLower(string(hd.Name)); {
+			case hd.Name == "" || !isToken(string(hd.Name)):
+				c.errorf(hf.child("name"), "%q is not a valid header name", hd.Name)
+			case names[key]:
+				c.errorf(hf.child("name"), "duplicate header %q", hd.Name)
+			default:
+				names[key] = true
+			}
+			if len(hd.Value) > maxHeaderValue || !isFieldValue(hd.Value) {
+				c.errorf(hf.child("value"), "%q: at most %d characters, no control characters", hd.Value, maxHeaderValue)
+			}
+		}
+	}
+	if len(h.Remove) > maxHeaderModifications {
+		c.errorf(f.child("remove"), "%d headers: at most %d are allowed", len(h.Remove), maxHeaderModifications)
+	}
+	for i, name := range h.Remove {
+		if name == "" || !isToken(name) {
+			c.errorf(f.child("remove").index(i), "%q is not a valid header name", name)
+		}
+	}
+}
+
+// checkHostnamePath checks a redirect's or rewrite's hostname and path;
+// ReplacePrefixMatch needs the rule's one match to be a PathPrefix.
+func checkHostnamePath(c *checker, f path, hostname *gatewayv1.PreciseHostname, p *gatewayv1.HTTPPathModifier, rule gatewayv1.HTTPRouteRule) {
+	if hostname != nil {
+		c.all(f.child("hostname"), validation.IsDNS1123Subdomain(string(*hostname)))
+	}
+	if p == nil {
+		return
+	}
+	pf := f.child("path")
+	switch {
+	case p.Type == gatewayv1.FullPathHTTPPathModifier && p.ReplaceFullPath == nil:
+		c.errorf(pf.child("replaceFullPath"), "required for type ReplaceFullPath")
+	case p.Type == gatewayv1.PrefixMatchHTTPPathModifier && p.ReplacePrefixMatch == nil:
+		c.errorf(pf.child("replacePrefixMatch"), "required for type ReplacePrefixMatch")
+	case p.Type == gatewayv1.PrefixMatchHTTPPathModifier:
+		// Defaults give a rule without matches one PathPrefix "/" match.
+		if len(rule.Matches) > 1 || len(rule.Matches) == 1 && rule.Matches[0].Path != nil && deref(rule.Matches[0].Path.Type) != gatewayv1.PathMatchPathPrefix {
+			c.errorf(pf.child("type"), "ReplacePrefixMatch: exactly one PathPrefix match must be specified")
+		}
+	case p.Type != gatewayv1.FullPathHTTPPathModifier:
+		c.errorf(pf.child("type"), "%q: use ReplaceFullPath or ReplacePrefixMatch", p.Type)
+	}
+	for _, v := range []*string{p.ReplaceFullPath, p.ReplacePrefixMatch} {
+		if v != nil && len(*v) > maxPathLength {
+			c.errorf(pf, "%d characters: at most %d are allowed", len(*v), maxPathLength)
+		}
+	}
+}
+
+func checkBackendRef(c *checker, f path, ns string, b gatewayv1.HTTPBackendRef) {
 	// Omitted, group and kind default to a core Service.
 	const coreService = `backendRefs must name a Service (group: "", kind: Service)`
 	switch {

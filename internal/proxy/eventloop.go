@@ -420,6 +420,12 @@ func (l *eventLoop) readRequest(c *loopConn) {
 	}
 	p := l.p
 	t := p.table.Load()
+	// A request whose route has filters (headers, rewrites, redirects)
+	// goes to net/http's path, which applies them (filters.go).
+	if t.needsFilters(c.cc.orig, c.cc.remote, &c.req.req) {
+		l.handOff(c, buf)
+		return
+	}
 	if svc := t.byVIP[c.cc.orig]; svc != nil && svc.needsTimers() {
 		l.handOff(c, buf)
 		return

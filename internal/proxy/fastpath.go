@@ -203,9 +203,12 @@ func (p *Proxy) serveConnWith(c *clientConn, read []byte) {
 	defer p.fastConns.remove(fc)
 	for {
 		n, st, err := fc.readHead()
+		t := p.table.Load()
 		if err == nil && st == headComplete {
 			head, _ := fc.br.Peek(n)
-			if !fc.req.parse(string(head)) {
+			// A request whose route has filters (headers, rewrites,
+			// redirects) goes to net/http's path, which applies them.
+			if !fc.req.parse(string(head)) || t.needsFilters(c.orig, c.remote, &fc.req.req) {
 				st = headRefused
 			}
 		}
@@ -218,7 +221,7 @@ func (p *Proxy) serveConnWith(c *clientConn, read []byte) {
 			return
 		}
 		fc.br.Discard(n)
-		if !fc.serveRequest() {
+		if !fc.serveRequest(t) {
 			fc.close()
 			return
 		}
@@ -300,13 +303,12 @@ func (fc *fastConn) close() {
 	fc.releaseBuffers()
 }
 
-// serveRequest handles one parsed request; keep says whether the
-// connection can carry the next one.
-func (fc *fastConn) serveRequest() (keep bool) {
+// serveRequest handles one parsed request with the table serveConn looked
+// at its route in; keep says whether the connection can carry the next one.
+func (fc *fastConn) serveRequest(t *table) (keep bool) {
 	p := fc.p
 	r := &fc.req.req
 	p.stats.requests.Add(1)
-	t := p.table.Load()
 	x := t.newExchange(r, fc.c)
 	defer p.finish(x)
 	fc.unread = fc.req.contentLength

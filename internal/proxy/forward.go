@@ -31,10 +31,13 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 					pr.Out.Header[h] = v
 				}
 			}
+			exchangeOf(pr.In.Context()).target.rewriteRequest(pr.Out)
 		},
 		Transport: roundTripper(p.roundTrip),
 		ModifyResponse: func(resp *http.Response) error {
-			exchangeOf(resp.Request.Context()).status = resp.StatusCode
+			x := exchangeOf(resp.Request.Context())
+			x.status = resp.StatusCode
+			x.target.rewriteResponse(resp.Header)
 			return nil
 		},
 		ErrorHandler: p.upstreamFailed,

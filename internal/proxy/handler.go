@@ -32,6 +32,10 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, x, ref)
 		return
 	}
+	if x.target.redirects() {
+		p.redirect(w, r, x)
+		return
+	}
 	x.up = p.up.get(mark, x.conn.upstreamSource())
 	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	if rl := x.target.rule; rl != nil && rl.timeout > 0 {
@@ -51,7 +55,11 @@ func (x *exchange) decide(r *http.Request) (mark uint32, ref *refusal) {
 		return 0, &refusal{status: http.StatusForbidden, reason: reasonIdentity,
 			msg: fmt.Sprintf("the client's identity %d does not fit in the upstream mark (mask %#x): the proxy cannot carry it", x.peer.Identity, t.cfg.Mark.Mask)}
 	}
-	x.target, ref = t.resolve(x.conn.orig, r)
+	clientNS := ""
+	if x.client != nil {
+		clientNS = namespace(x.client.Pod)
+	}
+	x.target, ref = t.resolve(x.conn.orig, r, clientNS)
 	return mark, ref
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/shuntnet/shunt/internal/proxy/l7policy"
+	"github.com/shuntnet/shunt/internal/proxyapi"
 )
 
 // refusal is a request the proxy answers itself instead of forwarding it.
@@ -34,13 +35,17 @@ type target struct {
 	pool   *service // the backend service port; nil: direct
 	direct backend
 	label  string // the backend for metrics: a service port or a pod
+	// match is the route match that chose the rule (its path, for a
+	// filter's ReplacePrefixMatch); backendFilters the backendRef's.
+	match          *matchEntry
+	backendFilters *proxyapi.Filters
 }
 
 // resolve finds where a request to the original destination goes: the
 // routes of its service port (404 when none matches), the rule's backend by
 // weight (500 when it does not resolve), or, without routes, the service
 // port's own backends; a pod address is used as dialled.
-func (t *table) resolve(orig netip.AddrPort, r *http.Request) (target, *refusal) {
+func (t *table) resolve(orig netip.AddrPort, r *http.Request, clientNS string) (target, *refusal) {
 	svc := t.byVIP[orig]
 	if svc == nil {
 		if t.vips[orig.Addr()] {
@@ -54,19 +59,29 @@ func (t *table) resolve(orig netip.AddrPort, r *http.Request) (target, *refusal)
 		return target{direct: b, label: cmp.Or(b.pod, orig.String())}, nil
 	}
 	tg := target{pool: svc, label: svc.label}
-	if len(svc.routes) > 0 {
-		m := svc.route(r)
+	if m, routed := svc.route(r, clientNS); routed {
 		if m == nil {
 			return tg, &refusal{status: http.StatusNotFound, reason: reasonNoRoute,
 				msg: fmt.Sprintf("no route of %s matches %s %s", svc.label, r.Method, r.URL.Path)}
 		}
-		tg.rule = m.rule
+		tg.rule, tg.match = m.rule, m
+		if f := m.rule.filters; f != nil && f.Unsupported != "" {
+			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonUnsupportedFilter,
+				msg: fmt.Sprintf("route %s rule %d: %s", m.rule.route, m.rule.index, f.Unsupported)}
+		}
+		if f := m.rule.filters; f != nil && f.Redirect != nil {
+			return tg, nil // answered by the proxy (Proxy.redirect): no backend
+		}
 		rb, ok := m.rule.pick()
 		if !ok {
 			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonNoWeight,
 				msg: fmt.Sprintf("route %s rule %d has no backend with a weight", m.rule.route, m.rule.index)}
 		}
-		tg.label = rb.label
+		tg.label, tg.backendFilters = rb.label, rb.filters
+		if f := rb.filters; f != nil && f.Unsupported != "" {
+			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonUnsupportedFilter,
+				msg: fmt.Sprintf("route %s rule %d backend %s: %s", m.rule.route, m.rule.index, rb.label, f.Unsupported)}
+		}
 		if rb.svc == nil {
 			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonUnresolved,
 				msg: fmt.Sprintf("route %s: %s", m.rule.route, rb.unresolved)}

@@ -22,12 +22,17 @@ type rule struct {
 	wrr      *wrr
 	timeout  time.Duration
 	retry    *proxyapi.Retry
+	filters  *proxyapi.Filters // nil: none (filters.go)
+	// filtered: the rule or one of its backendRefs has filters, which
+	// only net/http's path applies.
+	filtered bool
 }
 
 type ruleBackend struct {
 	svc        *service // nil when unresolved
 	label      string   // namespace/name:port
 	unresolved string
+	filters    *proxyapi.Filters // the backendRef's header modifiers
 }
 
 // matchEntry is one match of a rule, with what the Gateway API's
@@ -41,6 +46,9 @@ type matchEntry struct {
 	method    string
 	headers   []valueMatch
 	query     []valueMatch
+	// consumer: the namespace whose clients a consumer route serves (""
+	// for the Service's own routes).
+	consumer string
 }
 
 type valueMatch struct {
@@ -65,11 +73,11 @@ func (t *table) compileRoutes(errs *problems) {
 			errs.add(field+".name", "%s is listed twice", r.Name)
 		}
 		seen[r.Name] = true
-		parents := map[*service]bool{} // a port named twice (by number and by 0) gets the route once
+		parents := map[*service]string{} // a port named twice (by number and by 0) gets the route once; its consumer namespace
 		for _, pr := range r.Parents {
 			for key, svc := range t.byName {
 				if key.name == pr.Service && (pr.Port == 0 || pr.Port == key.port) {
-					parents[svc] = true
+					parents[svc] = pr.Consumer
 				}
 			}
 		}
@@ -85,8 +93,18 @@ func (t *table) compileRoutes(errs *problems) {
 					continue
 				}
 				e.rule, e.created = rl, r.Created
-				for svc := range parents {
-					svc.routes = append(svc.routes, e)
+				t.filtered = t.filtered || rl.filtered
+				for svc, consumer := range parents {
+					pe := *e
+					pe.consumer = consumer
+					svc.routes = append(svc.routes, &pe)
+					if consumer != "" {
+						svc.consumerEntries++
+						if svc.consumers == nil {
+							svc.consumers = map[string]bool{}
+						}
+						svc.consumers[consumer] = true
+					}
 				}
 			}
 		}
@@ -97,8 +115,11 @@ func (t *table) compileRoutes(errs *problems) {
 }
 
 func (t *table) compileRule(errs *problems, field, route string, index int, rr proxyapi.RouteRule) *rule {
-	rl := &rule{route: route, index: index, timeout: time.Duration(rr.Timeout), retry: rr.Retry}
-	ok := true
+	rl := &rule{route: route, index: index, timeout: time.Duration(rr.Timeout), retry: rr.Retry, filters: rr.Filters, filtered: rr.Filters != nil}
+	prefixOnly := !slices.ContainsFunc(rr.Matches, func(m proxyapi.Match) bool {
+		return m.Path != nil && m.Path.Type != proxyapi.MatchPathPrefix
+	})
+	ok := compileFilters(errs, field+".filters", rr.Filters, prefixOnly, false)
 	if rl.timeout < 0 {
 		errs.add(field+".timeout", "%s is negative", rl.timeout)
 		ok = false
@@ -122,7 +143,11 @@ func (t *table) compileRule(errs *problems, field, route string, index int, rr p
 	var weights []int32
 	for k, b := range rr.Backends {
 		bf := fmt.Sprintf("%s.backends[%d]", field, k)
-		rb := ruleBackend{label: fmt.Sprintf("%s:%d", b.Service, b.Port), unresolved: b.Unresolved}
+		rb := ruleBackend{label: fmt.Sprintf("%s:%d", b.Service, b.Port), unresolved: b.Unresolved, filters: b.Filters}
+		if !compileFilters(errs, bf+".filters", b.Filters, prefixOnly, true) {
+			ok = false
+		}
+		rl.filtered = rl.filtered || b.Filters != nil
 		if b.Weight < 0 {
 			errs.add(bf+".weight", "%d is negative", b.Weight)
 			ok = false
@@ -315,13 +340,25 @@ func (v valueMatch) matches(s string) bool {
 	return s == v.value
 }
 
-// route returns the first match of the service's routes for r.
-func (s *service) route(r *http.Request) *matchEntry {
+// route returns the first match of the service's routes for r from a
+// client of namespace clientNS: the consumer routes of that namespace if
+// it has any for the service (GAMMA: they replace the producer's for
+// their namespace), else the service's own routes. routed is false when
+// no route is for this client (the service's backends serve it, as
+// without routes); then m is nil.
+func (s *service) route(r *http.Request, clientNS string) (m *matchEntry, routed bool) {
+	consumer := ""
+	if clientNS != "" && s.consumers[clientNS] {
+		consumer = clientNS
+	}
+	if consumer == "" && len(s.routes) == s.consumerEntries {
+		return nil, false // consumer routes of other namespaces only
+	}
 	query := r.URL.Query()
 	for _, e := range s.routes {
-		if e.matches(r, query) {
-			return e
+		if e.consumer == consumer && e.matches(r, query) {
+			return e, true
 		}
 	}
-	return nil
+	return nil, true
 }

@@ -28,6 +28,7 @@ type table struct {
 	vips        map[netip.Addr]bool
 	byName      map[serviceKey]*service
 	policies    map[netip.AddrPort]*l7policy.Port
+	filtered    bool // some route rule has filters (needsFilters)
 	// cidrs are the policy prefixes' identities by prefix, and cidrBits
 	// the prefix lengths they have, longest first (cidrIdentityOf).
 	cidrs    map[netip.Prefix]uint32
@@ -64,6 +65,10 @@ type service struct {
 	backends []backend
 	next     atomic.Uint64 // round robin over backends
 	routes   []*matchEntry // in precedence order; empty: no route, use backends
+	// consumers are the namespaces with consumer routes on this port;
+	// consumerEntries counts their entries in routes.
+	consumers       map[string]bool
+	consumerEntries int
 }
 
 type backend struct {

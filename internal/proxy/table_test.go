@@ -76,7 +76,7 @@ func TestRoutePrecedence(t *testing.T) {
 			}
 		}
 		got := ""
-		if m := web.route(r); m != nil {
+		if m, _ := web.route(r, ""); m != nil {
 			got = fmt.Sprintf("%s[%d]", m.rule.route, m.rule.index)
 		}
 		if got != c.want {

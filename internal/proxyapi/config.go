@@ -125,6 +125,10 @@ type Route struct {
 type ParentRef struct {
 	Service string `json:"service"` // namespace/name
 	Port    uint16 `json:"port,omitempty"`
+	// Consumer is the route's namespace when it is not the Service's: a
+	// consumer route (GAMMA), which applies to clients of that namespace
+	// only, and for them replaces the Service's own (producer) routes.
+	Consumer string `json:"consumer,omitempty"`
 }
 
 // RouteRule is one rule of a route: any of its matches (none: every
@@ -136,7 +140,71 @@ type RouteRule struct {
 	// Timeout bounds the whole request (retries included); 0: none.
 	Timeout Duration `json:"timeout,omitempty"`
 	Retry   *Retry   `json:"retry,omitempty"`
+	// Filters change the request and its response, or answer it with a
+	// redirect (nil: none).
+	Filters *Filters `json:"filters,omitempty"`
 }
+
+// Filters are the Gateway API's HTTPRoute filters the proxy applies: a
+// rule's, and a backendRef's (header modifiers only, after the rule's).
+type Filters struct {
+	RequestHeaders  *HeaderModifier `json:"requestHeaders,omitempty"`
+	ResponseHeaders *HeaderModifier `json:"responseHeaders,omitempty"`
+	// Redirect answers the request itself; no backend is asked.
+	Redirect *Redirect `json:"redirect,omitempty"`
+	// Rewrite changes the request's path and Host on their way upstream.
+	Rewrite *Rewrite `json:"rewrite,omitempty"`
+	// Unsupported names a filter the proxy does not implement: the
+	// requests of its rule are answered 500 rather than forwarded without
+	// it, as the Gateway API asks of a filter that cannot be applied.
+	Unsupported string `json:"unsupported,omitempty"`
+}
+
+// HeaderModifier is HTTPHeaderFilter: set replaces a header's values,
+// add appends a value, remove deletes the header; names are
+// case-insensitive.
+type HeaderModifier struct {
+	Set    []Header `json:"set,omitempty"`
+	Add    []Header `json:"add,omitempty"`
+	Remove []string `json:"remove,omitempty"`
+}
+
+// Header is one header's name and value.
+type Header struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Redirect is HTTPRequestRedirectFilter. Empty fields keep the request's
+// (its scheme, its Host's name, its path); a zero Port is the scheme's
+// well-known port when Scheme is given, else the service port the client
+// dialled; the Location leaves out port 80 for http and 443 for https.
+type Redirect struct {
+	Scheme     string        `json:"scheme,omitempty"`
+	Hostname   string        `json:"hostname,omitempty"`
+	Path       *PathModifier `json:"path,omitempty"`
+	Port       uint16        `json:"port,omitempty"`
+	StatusCode int           `json:"statusCode,omitempty"` // default 302
+}
+
+// Rewrite is HTTPURLRewriteFilter.
+type Rewrite struct {
+	Hostname string        `json:"hostname,omitempty"`
+	Path     *PathModifier `json:"path,omitempty"`
+}
+
+// PathModifier is HTTPPathModifier: the whole path, or the part the rule's
+// PathPrefix match matched.
+type PathModifier struct {
+	Type  string `json:"type"` // ReplaceFullPath, ReplacePrefixMatch
+	Value string `json:"value"`
+}
+
+// Path modifier types, as the Gateway API names them.
+const (
+	ReplaceFullPath    = "ReplaceFullPath"
+	ReplacePrefixMatch = "ReplacePrefixMatch"
+)
 
 // Match is the Gateway API HTTPRouteMatch: every field given must match.
 type Match struct {
@@ -179,6 +247,10 @@ type RouteBackend struct {
 	Port       uint16 `json:"port"`
 	Weight     int32  `json:"weight"`
 	Unresolved string `json:"unresolved,omitempty"`
+	// Filters of this backendRef: header modifiers applied after the
+	// rule's when this backend is picked (Unsupported: its share of
+	// requests is answered 500).
+	Filters *Filters `json:"filters,omitempty"`
 }
 
 // Retry is the Gateway API HTTPRouteRetry.

@@ -49,7 +49,8 @@ func accepted(s *model.Store, rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentRefere
 		Type: string(gatewayv1.RouteConditionAccepted), Status: metav1.ConditionFalse,
 		Reason: string(gatewayv1.RouteReasonNoMatchingParent), ObservedGeneration: rt.Generation, LastTransitionTime: now,
 	}
-	svc, ok := s.Service(rt.Namespace, string(pr.Name))
+	// A parentRef of another namespace is a consumer route's (GAMMA).
+	svc, ok := s.Service(refNamespace(rt, pr.Namespace), string(pr.Name))
 	switch {
 	case !ok:
 		c.Message = fmt.Sprintf("Service %s not found", pr.Name)
@@ -81,12 +82,16 @@ func resolvedRefs(s *model.Store, rt *gatewayv1.HTTPRoute, now metav1.Time) meta
 			if b.Port != nil {
 				port = *b.Port
 			}
+			ns := refNamespace(rt, b.Namespace)
 			ref := fmt.Sprintf("%s:%d", b.Name, port)
+			if ns != rt.Namespace {
+				ref = ns + "/" + ref
+			}
 			if seen[ref] {
 				continue
 			}
 			seen[ref] = true
-			svc, ok := s.Service(rt.Namespace, string(b.Name))
+			svc, ok := s.Service(ns, string(b.Name))
 			switch {
 			case !ok:
 				missing = append(missing, fmt.Sprintf("%s: Service %s not found", ref, b.Name))
@@ -108,4 +113,13 @@ func hasTCPPort(svc *corev1.Service, port gatewayv1.PortNumber) bool {
 	return slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
 		return p.Port == port && p.Protocol == corev1.ProtocolTCP
 	})
+}
+
+// refNamespace is the namespace a reference names, the route's when it
+// names none.
+func refNamespace(rt *gatewayv1.HTTPRoute, ns *gatewayv1.Namespace) string {
+	if ns != nil && *ns != "" {
+		return string(*ns)
+	}
+	return rt.Namespace
 }

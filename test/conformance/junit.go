@@ -12,12 +12,18 @@ import (
 // The JUnit e2e.test writes (--report-dir, junit_01.xml): Ginkgo's, one
 // testcase per spec of the suite, those the focus left out among them
 // (skipped, with no reason).
+// The mesh suite's JUnit (gateway.go) is written with the same types.
 type junitSuites struct {
-	Suites []junitSuite `xml:"testsuite"`
+	XMLName xml.Name     `xml:"testsuites"`
+	Suites  []junitSuite `xml:"testsuite"`
 }
 
 type junitSuite struct {
-	Cases []junitCase `xml:"testcase"`
+	Name     string      `xml:"name,attr,omitempty"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Skipped  int         `xml:"skipped,attr"`
+	Cases    []junitCase `xml:"testcase"`
 }
 
 type junitCase struct {
@@ -33,7 +39,7 @@ type junitCase struct {
 
 type junitMessage struct {
 	Message string `xml:"message,attr"`
-	Type    string `xml:"type,attr"`
+	Type    string `xml:"type,attr,omitempty"`
 	Text    string `xml:",chardata"`
 }
 

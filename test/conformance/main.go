@@ -6,6 +6,9 @@
 // (results.md: passed, failed, skipped, with the reason of every failure
 // and skip) into --report-dir, and tears everything down, on failure and
 // on Ctrl-C too. scripts/conformance.sh builds what it needs and runs it.
+//
+// --suite gateway-mesh runs focus 3 instead: the Gateway API conformance
+// suite's mesh profile (gateway.go), against the same cluster.
 package main
 
 import (
@@ -38,6 +41,7 @@ const (
 func main() {
 	var (
 		focus, skip, reportDir, shuntBin, kubeBin string
+		suiteName, gatewayTestBin, runTest        string
 		nodes, parallel                           int
 		tableOnly                                 bool
 		timeout                                   time.Duration
@@ -51,7 +55,22 @@ func main() {
 	flag.IntVar(&parallel, "parallel", 3, "e2e.test processes at once, the specs dealt among them (upstream runs conformance in parallel too)")
 	flag.BoolVar(&tableOnly, "table-only", false, "run nothing: write results.md again from the JUnit of an earlier run in --report-dir (the same --focus, --skip and --parallel)")
 	flag.DurationVar(&timeout, "timeout", time.Hour, "the whole run's limit (e2e.test's --ginkgo.timeout)")
+	flag.StringVar(&suiteName, "suite", "kubernetes", "the suite: kubernetes (e2e.test, focuses 1 and 2) or "+SuiteGatewayMesh+" (focus 3: the Gateway API conformance suite's mesh profile)")
+	flag.StringVar(&gatewayTestBin, "gateway-test-bin", defaultGatewayTestBin(), "with --suite "+SuiteGatewayMesh+": the suite's test binary (go test -c of tools/gwconformance)")
+	flag.StringVar(&runTest, "run-test", "", "with --suite "+SuiteGatewayMesh+": a regular expression of the tests to run, by their ShortName (e.g. 'MeshBasic|MeshPorts'); default all")
 	flag.Parse()
+	switch suiteName {
+	case "kubernetes":
+	case SuiteGatewayMesh:
+		if _, err := runGatewayMesh(gatewayTestBin, runTest, reportDir, shuntBin, kubeBin, nodes, timeout, tableOnly); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			os.Exit(1)
+		}
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "conformance: --suite %q: the suites are kubernetes and %s\n", suiteName, SuiteGatewayMesh)
+		os.Exit(2)
+	}
 	if focus == "netpol" {
 		focus = FocusNetpol
 	}
@@ -71,26 +90,15 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	if _, err := regexp.Compile(skip); err != nil {
 		return nil, fmt.Errorf("--skip: %w", err)
 	}
-	var err error
-	if reportDir == "" {
-		if reportDir, err = os.MkdirTemp("", "shunt-conformance-"); err != nil {
-			return nil, err
-		}
-	}
-	if shuntBin, err = filepath.Abs(shuntBin); err != nil {
+	reportDir, shuntBin, err := runDirs(reportDir, shuntBin, "shunt-conformance-")
+	if err != nil {
 		return nil, err
 	}
-	for _, p := range []string{filepath.Join(shuntBin, "shunt"), filepath.Join(shuntBin, "shuntd"), filepath.Join(kubeBin, "e2e.test"), filepath.Join(kubeBin, "coredns")} {
-		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%s is missing: run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns (scripts/conformance.sh does both)", p)
-		}
-	}
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+	if err := requirePrograms("run make build and scripts/kube-build.sh kube-scheduler agnhost e2e.test coredns (scripts/conformance.sh does both)",
+		filepath.Join(shuntBin, "shunt"), filepath.Join(shuntBin, "shuntd"), filepath.Join(kubeBin, "e2e.test"), filepath.Join(kubeBin, "coredns")); err != nil {
 		return nil, err
 	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
-	}
+	logf := stampedLogf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -147,6 +155,37 @@ func runConformance(focus, skip, reportDir, shuntBin, kubeBin string, nodes, par
 	logf("results: %s; JUnit and e2e.test's log of each process: %s/e2e-*/; the cluster's logs: %s", filepath.Join(reportDir, "results.md"),
 		reportDir, filepath.Join(reportDir, "cluster", "logs"))
 	return results, errors.Join(append(errs, downErr)...)
+}
+
+// runDirs makes the report directory (a new one under /tmp, its name
+// starting with prefix, when reportDir is "") and shuntBin absolute.
+func runDirs(reportDir, shuntBin, prefix string) (string, string, error) {
+	var err error
+	if reportDir == "" {
+		if reportDir, err = os.MkdirTemp("", prefix); err != nil {
+			return "", "", err
+		}
+	}
+	if shuntBin, err = filepath.Abs(shuntBin); err != nil {
+		return "", "", err
+	}
+	return reportDir, shuntBin, os.MkdirAll(reportDir, 0o755)
+}
+
+// requirePrograms names the first of paths that is missing, and how to
+// build it.
+func requirePrograms(howToBuild string, paths ...string) error {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s is missing: %s", p, howToBuild)
+		}
+	}
+	return nil
+}
+
+// stampedLogf logs a line of progress to stderr, the time first.
+func stampedLogf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
 }
 
 // runShards brings the cluster up, runs one e2e.test per shard at once and

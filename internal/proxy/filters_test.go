@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+// echoHeaders answers with the request's Host, path and headers, one
+// "name: value" line each, sorted.
+func echoHeaders(w http.ResponseWriter, r *http.Request) {
+	lines := []string{"host: " + r.Host, "path: " + r.URL.RequestURI()}
+	for name, vs := range r.Header {
+		lines = append(lines, strings.ToLower(name)+": "+strings.Join(vs, ","))
+	}
+	slices.Sort(lines)
+	w.Header().Set("X-Backend-Set", "backend")
+	w.Header().Set("X-Backend-Remove", "backend")
+	fmt.Fprint(w, strings.Join(lines, "\n"))
+}
+
+// filtersHarness: the echo service's route, the mesh suite's filters on
+// its rules (rule filters, a backendRef's header modifier, a redirect, a
+// rewrite).
+func filtersHarness(t *testing.T) *harness {
+	echo := startBackend(t, "echo-v1", "127.0.1.1", echoHeaders)
+	prefix := func(p string) []proxyapi.Match {
+		return []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: p}}}
+	}
+	to := []proxyapi.RouteBackend{{Service: "default/echo-v1", Port: 8080, Weight: 1}}
+	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(echo),
+		Services: []proxyapi.Service{svcPort("default/echo", "10.96.0.10", 80, echo), svcPort("default/echo-v1", "10.96.0.11", 8080, echo)},
+		Routes: []proxyapi.Route{{Name: "default/echo", Parents: []proxyapi.ParentRef{{Service: "default/echo"}},
+			Rules: []proxyapi.RouteRule{
+				{Matches: prefix("/headers"), Backends: to, Filters: &proxyapi.Filters{
+					RequestHeaders: &proxyapi.HeaderModifier{
+						Set: []proxyapi.Header{{Name: "X-Set", Value: "set"}}, Add: []proxyapi.Header{{Name: "X-Add", Value: "added"}},
+						Remove: []string{"X-Remove"},
+					},
+					ResponseHeaders: &proxyapi.HeaderModifier{
+						Set: []proxyapi.Header{{Name: "X-Backend-Set", Value: "proxy"}}, Add: []proxyapi.Header{{Name: "X-Response-Add", Value: "added"}},
+						Remove: []string{"X-Backend-Remove"},
+					},
+				}},
+				{Matches: prefix("/backend"), Backends: []proxyapi.RouteBackend{{Service: "default/echo-v1", Port: 8080, Weight: 1,
+					Filters: &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Backend-Ref", Value: "yes"}}}}}}},
+				{Matches: prefix("/prefix/one"), Backends: to, Filters: &proxyapi.Filters{
+					Rewrite: &proxyapi.Rewrite{Hostname: "rewritten.example", Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/one"}}}},
+				{Matches: prefix("/full"), Backends: to, Filters: &proxyapi.Filters{
+					Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/replaced"}}}},
+				{Matches: prefix("/redirect"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.org", StatusCode: 301}}},
+				{Matches: prefix("/scheme"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Scheme: "https"}}},
+				{Matches: prefix("/port"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Port: 8083,
+					Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/moved"}}}},
+				{Matches: prefix("/mirror"), Backends: to, Filters: &proxyapi.Filters{Unsupported: "filter RequestMirror is not implemented"}},
+				{Matches: prefix("/backend-rewrite"), Backends: []proxyapi.RouteBackend{{Service: "default/echo-v1", Port: 8080, Weight: 1,
+					Filters: &proxyapi.Filters{Unsupported: "filter URLRewrite (on a backendRef) is not implemented"}}}},
+				{Backends: to},
+			}}},
+	})
+	h.dials(frontend, "10.96.0.10:80")
+	return h
+}
+
+// noRedirects is a client that shows redirects instead of following them.
+func noRedirects(c *http.Client) *http.Client {
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
+}
+
+func TestRouteFilters(t *testing.T) {
+	for _, h2c := range []bool{false, true} {
+		t.Run(map[bool]string{false: "HTTP/1.1", true: "h2c"}[h2c], func(t *testing.T) {
+			h := filtersHarness(t)
+			c := noRedirects(h.client(frontend, h2c))
+			do := func(path string, header ...string) (*http.Response, string) {
+				t.Helper()
+				req, _ := http.NewRequest("GET", "http://echo"+path, nil)
+				for i := 0; i+1 < len(header); i += 2 {
+					req.Header.Add(header[i], header[i+1])
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatalf("GET %s: %v", path, err)
+				}
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				if err != nil {
+					t.Fatalf("GET %s: reading the body: %v", path, err)
+				}
+				return resp, string(body)
+			}
+			resp, body := do("/headers", "X-Set", "client", "X-Add", "client", "X-Remove", "client")
+			for _, want := range []string{"x-set: set", "x-add: client,added"} {
+				if !strings.Contains(body, want+"\n") && !strings.HasSuffix(body, want) {
+					t.Errorf("request headers: want %q in\n%s", want, body)
+				}
+			}
+			if strings.Contains(body, "x-remove") {
+				t.Errorf("X-Remove reached the backend:\n%s", body)
+			}
+			if got := resp.Header.Get("X-Backend-Set"); got != "proxy" {
+				t.Errorf("response X-Backend-Set %q, want proxy", got)
+			}
+			if got := resp.Header.Get("X-Response-Add"); got != "added" {
+				t.Errorf("response X-Response-Add %q, want added", got)
+			}
+			if got := resp.Header.Values("X-Backend-Remove"); len(got) != 0 {
+				t.Errorf("response X-Backend-Remove %q, want none", got)
+			}
+
+			if _, body := do("/backend"); !strings.Contains(body, "x-backend-ref: yes") {
+				t.Errorf("the backendRef's header modifier: want x-backend-ref: yes in\n%s", body)
+			}
+			if _, body := do("/headers-not"); strings.Contains(body, "x-set") {
+				t.Errorf("/headers-not is not under /headers, yet got its filter:\n%s", body)
+			}
+
+			for path, want := range map[string]string{
+				"/prefix/one":         "path: /one",
+				"/prefix/one/two?q=1": "path: /one/two?q=1",
+				"/full/x":             "path: /replaced",
+			} {
+				if _, body := do(path); !strings.Contains(body, want+"\n") && !strings.HasSuffix(body, want) {
+					t.Errorf("GET %s: want %q in\n%s", path, want, body)
+				}
+			}
+			if _, body := do("/prefix/one"); !strings.Contains(body, "host: rewritten.example") {
+				t.Errorf("the rewritten Host: want host: rewritten.example in\n%s", body)
+			}
+
+			for path, want := range map[string]struct {
+				code     int
+				location string
+			}{
+				"/redirect/x?a=b": {301, "http://example.org/redirect/x?a=b"},
+				"/scheme":         {302, "https://echo/scheme"},
+				"/port/a":         {302, "http://echo:8083/moved/a"},
+			} {
+				resp, _ := do(path)
+				if resp.StatusCode != want.code || resp.Header.Get("Location") != want.location {
+					t.Errorf("GET %s: %d Location %q, want %d %q", path, resp.StatusCode, resp.Header.Get("Location"), want.code, want.location)
+				}
+			}
+			if resp, body := do("/mirror"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "RequestMirror") {
+				t.Errorf("a rule with an unsupported filter: %d %q, want 500 naming it", resp.StatusCode, body)
+			}
+			if resp, body := do("/backend-rewrite"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "URLRewrite (on a backendRef)") {
+				t.Errorf("a backendRef with an unsupported filter: %d %q, want 500 naming it", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+func TestReplacePrefix(t *testing.T) {
+	for _, tc := range []struct{ path, prefix, value, want string }{
+		{"/prefix/one", "/prefix/one", "/one", "/one"},
+		{"/prefix/one/two", "/prefix/one", "/one", "/one/two"},
+		{"/prefix/one/two", "/prefix/one", "/", "/two"},
+		{"/prefix/one", "/prefix/one", "/", "/"},
+		{"/prefix/one/", "/prefix/one", "/one/", "/one/"},
+		{"/foo", "/", "/bar", "/bar/foo"},
+	} {
+		if got := replacePrefix(tc.path, tc.prefix, tc.value); got != tc.want {
+			t.Errorf("replacePrefix(%q, %q, %q) = %q, want %q", tc.path, tc.prefix, tc.value, got, tc.want)
+		}
+	}
+}
+
+func TestFilterConfigErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rule proxyapi.RouteRule
+		want string
+	}{
+		"prefix rewrite after an exact match": {proxyapi.RouteRule{
+			Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchExact, Value: "/x"}}},
+			Filters: &proxyapi.Filters{Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/y"}}},
+		}, "ReplacePrefixMatch needs every match"},
+		"redirect status": {proxyapi.RouteRule{Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{StatusCode: 200}}}, "200: use one of"},
+		"redirect scheme": {proxyapi.RouteRule{Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Scheme: "ftp"}}}, `"ftp": use http or https`},
+		"header name":     {proxyapi.RouteRule{Filters: &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "a b"}}}}}, "is not a header name"},
+		"backendRef redirect": {proxyapi.RouteRule{Backends: []proxyapi.RouteBackend{{Service: "default/s", Port: 80, Weight: 1,
+			Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{}}}}}, "a backendRef takes header modifiers only"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := proxyapi.Config{Version: 1, Mark: testMark,
+				Services: []proxyapi.Service{{Name: "default/s", VIP: "10.96.0.1", Port: 80}},
+				Routes:   []proxyapi.Route{{Name: "default/r", Parents: []proxyapi.ParentRef{{Service: "default/s"}}, Rules: []proxyapi.RouteRule{tc.rule}}},
+			}
+			_, err := compile(cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A consumer route (GAMMA: a route of another namespace than its parent
+// Service's) applies to its namespace's clients only, and replaces the
+// Service's own routes for them; other clients of a Service with consumer
+// routes only reach its backends as if it had no route (the mesh suite's
+// MeshConsumerRoute).
+func TestConsumerRoutes(t *testing.T) {
+	consumerApp := client{"127.0.0.4", 1003, "consumer/app"}
+	echo := startBackend(t, "echo-v1", "127.0.1.1", nil)
+	marked := func(name string) *proxyapi.Filters {
+		return &proxyapi.Filters{ResponseHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Route", Value: name}}}}
+	}
+	to := []proxyapi.RouteBackend{{Service: "producer/echo", Port: 80, Weight: 1}}
+	eps := append(endpoints(echo), proxyapi.Endpoint{IP: consumerApp.ip, Identity: consumerApp.identity, Pod: consumerApp.pod})
+	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: eps,
+		Services: []proxyapi.Service{svcPort("producer/echo", "10.96.0.10", 80, echo), svcPort("producer/solo", "10.96.0.11", 80, echo)},
+		Routes: []proxyapi.Route{
+			{Name: "producer/own", Parents: []proxyapi.ParentRef{{Service: "producer/echo"}},
+				Rules: []proxyapi.RouteRule{{Backends: to, Filters: marked("producer")}}},
+			{Name: "consumer/mine", Parents: []proxyapi.ParentRef{{Service: "producer/echo", Consumer: "consumer"}, {Service: "producer/solo", Consumer: "consumer"}},
+				Rules: []proxyapi.RouteRule{{Backends: to, Filters: marked("consumer")}}},
+		},
+	})
+	for _, tc := range []struct {
+		c         client
+		dst, want string
+	}{
+		{frontend, "10.96.0.10:80", "producer"}, {consumerApp, "10.96.0.10:80", "consumer"},
+		{frontend, "10.96.0.11:80", ""}, {consumerApp, "10.96.0.11:80", "consumer"},
+	} {
+		h.dials(tc.c, tc.dst)
+		c := h.client(tc.c, false)
+		resp, err := c.Get("http://echo.producer/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.CloseIdleConnections()
+		if got := resp.Header.Get("X-Route"); resp.StatusCode != 200 || got != tc.want {
+			t.Errorf("client %s to %s: %d X-Route %q, want 200 %q", tc.c.pod, tc.dst, resp.StatusCode, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package routestatus
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/model"
+)
+
+// A consumer route (GAMMA: its parent Service is of another namespace)
+// is accepted by that Service, and its backendRefs resolve in the
+// namespaces they name.
+func TestConsumerRouteParentAndBackendNamespaces(t *testing.T) {
+	svc := func(ns, name string) manifest.Object {
+		return manifest.Object{Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}}
+	}
+	s := model.NewStore([]manifest.Object{svc("producer", "echo")})
+	kind, producer := gatewayv1.Kind("Service"), gatewayv1.Namespace("producer")
+	port := gatewayv1.PortNumber(80)
+	ref := func(name string, ns *gatewayv1.Namespace) gatewayv1.HTTPBackendRef {
+		return gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(name), Namespace: ns, Port: &port}}}
+	}
+	rt := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "consumer", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &kind, Name: "echo", Namespace: &producer}}},
+			Rules:           []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{ref("echo", &producer)}}},
+		}}
+	st := Compute(s, rt, "shunt.io/mesh", metav1.Now())
+	conds := st.Parents[0].Conditions
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Accepted: %+v, want True", c)
+	}
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionResolvedRefs)); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("ResolvedRefs: %+v, want True", c)
+	}
+
+	// The same names without the namespace are looked up in the route's.
+	rt.Spec.ParentRefs[0].Namespace = nil
+	rt.Spec.Rules[0].BackendRefs[0] = ref("echo", nil)
+	conds = Compute(s, rt, "shunt.io/mesh", metav1.Now()).Parents[0].Conditions
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Accepted for consumer/echo: %+v, want False", c)
+	}
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionResolvedRefs)); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "not found") {
+		t.Errorf("ResolvedRefs for consumer/echo: %+v, want False, not found", c)
+	}
+}
