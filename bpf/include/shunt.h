@@ -301,6 +301,9 @@ enum shunt_reason {
 				      * recorded, so the backend's reply leaves from here with the service address */
 	SHUNT_REASON_DSR_TOO_BIG = 51, /* dropped: a packet for DSR that would not fit the uplink's MTU once
 					* encapsulated and has no DF bit (with DF it is answered, frag-needed) */
+	SHUNT_REASON_DSR_GSO_DECAP = 52, /* dropped: a GSO packet arrived by DSR on a kernel before Linux 6.3,
+					  * whose bpf_skb_adjust_room cannot take its IPIP header off
+					  * (BPF_F_ADJ_ROOM_DECAP_L3_IPV4; kernel fallback dsr-no-gso-decap) */
 	SHUNT_REASON_MAX,
 };
 

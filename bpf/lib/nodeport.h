@@ -630,7 +630,7 @@ static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volati
 	if (r == 0)
 		return -1;
 	if (r < 0)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+		return drop(skb, &p, r == DSR_DECAP_GSO_UNSUPPORTED ? SHUNT_REASON_DSR_GSO_DECAP : SHUNT_REASON_INVALID_PACKET);
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;

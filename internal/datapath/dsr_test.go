@@ -46,7 +46,16 @@ func dsrPacket(outerSrc, outerDst, svc netip.Addr, port uint16, frame []byte) []
 // address of the local one; run runs a program on a packet, the output
 // as long as the program made it.
 func dsrNode(t *testing.T, mode dpinfo.NodePortMode) (d *Datapath, fromOutside, fromPod func([]byte) (uint32, []byte)) {
-	d, ns, uplink := nodePortTestNodeMode(t, 0, mode)
+	d, _, fromOutside, fromPod = dsrNodeWith(t, mode, nil)
+	return d, fromOutside, fromPod
+}
+
+// dsrNodeWith is dsrNode taking the kernel fallbacks given; fromOutsideGSO
+// runs the uplink's ingress program on a packet the kernel holds as a GSO
+// packet of segments of gsoSize bytes.
+func dsrNodeWith(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks) (d *Datapath,
+	fromOutsideGSO func(pkt []byte, gsoSize uint32) (uint32, []byte), fromOutside, fromPod func([]byte) (uint32, []byte)) {
+	d, ns, uplink := nodePortTestNodeWith(t, 0, mode, fallbacks)
 	syncNodePortPods(t, d)
 	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
 	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
@@ -77,7 +86,14 @@ func dsrNode(t *testing.T, mode dpinfo.NodePortMode) (d *Datapath, fromOutside, 
 		return run(d.uplink.ShuntFromUplink, pkt, skbContext(uplink))
 	}
 	fromPod = func(pkt []byte) (uint32, []byte) { t.Helper(); return run(d.objs.ShuntFromPod, withChecksum(pkt), nil) }
-	return d, fromOutside, fromPod
+	fromOutsideGSO = func(pkt []byte, gsoSize uint32) (uint32, []byte) {
+		t.Helper()
+		ctx := append(skbContext(uplink), make([]byte, skbGSOSizeOff+4-44)...)
+		binary.NativeEndian.PutUint32(ctx[skbGSOSizeOff:], gsoSize)
+		binary.NativeEndian.PutUint32(ctx[skbGSOSegsOff:], uint32(len(pkt)+int(gsoSize)-1)/gsoSize)
+		return run(d.uplink.ShuntFromUplink, pkt, ctx)
+	}
+	return d, fromOutsideGSO, fromOutside, fromPod
 }
 
 // nodePortEntries counts shunt_nodeport_nat's entries: the replies' and
@@ -240,4 +256,34 @@ func TestNodePortHybrid(t *testing.T) {
 	if replies, dsr := nodePortEntries(t, d); replies != 1 || dsr != 1 {
 		t.Errorf("shunt_nodeport_nat: %d reply entries, %d DSR entries; want 1 (UDP's SNAT) and 1 (TCP's DSR)", replies, dsr)
 	}
+}
+
+// Offsets in struct __sk_buff of what a test run may set beyond
+// skbContext: the GSO segment count and size.
+const (
+	skbGSOSegsOff = 164
+	skbGSOSizeOff = 176
+)
+
+// TestNodePortDSRNoGSODecap: with the kernel fallback dsr-no-gso-decap
+// (Linux < 6.3, forced here), the backend's node still decapsulates a
+// single DSR packet (without BPF_F_ADJ_ROOM_DECAP_L3_IPV4), and drops a
+// GSO one, counted dsr-gso-decap, rather than hand the pod a packet
+// whose GSO type still says IPIP.
+func TestNodePortDSRNoGSODecap(t *testing.T) {
+	d, fromOutsideGSO, fromOutside, _ := dsrNodeWith(t, dpinfo.NodePortDSR, dpinfo.Fallbacks{dpinfo.FallbackNoGSODecap: true})
+	before := counts(t, d)
+	in := dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, tcpSegment(40005, 8080, tcpSYN)))
+	ret, out := fromOutside(in)
+	if ret != tcActRedirect || len(out) < len(in)-dsrOuterLen {
+		t.Fatalf("a single packet: verdict %d, %d bytes; want redirect into the pod, %d bytes", ret, len(out), len(in)-dsrOuterLen)
+	}
+	if got, want := checkedTuple(t, out[:len(in)-dsrOuterLen]), (tuple{npClient, npLocalPod, 40005, 8080}); got != want {
+		t.Errorf("delivered %+v, want %+v", got, want)
+	}
+	gso := dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, append(tcpSegment(40005, 8080, tcpACK), make([]byte, 2000)...)))
+	if ret, _ := fromOutsideGSO(gso, 1000); ret != tcActShot {
+		t.Errorf("a GSO packet: verdict %d, want drop", ret)
+	}
+	counterDelta(t, d, before, map[string]uint64{"dsr-decap/from-uplink": 1, "dsr-gso-decap/from-uplink": 1})
 }

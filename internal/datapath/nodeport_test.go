@@ -55,6 +55,12 @@ func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, upl
 // nodePortTestNodeMode is nodePortTestNode with flows to backends on the
 // other node going as mode says (DSR from npNode).
 func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode) (d *Datapath, ns string, uplink int) {
+	return nodePortTestNodeWith(t, maglevSize, mode, nil)
+}
+
+// nodePortTestNodeWith is nodePortTestNodeMode taking the kernel
+// fallbacks given.
+func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	ns, peer := testNetns(t), testNetns(t)
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
@@ -80,7 +86,8 @@ func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 		t.Fatal(err)
 	}
 	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
-		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode}}, nil)
+		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
+		Fallbacks: fallbacks}, nil)
 	return d, ns, uplink
 }
 

@@ -60,6 +60,7 @@ const (
 	ReasonDSREncap
 	ReasonDSRDecap
 	ReasonDSRTooBig
+	ReasonDSRGSODecap
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -116,6 +117,7 @@ var reasonNames = [...]string{
 	ReasonDSREncap:             "dsr-encap",
 	ReasonDSRDecap:             "dsr-decap",
 	ReasonDSRTooBig:            "dsr-too-big",
+	ReasonDSRGSODecap:          "dsr-gso-decap",
 }
 
 // String is the reason's name, or its number when it has none.
