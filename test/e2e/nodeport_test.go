@@ -67,6 +67,9 @@ func testNodePortLab(t *testing.T, routing string) {
 	ext := labExternal(t, l)
 	node1, node2 := "192.168.123.1", "192.168.123.2"
 
+	if out := l.mustShunt("status", "--node", "node-2"); !strings.Contains(out, "NodePorts from outside: snat") {
+		t.Errorf("status of node-2 does not name its NodePort mode (snat, the default):\n%s", out)
+	}
 	lbIP := loadBalancerAddress(t, l, "lb")
 	if !strings.HasPrefix(lbIP, "192.168.124.") {
 		t.Fatalf("Service lb got load balancer address %q, want one of the pool 192.168.124.0/28", lbIP)
