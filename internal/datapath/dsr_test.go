@@ -287,3 +287,56 @@ func TestNodePortDSRNoGSODecap(t *testing.T) {
 	}
 	counterDelta(t, d, before, map[string]uint64{"dsr-decap/from-uplink": 1, "dsr-gso-decap/from-uplink": 1})
 }
+
+// tcpWithMSS is a TCP header with options NOP×4 and MSS mss.
+func tcpWithMSS(sport, dport uint16, flags byte, mss uint16) []byte {
+	tcp := append(tcpSegment(sport, dport, flags), 1, 1, 1, 1, 2, 4, byte(mss>>8), byte(mss))
+	tcp[12] = 7 << 4
+	return tcp
+}
+
+// mssOf reads the MSS option of a packet tcpWithMSS built, checking the
+// TCP checksum.
+func mssOf(t *testing.T, pkt []byte) uint16 {
+	t.Helper()
+	checkedTuple(t, pkt[:14+20+28])
+	return binary.BigEndian.Uint16(pkt[14+20+20+6:])
+}
+
+// TestNodePortDSRClampMSS: the backend's SYN-ACK to a flow that arrived
+// by DSR announces an MSS that leaves room for DSR's 28 bytes on the
+// uplink (MTU 1500: 1432), so that the client's segments fit once the
+// ingress node encapsulates them; a smaller MSS stays, and so does the
+// MSS of a flow that came straight to this node (no DSR).
+func TestNodePortDSRClampMSS(t *testing.T) {
+	_, fromOutside, fromPod := dsrNode(t, dpinfo.NodePortDSR)
+	for _, c := range []struct {
+		what       string
+		viaDSR     bool
+		cport, mss uint16
+		want       uint16
+	}{
+		{"by DSR, MSS 1460", true, 40021, 1460, 1432},
+		{"by DSR, MSS 1200", true, 40022, 1200, 1200},
+		{"straight to this node, MSS 1460", false, 40023, 1460, 1460},
+	} {
+		syn := packet(npClient, npLocalPod, 6, tcpSegment(c.cport, 8080, tcpSYN))
+		var ret uint32
+		if c.viaDSR {
+			ret, _ = fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, syn))
+		} else {
+			ret, _ = fromOutside(withChecksum(packet(npClient, npLB, 6, tcpSegment(c.cport, 80, tcpSYN))))
+		}
+		if ret != tcActRedirect {
+			t.Fatalf("%s: the client's SYN: verdict %d, want redirect into the pod", c.what, ret)
+		}
+		in := packet(npLocalPod, npClient, 6, tcpWithMSS(8080, c.cport, tcpSYNACK, c.mss))
+		ret, out := fromPod(in)
+		if got := checkedTuple(t, out[:len(in)]); ret != tcActRedirect || got != (tuple{npLB, npClient, 80, c.cport}) {
+			t.Fatalf("%s: the SYN-ACK: verdict %d, %+v", c.what, ret, got)
+		}
+		if got := mssOf(t, out[:len(in)]); got != c.want {
+			t.Errorf("%s: the SYN-ACK leaves with MSS %d, want %d", c.what, got, c.want)
+		}
+	}
+}

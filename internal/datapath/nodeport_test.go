@@ -125,6 +125,8 @@ func TestNodePort(t *testing.T) {
 			Backends: []services.Backend{{IP: npLocalPod, Port: 5353}}},
 		{Frontend: services.Frontend{VIP: npNode, Port: 30054, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote",
 			Backends: []services.Backend{{IP: npRemotePod, Port: 5353}}},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30055, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote-2",
+			Backends: []services.Backend{{IP: npRemotePod, Port: 5354}}},
 		{Frontend: fe(netip.MustParseAddr("10.96.0.10"), 80), Kind: services.KindClusterIP, Name: "clusterip", Backends: local},
 	}); err != nil {
 		t.Fatal(err)
@@ -329,6 +331,71 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
+	t.Run("ICMP errors from outside about a reply reach the backend about what it sent", func(t *testing.T) {
+		errorAbout := func(e icmpError) []any {
+			return []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.ip[16:20])),
+				netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4[0:]),
+				netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
+		}
+		router := netip.MustParseAddr("203.0.113.1")
+		// A flow to the backend on the other node (SNAT) and its reply
+		// as it leaves for the client.
+		ret, toRemote := fromOutside(packet(npClient, npNode, 17, udpDatagram(40015, 30055)))
+		sent := checkedTuple(t, toRemote)
+		if ret != tcActRedirect || sent.src != npSNAT {
+			t.Fatalf("to another node: verdict %d, %+v", ret, sent)
+		}
+		ret, reply := fromOutside(packet(npRemotePod, npSNAT, 17, udpDatagram(5354, sent.sport)))
+		if got := checkedTuple(t, reply); ret != tcActRedirect || got != (tuple{npNode, npClient, 30055, 40015}) {
+			t.Fatalf("the reply: verdict %d, %+v", ret, got)
+		}
+		for _, tc := range []struct {
+			what    string
+			from    netip.Addr
+			message []byte
+			src     netip.Addr // the outer source the backend sees
+		}{
+			{"the client's port unreachable", npClient, icmpUnreachable(reply), npSNAT},
+			{"a router's fragmentation needed: its address stays", router, icmpFragNeeded(reply, 1300), router},
+		} {
+			ret, out := fromOutside(packet(tc.from, npNode, 1, tc.message))
+			if ret != tcActRedirect {
+				t.Errorf("%s: verdict %d, want redirect to the backend's node", tc.what, ret)
+				continue
+			}
+			e := checkedICMPError(t, out)
+			if got, want := errorAbout(e), []any{tc.src, npRemotePod, npRemotePod, uint16(5354), npSNAT, sent.sport}; !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", tc.what, got[0], got[1], got[2], got[3], got[4], got[5], want)
+			}
+			if e.icmp[0] != tc.message[0] || e.icmp[1] != tc.message[1] || !bytes.Equal(e.icmp[4:8], tc.message[4:8]) {
+				t.Errorf("%s: type, code or MTU changed: % x, want % x", tc.what, e.icmp[:8], tc.message[:8])
+			}
+		}
+		// A backend on this node: the client's address stays, the
+		// frontend becomes the backend, and its policy admits the error
+		// as related to its flow.
+		if ret, _ := fromOutside(packet(npClient, npNode, 17, udpDatagram(40016, 30053))); ret != tcActRedirect {
+			t.Fatalf("to this node's backend: verdict %d", ret)
+		}
+		ret, reply = fromPod(packet(npLocalPod, npClient, 17, udpDatagram(5353, 40016)))
+		if got := checkedTuple(t, reply); ret != tcActRedirect || got != (tuple{npNode, npClient, 30053, 40016}) {
+			t.Fatalf("the local backend's reply: verdict %d, %+v", ret, got)
+		}
+		ret, out := fromOutside(packet(npClient, npNode, 1, icmpUnreachable(reply)))
+		if ret != tcActRedirect {
+			t.Fatalf("the client's port unreachable about a local backend's reply: verdict %d, want redirect to the pod", ret)
+		}
+		if got, want := errorAbout(checkedICMPError(t, out)), []any{npClient, npLocalPod, npLocalPod, uint16(5353), npClient, uint16(40016)}; !reflect.DeepEqual(got, want) {
+			t.Errorf("the client's port unreachable about a local backend's reply: %v, want %v", got, want)
+		}
+		// An error about no flow from outside goes on as before.
+		stray := withChecksum(packet(npNode, npClient, 17, udpDatagram(30053, 40999)))
+		in := withChecksum(packet(npClient, npNode, 1, icmpUnreachable(stray)))
+		if ret, out := fromOutside(bytes.Clone(in)); ret != tcActOK || !bytes.Equal(out[:len(in)], in) {
+			t.Errorf("an error about no NodePort flow's reply: verdict %d, want OK and unchanged", ret)
+		}
+	})
+
 	t.Run("left alone: a ClusterIP, the node's own ports", func(t *testing.T) {
 		for _, pkt := range [][]byte{
 			packet(npClient, netip.MustParseAddr("10.96.0.10"), 6, tcpSegment(40004, 80, tcpSYN)),
@@ -341,7 +408,7 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
-	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 12, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 5, "nodeport-reply/from-pod": 4})
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 17, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 6, "nodeport-reply/from-pod": 5})
 	var kinds []string
 	for _, e := range flows() {
 		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {

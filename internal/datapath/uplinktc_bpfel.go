@@ -92,7 +92,8 @@ type uplinktcNodeportNatValue struct {
 	Dport      uint16
 	Reply      uint8
 	Dsr        uint8
-	Pad        [2]uint8
+	DsrIn      uint8
+	Pad        uint8
 	LastSeenNs uint64
 	Flags      uint32
 	Pad2       uint32
