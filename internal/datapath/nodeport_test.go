@@ -86,7 +86,7 @@ func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 		t.Fatal(err)
 	}
 	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
-		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
+		NodePort:  &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
 		Fallbacks: fallbacks}, nil)
 	return d, ns, uplink
 }
