@@ -104,6 +104,15 @@ func syncNodePortPods(t *testing.T, d *Datapath) {
 	}
 }
 
+// icmpErrorAbout is what an ICMP error says: its outer source and
+// destination, and the quoted packet's source address and port and
+// destination address and port.
+func icmpErrorAbout(e icmpError) []any {
+	return []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.ip[16:20])),
+		netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4[0:]),
+		netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
+}
+
 func TestNodePort(t *testing.T) {
 	d, ns, uplink := nodePortTestNode(t, 0)
 	syncNodePortPods(t, d)
@@ -275,12 +284,6 @@ func TestNodePort(t *testing.T) {
 	})
 
 	t.Run("ICMP errors about the way to a backend reach the client about the frontend", func(t *testing.T) {
-		// An error quotes the datagram as the backend received it.
-		errorAbout := func(e icmpError) []any {
-			return []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.ip[16:20])),
-				netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4[0:]),
-				netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
-		}
 		ret, toRemote := fromOutside(packet(npClient, npNode, 17, udpDatagram(40012, 30054)))
 		if sent := checkedTuple(t, toRemote); ret != tcActRedirect || sent.src != npSNAT {
 			t.Fatalf("to another node: verdict %d, %+v; want SNAT from %s", ret, sent, npSNAT)
@@ -300,7 +303,7 @@ func TestNodePort(t *testing.T) {
 				continue
 			}
 			e := checkedICMPError(t, out)
-			if got, want := errorAbout(e), []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)}; !reflect.DeepEqual(got, want) {
+			if got, want := icmpErrorAbout(e), []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)}; !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", tc.what, got[0], got[1], got[2], got[3], got[4], got[5], want)
 			}
 			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
@@ -320,7 +323,7 @@ func TestNodePort(t *testing.T) {
 		if ret != tcActRedirect {
 			t.Fatalf("the local backend's port unreachable: verdict %d, want redirect out of the uplink", ret)
 		}
-		if got, want := errorAbout(checkedICMPError(t, out)), []any{npNode, npClient, npClient, uint16(40013), npNode, uint16(30053)}; !reflect.DeepEqual(got, want) {
+		if got, want := icmpErrorAbout(checkedICMPError(t, out)), []any{npNode, npClient, npClient, uint16(40013), npNode, uint16(30053)}; !reflect.DeepEqual(got, want) {
 			t.Errorf("the local backend's port unreachable: %v, want %v", got, want)
 		}
 		// An error about no flow from outside goes on as before.
@@ -332,11 +335,6 @@ func TestNodePort(t *testing.T) {
 	})
 
 	t.Run("ICMP errors from outside about a reply reach the backend about what it sent", func(t *testing.T) {
-		errorAbout := func(e icmpError) []any {
-			return []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.ip[16:20])),
-				netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4[0:]),
-				netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
-		}
 		router := netip.MustParseAddr("203.0.113.1")
 		// A flow to the backend on the other node (SNAT) and its reply
 		// as it leaves for the client.
@@ -364,7 +362,7 @@ func TestNodePort(t *testing.T) {
 				continue
 			}
 			e := checkedICMPError(t, out)
-			if got, want := errorAbout(e), []any{tc.src, npRemotePod, npRemotePod, uint16(5354), npSNAT, sent.sport}; !reflect.DeepEqual(got, want) {
+			if got, want := icmpErrorAbout(e), []any{tc.src, npRemotePod, npRemotePod, uint16(5354), npSNAT, sent.sport}; !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", tc.what, got[0], got[1], got[2], got[3], got[4], got[5], want)
 			}
 			if e.icmp[0] != tc.message[0] || e.icmp[1] != tc.message[1] || !bytes.Equal(e.icmp[4:8], tc.message[4:8]) {
@@ -385,7 +383,7 @@ func TestNodePort(t *testing.T) {
 		if ret != tcActRedirect {
 			t.Fatalf("the client's port unreachable about a local backend's reply: verdict %d, want redirect to the pod", ret)
 		}
-		if got, want := errorAbout(checkedICMPError(t, out)), []any{npClient, npLocalPod, npLocalPod, uint16(5353), npClient, uint16(40016)}; !reflect.DeepEqual(got, want) {
+		if got, want := icmpErrorAbout(checkedICMPError(t, out)), []any{npClient, npLocalPod, npLocalPod, uint16(5353), npClient, uint16(40016)}; !reflect.DeepEqual(got, want) {
 			t.Errorf("the client's port unreachable about a local backend's reply: %v, want %v", got, want)
 		}
 		// An error about no flow from outside goes on as before.
