@@ -455,8 +455,9 @@ struct nodeport_nat_value {
 	__u8 reply;   /* 1: a backend's reply, sent out of the uplink */
 	__u8 dsr;     /* 1: the client's entry of a DSR flow on its ingress node (lib/dsr.h): no reply
 		       * entry here, the reply leaves from the backend's node */
-	__u8 dsr_in;  /* 1: the reply entry of a flow that arrived by DSR: the backend's SYN-ACK gets
-		       * an MSS that leaves room for DSR's outer header (dsr_clamp_mss) */
+	__u8 dsr_in;  /* 1: an entry (either) of a flow that arrived by DSR, on the backend's node: the
+		       * backend's SYN-ACK gets an MSS that leaves room for DSR's outer header
+		       * (dsr_clamp_mss) */
 	__u8 pad;
 	/* Both entries of a flow are refreshed together; an entry idle past
 	 * its timeout (lib/nat_timeout.h) no longer holds its SNAT port. */

@@ -102,10 +102,17 @@ static __always_inline bool nodeport_reusable(const struct nodeport_nat_value *v
 
 /* nodeport_refresh notes a packet of the flow whose entry is (k, v): the
  * TCP flags it carries and, at most once a second, the time, in both
- * entries. A partner the LRU evicted is written again. */
+ * entries. A partner the LRU evicted is written again, and so is one that
+ * names another flow: a backend that sees the client's own address (on
+ * this node, or reached by DSR) has one reply tuple for a client port
+ * whichever frontend it came through, and a client reusing its port
+ * through another frontend (another node's address) took it over. A TCP
+ * SYN always checks, so that the new connection's reply finds its own
+ * frontend. */
 static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct nodeport_nat_value *v, __u8 tcp_flags, __u64 now)
 {
 	__u32 flags = v->flags;
+	bool syn = k->proto == IPPROTO_TCP && (tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
 
 	if (v->reply)
 		flags |= MASQ_F_REPLY_SEEN;
@@ -119,7 +126,7 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		if (tcp_flags & SHUNT_TCPF_RST)
 			flags |= MASQ_F_RST;
 	}
-	if (flags == v->flags && nodeport_idle(v, now) <= NSEC_PER_SEC)
+	if (flags == v->flags && nodeport_idle(v, now) <= NSEC_PER_SEC && !syn)
 		return;
 	v->flags = flags;
 	v->last_seen_ns = now;
@@ -127,16 +134,16 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		return; /* no partner on the ingress node: the reply entry is the backend's node's */
 	struct tc_nat_key pk = nodeport_partner(v, k->proto);
 	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
-	if (pv) {
+	struct nodeport_nat_value again = {
+		.saddr = k->daddr, .sport = k->dport, .daddr = k->saddr, .dport = k->sport, .reply = !v->reply,
+		.dsr_in = v->dsr_in, .last_seen_ns = now, .flags = flags,
+	};
+	if (pv && pv->saddr == again.saddr && pv->sport == again.sport && pv->daddr == again.daddr && pv->dport == again.dport) {
 		pv->flags |= flags;
 		pv->last_seen_ns = now;
 		return;
 	}
-	struct nodeport_nat_value again = {
-		.saddr = k->daddr, .sport = k->dport, .daddr = k->saddr, .dport = k->sport, .reply = !v->reply,
-		.last_seen_ns = now, .flags = flags,
-	};
-	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, BPF_NOEXIST);
+	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, BPF_ANY);
 }
 
 /* nodeport_claim makes the reply tuple rk (one candidate SNAT port) the
@@ -533,6 +540,7 @@ static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 
 	};
 	fwd->last_seen_ns = now;
 	fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port;
+	fwd->dsr_in = dsr_in;
 	if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
 		return SHUNT_REASON_NAT_INSERT_FAILED;
 	if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {

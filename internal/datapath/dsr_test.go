@@ -340,3 +340,45 @@ func TestNodePortDSRClampMSS(t *testing.T) {
 		}
 	}
 }
+
+// TestNodePortDSRClientPortReused: the backend sees the client's own
+// address whether the flow came straight to this node or by DSR from
+// another, so both flows of one client port have one reply tuple. A
+// client that reuses its port through the other frontend takes that
+// reply tuple over, and when it comes back to the first frontend its SYN
+// takes it back: each connection's SYN-ACK leaves from the frontend that
+// connection dialled (before, the DSR flow's SYN-ACK left from the
+// node's NodePort, and the client reset it).
+func TestNodePortDSRClientPortReused(t *testing.T) {
+	_, fromOutside, fromPod := dsrNode(t, dpinfo.NodePortDSR)
+	synAck := func(what string, want tuple) {
+		t.Helper()
+		ret, out := fromPod(packet(npLocalPod, npClient, 6, tcpSegment(8080, 40040, tcpSYNACK)))
+		if got := checkedTuple(t, out); ret != tcActRedirect || got != want {
+			t.Errorf("%s: the SYN-ACK leaves %+v (verdict %d), want %+v", what, got, ret, want)
+		}
+	}
+	viaDSR := func() uint32 {
+		ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, tcpSegment(40040, 8080, tcpSYN))))
+		return ret
+	}
+	straight := func() uint32 {
+		ret, _ := fromOutside(withChecksum(packet(npClient, npNode, 6, tcpSegment(40040, 30080, tcpSYN))))
+		return ret
+	}
+	for i, step := range []struct {
+		what string
+		send func() uint32
+		want tuple
+	}{
+		{"by DSR through the load balancer address", viaDSR, tuple{npLB, npClient, 80, 40040}},
+		{"the same port straight to this node's NodePort", straight, tuple{npNode, npClient, 30080, 40040}},
+		{"the same port by DSR again", viaDSR, tuple{npLB, npClient, 80, 40040}},
+		{"and straight again", straight, tuple{npNode, npClient, 30080, 40040}},
+	} {
+		if ret := step.send(); ret != tcActRedirect {
+			t.Fatalf("step %d (%s): the SYN: verdict %d, want redirect into the pod", i, step.what, ret)
+		}
+		synAck(step.what, step.want)
+	}
+}
