@@ -103,12 +103,12 @@ static __always_inline bool nodeport_reusable(const struct nodeport_nat_value *v
 /* nodeport_refresh notes a packet of the flow whose entry is (k, v): the
  * TCP flags it carries and, at most once a second, the time, in both
  * entries. A partner the LRU evicted is written again, and so is one that
- * names another flow: a backend that sees the client's own address (on
- * this node, or reached by DSR) has one reply tuple for a client port
- * whichever frontend it came through, and a client reusing its port
- * through another frontend (another node's address) took it over. A TCP
- * SYN always checks, so that the new connection's reply finds its own
- * frontend. */
+ * names another flow when the client's packet refreshes it: a backend
+ * that sees the client's own address (on this node, or reached by DSR) has
+ * one reply tuple for a client port whichever frontend it came through,
+ * and a client reusing its port through another frontend (another node's
+ * address) took it over. A TCP SYN always checks, so that the new
+ * connection's reply finds its own frontend. */
 static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct nodeport_nat_value *v, __u8 tcp_flags, __u64 now)
 {
 	__u32 flags = v->flags;
@@ -138,12 +138,16 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		.saddr = k->daddr, .sport = k->dport, .daddr = k->saddr, .dport = k->sport, .reply = !v->reply,
 		.dsr_in = v->dsr_in, .last_seen_ns = now, .flags = flags,
 	};
-	if (pv && pv->saddr == again.saddr && pv->sport == again.sport && pv->daddr == again.daddr && pv->dport == again.dport) {
+	/* Only the client's packets take a reply entry back: a late packet
+	 * of an old flow's reply tuple must not take the client entry of the
+	 * flow that now has its client port. */
+	if (pv && (v->reply || (pv->saddr == again.saddr && pv->sport == again.sport && pv->daddr == again.daddr &&
+				pv->dport == again.dport))) {
 		pv->flags |= flags;
 		pv->last_seen_ns = now;
 		return;
 	}
-	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, BPF_ANY);
+	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, v->reply ? BPF_NOEXIST : BPF_ANY);
 }
 
 /* nodeport_claim makes the reply tuple rk (one candidate SNAT port) the
