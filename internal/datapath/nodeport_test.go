@@ -113,6 +113,20 @@ func icmpErrorAbout(e icmpError) []any {
 		netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
 }
 
+// checkTranslatedError checks an ICMP error message translated into out:
+// its checksums, what it says (icmpErrorAbout) against want, and its type,
+// code and MTU unchanged.
+func checkTranslatedError(t *testing.T, what string, out, message []byte, want []any) {
+	t.Helper()
+	e := checkedICMPError(t, out)
+	if got := icmpErrorAbout(e); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", what, got[0], got[1], got[2], got[3], got[4], got[5], want)
+	}
+	if e.icmp[0] != message[0] || e.icmp[1] != message[1] || !bytes.Equal(e.icmp[4:8], message[4:8]) {
+		t.Errorf("%s: type, code or MTU changed: % x, want % x", what, e.icmp[:8], message[:8])
+	}
+}
+
 func TestNodePort(t *testing.T) {
 	d, ns, uplink := nodePortTestNode(t, 0)
 	syncNodePortPods(t, d)
@@ -302,15 +316,9 @@ func TestNodePort(t *testing.T) {
 				t.Errorf("%s: verdict %d, want redirect out of the uplink", tc.what, ret)
 				continue
 			}
-			e := checkedICMPError(t, out)
-			if got, want := icmpErrorAbout(e), []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)}; !reflect.DeepEqual(got, want) {
-				t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", tc.what, got[0], got[1], got[2], got[3], got[4], got[5], want)
-			}
+			checkTranslatedError(t, tc.what, out, tc.message, []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)})
 			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
 				t.Errorf("%s: to MAC %s, want the client's", tc.what, dst)
-			}
-			if e.icmp[0] != tc.message[0] || e.icmp[1] != tc.message[1] || !bytes.Equal(e.icmp[4:8], tc.message[4:8]) {
-				t.Errorf("%s: type, code or MTU changed: % x, want % x", tc.what, e.icmp[:8], tc.message[:8])
 			}
 		}
 		// A backend on this node saw the client's own address: only the
@@ -361,13 +369,7 @@ func TestNodePort(t *testing.T) {
 				t.Errorf("%s: verdict %d, want redirect to the backend's node", tc.what, ret)
 				continue
 			}
-			e := checkedICMPError(t, out)
-			if got, want := icmpErrorAbout(e), []any{tc.src, npRemotePod, npRemotePod, uint16(5354), npSNAT, sent.sport}; !reflect.DeepEqual(got, want) {
-				t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", tc.what, got[0], got[1], got[2], got[3], got[4], got[5], want)
-			}
-			if e.icmp[0] != tc.message[0] || e.icmp[1] != tc.message[1] || !bytes.Equal(e.icmp[4:8], tc.message[4:8]) {
-				t.Errorf("%s: type, code or MTU changed: % x, want % x", tc.what, e.icmp[:8], tc.message[:8])
-			}
+			checkTranslatedError(t, tc.what, out, tc.message, []any{tc.src, npRemotePod, npRemotePod, uint16(5354), npSNAT, sent.sport})
 		}
 		// A backend on this node: the client's address stays, the
 		// frontend becomes the backend, and its policy admits the error
