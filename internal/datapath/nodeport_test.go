@@ -113,6 +113,15 @@ func icmpErrorAbout(e icmpError) []any {
 		netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
 }
 
+// icmpErrorCase is an ICMP error message from a sender, and the outer
+// source it should have once translated.
+type icmpErrorCase struct {
+	what    string
+	from    netip.Addr
+	message []byte
+	src     netip.Addr
+}
+
 // checkTranslatedError checks an ICMP error message translated into out:
 // its checksums, what it says (icmpErrorAbout) against want, and its type,
 // code and MTU unchanged.
@@ -302,12 +311,8 @@ func TestNodePort(t *testing.T) {
 		if sent := checkedTuple(t, toRemote); ret != tcActRedirect || sent.src != npSNAT {
 			t.Fatalf("to another node: verdict %d, %+v; want SNAT from %s", ret, sent, npSNAT)
 		}
-		for _, tc := range []struct {
-			what    string
-			from    netip.Addr
-			message []byte
-			src     netip.Addr // the outer source the client sees
-		}{
+		// src: the outer source the client sees.
+		for _, tc := range []icmpErrorCase{
 			{"the backend's port unreachable", npRemotePod, icmpUnreachable(toRemote), npNode},
 			{"a router's fragmentation needed: its address stays", npOtherNode, icmpFragNeeded(toRemote, 1400), npOtherNode},
 		} {
@@ -355,12 +360,8 @@ func TestNodePort(t *testing.T) {
 		if got := checkedTuple(t, reply); ret != tcActRedirect || got != (tuple{npNode, npClient, 30055, 40015}) {
 			t.Fatalf("the reply: verdict %d, %+v", ret, got)
 		}
-		for _, tc := range []struct {
-			what    string
-			from    netip.Addr
-			message []byte
-			src     netip.Addr // the outer source the backend sees
-		}{
+		// src: the outer source the backend sees.
+		for _, tc := range []icmpErrorCase{
 			{"the client's port unreachable", npClient, icmpUnreachable(reply), npSNAT},
 			{"a router's fragmentation needed: its address stays", router, icmpFragNeeded(reply, 1300), router},
 		} {
