@@ -332,13 +332,12 @@ func TestNodePort(t *testing.T) {
 		if ret != tcActRedirect {
 			t.Fatalf("to this node's backend: verdict %d", ret)
 		}
-		ret, out := fromPod(packet(npLocalPod, npClient, 1, icmpUnreachable(toLocal)))
+		unreachable := icmpUnreachable(toLocal)
+		ret, out := fromPod(packet(npLocalPod, npClient, 1, unreachable))
 		if ret != tcActRedirect {
 			t.Fatalf("the local backend's port unreachable: verdict %d, want redirect out of the uplink", ret)
 		}
-		if got, want := icmpErrorAbout(checkedICMPError(t, out)), []any{npNode, npClient, npClient, uint16(40013), npNode, uint16(30053)}; !reflect.DeepEqual(got, want) {
-			t.Errorf("the local backend's port unreachable: %v, want %v", got, want)
-		}
+		checkTranslatedError(t, "the local backend's port unreachable", out, unreachable, []any{npNode, npClient, npClient, uint16(40013), npNode, uint16(30053)})
 		// An error about no flow from outside goes on as before.
 		stray := withChecksum(packet(npClient, npRemotePod, 17, udpDatagram(40014, 5353)))
 		if ret, out := fromOutside(packet(npRemotePod, npSNAT, 1, icmpUnreachable(stray))); ret != tcActOK ||
@@ -382,13 +381,13 @@ func TestNodePort(t *testing.T) {
 		if got := checkedTuple(t, reply); ret != tcActRedirect || got != (tuple{npNode, npClient, 30053, 40016}) {
 			t.Fatalf("the local backend's reply: verdict %d, %+v", ret, got)
 		}
-		ret, out := fromOutside(packet(npClient, npNode, 1, icmpUnreachable(reply)))
+		unreachable := icmpUnreachable(reply)
+		ret, out := fromOutside(packet(npClient, npNode, 1, unreachable))
 		if ret != tcActRedirect {
 			t.Fatalf("the client's port unreachable about a local backend's reply: verdict %d, want redirect to the pod", ret)
 		}
-		if got, want := icmpErrorAbout(checkedICMPError(t, out)), []any{npClient, npLocalPod, npLocalPod, uint16(5353), npClient, uint16(40016)}; !reflect.DeepEqual(got, want) {
-			t.Errorf("the client's port unreachable about a local backend's reply: %v, want %v", got, want)
-		}
+		checkTranslatedError(t, "the client's port unreachable about a local backend's reply", out, unreachable,
+			[]any{npClient, npLocalPod, npLocalPod, uint16(5353), npClient, uint16(40016)})
 		// An error about no flow from outside goes on as before.
 		stray := withChecksum(packet(npNode, npClient, 17, udpDatagram(30053, 40999)))
 		in := withChecksum(packet(npClient, npNode, 1, icmpUnreachable(stray)))
