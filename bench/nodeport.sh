@@ -36,11 +36,15 @@ SETTLE=5s SMOKE_FLAG=
 # NATIVE_MODE (environment): shunt-native's --nodeport-mode, snat (default),
 # dsr or hybrid; not snat, its rows are shunt-native-dsr (hybrid).
 NATIVE_MODE=${NATIVE_MODE:-snat}
+# MEASURE (environment): only these cases are measured (every case is still
+# built), comma-separated: e.g. MEASURE=shunt-native, with NATIVE_MODE, to
+# compare shunt's NodePort modes without the kube-proxy cases' runs.
+MEASURE=${MEASURE:-}
 [ -z "$SMOKE" ] || SETTLE=0s SMOKE_FLAG=-smoke
 
 cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/nodeport.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
-bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT -native-nodeport-mode $NATIVE_MODE
+bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT -native-nodeport-mode $NATIVE_MODE${MEASURE:+ -measure $MEASURE}
 # every command it ran, exactly and in order: commands-run.txt; in short, as bench/crossnode.sh without the floor and the policies, shunt's agents with --masquerade (pods get a default route), plus per case an external host:
 ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name ext netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.200/24 dev ul0   # on the case's underlay bridge (shunt-native: shunt-vxlan's)
 # measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202
@@ -48,7 +52,7 @@ nsenter --net=EXT timeout T taskset -c 0 sockperf ping-pong --tcp -i 192.168.U.1
 nsenter --net=EXT timeout T taskset -c 0 bin/connrate -target 192.168.U.1|192.168.U.2:30080 -workers 4 -duration ${DURATION}s
 nsenter --net=EXT timeout T taskset -c 0 iperf3 -c 192.168.U.1 -p 30201 -t $DURATION -J
 EOT
-bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" -native-nodeport-mode "$NATIVE_MODE" \
+bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" -native-nodeport-mode "$NATIVE_MODE" ${MEASURE:+-measure "$MEASURE"} \
 	> >(tee "$OUT/crossnode.log") 2>&1 &
 XB=$!
 trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM
@@ -68,4 +72,7 @@ if [ -f "$OUT/maglev.md" ]; then
 	echo >>"$NOTES"
 	cat "$OUT/maglev.md" >>"$NOTES"
 fi
-finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing" kube-proxy-iptables
+# With MEASURE, kube-proxy-iptables may not be measured: no baseline.
+BASELINE=kube-proxy-iptables
+[ -z "$MEASURE" ] || BASELINE=
+finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing" "$BASELINE"

@@ -8,6 +8,8 @@
  * the agent excluded) leaves from the node's address and a port allocated
  * for the flow (lib/masq.h); TCP, UDP and ICMP echo (the identifier is the
  * port). An ICMP error a pod sends about such a flow is translated too.
+ * A reply of a connection opened to the pod (its tracking says the other
+ * end opened it) is not such a flow and keeps the pod's address.
  * Everything else (the node's own traffic, the overlay's encapsulated
  * packets, pods' traffic inside the cluster) leaves as it is, uncounted:
  * it is not masquerade's.
@@ -177,6 +179,13 @@ int shunt_to_uplink(struct __sk_buff *skb)
 		port = v->port;
 		masq_refresh(&k, v, p.f.tcp_flags, now);
 	} else {
+		/* A reply of a connection opened to the pod (from outside the
+		 * cluster, to its address routed natively): the client knows
+		 * the pod's address, not the node's, and would reset a reply
+		 * from the node's. As MASQUERADE on conntrack's original
+		 * direction only: replies keep their source. */
+		if (ct_is_reply(&p.f))
+			return TC_ACT_OK;
 		__u32 reason = masq_new(&MASQ, &k, now, &port);
 		if (reason)
 			return drop(skb, &p, reason);

@@ -309,8 +309,10 @@ enum shunt_reason {
 				      * recorded, so the backend's reply leaves from here with the service address */
 	SHUNT_REASON_DSR_TOO_BIG = 51, /* dropped: a packet for DSR that would not fit the uplink's MTU once
 					* encapsulated and has no DF bit (with DF it is answered, frag-needed) */
-	/* 52-59: kept for the nodeport/DSR work. */
-	SHUNT_REASON_PROXY_UPSTREAM_REPLY = 60, /* pod veth: a local pod's packet on a connection the node proxy made
+	SHUNT_REASON_DSR_GSO_DECAP = 52, /* dropped: a GSO packet arrived by DSR on a kernel before Linux 6.3,
+					  * whose bpf_skb_adjust_room cannot take its IPIP header off
+					  * (BPF_F_ADJ_ROOM_DECAP_L3_IPV4; kernel fallback dsr-no-gso-decap) */
+	SHUNT_REASON_PROXY_UPSTREAM_REPLY = 53, /* pod veth: a local pod's packet on a connection the node proxy made
 						 * from its client's address (original source) given to the proxy's
 						 * socket (bpf_sk_assign, lib/steer.h), not routed to that address */
 	SHUNT_REASON_MAX,
@@ -464,7 +466,10 @@ struct nodeport_nat_value {
 	__u8 reply;   /* 1: a backend's reply, sent out of the uplink */
 	__u8 dsr;     /* 1: the client's entry of a DSR flow on its ingress node (lib/dsr.h): no reply
 		       * entry here, the reply leaves from the backend's node */
-	__u8 pad[2];
+	__u8 dsr_in;  /* 1: an entry (either) of a flow that arrived by DSR, on the backend's node: the
+		       * backend's SYN-ACK gets an MSS that leaves room for DSR's outer header
+		       * (dsr_clamp_mss) */
+	__u8 pad;
 	/* Both entries of a flow are refreshed together; an entry idle past
 	 * its timeout (lib/nat_timeout.h) no longer holds its SNAT port. */
 	__u64 last_seen_ns;

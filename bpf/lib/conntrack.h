@@ -175,6 +175,21 @@ static __always_inline bool ct_related(struct flow *f)
 	return bpf_map_lookup_elem(&shunt_ct, &k) || bpf_map_lookup_elem(&shunt_ct_new, &k);
 }
 
+/* ct_is_reply says whether packet f belongs to a tracked connection (of
+ * either table) that f's destination opened: f goes the reply way. It
+ * only reads; the packet's own program has refreshed the entry. */
+static __always_inline bool ct_is_reply(const struct flow *f)
+{
+	struct ct_key k;
+	bool src_is_a;
+
+	ct_key_of(f->saddr, f->daddr, f->sport, f->dport, f->proto, &k, &src_is_a);
+	struct ct_value *ct = bpf_map_lookup_elem(&shunt_ct, &k);
+	if (!ct)
+		ct = bpf_map_lookup_elem(&shunt_ct_new, &k);
+	return ct && !!(ct->flags & CT_F_ORIG_IS_A) != src_is_a;
+}
+
 /* ct_create records a connection whose first packet policy admitted, with
  * the extra flags given: in shunt_ct_new until it is assured, or straight
  * in shunt_ct with single_table (the behaviour before shunt_ct_new, kept as

@@ -39,6 +39,16 @@
  * encapsulated one (GSO type, inner offsets). */
 #define DSR_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
 
+/* Set from Go before the object is loaded (kernel fallback
+ * dsr-no-gso-decap): the kernel has no BPF_F_ADJ_ROOM_DECAP_L3_IPV4 (before
+ * Linux 6.3). Such a kernel takes the outer header off a single packet
+ * without the flag, but a GSO packet would keep its encapsulation's GSO
+ * type and be cut wrongly: it is dropped, counted dsr-gso-decap. */
+volatile const __u32 DSR_NO_GSO_DECAP = 0;
+
+/* dsr_decap's answer for a GSO packet that the kernel cannot decapsulate. */
+#define DSR_DECAP_GSO_UNSUPPORTED (-2)
+
 #define DSR_OPT_TYPE 0x9a /* copied, class 0, number 26: Cilium's */
 #define DSR_OUTER_TTL 64
 
@@ -158,7 +168,8 @@ static __always_inline int dsr_send(struct __sk_buff *skb, struct pkt *p, const 
 /* dsr_decap takes a DSR packet arriving for cfg's underlay address: the
  * outer header is checked and removed, *svc_addr and *svc_port set from
  * its option. Returns 1 when decapsulated, 0 when the packet is no DSR
- * packet for this node (left as it is), -1 when the removal failed. */
+ * packet for this node (left as it is), -1 when the removal failed,
+ * DSR_DECAP_GSO_UNSUPPORTED for a GSO packet on a kernel before 6.3. */
 static __always_inline int dsr_decap(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 *svc_addr,
 				     __u16 *svc_port)
 {
@@ -172,13 +183,13 @@ static __always_inline int dsr_decap(struct __sk_buff *skb, const volatile struc
 		return 0;
 	*svc_addr = o.opt.addr;
 	*svc_port = o.opt.port;
+	if (!DSR_NO_GSO_DECAP)
+		return bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, DSR_ADJ_ROOM_DECAP_L3_IPV4) < 0 ? -1 : 1;
 	/* Before Linux 6.3 the flag is refused: a packet that is not GSO
-	 * needs none (a GSO one would keep its encapsulation's GSO type: it is
-	 * dropped, counted invalid-packet). */
-	if (bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, DSR_ADJ_ROOM_DECAP_L3_IPV4) < 0 &&
-	    (skb->gso_size || bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0))
-		return -1;
-	return 1;
+	 * needs none. */
+	if (skb->gso_size)
+		return DSR_DECAP_GSO_UNSUPPORTED;
+	return bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0 ? -1 : 1;
 }
 
 #endif

@@ -102,10 +102,17 @@ static __always_inline bool nodeport_reusable(const struct nodeport_nat_value *v
 
 /* nodeport_refresh notes a packet of the flow whose entry is (k, v): the
  * TCP flags it carries and, at most once a second, the time, in both
- * entries. A partner the LRU evicted is written again. */
+ * entries. A partner the LRU evicted is written again, and so is one that
+ * names another flow when the client's packet refreshes it: a backend
+ * that sees the client's own address (on this node, or reached by DSR) has
+ * one reply tuple for a client port whichever frontend it came through,
+ * and a client reusing its port through another frontend (another node's
+ * address) took it over. A TCP SYN always checks, so that the new
+ * connection's reply finds its own frontend. */
 static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct nodeport_nat_value *v, __u8 tcp_flags, __u64 now)
 {
 	__u32 flags = v->flags;
+	bool syn = k->proto == IPPROTO_TCP && (tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
 
 	if (v->reply)
 		flags |= MASQ_F_REPLY_SEEN;
@@ -119,7 +126,7 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		if (tcp_flags & SHUNT_TCPF_RST)
 			flags |= MASQ_F_RST;
 	}
-	if (flags == v->flags && nodeport_idle(v, now) <= NSEC_PER_SEC)
+	if (flags == v->flags && nodeport_idle(v, now) <= NSEC_PER_SEC && !syn)
 		return;
 	v->flags = flags;
 	v->last_seen_ns = now;
@@ -127,16 +134,20 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		return; /* no partner on the ingress node: the reply entry is the backend's node's */
 	struct tc_nat_key pk = nodeport_partner(v, k->proto);
 	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
-	if (pv) {
+	struct nodeport_nat_value again = {
+		.saddr = k->daddr, .sport = k->dport, .daddr = k->saddr, .dport = k->sport, .reply = !v->reply,
+		.dsr_in = v->dsr_in, .last_seen_ns = now, .flags = flags,
+	};
+	/* Only the client's packets take a reply entry back: a late packet
+	 * of an old flow's reply tuple must not take the client entry of the
+	 * flow that now has its client port. */
+	if (pv && (v->reply || (pv->saddr == again.saddr && pv->sport == again.sport && pv->daddr == again.daddr &&
+				pv->dport == again.dport))) {
 		pv->flags |= flags;
 		pv->last_seen_ns = now;
 		return;
 	}
-	struct nodeport_nat_value again = {
-		.saddr = k->daddr, .sport = k->dport, .daddr = k->saddr, .dport = k->sport, .reply = !v->reply,
-		.last_seen_ns = now, .flags = flags,
-	};
-	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, BPF_NOEXIST);
+	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, v->reply ? BPF_NOEXIST : BPF_ANY);
 }
 
 /* nodeport_claim makes the reply tuple rk (one candidate SNAT port) the
@@ -207,6 +218,60 @@ static __always_inline int pkt_read(struct __sk_buff *skb, __u32 off, __u32 size
 	if ((void *)(b + 2) > end)
 		return -1;
 	return size == 1 ? *b : *(__u16 *)b;
+}
+
+/* dsr_clamp_mss lowers the MSS option of a backend's SYN-ACK to a flow
+ * that arrived by DSR (l4off: its TCP header) to what fits ifindex's MTU
+ * less DSR's outer header: the client's segments reach this node in
+ * IPIP with an IP option, 28 bytes more than the client sent. Clamping,
+ * as routers do for tunnels, saves each connection the first full-sized
+ * segment lost and the ICMP fragmentation needed the ingress node
+ * answers it with (dsr_too_big), and works where the client's path drops
+ * ICMP. Returns 0 (clamped, or nothing to clamp), -1 when a rewrite
+ * failed. A function of its own: few values live, a small frame. */
+#define DSR_MSS_OPTIONS 8
+
+static __noinline int dsr_clamp_mss(struct __sk_buff *skb, __u32 l4off, __u32 ifindex)
+{
+	__u32 mtu = 0;
+
+	if (bpf_check_mtu(skb, ifindex, &mtu, 0, 0) < 0 || mtu <= DSR_OUTER_LEN + 40)
+		return 0;
+	__u16 max = mtu - DSR_OUTER_LEN - sizeof(struct iphdr) - sizeof(struct tcphdr);
+	int doff = pkt_read(skb, l4off + 12, 1);
+	if (doff < 0)
+		return 0;
+	__u32 end = l4off + ((doff >> 4) & 0xf) * 4, off = l4off + sizeof(struct tcphdr);
+
+	/* The options: kind, length, data. The first DSR_MSS_OPTIONS are
+	 * looked at (every NOP one of them): stacks put MSS first in a SYN-ACK
+	 * (Linux, the BSDs, Windows), and each option more doubles the paths
+	 * the verifier walks. A SYN-ACK whose MSS comes later keeps it (the
+	 * ingress node's fragmentation needed still covers its flow). */
+	for (int i = 0; i < DSR_MSS_OPTIONS && off + 4 <= end; i++) {
+		int kind = pkt_read(skb, off, 1);
+		if (kind <= 0) /* end of options, or not in the linear data */
+			return 0;
+		if (kind == 1) { /* no-operation */
+			off++;
+			continue;
+		}
+		int len = pkt_read(skb, off + 1, 1);
+		if (len < 2)
+			return 0;
+		if (kind == 2 && len == 4) {
+			int old = pkt_read(skb, off + 2, 2);
+			if (old < 0 || bpf_ntohs(old) <= max)
+				return 0;
+			__u16 clamped = bpf_htons(max);
+			if (bpf_l4_csum_replace(skb, l4off + __builtin_offsetof(struct tcphdr, check), old, clamped, sizeof(clamped)) < 0 ||
+			    bpf_skb_store_bytes(skb, off + 2, &clamped, sizeof(clamped), 0) < 0)
+				return -1;
+			return 0;
+		}
+		off += len;
+	}
+	return 0;
 }
 
 /* The rewrite in three steps, each a function of its own with few values
@@ -311,6 +376,26 @@ static __always_inline int nodeport_icmp_error(struct __sk_buff *skb, const stru
 	return icmp_quote_rewrite(skb, f, v, qip);
 }
 
+/* nodeport_error_xlate rewrites an ICMP error about a packet of a flow
+ * with the flow's entry v found by the quote turned around
+ * (nodeport_icmp_error) and updates f to the error as it now reads. Either
+ * direction: the reply entry (frontend -> client) for an error about the
+ * way to the backend, the client's entry (frontend -> backend) for an
+ * error from outside about a reply (nodeport_from_outside). Returns -1
+ * when a rewrite failed. */
+static __always_inline int nodeport_error_xlate(struct __sk_buff *skb, struct flow *f, __u32 l4off,
+						const struct nodeport_nat_value *v)
+{
+	if (nodeport_icmp_error(skb, f, l4off, v) < 0)
+		return -1;
+	if (f->saddr == f->inner.daddr)
+		f->saddr = v->saddr;
+	f->daddr = v->daddr;
+	f->inner.saddr = v->daddr, f->inner.sport = v->dport;
+	f->inner.daddr = v->saddr, f->inner.dport = v->sport;
+	return 0;
+}
+
 /* nodeport_to_node sends a packet to the node whose underlay address is
  * tunnel_ip4 as this node's own traffic: through the overlay with the
  * remote-node VNI, or routed. Returns the verdict. */
@@ -373,19 +458,14 @@ static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, 
 	int err;
 	if (error) {
 		/* An error is no sign of life of the flow. */
-		err = nodeport_icmp_error(skb, f, l4off, found);
-		if (err == 0) {
-			if (f->saddr == f->inner.daddr)
-				f->saddr = found->saddr;
-			f->daddr = found->daddr;
-			f->inner.saddr = found->daddr, f->inner.sport = found->dport;
-			f->inner.daddr = found->saddr, f->inner.dport = found->sport;
-		}
+		err = nodeport_error_xlate(skb, f, l4off, found);
 	} else {
 		nodeport_refresh(&k, found, f->tcp_flags, bpf_ktime_get_ns());
 		struct nodeport_nat_value v = *found;
 
 		err = nodeport_rewrite(skb, l4off, f, &v);
+		if (err == 0 && v.dsr_in && f->proto == IPPROTO_TCP && (f->tcp_flags & SHUNT_TCPF_SYN))
+			err = dsr_clamp_mss(skb, l4off, cfg->uplink_ifindex);
 	}
 	if (err < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
@@ -453,15 +533,18 @@ static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *c
  * gets the client's address as it is (this node's pod): the client's
  * entry (*fwd, set here) and the reply's, which gives the reply ck's
  * frontend as its source. Returns 0, else the drop reason. */
-static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 be_ip, __u16 be_port, struct nodeport_nat_value *fwd)
+static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 be_ip, __u16 be_port, struct nodeport_nat_value *fwd,
+					      __u8 dsr_in)
 {
 	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = ck->saddr, .dport = ck->sport, .proto = ck->proto };
 	__u64 now = bpf_ktime_get_ns();
 	struct nodeport_nat_value rev = {
 		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
+		.dsr_in = dsr_in,
 	};
 	fwd->last_seen_ns = now;
 	fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port;
+	fwd->dsr_in = dsr_in;
 	if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
 		return SHUNT_REASON_NAT_INSERT_FAILED;
 	if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
@@ -502,7 +585,7 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 		return bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
 	}
 	/* The backend is here: the client's address stays. */
-	return nodeport_direct(ck, be_ip, be_port, fwd);
+	return nodeport_direct(ck, be_ip, be_port, fwd, 0);
 }
 
 /* nodeport_to_backend delivers a translated packet: to a local pod
@@ -563,19 +646,43 @@ static __always_inline int nodeport_dsr_forward(struct __sk_buff *skb, struct pk
 
 /* nodeport_from_outside translates a packet from outside to one of the
  * node's external frontends, or a client's later packet of such a flow,
- * and delivers it to the backend. Returns -1 when it is neither (it goes
- * on as before), else the verdict. */
+ * or an ICMP error from outside about one of its replies,
+ * and delivers it to the backend. Returns -1 when it is none of these (it
+ * goes on as before), else the verdict. */
 static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct pkt *p, struct iphdr *ip,
 						 const volatile struct shunt_config *cfg)
 {
-	if (!cfg->uplink_ifindex || (p->f.proto != IPPROTO_TCP && p->f.proto != IPPROTO_UDP) || !p->f.has_ports)
+	bool error = p->f.icmp_error;
+
+	if (!cfg->uplink_ifindex)
+		return -1;
+	if (error ? (p->f.inner.proto != IPPROTO_TCP && p->f.inner.proto != IPPROTO_UDP) || p->f.daddr != p->f.inner.saddr
+		  : (p->f.proto != IPPROTO_TCP && p->f.proto != IPPROTO_UDP) || !p->f.has_ports)
 		return -1;
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
 	struct tc_nat_key ck = nodeport_key(&p->f);
+	if (error) {
+		/* The quoted packet is a reply to the client: turned around,
+		 * it is the client's tuple. */
+		ck.saddr = p->f.inner.daddr, ck.daddr = p->f.inner.saddr, ck.sport = p->f.inner.dport;
+		ck.dport = p->f.inner.sport, ck.proto = p->f.inner.proto;
+	}
 	struct nodeport_nat_value fwd = {};
 	struct nodeport_nat_value *known = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
+	__u32 client = p->f.saddr;
 
-	if (known) {
+	if (error) {
+		/* An error from outside about a reply, for the backend: its
+		 * quote becomes the reply as the backend sent it (to the
+		 * node's SNAT address and port, or the client's own), the
+		 * outer destination the backend. A DSR flow's replies leave
+		 * from the backend's node, which the error does not reach from
+		 * here: the stack's. An error is no sign of life of the flow. */
+		if (!known || known->reply || known->dsr)
+			return -1;
+		if (nodeport_error_xlate(skb, &p->f, l4off, known) < 0)
+			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	} else if (known) {
 		if (known->reply)
 			return -1; /* a backend's reply: nodeport_reply's */
 		nodeport_refresh(&ck, known, p->f.tcp_flags, bpf_ktime_get_ns());
@@ -599,10 +706,9 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 			return drop(skb, p, reason);
 		p->event = FLOW_EV_CONN_NEW;
 	}
-	if (fwd.dsr)
+	if (!error && fwd.dsr)
 		return nodeport_dsr_forward(skb, p, cfg, l4off, &fwd);
-	__u32 client = p->f.saddr;
-	if (nodeport_rewrite(skb, l4off, &p->f, &fwd) < 0)
+	if (!error && nodeport_rewrite(skb, l4off, &p->f, &fwd) < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
 	return nodeport_to_backend(skb, p, cfg, client);
@@ -630,7 +736,7 @@ static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volati
 	if (r == 0)
 		return -1;
 	if (r < 0)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
+		return drop(skb, &p, r == DSR_DECAP_GSO_UNSUPPORTED ? SHUNT_REASON_DSR_GSO_DECAP : SHUNT_REASON_INVALID_PACKET);
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
@@ -652,7 +758,7 @@ static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volati
 	if (known && !known->reply && known->daddr == p.f.daddr && known->dport == p.f.dport) {
 		nodeport_refresh(&ck, known, p.f.tcp_flags, bpf_ktime_get_ns());
 	} else {
-		__u32 reason = nodeport_direct(&ck, p.f.daddr, p.f.dport, &fwd);
+		__u32 reason = nodeport_direct(&ck, p.f.daddr, p.f.dport, &fwd, 1);
 		if (reason)
 			return drop(skb, &p, reason);
 		p.event = FLOW_EV_CONN_NEW;

@@ -702,12 +702,30 @@ func newStatusCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// servicesLine is the status's services line: the service CIDR and, when
+// the node serves clients from outside the cluster, how their flows reach
+// backends on other nodes (--nodeport-mode).
+func servicesLine(st api.Status) string {
+	how := map[dpinfo.NodePortMode]string{
+		dpinfo.NodePortSNAT:   "replies back through this node",
+		dpinfo.NodePortDSR:    "replies straight from the backend's node",
+		dpinfo.NodePortHybrid: "DSR for TCP, SNAT for UDP",
+	}[dpinfo.NodePortMode(st.NodePortMode)]
+	switch {
+	case st.NodePortMode == "":
+		return st.ServiceCIDR
+	case how == "":
+		return fmt.Sprintf("%s; NodePorts from outside: %s", st.ServiceCIDR, st.NodePortMode)
+	}
+	return fmt.Sprintf("%s; NodePorts from outside: %s (%s)", st.ServiceCIDR, st.NodePortMode, how)
+}
+
 // printStatus prints one agent's status for people.
 func printStatus(st api.Status) {
 	fmt.Printf("node:      %s\n", st.NodeName)
 	fmt.Printf("instance:  %s (shuntd pid %d, up %s)\nsource:    %s\nhealth:    %s\nmode:      %s\npod CIDR:  %s (node %s)\nservices:  %s\npods:      %d\npins:      %s\n",
 		st.Instance, st.PID, time.Since(st.Started).Round(time.Second), orNone(st.Source), strings.Join(st.Health, "; "), st.Mode,
-		st.PodCIDR, st.NodeIP, st.ServiceCIDR, st.Pods, st.PinDir)
+		st.PodCIDR, st.NodeIP, servicesLine(st), st.Pods, st.PinDir)
 	if r := st.Routing; r != nil && r.Mode != "tunnel" {
 		fmt.Printf("routing:   %s out of %s from %s (pod MTU %d)\n", r.Mode, r.Device, r.Underlay, r.PodMTU)
 	}

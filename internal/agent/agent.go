@@ -207,6 +207,7 @@ type Agent struct {
 	podMTU       int                    // pod interfaces' MTU (0: the default, 1500)
 	uplink       string                 // the interface the uplink programs are on ("": none)
 	masq         *api.MasqueradeStatus  // nil: no masquerade
+	nodePortMode dpinfo.NodePortMode    // how outside clients reach other nodes' backends ("": not served here)
 	labCP        *lab.ControlPlane      // serving a multi-node lab's other nodes (nil: none)
 	clusterIDs   *lab.ClusterIdentities // with labCP: the lab's identity numbers
 	cniEndpoints *cniEndpoints          // what shunt-cni reported
@@ -383,7 +384,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.runDriftChecks(ctx)
 	if !a.cfg.LeaveExternalToKubeProxy {
 		// Else kube-proxy serves them (and holds their ports).
-		go newHealthChecks(a.nodeName, a.log.With("component", "healthcheck")).run(ctx, a.objects, 500*time.Millisecond)
+		go newHealthChecks(a.nodeName, a.healthCheckAddrs(), a.log.With("component", "healthcheck")).run(ctx, a.objects, 500*time.Millisecond)
 	}
 	a.log.Info("agent ready", "socket", a.cfg.Instance.Socket(), "pid", os.Getpid())
 	var resync <-chan time.Time // nil: never

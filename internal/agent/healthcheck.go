@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,10 +23,13 @@ import (
 // externalTrafficPolicy Local, as kube-proxy does: an external load
 // balancer asks each node whether it has endpoints of the Service, and
 // sends traffic only to those answering 200. One HTTP server per port,
-// on every address of the node's network namespace; its answer follows
-// the objects (checked every interval).
+// on every address of the node's network namespace, or, as kube-proxy
+// with --nodeport-addresses, only on the addresses NodePorts are served
+// on; its answer follows the objects (checked every interval).
 type healthChecks struct {
-	node    string
+	node string
+	// addrs are the addresses the servers listen on; nil: every address.
+	addrs   []netip.Addr
 	log     *slog.Logger
 	mu      sync.Mutex
 	servers map[uint16]*healthServer
@@ -38,8 +42,34 @@ type healthServer struct {
 	check atomic.Pointer[services.HealthCheck]
 }
 
-func newHealthChecks(node string, log *slog.Logger) *healthChecks {
-	return &healthChecks{node: node, log: log, servers: map[uint16]*healthServer{}}
+// newHealthChecks serves node's health check ports on addrs (nil: on
+// every address).
+func newHealthChecks(node string, addrs []netip.Addr, log *slog.Logger) *healthChecks {
+	return &healthChecks{node: node, addrs: addrs, log: log, servers: map[uint16]*healthServer{}}
+}
+
+// listen opens port on every address the servers listen on: all of them
+// or none.
+func (h *healthChecks) listen(port uint16) ([]net.Listener, error) {
+	if h.addrs == nil {
+		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			return nil, err
+		}
+		return []net.Listener{ln}, nil
+	}
+	var lns []net.Listener
+	for _, a := range h.addrs {
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(a, port).String())
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
 }
 
 // healthBody is kube-proxy's answer, field for field.
@@ -88,7 +118,7 @@ func (h *healthChecks) sync(store *model.Store) {
 		c := want[port]
 		s, ok := h.servers[port]
 		if !ok {
-			ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+			lns, err := h.listen(port)
 			if err != nil {
 				h.log.Warn("health check port not served", "service", c.Namespace+"/"+c.Name, "port", port, "err", err)
 				failed = true
@@ -98,11 +128,13 @@ func (h *healthChecks) sync(store *model.Store) {
 			s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 			s.check.Store(&c)
 			h.servers[port] = s
-			go func() {
-				if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					h.log.Warn("health check server stopped", "port", port, "err", err)
-				}
-			}()
+			for _, ln := range lns {
+				go func() {
+					if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						h.log.Warn("health check server stopped", "port", port, "addr", ln.Addr(), "err", err)
+					}
+				}()
+			}
 			continue
 		}
 		s.check.Store(&c)

@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
@@ -46,7 +48,7 @@ endpoints:
 // following the objects; it stops when the Service goes.
 func TestHealthCheckServer(t *testing.T) {
 	port := 40000 + rand.IntN(10000) // a Service's port, on loopback
-	h := newHealthChecks("node-1", slog.New(slog.DiscardHandler))
+	h := newHealthChecks("node-1", nil, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { h.sync(model.New()) })
 	get := func() (int, string) {
 		t.Helper()
@@ -69,5 +71,40 @@ func TestHealthCheckServer(t *testing.T) {
 	h.sync(model.New())
 	if code, _ := get(); code != 0 {
 		t.Errorf("the Service is gone, its port still answers %d", code)
+	}
+}
+
+// TestHealthCheckServerAddresses: with addresses to listen on (those
+// --nodeport-addresses selects), a health check port answers on them
+// only: 127.0.0.1 answers, 127.0.0.2 (another address of the machine)
+// refuses; with none, the port is served nowhere.
+func TestHealthCheckServerAddresses(t *testing.T) {
+	port := 40000 + rand.IntN(10000)
+	status := func(addr string) int {
+		t.Helper()
+		c := http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://%s:%d/", addr, port))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	h := newHealthChecks("node-1", []netip.Addr{netip.MustParseAddr("127.0.0.1")}, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { h.sync(model.New()) })
+	h.sync(healthStore(t, port, "10.0.0.1 node-1 true"))
+	if got := status("127.0.0.1"); got != 200 {
+		t.Errorf("at 127.0.0.1, selected: %d, want 200", got)
+	}
+	if got := status("127.0.0.2"); got != 0 {
+		t.Errorf("at 127.0.0.2, not selected: %d, want no answer", got)
+	}
+	h.sync(model.New())
+
+	none := newHealthChecks("node-1", []netip.Addr{}, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { none.sync(model.New()) })
+	none.sync(healthStore(t, port, "10.0.0.1 node-1 true"))
+	if got := status("127.0.0.1"); got != 0 {
+		t.Errorf("no address selected: 127.0.0.1 answers %d, want nothing", got)
 	}
 }

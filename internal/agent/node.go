@@ -9,6 +9,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/podnet"
 )
@@ -155,6 +156,9 @@ func (a *Agent) programRouting(s *startup) error {
 	if s.nodePort != nil {
 		if err := enableUplinkForwarding(a.uplink); err != nil {
 			return err
+		}
+		if a.nodePortMode = s.nodePort.Mode; a.nodePortMode == "" {
+			a.nodePortMode = dpinfo.NodePortSNAT
 		}
 	}
 	if s.masq != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/services"
 )
 
 // nodePortOf is how outside clients reach the node's external Service
@@ -70,6 +71,24 @@ func (a *Agent) nodePortAddrs() []netip.Addr {
 		out = append(out, ip)
 	}
 	return out
+}
+
+// healthCheckAddrs are the addresses the healthCheckNodePorts listen on,
+// as kube-proxy's: every address of the node (nil) by default, else the
+// ones --nodeport-addresses serves NodePorts on (none when it selects no
+// address of the node, which the log says).
+func (a *Agent) healthCheckAddrs() []netip.Addr {
+	if a.cfg.NodePortAddresses.IsDefault() {
+		return nil
+	}
+	node := services.Node{NodePortAddrs: a.nodePortAddrs(), NodePortAddresses: a.cfg.NodePortAddresses}
+	addrs := node.NodePortFrontendAddrs()
+	if len(addrs) == 0 {
+		a.log.Warn("no address of the node matches --nodeport-addresses: health check node ports are not served",
+			"nodeport-addresses", a.cfg.NodePortAddresses.String(), "node-addresses", node.NodePortAddrs)
+		return []netip.Addr{}
+	}
+	return addrs
 }
 
 // enableUplinkForwarding turns IPv4 forwarding on for the uplink: the

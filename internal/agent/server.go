@@ -259,6 +259,9 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Masquerade = a.masq
 	}
 	st.ExternalByKubeProxy = a.cfg.LeaveExternalToKubeProxy
+	if !st.ExternalByKubeProxy {
+		st.NodePortMode = string(a.nodePortMode)
+	}
 	st.Source = a.src.Describe()
 	st.Problems = a.Warnings()
 	if st.Hooks, err = a.dp.Hooks(); err != nil {

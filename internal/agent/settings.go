@@ -141,6 +141,12 @@ func (a *Agent) settleSettings() (*startup, error) {
 	if s.nodePort, err = nodePortOf(*cfg, state.Mode, a.podPool.NodeIP()); err != nil {
 		return nil, err
 	}
+	if s.nodePort != nil && s.fallbacks.Has(dpinfo.FallbackNoGSODecap) {
+		// Every node takes DSR packets, whatever its own mode.
+		a.log.Warn("GSO packets arriving by DSR are dropped, counted dsr-gso-decap: taking DSR's outer header off them "+
+			"needs bpf_skb_adjust_room's BPF_F_ADJ_ROOM_DECAP_L3_IPV4, Linux 6.3 or later (single packets are decapsulated)",
+			"kernel", datapath.KernelRelease(), "nodeport-mode", cfg.NodePortMode)
+	}
 	return s, nil
 }
 

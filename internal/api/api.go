@@ -137,13 +137,18 @@ type Status struct {
 	Masquerade *MasqueradeStatus `json:"masquerade,omitempty"` // nil: pods' traffic keeps their addresses
 	// ExternalByKubeProxy: NodePorts, load balancer addresses and
 	// externalIPs are left to kube-proxy (--kube-proxy-replacement=false).
-	ExternalByKubeProxy bool             `json:"externalByKubeProxy,omitempty"`
-	PodCIDR             string           `json:"podCIDR"`
-	ServiceCIDR         string           `json:"serviceCIDR"`
-	NodeIP              string           `json:"nodeIP"`
-	PinDir              string           `json:"pinDir"`
-	Pods                int              `json:"pods"`
-	Counters            []dpinfo.Counter `json:"counters"`
+	ExternalByKubeProxy bool `json:"externalByKubeProxy,omitempty"`
+	// NodePortMode is how flows from outside the cluster reach backends
+	// on other nodes (dpinfo.NodePortMode: snat, dsr or hybrid); "" when
+	// the node serves no client from outside (no underlay address, or
+	// kube-proxy serves them).
+	NodePortMode string           `json:"nodePortMode,omitempty"`
+	PodCIDR      string           `json:"podCIDR"`
+	ServiceCIDR  string           `json:"serviceCIDR"`
+	NodeIP       string           `json:"nodeIP"`
+	PinDir       string           `json:"pinDir"`
+	Pods         int              `json:"pods"`
+	Counters     []dpinfo.Counter `json:"counters"`
 
 	Started      time.Time           `json:"started"`
 	Health       []string            `json:"health"` // "ok", or what needs attention

@@ -46,7 +46,16 @@ func dsrPacket(outerSrc, outerDst, svc netip.Addr, port uint16, frame []byte) []
 // address of the local one; run runs a program on a packet, the output
 // as long as the program made it.
 func dsrNode(t *testing.T, mode dpinfo.NodePortMode) (d *Datapath, fromOutside, fromPod func([]byte) (uint32, []byte)) {
-	d, ns, uplink := nodePortTestNodeMode(t, 0, mode)
+	d, _, fromOutside, fromPod = dsrNodeWith(t, mode, nil)
+	return d, fromOutside, fromPod
+}
+
+// dsrNodeWith is dsrNode taking the kernel fallbacks given; fromOutsideGSO
+// runs the uplink's ingress program on a packet the kernel holds as a GSO
+// packet of segments of gsoSize bytes.
+func dsrNodeWith(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks) (d *Datapath,
+	fromOutsideGSO func(pkt []byte, gsoSize uint32) (uint32, []byte), fromOutside, fromPod func([]byte) (uint32, []byte)) {
+	d, ns, uplink := nodePortTestNodeWith(t, 0, mode, fallbacks)
 	syncNodePortPods(t, d)
 	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
 	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
@@ -77,7 +86,14 @@ func dsrNode(t *testing.T, mode dpinfo.NodePortMode) (d *Datapath, fromOutside, 
 		return run(d.uplink.ShuntFromUplink, pkt, skbContext(uplink))
 	}
 	fromPod = func(pkt []byte) (uint32, []byte) { t.Helper(); return run(d.objs.ShuntFromPod, withChecksum(pkt), nil) }
-	return d, fromOutside, fromPod
+	fromOutsideGSO = func(pkt []byte, gsoSize uint32) (uint32, []byte) {
+		t.Helper()
+		ctx := append(skbContext(uplink), make([]byte, skbGSOSizeOff+4-44)...)
+		binary.NativeEndian.PutUint32(ctx[skbGSOSizeOff:], gsoSize)
+		binary.NativeEndian.PutUint32(ctx[skbGSOSegsOff:], uint32(len(pkt)+int(gsoSize)-1)/gsoSize)
+		return run(d.uplink.ShuntFromUplink, pkt, ctx)
+	}
+	return d, fromOutsideGSO, fromOutside, fromPod
 }
 
 // nodePortEntries counts shunt_nodeport_nat's entries: the replies' and
@@ -239,5 +255,130 @@ func TestNodePortHybrid(t *testing.T) {
 	}
 	if replies, dsr := nodePortEntries(t, d); replies != 1 || dsr != 1 {
 		t.Errorf("shunt_nodeport_nat: %d reply entries, %d DSR entries; want 1 (UDP's SNAT) and 1 (TCP's DSR)", replies, dsr)
+	}
+}
+
+// Offsets in struct __sk_buff of what a test run may set beyond
+// skbContext: the GSO segment count and size.
+const (
+	skbGSOSegsOff = 164
+	skbGSOSizeOff = 176
+)
+
+// TestNodePortDSRNoGSODecap: with the kernel fallback dsr-no-gso-decap
+// (Linux < 6.3, forced here), the backend's node still decapsulates a
+// single DSR packet (without BPF_F_ADJ_ROOM_DECAP_L3_IPV4), and drops a
+// GSO one, counted dsr-gso-decap, rather than hand the pod a packet
+// whose GSO type still says IPIP.
+func TestNodePortDSRNoGSODecap(t *testing.T) {
+	d, fromOutsideGSO, fromOutside, _ := dsrNodeWith(t, dpinfo.NodePortDSR, dpinfo.Fallbacks{dpinfo.FallbackNoGSODecap: true})
+	before := counts(t, d)
+	in := dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, tcpSegment(40005, 8080, tcpSYN)))
+	ret, out := fromOutside(in)
+	if ret != tcActRedirect || len(out) < len(in)-dsrOuterLen {
+		t.Fatalf("a single packet: verdict %d, %d bytes; want redirect into the pod, %d bytes", ret, len(out), len(in)-dsrOuterLen)
+	}
+	if got, want := checkedTuple(t, out[:len(in)-dsrOuterLen]), (tuple{npClient, npLocalPod, 40005, 8080}); got != want {
+		t.Errorf("delivered %+v, want %+v", got, want)
+	}
+	gso := dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, append(tcpSegment(40005, 8080, tcpACK), make([]byte, 2000)...)))
+	if ret, _ := fromOutsideGSO(gso, 1000); ret != tcActShot {
+		t.Errorf("a GSO packet: verdict %d, want drop", ret)
+	}
+	counterDelta(t, d, before, map[string]uint64{"dsr-decap/from-uplink": 1, "dsr-gso-decap/from-uplink": 1})
+}
+
+// tcpWithMSS is a TCP header with options NOP×4 and MSS mss.
+func tcpWithMSS(sport, dport uint16, flags byte, mss uint16) []byte {
+	tcp := append(tcpSegment(sport, dport, flags), 1, 1, 1, 1, 2, 4, byte(mss>>8), byte(mss))
+	tcp[12] = 7 << 4
+	return tcp
+}
+
+// mssOf reads the MSS option of a packet tcpWithMSS built, checking the
+// TCP checksum.
+func mssOf(t *testing.T, pkt []byte) uint16 {
+	t.Helper()
+	checkedTuple(t, pkt[:14+20+28])
+	return binary.BigEndian.Uint16(pkt[14+20+20+6:])
+}
+
+// TestNodePortDSRClampMSS: the backend's SYN-ACK to a flow that arrived
+// by DSR announces an MSS that leaves room for DSR's 28 bytes on the
+// uplink (MTU 1500: 1432), so that the client's segments fit once the
+// ingress node encapsulates them; a smaller MSS stays, and so does the
+// MSS of a flow that came straight to this node (no DSR).
+func TestNodePortDSRClampMSS(t *testing.T) {
+	_, fromOutside, fromPod := dsrNode(t, dpinfo.NodePortDSR)
+	for _, c := range []struct {
+		what       string
+		viaDSR     bool
+		cport, mss uint16
+		want       uint16
+	}{
+		{"by DSR, MSS 1460", true, 40021, 1460, 1432},
+		{"by DSR, MSS 1200", true, 40022, 1200, 1200},
+		{"straight to this node, MSS 1460", false, 40023, 1460, 1460},
+	} {
+		syn := packet(npClient, npLocalPod, 6, tcpSegment(c.cport, 8080, tcpSYN))
+		var ret uint32
+		if c.viaDSR {
+			ret, _ = fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, syn))
+		} else {
+			ret, _ = fromOutside(withChecksum(packet(npClient, npLB, 6, tcpSegment(c.cport, 80, tcpSYN))))
+		}
+		if ret != tcActRedirect {
+			t.Fatalf("%s: the client's SYN: verdict %d, want redirect into the pod", c.what, ret)
+		}
+		in := packet(npLocalPod, npClient, 6, tcpWithMSS(8080, c.cport, tcpSYNACK, c.mss))
+		ret, out := fromPod(in)
+		if got := checkedTuple(t, out[:len(in)]); ret != tcActRedirect || got != (tuple{npLB, npClient, 80, c.cport}) {
+			t.Fatalf("%s: the SYN-ACK: verdict %d, %+v", c.what, ret, got)
+		}
+		if got := mssOf(t, out[:len(in)]); got != c.want {
+			t.Errorf("%s: the SYN-ACK leaves with MSS %d, want %d", c.what, got, c.want)
+		}
+	}
+}
+
+// TestNodePortDSRClientPortReused: the backend sees the client's own
+// address whether the flow came straight to this node or by DSR from
+// another, so both flows of one client port have one reply tuple. A
+// client that reuses its port through the other frontend takes that
+// reply tuple over, and when it comes back to the first frontend its SYN
+// takes it back: each connection's SYN-ACK leaves from the frontend that
+// connection dialled (before, the DSR flow's SYN-ACK left from the
+// node's NodePort, and the client reset it).
+func TestNodePortDSRClientPortReused(t *testing.T) {
+	_, fromOutside, fromPod := dsrNode(t, dpinfo.NodePortDSR)
+	synAck := func(what string, want tuple) {
+		t.Helper()
+		ret, out := fromPod(packet(npLocalPod, npClient, 6, tcpSegment(8080, 40040, tcpSYNACK)))
+		if got := checkedTuple(t, out); ret != tcActRedirect || got != want {
+			t.Errorf("%s: the SYN-ACK leaves %+v (verdict %d), want %+v", what, got, ret, want)
+		}
+	}
+	viaDSR := func() uint32 {
+		ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, tcpSegment(40040, 8080, tcpSYN))))
+		return ret
+	}
+	straight := func() uint32 {
+		ret, _ := fromOutside(withChecksum(packet(npClient, npNode, 6, tcpSegment(40040, 30080, tcpSYN))))
+		return ret
+	}
+	for i, step := range []struct {
+		what string
+		send func() uint32
+		want tuple
+	}{
+		{"by DSR through the load balancer address", viaDSR, tuple{npLB, npClient, 80, 40040}},
+		{"the same port straight to this node's NodePort", straight, tuple{npNode, npClient, 30080, 40040}},
+		{"the same port by DSR again", viaDSR, tuple{npLB, npClient, 80, 40040}},
+		{"and straight again", straight, tuple{npNode, npClient, 30080, 40040}},
+	} {
+		if ret := step.send(); ret != tcActRedirect {
+			t.Fatalf("step %d (%s): the SYN: verdict %d, want redirect into the pod", i, step.what, ret)
+		}
+		synAck(step.what, step.want)
 	}
 }

@@ -114,6 +114,7 @@ var (
 	_ = sameAsC{}[dpinfo.ReasonDSREncap^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_ENCAP)]
 	_ = sameAsC{}[dpinfo.ReasonDSRDecap^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_DECAP)]
 	_ = sameAsC{}[dpinfo.ReasonDSRTooBig^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG)]
+	_ = sameAsC{}[dpinfo.ReasonDSRGSODecap^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_GSO_DECAP)]
 	_ = sameAsC{}[dpinfo.ReasonProxyUpstreamReply^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY)]
 	_ = sameAsC{}[dpinfo.ReasonMax^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MAX)]
 	_ = sameAsC{}[dpinfo.DirFromPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_POD)]

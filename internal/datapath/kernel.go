@@ -63,6 +63,8 @@ func kernelHas(f dpinfo.Fallback) (bool, error) {
 		err = probeSockDestroy()
 	case dpinfo.FallbackNoSetRetval:
 		err = features.HaveProgramHelper(ebpf.CGroupSockAddr, asm.FnSetRetval)
+	case dpinfo.FallbackNoGSODecap:
+		err = probeAdjustRoomDecapL3()
 	default:
 		return false, fmt.Errorf("no probe for fallback %q", f)
 	}
@@ -138,4 +140,58 @@ func probeSockDestroy() error {
 		return err
 	}
 	return nil
+}
+
+// adjRoomDecapL3IPv4 is bpf_skb_adjust_room's BPF_F_ADJ_ROOM_DECAP_L3_IPV4
+// (Linux 6.3), bpf/lib/dsr.h's DSR_ADJ_ROOM_DECAP_L3_IPV4.
+const adjRoomDecapL3IPv4 = 1 << 7
+
+// probeAdjustRoomDecapL3 runs, on an IPIP packet, a tc program that takes
+// the outer IPv4 header off with BPF_F_ADJ_ROOM_DECAP_L3_IPV4, as DSR's
+// decapsulation does: a kernel before 6.3 refuses the flag (EINVAL, the
+// program's return value).
+func probeAdjustRoomDecapL3() error { return probeAdjustRoomShrink(adjRoomDecapL3IPv4) }
+
+// probeAdjustRoomShrink says whether bpf_skb_adjust_room takes flags when
+// it removes an IPIP packet's outer header: nil, or ErrNotSupported when
+// the kernel refuses them (EINVAL).
+func probeAdjustRoomShrink(flags uint64) error {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.SchedCLS, License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			// r1 is the skb already.
+			asm.Mov.Imm(asm.R2, -20), // len_diff: one IPv4 header less
+			asm.Mov.Imm(asm.R3, 1),   // BPF_ADJ_ROOM_MAC
+			asm.LoadImm(asm.R4, int64(flags), asm.DWord),
+			asm.FnSkbAdjustRoom.Call(),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("loading the adjust_room probe: %w", err)
+	}
+	defer prog.Close()
+	ret, _, err := prog.Test(ipipProbePacket())
+	if err != nil {
+		return fmt.Errorf("running the adjust_room probe: %w", err)
+	}
+	switch int32(ret) {
+	case 0:
+		return nil
+	case -int32(unix.EINVAL):
+		return ebpf.ErrNotSupported
+	}
+	return fmt.Errorf("the adjust_room probe returned %d", int32(ret))
+}
+
+// ipipProbePacket is Ethernet, an outer IPv4 header (protocol IPIP) and an
+// inner IPv4 + UDP datagram: what probeAdjustRoomDecapL3 decapsulates.
+func ipipProbePacket() []byte {
+	inner := []byte{
+		0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2, // IPv4, UDP
+		0x30, 0x39, 0x00, 0x35, 0, 8, 0, 0, // UDP 12345 → 53, no checksum
+	}
+	outer := []byte{0x45, 0, 0, byte(20 + len(inner)), 0, 0, 0x40, 0, 64, 4, 0, 0, 192, 0, 2, 3, 192, 0, 2, 4}
+	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00}
+	return append(append(eth, outer...), inner...)
 }

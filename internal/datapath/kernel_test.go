@@ -1,8 +1,11 @@
 package datapath
 
 import (
+	"errors"
 	"slices"
 	"testing"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/shuntnet/shunt/internal/dpinfo"
 )
@@ -38,4 +41,25 @@ func TestProbeKernel(t *testing.T) {
 		}
 	}
 	t.Logf("kernel: %s", rep.Line())
+}
+
+// TestProbeAdjustRoomShrink: the probe behind the fallback
+// dsr-no-gso-decap finds BPF_F_ADJ_ROOM_DECAP_L3_IPV4 on this kernel
+// (6.18), no flag at all too, and tells a flag the kernel refuses (one no
+// kernel has: bit 40) as missing, not as a failure of the probe.
+func TestProbeAdjustRoomShrink(t *testing.T) {
+	requireBPF(t)
+	for _, c := range []struct {
+		name  string
+		flags uint64
+		want  error
+	}{
+		{"BPF_F_ADJ_ROOM_DECAP_L3_IPV4", adjRoomDecapL3IPv4, nil},
+		{"no flag", 0, nil},
+		{"an unknown flag", 1 << 40, ebpf.ErrNotSupported},
+	} {
+		if err := probeAdjustRoomShrink(c.flags); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
 }

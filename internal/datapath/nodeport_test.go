@@ -55,6 +55,12 @@ func nodePortTestNode(t *testing.T, maglevSize int) (d *Datapath, ns string, upl
 // nodePortTestNodeMode is nodePortTestNode with flows to backends on the
 // other node going as mode says (DSR from npNode).
 func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode) (d *Datapath, ns string, uplink int) {
+	return nodePortTestNodeWith(t, maglevSize, mode, nil)
+}
+
+// nodePortTestNodeWith is nodePortTestNodeMode taking the kernel
+// fallbacks given.
+func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	ns, peer := testNetns(t), testNetns(t)
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
@@ -80,7 +86,8 @@ func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 		t.Fatal(err)
 	}
 	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
-		NodePort: &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode}}, nil)
+		NodePort:  &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
+		Fallbacks: fallbacks}, nil)
 	return d, ns, uplink
 }
 
@@ -94,6 +101,38 @@ func syncNodePortPods(t *testing.T, d *Datapath) {
 		{Prefix: netip.PrefixFrom(npRemotePod, 32), Identity: 301, Tunnel: npOtherNode},
 	}}, []Endpoint{{IP: npLocalPod, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 300}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// icmpErrorAbout is what an ICMP error says: its outer source and
+// destination, and the quoted packet's source address and port and
+// destination address and port.
+func icmpErrorAbout(e icmpError) []any {
+	return []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.ip[16:20])),
+		netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4[0:]),
+		netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
+}
+
+// icmpErrorCase is an ICMP error message from a sender, and the outer
+// source it should have once translated.
+type icmpErrorCase struct {
+	what    string
+	from    netip.Addr
+	message []byte
+	src     netip.Addr
+}
+
+// checkTranslatedError checks an ICMP error message translated into out:
+// its checksums, what it says (icmpErrorAbout) against want, and its type,
+// code and MTU unchanged.
+func checkTranslatedError(t *testing.T, what string, out, message []byte, want []any) {
+	t.Helper()
+	e := checkedICMPError(t, out)
+	if got := icmpErrorAbout(e); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", what, got[0], got[1], got[2], got[3], got[4], got[5], want)
+	}
+	if e.icmp[0] != message[0] || e.icmp[1] != message[1] || !bytes.Equal(e.icmp[4:8], message[4:8]) {
+		t.Errorf("%s: type, code or MTU changed: % x, want % x", what, e.icmp[:8], message[:8])
 	}
 }
 
@@ -118,6 +157,8 @@ func TestNodePort(t *testing.T) {
 			Backends: []services.Backend{{IP: npLocalPod, Port: 5353}}},
 		{Frontend: services.Frontend{VIP: npNode, Port: 30054, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote",
 			Backends: []services.Backend{{IP: npRemotePod, Port: 5353}}},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30055, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote-2",
+			Backends: []services.Backend{{IP: npRemotePod, Port: 5354}}},
 		{Frontend: fe(netip.MustParseAddr("10.96.0.10"), 80), Kind: services.KindClusterIP, Name: "clusterip", Backends: local},
 	}); err != nil {
 		t.Fatal(err)
@@ -266,22 +307,12 @@ func TestNodePort(t *testing.T) {
 	})
 
 	t.Run("ICMP errors about the way to a backend reach the client about the frontend", func(t *testing.T) {
-		// An error quotes the datagram as the backend received it.
-		errorAbout := func(e icmpError) []any {
-			return []any{netip.AddrFrom4([4]byte(e.ip[12:16])), netip.AddrFrom4([4]byte(e.ip[16:20])),
-				netip.AddrFrom4([4]byte(e.quotedIP[12:16])), binary.BigEndian.Uint16(e.quotedL4[0:]),
-				netip.AddrFrom4([4]byte(e.quotedIP[16:20])), binary.BigEndian.Uint16(e.quotedL4[2:])}
-		}
 		ret, toRemote := fromOutside(packet(npClient, npNode, 17, udpDatagram(40012, 30054)))
 		if sent := checkedTuple(t, toRemote); ret != tcActRedirect || sent.src != npSNAT {
 			t.Fatalf("to another node: verdict %d, %+v; want SNAT from %s", ret, sent, npSNAT)
 		}
-		for _, tc := range []struct {
-			what    string
-			from    netip.Addr
-			message []byte
-			src     netip.Addr // the outer source the client sees
-		}{
+		// src: the outer source the client sees.
+		for _, tc := range []icmpErrorCase{
 			{"the backend's port unreachable", npRemotePod, icmpUnreachable(toRemote), npNode},
 			{"a router's fragmentation needed: its address stays", npOtherNode, icmpFragNeeded(toRemote, 1400), npOtherNode},
 		} {
@@ -290,15 +321,9 @@ func TestNodePort(t *testing.T) {
 				t.Errorf("%s: verdict %d, want redirect out of the uplink", tc.what, ret)
 				continue
 			}
-			e := checkedICMPError(t, out)
-			if got, want := errorAbout(e), []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)}; !reflect.DeepEqual(got, want) {
-				t.Errorf("%s: from %v to %v quoting %v:%v -> %v:%v; want %v", tc.what, got[0], got[1], got[2], got[3], got[4], got[5], want)
-			}
+			checkTranslatedError(t, tc.what, out, tc.message, []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)})
 			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
 				t.Errorf("%s: to MAC %s, want the client's", tc.what, dst)
-			}
-			if e.icmp[0] != tc.message[0] || e.icmp[1] != tc.message[1] || !bytes.Equal(e.icmp[4:8], tc.message[4:8]) {
-				t.Errorf("%s: type, code or MTU changed: % x, want % x", tc.what, e.icmp[:8], tc.message[:8])
 			}
 		}
 		// A backend on this node saw the client's own address: only the
@@ -307,18 +332,67 @@ func TestNodePort(t *testing.T) {
 		if ret != tcActRedirect {
 			t.Fatalf("to this node's backend: verdict %d", ret)
 		}
-		ret, out := fromPod(packet(npLocalPod, npClient, 1, icmpUnreachable(toLocal)))
+		unreachable := icmpUnreachable(toLocal)
+		ret, out := fromPod(packet(npLocalPod, npClient, 1, unreachable))
 		if ret != tcActRedirect {
 			t.Fatalf("the local backend's port unreachable: verdict %d, want redirect out of the uplink", ret)
 		}
-		if got, want := errorAbout(checkedICMPError(t, out)), []any{npNode, npClient, npClient, uint16(40013), npNode, uint16(30053)}; !reflect.DeepEqual(got, want) {
-			t.Errorf("the local backend's port unreachable: %v, want %v", got, want)
-		}
+		checkTranslatedError(t, "the local backend's port unreachable", out, unreachable, []any{npNode, npClient, npClient, uint16(40013), npNode, uint16(30053)})
 		// An error about no flow from outside goes on as before.
 		stray := withChecksum(packet(npClient, npRemotePod, 17, udpDatagram(40014, 5353)))
 		if ret, out := fromOutside(packet(npRemotePod, npSNAT, 1, icmpUnreachable(stray))); ret != tcActOK ||
 			!bytes.Equal(out[34:], withChecksum(packet(npRemotePod, npSNAT, 1, icmpUnreachable(stray)))[34:]) {
 			t.Errorf("an error about no NodePort flow: verdict %d, want OK and unchanged", ret)
+		}
+	})
+
+	t.Run("ICMP errors from outside about a reply reach the backend about what it sent", func(t *testing.T) {
+		router := netip.MustParseAddr("203.0.113.1")
+		// A flow to the backend on the other node (SNAT) and its reply
+		// as it leaves for the client.
+		ret, toRemote := fromOutside(packet(npClient, npNode, 17, udpDatagram(40015, 30055)))
+		sent := checkedTuple(t, toRemote)
+		if ret != tcActRedirect || sent.src != npSNAT {
+			t.Fatalf("to another node: verdict %d, %+v", ret, sent)
+		}
+		ret, reply := fromOutside(packet(npRemotePod, npSNAT, 17, udpDatagram(5354, sent.sport)))
+		if got := checkedTuple(t, reply); ret != tcActRedirect || got != (tuple{npNode, npClient, 30055, 40015}) {
+			t.Fatalf("the reply: verdict %d, %+v", ret, got)
+		}
+		// src: the outer source the backend sees.
+		for _, tc := range []icmpErrorCase{
+			{"the client's port unreachable", npClient, icmpUnreachable(reply), npSNAT},
+			{"a router's fragmentation needed: its address stays", router, icmpFragNeeded(reply, 1300), router},
+		} {
+			ret, out := fromOutside(packet(tc.from, npNode, 1, tc.message))
+			if ret != tcActRedirect {
+				t.Errorf("%s: verdict %d, want redirect to the backend's node", tc.what, ret)
+				continue
+			}
+			checkTranslatedError(t, tc.what, out, tc.message, []any{tc.src, npRemotePod, npRemotePod, uint16(5354), npSNAT, sent.sport})
+		}
+		// A backend on this node: the client's address stays, the
+		// frontend becomes the backend, and its policy admits the error
+		// as related to its flow.
+		if ret, _ := fromOutside(packet(npClient, npNode, 17, udpDatagram(40016, 30053))); ret != tcActRedirect {
+			t.Fatalf("to this node's backend: verdict %d", ret)
+		}
+		ret, reply = fromPod(packet(npLocalPod, npClient, 17, udpDatagram(5353, 40016)))
+		if got := checkedTuple(t, reply); ret != tcActRedirect || got != (tuple{npNode, npClient, 30053, 40016}) {
+			t.Fatalf("the local backend's reply: verdict %d, %+v", ret, got)
+		}
+		unreachable := icmpUnreachable(reply)
+		ret, out := fromOutside(packet(npClient, npNode, 1, unreachable))
+		if ret != tcActRedirect {
+			t.Fatalf("the client's port unreachable about a local backend's reply: verdict %d, want redirect to the pod", ret)
+		}
+		checkTranslatedError(t, "the client's port unreachable about a local backend's reply", out, unreachable,
+			[]any{npClient, npLocalPod, npLocalPod, uint16(5353), npClient, uint16(40016)})
+		// An error about no flow from outside goes on as before.
+		stray := withChecksum(packet(npNode, npClient, 17, udpDatagram(30053, 40999)))
+		in := withChecksum(packet(npClient, npNode, 1, icmpUnreachable(stray)))
+		if ret, out := fromOutside(bytes.Clone(in)); ret != tcActOK || !bytes.Equal(out[:len(in)], in) {
+			t.Errorf("an error about no NodePort flow's reply: verdict %d, want OK and unchanged", ret)
 		}
 	})
 
@@ -334,7 +408,7 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
-	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 12, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 5, "nodeport-reply/from-pod": 4})
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 17, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 6, "nodeport-reply/from-pod": 5})
 	var kinds []string
 	for _, e := range flows() {
 		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {

@@ -62,6 +62,7 @@ const (
 	overlaytcProgShuntFromOverlay      = "shunt_from_overlay"
 	overlaytcProgShuntToOverlay        = "shunt_to_overlay"
 	overlaytcVarCONFIG                 = "CONFIG"
+	overlaytcVarDSR_NO_GSO_DECAP       = "DSR_NO_GSO_DECAP"
 	overlaytcVarMAGLEV_SIZE            = "MAGLEV_SIZE"
 )
 
@@ -142,8 +143,9 @@ type overlaytcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type overlaytcVariableSpecs struct {
-	CONFIG      *ebpf.VariableSpec `ebpf:"CONFIG"`
-	MAGLEV_SIZE *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
+	CONFIG           *ebpf.VariableSpec `ebpf:"CONFIG"`
+	DSR_NO_GSO_DECAP *ebpf.VariableSpec `ebpf:"DSR_NO_GSO_DECAP"`
+	MAGLEV_SIZE      *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
 }
 
 // overlaytcObjects contains all objects after they have been loaded into the kernel.
@@ -219,8 +221,9 @@ func (m *overlaytcMaps) Close() error {
 //
 // It can be passed to loadOverlaytcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type overlaytcVariables struct {
-	CONFIG      *ebpf.Variable `ebpf:"CONFIG"`
-	MAGLEV_SIZE *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
+	CONFIG           *ebpf.Variable `ebpf:"CONFIG"`
+	DSR_NO_GSO_DECAP *ebpf.Variable `ebpf:"DSR_NO_GSO_DECAP"`
+	MAGLEV_SIZE      *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
 }
 
 // overlaytcPrograms contains all programs after they have been loaded into the kernel.

@@ -322,8 +322,9 @@ const (
 	podtcShuntReasonSHUNT_REASON_DSR_ENCAP              podtcShuntReason = 49
 	podtcShuntReasonSHUNT_REASON_DSR_DECAP              podtcShuntReason = 50
 	podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG            podtcShuntReason = 51
-	podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY   podtcShuntReason = 60
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 61
+	podtcShuntReasonSHUNT_REASON_DSR_GSO_DECAP          podtcShuntReason = 52
+	podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY   podtcShuntReason = 53
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 54
 )
 
 type podtcTcNatKey struct {
@@ -372,6 +373,7 @@ const (
 	podtcProgShuntFromPod          = "shunt_from_pod"
 	podtcProgShuntToPod            = "shunt_to_pod"
 	podtcVarCONFIG                 = "CONFIG"
+	podtcVarDSR_NO_GSO_DECAP       = "DSR_NO_GSO_DECAP"
 	podtcVarMAGLEV_SIZE            = "MAGLEV_SIZE"
 	podtcVarBtfCtFlags             = "_btf_ct_flags"
 	podtcVarBtfDirection           = "_btf_direction"
@@ -466,6 +468,7 @@ type podtcMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type podtcVariableSpecs struct {
 	CONFIG              *ebpf.VariableSpec `ebpf:"CONFIG"`
+	DSR_NO_GSO_DECAP    *ebpf.VariableSpec `ebpf:"DSR_NO_GSO_DECAP"`
 	MAGLEV_SIZE         *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
 	BtfCtFlags          *ebpf.VariableSpec `ebpf:"_btf_ct_flags"`
 	BtfDirection        *ebpf.VariableSpec `ebpf:"_btf_direction"`
@@ -556,6 +559,7 @@ func (m *podtcMaps) Close() error {
 // It can be passed to loadPodtcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type podtcVariables struct {
 	CONFIG              *ebpf.Variable `ebpf:"CONFIG"`
+	DSR_NO_GSO_DECAP    *ebpf.Variable `ebpf:"DSR_NO_GSO_DECAP"`
 	MAGLEV_SIZE         *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
 	BtfCtFlags          *ebpf.Variable `ebpf:"_btf_ct_flags"`
 	BtfDirection        *ebpf.Variable `ebpf:"_btf_direction"`

@@ -125,6 +125,15 @@ func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOp
 	if err := spec.Variables[uplinktcVarMAGLEV_SIZE].Set(uint32(d.cfg.MaglevSize)); err != nil {
 		return fmt.Errorf("setting the Maglev table size: %w", err)
 	}
+	// Before Linux 6.3 a GSO packet arriving by DSR cannot be
+	// decapsulated (bpf/lib/dsr.h).
+	var noGSODecap uint32
+	if d.cfg.Fallbacks.Has(dpinfo.FallbackNoGSODecap) {
+		noGSODecap = 1
+	}
+	if err := spec.Variables[uplinktcVarDSR_NO_GSO_DECAP].Set(noGSODecap); err != nil {
+		return fmt.Errorf("setting the uplink programs' load-time DSR_NO_GSO_DECAP: %w", err)
+	}
 	inner, err := maglevInnerSpec(spec)
 	if err != nil {
 		return err

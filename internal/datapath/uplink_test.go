@@ -360,3 +360,78 @@ func udpDatagramLen(sport, dport uint16, n int) []byte {
 	binary.BigEndian.PutUint16(udp[4:], uint16(8+n))
 	return udp
 }
+
+// TestMasqueradeLeavesRepliesOfInbound: a connection the outside opens to
+// a pod (its address routed to the node) is tracked by the pod's programs
+// as opened by the outside; the pod's replies (a SYN-ACK, a UDP answer)
+// leave the uplink with the pod's address, untranslated, as the client
+// expects them, and take no masquerade port. A connection the pod opens
+// to the same host is still masqueraded.
+func TestMasqueradeLeavesRepliesOfInbound(t *testing.T) {
+	d := openMasqDatapath(t, nil)
+	run := func(prog *ebpf.Program, pkt []byte) (uint32, []byte) {
+		t.Helper()
+		ret, out, err := prog.Test(withChecksum(pkt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ret, out
+	}
+	masqEntries := func() int {
+		t.Helper()
+		n := 0
+		var k uplinktcMasqKey
+		var v uplinktcMasqValue
+		it := d.uplink.ShuntMasqNat.Iterate()
+		for it.Next(&k, &v) {
+			n++
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := counts(t, d)
+
+	for _, c := range []struct {
+		name           string
+		proto          uint8
+		request, reply []byte
+	}{
+		{"TCP", 6, tcpSegment(45000, 8080, tcpSYN), tcpSegment(8080, 45000, tcpSYNACK)},
+		{"UDP", 17, append(udpDatagramLen(45001, 5353, 2), "hi"...), append(udpDatagramLen(5353, 45001, 2), "ok"...)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// The request reaches the pod through its veth's to-pod
+			// program, which tracks the connection as the outside's.
+			if ret, _ := run(d.objs.ShuntToPod, packet(mqOutside, mqPod, c.proto, c.request)); ret == tcActShot {
+				t.Fatalf("the request to the pod: dropped")
+			}
+			if ret, _ := run(d.objs.ShuntFromPod, packet(mqPod, mqOutside, c.proto, c.reply)); ret == tcActShot {
+				t.Fatalf("the pod's reply at its veth: dropped")
+			}
+			entries := masqEntries()
+			in := withChecksum(packet(mqPod, mqOutside, c.proto, c.reply))
+			ret, out := run(d.uplink.ShuntToUplink, bytes.Clone(in))
+			if ret != tcActOK || !bytes.Equal(out, in) {
+				t.Errorf("the pod's reply at the uplink: verdict %d, changed %v (from %v); want OK, unchanged (from the pod's address)",
+					ret, !bytes.Equal(out, in), checkedTuple(t, out).src)
+			}
+			if n := masqEntries(); n != entries {
+				t.Errorf("shunt_masq_nat went from %d to %d entries; a reply takes no port", entries, n)
+			}
+		})
+	}
+
+	t.Run("a connection the pod opens is still masqueraded", func(t *testing.T) {
+		syn := tcpSegment(46000, 443, tcpSYN)
+		if ret, _ := run(d.objs.ShuntFromPod, packet(mqPod, mqOutside, 6, syn)); ret == tcActShot {
+			t.Fatalf("the pod's SYN at its veth: dropped")
+		}
+		ret, out := run(d.uplink.ShuntToUplink, packet(mqPod, mqOutside, 6, syn))
+		if got := checkedTuple(t, out); ret != tcActOK || got.src != mqNode {
+			t.Errorf("the pod's SYN at the uplink: verdict %d, %+v; want OK from %s", ret, got, mqNode)
+		}
+	})
+	counterDelta(t, d, before, map[string]uint64{"masqueraded/to-uplink": 1}, "to-stack/from-pod", "forwarded/to-pod")
+}

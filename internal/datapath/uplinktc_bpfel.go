@@ -92,7 +92,8 @@ type uplinktcNodeportNatValue struct {
 	Dport      uint16
 	Reply      uint8
 	Dsr        uint8
-	Pad        [2]uint8
+	DsrIn      uint8
+	Pad        uint8
 	LastSeenNs uint64
 	Flags      uint32
 	Pad2       uint32
@@ -157,6 +158,7 @@ const (
 	uplinktcProgShuntFromUplink       = "shunt_from_uplink"
 	uplinktcProgShuntToUplink         = "shunt_to_uplink"
 	uplinktcVarCONFIG                 = "CONFIG"
+	uplinktcVarDSR_NO_GSO_DECAP       = "DSR_NO_GSO_DECAP"
 	uplinktcVarMAGLEV_SIZE            = "MAGLEV_SIZE"
 	uplinktcVarMASQ                   = "MASQ"
 	uplinktcVarBtfMasqDir             = "_btf_masq_dir"
@@ -244,13 +246,14 @@ type uplinktcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type uplinktcVariableSpecs struct {
-	CONFIG          *ebpf.VariableSpec `ebpf:"CONFIG"`
-	MAGLEV_SIZE     *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
-	MASQ            *ebpf.VariableSpec `ebpf:"MASQ"`
-	BtfMasqDir      *ebpf.VariableSpec `ebpf:"_btf_masq_dir"`
-	BtfMasqFlags    *ebpf.VariableSpec `ebpf:"_btf_masq_flags"`
-	BtfNodeportMode *ebpf.VariableSpec `ebpf:"_btf_nodeport_mode"`
-	BtfServiceFlags *ebpf.VariableSpec `ebpf:"_btf_service_flags"`
+	CONFIG           *ebpf.VariableSpec `ebpf:"CONFIG"`
+	DSR_NO_GSO_DECAP *ebpf.VariableSpec `ebpf:"DSR_NO_GSO_DECAP"`
+	MAGLEV_SIZE      *ebpf.VariableSpec `ebpf:"MAGLEV_SIZE"`
+	MASQ             *ebpf.VariableSpec `ebpf:"MASQ"`
+	BtfMasqDir       *ebpf.VariableSpec `ebpf:"_btf_masq_dir"`
+	BtfMasqFlags     *ebpf.VariableSpec `ebpf:"_btf_masq_flags"`
+	BtfNodeportMode  *ebpf.VariableSpec `ebpf:"_btf_nodeport_mode"`
+	BtfServiceFlags  *ebpf.VariableSpec `ebpf:"_btf_service_flags"`
 }
 
 // uplinktcObjects contains all objects after they have been loaded into the kernel.
@@ -330,13 +333,14 @@ func (m *uplinktcMaps) Close() error {
 //
 // It can be passed to loadUplinktcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type uplinktcVariables struct {
-	CONFIG          *ebpf.Variable `ebpf:"CONFIG"`
-	MAGLEV_SIZE     *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
-	MASQ            *ebpf.Variable `ebpf:"MASQ"`
-	BtfMasqDir      *ebpf.Variable `ebpf:"_btf_masq_dir"`
-	BtfMasqFlags    *ebpf.Variable `ebpf:"_btf_masq_flags"`
-	BtfNodeportMode *ebpf.Variable `ebpf:"_btf_nodeport_mode"`
-	BtfServiceFlags *ebpf.Variable `ebpf:"_btf_service_flags"`
+	CONFIG           *ebpf.Variable `ebpf:"CONFIG"`
+	DSR_NO_GSO_DECAP *ebpf.Variable `ebpf:"DSR_NO_GSO_DECAP"`
+	MAGLEV_SIZE      *ebpf.Variable `ebpf:"MAGLEV_SIZE"`
+	MASQ             *ebpf.Variable `ebpf:"MASQ"`
+	BtfMasqDir       *ebpf.Variable `ebpf:"_btf_masq_dir"`
+	BtfMasqFlags     *ebpf.Variable `ebpf:"_btf_masq_flags"`
+	BtfNodeportMode  *ebpf.Variable `ebpf:"_btf_nodeport_mode"`
+	BtfServiceFlags  *ebpf.Variable `ebpf:"_btf_service_flags"`
 }
 
 // uplinktcPrograms contains all programs after they have been loaded into the kernel.

@@ -60,12 +60,9 @@ const (
 	ReasonDSREncap
 	ReasonDSRDecap
 	ReasonDSRTooBig
-)
-
-// 52-59 are kept for the nodeport/DSR work (shunt.h says so too).
-const (
-	ReasonProxyUpstreamReply Reason = 60 + iota
-	ReasonMax                       // one past the last, SHUNT_REASON_MAX
+	ReasonDSRGSODecap
+	ReasonProxyUpstreamReply
+	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
 var reasonNames = [...]string{
@@ -121,6 +118,7 @@ var reasonNames = [...]string{
 	ReasonDSREncap:             "dsr-encap",
 	ReasonDSRDecap:             "dsr-decap",
 	ReasonDSRTooBig:            "dsr-too-big",
+	ReasonDSRGSODecap:          "dsr-gso-decap",
 	ReasonProxyUpstreamReply:   "proxy-upstream-reply",
 }
 

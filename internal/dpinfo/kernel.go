@@ -36,6 +36,11 @@ const (
 	// ctx->retval: connect to a service without backends fails with EPERM
 	// instead of ECONNREFUSED.
 	FallbackNoSetRetval Fallback = "no-set-retval"
+	// bpf_skb_adjust_room's BPF_F_ADJ_ROOM_DECAP_L3_IPV4 (6.3) → the
+	// outer header of a single DSR packet taken off without it; a GSO
+	// packet arriving by DSR (between virtual devices: a NIC's GRO never
+	// merges IPIP with IP options) is dropped, counted dsr-gso-decap.
+	FallbackNoGSODecap Fallback = "dsr-no-gso-decap"
 )
 
 // AllFallbacks lists every fallback, in the order the table
@@ -114,6 +119,8 @@ var KernelFeatures = []KernelFeature{
 		Fallback: FallbackSockDiag, Instead: "sock_diag destroy"},
 	{Name: "set_retval", What: "the bpf_set_retval helper in cgroup hooks", Since: "5.18",
 		Fallback: FallbackNoSetRetval, Instead: "EPERM for refused connects"},
+	{Name: "DSR GSO decap", What: "bpf_skb_adjust_room's BPF_F_ADJ_ROOM_DECAP_L3_IPV4 (DSR's IPIP header off GSO packets)", Since: "6.3",
+		Fallback: FallbackNoGSODecap, Instead: "GSO packets arriving by DSR dropped (dsr-gso-decap)"},
 }
 
 // KernelReport is what status says of the kernel: its release, and for

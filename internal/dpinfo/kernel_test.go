@@ -22,8 +22,9 @@ func TestParseFallbacks(t *testing.T) {
 }
 
 func TestKernelReportLine(t *testing.T) {
-	r := KernelReport{Release: "6.1.0-28-amd64", Taken: []string{"tc", "skmsg-attach", "sock-diag"}, Forced: []string{"sock-diag"}}
-	want := "6.1.0-28-amd64; tcx: no → tc clsact; sockmap link: no → BPF_PROG_ATTACH; sock_destroy: forced off → sock_diag destroy; set_retval: yes"
+	r := KernelReport{Release: "6.1.0-28-amd64", Taken: []string{"tc", "skmsg-attach", "sock-diag", "dsr-no-gso-decap"}, Forced: []string{"sock-diag"}}
+	want := "6.1.0-28-amd64; tcx: no → tc clsact; sockmap link: no → BPF_PROG_ATTACH; sock_destroy: forced off → sock_diag destroy; set_retval: yes; " +
+		"DSR GSO decap: no → GSO packets arriving by DSR dropped (dsr-gso-decap)"
 	if got := r.Line(); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}

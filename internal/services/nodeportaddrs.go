@@ -60,10 +60,10 @@ func (s NodePortAddresses) String() string {
 	return strings.Join(parts, ",")
 }
 
-// nodePortFrontendAddrs are the addresses node serves its NodePorts on:
+// NodePortFrontendAddrs are the addresses node serves its NodePorts on:
 // by default every one of NodePortAddrs; with a selector those of
 // NodePortAddrs and 127.0.0.1 it selects, in that order.
-func (n *Node) nodePortFrontendAddrs() []netip.Addr {
+func (n *Node) NodePortFrontendAddrs() []netip.Addr {
 	sel := n.NodePortAddresses
 	if sel.IsDefault() {
 		return n.NodePortAddrs

@@ -202,7 +202,7 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	ranges, _ := SourceRanges(svc)
-	nodePortAddrs := node.nodePortFrontendAddrs()
+	nodePortAddrs := node.NodePortFrontendAddrs()
 	for _, sp := range svc.Spec.Ports {
 		proto, ok := protoNumbers[sp.Protocol]
 		if !ok {

@@ -242,18 +242,7 @@ func (e *env) startNode(ctx context.Context, nd *labNode) error {
 	e.logf("lab node %s at %s (namespace %s)", nd.instance, nd.addr, nd.netns)
 	return e.shunt(*nd, "lab", "up", "--kubeconfig", e.cluster.Kubeconfig, "--node-name", nd.instance,
 		"--service-cidr", e.cluster.ServiceCIDR, "--cluster-cidr", e.cluster.ClusterCIDR, "--mode", "redirect-peer",
-		"--tunnel", "vxlan", "--masquerade", "--masquerade-exclude", e.masqueradeExclude(), "--no-schedule", "--cluster-dns", e.dns.String())
-}
-
-// masqueradeExclude are the destinations pods reach with their own
-// address: the default ones (the cluster's and the Services' CIDRs) and
-// the underlay, whose host routes the pods' CIDRs (routePods). Without
-// the underlay, the replies of connections this machine opens to pods
-// (the API server's pods/proxy, which e2e.test reads the DNS specs'
-// results through) leave masqueraded from the node's address, and this
-// machine answers them with a reset.
-func (e *env) masqueradeExclude() string {
-	return strings.Join([]string{e.cluster.ClusterCIDR, e.cluster.ServiceCIDR, e.subnet + "0/24"}, ",")
+		"--tunnel", "vxlan", "--masquerade", "--no-schedule", "--cluster-dns", e.dns.String())
 }
 
 // waitNodesReady waits until every Node is Ready and has no taint left

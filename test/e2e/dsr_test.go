@@ -20,12 +20,16 @@ import (
 // carries, while node-2's sends them all. UDP falls back to SNAT (the
 // reply entry on node-1). A TCP connection to a load balancer address
 // keeps working when the external host's route to it moves from node-1 to
-// node-2 in its middle. Flows name dsr-encap and dsr-decap.
+// node-2 in its middle. Flows name dsr-encap and dsr-decap; the status's
+// services line names the mode.
 func TestNodePortDSRLab(t *testing.T) {
 	l := newLabNodes(t, 2, []string{"--routing", "native", "--nodeport-mode", "hybrid", "--lb-pool", "192.168.124.0/28"}, "testdata/dsr.yaml")
 	ext := labExternal(t, l)
 	node1, node2 := "192.168.123.1", "192.168.123.2"
 	ns1, ns2 := l.instance+"-node1", l.instance+"-node2"
+	if out := l.mustShunt("status", "--node", "node-1"); !strings.Contains(out, "NodePorts from outside: hybrid (DSR for TCP, SNAT for UDP)") {
+		t.Errorf("status of node-1 does not name its NodePort mode (hybrid):\n%s", out)
+	}
 
 	eventually(t, "NodePort on node-1 by DSR: the backend on node-2 sees the client", ext.addr, func() (string, string) {
 		status, body := httpFromOutside(l, fmt.Sprintf("http://%s:30080/remote", node1))

@@ -47,8 +47,11 @@ func eventually(t *testing.T, what string, want string, get func() (string, stri
 // body; a LoadBalancer address from the lab's pool (--lb-pool, routed to
 // node-1) and an externalIP routed to node-1, both crossing to node-2;
 // a pod of node-1 reaching the NodePort and the load balancer address
-// through the socket layer. `get svc` shows them as kubectl does, and the
-// ingress node's flows name the frontend's kind. Once the endpoint is
+// through the socket layer; the backend's own address, routed from outside
+// to its node, answers with that address (the nodes masquerade, the
+// replies of connections from outside keep their source). `get svc` shows
+// them as kubectl does, and the ingress node's flows name the frontend's
+// kind. Once the endpoint is
 // deleted, node-2's health check answers 503.
 // Both routing modes: the SNATed flow crosses the overlay as the node's
 // own traffic, or is routed, and its reply comes back through
@@ -64,6 +67,9 @@ func testNodePortLab(t *testing.T, routing string) {
 	ext := labExternal(t, l)
 	node1, node2 := "192.168.123.1", "192.168.123.2"
 
+	if out := l.mustShunt("status", "--node", "node-2"); !strings.Contains(out, "NodePorts from outside: snat") {
+		t.Errorf("status of node-2 does not name its NodePort mode (snat, the default):\n%s", out)
+	}
 	lbIP := loadBalancerAddress(t, l, "lb")
 	if !strings.HasPrefix(lbIP, "192.168.124.") {
 		t.Fatalf("Service lb got load balancer address %q, want one of the pool 192.168.124.0/28", lbIP)
@@ -125,6 +131,15 @@ func testNodePortLab(t *testing.T, routing string) {
 	eventually(t, "load balancer address", node1PodNet, remote(fmt.Sprintf("http://%s:8000/remote", lbIP)))
 	l.mustShunt("lab", "exec", "--external", "--", "ip", "route", "replace", "192.168.125.7", "via", node1)
 	eventually(t, "externalIP", node1PodNet, remote("http://192.168.125.7:80/remote"))
+
+	// The backend's own address, routed to its node by the external host
+	// (as a router of the underlay would): the connection is the
+	// outside's, so the pod's replies keep the pod's address although the
+	// nodes masquerade (a reply from node-2's address would be reset), and
+	// the backend sees the client's.
+	l.mustShunt("lab", "exec", "--external", "--", "ip", "route", "replace", l.node(2).status().PodCIDR, "via", node2)
+	eventually(t, "the backend's own address from outside (masquerade on)", ext.addr,
+		remote(fmt.Sprintf("http://%s:8080/remote", l.podIP("web"))))
 
 	// Node-local clients: a pod of node-1 reaches the NodePort of its node
 	// and the load balancer address through the socket layer.

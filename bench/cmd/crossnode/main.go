@@ -138,15 +138,16 @@ type caseNet struct {
 }
 
 type bench struct {
-	ctx      context.Context // ends on SIGINT/SIGTERM/SIGHUP
-	cs       kubernetes.Interface
-	kc       *kubecluster.Cluster
-	bin      string
-	id       string
-	out      string
-	rows     *os.File
-	duration time.Duration
-	settle   time.Duration // the wait after the Services are programmed
+	measureOnly []string        // -measure: the cases measured (none: all)
+	ctx         context.Context // ends on SIGINT/SIGTERM/SIGHUP
+	cs          kubernetes.Interface
+	kc          *kubecluster.Cluster
+	bin         string
+	id          string
+	out         string
+	rows        *os.File
+	duration    time.Duration
+	settle      time.Duration // the wait after the Services are programmed
 	// concurrent: every case measured at once (-smoke: the paths run end
 	// to end, the numbers mean nothing).
 	concurrent bool
@@ -185,6 +186,7 @@ func main() {
 		out        = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
 		id         = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
 		nativeMode = flag.String("native-nodeport-mode", "snat", "with -nodeport: shunt-native's --nodeport-mode (snat, dsr, hybrid); not snat, its rows are named shunt-native-MODE")
+		measure    = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native): every case is still built; e.g. shunt-native with -native-nodeport-mode to compare its modes run by run")
 		nodeport   = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
 	)
 	flag.Parse()
@@ -199,7 +201,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, nativeMode: *nativeMode, cases: map[string]*caseNet{}}
+	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, nativeMode: *nativeMode, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -424,6 +426,16 @@ func (b *bench) run(scales []int, reps int) error {
 		order = order[1:]
 	} else if err := b.checkCalicoPath(); err != nil {
 		return err
+	}
+	if len(b.measureOnly) > 0 {
+		var only []string
+		for _, c := range b.measureOnly {
+			if !slices.Contains(order, c) {
+				return fmt.Errorf("-measure %s: no such case here (cases: %s)", c, strings.Join(order, ", "))
+			}
+			only = append(only, c)
+		}
+		order = only
 	}
 	for _, n := range scales {
 		if err := b.scaleTo(ctx, n); err != nil {
@@ -1429,4 +1441,15 @@ func (b *bench) maglevDisruption() error {
 		fmt.Fprintf(&w, "| %d | %.2f%% | %.2f%% | %d |\n", m, 100*sum/float64(len(names)), 100*worst, len(names))
 	}
 	return os.WriteFile(filepath.Join(b.out, "maglev.md"), w.Bytes(), 0o644)
+}
+
+// splitList reads a comma-separated list ("" is none).
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
 }
