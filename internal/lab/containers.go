@@ -210,10 +210,20 @@ func gracePeriod(pod *corev1.Pod, probe *corev1.Probe) time.Duration {
 // probeContainer makes sure a running container instance has its probe
 // workers.
 func (k *kubelet) probeContainer(pod *corev1.Pod, rec *PodRecord, spec corev1.Container, c *ContainerRecord) {
-	target := probeTarget{podIP: rec.IP, env: k.containerEnv(pod, rec, spec), dir: spec.WorkingDir, exec: k.execTarget(pod, rec, spec, c.Binds)}
+	target := probeTarget{podIP: rec.IP, env: c.env, dir: spec.WorkingDir, exec: k.execTarget(pod, rec, spec, c.Binds)}
+	imagePath := ""
 	if img, _ := findLayoutImage(k.cfg.Images.Layouts, spec.Image); img != nil {
 		target.imageShim = c.ShimPID
-		target.env = append(target.env, "PATH="+img.imagePath())
+		imagePath = img.imagePath()
+	}
+	if target.env == nil {
+		// An instance an earlier agent started: its environment again.
+		env, err := k.containerEnv(pod, rec, spec, imagePath)
+		if err != nil {
+			k.cfg.Log.Warn("exec probes run without the container's variables", "pod", rec.key(), "container", c.Name, "err", err)
+			env = k.labEnv(pod, rec, imagePath)
+		}
+		c.env, target.env = env, env
 	}
 	var specs []probeSpec
 	for kind, p := range map[probeKind]*corev1.Probe{probeStartup: spec.StartupProbe, probeReadiness: spec.ReadinessProbe, probeLiveness: spec.LivenessProbe} {

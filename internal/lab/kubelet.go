@@ -72,6 +72,9 @@ type ContainerRecord struct {
 	// Binds are what the container mounts (podfiles.go), kept for its
 	// restarts.
 	Binds []podexec.Bind `json:"binds,omitempty"`
+	// env is the environment this instance started with (its exec probes
+	// run with it); not kept on disk: it may hold Secrets' values.
+	env []string
 }
 
 func (r *PodRecord) key() string { return r.Namespace + "/" + r.Name }
@@ -88,6 +91,9 @@ type kubelet struct {
 	// objects are what volumes are made of (volumes.go); nil without an
 	// API server.
 	objects volumeObjects
+	// services are the cluster's Services, for the pods' environment
+	// (podenv.go); nil without an API server.
+	services func() []*corev1.Service
 	// stopping: deleted pods whose containers were sent SIGTERM, since
 	// when (graceful.go).
 	stopping map[string]time.Time
@@ -309,13 +315,20 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		return err
 	}
 	argv, fsFlags, imagePath, err := k.imageProcess(pod, rec, c)
+	var env []string
+	if err == nil {
+		env, err = k.containerEnv(pod, rec, c, imagePath)
+	}
 	if err == nil && argv == nil {
-		argv, err = k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+		// $(VAR) in the command and args: the container's variables.
+		run := expandCommand(c, env)
+		argv, err = k.cfg.Images.Argv(c.Image, run.Command, run.Args)
 	}
 	if err != nil {
 		logf.Close()
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
+	cr.env = env
 	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
 	if len(fsFlags) > 0 {
 		// From an image: its volumes are mounts in its own root (rootfs.go).
@@ -329,11 +342,7 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 	if shim.Dir == "" {
 		shim.Dir = "/"
 	}
-	shim.Env = k.containerEnv(pod, rec, c)
-	if imagePath != "" {
-		// The image's PATH, last: exec keeps the last of a name.
-		shim.Env = append(shim.Env, "PATH="+imagePath)
-	}
+	shim.Env = env
 	// Its own session: the container survives the agent's exit and its
 	// terminal signals.
 	shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -347,20 +356,31 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 	return nil
 }
 
-func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Container) []string {
+// containerEnv is what a container's process gets: the lab's variables,
+// the image's PATH (if from an image), then what kubelet gives
+// (podenv.go), which wins over both (exec keeps the last of a name).
+func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Container, imagePath string) ([]string, error) {
+	podEnv, err := k.podEnv(pod, rec, c)
+	if err != nil {
+		return nil, err
+	}
+	return append(k.labEnv(pod, rec, imagePath), podEnv...), nil
+}
+
+// labEnv are the variables every container of the lab gets first.
+func (k *kubelet) labEnv(pod *corev1.Pod, rec *PodRecord, imagePath string) []string {
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	if k.cfg.BinDir != "" {
 		path = k.cfg.BinDir + ":" + path
 	}
-	env := []string{
+	if imagePath != "" {
+		path = imagePath
+	}
+	return []string{
 		"PATH=" + path, "HOME=/root", "HOSTNAME=" + pod.Name,
 		"SHUNT_POD_NAME=" + pod.Name, "SHUNT_POD_NAMESPACE=" + pod.Namespace, "SHUNT_POD_IP=" + rec.IP,
 		"SHUNT_INSTANCE=" + k.cfg.Instance.Name,
 	}
-	for _, e := range c.Env {
-		env = append(env, e.Name+"="+envValue(pod, rec, e))
-	}
-	return env
 }
 
 // sandboxWorkers is how many pods' sandboxes the kubelet builds or removes

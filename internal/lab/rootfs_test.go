@@ -189,7 +189,7 @@ func TestImageProcessVolumes(t *testing.T) {
 			t.Errorf("shim flags %q lack %q", joined, want)
 		}
 	}
-	if env := k.containerEnv(pod, rec, pod.Spec.Containers[0]); !slices.Contains(env, "NODE_NAME=n1") {
+	if env, err := k.containerEnv(pod, rec, pod.Spec.Containers[0], ""); err != nil || !slices.Contains(env, "NODE_NAME=n1") {
 		t.Errorf("env %q lacks NODE_NAME=n1 (fieldRef spec.nodeName)", env)
 	}
 }

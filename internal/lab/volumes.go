@@ -186,7 +186,7 @@ func (k *kubelet) volumeSource(ctx context.Context, pod *corev1.Pod, rec *PodRec
 					if item.FieldRef == nil {
 						return "", fmt.Errorf("downward API item %s: only fieldRef is made", item.Path)
 					}
-					val, err := fieldRefValue(pod, rec, item.FieldRef.FieldPath)
+					val, err := k.fieldRefValue(pod, rec, item.FieldRef.FieldPath)
 					if err != nil {
 						return "", err
 					}
@@ -254,8 +254,9 @@ func writeVolumeFiles(dir string, files map[string][]byte) error {
 }
 
 // fieldRefValue is a downward API field of the pod, as kubelet resolves
-// an env var's or a volume item's fieldRef.
-func fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error) {
+// an env var's or a volume item's fieldRef (the host's address is the
+// node's, before the pod's status has it).
+func (k *kubelet) fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error) {
 	switch field {
 	case "metadata.name":
 		return pod.Name, nil
@@ -267,11 +268,12 @@ func fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.podIP":
-		return rec.IP, nil
-	case "status.podIPs":
+	case "status.podIP", "status.podIPs":
 		return rec.IP, nil
 	case "status.hostIP", "status.hostIPs":
+		if k.cfg.NodeIP.IsValid() {
+			return k.cfg.NodeIP.String(), nil
+		}
 		return pod.Status.HostIP, nil
 	}
 	if key, ok := strings.CutPrefix(field, "metadata.labels['"); ok {
@@ -281,14 +283,4 @@ func fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error
 		return pod.Annotations[strings.TrimSuffix(key, "']")], nil
 	}
 	return "", fmt.Errorf("fieldRef %s: not a field the lab resolves", field)
-}
-
-// envValue is an env var's value: its value, or its fieldRef resolved.
-func envValue(pod *corev1.Pod, rec *PodRecord, e corev1.EnvVar) string {
-	if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-		if v, err := fieldRefValue(pod, rec, e.ValueFrom.FieldRef.FieldPath); err == nil {
-			return v
-		}
-	}
-	return e.Value
 }
