@@ -33,6 +33,9 @@ type LastRun struct {
 	Started time.Time  `json:"started"`
 	Exit    ExitStatus `json:"exit"`
 	Reason  string     `json:"reason"`
+	// LogFile is its log (kubectl logs --previous), kept until the next
+	// restart.
+	LogFile string `json:"logFile,omitempty"`
 }
 
 func (c Config) backOffs() (initial, most time.Duration) {
@@ -128,12 +131,17 @@ func (k *kubelet) syncContainers(pods []*corev1.Pod) error {
 			// this exit until the new instance runs.
 			next := *c
 			next.ExitFile = filepath.Join(filepath.Dir(c.ExitFile), fmt.Sprintf("%s.%d.exit", c.Name, c.RestartCount+1))
+			// A log per instance: the one before stays for --previous.
+			next.LogFile = filepath.Join(filepath.Dir(c.LogFile), fmt.Sprintf("%s.%d.log", c.Name, c.RestartCount+1))
 			if err := k.startContainer(pod, rec, spec, &next); err != nil {
 				errs = append(errs, fmt.Errorf("pod %s: restarting %w", rec.key(), err))
 				continue
 			}
 			os.Remove(c.ExitFile)
-			next.Last = &LastRun{Started: c.Started, Exit: *es, Reason: reason}
+			if c.Last != nil && c.Last.LogFile != "" {
+				os.Remove(c.Last.LogFile)
+			}
+			next.Last = &LastRun{Started: c.Started, Exit: *es, Reason: reason, LogFile: c.LogFile}
 			next.RestartCount++
 			next.BackOff = nextBackOff(c.BackOff, initial, most)
 			*c = next

@@ -329,7 +329,7 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	cr.env = env
-	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
+	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--log-file", cr.LogFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
 	if len(fsFlags) > 0 {
 		// From an image: its volumes are mounts in its own root (rootfs.go).
 		shimArgs = append(shimArgs, fsFlags...)
@@ -337,6 +337,9 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		shimArgs = append(shimArgs, "--binds", bindsArg(cr.Binds))
 	}
 	shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
+	// The shim writes the container's output into the log itself, in the
+	// CRI's format (crilog.go); this is for its own last words before it
+	// can.
 	shim.Stdout, shim.Stderr = logf, logf
 	shim.Dir = c.WorkingDir
 	if shim.Dir == "" {

@@ -277,7 +277,7 @@ func (a *KubeletAPI) attach(w http.ResponseWriter, r *http.Request) {
 // to a container without stdin (the lab gives containers none) does.
 type containerAttach struct{ rec *PodRecord }
 
-func (a containerAttach) AttachContainer(ctx context.Context, _, _, container string, _ io.Reader, out, _ io.WriteCloser, tty bool, _ <-chan remotecommand.TerminalSize) error {
+func (a containerAttach) AttachContainer(ctx context.Context, _, _, container string, _ io.Reader, out, errOut io.WriteCloser, tty bool, _ <-chan remotecommand.TerminalSize) error {
 	if tty {
 		return errors.New("the lab's containers have no terminal: attach without -t")
 	}
@@ -289,9 +289,7 @@ func (a containerAttach) AttachContainer(ctx context.Context, _, _, container st
 		<-ctx.Done()
 		return nil
 	}
-	// The shim writes stdout and stderr to one file: it all goes out as
-	// stdout.
-	return followLog(ctx, c, logOptions{follow: true, fromEnd: true}, out)
+	return followLog(ctx, c, c.LogFile, logOptions{follow: true, fromEnd: true}, out, errOut)
 }
 
 func (a *KubeletAPI) portForward(w http.ResponseWriter, r *http.Request) {

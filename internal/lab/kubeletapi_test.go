@@ -64,8 +64,15 @@ func (ca testCA) client(t *testing.T, cn string, groups ...string) *http.Client 
 func testKubeletAPI(t *testing.T, ca testCA) (string, *ContainerRecord) {
 	t.Helper()
 	dir := t.TempDir()
-	c := ContainerRecord{Name: "c", ShimPID: os.Getpid(), LogFile: filepath.Join(dir, "c.log"), ExitFile: filepath.Join(dir, "c.exit")}
-	if err := os.WriteFile(c.LogFile, []byte("a\nb\nc\n"), 0o644); err != nil {
+	c := ContainerRecord{Name: "c", ShimPID: os.Getpid(), LogFile: filepath.Join(dir, "c.log"), ExitFile: filepath.Join(dir, "c.exit"),
+		Last: &LastRun{LogFile: filepath.Join(dir, "c.0.log")}}
+	// As the shim writes it (crilog.go): b on stderr.
+	cri := "2026-01-01T00:00:01Z stdout F a\n2026-01-01T00:00:02.5Z stderr F b\n2026-01-01T00:00:03Z stdout F c\n"
+	if err := os.WriteFile(c.LogFile, []byte(cri), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The previous instance's, from a shim of before the CRI format.
+	if err := os.WriteFile(c.Last.LogFile, []byte("old\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	k := &APIKubelet{
@@ -114,9 +121,11 @@ func TestKubeletAPIClients(t *testing.T) {
 	}
 }
 
-// TestKubeletAPIContainerLogs: pods/log as kubectl logs asks for it: all,
-// the last lines, a byte limit, following until the container ends; what
-// the lab does not record is refused, not ignored.
+// TestKubeletAPIContainerLogs: pods/log as kubectl logs asks for it from
+// a log in the CRI's format: all, the last lines, a byte limit, times,
+// since a time, one stream, the previous instance's (a log of an older
+// shim, lines without times), following until the container ends (a line
+// written in pieces comes out whole); options kubelet refuses are refused.
 func TestKubeletAPIContainerLogs(t *testing.T) {
 	ca := newTestCA(t)
 	base, c := testKubeletAPI(t, ca)
@@ -130,8 +139,17 @@ func TestKubeletAPIContainerLogs(t *testing.T) {
 		{"?tailLines=0", "", 200},
 		{"?tailLines=9", "a\nb\nc\n", 200},
 		{"?limitBytes=3", "a\nb", 200},
-		{"?timestamps=true", "timestamps is not supported", 400},
-		{"?previous=true", "previous terminated container", 400},
+		{"?timestamps=true", "2026-01-01T00:00:01Z a\n2026-01-01T00:00:02.5Z b\n2026-01-01T00:00:03Z c\n", 200},
+		{"?timestamps=true&tailLines=1", "2026-01-01T00:00:03Z c\n", 200},
+		{"?sinceTime=2026-01-01T00:00:02Z", "b\nc\n", 200},
+		{"?sinceTime=2026-01-01T00:00:03Z&timestamps=true", "2026-01-01T00:00:03Z c\n", 200},
+		{"?sinceSeconds=60", "", 200}, // written long ago
+		{"?stream=Stderr", "b\n", 200},
+		{"?stream=Stdout&limitBytes=100", "a\nc\n", 200},
+		{"?previous=true", "old\n", 200},
+		{"?previous=true&timestamps=true", "old\n", 200}, // no times in an old log
+		{"?sinceSeconds=5&sinceTime=2026-01-01T00:00:02Z", "at most one of sinceTime or sinceSeconds", 400},
+		{"?stream=Stderr&tailLines=1", "mutually exclusive", 400},
 		{"?tailLines=x", "tailLines", 400},
 	} {
 		code, body := get(t, cl, base+"/containerLogs/default/p/c"+tc.query)
@@ -147,13 +165,15 @@ func TestKubeletAPIContainerLogs(t *testing.T) {
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		f, _ := os.OpenFile(c.LogFile, os.O_APPEND|os.O_WRONLY, 0)
-		f.WriteString("d\n")
+		f.WriteString("2026-01-01T00:00:04Z stdout P d")
+		time.Sleep(300 * time.Millisecond)
+		f.WriteString("\n2026-01-01T00:00:04Z stdout F e\n") // the rest of the line, in pieces
 		f.Close()
 		time.Sleep(300 * time.Millisecond)
 		os.WriteFile(c.ExitFile, []byte(`{"exitCode":0}`), 0o644)
 	}()
 	start := time.Now()
-	if code, body := get(t, cl, base+"/containerLogs/default/p/c?follow=true&tailLines=1"); code != 200 || body != "c\nd\n" {
+	if code, body := get(t, cl, base+"/containerLogs/default/p/c?follow=true&tailLines=1"); code != 200 || body != "c\nde\n" {
 		t.Errorf("logs -f --tail=1: %d %q, want the last line, then the one written later", code, body)
 	}
 	if time.Since(start) > 5*time.Second {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,8 @@ import (
 // does, so kubectl works on its pods through the real API server:
 // `kubectl exec` enters the container as it runs (its capabilities, no
 // /run/shunt of the node, the exit code passed back), `kubectl logs`
-// returns what the container wrote (--tail too), and `kubectl
+// returns what the container wrote (--tail, --timestamps, --since too),
+// its environment has the kubernetes Service's variables, and `kubectl
 // port-forward` reaches a port of the pod.
 func TestKubeletAPI(t *testing.T) {
 	k := newKubeNode(t)
@@ -44,6 +46,24 @@ func TestKubeletAPI(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(logs), "\n")
 	if out := kubectl("logs", "web", "--tail=2"); out != strings.Join(lines[len(lines)-2:], "\n")+"\n" {
 		t.Errorf("kubectl logs --tail=2: %q, want the last two lines of\n%s", out, logs)
+	}
+
+	// The log records when each line was written (the CRI's format).
+	stamped := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z hello from the container$`)
+	if out := kubectl("logs", "web", "--timestamps", "--since=1h"); !slices.ContainsFunc(strings.Split(out, "\n"), stamped.MatchString) {
+		t.Errorf("kubectl logs --timestamps --since=1h: no line %s in\n%s", stamped, out)
+	}
+	if out := kubectl("logs", "web", "--since-time=2100-01-01T00:00:00Z"); out != "" {
+		t.Errorf("kubectl logs --since-time in the future: %q, want nothing", out)
+	}
+	// The pod's environment has the API server's Service, as kubelet
+	// gives it, and the Node the machine's system information.
+	svcIP := kubectl("get", "service", "kubernetes", "-o", "jsonpath={.spec.clusterIP}")
+	if out := kubectl("exec", "web", "--", "sh", "-c", `echo "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT $KUBERNETES_PORT"`); out != svcIP+":443 tcp://"+svcIP+":443\n" {
+		t.Errorf("the pod's KUBERNETES_* variables: %q, want the kubernetes Service's %s:443", out, svcIP)
+	}
+	if out := kubectl("get", "nodes", "-o", "jsonpath={.items[0].status.nodeInfo.kernelVersion}/{.items[0].status.nodeInfo.osImage}/{.items[0].status.allocatable.memory}"); strings.Contains(out, "//") || strings.HasSuffix(out, "/") {
+		t.Errorf("the Node's nodeInfo and allocatable: %q, want kernel, OS image and memory", out)
 	}
 
 	capLines := regexp.MustCompile(`(?m)^Cap(Eff|Bnd):\s+[0-9a-f]+$`)
