@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 )
@@ -65,6 +66,8 @@ func TestKubeletAPI(t *testing.T) {
 	if out := kubectl("get", "nodes", "-o", "jsonpath={.items[0].status.nodeInfo.kernelVersion}/{.items[0].status.nodeInfo.osImage}/{.items[0].status.allocatable.memory}"); strings.Contains(out, "//") || strings.HasSuffix(out, "/") {
 		t.Errorf("the Node's nodeInfo and allocatable: %q, want kernel, OS image and memory", out)
 	}
+
+	checkPreviousLog(t, k)
 
 	capLines := regexp.MustCompile(`(?m)^Cap(Eff|Bnd):\s+[0-9a-f]+$`)
 	own := capLines.FindAllString(logs, -1)
@@ -122,6 +125,26 @@ func TestKubeletAPI(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("kubectl port-forward never listened:\n%s", stderr.String())
+	}
+}
+
+// checkPreviousLog: after a restart, kubectl logs shows the running
+// instance's output and --previous the one before's.
+func checkPreviousLog(t *testing.T, k *kubeNode) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crash", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: k.node,
+		Containers: []corev1.Container{{Name: "c", Image: "lab", Command: []string{"sh", "-c", "echo instance $(cat /proc/sys/kernel/random/uuid); sleep 1; exit 1"}}}}}
+	if _, err := k.cs.CoreV1().Pods("default").Create(k.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "pod crash restarted", func() bool {
+		p, err := k.cs.CoreV1().Pods("default").Get(k.ctx, "crash", metav1.GetOptions{})
+		return err == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1
+	})
+	cur, errCur := k.kubectl(nil, "logs", "crash")
+	prev, errPrev := k.kubectl(nil, "logs", "crash", "--previous")
+	if errCur != nil || errPrev != nil || !strings.HasPrefix(string(cur), "instance ") || !strings.HasPrefix(string(prev), "instance ") || string(cur) == string(prev) {
+		t.Errorf("kubectl logs: %q (%v), --previous: %q (%v); want each instance's own line", cur, errCur, prev, errPrev)
 	}
 }
 
