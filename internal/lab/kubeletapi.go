@@ -40,11 +40,9 @@ import (
 // container as `shunt lab exec` does (joinContainer).
 //
 // Who may call it: a client whose certificate the cluster's CA signed
-// (ClientCA: the API server's --kubelet-client-certificate is) and whose
-// groups include system:masters (the API server's kubelet client, as
-// kubeadm issues it; a cluster admin). A real kubelet asks the API server
-// instead (webhook authorization, a SubjectAccessReview of nodes/proxy per
-// request); that is not done here.
+// (ClientCA: the API server's --kubelet-client-certificate is) and whom
+// the API server authorizes (a SubjectAccessReview of nodes/proxy, as
+// kubelet's webhook authorization: kubeletauthz.go).
 //
 // Its serving certificate is its own, self-signed for the node's address,
 // as a kubelet's is without serving-certificate rotation: an API server
@@ -67,9 +65,10 @@ const (
 
 // KubeletAPI is the running kubelet API of a node.
 type KubeletAPI struct {
-	k    *APIKubelet
-	addr netip.AddrPort
-	srv  *http.Server
+	k     *APIKubelet
+	addr  netip.AddrPort
+	srv   *http.Server
+	authz kubeletAuthorizer // kubeletauthz.go
 }
 
 // ServeKubeletAPI serves the kubelet API on addr (the node's InternalIP:
@@ -91,7 +90,10 @@ func (k *APIKubelet) ServeKubeletAPI(ctx context.Context, addr netip.Addr, port 
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API: listening on the node's address: %w (is another kubelet on this address?)", err)
 	}
-	api := &KubeletAPI{k: k, addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	api := &KubeletAPI{k: k, addr: ln.Addr().(*net.TCPAddr).AddrPort(), authz: mastersOnly{}}
+	if kp, ok := k.api.(*kubePods); ok {
+		api.authz = newReviewAuthorizer(k.cfg.NodeName, kp.api.SubjectAccessReview, k.cfg.Log)
+	}
 	api.srv = &http.Server{
 		Handler:           api.routes(),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -134,24 +136,7 @@ func (a *KubeletAPI) routes() http.Handler {
 		mux.HandleFunc("POST "+p, a.portForward)
 	}
 	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", a.containerLogs)
-	return authorized(mux)
-}
-
-// authorized lets through only clients in kubeletAPIGroup (TLS has
-// checked their certificate against the client CA).
-func authorized(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			http.Error(w, "Unauthorized: a client certificate is required", http.StatusUnauthorized)
-			return
-		}
-		subject := r.TLS.PeerCertificates[0].Subject
-		if !slices.Contains(subject.Organization, kubeletAPIGroup) {
-			http.Error(w, fmt.Sprintf("Forbidden (user=%s, groups=%v): the lab's kubelet API serves only %s", subject.CommonName, subject.Organization, kubeletAPIGroup), http.StatusForbidden)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return authorized(a.authz, a.k.cfg.Log, mux)
 }
 
 // record is a copy of the pod's record, checked against the uid the

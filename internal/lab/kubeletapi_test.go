@@ -9,16 +9,22 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"io"
 	"log/slog"
 	"math/big"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // testCA signs client certificates for the tests.
@@ -178,5 +184,84 @@ func TestKubeletAPIContainerLogs(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("logs -f ended %v after the container did", time.Since(start))
+	}
+}
+
+// The kubelet API asks the API server about each client (the review's
+// attributes are kubelet's: nodes, the node's name, the verb of the
+// method, proxy, or healthz then proxy) and caches the answers as
+// kubelet's webhook does; without the right to ask, it serves
+// system:masters only.
+func TestKubeletAPIReviews(t *testing.T) {
+	var reviews []authorizationv1.ResourceAttributes
+	forbidden := false
+	review := func(_ context.Context, r *authorizationv1.SubjectAccessReview) (*authorizationv1.SubjectAccessReview, error) {
+		if forbidden {
+			return nil, apierrors.NewForbidden(schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, "", errors.New("no"))
+		}
+		ra := *r.Spec.ResourceAttributes
+		reviews = append(reviews, ra)
+		out := r.DeepCopy()
+		// alice may use nodes/proxy of n1; bob only nodes/healthz.
+		out.Status.Allowed = (r.Spec.User == "alice" && ra.Subresource == "proxy" && ra.Name == "n1") ||
+			(r.Spec.User == "bob" && ra.Subresource == "healthz")
+		return out, nil
+	}
+	now := time.Now()
+	a := newReviewAuthorizer("n1", review, slog.New(slog.DiscardHandler))
+	a.now = func() time.Time { return now }
+	h := authorized(a, slog.New(slog.DiscardHandler), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	call := func(user, method, path string, groups ...string) int {
+		r := httptest.NewRequest(method, path, nil)
+		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: user, Organization: groups}}}}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, tc := range []struct {
+		user, method, path string
+		want               int
+	}{
+		{"alice", "POST", "/exec/default/p/c", 200},
+		{"alice", "GET", "/containerLogs/default/p/c", 200},
+		{"alice", "GET", "/healthz", 200}, // healthz denied, then proxy allowed
+		{"bob", "GET", "/healthz", 200},
+		{"bob", "GET", "/containerLogs/default/p/c", 403},
+		{"mallory", "POST", "/portForward/default/p", 403},
+	} {
+		if got := call(tc.user, tc.method, tc.path); got != tc.want {
+			t.Errorf("%s %s %s: %d, want %d", tc.user, tc.method, tc.path, got, tc.want)
+		}
+	}
+	if ra := reviews[0]; ra.Verb != "create" || ra.Resource != "nodes" || ra.Subresource != "proxy" || ra.Name != "n1" || ra.Version != "v1" {
+		t.Errorf("the first review %+v: want create nodes/proxy of n1", ra)
+	}
+	if ra := reviews[2]; ra.Verb != "get" || ra.Subresource != "healthz" {
+		t.Errorf("the review of GET /healthz %+v: want get nodes/healthz first", ra)
+	}
+	// Cached: allowed for 5 minutes, denied for 30 s.
+	n := len(reviews)
+	call("alice", "POST", "/exec/default/p/c")
+	call("mallory", "POST", "/portForward/default/p")
+	if len(reviews) != n {
+		t.Errorf("%d reviews more for answers still cached", len(reviews)-n)
+	}
+	now = now.Add(time.Minute)
+	call("alice", "POST", "/exec/default/p/c")
+	call("mallory", "POST", "/portForward/default/p")
+	if len(reviews) != n+1 {
+		t.Errorf("after a minute: %d reviews more, want 1 (the denial's cache ended, the allowance's not)", len(reviews)-n)
+	}
+	// The API server does not let the kubelet ask: masters only.
+	forbidden = true
+	now = now.Add(time.Hour)
+	if got := call("alice", "POST", "/exec/default/p/c"); got != 403 {
+		t.Errorf("alice with no review possible: %d, want 403", got)
+	}
+	if got := call("admin", "POST", "/exec/default/p/c", "system:masters"); got != 200 {
+		t.Errorf("system:masters with no review possible: %d, want 200", got)
+	}
+	if got := call("admin", "GET", "/healthz"); got != 403 {
+		t.Errorf("a client outside system:masters with no review possible: %d, want 403", got)
 	}
 }

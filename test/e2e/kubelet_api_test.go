@@ -3,10 +3,21 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +25,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
@@ -68,6 +80,7 @@ func TestKubeletAPI(t *testing.T) {
 	}
 
 	checkPreviousLog(t, k)
+	checkKubeletAuthz(t, k)
 
 	capLines := regexp.MustCompile(`(?m)^Cap(Eff|Bnd):\s+[0-9a-f]+$`)
 	own := capLines.FindAllString(logs, -1)
@@ -146,6 +159,78 @@ func checkPreviousLog(t *testing.T, k *kubeNode) {
 	if errCur != nil || errPrev != nil || !strings.HasPrefix(string(cur), "instance ") || !strings.HasPrefix(string(prev), "instance ") || string(cur) == string(prev) {
 		t.Errorf("kubectl logs: %q (%v), --previous: %q (%v); want each instance's own line", cur, errCur, prev, errPrev)
 	}
+}
+
+// checkKubeletAuthz: the kubelet API serves a client the cluster's CA
+// vouches for only when the API server authorizes it (a
+// SubjectAccessReview of nodes/proxy, as kubelet's webhook mode): a user
+// without RBAC is refused, one granted nodes/proxy is served.
+func checkKubeletAuthz(t *testing.T, k *kubeNode) {
+	t.Helper()
+	node, err := k.cs.CoreV1().Nodes().Get(k.ctx, k.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			addr = a.Address
+		}
+	}
+	url := fmt.Sprintf("https://%s/containerLogs/default/web/c?tailLines=1", net.JoinHostPort(addr, fmt.Sprint(node.Status.DaemonEndpoints.KubeletEndpoint.Port)))
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-api-carol"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-api-carol"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "carol"}}}
+	if _, err := k.cs.RbacV1().ClusterRoles().Create(k.ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.cs.RbacV1().ClusterRoleBindings().Create(k.ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for user, want := range map[string]int{"alice": http.StatusForbidden, "carol": http.StatusOK} {
+		resp, err := clusterClient(t, k.kube.Dir, user).Get(url)
+		if err != nil {
+			t.Fatalf("%s: GET %s: %v", user, url, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s on the kubelet API: %s %q, want %d", user, resp.Status, body, want)
+		}
+	}
+}
+
+// clusterClient is an HTTPS client with a certificate of the cluster's CA
+// (ca.crt, ca.key in its directory) for user.
+func clusterClient(t *testing.T, dir, user string) *http.Client {
+	t.Helper()
+	caPEM, err1 := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	keyPEM, err2 := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := tls.X509KeyPair(caPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: user},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), ca.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true, // the kubelet's serving certificate is its own
+		Certificates:       []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+	}}}
 }
 
 // checkExecWithTerminal: an exec with a terminal (kubectl exec -it) runs
