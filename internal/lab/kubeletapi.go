@@ -44,10 +44,8 @@ import (
 // the API server authorizes (a SubjectAccessReview of nodes/proxy, as
 // kubelet's webhook authorization: kubeletauthz.go).
 //
-// Its serving certificate is its own, self-signed for the node's address,
-// as a kubelet's is without serving-certificate rotation: an API server
-// that checks kubelets' certificates (--kubelet-certificate-authority)
-// does not accept it.
+// Its serving certificate is the cluster CA's once a certificate request
+// is signed (kubeletcert.go), its own self-signed one until then.
 
 // KubeletPort is the kubelet API's port on the node's address, the
 // kubelet's --port.
@@ -86,6 +84,8 @@ func (k *APIKubelet) ServeKubeletAPI(ctx context.Context, addr netip.Addr, port 
 	if err != nil {
 		return nil, err
 	}
+	serving := &servingCert{}
+	serving.set(cert)
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, uint16(port)).String())
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API: listening on the node's address: %w (is another kubelet on this address?)", err)
@@ -93,15 +93,16 @@ func (k *APIKubelet) ServeKubeletAPI(ctx context.Context, addr netip.Addr, port 
 	api := &KubeletAPI{k: k, addr: ln.Addr().(*net.TCPAddr).AddrPort(), authz: mastersOnly{}}
 	if kp, ok := k.api.(*kubePods); ok {
 		api.authz = newReviewAuthorizer(k.cfg.NodeName, kp.api.SubjectAccessReview, k.cfg.Log)
+		go k.caServingCert(ctx, kp, addr, serving)
 	}
 	api.srv = &http.Server{
 		Handler:           api.routes(),
 		ReadHeaderTimeout: 30 * time.Second,
 		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{cert},
-			ClientAuth:   tls.RequireAndVerifyClientCert,
-			ClientCAs:    pool,
-			MinVersion:   tls.VersionTLS12,
+			GetCertificate: serving.get,
+			ClientAuth:     tls.RequireAndVerifyClientCert,
+			ClientCAs:      pool,
+			MinVersion:     tls.VersionTLS12,
 		},
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
@@ -313,6 +314,26 @@ func (p podPortForward) PortForward(ctx context.Context, _, _ string, port int32
 	case <-ctx.Done():
 	}
 	return err
+}
+
+// caServingCert replaces the self-signed serving certificate with one of
+// the cluster's CA once signed; it keeps its own when none comes.
+func (k *APIKubelet) caServingCert(ctx context.Context, kp *kubePods, addr netip.Addr, serving *servingCert) {
+	ctx, cancel := context.WithTimeout(ctx, servingCertWait)
+	defer cancel()
+	cert, err := requestServingCert(ctx, kp.api, k.cfg.NodeName, addr, time.Second, func(err error) {
+		if err != nil {
+			k.cfg.Log.Info("kubelet API: the kubelet may not approve its serving certificate's request; waiting for an approver (kubectl certificate approve)", "err", err)
+		}
+	})
+	if err != nil {
+		if !errors.Is(ctx.Err(), context.Canceled) { // not the kubelet stopping
+			k.cfg.Log.Warn("kubelet API: no serving certificate of the cluster's CA; serving its own, self-signed (an API server with --kubelet-certificate-authority refuses it)", "err", err)
+		}
+		return
+	}
+	serving.set(cert)
+	k.cfg.Log.Info("kubelet API: serving a certificate of the cluster's CA", "subject", cert.Leaf.Subject.String(), "notAfter", cert.Leaf.NotAfter)
 }
 
 // selfSignedServing is a serving certificate for the node's address.

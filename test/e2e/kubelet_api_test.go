@@ -189,6 +189,36 @@ func checkKubeletAuthz(t *testing.T, k *kubeNode) {
 	if _, err := k.cs.RbacV1().ClusterRoleBindings().Create(k.ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Its serving certificate is the cluster CA's (a CSR of signer
+	// kubernetes.io/kubelet-serving, signed by kube-controller-manager),
+	// for the node's name and address.
+	caPEM, err := os.ReadFile(filepath.Join(k.kube.Dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	var verifyErr error
+	signed := func() bool {
+		conn, err := tls.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "https://"), "/containerLogs/default/web/c?tailLines=1"),
+			&tls.Config{RootCAs: roots, ServerName: addr})
+		if verifyErr = err; err != nil {
+			return false
+		}
+		leaf := conn.ConnectionState().PeerCertificates[0]
+		conn.Close()
+		if leaf.Subject.CommonName != "system:node:"+k.node || !slices.Contains(leaf.DNSNames, k.node) {
+			verifyErr = fmt.Errorf("subject %s, DNS names %v", leaf.Subject, leaf.DNSNames)
+			return false
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !signed() && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if verifyErr != nil {
+		t.Errorf("the kubelet API's certificate, 30 s after: %v", verifyErr)
+	}
 	for user, want := range map[string]int{"alice": http.StatusForbidden, "carol": http.StatusOK} {
 		resp, err := clusterClient(t, k.kube.Dir, user).Get(url)
 		if err != nil {
