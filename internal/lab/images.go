@@ -149,25 +149,6 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 	return im.program(kind, argv), nil
 }
 
-// ExecArgv is what an exec of argv into a container of image runs: the
-// image's own programs (agnhost's /agnhost, pause's /pause) mapped to the
-// node's as the container's command is (Argv), any other program the
-// node's, found on the container's PATH. The shell too: Debian's busybox
-// sh runs its own applets first, and its nc has none of the -u, -t, -v
-// of the netcat-openbsd that agnhost's image installs and e2e tests exec.
-func (im Images) ExecArgv(image string, argv []string) []string {
-	repo, _ := imageRepository(image)
-	kind := MappedImages[repo]
-	if len(argv) == 0 || im.Agnhost == "" || (kind != imageAgnhost && kind != imagePause) {
-		return argv
-	}
-	switch path.Base(argv[0]) {
-	case "agnhost", "agnhost-2", "pause":
-		return im.program(kind, argv)
-	}
-	return argv
-}
-
 // program maps the image's program argv[0] to the node's.
 func (im Images) program(kind imageKind, argv []string) []string {
 	name := path.Base(argv[0])

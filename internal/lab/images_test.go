@@ -62,33 +62,6 @@ func TestImageArgv(t *testing.T) {
 	}
 }
 
-// An exec runs the image's own programs as its container does, and the
-// node's shell and tools otherwise (e2e tests exec nc -u, which busybox's
-// applet has not).
-func TestImageExecArgv(t *testing.T) {
-	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox"}
-	agnhost := "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	cases := []struct {
-		name, image string
-		argv, want  []string
-	}{
-		{"agnhost: /agnhost is the node's agnhost", agnhost, []string{"/agnhost", "dns-suffix"}, []string{"/opt/kube/agnhost", "dns-suffix"}},
-		{"agnhost: a shell is the node's", agnhost, []string{"/bin/sh", "-c", "echo x | nc -u -w 1 10.0.0.1 81"}, []string{"/bin/sh", "-c", "echo x | nc -u -w 1 10.0.0.1 81"}},
-		{"pause: /pause", "registry.k8s.io/pause:3.10.2", []string{"/pause"}, []string{"/opt/kube/agnhost", "pause"}},
-		{"busybox: as it is", "busybox:1.36", []string{"/agnhost"}, []string{"/agnhost"}},
-		{"lab image: as it is", "lab", []string{"agnhost", "x"}, []string{"agnhost", "x"}},
-		{"a record with no image: as it is", "", []string{"/agnhost"}, []string{"/agnhost"}},
-	}
-	for _, c := range cases {
-		if got := im.ExecArgv(c.image, c.argv); !slices.Equal(got, c.want) {
-			t.Errorf("%s: ExecArgv(%q, %q) = %q, want %q", c.name, c.image, c.argv, got, c.want)
-		}
-	}
-	if got := (Images{}).ExecArgv(agnhost, []string{"/agnhost"}); !slices.Equal(got, []string{"/agnhost"}) {
-		t.Errorf("with no agnhost built: %q, want it as it is", got)
-	}
-}
-
 func TestImageNotMapped(t *testing.T) {
 	full := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox"}
 	cases := []struct {

@@ -22,6 +22,7 @@ import (
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/mountpoint"
 	"github.com/shuntnet/shunt/internal/parallel"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -59,7 +60,7 @@ type PodRecord struct {
 // its exit status even when no agent is running.
 type ContainerRecord struct {
 	Name     string    `json:"name"`
-	Image    string    `json:"image,omitempty"` // an exec maps its image's programs (Images.ExecArgv)
+	Image    string    `json:"image,omitempty"`
 	ShimPID  int       `json:"shimPID"`
 	Started  time.Time `json:"started"`
 	LogFile  string    `json:"logFile"`
@@ -274,6 +275,30 @@ func (k *kubelet) unplumb(ctx context.Context, rec *PodRecord) error {
 	return err
 }
 
+// mountHolder is the pod's name in the machine's record of mount points
+// (internal/mountpoint).
+func (k *kubelet) mountHolder(rec *PodRecord) string {
+	return mountpoint.Holder(k.cfg.Instance.Name, instance.PodFileName(rec.Namespace, rec.Name))
+}
+
+// bindTargets are the mount points the containers' binds need on the
+// node (a container on the node's file system mounts there: a path the
+// node lacks is made for it, and removed with the last pod holding it).
+// A container from an image mounts in its own root (rootfs.go): none.
+func (k *kubelet) bindTargets(pod *corev1.Pod, binds map[string][]podexec.Bind) []mountpoint.Target {
+	var targets []mountpoint.Target
+	for _, c := range pod.Spec.Containers {
+		if img, _ := findLayoutImage(k.cfg.Images.Layouts, c.Image); img != nil {
+			continue
+		}
+		for _, b := range binds[c.Name] {
+			st, err := os.Stat(b.Source)
+			targets = append(targets, mountpoint.Target{Path: b.Target, File: err == nil && !st.IsDir()})
+		}
+	}
+	return targets
+}
+
 func (k *kubelet) podDir(rec *PodRecord) string {
 	return filepath.Join(k.cfg.Instance.StateDir(), "pods", instance.PodFileName(rec.Namespace, rec.Name))
 }
@@ -291,6 +316,9 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 	defer cancel()
 	binds, err := k.podFiles(ctx, pod, rec, dir)
 	if err != nil {
+		return err
+	}
+	if err := mountpoint.Acquire(k.mountHolder(rec), k.bindTargets(pod, binds)); err != nil {
 		return err
 	}
 	if err := k.runInitContainers(pod, rec); err != nil {
@@ -406,7 +434,7 @@ func (k *kubelet) plumbEach(ctx context.Context, recs []*PodRecord, verify bool)
 func (k *kubelet) remove(ctx context.Context, recs ...*PodRecord) error {
 	errs := make([]error, len(recs))
 	parallel.Limit(len(recs), sandboxWorkers, func(i int) {
-		errs[i] = errors.Join(k.unplumb(ctx, recs[i]), os.RemoveAll(k.podDir(recs[i])))
+		errs[i] = errors.Join(k.unplumb(ctx, recs[i]), os.RemoveAll(k.podDir(recs[i])), mountpoint.Release(k.mountHolder(recs[i])))
 	})
 	for _, rec := range recs {
 		k.probes.stop(rec.key())

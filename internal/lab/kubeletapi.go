@@ -181,7 +181,7 @@ func (a *KubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
 	if rec == nil {
 		return
 	}
-	remotecommand.ServeExec(w, r, containerExec{rec: rec, cgroupRoot: a.k.cfg.CgroupRoot, images: a.k.cfg.Images}, rec.key(), rec.UID, r.PathValue("container"), cmd, opts,
+	remotecommand.ServeExec(w, r, containerExec{rec: rec, cgroupRoot: a.k.cfg.CgroupRoot}, rec.key(), rec.UID, r.PathValue("container"), cmd, opts,
 		streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 }
 
@@ -190,16 +190,12 @@ func (a *KubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
 type containerExec struct {
 	rec        *PodRecord
 	cgroupRoot string
-	images     Images
 }
 
 func (e containerExec) ExecInContainer(ctx context.Context, _, _, container string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
 	j, err := joinContainer(e.rec, container, e.cgroupRoot)
 	if err != nil {
 		return err
-	}
-	if c, err := e.rec.container(container); err == nil {
-		argv = e.images.ExecArgv(c.Image, argv)
 	}
 	cmd, err := j.Command(argv)
 	if err != nil {

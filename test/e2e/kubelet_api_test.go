@@ -80,6 +80,7 @@ func TestKubeletAPI(t *testing.T) {
 	}
 
 	checkPreviousLog(t, k)
+	checkMountPointsRemoved(t, k)
 	checkKubeletAuthz(t, k)
 
 	capLines := regexp.MustCompile(`(?m)^Cap(Eff|Bnd):\s+[0-9a-f]+$`)
@@ -159,6 +160,40 @@ func checkPreviousLog(t *testing.T, k *kubeNode) {
 	if errCur != nil || errPrev != nil || !strings.HasPrefix(string(cur), "instance ") || !strings.HasPrefix(string(prev), "instance ") || string(cur) == string(prev) {
 		t.Errorf("kubectl logs: %q (%v), --previous: %q (%v); want each instance's own line", cur, errCur, prev, errPrev)
 	}
+}
+
+// checkMountPointsRemoved: a volume mounted where the node has nothing
+// (the container sees the node's file system) gets a mount point made for
+// it, which goes with the pod: the lab leaves nothing on the machine.
+func checkMountPointsRemoved(t *testing.T, k *kubeNode) {
+	t.Helper()
+	top := fmt.Sprintf("/shunt-e2e-%d", time.Now().UnixNano())
+	target := top + "/data"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "mounts", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: k.node,
+		Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		Containers: []corev1.Container{{Name: "c", Image: "lab", Command: []string{"sh", "-c", "echo x > " + target + "/f; sleep infinity"},
+			VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: target}}}}}}
+	t.Cleanup(func() { os.Remove(target); os.Remove(top) })
+	if _, err := k.cs.CoreV1().Pods("default").Create(k.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "pod mounts running", func() bool {
+		p, err := k.cs.CoreV1().Pods("default").Get(k.ctx, "mounts", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	})
+	if st, err := os.Stat(target); err != nil || !st.IsDir() {
+		t.Errorf("the mount point %s on the node: %v", target, err)
+	}
+	if _, err := os.Stat(target + "/f"); err == nil {
+		t.Errorf("the container's file is on the node's %s, not in its volume", target)
+	}
+	if err := k.cs.CoreV1().Pods("default").Delete(k.ctx, "mounts", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the mount point "+top+" gone with the pod", func() bool {
+		_, err := os.Lstat(top)
+		return errors.Is(err, os.ErrNotExist)
+	})
 }
 
 // checkKubeletAuthz: the kubelet API serves a client the cluster's CA
