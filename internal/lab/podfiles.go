@@ -67,7 +67,11 @@ func (k *kubelet) podFiles(ctx context.Context, pod *corev1.Pod, rec *PodRecord,
 			if !ok {
 				continue // a kind of volume the lab does not provide (yet): as before, not mounted
 			}
-			b = append(b, podexec.Bind{Source: v.source(m.SubPath), Target: m.MountPath, ReadOnly: m.ReadOnly || v.readOnly})
+			src, err := k.mountSource(pod, rec, c, m, v)
+			if err != nil {
+				return nil, fmt.Errorf("container %s: %w", c.Name, err)
+			}
+			b = append(b, podexec.Bind{Source: src, Target: m.MountPath, ReadOnly: m.ReadOnly || v.readOnly})
 			mounted[filepath.Clean(m.MountPath)] = true
 		}
 		for target, program := range k.cfg.Images.imagePrograms(c.Image) {

@@ -163,3 +163,32 @@ func TestPodFilesHostPathProjected(t *testing.T) {
 		t.Error("a persistentVolumeClaim volume was mounted")
 	}
 }
+
+// subPathExpr takes the container's variables ($(POD_NAME) from the
+// downward API), and a subPath the volume lacks is made, as kubelet
+// makes it; one that leaves the volume is refused.
+func TestPodFilesSubPathExpr(t *testing.T) {
+	dir := t.TempDir()
+	k := &kubelet{cfg: Config{DNS: DNS{ResolvConf: filepath.Join(dir, "none")}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1"}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		Containers: []corev1.Container{{Name: "c",
+			Env:          []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: "/logs", SubPathExpr: "$(POD_NAME)"}}}},
+	}}
+	binds, err := k.podFiles(context.Background(), pod, &PodRecord{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, "volumes", "work", "web-1")
+	if !slices.Contains(binds["c"], podexec.Bind{Source: want, Target: "/logs"}) {
+		t.Errorf("binds %+v lack %s at /logs", binds["c"], want)
+	}
+	if st, err := os.Stat(want); err != nil || !st.IsDir() {
+		t.Errorf("the subPath directory %s was not made: %v", want, err)
+	}
+	pod.Spec.Containers[0].VolumeMounts[0].SubPathExpr = "../$(POD_NAME)"
+	if _, err := k.podFiles(context.Background(), pod, &PodRecord{}, t.TempDir()); err == nil {
+		t.Error("a subPathExpr leaving the volume was accepted")
+	}
+}

@@ -93,7 +93,11 @@ func (k *kubelet) volumeMounts(pod *corev1.Pod, rec *PodRecord, c corev1.Contain
 		if err != nil {
 			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
-		mounts = append(mounts, podexec.Mount{Source: pv.source(vm.SubPath), Target: vm.MountPath, ReadOnly: vm.ReadOnly || pv.readOnly})
+		src, err := k.mountSource(pod, rec, c, vm, pv)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, podexec.Mount{Source: src, Target: vm.MountPath, ReadOnly: vm.ReadOnly || pv.readOnly})
 	}
 	return mounts, nil
 }
@@ -116,12 +120,52 @@ type podVolume struct {
 	readOnly bool // configMap, secret and projected volumes are mounted read-only, whatever the mount says
 }
 
-// source is where a mount of the volume with subPath comes from.
-func (v podVolume) source(subPath string) string {
+// source is where a mount of the volume with subPath comes from; a
+// subPath a writable volume lacks is made, a directory, as kubelet makes
+// it.
+func (v podVolume) source(subPath string) (string, error) {
 	if subPath == "" {
-		return v.dir
+		return v.dir, nil
 	}
-	return filepath.Join(v.dir, filepath.Clean("/"+subPath))
+	p := filepath.Join(v.dir, filepath.Clean("/"+subPath))
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) && !v.readOnly {
+		if err := os.MkdirAll(p, 0o777); err != nil {
+			return "", fmt.Errorf("subPath %s: %w", subPath, err)
+		}
+		return p, os.Chmod(p, 0o777)
+	}
+	return p, nil
+}
+
+// subPath is a mount's subPath, or its subPathExpr with the container's
+// variables expanded ($(POD_NAME)), as kubelet expands it.
+func (k *kubelet) subPath(pod *corev1.Pod, rec *PodRecord, c corev1.Container, m corev1.VolumeMount) (string, error) {
+	if m.SubPathExpr == "" {
+		return m.SubPath, nil
+	}
+	env, err := k.podEnv(pod, rec, c)
+	if err != nil {
+		return "", err
+	}
+	vars := map[string]string{}
+	for _, kv := range env {
+		name, v, _ := strings.Cut(kv, "=")
+		vars[name] = v
+	}
+	p := expandVars(m.SubPathExpr, func(n string) (string, bool) { v, ok := vars[n]; return v, ok })
+	if strings.Contains("/"+p+"/", "/../") || filepath.IsAbs(p) {
+		return "", fmt.Errorf("subPathExpr %q expands to %q: not a relative path inside the volume", m.SubPathExpr, p)
+	}
+	return p, nil
+}
+
+// mountSource is where a container's mount of a volume comes from.
+func (k *kubelet) mountSource(pod *corev1.Pod, rec *PodRecord, c corev1.Container, m corev1.VolumeMount, v podVolume) (string, error) {
+	sub, err := k.subPath(pod, rec, c, m)
+	if err != nil {
+		return "", fmt.Errorf("volume mount %s: %w", m.Name, err)
+	}
+	return v.source(sub)
 }
 
 // errVolumeKind: a kind of volume the lab does not make.
