@@ -149,40 +149,35 @@ type podEnvObjects struct {
 
 // configMap is the ConfigMap of that name, nil for a missing optional one.
 func (o *podEnvObjects) configMap(name string, optional *bool) (*corev1.ConfigMap, error) {
-	if cm, ok := o.configMaps[name]; ok {
-		return cm, nil
-	}
 	if o.objects == nil {
 		return nil, fmt.Errorf("couldn't get configMap %s/%s: the lab's own API server holds no ConfigMaps (shunt lab up --kubeconfig)", o.namespace, name)
 	}
-	cm, err := o.objects.configMap(o.ctx, o.namespace, name)
-	if err != nil {
-		if apierrors.IsNotFound(err) && optional != nil && *optional {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("couldn't get configMap %s/%s: %w", o.namespace, name, err)
-	}
-	o.configMaps[name] = cm
-	return cm, nil
+	return readOnce(o, o.configMaps, "configMap", name, optional, o.objects.configMap)
 }
 
 // secret is the Secret of that name, nil for a missing optional one.
 func (o *podEnvObjects) secret(name string, optional *bool) (*corev1.Secret, error) {
-	if s, ok := o.secrets[name]; ok {
-		return s, nil
-	}
 	if o.objects == nil {
 		return nil, fmt.Errorf("couldn't get secret %s/%s: the lab's own API server holds no Secrets (shunt lab up --kubeconfig)", o.namespace, name)
 	}
-	s, err := o.objects.secret(o.ctx, o.namespace, name)
+	return readOnce(o, o.secrets, "secret", name, optional, o.objects.secret)
+}
+
+// readOnce reads an object of the pod's namespace through get, once per
+// container start (cache); nil for a missing optional one.
+func readOnce[T any](o *podEnvObjects, cache map[string]*T, kind, name string, optional *bool, get func(context.Context, string, string) (*T, error)) (*T, error) {
+	if obj, ok := cache[name]; ok {
+		return obj, nil
+	}
+	obj, err := get(o.ctx, o.namespace, name)
 	if err != nil {
 		if apierrors.IsNotFound(err) && optional != nil && *optional {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("couldn't get secret %s/%s: %w", o.namespace, name, err)
+		return nil, fmt.Errorf("couldn't get %s %s/%s: %w", kind, o.namespace, name, err)
 	}
-	o.secrets[name] = s
-	return s, nil
+	cache[name] = obj
+	return obj, nil
 }
 
 // podEnv is the container's environment from its spec and the pod's
