@@ -353,13 +353,13 @@ func writeFlags(path string, flags *pflag.FlagSet) error {
 
 // newShimCmd is the per-container supervisor the agent starts; not for users.
 func newShimCmd() *cobra.Command {
-	var netnsPath, exitFile, hostname, bindsJSON string
+	var netnsPath, exitFile, logFile, hostname, bindsJSON string
 	var sec podexec.Security
 	var uid, gid int64
 	var rootfs string
 	var mounts []string
 	cmd := &cobra.Command{
-		Use:    "shim --netns PATH --exit-file FILE [--rootfs DIR --mount SRC:DST[:ro]...] [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
+		Use:    "shim --netns PATH --exit-file FILE [--log-file FILE] [--rootfs DIR --mount SRC:DST[:ro]...] [--privileged | --cap-add CAPS --cap-drop CAPS] [--uid N --gid N] -- CMD [ARGS...]",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		Run: func(cmd *cobra.Command, args []string) {
@@ -388,11 +388,12 @@ func newShimCmd() *cobra.Command {
 				}
 				fs.Mounts = append(fs.Mounts, pm)
 			}
-			os.Exit(lab.RunShimIn(netnsPath, exitFile, hostname, sec, fs, args))
+			os.Exit(lab.RunShimIn(netnsPath, exitFile, logFile, hostname, sec, fs, args))
 		},
 	}
 	cmd.Flags().StringVar(&netnsPath, "netns", "", "network namespace to run in")
 	cmd.Flags().StringVar(&exitFile, "exit-file", "", "where to record the exit status")
+	cmd.Flags().StringVar(&logFile, "log-file", "", "write the container's stdout and stderr to this file in the CRI's log format (default: to the shim's own)")
 	cmd.Flags().StringVar(&bindsJSON, "binds", "", "what the container mounts, as JSON: [{\"Source\":..., \"Target\":..., \"ReadOnly\":...}] (its resolv.conf, hosts, volumes)")
 	cmd.Flags().StringVar(&hostname, "hostname", "", "the pod's host name, in a UTS namespace of its own (default: the node's)")
 	cmd.Flags().BoolVar(&sec.Privileged, "privileged", false, "keep every capability (securityContext.privileged)")

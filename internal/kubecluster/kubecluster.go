@@ -325,8 +325,10 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + filepath.Join(dir, proxyClientCertFile),
 		"--proxy-client-key-file=" + filepath.Join(dir, proxyClientKeyFile),
-		// Kubelets' serving certificates are their own (self-signed), as
-		// kubeadm leaves them: no --kubelet-certificate-authority.
+		// No --kubelet-certificate-authority, as kubeadm leaves it: a
+		// lab kubelet serves a certificate of the cluster's CA once its
+		// request is signed (kube-controller-manager's signer below),
+		// its own self-signed one until then.
 		"--kubelet-client-certificate=" + filepath.Join(dir, kubeletClientCertFile),
 		"--kubelet-client-key=" + filepath.Join(dir, kubeletClientKeyFile),
 		"--authorization-mode=Node,RBAC",
@@ -423,6 +425,10 @@ func controllerManagerArgs(o Options, dir string, port int) []string {
 		"--node-cidr-mask-size=" + strconv.Itoa(NodeCIDRMaskSize),
 		"--service-cluster-ip-range=" + o.ServiceCIDR,
 		"--controllers=" + strings.Join(controllers, ","),
+		// Kubelets' serving certificates (CSRs of signer
+		// kubernetes.io/kubelet-serving), from the cluster's CA.
+		"--cluster-signing-kubelet-serving-cert-file=" + filepath.Join(dir, caFile),
+		"--cluster-signing-kubelet-serving-key-file=" + filepath.Join(dir, caKeyFile),
 		"--profiling=false",
 	}
 	if o.NodeLifecycle && o.NodeMonitorGracePeriod > 0 {
@@ -444,6 +450,8 @@ var Controllers = []string{
 	"endpointslice-mirroring-controller",
 	"node-ipam-controller",
 	"service-cidr-controller",
+	// Signs the serving certificates lab kubelets ask for (their API's).
+	"certificatesigningrequest-signing-controller",
 }
 
 // NodeLifecycleControllers remove from the cluster a node that goes away,

@@ -80,7 +80,7 @@ func newAPIKubelet(cfg Config, api podAPI, schedule bool, ready func(context.Con
 	k := &APIKubelet{cfg: cfg, api: api, schedule: schedule, ready: ready, kubelet: kubelet{cfg: cfg, cni: cni}, kick: make(chan struct{}, 1)}
 	k.kubelet.probes.changed = k.poke // a probe's new result is written at once
 	if kp, ok := api.(*kubePods); ok {
-		k.kubelet.objects = kp
+		k.kubelet.objects, k.kubelet.services = kp, kp.services
 	}
 	if err := k.kubelet.load(nil); err != nil {
 		return nil, err
@@ -117,9 +117,10 @@ func (k *APIKubelet) Run(ctx context.Context) error {
 // kubePods are the pods of a Kubernetes API server, and the heartbeat of
 // their node.
 type kubePods struct {
-	api       *kubeclient.Client
-	store     cache.Store
-	heartbeat *nodeHeartbeat
+	api          *kubeclient.Client
+	store        cache.Store
+	serviceStore cache.Store
+	heartbeat    *nodeHeartbeat
 }
 
 func (kp *kubePods) run(ctx context.Context, changed func()) error {
@@ -136,11 +137,27 @@ func (kp *kubePods) run(ctx context.Context, changed func()) error {
 		return err
 	}
 	kp.store = inf.GetStore()
+	// Every Service, as kubelet's service lister: the pods' environment
+	// (podenv.go) is made of them, and kubelet starts no container before
+	// it has read them once.
+	svcs := kp.api.Informer(kubeclient.Services, 0)
+	kp.serviceStore = svcs.GetStore()
 	go inf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("lab kubelet: listing pods from the API server: %w", ctx.Err())
+	go svcs.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, svcs.HasSynced) {
+		return fmt.Errorf("lab kubelet: listing pods and services from the API server: %w", ctx.Err())
 	}
 	return nil
+}
+
+func (kp *kubePods) services() []*corev1.Service {
+	var all []*corev1.Service
+	for _, o := range kp.serviceStore.List() {
+		if s, ok := o.(*corev1.Service); ok {
+			all = append(all, s)
+		}
+	}
+	return all
 }
 
 func (kp *kubePods) pods() []*corev1.Pod {

@@ -1,11 +1,13 @@
 package lab
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -15,48 +17,76 @@ import (
 // stderr to (kubelet.start), one per container, kept until the pod's
 // sandbox goes. The kubelet API serves it as pods/log (containerLogs).
 
-// logOptions are the parts of a pods/log request the lab's logs honour.
+// logOptions are the parts of a pods/log request the lab's logs honour:
+// all of PodLogOptions but insecureSkipTLSVerifyBackend (the API server's).
 type logOptions struct {
-	follow  bool  // keep streaming until the container ends
-	fromEnd bool  // only what comes from now on (attach)
-	tail    int64 // the last lines only; -1: all
-	limit   int64 // stop after this many bytes; 0: no limit
+	follow     bool      // keep streaming until the container ends
+	fromEnd    bool      // only what comes from now on (attach)
+	tail       int64     // the last lines only; -1: all
+	limit      int64     // stop after this many bytes; 0: no limit
+	timestamps bool      // each line after the time it was written
+	since      time.Time // only lines written since (zero: all)
+	stream     string    // only this stream's lines (criStdout, criStderr; "": both)
 }
 
 // logPoll is how often a followed log is read again for new output.
 const logPoll = 200 * time.Millisecond
 
-func (a *KubeletAPI) containerLogs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	o := logOptions{follow: q.Get("follow") == "true", tail: -1}
+// parseLogOptions reads pods/log's query as the API server passes it on
+// (PodLogOptions: sinceSeconds and sinceTime exclusive).
+func parseLogOptions(q url.Values, now time.Time) (logOptions, error) {
+	o := logOptions{follow: q.Get("follow") == "true", timestamps: q.Get("timestamps") == "true", tail: -1}
 	for name, dst := range map[string]*int64{"tailLines": &o.tail, "limitBytes": &o.limit} {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				http.Error(w, fmt.Sprintf("%s=%q: want a number of at least 0", name, v), http.StatusBadRequest)
-				return
+				return o, fmt.Errorf("%s=%q: want a number of at least 0", name, v)
 			}
 			*dst = n
 		}
 	}
-	for _, name := range []string{"timestamps", "sinceSeconds", "sinceTime"} {
-		if v := q.Get(name); v != "" && v != "false" {
-			// The shim writes the container's output to the file as it
-			// comes, with no time of each line to select or show by.
-			http.Error(w, fmt.Sprintf("%s is not supported: the lab's container logs record no times", name), http.StatusBadRequest)
-			return
+	if v := q.Get("sinceSeconds"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("sinceSeconds=%q: want a number of at least 1", v)
 		}
+		o.since = now.Add(-time.Duration(n) * time.Second)
+	}
+	if v := q.Get("sinceTime"); v != "" {
+		if !o.since.IsZero() {
+			return o, errors.New("at most one of sinceTime or sinceSeconds may be specified")
+		}
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return o, fmt.Errorf("sinceTime=%q: want an RFC 3339 time: %w", v, err)
+		}
+		o.since = t
+	}
+	switch v := q.Get("stream"); v {
+	case "", "All":
+	case "Stdout":
+		o.stream = criStdout
+	case "Stderr":
+		o.stream = criStderr
+	default:
+		return o, fmt.Errorf("stream=%q: want All, Stdout or Stderr", v)
+	}
+	if o.stream != "" && o.tail >= 0 {
+		// The API server refuses the two together too.
+		return o, errors.New("tailLines and specific stream are mutually exclusive for now")
+	}
+	return o, nil
+}
+
+func (a *KubeletAPI) containerLogs(w http.ResponseWriter, r *http.Request) {
+	o, err := parseLogOptions(r.URL.Query(), time.Now())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	rec, code, err := a.record(r)
 	if err != nil {
 		http.Error(w, err.Error(), code)
-		return
-	}
-	if q.Get("previous") == "true" {
-		// The lab starts a container once per sandbox and keeps no log of
-		// an earlier one, as kubelet answers for a container never
-		// restarted.
-		http.Error(w, fmt.Sprintf("previous terminated container %q in pod %q not found", r.PathValue("container"), rec.key()), http.StatusBadRequest)
 		return
 	}
 	c, err := rec.container(r.PathValue("container"))
@@ -64,8 +94,18 @@ func (a *KubeletAPI) containerLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	logFile := c.LogFile
+	if r.URL.Query().Get("previous") == "true" {
+		// The instance before the running one, while its log is kept
+		// (until the next restart), as kubelet keeps it.
+		if c.Last == nil || c.Last.LogFile == "" {
+			http.Error(w, fmt.Sprintf("previous terminated container %q in pod %q not found", c.Name, rec.key()), http.StatusBadRequest)
+			return
+		}
+		logFile, o.follow = c.Last.LogFile, false
+	}
 	w.Header().Set("Content-Type", "text/plain")
-	if err := followLog(r.Context(), c, o, flushWriter{w}); err != nil && r.Context().Err() == nil {
+	if err := followLog(r.Context(), c, logFile, o, flushWriter{w}, nil); err != nil && r.Context().Err() == nil {
 		a.k.cfg.Log.Warn("kubelet API: serving a container's log", "pod", rec.key(), "container", c.Name, "err", err)
 	}
 }
@@ -81,9 +121,51 @@ func (f flushWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// followLog writes the container's log to w as o asks.
-func followLog(ctx context.Context, c *ContainerRecord, o logOptions, w io.Writer) error {
-	f, err := os.Open(c.LogFile)
+// errLogLimit: the byte limit was reached.
+var errLogLimit = errors.New("limitBytes reached")
+
+// logSink writes the lines of a log as a pods/log request asks.
+type logSink struct {
+	o         logOptions
+	out, errs io.Writer // errs nil: stderr lines go to out too
+	left      int64     // bytes the limit leaves; <0: no limit
+}
+
+func (s *logSink) line(l logLine) error {
+	if (!s.o.since.IsZero() && !l.time.IsZero() && l.time.Before(s.o.since)) || (s.o.stream != "" && l.stream != s.o.stream) {
+		return nil
+	}
+	var b []byte
+	if s.o.timestamps && !l.time.IsZero() {
+		b = append(l.time.AppendFormat(b, time.RFC3339Nano), ' ')
+	}
+	b = append(b, l.content...)
+	if !l.partial {
+		b = append(b, '\n')
+	}
+	limited := false
+	if s.left >= 0 && int64(len(b)) >= s.left {
+		b, limited = b[:s.left], true
+	}
+	s.left -= int64(len(b))
+	w := s.out
+	if l.stream == criStderr && s.errs != nil {
+		w = s.errs
+	}
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	if limited {
+		return errLogLimit
+	}
+	return nil
+}
+
+// followLog writes the container's log (logFile: the running instance's,
+// or the previous one's) to out as o asks; errs, if not nil, takes the
+// stderr lines (attach).
+func followLog(ctx context.Context, c *ContainerRecord, logFile string, o logOptions, out, errs io.Writer) error {
+	f, err := os.Open(logFile)
 	if err != nil {
 		return fmt.Errorf("container %s: opening its log: %w", c.Name, err)
 	}
@@ -102,22 +184,25 @@ func followLog(ctx context.Context, c *ContainerRecord, o logOptions, w io.Write
 			return err
 		}
 	}
-	var src io.Reader = f
+	sink := &logSink{o: o, out: out, errs: errs, left: -1}
 	if o.limit > 0 {
-		src = io.LimitReader(f, o.limit)
+		sink.left = o.limit
 	}
+	lr := &logReader{br: bufio.NewReader(f), sink: sink}
 	for {
-		n, err := io.Copy(w, src)
+		n, err := lr.lines()
 		if err != nil {
-			return err
+			return ignoreLimit(err)
 		}
-		if !o.follow || (o.limit > 0 && src.(*io.LimitedReader).N == 0) {
-			return nil
+		if !o.follow {
+			return ignoreLimit(lr.rest())
 		}
 		if n == 0 && containerEnded(c) {
 			// One more read: what it wrote before it ended.
-			_, err := io.Copy(w, src)
-			return err
+			if _, err := lr.lines(); err != nil {
+				return ignoreLimit(err)
+			}
+			return ignoreLimit(lr.rest())
 		}
 		select {
 		case <-ctx.Done():
@@ -125,6 +210,49 @@ func followLog(ctx context.Context, c *ContainerRecord, o logOptions, w io.Write
 		case <-time.After(logPoll):
 		}
 	}
+}
+
+func ignoreLimit(err error) error {
+	if errors.Is(err, errLogLimit) {
+		return nil
+	}
+	return err
+}
+
+// logReader reads a log file's lines as they are written.
+type logReader struct {
+	br      *bufio.Reader
+	sink    *logSink
+	pending []byte // a line not yet complete in the file
+}
+
+// lines writes the complete lines the file has now; n: bytes read.
+func (r *logReader) lines() (n int, err error) {
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		n += len(chunk)
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			r.pending = append(r.pending, chunk...)
+		case err != nil: // io.EOF: the rest, if any, is being written
+			r.pending = append(r.pending, chunk...)
+			return n, nil
+		default:
+			line := append(r.pending, chunk[:len(chunk)-1]...)
+			r.pending = r.pending[:0]
+			if err := r.sink.line(parseLogLine(line)); err != nil {
+				return n, err
+			}
+		}
+	}
+}
+
+// rest writes a last line that has no newline (a log of an older shim).
+func (r *logReader) rest() error {
+	if len(r.pending) == 0 {
+		return nil
+	}
+	return r.sink.line(parseLogLine(r.pending))
 }
 
 func containerEnded(c *ContainerRecord) bool {

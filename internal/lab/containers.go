@@ -33,6 +33,9 @@ type LastRun struct {
 	Started time.Time  `json:"started"`
 	Exit    ExitStatus `json:"exit"`
 	Reason  string     `json:"reason"`
+	// LogFile is its log (kubectl logs --previous), kept until the next
+	// restart.
+	LogFile string `json:"logFile,omitempty"`
 }
 
 func (c Config) backOffs() (initial, most time.Duration) {
@@ -128,12 +131,17 @@ func (k *kubelet) syncContainers(pods []*corev1.Pod) error {
 			// this exit until the new instance runs.
 			next := *c
 			next.ExitFile = filepath.Join(filepath.Dir(c.ExitFile), fmt.Sprintf("%s.%d.exit", c.Name, c.RestartCount+1))
+			// A log per instance: the one before stays for --previous.
+			next.LogFile = filepath.Join(filepath.Dir(c.LogFile), fmt.Sprintf("%s.%d.log", c.Name, c.RestartCount+1))
 			if err := k.startContainer(pod, rec, spec, &next); err != nil {
 				errs = append(errs, fmt.Errorf("pod %s: restarting %w", rec.key(), err))
 				continue
 			}
 			os.Remove(c.ExitFile)
-			next.Last = &LastRun{Started: c.Started, Exit: *es, Reason: reason}
+			if c.Last != nil && c.Last.LogFile != "" {
+				os.Remove(c.Last.LogFile)
+			}
+			next.Last = &LastRun{Started: c.Started, Exit: *es, Reason: reason, LogFile: c.LogFile}
 			next.RestartCount++
 			next.BackOff = nextBackOff(c.BackOff, initial, most)
 			*c = next
@@ -210,10 +218,20 @@ func gracePeriod(pod *corev1.Pod, probe *corev1.Probe) time.Duration {
 // probeContainer makes sure a running container instance has its probe
 // workers.
 func (k *kubelet) probeContainer(pod *corev1.Pod, rec *PodRecord, spec corev1.Container, c *ContainerRecord) {
-	target := probeTarget{podIP: rec.IP, env: k.containerEnv(pod, rec, spec), dir: spec.WorkingDir, exec: k.execTarget(pod, rec, spec, c.Binds)}
+	target := probeTarget{podIP: rec.IP, env: c.env, dir: spec.WorkingDir, exec: k.execTarget(pod, rec, spec, c.Binds)}
+	imagePath := ""
 	if img, _ := findLayoutImage(k.cfg.Images.Layouts, spec.Image); img != nil {
 		target.imageShim = c.ShimPID
-		target.env = append(target.env, "PATH="+img.imagePath())
+		imagePath = img.imagePath()
+	}
+	if target.env == nil {
+		// An instance an earlier agent started: its environment again.
+		env, err := k.containerEnv(pod, rec, spec, imagePath)
+		if err != nil {
+			k.cfg.Log.Warn("exec probes run without the container's variables", "pod", rec.key(), "container", c.Name, "err", err)
+			env = k.labEnv(pod, rec, imagePath)
+		}
+		c.env, target.env = env, env
 	}
 	var specs []probeSpec
 	for kind, p := range map[probeKind]*corev1.Probe{probeStartup: spec.StartupProbe, probeReadiness: spec.ReadinessProbe, probeLiveness: spec.LivenessProbe} {

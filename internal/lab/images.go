@@ -183,33 +183,6 @@ func (im Images) Argv(image string, command, args []string) ([]string, error) {
 	return im.program(kind, argv), nil
 }
 
-// ExecArgv is what an exec of argv into a container of image runs: the
-// image's own programs (agnhost's /agnhost, pause's /pause) mapped to the
-// node's as the container's command is (Argv), any other program the
-// node's, found on the container's PATH. The shell too: Debian's busybox
-// sh runs its own applets first, and its nc has none of the -u, -t, -v
-// of the netcat-openbsd that agnhost's image installs and e2e tests exec.
-//
-// Istio's echo image has its server and client in /usr/local/bin, on the
-// image's PATH: the Gateway API's mesh suite execs `client URL ...`.
-func (im Images) ExecArgv(image string, argv []string) []string {
-	repo, _ := imageRepository(image)
-	kind := MappedImages[repo]
-	if len(argv) == 0 {
-		return argv
-	}
-	switch {
-	case im.Agnhost != "" && (kind == imageAgnhost || kind == imagePause):
-		switch path.Base(argv[0]) {
-		case "agnhost", "agnhost-2", "pause":
-			return im.program(kind, argv)
-		}
-	case im.IstioEcho != "" && kind == imageIstioEcho:
-		return im.program(kind, argv)
-	}
-	return argv
-}
-
 // program maps the image's program argv[0] to the node's.
 func (im Images) program(kind imageKind, argv []string) []string {
 	name := path.Base(argv[0])
@@ -302,15 +275,17 @@ func (im Images) imagePrograms(image string) map[string]string {
 			return map[string]string{"/coredns": im.CoreDNS}
 		}
 	case imageIstioEcho:
-		// Its certificate and key, which the container's arguments name
-		// (--crt=/cert.crt --key=/cert.key). Not its programs: a mount
-		// point in the node's /usr/local/bin would be left behind there;
-		// the command and an exec run them by their path (program).
+		// Its server and client where the image has them, on its PATH
+		// (the Gateway API's mesh suite execs `client URL ...`), and its
+		// certificate and key, which the container's arguments name
+		// (--crt=/cert.crt --key=/cert.key). The mount points the node
+		// lacks are made and removed with their pods (internal/mountpoint).
 		if im.IstioEcho != "" {
-			return map[string]string{
-				"/cert.crt": filepath.Join(im.IstioEcho, IstioEchoFiles["/cert.crt"]),
-				"/cert.key": filepath.Join(im.IstioEcho, IstioEchoFiles["/cert.key"]),
+			files := make(map[string]string, len(IstioEchoFiles))
+			for at, name := range IstioEchoFiles {
+				files[at] = filepath.Join(im.IstioEcho, name)
 			}
+			return files
 		}
 	}
 	return nil

@@ -67,40 +67,6 @@ func TestImageArgv(t *testing.T) {
 	}
 }
 
-// An exec runs the image's own programs as its container does, and the
-// node's shell and tools otherwise (e2e tests exec nc -u, which busybox's
-// applet has not).
-func TestImageExecArgv(t *testing.T) {
-	im := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox", IstioEcho: "/opt/kube"}
-	agnhost := "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	echo := "registry.k8s.io/gateway-api/echo-advanced:v1.5.1"
-	cases := []struct {
-		name, image string
-		argv, want  []string
-	}{
-		{"agnhost: /agnhost is the node's agnhost", agnhost, []string{"/agnhost", "dns-suffix"}, []string{"/opt/kube/agnhost", "dns-suffix"}},
-		{"agnhost: a shell is the node's", agnhost, []string{"/bin/sh", "-c", "echo x | nc -u -w 1 10.0.0.1 81"}, []string{"/bin/sh", "-c", "echo x | nc -u -w 1 10.0.0.1 81"}},
-		{"pause: /pause", "registry.k8s.io/pause:3.10.2", []string{"/pause"}, []string{"/opt/kube/agnhost", "pause"}},
-		{"busybox: as it is", "busybox:1.36", []string{"/agnhost"}, []string{"/agnhost"}},
-		{"lab image: as it is", "lab", []string{"agnhost", "x"}, []string{"agnhost", "x"}},
-		{"a record with no image: as it is", "", []string{"/agnhost"}, []string{"/agnhost"}},
-		// The Gateway API mesh suite execs `client URL --method=GET`:
-		// the image's /usr/local/bin/client, on its PATH.
-		{"echo-advanced: client is the image's", echo, []string{"client", "http://echo/", "--method=GET"},
-			[]string{"/opt/kube/istio-echo-client", "http://echo/", "--method=GET"}},
-		{"echo-advanced: by its path", echo, []string{"/usr/local/bin/client", "x"}, []string{"/opt/kube/istio-echo-client", "x"}},
-		{"echo-advanced: a shell is the node's", echo, []string{"sh", "-c", "true"}, []string{"sh", "-c", "true"}},
-	}
-	for _, c := range cases {
-		if got := im.ExecArgv(c.image, c.argv); !slices.Equal(got, c.want) {
-			t.Errorf("%s: ExecArgv(%q, %q) = %q, want %q", c.name, c.image, c.argv, got, c.want)
-		}
-	}
-	if got := (Images{}).ExecArgv(agnhost, []string{"/agnhost"}); !slices.Equal(got, []string{"/agnhost"}) {
-		t.Errorf("with no agnhost built: %q, want it as it is", got)
-	}
-}
-
 func TestImageNotMapped(t *testing.T) {
 	full := Images{Agnhost: "/opt/kube/agnhost", Busybox: "/bin/busybox"}
 	cases := []struct {

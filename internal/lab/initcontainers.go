@@ -29,8 +29,7 @@ func (k *kubelet) runInitContainers(pod *corev1.Pod, rec *PodRecord) error {
 		for {
 			if st, ok := readExitStatus(cr.ExitFile); ok {
 				if st.ExitCode != 0 {
-					log, _ := os.ReadFile(cr.LogFile)
-					return fmt.Errorf("init container %s exited with %d %s: %s", c.Name, st.ExitCode, st.Error, tail(log, 512))
+					return fmt.Errorf("init container %s exited with %d %s: %s", c.Name, st.ExitCode, st.Error, tail(readLogText(cr.LogFile), 512))
 				}
 				break
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/model"
+	"github.com/shuntnet/shunt/internal/mountpoint"
 	"github.com/shuntnet/shunt/internal/parallel"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
@@ -59,7 +60,7 @@ type PodRecord struct {
 // its exit status even when no agent is running.
 type ContainerRecord struct {
 	Name     string    `json:"name"`
-	Image    string    `json:"image,omitempty"` // an exec maps its image's programs (Images.ExecArgv)
+	Image    string    `json:"image,omitempty"`
 	ShimPID  int       `json:"shimPID"`
 	Started  time.Time `json:"started"`
 	LogFile  string    `json:"logFile"`
@@ -72,6 +73,9 @@ type ContainerRecord struct {
 	// Binds are what the container mounts (podfiles.go), kept for its
 	// restarts.
 	Binds []podexec.Bind `json:"binds,omitempty"`
+	// env is the environment this instance started with (its exec probes
+	// run with it); not kept on disk: it may hold Secrets' values.
+	env []string
 }
 
 func (r *PodRecord) key() string { return r.Namespace + "/" + r.Name }
@@ -88,6 +92,9 @@ type kubelet struct {
 	// objects are what volumes are made of (volumes.go); nil without an
 	// API server.
 	objects volumeObjects
+	// services are the cluster's Services, for the pods' environment
+	// (podenv.go); nil without an API server.
+	services func() []*corev1.Service
 	// stopping: deleted pods whose containers were sent SIGTERM, since
 	// when (graceful.go).
 	stopping map[string]time.Time
@@ -268,6 +275,30 @@ func (k *kubelet) unplumb(ctx context.Context, rec *PodRecord) error {
 	return err
 }
 
+// mountHolder is the pod's name in the machine's record of mount points
+// (internal/mountpoint).
+func (k *kubelet) mountHolder(rec *PodRecord) string {
+	return mountpoint.Holder(k.cfg.Instance.Name, instance.PodFileName(rec.Namespace, rec.Name))
+}
+
+// bindTargets are the mount points the containers' binds need on the
+// node (a container on the node's file system mounts there: a path the
+// node lacks is made for it, and removed with the last pod holding it).
+// A container from an image mounts in its own root (rootfs.go): none.
+func (k *kubelet) bindTargets(pod *corev1.Pod, binds map[string][]podexec.Bind) []mountpoint.Target {
+	var targets []mountpoint.Target
+	for _, c := range pod.Spec.Containers {
+		if img, _ := findLayoutImage(k.cfg.Images.Layouts, c.Image); img != nil {
+			continue
+		}
+		for _, b := range binds[c.Name] {
+			st, err := os.Stat(b.Source)
+			targets = append(targets, mountpoint.Target{Path: b.Target, File: err == nil && !st.IsDir()})
+		}
+	}
+	return targets
+}
+
 func (k *kubelet) podDir(rec *PodRecord) string {
 	return filepath.Join(k.cfg.Instance.StateDir(), "pods", instance.PodFileName(rec.Namespace, rec.Name))
 }
@@ -285,6 +316,9 @@ func (k *kubelet) start(pod *corev1.Pod, rec *PodRecord) error {
 	defer cancel()
 	binds, err := k.podFiles(ctx, pod, rec, dir)
 	if err != nil {
+		return err
+	}
+	if err := mountpoint.Acquire(k.mountHolder(rec), k.bindTargets(pod, binds)); err != nil {
 		return err
 	}
 	if err := k.runInitContainers(pod, rec); err != nil {
@@ -309,14 +343,21 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		return err
 	}
 	argv, fsFlags, imagePath, err := k.imageProcess(pod, rec, c)
+	var env []string
+	if err == nil {
+		env, err = k.containerEnv(pod, rec, c, imagePath)
+	}
 	if err == nil && argv == nil {
-		argv, err = k.cfg.Images.Argv(c.Image, c.Command, c.Args)
+		// $(VAR) in the command and args: the container's variables.
+		run := expandCommand(c, env)
+		argv, err = k.cfg.Images.Argv(c.Image, run.Command, run.Args)
 	}
 	if err != nil {
 		logf.Close()
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
-	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
+	cr.env = env
+	shimArgs := append([]string{"shim", "--netns", k.netnsOf(pod, rec), "--exit-file", cr.ExitFile, "--log-file", cr.LogFile, "--hostname", podHostname(pod)}, securityArgs(pod, c)...)
 	if len(fsFlags) > 0 {
 		// From an image: its volumes are mounts in its own root (rootfs.go).
 		shimArgs = append(shimArgs, fsFlags...)
@@ -324,16 +365,15 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 		shimArgs = append(shimArgs, "--binds", bindsArg(cr.Binds))
 	}
 	shim := exec.Command(k.cfg.ShimExe, append(append(shimArgs, "--"), argv...)...)
+	// The shim writes the container's output into the log itself, in the
+	// CRI's format (crilog.go); this is for its own last words before it
+	// can.
 	shim.Stdout, shim.Stderr = logf, logf
 	shim.Dir = c.WorkingDir
 	if shim.Dir == "" {
 		shim.Dir = "/"
 	}
-	shim.Env = k.containerEnv(pod, rec, c)
-	if imagePath != "" {
-		// The image's PATH, last: exec keeps the last of a name.
-		shim.Env = append(shim.Env, "PATH="+imagePath)
-	}
+	shim.Env = env
 	// Its own session: the container survives the agent's exit and its
 	// terminal signals.
 	shim.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -347,20 +387,31 @@ func (k *kubelet) startContainer(pod *corev1.Pod, rec *PodRecord, c corev1.Conta
 	return nil
 }
 
-func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Container) []string {
+// containerEnv is what a container's process gets: the lab's variables,
+// the image's PATH (if from an image), then what kubelet gives
+// (podenv.go), which wins over both (exec keeps the last of a name).
+func (k *kubelet) containerEnv(pod *corev1.Pod, rec *PodRecord, c corev1.Container, imagePath string) ([]string, error) {
+	podEnv, err := k.podEnv(pod, rec, c)
+	if err != nil {
+		return nil, err
+	}
+	return append(k.labEnv(pod, rec, imagePath), podEnv...), nil
+}
+
+// labEnv are the variables every container of the lab gets first.
+func (k *kubelet) labEnv(pod *corev1.Pod, rec *PodRecord, imagePath string) []string {
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	if k.cfg.BinDir != "" {
 		path = k.cfg.BinDir + ":" + path
 	}
-	env := []string{
+	if imagePath != "" {
+		path = imagePath
+	}
+	return []string{
 		"PATH=" + path, "HOME=/root", "HOSTNAME=" + pod.Name,
 		"SHUNT_POD_NAME=" + pod.Name, "SHUNT_POD_NAMESPACE=" + pod.Namespace, "SHUNT_POD_IP=" + rec.IP,
 		"SHUNT_INSTANCE=" + k.cfg.Instance.Name,
 	}
-	for _, e := range c.Env {
-		env = append(env, e.Name+"="+envValue(pod, rec, e))
-	}
-	return env
 }
 
 // sandboxWorkers is how many pods' sandboxes the kubelet builds or removes
@@ -383,7 +434,7 @@ func (k *kubelet) plumbEach(ctx context.Context, recs []*PodRecord, verify bool)
 func (k *kubelet) remove(ctx context.Context, recs ...*PodRecord) error {
 	errs := make([]error, len(recs))
 	parallel.Limit(len(recs), sandboxWorkers, func(i int) {
-		errs[i] = errors.Join(k.unplumb(ctx, recs[i]), os.RemoveAll(k.podDir(recs[i])))
+		errs[i] = errors.Join(k.unplumb(ctx, recs[i]), os.RemoveAll(k.podDir(recs[i])), mountpoint.Release(k.mountHolder(recs[i])))
 	})
 	for _, rec := range recs {
 		k.probes.stop(rec.key())

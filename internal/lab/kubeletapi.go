@@ -40,16 +40,12 @@ import (
 // container as `shunt lab exec` does (joinContainer).
 //
 // Who may call it: a client whose certificate the cluster's CA signed
-// (ClientCA: the API server's --kubelet-client-certificate is) and whose
-// groups include system:masters (the API server's kubelet client, as
-// kubeadm issues it; a cluster admin). A real kubelet asks the API server
-// instead (webhook authorization, a SubjectAccessReview of nodes/proxy per
-// request); that is not done here.
+// (ClientCA: the API server's --kubelet-client-certificate is) and whom
+// the API server authorizes (a SubjectAccessReview of nodes/proxy, as
+// kubelet's webhook authorization: kubeletauthz.go).
 //
-// Its serving certificate is its own, self-signed for the node's address,
-// as a kubelet's is without serving-certificate rotation: an API server
-// that checks kubelets' certificates (--kubelet-certificate-authority)
-// does not accept it.
+// Its serving certificate is the cluster CA's once a certificate request
+// is signed (kubeletcert.go), its own self-signed one until then.
 
 // KubeletPort is the kubelet API's port on the node's address, the
 // kubelet's --port.
@@ -67,9 +63,10 @@ const (
 
 // KubeletAPI is the running kubelet API of a node.
 type KubeletAPI struct {
-	k    *APIKubelet
-	addr netip.AddrPort
-	srv  *http.Server
+	k     *APIKubelet
+	addr  netip.AddrPort
+	srv   *http.Server
+	authz kubeletAuthorizer // kubeletauthz.go
 }
 
 // ServeKubeletAPI serves the kubelet API on addr (the node's InternalIP:
@@ -87,19 +84,25 @@ func (k *APIKubelet) ServeKubeletAPI(ctx context.Context, addr netip.Addr, port 
 	if err != nil {
 		return nil, err
 	}
+	serving := &servingCert{}
+	serving.set(cert)
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, uint16(port)).String())
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API: listening on the node's address: %w (is another kubelet on this address?)", err)
 	}
-	api := &KubeletAPI{k: k, addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	api := &KubeletAPI{k: k, addr: ln.Addr().(*net.TCPAddr).AddrPort(), authz: mastersOnly{}}
+	if kp, ok := k.api.(*kubePods); ok {
+		api.authz = newReviewAuthorizer(k.cfg.NodeName, kp.api.SubjectAccessReview, k.cfg.Log)
+		go k.caServingCert(ctx, kp, addr, serving)
+	}
 	api.srv = &http.Server{
 		Handler:           api.routes(),
 		ReadHeaderTimeout: 30 * time.Second,
 		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{cert},
-			ClientAuth:   tls.RequireAndVerifyClientCert,
-			ClientCAs:    pool,
-			MinVersion:   tls.VersionTLS12,
+			GetCertificate: serving.get,
+			ClientAuth:     tls.RequireAndVerifyClientCert,
+			ClientCAs:      pool,
+			MinVersion:     tls.VersionTLS12,
 		},
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
@@ -134,24 +137,7 @@ func (a *KubeletAPI) routes() http.Handler {
 		mux.HandleFunc("POST "+p, a.portForward)
 	}
 	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", a.containerLogs)
-	return authorized(mux)
-}
-
-// authorized lets through only clients in kubeletAPIGroup (TLS has
-// checked their certificate against the client CA).
-func authorized(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			http.Error(w, "Unauthorized: a client certificate is required", http.StatusUnauthorized)
-			return
-		}
-		subject := r.TLS.PeerCertificates[0].Subject
-		if !slices.Contains(subject.Organization, kubeletAPIGroup) {
-			http.Error(w, fmt.Sprintf("Forbidden (user=%s, groups=%v): the lab's kubelet API serves only %s", subject.CommonName, subject.Organization, kubeletAPIGroup), http.StatusForbidden)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return authorized(a.authz, a.k.cfg.Log, mux)
 }
 
 // record is a copy of the pod's record, checked against the uid the
@@ -195,7 +181,7 @@ func (a *KubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
 	if rec == nil {
 		return
 	}
-	remotecommand.ServeExec(w, r, containerExec{rec: rec, cgroupRoot: a.k.cfg.CgroupRoot, images: a.k.cfg.Images}, rec.key(), rec.UID, r.PathValue("container"), cmd, opts,
+	remotecommand.ServeExec(w, r, containerExec{rec: rec, cgroupRoot: a.k.cfg.CgroupRoot}, rec.key(), rec.UID, r.PathValue("container"), cmd, opts,
 		streamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 }
 
@@ -204,16 +190,12 @@ func (a *KubeletAPI) exec(w http.ResponseWriter, r *http.Request) {
 type containerExec struct {
 	rec        *PodRecord
 	cgroupRoot string
-	images     Images
 }
 
 func (e containerExec) ExecInContainer(ctx context.Context, _, _, container string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
 	j, err := joinContainer(e.rec, container, e.cgroupRoot)
 	if err != nil {
 		return err
-	}
-	if c, err := e.rec.container(container); err == nil {
-		argv = e.images.ExecArgv(c.Image, argv)
 	}
 	cmd, err := j.Command(argv)
 	if err != nil {
@@ -277,7 +259,7 @@ func (a *KubeletAPI) attach(w http.ResponseWriter, r *http.Request) {
 // to a container without stdin (the lab gives containers none) does.
 type containerAttach struct{ rec *PodRecord }
 
-func (a containerAttach) AttachContainer(ctx context.Context, _, _, container string, _ io.Reader, out, _ io.WriteCloser, tty bool, _ <-chan remotecommand.TerminalSize) error {
+func (a containerAttach) AttachContainer(ctx context.Context, _, _, container string, _ io.Reader, out, errOut io.WriteCloser, tty bool, _ <-chan remotecommand.TerminalSize) error {
 	if tty {
 		return errors.New("the lab's containers have no terminal: attach without -t")
 	}
@@ -289,9 +271,7 @@ func (a containerAttach) AttachContainer(ctx context.Context, _, _, container st
 		<-ctx.Done()
 		return nil
 	}
-	// The shim writes stdout and stderr to one file: it all goes out as
-	// stdout.
-	return followLog(ctx, c, logOptions{follow: true, fromEnd: true}, out)
+	return followLog(ctx, c, c.LogFile, logOptions{follow: true, fromEnd: true}, out, errOut)
 }
 
 func (a *KubeletAPI) portForward(w http.ResponseWriter, r *http.Request) {
@@ -330,6 +310,26 @@ func (p podPortForward) PortForward(ctx context.Context, _, _ string, port int32
 	case <-ctx.Done():
 	}
 	return err
+}
+
+// caServingCert replaces the self-signed serving certificate with one of
+// the cluster's CA once signed; it keeps its own when none comes.
+func (k *APIKubelet) caServingCert(ctx context.Context, kp *kubePods, addr netip.Addr, serving *servingCert) {
+	ctx, cancel := context.WithTimeout(ctx, servingCertWait)
+	defer cancel()
+	cert, err := requestServingCert(ctx, kp.api, k.cfg.NodeName, addr, time.Second, func(err error) {
+		if err != nil {
+			k.cfg.Log.Info("kubelet API: the kubelet may not approve its serving certificate's request; waiting for an approver (kubectl certificate approve)", "err", err)
+		}
+	})
+	if err != nil {
+		if !errors.Is(ctx.Err(), context.Canceled) { // not the kubelet stopping
+			k.cfg.Log.Warn("kubelet API: no serving certificate of the cluster's CA; serving its own, self-signed (an API server with --kubelet-certificate-authority refuses it)", "err", err)
+		}
+		return
+	}
+	serving.set(cert)
+	k.cfg.Log.Info("kubelet API: serving a certificate of the cluster's CA", "subject", cert.Leaf.Subject.String(), "notAfter", cert.Leaf.NotAfter)
 }
 
 // selfSignedServing is a serving certificate for the node's address.

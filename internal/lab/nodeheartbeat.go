@@ -242,12 +242,19 @@ func (h *nodeHeartbeat) postReady(ctx context.Context, node *corev1.Node) error 
 		if c.Type != corev1.NodeReady || c.Status != ready.Status {
 			continue
 		}
-		if c.Reason == ready.Reason && c.Message == ready.Message && now.Sub(c.LastHeartbeatTime.Time) < nodeStatusReportFrequency && h.endpointCurrent(node) {
+		if c.Reason == ready.Reason && c.Message == ready.Message && now.Sub(c.LastHeartbeatTime.Time) < nodeStatusReportFrequency && h.endpointCurrent(node) &&
+			machineStatusCurrent(node) {
 			return nil
 		}
 		ready.LastTransitionTime = c.LastTransitionTime
 	}
 	status := map[string]any{"conditions": []corev1.NodeCondition{ready}}
+	if !machineStatusCurrent(node) {
+		// As kubelet's first status: kube-scheduler places no pod on a
+		// Node without capacity.
+		machine, _ := machineStatus()
+		status["capacity"], status["allocatable"], status["nodeInfo"] = machine.Capacity, machine.Allocatable, machine.NodeInfo
+	}
 	if h.kubeletPort != 0 {
 		// The API server reaches the kubelet at the first address of its
 		// --kubelet-preferred-address-types the Node has, on this port.

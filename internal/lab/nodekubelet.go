@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/ipam"
 	"github.com/shuntnet/shunt/internal/kubeclient"
-	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -140,11 +138,7 @@ func registerNode(ctx context.Context, api *kubeclient.Client, c NodeKubeletConf
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("registering Node %s: %w", c.NodeName, err)
 	}
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(4<<30, resource.BinarySI),
-		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
-	}
+	machine, _ := machineStatus()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		node, err := nodes.Get(ctx, c.NodeName, metav1.GetOptions{})
@@ -153,9 +147,7 @@ func registerNode(ctx context.Context, api *kubeclient.Client, c NodeKubeletConf
 		}
 		if len(node.Status.Addresses) == 0 {
 			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: c.NodeAddr.String()}}
-			node.Status.Capacity, node.Status.Allocatable = capacity, capacity
-			node.Status.NodeInfo = corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: runtime.GOARCH,
-				KubeletVersion: kubecluster.KubeVersion, ContainerRuntimeVersion: "shunt-lab://" + kubecluster.KubeVersion}
+			node.Status.Capacity, node.Status.Allocatable, node.Status.NodeInfo = machine.Capacity, machine.Allocatable, machine.NodeInfo
 			if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
 				return nil, fmt.Errorf("writing the status of Node %s: %w", c.NodeName, err)
 			}

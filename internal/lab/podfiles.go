@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,8 +17,8 @@ import (
 )
 
 // The files a kubelet and its runtime put into each container: the pod's
-// /etc/resolv.conf and /etc/hosts (dns.go), and its configMap, secret and
-// emptyDir volumes, written into the pod's directory and bind-mounted at
+// /etc/resolv.conf and /etc/hosts (dns.go), and its volumes (makeVolume:
+// hostPath, emptyDir, configMap, secret, projected), bind-mounted at
 // each container's mount paths in the container's own mount namespace
 // (podexec.Bind), and a mapped image's programs at their image paths
 // (/agnhost), so that an exec naming them finds them. The container
@@ -46,9 +47,16 @@ func (k *kubelet) podFiles(ctx context.Context, pod *corev1.Pod, rec *PodRecord,
 			return nil, err
 		}
 	}
-	volumes, err := k.writeVolumes(ctx, pod, filepath.Join(dir, "volumes"))
-	if err != nil {
-		return nil, err
+	volumes := map[string]podVolume{}
+	for _, v := range pod.Spec.Volumes {
+		pv, err := k.makeVolume(ctx, pod, rec, v, filepath.Join(dir, "volumes", v.Name))
+		switch {
+		case errors.Is(err, errVolumeKind):
+			continue // a kind the lab does not make: not mounted (a container from an image fails on it)
+		case err != nil:
+			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+		}
+		volumes[v.Name] = pv
 	}
 	binds := map[string][]podexec.Bind{}
 	for _, c := range pod.Spec.Containers {
@@ -59,9 +67,9 @@ func (k *kubelet) podFiles(ctx context.Context, pod *corev1.Pod, rec *PodRecord,
 			if !ok {
 				continue // a kind of volume the lab does not provide (yet): as before, not mounted
 			}
-			src := v.dir
-			if m.SubPath != "" {
-				src = filepath.Join(v.dir, filepath.Clean("/"+m.SubPath))
+			src, err := k.mountSource(pod, rec, c, m, v)
+			if err != nil {
+				return nil, fmt.Errorf("container %s: %w", c.Name, err)
 			}
 			b = append(b, podexec.Bind{Source: src, Target: m.MountPath, ReadOnly: m.ReadOnly || v.readOnly})
 			mounted[filepath.Clean(m.MountPath)] = true
@@ -79,52 +87,6 @@ func (k *kubelet) podFiles(ctx context.Context, pod *corev1.Pod, rec *PodRecord,
 		binds[c.Name] = b
 	}
 	return binds, nil
-}
-
-// podVolume is a volume written for a pod.
-type podVolume struct {
-	dir      string
-	readOnly bool // configMap and secret volumes are mounted read-only, whatever the mount says
-}
-
-// writeVolumes writes the pod's configMap, secret and emptyDir volumes
-// under dir, one directory each.
-func (k *kubelet) writeVolumes(ctx context.Context, pod *corev1.Pod, dir string) (map[string]podVolume, error) {
-	out := map[string]podVolume{}
-	for _, v := range pod.Spec.Volumes {
-		vdir := filepath.Join(dir, v.Name)
-		var (
-			data        map[string][]byte
-			items       []corev1.KeyToPath
-			defaultMode *int32
-			err         error
-		)
-		switch {
-		case v.EmptyDir != nil:
-			if err := os.MkdirAll(vdir, 0o777); err != nil {
-				return nil, err
-			}
-			os.Chmod(vdir, 0o777) // as kubelet's: any user of the pod writes there
-			out[v.Name] = podVolume{dir: vdir}
-			continue
-		case v.ConfigMap != nil:
-			items, defaultMode = v.ConfigMap.Items, v.ConfigMap.DefaultMode
-			data, err = k.volumeData(ctx, "ConfigMap", pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Optional)
-		case v.Secret != nil:
-			items, defaultMode = v.Secret.Items, v.Secret.DefaultMode
-			data, err = k.volumeData(ctx, "Secret", pod.Namespace, v.Secret.SecretName, v.Secret.Optional)
-		default:
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
-		}
-		if err := writeKeys(vdir, data, items, defaultMode); err != nil {
-			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
-		}
-		out[v.Name] = podVolume{dir: vdir, readOnly: true}
-	}
-	return out, nil
 }
 
 // volumeData is the data of a configMap or secret volume's object (kind

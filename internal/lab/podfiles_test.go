@@ -116,3 +116,79 @@ func TestPodFiles(t *testing.T) {
 		t.Errorf("the lab's own API server gave %v, want an error saying it holds no ConfigMaps", err)
 	}
 }
+
+// A container on the node's file system gets its hostPath (the node's own
+// directory where Config.HostPaths maps it) and projected volumes (the
+// kube-api-access kind: ConfigMap keys and downward API) bound at their
+// mount paths, as one from an image gets them mounted: one writer for
+// both; a kind the lab does not make is not mounted.
+func TestPodFilesHostPathProjected(t *testing.T) {
+	dir, nodeCNI := t.TempDir(), filepath.Join(t.TempDir(), "n1", "etc", "cni", "net.d")
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	k := &kubelet{cfg: Config{DNS: DNS{ResolvConf: filepath.Join(dir, "none")}, HostPaths: map[string]string{"/etc/cni/net.d": nodeCNI}},
+		objects: objectsOf{configMaps: map[string]*corev1.ConfigMap{"ns/kube-root-ca.crt": {Data: map[string]string{"ca.crt": "PEM"}}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{
+			{Name: "cni", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc/cni/net.d", Type: &dirOrCreate}}},
+			{Name: "api", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			}}}},
+			{Name: "pvc", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "x"}}},
+		},
+		Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{
+			{Name: "cni", MountPath: "/host/etc/cni/net.d"}, {Name: "api", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}, {Name: "pvc", MountPath: "/data"}}}},
+	}}
+	binds, err := k.podFiles(context.Background(), pod, &PodRecord{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]podexec.Bind{}
+	for _, b := range binds["c"] {
+		got[b.Target] = b
+	}
+	if b := got["/host/etc/cni/net.d"]; b.Source != nodeCNI || b.ReadOnly {
+		t.Errorf("hostPath bind %+v, want the node's own %s, writable", b, nodeCNI)
+	}
+	api := filepath.Join(dir, "volumes", "api")
+	if b := got["/var/run/secrets/kubernetes.io/serviceaccount"]; b.Source != api || !b.ReadOnly {
+		t.Errorf("projected bind %+v, want %s read-only", b, api)
+	}
+	for file, want := range map[string]string{"ca.crt": "PEM", "namespace": "ns"} {
+		if data, _ := os.ReadFile(filepath.Join(api, file)); string(data) != want {
+			t.Errorf("projected %s holds %q, want %q", file, data, want)
+		}
+	}
+	if _, ok := got["/data"]; ok {
+		t.Error("a persistentVolumeClaim volume was mounted")
+	}
+}
+
+// subPathExpr takes the container's variables ($(POD_NAME) from the
+// downward API), and a subPath the volume lacks is made, as kubelet
+// makes it; one that leaves the volume is refused.
+func TestPodFilesSubPathExpr(t *testing.T) {
+	dir := t.TempDir()
+	k := &kubelet{cfg: Config{DNS: DNS{ResolvConf: filepath.Join(dir, "none")}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1"}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		Containers: []corev1.Container{{Name: "c",
+			Env:          []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: "/logs", SubPathExpr: "$(POD_NAME)"}}}},
+	}}
+	binds, err := k.podFiles(context.Background(), pod, &PodRecord{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, "volumes", "work", "web-1")
+	if !slices.Contains(binds["c"], podexec.Bind{Source: want, Target: "/logs"}) {
+		t.Errorf("binds %+v lack %s at /logs", binds["c"], want)
+	}
+	if st, err := os.Stat(want); err != nil || !st.IsDir() {
+		t.Errorf("the subPath directory %s was not made: %v", want, err)
+	}
+	pod.Spec.Containers[0].VolumeMounts[0].SubPathExpr = "../$(POD_NAME)"
+	if _, err := k.podFiles(context.Background(), pod, &PodRecord{}, t.TempDir()); err == nil {
+		t.Error("a subPathExpr leaving the volume was accepted")
+	}
+}

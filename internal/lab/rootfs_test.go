@@ -137,7 +137,7 @@ func TestImageContainerRunsInItsRootfs(t *testing.T) {
 	exit := filepath.Join(t.TempDir(), "exit")
 	t.Setenv("PATH", img.imagePath())
 	script := `cat /data/in > /data/out; ls / > /data/root; test -e /proc/self/status && echo proc >> /data/out; test -e ` + vol + ` || echo no-node-dir >> /data/out; exit 7`
-	code := RunShimIn("", exit, "", podexec.Security{Drop: []string{"ALL"}} /* as the chart's install-cni: chroot before the drop */, ContainerFS{Rootfs: root, Mounts: []podexec.Mount{{Source: vol, Target: "/data"}}},
+	code := RunShimIn("", exit, "", "", podexec.Security{Drop: []string{"ALL"}} /* as the chart's install-cni: chroot before the drop */, ContainerFS{Rootfs: root, Mounts: []podexec.Mount{{Source: vol, Target: "/data"}}},
 		[]string{"sh", "-c", script})
 	if code != 7 {
 		st, _ := readExitStatus(exit)
@@ -189,7 +189,7 @@ func TestImageProcessVolumes(t *testing.T) {
 			t.Errorf("shim flags %q lack %q", joined, want)
 		}
 	}
-	if env := k.containerEnv(pod, rec, pod.Spec.Containers[0]); !slices.Contains(env, "NODE_NAME=n1") {
+	if env, err := k.containerEnv(pod, rec, pod.Spec.Containers[0], ""); err != nil || !slices.Contains(env, "NODE_NAME=n1") {
 		t.Errorf("env %q lacks NODE_NAME=n1 (fieldRef spec.nodeName)", env)
 	}
 }

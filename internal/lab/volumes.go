@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,20 +17,12 @@ import (
 )
 
 // A container that runs from an image (rootfs.go) sees only the image and
-// its volumes, as with a runtime: what of the pod's volumes the lab makes.
-//
-//   - hostPath: the node's directory or file (created for DirectoryOrCreate
-//     and FileOrCreate), through Config.HostPaths where the node keeps a
-//     directory of its own for a path every node of the machine shares
-//     (/etc/cni/net.d, /opt/cni/bin: each lab node's CNI configuration);
-//   - emptyDir: a directory of the pod's;
-//   - projected (service account token, ConfigMap, the downward API's
-//     namespace): the files kubelet writes for the API server's
-//     kube-api-access volume, a token bound to the pod from TokenRequest;
-//   - configMap: its keys as files.
-//
-// Others (secret, persistent volumes, ...) are refused by name: the pod's
-// container does not start, its error says which.
+// its volumes, as with a runtime; one on the node's file system gets them
+// bound at their mount paths (podfiles.go). Both take them from
+// makeVolume: hostPath, emptyDir, configMap, secret and projected. Others
+// (persistent volumes, ...) are refused by name for a container from an
+// image (it does not start, its error says which) and not mounted for one
+// on the node's file system.
 
 // volumeObjects are the API objects volumes are made of, for containers
 // from an image (volumes.go) and for those on the node's file system
@@ -96,14 +89,15 @@ func (k *kubelet) volumeMounts(pod *corev1.Pod, rec *PodRecord, c corev1.Contain
 		if !ok {
 			return nil, fmt.Errorf("volume mount %s names no volume of the pod", vm.Name)
 		}
-		src, err := k.volumeSource(ctx, pod, rec, v)
+		pv, err := k.makeVolume(ctx, pod, rec, v, filepath.Join(k.podDir(rec), "volumes", v.Name))
 		if err != nil {
 			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
-		if vm.SubPath != "" {
-			src = filepath.Join(src, filepath.Clean("/"+vm.SubPath))
+		src, err := k.mountSource(pod, rec, c, vm, pv)
+		if err != nil {
+			return nil, err
 		}
-		mounts = append(mounts, podexec.Mount{Source: src, Target: vm.MountPath, ReadOnly: vm.ReadOnly})
+		mounts = append(mounts, podexec.Mount{Source: src, Target: vm.MountPath, ReadOnly: vm.ReadOnly || pv.readOnly})
 	}
 	return mounts, nil
 }
@@ -120,8 +114,79 @@ func (k *kubelet) hostPath(p string) string {
 	return p
 }
 
-func (k *kubelet) volumeSource(ctx context.Context, pod *corev1.Pod, rec *PodRecord, v corev1.Volume) (string, error) {
-	dir := filepath.Join(k.podDir(rec), "volumes", v.Name)
+// podVolume is a volume made for a pod: where it is on the node.
+type podVolume struct {
+	dir      string
+	readOnly bool // configMap, secret and projected volumes are mounted read-only, whatever the mount says
+}
+
+// source is where a mount of the volume with subPath comes from; a
+// subPath a writable volume lacks is made, a directory, as kubelet makes
+// it.
+func (v podVolume) source(subPath string) (string, error) {
+	if subPath == "" {
+		return v.dir, nil
+	}
+	p := filepath.Join(v.dir, filepath.Clean("/"+subPath))
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) && !v.readOnly {
+		if err := os.MkdirAll(p, 0o777); err != nil {
+			return "", fmt.Errorf("subPath %s: %w", subPath, err)
+		}
+		return p, os.Chmod(p, 0o777)
+	}
+	return p, nil
+}
+
+// subPath is a mount's subPath, or its subPathExpr with the container's
+// variables expanded ($(POD_NAME)), as kubelet expands it.
+func (k *kubelet) subPath(pod *corev1.Pod, rec *PodRecord, c corev1.Container, m corev1.VolumeMount) (string, error) {
+	if m.SubPathExpr == "" {
+		return m.SubPath, nil
+	}
+	env, err := k.podEnv(pod, rec, c)
+	if err != nil {
+		return "", err
+	}
+	vars := map[string]string{}
+	for _, kv := range env {
+		name, v, _ := strings.Cut(kv, "=")
+		vars[name] = v
+	}
+	p := expandVars(m.SubPathExpr, func(n string) (string, bool) { v, ok := vars[n]; return v, ok })
+	if strings.Contains("/"+p+"/", "/../") || filepath.IsAbs(p) {
+		return "", fmt.Errorf("subPathExpr %q expands to %q: not a relative path inside the volume", m.SubPathExpr, p)
+	}
+	return p, nil
+}
+
+// mountSource is where a container's mount of a volume comes from.
+func (k *kubelet) mountSource(pod *corev1.Pod, rec *PodRecord, c corev1.Container, m corev1.VolumeMount, v podVolume) (string, error) {
+	sub, err := k.subPath(pod, rec, c, m)
+	if err != nil {
+		return "", fmt.Errorf("volume mount %s: %w", m.Name, err)
+	}
+	return v.source(sub)
+}
+
+// errVolumeKind: a kind of volume the lab does not make.
+var errVolumeKind = errors.New("the lab makes hostPath, emptyDir, configMap, secret and projected volumes only")
+
+// makeVolume makes one of the pod's volumes (in dir, the pod's directory
+// for it, unless it is the node's), the one way for both kinds of
+// container (podfiles.go binds it into a container on the node's file
+// system, volumeMounts mounts it into an image's root), written in place
+// (a container of the pod that runs keeps seeing it):
+//
+//   - hostPath: the node's path (created for DirectoryOrCreate and
+//     FileOrCreate), through Config.HostPaths where the node keeps a
+//     directory of its own for a path every node of the machine shares;
+//   - emptyDir: a directory of the pod's any user may write;
+//   - configMap, secret: their keys (or items) as files, with kubelet's
+//     modes;
+//   - projected: a service account token bound to the pod (TokenRequest),
+//     ConfigMap keys and downward API fields, as kubelet writes the API
+//     server's kube-api-access volume.
+func (k *kubelet) makeVolume(ctx context.Context, pod *corev1.Pod, rec *PodRecord, v corev1.Volume, dir string) (podVolume, error) {
 	switch {
 	case v.HostPath != nil:
 		p := k.hostPath(v.HostPath.Path)
@@ -132,130 +197,104 @@ func (k *kubelet) volumeSource(ctx context.Context, pod *corev1.Pod, rec *PodRec
 		switch typ {
 		case corev1.HostPathDirectoryOrCreate:
 			if err := os.MkdirAll(p, 0o755); err != nil {
-				return "", err
+				return podVolume{}, err
 			}
 		case corev1.HostPathFileOrCreate:
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return "", err
+				return podVolume{}, err
 			}
 			f, err := os.OpenFile(p, os.O_CREATE|os.O_RDONLY, 0o644)
 			if err != nil {
-				return "", err
+				return podVolume{}, err
 			}
 			f.Close()
 		}
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("hostPath %s (type %q): %w", v.HostPath.Path, typ, err)
+			return podVolume{}, fmt.Errorf("hostPath %s (type %q): %w", v.HostPath.Path, typ, err)
 		}
-		return p, nil
+		return podVolume{dir: p}, nil
 	case v.EmptyDir != nil:
-		return dir, os.MkdirAll(dir, 0o755)
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return podVolume{}, err
+		}
+		return podVolume{dir: dir}, os.Chmod(dir, 0o777) // as kubelet's: any user of the pod writes there
 	case v.ConfigMap != nil:
-		files, err := k.configMapFiles(ctx, pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional)
+		data, err := k.volumeData(ctx, "ConfigMap", pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Optional)
 		if err != nil {
-			return "", err
+			return podVolume{}, err
 		}
-		return dir, writeVolumeFiles(dir, files)
+		return podVolume{dir: dir, readOnly: true}, writeKeys(dir, data, v.ConfigMap.Items, v.ConfigMap.DefaultMode)
+	case v.Secret != nil:
+		data, err := k.volumeData(ctx, "Secret", pod.Namespace, v.Secret.SecretName, v.Secret.Optional)
+		if err != nil {
+			return podVolume{}, err
+		}
+		return podVolume{dir: dir, readOnly: true}, writeKeys(dir, data, v.Secret.Items, v.Secret.DefaultMode)
 	case v.Projected != nil:
-		files := map[string][]byte{}
-		for _, s := range v.Projected.Sources {
-			switch {
-			case s.ServiceAccountToken != nil:
-				if k.objects == nil {
-					return "", errors.New("a service account token needs the API server (this kubelet has none)")
-				}
-				var aud []string
-				if s.ServiceAccountToken.Audience != "" {
-					aud = []string{s.ServiceAccountToken.Audience}
-				}
-				tok, err := k.objects.token(ctx, pod, aud, s.ServiceAccountToken.ExpirationSeconds)
-				if err != nil {
-					return "", err
-				}
-				files[s.ServiceAccountToken.Path] = []byte(tok)
-			case s.ConfigMap != nil:
-				cm, err := k.configMapFiles(ctx, pod.Namespace, s.ConfigMap.Name, s.ConfigMap.Items, s.ConfigMap.Optional)
-				if err != nil {
-					return "", err
-				}
-				for name, data := range cm {
-					files[name] = data
-				}
-			case s.DownwardAPI != nil:
-				for _, item := range s.DownwardAPI.Items {
-					if item.FieldRef == nil {
-						return "", fmt.Errorf("downward API item %s: only fieldRef is made", item.Path)
-					}
-					val, err := fieldRefValue(pod, rec, item.FieldRef.FieldPath)
-					if err != nil {
-						return "", err
-					}
-					files[item.Path] = []byte(val)
-				}
-			default:
-				return "", errors.New("a projected source other than serviceAccountToken, configMap or downwardAPI: the lab does not make it")
-			}
+		files, err := k.projectedFiles(ctx, pod, rec, v.Projected)
+		if err != nil {
+			return podVolume{}, err
 		}
-		return dir, writeVolumeFiles(dir, files)
+		return podVolume{dir: dir, readOnly: true}, writeKeys(dir, files, nil, v.Projected.DefaultMode)
 	}
-	return "", errors.New("the lab makes hostPath, emptyDir, configMap and projected volumes only")
+	return podVolume{}, errVolumeKind
 }
 
-func (k *kubelet) configMapFiles(ctx context.Context, namespace, name string, items []corev1.KeyToPath, optional *bool) (map[string][]byte, error) {
-	if k.objects == nil {
-		return nil, errors.New("a ConfigMap volume needs the API server (this kubelet has none)")
-	}
-	cm, err := k.objects.configMap(ctx, namespace, name)
-	if err != nil {
-		if optional != nil && *optional {
-			return nil, nil
-		}
-		return nil, err
-	}
-	all := map[string][]byte{}
-	for key, val := range cm.Data {
-		all[key] = []byte(val)
-	}
-	for key, val := range cm.BinaryData {
-		all[key] = val
-	}
-	if len(items) == 0 {
-		return all, nil
-	}
+// projectedFiles are a projected volume's files by path.
+func (k *kubelet) projectedFiles(ctx context.Context, pod *corev1.Pod, rec *PodRecord, p *corev1.ProjectedVolumeSource) (map[string][]byte, error) {
 	files := map[string][]byte{}
-	for _, it := range items {
-		data, ok := all[it.Key]
-		if !ok {
-			return nil, fmt.Errorf("ConfigMap %s/%s has no key %s", namespace, name, it.Key)
+	for _, s := range p.Sources {
+		switch {
+		case s.ServiceAccountToken != nil:
+			if k.objects == nil {
+				return nil, errors.New("a service account token needs the API server (this kubelet has none)")
+			}
+			var aud []string
+			if s.ServiceAccountToken.Audience != "" {
+				aud = []string{s.ServiceAccountToken.Audience}
+			}
+			tok, err := k.objects.token(ctx, pod, aud, s.ServiceAccountToken.ExpirationSeconds)
+			if err != nil {
+				return nil, err
+			}
+			files[s.ServiceAccountToken.Path] = []byte(tok)
+		case s.ConfigMap != nil:
+			data, err := k.volumeData(ctx, "ConfigMap", pod.Namespace, s.ConfigMap.Name, s.ConfigMap.Optional)
+			if err != nil {
+				return nil, err
+			}
+			if len(s.ConfigMap.Items) == 0 {
+				maps.Copy(files, data)
+			}
+			for _, it := range s.ConfigMap.Items {
+				d, ok := data[it.Key]
+				if !ok {
+					return nil, fmt.Errorf("ConfigMap %s/%s has no key %s", pod.Namespace, s.ConfigMap.Name, it.Key)
+				}
+				files[it.Path] = d
+			}
+		case s.DownwardAPI != nil:
+			for _, item := range s.DownwardAPI.Items {
+				if item.FieldRef == nil {
+					return nil, fmt.Errorf("downward API item %s: only fieldRef is made", item.Path)
+				}
+				val, err := k.fieldRefValue(pod, rec, item.FieldRef.FieldPath)
+				if err != nil {
+					return nil, err
+				}
+				files[item.Path] = []byte(val)
+			}
+		default:
+			return nil, errors.New("a projected source other than serviceAccountToken, configMap or downwardAPI: the lab does not make it")
 		}
-		files[it.Path] = data
 	}
 	return files, nil
 }
 
-// writeVolumeFiles writes a volume's files afresh.
-func writeVolumeFiles(dir string, files map[string][]byte) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for name, data := range files {
-		p := filepath.Join(dir, filepath.Clean("/"+name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // fieldRefValue is a downward API field of the pod, as kubelet resolves
-// an env var's or a volume item's fieldRef.
-func fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error) {
+// an env var's or a volume item's fieldRef (the host's address is the
+// node's, before the pod's status has it).
+func (k *kubelet) fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error) {
 	switch field {
 	case "metadata.name":
 		return pod.Name, nil
@@ -267,11 +306,12 @@ func fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.podIP":
-		return rec.IP, nil
-	case "status.podIPs":
+	case "status.podIP", "status.podIPs":
 		return rec.IP, nil
 	case "status.hostIP", "status.hostIPs":
+		if k.cfg.NodeIP.IsValid() {
+			return k.cfg.NodeIP.String(), nil
+		}
 		return pod.Status.HostIP, nil
 	}
 	if key, ok := strings.CutPrefix(field, "metadata.labels['"); ok {
@@ -281,14 +321,4 @@ func fieldRefValue(pod *corev1.Pod, rec *PodRecord, field string) (string, error
 		return pod.Annotations[strings.TrimSuffix(key, "']")], nil
 	}
 	return "", fmt.Errorf("fieldRef %s: not a field the lab resolves", field)
-}
-
-// envValue is an env var's value: its value, or its fieldRef resolved.
-func envValue(pod *corev1.Pod, rec *PodRecord, e corev1.EnvVar) string {
-	if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-		if v, err := fieldRefValue(pod, rec, e.ValueFrom.FieldRef.FieldPath); err == nil {
-			return v
-		}
-	}
-	return e.Value
 }

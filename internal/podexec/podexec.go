@@ -186,7 +186,7 @@ func Start(t Target, cmd *exec.Cmd) error {
 			}
 		}
 		if t.Security != nil {
-			if err := restrictThread(mask); err != nil {
+			if err := restrictThread(mask, cmd.SysProcAttr.Credential != nil); err != nil {
 				errc <- err
 				return
 			}

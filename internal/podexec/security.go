@@ -67,7 +67,15 @@ func (s Security) kept() (uint64, error) {
 // restrictThread leaves the calling (locked, never reused) thread only the
 // capabilities in mask, in its bounding set too, so a child it forks and
 // execs as root gets exactly them and can never regain the others.
-func restrictThread(mask uint64) error {
+//
+// A child that changes its user first (Security.UID, GID: Go's fork does
+// setgroups, setgid, setuid before exec) needs CAP_SETUID and CAP_SETGID
+// for that: withCredential keeps them in the thread's permitted and
+// effective sets, not in its bounding or inheritable sets, so the exec
+// still leaves the process only mask (a root process gets its bounding
+// set; a process that is no longer root none, as a runtime's non-root
+// container).
+func restrictThread(mask uint64, withCredential bool) error {
 	last, err := lastCap()
 	if err != nil {
 		return err
@@ -85,11 +93,15 @@ func restrictThread(mask uint64) error {
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("reading capabilities: %w", err)
 	}
+	keep := mask
+	if withCredential {
+		keep |= 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
+	}
 	for i := range data {
-		part := uint32(mask >> (32 * i))
-		data[i].Effective &= part
-		data[i].Permitted &= part
-		data[i].Inheritable = data[i].Permitted
+		part, keepPart := uint32(mask>>(32*i)), uint32(keep>>(32*i))
+		data[i].Effective &= keepPart
+		data[i].Permitted &= keepPart
+		data[i].Inheritable = data[i].Permitted & part
 	}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("setting capabilities: %w", err)

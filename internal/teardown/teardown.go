@@ -12,6 +12,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/mountpoint"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/tcfilter"
 )
@@ -45,6 +46,8 @@ func Instance(inst instance.Instance) error {
 		Pins(inst.PinDir()),
 		os.RemoveAll(inst.StateDir()),
 		os.RemoveAll(inst.RunDir()),
+		// The mount points its pods' containers needed on the machine.
+		mountpoint.ReleaseInstance(inst.Name),
 	)
 	return errors.Join(errs...)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -199,8 +197,9 @@ func (e *env) shunt(nd labNode, args ...string) error {
 	return run("nsenter", argv...)
 }
 
-// startNode registers the Node as a kubelet does (its address, capacity
-// and system information) and starts its agent.
+// startNode registers the Node with its address and starts its agent,
+// whose kubelet writes the rest of its status (capacity, allocatable,
+// system information) with its Ready condition.
 func (e *env) startNode(ctx context.Context, nd *labNode) error {
 	nodes := e.client.CoreV1().Nodes()
 	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nd.instance, Labels: map[string]string{
@@ -211,11 +210,6 @@ func (e *env) startNode(ctx context.Context, nd *labNode) error {
 	e.undo = append(e.undo, func() error {
 		return nodes.Delete(context.Background(), nd.instance, metav1.DeleteOptions{})
 	})
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(memTotal(), resource.BinarySI),
-		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
-	}
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node, err := nodes.Get(ctx, nd.instance, metav1.GetOptions{})
 		if err != nil {
@@ -225,9 +219,6 @@ func (e *env) startNode(ctx context.Context, nd *labNode) error {
 		// first, could not resolve it; it reaches the node (its kubelet
 		// port) at the InternalIP, through this machine's underlay leg.
 		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nd.addr}}
-		node.Status.Capacity, node.Status.Allocatable = capacity, capacity
-		node.Status.NodeInfo = corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: runtime.GOARCH,
-			KubeletVersion: kubecluster.KubeVersion, ContainerRuntimeVersion: "shunt-lab://" + kubecluster.KubeVersion}
 		_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
@@ -289,21 +280,4 @@ func (e *env) down() error {
 	}
 	e.undo, e.relays = nil, nil
 	return errors.Join(errs...)
-}
-
-// memTotal is the machine's memory, as a kubelet reports its capacity.
-func memTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 1 << 30
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if f := strings.Fields(s.Text()); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 1 << 30
 }
