@@ -40,6 +40,9 @@ func (o Object) Kind() string {
 	if o.Obj == nil {
 		return ""
 	}
+	if _, ok := o.Obj.(*gatewayv1.GRPCRoute); ok {
+		return KindGRPCRoute // also when built in code, without TypeMeta
+	}
 	return o.Obj.GetObjectKind().GroupVersionKind().Kind
 }
 
@@ -62,7 +65,10 @@ const (
 	KindNetworkPolicy      = "NetworkPolicy"
 	KindShuntNetworkPolicy = "ShuntNetworkPolicy"
 	KindHTTPRoute          = "HTTPRoute"
-	KindNode               = "Node"
+	// KindGRPCRoute comes from the API server only (kubesource): manifests
+	// of the lab do not take it.
+	KindGRPCRoute = "GRPCRoute"
+	KindNode      = "Node"
 )
 
 // GatewayAPIVersion is the apiVersion of the Gateway API kinds (HTTPRoute).

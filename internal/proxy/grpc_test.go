@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/shuntnet/shunt/internal/proxyapi"
@@ -64,5 +65,71 @@ func TestGRPCThroughARoute(t *testing.T) {
 	if fl.HTTP.Protocol != "HTTP/2" || fl.HTTP.Path != "/grpc.health.v1.Health/Check" || fl.HTTP.Status != 200 ||
 		fl.HTTP.Route != "default/greeter" || fl.HTTP.BackendPod != "default/greeter" {
 		t.Errorf("flow %+v", fl.HTTP)
+	}
+}
+
+// A GRPCRoute, as internal/l7 translates it: its method match is the
+// path "/service/method", its header match a header match, and the proxy
+// sends each call to the rule's backend; an HTTPRoute may have its name.
+func TestGRPCRouteMethodAndHeaderMatch(t *testing.T) {
+	serve := func(name, ip string, st healthpb.HealthCheckResponse_ServingStatus) *testBackend {
+		ln, err := net.Listen("tcp", ip+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		hs := health.NewServer()
+		hs.SetServingStatus("greeter", st)
+		healthpb.RegisterHealthServer(srv, hs)
+		go srv.Serve(ln)
+		t.Cleanup(srv.Stop)
+		return &testBackend{name: name, addr: netip.MustParseAddrPort(ln.Addr().String())}
+	}
+	v1 := serve("greeter-v1", "127.0.3.2", healthpb.HealthCheckResponse_SERVING)
+	v2 := serve("greeter-v2", "127.0.3.3", healthpb.HealthCheckResponse_NOT_SERVING)
+	to := func(svc string) []proxyapi.RouteBackend {
+		return []proxyapi.RouteBackend{{Service: svc, Port: 9090, Weight: 1}}
+	}
+	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(v1, v2),
+		Services: []proxyapi.Service{
+			svcPort("default/greeter", "10.96.0.72", 9090),
+			svcPort("default/greeter-v1", "10.96.0.73", 9090, v1),
+			svcPort("default/greeter-v2", "10.96.0.74", 9090, v2),
+		},
+		Routes: []proxyapi.Route{
+			{Name: "default/greeter", Kind: "GRPCRoute", Parents: []proxyapi.ParentRef{{Service: "default/greeter", Port: 9090}}, Rules: []proxyapi.RouteRule{
+				{Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchExact, Value: "/grpc.health.v1.Health/Check"},
+					Headers: []proxyapi.HeaderMatch{{Name: "x-version", Value: "2"}}}}, Backends: to("default/greeter-v2")},
+				{Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: "/grpc.health.v1.Health"}}}, Backends: to("default/greeter-v1")},
+			}},
+			{Name: "default/greeter", Parents: []proxyapi.ParentRef{{Service: "default/greeter-v1", Port: 9090}},
+				Rules: []proxyapi.RouteRule{{Backends: to("default/greeter-v1")}}},
+		},
+	})
+	h.dials(frontend, "10.96.0.72:9090")
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(frontend.ip)}}
+	conn, err := grpc.NewClient("passthrough:///greeter:9090",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", h.addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hc := healthpb.NewHealthClient(conn)
+	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "greeter"})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("Check without x-version: %v %v, want SERVING from greeter-v1", resp, err)
+	}
+	if fl := h.nextFlow(); fl.HTTP.Route != "default/greeter" || fl.HTTP.BackendPod != "default/greeter-v1" {
+		t.Errorf("flow %+v, want default/greeter to greeter-v1", fl.HTTP)
+	}
+	resp, err = hc.Check(metadata.AppendToOutgoingContext(ctx, "x-version", "2"), &healthpb.HealthCheckRequest{Service: "greeter"})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("Check with x-version 2: %v %v, want NOT_SERVING from greeter-v2", resp, err)
+	}
+	if fl := h.nextFlow(); fl.HTTP.Route != "default/greeter" || fl.HTTP.BackendPod != "default/greeter-v2" {
+		t.Errorf("flow %+v, want default/greeter to greeter-v2", fl.HTTP)
 	}
 }

@@ -19,14 +19,14 @@ import (
 )
 
 // MeshFeatures are what shunt claims, unless --supported-features says
-// otherwise: the MESH-HTTP profile's core (Mesh, HTTPRoute) and every
-// extended mesh feature, and the HTTPRoute features its mesh tests also
-// need (response headers, parentRef ports, redirect status codes).
-// GRPCRoute (the MESH-GRPC profile) is not among them: shunt does not
-// implement GRPCRoutes.
+// otherwise: the core of the MESH-HTTP profile (Mesh, HTTPRoute) and of the
+// MESH-GRPC profile (Mesh, GRPCRoute), every extended mesh feature, and the
+// HTTPRoute features its mesh tests also need (response headers, parentRef
+// ports, redirect status codes).
 var MeshFeatures = []features.FeatureName{
 	features.SupportMesh,
 	features.SupportHTTPRoute,
+	features.SupportGRPCRoute,
 	features.SupportMeshClusterIPMatching,
 	features.SupportMeshConsumerRoute,
 	features.SupportMeshHTTPRouteRewritePath,
@@ -49,7 +49,7 @@ func TestMeshConformance(t *testing.T) {
 		opts.SupportedFeatures = MeshFeatures
 	}
 	if len(opts.ConformanceProfiles) == 0 {
-		opts.ConformanceProfiles = []suite.ConformanceProfileName{suite.MeshHTTPConformanceProfileName}
+		opts.ConformanceProfiles = []suite.ConformanceProfileName{suite.MeshHTTPConformanceProfileName, suite.MeshGRPCConformanceProfileName}
 	}
 	if opts.Implementation.Organization == "" {
 		opts.Implementation = confv1.Implementation{
