@@ -21,17 +21,7 @@ import (
 // A gRPC health check through a route: HTTP/2 end to end, and the status
 // comes back in trailers, also when it is an error.
 func TestGRPCThroughARoute(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.3.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	hs := health.NewServer()
-	hs.SetServingStatus("greeter", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	greeter := &testBackend{name: "greeter", addr: netip.MustParseAddrPort(ln.Addr().String())}
+	greeter := serveHealth(t, "greeter", "127.0.3.1", healthpb.HealthCheckResponse_SERVING)
 
 	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(greeter),
 		Services: []proxyapi.Service{
@@ -41,15 +31,7 @@ func TestGRPCThroughARoute(t *testing.T) {
 		Routes: []proxyapi.Route{{Name: "default/greeter", Parents: []proxyapi.ParentRef{{Service: "default/greeter-front", Port: 9090}},
 			Rules: []proxyapi.RouteRule{{Backends: []proxyapi.RouteBackend{{Service: "default/greeter", Port: 9090, Weight: 1}}}}}},
 	})
-	h.dials(frontend, "10.96.0.70:9090")
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(frontend.ip)}}
-	conn, err := grpc.NewClient("passthrough:///greeter-front:9090",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", h.addr) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := grpcThroughProxy(t, h, "greeter-front", "10.96.0.70:9090")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	hc := healthpb.NewHealthClient(conn)
@@ -72,21 +54,8 @@ func TestGRPCThroughARoute(t *testing.T) {
 // path "/service/method", its header match a header match, and the proxy
 // sends each call to the rule's backend; an HTTPRoute may have its name.
 func TestGRPCRouteMethodAndHeaderMatch(t *testing.T) {
-	serve := func(name, ip string, st healthpb.HealthCheckResponse_ServingStatus) *testBackend {
-		ln, err := net.Listen("tcp", ip+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		hs := health.NewServer()
-		hs.SetServingStatus("greeter", st)
-		healthpb.RegisterHealthServer(srv, hs)
-		go srv.Serve(ln)
-		t.Cleanup(srv.Stop)
-		return &testBackend{name: name, addr: netip.MustParseAddrPort(ln.Addr().String())}
-	}
-	v1 := serve("greeter-v1", "127.0.3.2", healthpb.HealthCheckResponse_SERVING)
-	v2 := serve("greeter-v2", "127.0.3.3", healthpb.HealthCheckResponse_NOT_SERVING)
+	v1 := serveHealth(t, "greeter-v1", "127.0.3.2", healthpb.HealthCheckResponse_SERVING)
+	v2 := serveHealth(t, "greeter-v2", "127.0.3.3", healthpb.HealthCheckResponse_NOT_SERVING)
 	to := func(svc string) []proxyapi.RouteBackend {
 		return []proxyapi.RouteBackend{{Service: svc, Port: 9090, Weight: 1}}
 	}
@@ -106,15 +75,7 @@ func TestGRPCRouteMethodAndHeaderMatch(t *testing.T) {
 				Rules: []proxyapi.RouteRule{{Backends: to("default/greeter-v1")}}},
 		},
 	})
-	h.dials(frontend, "10.96.0.72:9090")
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(frontend.ip)}}
-	conn, err := grpc.NewClient("passthrough:///greeter:9090",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", h.addr) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := grpcThroughProxy(t, h, "greeter", "10.96.0.72:9090")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	hc := healthpb.NewHealthClient(conn)
@@ -132,4 +93,39 @@ func TestGRPCRouteMethodAndHeaderMatch(t *testing.T) {
 	if fl := h.nextFlow(); fl.HTTP.Route != "default/greeter" || fl.HTTP.BackendPod != "default/greeter-v2" {
 		t.Errorf("flow %+v, want default/greeter to greeter-v2", fl.HTTP)
 	}
+}
+
+// serveHealth serves gRPC health checks on ip:0, the service "greeter" in
+// status st.
+func serveHealth(t *testing.T, name, ip string, st healthpb.HealthCheckResponse_ServingStatus) *testBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("greeter", st)
+	healthpb.RegisterHealthServer(srv, hs)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return &testBackend{name: name, addr: netip.MustParseAddrPort(ln.Addr().String())}
+}
+
+// grpcThroughProxy is a gRPC client of the frontend pod whose connection
+// the proxy takes as one dialled to dst (a service port), with authority
+// host.
+func grpcThroughProxy(t *testing.T, h *harness, host, dst string) *grpc.ClientConn {
+	t.Helper()
+	h.dials(frontend, dst)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(frontend.ip)}}
+	_, port, _ := net.SplitHostPort(dst)
+	conn, err := grpc.NewClient("passthrough:///"+host+":"+port,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", h.addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
