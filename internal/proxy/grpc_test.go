@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,9 @@ func TestGRPCRouteMethodAndHeaderMatch(t *testing.T) {
 				{Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchExact, Value: "/grpc.health.v1.Health/Check"},
 					Headers: []proxyapi.HeaderMatch{{Name: "x-version", Value: "2"}}}}, Backends: to("default/greeter-v2")},
 				{Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: "/grpc.health.v1.Health"}}}, Backends: to("default/greeter-v1")},
+				{Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchExact, Value: "/grpc.health.v1.Health/Check"},
+					Headers: []proxyapi.HeaderMatch{{Name: "x-version", Value: "3"}}}},
+					Backends: []proxyapi.RouteBackend{{Service: "default/gone", Port: 9090, Weight: 1, Unresolved: "service default/gone not found"}}},
 			}},
 			{Name: "default/greeter", Parents: []proxyapi.ParentRef{{Service: "default/greeter-v1", Port: 9090}},
 				Rules: []proxyapi.RouteRule{{Backends: to("default/greeter-v1")}}},
@@ -92,6 +96,21 @@ func TestGRPCRouteMethodAndHeaderMatch(t *testing.T) {
 	}
 	if fl := h.nextFlow(); fl.HTTP.Route != "default/greeter" || fl.HTTP.BackendPod != "default/greeter-v2" {
 		t.Errorf("flow %+v, want default/greeter to greeter-v2", fl.HTTP)
+	}
+
+	// The proxy's own refusals are gRPC statuses: a backendRef that does
+	// not resolve is UNAVAILABLE (the GRPCRoute spec), a call no rule
+	// matches UNIMPLEMENTED; the flows keep the HTTP status.
+	_, err = hc.Check(metadata.AppendToOutgoingContext(ctx, "x-version", "3"), &healthpb.HealthCheckRequest{Service: "greeter"})
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "service default/gone not found") {
+		t.Errorf("Check to an unresolved backendRef: %v, want Unavailable naming the backendRef", err)
+	}
+	if fl := h.nextFlow(); fl.HTTP.Status != 500 || fl.DropReason != reasonUnresolved {
+		t.Errorf("flow %+v (%s), want 500, %s", fl.HTTP, fl.DropReason, reasonUnresolved)
+	}
+	err = conn.Invoke(ctx, "/other.Service/Call", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+	if st := status.Convert(err); st.Code() != codes.Unimplemented || !strings.Contains(st.Message(), "no route of default/greeter:9090 matches POST /other.Service/Call") {
+		t.Errorf("a call no rule matches: %v, want Unimplemented", err)
 	}
 }
 

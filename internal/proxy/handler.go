@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -72,10 +74,51 @@ func (x *exchange) refuse(ref *refusal) {
 }
 
 // refuse answers a request the proxy does not forward: one short line, and
-// the connection stays usable.
+// the connection stays usable. A gRPC call gets a gRPC status instead
+// (grpcRefusal); its flow keeps the HTTP status of the refusal.
 func (p *Proxy) refuse(w http.ResponseWriter, x *exchange, ref *refusal) {
 	x.refuse(ref)
+	if isGRPC(x.req) {
+		grpcRefusal(w, ref)
+		return
+	}
 	http.Error(w, ref.msg, ref.status)
+}
+
+// gRPC status codes of the proxy's refusals (google.golang.org/grpc/codes).
+const (
+	grpcPermissionDenied = 7
+	grpcUnimplemented    = 12
+	grpcInternal         = 13
+	grpcUnavailable      = 14
+)
+
+func isGRPC(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return r.ProtoMajor == 2 && (ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+") || strings.HasPrefix(ct, "application/grpc;"))
+}
+
+// grpcRefusal answers a gRPC call the proxy refuses as gRPC servers do, a
+// "trailers-only" response: HTTP 200 whose headers carry grpc-status and
+// grpc-message. A gRPC client would read a bare HTTP 500 as UNKNOWN; the
+// GRPCRoute spec asks UNAVAILABLE for a call to a backendRef that does not
+// resolve (and for a rule without one), and the others get the codes gRPC
+// maps their HTTP statuses to.
+func grpcRefusal(w http.ResponseWriter, ref *refusal) {
+	code := grpcInternal
+	switch {
+	case ref.reason == reasonUnresolved || ref.reason == reasonNoWeight || ref.status == http.StatusServiceUnavailable:
+		code = grpcUnavailable
+	case ref.status == http.StatusNotFound:
+		code = grpcUnimplemented
+	case ref.status == http.StatusForbidden:
+		code = grpcPermissionDenied
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/grpc")
+	h.Set("Grpc-Status", strconv.Itoa(code))
+	h.Set("Grpc-Message", url.PathEscape(ref.msg)) // percent-encoded, as gRPC asks
+	w.WriteHeader(http.StatusOK)
 }
 
 // finish records the exchange: metrics and its flow record.
