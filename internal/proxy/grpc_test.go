@@ -148,3 +148,31 @@ func grpcThroughProxy(t *testing.T, h *harness, host, dst string) *grpc.ClientCo
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// A gRPC call an HTTP policy denies is PERMISSION_DENIED to the client,
+// and a 403 in its flow.
+func TestGRPCPolicyDenialIsAGRPCStatus(t *testing.T) {
+	greeter := serveHealth(t, "greeter", "127.0.3.4", healthpb.HealthCheckResponse_SERVING)
+	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(greeter),
+		Services: []proxyapi.Service{svcPort("default/greeter", "10.96.0.75", 9090, greeter)},
+		Policies: []proxyapi.PortPolicy{{Endpoint: greeter.addr.Addr().String(), Port: greeter.addr.Port(), Isolated: true,
+			Rules: []proxyapi.L7Rule{{Name: "health-only", Action: proxyapi.ActionAllow, AnyPeer: true,
+				HTTP: []proxyapi.HTTPRule{{Path: "/grpc.health.v1.Health/Check"}}}}}},
+	})
+	conn := grpcThroughProxy(t, h, "greeter", "10.96.0.75:9090")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "greeter"}); err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("allowed Check: %v %v", resp, err)
+	}
+	if fl := h.nextFlow(); fl.HTTP.Status != 200 {
+		t.Errorf("flow %+v, want 200", fl.HTTP)
+	}
+	err := conn.Invoke(ctx, "/other.Service/Call", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+	if st := status.Convert(err); st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "health-only") {
+		t.Errorf("a call the policy denies: %v, want PermissionDenied naming the rule", err)
+	}
+	if fl := h.nextFlow(); fl.HTTP.Status != 403 || fl.Verdict != "DROPPED" {
+		t.Errorf("flow %+v (%s), want 403, dropped", fl.HTTP, fl.Verdict)
+	}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -100,11 +101,17 @@ func isGRPC(r *http.Request) bool {
 
 // grpcRefusal answers a gRPC call the proxy refuses as gRPC servers do, a
 // "trailers-only" response: HTTP 200 whose headers carry grpc-status and
-// grpc-message. A gRPC client would read a bare HTTP 500 as UNKNOWN; the
-// GRPCRoute spec asks UNAVAILABLE for a call to a backendRef that does not
-// resolve (and for a rule without one), and the others get the codes gRPC
-// maps their HTTP statuses to.
+// grpc-message (grpcRefusalHeader).
 func grpcRefusal(w http.ResponseWriter, ref *refusal) {
+	maps.Copy(w.Header(), grpcRefusalHeader(ref))
+	w.WriteHeader(http.StatusOK)
+}
+
+// grpcRefusalHeader is the header of a gRPC refusal. A gRPC client would
+// read a bare HTTP 500 as UNKNOWN; the GRPCRoute spec asks UNAVAILABLE for
+// a call to a backendRef that does not resolve (and for a rule without
+// one), and the others get the codes gRPC maps their HTTP statuses to.
+func grpcRefusalHeader(ref *refusal) http.Header {
 	code := grpcInternal
 	switch {
 	case ref.reason == reasonUnresolved || ref.reason == reasonNoWeight || ref.status == http.StatusServiceUnavailable:
@@ -114,11 +121,11 @@ func grpcRefusal(w http.ResponseWriter, ref *refusal) {
 	case ref.status == http.StatusForbidden:
 		code = grpcPermissionDenied
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/grpc")
-	h.Set("Grpc-Status", strconv.Itoa(code))
-	h.Set("Grpc-Message", url.PathEscape(ref.msg)) // percent-encoded, as gRPC asks
-	w.WriteHeader(http.StatusOK)
+	return http.Header{
+		"Content-Type": {"application/grpc"},
+		"Grpc-Status":  {strconv.Itoa(code)},
+		"Grpc-Message": {url.PathEscape(ref.msg)}, // percent-encoded, as gRPC asks
+	}
 }
 
 // finish records the exchange: metrics and its flow record.
