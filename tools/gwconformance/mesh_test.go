@@ -1,6 +1,7 @@
 // Package gwconformance runs the Gateway API conformance suite's mesh
-// tests (GAMMA: HTTPRoutes whose parent is a Service) against the cluster
-// of $KUBECONFIG or --kubeconfig, as the suite's own TestConformance does,
+// tests (GAMMA: HTTPRoutes and GRPCRoutes whose parent is a Service)
+// against the cluster of $KUBECONFIG or --kubeconfig, as the suite's own
+// TestConformance does,
 // with the features shunt claims. test/conformance --suite gateway-mesh
 // brings a lab cluster up and runs the test binary of this package.
 package gwconformance
