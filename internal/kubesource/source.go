@@ -54,6 +54,7 @@ type Config struct {
 var (
 	ShuntPolicyGVR = schema.GroupVersionResource{Group: "shunt.io", Version: "v1alpha1", Resource: "shuntnetworkpolicies"}
 	HTTPRouteGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+	GRPCRouteGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "grpcroutes"}
 )
 
 // Source is one connection to an API server.
@@ -154,6 +155,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}{
 		{ShuntPolicyGVR, convert[manifest.ShuntNetworkPolicy]},
 		{HTTPRouteGVR, convert[gatewayv1.HTTPRoute]},
+		{GRPCRouteGVR, convert[gatewayv1.GRPCRoute]},
 	} {
 		if served, err := kc.Serves(ctx, c.gvr); !served {
 			if err != nil {

@@ -26,6 +26,7 @@ import (
 
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/shuntnet/shunt/internal/meshroute"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/proxyapi"
@@ -80,7 +81,8 @@ const tcp = 6
 func Compute(in Input) Result {
 	var res Result
 	res.PodProxies, res.Warnings = podProxies(in)
-	routes := in.Store.HTTPRoutes()
+	routes := meshroute.Routes(in.Store.HTTPRoutes(), in.Store.GRPCRoutes())
+	conflicts := meshroute.Conflicting(routes)
 	if len(routes) == 0 && (in.Policy == nil || len(in.Policy.L7) == 0) && (in.Cluster == nil || len(in.Cluster.L7) == 0) {
 		return res
 	}
@@ -96,7 +98,7 @@ func Compute(in Input) Result {
 	usedServices := map[string]bool{}
 
 	for _, rt := range routes {
-		r := route(rt, byName)
+		r := route(rt, conflicts, byName)
 		if len(r.Parents) == 0 {
 			continue
 		}
@@ -167,20 +169,22 @@ func Compute(in Input) Result {
 	return res
 }
 
-// route turns an HTTPRoute into the proxy's form: parents that are services
-// of the route's namespace, rules with their matches, backends (refs that
-// name no service port are kept with the reason, so their share gets 500),
+// route turns an HTTPRoute or a GRPCRoute (in HTTPRoute form) into the
+// proxy's form: parents that are services (but those a route of the other
+// kind holds), rules with their matches, backends (refs that name no
+// service port are kept with the reason, so their share gets 500),
 // timeouts and retries.
-func route(rt *gatewayv1.HTTPRoute, byName map[string][]services.Port) proxyapi.Route {
+func route(mr meshroute.Route, conflicts meshroute.Conflicts, byName map[string][]services.Port) proxyapi.Route {
+	rt := mr.HTTPRoute
 	r := proxyapi.Route{Name: rt.Namespace + "/" + rt.Name, Created: rt.CreationTimestamp.Time}
-	for _, pr := range rt.Spec.ParentRefs {
-		if !isService(pr.Group, pr.Kind) {
+	if mr.Kind != meshroute.KindHTTPRoute {
+		r.Kind = mr.Kind
+	}
+	for i, pr := range rt.Spec.ParentRefs {
+		if !meshroute.IsService(pr.Group, pr.Kind) || conflicts.Rejected(mr, i) != "" {
 			continue
 		}
-		ns := rt.Namespace
-		if pr.Namespace != nil && *pr.Namespace != "" {
-			ns = string(*pr.Namespace)
-		}
+		ns := meshroute.ParentNamespace(rt, pr)
 		parent := proxyapi.ParentRef{Service: ns + "/" + string(pr.Name)}
 		if ns != rt.Namespace {
 			parent.Consumer = rt.Namespace
@@ -293,10 +297,6 @@ func pathModifier(p *gatewayv1.HTTPPathModifier) *proxyapi.PathModifier {
 		return &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: *p.ReplacePrefixMatch}
 	}
 	return &proxyapi.PathModifier{Type: string(p.Type)} // the proxy refuses what it does not know
-}
-
-func isService(group *gatewayv1.Group, kind *gatewayv1.Kind) bool {
-	return (group == nil || *group == "") && kind != nil && *kind == "Service"
 }
 
 func backend(ns string, ref gatewayv1.BackendRef, byName map[string][]services.Port) proxyapi.RouteBackend {

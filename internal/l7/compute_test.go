@@ -1,17 +1,21 @@
 package l7
 
 import (
+	"fmt"
 	"net/http"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/shuntnet/shunt/internal/manifest"
+	"github.com/shuntnet/shunt/internal/meshroute"
+	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/proxy/l7policy"
 	"github.com/shuntnet/shunt/internal/proxyapi"
@@ -162,7 +166,7 @@ func TestRouteFiltersAndConsumers(t *testing.T) {
 			},
 		},
 	}
-	got := route(rt, map[string][]services.Port{})
+	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, map[string][]services.Port{})
 	wantParents := []proxyapi.ParentRef{{Service: "producer/echo", Consumer: "consumer"}, {Service: "consumer/local"}}
 	if !reflect.DeepEqual(got.Parents, wantParents) {
 		t.Errorf("parents %+v, want %+v", got.Parents, wantParents)
@@ -184,5 +188,78 @@ func TestRouteFiltersAndConsumers(t *testing.T) {
 	}
 	if f := got.Rules[0].Backends[1].Filters; f == nil || f.Unsupported != "filter URLRewrite (on a backendRef) is not implemented by shunt's proxy" {
 		t.Errorf("a backendRef's URLRewrite: %+v, want it named unsupported", f)
+	}
+}
+
+// A GRPCRoute on a Service port reaches the proxy as a route of kind
+// GRPCRoute whose method match is the path "/service/method", with its
+// weights; an HTTPRoute created after it on the same Service port is
+// rejected there (the oldest of the two kinds is accepted) and keeps its
+// other parents.
+func TestGRPCRouteAndConflictWithHTTPRoute(t *testing.T) {
+	svcKind := gatewayv1.Kind("Service")
+	port := func(p gatewayv1.PortNumber) *gatewayv1.PortNumber { return &p }
+	weight := func(w int32) *int32 { return &w }
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := &gatewayv1.GRPCRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: "echo", CreationTimestamp: metav1.NewTime(t0)},
+		Spec: gatewayv1.GRPCRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &svcKind, Name: "echo", Port: port(7070)}}},
+			Rules: []gatewayv1.GRPCRouteRule{{
+				Matches: []gatewayv1.GRPCRouteMatch{{Method: &gatewayv1.GRPCMethodMatch{Service: new("echo.Echo"), Method: new("Echo")},
+					Headers: []gatewayv1.GRPCHeaderMatch{{Name: "x-version", Value: "2"}}}},
+				BackendRefs: []gatewayv1.GRPCBackendRef{
+					{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "echo-v1", Port: port(7070)}, Weight: weight(70)}},
+					{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "echo-v2", Port: port(7070)}, Weight: weight(30)}},
+				},
+			}},
+		},
+	}
+	h := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: "echo", CreationTimestamp: metav1.NewTime(t0.Add(time.Minute))},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &svcKind, Name: "echo"}, {Kind: &svcKind, Name: "echo-v2", Port: port(80)}}},
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{
+				{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "echo-v1", Port: port(7070)}}}}}},
+		},
+	}
+	store := model.NewStore([]manifest.Object{{Obj: g}, {Obj: h}})
+	if len(store.GRPCRoutes()) != 1 || len(store.HTTPRoutes()) != 1 {
+		t.Fatalf("store: %d GRPCRoutes, %d HTTPRoutes, want 1 and 1", len(store.GRPCRoutes()), len(store.HTTPRoutes()))
+	}
+	var ports []services.Port
+	for i, name := range []string{"echo", "echo-v1", "echo-v2"} {
+		for _, p := range []uint16{80, 7070} {
+			sp := services.Port{Name: fmt.Sprintf("mesh/%s:%d", name, p), Backends: []services.Backend{{IP: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}), Port: p}}}
+			sp.Frontend = services.Frontend{VIP: netip.AddrFrom4([4]byte{10, 96, 0, byte(i + 1)}), Port: p, Proto: tcp}
+			ports = append(ports, sp)
+		}
+	}
+	res := Compute(Input{Store: store, Ports: ports})
+	if len(res.Config.Routes) != 2 {
+		t.Fatalf("routes %+v, want the HTTPRoute and the GRPCRoute", res.Config.Routes)
+	}
+	hr, gr := res.Config.Routes[0], res.Config.Routes[1]
+	if hr.Kind != "" || gr.Kind != "GRPCRoute" || gr.Name != "mesh/echo" {
+		t.Fatalf("routes %+v, %+v: want the HTTPRoute first, then the GRPCRoute mesh/echo", hr, gr)
+	}
+	if want := []proxyapi.ParentRef{{Service: "mesh/echo", Port: 7070}}; !reflect.DeepEqual(gr.Parents, want) {
+		t.Errorf("GRPCRoute parents %+v, want %+v", gr.Parents, want)
+	}
+	if want := []proxyapi.ParentRef{{Service: "mesh/echo-v2", Port: 80}}; !reflect.DeepEqual(hr.Parents, want) {
+		t.Errorf("HTTPRoute parents %+v, want %+v (echo is the older GRPCRoute's)", hr.Parents, want)
+	}
+	wantRule := proxyapi.RouteRule{
+		Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchExact, Value: "/echo.Echo/Echo"},
+			Headers: []proxyapi.HeaderMatch{{Type: proxyapi.MatchExact, Name: "x-version", Value: "2"}}}},
+		Backends: []proxyapi.RouteBackend{{Service: "mesh/echo-v1", Port: 7070, Weight: 70}, {Service: "mesh/echo-v2", Port: 7070, Weight: 30}},
+	}
+	if !reflect.DeepEqual(gr.Rules, []proxyapi.RouteRule{wantRule}) {
+		t.Errorf("GRPCRoute rules %+v, want %+v", gr.Rules, wantRule)
+	}
+	// echo:7070 (the GRPCRoute's), echo-v2:80 (the HTTPRoute's); not echo:80.
+	want := []netip.AddrPort{netip.MustParseAddrPort("10.96.0.1:7070"), netip.MustParseAddrPort("10.96.0.3:80")}
+	if !reflect.DeepEqual(res.Redirects, want) {
+		t.Errorf("redirects %v, want %v", res.Redirects, want)
 	}
 }

@@ -98,6 +98,9 @@ func (cp *ControlPlane) assignOnCreate(o manifest.Object, now metav1.Time, sched
 		// Its conditions say which generation of the spec they judged.
 		obj.Generation = 1
 		obj.Status = gatewayv1.HTTPRouteStatus{}
+	case *gatewayv1.GRPCRoute:
+		obj.Generation = 1
+		obj.Status = gatewayv1.GRPCRouteStatus{}
 	}
 }
 
@@ -125,6 +128,12 @@ func keepAssigned(old, updated manifest.Object) {
 		keepExternal(o, n)
 	case *gatewayv1.HTTPRoute:
 		n := updated.Obj.(*gatewayv1.HTTPRoute)
+		n.Generation, n.Status = o.Generation, o.Status
+		if !reflect.DeepEqual(n.Spec, o.Spec) {
+			n.Generation++
+		}
+	case *gatewayv1.GRPCRoute:
+		n := updated.Obj.(*gatewayv1.GRPCRoute)
 		n.Generation, n.Status = o.Generation, o.Status
 		if !reflect.DeepEqual(n.Spec, o.Spec) {
 			n.Generation++

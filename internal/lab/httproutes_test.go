@@ -182,3 +182,49 @@ func TestHTTPRouteSurvivesReload(t *testing.T) {
 		t.Errorf("reloaded conditions %s", got)
 	}
 }
+
+// TestGRPCRouteStatus: the lab writes a GRPCRoute's status as an
+// HTTPRoute's; on a Service port an older HTTPRoute holds, the GRPCRoute
+// is not accepted, and it is once that route is gone.
+func TestGRPCRouteStatus(t *testing.T) {
+	cp, _ := newControlPlane(t)
+	ctx := context.Background()
+	const grpcRoute = "---\napiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: reviews-grpc}\nspec:\n" +
+		"  parentRefs: [{group: '', kind: Service, name: reviews, port: 9080}]\n" +
+		"  rules:\n  - matches: [{method: {service: reviews.Reviews}}]\n    backendRefs: [{name: reviews-v1, port: 9080}]\n"
+	grpcOf := func() *gatewayv1.GRPCRoute {
+		t.Helper()
+		o, ok := cp.Store().Get(manifest.Key{Kind: manifest.KindGRPCRoute, Namespace: "default", Name: "reviews-grpc"})
+		if !ok {
+			t.Fatal("GRPCRoute reviews-grpc not stored")
+		}
+		return o.Obj.(*gatewayv1.GRPCRoute)
+	}
+	if _, err := cp.Apply(ctx, docs(svcPort("reviews", 9080)+svcPort("reviews-v1", 9080)+svcPort("reviews-v2", 9080)+reviewsRoute(""))); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := cp.Apply(ctx, docs(grpcRoute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(ch); got != "GRPCRoute/default/reviews-grpc=created" {
+		t.Errorf("changes %s", got)
+	}
+	g := grpcOf()
+	if got := conditions(&gatewayv1.HTTPRoute{Status: gatewayv1.HTTPRouteStatus{RouteStatus: g.Status.RouteStatus}}); got != "reviews: Accepted=False/RouteConflict ResolvedRefs=True/ResolvedRefs" {
+		t.Errorf("GRPCRoute conditions %s, want not accepted: the HTTPRoute reviews is older", got)
+	}
+	if g.Generation != 1 || g.Status.Parents[0].ControllerName != "shunt.io/lab" {
+		t.Errorf("generation %d, parent %+v", g.Generation, g.Status.Parents[0])
+	}
+	if got := conditions(routeOf(t, cp.Store())); got != "reviews: Accepted=True/Accepted ResolvedRefs=True/ResolvedRefs" {
+		t.Errorf("the HTTPRoute's conditions %s", got)
+	}
+	// The HTTPRoute goes: the GRPCRoute takes the port.
+	if _, err := cp.Delete(ctx, docs(reviewsRoute(""))); err != nil {
+		t.Fatal(err)
+	}
+	if got := conditions(&gatewayv1.HTTPRoute{Status: gatewayv1.HTTPRouteStatus{RouteStatus: grpcOf().Status.RouteStatus}}); got != "reviews: Accepted=True/Accepted ResolvedRefs=True/ResolvedRefs" {
+		t.Errorf("GRPCRoute conditions after the HTTPRoute's deletion: %s", got)
+	}
+}

@@ -105,15 +105,7 @@ func defaultShuntPolicy(p *ShuntNetworkPolicy) {
 // request (PathPrefix "/"); match types are PathPrefix and Exact. Filters
 // are left alone: validation refuses them.
 func defaultHTTPRoute(r *gatewayv1.HTTPRoute) {
-	for i := range r.Spec.ParentRefs {
-		p := &r.Spec.ParentRefs[i]
-		if p.Group == nil {
-			p.Group = new(gatewayv1.Group(gatewayv1.GroupName))
-		}
-		if p.Kind == nil {
-			p.Kind = new(gatewayv1.Kind("Gateway"))
-		}
-	}
+	defaultParentRefs(r.Spec.ParentRefs)
 	// The CRD defaults only omitted lists; an empty one is defaulted too,
 	// so that a route written out (empty lists omitted) reads back equal.
 	if len(r.Spec.Rules) == 0 {
@@ -128,17 +120,59 @@ func defaultHTTPRoute(r *gatewayv1.HTTPRoute) {
 			defaultRouteMatch(&rule.Matches[j])
 		}
 		for j := range rule.BackendRefs {
-			b := &rule.BackendRefs[j].BackendRef
-			if b.Group == nil {
-				b.Group = new(gatewayv1.Group(""))
+			defaultBackendRef(&rule.BackendRefs[j].BackendRef)
+		}
+	}
+}
+
+// defaultGRPCRoute applies the defaults of the GRPCRoute CRD's schema:
+// parentRefs and backendRefs as an HTTPRoute's, method and header matches
+// of type Exact. Unlike an HTTPRoute's, its rules and matches get no
+// default (none matches every call).
+func defaultGRPCRoute(r *gatewayv1.GRPCRoute) {
+	defaultParentRefs(r.Spec.ParentRefs)
+	for i := range r.Spec.Rules {
+		rule := &r.Spec.Rules[i]
+		for j := range rule.Matches {
+			m := &rule.Matches[j]
+			if m.Method != nil && m.Method.Type == nil {
+				m.Method.Type = new(gatewayv1.GRPCMethodMatchExact)
 			}
-			if b.Kind == nil {
-				b.Kind = new(gatewayv1.Kind(KindService))
-			}
-			if b.Weight == nil {
-				b.Weight = new(int32(1))
+			for k := range m.Headers {
+				if m.Headers[k].Type == nil {
+					m.Headers[k].Type = new(gatewayv1.GRPCHeaderMatchExact)
+				}
 			}
 		}
+		for j := range rule.BackendRefs {
+			defaultBackendRef(&rule.BackendRefs[j].BackendRef)
+		}
+	}
+}
+
+// defaultParentRefs: a parentRef names a Gateway unless it says otherwise.
+func defaultParentRefs(refs []gatewayv1.ParentReference) {
+	for i := range refs {
+		p := &refs[i]
+		if p.Group == nil {
+			p.Group = new(gatewayv1.Group(gatewayv1.GroupName))
+		}
+		if p.Kind == nil {
+			p.Kind = new(gatewayv1.Kind("Gateway"))
+		}
+	}
+}
+
+// defaultBackendRef: a backendRef names a core Service, with weight 1.
+func defaultBackendRef(b *gatewayv1.BackendRef) {
+	if b.Group == nil {
+		b.Group = new(gatewayv1.Group(""))
+	}
+	if b.Kind == nil {
+		b.Kind = new(gatewayv1.Kind(KindService))
+	}
+	if b.Weight == nil {
+		b.Weight = new(int32(1))
 	}
 }
 

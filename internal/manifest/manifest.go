@@ -27,7 +27,8 @@ type Object struct {
 	Source string
 	// Obj is one of *corev1.Namespace, *corev1.Pod, *corev1.Service,
 	// *discoveryv1.EndpointSlice, *networkingv1.NetworkPolicy,
-	// *ShuntNetworkPolicy, *gatewayv1.HTTPRoute or *corev1.Node.
+	// *ShuntNetworkPolicy, *gatewayv1.HTTPRoute, *gatewayv1.GRPCRoute or
+	// *corev1.Node.
 	Obj runtime.Object
 }
 
@@ -62,10 +63,12 @@ const (
 	KindNetworkPolicy      = "NetworkPolicy"
 	KindShuntNetworkPolicy = "ShuntNetworkPolicy"
 	KindHTTPRoute          = "HTTPRoute"
+	KindGRPCRoute          = "GRPCRoute"
 	KindNode               = "Node"
 )
 
-// GatewayAPIVersion is the apiVersion of the Gateway API kinds (HTTPRoute).
+// GatewayAPIVersion is the apiVersion of the Gateway API kinds (HTTPRoute,
+// GRPCRoute).
 const GatewayAPIVersion = "gateway.networking.k8s.io/v1"
 
 // Key identifies one object: its kind, namespace ("" for cluster-scoped
@@ -163,6 +166,7 @@ var kinds = []kindInfo{
 	register[networkingv1.NetworkPolicy]("NetworkPolicy", "networking.k8s.io/v1", true, validation.IsDNS1123Subdomain, defaultNetworkPolicy, checkNetworkPolicy),
 	register[ShuntNetworkPolicy]("ShuntNetworkPolicy", ShuntAPIVersion, true, validation.IsDNS1123Subdomain, defaultShuntPolicy, checkShuntPolicy),
 	register[gatewayv1.HTTPRoute]("HTTPRoute", GatewayAPIVersion, true, validation.IsDNS1123Subdomain, defaultHTTPRoute, checkHTTPRoute),
+	register[gatewayv1.GRPCRoute]("GRPCRoute", GatewayAPIVersion, true, validation.IsDNS1123Subdomain, defaultGRPCRoute, checkGRPCRoute),
 	register[corev1.Node]("Node", "v1", false, validation.IsDNS1123Subdomain, nil, checkNode),
 }
 

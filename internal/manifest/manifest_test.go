@@ -307,7 +307,7 @@ func TestParseErrors(t *testing.T) {
 		want      FieldError // Message is matched as a substring
 	}{
 		{"unknown kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}",
-			FieldError{"x.yaml#1", "Deployment d", "kind", `unknown kind "Deployment": supported kinds are discovery.k8s.io/v1 EndpointSlice, gateway.networking.k8s.io/v1 HTTPRoute, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Node, v1 Pod, v1 Service`}},
+			FieldError{"x.yaml#1", "Deployment d", "kind", `unknown kind "Deployment": supported kinds are discovery.k8s.io/v1 EndpointSlice, gateway.networking.k8s.io/v1 GRPCRoute, gateway.networking.k8s.io/v1 HTTPRoute, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Node, v1 Pod, v1 Service`}},
 		{"missing kind", "apiVersion: v1\nmetadata: {name: d}",
 			FieldError{"x.yaml#1", "", "kind", "required"}},
 		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: np, namespace: prod}",
@@ -425,4 +425,52 @@ func assertHasError(t *testing.T, err error, want FieldError) {
 		}
 	}
 	t.Errorf("got:\n%v\nwant a line like:\n%v", err, want.Error())
+}
+
+// A GRPCRoute of a Service parent: defaults as the CRD's, method matches
+// checked as the CRD checks them, the rest as an HTTPRoute's.
+func TestGRPCRoute(t *testing.T) {
+	const good = `apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: g, namespace: mesh}
+spec:
+  parentRefs: [{group: "", kind: Service, name: echo, port: 7070}]
+  rules:
+  - matches:
+    - method: {service: echo.Echo, method: Echo}
+      headers: [{name: x-version, value: "2"}]
+    - method: {type: RegularExpression, method: "Ec.*"}
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: x-a, value: b}]}
+    backendRefs: [{name: echo-v1, port: 7070, weight: 70}, {name: echo-v2, port: 7070}]
+`
+	objs := mustParse(t, "g.yaml", good)
+	if err := Validate(objs); err != nil {
+		t.Fatalf("valid GRPCRoute refused: %v", err)
+	}
+	if k := objs[0].Key(); k != (Key{KindGRPCRoute, "mesh", "g"}) {
+		t.Errorf("key %v", k)
+	}
+	g := objs[0].Obj.(*gatewayv1.GRPCRoute)
+	rule := g.Spec.Rules[0]
+	if *rule.Matches[0].Method.Type != gatewayv1.GRPCMethodMatchExact || *rule.Matches[0].Headers[0].Type != gatewayv1.GRPCHeaderMatchExact {
+		t.Errorf("match types not defaulted to Exact: %+v", rule.Matches[0])
+	}
+	if b := rule.BackendRefs[1]; *b.Weight != 1 || *b.Kind != KindService || *b.Group != "" {
+		t.Errorf("backendRef defaults %+v", b.BackendRef)
+	}
+
+	for _, c := range []struct{ replace, with, field, message string }{
+		{"method: {service: echo.Echo, method: Echo}", "method: {type: Exact}", "spec.rules[0].matches[0].method", "one or both of service and method"},
+		{"method: {service: echo.Echo, method: Echo}", "method: {service: echo/Echo}", "spec.rules[0].matches[0].method.service", `"echo/Echo": a service must match`},
+		{`method: "Ec.*"`, `method: "Ec("`, "spec.rules[0].matches[1].method.method", "not a valid RE2 regular expression"},
+		{"name: x-version", `name: "x version"`, "spec.rules[0].matches[0].headers[0].name", "not a valid header name"},
+		{"type: RequestHeaderModifier\n      requestHeaderModifier: {set: [{name: x-a, value: b}]}", "type: RequestMirror\n      requestMirror: {backendRef: {name: m, port: 1}}", "spec.rules[0].filters[0].type", "RequestMirror"},
+		{"kind: Service, name: echo", "kind: Gateway, name: echo", "spec.parentRefs[0].kind", "GAMMA"},
+		{"  rules:", "  hostnames: [echo.example]\n  rules:", "spec.hostnames", "not supported"},
+	} {
+		doc := strings.Replace(good, c.replace, c.with, 1)
+		assertHasError(t, Validate(mustParse(t, "g.yaml", doc)), FieldError{"g.yaml#1", "GRPCRoute mesh/g", c.field, c.message})
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/shuntnet/shunt/internal/meshroute"
 	"github.com/shuntnet/shunt/internal/parallel"
 
 	"github.com/shuntnet/shunt/internal/capability"
@@ -826,6 +827,64 @@ func checkHTTPRoute(c *checker, r *gatewayv1.HTTPRoute) {
 	}
 	if matches > maxRouteMatches {
 		c.errorf(spec.child("rules"), "%d matches in all: at most %d are allowed across the rules of a route", matches, maxRouteMatches)
+	}
+}
+
+// The CRD's syntax of an Exact method match's service and method.
+var (
+	grpcServiceName = regexp.MustCompile(`^(?i)\.?[a-z_][a-z_0-9]*(\.[a-z_][a-z_0-9]*)*$`)
+	grpcMethodName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z_0-9]*$`)
+)
+
+// checkGRPCRoute checks a GRPCRoute as the CRD does and refuses what shunt
+// does not implement: its method matches here, the rest (parents,
+// hostnames, header matches, filters, backendRefs, session persistence) as
+// the HTTPRoute form the proxy serves (meshroute.HTTPForm), whose fields
+// have the same names.
+func checkGRPCRoute(c *checker, r *gatewayv1.GRPCRoute) {
+	for i, rule := range r.Spec.Rules {
+		for j, m := range rule.Matches {
+			if m.Method != nil {
+				checkMethodMatch(c, path("spec").child("rules").index(i).child("matches").index(j).child("method"), *m.Method)
+			}
+		}
+		if rule.SessionPersistence != nil {
+			c.errorf(path("spec").child("rules").index(i).child("sessionPersistence"), "not supported: shunt's proxy picks a backend for each call by weight: remove it")
+		}
+	}
+	form := meshroute.HTTPForm(r)
+	form.Spec.Hostnames = r.Spec.Hostnames
+	for i := range form.Spec.Rules {
+		for j := range form.Spec.Rules[i].Matches {
+			form.Spec.Rules[i].Matches[j].Path = nil // the method, checked above
+		}
+	}
+	checkHTTPRoute(c, form)
+}
+
+func checkMethodMatch(c *checker, f path, m gatewayv1.GRPCMethodMatch) {
+	service, method := deref(m.Service), deref(m.Method)
+	if service == "" && method == "" {
+		c.errorf(f, "one or both of service and method must be given")
+	}
+	for _, part := range []struct {
+		field, value string
+		syntax       *regexp.Regexp
+	}{{"service", service, grpcServiceName}, {"method", method, grpcMethodName}} {
+		switch {
+		case part.value == "":
+		case len(part.value) > 1024:
+			c.errorf(f.child(part.field), "%d characters: at most 1024 are allowed", len(part.value))
+		case m.Type == nil || *m.Type == gatewayv1.GRPCMethodMatchExact:
+			if !part.syntax.MatchString(part.value) {
+				c.errorf(f.child(part.field), "%q: a %s must match %s", part.value, part.field, part.syntax)
+			}
+		case *m.Type == gatewayv1.GRPCMethodMatchRegularExpression:
+			checkRegexp(c, f.child(part.field), part.value)
+		}
+	}
+	if m.Type != nil && *m.Type != gatewayv1.GRPCMethodMatchExact && *m.Type != gatewayv1.GRPCMethodMatchRegularExpression {
+		c.errorf(f.child("type"), "%q: use Exact or RegularExpression", *m.Type)
 	}
 }
 

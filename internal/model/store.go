@@ -321,6 +321,16 @@ func (s *Store) HTTPRoutes() []*gatewayv1.HTTPRoute {
 	return ofKind[*gatewayv1.HTTPRoute](s, manifest.KindHTTPRoute, "")
 }
 
+// GRPCRoutes lists the Gateway API GRPCRoutes of every namespace.
+func (s *Store) GRPCRoutes() []*gatewayv1.GRPCRoute {
+	return ofKind[*gatewayv1.GRPCRoute](s, manifest.KindGRPCRoute, "")
+}
+
+// GRPCRoutesIn returns the GRPCRoutes of one namespace, sorted by name.
+func (s *Store) GRPCRoutesIn(ns string) []*gatewayv1.GRPCRoute {
+	return ofKind[*gatewayv1.GRPCRoute](s, manifest.KindGRPCRoute, ns)
+}
+
 // HTTPRoutesIn returns the HTTPRoutes of one namespace, sorted by name.
 func (s *Store) HTTPRoutesIn(ns string) []*gatewayv1.HTTPRoute {
 	return ofKind[*gatewayv1.HTTPRoute](s, manifest.KindHTTPRoute, ns)

@@ -37,6 +37,9 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		ModifyResponse: func(resp *http.Response) error {
 			x := exchangeOf(resp.Request.Context())
 			x.status = resp.StatusCode
+			if x.refused != nil {
+				x.status = x.refused.status // a gRPC refusal is a 200 on the wire
+			}
 			x.target.rewriteResponse(resp.Header)
 			return nil
 		},
@@ -130,8 +133,12 @@ func replayableBody(out *http.Request, wanted bool) (func() io.ReadCloser, bool,
 }
 
 // refusalResponse is the proxy's own answer, passed through the reverse
-// proxy like an upstream's.
+// proxy like an upstream's (a gRPC call's as gRPC servers refuse one).
 func refusalResponse(req *http.Request, ref *refusal) *http.Response {
+	if isGRPC(req) {
+		return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/2.0", ProtoMajor: 2,
+			Header: grpcRefusalHeader(ref), Body: http.NoBody, Request: req}
+	}
 	body := ref.msg + "\n"
 	return &http.Response{
 		StatusCode: ref.status, Status: fmt.Sprintf("%d %s", ref.status, http.StatusText(ref.status)),

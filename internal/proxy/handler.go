@@ -3,8 +3,11 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -72,10 +75,57 @@ func (x *exchange) refuse(ref *refusal) {
 }
 
 // refuse answers a request the proxy does not forward: one short line, and
-// the connection stays usable.
+// the connection stays usable. A gRPC call gets a gRPC status instead
+// (grpcRefusal); its flow keeps the HTTP status of the refusal.
 func (p *Proxy) refuse(w http.ResponseWriter, x *exchange, ref *refusal) {
 	x.refuse(ref)
+	if isGRPC(x.req) {
+		grpcRefusal(w, ref)
+		return
+	}
 	http.Error(w, ref.msg, ref.status)
+}
+
+// gRPC status codes of the proxy's refusals (google.golang.org/grpc/codes).
+const (
+	grpcPermissionDenied = 7
+	grpcUnimplemented    = 12
+	grpcInternal         = 13
+	grpcUnavailable      = 14
+)
+
+func isGRPC(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return r.ProtoMajor == 2 && (ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+") || strings.HasPrefix(ct, "application/grpc;"))
+}
+
+// grpcRefusal answers a gRPC call the proxy refuses as gRPC servers do, a
+// "trailers-only" response: HTTP 200 whose headers carry grpc-status and
+// grpc-message (grpcRefusalHeader).
+func grpcRefusal(w http.ResponseWriter, ref *refusal) {
+	maps.Copy(w.Header(), grpcRefusalHeader(ref))
+	w.WriteHeader(http.StatusOK)
+}
+
+// grpcRefusalHeader is the header of a gRPC refusal. A gRPC client would
+// read a bare HTTP 500 as UNKNOWN; the GRPCRoute spec asks UNAVAILABLE for
+// a call to a backendRef that does not resolve (and for a rule without
+// one), and the others get the codes gRPC maps their HTTP statuses to.
+func grpcRefusalHeader(ref *refusal) http.Header {
+	code := grpcInternal
+	switch {
+	case ref.reason == reasonUnresolved || ref.reason == reasonNoWeight || ref.status == http.StatusServiceUnavailable:
+		code = grpcUnavailable
+	case ref.status == http.StatusNotFound:
+		code = grpcUnimplemented
+	case ref.status == http.StatusForbidden:
+		code = grpcPermissionDenied
+	}
+	return http.Header{
+		"Content-Type": {"application/grpc"},
+		"Grpc-Status":  {strconv.Itoa(code)},
+		"Grpc-Message": {url.PathEscape(ref.msg)}, // percent-encoded, as gRPC asks
+	}
 }
 
 // finish records the exchange: metrics and its flow record.

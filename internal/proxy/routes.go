@@ -67,12 +67,17 @@ func (t *table) compileRoutes(errs *problems) {
 	seen := map[string]bool{}
 	for i, r := range t.cfg.Routes {
 		field := fmt.Sprintf("routes[%d] (%s)", i, r.Name)
+		// An HTTPRoute and a GRPCRoute may have one name.
+		key := r.Kind + "/" + r.Name
 		if r.Name == "" {
 			errs.add(field+".name", "required (namespace/name)")
-		} else if seen[r.Name] {
-			errs.add(field+".name", "%s is listed twice", r.Name)
+		} else if seen[key] {
+			errs.add(field+".name", "%s %s is listed twice", cmp.Or(r.Kind, "HTTPRoute"), r.Name)
 		}
-		seen[r.Name] = true
+		if r.Kind != "" && r.Kind != "GRPCRoute" {
+			errs.add(field+".kind", "%q: use GRPCRoute, or leave it out for an HTTPRoute", r.Kind)
+		}
+		seen[key] = true
 		parents := map[*service]string{} // a port named twice (by number and by 0) gets the route once; its consumer namespace
 		for _, pr := range r.Parents {
 			for key, svc := range t.byName {

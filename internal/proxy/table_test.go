@@ -124,7 +124,7 @@ func invalidConfig() proxyapi.Config {
 				Headers: []proxyapi.HeaderMatch{{Name: "x", Type: "Prefix"}}}},
 			Backends: []proxyapi.RouteBackend{{Service: "default/b", Port: 80, Weight: -1}, {Service: "default/gone", Port: 80, Weight: 1}},
 			Retry:    &proxyapi.Retry{Codes: []int{200}},
-		}}}},
+		}}}, {Name: "default/g", Kind: "TLSRoute", Parents: []proxyapi.ParentRef{{Service: "default/b"}}}},
 		Policies: []proxyapi.PortPolicy{{Endpoint: "10.0.0.1", Port: 80, Rules: []proxyapi.L7Rule{
 			{Name: "p", Action: "allow", HTTP: []proxyapi.HTTPRule{{Path: "("}}}}}},
 	}
@@ -134,7 +134,7 @@ var invalidFields = []string{
 	"listen", "mark.magic", "dialTimeout", "endpoints[1].ip", "services[0] (default/a).backends[0]",
 	"routes[0] (default/r).rules[0].matches[0].path.value", "routes[0] (default/r).rules[0].matches[0].headers[0].type",
 	"routes[0] (default/r).rules[0].backends[0].weight", "routes[0] (default/r).rules[0].backends[1]",
-	"routes[0] (default/r).rules[0].retry.codes[0]", "policies[0] (10.0.0.1:80).rules[0].http[0].path",
+	"routes[0] (default/r).rules[0].retry.codes[0]", "routes[1] (default/g).kind", "policies[0] (10.0.0.1:80).rules[0].http[0].path",
 }
 
 func TestInvalidConfigIsRefusedWhole(t *testing.T) {

@@ -42,7 +42,7 @@ type Config struct {
 
 	Endpoints []Endpoint   `json:"endpoints,omitempty"` // local pods, to name clients and backends
 	Services  []Service    `json:"services,omitempty"`  // service ports: original destinations and route backends
-	Routes    []Route      `json:"routes,omitempty"`    // HTTPRoutes, by parent service port
+	Routes    []Route      `json:"routes,omitempty"`    // HTTPRoutes and GRPCRoutes, by parent service port
 	Policies  []PortPolicy `json:"policies,omitempty"`  // L7 ingress rules, by (pod, port)
 	// CIDRIdentities are the prefixes policies name (ipBlock), with their
 	// identities, as the datapath's shunt_cidr_identities holds them: a
@@ -111,11 +111,14 @@ type Backend struct {
 	Pod  string `json:"pod,omitempty"`
 }
 
-// Route is one HTTPRoute (gateway.networking.k8s.io/v1) attached to service
+// Route is one HTTPRoute or GRPCRoute (gateway.networking.k8s.io/v1) attached to service
 // ports (the GAMMA mesh pattern). Several routes on one parent are merged by
 // the proxy with the Gateway API's precedence rules.
 type Route struct {
-	Name    string      `json:"name"` // namespace/name
+	Name string `json:"name"` // namespace/name
+	// Kind is GRPCRoute for a GRPCRoute, translated to the same matches
+	// (its method is the path "/service/method"); "": an HTTPRoute.
+	Kind    string      `json:"kind,omitempty"`
 	Created time.Time   `json:"created"`
 	Parents []ParentRef `json:"parents"`
 	Rules   []RouteRule `json:"rules"`

@@ -196,7 +196,9 @@ func (r *Reconciler) Update(next *model.Store, changes []model.Change) uint64 {
 	if r.policyTouched(next, changes) {
 		r.policyDirty = true
 	}
-	if slices.ContainsFunc(changes, func(c model.Change) bool { return c.Changed() && c.Key.Kind == manifest.KindHTTPRoute }) {
+	if slices.ContainsFunc(changes, func(c model.Change) bool {
+		return c.Changed() && (c.Key.Kind == manifest.KindHTTPRoute || c.Key.Kind == manifest.KindGRPCRoute)
+	}) {
 		r.l7Dirty = true
 	}
 	r.store = next
@@ -659,7 +661,7 @@ func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
 	}
 	var ports []services.Port
 	cluster := r.clusterL7.Load()
-	if len(w.store.HTTPRoutes()) > 0 || (pol != nil && len(pol.L7) > 0) || (cluster != nil && len(cluster.L7) > 0) {
+	if len(w.store.HTTPRoutes()) > 0 || len(w.store.GRPCRoutes()) > 0 || (pol != nil && len(pol.L7) > 0) || (cluster != nil && len(cluster.L7) > 0) {
 		r.mu.Lock()
 		ports = r.svc.Ports()
 		r.mu.Unlock()

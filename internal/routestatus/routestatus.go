@@ -1,5 +1,5 @@
 // Package routestatus computes the status a GAMMA (service mesh)
-// implementation writes on an HTTPRoute attached to Services: one
+// implementation writes on an HTTPRoute or a GRPCRoute attached to Services: one
 // RouteParentStatus per parentRef with two conditions, Accepted (the parent
 // Service exists, has a ClusterIP and the port named) and ResolvedRefs
 // (every backendRef names a port of an existing Service). The lab's API
@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/shuntnet/shunt/internal/meshroute"
 	"github.com/shuntnet/shunt/internal/model"
 )
 
@@ -24,16 +25,37 @@ import (
 // implements. Conditions whose status stays
 // keep their lastTransitionTime; those that change get now.
 func Compute(s *model.Store, rt *gatewayv1.HTTPRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.HTTPRouteStatus {
+	return gatewayv1.HTTPRouteStatus{RouteStatus: compute(s, meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, controller, now)}
+}
+
+// ComputeGRPC is a GRPCRoute's status: the same conditions, of its HTTPRoute
+// form (meshroute.HTTPForm).
+func ComputeGRPC(s *model.Store, g *gatewayv1.GRPCRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.GRPCRouteStatus {
+	return gatewayv1.GRPCRouteStatus{RouteStatus: compute(s, meshroute.Route{Kind: meshroute.KindGRPCRoute, HTTPRoute: meshroute.HTTPForm(g)}, controller, now)}
+}
+
+// ReasonRouteConflict is the reason of Accepted False on a parent that a
+// route of the other kind (HTTPRoute, GRPCRoute) holds: the Gateway API
+// names none for routes, and this is the one its listeners use.
+const ReasonRouteConflict = "RouteConflict"
+
+func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.RouteStatus {
+	rt := mr.HTTPRoute
 	resolved := resolvedRefs(s, rt, now)
-	var st gatewayv1.HTTPRouteStatus
-	for _, pr := range rt.Spec.ParentRefs {
+	conflicts := meshroute.Conflicting(meshroute.Routes(s.HTTPRoutes(), s.GRPCRoutes()))
+	var st gatewayv1.RouteStatus
+	for i, pr := range rt.Spec.ParentRefs {
 		var conds []metav1.Condition
 		for _, prev := range rt.Status.Parents {
 			if prev.ControllerName == controller && reflect.DeepEqual(prev.ParentRef, pr) {
 				conds = slices.Clone(prev.Conditions) // the old route keeps its own
 			}
 		}
-		meta.SetStatusCondition(&conds, accepted(s, rt, pr, now))
+		acc := accepted(s, rt, pr, now)
+		if why := conflicts.Rejected(mr, i); why != "" && acc.Status == metav1.ConditionTrue {
+			acc.Status, acc.Reason, acc.Message = metav1.ConditionFalse, ReasonRouteConflict, why
+		}
+		meta.SetStatusCondition(&conds, acc)
 		meta.SetStatusCondition(&conds, resolved)
 		st.Parents = append(st.Parents, gatewayv1.RouteParentStatus{
 			ParentRef: *pr.DeepCopy(), ControllerName: controller, Conditions: conds,
@@ -50,7 +72,7 @@ func accepted(s *model.Store, rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentRefere
 		Reason: string(gatewayv1.RouteReasonNoMatchingParent), ObservedGeneration: rt.Generation, LastTransitionTime: now,
 	}
 	// A parentRef of another namespace is a consumer route's (GAMMA).
-	svc, ok := s.Service(refNamespace(rt, pr.Namespace), string(pr.Name))
+	svc, ok := s.Service(meshroute.ParentNamespace(rt, pr), string(pr.Name))
 	switch {
 	case !ok:
 		c.Message = fmt.Sprintf("Service %s not found", pr.Name)

@@ -3,6 +3,7 @@ package routestatus
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -50,5 +51,46 @@ func TestConsumerRouteParentAndBackendNamespaces(t *testing.T) {
 	}
 	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionResolvedRefs)); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "not found") {
 		t.Errorf("ResolvedRefs for consumer/echo: %+v, want False, not found", c)
+	}
+}
+
+// A GRPCRoute gets the status an HTTPRoute would; where an older HTTPRoute
+// holds its Service port, its Accepted is False (RouteConflict) naming it,
+// while its other parent is accepted.
+func TestGRPCRouteStatusAndConflict(t *testing.T) {
+	svc := func(name string) manifest.Object {
+		return manifest.Object{Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: name},
+			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 7070, Protocol: corev1.ProtocolTCP}}}}}
+	}
+	kind, port := gatewayv1.Kind("Service"), gatewayv1.PortNumber(7070)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: "h", CreationTimestamp: metav1.NewTime(t0)},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &kind, Name: "echo"}}}}}
+	g := &gatewayv1.GRPCRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: "g", Generation: 2, CreationTimestamp: metav1.NewTime(t0.Add(time.Second))},
+		Spec: gatewayv1.GRPCRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &kind, Name: "echo", Port: &port}, {Kind: &kind, Name: "other", Port: &port}}},
+			Rules: []gatewayv1.GRPCRouteRule{{BackendRefs: []gatewayv1.GRPCBackendRef{
+				{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "echo-v1", Port: &port}}},
+				{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "gone", Port: &port}}},
+			}}},
+		}}
+	s := model.NewStore([]manifest.Object{svc("echo"), svc("other"), svc("echo-v1"), {Obj: h}, {Obj: g}})
+	st := ComputeGRPC(s, g, "shunt.io/mesh", metav1.Now())
+	if len(st.Parents) != 2 {
+		t.Fatalf("parents %+v, want 2", st.Parents)
+	}
+	held := meta.FindStatusCondition(st.Parents[0].Conditions, string(gatewayv1.RouteConditionAccepted))
+	if held == nil || held.Status != metav1.ConditionFalse || held.Reason != ReasonRouteConflict || !strings.Contains(held.Message, "HTTPRoute mesh/h") || held.ObservedGeneration != 2 {
+		t.Errorf("Accepted on echo: %+v, want False, RouteConflict, naming HTTPRoute mesh/h", held)
+	}
+	if c := meta.FindStatusCondition(st.Parents[1].Conditions, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Accepted on other: %+v, want True", c)
+	}
+	if c := meta.FindStatusCondition(st.Parents[1].Conditions, string(gatewayv1.RouteConditionResolvedRefs)); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "gone:7070: Service gone not found") {
+		t.Errorf("ResolvedRefs: %+v, want False naming gone:7070", c)
+	}
+	// The older HTTPRoute stays accepted.
+	if c := meta.FindStatusCondition(Compute(s, h, "shunt.io/mesh", metav1.Now()).Parents[0].Conditions, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("the HTTPRoute's Accepted: %+v, want True", c)
 	}
 }

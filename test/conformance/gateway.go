@@ -22,8 +22,8 @@ import (
 )
 
 // SuiteGatewayMesh is focus 3: the Gateway API conformance suite's mesh
-// tests (GAMMA: HTTPRoutes whose parent is a Service), the MESH-HTTP
-// profile, run by the test binary of tools/gwconformance (a module of its
+// tests (GAMMA: HTTPRoutes and GRPCRoutes whose parent is a Service), the
+// MESH-HTTP and MESH-GRPC profiles, run by the test binary of tools/gwconformance (a module of its
 // own: the suite's controller-runtime is not shunt's).
 const SuiteGatewayMesh = "gateway-mesh"
 

@@ -209,6 +209,32 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 			t.Error("the gRPC call did not go through the proxy")
 		}
 	})
+	t.Run("gRPC through a GRPCRoute", func(t *testing.T) {
+		before := l.proxyStatus().Requests
+		out, code := l.shuntInPod("frontend", "lab", "probe", "--grpc", l.clusterIP("greeter-grpc")+":9090", "--timeout", "5s")
+		if code != 0 || !strings.Contains(out, "greeter") {
+			t.Errorf("gRPC health check through the GRPCRoute: exit %d:\n%s", code, out)
+		}
+		if l.proxyStatus().Requests <= before {
+			t.Error("the gRPC call did not go through the proxy")
+		}
+		// The proxy sends its flows every 50 ms.
+		routed := func() bool {
+			for _, f := range l.observe("--protocol", "http", "--http-path", "/grpc.health.v1.Health/Check", "--last", "200") {
+				if f.HTTP != nil && f.HTTP.Route == "default/greeter-grpc" {
+					return true
+				}
+			}
+			return false
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for !routed() {
+			if time.Now().After(deadline) {
+				t.Fatal("no flow of /grpc.health.v1.Health/Check by the route default/greeter-grpc")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	t.Run("connections without L7 rules never reach the proxy", func(t *testing.T) {
 		// Not the proxy's request counter: the kubelet's readiness probe
 		// of backend (a port with HTTP rules) passes the proxy every

@@ -1,6 +1,7 @@
 // Package gwconformance runs the Gateway API conformance suite's mesh
-// tests (GAMMA: HTTPRoutes whose parent is a Service) against the cluster
-// of $KUBECONFIG or --kubeconfig, as the suite's own TestConformance does,
+// tests (GAMMA: HTTPRoutes and GRPCRoutes whose parent is a Service)
+// against the cluster of $KUBECONFIG or --kubeconfig, as the suite's own
+// TestConformance does,
 // with the features shunt claims. test/conformance --suite gateway-mesh
 // brings a lab cluster up and runs the test binary of this package.
 package gwconformance
@@ -19,14 +20,14 @@ import (
 )
 
 // MeshFeatures are what shunt claims, unless --supported-features says
-// otherwise: the MESH-HTTP profile's core (Mesh, HTTPRoute) and every
-// extended mesh feature, and the HTTPRoute features its mesh tests also
-// need (response headers, parentRef ports, redirect status codes).
-// GRPCRoute (the MESH-GRPC profile) is not among them: shunt does not
-// implement GRPCRoutes.
+// otherwise: the core of the MESH-HTTP profile (Mesh, HTTPRoute) and of the
+// MESH-GRPC profile (Mesh, GRPCRoute), every extended mesh feature, and the
+// HTTPRoute features its mesh tests also need (response headers, parentRef
+// ports, redirect status codes).
 var MeshFeatures = []features.FeatureName{
 	features.SupportMesh,
 	features.SupportHTTPRoute,
+	features.SupportGRPCRoute,
 	features.SupportMeshClusterIPMatching,
 	features.SupportMeshConsumerRoute,
 	features.SupportMeshHTTPRouteRewritePath,
@@ -49,7 +50,7 @@ func TestMeshConformance(t *testing.T) {
 		opts.SupportedFeatures = MeshFeatures
 	}
 	if len(opts.ConformanceProfiles) == 0 {
-		opts.ConformanceProfiles = []suite.ConformanceProfileName{suite.MeshHTTPConformanceProfileName}
+		opts.ConformanceProfiles = []suite.ConformanceProfileName{suite.MeshHTTPConformanceProfileName, suite.MeshGRPCConformanceProfileName}
 	}
 	if opts.Implementation.Organization == "" {
 		opts.Implementation = confv1.Implementation{
