@@ -118,7 +118,7 @@ func (j Joined) Command(argv []string) (*exec.Cmd, error) {
 	}
 	if !strings.Contains(path, "/") {
 		var err error
-		if path, err = lookPath(path, j.env("PATH")); err != nil {
+		if path, err = lookPath(fmt.Sprintf("/proc/%d/root", j.PID), path, j.env("PATH")); err != nil {
 			return nil, err
 		}
 	}
@@ -138,16 +138,19 @@ func (j Joined) env(name string) string {
 	return ""
 }
 
-// lookPath finds an executable on the container's PATH. The container
-// sees the node's file system less the node's shunt directories, which
-// hold no programs, so looking here finds what it would.
-func lookPath(name, pathEnv string) (string, error) {
+// lookPath finds an executable on the container's PATH, in its mount
+// namespace as the process root shows it (root: /proc/PID/root): the
+// node's file system less the node's shunt directories, plus what the
+// container has bind-mounted (an image's programs at their paths, as
+// Istio's echo image has its client in /usr/local/bin). The path returned
+// is the container's.
+func lookPath(root, name, pathEnv string) (string, error) {
 	if pathEnv == "" {
 		pathEnv = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
 	for _, dir := range filepath.SplitList(pathEnv) {
 		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		if isExecutable(filepath.Join(root, p)) {
 			return p, nil
 		}
 	}
