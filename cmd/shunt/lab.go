@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -599,24 +598,27 @@ func newLabLogsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			dir := filepath.Join(inst.StateDir(), "pods", instance.PodFileName(ns, args[0]))
-			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-			if len(logs) == 0 {
+			names, files, err := lab.ContainerLogFiles(dir)
+			if err != nil {
+				return err
+			}
+			if len(names) == 0 {
 				return fmt.Errorf("pod %s/%s not found in lab %q", ns, args[0], inst.Name)
 			}
-			for _, l := range logs {
-				name := strings.TrimSuffix(filepath.Base(l), ".log")
+			// Each container's instances oldest first, as the text they
+			// wrote (the files are in the CRI's log format).
+			for _, name := range names {
 				if container != "" && name != container {
 					continue
 				}
-				if container == "" && len(logs) > 1 {
+				if container == "" && len(names) > 1 {
 					fmt.Printf("==> %s <==\n", name)
 				}
-				f, err := os.Open(l)
-				if err != nil {
-					return err
+				for _, f := range files[name] {
+					if err := lab.WriteLogText(os.Stdout, f); err != nil {
+						return err
+					}
 				}
-				io.Copy(os.Stdout, f)
-				f.Close()
 				if container != "" {
 					return nil
 				}

@@ -6,6 +6,10 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -112,17 +116,75 @@ func parseLogLine(line []byte) logLine {
 // readLogText is the text of a log file as its container wrote it (the
 // lines' content), for messages.
 func readLogText(path string) []byte {
-	data, err := os.ReadFile(path)
-	if err != nil {
+	var out bytes.Buffer
+	if err := WriteLogText(&out, path); err != nil {
 		return nil
 	}
-	var out bytes.Buffer
-	for line := range bytes.Lines(data) {
-		l := parseLogLine(bytes.TrimSuffix(line, []byte{'\n'}))
-		out.Write(l.content)
-		if !l.partial {
-			out.WriteByte('\n')
+	return out.Bytes()
+}
+
+// WriteLogText writes the text of a container's log file as the container
+// wrote it: the content of its lines without the CRI format's time,
+// stream and tag, partial lines joined (`shunt lab logs`).
+func WriteLogText(w io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	bw := bufio.NewWriter(w)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			l := parseLogLine(bytes.TrimSuffix(line, []byte{'\n'}))
+			bw.Write(l.content)
+			if !l.partial {
+				bw.WriteByte('\n')
+			}
+		}
+		if err == io.EOF {
+			return bw.Flush()
+		}
+		if err != nil {
+			bw.Flush()
+			return err
 		}
 	}
-	return out.Bytes()
+}
+
+// ContainerLogFiles are the log files of a pod's containers, init
+// containers' first, by container name, each container's instances
+// oldest first (a restarted container's later instances are NAME.N.log).
+func ContainerLogFiles(podDir string) (names []string, files map[string][]string, err error) {
+	paths, err := filepath.Glob(filepath.Join(podDir, "*.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	type instance struct {
+		n    int
+		path string
+	}
+	byName := map[string][]instance{}
+	for _, p := range paths {
+		base := strings.TrimSuffix(filepath.Base(p), ".log")
+		name, n := base, 0
+		if i := strings.LastIndexByte(base, '.'); i > 0 {
+			if k, err := strconv.Atoi(base[i+1:]); err == nil {
+				name, n = base[:i], k
+			}
+		}
+		if _, ok := byName[name]; !ok {
+			names = append(names, name)
+		}
+		byName[name] = append(byName[name], instance{n, p})
+	}
+	files = map[string][]string{}
+	for name, in := range byName {
+		slices.SortFunc(in, func(a, b instance) int { return a.n - b.n })
+		for _, i := range in {
+			files[name] = append(files[name], i.path)
+		}
+	}
+	return names, files, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,41 @@ func TestShimCRILog(t *testing.T) {
 	}
 	if text := string(readLogText(logFile)); !strings.Contains(text, "out\n") || !strings.Contains(text, "tail\n") {
 		t.Errorf("readLogText %q", text)
+	}
+}
+
+// shunt lab logs prints what containers wrote: the CRI format's time,
+// stream and tag taken off, partial lines joined, each container's
+// instances oldest first.
+func TestWriteLogTextAndFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("c.log", "2026-11-27T10:00:00.000000001Z stdout F CapEff:\t0\n2026-11-27T10:00:00.1Z stderr P par\n2026-11-27T10:00:00.2Z stderr F tial\n")
+	write("c.2.log", "2026-11-27T10:00:02Z stdout F third\n")
+	write("c.1.log", "2026-11-27T10:00:01Z stdout F second\n")
+	write("init.log", "not in the CRI format\n")
+	names, files, err := ContainerLogFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(names, []string{"c", "init"}) {
+		t.Fatalf("names %q, want c and init", names)
+	}
+	var out bytes.Buffer
+	for _, f := range files["c"] {
+		if err := WriteLogText(&out, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := "CapEff:\t0\npartial\nsecond\nthird\n"; out.String() != want {
+		t.Errorf("text %q, want %q", out.String(), want)
+	}
+	out.Reset()
+	if err := WriteLogText(&out, files["init"][0]); err != nil || out.String() != "not in the CRI format\n" {
+		t.Errorf("a line not in the CRI format: %q, %v", out.String(), err)
 	}
 }
