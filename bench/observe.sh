@@ -38,6 +38,12 @@ spec:
 YAML
 lab_up "$INST" redirect-peer 10.219.0.0/24 "$MANIFEST" --service-cidr 10.220.0.0/16
 SERVER=$(pod_ip "$INST" server)
+# The server pod runs before its programs listen: wait for both ports, or
+# the first case measures a refused connection (seen in CI's smoke run).
+for _ in $(seq 100); do
+	in_pod "$INST" client bash -c "exec 3<>/dev/tcp/$SERVER/11111 && exec 4<>/dev/tcp/$SERVER/8080" 2>/dev/null && break
+	sleep 0.1
+done
 nsenter --net="/run/netns/$INST-default-client" sysctl -qw net.ipv4.tcp_tw_reuse=1 net.ipv4.ip_local_port_range="1024 65000"
 
 cat >"$OUT/commands.txt" <<EOT
