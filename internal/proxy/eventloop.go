@@ -182,9 +182,8 @@ type eventLoop struct {
 // (its identity), the source address (original source of a steered
 // client, upstream.go; invalid: the node's) and the backend.
 type loopUpstreamKey struct {
-	mark   uint32
-	source netip.Addr
-	addr   netip.AddrPort
+	upstreamKey // the transports' key (upstream.go)
+	addr        netip.AddrPort
 }
 
 type loopUpstream struct {
@@ -467,11 +466,17 @@ func (s *service) needsTimers() bool {
 	return false
 }
 
+// poolKey is the pool of c's request's upstream connection: its mark,
+// its source (original source of a steered client) and its backend.
+func (c *loopConn) poolKey() loopUpstreamKey {
+	return loopUpstreamKey{upstreamKey{c.mark, c.cc.upstreamSource()}, c.x.backend.addr}
+}
+
 // connect gives c an idle upstream connection of its mark to its backend,
 // or dials one (in a goroutine: a connect may take long; the result comes
 // back through the eventfd).
 func (l *eventLoop) connect(c *loopConn) {
-	key := loopUpstreamKey{c.mark, c.cc.upstreamSource(), c.x.backend.addr}
+	key := c.poolKey()
 	// As the goroutine path: a request that could not be sent again must
 	// not meet a connection the backend closed while idle.
 	check := !(c.req.contentLength == 0 && replayableMethod(&c.req.req))
@@ -521,7 +526,7 @@ func (l *eventLoop) dialDone(d dialResult) {
 		l.answerFailure(c, d.err)
 		return
 	}
-	u := &loopUpstream{fd: d.fd, key: loopUpstreamKey{c.mark, c.cc.upstreamSource(), c.x.backend.addr}}
+	u := &loopUpstream{fd: d.fd, key: c.poolKey()}
 	if err := l.add(d.fd, sockEvents); err != nil {
 		unix.Close(d.fd)
 		l.answerFailure(c, err)
@@ -895,7 +900,7 @@ func (l *eventLoop) sweep(now time.Time) {
 	for key, list := range l.idle {
 		live := list[:0]
 		for _, u := range list {
-			if now.Sub(u.idleSince) >= fastIdleTimeout || !kept[upstreamKey{key.mark, key.source}] || draining {
+			if now.Sub(u.idleSince) >= fastIdleTimeout || !kept[key.upstreamKey] || draining {
 				l.closeUpstream(u)
 			} else {
 				live = append(live, u)
