@@ -251,18 +251,31 @@ func TestNodePortDSR(t *testing.T) {
 	})
 }
 
+// TestNodePortHybrid: TCP by DSR, UDP by SNAT, with native routing and
+// with the overlay (UDP's SNAT into the tunnel, TCP's IPIP out of the
+// uplink).
 func TestNodePortHybrid(t *testing.T) {
-	d, fromOutside, _ := dsrNode(t, dpinfo.NodePortHybrid)
-	ret, out := fromOutside(withChecksum(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpSYN))))
-	if ret != tcActRedirect || out[14+9] != 4 {
-		t.Errorf("TCP: verdict %d, protocol %d; want DSR (IPIP)", ret, out[14+9])
-	}
-	ret, out = fromOutside(withChecksum(packet(npClient, npNode, 17, udpDatagram(40001, 30054))))
-	if got := checkedTuple(t, out); ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod {
-		t.Errorf("UDP: verdict %d, %+v; want SNAT from %s to %s", ret, got, npSNAT, npRemotePod)
-	}
-	if replies, dsr := nodePortEntries(t, d); replies != 1 || dsr != 1 {
-		t.Errorf("shunt_nodeport_nat: %d reply entries, %d DSR entries; want 1 (UDP's SNAT) and 1 (TCP's DSR)", replies, dsr)
+	for _, tunnel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "native", true: "overlay"}[tunnel], func(t *testing.T) {
+			d, _, fromOutside, _ := dsrNodeRouted(t, dpinfo.NodePortHybrid, nil, tunnel)
+			before := counts(t, d)
+			ret, out := fromOutside(withChecksum(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpSYN))))
+			if ret != tcActRedirect || out[14+9] != 4 {
+				t.Errorf("TCP: verdict %d, protocol %d; want DSR (IPIP)", ret, out[14+9])
+			}
+			ret, out = fromOutside(withChecksum(packet(npClient, npNode, 17, udpDatagram(40001, 30054))))
+			if got := checkedTuple(t, out); ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod {
+				t.Errorf("UDP: verdict %d, %+v; want SNAT from %s to %s", ret, got, npSNAT, npRemotePod)
+			}
+			if replies, dsr := nodePortEntries(t, d); replies != 1 || dsr != 1 {
+				t.Errorf("shunt_nodeport_nat: %d reply entries, %d DSR entries; want 1 (UDP's SNAT) and 1 (TCP's DSR)", replies, dsr)
+			}
+			toTunnel := uint64(0)
+			if tunnel {
+				toTunnel = 1
+			}
+			counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 1, "to-tunnel/from-uplink": toTunnel})
+		})
 	}
 }
 
@@ -399,93 +412,78 @@ func TestNodePortDSRClientPortReused(t *testing.T) {
 // (1472): a single packet of 1460 bytes with DF is answered with
 // fragmentation needed naming 1450, one of 1450 goes; the backend's
 // SYN-ACK to a flow that came by DSR is clamped to 1410. The backend's
-// reply leaves out of the uplink from the service address. In hybrid
-// mode UDP is SNATed into the tunnel as before.
+// reply leaves out of the uplink from the service address. (Hybrid mode
+// with the overlay: TestNodePortHybrid.)
 func TestNodePortDSROverlay(t *testing.T) {
-	t.Run("dsr", func(t *testing.T) {
-		d, _, fromOutside, fromPod := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, true)
-		before := counts(t, d)
-		sized := func(sport uint16, ipLen int) []byte {
-			pkt := packet(npClient, npNode, 6, append(tcpSegment(sport, 30081, tcpACK), make([]byte, ipLen-40)...))
-			binary.BigEndian.PutUint16(pkt[14+6:], 0x4000)
-			binary.BigEndian.PutUint16(pkt[14+10:], 0)
-			binary.BigEndian.PutUint16(pkt[14+10:], ipChecksum(pkt[14:34]))
-			return withChecksum(pkt)
+	d, _, fromOutside, fromPod := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, true)
+	before := counts(t, d)
+	sized := func(sport uint16, ipLen int) []byte {
+		pkt := packet(npClient, npNode, 6, append(tcpSegment(sport, 30081, tcpACK), make([]byte, ipLen-40)...))
+		binary.BigEndian.PutUint16(pkt[14+6:], 0x4000)
+		binary.BigEndian.PutUint16(pkt[14+10:], 0)
+		binary.BigEndian.PutUint16(pkt[14+10:], ipChecksum(pkt[14:34]))
+		return withChecksum(pkt)
+	}
+	for _, c := range []struct {
+		what   string
+		sport  uint16
+		ipLen  int
+		tooBig bool
+	}{
+		{"a SYN", 40051, 40, false},
+		{"1450 bytes, the pods' MTU", 40052, fragTunnelMTU, false},
+		{"1460 bytes: fits the uplink with IPIP, not the pod", 40053, fragTunnelMTU + 10, true},
+	} {
+		in := sized(c.sport, c.ipLen)
+		if c.ipLen == 40 {
+			in = withChecksum(packet(npClient, npNode, 6, tcpSegment(c.sport, 30081, tcpSYN)))
 		}
-		for _, c := range []struct {
-			what   string
-			sport  uint16
-			ipLen  int
-			tooBig bool
-		}{
-			{"a SYN", 40051, 40, false},
-			{"1450 bytes, the pods' MTU", 40052, fragTunnelMTU, false},
-			{"1460 bytes: fits the uplink with IPIP, not the pod", 40053, fragTunnelMTU + 10, true},
-		} {
-			in := sized(c.sport, c.ipLen)
-			if c.ipLen == 40 {
-				in = withChecksum(packet(npClient, npNode, 6, tcpSegment(c.sport, 30081, tcpSYN)))
-			}
-			ret, out := fromOutside(in)
-			if ret != tcActRedirect {
-				t.Fatalf("%s: verdict %d, want redirect", c.what, ret)
-			}
-			if c.tooBig {
-				e := icmpError{ip: out[14:34], icmp: out[34:]}
-				if e.icmp[0] != 3 || e.icmp[1] != 4 || binary.BigEndian.Uint16(e.icmp[6:]) != fragTunnelMTU ||
-					netip.AddrFrom4([4]byte(e.ip[16:20])) != npClient || ipChecksum(e.icmp) != 0 {
-					t.Errorf("%s: ICMP % x to %s; want fragmentation needed, MTU %d, to the client", c.what, e.icmp[:8],
-						netip.AddrFrom4([4]byte(e.ip[16:20])), fragTunnelMTU)
-				}
-				continue
-			}
-			o := out[14 : 14+dsrOuterLen]
-			if len(out) != len(in)+dsrOuterLen || o[9] != 4 || o[20] != 0x9a || netip.AddrFrom4([4]byte(o[16:20])) != npOtherNode ||
-				netip.AddrFrom4([4]byte(o[12:16])) != npNode || ipChecksum(o) != 0 {
-				t.Errorf("%s: %d bytes, outer % x; want %d bytes, IPIP with the DSR option from %s to %s", c.what, len(out), o,
-					len(in)+dsrOuterLen, npNode, npOtherNode)
-			}
-			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:02" {
-				t.Errorf("%s: to MAC %s, want the other node's on the uplink", c.what, dst)
-			}
+		ret, out := fromOutside(in)
+		if ret != tcActRedirect {
+			t.Fatalf("%s: verdict %d, want redirect", c.what, ret)
 		}
+		if c.tooBig {
+			e := icmpError{ip: out[14:34], icmp: out[34:]}
+			if e.icmp[0] != 3 || e.icmp[1] != 4 || binary.BigEndian.Uint16(e.icmp[6:]) != fragTunnelMTU ||
+				netip.AddrFrom4([4]byte(e.ip[16:20])) != npClient || ipChecksum(e.icmp) != 0 {
+				t.Errorf("%s: ICMP % x to %s; want fragmentation needed, MTU %d, to the client", c.what, e.icmp[:8],
+					netip.AddrFrom4([4]byte(e.ip[16:20])), fragTunnelMTU)
+			}
+			continue
+		}
+		o := out[14 : 14+dsrOuterLen]
+		if len(out) != len(in)+dsrOuterLen || o[9] != 4 || o[20] != 0x9a || netip.AddrFrom4([4]byte(o[16:20])) != npOtherNode ||
+			netip.AddrFrom4([4]byte(o[12:16])) != npNode || ipChecksum(o) != 0 {
+			t.Errorf("%s: %d bytes, outer % x; want %d bytes, IPIP with the DSR option from %s to %s", c.what, len(out), o,
+				len(in)+dsrOuterLen, npNode, npOtherNode)
+		}
+		if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:02" {
+			t.Errorf("%s: to MAC %s, want the other node's on the uplink", c.what, dst)
+		}
+	}
 
-		// The backend's node: the SYN-ACK leaves out of the uplink from
-		// the service address, its MSS clamped to the pods' MTU.
-		for _, c := range []struct {
-			cport, mss, want uint16
-		}{{40054, 1460, fragTunnelMTU - 40}, {40055, 1400, 1400}} {
-			if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, tcpSegment(c.cport, 8080, tcpSYN)))); ret != tcActRedirect {
-				t.Fatalf("the client's SYN by DSR: verdict %d, want redirect into the pod", ret)
-			}
-			in := packet(npLocalPod, npClient, 6, tcpWithMSS(8080, c.cport, tcpSYNACK, c.mss))
-			ret, out := fromPod(in)
-			if got := checkedTuple(t, out[:len(in)]); ret != tcActRedirect || got != (tuple{npLB, npClient, 80, c.cport}) {
-				t.Fatalf("the SYN-ACK: verdict %d, %+v; want redirect out of the uplink from %s:80", ret, got, npLB)
-			}
-			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
-				t.Errorf("the SYN-ACK to MAC %s, want the client's on the uplink", dst)
-			}
-			if got := mssOf(t, out[:len(in)]); got != c.want {
-				t.Errorf("MSS %d: the SYN-ACK leaves with MSS %d, want %d", c.mss, got, c.want)
-			}
+	// The backend's node: the SYN-ACK leaves out of the uplink from
+	// the service address, its MSS clamped to the pods' MTU.
+	for _, c := range []struct {
+		cport, mss, want uint16
+	}{{40054, 1460, fragTunnelMTU - 40}, {40055, 1400, 1400}} {
+		if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, tcpSegment(c.cport, 8080, tcpSYN)))); ret != tcActRedirect {
+			t.Fatalf("the client's SYN by DSR: verdict %d, want redirect into the pod", ret)
 		}
-		counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 2, "frag-needed/from-uplink": 1,
-			"dsr-decap/from-uplink": 2, "nodeport-reply/from-pod": 2, "to-tunnel/from-uplink": 0})
-	})
-	t.Run("hybrid", func(t *testing.T) {
-		d, _, fromOutside, _ := dsrNodeRouted(t, dpinfo.NodePortHybrid, nil, true)
-		before := counts(t, d)
-		ret, out := fromOutside(withChecksum(packet(npClient, npNode, 6, tcpSegment(40061, 30081, tcpSYN))))
-		if ret != tcActRedirect || out[14+9] != 4 {
-			t.Errorf("TCP: verdict %d, protocol %d; want DSR (IPIP)", ret, out[14+9])
+		in := packet(npLocalPod, npClient, 6, tcpWithMSS(8080, c.cport, tcpSYNACK, c.mss))
+		ret, out := fromPod(in)
+		if got := checkedTuple(t, out[:len(in)]); ret != tcActRedirect || got != (tuple{npLB, npClient, 80, c.cport}) {
+			t.Fatalf("the SYN-ACK: verdict %d, %+v; want redirect out of the uplink from %s:80", ret, got, npLB)
 		}
-		ret, out = fromOutside(withChecksum(packet(npClient, npNode, 17, udpDatagram(40061, 30054))))
-		if got := checkedTuple(t, out); ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod {
-			t.Errorf("UDP: verdict %d, %+v; want SNAT from %s to %s", ret, got, npSNAT, npRemotePod)
+		if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
+			t.Errorf("the SYN-ACK to MAC %s, want the client's on the uplink", dst)
 		}
-		counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 1, "to-tunnel/from-uplink": 1})
-	})
+		if got := mssOf(t, out[:len(in)]); got != c.want {
+			t.Errorf("MSS %d: the SYN-ACK leaves with MSS %d, want %d", c.mss, got, c.want)
+		}
+	}
+	counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 2, "frag-needed/from-uplink": 1,
+		"dsr-decap/from-uplink": 2, "nodeport-reply/from-pod": 2, "to-tunnel/from-uplink": 0})
 }
 
 // TestNodePortDSRICMPErrorFromOutside: an ICMP error a router sends
