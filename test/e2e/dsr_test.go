@@ -228,7 +228,7 @@ func dsrFragNeededFromOutside(t *testing.T, l *lab, ext externalHost, node1 stri
 	t.Helper()
 	const mtu, port = 1200, 30070
 	routeToClient := func() string {
-		out, _ := l.shunt("lab", "exec", "web", "--", "ip", "-4", "route", "get", ext.addr)
+		out, _ := l.shunt("lab", "exec", "--node-privileges", "web", "--", "ip", "-4", "route", "get", ext.addr)
 		return out
 	}
 	if out := routeToClient(); strings.Contains(out, fmt.Sprintf("mtu %d", mtu)) {
