@@ -94,8 +94,11 @@ func nodePortDSRLab(t *testing.T, routing string) {
 	// And the other way (the client sends 2 MB): the client's full-sized
 	// packets no longer fit once encapsulated, and still arrive
 	// (fragmentation needed, or GSO packets cut smaller).
+	t.Logf("the download: %s", iperfSummary(out))
 	if out, code := l.shunt("lab", "exec", "--external", "--", "iperf3", "-c", node1, "-p", "30201", "-n", fmt.Sprint(2<<20)); code != 0 {
 		t.Errorf("iperf3 upload through node-1's NodePort: %s", out)
+	} else {
+		t.Logf("the upload: %s", iperfSummary(out))
 	}
 
 	// The ingress node: no NodePort reply counted, no reply entry for a
@@ -181,6 +184,16 @@ func nodePortDSRLab(t *testing.T, routing string) {
 	if text := l.mustShunt("observe", "--last", "5000"); !strings.Contains(text, "DSR: IPIP to the backend's node") {
 		t.Errorf("shunt observe on node-1 names no DSR flow (%d lines)", strings.Count(text, "\n"))
 	}
+}
+
+// iperfSummary is iperf3's receiver line (the rate the data arrived at).
+func iperfSummary(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasSuffix(strings.TrimSpace(line), "receiver") {
+			return strings.Join(strings.Fields(line), " ")
+		}
+	}
+	return "(no receiver line)"
 }
 
 // uplinkTxBytes is what the interface holding addr in netns ns sent.
