@@ -306,9 +306,11 @@ enum shunt_reason {
 				      * with the service address and port in an IP option, the client's address kept
 				      * (lib/dsr.h) */
 	SHUNT_REASON_DSR_DECAP = 50, /* uplink ingress: such a packet arrived at the backend's node, decapsulated and
-				      * recorded, so the backend's reply leaves from here with the service address */
+				      * recorded, so the backend's reply leaves from here with the service address
+				      * (or an ICMP error from outside about a reply, translated for the backend) */
 	SHUNT_REASON_DSR_TOO_BIG = 51, /* dropped: a packet for DSR that would not fit the uplink's MTU once
-					* encapsulated and has no DF bit (with DF it is answered, frag-needed) */
+					* encapsulated (with the overlay: or the pods' MTU, the tunnel device's)
+					* and has no DF bit (with DF it is answered, frag-needed) */
 	SHUNT_REASON_DSR_GSO_DECAP = 52, /* dropped: a GSO packet arrived by DSR on a kernel before Linux 6.3,
 					  * whose bpf_skb_adjust_room cannot take its IPIP header off
 					  * (BPF_F_ADJ_ROOM_DECAP_L3_IPV4; kernel fallback dsr-no-gso-decap) */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* DSR (direct server return) for flows from outside, with native routing:
- * the wire format and its two ends. lib/nodeport.h decides which flows go
- * this way and records them.
+/* DSR (direct server return) for flows from outside, with native routing
+ * or the VXLAN overlay: the wire format and its two ends. lib/nodeport.h
+ * decides which flows go this way and records them.
  *
  * The ingress node keeps the client's address, translates the destination
  * to the backend (client -> backend, as for a backend of its own) and
@@ -21,8 +21,31 @@
  * the packet as the client sent it, translated. The cost: 28 bytes per
  * packet on the way in (replies carry none). A GSO packet is cut into
  * smaller segments (adjust_room lowers its gso_size by the 28 bytes); a
- * single packet that no longer fits the uplink's MTU is answered with
- * ICMP fragmentation needed (DF) or dropped, counted as dsr-too-big. */
+ * single packet that no longer fits is answered with ICMP fragmentation
+ * needed (DF) or dropped, counted as dsr-too-big (dsr_too_big).
+ *
+ * With the overlay the same IPIP goes between the same underlay
+ * addresses, out of the uplink, never into the VXLAN device: the
+ * underlay that carries VXLAN's UDP carries IPIP between the nodes just
+ * as well, and every node takes DSR packets at its underlay address
+ * whatever its routing. Inside VXLAN there is no room for the service:
+ * the VNI's 24 bits carry the sender's identity (lib/encap.h), and
+ * VXLAN-GBP's group has 16, so the address and port would need an inner
+ * header of their own (IPIP inside VXLAN: 50 + 28 bytes) for nothing the
+ * underlay cannot carry directly. What the overlay changes is the room
+ * left: its pods have the VXLAN device's MTU (the underlay's less 50),
+ * less than the 28 bytes IPIP takes from the underlay's, so a packet for
+ * a pod must fit the tunnel device's MTU (the backend's pod MTU, every
+ * node's the same) as well as the uplink's less 28 (dsr_room). Replies
+ * leave the backend's node by its uplink, as with native routing: a
+ * client outside is no pod of any node, so the overlay never takes them.
+ *
+ * An ICMP error a router sends about a reply (fragmentation needed on
+ * the way to the client) is addressed to the service address, so it
+ * reaches the ingress node, which holds the flow's client entry: it goes
+ * to the backend's node in the same IPIP, untranslated, the option naming
+ * the service, and is translated there for the pod (lib/nodeport.h:
+ * nodeport_from_dsr). */
 #ifndef SHUNT_LIB_DSR_H
 #define SHUNT_LIB_DSR_H
 
@@ -67,29 +90,50 @@ struct dsr_outer {
 #define DSR_OUTER_LEN ((__u32)sizeof(struct dsr_outer))
 
 /* dsr_wanted says whether a new flow of proto to a backend on another
- * node goes by DSR: the mode asks for it (hybrid: TCP only) and the
- * routing is native (the agent refuses DSR with the overlay). */
+ * node goes by DSR: the mode asks for it (hybrid: TCP only) and the node
+ * routes to other nodes' pods (natively or by the overlay: either way the
+ * IPIP leaves by the uplink). */
 static __always_inline bool dsr_wanted(const volatile struct shunt_config *cfg, __u8 proto)
 {
-	if (!cfg->nodeport_dsr_ip4 || !cfg->native_ifindex)
+	if (!cfg->nodeport_dsr_ip4 || (!cfg->native_ifindex && !cfg->tunnel_ifindex))
 		return false;
 	if (cfg->nodeport_mode == NODEPORT_MODE_DSR)
 		return true;
 	return cfg->nodeport_mode == NODEPORT_MODE_HYBRID && proto == IPPROTO_TCP;
 }
 
-/* dsr_too_big says whether the packet, encapsulated, would not fit cfg's
- * uplink: a single packet only (a GSO packet's segments are cut 28 bytes
- * smaller by the encapsulation). *mtu is set to the room left for the
- * client's packets, the next-hop MTU to answer with. */
+/* dsr_room is the largest packet (IPv4 length) of the client's that
+ * reaches a backend on another node by DSR: the uplink's MTU less the
+ * outer header, and with the overlay no more than the tunnel device's MTU,
+ * which its pods have (a larger one would be dropped at the pod's veth
+ * once decapsulated). The MTUs are the devices' when the packet passes
+ * (bpf_check_mtu), so a changed MTU holds at once. 0 when the uplink
+ * cannot be read. Inlined: as a call of its own in dsr_clamp_mss the
+ * verifier went past its million instructions on shunt_from_pod. */
+static __always_inline __u32 dsr_room(struct __sk_buff *skb, __u32 uplink_ifindex, __u32 tunnel_ifindex)
+{
+	__u32 mtu = 0, tunnel_mtu = 0;
+
+	if (bpf_check_mtu(skb, uplink_ifindex, &mtu, 0, 0) < 0 || mtu <= DSR_OUTER_LEN)
+		return 0;
+	mtu -= DSR_OUTER_LEN;
+	if (tunnel_ifindex && bpf_check_mtu(skb, tunnel_ifindex, &tunnel_mtu, 0, 0) >= 0 && tunnel_mtu && tunnel_mtu < mtu)
+		mtu = tunnel_mtu;
+	return mtu;
+}
+
+/* dsr_too_big says whether the packet would not fit on its way to the
+ * backend (dsr_room): a single packet only (a GSO packet's segments are
+ * cut 28 bytes smaller by the encapsulation, and with the overlay they
+ * are the client's, no larger than the MSS the pod announced). *mtu is
+ * set to the room, the next-hop MTU to answer with. */
 static __always_inline bool dsr_too_big(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 *mtu)
 {
-	__u32 dev_mtu = 0;
-	long ret = bpf_check_mtu(skb, cfg->uplink_ifindex, &dev_mtu, DSR_OUTER_LEN, 0);
+	__u32 room = dsr_room(skb, cfg->uplink_ifindex, cfg->tunnel_ifindex);
 
-	if (ret != BPF_MTU_CHK_RET_FRAG_NEEDED)
+	if (!room || skb->gso_size || skb->len <= ETH_HLEN + room)
 		return false;
-	*mtu = dev_mtu > DSR_OUTER_LEN ? dev_mtu - DSR_OUTER_LEN : 0;
+	*mtu = room;
 	return true;
 }
 
@@ -160,7 +204,10 @@ static __always_inline int dsr_send(struct __sk_buff *skb, struct pkt *p, const 
 	};
 	long ret = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
 
-	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
+	/* Out of the uplink only: with the overlay too the other node's
+	 * underlay address is reached there, never through the VXLAN device
+	 * (which would carry IPIP in VXLAN, 78 bytes more). */
+	if ((ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH) || fib.ifindex != cfg->uplink_ifindex)
 		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
 	return fib_send(skb, p, &fib, ret, SHUNT_REASON_DSR_ENCAP);
 }

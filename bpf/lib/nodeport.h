@@ -221,9 +221,11 @@ static __always_inline int pkt_read(struct __sk_buff *skb, __u32 off, __u32 size
 }
 
 /* dsr_clamp_mss lowers the MSS option of a backend's SYN-ACK to a flow
- * that arrived by DSR (l4off: its TCP header) to what fits ifindex's MTU
- * less DSR's outer header: the client's segments reach this node in
- * IPIP with an IP option, 28 bytes more than the client sent. Clamping,
+ * that arrived by DSR (l4off: its TCP header) to what fits the room DSR
+ * leaves (dsr_room: the uplink's MTU less DSR's outer header, and with the
+ * overlay no more than the tunnel device's MTU, the pods'): the client's
+ * segments reach this node in IPIP with an IP option, 28 bytes more than
+ * the client sent. Clamping,
  * as routers do for tunnels, saves each connection the first full-sized
  * segment lost and the ICMP fragmentation needed the ingress node
  * answers it with (dsr_too_big), and works where the client's path drops
@@ -231,13 +233,13 @@ static __always_inline int pkt_read(struct __sk_buff *skb, __u32 off, __u32 size
  * failed. A function of its own: few values live, a small frame. */
 #define DSR_MSS_OPTIONS 8
 
-static __noinline int dsr_clamp_mss(struct __sk_buff *skb, __u32 l4off, __u32 ifindex)
+static __noinline int dsr_clamp_mss(struct __sk_buff *skb, __u32 l4off, __u32 uplink_ifindex, __u32 tunnel_ifindex)
 {
-	__u32 mtu = 0;
+	__u32 mtu = dsr_room(skb, uplink_ifindex, tunnel_ifindex);
 
-	if (bpf_check_mtu(skb, ifindex, &mtu, 0, 0) < 0 || mtu <= DSR_OUTER_LEN + 40)
+	if (mtu <= sizeof(struct iphdr) + sizeof(struct tcphdr))
 		return 0;
-	__u16 max = mtu - DSR_OUTER_LEN - sizeof(struct iphdr) - sizeof(struct tcphdr);
+	__u16 max = mtu - sizeof(struct iphdr) - sizeof(struct tcphdr);
 	int doff = pkt_read(skb, l4off + 12, 1);
 	if (doff < 0)
 		return 0;
@@ -465,7 +467,7 @@ static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, 
 
 		err = nodeport_rewrite(skb, l4off, f, &v);
 		if (err == 0 && v.dsr_in && f->proto == IPPROTO_TCP && (f->tcp_flags & SHUNT_TCPF_SYN))
-			err = dsr_clamp_mss(skb, l4off, cfg->uplink_ifindex);
+			err = dsr_clamp_mss(skb, l4off, cfg->uplink_ifindex, cfg->tunnel_ifindex);
 	}
 	if (err < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
@@ -618,12 +620,17 @@ static __always_inline int nodeport_to_backend(struct __sk_buff *skb, struct pkt
  * to its backend's node (lib/dsr.h): a packet that would not fit once
  * encapsulated is answered first, as the client sent it; then translated
  * (the client's address kept), one hop, encapsulated with the frontend it
- * was sent to, and routed out of the uplink. Returns the verdict. */
+ * was sent to, and routed out of the uplink. An ICMP error from outside
+ * about one of the flow's replies (addressed to the frontend, the reply's
+ * source) goes the same way untranslated, the option naming the frontend
+ * its quote starts from: the backend's node translates it
+ * (nodeport_from_dsr). Returns the verdict. */
 static __always_inline int nodeport_dsr_forward(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
 						__u32 l4off, const struct nodeport_nat_value *fwd)
 {
+	bool error = p->f.icmp_error;
 	__u32 svc_addr = p->f.daddr, mtu = 0;
-	__u16 svc_port = p->f.dport;
+	__u16 svc_port = error ? p->f.inner.sport : p->f.dport;
 	struct ipcache_value *remote = ipcache_lookup(fwd->daddr);
 	__u32 node = remote ? remote->tunnel_ip4 : 0;
 
@@ -631,10 +638,13 @@ static __always_inline int nodeport_dsr_forward(struct __sk_buff *skb, struct pk
 	if (!node)
 		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED); /* no pod of another node (any more) */
 	p->dst_identity = remote->identity;
-	if (dsr_too_big(skb, cfg, &mtu))
-		return dsr_answer_too_big(skb, p, cfg, mtu);
-	if (nodeport_rewrite(skb, l4off, &p->f, fwd) < 0)
-		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	if (!error) {
+		/* No error about an error (RFC 1122 3.2.2). */
+		if (dsr_too_big(skb, cfg, &mtu))
+			return dsr_answer_too_big(skb, p, cfg, mtu);
+		if (nodeport_rewrite(skb, l4off, &p->f, fwd) < 0)
+			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	}
 	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
 	int verdict = forward_hop(skb, p);
 	if (verdict >= 0)
@@ -675,12 +685,15 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 		/* An error from outside about a reply, for the backend: its
 		 * quote becomes the reply as the backend sent it (to the
 		 * node's SNAT address and port, or the client's own), the
-		 * outer destination the backend. A DSR flow's replies leave
-		 * from the backend's node, which the error does not reach from
-		 * here: the stack's. An error is no sign of life of the flow. */
-		if (!known || known->reply || known->dsr)
+		 * outer destination the backend. A DSR flow's replies left
+		 * from the backend's node, which translates the error: it
+		 * goes there as it is (nodeport_dsr_forward). An error is no
+		 * sign of life of the flow. */
+		if (!known || known->reply)
 			return -1;
-		if (nodeport_error_xlate(skb, &p->f, l4off, known) < 0)
+		if (known->dsr)
+			fwd = *known;
+		else if (nodeport_error_xlate(skb, &p->f, l4off, known) < 0)
 			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	} else if (known) {
 		if (known->reply)
@@ -706,12 +719,46 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 			return drop(skb, p, reason);
 		p->event = FLOW_EV_CONN_NEW;
 	}
-	if (!error && fwd.dsr)
+	if (fwd.dsr)
 		return nodeport_dsr_forward(skb, p, cfg, l4off, &fwd);
 	if (!error && nodeport_rewrite(skb, l4off, &p->f, &fwd) < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	count(SHUNT_REASON_NODEPORT_XLATE, p->dir, skb->len);
 	return nodeport_to_backend(skb, p, cfg, client);
+}
+
+/* nodeport_dsr_error takes an ICMP error from outside that the ingress
+ * node sent on by DSR (nodeport_dsr_forward), decapsulated: about a reply
+ * of a flow whose backend is here, which left with the frontend
+ * (svc_addr:svc_port, the option's) as its source, the error addressed
+ * to it. It is translated with the flow's client entry as the ingress
+ * node would for an SNAT flow (nodeport_error_xlate: the quote and outer
+ * destination become the backend's, every checksum fixed) and judged as
+ * the backend's flow, so a fragmentation needed lowers the pod's path
+ * MTU toward the client. An error about nothing this node holds is
+ * dropped. Returns the verdict. */
+static __always_inline int nodeport_dsr_error(struct __sk_buff *skb, struct pkt *p, struct iphdr *ip,
+					      const volatile struct shunt_config *cfg, __u32 svc_addr, __u16 svc_port)
+{
+	struct flow *f = &p->f;
+
+	if ((f->inner.proto != IPPROTO_TCP && f->inner.proto != IPPROTO_UDP) || f->daddr != svc_addr ||
+	    f->inner.saddr != svc_addr || f->inner.sport != svc_port)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	/* The quote is a reply to the client: turned around, the client's
+	 * tuple, whose entry names the backend. */
+	struct tc_nat_key ck = { .saddr = f->inner.daddr, .daddr = svc_addr, .sport = f->inner.dport, .dport = svc_port,
+				 .proto = f->inner.proto };
+	struct nodeport_nat_value *known = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
+	if (!known || known->reply || !known->dsr_in)
+		return drop(skb, p, SHUNT_REASON_SERVICE_NO_BACKEND);
+	if (nodeport_error_xlate(skb, f, ETH_HLEN + ip->ihl * 4, known) < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	struct endpoint_info *ep = lookup_endpoint(f->daddr);
+	if (!ep)
+		return drop(skb, p, SHUNT_REASON_SERVICE_NO_BACKEND);
+	count(SHUNT_REASON_DSR_DECAP, p->dir, skb->len);
+	return admit_to_local_pod(skb, p, cfg, identity_of(f->saddr), ep);
 }
 
 /* nodeport_from_dsr takes a DSR packet another node sent for a backend
@@ -720,7 +767,9 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
  * outer header's option as its source and leaves from this node, and the
  * client's later packets are translated here too should the route to a
  * load balancer address move to this node), then judged by the pod's
- * ingress policy as the client, whose address it keeps. Returns -1 when
+ * ingress policy as the client, whose address it keeps. An ICMP error
+ * about such a flow's reply is translated for the backend
+ * (nodeport_dsr_error). Returns -1 when
  * the packet is no DSR packet for this node, else the verdict. Only an
  * outside client's flow comes this way: an inner source that is a pod or
  * a node of the cluster is dropped as spoofed (the underlay is trusted as
@@ -742,12 +791,14 @@ static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volati
 		return verdict;
 	p.orig_daddr = svc_addr;
 	p.orig_dport = svc_port;
-	if ((p.f.proto != IPPROTO_TCP && p.f.proto != IPPROTO_UDP) || !p.f.has_ports)
-		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
 	struct ipcache_value *from = ipcache_lookup(p.f.saddr);
 	if (lookup_endpoint(p.f.saddr) || (from && (from->tunnel_ip4 || from->identity == SHUNT_ID_HOST ||
 						   from->identity == SHUNT_ID_REMOTE_NODE)))
 		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
+	if (p.f.icmp_error)
+		return nodeport_dsr_error(skb, &p, ip, cfg, svc_addr, svc_port);
+	if ((p.f.proto != IPPROTO_TCP && p.f.proto != IPPROTO_UDP) || !p.f.has_ports)
+		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
 	struct endpoint_info *ep = lookup_endpoint(p.f.daddr);
 	if (!ep)
 		return drop(skb, &p, SHUNT_REASON_SERVICE_NO_BACKEND);

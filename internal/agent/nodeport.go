@@ -18,12 +18,14 @@ import (
 // none of them). nil without an underlay address: the node's pods and
 // processes still reach these frontends through the socket layer.
 // cfg.NodePortMode dsr or hybrid sends such flows to the backend's node by
-// DSR (bpf/lib/dsr.h), which needs native routing: refused otherwise,
+// DSR (bpf/lib/dsr.h): IPIP between the nodes' underlay addresses, with
+// native routing and with the overlay alike (the underlay that carries
+// VXLAN carries it too). It needs routing between nodes: refused without,
 // before anything of the node is made.
 func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapath.NodePort, error) {
-	if cfg.NodePortMode.UsesDSR() && cfg.Routing != RoutingNative {
-		return nil, fmt.Errorf("--nodeport-mode %s needs --routing native (DSR's IPIP goes between nodes routed natively; "+
-			"over the overlay it is not carried): use --routing native or --nodeport-mode snat", cfg.NodePortMode)
+	if cfg.NodePortMode.UsesDSR() && cfg.Routing != RoutingNative && cfg.Routing != RoutingTunnel {
+		return nil, fmt.Errorf("--nodeport-mode %s needs routing between nodes (--routing native, or --tunnel vxlan): "+
+			"DSR sends a flow to its backend's node; use one of them or --nodeport-mode snat", cfg.NodePortMode)
 	}
 	if !cfg.Underlay.IsValid() || !mode.UsesBPF() {
 		return nil, nil

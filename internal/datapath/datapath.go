@@ -212,8 +212,9 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 		if np.DSRAddr.IsValid() {
 			tcConfig.NodeportDsrIp4 = be32(np.DSRAddr)
 		}
-		if np.Mode.UsesDSR() && cfg.NativeIfindex == 0 {
-			return nil, fmt.Errorf("--nodeport-mode %s needs --routing native: DSR carries the service address in IPIP between nodes routed natively; with the overlay use --nodeport-mode snat", np.Mode)
+		if np.Mode.UsesDSR() && cfg.NativeIfindex == 0 && cfg.TunnelIfindex == 0 {
+			return nil, fmt.Errorf("--nodeport-mode %s needs routing between nodes (native or the overlay): DSR sends a flow to its backend's node; "+
+				"without either there is no other node's pod to reach, use --nodeport-mode snat", np.Mode)
 		}
 	}
 	if cfg.ConntrackSingleTable {

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -55,7 +56,14 @@ func dsrNode(t *testing.T, mode dpinfo.NodePortMode) (d *Datapath, fromOutside, 
 // packet of segments of gsoSize bytes.
 func dsrNodeWith(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks) (d *Datapath,
 	fromOutsideGSO func(pkt []byte, gsoSize uint32) (uint32, []byte), fromOutside, fromPod func([]byte) (uint32, []byte)) {
-	d, ns, uplink := nodePortTestNodeWith(t, 0, mode, fallbacks)
+	return dsrNodeRouted(t, mode, fallbacks, false)
+}
+
+// dsrNodeRouted is dsrNodeWith with the VXLAN overlay (tunnel) instead of
+// native routing (nodePortTestNodeRouted).
+func dsrNodeRouted(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks, tunnel bool) (d *Datapath,
+	fromOutsideGSO func(pkt []byte, gsoSize uint32) (uint32, []byte), fromOutside, fromPod func([]byte) (uint32, []byte)) {
+	d, ns, uplink := nodePortTestNodeRouted(t, 0, mode, fallbacks, tunnel)
 	syncNodePortPods(t, d)
 	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
 	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
@@ -243,18 +251,31 @@ func TestNodePortDSR(t *testing.T) {
 	})
 }
 
+// TestNodePortHybrid: TCP by DSR, UDP by SNAT, with native routing and
+// with the overlay (UDP's SNAT into the tunnel, TCP's IPIP out of the
+// uplink).
 func TestNodePortHybrid(t *testing.T) {
-	d, fromOutside, _ := dsrNode(t, dpinfo.NodePortHybrid)
-	ret, out := fromOutside(withChecksum(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpSYN))))
-	if ret != tcActRedirect || out[14+9] != 4 {
-		t.Errorf("TCP: verdict %d, protocol %d; want DSR (IPIP)", ret, out[14+9])
-	}
-	ret, out = fromOutside(withChecksum(packet(npClient, npNode, 17, udpDatagram(40001, 30054))))
-	if got := checkedTuple(t, out); ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod {
-		t.Errorf("UDP: verdict %d, %+v; want SNAT from %s to %s", ret, got, npSNAT, npRemotePod)
-	}
-	if replies, dsr := nodePortEntries(t, d); replies != 1 || dsr != 1 {
-		t.Errorf("shunt_nodeport_nat: %d reply entries, %d DSR entries; want 1 (UDP's SNAT) and 1 (TCP's DSR)", replies, dsr)
+	for _, tunnel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "native", true: "overlay"}[tunnel], func(t *testing.T) {
+			d, _, fromOutside, _ := dsrNodeRouted(t, dpinfo.NodePortHybrid, nil, tunnel)
+			before := counts(t, d)
+			ret, out := fromOutside(withChecksum(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpSYN))))
+			if ret != tcActRedirect || out[14+9] != 4 {
+				t.Errorf("TCP: verdict %d, protocol %d; want DSR (IPIP)", ret, out[14+9])
+			}
+			ret, out = fromOutside(withChecksum(packet(npClient, npNode, 17, udpDatagram(40001, 30054))))
+			if got := checkedTuple(t, out); ret != tcActRedirect || got.src != npSNAT || got.dst != npRemotePod {
+				t.Errorf("UDP: verdict %d, %+v; want SNAT from %s to %s", ret, got, npSNAT, npRemotePod)
+			}
+			if replies, dsr := nodePortEntries(t, d); replies != 1 || dsr != 1 {
+				t.Errorf("shunt_nodeport_nat: %d reply entries, %d DSR entries; want 1 (UDP's SNAT) and 1 (TCP's DSR)", replies, dsr)
+			}
+			toTunnel := uint64(0)
+			if tunnel {
+				toTunnel = 1
+			}
+			counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 1, "to-tunnel/from-uplink": toTunnel})
+		})
 	}
 }
 
@@ -380,5 +401,152 @@ func TestNodePortDSRClientPortReused(t *testing.T) {
 			t.Fatalf("step %d (%s): the SYN: verdict %d, want redirect into the pod", i, step.what, ret)
 		}
 		synAck(step.what, step.want)
+	}
+}
+
+// TestNodePortDSROverlay: with the VXLAN overlay instead of native
+// routing, DSR goes the same way: the IPIP leaves by the uplink to the
+// backend's node's underlay address (its MAC, the outer header built as
+// with native routing), never into the VXLAN device. The room is the
+// pods' MTU (the tunnel device's, 1450) rather than the uplink's less 28
+// (1472): a single packet of 1460 bytes with DF is answered with
+// fragmentation needed naming 1450, one of 1450 goes; the backend's
+// SYN-ACK to a flow that came by DSR is clamped to 1410. The backend's
+// reply leaves out of the uplink from the service address. (Hybrid mode
+// with the overlay: TestNodePortHybrid.)
+func TestNodePortDSROverlay(t *testing.T) {
+	d, _, fromOutside, fromPod := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, true)
+	before := counts(t, d)
+	sized := func(sport uint16, ipLen int) []byte {
+		pkt := packet(npClient, npNode, 6, append(tcpSegment(sport, 30081, tcpACK), make([]byte, ipLen-40)...))
+		binary.BigEndian.PutUint16(pkt[14+6:], 0x4000)
+		binary.BigEndian.PutUint16(pkt[14+10:], 0)
+		binary.BigEndian.PutUint16(pkt[14+10:], ipChecksum(pkt[14:34]))
+		return withChecksum(pkt)
+	}
+	for _, c := range []struct {
+		what   string
+		sport  uint16
+		ipLen  int
+		tooBig bool
+	}{
+		{"a SYN", 40051, 40, false},
+		{"1450 bytes, the pods' MTU", 40052, fragTunnelMTU, false},
+		{"1460 bytes: fits the uplink with IPIP, not the pod", 40053, fragTunnelMTU + 10, true},
+	} {
+		in := sized(c.sport, c.ipLen)
+		if c.ipLen == 40 {
+			in = withChecksum(packet(npClient, npNode, 6, tcpSegment(c.sport, 30081, tcpSYN)))
+		}
+		ret, out := fromOutside(in)
+		if ret != tcActRedirect {
+			t.Fatalf("%s: verdict %d, want redirect", c.what, ret)
+		}
+		if c.tooBig {
+			e := icmpError{ip: out[14:34], icmp: out[34:]}
+			if e.icmp[0] != 3 || e.icmp[1] != 4 || binary.BigEndian.Uint16(e.icmp[6:]) != fragTunnelMTU ||
+				netip.AddrFrom4([4]byte(e.ip[16:20])) != npClient || ipChecksum(e.icmp) != 0 {
+				t.Errorf("%s: ICMP % x to %s; want fragmentation needed, MTU %d, to the client", c.what, e.icmp[:8],
+					netip.AddrFrom4([4]byte(e.ip[16:20])), fragTunnelMTU)
+			}
+			continue
+		}
+		o := out[14 : 14+dsrOuterLen]
+		if len(out) != len(in)+dsrOuterLen || o[9] != 4 || o[20] != 0x9a || netip.AddrFrom4([4]byte(o[16:20])) != npOtherNode ||
+			netip.AddrFrom4([4]byte(o[12:16])) != npNode || ipChecksum(o) != 0 {
+			t.Errorf("%s: %d bytes, outer % x; want %d bytes, IPIP with the DSR option from %s to %s", c.what, len(out), o,
+				len(in)+dsrOuterLen, npNode, npOtherNode)
+		}
+		if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:02" {
+			t.Errorf("%s: to MAC %s, want the other node's on the uplink", c.what, dst)
+		}
+	}
+
+	// The backend's node: the SYN-ACK leaves out of the uplink from
+	// the service address, its MSS clamped to the pods' MTU.
+	for _, c := range []struct {
+		cport, mss, want uint16
+	}{{40054, 1460, fragTunnelMTU - 40}, {40055, 1400, 1400}} {
+		if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, packet(npClient, npLocalPod, 6, tcpSegment(c.cport, 8080, tcpSYN)))); ret != tcActRedirect {
+			t.Fatalf("the client's SYN by DSR: verdict %d, want redirect into the pod", ret)
+		}
+		in := packet(npLocalPod, npClient, 6, tcpWithMSS(8080, c.cport, tcpSYNACK, c.mss))
+		ret, out := fromPod(in)
+		if got := checkedTuple(t, out[:len(in)]); ret != tcActRedirect || got != (tuple{npLB, npClient, 80, c.cport}) {
+			t.Fatalf("the SYN-ACK: verdict %d, %+v; want redirect out of the uplink from %s:80", ret, got, npLB)
+		}
+		if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
+			t.Errorf("the SYN-ACK to MAC %s, want the client's on the uplink", dst)
+		}
+		if got := mssOf(t, out[:len(in)]); got != c.want {
+			t.Errorf("MSS %d: the SYN-ACK leaves with MSS %d, want %d", c.mss, got, c.want)
+		}
+	}
+	counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 2, "frag-needed/from-uplink": 1,
+		"dsr-decap/from-uplink": 2, "nodeport-reply/from-pod": 2, "to-tunnel/from-uplink": 0})
+}
+
+// TestNodePortDSRICMPErrorFromOutside: an ICMP error a router sends
+// about a DSR flow's reply is addressed to the service address the reply
+// left from, so it reaches the ingress node: that node sends it on to the
+// backend's node in DSR's IPIP, as it is (one hop less), the option
+// naming the service. The backend's node translates it for the pod (outer
+// destination and quote the backend's, every checksum right) and delivers
+// it; an error about a flow it does not hold is dropped. With native
+// routing and with the overlay.
+func TestNodePortDSRICMPErrorFromOutside(t *testing.T) {
+	router := netip.MustParseAddr("203.0.113.1")
+	for _, tunnel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "native", true: "overlay"}[tunnel], func(t *testing.T) {
+			d, _, fromOutside, fromPod := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, tunnel)
+			before := counts(t, d)
+
+			// The ingress node: a DSR flow (UDP, mode dsr), then a
+			// router's fragmentation needed about its reply, which left
+			// the backend's node from the NodePort.
+			if ret, out := fromOutside(withChecksum(packet(npClient, npNode, 17, udpDatagram(40071, 30054)))); ret != tcActRedirect || out[14+9] != 4 {
+				t.Fatalf("the client's datagram: verdict %d; want DSR", ret)
+			}
+			reply := withChecksum(packet(npNode, npClient, 17, udpDatagram(30054, 40071)))
+			in := withChecksum(packet(router, npNode, 1, icmpFragNeeded(reply, 1300)))
+			ret, out := fromOutside(bytes.Clone(in))
+			if ret != tcActRedirect || len(out) < len(in)+dsrOuterLen {
+				t.Fatalf("the error at the ingress node: verdict %d, %d bytes; want redirect, IPIP", ret, len(out))
+			}
+			o := out[14 : 14+dsrOuterLen]
+			if o[9] != 4 || netip.AddrFrom4([4]byte(o[16:20])) != npOtherNode || o[20] != 0x9a ||
+				netip.AddrFrom4([4]byte(o[24:28])) != npNode || binary.BigEndian.Uint16(o[22:]) != 30054 || ipChecksum(o) != 0 {
+				t.Errorf("outer header % x: want IPIP to %s naming %s:30054", o, npOtherNode, npNode)
+			}
+			inner := out[14+dsrOuterLen : len(in)+dsrOuterLen]
+			if inner[8] != 63 || ipChecksum(inner[:20]) != 0 || !bytes.Equal(inner[12:], in[14+12:]) {
+				t.Errorf("inner\n% x\nwant the error as it came, TTL 63\n% x", inner, in[14:])
+			}
+
+			// The backend's node: a DSR flow to its pod, the pod's reply
+			// from the service, then the router's error about it, sent on
+			// by the ingress node.
+			if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 53, packet(npClient, npLocalPod, 17, udpDatagram(40072, 5353)))); ret != tcActRedirect {
+				t.Fatalf("the client's datagram by DSR: verdict %d, want redirect into the pod", ret)
+			}
+			ret, reply = fromPod(packet(npLocalPod, npClient, 17, udpDatagram(5353, 40072)))
+			if got := checkedTuple(t, reply); ret != tcActRedirect || got != (tuple{npLB, npClient, 53, 40072}) {
+				t.Fatalf("the pod's reply: verdict %d, %+v", ret, got)
+			}
+			message := icmpFragNeeded(reply, 1300)
+			ret, out = fromOutside(dsrPacket(npOtherNode, npNode, npLB, 53, packet(router, npLB, 1, message)))
+			if ret != tcActRedirect {
+				t.Fatalf("the error at the backend's node: verdict %d, want redirect into the pod", ret)
+			}
+			checkTranslatedError(t, "a router's fragmentation needed", out[:14+20+len(message)], message,
+				[]any{router, npLocalPod, npLocalPod, uint16(5353), npClient, uint16(40072)})
+
+			// About no flow of this node: dropped.
+			stray := withChecksum(packet(npLB, npClient, 17, udpDatagram(53, 40999)))
+			if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 53, packet(router, npLB, 1, icmpFragNeeded(stray, 1300)))); ret != tcActShot {
+				t.Errorf("an error about no flow of this node: verdict %d, want drop", ret)
+			}
+			counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 2, "dsr-decap/from-uplink": 2})
+		})
 	}
 }

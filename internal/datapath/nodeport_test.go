@@ -61,7 +61,15 @@ func nodePortTestNodeMode(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 // nodePortTestNodeWith is nodePortTestNodeMode taking the kernel
 // fallbacks given.
 func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks) (d *Datapath, ns string, uplink int) {
+	return nodePortTestNodeRouted(t, maglevSize, mode, fallbacks, false)
+}
+
+// nodePortTestNodeRouted is nodePortTestNodeWith with the VXLAN overlay
+// (tunnel: a collect-metadata VXLAN device on the uplink's address, MTU
+// fragTunnelMTU, the pods' MTU) instead of native routing.
+func nodePortTestNodeRouted(t *testing.T, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks, tunnel bool) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
+	var vx int
 	ns, peer := testNetns(t), testNetns(t)
 	veth(t, ns, "np-ul", netip.PrefixFrom(npNode, 24), peer, "np-out", netip.PrefixFrom(npClient, 24))
 	if err := netnsrun.Do(ns, func() error {
@@ -80,14 +88,21 @@ func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 			}
 		}
 		var err error
-		_, uplink, err = UplinkOf(npNode)
+		if _, uplink, err = UplinkOf(npNode); err != nil || !tunnel {
+			return err
+		}
+		vx, err = EnsureVXLAN(ovVXLAN, npNode, ovPort)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d = openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
+	cfg := Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
 		NodePort:  &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
-		Fallbacks: fallbacks}, nil)
+		Fallbacks: fallbacks}
+	if tunnel {
+		cfg.NativeIfindex, cfg.TunnelIfindex, cfg.NodeIP = 0, vx, npSNAT
+	}
+	d = openConfiguredDatapath(t, cfg, nil)
 	return d, ns, uplink
 }
 

@@ -27,5 +27,5 @@ func ParseNodePortMode(s string) (NodePortMode, error) {
 	case NodePortSNAT, NodePortDSR, NodePortHybrid:
 		return m, nil
 	}
-	return "", fmt.Errorf("nodeport mode %q: give snat, dsr (direct server return, native routing only) or hybrid (DSR for TCP, SNAT for UDP)", s)
+	return "", fmt.Errorf("nodeport mode %q: give snat, dsr (direct server return) or hybrid (DSR for TCP, SNAT for UDP)", s)
 }

@@ -1,29 +1,54 @@
 package e2e
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shuntnet/shunt/internal/netnsrun"
 )
 
 // TestNodePortDSRLab: a lab of two nodes with native routing and
+// --nodeport-mode hybrid, the backends on node-2, the clients on the
+// external host entering through node-1 (nodePortDSRLab).
+func TestNodePortDSRLab(t *testing.T) {
+	nodePortDSRLab(t, "native")
+}
+
+// TestNodePortDSRLabOverlay: nodePortDSRLab with the VXLAN overlay: the
+// IPIP goes between the nodes' underlay addresses outside the overlay,
+// the pods' smaller MTU (the tunnel device's) still lets a 2 MB upload
+// and a 4 MB download through.
+func TestNodePortDSRLabOverlay(t *testing.T) {
+	nodePortDSRLab(t, "tunnel")
+}
+
+// nodePortDSRLab: a lab of two nodes with routing (native or tunnel) and
 // --nodeport-mode hybrid, the backends on node-2, the clients on the
 // external host entering through node-1. TCP goes by DSR: the backend
 // sees the client's address, and the replies leave node-2 straight to the
 // client: node-1 counts no NodePort reply and holds no reply entry, and
 // its uplink sends far fewer bytes than a 4 MB download through it
 // carries, while node-2's sends them all. UDP falls back to SNAT (the
-// reply entry on node-1). A TCP connection to a load balancer address
-// keeps working when the external host's route to it moves from node-1 to
-// node-2 in its middle. Flows name dsr-encap and dsr-decap; the status's
-// services line names the mode.
-func TestNodePortDSRLab(t *testing.T) {
-	l := newLabNodes(t, 2, []string{"--routing", "native", "--nodeport-mode", "hybrid", "--lb-pool", "192.168.124.0/28"}, "testdata/dsr.yaml")
+// reply entry on node-1). An ICMP fragmentation needed the external host
+// sends about a reply (to the NodePort, the reply's source) reaches the
+// backend pod on node-2, whose route to the client then has that MTU. A
+// TCP connection to a load balancer address keeps working when the
+// external host's route to it moves from node-1 to node-2 in its middle.
+// Flows name dsr-encap and dsr-decap; the status's services line names
+// the mode.
+func nodePortDSRLab(t *testing.T, routing string) {
+	l := newLabNodes(t, 2, []string{"--routing", routing, "--nodeport-mode", "hybrid", "--lb-pool", "192.168.124.0/28"}, "testdata/dsr.yaml")
 	ext := labExternal(t, l)
 	node1, node2 := "192.168.123.1", "192.168.123.2"
 	ns1, ns2 := l.instance+"-node1", l.instance+"-node2"
@@ -69,8 +94,11 @@ func TestNodePortDSRLab(t *testing.T) {
 	// And the other way (the client sends 2 MB): the client's full-sized
 	// packets no longer fit once encapsulated, and still arrive
 	// (fragmentation needed, or GSO packets cut smaller).
+	t.Logf("the download: %s", iperfSummary(out))
 	if out, code := l.shunt("lab", "exec", "--external", "--", "iperf3", "-c", node1, "-p", "30201", "-n", fmt.Sprint(2<<20)); code != 0 {
 		t.Errorf("iperf3 upload through node-1's NodePort: %s", out)
+	} else {
+		t.Logf("the upload: %s", iperfSummary(out))
 	}
 
 	// The ingress node: no NodePort reply counted, no reply entry for a
@@ -109,6 +137,8 @@ func TestNodePortDSRLab(t *testing.T) {
 	if n := l.metric("shunt_datapath_packets_total", `reason="nodeport-reply"`); n == 0 {
 		t.Error("node-1 counted no NodePort reply for the UDP flow (SNAT)")
 	}
+
+	dsrFragNeededFromOutside(t, l, ext, node1)
 
 	// The route to the load balancer address moves from node-1 to node-2
 	// in the middle of a connection: node-2 recorded the flow when it took
@@ -156,6 +186,16 @@ func TestNodePortDSRLab(t *testing.T) {
 	}
 }
 
+// iperfSummary is iperf3's receiver line (the rate the data arrived at).
+func iperfSummary(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasSuffix(strings.TrimSpace(line), "receiver") {
+			return strings.Join(strings.Fields(line), " ")
+		}
+	}
+	return "(no receiver line)"
+}
+
 // uplinkTxBytes is what the interface holding addr in netns ns sent.
 func uplinkTxBytes(t *testing.T, ns, addr string) uint64 {
 	t.Helper()
@@ -186,4 +226,130 @@ func nodePortNAT(t *testing.T, l *lab) []map[string]any {
 		t.Fatalf("map dump shunt_nodeport_nat -o json: %v\n%s", err, out)
 	}
 	return rows
+}
+
+// dsrFragNeededFromOutside: the external host opens a TCP connection to
+// node-1's NodePort 30070 (by DSR to the echo server on node-2), then
+// sends, from a raw socket, the ICMP fragmentation needed (MTU 1200) a
+// router between node-2 and it would send about the server's next
+// segment: from the NodePort to the client, the sequence number the
+// server sends next (the client's receive queue's, read with TCP_REPAIR),
+// as the kernel checks it. It is addressed to the NodePort, so it reaches
+// node-1, which sends it on to node-2; translated there for the pod, it
+// lowers the pod's route to the client to 1200 (its route cache).
+func dsrFragNeededFromOutside(t *testing.T, l *lab, ext externalHost, node1 string) {
+	t.Helper()
+	const mtu, port = 1200, 30070
+	routeToClient := func() string {
+		out, _ := l.shunt("lab", "exec", "--node-privileges", "web", "--", "ip", "-4", "route", "get", ext.addr)
+		return out
+	}
+	if out := routeToClient(); strings.Contains(out, fmt.Sprintf("mtu %d", mtu)) {
+		t.Fatalf("the pod's route to the client already has MTU %d before the error:\n%s", mtu, out)
+	}
+	var conn *net.TCPConn
+	err := netnsrun.Do("/run/netns/"+ext.netns, func() error {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", node1, port), 3*time.Second)
+		if err != nil {
+			return err
+		}
+		conn = c.(*net.TCPConn)
+		// One exchange: the connection is established on the server's
+		// side and what it sent is here.
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 256)
+		if _, err := conn.Write([]byte("x")); err != nil {
+			return err
+		}
+		if _, err := conn.Read(buf); err != nil {
+			return fmt.Errorf("the echo's answer: %w", err)
+		}
+		seq, err := receiveNext(conn)
+		if err != nil {
+			return err
+		}
+		quote := fragNeededQuote(netip.MustParseAddr(node1), netip.MustParseAddr(ext.addr), port,
+			uint16(conn.LocalAddr().(*net.TCPAddr).Port), seq)
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
+		if err != nil {
+			return fmt.Errorf("raw ICMP socket: %w", err)
+		}
+		defer unix.Close(fd)
+		msg := append([]byte{3, 4, 0, 0, 0, 0, byte(mtu >> 8), byte(mtu & 0xff)}, quote...)
+		binary.BigEndian.PutUint16(msg[2:], inetChecksum(msg))
+		return unix.Sendto(fd, msg, 0, &unix.SockaddrInet4{Addr: netip.MustParseAddr(node1).As4()})
+	})
+	if conn != nil {
+		defer conn.Close()
+	}
+	if err != nil {
+		t.Fatalf("the external host's connection to %s:%d and its fragmentation needed: %v", node1, port, err)
+	}
+	waitFor(t, 3*time.Second, fmt.Sprintf("the backend pod's route to the client with MTU %d", mtu), func() bool {
+		return strings.Contains(routeToClient(), fmt.Sprintf("mtu %d", mtu))
+	})
+	t.Logf("the backend pod's route to the client after the error: %s", strings.TrimSpace(routeToClient()))
+}
+
+// tcpRecvQueue is TCP_RECV_QUEUE (linux/tcp.h), which x/sys/unix lacks:
+// the queue TCP_QUEUE_SEQ reads in repair mode.
+const tcpRecvQueue = 1
+
+// receiveNext is the next sequence number conn expects (its receive
+// queue's, TCP_REPAIR): the one its peer sends next.
+func receiveNext(conn *net.TCPConn) (uint32, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var seq int
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_REPAIR, 1); serr != nil {
+			serr = fmt.Errorf("TCP_REPAIR (needs CAP_NET_ADMIN): %w", serr)
+			return
+		}
+		defer unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_REPAIR, 0)
+		if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, tcpRecvQueue); serr != nil {
+			return
+		}
+		seq, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+	}); err != nil {
+		return 0, err
+	}
+	return uint32(seq), serr
+}
+
+// fragNeededQuote is what an ICMP error quotes of a TCP segment from src
+// to dst: its IPv4 header (DF, 1400 bytes long) and the first 8 bytes of
+// its TCP header (ports and sequence number), as routers quote.
+func fragNeededQuote(src, dst netip.Addr, sport, dport uint16, seq uint32) []byte {
+	q := make([]byte, 28)
+	q[0] = 0x45
+	binary.BigEndian.PutUint16(q[2:], 1400)
+	binary.BigEndian.PutUint16(q[6:], 0x4000)
+	q[8], q[9] = 64, 6
+	s, d := src.As4(), dst.As4()
+	copy(q[12:], s[:])
+	copy(q[16:], d[:])
+	binary.BigEndian.PutUint16(q[10:], inetChecksum(q[:20]))
+	binary.BigEndian.PutUint16(q[20:], sport)
+	binary.BigEndian.PutUint16(q[22:], dport)
+	binary.BigEndian.PutUint32(q[24:], seq)
+	return q
+}
+
+// inetChecksum is the Internet checksum of b (RFC 1071).
+func inetChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }

@@ -323,10 +323,10 @@ func TestRefusesWhatIsNotImplemented(t *testing.T) {
 	for set, want := range map[string]string{
 		"kubeProxyReplacement=partial":                         "kubeProxyReplacement",
 		"kubeProxyReplacement=false,removeKubeProxyRules=true": "removeKubeProxyRules",
-		"l7Proxy=false":         "l7Proxy",
-		"tunnelProtocol=geneve": "tunnelProtocol",
-		"routingMode=bgp":       "routingMode",
-		"loadBalancer.mode=dsr": "needs routingMode native",
+		"l7Proxy=false":                      "l7Proxy",
+		"tunnelProtocol=geneve":              "tunnelProtocol",
+		"routingMode=bgp":                    "routingMode",
+		"routingMode=,loadBalancer.mode=dsr": "needs routingMode native or tunnel",
 		// values.schema.json: types, ranges, and no unknown keys
 		"masquerade=yes":                 "masquerade",
 		"routingmode=native":             "routingmode",
@@ -340,6 +340,11 @@ func TestRefusesWhatIsNotImplemented(t *testing.T) {
 		if _, err := Template(chartDir, DefaultRelease, vals, false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: %v, want a refusal naming %s", set, err, want)
 		}
+	}
+	// DSR goes with the overlay (the default routingMode) too.
+	vals, _ := ParseSets([]string{"loadBalancer.mode=dsr"})
+	if _, err := Template(chartDir, DefaultRelease, vals, false); err != nil {
+		t.Errorf("--set loadBalancer.mode=dsr with routingMode tunnel: %v, want it rendered", err)
 	}
 }
 

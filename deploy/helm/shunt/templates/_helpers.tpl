@@ -58,8 +58,8 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- if not (has .Values.routingMode (list "tunnel" "native" "")) -}}
 {{- fail (printf "routingMode %q: use tunnel, native, or \"\" (the host routes pod CIDRs)" .Values.routingMode) -}}
 {{- end -}}
-{{- if and (has .Values.loadBalancer.mode (list "dsr" "hybrid")) (ne .Values.routingMode "native") -}}
-{{- fail (printf "loadBalancer.mode %s needs routingMode native (DSR is not carried over the overlay): use routingMode native or loadBalancer.mode snat" .Values.loadBalancer.mode) -}}
+{{- if and (has .Values.loadBalancer.mode (list "dsr" "hybrid")) (eq .Values.routingMode "") -}}
+{{- fail (printf "loadBalancer.mode %s needs routingMode native or tunnel (DSR sends a flow to its backend's node): set one, or loadBalancer.mode snat" .Values.loadBalancer.mode) -}}
 {{- end -}}
 {{- if and (eq .Values.routingMode "tunnel") (ne .Values.tunnelProtocol "vxlan") -}}
 {{- fail (printf "tunnelProtocol %q: only vxlan is implemented" .Values.tunnelProtocol) -}}
