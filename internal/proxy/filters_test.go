@@ -73,7 +73,13 @@ func noRedirects(c *http.Client) *http.Client {
 	return c
 }
 
-func TestRouteFilters(t *testing.T) {
+// The filters on every path: HTTP/1.1 on the fast paths (the event loop,
+// or with SHUNT_PROXY_NO_EVENT_LOOP=1 the goroutine per connection),
+// which apply them without handing the connection to net/http, and on
+// net/http's; h2c on net/http's.
+func TestRouteFilters(t *testing.T) { onPaths(t, testRouteFilters) }
+
+func testRouteFilters(t *testing.T) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(map[bool]string{false: "HTTP/1.1", true: "h2c"}[h2c], func(t *testing.T) {
 			h := filtersHarness(t)
@@ -153,7 +159,23 @@ func TestRouteFilters(t *testing.T) {
 			if resp, body := do("/backend-rewrite"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "URLRewrite (on a backendRef)") {
 				t.Errorf("a backendRef with an unsupported filter: %d %q, want 500 naming it", resp.StatusCode, body)
 			}
+			if !h2c && !netHTTPOnly {
+				expectFastOnly(t, h)
+			}
 		})
+	}
+}
+
+// expectFastOnly checks that the fast paths served every request of h's
+// proxy so far: no connection went to net/http's path, and the event loop
+// (when on) served them itself.
+func expectFastOnly(t *testing.T, h *harness) {
+	t.Helper()
+	if n, m := h.p.stats.handoffs.Load(), h.p.stats.loopHandoffs.Load(); n != 0 || m != 0 {
+		t.Errorf("%d connections handed to net/http, %d from the event loop to goroutines: the fast paths left filters to net/http", n, m)
+	}
+	if served := h.p.loops.served.Load(); h.p.EventLoops() > 0 && served != h.p.stats.requests.Load() {
+		t.Errorf("the event loop served %d of %d requests", served, h.p.stats.requests.Load())
 	}
 }
 

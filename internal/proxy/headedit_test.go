@@ -1,0 +1,240 @@
+package proxy
+
+import (
+	"bufio"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shuntnet/shunt/internal/proxyapi"
+)
+
+// The fast paths' header modifiers against net/http's path: each case's
+// head goes through foldFilters and the fast paths' head writers, and
+// through modifyHeaders the way net/http's path applies it (then what
+// net/http's writers send of the result); both must read the same.
+
+type modifier = proxyapi.HeaderModifier
+type hdr = proxyapi.Header
+
+func TestFastRequestHeaderFilters(t *testing.T) {
+	for name, tc := range map[string]struct {
+		head          string
+		rule, backend *modifier
+	}{
+		"set add remove": {"GET / HTTP/1.1\r\nHost: a\r\nX-Set: client\r\nX-Add: client\r\nX-Remove: client\r\nX-Keep: k\r\n\r\n",
+			&modifier{Set: []hdr{{"X-Set", "set"}}, Add: []hdr{{"X-Add", "added"}, {"X-New", "new"}}, Remove: []string{"X-Remove"}}, nil},
+		"names in any case": {"GET / HTTP/1.1\r\nHost: a\r\nx-set: client\r\nX-REMOVE: client\r\nx-add: client\r\n\r\n",
+			&modifier{Set: []hdr{{"X-SET", "set"}}, Add: []hdr{{"X-ADD", "added"}}, Remove: []string{"x-Remove"}}, nil},
+		"repeated header added to": {"GET / HTTP/1.1\r\nHost: a\r\nX-Multi: 1\r\nX-Other: o\r\nX-Multi: 2\r\n\r\n",
+			&modifier{Add: []hdr{{"X-Multi", "3"}}}, nil},
+		"set on a header present twice": {"GET / HTTP/1.1\r\nHost: a\r\nX-Twice: 1\r\nX-Twice: 2\r\n\r\n",
+			&modifier{Set: []hdr{{"X-Twice", "one"}}}, nil},
+		"remove a header present twice": {"GET / HTTP/1.1\r\nHost: a\r\nX-Twice: 1\r\nAccept: */*\r\nX-Twice: 2\r\n\r\n",
+			&modifier{Remove: []string{"X-Twice", "X-Absent"}}, nil},
+		"set then add then remove in one modifier": {"GET / HTTP/1.1\r\nHost: a\r\nX-A: client\r\n\r\n",
+			&modifier{Set: []hdr{{"X-A", "set"}, {"X-B", "set"}}, Add: []hdr{{"X-A", "added"}, {"X-B", "added"}}, Remove: []string{"X-A"}}, nil},
+		"Host set": {"GET / HTTP/1.1\r\nX-Before: b\r\nHost: a.example\r\nX-After: a\r\n\r\n",
+			&modifier{Set: []hdr{{"host", "b.example"}}}, nil},
+		"Host added or removed: ignored as net/http does": {"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n",
+			&modifier{Add: []hdr{{"Host", "b.example"}}}, &modifier{Remove: []string{"Host"}}},
+		"Content-Length removed: the body keeps its framing": {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+			&modifier{Remove: []string{"Content-Length"}}, nil},
+		"Content-Length or Transfer-Encoding set: ignored": {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+			&modifier{Set: []hdr{{"Content-Length", "7"}}, Add: []hdr{{"Transfer-Encoding", "chunked"}}}, nil},
+		"User-Agent set and removed": {"GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: curl\r\n\r\n",
+			&modifier{Set: []hdr{{"User-Agent", "proxy"}}}, &modifier{Remove: []string{"User-Agent"}}},
+		"backendRef after the rule": {"GET / HTTP/1.1\r\nHost: a\r\nX-A: client\r\nX-B: client\r\nX-C: client\r\n\r\n",
+			&modifier{Add: []hdr{{"X-A", "rule"}, {"X-C", "rule"}}, Set: []hdr{{"X-B", "rule"}}},
+			&modifier{Set: []hdr{{"X-A", "backend"}}, Remove: []string{"X-B"}, Add: []hdr{{"X-C", "backend"}}}},
+		"hop-by-hop removed: already gone": {"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n",
+			&modifier{Remove: []string{"Keep-Alive", "Connection"}}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rule := &proxyapi.Filters{RequestHeaders: tc.rule}
+			var backendRef *proxyapi.Filters
+			if tc.backend != nil {
+				backendRef = &proxyapi.Filters{RequestHeaders: tc.backend}
+			}
+			edits, fast := foldFilters(rule, backendRef)
+			if !fast {
+				t.Fatal("the fast paths refused the filters")
+			}
+			var fr fastRequest
+			if !fr.parse(tc.head) {
+				t.Fatalf("the fast parser refused %q", tc.head)
+			}
+			body := strings.Repeat("b", int(fr.contentLength))
+			out := fr.appendUpstreamHead(nil, &target{edits: edits})
+			got, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(out) + body)))
+			if err != nil {
+				t.Fatalf("the upstream head %q: %v", out, err)
+			}
+
+			in, err := http.ReadRequest(bufio.NewReader(strings.NewReader(tc.head + body)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, host := netHTTPRequestHeader(in, tc.rule, tc.backend)
+			if got.Host != host || got.ContentLength != in.ContentLength || !maps.EqualFunc(got.Header, want, slices.Equal) {
+				t.Errorf("upstream head\n%s\nHost %q, Content-Length %d, header %v;\nnet/http's path: Host %q, Content-Length %d, header %v",
+					out, got.Host, got.ContentLength, got.Header, host, in.ContentLength, want)
+			}
+		})
+	}
+}
+
+// netHTTPRequestHeader is what net/http's path sends upstream of in's
+// header with the modifiers (forward.go's Rewrite, then net/http's request
+// writer): the header without hop-by-hop fields, modified, then without
+// what the writer does not take from the map (it writes the body's own
+// Content-Length and one User-Agent).
+func netHTTPRequestHeader(in *http.Request, mods ...*modifier) (http.Header, string) {
+	h, host := in.Header.Clone(), in.Host
+	for _, name := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
+		h.Del(name)
+	}
+	for _, m := range mods {
+		modifyHeaders(m, h, &host)
+	}
+	if ua := h.Get("User-Agent"); ua != "" { // the writer sends the first value, if not empty
+		h["User-Agent"] = []string{ua}
+	} else {
+		h.Del("User-Agent")
+	}
+	h.Del("Transfer-Encoding")
+	h.Del("Content-Length")
+	if in.ContentLength > 0 {
+		h.Set("Content-Length", in.Header.Get("Content-Length")) // as http.ReadRequest keeps it
+	}
+	return h, host
+}
+
+func TestFastResponseHeaderFilters(t *testing.T) {
+	for name, tc := range map[string]struct {
+		head          string
+		rule, backend *modifier
+	}{
+		"set add remove": {"HTTP/1.1 200 OK\r\nX-Set: up\r\nX-Remove: up\r\nContent-Length: 0\r\n\r\n",
+			&modifier{Set: []hdr{{"X-Set", "proxy"}}, Add: []hdr{{"X-Add", "added"}}, Remove: []string{"X-Remove"}}, nil},
+		"names in any case, repeated headers": {"HTTP/1.1 200 OK\r\nset-cookie: a=1\r\nSet-Cookie: b=2\r\nx-keep: k\r\nContent-Length: 0\r\n\r\n",
+			&modifier{Add: []hdr{{"SET-COOKIE", "c=3"}}}, &modifier{Set: []hdr{{"X-KEEP", "set"}}}},
+		"Content-Length removed: the body keeps its framing": {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a\r\n\r\n",
+			&modifier{Remove: []string{"Content-Length", "X-A"}}, nil},
+		"chunked, Content-Length set: ignored": {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+			&modifier{Set: []hdr{{"Content-Length", "3"}}, Remove: []string{"Transfer-Encoding"}}, nil},
+		"Host is a header like others": {"HTTP/1.1 204 No Content\r\nHost: up\r\n\r\n",
+			&modifier{Set: []hdr{{"Host", "proxy"}}}, nil},
+		"backendRef after the rule": {"HTTP/1.1 200 OK\r\nX-A: up\r\nContent-Length: 0\r\n\r\n",
+			&modifier{Remove: []string{"X-A"}}, &modifier{Add: []hdr{{"X-A", "backend"}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			edits, fast := foldFilters(&proxyapi.Filters{ResponseHeaders: tc.rule}, &proxyapi.Filters{ResponseHeaders: tc.backend})
+			if !fast {
+				t.Fatal("the fast paths refused the filters")
+			}
+			var fr fastResponse
+			if err := fr.parse([]byte(tc.head)); err != nil {
+				t.Fatal(err)
+			}
+			out := string(fr.appendHead(nil, &edits.response, false))
+			got, err := http.ReadResponse(bufio.NewReader(strings.NewReader(out)), nil)
+			if err != nil {
+				t.Fatalf("the head for the client %q: %v", out, err)
+			}
+			up, err := http.ReadResponse(bufio.NewReader(strings.NewReader(tc.head)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// net/http's path: the transport's header (framing taken
+			// out), modified; the server frames the body itself.
+			want := up.Header.Clone()
+			for _, m := range []*modifier{tc.rule, tc.backend} {
+				modifyHeaders(m, want, nil)
+			}
+			for _, h := range []http.Header{want, got.Header} {
+				h.Del("Content-Length")
+				h.Del("Transfer-Encoding")
+			}
+			if !maps.EqualFunc(got.Header, want, slices.Equal) {
+				t.Errorf("head for the client\n%s\nheader %v, net/http's path %v", out, got.Header, want)
+			}
+			if got.ContentLength != up.ContentLength || !slices.Equal(got.TransferEncoding, up.TransferEncoding) {
+				t.Errorf("framing: Content-Length %d, Transfer-Encoding %q; the upstream's %d %q",
+					got.ContentLength, got.TransferEncoding, up.ContentLength, up.TransferEncoding)
+			}
+		})
+	}
+}
+
+// Filters the fast paths do not apply leave the rule to net/http's path.
+func TestSlowFilters(t *testing.T) {
+	for name, f := range map[string]*proxyapi.Filters{
+		"Connection set":        {RequestHeaders: &modifier{Set: []hdr{{"Connection", "close"}}}},
+		"Upgrade added":         {ResponseHeaders: &modifier{Add: []hdr{{"upgrade", "h2c"}}}},
+		"Trailer set":           {ResponseHeaders: &modifier{Set: []hdr{{"Trailer", "X-T"}}}},
+		"Expect set":            {RequestHeaders: &modifier{Set: []hdr{{"Expect", "100-continue"}}}},
+		"a request's UA added":  {RequestHeaders: &modifier{Add: []hdr{{"User-Agent", "proxy"}}}},
+		"a value with a CRLF":   {RequestHeaders: &modifier{Set: []hdr{{"X-A", "a\r\nX-Injected: 1"}}}},
+		"a value with a NUL":    {ResponseHeaders: &modifier{Add: []hdr{{"X-A", "a\x00"}}}},
+		"a value with a DEL":    {ResponseHeaders: &modifier{Add: []hdr{{"X-A", "a\x7f"}}}},
+		"a response UA is fine": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if f == nil {
+				if _, fast := foldFilters(&proxyapi.Filters{ResponseHeaders: &modifier{Add: []hdr{{"User-Agent", "x"}}}}, nil); !fast {
+					t.Error("a response's User-Agent is an ordinary header, yet refused")
+				}
+				return
+			}
+			if _, fast := foldFilters(f, nil); fast {
+				t.Error("taken by the fast paths")
+			}
+			if _, fast := foldFilters(nil, f); fast {
+				t.Error("taken by the fast paths as a backendRef's")
+			}
+		})
+	}
+}
+
+// A URL rewrite is a new request line (the path as net/http writes it)
+// and Host; a header modifier's Host wins over the rewrite's, as on
+// net/http's path.
+func TestFastRewriteRequestLine(t *testing.T) {
+	prefix := &matchEntry{pathType: proxyapi.MatchPathPrefix, path: "/prefix"}
+	for _, tc := range []struct {
+		head   string
+		rw     *proxyapi.Rewrite
+		set    *modifier
+		line   string
+		host   string
+		header string // a header line that must be there
+	}{
+		{"GET /prefix/a?q=1 HTTP/1.1\r\nHost: a\r\nX-K: k\r\n\r\n",
+			&proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/new"}}, nil,
+			"GET /new/a?q=1 HTTP/1.1", "a", "X-K: k"},
+		{"GET /prefix/a%20b HTTP/1.1\r\nHost: a\r\n\r\n",
+			&proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/full path"}, Hostname: "rw.example"}, nil,
+			"GET /full%20path HTTP/1.1", "rw.example", ""},
+		{"GET /prefix HTTP/1.1\r\nHost: a\r\n\r\n",
+			&proxyapi.Rewrite{Hostname: "rw.example"}, &modifier{Set: []hdr{{"Host", "set.example"}}},
+			"GET /prefix HTTP/1.1", "set.example", ""},
+	} {
+		edits, fast := foldFilters(&proxyapi.Filters{Rewrite: tc.rw, RequestHeaders: tc.set}, nil)
+		if !fast {
+			t.Fatalf("%+v: refused", tc.rw)
+		}
+		var fr fastRequest
+		if !fr.parse(tc.head) {
+			t.Fatalf("the fast parser refused %q", tc.head)
+		}
+		out := string(fr.appendUpstreamHead(nil, &target{edits: edits, match: prefix}))
+		line, _, _ := strings.Cut(out, "\r\n")
+		got, err := http.ReadRequest(bufio.NewReader(strings.NewReader(out)))
+		if err != nil || line != tc.line || got.Host != tc.host || !strings.Contains(out, "\r\n"+tc.header) {
+			t.Errorf("%q rewritten: %q (%v), want line %q, Host %q, %q kept", tc.head, out, err, tc.line, tc.host, tc.header)
+		}
+	}
+}
