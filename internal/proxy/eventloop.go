@@ -419,8 +419,8 @@ func (l *eventLoop) readRequest(c *loopConn) {
 	}
 	p := l.p
 	t := p.table.Load()
-	// A request whose route has filters (headers, rewrites, redirects)
-	// goes to net/http's path, which applies them (filters.go).
+	// A request whose route has filters the loop does not apply
+	// (headedit.go applies the usual ones) goes to net/http's path.
 	if t.needsFilters(c.cc.orig, c.cc.remote, &c.req.req) {
 		l.handOff(c, buf)
 		return

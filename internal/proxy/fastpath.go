@@ -206,8 +206,8 @@ func (p *Proxy) serveConnWith(c *clientConn, read []byte) {
 		t := p.table.Load()
 		if err == nil && st == headComplete {
 			head, _ := fc.br.Peek(n)
-			// A request whose route has filters (headers, rewrites,
-			// redirects) goes to net/http's path, which applies them.
+			// A request whose route has filters the fast path does not
+			// apply (headedit.go) goes to net/http's path.
 			if !fc.req.parse(string(head)) || t.needsFilters(c.orig, c.remote, &fc.req.req) {
 				st = headRefused
 			}

@@ -53,7 +53,8 @@ func filtersHarness(t *testing.T) *harness {
 					Rewrite: &proxyapi.Rewrite{Hostname: "rewritten.example", Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/one"}}}},
 				{Matches: prefix("/full"), Backends: to, Filters: &proxyapi.Filters{
 					Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/replaced"}}}},
-				{Matches: prefix("/redirect"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.org", StatusCode: 301}}},
+				{Matches: prefix("/redirect"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.org", StatusCode: 301},
+					ResponseHeaders: &proxyapi.HeaderModifier{Add: []proxyapi.Header{{Name: "X-Redirected", Value: "yes"}}}}},
 				{Matches: prefix("/scheme"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Scheme: "https"}}},
 				{Matches: prefix("/port"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Port: 8083,
 					Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/moved"}}}},
@@ -148,9 +149,12 @@ func testRouteFilters(t *testing.T) {
 				"/scheme":         {302, "https://echo/scheme"},
 				"/port/a":         {302, "http://echo:8083/moved/a"},
 			} {
-				resp, _ := do(path)
-				if resp.StatusCode != want.code || resp.Header.Get("Location") != want.location {
-					t.Errorf("GET %s: %d Location %q, want %d %q", path, resp.StatusCode, resp.Header.Get("Location"), want.code, want.location)
+				resp, body := do(path)
+				if resp.StatusCode != want.code || resp.Header.Get("Location") != want.location || body != "" {
+					t.Errorf("GET %s: %d Location %q body %q, want %d %q and no body", path, resp.StatusCode, resp.Header.Get("Location"), body, want.code, want.location)
+				}
+				if redirected := resp.Header.Get("X-Redirected"); (path == "/redirect/x?a=b") != (redirected == "yes") {
+					t.Errorf("GET %s: X-Redirected %q: the rule's response header modifier is not applied to its redirect alone", path, redirected)
 				}
 			}
 			if resp, body := do("/mirror"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "RequestMirror") {

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -19,36 +21,38 @@ import (
 type modifier = proxyapi.HeaderModifier
 type hdr = proxyapi.Header
 
+func hv(name, value string) hdr { return hdr{Name: name, Value: value} }
+
 func TestFastRequestHeaderFilters(t *testing.T) {
 	for name, tc := range map[string]struct {
 		head          string
 		rule, backend *modifier
 	}{
 		"set add remove": {"GET / HTTP/1.1\r\nHost: a\r\nX-Set: client\r\nX-Add: client\r\nX-Remove: client\r\nX-Keep: k\r\n\r\n",
-			&modifier{Set: []hdr{{"X-Set", "set"}}, Add: []hdr{{"X-Add", "added"}, {"X-New", "new"}}, Remove: []string{"X-Remove"}}, nil},
+			&modifier{Set: []hdr{hv("X-Set", "set")}, Add: []hdr{hv("X-Add", "added"), hv("X-New", "new")}, Remove: []string{"X-Remove"}}, nil},
 		"names in any case": {"GET / HTTP/1.1\r\nHost: a\r\nx-set: client\r\nX-REMOVE: client\r\nx-add: client\r\n\r\n",
-			&modifier{Set: []hdr{{"X-SET", "set"}}, Add: []hdr{{"X-ADD", "added"}}, Remove: []string{"x-Remove"}}, nil},
+			&modifier{Set: []hdr{hv("X-SET", "set")}, Add: []hdr{hv("X-ADD", "added")}, Remove: []string{"x-Remove"}}, nil},
 		"repeated header added to": {"GET / HTTP/1.1\r\nHost: a\r\nX-Multi: 1\r\nX-Other: o\r\nX-Multi: 2\r\n\r\n",
-			&modifier{Add: []hdr{{"X-Multi", "3"}}}, nil},
+			&modifier{Add: []hdr{hv("X-Multi", "3")}}, nil},
 		"set on a header present twice": {"GET / HTTP/1.1\r\nHost: a\r\nX-Twice: 1\r\nX-Twice: 2\r\n\r\n",
-			&modifier{Set: []hdr{{"X-Twice", "one"}}}, nil},
+			&modifier{Set: []hdr{hv("X-Twice", "one")}}, nil},
 		"remove a header present twice": {"GET / HTTP/1.1\r\nHost: a\r\nX-Twice: 1\r\nAccept: */*\r\nX-Twice: 2\r\n\r\n",
 			&modifier{Remove: []string{"X-Twice", "X-Absent"}}, nil},
 		"set then add then remove in one modifier": {"GET / HTTP/1.1\r\nHost: a\r\nX-A: client\r\n\r\n",
-			&modifier{Set: []hdr{{"X-A", "set"}, {"X-B", "set"}}, Add: []hdr{{"X-A", "added"}, {"X-B", "added"}}, Remove: []string{"X-A"}}, nil},
+			&modifier{Set: []hdr{hv("X-A", "set"), hv("X-B", "set")}, Add: []hdr{hv("X-A", "added"), hv("X-B", "added")}, Remove: []string{"X-A"}}, nil},
 		"Host set": {"GET / HTTP/1.1\r\nX-Before: b\r\nHost: a.example\r\nX-After: a\r\n\r\n",
-			&modifier{Set: []hdr{{"host", "b.example"}}}, nil},
+			&modifier{Set: []hdr{hv("host", "b.example")}}, nil},
 		"Host added or removed: ignored as net/http does": {"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n",
-			&modifier{Add: []hdr{{"Host", "b.example"}}}, &modifier{Remove: []string{"Host"}}},
+			&modifier{Add: []hdr{hv("Host", "b.example")}}, &modifier{Remove: []string{"Host"}}},
 		"Content-Length removed: the body keeps its framing": {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
 			&modifier{Remove: []string{"Content-Length"}}, nil},
 		"Content-Length or Transfer-Encoding set: ignored": {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
-			&modifier{Set: []hdr{{"Content-Length", "7"}}, Add: []hdr{{"Transfer-Encoding", "chunked"}}}, nil},
+			&modifier{Set: []hdr{hv("Content-Length", "7")}, Add: []hdr{hv("Transfer-Encoding", "chunked")}}, nil},
 		"User-Agent set and removed": {"GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: curl\r\n\r\n",
-			&modifier{Set: []hdr{{"User-Agent", "proxy"}}}, &modifier{Remove: []string{"User-Agent"}}},
+			&modifier{Set: []hdr{hv("User-Agent", "proxy")}}, &modifier{Remove: []string{"User-Agent"}}},
 		"backendRef after the rule": {"GET / HTTP/1.1\r\nHost: a\r\nX-A: client\r\nX-B: client\r\nX-C: client\r\n\r\n",
-			&modifier{Add: []hdr{{"X-A", "rule"}, {"X-C", "rule"}}, Set: []hdr{{"X-B", "rule"}}},
-			&modifier{Set: []hdr{{"X-A", "backend"}}, Remove: []string{"X-B"}, Add: []hdr{{"X-C", "backend"}}}},
+			&modifier{Add: []hdr{hv("X-A", "rule"), hv("X-C", "rule")}, Set: []hdr{hv("X-B", "rule")}},
+			&modifier{Set: []hdr{hv("X-A", "backend")}, Remove: []string{"X-B"}, Add: []hdr{hv("X-C", "backend")}}},
 		"hop-by-hop removed: already gone": {"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n",
 			&modifier{Remove: []string{"Keep-Alive", "Connection"}}, nil},
 	} {
@@ -118,17 +122,17 @@ func TestFastResponseHeaderFilters(t *testing.T) {
 		rule, backend *modifier
 	}{
 		"set add remove": {"HTTP/1.1 200 OK\r\nX-Set: up\r\nX-Remove: up\r\nContent-Length: 0\r\n\r\n",
-			&modifier{Set: []hdr{{"X-Set", "proxy"}}, Add: []hdr{{"X-Add", "added"}}, Remove: []string{"X-Remove"}}, nil},
+			&modifier{Set: []hdr{hv("X-Set", "proxy")}, Add: []hdr{hv("X-Add", "added")}, Remove: []string{"X-Remove"}}, nil},
 		"names in any case, repeated headers": {"HTTP/1.1 200 OK\r\nset-cookie: a=1\r\nSet-Cookie: b=2\r\nx-keep: k\r\nContent-Length: 0\r\n\r\n",
-			&modifier{Add: []hdr{{"SET-COOKIE", "c=3"}}}, &modifier{Set: []hdr{{"X-KEEP", "set"}}}},
+			&modifier{Add: []hdr{hv("SET-COOKIE", "c=3")}}, &modifier{Set: []hdr{hv("X-KEEP", "set")}}},
 		"Content-Length removed: the body keeps its framing": {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a\r\n\r\n",
 			&modifier{Remove: []string{"Content-Length", "X-A"}}, nil},
 		"chunked, Content-Length set: ignored": {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-			&modifier{Set: []hdr{{"Content-Length", "3"}}, Remove: []string{"Transfer-Encoding"}}, nil},
+			&modifier{Set: []hdr{hv("Content-Length", "3")}, Remove: []string{"Transfer-Encoding"}}, nil},
 		"Host is a header like others": {"HTTP/1.1 204 No Content\r\nHost: up\r\n\r\n",
-			&modifier{Set: []hdr{{"Host", "proxy"}}}, nil},
+			&modifier{Set: []hdr{hv("Host", "proxy")}}, nil},
 		"backendRef after the rule": {"HTTP/1.1 200 OK\r\nX-A: up\r\nContent-Length: 0\r\n\r\n",
-			&modifier{Remove: []string{"X-A"}}, &modifier{Add: []hdr{{"X-A", "backend"}}}},
+			&modifier{Remove: []string{"X-A"}}, &modifier{Add: []hdr{hv("X-A", "backend")}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			edits, fast := foldFilters(&proxyapi.Filters{ResponseHeaders: tc.rule}, &proxyapi.Filters{ResponseHeaders: tc.backend})
@@ -172,19 +176,19 @@ func TestFastResponseHeaderFilters(t *testing.T) {
 // Filters the fast paths do not apply leave the rule to net/http's path.
 func TestSlowFilters(t *testing.T) {
 	for name, f := range map[string]*proxyapi.Filters{
-		"Connection set":        {RequestHeaders: &modifier{Set: []hdr{{"Connection", "close"}}}},
-		"Upgrade added":         {ResponseHeaders: &modifier{Add: []hdr{{"upgrade", "h2c"}}}},
-		"Trailer set":           {ResponseHeaders: &modifier{Set: []hdr{{"Trailer", "X-T"}}}},
-		"Expect set":            {RequestHeaders: &modifier{Set: []hdr{{"Expect", "100-continue"}}}},
-		"a request's UA added":  {RequestHeaders: &modifier{Add: []hdr{{"User-Agent", "proxy"}}}},
-		"a value with a CRLF":   {RequestHeaders: &modifier{Set: []hdr{{"X-A", "a\r\nX-Injected: 1"}}}},
-		"a value with a NUL":    {ResponseHeaders: &modifier{Add: []hdr{{"X-A", "a\x00"}}}},
-		"a value with a DEL":    {ResponseHeaders: &modifier{Add: []hdr{{"X-A", "a\x7f"}}}},
+		"Connection set":        {RequestHeaders: &modifier{Set: []hdr{hv("Connection", "close")}}},
+		"Upgrade added":         {ResponseHeaders: &modifier{Add: []hdr{hv("upgrade", "h2c")}}},
+		"Trailer set":           {ResponseHeaders: &modifier{Set: []hdr{hv("Trailer", "X-T")}}},
+		"Expect set":            {RequestHeaders: &modifier{Set: []hdr{hv("Expect", "100-continue")}}},
+		"a request's UA added":  {RequestHeaders: &modifier{Add: []hdr{hv("User-Agent", "proxy")}}},
+		"a value with a CRLF":   {RequestHeaders: &modifier{Set: []hdr{hv("X-A", "a\r\nX-Injected: 1")}}},
+		"a value with a NUL":    {ResponseHeaders: &modifier{Add: []hdr{hv("X-A", "a\x00")}}},
+		"a value with a DEL":    {ResponseHeaders: &modifier{Add: []hdr{hv("X-A", "a\x7f")}}},
 		"a response UA is fine": nil,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if f == nil {
-				if _, fast := foldFilters(&proxyapi.Filters{ResponseHeaders: &modifier{Add: []hdr{{"User-Agent", "x"}}}}, nil); !fast {
+				if _, fast := foldFilters(&proxyapi.Filters{ResponseHeaders: &modifier{Add: []hdr{hv("User-Agent", "x")}}}, nil); !fast {
 					t.Error("a response's User-Agent is an ordinary header, yet refused")
 				}
 				return
@@ -219,7 +223,7 @@ func TestFastRewriteRequestLine(t *testing.T) {
 			&proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/full path"}, Hostname: "rw.example"}, nil,
 			"GET /full%20path HTTP/1.1", "rw.example", ""},
 		{"GET /prefix HTTP/1.1\r\nHost: a\r\n\r\n",
-			&proxyapi.Rewrite{Hostname: "rw.example"}, &modifier{Set: []hdr{{"Host", "set.example"}}},
+			&proxyapi.Rewrite{Hostname: "rw.example"}, &modifier{Set: []hdr{hv("Host", "set.example")}},
 			"GET /prefix HTTP/1.1", "set.example", ""},
 	} {
 		edits, fast := foldFilters(&proxyapi.Filters{Rewrite: tc.rw, RequestHeaders: tc.set}, nil)
@@ -236,5 +240,80 @@ func TestFastRewriteRequestLine(t *testing.T) {
 		if err != nil || line != tc.line || got.Host != tc.host || !strings.Contains(out, "\r\n"+tc.header) {
 			t.Errorf("%q rewritten: %q (%v), want line %q, Host %q, %q kept", tc.head, out, err, tc.line, tc.host, tc.header)
 		}
+	}
+}
+
+// Header modifiers on responses of every framing (Content-Length,
+// chunked, to the end of the connection) and on a request with a body,
+// their Content-Length removed by the filters: the bodies pass whole, the
+// fast paths serve them without net/http, and a rule with a filter they
+// do not apply still gets it, from net/http's path.
+func TestFiltersKeepFraming(t *testing.T) { onPaths(t, testFiltersKeepFraming) }
+
+func testFiltersKeepFraming(t *testing.T) {
+	backend := scriptBackend(t, "127.0.13.1", func(c net.Conn, req *http.Request) {
+		// What the backend got, for the test to check.
+		seen := fmt.Sprintf("host=%s x-req=%s length=%d connection=%v", req.Host, req.Header.Get("X-Req"), req.ContentLength, req.Close)
+		switch req.URL.Path {
+		case "/chunked":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Up: up\r\nTransfer-Encoding: chunked\r\n\r\n5\r\npart1\r\n%x\r\n%s\r\n0\r\n\r\n", len(seen), seen)
+		case "/eof":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Up: up\r\n\r\n%s", seen)
+			c.Close()
+		default:
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Up: up\r\nContent-Length: %d\r\n\r\n%s", len(seen), seen)
+		}
+	})
+	rule := &proxyapi.Filters{
+		RequestHeaders: &modifier{Set: []hdr{hv("Host", "new.example")}, Add: []hdr{hv("X-Req", "r")}, Remove: []string{"Content-Length"}},
+		ResponseHeaders: &modifier{Set: []hdr{hv("X-Up", "proxy")}, Add: []hdr{hv("X-Added", "a")},
+			Remove: []string{"Content-Length", "Transfer-Encoding"}},
+	}
+	to := []proxyapi.RouteBackend{{Service: "default/raw", Port: 80, Weight: 1,
+		Filters: &proxyapi.Filters{ResponseHeaders: &modifier{Add: []hdr{hv("X-Backend", "b")}}}}}
+	slow := *rule
+	slow.RequestHeaders = &modifier{Set: []hdr{hv("Connection", "close"), hv("Host", "new.example")}, Add: []hdr{hv("X-Req", "r")}}
+	h := newHarness(t, proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(),
+		Services: []proxyapi.Service{{Name: "default/raw", VIP: "10.96.0.13", Port: 80,
+			Backends: []proxyapi.Backend{{IP: backend.Addr().String(), Port: backend.Port(), Pod: "default/raw"}}}},
+		Routes: []proxyapi.Route{{Name: "default/raw", Parents: []proxyapi.ParentRef{{Service: "default/raw"}},
+			Rules: []proxyapi.RouteRule{
+				{Matches: []proxyapi.Match{{Path: &proxyapi.PathMatch{Type: proxyapi.MatchPathPrefix, Value: "/slow"}}}, Backends: to, Filters: &slow},
+				{Backends: to, Filters: rule},
+			}}},
+	})
+	h.dials(frontend, "10.96.0.13:80")
+	conn, br := rawClient(t, h, frontend)
+	check := func(method, path, body, wantConnection string) {
+		t.Helper()
+		if path == "/eof" || path == "/slow" { // a connection of its own (the /eof response ends it)
+			conn, br = rawClient(t, h, frontend)
+		}
+		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: raw\r\nContent-Length: %d\r\n\r\n%s", method, path, len(body), body)
+		resp, got := readResponse(t, br, method)
+		want := fmt.Sprintf("host=new.example x-req=r length=%d connection=%s", len(body), wantConnection)
+		if path == "/chunked" {
+			want = "part1" + want
+		}
+		if resp.StatusCode != 200 || got != want {
+			t.Errorf("%s %s: %d %q, want 200 %q", method, path, resp.StatusCode, got, want)
+		}
+		for name, want := range map[string]string{"X-Up": "proxy", "X-Added": "a", "X-Backend": "b"} {
+			if got := resp.Header.Values(name); len(got) != 1 || got[0] != want {
+				t.Errorf("%s %s: %s %q, want %q", method, path, name, got, want)
+			}
+		}
+	}
+	check("GET", "/length", "", "false")
+	check("POST", "/length", "hello", "false")
+	check("GET", "/chunked", "", "false")
+	check("POST", "/chunked", "hello", "false")
+	check("GET", "/eof", "", "false")
+	if !netHTTPOnly {
+		expectFastOnly(t, h)
+	}
+	check("GET", "/slow", "", "true") // net/http's path sends Connection: close as the filter asks
+	if n := h.p.stats.handoffs.Load() + h.p.stats.loopHandoffs.Load(); !netHTTPOnly && n == 0 {
+		t.Error("a rule setting Connection was served by the fast path, which does not apply it")
 	}
 }
