@@ -94,7 +94,7 @@ func foldFilters(rule, backendRef *proxyapi.Filters) (e *headEdits, fast bool) {
 // http.Header: set replaces, add appends, remove deletes. ok is false for
 // what the fast paths do not take (slowHeaders; a value net/http would
 // refuse or rewrite; a request's User-Agent added, of which net/http
-// sends the first value only).
+// sends the first value only; an empty Host).
 func (e *headEdit) fold(mods []*proxyapi.HeaderModifier, request bool) (ok bool) {
 	var kept []proxyapi.Header // the chain's own lines so far
 	drop := func(name string) {
@@ -117,6 +117,8 @@ func (e *headEdit) fold(mods []*proxyapi.HeaderModifier, request bool) (ok bool)
 		for _, s := range m.Set {
 			s.Name = textproto.CanonicalMIMEHeaderKey(s.Name)
 			switch {
+			case request && s.Name == "Host" && s.Value == "":
+				return false // net/http's writer then sends the backend's address
 			case request && s.Name == "Host":
 				e.host, e.hostSet = s.Value, true
 				continue

@@ -182,6 +182,7 @@ func TestSlowFilters(t *testing.T) {
 		"Expect set":            {RequestHeaders: &modifier{Set: []hdr{hv("Expect", "100-continue")}}},
 		"a request's UA added":  {RequestHeaders: &modifier{Add: []hdr{hv("User-Agent", "proxy")}}},
 		"a value with a CRLF":   {RequestHeaders: &modifier{Set: []hdr{hv("X-A", "a\r\nX-Injected: 1")}}},
+		"an empty Host":         {RequestHeaders: &modifier{Set: []hdr{hv("Host", "")}}},
 		"a value with a NUL":    {ResponseHeaders: &modifier{Add: []hdr{hv("X-A", "a\x00")}}},
 		"a value with a DEL":    {ResponseHeaders: &modifier{Add: []hdr{hv("X-A", "a\x7f")}}},
 		"a response UA is fine": nil,
