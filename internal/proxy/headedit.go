@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shuntnet/shunt/internal/proxyapi"
@@ -81,6 +82,9 @@ func foldFilters(rule, backendRef *proxyapi.Filters) (e *headEdits, fast bool) {
 	if rule != nil && rule.Rewrite != nil {
 		e.path = rule.Rewrite.Path
 		if h := rule.Rewrite.Hostname; h != "" {
+			if !writableHost(h) {
+				return nil, false
+			}
 			e.request.host, e.request.hostSet = h, true
 		}
 	}
@@ -94,7 +98,7 @@ func foldFilters(rule, backendRef *proxyapi.Filters) (e *headEdits, fast bool) {
 // http.Header: set replaces, add appends, remove deletes. ok is false for
 // what the fast paths do not take (slowHeaders; a value net/http would
 // refuse or rewrite; a request's User-Agent added, of which net/http
-// sends the first value only; an empty Host).
+// sends the first value only; an empty or invalid Host).
 func (e *headEdit) fold(mods []*proxyapi.HeaderModifier, request bool) (ok bool) {
 	var kept []proxyapi.Header // the chain's own lines so far
 	drop := func(name string) {
@@ -117,8 +121,10 @@ func (e *headEdit) fold(mods []*proxyapi.HeaderModifier, request bool) (ok bool)
 		for _, s := range m.Set {
 			s.Name = textproto.CanonicalMIMEHeaderKey(s.Name)
 			switch {
-			case request && s.Name == "Host" && s.Value == "":
-				return false // net/http's writer then sends the backend's address
+			case request && s.Name == "Host" && !writableHost(s.Value):
+				// net/http's writer sends the backend's address for an
+				// empty Host, and refuses an invalid one (502).
+				return false
 			case request && s.Name == "Host":
 				e.host, e.hostSet = s.Value, true
 				continue
@@ -147,9 +153,23 @@ func (e *headEdit) fold(mods []*proxyapi.HeaderModifier, request bool) (ok bool)
 		}
 	}
 	for _, h := range kept {
+		h.Value = textproto.TrimString(h.Value) // as net/http's writers send it
 		e.lines = append(append(append(append(e.lines, h.Name...), ": "...), h.Value...), "\r\n"...)
 	}
 	return true
+}
+
+// writableHost says whether net/http's request writer sends host as it
+// is: not empty, and only the bytes its Host check allows (httpguts'
+// ValidHostHeader; it turns other names into punycode or refuses them).
+func writableHost(host string) bool {
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!$%&'()*+,-.:;=[]_~", c) >= 0) {
+			return false
+		}
+	}
+	return host != ""
 }
 
 // appendHeaderLines appends the head's header lines (text's spans) that e

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"maps"
 	"net"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 	"testing"
@@ -94,7 +96,7 @@ func TestFastRequestHeaderFilters(t *testing.T) {
 // header with the modifiers (forward.go's Rewrite, then net/http's request
 // writer): the header without hop-by-hop fields, modified, then without
 // what the writer does not take from the map (it writes the body's own
-// Content-Length and one User-Agent).
+// framing and one User-Agent).
 func netHTTPRequestHeader(in *http.Request, mods ...*modifier) (http.Header, string) {
 	h, host := in.Header.Clone(), in.Host
 	for _, name := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
@@ -108,10 +110,20 @@ func netHTTPRequestHeader(in *http.Request, mods ...*modifier) (http.Header, str
 	} else {
 		h.Del("User-Agent")
 	}
+	// The framing is the body's whatever the filters did: the client's
+	// Content-Length (the fast paths pass it as it came; net/http writes
+	// the body's own, the same but for an empty body, where it goes by the
+	// method whatever the filters).
+	for _, vs := range h { // the writer trims values
+		for i, v := range vs {
+			vs[i] = textproto.TrimString(v)
+		}
+	}
+	h.Del("Host") // a Host added lands in the map, which the writer does not send
 	h.Del("Transfer-Encoding")
 	h.Del("Content-Length")
-	if in.ContentLength > 0 {
-		h.Set("Content-Length", in.Header.Get("Content-Length")) // as http.ReadRequest keeps it
+	if cl, ok := in.Header["Content-Length"]; ok {
+		h["Content-Length"] = cl
 	}
 	return h, host
 }
@@ -317,4 +329,123 @@ func testFiltersKeepFraming(t *testing.T) {
 	if n := h.p.stats.handoffs.Load() + h.p.stats.loopHandoffs.Load(); !netHTTPOnly && n == 0 {
 		t.Error("a rule setting Connection was served by the fast path, which does not apply it")
 	}
+}
+
+// FuzzFastRequestHeaderFilters: any request head the fast parser takes,
+// with a rule's and a backendRef's modifier of any of set, add and remove
+// on two names, reads upstream as net/http's path would send it.
+func FuzzFastRequestHeaderFilters(f *testing.F) {
+	f.Add("GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nx-a: 2\r\nX-B: b\r\n\r\n", "X-A", "v", "x-b", uint8(0x1b))
+	f.Add("POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nUser-Agent: u\r\n\r\n", "content-length", "9", "User-Agent", uint8(0x36))
+	f.Add("GET / HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\n\r\n", "HOST", "b.example", "accept", uint8(0x09))
+	f.Fuzz(func(t *testing.T, head, name1, value, name2 string, ops uint8) {
+		// ops: two bits per (modifier, name): 0 none, 1 set, 2 add, 3 remove.
+		mods := [2]*modifier{{}, {}}
+		for i, name := range []string{name1, name2, name1, name2} {
+			m := mods[i/2]
+			switch ops >> (2 * i) & 3 {
+			case 1:
+				m.Set = append(m.Set, hv(name, value))
+			case 2:
+				m.Add = append(m.Add, hv(name, value))
+			case 3:
+				m.Remove = append(m.Remove, name)
+			}
+		}
+		if !isToken(name1) || name1 == "" || !isToken(name2) || name2 == "" { // compileFilters refuses them
+			return
+		}
+		edits, fast := foldFilters(&proxyapi.Filters{RequestHeaders: mods[0]}, &proxyapi.Filters{RequestHeaders: mods[1]})
+		var fr fastRequest
+		n, st := findHead([]byte(head))
+		if !fast || st != headComplete || n != len(head) || !fr.parse(head) || fr.contentLength > 0 {
+			return
+		}
+		in, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head)))
+		if ua, ok := in.Header["User-Agent"]; err != nil || ok && (len(ua) != 1 || ua[0] == "") {
+			// The fast parser took what net/http refuses (h1parse's own
+			// fuzz test looks at that), or an empty or repeated User-Agent,
+			// which the fast paths pass as it came and net/http's writer
+			// drops, with or without filters.
+			return
+		}
+		out := fr.appendUpstreamHead(nil, &target{edits: edits})
+		got, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(out)))
+		if err != nil {
+			t.Fatalf("the upstream head %q: %v", out, err)
+		}
+		want, host := netHTTPRequestHeader(in, mods[0], mods[1])
+		if got.Host != host || !maps.EqualFunc(got.Header, want, slices.Equal) {
+			t.Errorf("upstream head\n%s\nHost %q, header %v;\nnet/http's path: Host %q, header %v", out, got.Host, got.Header, host, want)
+		}
+	})
+}
+
+// FuzzFastResponseHeaderFilters is FuzzFastRequestHeaderFilters for the
+// response head the client gets.
+func FuzzFastResponseHeaderFilters(f *testing.F) {
+	f.Add("HTTP/1.1 200 OK\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 3\r\n\r\n", "X-A", "v", "content-length", uint8(0x1b))
+	f.Add("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nSet-Cookie: a\r\n\r\n", "set-cookie", "b", "Transfer-Encoding", uint8(0x36))
+	f.Fuzz(func(t *testing.T, head, name1, value, name2 string, ops uint8) {
+		mods := [2]*modifier{{}, {}}
+		for i, name := range []string{name1, name2, name1, name2} {
+			m := mods[i/2]
+			switch ops >> (2 * i) & 3 {
+			case 1:
+				m.Set = append(m.Set, hv(name, value))
+			case 2:
+				m.Add = append(m.Add, hv(name, value))
+			case 3:
+				m.Remove = append(m.Remove, name)
+			}
+		}
+		if !isToken(name1) || name1 == "" || !isToken(name2) || name2 == "" {
+			return
+		}
+		edits, fast := foldFilters(&proxyapi.Filters{ResponseHeaders: mods[0]}, &proxyapi.Filters{ResponseHeaders: mods[1]})
+		var fr fastResponse
+		n, st := findHead([]byte(head))
+		if !fast || st != headComplete || n != len(head) || fr.parse([]byte(head)) != nil || fr.status < 200 {
+			return
+		}
+		up, err := http.ReadResponse(bufio.NewReader(strings.NewReader(head)), nil)
+		if err != nil {
+			return
+		}
+		// Hop-by-hop fields net/http's reverse proxy drops and the fast
+		// paths pass, with or without filters: not the filters' business.
+		for _, name := range []string{"Te", "Trailer", "Proxy-Authenticate", "Proxy-Authorization"} {
+			if _, ok := up.Header[name]; ok {
+				return
+			}
+		}
+		out := fr.appendHead(nil, &edits.response, false)
+		got, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
+		if err != nil {
+			t.Fatalf("the head for the client %q: %v", out, err)
+		}
+		want := up.Header.Clone()
+		for _, name := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade"} {
+			want.Del(name)
+		}
+		for _, m := range mods {
+			modifyHeaders(m, want, nil)
+		}
+		for _, vs := range want {
+			for i, v := range vs {
+				vs[i] = textproto.TrimString(v)
+			}
+		}
+		for _, h := range []http.Header{want, got.Header} {
+			h.Del("Content-Length")
+			h.Del("Transfer-Encoding")
+		}
+		if !maps.EqualFunc(got.Header, want, slices.Equal) {
+			t.Errorf("head for the client\n%s\nheader %v, net/http's path %v", out, got.Header, want)
+		}
+		if got.ContentLength != up.ContentLength || !slices.Equal(got.TransferEncoding, up.TransferEncoding) {
+			t.Errorf("head for the client\n%s\nframing: Content-Length %d, Transfer-Encoding %q; the upstream's %d %q",
+				out, got.ContentLength, got.TransferEncoding, up.ContentLength, up.TransferEncoding)
+		}
+	})
 }
