@@ -32,7 +32,7 @@ import (
 // framing as it came, so the client gets the same body: a filter's
 // Content-Length or Transfer-Encoding is ignored there too, never allowed
 // to break the framing. What has no fast equivalent leaves the rule to
-// net/http's path, as before (fastFilters).
+// net/http's path, as before (foldFilters, needsFilters).
 
 // headEdits is what a rule's filters, then its backendRef's, do to the
 // heads of one request (nil: nothing).
@@ -66,7 +66,7 @@ var slowHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Prox
 // foldFilters folds a rule's filters and a backendRef's (either nil) into
 // what the fast paths apply; fast is false when the fast paths cannot
 // apply them (the rule then keeps net/http's path). A redirect answers
-// the request on either path (redirectHead).
+// the request on either path (exchange.appendRedirect).
 func foldFilters(rule, backendRef *proxyapi.Filters) (e *headEdits, fast bool) {
 	if rule == nil && backendRef == nil {
 		return nil, true
@@ -78,6 +78,12 @@ func foldFilters(rule, backendRef *proxyapi.Filters) (e *headEdits, fast bool) {
 			continue
 		}
 		reqMods, respMods = append(reqMods, f.RequestHeaders), append(respMods, f.ResponseHeaders)
+	}
+	if rule != nil && rule.Redirect != nil {
+		rd := rule.Redirect
+		if !validFieldValue(rd.Hostname) || rd.Path != nil && !validFieldValue(rd.Path.Value) {
+			return nil, false // net/http's writer mends the Location's bytes; the fast paths would pass them
+		}
 	}
 	if rule != nil && rule.Rewrite != nil {
 		e.path = rule.Rewrite.Path
