@@ -215,22 +215,7 @@ func dropsLine[T string | []byte](e *headEdit, line T) bool {
 // lineNamed says whether a header line is one of name (canonical; the
 // line's in any case).
 func lineNamed[T string | []byte](line T, name string) bool {
-	if len(line) <= len(name) || line[len(name)] != ':' {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c, d := line[i], name[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if 'A' <= d && d <= 'Z' {
-			d += 'a' - 'A'
-		}
-		if c != d {
-			return false
-		}
-	}
-	return true
+	return len(line) > len(name) && line[len(name)] == ':' && asciiEqualFold(line[:len(name)], name)
 }
 
 // requestEdit and responseEdit are the target's edits of either head (nil:

@@ -155,33 +155,48 @@ func TestFastResponseHeaderFilters(t *testing.T) {
 			if err := fr.parse([]byte(tc.head)); err != nil {
 				t.Fatal(err)
 			}
-			out := string(fr.appendHead(nil, &edits.response, false))
-			got, err := http.ReadResponse(bufio.NewReader(strings.NewReader(out)), nil)
-			if err != nil {
-				t.Fatalf("the head for the client %q: %v", out, err)
-			}
 			up, err := http.ReadResponse(bufio.NewReader(strings.NewReader(tc.head)), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// net/http's path: the transport's header (framing taken
-			// out), modified; the server frames the body itself.
-			want := up.Header.Clone()
-			for _, m := range []*modifier{tc.rule, tc.backend} {
-				modifyHeaders(m, want, nil)
-			}
-			for _, h := range []http.Header{want, got.Header} {
-				h.Del("Content-Length")
-				h.Del("Transfer-Encoding")
-			}
-			if !maps.EqualFunc(got.Header, want, slices.Equal) {
-				t.Errorf("head for the client\n%s\nheader %v, net/http's path %v", out, got.Header, want)
-			}
-			if got.ContentLength != up.ContentLength || !slices.Equal(got.TransferEncoding, up.TransferEncoding) {
-				t.Errorf("framing: Content-Length %d, Transfer-Encoding %q; the upstream's %d %q",
-					got.ContentLength, got.TransferEncoding, up.ContentLength, up.TransferEncoding)
-			}
+			expectNetHTTPResponse(t, fr.appendHead(nil, &edits.response, false), up, tc.rule, tc.backend)
 		})
+	}
+}
+
+// expectNetHTTPResponse checks that out, the head the fast paths write
+// for the client of upstream response up with the modifiers, reads as
+// net/http's path's: the transport's header without hop-by-hop fields,
+// modified, values trimmed by the server's writer; the framing the
+// upstream's (the server frames the body itself, the same body).
+func expectNetHTTPResponse(t *testing.T, out []byte, up *http.Response, mods ...*modifier) {
+	t.Helper()
+	got, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
+	if err != nil {
+		t.Fatalf("the head for the client %q: %v", out, err)
+	}
+	want := up.Header.Clone()
+	for _, name := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade"} {
+		want.Del(name)
+	}
+	for _, m := range mods {
+		modifyHeaders(m, want, nil)
+	}
+	for _, vs := range want {
+		for i, v := range vs {
+			vs[i] = textproto.TrimString(v)
+		}
+	}
+	for _, h := range []http.Header{want, got.Header} {
+		h.Del("Content-Length")
+		h.Del("Transfer-Encoding")
+	}
+	if !maps.EqualFunc(got.Header, want, slices.Equal) {
+		t.Errorf("head for the client\n%s\nheader %v, net/http's path %v", out, got.Header, want)
+	}
+	if got.ContentLength != up.ContentLength || !slices.Equal(got.TransferEncoding, up.TransferEncoding) {
+		t.Errorf("head for the client\n%s\nframing: Content-Length %d, Transfer-Encoding %q; the upstream's %d %q",
+			out, got.ContentLength, got.TransferEncoding, up.ContentLength, up.TransferEncoding)
 	}
 }
 
@@ -332,6 +347,24 @@ func testFiltersKeepFraming(t *testing.T) {
 	}
 }
 
+// fuzzModifiers are a rule's and a backendRef's modifiers: ops has two
+// bits per modifier and name (0 none, 1 set, 2 add, 3 remove).
+func fuzzModifiers(name1, name2, value string, ops uint8) [2]*modifier {
+	mods := [2]*modifier{{}, {}}
+	for i, name := range []string{name1, name2, name1, name2} {
+		m := mods[i/2]
+		switch ops >> (2 * i) & 3 {
+		case 1:
+			m.Set = append(m.Set, hv(name, value))
+		case 2:
+			m.Add = append(m.Add, hv(name, value))
+		case 3:
+			m.Remove = append(m.Remove, name)
+		}
+	}
+	return mods
+}
+
 // FuzzFastRequestHeaderFilters: any request head the fast parser takes,
 // with a rule's and a backendRef's modifier of any of set, add and remove
 // on two names, reads upstream as net/http's path would send it.
@@ -340,19 +373,7 @@ func FuzzFastRequestHeaderFilters(f *testing.F) {
 	f.Add("POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nUser-Agent: u\r\n\r\n", "content-length", "9", "User-Agent", uint8(0x36))
 	f.Add("GET / HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\n\r\n", "HOST", "b.example", "accept", uint8(0x09))
 	f.Fuzz(func(t *testing.T, head, name1, value, name2 string, ops uint8) {
-		// ops: two bits per (modifier, name): 0 none, 1 set, 2 add, 3 remove.
-		mods := [2]*modifier{{}, {}}
-		for i, name := range []string{name1, name2, name1, name2} {
-			m := mods[i/2]
-			switch ops >> (2 * i) & 3 {
-			case 1:
-				m.Set = append(m.Set, hv(name, value))
-			case 2:
-				m.Add = append(m.Add, hv(name, value))
-			case 3:
-				m.Remove = append(m.Remove, name)
-			}
-		}
+		mods := fuzzModifiers(name1, name2, value, ops)
 		if !isToken(name1) || name1 == "" || !isToken(name2) || name2 == "" { // compileFilters refuses them
 			return
 		}
@@ -388,18 +409,7 @@ func FuzzFastResponseHeaderFilters(f *testing.F) {
 	f.Add("HTTP/1.1 200 OK\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 3\r\n\r\n", "X-A", "v", "content-length", uint8(0x1b))
 	f.Add("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nSet-Cookie: a\r\n\r\n", "set-cookie", "b", "Transfer-Encoding", uint8(0x36))
 	f.Fuzz(func(t *testing.T, head, name1, value, name2 string, ops uint8) {
-		mods := [2]*modifier{{}, {}}
-		for i, name := range []string{name1, name2, name1, name2} {
-			m := mods[i/2]
-			switch ops >> (2 * i) & 3 {
-			case 1:
-				m.Set = append(m.Set, hv(name, value))
-			case 2:
-				m.Add = append(m.Add, hv(name, value))
-			case 3:
-				m.Remove = append(m.Remove, name)
-			}
-		}
+		mods := fuzzModifiers(name1, name2, value, ops)
 		if !isToken(name1) || name1 == "" || !isToken(name2) || name2 == "" {
 			return
 		}
@@ -420,33 +430,6 @@ func FuzzFastResponseHeaderFilters(f *testing.F) {
 				return
 			}
 		}
-		out := fr.appendHead(nil, &edits.response, false)
-		got, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
-		if err != nil {
-			t.Fatalf("the head for the client %q: %v", out, err)
-		}
-		want := up.Header.Clone()
-		for _, name := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade"} {
-			want.Del(name)
-		}
-		for _, m := range mods {
-			modifyHeaders(m, want, nil)
-		}
-		for _, vs := range want {
-			for i, v := range vs {
-				vs[i] = textproto.TrimString(v)
-			}
-		}
-		for _, h := range []http.Header{want, got.Header} {
-			h.Del("Content-Length")
-			h.Del("Transfer-Encoding")
-		}
-		if !maps.EqualFunc(got.Header, want, slices.Equal) {
-			t.Errorf("head for the client\n%s\nheader %v, net/http's path %v", out, got.Header, want)
-		}
-		if got.ContentLength != up.ContentLength || !slices.Equal(got.TransferEncoding, up.TransferEncoding) {
-			t.Errorf("head for the client\n%s\nframing: Content-Length %d, Transfer-Encoding %q; the upstream's %d %q",
-				out, got.ContentLength, got.TransferEncoding, up.ContentLength, up.TransferEncoding)
-		}
+		expectNetHTTPResponse(t, fr.appendHead(nil, &edits.response, false), up, mods[0], mods[1])
 	})
 }
