@@ -268,3 +268,28 @@ func TestConsumerRoutes(t *testing.T) {
 		}
 	}
 }
+
+// A redirect answers a request with a body, and a HEAD, and the
+// connection carries the next request (the body read away).
+func TestRedirectKeepsTheConnection(t *testing.T) { onPaths(t, testRedirectKeepsTheConnection) }
+
+func testRedirectKeepsTheConnection(t *testing.T) {
+	h := filtersHarness(t)
+	conn, br := rawClient(t, h, frontend)
+	fmt.Fprint(conn, "POST /redirect/p HTTP/1.1\r\nHost: echo\r\nContent-Length: 10\r\n\r\n0123456789")
+	if resp, body := readResponse(t, br, "POST"); resp.StatusCode != 301 || resp.Header.Get("Location") != "http://example.org/redirect/p" ||
+		resp.ContentLength != 0 || body != "" {
+		t.Errorf("POST: %d Location %q Content-Length %d body %q, want 301 to http://example.org/redirect/p, empty", resp.StatusCode, resp.Header.Get("Location"), resp.ContentLength, body)
+	}
+	fmt.Fprint(conn, "HEAD /scheme HTTP/1.1\r\nHost: echo\r\n\r\n")
+	if resp, _ := readResponse(t, br, "HEAD"); resp.StatusCode != 302 || resp.Header.Get("Location") != "https://echo/scheme" || resp.Header.Get("Content-Length") != "" {
+		t.Errorf("HEAD: %d Location %q Content-Length %q, want 302 to https://echo/scheme and no length", resp.StatusCode, resp.Header.Get("Location"), resp.Header.Get("Content-Length"))
+	}
+	fmt.Fprint(conn, "GET /headers HTTP/1.1\r\nHost: echo\r\n\r\n")
+	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || !strings.Contains(body, "x-set: set") {
+		t.Errorf("GET after the redirects: %d %q", resp.StatusCode, body)
+	}
+	if !netHTTPOnly {
+		expectFastOnly(t, h)
+	}
+}
