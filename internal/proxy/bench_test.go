@@ -101,6 +101,27 @@ func readFlows(b *testing.B, sock string) *atomic.Int64 {
 // route on service 10.96.0.70:80 to the backend at be, dialled by the
 // frontend client.
 func benchHarness(tb testing.TB, be netip.AddrPort, netHTTPOnly bool) *harness {
+	return benchHarnessFiltered(tb, be, netHTTPOnly, false)
+}
+
+// benchFilters are the filtered benchmarks' header modifiers, as a mesh
+// route has them: the rule's on the request and the response, and a
+// backendRef's on the request (a header per backend of a split).
+var benchFilters = struct{ rule, backendRef *proxyapi.Filters }{
+	&proxyapi.Filters{
+		RequestHeaders:  &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Route", Value: "bench"}}},
+		ResponseHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Served-By", Value: "bench"}}, Remove: []string{"X-Internal"}},
+	},
+	&proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Add: []proxyapi.Header{{Name: "X-Canary", Value: "v1"}}}},
+}
+
+// benchHarnessFiltered is benchHarness, with benchFilters on the route
+// when filtered.
+func benchHarnessFiltered(tb testing.TB, be netip.AddrPort, netHTTPOnly, filtered bool) *harness {
+	rule := proxyapi.RouteRule{Backends: []proxyapi.RouteBackend{{Service: "default/bench", Port: 80, Weight: 1}}}
+	if filtered {
+		rule.Filters, rule.Backends[0].Filters = benchFilters.rule, benchFilters.backendRef
+	}
 	h := &harness{t: tb, dst: map[netip.Addr]netip.AddrPort{}}
 	h.p = New(Options{OriginalDst: h.originalDst, SetMark: h.setMark, NetHTTPOnly: netHTTPOnly, NoEventLoop: noEventLoop})
 	tb.Cleanup(func() {
@@ -112,7 +133,7 @@ func benchHarness(tb testing.TB, be netip.AddrPort, netHTTPOnly bool) *harness {
 	h.apply(proxyapi.Config{Version: 1, Mark: testMark, Endpoints: endpoints(backend),
 		Services: []proxyapi.Service{svcPort("default/bench", "10.96.0.70", 80, backend)},
 		Routes: []proxyapi.Route{{Name: "default/bench", Parents: []proxyapi.ParentRef{{Service: "default/bench"}},
-			Rules: []proxyapi.RouteRule{{Backends: []proxyapi.RouteBackend{{Service: "default/bench", Port: 80, Weight: 1}}}}}},
+			Rules: []proxyapi.RouteRule{rule}}},
 	})
 	h.dials(frontend, "10.96.0.70:80")
 	return h
@@ -211,10 +232,17 @@ func runBenchClientsCPU(b *testing.B, addr string, conns, rate int, proxyCPU fun
 // and wake-ups included and nothing else's. The child sets its Ps as
 // shunt-proxy does (SetProcs: SHUNT_PROXY_GOMAXPROCS, or GOMAXPROCS).
 // Run it with -benchtime 5000x (5 s).
-func BenchmarkProxyProcess(b *testing.B) {
+func BenchmarkProxyProcess(b *testing.B) { benchProxyProcess(b, false) }
+
+// BenchmarkProxyProcessFiltered is BenchmarkProxyProcess with header
+// modifiers on the route (benchFilters).
+func BenchmarkProxyProcessFiltered(b *testing.B) { benchProxyProcess(b, true) }
+
+func benchProxyProcess(b *testing.B, filtered bool) {
 	be := startBackend(b, "bench", "127.0.6.1", benchHandler)
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchProxyChild$")
-	cmd.Env = append(os.Environ(), "SHUNT_BENCH_PROXY_BACKEND="+be.addr.String())
+	cmd.Env = append(os.Environ(), "SHUNT_BENCH_PROXY_BACKEND="+be.addr.String(),
+		"SHUNT_BENCH_PROXY_FILTERED="+strconv.FormatBool(filtered))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -269,6 +297,33 @@ func BenchmarkProxyProcess(b *testing.B) {
 		}
 		return procCPU(b, cmd.Process.Pid)
 	})
+	// The connections the proxy handed to net/http's path: none, unless
+	// the fast paths leave the route's filters to it.
+	b.ReportMetric(controlMetric(b, sock, "shunt_proxy_fastpath_handoffs_total"), "handoffs")
+}
+
+// controlMetric is a metric's value, read from the proxy's control socket.
+func controlMetric(b *testing.B, sock, name string) float64 {
+	c := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Get("http://proxy/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if value, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return v
+		}
+	}
+	b.Fatalf("the proxy's metrics have no %s", name)
+	return 0
 }
 
 // procCPU is a process's utime+stime from /proc/PID/stat.
@@ -295,7 +350,8 @@ func TestBenchProxyChild(t *testing.T) {
 	if err := SetProcs(); err != nil {
 		t.Fatal(err)
 	}
-	h := benchHarness(t, netip.MustParseAddrPort(backend), false)
+	filtered := os.Getenv("SHUNT_BENCH_PROXY_FILTERED") == "true"
+	h := benchHarnessFiltered(t, netip.MustParseAddrPort(backend), false, filtered)
 	sock := h.serveControl()
 	fmt.Println(h.addr, sock)
 	io.Copy(io.Discard, os.Stdin)

@@ -419,8 +419,8 @@ func (l *eventLoop) readRequest(c *loopConn) {
 	}
 	p := l.p
 	t := p.table.Load()
-	// A request whose route has filters (headers, rewrites, redirects)
-	// goes to net/http's path, which applies them (filters.go).
+	// A request whose route has filters the loop does not apply
+	// (headedit.go applies the usual ones) goes to net/http's path.
 	if t.needsFilters(c.cc.orig, c.cc.remote, &c.req.req) {
 		l.handOff(c, buf)
 		return
@@ -441,6 +441,12 @@ func (l *eventLoop) readRequest(c *loopConn) {
 		l.answer(c, ref.status, ref.msg)
 		return
 	}
+	if x.target.redirects() { // the rule's redirect: the proxy answers (headedit.go)
+		c.cout, x.status = x.appendRedirect(c.cout, &c.req, c.req.close)
+		c.phase = phaseDone
+		l.flushClient(c)
+		return
+	}
 	x.up = p.up.get(mark, c.cc.upstreamSource())
 	x.backend = x.target.pick()
 	rule, ref := t.judge(x.peer, x.backend, r)
@@ -451,7 +457,7 @@ func (l *eventLoop) readRequest(c *loopConn) {
 		return
 	}
 	c.mark = mark
-	c.out = append(c.req.appendUpstreamHead(c.out[:0]), buf[hn:]...)
+	c.out = append(c.req.appendUpstreamHead(c.out[:0], &x.target), buf[hn:]...)
 	l.connect(c)
 }
 
@@ -646,7 +652,7 @@ func (l *eventLoop) passResponse(c *loopConn) error {
 			noBody := bodyless(c.req.req.Method, resp.status)
 			toEOF := !noBody && !resp.chunked && resp.contentLength < 0
 			c.closeAfter = c.closeAfter || toEOF
-			c.cout = resp.appendHead(c.cout, c.req.close || toEOF)
+			c.cout = resp.appendHead(c.cout, c.x.target.responseEdit(), c.req.close || toEOF)
 			c.x.status = resp.status
 			u.start += n
 			switch {

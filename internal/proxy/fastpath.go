@@ -206,8 +206,8 @@ func (p *Proxy) serveConnWith(c *clientConn, read []byte) {
 		t := p.table.Load()
 		if err == nil && st == headComplete {
 			head, _ := fc.br.Peek(n)
-			// A request whose route has filters (headers, rewrites,
-			// redirects) goes to net/http's path, which applies them.
+			// A request whose route has filters the fast path does not
+			// apply (headedit.go) goes to net/http's path.
 			if !fc.req.parse(string(head)) || t.needsFilters(c.orig, c.remote, &fc.req.req) {
 				st = headRefused
 			}
@@ -324,11 +324,17 @@ func (fc *fastConn) serveRequest(t *table) (keep bool) {
 		x.refuse(ref)
 		return fc.writeError(ref.status, ref.msg) == nil
 	}
+	if x.target.redirects() { // the rule's redirect: the proxy answers (headedit.go)
+		var answer []byte
+		answer, x.status = x.appendRedirect(fc.bw.AvailableBuffer(), &fc.req, fc.req.close)
+		_, err := fc.bw.Write(answer)
+		return err == nil
+	}
 	x.up = p.up.get(mark, x.conn.upstreamSource())
 
 	// The upstream request: its head, and a body small enough to be sent
 	// again with it; a larger one is streamed once after it.
-	fc.out = fc.appendUpstreamHead(fc.out[:0])
+	fc.out = fc.req.appendUpstreamHead(fc.out[:0], &x.target)
 	replayable := fc.unread <= maxReplay
 	if replayable && fc.unread > 0 {
 		head := len(fc.out)
@@ -382,15 +388,12 @@ func (fc *fastConn) serveRequest(t *table) (keep bool) {
 }
 
 // appendUpstreamHead writes the request line and the header lines the
-// client sent, but the hop-by-hop ones, in the client's order and case.
-func (fc *fastConn) appendUpstreamHead(b []byte) []byte { return fc.req.appendUpstreamHead(b) }
-
-func (r *fastRequest) appendUpstreamHead(b []byte) []byte {
-	b = append(b, r.requestLine()...)
+// client sent, but the hop-by-hop ones, in the client's order and case,
+// with the target's filters applied (headedit.go).
+func (r *fastRequest) appendUpstreamHead(b []byte, tg *target) []byte {
+	b = tg.appendRequestLine(b, r)
 	b = append(b, "\r\n"...)
-	for _, s := range r.forward {
-		b = append(b, r.text[s.start:s.end]...)
-	}
+	b = appendHeaderLines(b, tg.requestEdit(), r.text, r.forward)
 	return append(b, "\r\n"...)
 }
 
@@ -592,7 +595,7 @@ func (fc *fastConn) relay(x *exchange, uc *upstreamConn, deadline time.Time) (ke
 	noBody := bodyless(fc.req.req.Method, resp.status)
 	toEOF := !noBody && !resp.chunked && resp.contentLength < 0
 	bw := fc.bw
-	bw.Write(resp.appendHead(bw.AvailableBuffer(), fc.req.close || toEOF))
+	bw.Write(resp.appendHead(bw.AvailableBuffer(), x.target.responseEdit(), fc.req.close || toEOF))
 	x.status = resp.status
 	uc.br.Discard(len(head))
 	var err error
@@ -623,14 +626,13 @@ func (fc *fastConn) relay(x *exchange, uc *upstreamConn, deadline time.Time) (ke
 }
 
 // appendHead is the response head for the client: the status line and
-// the header lines but the hop-by-hop ones, Connection: close when the
-// client's connection ends after it.
-func (r *fastResponse) appendHead(b []byte, close bool) []byte {
+// the header lines but the hop-by-hop ones, with the filters' edit e
+// (nil: none) applied, Connection: close when the client's connection
+// ends after it.
+func (r *fastResponse) appendHead(b []byte, e *headEdit, close bool) []byte {
 	head := r.text
 	b = append(b, head[:bytesIndexCRLF(head)+2]...)
-	for _, s := range r.forward {
-		b = append(b, head[s.start:s.end]...)
-	}
+	b = appendHeaderLines(b, e, head, r.forward)
 	if close {
 		b = append(b, "Connection: close\r\n"...)
 	}

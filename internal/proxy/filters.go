@@ -15,8 +15,10 @@ import (
 // The Gateway API's HTTPRoute filters: a rule's request and response
 // header modifiers, redirect and URL rewrite, and a backendRef's header
 // modifiers (applied after the rule's when that backend is chosen).
-// Requests of a rule with filters take net/http's path (the fast path
-// forwards heads as they came: needsFilters sends them there).
+// net/http's path applies them here; the fast paths apply header
+// modifiers, redirects and rewrites to the raw heads (headedit.go), and
+// send the requests of a rule with any other filter to net/http's path
+// (needsFilters).
 
 // reasonUnsupportedFilter: the rule has a filter the proxy cannot apply.
 const reasonUnsupportedFilter = "route-filter-unsupported"
@@ -79,10 +81,10 @@ func compileFilters(errs *problems, field string, f *proxyapi.Filters, prefixOnl
 	return ok
 }
 
-// needsFilters says whether the request's route rule has filters, which
+// needsFilters says whether the request's route rule has filters which
 // only net/http's path applies. It picks nothing (no weighted choice).
 func (t *table) needsFilters(orig, client netip.AddrPort, r *http.Request) bool {
-	if !t.filtered {
+	if !t.slowFilters {
 		return false
 	}
 	svc := t.byVIP[orig]
@@ -90,7 +92,7 @@ func (t *table) needsFilters(orig, client netip.AddrPort, r *http.Request) bool 
 		return false
 	}
 	m, _ := svc.route(r, t.clientNamespace(client.Addr()))
-	return m != nil && m.rule.filtered
+	return m != nil && m.rule.slowFilters
 }
 
 // modify applies a header modifier: set replaces, add appends a value,

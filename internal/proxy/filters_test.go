@@ -53,7 +53,8 @@ func filtersHarness(t *testing.T) *harness {
 					Rewrite: &proxyapi.Rewrite{Hostname: "rewritten.example", Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/one"}}}},
 				{Matches: prefix("/full"), Backends: to, Filters: &proxyapi.Filters{
 					Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/replaced"}}}},
-				{Matches: prefix("/redirect"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.org", StatusCode: 301}}},
+				{Matches: prefix("/redirect"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.org", StatusCode: 301},
+					ResponseHeaders: &proxyapi.HeaderModifier{Add: []proxyapi.Header{{Name: "X-Redirected", Value: "yes"}}}}},
 				{Matches: prefix("/scheme"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Scheme: "https"}}},
 				{Matches: prefix("/port"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Port: 8083,
 					Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/moved"}}}},
@@ -73,7 +74,13 @@ func noRedirects(c *http.Client) *http.Client {
 	return c
 }
 
-func TestRouteFilters(t *testing.T) {
+// The filters on every path: HTTP/1.1 on the fast paths (the event loop,
+// or with SHUNT_PROXY_NO_EVENT_LOOP=1 the goroutine per connection),
+// which apply them without handing the connection to net/http, and on
+// net/http's; h2c on net/http's.
+func TestRouteFilters(t *testing.T) { onPaths(t, testRouteFilters) }
+
+func testRouteFilters(t *testing.T) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(map[bool]string{false: "HTTP/1.1", true: "h2c"}[h2c], func(t *testing.T) {
 			h := filtersHarness(t)
@@ -142,9 +149,12 @@ func TestRouteFilters(t *testing.T) {
 				"/scheme":         {302, "https://echo/scheme"},
 				"/port/a":         {302, "http://echo:8083/moved/a"},
 			} {
-				resp, _ := do(path)
-				if resp.StatusCode != want.code || resp.Header.Get("Location") != want.location {
-					t.Errorf("GET %s: %d Location %q, want %d %q", path, resp.StatusCode, resp.Header.Get("Location"), want.code, want.location)
+				resp, body := do(path)
+				if resp.StatusCode != want.code || resp.Header.Get("Location") != want.location || body != "" {
+					t.Errorf("GET %s: %d Location %q body %q, want %d %q and no body", path, resp.StatusCode, resp.Header.Get("Location"), body, want.code, want.location)
+				}
+				if redirected := resp.Header.Get("X-Redirected"); (path == "/redirect/x?a=b") != (redirected == "yes") {
+					t.Errorf("GET %s: X-Redirected %q: the rule's response header modifier is not applied to its redirect alone", path, redirected)
 				}
 			}
 			if resp, body := do("/mirror"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "RequestMirror") {
@@ -153,7 +163,23 @@ func TestRouteFilters(t *testing.T) {
 			if resp, body := do("/backend-rewrite"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "URLRewrite (on a backendRef)") {
 				t.Errorf("a backendRef with an unsupported filter: %d %q, want 500 naming it", resp.StatusCode, body)
 			}
+			if !h2c && !netHTTPOnly {
+				expectFastOnly(t, h)
+			}
 		})
+	}
+}
+
+// expectFastOnly checks that the fast paths served every request of h's
+// proxy so far: no connection went to net/http's path, and the event loop
+// (when on) served them itself.
+func expectFastOnly(t *testing.T, h *harness) {
+	t.Helper()
+	if n, m := h.p.stats.handoffs.Load(), h.p.stats.loopHandoffs.Load(); n != 0 || m != 0 {
+		t.Errorf("%d connections handed to net/http, %d from the event loop to goroutines: the fast paths left filters to net/http", n, m)
+	}
+	if served := h.p.loops.served.Load(); h.p.EventLoops() > 0 && served != h.p.stats.requests.Load() {
+		t.Errorf("the event loop served %d of %d requests", served, h.p.stats.requests.Load())
 	}
 }
 
@@ -240,5 +266,30 @@ func TestConsumerRoutes(t *testing.T) {
 		if got := resp.Header.Get("X-Route"); resp.StatusCode != 200 || got != tc.want {
 			t.Errorf("client %s to %s: %d X-Route %q, want 200 %q", tc.c.pod, tc.dst, resp.StatusCode, got, tc.want)
 		}
+	}
+}
+
+// A redirect answers a request with a body, and a HEAD, and the
+// connection carries the next request (the body read away).
+func TestRedirectKeepsTheConnection(t *testing.T) { onPaths(t, testRedirectKeepsTheConnection) }
+
+func testRedirectKeepsTheConnection(t *testing.T) {
+	h := filtersHarness(t)
+	conn, br := rawClient(t, h, frontend)
+	fmt.Fprint(conn, "POST /redirect/p HTTP/1.1\r\nHost: echo\r\nContent-Length: 10\r\n\r\n0123456789")
+	if resp, body := readResponse(t, br, "POST"); resp.StatusCode != 301 || resp.Header.Get("Location") != "http://example.org/redirect/p" ||
+		resp.ContentLength != 0 || body != "" {
+		t.Errorf("POST: %d Location %q Content-Length %d body %q, want 301 to http://example.org/redirect/p, empty", resp.StatusCode, resp.Header.Get("Location"), resp.ContentLength, body)
+	}
+	fmt.Fprint(conn, "HEAD /scheme HTTP/1.1\r\nHost: echo\r\n\r\n")
+	if resp, _ := readResponse(t, br, "HEAD"); resp.StatusCode != 302 || resp.Header.Get("Location") != "https://echo/scheme" || resp.Header.Get("Content-Length") != "" {
+		t.Errorf("HEAD: %d Location %q Content-Length %q, want 302 to https://echo/scheme and no length", resp.StatusCode, resp.Header.Get("Location"), resp.Header.Get("Content-Length"))
+	}
+	fmt.Fprint(conn, "GET /headers HTTP/1.1\r\nHost: echo\r\n\r\n")
+	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || !strings.Contains(body, "x-set: set") {
+		t.Errorf("GET after the redirects: %d %q", resp.StatusCode, body)
+	}
+	if !netHTTPOnly {
+		expectFastOnly(t, h)
 	}
 }

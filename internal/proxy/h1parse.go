@@ -310,7 +310,7 @@ func (r *fastResponse) parse(text []byte) error {
 
 var crlf = []byte("\r\n")
 
-func asciiEqualFold(b []byte, s string) bool {
+func asciiEqualFold[T string | []byte](b T, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}

@@ -61,10 +61,10 @@ func FuzzParseRequestHead(f *testing.F) {
 		// lines, which net/http reads as the same request less hop-by-hop
 		// headers.
 		fc := &fastConn{req: fr}
-		up, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(fc.appendUpstreamHead(nil))))
+		up, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(fc.req.appendUpstreamHead(nil, &target{}))))
 		if err != nil || up.URL.Path != std.URL.Path || up.Host != std.Host || up.Header.Get("Connection") != "" ||
 			up.Header.Get("Keep-Alive") != "" || up.ContentLength != std.ContentLength {
-			t.Fatalf("%q: upstream head %q read as %v (%v)", data[:n], fc.appendUpstreamHead(nil), up, err)
+			t.Fatalf("%q: upstream head %q read as %v (%v)", data[:n], fc.req.appendUpstreamHead(nil, &target{}), up, err)
 		}
 	})
 }

@@ -39,6 +39,8 @@ type target struct {
 	// filter's ReplacePrefixMatch); backendFilters the backendRef's.
 	match          *matchEntry
 	backendFilters *proxyapi.Filters
+	// edits: the filters folded for the fast paths (nil: none).
+	edits *headEdits
 }
 
 // resolve finds where a request to the original destination goes: the
@@ -70,6 +72,7 @@ func (t *table) resolve(orig netip.AddrPort, r *http.Request, clientNS string) (
 				msg: fmt.Sprintf("route %s rule %d: %s", m.rule.route, m.rule.index, f.Unsupported)}
 		}
 		if f := m.rule.filters; f != nil && f.Redirect != nil {
+			tg.edits = m.rule.edits
 			return tg, nil // answered by the proxy (Proxy.redirect): no backend
 		}
 		rb, ok := m.rule.pick()
@@ -77,7 +80,7 @@ func (t *table) resolve(orig netip.AddrPort, r *http.Request, clientNS string) (
 			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonNoWeight,
 				msg: fmt.Sprintf("route %s rule %d has no backend with a weight", m.rule.route, m.rule.index)}
 		}
-		tg.label, tg.backendFilters = rb.label, rb.filters
+		tg.label, tg.backendFilters, tg.edits = rb.label, rb.filters, rb.edits
 		if f := rb.filters; f != nil && f.Unsupported != "" {
 			return tg, &refusal{status: http.StatusInternalServerError, reason: reasonUnsupportedFilter,
 				msg: fmt.Sprintf("route %s rule %d backend %s: %s", m.rule.route, m.rule.index, rb.label, f.Unsupported)}

@@ -23,9 +23,12 @@ type rule struct {
 	timeout  time.Duration
 	retry    *proxyapi.Retry
 	filters  *proxyapi.Filters // nil: none (filters.go)
-	// filtered: the rule or one of its backendRefs has filters, which
-	// only net/http's path applies.
-	filtered bool
+	// edits: the rule's own filters folded for the fast paths (a
+	// redirect's answer); each backendRef has its own with them.
+	edits *headEdits
+	// slowFilters: the rule or one of its backendRefs has filters the fast
+	// paths do not apply (foldFilters), which only net/http's path does.
+	slowFilters bool
 }
 
 type ruleBackend struct {
@@ -33,6 +36,7 @@ type ruleBackend struct {
 	label      string   // namespace/name:port
 	unresolved string
 	filters    *proxyapi.Filters // the backendRef's header modifiers
+	edits      *headEdits        // the rule's filters, then the backendRef's, folded
 }
 
 // matchEntry is one match of a rule, with what the Gateway API's
@@ -98,7 +102,7 @@ func (t *table) compileRoutes(errs *problems) {
 					continue
 				}
 				e.rule, e.created = rl, r.Created
-				t.filtered = t.filtered || rl.filtered
+				t.slowFilters = t.slowFilters || rl.slowFilters
 				for svc, consumer := range parents {
 					pe := *e
 					pe.consumer = consumer
@@ -120,7 +124,10 @@ func (t *table) compileRoutes(errs *problems) {
 }
 
 func (t *table) compileRule(errs *problems, field, route string, index int, rr proxyapi.RouteRule) *rule {
-	rl := &rule{route: route, index: index, timeout: time.Duration(rr.Timeout), retry: rr.Retry, filters: rr.Filters, filtered: rr.Filters != nil}
+	rl := &rule{route: route, index: index, timeout: time.Duration(rr.Timeout), retry: rr.Retry, filters: rr.Filters}
+	var fast bool
+	rl.edits, fast = foldFilters(rr.Filters, nil)
+	rl.slowFilters = !fast
 	prefixOnly := !slices.ContainsFunc(rr.Matches, func(m proxyapi.Match) bool {
 		return m.Path != nil && m.Path.Type != proxyapi.MatchPathPrefix
 	})
@@ -152,7 +159,8 @@ func (t *table) compileRule(errs *problems, field, route string, index int, rr p
 		if !compileFilters(errs, bf+".filters", b.Filters, prefixOnly, true) {
 			ok = false
 		}
-		rl.filtered = rl.filtered || b.Filters != nil
+		rb.edits, fast = foldFilters(rr.Filters, b.Filters)
+		rl.slowFilters = rl.slowFilters || !fast
 		if b.Weight < 0 {
 			errs.add(bf+".weight", "%d is negative", b.Weight)
 			ok = false

@@ -28,7 +28,7 @@ type table struct {
 	vips        map[netip.Addr]bool
 	byName      map[serviceKey]*service
 	policies    map[netip.AddrPort]*l7policy.Port
-	filtered    bool // some route rule has filters (needsFilters)
+	slowFilters bool // some route rule has filters only net/http's path applies (needsFilters)
 	// cidrs are the policy prefixes' identities by prefix, and cidrBits
 	// the prefix lengths they have, longest first (cidrIdentityOf).
 	cidrs    map[netip.Prefix]uint32
