@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // externalIssues names what of a Service's outside-facing fields shunt
@@ -33,6 +35,9 @@ func externalIssues(svc *corev1.Service) []Issue {
 	}
 	_, rangeIssues := SourceRanges(svc)
 	out = append(out, rangeIssues...)
+	if _, err := dpinfo.ParseForwardingMode(svc.Annotations[dpinfo.ForwardingModeAnnotation]); err != nil {
+		out = append(out, Issue{"InvalidForwardingMode", err.Error() + "; the node's mode is used"})
+	}
 	switch d := spec.TrafficDistribution; {
 	case d == nil, *d == "", *d == corev1.ServiceTrafficDistributionPreferSameNode, *d == corev1.ServiceTrafficDistributionPreferSameZone,
 		*d == corev1.ServiceTrafficDistributionPreferClose:
