@@ -47,6 +47,22 @@ func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapat
 		Mode: cfg.NodePortMode, DSRAddr: cfg.Underlay, UplinkAddr: cfg.Underlay}, nil
 }
 
+// dsrUnavailable says why this node sends no flow from outside by DSR,
+// "" when it can: a Service whose annotation asks for DSR
+// (dpinfo.ForwardingModeAnnotation) is SNATed here instead (lib/dsr.h
+// dsr_wanted reads the same routing), and says so as a problem. Nothing
+// to say where shunt does not serve the outside frontends.
+func (a *Agent) dsrUnavailable() string {
+	if a.cfg.LeaveExternalToKubeProxy || !a.cfg.Underlay.IsValid() || a.cfg.Routing == RoutingNative {
+		return ""
+	}
+	routing := a.cfg.Routing
+	if routing == "" {
+		routing = "the host stack's"
+	}
+	return fmt.Sprintf("this node's routing is %s: DSR needs --routing native (its IPIP goes between nodes routed natively)", routing)
+}
+
 // podsDefaultRoute says whether pods route everything through their node
 // (podnet.Node.DefaultRoute): wherever a pod may talk to an address off
 // the pod network. A node of a Kubernetes cluster (as every CNI plugin

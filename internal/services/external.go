@@ -47,6 +47,19 @@ func externalIssues(svc *corev1.Service) []Issue {
 	return out
 }
 
+// ForwardingIssues names, on a node that cannot send flows by DSR (noDSR:
+// why), a Service with external frontends whose annotation asks for DSR:
+// its flows to backends on other nodes are SNATed there.
+func ForwardingIssues(svc *corev1.Service, noDSR string) []Issue {
+	mode, _ := dpinfo.ParseForwardingMode(svc.Annotations[dpinfo.ForwardingModeAnnotation])
+	external := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer || len(svc.Spec.ExternalIPs) > 0
+	if mode != dpinfo.NodePortDSR || !external {
+		return nil
+	}
+	return []Issue{{"ForwardingModeNotSupported", fmt.Sprintf("annotation %s: dsr: %s; flows from outside to backends on other nodes are SNATed here",
+		dpinfo.ForwardingModeAnnotation, noDSR)}}
+}
+
 // HealthCheck is what the healthCheckNodePort server of one Service with
 // externalTrafficPolicy Local answers on a node: how many of its
 // endpoints are there (200 with some, 503 with none), as kube-proxy does.

@@ -488,3 +488,25 @@ func TestPortsForForwardingMode(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardingIssues: on a node that cannot do DSR, a Service with
+// external frontends asking for it is named (its flows are SNATed); one
+// asking for SNAT, without the annotation, or with only a ClusterIP is not.
+func TestForwardingIssues(t *testing.T) {
+	svc := lbService(t, "Cluster")
+	svc.Annotations = map[string]string{dpinfo.ForwardingModeAnnotation: "dsr"}
+	is := ForwardingIssues(svc, "no native routing")
+	if len(is) != 1 || is[0].Reason != "ForwardingModeNotSupported" || !strings.Contains(is[0].Message, "no native routing") || !strings.Contains(is[0].Message, "SNATed") {
+		t.Errorf("a dsr Service: %v, want ForwardingModeNotSupported saying why and that it is SNATed", is)
+	}
+	clusterIP := lbService(t, "Cluster")
+	clusterIP.Annotations = svc.Annotations
+	clusterIP.Spec.Type, clusterIP.Spec.ExternalIPs = corev1.ServiceTypeClusterIP, nil
+	snat := lbService(t, "Cluster")
+	snat.Annotations = map[string]string{dpinfo.ForwardingModeAnnotation: "snat"}
+	for what, s := range map[string]*corev1.Service{"snat": snat, "no annotation": lbService(t, "Cluster"), "ClusterIP only": clusterIP} {
+		if is := ForwardingIssues(s, "no native routing"); len(is) != 0 {
+			t.Errorf("%s: %v, want none", what, is)
+		}
+	}
+}
