@@ -26,19 +26,9 @@ func TestForwardingModeLab(t *testing.T) {
 	if out := l.mustShunt("status", "--node", "node-1"); !strings.Contains(out, "NodePorts from outside: snat") {
 		t.Errorf("status of node-1 does not name its NodePort mode (snat, the default):\n%s", out)
 	}
-	remote := func(url string) func() (string, string) {
-		return func() (string, string) {
-			status, body := httpFromOutside(l, url)
-			if status != "200" {
-				return status, body
-			}
-			host, _, _ := strings.Cut(body, ":")
-			return host, body
-		}
-	}
 	node1PodNet := strings.TrimSuffix(l.node(1).status().PodCIDR, "0/24") + "1"
-	eventually(t, "the SNAT Service through node-1: the backend sees node-1", node1PodNet, remote(fmt.Sprintf("http://%s:30080/remote", node1)))
-	eventually(t, "the DSR Service through node-1: the backend sees the client", ext.addr, remote(fmt.Sprintf("http://%s:30081/remote", node1)))
+	eventually(t, "the SNAT Service through node-1: the backend sees node-1", node1PodNet, remoteFromOutside(l, fmt.Sprintf("http://%s:30080/remote", node1)))
+	eventually(t, "the DSR Service through node-1: the backend sees the client", ext.addr, remoteFromOutside(l, fmt.Sprintf("http://%s:30081/remote", node1)))
 
 	// download is what node-1's and node-2's uplinks sent during a 4 MB
 	// download (iperf3 -R: the server on node-2 sends) through node-1's
@@ -106,14 +96,8 @@ func TestForwardingModeFallbackLab(t *testing.T) {
 	l := newLabNodes(t, 2, []string{"--routing", "tunnel"}, "testdata/fwdmode.yaml")
 	node1 := "192.168.123.1"
 	node1PodNet := strings.TrimSuffix(l.node(1).status().PodCIDR, "0/24") + "1"
-	eventually(t, "the DSR Service through node-1 with the overlay: SNAT, the backend sees node-1", node1PodNet, func() (string, string) {
-		status, body := httpFromOutside(l, fmt.Sprintf("http://%s:30081/remote", node1))
-		if status != "200" {
-			return status, body
-		}
-		host, _, _ := strings.Cut(body, ":")
-		return host, body
-	})
+	eventually(t, "the DSR Service through node-1 with the overlay: SNAT, the backend sees node-1", node1PodNet,
+		remoteFromOutside(l, fmt.Sprintf("http://%s:30081/remote", node1)))
 	want := "Service default/direct: annotation shunt.io/forwarding-mode: dsr: this node's routing is tunnel: DSR needs --routing native"
 	if out := l.mustShunt("status", "--node", "node-1"); !strings.Contains(out, want) {
 		t.Errorf("status of node-1 does not name the DSR Service's fallback %q:\n%s", want, out)
