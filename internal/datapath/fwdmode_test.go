@@ -1,7 +1,9 @@
 package datapath
 
 import (
+	"fmt"
 	"net/netip"
+	"reflect"
 	"testing"
 	"time"
 
@@ -34,6 +36,19 @@ func TestNodePortForwardingModePerService(t *testing.T) {
 					Name: "annotated-udp", Backends: []services.Backend{{IP: npRemotePod, Port: 5353}}, Forwarding: c.service},
 			)); err != nil {
 				t.Fatal(err)
+			}
+			rows, err := d.DumpMap("shunt_services", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			marked := map[string]any{}
+			for _, r := range rows {
+				if m, ok := r["forwarding"]; ok {
+					marked[r["frontend"].(string)] = m
+				}
+			}
+			if want := (map[string]any{fmt.Sprintf("%s:30090/TCP", npNode): string(c.service), fmt.Sprintf("%s:30091/UDP", npNode): string(c.service)}); !reflect.DeepEqual(marked, want) {
+				t.Errorf("map dump shunt_services: forwarding %v, want %v (the annotated ports only)", marked, want)
 			}
 			// mode says how the SYN (or datagram) pkt went: DSR (IPIP),
 			// or SNAT from the node's pod-network address.

@@ -39,6 +39,18 @@ func frontendFlags(s services.Port) uint16 {
 	return f
 }
 
+// forwardingOf is the Service's own forwarding mode a service entry's
+// flags carry ("": the node's).
+func forwardingOf(flags uint16) dpinfo.NodePortMode {
+	switch {
+	case flags&uint16(uplinktcServiceFlagsSERVICE_F_FWD_SNAT) != 0:
+		return dpinfo.NodePortSNAT
+	case flags&uint16(uplinktcServiceFlagsSERVICE_F_FWD_DSR) != 0:
+		return dpinfo.NodePortDSR
+	}
+	return ""
+}
+
 // be32 keeps an IPv4 address as the bytes on the wire (network order) in a
 // native uint32, which is how the BPF side compares it.
 func be32(ip netip.Addr) uint32 {
