@@ -10,7 +10,15 @@
 #   shunt-vxlan          shunt's agent per node, --tunnel vxlan: NodePort
 #                        translated in tc at the uplink, the backend by the
 #                        Service's Maglev table
-#   shunt-native         the same with --routing native
+#   shunt-native         the same with --routing native, its measured
+#                        Services annotated shunt.io/forwarding-mode: snat
+#   shunt-native-dsr     shunt-native's nodes through a second set of
+#                        Services annotated shunt.io/forwarding-mode: dsr:
+#                        the client's address kept, IPIP to node 2, the
+#                        replies from node 2 straight to the external host
+# shunt's SNAT and DSR are measured in every run, on the same nodes (the
+# node-wide --nodeport-mode stays snat; the annotation picks the mode per
+# Service), and the report compares them (shunt-native-dsr / shunt-native).
 # Ten server pods on node 2. From the external host: through node 1's
 # NodePort (every backend on the other node: SNAT to node 1) and node 2's
 # (every backend on the ingress node): sockperf TCP ping-pong (avg, p50,
@@ -33,26 +41,25 @@ scripts/kube-build.sh >/dev/null
 go build -o bin/ ./bench/cmd/crossnode ./bench/cmd/connrate
 SCALES=$(echo $SCALE_LIST | tr ' ' ,)
 SETTLE=5s SMOKE_FLAG=
-# NATIVE_MODE (environment): shunt-native's --nodeport-mode, snat (default),
-# dsr or hybrid; not snat, its rows are shunt-native-dsr (hybrid).
-NATIVE_MODE=${NATIVE_MODE:-snat}
 # MEASURE (environment): only these cases are measured (every case is still
-# built), comma-separated: e.g. MEASURE=shunt-native, with NATIVE_MODE, to
+# built), comma-separated: e.g. MEASURE=shunt-native,shunt-native-dsr to
 # compare shunt's NodePort modes without the kube-proxy cases' runs.
+# (NATIVE_MODE, shunt-native's node-wide --nodeport-mode, is gone: both
+# modes are measured in every run through the Services' annotation.)
 MEASURE=${MEASURE:-}
 [ -z "$SMOKE" ] || SETTLE=0s SMOKE_FLAG=-smoke
 
 cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/nodeport.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
-bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT -native-nodeport-mode $NATIVE_MODE${MEASURE:+ -measure $MEASURE}
+bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT${MEASURE:+ -measure $MEASURE}
 # every command it ran, exactly and in order: commands-run.txt; in short, as bench/crossnode.sh without the floor and the policies, shunt's agents with --masquerade (pods get a default route), plus per case an external host:
 ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name ext netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.200/24 dev ul0   # on the case's underlay bridge (shunt-native: shunt-vxlan's)
-# measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202
+# measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202 (annotated shunt.io/forwarding-mode: snat), shunt-native-dsr: xbench-native-dsr 30082, 31113, xbench-native-dsr-iperf 30203 (shunt.io/forwarding-mode: dsr)
 nsenter --net=EXT timeout T taskset -c 0 sockperf ping-pong --tcp -i 192.168.U.1|192.168.U.2 -p 31111 -t $DURATION --msg-size 14 --full-rtt   # node 1 (remote backends), node 2 (local backends)
 nsenter --net=EXT timeout T taskset -c 0 bin/connrate -target 192.168.U.1|192.168.U.2:30080 -workers 4 -duration ${DURATION}s
 nsenter --net=EXT timeout T taskset -c 0 iperf3 -c 192.168.U.1 -p 30201 -t $DURATION -J
 EOT
-bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" -native-nodeport-mode "$NATIVE_MODE" ${MEASURE:+-measure "$MEASURE"} \
+bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" ${MEASURE:+-measure "$MEASURE"} \
 	> >(tee "$OUT/crossnode.log") 2>&1 &
 XB=$!
 trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM
@@ -64,7 +71,7 @@ cat >"$NOTES" <<'EOT'
 Two nodes on one machine, each a network namespace, joined by a bridge in a third (the underlay), and an external host (192.168.U.200) on that bridge; every case has its own namespaces (shunt-native's nodes and external host are on shunt-vxlan's underlay). Ten server pods on node 2 (CPU 1), the client tools in the external host (CPU 0). `n` = Services besides the measured ones (ClusterIP, the ten servers as endpoints each: NodePorts are at most 2768 per cluster).
 
 - kube-proxy-iptables / kube-proxy-nftables: the real kube-proxy (scripts/kube-build.sh) in both node namespaces, flannel's vxlan backend by hand between them (bench/crossnode.sh's floor); a NodePort flow is DNATed to a backend and, its backend on the other node, masqueraded to node 1's flannel address.
-- shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2; shunt-native-dsr (`NATIVE_MODE=dsr`, `--nodeport-mode dsr`): the client's address kept, IPIP to node 2, the replies from node 2 straight to the external host.
+- shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2 (shunt-native's Services say so by their annotation `shunt.io/forwarding-mode: snat`); shunt-native-dsr: the same nodes and server pods through Services annotated `shunt.io/forwarding-mode: dsr` (the agents' `--nodeport-mode` is snat): the client's address kept, IPIP to node 2, the replies from node 2 straight to the external host. Through node 2 (`*_local`) both go the same way (the backends are there): the difference between them there is the noise.
 
 *_remote: through node 1's NodePort (every backend on node 2); *_local: through node 2's (every backend there). rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages, full round trip, avg/p50/p99 in µs, tps = received / measured time; softirq: machine-wide softirq time per transaction. conn_rate_*: connect, 4-byte request, reply, close; 4 workers. throughput_remote: iperf3, one TCP stream through node 1's NodePort to server-0.
 EOT
@@ -75,4 +82,10 @@ fi
 # With MEASURE, kube-proxy-iptables may not be measured: no baseline.
 BASELINE=kube-proxy-iptables
 [ -z "$MEASURE" ] || BASELINE=
-finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing" "$BASELINE"
+# shunt's DSR beside its own SNAT, metric by metric (the issue's target:
+# DSR RR avg <= 0.9x SNAT), when both were measured.
+COMPARE=
+if [ -z "$MEASURE" ] || { [[ ",$MEASURE," == *,shunt-native,* ]] && [[ ",$MEASURE," == *,shunt-native-dsr,* ]]; }; then
+	COMPARE=shunt-native-dsr/shunt-native
+fi
+finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing (SNAT and DSR)" "$BASELINE" ${COMPARE:+-compare "$COMPARE"}

@@ -378,6 +378,11 @@ enum service_flags {
 	SERVICE_F_EXTERNAL = 2, /* reached from outside the cluster (NodePort, externalIP, load balancer): the
 				 * uplink program translates packets to it */
 	SERVICE_F_LOCAL = 4,    /* externalTrafficPolicy Local: this node's backends only, the client's address kept */
+	/* The Service's forwarding mode (annotation shunt.io/forwarding-mode)
+	 * for flows to a backend on another node, over the node's
+	 * nodeport_mode; neither: the node's mode (lib/dsr.h dsr_wanted). */
+	SERVICE_F_FWD_SNAT = 8,
+	SERVICE_F_FWD_DSR = 16,
 };
 
 struct service_value {

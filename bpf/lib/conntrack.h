@@ -76,6 +76,17 @@ static __always_inline __u64 ct_timeout(__u32 flags, __u8 proto)
 	return CT_TIMEOUT_TCP_ESTABLISHED;
 }
 
+/* tcp_syn_reopens says whether a TCP packet with tcp_flags starts a new
+ * connection on a tuple whose connection ended (ended: a FIN or RST of it
+ * was seen): a SYN without ACK, as a client that reuses its port sends.
+ * Every table that tracks TCP state by tuple (this one, the masquerade's
+ * and NodePort's, lib/nat_timeout.h) starts over on it, so that the new
+ * connection does not inherit the old one's closing timeout. */
+static __always_inline bool tcp_syn_reopens(__u8 proto, __u8 tcp_flags, bool ended)
+{
+	return ended && proto == IPPROTO_TCP && (tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
+}
+
 /* ct_refresh notes in entry ct what the packet says about its connection;
  * false when the entry is no connection (any more): expired, or a closing
  * TCP connection whose tuple a new SYN reuses. *closing is set when this
@@ -86,11 +97,9 @@ static __always_inline bool ct_refresh(struct ct_value *ct, struct flow *f, bool
 	__u32 flags = ct->flags;
 	if (now - ct->last_seen_ns > ct_timeout(flags, f->proto))
 		return false;
+	if (tcp_syn_reopens(f->proto, f->tcp_flags, flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B)))
+		return false;
 	if (f->proto == IPPROTO_TCP) {
-		bool syn = (f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
-
-		if (syn && (flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B)))
-			return false;
 		if (f->tcp_flags & SHUNT_TCPF_FIN)
 			flags |= src_is_a ? CT_F_FIN_A : CT_F_FIN_B;
 		if (f->tcp_flags & SHUNT_TCPF_RST)

@@ -90,14 +90,15 @@ struct dsr_outer {
 #define DSR_OUTER_LEN ((__u32)sizeof(struct dsr_outer))
 
 /* dsr_wanted says whether a new flow of proto to a backend on another
- * node goes by DSR: the mode asks for it (hybrid: TCP only) and the node
- * routes to other nodes' pods (natively or by the overlay: either way the
- * IPIP leaves by the uplink). */
-static __always_inline bool dsr_wanted(const volatile struct shunt_config *cfg, __u8 proto)
+ * node, of a service with svc_flags, goes by DSR: the node routes to other
+ * nodes' pods (natively or by the overlay: either way the IPIP leaves by
+ * the uplink), and the Service's forwarding mode asks for it, or, without
+ * one, the node's mode does (hybrid: TCP only). */
+static __always_inline bool dsr_wanted(const volatile struct shunt_config *cfg, __u8 proto, __u16 svc_flags)
 {
-	if (!cfg->nodeport_dsr_ip4 || (!cfg->native_ifindex && !cfg->tunnel_ifindex))
+	if (!cfg->nodeport_dsr_ip4 || (!cfg->native_ifindex && !cfg->tunnel_ifindex) || (svc_flags & SERVICE_F_FWD_SNAT))
 		return false;
-	if (cfg->nodeport_mode == NODEPORT_MODE_DSR)
+	if ((svc_flags & SERVICE_F_FWD_DSR) || cfg->nodeport_mode == NODEPORT_MODE_DSR)
 		return true;
 	return cfg->nodeport_mode == NODEPORT_MODE_HYBRID && proto == IPPROTO_TCP;
 }

@@ -110,10 +110,12 @@ static __always_inline void masq_partner_value(const struct masq_key *k, struct 
 /* masq_refresh notes a packet of the flow whose entry is (k, v): the TCP
  * flags it carries and, at most once a second, the time, in both entries,
  * so that either direction keeps the flow and its port alive. A partner
- * the LRU evicted is written again. */
+ * the LRU evicted is written again. A SYN that reuses the tuple of an
+ * ended connection starts the flags over (nat_reopened). */
 static __always_inline void masq_refresh(const struct masq_key *k, struct masq_value *v, __u8 tcp_flags, __u64 now)
 {
-	__u32 flags = v->flags;
+	bool reopened = nat_reopened(v->flags, k->proto, tcp_flags);
+	__u32 flags = reopened ? 0 : v->flags;
 
 	if (k->dir == MASQ_IN)
 		flags |= MASQ_F_REPLY_SEEN;
@@ -132,7 +134,7 @@ static __always_inline void masq_refresh(const struct masq_key *k, struct masq_v
 	masq_partner(k, v, &pk);
 	struct masq_value *pv = bpf_map_lookup_elem(&shunt_masq_nat, &pk);
 	if (pv) {
-		pv->flags |= flags;
+		pv->flags = reopened ? flags : pv->flags | flags;
 		pv->last_seen_ns = now;
 		return;
 	}

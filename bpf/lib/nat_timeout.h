@@ -15,6 +15,17 @@ static __always_inline bool nat_closed(__u32 flags)
 	return (flags & MASQ_F_RST) || ((flags & MASQ_F_FIN_OUT) && (flags & MASQ_F_FIN_IN));
 }
 
+/* nat_reopened says whether a TCP packet with tcp_flags, of a flow whose
+ * entries hold flags, starts a new connection on the flow's tuple (a
+ * client reusing its port after the last connection ended): its flags
+ * start over, as the pod conntrack's do (tcp_syn_reopens), and the new
+ * connection gets an open one's lifetime, not the old one's closing
+ * timeout. */
+static __always_inline bool nat_reopened(__u32 flags, __u8 proto, __u8 tcp_flags)
+{
+	return tcp_syn_reopens(proto, tcp_flags, flags & (MASQ_F_RST | MASQ_F_FIN_OUT | MASQ_F_FIN_IN));
+}
+
 /* A flow's entries live as long as conntrack keeps a connection of its
  * protocol and state: the same timeouts (CT_TIMEOUT_* in conntrack.h). */
 static __always_inline __u64 nat_timeout(__u32 flags, __u8 proto)

@@ -108,11 +108,13 @@ static __always_inline bool nodeport_reusable(const struct nodeport_nat_value *v
  * one reply tuple for a client port whichever frontend it came through,
  * and a client reusing its port through another frontend (another node's
  * address) took it over. A TCP SYN always checks, so that the new
- * connection's reply finds its own frontend. */
+ * connection's reply finds its own frontend; one that reuses the tuple of
+ * an ended connection starts its flags over (nat_reopened). */
 static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct nodeport_nat_value *v, __u8 tcp_flags, __u64 now)
 {
-	__u32 flags = v->flags;
 	bool syn = k->proto == IPPROTO_TCP && (tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
+	bool reopened = nat_reopened(v->flags, k->proto, tcp_flags);
+	__u32 flags = reopened ? 0 : v->flags;
 
 	if (v->reply)
 		flags |= MASQ_F_REPLY_SEEN;
@@ -143,7 +145,7 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 	 * flow that now has its client port. */
 	if (pv && (v->reply || (pv->saddr == again.saddr && pv->sport == again.sport && pv->daddr == again.daddr &&
 				pv->dport == again.dport))) {
-		pv->flags |= flags;
+		pv->flags = reopened ? flags : pv->flags | flags;
 		pv->last_seen_ns = now;
 		return;
 	}
@@ -577,7 +579,7 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 	__u16 be_port = be->port;
 
 	if (!(svc->flags & SERVICE_F_LOCAL) && !lookup_endpoint(be_ip)) {
-		if (!dsr_wanted(cfg, ck->proto))
+		if (!dsr_wanted(cfg, ck->proto, svc->flags))
 			return nodeport_snat(cfg, ck, be_ip, be_port, fwd);
 		/* DSR (lib/dsr.h): the client's address stays, and only its
 		 * entry is recorded here; the backend's node records the

@@ -49,6 +49,18 @@ func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapat
 		Mode: cfg.NodePortMode, DSRAddr: cfg.Underlay, UplinkAddr: cfg.Underlay}, nil
 }
 
+// dsrUnavailable says why this node sends no flow from outside by DSR,
+// "" when it can: a Service whose annotation asks for DSR
+// (dpinfo.ForwardingModeAnnotation) is SNATed here instead (lib/dsr.h
+// dsr_wanted reads the same routing), and says so as a problem. Nothing
+// to say where shunt does not serve the outside frontends.
+func (a *Agent) dsrUnavailable() string {
+	if a.cfg.LeaveExternalToKubeProxy || !a.cfg.Underlay.IsValid() || a.cfg.Routing == RoutingNative || a.cfg.Routing == RoutingTunnel {
+		return ""
+	}
+	return "this node has no routing between nodes: DSR needs --routing native or --tunnel vxlan (it sends a flow to its backend's node)"
+}
+
 // podsDefaultRoute says whether pods route everything through their node
 // (podnet.Node.DefaultRoute): wherever a pod may talk to an address off
 // the pod network. A node of a Kubernetes cluster (as every CNI plugin

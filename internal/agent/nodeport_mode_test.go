@@ -29,3 +29,25 @@ func TestNodePortModeNeedsRouting(t *testing.T) {
 		t.Errorf("snat with the overlay and no underlay: %v, %v; want no NodePort and no error", np, err)
 	}
 }
+
+// A Service that asks for DSR on a node whose routing cannot carry it is
+// SNATed there and named: dsrUnavailable says why, on the nodes that
+// serve outside frontends (an underlay address, kube-proxy not doing it).
+func TestDSRUnavailable(t *testing.T) {
+	underlay := netip.MustParseAddr("192.0.2.1")
+	for _, c := range []struct {
+		cfg  Config
+		want string // a substring; "": DSR possible, or nothing to say
+	}{
+		{Config{Routing: RoutingNative, Underlay: underlay}, ""},
+		{Config{Routing: RoutingTunnel, Underlay: underlay}, ""},
+		{Config{Underlay: underlay}, "no routing between nodes: DSR needs --routing native or --tunnel vxlan"},
+		{Config{Routing: RoutingTunnel}, ""},
+		{Config{Routing: RoutingTunnel, Underlay: underlay, LeaveExternalToKubeProxy: true}, ""},
+	} {
+		got := (&Agent{cfg: c.cfg}).dsrUnavailable()
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("routing %q, underlay %v, kube-proxy %v: %q, want %q", c.cfg.Routing, c.cfg.Underlay, c.cfg.LeaveExternalToKubeProxy, got, c.want)
+		}
+	}
+}

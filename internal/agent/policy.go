@@ -36,7 +36,7 @@ func (a *Agent) problems() []policy.Problem {
 	if pol := a.rec.Policy(); pol != nil {
 		out = append(out, pol.Problems...)
 	}
-	out = append(out, a.serviceProblems.of(a.objects())...)
+	out = append(out, a.serviceProblems.of(a.objects(), a.dsrUnavailable())...)
 	out = append(out, a.hostPortProblems.of(a.objects(), a.nodeName)...)
 	out = append(out, a.maglevProblems()...)
 	if err := a.rec.PolicyError(); err != nil {
@@ -55,13 +55,19 @@ type serviceProblemsCache struct {
 	out []policy.Problem
 }
 
-func (c *serviceProblemsCache) of(store *model.Store) []policy.Problem {
+// of lists them; noDSR (dsrUnavailable, the node's, fixed for its life)
+// says why a Service asking for DSR is SNATed here.
+func (c *serviceProblemsCache) of(store *model.Store, noDSR string) []policy.Problem {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gen := store.ServicesGeneration(); gen != c.gen {
 		c.gen, c.out = gen, nil
 		for _, svc := range store.Services() {
-			for _, is := range services.Unsupported(svc) {
+			issues := services.Unsupported(svc)
+			if noDSR != "" {
+				issues = append(issues, services.ForwardingIssues(svc, noDSR)...)
+			}
+			for _, is := range issues {
 				c.out = append(c.out, policy.Problem{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Reason: is.Reason, Message: is.Message})
 			}
 		}

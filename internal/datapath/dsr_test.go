@@ -65,15 +65,7 @@ func dsrNodeRouted(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fall
 	fromOutsideGSO func(pkt []byte, gsoSize uint32) (uint32, []byte), fromOutside, fromPod func([]byte) (uint32, []byte)) {
 	d, ns, uplink := nodePortTestNodeRouted(t, 0, mode, fallbacks, tunnel)
 	syncNodePortPods(t, d)
-	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
-	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
-	if _, err := d.SyncServices([]services.Port{
-		{Frontend: services.Frontend{VIP: npNode, Port: 30080, Proto: 6}, Kind: services.KindNodePort, Name: "local", Backends: local},
-		{Frontend: services.Frontend{VIP: npLB, Port: 80, Proto: 6}, Kind: services.KindLoadBalancer, Name: "lb", Backends: local},
-		{Frontend: services.Frontend{VIP: npNode, Port: 30081, Proto: 6}, Kind: services.KindNodePort, Name: "remote", Backends: remote},
-		{Frontend: services.Frontend{VIP: npNode, Port: 30054, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote",
-			Backends: []services.Backend{{IP: npRemotePod, Port: 5353}}},
-	}); err != nil {
+	if _, err := d.SyncServices(dsrTestPorts()); err != nil {
 		t.Fatal(err)
 	}
 	run := func(prog *ebpf.Program, pkt []byte, ctx []byte) (uint32, []byte) {
@@ -102,6 +94,19 @@ func dsrNodeRouted(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fall
 		return run(d.uplink.ShuntFromUplink, pkt, ctx)
 	}
 	return d, fromOutsideGSO, fromOutside, fromPod
+}
+
+// dsrTestPorts are dsrNode's Services.
+func dsrTestPorts() []services.Port {
+	local := []services.Backend{{IP: npLocalPod, Port: 8080}}
+	remote := []services.Backend{{IP: npRemotePod, Port: 8080}}
+	return []services.Port{
+		{Frontend: services.Frontend{VIP: npNode, Port: 30080, Proto: 6}, Kind: services.KindNodePort, Name: "local", Backends: local},
+		{Frontend: services.Frontend{VIP: npLB, Port: 80, Proto: 6}, Kind: services.KindLoadBalancer, Name: "lb", Backends: local},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30081, Proto: 6}, Kind: services.KindNodePort, Name: "remote", Backends: remote},
+		{Frontend: services.Frontend{VIP: npNode, Port: 30054, Proto: 17}, Kind: services.KindNodePort, Name: "dns-remote",
+			Backends: []services.Backend{{IP: npRemotePod, Port: 5353}}},
+	}
 }
 
 // nodePortEntries counts shunt_nodeport_nat's entries: the replies' and

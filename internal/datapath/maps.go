@@ -178,6 +178,9 @@ var mapTable = []mapDesc{
 				r := Row{"frontend": fmt.Sprintf("%s:%d/%s", fromBe32(k.Vip), fromBe16(k.Port), dpinfo.ProtoName(k.Proto)), "slot": k.Slot}
 				if k.Slot == 0 {
 					r["serviceID"], r["backends"], r["affinitySeconds"] = v.Id, v.BackendCount, v.AffinityTimeout
+					if m := forwardingOf(v.Flags); m != "" {
+						r["forwarding"] = string(m) // the Service's own (shunt.io/forwarding-mode)
+					}
 				} else {
 					r["backendID"] = v.Id
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
@@ -19,7 +20,8 @@ const serviceAffinityFlag = uint16(uplinktcServiceFlagsSERVICE_F_AFFINITY)
 
 // frontendFlags are the flags of a service port's slot 0 that say what
 // kind of frontend it is: the uplink program translates external ones
-// (lib/nodeport.h).
+// (lib/nodeport.h), with the Service's forwarding mode when it has one
+// (lib/dsr.h dsr_wanted).
 func frontendFlags(s services.Port) uint16 {
 	var f uint16
 	if s.Kind.External() {
@@ -27,8 +29,26 @@ func frontendFlags(s services.Port) uint16 {
 		if s.LocalOnly {
 			f |= uint16(uplinktcServiceFlagsSERVICE_F_LOCAL)
 		}
+		switch s.Forwarding {
+		case dpinfo.NodePortSNAT:
+			f |= uint16(uplinktcServiceFlagsSERVICE_F_FWD_SNAT)
+		case dpinfo.NodePortDSR:
+			f |= uint16(uplinktcServiceFlagsSERVICE_F_FWD_DSR)
+		}
 	}
 	return f
+}
+
+// forwardingOf is the Service's own forwarding mode a service entry's
+// flags carry ("": the node's).
+func forwardingOf(flags uint16) dpinfo.NodePortMode {
+	switch {
+	case flags&uint16(uplinktcServiceFlagsSERVICE_F_FWD_SNAT) != 0:
+		return dpinfo.NodePortSNAT
+	case flags&uint16(uplinktcServiceFlagsSERVICE_F_FWD_DSR) != 0:
+		return dpinfo.NodePortDSR
+	}
+	return ""
 }
 
 // be32 keeps an IPv4 address as the bytes on the wire (network order) in a

@@ -105,6 +105,8 @@ const (
 	uplinktcServiceFlagsSERVICE_F_AFFINITY uplinktcServiceFlags = 1
 	uplinktcServiceFlagsSERVICE_F_EXTERNAL uplinktcServiceFlags = 2
 	uplinktcServiceFlagsSERVICE_F_LOCAL    uplinktcServiceFlags = 4
+	uplinktcServiceFlagsSERVICE_F_FWD_SNAT uplinktcServiceFlags = 8
+	uplinktcServiceFlagsSERVICE_F_FWD_DSR  uplinktcServiceFlags = 16
 )
 
 type uplinktcShuntConfig struct {

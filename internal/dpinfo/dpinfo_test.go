@@ -110,3 +110,17 @@ func TestParseNodePortMode(t *testing.T) {
 		t.Error("UsesDSR wrong")
 	}
 }
+
+func TestParseForwardingMode(t *testing.T) {
+	for s, want := range map[string]NodePortMode{"": "", "snat": NodePortSNAT, "dsr": NodePortDSR} {
+		if got, err := ParseForwardingMode(s); err != nil || got != want {
+			t.Errorf("ParseForwardingMode(%q) = %q, %v; want %q", s, got, err, want)
+		}
+	}
+	// hybrid is a node's mode only: a Service's flows are one or the other.
+	for _, s := range []string{"hybrid", "DSR", " dsr"} {
+		if got, err := ParseForwardingMode(s); err == nil || got != "" || !strings.Contains(err.Error(), ForwardingModeAnnotation) {
+			t.Errorf("ParseForwardingMode(%q) = %q, %v; want refused naming the annotation", s, got, err)
+		}
+	}
+}

@@ -29,3 +29,21 @@ func ParseNodePortMode(s string) (NodePortMode, error) {
 	}
 	return "", fmt.Errorf("nodeport mode %q: give snat, dsr (direct server return) or hybrid (DSR for TCP, SNAT for UDP)", s)
 }
+
+// ForwardingModeAnnotation sets, on a Service, how flows from outside to
+// its external frontends (NodePorts, load balancer addresses, externalIPs)
+// reach a backend on another node, over the node's --nodeport-mode: snat
+// or dsr, as Cilium's service.cilium.io/forwarding-mode.
+const ForwardingModeAnnotation = "shunt.io/forwarding-mode"
+
+// ParseForwardingMode reads a ForwardingModeAnnotation value: snat or
+// dsr; "" (no annotation) is the node's mode, and so is the zero mode
+// returned with an error.
+func ParseForwardingMode(s string) (NodePortMode, error) {
+	switch m := NodePortMode(s); m {
+	case "", NodePortSNAT, NodePortDSR:
+		return m, nil
+	}
+	return "", fmt.Errorf("annotation %s: %q: give snat or dsr (direct server return, native routing only); without it the node's --nodeport-mode holds",
+		ForwardingModeAnnotation, s)
+}

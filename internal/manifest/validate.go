@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/meshroute"
 	"github.com/shuntnet/shunt/internal/parallel"
 
@@ -352,6 +353,11 @@ func checkService(c *checker, svc *corev1.Service) {
 		c.errorf(spec.child("clusterIPs").index(0), "%q must match clusterIP %q", svc.Spec.ClusterIPs[0], svc.Spec.ClusterIP)
 	}
 	checkLabels(c, spec.child("selector"), svc.Spec.Selector)
+	// An API server takes any annotation; the agent then names a value it
+	// does not know as a problem of the Service. The lab refuses it.
+	if _, err := dpinfo.ParseForwardingMode(svc.Annotations[dpinfo.ForwardingModeAnnotation]); err != nil {
+		c.errorf(path("metadata.annotations").key(dpinfo.ForwardingModeAnnotation), "%v", err)
+	}
 
 	if len(svc.Spec.Ports) == 0 && !headless {
 		c.errorf(spec.child("ports"), "at least one port is required (only a headless Service, clusterIP: None, may have none)")

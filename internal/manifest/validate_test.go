@@ -91,6 +91,8 @@ func TestValidateRejects(t *testing.T) {
 
 		// Service
 		{"service without ports", svcDoc("{selector: {app: web}}"), svc, "spec.ports", "at least one port"},
+		{"forwarding mode", "apiVersion: v1\nkind: Service\nmetadata: {name: web, annotations: {shunt.io/forwarding-mode: hybrid}}\nspec: {ports: [{port: 80}]}", svc,
+			"metadata.annotations[shunt.io/forwarding-mode]", `"hybrid": give snat or dsr`},
 		{"service port zero", svcDoc("{ports: [{port: 0}]}"), svc, "spec.ports[0].port", "0 is out of range"},
 		{"service port too big", svcDoc("{ports: [{port: 70000}]}"), svc, "spec.ports[0].port", "70000 is out of range"},
 		{"service protocol", svcDoc("{ports: [{port: 80, protocol: HTTP}]}"), svc, "spec.ports[0].protocol", `unsupported protocol "HTTP"`},

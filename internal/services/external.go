@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // externalIssues names what of a Service's outside-facing fields shunt
@@ -33,6 +35,9 @@ func externalIssues(svc *corev1.Service) []Issue {
 	}
 	_, rangeIssues := SourceRanges(svc)
 	out = append(out, rangeIssues...)
+	if _, err := dpinfo.ParseForwardingMode(svc.Annotations[dpinfo.ForwardingModeAnnotation]); err != nil {
+		out = append(out, Issue{"InvalidForwardingMode", err.Error() + "; the node's mode is used"})
+	}
 	switch d := spec.TrafficDistribution; {
 	case d == nil, *d == "", *d == corev1.ServiceTrafficDistributionPreferSameNode, *d == corev1.ServiceTrafficDistributionPreferSameZone,
 		*d == corev1.ServiceTrafficDistributionPreferClose:
@@ -40,6 +45,19 @@ func externalIssues(svc *corev1.Service) []Issue {
 		out = append(out, Issue{"TrafficDistributionNotSupported", fmt.Sprintf("trafficDistribution %s is not known to shunt: endpoints of every node and zone are used alike", *d)})
 	}
 	return out
+}
+
+// ForwardingIssues names, on a node that cannot send flows by DSR (noDSR:
+// why), a Service with external frontends whose annotation asks for DSR:
+// its flows to backends on other nodes are SNATed there.
+func ForwardingIssues(svc *corev1.Service, noDSR string) []Issue {
+	mode, _ := dpinfo.ParseForwardingMode(svc.Annotations[dpinfo.ForwardingModeAnnotation])
+	external := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer || len(svc.Spec.ExternalIPs) > 0
+	if mode != dpinfo.NodePortDSR || !external {
+		return nil
+	}
+	return []Issue{{"ForwardingModeNotSupported", fmt.Sprintf("annotation %s: dsr: %s; flows from outside to backends on other nodes are SNATed here",
+		dpinfo.ForwardingModeAnnotation, noDSR)}}
 }
 
 // HealthCheck is what the healthCheckNodePort server of one Service with

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 const lbDoc = `apiVersion: v1
@@ -435,6 +437,76 @@ func TestTrafficDistribution(t *testing.T) {
 	for _, p := range PortsFor(svc, webSlices(), node1) {
 		if p.Kind == KindNodePort {
 			t.Errorf("a LoadBalancer without nodePorts has NodePort frontend %v", p.Frontend)
+		}
+	}
+}
+
+// TestPortsForForwardingMode: the annotation shunt.io/forwarding-mode
+// gives every external frontend of the Service (NodePorts, externalIPs,
+// load balancer addresses) its mode, never the ClusterIP; without it, or
+// with a value shunt does not know (an issue of the Service), the node's
+// mode holds ("").
+func TestPortsForForwardingMode(t *testing.T) {
+	for _, c := range []struct {
+		annotation string
+		want       dpinfo.NodePortMode
+		issue      bool
+	}{
+		{"", "", false},
+		{"dsr", dpinfo.NodePortDSR, false},
+		{"snat", dpinfo.NodePortSNAT, false},
+		{"hybrid", "", true},
+		{"DSR", "", true},
+	} {
+		svc := lbService(t, "Cluster")
+		if c.annotation != "" {
+			svc.Annotations = map[string]string{dpinfo.ForwardingModeAnnotation: c.annotation}
+		}
+		external := 0
+		for _, p := range PortsFor(svc, webSlices(), node1) {
+			want := c.want
+			if p.Kind == KindClusterIP {
+				want = ""
+			} else {
+				external++
+			}
+			if p.Forwarding != want {
+				t.Errorf("annotation %q: %s %s has forwarding %q, want %q", c.annotation, p.Kind, p.Name, p.Forwarding, want)
+			}
+		}
+		if external != 8 {
+			t.Errorf("annotation %q: %d external frontends, want 8", c.annotation, external)
+		}
+		var issues []Issue
+		for _, is := range Unsupported(svc) {
+			if is.Reason == "InvalidForwardingMode" {
+				issues = append(issues, is)
+			}
+		}
+		if got := len(issues) == 1 && strings.Contains(issues[0].Message, c.annotation) && strings.Contains(issues[0].Message, "node's mode"); got != c.issue {
+			t.Errorf("annotation %q: issues %v, want an InvalidForwardingMode naming it: %v", c.annotation, issues, c.issue)
+		}
+	}
+}
+
+// TestForwardingIssues: on a node that cannot do DSR, a Service with
+// external frontends asking for it is named (its flows are SNATed); one
+// asking for SNAT, without the annotation, or with only a ClusterIP is not.
+func TestForwardingIssues(t *testing.T) {
+	svc := lbService(t, "Cluster")
+	svc.Annotations = map[string]string{dpinfo.ForwardingModeAnnotation: "dsr"}
+	is := ForwardingIssues(svc, "no native routing")
+	if len(is) != 1 || is[0].Reason != "ForwardingModeNotSupported" || !strings.Contains(is[0].Message, "no native routing") || !strings.Contains(is[0].Message, "SNATed") {
+		t.Errorf("a dsr Service: %v, want ForwardingModeNotSupported saying why and that it is SNATed", is)
+	}
+	clusterIP := lbService(t, "Cluster")
+	clusterIP.Annotations = svc.Annotations
+	clusterIP.Spec.Type, clusterIP.Spec.ExternalIPs = corev1.ServiceTypeClusterIP, nil
+	snat := lbService(t, "Cluster")
+	snat.Annotations = map[string]string{dpinfo.ForwardingModeAnnotation: "snat"}
+	for what, s := range map[string]*corev1.Service{"snat": snat, "no annotation": lbService(t, "Cluster"), "ClusterIP only": clusterIP} {
+		if is := ForwardingIssues(s, "no native routing"); len(is) != 0 {
+			t.Errorf("%s: %v, want none", what, is)
 		}
 	}
 }

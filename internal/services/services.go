@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
 )
 
 // Pod is a pod as the service controller sees it.
@@ -202,6 +204,7 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	ranges, _ := SourceRanges(svc)
+	forwarding, _ := dpinfo.ParseForwardingMode(svc.Annotations[dpinfo.ForwardingModeAnnotation]) // invalid: the node's (Unsupported says so)
 	nodePortAddrs := node.NodePortFrontendAddrs()
 	for _, sp := range svc.Spec.Ports {
 		proto, ok := protoNumbers[sp.Protocol]
@@ -219,6 +222,7 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 			}
 			p := servicePort(svc, sp, Frontend{VIP: addr, Port: port, Proto: proto}, kind, backends)
 			p.LocalOnly = local
+			p.Forwarding = forwarding
 			if kind == KindLoadBalancer {
 				// As kube-proxy: the ranges guard the load balancer's
 				// addresses; the nodePorts stay open to all.

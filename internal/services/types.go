@@ -1,6 +1,10 @@
 package services
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/shuntnet/shunt/internal/dpinfo"
+)
 
 // Frontend is what a client dials: a service address, port and protocol.
 // It is the one key of a service port everywhere (compute, datapath,
@@ -50,6 +54,10 @@ type Port struct {
 	// backends are this node's endpoints only, and the client's address
 	// is kept.
 	LocalOnly bool
+	// Forwarding: the Service's forwarding mode on an external frontend
+	// (annotation shunt.io/forwarding-mode): how a flow to a backend on
+	// another node goes, snat or dsr; "": the node's --nodeport-mode.
+	Forwarding dpinfo.NodePortMode
 	// SourceRanges: a load balancer frontend's loadBalancerSourceRanges,
 	// the only clients from outside it admits (none: every client).
 	SourceRanges []netip.Prefix

@@ -249,6 +249,21 @@ func TestKubernetesNode(t *testing.T) {
 	if err := k.waitEvent("sctp", "ProtocolNotSupported", "9999/SCTP"); err != nil {
 		t.Errorf("no ProtocolNotSupported event on the SCTP Service: %v", err)
 	}
+	// A forwarding mode shunt does not know (the API server takes any
+	// annotation): the node's mode holds, and the Service is told.
+	if _, err := k.cs.CoreV1().Services("default").Create(k.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "odd-mode", Annotations: map[string]string{"shunt.io/forwarding-mode": "hybrid"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "server"},
+			Ports: []corev1.ServicePort{{Name: "tcp", Port: 82, TargetPort: intstr.FromInt32(7000), Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.waitEvent("odd-mode", "InvalidForwardingMode", `"hybrid": give snat or dsr`); err != nil {
+		t.Errorf("no InvalidForwardingMode event on the Service: %v", err)
+	}
+	if st := k.mustShunt("status"); !strings.Contains(st, "Service default/odd-mode: annotation shunt.io/forwarding-mode") {
+		t.Errorf("shunt status does not name the Service's forwarding mode:\n%s", st)
+	}
 
 	out, code := k.shunt("apply", "-f", "testdata/two-pods.yaml")
 	if code == 0 || !strings.Contains(out, "kubectl") {

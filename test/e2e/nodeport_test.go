@@ -20,6 +20,20 @@ func httpFromOutside(l *lab, url string) (status, body string) {
 	return status, strings.TrimSpace(body)
 }
 
+// remoteFromOutside is, for eventually, the address the lab server at url
+// (its /remote page) sees the external host's request come from, and the
+// answer; a failed request gives its status.
+func remoteFromOutside(l *lab, url string) func() (string, string) {
+	return func() (string, string) {
+		status, body := httpFromOutside(l, url)
+		if status != "200" {
+			return status, body
+		}
+		host, _, _ := strings.Cut(body, ":")
+		return host, body
+	}
+}
+
 // eventually retries get until it returns want (the agents program the
 // objects a moment after `lab up` returns), failing with the last answer.
 func eventually(t *testing.T, what string, want string, get func() (string, string)) string {
@@ -82,16 +96,7 @@ func testNodePortLab(t *testing.T, routing string) {
 		}
 	}
 
-	remote := func(url string) func() (string, string) {
-		return func() (string, string) {
-			status, body := httpFromOutside(l, url)
-			if status != "200" {
-				return status, body
-			}
-			host, _, _ := strings.Cut(body, ":")
-			return host, body
-		}
-	}
+	remote := func(url string) func() (string, string) { return remoteFromOutside(l, url) }
 	// Cluster: through node-1 the backend on node-2 sees node-1's address
 	// on the pod network (SNAT: the reply must come back through node-1);
 	// through node-2, where the backend is, the client's own.

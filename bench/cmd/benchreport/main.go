@@ -14,7 +14,8 @@
 //     being the median over the repetitions (n omitted when 0);
 //   - results.md: header (date, machine, repetitions, verdict), one table
 //     row per (case, n) with each metric's median and its ratio to the
-//     baseline, notes, the commands run;
+//     baseline, each -compare pair's ratios metric by metric, notes, the
+//     commands run;
 //   - chart.svg: one panel per metric, bars per case, or lines against n.
 //
 // Units decide how a metric reads: ns/us/ms/s and KiB/MiB/GiB lower is
@@ -42,8 +43,9 @@ func main() {
 	flag.StringVar(&o.notes, "notes", "", "markdown file appended after the table")
 	flag.StringVar(&o.verdict, "verdict", "", `one-line verdict for the header; "auto": computed (best case per metric vs the baseline)`)
 	flag.StringVar(&o.floor, "floor", "", "comma-separated cases the auto verdict leaves out (references such as loopback)")
+	flag.StringVar(&o.compare, "compare", "", "comma-separated pairs A/B of cases compared metric by metric after the table (A's median / B's, same n): two modes of one dataplane measured in the same run")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: benchreport -in results.json [-title T] [-baseline CASE] [-commands FILE] [-notes FILE] [-verdict auto|TEXT] [-floor CASES]")
+		fmt.Fprintln(os.Stderr, "usage: benchreport -in results.json [-title T] [-baseline CASE] [-commands FILE] [-notes FILE] [-verdict auto|TEXT] [-floor CASES] [-compare A/B,...]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -58,7 +60,7 @@ func main() {
 }
 
 type options struct {
-	in, title, baseline, commands, notes, verdict, floor string
+	in, title, baseline, commands, notes, verdict, floor, compare string
 }
 
 func run(o options) error {
@@ -91,6 +93,21 @@ func run(o options) error {
 		return err
 	}
 	r := Report{Title: o.title, Baseline: o.baseline, Header: header(rows)}
+	for _, pair := range strings.Split(o.compare, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		a, b, ok := strings.Cut(pair, "/")
+		if !ok || a == "" || b == "" {
+			return fmt.Errorf("-compare %q: give pairs of cases A/B", pair)
+		}
+		for _, c := range []string{a, b} {
+			if !slices.ContainsFunc(meds, func(m Median) bool { return m.Case == c }) {
+				return fmt.Errorf("-compare %s: %q is not a case in %s", pair, c, o.in)
+			}
+		}
+		r.Compare = append(r.Compare, [2]string{a, b})
+	}
 	if r.Commands, err = readOptional(o.commands); err != nil {
 		return err
 	}

@@ -150,6 +150,9 @@ type Report struct {
 	Verdict  string   // one line, may be empty
 	Notes    string   // free markdown appended after the table
 	Commands string   // the commands the benchmark ran, quoted verbatim
+	// Compare: pairs of cases (A, B) shown side by side per metric with
+	// A / B, e.g. one dataplane's two modes measured in the same run.
+	Compare [][2]string
 }
 
 // Markdown renders one table row per (case, n) with every metric's median
@@ -212,6 +215,9 @@ func Markdown(r Report, meds []Median) string {
 		}
 		fmt.Fprintf(&b, "\nMedians over the repetitions; `× %s` is the ratio to `%s`%s, measured in the same run. Latencies, times and memory: lower is better; throughputs and rates: higher is better. medians.json also holds each median's min and max.\n", r.Baseline, r.Baseline, scale)
 	}
+	for _, pair := range r.Compare {
+		b.WriteString(comparison(t, pair[0], pair[1]))
+	}
 	if r.Notes != "" {
 		b.WriteString("\n" + strings.TrimSpace(r.Notes) + "\n")
 	}
@@ -219,6 +225,48 @@ func Markdown(r Report, meds []Median) string {
 		b.WriteString("\nCommands:\n\n```sh\n" + strings.TrimSpace(r.Commands) + "\n```\n")
 	}
 	return b.String()
+}
+
+// comparison is the table of case a beside case b: per metric (and n)
+// both medians and a / b, with which way is better, since a ratio of a
+// latency and one of a rate read the opposite way.
+func comparison(t table, a, b string) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "\n`%s` beside `%s`, measured in the same run:\n\n", a, b)
+	cols := []string{"metric"}
+	if t.scaled() {
+		cols = append(cols, "n")
+	}
+	cols = append(cols, a, b, a+" / "+b)
+	fmt.Fprintf(&w, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	for _, n := range t.ns {
+		for _, m := range t.metrics {
+			va, okA := t.get(a, n, m)
+			vb, okB := t.get(b, n, m)
+			if !okA || !okB {
+				continue
+			}
+			cells := []string{fmt.Sprintf("%s (%s, %s)", m, displayUnit(t.units[m]), direction(t.units[m]))}
+			if t.scaled() {
+				cells = append(cells, fmt.Sprint(n))
+			}
+			ratio := "—"
+			if vb.Value != 0 {
+				ratio = fmt.Sprintf("%.2f", va.Value/vb.Value)
+			}
+			cells = append(cells, format(va.Value), format(vb.Value), ratio)
+			fmt.Fprintf(&w, "| %s |\n", strings.Join(cells, " | "))
+		}
+	}
+	return w.String()
+}
+
+// direction says which way a metric of unit is better.
+func direction(unit string) string {
+	if lowerIsBetter(unit) {
+		return "lower is better"
+	}
+	return "higher is better"
 }
 
 func hasAny(t table, c string, n int) bool {

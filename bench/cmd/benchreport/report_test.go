@@ -244,3 +244,50 @@ func TestTickLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestCompare: a -compare pair A/B is a table of A beside B per metric
+// and n, with A / B and which way the metric is better; a metric one of
+// them lacks is left out. run refuses a pair naming no case.
+func TestCompare(t *testing.T) {
+	rows := []Row{
+		{Case: "snat", Metric: "rr_avg", Unit: "us", Value: 100, N: 0, Rep: 1},
+		{Case: "dsr", Metric: "rr_avg", Unit: "us", Value: 80, N: 0, Rep: 1},
+		{Case: "snat", Metric: "conn_rate", Unit: "conn/s", Value: 4000, N: 0, Rep: 1},
+		{Case: "dsr", Metric: "conn_rate", Unit: "conn/s", Value: 5000, N: 0, Rep: 1},
+		{Case: "snat", Metric: "rr_avg", Unit: "us", Value: 200, N: 1000, Rep: 1},
+		{Case: "dsr", Metric: "rr_avg", Unit: "us", Value: 150, N: 1000, Rep: 1},
+		{Case: "snat", Metric: "only_snat", Unit: "us", Value: 1, N: 0, Rep: 1},
+	}
+	md := Markdown(Report{Title: "T", Compare: [][2]string{{"dsr", "snat"}}}, Medians(rows))
+	for _, s := range []string{
+		"`dsr` beside `snat`, measured in the same run:",
+		"| metric | n | dsr | snat | dsr / snat |\n",
+		"| rr_avg (µs, lower is better) | 0 | 80.00 | 100 | 0.80 |\n",
+		"| conn_rate (conn/s, higher is better) | 0 | 5000 | 4000 | 1.25 |\n",
+		"| rr_avg (µs, lower is better) | 1000 | 150 | 200 | 0.75 |\n",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md)
+		}
+	}
+	if strings.Contains(md, "| only_snat (µs, ") {
+		t.Errorf("a metric only one case has is compared:\n%s", md)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "results.json")
+	data, _ := json.Marshal(rows)
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"dsr/hybrid", "dsr"} {
+		if err := run(options{in: in, compare: bad}); err == nil {
+			t.Errorf("-compare %q accepted", bad)
+		}
+	}
+	if err := run(options{in: in, compare: "dsr/snat"}); err != nil {
+		t.Fatalf("-compare dsr/snat: %v", err)
+	}
+	if out, _ := os.ReadFile(filepath.Join(dir, "results.md")); !strings.Contains(string(out), "dsr / snat") {
+		t.Errorf("results.md has no comparison:\n%s", out)
+	}
+}

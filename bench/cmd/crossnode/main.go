@@ -29,7 +29,10 @@
 //	                 shunt-vxlan's underlay (nodes routed natively share a
 //	                 network), with pods of their own (their addresses are
 //	                 their Nodes' pod CIDRs) and a measured Service of
-//	                 their own, "xbench-native"
+//	                 their own, "xbench-native"; with -nodeport annotated
+//	                 shunt.io/forwarding-mode: snat, and beside it
+//	                 "xbench-native-dsr" annotated dsr, measured as
+//	                 shunt-native-dsr (both modes in every run)
 //
 // Services are selector-less, each with a hand-written EndpointSlice of the
 // ten server pods; the measured one ("xbench") exists at every scale N, the
@@ -81,6 +84,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/shuntnet/shunt/bench/internal/benchrun"
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/maglev"
@@ -111,6 +115,12 @@ const (
 	nftables = "nftables"
 	shunt    = "shunt-vxlan"
 	native   = "shunt-native"
+	// nativeDSR (-nodeport) is no case of its own: shunt-native's nodes
+	// measured through a second set of Services annotated
+	// shunt.io/forwarding-mode: dsr (shunt-native's own are annotated
+	// snat), so shunt's two modes are measured in every run, beside each
+	// other and kube-proxy.
+	nativeDSR = "shunt-native-dsr"
 )
 
 // underlay third octet per case: each case has its own underlay, and the
@@ -157,10 +167,6 @@ type bench struct {
 	// (backends on node 2) and node 2 (backends there); no floor, no
 	// policies, the kube-proxy cases without Calico's rules.
 	nodeport bool
-	// nativeMode (-nodeport): shunt-native's --nodeport-mode; not snat,
-	// its rows are shunt-native-MODE (DSR: the replies leave node 2 for
-	// the external host straight).
-	nativeMode string
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -175,19 +181,18 @@ type bench struct {
 
 func main() {
 	var (
-		scales     = flag.String("n", "0,1000", "numbers of other Services, comma-separated")
-		reps       = flag.Int("reps", 3, "repetitions per scale")
-		duration   = flag.Duration("duration", 10*time.Second, "length of each sockperf, iperf3 and connrate run")
-		settle     = flag.Duration("settle", 5*time.Second, "how long the dataplanes' syncs and the API burst get to die down after every scale's Services are programmed, before measuring")
-		smoke      = flag.Bool("smoke", false, "measure every case at once, not one after another: proves each case's path, and its numbers mean nothing (bench/run NAME --smoke)")
-		policies   = flag.Int("policies", 100, "NetworkPolicies on the server pods (Calico-shaped iptables in calico-iptables, NetworkPolicies for shunt)")
-		rowsPath   = flag.String("rows", "", "append result rows (JSON lines) here")
-		bin        = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
-		out        = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
-		id         = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
-		nativeMode = flag.String("native-nodeport-mode", "snat", "with -nodeport: shunt-native's --nodeport-mode (snat, dsr, hybrid); not snat, its rows are named shunt-native-MODE")
-		measure    = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native): every case is still built; e.g. shunt-native with -native-nodeport-mode to compare its modes run by run")
-		nodeport   = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
+		scales   = flag.String("n", "0,1000", "numbers of other Services, comma-separated")
+		reps     = flag.Int("reps", 3, "repetitions per scale")
+		duration = flag.Duration("duration", 10*time.Second, "length of each sockperf, iperf3 and connrate run")
+		settle   = flag.Duration("settle", 5*time.Second, "how long the dataplanes' syncs and the API burst get to die down after every scale's Services are programmed, before measuring")
+		smoke    = flag.Bool("smoke", false, "measure every case at once, not one after another: proves each case's path, and its numbers mean nothing (bench/run NAME --smoke)")
+		policies = flag.Int("policies", 100, "NetworkPolicies on the server pods (Calico-shaped iptables in calico-iptables, NetworkPolicies for shunt)")
+		rowsPath = flag.String("rows", "", "append result rows (JSON lines) here")
+		bin      = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
+		out      = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
+		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
+		measure  = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native, and with -nodeport shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
+		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -201,7 +206,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, nativeMode: *nativeMode, cases: map[string]*caseNet{}}
+	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -249,8 +254,6 @@ func (b *bench) caseName(c string) string {
 		return "kube-proxy-iptables"
 	case b.nodeport && c == nftables:
 		return "kube-proxy-nftables"
-	case b.nodeport && c == native && b.nativeMode != "snat":
-		return native + "-" + b.nativeMode
 	}
 	return c
 }
@@ -400,7 +403,16 @@ func (b *bench) run(scales []int, reps int) error {
 		if _, err := b.createService(ctx, "xbench-iperf", &nodePorts{iperf: measuredPorts[shunt].iperf}, b.serverIP[:1]); err != nil {
 			return err
 		}
-		if _, err := b.createService(ctx, "xbench-native-iperf", &nodePorts{iperf: measuredPorts[native].iperf}, nc.serverIP[:1]); err != nil {
+		np := measuredPorts[native]
+		if _, err := b.createService(ctx, "xbench-native-iperf", &nodePorts{iperf: np.iperf, forwarding: np.forwarding}, nc.serverIP[:1]); err != nil {
+			return err
+		}
+		// shunt-native's DSR Services: the same server pods.
+		dsr := measuredPorts[nativeDSR]
+		if _, err := b.createService(ctx, "xbench-native-dsr", dsr, nc.serverIP); err != nil {
+			return fmt.Errorf("the measured Service of %s: %w", nativeDSR, err)
+		}
+		if _, err := b.createService(ctx, "xbench-native-dsr-iperf", &nodePorts{iperf: dsr.iperf, forwarding: dsr.forwarding}, nc.serverIP[:1]); err != nil {
 			return err
 		}
 	}
@@ -423,7 +435,7 @@ func (b *bench) run(scales []int, reps int) error {
 	// (the last policy's), not around them.
 	order := []string{floor, calico, nftables, shunt, native}
 	if b.nodeport {
-		order = order[1:]
+		order = append(order[1:], nativeDSR)
 	} else if err := b.checkCalicoPath(); err != nil {
 		return err
 	}
@@ -443,14 +455,27 @@ func (b *bench) run(scales []int, reps int) error {
 		}
 		for rep := 1; rep <= reps; rep++ {
 			if b.concurrent {
+				// Measured names sharing one case's nodes (shunt-native's
+				// two modes) go one after the other: its iperf3 server
+				// takes one test at a time.
+				lanes := map[string][]string{}
+				for _, c := range order {
+					lanes[nodesOf(c)] = append(lanes[nodesOf(c)], c)
+				}
 				errs := make([]error, len(order))
 				var wg sync.WaitGroup
 				for i, c := range order {
+					if lanes[nodesOf(c)][0] != c {
+						continue
+					}
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						if err := b.measure(c, n, rep); err != nil {
-							errs[i] = fmt.Errorf("N=%d rep %d case %s: %w", n, rep, c, err)
+						for _, c := range lanes[nodesOf(c)] {
+							if err := b.measure(c, n, rep); err != nil {
+								errs[i] = fmt.Errorf("N=%d rep %d case %s: %w", n, rep, c, err)
+								return
+							}
 						}
 					}()
 				}
@@ -587,9 +612,6 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 		// masquerades: a backend on the ingress node could not answer an
 		// outside client whose address it sees.
 		routing = append(routing, "--masquerade")
-		if c == native {
-			routing = append(routing, "--nodeport-mode", b.nativeMode)
-		}
 	}
 	shuntBin := filepath.Join(b.bin, "shunt")
 	var insts [2]string
@@ -929,12 +951,25 @@ func (b *bench) checkCalicoPath() error {
 
 // nodePorts are a measured Service's ports: lab serve's (80) and
 // sockperf's, and with -nodeport their nodePorts and iperf3's (a Service
-// of its own: one endpoint). nil: a filler Service (port 80 only).
-type nodePorts struct{ serve, sockperf, iperf int32 }
+// of its own: one endpoint), and its annotation shunt.io/forwarding-mode
+// ("": none). nil: a filler Service (port 80 only).
+type nodePorts struct {
+	serve, sockperf, iperf int32
+	forwarding             string
+}
 
 // measuredPorts are the nodePorts of the measured Services: xbench (every
-// case but shunt-native) and xbench-native.
-var measuredPorts = map[string]*nodePorts{shunt: {30080, 31111, 30201}, native: {30081, 31112, 30202}}
+// case but shunt-native), xbench-native (SNAT) and xbench-native-dsr.
+var measuredPorts = map[string]*nodePorts{shunt: {30080, 31111, 30201, ""}, native: {30081, 31112, 30202, "snat"},
+	nativeDSR: {30082, 31113, 30203, "dsr"}}
+
+// nodesOf is the case whose nodes measured name c measures.
+func nodesOf(c string) string {
+	if c == nativeDSR {
+		return native
+	}
+	return c
+}
 
 // externalHost is the host number of a case's external host (-nodeport)
 // on its underlay.
@@ -956,12 +991,16 @@ func (b *bench) createService(ctx context.Context, name string, np *nodePorts, e
 			ports[0].NodePort, ports[1].NodePort = np.serve, np.sockperf
 		}
 	}
+	meta := metav1.ObjectMeta{Name: name}
 	if b.nodeport && np != nil {
 		spec.Type = corev1.ServiceTypeNodePort
+		if np.forwarding != "" {
+			meta.Annotations = map[string]string{dpinfo.ForwardingModeAnnotation: np.forwarding}
+		}
 	}
 	spec.Ports = ports
 	svc, err := createRetrying(ctx, func() (*corev1.Service, error) {
-		return b.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+		return b.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: meta, Spec: spec}, metav1.CreateOptions{})
 	}, func() (*corev1.Service, error) {
 		return b.cs.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
 	})
@@ -1132,9 +1171,15 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 			}
 		}
 		if b.nodeport {
-			// The NodePort from the external host, through both nodes.
-			for i := range 2 {
-				addr := b.nodePortAddr(c, i, b.ports(c).serve)
+			// The NodePorts from the external host, through both nodes
+			// (shunt-native: its SNAT and its DSR Services').
+			var addrs []string
+			for _, name := range []string{c.name, nativeDSR} {
+				if nodesOf(name) == c.name {
+					addrs = append(addrs, b.nodePortAddr(c, 0, b.ports(name).serve), b.nodePortAddr(c, 1, b.ports(name).serve))
+				}
+			}
+			for _, addr := range addrs {
 				deadline := time.Now().Add(5 * time.Minute)
 				for !answersAt(c.ext, addr) {
 					if err := ctx.Err(); err != nil {
@@ -1378,10 +1423,11 @@ func (b *bench) throughput(cn *caseNet, host string, port int, metric string, n,
 	return nil
 }
 
-// ports are the nodePorts case c measures.
-func (b *bench) ports(c *caseNet) *nodePorts {
-	if c.name == native {
-		return measuredPorts[native]
+// ports are the nodePorts measured name c measures (every case but
+// shunt-native's two: xbench's).
+func (b *bench) ports(c string) *nodePorts {
+	if p, ok := measuredPorts[c]; ok {
+		return p
 	}
 	return measuredPorts[shunt]
 }
@@ -1394,20 +1440,24 @@ func (b *bench) nodePortAddr(c *caseNet, i int, port int32) string {
 // measureNodePort runs every metric of case c once from its external
 // host: through node 1's NodePort (every backend on node 2: kube-proxy
 // and shunt SNAT to the node) and node 2's (every backend there).
+//
+// shunt-native-dsr is shunt-native's nodes through its DSR Services
+// (rows of that name): through node 1 DSR, through node 2 the same path
+// as shunt-native's (the backends are there).
 func (b *bench) measureNodePort(c string, n, rep int) error {
-	cn := b.cases[c]
+	cn := b.cases[nodesOf(c)]
 	ext := *cn
-	ext.client = cn.ext
-	p := b.ports(cn)
+	ext.client, ext.name = cn.ext, c // the rows are c's
+	p := b.ports(c)
 	for i, where := range []string{"remote", "local"} {
-		if err := b.rrAt(&ext, b.underlayAddr(c, i), int(p.sockperf), "rr_"+where, n, rep); err != nil {
+		if err := b.rrAt(&ext, b.underlayAddr(cn.name, i), int(p.sockperf), "rr_"+where, n, rep); err != nil {
 			return err
 		}
 		if err := b.connRate(&ext, b.nodePortAddr(cn, i, p.serve), "conn_rate_"+where, n, rep); err != nil {
 			return err
 		}
 	}
-	return b.throughput(&ext, b.underlayAddr(c, 0), int(p.iperf), "throughput_remote", n, rep)
+	return b.throughput(&ext, b.underlayAddr(cn.name, 0), int(p.iperf), "throughput_remote", n, rep)
 }
 
 // maglevDisruption writes maglev.md: the share of the flows on the other
