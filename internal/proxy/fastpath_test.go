@@ -487,15 +487,22 @@ func TestShutdownClosesIdleFastConnections(t *testing.T) {
 	}
 }
 
+// agentFlows serves h's control API and reads its flows as the agent does
+// (proxyapi.Client.Flows, in batches) until the test ends.
+func agentFlows(t *testing.T, h *harness) (sock string, got <-chan flows.Flow) {
+	sock = h.serveControl()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch := make(chan flows.Flow, 100)
+	go proxyapi.NewClient(sock).Flows(ctx, func(fl flows.Flow) { ch <- fl })
+	return sock, ch
+}
+
 // The agent reads /flows in batches (proxyapi.Client.Flows); shunt observe
 // must see the same records as the JSON lines carry.
 func TestFlowBatchesCarryWhatJSONDoes(t *testing.T) {
 	h, _ := backendHarness(t, testMark)
-	sock := h.serveControl()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	batched := make(chan flows.Flow, 100)
-	go proxyapi.NewClient(sock).Flows(ctx, func(fl flows.Flow) { batched <- fl })
+	sock, batched := agentFlows(t, h)
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
@@ -611,11 +618,7 @@ func TestSweepClosesUpstreamConnectionsTheBackendClosed(t *testing.T) {
 // status after their first use) count each request once under its status.
 func TestFlowsAndMetricsAcrossBatchPauses(t *testing.T) {
 	h, _ := backendHarness(t, testMark)
-	sock := h.serveControl()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan flows.Flow, 100)
-	go proxyapi.NewClient(sock).Flows(ctx, func(fl flows.Flow) { got <- fl })
+	sock, got := agentFlows(t, h)
 	h.waitFlowReaders(2) // the harness's and the agent's
 	h.dials(frontend, "10.96.0.20:8080")
 	hc := h.client(frontend, false)
@@ -650,7 +653,7 @@ func TestFlowsAndMetricsAcrossBatchPauses(t *testing.T) {
 		t.Errorf("a record no request made: %+v", fl.HTTP)
 	case <-time.After(2 * flowBatchInterval):
 	}
-	text, err := proxyapi.NewClient(sock).MetricsText(ctx)
+	text, err := proxyapi.NewClient(sock).MetricsText(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
