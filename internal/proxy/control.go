@@ -89,8 +89,8 @@ func (p *Proxy) handleFlows(w http.ResponseWriter, r *http.Request) {
 	}
 	live, cancel := p.flows.subscribe(filter, 4096)
 	defer cancel()
-	// Records are written in batches, flowBatchInterval after the first
-	// of a batch: requests do not wake this writer one by one.
+	// Records are written in batches, every flowBatchInterval while they
+	// come: requests do not wake this writer one by one.
 	var write func(fl flows.Flow) error
 	var end func() error
 	if r.URL.Query().Get("format") == "batch" {
