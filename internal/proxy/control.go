@@ -89,8 +89,8 @@ func (p *Proxy) handleFlows(w http.ResponseWriter, r *http.Request) {
 	}
 	live, cancel := p.flows.subscribe(filter, 4096)
 	defer cancel()
-	// Records are written in batches, flowBatchInterval after the first
-	// of a batch: requests do not wake this writer one by one.
+	// Records are written in batches, every flowBatchInterval while they
+	// come: requests do not wake this writer one by one.
 	var write func(fl flows.Flow) error
 	var end func() error
 	if r.URL.Query().Get("format") == "batch" {
@@ -111,6 +111,7 @@ func (p *Proxy) handleFlows(w http.ResponseWriter, r *http.Request) {
 	timer := time.NewTimer(flowBatchInterval)
 	timer.Stop()
 	for {
+		// Idle: the first record wakes the writer...
 		select {
 		case fl := <-live:
 			if write(fl) != nil {
@@ -119,19 +120,28 @@ func (p *Proxy) handleFlows(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
-		timer.Reset(flowBatchInterval)
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			return
-		}
-		for n := len(live); n > 0; n-- {
-			if write(<-live) != nil {
+		// ... then, while records keep coming, it wakes once per
+		// interval only (not once for the first record of each batch
+		// and once for its timer), until an interval brings none.
+		for first := true; ; first = false {
+			timer.Reset(flowBatchInterval)
+			select {
+			case <-timer.C:
+			case <-r.Context().Done():
 				return
 			}
-		}
-		if end() != nil || rc.Flush() != nil {
-			return
+			n := len(live)
+			if n == 0 && !first {
+				break
+			}
+			for ; n > 0; n-- {
+				if write(<-live) != nil {
+					return
+				}
+			}
+			if end() != nil || rc.Flush() != nil {
+				return
+			}
 		}
 	}
 }

@@ -176,6 +176,10 @@ type eventLoop struct {
 	scratch   []byte
 	events    []unix.EpollEvent
 	lastSweep time.Time
+	// now is when the last epoll_wait returned: what the loop does for
+	// its events happens then, as far as idle times and sweeps go (one
+	// clock read per wait, not one per use).
+	now time.Time
 }
 
 // loopUpstreamKey is a pool of upstream connections: the client's mark
@@ -305,6 +309,7 @@ func (l *eventLoop) wake() {
 func (l *eventLoop) run() {
 	defer close(l.stopped)
 	yielded := time.Now()
+	l.now = yielded
 	quiet := false // the last wait holding the P timed out: the next one lets it go
 	for !l.stop.Load() {
 		// Go's monitor thread preempts a goroutine it has seen on one
@@ -312,9 +317,9 @@ func (l *eventLoop) run() {
 		// call, then polls every 20 µs for a while): a loop that only
 		// ever waits in epoll_wait passes through the scheduler itself,
 		// just before (each pass wakes another thread: not more often).
-		if now := time.Now(); now.Sub(yielded) > yieldEvery {
+		if l.now.Sub(yielded) > yieldEvery {
 			runtime.Gosched()
-			yielded = now
+			yielded = l.now
 		}
 		var n int
 		var err error
@@ -325,6 +330,7 @@ func (l *eventLoop) run() {
 			n, err = unix.EpollWait(l.epfd, l.events, int(loopTick/time.Millisecond))
 			quiet = false
 		}
+		l.now = time.Now()
 		if err != nil && err != unix.EINTR {
 			l.p.log.Error("event loop: epoll_wait", "err", err)
 			time.Sleep(loopTick)
@@ -332,19 +338,18 @@ func (l *eventLoop) run() {
 		}
 		for _, ev := range l.events[:max(n, 0)] {
 			fd := int(ev.Fd)
-			switch {
-			case fd == l.wakeFd:
+			if fd == l.wakeFd {
 				var b [8]byte
 				unix.Read(l.wakeFd, b[:])
 				l.takeNew()
-			case l.clients[fd] != nil:
-				l.onClient(l.clients[fd], ev.Events)
-			case l.upstreams[fd] != nil:
-				l.onUpstream(l.upstreams[fd], ev.Events)
+			} else if c := l.clients[fd]; c != nil {
+				l.onClient(c, ev.Events)
+			} else if u := l.upstreams[fd]; u != nil {
+				l.onUpstream(u, ev.Events)
 			}
 		}
-		if now := time.Now(); now.Sub(l.lastSweep) >= loopTick || l.p.draining.Load() {
-			l.sweep(now)
+		if l.now.Sub(l.lastSweep) >= loopTick || l.p.draining.Load() {
+			l.sweep(l.now)
 		}
 	}
 	l.shut()
@@ -357,7 +362,7 @@ func (l *eventLoop) takeNew() {
 	l.incoming, l.dialed = nil, nil
 	l.mu.Unlock()
 	for _, c := range incoming {
-		c.lastActive = time.Now()
+		c.lastActive = l.now
 		if err := l.add(c.fd, sockEvents); err != nil {
 			l.p.log.Warn("event loop", "err", err)
 			unix.Close(c.fd)
@@ -409,7 +414,7 @@ func (l *eventLoop) readRequest(c *loopConn) {
 		l.closeClient(c)
 		return
 	}
-	c.lastActive = time.Now()
+	c.lastActive = l.now
 	buf := l.scratch[:n]
 	hn, st := findHead(buf)
 	if st != headComplete || n == len(l.scratch) || !c.req.parse(string(buf[:hn])) ||
@@ -486,12 +491,11 @@ func (l *eventLoop) connect(c *loopConn) {
 	// As the goroutine path: a request that could not be sent again must
 	// not meet a connection the backend closed while idle.
 	check := !(c.req.contentLength == 0 && replayableMethod(&c.req.req))
-	now := time.Now()
 	for list := l.idle[key]; len(list) > 0; list = l.idle[key] {
 		u := list[len(list)-1]
 		list[len(list)-1] = nil
 		l.idle[key] = list[:len(list)-1]
-		if now.Sub(u.idleSince) < fastIdleTimeout && !(check && socketClosed(u.fd)) {
+		if l.now.Sub(u.idleSince) < fastIdleTimeout && !(check && socketClosed(u.fd)) {
 			u.reused = true
 			l.attach(c, u)
 			l.sendRequest(c)
@@ -858,7 +862,7 @@ func (l *eventLoop) pool(u *loopUpstream) {
 	upstreamBuffers.Put((*[upstreamBufferSize]byte)(u.buf))
 	u.buf = nil
 	if list := l.idle[u.key]; len(list) < fastMaxIdlePerBackend {
-		u.idleSince = time.Now()
+		u.idleSince = l.now
 		l.idle[u.key] = append(list, u)
 		return
 	}

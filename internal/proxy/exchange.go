@@ -87,12 +87,12 @@ func (x *exchange) flow(latency time.Duration) flows.Flow {
 		fl.HTTP.Route = x.target.rule.route
 	}
 	if svc := x.t.byVIP[x.conn.orig]; svc != nil {
-		fl.Service = &flows.Service{Name: svc.label, IP: svc.vip.Addr().String(), Port: svc.vip.Port()}
+		fl.Service = &flows.Service{Name: svc.label, IP: svc.vipText, Port: svc.vip.Port()}
 	}
 	switch {
 	case x.backend.addr.IsValid():
 		fl.Destination = x.endpoint(x.backend.addr)
-		fl.HTTP.Backend, fl.HTTP.BackendPod = x.backend.addr.String(), x.backend.pod
+		fl.HTTP.Backend, fl.HTTP.BackendPod = x.backend.addrText(), x.backend.pod
 		if fl.Destination.Pod == "" {
 			fl.Destination.Pod, fl.Destination.Namespace = x.backend.pod, namespace(x.backend.pod)
 		}
@@ -111,10 +111,14 @@ func (x *exchange) flow(latency time.Duration) flows.Flow {
 
 // endpoint names an address from the configured endpoints.
 func (x *exchange) endpoint(a netip.AddrPort) flows.Endpoint {
-	e := flows.Endpoint{IP: a.Addr().String(), Port: a.Port()}
+	e := flows.Endpoint{Port: a.Port()}
 	if ep := x.t.endpoints[a.Addr()]; ep != nil {
+		e.IP = x.t.ipText[a.Addr()]
 		e.Pod, e.Namespace, e.Identity, e.Labels = ep.Pod, namespace(ep.Pod), ep.Identity, ep.Labels
-	} else if a == x.conn.remote {
+		return e
+	}
+	e.IP = a.Addr().String()
+	if a == x.conn.remote {
 		e.Labels = []string{"reserved:world"}
 		if x.cidr.IsValid() {
 			e.Labels = append(e.Labels, "cidr:"+x.cidr.String())
@@ -132,8 +136,11 @@ func namespace(pod string) string {
 }
 
 func httpProtocol(r *http.Request) string {
-	if r.ProtoMajor == 2 {
+	switch {
+	case r.ProtoMajor == 2:
 		return "HTTP/2"
+	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
+		return "HTTP/1.1" // most requests: no string to build
 	}
 	return "HTTP/" + strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
 }

@@ -487,15 +487,22 @@ func TestShutdownClosesIdleFastConnections(t *testing.T) {
 	}
 }
 
+// agentFlows serves h's control API and reads its flows as the agent does
+// (proxyapi.Client.Flows, in batches) until the test ends.
+func agentFlows(t *testing.T, h *harness) (sock string, got <-chan flows.Flow) {
+	sock = h.serveControl()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch := make(chan flows.Flow, 100)
+	go proxyapi.NewClient(sock).Flows(ctx, func(fl flows.Flow) { ch <- fl })
+	return sock, ch
+}
+
 // The agent reads /flows in batches (proxyapi.Client.Flows); shunt observe
 // must see the same records as the JSON lines carry.
 func TestFlowBatchesCarryWhatJSONDoes(t *testing.T) {
 	h, _ := backendHarness(t, testMark)
-	sock := h.serveControl()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	batched := make(chan flows.Flow, 100)
-	go proxyapi.NewClient(sock).Flows(ctx, func(fl flows.Flow) { batched <- fl })
+	sock, batched := agentFlows(t, h)
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
@@ -601,5 +608,62 @@ func TestSweepClosesUpstreamConnectionsTheBackendClosed(t *testing.T) {
 	pool.closeExpired()
 	if n := idle(); n != 0 {
 		t.Errorf("%d idle upstream connections after the sweep, want 0 (the backend closed it)", n)
+	}
+}
+
+// The /flows writer wakes once per interval while records keep coming and
+// goes back to waiting for the first record when an interval brings none:
+// records made in bursts, before and after such pauses, all reach the
+// agent in order, and the per-request metrics (kept per route, backend and
+// status after their first use) count each request once under its status.
+func TestFlowsAndMetricsAcrossBatchPauses(t *testing.T) {
+	h, _ := backendHarness(t, testMark)
+	sock, got := agentFlows(t, h)
+	h.waitFlowReaders(2) // the harness's and the agent's
+	h.dials(frontend, "10.96.0.20:8080")
+	hc := h.client(frontend, false)
+	var want []string
+	for burst, pause := range []time.Duration{0, 3 * flowBatchInterval, flowBatchInterval / 2, 3 * flowBatchInterval} {
+		time.Sleep(pause)
+		for i := range 3 {
+			path := fmt.Sprintf("/metrics?burst=%d&i=%d", burst, i)
+			if i == 2 {
+				path = fmt.Sprintf("/admin?burst=%d", burst) // 403: policy
+			}
+			get(t, hc, "GET", "http://backend"+path)
+			want = append(want, path)
+		}
+	}
+	for i, path := range want {
+		select {
+		case fl := <-got:
+			wantStatus := 200
+			if strings.HasPrefix(path, "/admin") {
+				wantStatus = 403
+			}
+			if p, _, _ := strings.Cut(path, "?"); fl.HTTP == nil || fl.HTTP.Path != p || fl.HTTP.Status != wantStatus {
+				t.Errorf("record %d: %+v, want %s answered %d", i, fl.HTTP, p, wantStatus)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("record %d of %d (%s) never came", i, len(want), path)
+		}
+	}
+	select {
+	case fl := <-got:
+		t.Errorf("a record no request made: %+v", fl.HTTP)
+	case <-time.After(2 * flowBatchInterval):
+	}
+	text, err := proxyapi.NewClient(sock).MetricsText(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		`shunt_proxy_http_requests_total{backend="default/backend:8080",code="200",route=""} 8`,
+		`shunt_proxy_http_requests_total{backend="default/backend:8080",code="403",route=""} 4`,
+		`shunt_proxy_http_request_duration_seconds_count{route=""} 12`,
+	} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("metrics lack %s", line)
+		}
 	}
 }

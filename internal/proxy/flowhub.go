@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -9,9 +10,12 @@ import (
 
 // flowHub hands each flow record to the readers of /flows. A reader that
 // does not keep up misses records (counted); a request never waits for it.
+// The readers are a list replaced whole when one comes or goes, so a
+// request takes no lock to find them (publish runs once per request, on
+// every event loop).
 type flowHub struct {
-	mu      sync.Mutex
-	subs    map[*flowSub]struct{}
+	mu      sync.Mutex // serializes changes to subs
+	subs    atomic.Pointer[[]*flowSub]
 	dropped atomic.Uint64
 }
 
@@ -20,12 +24,14 @@ type flowSub struct {
 	ch     chan flows.Flow
 }
 
-func newFlowHub() *flowHub { return &flowHub{subs: map[*flowSub]struct{}{}} }
+func newFlowHub() *flowHub { return &flowHub{} }
 
 func (h *flowHub) publish(fl flows.Flow) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.subs {
+	subs := h.subs.Load()
+	if subs == nil {
+		return
+	}
+	for _, s := range *subs {
 		if !s.filter.Match(&fl) {
 			continue
 		}
@@ -37,16 +43,34 @@ func (h *flowHub) publish(fl flows.Flow) {
 	}
 }
 
+// readers is how many readers take records.
+func (h *flowHub) readers() int {
+	if subs := h.subs.Load(); subs != nil {
+		return len(*subs)
+	}
+	return 0
+}
+
 // subscribe delivers the matching records made from now on until cancel;
 // buffer records may wait for the reader.
 func (h *flowHub) subscribe(f flows.Filter, buffer int) (<-chan flows.Flow, func()) {
 	s := &flowSub{filter: f, ch: make(chan flows.Flow, buffer)}
-	h.mu.Lock()
-	h.subs[s] = struct{}{}
-	h.mu.Unlock()
+	h.change(func(subs []*flowSub) []*flowSub { return append(subs, s) })
 	return s.ch, func() {
-		h.mu.Lock()
-		delete(h.subs, s)
-		h.mu.Unlock()
+		h.change(func(subs []*flowSub) []*flowSub {
+			return slices.DeleteFunc(subs, func(o *flowSub) bool { return o == s })
+		})
 	}
+}
+
+// change replaces the readers with edit's result on a copy of them.
+func (h *flowHub) change(edit func([]*flowSub) []*flowSub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var subs []*flowSub
+	if old := h.subs.Load(); old != nil {
+		subs = slices.Clone(*old)
+	}
+	subs = edit(subs)
+	h.subs.Store(&subs)
 }

@@ -135,8 +135,9 @@ func (p *Proxy) finish(x *exchange) {
 	if x.target.rule != nil {
 		route = x.target.rule.route
 	}
-	p.metrics.requests.WithLabelValues(route, x.target.label, strconv.Itoa(x.status)).Inc()
-	p.metrics.duration.WithLabelValues(route).Observe(latency.Seconds())
+	rm := p.metrics.forRequest(route, x.target.label, x.status)
+	rm.requests.Inc()
+	rm.duration.Observe(latency.Seconds())
 	if ref := x.refused; ref != nil && ref.status == http.StatusForbidden {
 		p.metrics.denied.WithLabelValues(ref.reason, ref.rule).Inc()
 	}

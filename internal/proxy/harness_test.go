@@ -204,9 +204,7 @@ func (h *harness) serveControl() string {
 func (h *harness) waitFlowReaders(n int) {
 	h.t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		h.p.flows.mu.Lock()
-		got := len(h.p.flows.subs)
-		h.p.flows.mu.Unlock()
+		got := h.p.flows.readers()
 		if got == n {
 			return
 		}

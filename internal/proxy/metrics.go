@@ -1,6 +1,11 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the proxy's own registry, served on the control socket.
 type metrics struct {
@@ -8,11 +13,45 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	denied   *prometheus.CounterVec
+
+	// children keeps the request counter and duration histogram of each
+	// route, backend and status seen: WithLabelValues hashes and checks
+	// every label value on each call, and every request would pay it.
+	// The vectors never drop a child, so neither does this.
+	mu       sync.RWMutex
+	children map[requestLabels]requestMetrics
+}
+
+type requestLabels struct {
+	route, backend string
+	code           int
+}
+
+type requestMetrics struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// forRequest is the metrics of a request to route (empty: none) and
+// backend answered code (0: none).
+func (m *metrics) forRequest(route, backend string, code int) requestMetrics {
+	key := requestLabels{route, backend, code}
+	m.mu.RLock()
+	rm, ok := m.children[key]
+	m.mu.RUnlock()
+	if ok {
+		return rm
+	}
+	rm = requestMetrics{m.requests.WithLabelValues(route, backend, strconv.Itoa(code)), m.duration.WithLabelValues(route)}
+	m.mu.Lock()
+	m.children[key] = rm
+	m.mu.Unlock()
+	return rm
 }
 
 func newMetrics(p *Proxy) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg: prometheus.NewRegistry(), children: map[requestLabels]requestMetrics{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shunt_proxy_http_requests_total",
 			Help: "HTTP requests by route, backend (service port or pod) and status answered (0: none).",

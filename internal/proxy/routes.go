@@ -302,7 +302,10 @@ func given(s string) int {
 }
 
 // matches says whether a request meets every condition of the match.
-func (e *matchEntry) matches(r *http.Request, query url.Values) bool {
+// query is the request's parsed query, parsed here by the first match
+// that has query conditions (most routes have none: parsing it costs a
+// map and its strings per request).
+func (e *matchEntry) matches(r *http.Request, query *url.Values) bool {
 	path := r.URL.Path
 	switch e.pathType {
 	case proxyapi.MatchExact:
@@ -337,8 +340,11 @@ func (e *matchEntry) matches(r *http.Request, query url.Values) bool {
 			return false
 		}
 	}
+	if len(e.query) > 0 && *query == nil {
+		*query = r.URL.Query()
+	}
 	for _, q := range e.query {
-		vs, ok := query[q.name]
+		vs, ok := (*query)[q.name]
 		if !ok || !q.matches(vs[0]) {
 			return false
 		}
@@ -367,9 +373,9 @@ func (s *service) route(r *http.Request, clientNS string) (m *matchEntry, routed
 	if consumer == "" && len(s.routes) == s.consumerEntries {
 		return nil, false // consumer routes of other namespaces only
 	}
-	query := r.URL.Query()
+	var query url.Values
 	for _, e := range s.routes {
-		if e.consumer == consumer && e.matches(r, query) {
+		if e.consumer == consumer && e.matches(r, &query) {
 			return e, true
 		}
 	}

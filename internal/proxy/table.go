@@ -24,6 +24,9 @@ type table struct {
 	steer       netip.AddrPort // the transparent listener; invalid: none
 	dialTimeout time.Duration
 	endpoints   map[netip.Addr]*proxyapi.Endpoint
+	// ipText is the text of each endpoint's address, made once for the
+	// flow records rather than per request.
+	ipText      map[netip.Addr]string
 	byVIP       map[netip.AddrPort]*service
 	vips        map[netip.Addr]bool
 	byName      map[serviceKey]*service
@@ -62,6 +65,7 @@ type service struct {
 	name     string // namespace/name
 	label    string // namespace/name:port-name (or port): flows and metrics
 	vip      netip.AddrPort
+	vipText  string // vip's address as text (flow records)
 	backends []backend
 	next     atomic.Uint64 // round robin over backends
 	routes   []*matchEntry // in precedence order; empty: no route, use backends
@@ -74,6 +78,15 @@ type service struct {
 type backend struct {
 	addr netip.AddrPort
 	pod  string // namespace/name, when known
+	text string // addr as text when made with the table (else empty: addrText)
+}
+
+// addrText is b's address as text: flow records name it.
+func (b backend) addrText() string {
+	if b.text != "" {
+		return b.text
+	}
+	return b.addr.String()
 }
 
 // pick returns the next ready backend; ok is false when there is none.
@@ -119,7 +132,7 @@ func compile(cfg proxyapi.Config) (*table, error) {
 	var errs problems
 	t := &table{
 		cfg: cfg, dialTimeout: time.Duration(cfg.DialTimeout),
-		endpoints: map[netip.Addr]*proxyapi.Endpoint{}, byVIP: map[netip.AddrPort]*service{},
+		endpoints: map[netip.Addr]*proxyapi.Endpoint{}, ipText: map[netip.Addr]string{}, byVIP: map[netip.AddrPort]*service{},
 		vips: map[netip.Addr]bool{}, byName: map[serviceKey]*service{}, policies: map[netip.AddrPort]*l7policy.Port{},
 	}
 	var err error
@@ -171,6 +184,7 @@ func (t *table) compileEndpoints(errs *problems) {
 			continue
 		}
 		t.endpoints[ip] = ep
+		t.ipText[ip] = ip.String()
 	}
 }
 
@@ -209,7 +223,7 @@ func (t *table) compileServices(errs *problems) {
 				errs.add(field+".vip", "%q is not an IP address", s.VIP)
 				ok = false
 			} else {
-				svc.vip = netip.AddrPortFrom(vip, s.Port)
+				svc.vip, svc.vipText = netip.AddrPortFrom(vip, s.Port), vip.String()
 			}
 		}
 		for j, b := range s.Backends {
@@ -219,7 +233,8 @@ func (t *table) compileServices(errs *problems) {
 				ok = false
 				continue
 			}
-			svc.backends = append(svc.backends, backend{addr: netip.AddrPortFrom(ip, b.Port), pod: b.Pod})
+			addr := netip.AddrPortFrom(ip, b.Port)
+			svc.backends = append(svc.backends, backend{addr: addr, pod: b.Pod, text: addr.String()})
 		}
 		if !ok {
 			continue
