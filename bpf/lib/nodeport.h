@@ -235,8 +235,14 @@ static __always_inline int pkt_read(struct __sk_buff *skb, __u32 off, __u32 size
  * failed. A function of its own: few values live, a small frame. */
 #define DSR_MSS_OPTIONS 8
 
-static __noinline int dsr_clamp_mss(struct __sk_buff *skb, __u32 l4off, __u32 uplink_ifindex, __u32 tunnel_ifindex)
+__noinline int dsr_clamp_mss(struct __sk_buff *skb, __u64 l4off, __u32 uplink_ifindex, __u32 tunnel_ifindex)
 {
+	/* A global function, verified once on its own (inlined in each
+	 * program's paths it took the pod program past the verifier's million
+	 * instructions): l4off is any number here, so it is bounded first for
+	 * every packet offset below to be. */
+	if (l4off > 0xff)
+		return 0;
 	__u32 mtu = dsr_room(skb, uplink_ifindex, tunnel_ifindex);
 
 	if (mtu <= sizeof(struct iphdr) + sizeof(struct tcphdr))
