@@ -23,7 +23,7 @@ import (
 // VXLAN carries it too). It needs routing between nodes: refused without,
 // before anything of the node is made.
 func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapath.NodePort, error) {
-	if cfg.NodePortMode.UsesDSR() && cfg.Routing != RoutingNative && cfg.Routing != RoutingTunnel {
+	if cfg.NodePortMode.UsesDSR() && !cfg.routesBetweenNodes() {
 		return nil, fmt.Errorf("--nodeport-mode %s needs routing between nodes (--routing native, or --tunnel vxlan): "+
 			"DSR sends a flow to its backend's node; use one of them or --nodeport-mode snat", cfg.NodePortMode)
 	}
@@ -49,13 +49,21 @@ func nodePortOf(cfg Config, mode datapath.Mode, podNetAddr netip.Addr) (*datapat
 		Mode: cfg.NodePortMode, DSRAddr: cfg.Underlay, UplinkAddr: cfg.Underlay}, nil
 }
 
+// routesBetweenNodes says whether the node reaches other nodes' pods,
+// natively or by the overlay: what DSR needs (its IPIP goes over the
+// underlay in either case), as lib/dsr.h dsr_wanted reads it from the
+// native and tunnel interfaces.
+func (c Config) routesBetweenNodes() bool {
+	return c.Routing == RoutingNative || c.Routing == RoutingTunnel
+}
+
 // dsrUnavailable says why this node sends no flow from outside by DSR,
 // "" when it can: a Service whose annotation asks for DSR
 // (dpinfo.ForwardingModeAnnotation) is SNATed here instead (lib/dsr.h
 // dsr_wanted reads the same routing), and says so as a problem. Nothing
 // to say where shunt does not serve the outside frontends.
 func (a *Agent) dsrUnavailable() string {
-	if a.cfg.LeaveExternalToKubeProxy || !a.cfg.Underlay.IsValid() || a.cfg.Routing == RoutingNative || a.cfg.Routing == RoutingTunnel {
+	if a.cfg.LeaveExternalToKubeProxy || !a.cfg.Underlay.IsValid() || a.cfg.routesBetweenNodes() {
 		return ""
 	}
 	return "this node has no routing between nodes: DSR needs --routing native or --tunnel vxlan (it sends a flow to its backend's node)"

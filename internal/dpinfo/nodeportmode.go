@@ -44,6 +44,6 @@ func ParseForwardingMode(s string) (NodePortMode, error) {
 	case "", NodePortSNAT, NodePortDSR:
 		return m, nil
 	}
-	return "", fmt.Errorf("annotation %s: %q: give snat or dsr (direct server return, native routing only); without it the node's --nodeport-mode holds",
+	return "", fmt.Errorf("annotation %s: %q: give snat or dsr (direct server return); without it the node's --nodeport-mode holds",
 		ForwardingModeAnnotation, s)
 }
