@@ -180,7 +180,7 @@ func testRouteFilters(t *testing.T) {
 // (when on) served them itself.
 func expectFastOnly(t *testing.T, h *harness) {
 	t.Helper()
-	if n, m := h.p.stats.handoffs.Load(), h.p.stats.loopHandoffs.Load(); n != 0 || m != 0 {
+	if n, m := h.p.stats.handoffs.total(pathFast), h.p.stats.handoffs.total(pathLoop); n != 0 || m != 0 {
 		t.Errorf("%d connections handed to net/http, %d from the event loop to goroutines: the fast paths left filters to net/http", n, m)
 	}
 	if served := h.p.loops.served.Load(); h.p.EventLoops() > 0 && served != h.p.stats.requests.Load() {
