@@ -318,6 +318,30 @@ func InvalidFilterText(in []gatewayv1.HTTPRouteFilter) []string {
 	return out
 }
 
+// InvalidRules names the rules of rt (an HTTPRoute, or a GRPCRoute in
+// HTTPRoute form) that hold filter text the proxy will not write
+// (InvalidFilterText): a rule's own filters make its requests answer 500,
+// a backendRef's its share of them. rules are their indexes; problems one
+// line each, "rules[1].filters[0] (RequestHeaderModifier).set[0].value: ...".
+// The route's status and the agent's object problems report them.
+func InvalidRules(rt *gatewayv1.HTTPRoute) (rules []int, problems []string) {
+	for i, rule := range rt.Spec.Rules {
+		var ps []string
+		for _, p := range InvalidFilterText(rule.Filters) {
+			ps = append(ps, fmt.Sprintf("rules[%d].%s", i, p))
+		}
+		for j, b := range rule.BackendRefs {
+			for _, p := range InvalidFilterText(b.Filters) {
+				ps = append(ps, fmt.Sprintf("rules[%d].backendRefs[%d].%s", i, j, p))
+			}
+		}
+		if len(ps) > 0 {
+			rules, problems = append(rules, i), append(problems, ps...)
+		}
+	}
+	return rules, problems
+}
+
 func deref[T any](p *T) T {
 	if p == nil {
 		var zero T
