@@ -5,13 +5,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shuntnet/shunt/internal/proxyapi"
 )
 
 // Hand-offs are counted by path and reason on the proxy's registry: a
 // chunked request leaves the event loop and then the goroutine's fast path
-// (neither takes a chunked body: not-plain), two requests in one read
-// leave the loop (pipelined), a head in two writes leaves it too
-// (head-in-pieces); the goroutine path serves those last two itself.
+// (neither takes a chunked body: not-plain), a route whose filter only
+// net/http applies leaves both too (filters); two requests in one read
+// (pipelined), a head or a body in two writes (head-in-pieces,
+// body-in-pieces) and a route with a timeout (timers) leave the loop only.
 func TestHandoffMetrics(t *testing.T) {
 	if netHTTPOnly {
 		t.Skip("no fast path (SHUNT_PROXY_NET_HTTP_ONLY=1): nothing is handed off")
@@ -20,7 +23,19 @@ func TestHandoffMetrics(t *testing.T) {
 	if loop {
 		t.Setenv("SHUNT_PROXY_EVENT_LOOPS", "1")
 	}
-	h := loopHarness(t, echoBackend(t, "echo", "127.0.9.21"))
+	b := echoBackend(t, "echo", "127.0.9.21")
+	cfg := echoConfig(b)
+	to := []proxyapi.RouteBackend{{Service: "default/echo", Port: 80, Weight: 1}}
+	cfg.Services = append(cfg.Services, svcPort("default/filtered", "10.96.0.81", 80, b), svcPort("default/timed", "10.96.0.82", 80, b))
+	cfg.Routes = []proxyapi.Route{
+		{Name: "default/filtered", Parents: []proxyapi.ParentRef{{Service: "default/filtered"}}, Rules: []proxyapi.RouteRule{{Backends: to,
+			// A hop-by-hop header: no fast equivalent (headedit.go).
+			Filters: &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "Keep-Alive", Value: "timeout=5"}}}}}}},
+		{Name: "default/timed", Parents: []proxyapi.ParentRef{{Service: "default/timed"}}, Rules: []proxyapi.RouteRule{{Backends: to,
+			Timeout: proxyapi.Duration(10 * time.Second)}}},
+	}
+	h := newHarness(t, cfg)
+	h.dials(frontend, "10.96.0.80:80")
 
 	conn, br := rawClient(t, h, frontend)
 	conn.Write([]byte("POST /c HTTP/1.1\r\nHost: echo\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"))
@@ -42,9 +57,25 @@ func TestHandoffMetrics(t *testing.T) {
 		t.Fatalf("head in pieces: %d %q", resp.StatusCode, body)
 	}
 
-	want := map[string]float64{"fast/not-plain": 1}
+	conn, br = rawClient(t, h, frontend)
+	conn.Write([]byte("POST /body HTTP/1.1\r\nHost: echo\r\nContent-Length: 4\r\n\r\nhi"))
+	time.Sleep(50 * time.Millisecond) // the loop reads the head and half the body alone
+	conn.Write([]byte("hi"))
+	if resp, body := readResponse(t, br, "POST"); resp.StatusCode != 200 || !strings.HasPrefix(body, "4 ") {
+		t.Fatalf("body in pieces: %d %q", resp.StatusCode, body)
+	}
+	for _, vip := range []string{"10.96.0.81:80", "10.96.0.82:80"} {
+		h.dials(frontend, vip)
+		if code, body := get(t, h.client(frontend, false), "GET", "http://echo/routed"); code != 200 || body != "/routed" {
+			t.Fatalf("through %s: %d %q", vip, code, body)
+		}
+	}
+
+	want := map[string]float64{"fast/not-plain": 1, "fast/filters": 1}
 	if loop {
-		want["loop/not-plain"], want["loop/pipelined"], want["loop/head-in-pieces"] = 1, 1, 1
+		for _, r := range []string{"not-plain", "pipelined", "head-in-pieces", "body-in-pieces", "filters", "timers"} {
+			want["loop/"+r] = 1
+		}
 	}
 	got := gatherHandoffs(t, h)
 	for path, reasons := range handoffReasonsOf {
