@@ -46,7 +46,9 @@ func compileFilters(errs *problems, field string, f *proxyapi.Filters, prefixOnl
 		switch {
 		case p == nil:
 		case p.Type == proxyapi.ReplaceFullPath, p.Type == proxyapi.ReplacePrefixMatch && prefixOnly:
-			if !strings.HasPrefix(p.Value, "/") {
+			// An empty ReplacePrefixMatch takes the prefix away, as the
+			// Gateway API's table has it ("/foo/bar" with "/foo": "/bar").
+			if !strings.HasPrefix(p.Value, "/") && !(p.Type == proxyapi.ReplacePrefixMatch && p.Value == "") {
 				errs.add(pf+".value", "%q must start with /", p.Value)
 				ok = false
 			}

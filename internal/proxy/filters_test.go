@@ -56,6 +56,8 @@ func filtersHarness(t *testing.T) *harness {
 					Filters: &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Backend-Ref", Value: "yes"}}}}}}},
 				{Matches: prefix("/prefix/one"), Backends: to, Filters: &proxyapi.Filters{
 					Rewrite: &proxyapi.Rewrite{Hostname: "rewritten.example", Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/one"}}}},
+				{Matches: prefix("/strip"), Backends: to, Filters: &proxyapi.Filters{
+					Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: ""}}}},
 				{Matches: prefix("/full"), Backends: to, Filters: &proxyapi.Filters{
 					Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/replaced"}}}},
 				{Matches: prefix("/redirect"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.org", StatusCode: 301},
@@ -137,6 +139,8 @@ func testRouteFilters(t *testing.T) {
 				"/prefix/one":         "path: /one",
 				"/prefix/one/two?q=1": "path: /one/two?q=1",
 				"/full/x":             "path: /replaced",
+				"/strip/a/b":          "path: /a/b",
+				"/strip":              "path: /",
 			} {
 				if _, body := do(path); !strings.Contains(body, want+"\n") && !strings.HasSuffix(body, want) {
 					t.Errorf("GET %s: want %q in\n%s", path, want, body)
@@ -196,6 +200,10 @@ func TestReplacePrefix(t *testing.T) {
 		{"/prefix/one", "/prefix/one", "/", "/"},
 		{"/prefix/one/", "/prefix/one", "/one/", "/one/"},
 		{"/foo", "/", "/bar", "/bar/foo"},
+		// The Gateway API's own examples of an empty value.
+		{"/foo/bar", "/foo", "", "/bar"},
+		{"/foo/", "/foo", "", "/"},
+		{"/foo", "/foo", "", "/"},
 	} {
 		if got := replacePrefix(tc.path, tc.prefix, tc.value); got != tc.want {
 			t.Errorf("replacePrefix(%q, %q, %q) = %q, want %q", tc.path, tc.prefix, tc.value, got, tc.want)
