@@ -194,6 +194,7 @@ type Agent struct {
 	// serviceProblems: the Services' part of problems(), per store.
 	serviceProblems  serviceProblemsCache
 	hostPortProblems hostPortProblemsCache
+	routeProblems    routeProblemsCache
 
 	proxy    *nodeProxy     // the node L7 proxy
 	flows    *flows.History // the last flows, for observe

@@ -13,6 +13,7 @@ import (
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/l7"
+	"github.com/shuntnet/shunt/internal/meshroute"
 	"github.com/shuntnet/shunt/internal/model"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/proxy/l7policy"
@@ -38,6 +39,7 @@ func (a *Agent) problems() []policy.Problem {
 	}
 	out = append(out, a.serviceProblems.of(a.objects(), a.dsrUnavailable())...)
 	out = append(out, a.hostPortProblems.of(a.objects(), a.nodeName)...)
+	out = append(out, a.routeProblems.of(a.objects())...)
 	out = append(out, a.maglevProblems()...)
 	if err := a.rec.PolicyError(); err != nil {
 		out = append(out, policy.Problem{Kind: "Node", Name: a.nodeName, Reason: "PolicyNotProgrammed",
@@ -95,6 +97,30 @@ func (c *hostPortProblemsCache) of(store *model.Store, node string) []policy.Pro
 			}
 			for _, is := range services.HostPortIssues(p) {
 				c.out = append(c.out, policy.Problem{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, Reason: is.Reason, Message: is.Message})
+			}
+		}
+	}
+	return c.out
+}
+
+// routeProblemsCache holds the problems of the HTTPRoutes and GRPCRoutes
+// of one store: rules whose filter text the proxy will not write
+// (l7.InvalidRules), answered 500.
+type routeProblemsCache struct {
+	mu    sync.Mutex
+	store *model.Store
+	out   []policy.Problem
+}
+
+func (c *routeProblemsCache) of(store *model.Store) []policy.Problem {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if store != c.store {
+		c.store, c.out = store, nil
+		for _, mr := range meshroute.Routes(store.HTTPRoutes(), store.GRPCRoutes()) {
+			if rules, problems := l7.InvalidRules(mr.HTTPRoute); len(rules) > 0 {
+				c.out = append(c.out, policy.Problem{Kind: mr.Kind, Namespace: mr.HTTPRoute.Namespace, Name: mr.HTTPRoute.Name, Reason: "InvalidFilterValue",
+					Message: "a filter the proxy will not write into a request or response, its rule answers 500: " + strings.Join(problems, "; ")})
 			}
 		}
 	}

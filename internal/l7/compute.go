@@ -229,10 +229,17 @@ func route(mr meshroute.Route, conflicts meshroute.Conflicts, byName map[string]
 // filters turns HTTPRoute filters into the proxy's form (nil: none). A
 // filter type the proxy does not implement is named in Unsupported; on a
 // backendRef (backendRef), so are redirects and rewrites, which the CRD
-// allows there and the proxy applies only as a rule's.
+// allows there and the proxy applies only as a rule's. A filter whose
+// text the proxy will not write into a head (InvalidFilterText) is named
+// there too, with nothing of the filters kept: the rule (or the
+// backendRef's share) is answered 500, rather than the proxy refusing the
+// node's whole configuration.
 func filters(in []gatewayv1.HTTPRouteFilter, backendRef bool) *proxyapi.Filters {
 	if len(in) == 0 {
 		return nil
+	}
+	if invalid := InvalidFilterText(in); len(invalid) > 0 {
+		return &proxyapi.Filters{Unsupported: strings.Join(invalid, "; ")}
 	}
 	out := &proxyapi.Filters{}
 	var unsupported []string
@@ -274,6 +281,73 @@ func filters(in []gatewayv1.HTTPRouteFilter, backendRef bool) *proxyapi.Filters 
 		out.Unsupported = "filter " + strings.Join(unsupported, ", ") + " is not implemented by shunt's proxy"
 	}
 	return out
+}
+
+// InvalidFilterText names the fields of filters whose text the proxy
+// will not write into a head (proxyapi.Filters.TextProblems: a header
+// name that is not a token, a control byte in a value, hostname or path),
+// as "filters[1] (RequestHeaderModifier).set[0].value: ...". The Gateway
+// API's standard CRD lets a header value or a path hold a CR or LF.
+func InvalidFilterText(in []gatewayv1.HTTPRouteFilter) []string {
+	var out []string
+	for i, f := range in {
+		var one proxyapi.Filters // this filter alone, in the proxy's form
+		var path *proxyapi.PathModifier
+		switch {
+		case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil:
+			one.RequestHeaders = headerModifier(f.RequestHeaderModifier)
+		case f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil:
+			one.ResponseHeaders = headerModifier(f.ResponseHeaderModifier)
+		case f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil:
+			path = pathModifier(f.RequestRedirect.Path)
+			one.Redirect = &proxyapi.Redirect{Path: path, Hostname: string(deref(f.RequestRedirect.Hostname))}
+		case f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
+			path = pathModifier(f.URLRewrite.Path)
+			one.Rewrite = &proxyapi.Rewrite{Path: path, Hostname: string(deref(f.URLRewrite.Hostname))}
+		}
+		for _, p := range one.TextProblems() {
+			// The proxy's field less its first part ("requestHeaders"),
+			// which the filter's type names.
+			_, field, _ := strings.Cut(p.Field, ".")
+			if field == "path.value" && path.Type != "" { // the HTTPRoute's field is named for the type
+				field = "path." + strings.ToLower(path.Type[:1]) + path.Type[1:]
+			}
+			out = append(out, fmt.Sprintf("filters[%d] (%s).%s: %s", i, f.Type, field, p.Message))
+		}
+	}
+	return out
+}
+
+// InvalidRules names the rules of rt (an HTTPRoute, or a GRPCRoute in
+// HTTPRoute form) that hold filter text the proxy will not write
+// (InvalidFilterText): a rule's own filters make its requests answer 500,
+// a backendRef's its share of them. rules are their indexes; problems one
+// line each, "rules[1].filters[0] (RequestHeaderModifier).set[0].value: ...".
+// The route's status and the agent's object problems report them.
+func InvalidRules(rt *gatewayv1.HTTPRoute) (rules []int, problems []string) {
+	for i, rule := range rt.Spec.Rules {
+		var ps []string
+		for _, p := range InvalidFilterText(rule.Filters) {
+			ps = append(ps, fmt.Sprintf("rules[%d].%s", i, p))
+		}
+		for j, b := range rule.BackendRefs {
+			for _, p := range InvalidFilterText(b.Filters) {
+				ps = append(ps, fmt.Sprintf("rules[%d].backendRefs[%d].%s", i, j, p))
+			}
+		}
+		if len(ps) > 0 {
+			rules, problems = append(rules, i), append(problems, ps...)
+		}
+	}
+	return rules, problems
+}
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }
 
 func headerModifier(h *gatewayv1.HTTPHeaderFilter) *proxyapi.HeaderModifier {

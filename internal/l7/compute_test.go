@@ -263,3 +263,60 @@ func TestGRPCRouteAndConflictWithHTTPRoute(t *testing.T) {
 		t.Errorf("redirects %v, want %v", res.Redirects, want)
 	}
 }
+
+// A filter whose text holds a control byte (the standard CRD lets a header
+// value or a path hold a CR LF) reaches the proxy as an unsupported filter
+// naming the filter and field: its rule, or its backendRef's share, is
+// answered 500 and nothing of it is written; the proxy's configuration
+// stays valid, so other routes are still served. A tab in a value is kept.
+func TestRouteFilterControlBytes(t *testing.T) {
+	svcKind := gatewayv1.Kind("Service")
+	ptr := func(s string) *string { return &s }
+	host := gatewayv1.PreciseHostname("evil\r\nSet-Cookie: a=b")
+	header := func(value string) gatewayv1.HTTPRouteFilter {
+		return gatewayv1.HTTPRouteFilter{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{
+			Set: []gatewayv1.HTTPHeader{{Name: "X-Ok", Value: "fine"}, {Name: "X-Tag", Value: value}}}}
+	}
+	rt := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &svcKind, Name: "echo"}}},
+			Rules: []gatewayv1.HTTPRouteRule{
+				{Filters: []gatewayv1.HTTPRouteFilter{header("a\r\nX-Evil: 1")}},
+				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterURLRewrite, URLRewrite: &gatewayv1.HTTPURLRewriteFilter{
+					Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: ptr("/x\x00")}}}}},
+				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect, RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Hostname: &host}}}},
+				{Filters: []gatewayv1.HTTPRouteFilter{header("a\tb")}, BackendRefs: []gatewayv1.HTTPBackendRef{{Filters: []gatewayv1.HTTPRouteFilter{
+					{Type: gatewayv1.HTTPRouteFilterResponseHeaderModifier, ResponseHeaderModifier: &gatewayv1.HTTPHeaderFilter{Add: []gatewayv1.HTTPHeader{{Name: "X-Del", Value: "\x7f"}}}}}}}},
+			},
+		},
+	}
+	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, map[string][]services.Port{})
+	for i, want := range []string{
+		`filters[0] (RequestHeaderModifier).set[1].value: "a\r\nX-Evil: 1" has a CR (0x0d) at byte 1`,
+		`filters[0] (URLRewrite).path.replaceFullPath: "/x\x00" has a NUL (0x00) at byte 2`,
+		`filters[0] (RequestRedirect).hostname: "evil\r\nSet-Cookie: a=b" has a CR (0x0d) at byte 4`,
+	} {
+		f := got.Rules[i].Filters
+		if f == nil || !strings.HasPrefix(f.Unsupported, want) || !reflect.DeepEqual(*f, proxyapi.Filters{Unsupported: f.Unsupported}) {
+			t.Errorf("rule %d: filters %+v, want only Unsupported starting %q", i, f, want)
+		}
+	}
+	if f := got.Rules[3].Filters; f == nil || f.Unsupported != "" || f.RequestHeaders.Set[1].Value != "a\tb" {
+		t.Errorf("rule 3 (a tab in a value): filters %+v, want the header kept", f)
+	}
+	if f := got.Rules[3].Backends[0].Filters; f == nil || !strings.HasPrefix(f.Unsupported, `filters[0] (ResponseHeaderModifier).add[0].value: "\x7f" has a DEL (0x7f)`) || f.ResponseHeaders != nil {
+		t.Errorf("the backendRef's filters: %+v, want only Unsupported naming the DEL", f)
+	}
+	for i, rule := range got.Rules {
+		all := []*proxyapi.Filters{rule.Filters}
+		for _, b := range rule.Backends {
+			all = append(all, b.Filters)
+		}
+		for _, f := range all {
+			if p := f.TextProblems(); len(p) > 0 {
+				t.Errorf("rule %d: the proxy would refuse the configuration: %v", i, p)
+			}
+		}
+	}
+}

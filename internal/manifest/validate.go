@@ -1151,9 +1151,18 @@ func checkHostnamePath(c *checker, f path, hostname *gatewayv1.PreciseHostname, 
 	case p.Type != gatewayv1.FullPathHTTPPathModifier:
 		c.errorf(pf.child("type"), "%q: use ReplaceFullPath or ReplacePrefixMatch", p.Type)
 	}
-	for _, v := range []*string{p.ReplaceFullPath, p.ReplacePrefixMatch} {
-		if v != nil && len(*v) > maxPathLength {
-			c.errorf(pf, "%d characters: at most %d are allowed", len(*v), maxPathLength)
+	for _, v := range []struct {
+		field string
+		value *string
+	}{{"replaceFullPath", p.ReplaceFullPath}, {"replacePrefixMatch", p.ReplacePrefixMatch}} {
+		switch {
+		case v.value == nil:
+		case len(*v.value) > maxPathLength:
+			c.errorf(pf, "%d characters: at most %d are allowed", len(*v.value), maxPathLength)
+		case !isFieldValue(*v.value):
+			// The CRD allows them; written into a request line or a
+			// Location a CR LF would split the head.
+			c.errorf(pf.child(v.field), "%q contains control characters: a path may not (use %%-encoding)", *v.value)
 		}
 	}
 }

@@ -235,6 +235,20 @@ func TestValidateRejects(t *testing.T) {
 			"spec.rules[0].filters", "either a RequestRedirect or a URLRewrite filter, not both"},
 		{"prefix rewrite after an exact match", ruleDoc("{matches: [{path: {type: Exact, value: /a}}], filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /b}}}]}"), rt,
 			"spec.rules[0].filters[0].urlRewrite.path.type", "exactly one PathPrefix match"},
+		{"header value to set with CR LF", ruleDoc(`{filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-A, value: "a\r\nX-Evil: 1"}]}}]}`), rt,
+			"spec.rules[0].filters[0].requestHeaderModifier.set[0].value", "no control characters"},
+		{"header value to add with NUL", ruleDoc(`{filters: [{type: ResponseHeaderModifier, responseHeaderModifier: {add: [{name: X-A, value: "a\0"}]}}]}`), rt,
+			"spec.rules[0].filters[0].responseHeaderModifier.add[0].value", "no control characters"},
+		{"header value with DEL", backendDoc(`{name: web, port: 80, filters: [{type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: X-A, value: "\x7f"}]}}]}`), rt,
+			"spec.rules[0].backendRefs[0].filters[0].responseHeaderModifier.set[0].value", "no control characters"},
+		{"header name with LF", ruleDoc(`{filters: [{type: RequestHeaderModifier, requestHeaderModifier: {remove: ["X-A\n"]}}]}`), rt,
+			"spec.rules[0].filters[0].requestHeaderModifier.remove[0]", "is not a valid header name"},
+		{"rewrite path with CR LF", ruleDoc(`{filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: "/a\r\nX-Evil: 1"}}}]}`), rt,
+			"spec.rules[0].filters[0].urlRewrite.path.replaceFullPath", "contains control characters"},
+		{"redirect path with LF", ruleDoc(`{filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: "/a\n"}}}]}`), rt,
+			"spec.rules[0].filters[0].requestRedirect.path.replacePrefixMatch", "contains control characters"},
+		{"redirect hostname with CR", ruleDoc(`{filters: [{type: RequestRedirect, requestRedirect: {hostname: "a\rb"}}]}`), rt,
+			"spec.rules[0].filters[0].requestRedirect.hostname", "RFC 1123 subdomain"},
 		{"full path rewrite without its value", ruleDoc("{filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath}}}]}"), rt,
 			"spec.rules[0].filters[0].urlRewrite.path.replaceFullPath", "required for type ReplaceFullPath"},
 		{"backend kind", backendDoc("{kind: ServiceImport, group: multicluster.x-k8s.io, name: web, port: 80}"), rt, "spec.rules[0].backendRefs[0].kind",
@@ -295,6 +309,7 @@ func TestValidateAccepts(t *testing.T) {
 			"{type: RegularExpression, name: user-agent, value: '.*curl.*'}], queryParams: [{name: q, value: a}], method: PATCH}]}")},
 		{"route zero timeout disables", ruleDoc("{timeouts: {request: 0s, backendRequest: 1h30m}, retry: {attempts: 3, codes: [500, 429], backoff: 1s500ms}}")},
 		{"route weights at the bounds", backendDoc("{name: a, port: 80, weight: 0}, {name: b, port: 80, weight: 1000000}")},
+		{"route header values with a tab", ruleDoc(`{filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-A, value: "a\tb"}], add: [{name: X-B, value: "c\td"}]}}]}`)},
 		{"route filters the proxy applies", ruleDoc("{matches: [{path: {value: /old}}], filters: [" +
 			"{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Set, value: v}], add: [{name: X-Add, value: a}], remove: [X-Gone]}}, " +
 			"{type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: X-Resp, value: v}]}}, " +

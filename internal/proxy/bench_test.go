@@ -299,11 +299,12 @@ func benchProxyProcess(b *testing.B, filtered bool) {
 	})
 	// The connections the proxy handed to net/http's path: none, unless
 	// the fast paths leave the route's filters to it.
-	b.ReportMetric(controlMetric(b, sock, "shunt_proxy_fastpath_handoffs_total"), "handoffs")
+	b.ReportMetric(controlMetric(b, sock, "shunt_proxy_handoffs_total", `path="fast"`), "handoffs")
 }
 
-// controlMetric is a metric's value, read from the proxy's control socket.
-func controlMetric(b *testing.B, sock, name string) float64 {
+// controlMetric is a metric's value, read from the proxy's control socket:
+// the sum of its series whose labels hold label (e.g. `path="fast"`).
+func controlMetric(b *testing.B, sock, name, label string) float64 {
 	c := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
@@ -313,17 +314,23 @@ func controlMetric(b *testing.B, sock, name string) float64 {
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
+	sum, found := 0.0, false
 	for sc.Scan() {
-		if value, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return v
+		series, value, _ := strings.Cut(sc.Text(), " ")
+		labels, _ := strings.CutPrefix(series, name)
+		if !strings.HasPrefix(series, name) || labels != "" && labels[0] != '{' || !strings.Contains(labels, label) {
+			continue
 		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum, found = sum+v, true
 	}
-	b.Fatalf("the proxy's metrics have no %s", name)
-	return 0
+	if !found {
+		b.Fatalf("the proxy's metrics have no %s with %s", name, label)
+	}
+	return sum
 }
 
 // procCPU is a process's utime+stime from /proc/PID/stat.

@@ -417,9 +417,8 @@ func (l *eventLoop) readRequest(c *loopConn) {
 	c.lastActive = l.now
 	buf := l.scratch[:n]
 	hn, st := findHead(buf)
-	if st != headComplete || n == len(l.scratch) || !c.req.parse(string(buf[:hn])) ||
-		int64(n-hn) != c.req.contentLength {
-		l.handOff(c, buf) // in pieces, too long, not plain, or more than one request
+	if reason, ok := l.takes(c, buf, hn, st); !ok {
+		l.handOff(c, buf, reason)
 		return
 	}
 	p := l.p
@@ -427,11 +426,11 @@ func (l *eventLoop) readRequest(c *loopConn) {
 	// A request whose route has filters the loop does not apply
 	// (headedit.go applies the usual ones) goes to net/http's path.
 	if t.needsFilters(c.cc.orig, c.cc.remote, &c.req.req) {
-		l.handOff(c, buf)
+		l.handOff(c, buf, handoffFilters)
 		return
 	}
 	if svc := t.byVIP[c.cc.orig]; svc != nil && svc.needsTimers() {
-		l.handOff(c, buf)
+		l.handOff(c, buf, handoffTimers)
 		return
 	}
 	p.stats.requests.Add(1)
@@ -798,7 +797,7 @@ func (l *eventLoop) complete(c *loopConn) {
 	case c.closeAfter || l.p.draining.Load():
 		l.closeClient(c)
 	case c.pending:
-		l.handOff(c, nil)
+		l.handOff(c, nil, handoffPipelined)
 	}
 }
 
@@ -837,8 +836,27 @@ func (l *eventLoop) closeClient(c *loopConn) {
 	l.live.Add(-1)
 }
 
+// takes says whether the loop serves what one read of an idle client
+// brought (buf; findHead's hn and st): one whole plain request; else why
+// not. It parses the head into c.req.
+func (l *eventLoop) takes(c *loopConn, buf []byte, hn int, st headStatus) (reason handoffReason, ok bool) {
+	switch {
+	case len(buf) == len(l.scratch):
+		return handoffTooLong, false
+	case st == headIncomplete:
+		return handoffHeadInPieces, false
+	case st == headRefused || !c.req.parse(string(buf[:hn])):
+		return handoffNotPlain, false
+	case int64(len(buf)-hn) < c.req.contentLength:
+		return handoffBodyInPieces, false
+	case int64(len(buf)-hn) > c.req.contentLength:
+		return handoffPipelined, false
+	}
+	return 0, true
+}
+
 // handOff gives the connection to the goroutine path with the bytes read.
-func (l *eventLoop) handOff(c *loopConn, read []byte) {
+func (l *eventLoop) handOff(c *loopConn, read []byte, reason handoffReason) {
 	delete(l.clients, c.fd)
 	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
 	c.closed = true
@@ -852,7 +870,7 @@ func (l *eventLoop) handOff(c *loopConn, read []byte) {
 		return
 	}
 	c.cc.Conn = conn
-	l.p.stats.loopHandoffs.Add(1)
+	l.p.stats.handoffs.add(pathLoop, reason)
 	go l.p.serveConnWith(c.cc, slices.Clone(read))
 }
 

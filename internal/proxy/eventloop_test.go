@@ -88,7 +88,7 @@ func TestEventLoopServesPlainRequests(t *testing.T) {
 	if n := h.p.loops.served.Load(); n != 6 {
 		t.Errorf("the loops served %d requests, want 6", n)
 	}
-	if n := h.p.stats.loopHandoffs.Load(); n != 0 {
+	if n := h.p.stats.handoffs.total(pathLoop); n != 0 {
 		t.Errorf("%d connections handed to goroutines, want 0", n)
 	}
 	if n := len(b.requests()); n != 6 {
@@ -137,7 +137,7 @@ func expectServed(t *testing.T, h *harness, br *bufio.Reader, bodies []string, h
 			t.Fatalf("%d %q, want %q", resp.StatusCode, body, want)
 		}
 	}
-	if n := h.p.stats.loopHandoffs.Load(); n != handoffs {
+	if n := h.p.stats.handoffs.total(pathLoop); n != handoffs {
 		t.Errorf("%d connections handed to goroutines, want %d", n, handoffs)
 	}
 	if n := h.p.loops.served.Load(); n != served {
@@ -387,7 +387,7 @@ func TestEventLoopLeavesTimedRoutesToGoroutines(t *testing.T) {
 	if code, body := get(t, h.client(frontend, false), "GET", "http://timed/t"); code != 200 || body != "/t" {
 		t.Fatalf("timed route: %d %q", code, body)
 	}
-	if h.p.loops.served.Load() != 0 || h.p.stats.loopHandoffs.Load() != 1 {
-		t.Errorf("loops served %d, handed %d, want 0 and 1", h.p.loops.served.Load(), h.p.stats.loopHandoffs.Load())
+	if h.p.loops.served.Load() != 0 || h.p.stats.handoffs.total(pathLoop) != 1 {
+		t.Errorf("loops served %d, handed %d, want 0 and 1", h.p.loops.served.Load(), h.p.stats.handoffs.total(pathLoop))
 	}
 }

@@ -204,12 +204,19 @@ func (p *Proxy) serveConnWith(c *clientConn, read []byte) {
 	for {
 		n, st, err := fc.readHead()
 		t := p.table.Load()
+		reason := handoffNotPlain
+		if st == headRefused && fc.br.Buffered() == fc.br.Size() {
+			reason = handoffTooLong // (or refused and as long as the buffer)
+		}
 		if err == nil && st == headComplete {
 			head, _ := fc.br.Peek(n)
 			// A request whose route has filters the fast path does not
 			// apply (headedit.go) goes to net/http's path.
-			if !fc.req.parse(string(head)) || t.needsFilters(c.orig, c.remote, &fc.req.req) {
+			switch {
+			case !fc.req.parse(string(head)):
 				st = headRefused
+			case t.needsFilters(c.orig, c.remote, &fc.req.req):
+				st, reason = headRefused, handoffFilters
 			}
 		}
 		switch {
@@ -217,7 +224,7 @@ func (p *Proxy) serveConnWith(c *clientConn, read []byte) {
 			fc.close()
 			return
 		case st == headRefused:
-			fc.handOff()
+			fc.handOff(reason)
 			return
 		}
 		fc.br.Discard(n)
@@ -281,7 +288,7 @@ func (fc *fastConn) readHead() (n int, st headStatus, err error) {
 }
 
 // handOff gives the connection to net/http, with what was read of it.
-func (fc *fastConn) handOff() {
+func (fc *fastConn) handOff(reason handoffReason) {
 	if fc.bw.Flush() != nil {
 		fc.close()
 		return
@@ -291,7 +298,7 @@ func (fc *fastConn) handOff() {
 	fc.bw = nil
 	fc.c.SetReadDeadline(time.Time{})
 	fc.c.replay = fc.br // not back to the pool: net/http reads it first
-	fc.p.stats.handoffs.Add(1)
+	fc.p.stats.handoffs.add(pathFast, reason)
 	fc.p.handoff.give(fc.c)
 }
 

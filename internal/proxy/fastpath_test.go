@@ -83,7 +83,7 @@ func TestFastPathTakesPlainHTTP11AndHandsOffTheRest(t *testing.T) {
 			t.Fatalf("GET: %d %q", code, body)
 		}
 	}
-	if n := h.p.stats.handoffs.Load(); n != 0 {
+	if n := h.p.stats.handoffs.total(pathFast); n != 0 {
 		t.Fatalf("%d plain HTTP/1.1 connections handed to net/http, want 0", n)
 	}
 	for _, c := range []struct {
@@ -98,7 +98,7 @@ func TestFastPathTakesPlainHTTP11AndHandsOffTheRest(t *testing.T) {
 		{"bare LF", "GET /a HTTP/1.1\nHost: echo\n\n", 200},
 		{"obsolete folding", "GET /a HTTP/1.1\r\nHost: echo\r\nX-A: 1\r\n 2\r\n\r\n", 200},
 	} {
-		before := h.p.stats.handoffs.Load()
+		before := h.p.stats.handoffs.total(pathFast)
 		conn, br := rawClient(t, h, frontend)
 		conn.Write([]byte(c.req))
 		resp, body := readResponse(t, br, "GET")
@@ -108,7 +108,7 @@ func TestFastPathTakesPlainHTTP11AndHandsOffTheRest(t *testing.T) {
 		if resp.StatusCode != c.want {
 			t.Errorf("%s: %d %q, want %d from net/http", c.name, resp.StatusCode, body, c.want)
 		}
-		if h.p.stats.handoffs.Load() != before+1 {
+		if h.p.stats.handoffs.total(pathFast) != before+1 {
 			t.Errorf("%s: not handed to net/http", c.name)
 		}
 	}
@@ -159,8 +159,8 @@ func TestBothPathsRecordTheSameFlows(t *testing.T) {
 			fl.Time, fl.HTTP.LatencyMicros, fl.Source.Port = time.Time{}, 0, 0
 			got = append(got, fl)
 		}
-		if h.p.stats.handoffs.Load() != 0 {
-			t.Errorf("%d connections handed to net/http", h.p.stats.handoffs.Load())
+		if h.p.stats.handoffs.total(pathFast) != 0 {
+			t.Errorf("%d connections handed to net/http", h.p.stats.handoffs.total(pathFast))
 		}
 		return got
 	}
@@ -464,7 +464,7 @@ func TestSplit90To10OnTheFastPath(t *testing.T) {
 	if got["reviews-v1"] != 900 || got["reviews-v2"] != 100 {
 		t.Errorf("1000 requests: %v, want exactly 900/100", got)
 	}
-	if n := h.p.stats.handoffs.Load(); n != 0 {
+	if n := h.p.stats.handoffs.total(pathFast); n != 0 {
 		t.Errorf("%d connections handed to net/http", n)
 	}
 }

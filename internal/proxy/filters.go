@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -37,22 +36,19 @@ func compileFilters(errs *problems, field string, f *proxyapi.Filters, prefixOnl
 		errs.add(field, "a backendRef takes header modifiers only")
 		ok = false
 	}
-	for name, h := range map[string]*proxyapi.HeaderModifier{"requestHeaders": f.RequestHeaders, "responseHeaders": f.ResponseHeaders} {
-		if h == nil {
-			continue
-		}
-		for i, s := range slices.Concat(h.Set, h.Add) {
-			if !isToken(s.Name) || s.Name == "" {
-				errs.add(fmt.Sprintf("%s.%s[%d].name", field, name, i), "%q is not a header name", s.Name)
-				ok = false
-			}
-		}
+	// Header names, values, hostnames and paths are written into heads
+	// (headedit.go, the Location): a CR or LF in one would split a header.
+	for _, p := range f.TextProblems() {
+		errs.add(field+"."+p.Field, "%s", p.Message)
+		ok = false
 	}
 	path := func(pf string, p *proxyapi.PathModifier) {
 		switch {
 		case p == nil:
 		case p.Type == proxyapi.ReplaceFullPath, p.Type == proxyapi.ReplacePrefixMatch && prefixOnly:
-			if !strings.HasPrefix(p.Value, "/") {
+			// An empty ReplacePrefixMatch takes the prefix away, as the
+			// Gateway API's table has it ("/foo/bar" with "/foo": "/bar").
+			if !strings.HasPrefix(p.Value, "/") && !(p.Type == proxyapi.ReplacePrefixMatch && p.Value == "") {
 				errs.add(pf+".value", "%q must start with /", p.Value)
 				ok = false
 			}

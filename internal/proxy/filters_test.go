@@ -1,11 +1,16 @@
 package proxy
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/shuntnet/shunt/internal/proxyapi"
@@ -51,6 +56,8 @@ func filtersHarness(t *testing.T) *harness {
 					Filters: &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Backend-Ref", Value: "yes"}}}}}}},
 				{Matches: prefix("/prefix/one"), Backends: to, Filters: &proxyapi.Filters{
 					Rewrite: &proxyapi.Rewrite{Hostname: "rewritten.example", Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/one"}}}},
+				{Matches: prefix("/strip"), Backends: to, Filters: &proxyapi.Filters{
+					Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: ""}}}},
 				{Matches: prefix("/full"), Backends: to, Filters: &proxyapi.Filters{
 					Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/replaced"}}}},
 				{Matches: prefix("/redirect"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.org", StatusCode: 301},
@@ -132,6 +139,8 @@ func testRouteFilters(t *testing.T) {
 				"/prefix/one":         "path: /one",
 				"/prefix/one/two?q=1": "path: /one/two?q=1",
 				"/full/x":             "path: /replaced",
+				"/strip/a/b":          "path: /a/b",
+				"/strip":              "path: /",
 			} {
 				if _, body := do(path); !strings.Contains(body, want+"\n") && !strings.HasSuffix(body, want) {
 					t.Errorf("GET %s: want %q in\n%s", path, want, body)
@@ -175,7 +184,7 @@ func testRouteFilters(t *testing.T) {
 // (when on) served them itself.
 func expectFastOnly(t *testing.T, h *harness) {
 	t.Helper()
-	if n, m := h.p.stats.handoffs.Load(), h.p.stats.loopHandoffs.Load(); n != 0 || m != 0 {
+	if n, m := h.p.stats.handoffs.total(pathFast), h.p.stats.handoffs.total(pathLoop); n != 0 || m != 0 {
 		t.Errorf("%d connections handed to net/http, %d from the event loop to goroutines: the fast paths left filters to net/http", n, m)
 	}
 	if served := h.p.loops.served.Load(); h.p.EventLoops() > 0 && served != h.p.stats.requests.Load() {
@@ -191,6 +200,10 @@ func TestReplacePrefix(t *testing.T) {
 		{"/prefix/one", "/prefix/one", "/", "/"},
 		{"/prefix/one/", "/prefix/one", "/one/", "/one/"},
 		{"/foo", "/", "/bar", "/bar/foo"},
+		// The Gateway API's own examples of an empty value.
+		{"/foo/bar", "/foo", "", "/bar"},
+		{"/foo/", "/foo", "", "/"},
+		{"/foo", "/foo", "", "/"},
 	} {
 		if got := replacePrefix(tc.path, tc.prefix, tc.value); got != tc.want {
 			t.Errorf("replacePrefix(%q, %q, %q) = %q, want %q", tc.path, tc.prefix, tc.value, got, tc.want)
@@ -292,4 +305,186 @@ func testRedirectKeepsTheConnection(t *testing.T) {
 	if !netHTTPOnly {
 		expectFastOnly(t, h)
 	}
+}
+
+// Every text a filter writes into a head is refused with a control byte
+// in it, naming the field, and the configuration is not served; a value
+// with a horizontal tab (allowed in a field value) is taken.
+func TestFilterControlBytes(t *testing.T) {
+	const rulePath = "routes[0] (default/r).rules[0]"
+	headers := func(h proxyapi.Header) *proxyapi.HeaderModifier {
+		return &proxyapi.HeaderModifier{Set: []proxyapi.Header{h}}
+	}
+	fields := map[string]struct {
+		filters func(s string) *proxyapi.Filters
+		backend bool // the backendRef's filters
+	}{
+		"filters.requestHeaders.set[0].value": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{RequestHeaders: headers(proxyapi.Header{Name: "X-A", Value: "v" + s + "X-Evil: 1"})}
+		}},
+		"filters.requestHeaders.set[0].name": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{RequestHeaders: headers(proxyapi.Header{Name: "X-A" + s + "X-B", Value: "v"})}
+		}},
+		"filters.requestHeaders.add[0].value": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Add: []proxyapi.Header{{Name: "X-A", Value: s}}}}
+		}},
+		"filters.requestHeaders.remove[0]": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Remove: []string{"X-A" + s}}}
+		}},
+		"filters.responseHeaders.set[0].value": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{ResponseHeaders: headers(proxyapi.Header{Name: "X-A", Value: "v" + s})}
+		}},
+		"filters.redirect.hostname": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{Redirect: &proxyapi.Redirect{Hostname: "example.com" + s + "Set-Cookie: a=b"}}
+		}},
+		"filters.redirect.path.value": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{Redirect: &proxyapi.Redirect{Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/x" + s}}}
+		}},
+		"filters.rewrite.hostname": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{Rewrite: &proxyapi.Rewrite{Hostname: "h" + s}}
+		}},
+		"filters.rewrite.path.value": {filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/x" + s + "y"}}}
+		}},
+		"backends[0].filters.responseHeaders.set[0].value": {backend: true, filters: func(s string) *proxyapi.Filters {
+			return &proxyapi.Filters{ResponseHeaders: headers(proxyapi.Header{Name: "X-A", Value: s})}
+		}},
+	}
+	compileRule := func(backend bool, f *proxyapi.Filters) error {
+		rule := proxyapi.RouteRule{Backends: []proxyapi.RouteBackend{{Service: "default/s", Port: 80, Weight: 1}}}
+		if backend {
+			rule.Backends[0].Filters = f
+		} else {
+			rule.Filters = f
+			if f.Redirect != nil {
+				rule.Backends = nil
+			}
+		}
+		_, err := compile(proxyapi.Config{Version: 1, Listen: "127.0.0.1:15001", Mark: testMark,
+			Services: []proxyapi.Service{{Name: "default/s", VIP: "10.96.0.1", Port: 80}},
+			Routes:   []proxyapi.Route{{Name: "default/r", Parents: []proxyapi.ParentRef{{Service: "default/s"}}, Rules: []proxyapi.RouteRule{rule}}},
+		})
+		return err
+	}
+	for field, tc := range fields {
+		for _, bad := range []struct{ s, name string }{{"\r", "CR"}, {"\n", "LF"}, {"\r\n", "CR"}, {"\x00", "NUL"}, {"\x7f", "DEL"}, {"\x1b", "0x1b"}} {
+			t.Run(field+"/"+bad.name, func(t *testing.T) {
+				err := compileRule(tc.backend, tc.filters(bad.s))
+				var ce *ConfigError
+				if !errors.As(err, &ce) || len(ce.Problems) != 1 {
+					t.Fatalf("error %v, want one problem", err)
+				}
+				if want := rulePath + "." + field + ": "; !strings.HasPrefix(ce.Problems[0], want) || !strings.Contains(ce.Problems[0], bad.name) {
+					t.Errorf("problem %q, want one starting %q naming %s", ce.Problems[0], want, bad.name)
+				}
+			})
+		}
+	}
+	t.Run("tab", func(t *testing.T) {
+		for _, f := range []*proxyapi.Filters{
+			{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-A", Value: "a\tb"}}, Add: []proxyapi.Header{{Name: "X-B", Value: "\tc"}}}},
+			{ResponseHeaders: headers(proxyapi.Header{Name: "X-A", Value: "a\tb"})},
+		} {
+			if err := compileRule(false, f); err != nil {
+				t.Errorf("a value with a tab: %v", err)
+			}
+		}
+	})
+}
+
+// A configuration whose filter would write a CR LF into a request is
+// refused, and the one in force keeps serving: the upstream's bytes show
+// the old filter's header and nothing of the refused one, on either path.
+func TestRefusedFilterNeverReachesUpstream(t *testing.T) {
+	onPaths(t, func(t *testing.T) {
+		up := startHeadRecorder(t, "127.0.1.1")
+		withHeader := func(version uint64, value string) proxyapi.Config {
+			return proxyapi.Config{Version: version, Mark: testMark, Endpoints: []proxyapi.Endpoint{{IP: frontend.ip, Identity: frontend.identity, Pod: frontend.pod}},
+				Services: []proxyapi.Service{{Name: "default/echo", VIP: "10.96.0.10", Port: 80,
+					Backends: []proxyapi.Backend{{IP: up.addr.Addr().String(), Port: up.addr.Port(), Pod: "default/raw"}}}},
+				Routes: []proxyapi.Route{{Name: "default/r", Parents: []proxyapi.ParentRef{{Service: "default/echo"}},
+					Rules: []proxyapi.RouteRule{{Backends: []proxyapi.RouteBackend{{Service: "default/echo", Port: 80, Weight: 1}},
+						Filters: &proxyapi.Filters{RequestHeaders: &proxyapi.HeaderModifier{Set: []proxyapi.Header{{Name: "X-Tag", Value: value}}}}}}}},
+			}
+		}
+		h := newHarness(t, withHeader(1, "kept"))
+		bad := withHeader(2, "smuggled\r\nX-Evil: 1")
+		bad.Listen = h.addr
+		var ce *ConfigError
+		if err := h.p.Apply(bad); !errors.As(err, &ce) || !strings.Contains(err.Error(), "requestHeaders.set[0].value") {
+			t.Fatalf("applying a filter with CR LF: %v, want a ConfigError naming requestHeaders.set[0].value", err)
+		}
+		h.dials(frontend, "10.96.0.10:80")
+		if code, body := get(t, h.client(frontend, false), "GET", "http://echo/x", "X-Tag", "client"); code != 200 || body != "ok" {
+			t.Fatalf("got %d %q, want 200 ok", code, body)
+		}
+		heads := up.heads()
+		if len(heads) != 1 {
+			t.Fatalf("upstream got %d requests, want 1", len(heads))
+		}
+		if !strings.Contains(heads[0], "\r\nX-Tag: kept\r\n") || strings.Contains(heads[0], "Evil") || strings.Contains(heads[0], "smuggled") {
+			t.Errorf("upstream got %q, want the version 1 filter's X-Tag: kept and nothing of version 2's", heads[0])
+		}
+		if st := h.p.Status(); st.Version != 1 || !strings.Contains(st.LastConfigError, "control") && !strings.Contains(st.LastConfigError, "CR") {
+			t.Errorf("status: version %d, last error %q; want version 1 in force and the refusal named", st.Version, st.LastConfigError)
+		}
+	})
+}
+
+// headRecorder answers every request head with 200 "ok" and keeps the heads
+// as they came, byte for byte (GET requests only: no body is read).
+type headRecorder struct {
+	addr netip.AddrPort
+	mu   sync.Mutex
+	got  []string
+}
+
+func startHeadRecorder(t *testing.T, ip string) *headRecorder {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	b := &headRecorder{addr: netip.MustParseAddrPort(ln.Addr().String())}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			go b.serve(c)
+		}
+	}()
+	return b
+}
+
+func (b *headRecorder) serve(c net.Conn) {
+	defer c.Close()
+	var buf []byte
+	chunk := make([]byte, 4096)
+	for {
+		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
+			b.mu.Lock()
+			b.got = append(b.got, string(buf[:i+4]))
+			b.mu.Unlock()
+			buf = buf[i+4:]
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+			continue
+		}
+		n, err := c.Read(chunk)
+		if err != nil {
+			return
+		}
+		buf = append(buf, chunk[:n]...)
+	}
+}
+
+func (b *headRecorder) heads() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.got)
 }

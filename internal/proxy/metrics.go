@@ -75,7 +75,7 @@ func newMetrics(p *Proxy) *metrics {
 	m.reg.MustRegister(m.requests, m.duration, m.denied,
 		counter("shunt_proxy_connections_total", "Connections accepted.", p.stats.conns.Load),
 		gauge("shunt_proxy_active_connections", "Client connections open.", func() float64 { return float64(p.stats.active.Load()) }),
-		counter("shunt_proxy_fastpath_handoffs_total", "Client connections the HTTP/1.1 fast path handed to net/http (h2c, upgrades, Expect, chunked request bodies, heads it does not take).", p.stats.handoffs.Load),
+		newHandoffCollector(&p.stats.handoffs),
 		counter("shunt_proxy_original_dst_errors_total", "Connections closed because their original destination was unknown.", p.stats.origDstErrors.Load),
 		counter("shunt_proxy_flows_dropped_total", "Flow records readers of /flows missed because they did not keep up.", p.flows.dropped.Load),
 		counter("shunt_proxy_config_errors_total", "Configurations refused, or in force but not saved.", p.stats.configErrors.Load),

@@ -84,8 +84,7 @@ type Proxy struct {
 type stats struct {
 	conns, origDstErrors, requests, configErrors atomic.Uint64
 	active                                       atomic.Int64
-	handoffs                                     atomic.Uint64 // connections the fast path gave to net/http
-	loopHandoffs                                 atomic.Uint64 // connections the event loops gave to the goroutine path
+	handoffs                                     handoffCounts // connections the fast paths handed on (handoffs.go)
 }
 
 // New returns a proxy with no configuration: it listens once one is

@@ -2,14 +2,17 @@
 // implementation writes on an HTTPRoute or a GRPCRoute attached to Services: one
 // RouteParentStatus per parentRef with two conditions, Accepted (the parent
 // Service exists, has a ClusterIP and the port named) and ResolvedRefs
-// (every backendRef names a port of an existing Service). The lab's API
-// server and the agent on a Kubernetes node both write it.
+// (every backendRef names a port of an existing Service), and
+// PartiallyInvalid while some rules have filter text the proxy will not
+// write (l7.InvalidRules; Accepted is False when every rule has). The
+// lab's API server and the agent on a Kubernetes node both write it.
 package routestatus
 
 import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/shuntnet/shunt/internal/l7"
 	"github.com/shuntnet/shunt/internal/meshroute"
 	"github.com/shuntnet/shunt/internal/model"
 )
@@ -43,6 +47,7 @@ func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayCon
 	rt := mr.HTTPRoute
 	resolved := resolvedRefs(s, rt, now)
 	conflicts := meshroute.Conflicting(meshroute.Routes(s.HTTPRoutes(), s.GRPCRoutes()))
+	invalid, problems := l7.InvalidRules(rt)
 	var st gatewayv1.RouteStatus
 	for i, pr := range rt.Spec.ParentRefs {
 		var conds []metav1.Condition
@@ -55,8 +60,25 @@ func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayCon
 		if why := conflicts.Rejected(mr, i); why != "" && acc.Status == metav1.ConditionTrue {
 			acc.Status, acc.Reason, acc.Message = metav1.ConditionFalse, ReasonRouteConflict, why
 		}
+		partly := acc.Status == metav1.ConditionTrue && len(invalid) > 0 && len(invalid) < len(rt.Spec.Rules)
+		if acc.Status == metav1.ConditionTrue && len(invalid) > 0 && !partly {
+			acc.Status, acc.Reason = metav1.ConditionFalse, string(gatewayv1.RouteReasonUnsupportedValue)
+			acc.Message = "every rule has a filter the proxy will not write into a request or response, its requests are answered 500: " + strings.Join(problems, "; ")
+		}
 		meta.SetStatusCondition(&conds, acc)
 		meta.SetStatusCondition(&conds, resolved)
+		// Set only while True, as the Gateway API asks; the rules are
+		// "dropped": their requests are answered 500.
+		if partly {
+			meta.SetStatusCondition(&conds, metav1.Condition{
+				Type: string(gatewayv1.RouteConditionPartiallyInvalid), Status: metav1.ConditionTrue,
+				Reason: string(gatewayv1.RouteReasonUnsupportedValue), ObservedGeneration: rt.Generation, LastTransitionTime: now,
+				Message: fmt.Sprintf("Dropped Rule(s) %s: a filter the proxy will not write into a request or response, "+
+					"their requests (a backendRef's filter: its share) are answered 500: %s", joinInts(invalid), strings.Join(problems, "; ")),
+			})
+		} else {
+			meta.RemoveStatusCondition(&conds, string(gatewayv1.RouteConditionPartiallyInvalid))
+		}
 		st.Parents = append(st.Parents, gatewayv1.RouteParentStatus{
 			ParentRef: *pr.DeepCopy(), ControllerName: controller, Conditions: conds,
 		})
@@ -144,4 +166,12 @@ func refNamespace(rt *gatewayv1.HTTPRoute, ns *gatewayv1.Namespace) string {
 		return string(*ns)
 	}
 	return rt.Namespace
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
 }

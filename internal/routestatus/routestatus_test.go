@@ -94,3 +94,53 @@ func TestGRPCRouteStatusAndConflict(t *testing.T) {
 		t.Errorf("the HTTPRoute's Accepted: %+v, want True", c)
 	}
 }
+
+// A rule whose filter holds a control byte (the standard CRD allows a CR
+// LF in a header value) is answered 500 by the proxy: the route says so,
+// PartiallyInvalid naming the rule and field while other rules serve,
+// Accepted False (UnsupportedValue) once every rule is; the condition goes
+// when the value is mended.
+func TestInvalidFilterTextStatus(t *testing.T) {
+	s := model.NewStore([]manifest.Object{{Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "echo"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}}})
+	kind := gatewayv1.Kind("Service")
+	header := func(value string) []gatewayv1.HTTPRouteFilter {
+		return []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier,
+			RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{Set: []gatewayv1.HTTPHeader{{Name: "X-Tag", Value: value}}}}}
+	}
+	rt := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "r", Generation: 2},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &kind, Name: "echo"}}},
+			Rules:           []gatewayv1.HTTPRouteRule{{Filters: header("ok")}, {Filters: header("a\r\nX-Evil: 1")}},
+		}}
+	conds := Compute(s, rt, "shunt.io/mesh", metav1.Now()).Parents[0].Conditions
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Accepted with one rule of two invalid: %+v, want True", c)
+	}
+	c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionPartiallyInvalid))
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(gatewayv1.RouteReasonUnsupportedValue) || c.ObservedGeneration != 2 ||
+		!strings.HasPrefix(c.Message, "Dropped Rule(s) 1:") || !strings.Contains(c.Message, "rules[1].filters[0] (RequestHeaderModifier).set[0].value") || !strings.Contains(c.Message, "CR") {
+		t.Errorf("PartiallyInvalid: %+v, want True, UnsupportedValue, Dropped Rule(s) 1 naming the field and the CR", c)
+	}
+
+	rt.Spec.Rules[0].Filters = header("\x00")
+	rt.Status.Parents = []gatewayv1.RouteParentStatus{{ParentRef: rt.Spec.ParentRefs[0], ControllerName: "shunt.io/mesh", Conditions: conds}}
+	conds = Compute(s, rt, "shunt.io/mesh", metav1.Now()).Parents[0].Conditions
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionFalse ||
+		c.Reason != string(gatewayv1.RouteReasonUnsupportedValue) || !strings.Contains(c.Message, "NUL") {
+		t.Errorf("Accepted with every rule invalid: %+v, want False, UnsupportedValue, naming the NUL", c)
+	}
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionPartiallyInvalid)); c != nil {
+		t.Errorf("PartiallyInvalid with every rule invalid: %+v, want none", c)
+	}
+
+	rt.Spec.Rules[0].Filters, rt.Spec.Rules[1].Filters = header("a\tb"), header("fine")
+	rt.Status.Parents[0].Conditions = conds
+	conds = Compute(s, rt, "shunt.io/mesh", metav1.Now()).Parents[0].Conditions
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Accepted once mended: %+v, want True", c)
+	}
+	if c := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionPartiallyInvalid)); c != nil {
+		t.Errorf("PartiallyInvalid once mended: %+v, want none", c)
+	}
+}
