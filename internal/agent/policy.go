@@ -104,8 +104,8 @@ func (c *hostPortProblemsCache) of(store *model.Store, node string) []policy.Pro
 }
 
 // routeProblemsCache holds the problems of the HTTPRoutes and GRPCRoutes
-// of one store: rules whose filter text the proxy will not write
-// (l7.InvalidRules), answered 500.
+// of one store: rules with a match the proxy cannot compile (dropped) or
+// a filter it will not apply (answered 500): l7.InvalidRules.
 type routeProblemsCache struct {
 	mu    sync.Mutex
 	store *model.Store
@@ -119,8 +119,8 @@ func (c *routeProblemsCache) of(store *model.Store) []policy.Problem {
 		c.store, c.out = store, nil
 		for _, mr := range meshroute.Routes(store.HTTPRoutes(), store.GRPCRoutes()) {
 			if rules, problems := l7.InvalidRules(mr.HTTPRoute); len(rules) > 0 {
-				c.out = append(c.out, policy.Problem{Kind: mr.Kind, Namespace: mr.HTTPRoute.Namespace, Name: mr.HTTPRoute.Name, Reason: "InvalidFilterValue",
-					Message: "a filter the proxy will not write into a request or response, its rule answers 500: " + strings.Join(problems, "; ")})
+				c.out = append(c.out, policy.Problem{Kind: mr.Kind, Namespace: mr.HTTPRoute.Namespace, Name: mr.HTTPRoute.Name, Reason: "InvalidRouteRule",
+					Message: "a match the proxy cannot compile (the rule matches nothing) or a filter it will not apply (the rule answers 500): " + strings.Join(problems, "; ")})
 			}
 		}
 	}

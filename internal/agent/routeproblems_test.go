@@ -30,7 +30,7 @@ func TestRouteProblemsNameInvalidFilterText(t *testing.T) {
 		t.Fatalf("problems %+v, want one", got)
 	}
 	p := got[0]
-	if p.Kind != "HTTPRoute" || p.Namespace != "shop" || p.Name != "bad" || p.Reason != "InvalidFilterValue" ||
+	if p.Kind != "HTTPRoute" || p.Namespace != "shop" || p.Name != "bad" || p.Reason != "InvalidRouteRule" ||
 		!strings.Contains(p.Message, "rules[0].filters[0] (ResponseHeaderModifier).add[0].value") || !strings.Contains(p.Message, "LF") {
 		t.Errorf("problem %+v, want HTTPRoute shop/bad naming rules[0].filters[0] (ResponseHeaderModifier).add[0].value and the LF", p)
 	}

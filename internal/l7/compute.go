@@ -195,10 +195,16 @@ func route(mr meshroute.Route, conflicts meshroute.Conflicts, byName map[string]
 		r.Parents = append(r.Parents, parent)
 	}
 	for _, rule := range rt.Spec.Rules {
-		out := proxyapi.RouteRule{Matches: matches(rule.Matches), Filters: filters(rule.Filters, false)}
+		if bad := InvalidMatches(rule.Matches); len(bad) > 0 {
+			r.Rules = append(r.Rules, proxyapi.RouteRule{Dropped: strings.Join(bad, "; ")})
+			continue
+		}
+		out := proxyapi.RouteRule{Matches: matches(rule.Matches)}
+		prefixOnly := out.PrefixOnly()
+		out.Filters = filters(rule.Filters, prefixOnly, false)
 		for _, br := range rule.BackendRefs {
 			b := backend(rt.Namespace, br.BackendRef, byName)
-			b.Filters = filters(br.Filters, true)
+			b.Filters = filters(br.Filters, prefixOnly, true)
 			out.Backends = append(out.Backends, b)
 		}
 		if rule.Timeouts != nil && rule.Timeouts.Request != nil {
@@ -227,18 +233,18 @@ func route(mr meshroute.Route, conflicts meshroute.Conflicts, byName map[string]
 }
 
 // filters turns HTTPRoute filters into the proxy's form (nil: none). A
-// filter type the proxy does not implement is named in Unsupported; on a
-// backendRef (backendRef), so are redirects and rewrites, which the CRD
-// allows there and the proxy applies only as a rule's. A filter whose
-// text the proxy will not write into a head (InvalidFilterText) is named
-// there too, with nothing of the filters kept: the rule (or the
+// filter type the proxy does not implement is named in Unsupported. A
+// filter the proxy will not apply (InvalidFilters: text it will not write
+// into a head, a relative path...)
+// is named there too, with nothing of the filters kept: the rule (or the
 // backendRef's share) is answered 500, rather than the proxy refusing the
-// node's whole configuration.
-func filters(in []gatewayv1.HTTPRouteFilter, backendRef bool) *proxyapi.Filters {
+// node's whole configuration. prefixOnly: every match of the rule is a
+// PathPrefix (ReplacePrefixMatch needs it).
+func filters(in []gatewayv1.HTTPRouteFilter, prefixOnly, backendRef bool) *proxyapi.Filters {
 	if len(in) == 0 {
 		return nil
 	}
-	if invalid := InvalidFilterText(in); len(invalid) > 0 {
+	if invalid := InvalidFilters(in, prefixOnly); len(invalid) > 0 {
 		return &proxyapi.Filters{Unsupported: strings.Join(invalid, "; ")}
 	}
 	out := &proxyapi.Filters{}
@@ -283,12 +289,17 @@ func filters(in []gatewayv1.HTTPRouteFilter, backendRef bool) *proxyapi.Filters 
 	return out
 }
 
-// InvalidFilterText names the fields of filters whose text the proxy
-// will not write into a head (proxyapi.Filters.TextProblems: a header
-// name that is not a token, a control byte in a value, hostname or path),
-// as "filters[1] (RequestHeaderModifier).set[0].value: ...". The Gateway
-// API's standard CRD lets a header value or a path hold a CR or LF.
-func InvalidFilterText(in []gatewayv1.HTTPRouteFilter) []string {
+// InvalidFilters names the fields of filters the proxy will not apply
+// (proxyapi.Filters.Problems: a header name that is not a token, a control
+// byte in a value, hostname or path, a path that is not absolute,
+// ReplacePrefixMatch without PathPrefix matches (prefixOnly false)), as
+// "filters[1]
+// (RequestHeaderModifier).set[0].value: ...". The Gateway API's standard
+// CRD lets a header value or a path hold a CR or LF, and a full path be
+// relative. A redirect or rewrite on a backendRef is not invalid: the
+// Gateway API leaves it to implementations, and filters names it as one
+// shunt's proxy does not implement.
+func InvalidFilters(in []gatewayv1.HTTPRouteFilter, prefixOnly bool) []string {
 	var out []string
 	for i, f := range in {
 		var one proxyapi.Filters // this filter alone, in the proxy's form
@@ -300,38 +311,61 @@ func InvalidFilterText(in []gatewayv1.HTTPRouteFilter) []string {
 			one.ResponseHeaders = headerModifier(f.ResponseHeaderModifier)
 		case f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil:
 			path = pathModifier(f.RequestRedirect.Path)
-			one.Redirect = &proxyapi.Redirect{Path: path, Hostname: string(deref(f.RequestRedirect.Hostname))}
+			one.Redirect = &proxyapi.Redirect{Path: path, Hostname: string(deref(f.RequestRedirect.Hostname)),
+				Scheme: deref(f.RequestRedirect.Scheme), StatusCode: deref(f.RequestRedirect.StatusCode)}
 		case f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
 			path = pathModifier(f.URLRewrite.Path)
 			one.Rewrite = &proxyapi.Rewrite{Path: path, Hostname: string(deref(f.URLRewrite.Hostname))}
 		}
-		for _, p := range one.TextProblems() {
-			// The proxy's field less its first part ("requestHeaders"),
-			// which the filter's type names.
+		for _, p := range one.Problems(prefixOnly, false) {
+			// The proxy's field less its first part ("requestHeaders",
+			// "redirect"), which the filter's type names.
 			_, field, _ := strings.Cut(p.Field, ".")
 			if field == "path.value" && path.Type != "" { // the HTTPRoute's field is named for the type
 				field = "path." + strings.ToLower(path.Type[:1]) + path.Type[1:]
 			}
-			out = append(out, fmt.Sprintf("filters[%d] (%s).%s: %s", i, f.Type, field, p.Message))
+			if field != "" {
+				field = "." + field
+			}
+			out = append(out, fmt.Sprintf("filters[%d] (%s)%s: %s", i, f.Type, field, p.Message))
+		}
+	}
+	return out
+}
+
+// InvalidMatches names the fields of matches the proxy cannot match
+// requests with (proxyapi.Match.Problems: a regular expression RE2 does
+// not compile, which the CRD leaves to implementations, a relative path),
+// as "matches[0].path.value: ...": their rule is dropped.
+func InvalidMatches(in []gatewayv1.HTTPRouteMatch) []string {
+	var out []string
+	for i, m := range matches(in) {
+		for _, p := range m.Problems() {
+			out = append(out, fmt.Sprintf("matches[%d].%s: %s", i, p.Field, p.Message))
 		}
 	}
 	return out
 }
 
 // InvalidRules names the rules of rt (an HTTPRoute, or a GRPCRoute in
-// HTTPRoute form) that hold filter text the proxy will not write
-// (InvalidFilterText): a rule's own filters make its requests answer 500,
-// a backendRef's its share of them. rules are their indexes; problems one
-// line each, "rules[1].filters[0] (RequestHeaderModifier).set[0].value: ...".
-// The route's status and the agent's object problems report them.
+// HTTPRoute form) the proxy cannot apply as written: a match it cannot
+// compile drops the rule (it matches nothing); a filter it will not apply
+// (InvalidFilters) makes its requests answered 500, a backendRef's its
+// share of them. rules are their indexes; problems one line each,
+// "rules[1].filters[0] (RequestHeaderModifier).set[0].value: ...". The
+// route's status and the agent's object problems report them.
 func InvalidRules(rt *gatewayv1.HTTPRoute) (rules []int, problems []string) {
 	for i, rule := range rt.Spec.Rules {
 		var ps []string
-		for _, p := range InvalidFilterText(rule.Filters) {
+		for _, p := range InvalidMatches(rule.Matches) {
+			ps = append(ps, fmt.Sprintf("rules[%d].%s", i, p))
+		}
+		prefixOnly := proxyapi.RouteRule{Matches: matches(rule.Matches)}.PrefixOnly()
+		for _, p := range InvalidFilters(rule.Filters, prefixOnly) {
 			ps = append(ps, fmt.Sprintf("rules[%d].%s", i, p))
 		}
 		for j, b := range rule.BackendRefs {
-			for _, p := range InvalidFilterText(b.Filters) {
+			for _, p := range InvalidFilters(b.Filters, prefixOnly) {
 				ps = append(ps, fmt.Sprintf("rules[%d].backendRefs[%d].%s", i, j, p))
 			}
 		}

@@ -320,3 +320,77 @@ func TestRouteFilterControlBytes(t *testing.T) {
 		}
 	}
 }
+
+// Values the Gateway API's CRD lets through but the proxy cannot apply (a
+// regular expression RE2 does not compile, a relative full path) must
+// not reach the proxy as they are: it would
+// refuse the node's whole configuration, freezing every route of the node
+// on its last good one. A rule with such a match is dropped (it keeps its
+// index, so the next rules keep theirs); one with such a filter answers
+// 500; InvalidRules names both for the route's status.
+func TestRouteValuesTheProxyRefuses(t *testing.T) {
+	svcKind := gatewayv1.Kind("Service")
+	ptr := func(s string) *string { return &s }
+	regex := gatewayv1.PathMatchRegularExpression
+	headerRegex := gatewayv1.HeaderMatchRegularExpression
+	rt := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &svcKind, Name: "echo"}}},
+			Rules: []gatewayv1.HTTPRouteRule{
+				{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &regex, Value: ptr("/api/(v1")}}}},
+				{Matches: []gatewayv1.HTTPRouteMatch{{}, {Headers: []gatewayv1.HTTPHeaderMatch{{Type: &headerRegex, Name: "X-V", Value: "[a-"}}}}},
+				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterURLRewrite, URLRewrite: &gatewayv1.HTTPURLRewriteFilter{
+					Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: ptr("v2/api")}}}}},
+				{BackendRefs: []gatewayv1.HTTPBackendRef{{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect,
+					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Hostname: (*gatewayv1.PreciseHostname)(ptr("elsewhere"))}}}}}},
+				{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &regex, Value: ptr("/api/v[0-9]+")}}}},
+			},
+		},
+	}
+	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, map[string][]services.Port{})
+	if len(got.Rules) != 5 {
+		t.Fatalf("%d rules, want 5 (a dropped rule keeps its place)", len(got.Rules))
+	}
+	for i, want := range []string{
+		`matches[0].path.value: "/api/(v1" is not an RE2 regular expression`,
+		`matches[1].headers[0].value: "[a-" is not an RE2 regular expression`,
+	} {
+		if r := got.Rules[i]; !strings.HasPrefix(r.Dropped, want) || r.Matches != nil {
+			t.Errorf("rule %d: %+v, want dropped, no matches, saying %q", i, r, want)
+		}
+	}
+	if f := got.Rules[2].Filters; f == nil || !strings.HasPrefix(f.Unsupported, `filters[0] (URLRewrite).path.replaceFullPath: "v2/api" must start with /`) || f.Rewrite != nil {
+		t.Errorf("rule 2 (relative full path): filters %+v, want only Unsupported naming the path", f)
+	}
+	if f := got.Rules[3].Backends[0].Filters; f == nil || f.Unsupported != "filter RequestRedirect (on a backendRef) is not implemented by shunt's proxy" || f.Redirect != nil {
+		t.Errorf("rule 3 (a redirect on a backendRef): filters %+v, want only Unsupported naming it", f)
+	}
+	if r := got.Rules[4]; r.Dropped != "" || len(r.Matches) != 1 || r.Matches[0].Path.Value != "/api/v[0-9]+" {
+		t.Errorf("rule 4 (a good regular expression): %+v, want kept", r)
+	}
+	// What reaches the proxy is what it accepts.
+	for i, rule := range got.Rules {
+		if rule.Dropped != "" {
+			continue
+		}
+		for _, m := range rule.Matches {
+			if p := m.Problems(); len(p) > 0 {
+				t.Errorf("rule %d: the proxy would refuse its match: %v", i, p)
+			}
+		}
+		if p := rule.Filters.Problems(rule.PrefixOnly(), false); len(p) > 0 {
+			t.Errorf("rule %d: the proxy would refuse its filters: %v", i, p)
+		}
+		for _, b := range rule.Backends {
+			if p := b.Filters.Problems(rule.PrefixOnly(), true); len(p) > 0 {
+				t.Errorf("rule %d: the proxy would refuse a backendRef's filters: %v", i, p)
+			}
+		}
+	}
+	rules, problems := InvalidRules(rt)
+	if !reflect.DeepEqual(rules, []int{0, 1, 2}) || len(problems) != 3 || !strings.HasPrefix(problems[0], "rules[0].matches[0].path.value:") ||
+		!strings.HasPrefix(problems[2], "rules[2].filters[0] (URLRewrite).path.replaceFullPath:") {
+		t.Errorf("InvalidRules: %v %q, want rules 0-2 named (a backendRef's redirect is not implemented, not invalid)", rules, problems)
+	}
+}

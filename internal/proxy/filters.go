@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -22,57 +21,14 @@ import (
 // reasonUnsupportedFilter: the rule has a filter the proxy cannot apply.
 const reasonUnsupportedFilter = "route-filter-unsupported"
 
-// redirectCodes are the statuses HTTPRequestRedirectFilter allows.
-var redirectCodes = []int{301, 302, 303, 307, 308}
-
-// compileFilters checks filters (nil: none); prefixOnly says whether every
+// compileFilters checks filters (nil: none) with proxyapi's
+// Filters.Problems, which the agent asks too; prefixOnly says whether every
 // match of the rule is a PathPrefix, which ReplacePrefixMatch needs.
 func compileFilters(errs *problems, field string, f *proxyapi.Filters, prefixOnly, backendRef bool) bool {
-	if f == nil {
-		return true
-	}
 	ok := true
-	if backendRef && (f.Redirect != nil || f.Rewrite != nil) {
-		errs.add(field, "a backendRef takes header modifiers only")
-		ok = false
-	}
-	// Header names, values, hostnames and paths are written into heads
-	// (headedit.go, the Location): a CR or LF in one would split a header.
-	for _, p := range f.TextProblems() {
+	for _, p := range f.Problems(prefixOnly, backendRef) {
 		errs.add(field+"."+p.Field, "%s", p.Message)
 		ok = false
-	}
-	path := func(pf string, p *proxyapi.PathModifier) {
-		switch {
-		case p == nil:
-		case p.Type == proxyapi.ReplaceFullPath, p.Type == proxyapi.ReplacePrefixMatch && prefixOnly:
-			// An empty ReplacePrefixMatch takes the prefix away, as the
-			// Gateway API's table has it ("/foo/bar" with "/foo": "/bar").
-			if !strings.HasPrefix(p.Value, "/") && !(p.Type == proxyapi.ReplacePrefixMatch && p.Value == "") {
-				errs.add(pf+".value", "%q must start with /", p.Value)
-				ok = false
-			}
-		case p.Type == proxyapi.ReplacePrefixMatch:
-			errs.add(pf+".type", "ReplacePrefixMatch needs every match of the rule to be a PathPrefix")
-			ok = false
-		default:
-			errs.add(pf+".type", "%q: use ReplaceFullPath or ReplacePrefixMatch", p.Type)
-			ok = false
-		}
-	}
-	if rd := f.Redirect; rd != nil {
-		if rd.Scheme != "" && rd.Scheme != "http" && rd.Scheme != "https" {
-			errs.add(field+".redirect.scheme", "%q: use http or https", rd.Scheme)
-			ok = false
-		}
-		if rd.StatusCode != 0 && !slices.Contains(redirectCodes, rd.StatusCode) {
-			errs.add(field+".redirect.statusCode", "%d: use one of %v", rd.StatusCode, redirectCodes)
-			ok = false
-		}
-		path(field+".redirect.path", rd.Path)
-	}
-	if rw := f.Rewrite; rw != nil {
-		path(field+".rewrite.path", rw.Path)
 	}
 	return ok
 }

@@ -91,6 +91,9 @@ func (t *table) compileRoutes(errs *problems) {
 			}
 		}
 		for j, rr := range r.Rules {
+			if rr.Dropped != "" {
+				continue // its place kept: the next rules keep their indexes
+			}
 			rl := t.compileRule(errs, fmt.Sprintf("%s.rules[%d]", field, j), r.Name, j, rr)
 			matches := rr.Matches
 			if len(matches) == 0 { // the Gateway API's default: every request
@@ -128,9 +131,7 @@ func (t *table) compileRule(errs *problems, field, route string, index int, rr p
 	var fast bool
 	rl.edits, fast = foldFilters(rr.Filters, nil)
 	rl.slowFilters = !fast
-	prefixOnly := !slices.ContainsFunc(rr.Matches, func(m proxyapi.Match) bool {
-		return m.Path != nil && m.Path.Type != proxyapi.MatchPathPrefix
-	})
+	prefixOnly := rr.PrefixOnly()
 	ok := compileFilters(errs, field+".filters", rr.Filters, prefixOnly, false)
 	if rl.timeout < 0 {
 		errs.add(field+".timeout", "%s is negative", rl.timeout)
@@ -183,84 +184,45 @@ func (t *table) compileRule(errs *problems, field, route string, index int, rr p
 }
 
 func compileMatch(errs *problems, field string, m proxyapi.Match) (*matchEntry, bool) {
+	problems := m.Problems()
+	for _, p := range problems {
+		errs.add(field+"."+p.Field, "%s", p.Message)
+	}
+	if len(problems) > 0 {
+		return nil, false
+	}
 	e := &matchEntry{pathType: proxyapi.MatchPathPrefix, path: "/", method: m.Method}
-	ok := true
 	if p := m.Path; p != nil {
 		e.pathType, e.path = p.Type, p.Value
 		switch p.Type {
-		case proxyapi.MatchExact, proxyapi.MatchPathPrefix:
-			if !strings.HasPrefix(p.Value, "/") {
-				errs.add(field+".path.value", "%q must start with /", p.Value)
-				ok = false
-			}
-			if p.Type == proxyapi.MatchPathPrefix && len(p.Value) > 1 {
+		case proxyapi.MatchPathPrefix:
+			if len(p.Value) > 1 {
 				e.path = strings.TrimSuffix(p.Value, "/") // "/foo/" and "/foo" are the same prefix
 			}
 		case proxyapi.MatchRegularExpr:
-			re, err := anchored(p.Value)
-			if err != nil {
-				errs.add(field+".path.value", "%q is not an RE2 regular expression: %v", p.Value, err)
-				ok = false
-			}
-			e.pathRegex = re
-		default:
-			errs.add(field+".path.type", "%q: use Exact, PathPrefix or RegularExpression", p.Type)
-			ok = false
+			e.pathRegex, _ = proxyapi.Anchored(p.Value) // Problems compiled it
 		}
 	}
-	if m.Method != "" && !isToken(m.Method) {
-		errs.add(field+".method", "%q is not an HTTP method", m.Method)
-		ok = false
-	}
-	var good bool
-	if e.headers, good = compileValues(errs, field+".headers", m.Headers, http.CanonicalHeaderKey); !good {
-		ok = false
-	}
-	if e.query, good = compileValues(errs, field+".queryParams", m.Query, func(s string) string { return s }); !good {
-		ok = false
-	}
-	return e, ok
+	e.headers = compileValues(m.Headers, http.CanonicalHeaderKey)
+	e.query = compileValues(m.Query, func(s string) string { return s })
+	return e, true
 }
 
-// compileValues compiles header or query matches. Only the first of
-// several matches on one name counts, as the Gateway API says.
-func compileValues(errs *problems, field string, in []proxyapi.HeaderMatch, canonical func(string) string) ([]valueMatch, bool) {
+// compileValues compiles header or query matches Match.Problems found
+// nothing wrong with. Only the first of several matches on one name
+// counts, as the Gateway API says.
+func compileValues(in []proxyapi.HeaderMatch, canonical func(string) string) []valueMatch {
 	var out []valueMatch
-	ok := true
-	for i, h := range in {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if h.Name == "" {
-			errs.add(f+".name", "required")
-			ok = false
-			continue
-		}
+	for _, h := range in {
 		v := valueMatch{name: canonical(h.Name), value: h.Value}
-		switch h.Type {
-		case "", proxyapi.MatchExact:
-		case proxyapi.MatchRegularExpr:
-			re, err := anchored(h.Value)
-			if err != nil {
-				errs.add(f+".value", "%q is not an RE2 regular expression: %v", h.Value, err)
-				ok = false
-			}
-			v.regex = re
-		default:
-			errs.add(f+".type", "%q: use Exact or RegularExpression", h.Type)
-			ok = false
+		if h.Type == proxyapi.MatchRegularExpr {
+			v.regex, _ = proxyapi.Anchored(h.Value)
 		}
 		if !slices.ContainsFunc(out, func(o valueMatch) bool { return o.name == v.name }) {
 			out = append(out, v)
 		}
 	}
-	return out, ok
-}
-
-// anchored compiles a regular expression that must match the whole value.
-func anchored(expr string) (*regexp.Regexp, error) {
-	if _, err := regexp.Compile(expr); err != nil {
-		return nil, err // the error quotes the expression as given
-	}
-	return regexp.Compile(`^(?:` + expr + `)$`)
+	return out
 }
 
 func isToken(s string) bool {

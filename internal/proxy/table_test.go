@@ -40,6 +40,12 @@ func TestRoutePrecedence(t *testing.T) {
 			}},
 			{Name: "default/other", Created: t0.Add(-time.Hour), Parents: []proxyapi.ParentRef{{Service: "default/web", Port: 8080}},
 				Rules: []proxyapi.RouteRule{rule(proxyapi.Match{})}}, // another port: not attached
+			// A rule the agent dropped (no matches: were it compiled, it
+			// would take every request) keeps its index.
+			{Name: "default/d", Created: t0.Add(2 * time.Hour), Parents: parent, Rules: []proxyapi.RouteRule{
+				{Dropped: `matches[0].path.value: "(" is not an RE2 regular expression`},
+				rule(proxyapi.Match{Path: prefix("/after-dropped")}),
+			}},
 		},
 	}
 	tb, err := compile(cfg)
@@ -65,7 +71,8 @@ func TestRoutePrecedence(t *testing.T) {
 		{"GET", "/host/x", []string{"Host", "web.example"}, "default/b[4]"}, // Host is a header to routes
 		{"GET", "/host/x", []string{"Host", "other.example"}, ""},           //
 		{"GET", "/apix", nil, ""},                                           // prefixes match whole path elements
-		{"GET", "/", nil, ""},                                               // no catch-all: 404
+		{"GET", "/", nil, ""},                                               // no catch-all: 404 (the dropped rule matches nothing)
+		{"GET", "/after-dropped", nil, "default/d[1]"},                      // the rule after a dropped one keeps its index
 	} {
 		r := httptest.NewRequest(c.method, c.url, nil)
 		for i := 0; i+1 < len(c.header); i += 2 {

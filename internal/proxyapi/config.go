@@ -146,6 +146,10 @@ type RouteRule struct {
 	// Filters change the request and its response, or answer it with a
 	// redirect (nil: none).
 	Filters *Filters `json:"filters,omitempty"`
+	// Dropped says why the rule matches no request: the agent found a
+	// match it cannot compile (Match.Problems). It keeps its place, so
+	// the rules after it keep their indexes.
+	Dropped string `json:"dropped,omitempty"`
 }
 
 // Filters are the Gateway API's HTTPRoute filters the proxy applies: a

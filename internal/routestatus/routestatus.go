@@ -3,8 +3,8 @@
 // RouteParentStatus per parentRef with two conditions, Accepted (the parent
 // Service exists, has a ClusterIP and the port named) and ResolvedRefs
 // (every backendRef names a port of an existing Service), and
-// PartiallyInvalid while some rules have filter text the proxy will not
-// write (l7.InvalidRules; Accepted is False when every rule has). The
+// PartiallyInvalid while some rules hold a match or a filter the proxy
+// cannot apply (l7.InvalidRules; Accepted is False when every rule does). The
 // lab's API server and the agent on a Kubernetes node both write it.
 package routestatus
 
@@ -63,7 +63,7 @@ func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayCon
 		partly := acc.Status == metav1.ConditionTrue && len(invalid) > 0 && len(invalid) < len(rt.Spec.Rules)
 		if acc.Status == metav1.ConditionTrue && len(invalid) > 0 && !partly {
 			acc.Status, acc.Reason = metav1.ConditionFalse, string(gatewayv1.RouteReasonUnsupportedValue)
-			acc.Message = "every rule has a filter the proxy will not write into a request or response, its requests are answered 500: " + strings.Join(problems, "; ")
+			acc.Message = "every rule has a match the proxy cannot compile (the rule matches nothing) or a filter it will not apply (its requests are answered 500): " + strings.Join(problems, "; ")
 		}
 		meta.SetStatusCondition(&conds, acc)
 		meta.SetStatusCondition(&conds, resolved)
@@ -73,8 +73,8 @@ func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayCon
 			meta.SetStatusCondition(&conds, metav1.Condition{
 				Type: string(gatewayv1.RouteConditionPartiallyInvalid), Status: metav1.ConditionTrue,
 				Reason: string(gatewayv1.RouteReasonUnsupportedValue), ObservedGeneration: rt.Generation, LastTransitionTime: now,
-				Message: fmt.Sprintf("Dropped Rule(s) %s: a filter the proxy will not write into a request or response, "+
-					"their requests (a backendRef's filter: its share) are answered 500: %s", joinInts(invalid), strings.Join(problems, "; ")),
+				Message: fmt.Sprintf("Dropped Rule(s) %s: a match the proxy cannot compile (the rule matches nothing) or a filter it "+
+					"will not apply (the rule's requests, a backendRef's filter: its share, are answered 500): %s", joinInts(invalid), strings.Join(problems, "; ")),
 			})
 		} else {
 			meta.RemoveStatusCondition(&conds, string(gatewayv1.RouteConditionPartiallyInvalid))
