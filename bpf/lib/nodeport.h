@@ -778,20 +778,28 @@ static __always_inline int nodeport_dsr_error(struct __sk_buff *skb, struct pkt 
  * ingress policy as the client, whose address it keeps. An ICMP error
  * about such a flow's reply is translated for the backend
  * (nodeport_dsr_error). Returns -1 when
- * the packet is no DSR packet for this node, else the verdict. Only an
- * outside client's flow comes this way: an inner source that is a pod or
- * a node of the cluster is dropped as spoofed (the underlay is trusted as
- * with native routing, lib/native.h). */
+ * the packet is no DSR packet for this node, else the verdict. Only a
+ * node of the cluster sends DSR packets: another outer source is dropped
+ * as dsr-unknown-node (lib/dsr.h). Only an outside client's flow comes
+ * this way: an inner source that is a pod or a node of the cluster is
+ * dropped as spoofed. */
 static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volatile struct shunt_config *cfg)
 {
 	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK, .src_identity = SHUNT_ID_WORLD };
-	__u32 svc_addr = 0;
+	__u32 svc_addr = 0, outer_src = 0;
 	__u16 svc_port = 0;
 	int verdict;
-	int r = dsr_decap(skb, cfg, &svc_addr, &svc_port);
+	int r = dsr_decap(skb, cfg, &svc_addr, &svc_port, &outer_src);
 
 	if (r == 0)
 		return -1;
+	if (r == DSR_DECAP_UNKNOWN_NODE) {
+		/* Seen as what arrived: the stranger's IPIP to this node. */
+		p.f.saddr = outer_src;
+		p.f.daddr = cfg->nodeport_dsr_ip4;
+		p.f.proto = IPPROTO_IPIP;
+		return drop(skb, &p, SHUNT_REASON_DSR_UNKNOWN_NODE);
+	}
 	if (r < 0)
 		return drop(skb, &p, r == DSR_DECAP_GSO_UNSUPPORTED ? SHUNT_REASON_DSR_GSO_DECAP : SHUNT_REASON_INVALID_PACKET);
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -65,6 +66,10 @@ func dsrNodeRouted(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fall
 	fromOutsideGSO func(pkt []byte, gsoSize uint32) (uint32, []byte), fromOutside, fromPod func([]byte) (uint32, []byte)) {
 	d, ns, uplink := nodePortTestNodeRouted(t, 0, mode, fallbacks, tunnel)
 	syncNodePortPods(t, d)
+	// The other node is a node of the cluster: its DSR packets are taken.
+	if err := d.SyncDSRNodes([]netip.Addr{npOtherNode}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := d.SyncServices(dsrTestPorts()); err != nil {
 		t.Fatal(err)
 	}
@@ -552,6 +557,97 @@ func TestNodePortDSRICMPErrorFromOutside(t *testing.T) {
 				t.Errorf("an error about no flow of this node: verdict %d, want drop", ret)
 			}
 			counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 2, "dsr-decap/from-uplink": 2})
+		})
+	}
+}
+
+// TestNodePortDSRUnknownNode: DSR's IPIP is taken only from a node of the
+// cluster (shunt_dsr_nodes). With native routing and with the overlay:
+// the other node's packet is decapsulated and delivered as before; the
+// same packet from a host of the underlay that is no node is dropped as
+// dsr-unknown-node, counted, its flow naming the stranger's IPIP to this
+// node, and nothing of it reaches the pod or shunt_nodeport_nat. A node
+// that leaves the cluster is a stranger from then on; the map is in `map
+// dump`, and the drift check finds and repairs an entry removed or added
+// behind the agent's back.
+func TestNodePortDSRUnknownNode(t *testing.T) {
+	stranger := netip.MustParseAddr("192.0.2.77")
+	for _, c := range []struct {
+		routing string
+		tunnel  bool
+	}{{"native", false}, {"overlay", true}} {
+		t.Run(c.routing, func(t *testing.T) {
+			d, _, fromOutside, _ := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, c.tunnel)
+			flows := flowReader(t, d)
+			before := counts(t, d)
+			syn := func(cport uint16) []byte {
+				return packet(npClient, npLocalPod, 6, tcpSegment(cport, 8080, tcpSYN))
+			}
+			in := dsrPacket(npOtherNode, npNode, npLB, 80, syn(40081))
+			if ret, out := fromOutside(in); ret != tcActRedirect || len(out) != len(in)-dsrOuterLen {
+				t.Fatalf("from node %s: verdict %d, %d bytes; want redirect into the pod, %d bytes", npOtherNode, ret, len(out), len(in)-dsrOuterLen)
+			}
+			replies, _ := nodePortEntries(t, d)
+			if ret, _ := fromOutside(dsrPacket(stranger, npNode, npLB, 80, syn(40082))); ret != tcActShot {
+				t.Errorf("from %s, no node: verdict %d, want drop", stranger, ret)
+			}
+			if r, _ := nodePortEntries(t, d); r != replies {
+				t.Errorf("the stranger's packet was recorded: %d reply entries, had %d", r, replies)
+			}
+			var saw bool
+			for _, f := range flows() {
+				if f.Reason == "dsr-unknown-node" {
+					saw = true
+					if f.Verdict != "DROPPED" || f.Src != stranger || f.Dst != npNode || f.Proto != 4 || f.Point != "from-uplink" {
+						t.Errorf("flow %+v: want DROPPED, IPIP from %s to %s at from-uplink", f, stranger, npNode)
+					}
+				}
+			}
+			if !saw {
+				t.Error("no flow names dsr-unknown-node")
+			}
+
+			rows, err := d.DumpMap("shunt_dsr_nodes", false)
+			if err != nil || len(rows) != 1 || rows[0]["node"] != npOtherNode.String() {
+				t.Errorf("map dump shunt_dsr_nodes: %v, %v; want one row, node %s", rows, err, npOtherNode)
+			}
+
+			// Drift: an entry deleted and one added behind the agent's
+			// back are found and repaired.
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(d.uplink.ShuntDsrNodes.Delete(uplinktcDsrNodeKey{Addr: be32(npOtherNode)}))
+			must(d.uplink.ShuntDsrNodes.Put(uplinktcDsrNodeKey{Addr: be32(stranger)}, uplinktcDsrNodeValue{}))
+			r, err := d.VerifyMaps(true)
+			must(err)
+			var found []string
+			for _, e := range r.Entries {
+				if e.Map == "shunt_dsr_nodes" {
+					found = append(found, e.Key+" | "+e.Expected+" | "+e.Found)
+				}
+			}
+			if want := []string{npOtherNode.String() + " | node | ", stranger.String() + " |  | node"}; !slices.Equal(found, want) ||
+				r.Checked["shunt_dsr_nodes"] != 1 || r.Repaired["shunt_dsr_nodes"] != 2 {
+				t.Errorf("drift of shunt_dsr_nodes: %q, checked %d, repaired %d; want %q, 1, 2", found, r.Checked["shunt_dsr_nodes"],
+					r.Repaired["shunt_dsr_nodes"], want)
+			}
+			if ret, _ := fromOutside(dsrPacket(stranger, npNode, npLB, 80, syn(40083))); ret != tcActShot {
+				t.Errorf("after the repair, from %s: verdict %d, want drop", stranger, ret)
+			}
+			if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, syn(40084))); ret != tcActRedirect {
+				t.Errorf("after the repair, from node %s: verdict %d, want redirect", npOtherNode, ret)
+			}
+
+			// The other node leaves the cluster.
+			must(d.SyncDSRNodes(nil))
+			if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, syn(40085))); ret != tcActShot {
+				t.Errorf("from %s once it is no node: verdict %d, want drop", npOtherNode, ret)
+			}
+			counterDelta(t, d, before, map[string]uint64{"dsr-decap/from-uplink": 2, "dsr-unknown-node/from-uplink": 3})
 		})
 	}
 }

@@ -143,6 +143,7 @@ func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOp
 		return err
 	}
 	d.masqExclude = mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue]{m: d.uplink.ShuntMasqExclude, name: "shunt_masq_exclude"}
+	d.dsrNodes = mirroredMap[uplinktcDsrNodeKey, uplinktcDsrNodeValue]{m: d.uplink.ShuntDsrNodes, name: "shunt_dsr_nodes"}
 	return nil
 }
 
