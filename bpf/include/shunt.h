@@ -280,7 +280,9 @@ enum shunt_reason {
 					   * (lib/arp.h) */
 	SHUNT_REASON_FRAG_NEEDED = 41,    /* answered with ICMP fragmentation needed: the packet does not fit the
 					   * tunnel (DF set; a GSO packet: its segments do not), so it is not sent
-					   * (lib/encap.h) */
+					   * (lib/encap.h), or DSR's room (lib/dsr.h); or a router's fragmentation
+					   * needed about a DSR packet between the nodes, sent on to the client with
+					   * the MTU less DSR's header (dsr_path_error) */
 	SHUNT_REASON_PROXY_IDENTITY = 42, /* the node proxy's connection to another node's pod: the VNI carries the
 					   * identity of the client the proxy acts for (its socket mark), not the
 					   * remote-node identity of the node's other traffic */

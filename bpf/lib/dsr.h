@@ -40,6 +40,13 @@
  * leave the backend's node by its uplink, as with native routing: a
  * client outside is no pod of any node, so the overlay never takes them.
  *
+ * A router between the nodes that cannot carry a DSR packet answers the
+ * ingress node (the outer source) with fragmentation needed quoting the
+ * IPIP packet: the ingress node sends the client fragmentation needed
+ * from the service, naming that MTU less the 28 bytes, about the client's
+ * packet as it sent it (lib/nodeport.h: dsr_path_error), so the client's
+ * path MTU covers the way between the nodes too.
+ *
  * An ICMP error a router sends about a reply (fragmentation needed on
  * the way to the client) is addressed to the service address, so it
  * reaches the ingress node, which holds the flow's client entry: it goes

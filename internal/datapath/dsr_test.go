@@ -651,3 +651,99 @@ func TestNodePortDSRUnknownNode(t *testing.T) {
 		})
 	}
 }
+
+// TestNodePortDSRPathError: a router between the nodes that cannot carry
+// one of the ingress node's DSR packets answers it with fragmentation
+// needed to the ingress node's underlay address, quoting the IPIP packet
+// (outer header with the option, then the client's packet as translated,
+// as a Linux router quotes: the whole packet up to 576 bytes). The
+// ingress node turns it into the error the client needs: from the
+// service address the client dialled to the client, the MTU less the 28
+// bytes of DSR's outer header, quoting the client's packet as it sent it
+// (to the service address and port, its own TTL), every checksum right,
+// routed to the client, counted and seen (every packet's flows) as
+// frag-needed. An error that
+// names no MTU, quotes too little to find the flow, or is about no flow
+// this node sends by DSR goes on as before (the node's stack). With
+// native routing and with the overlay.
+func TestNodePortDSRPathError(t *testing.T) {
+	router := netip.MustParseAddr("192.0.2.254")
+	for _, tunnel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "native", true: "overlay"}[tunnel], func(t *testing.T) {
+			d, _, fromOutside, _ := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, tunnel)
+			// A load balancer address with its backend on the other
+			// node: the error's source is the service, not this node.
+			remoteLB := services.Port{Frontend: services.Frontend{VIP: npLB, Port: 81, Proto: 6}, Kind: services.KindLoadBalancer,
+				Name: "lb-remote", Backends: []services.Backend{{IP: npRemotePod, Port: 8080}}}
+			if _, err := d.SyncServices(append(dsrTestPorts(), remoteLB)); err != nil {
+				t.Fatal(err)
+			}
+			flows := flowReader(t, d)
+			// A translated error is a packet of its flow, seen when
+			// every packet is.
+			if err := d.SetFlowMode(FlowModeAll); err != nil {
+				t.Fatal(err)
+			}
+			before := counts(t, d)
+
+			syn := withChecksum(packet(npClient, npLB, 6, tcpSegment(40091, 81, tcpSYN)))
+			ret, ipip := fromOutside(bytes.Clone(syn))
+			if ret != tcActRedirect || ipip[14+9] != 4 {
+				t.Fatalf("the client's SYN: verdict %d, want IPIP to the other node", ret)
+			}
+			ipip = ipip[:len(syn)+dsrOuterLen]
+			errorAbout := func(quote []byte, mtu uint16) []byte {
+				return withChecksum(packet(router, npNode, 1, append([]byte{3, 4, 0, 0, 0, 0, byte(mtu >> 8), byte(mtu)}, quote...)))
+			}
+
+			ret, out := fromOutside(errorAbout(ipip[14:], 1400))
+			const want = 14 + 20 + 8 + 20 + 8
+			if ret != tcActRedirect || len(out) < want {
+				t.Fatalf("the router's error: verdict %d, %d bytes; want redirect, %d bytes", ret, len(out), want)
+			}
+			out = out[:want]
+			ip, icmp, quote := out[14:34], out[34:], out[42:62]
+			if ipChecksum(ip) != 0 || ipChecksum(icmp) != 0 || ipChecksum(quote) != 0 {
+				t.Errorf("a checksum is wrong: IPv4 %#x, ICMP %#x, quoted IPv4 %#x (want 0 each)", ipChecksum(ip), ipChecksum(icmp), ipChecksum(quote))
+			}
+			from, to := netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+			if from != npLB || to != npClient || ip[9] != 1 || binary.BigEndian.Uint16(ip[2:]) != want-14 {
+				t.Errorf("the error's header % x: want ICMP from %s to %s, %d bytes", ip, npLB, npClient, want-14)
+			}
+			if icmp[0] != 3 || icmp[1] != 4 || binary.BigEndian.Uint16(icmp[6:]) != 1400-dsrOuterLen {
+				t.Errorf("ICMP % x: want fragmentation needed, MTU %d", icmp[:8], 1400-dsrOuterLen)
+			}
+			if !bytes.Equal(quote, syn[14:34]) || !bytes.Equal(out[62:70], syn[34:42]) {
+				t.Errorf("the quote\n% x\nwant the client's SYN as it sent it\n% x", out[42:70], syn[14:42])
+			}
+			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
+				t.Errorf("the error to MAC %s, want the client's on the uplink", dst)
+			}
+			var saw bool
+			evs := flows()
+			for _, f := range evs {
+				saw = saw || (f.Reason == "frag-needed" && f.Src == npLB && f.Dst == npClient && f.Proto == 1)
+			}
+			if !saw {
+				t.Errorf("no flow names frag-needed from the service to the client: %+v", evs)
+			}
+
+			// Left as they were (the node's stack gets them).
+			otherFlow := bytes.Clone(ipip[14:])
+			binary.BigEndian.PutUint16(otherFlow[dsrOuterLen+20:], 40092) // another client port: no flow
+			for _, c := range []struct {
+				what string
+				in   []byte
+			}{
+				{"no MTU named (RFC 792)", errorAbout(ipip[14:], 0)},
+				{"only 8 bytes of the outer payload quoted", errorAbout(ipip[14:14+dsrOuterLen+8], 1400)},
+				{"about no flow of this node", errorAbout(otherFlow, 1400)},
+			} {
+				if ret, out := fromOutside(bytes.Clone(c.in)); ret != tcActOK || !bytes.Equal(out[:len(c.in)], c.in) {
+					t.Errorf("%s: verdict %d, want %d and the packet unchanged", c.what, ret, tcActOK)
+				}
+			}
+			counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 1, "frag-needed/from-uplink": 1})
+		})
+	}
+}
