@@ -36,16 +36,7 @@ func (d *Datapath) SyncDSRNodes(addrs []netip.Addr) error {
 		}
 		want[uplinktcDsrNodeKey{Addr: be32(a)}] = uplinktcDsrNodeValue{}
 	}
-	if err := d.checkFits("shunt_dsr_nodes", len(want)); err != nil {
-		return err
-	}
-	// The new nodes first, the ones gone after: a node that stays is
-	// never missing.
-	stale, err := d.dsrNodes.write(want, nil)
-	if err != nil {
-		return err
-	}
-	return d.dsrNodes.prune(stale)
+	return replaceMirrored(d, &d.dsrNodes, want)
 }
 
 // dsrNodeKeyText names an entry of shunt_dsr_nodes, as `map dump` and the
