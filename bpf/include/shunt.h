@@ -280,7 +280,9 @@ enum shunt_reason {
 					   * (lib/arp.h) */
 	SHUNT_REASON_FRAG_NEEDED = 41,    /* answered with ICMP fragmentation needed: the packet does not fit the
 					   * tunnel (DF set; a GSO packet: its segments do not), so it is not sent
-					   * (lib/encap.h) */
+					   * (lib/encap.h), or DSR's room (lib/dsr.h); or a router's fragmentation
+					   * needed about a DSR packet between the nodes, sent on to the client with
+					   * the MTU less DSR's header (dsr_path_error) */
 	SHUNT_REASON_PROXY_IDENTITY = 42, /* the node proxy's connection to another node's pod: the VNI carries the
 					   * identity of the client the proxy acts for (its socket mark), not the
 					   * remote-node identity of the node's other traffic */
@@ -317,6 +319,9 @@ enum shunt_reason {
 	SHUNT_REASON_PROXY_UPSTREAM_REPLY = 53, /* pod veth: a local pod's packet on a connection the node proxy made
 						 * from its client's address (original source) given to the proxy's
 						 * socket (bpf_sk_assign, lib/steer.h), not routed to that address */
+	SHUNT_REASON_DSR_UNKNOWN_NODE = 54, /* dropped: an IPIP packet in DSR's format for this node whose outer
+					     * source is no node of the cluster (shunt_dsr_nodes): only nodes
+					     * may hand a backend a client's packet (lib/dsr.h) */
 	SHUNT_REASON_MAX,
 };
 
@@ -754,6 +759,18 @@ struct lb_source_range_key {
 struct lb_source_range_value {
 	__u8 allow; /* 1: a range of the frontend holds the client; 0: the frontend's catch-all */
 	__u8 pad[3];
+};
+
+/* shunt_dsr_nodes: the underlay addresses of the cluster's other nodes,
+ * the only outer sources a node takes DSR's IPIP from (lib/dsr.h). A hash
+ * map the agent writes from the Node objects (their InternalIP, else
+ * ExternalIP: the addresses other nodes' pods are reached at). */
+struct dsr_node_key {
+	__u32 addr; /* network byte order */
+};
+
+struct dsr_node_value {
+	__u32 reserved; /* presence is what counts */
 };
 
 #endif /* SHUNT_H */

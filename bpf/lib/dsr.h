@@ -40,6 +40,13 @@
  * leave the backend's node by its uplink, as with native routing: a
  * client outside is no pod of any node, so the overlay never takes them.
  *
+ * A router between the nodes that cannot carry a DSR packet answers the
+ * ingress node (the outer source) with fragmentation needed quoting the
+ * IPIP packet: the ingress node sends the client fragmentation needed
+ * from the service, naming that MTU less the 28 bytes, about the client's
+ * packet as it sent it (lib/nodeport.h: dsr_path_error), so the client's
+ * path MTU covers the way between the nodes too.
+ *
  * An ICMP error a router sends about a reply (fragmentation needed on
  * the way to the client) is addressed to the service address, so it
  * reaches the ingress node, which holds the flow's client entry: it goes
@@ -71,6 +78,25 @@ volatile const __u32 DSR_NO_GSO_DECAP = 0;
 
 /* dsr_decap's answer for a GSO packet that the kernel cannot decapsulate. */
 #define DSR_DECAP_GSO_UNSUPPORTED (-2)
+/* dsr_decap's answer for a DSR packet whose outer source is no node of the
+ * cluster (shunt_dsr_nodes). */
+#define DSR_DECAP_UNKNOWN_NODE (-3)
+
+/* The cluster's other nodes' underlay addresses (bpf/include/shunt.h),
+ * written by the agent from the Node objects. The backend's node takes
+ * DSR's IPIP only from them: the inner packet is delivered to a pod with
+ * the client's source kept and judged by the pod's ingress policy as that
+ * client, and the ingress node is where a load balancer address's source
+ * ranges were checked, so a host of the underlay that could send IPIP
+ * itself would choose the source a pod sees and skip those checks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct dsr_node_key);
+	__type(value, struct dsr_node_value);
+	__uint(max_entries, 8192); /* Kubernetes' largest supported cluster is 5000 nodes */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} shunt_dsr_nodes SEC(".maps");
 
 #define DSR_OPT_TYPE 0x9a /* copied, class 0, number 26: Cilium's */
 #define DSR_OUTER_TTL 64
@@ -217,11 +243,14 @@ static __always_inline int dsr_send(struct __sk_buff *skb, struct pkt *p, const 
  * outer header is checked and removed, *svc_addr and *svc_port set from
  * its option. Returns 1 when decapsulated, 0 when the packet is no DSR
  * packet for this node (left as it is), -1 when the removal failed,
- * DSR_DECAP_GSO_UNSUPPORTED for a GSO packet on a kernel before 6.3. */
+ * DSR_DECAP_GSO_UNSUPPORTED for a GSO packet on a kernel before 6.3,
+ * DSR_DECAP_UNKNOWN_NODE (the packet left as it is, *outer_src set) when
+ * its outer source is no node of the cluster. */
 static __always_inline int dsr_decap(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 *svc_addr,
-				     __u16 *svc_port)
+				     __u16 *svc_port, __u32 *outer_src)
 {
 	struct dsr_outer o;
+	struct dsr_node_key node = {};
 
 	if (!cfg->nodeport_dsr_ip4 || skb->protocol != bpf_htons(ETH_P_IP) ||
 	    bpf_skb_load_bytes(skb, ETH_HLEN, &o, sizeof(o)) < 0)
@@ -229,6 +258,11 @@ static __always_inline int dsr_decap(struct __sk_buff *skb, const volatile struc
 	if (o.ip.protocol != IPPROTO_IPIP || o.ip.daddr != cfg->nodeport_dsr_ip4 || o.ip.ihl != DSR_OUTER_LEN / 4 ||
 	    o.opt.type != DSR_OPT_TYPE || o.opt.len != sizeof(o.opt) || (o.ip.frag_off & bpf_htons(0x2000 | IP_OFFSET)))
 		return 0;
+	node.addr = o.ip.saddr;
+	if (!bpf_map_lookup_elem(&shunt_dsr_nodes, &node)) {
+		*outer_src = o.ip.saddr;
+		return DSR_DECAP_UNKNOWN_NODE;
+	}
 	*svc_addr = o.opt.addr;
 	*svc_port = o.opt.port;
 	if (!DSR_NO_GSO_DECAP)

@@ -176,8 +176,9 @@ static __always_inline int nodeport_claim(const struct tc_nat_key *rk, const str
 /* nodeport_send_out sends a reply to the client out of cfg's uplink: the
  * route lookup of the node's namespace as for a packet the node sends
  * (its MACs, or bpf_redirect_neigh when the next hop's is not known yet),
- * one hop. Returns the verdict. */
-static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+ * one hop, counted and reported as reason. Returns the verdict. */
+static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					     __u32 reason)
 {
 	struct bpf_fib_lookup fib = {
 		.family = AF_INET, .l4_protocol = p->f.proto, .sport = p->f.sport, .dport = p->f.dport,
@@ -187,7 +188,7 @@ static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *
 
 	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return drop(skb, p, SHUNT_REASON_FIB_LOOKUP_FAILED);
-	return fib_redirect(skb, p, &fib, ret, SHUNT_REASON_NODEPORT_REPLY);
+	return fib_redirect(skb, p, &fib, ret, reason);
 }
 
 /* nodeport_icmp_error translates an ICMP error about a packet of a flow
@@ -282,6 +283,105 @@ __noinline int dsr_clamp_mss(struct __sk_buff *skb, __u64 l4off, __u32 uplink_if
 		off += len;
 	}
 	return 0;
+}
+
+/* Where things are in an ICMP error a router of the underlay sends the
+ * ingress node about one of its DSR packets (lib/dsr.h), as
+ * dsr_path_error takes it: the error's IPv4 header (no options), its ICMP
+ * header, the quoted outer header (with DSR's option), the quoted
+ * client's packet (IPv4 without options) and the first 8 bytes of its
+ * transport header, which hold the ports. */
+#define DSR_PE_ICMP (ETH_HLEN + sizeof(struct iphdr))
+#define DSR_PE_OUTER (DSR_PE_ICMP + sizeof(struct icmphdr))
+#define DSR_PE_OPT (DSR_PE_OUTER + sizeof(struct iphdr))
+#define DSR_PE_INNER (DSR_PE_OUTER + DSR_OUTER_LEN)
+#define DSR_PE_L4 (DSR_PE_INNER + sizeof(struct iphdr))
+#define DSR_PE_END (DSR_PE_L4 + ICMP_QUOTE_L4)
+#define DSR_PE_MIN_MTU 68 /* RFC 791: every IPv4 link carries 68 bytes */
+
+/* dsr_path_error turns ICMP fragmentation needed about one of this
+ * node's DSR packets (sent from self, its underlay address, to a
+ * backend's node; a router between the nodes could not carry it) into
+ * the error the client needs: the client's packet did not fit, so the
+ * client must send packets 28 bytes (DSR's outer header) smaller than
+ * the MTU the router names. Only for a flow this node sends by DSR (its
+ * client entry, naming the backend the quote is to). In place: the new
+ * IPv4 header (from the service address the client dialled, the
+ * option's, to the client), the ICMP header (MTU less 28) where the
+ * quoted option was, the quote turned back into the client's packet as it
+ * sent it (to the service address and port, its TTL before the hop), cut
+ * after its 8 bytes of transport header; the quoted outer header is then
+ * removed. Every checksum computed. Returns 1 when rewritten, 0 when the
+ * packet is no such error (left as it was: a router that names no MTU,
+ * RFC 792's, or quotes only 8 bytes of the outer payload, leaves nothing
+ * to translate), -1 when a helper failed (drop it). A global function
+ * with a frame of its own: the uplink program's leaves 32 bytes for a
+ * callee, so the packet is read and written in place. */
+__noinline int dsr_path_error(struct __sk_buff *skb, __u32 self)
+{
+	if (bpf_skb_pull_data(skb, DSR_PE_END) < 0)
+		return 0;
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	if (data + DSR_PE_END > end)
+		return 0;
+	struct iphdr *ip = data + ETH_HLEN, *outer = data + DSR_PE_OUTER, *inner = data + DSR_PE_INNER;
+	struct icmphdr *icmp = data + DSR_PE_ICMP;
+	struct dsr_opt *opt = data + DSR_PE_OPT;
+	__u16 *ports = data + DSR_PE_L4;
+
+	if (*(__u8 *)ip != 0x45 || ip->protocol != IPPROTO_ICMP || ip->daddr != self || icmp->type != ICMP_DEST_UNREACH ||
+	    icmp->code != ICMP_FRAG_NEEDED || *(__u8 *)outer != 0x40 + DSR_OUTER_LEN / 4 || outer->protocol != IPPROTO_IPIP ||
+	    outer->saddr != self || opt->type != DSR_OPT_TYPE || opt->len != sizeof(*opt) || *(__u8 *)inner != 0x45 ||
+	    (inner->protocol != IPPROTO_TCP && inner->protocol != IPPROTO_UDP))
+		return 0;
+	__u32 mtu = bpf_ntohs(icmp->un.frag.mtu);
+	if (mtu < DSR_OUTER_LEN + DSR_PE_MIN_MTU)
+		return 0;
+	struct tc_nat_key ck = { .saddr = inner->saddr, .daddr = opt->addr, .sport = ports[0], .dport = opt->port,
+				 .proto = inner->protocol };
+	struct nodeport_nat_value *fwd = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
+	if (!fwd || fwd->reply || !fwd->dsr || fwd->daddr != inner->daddr || fwd->dport != ports[1])
+		return 0;
+
+	/* The quote: the client's packet as it left the client. */
+	inner->daddr = opt->addr;
+	inner->ttl++;
+	inner->check = 0;
+	ports[1] = opt->port;
+	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)inner, sizeof(*inner), 0);
+	if (sum < 0)
+		return -1;
+	inner->check = csum_fold(sum);
+	/* The error's header: from the service to the client. */
+	ip->tos = IPTOS_PREC_INTERNETCONTROL;
+	ip->tot_len = bpf_htons(sizeof(struct iphdr) + sizeof(struct icmphdr) + sizeof(struct iphdr) + ICMP_QUOTE_L4);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(IP_DF);
+	ip->ttl = ICMP_ERROR_TTL;
+	ip->saddr = opt->addr;
+	ip->daddr = inner->saddr;
+	ip->check = 0;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)ip, sizeof(*ip), 0);
+	if (sum < 0)
+		return -1;
+	ip->check = csum_fold(sum);
+	/* The ICMP header where the option was, right before the quote. */
+	icmp = (struct icmphdr *)opt;
+	icmp->type = ICMP_DEST_UNREACH;
+	icmp->code = ICMP_FRAG_NEEDED;
+	icmp->checksum = 0;
+	icmp->un.gateway = 0;
+	icmp->un.frag.mtu = bpf_htons(mtu - DSR_OUTER_LEN);
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)icmp, sizeof(*icmp) + sizeof(struct iphdr) + ICMP_QUOTE_L4, 0);
+	if (sum < 0)
+		return -1;
+	icmp->checksum = csum_fold(sum);
+	/* Cut after the quote, then the 28 bytes from the router's ICMP
+	 * header to the option (right after the IPv4 header) go. */
+	if (bpf_skb_change_tail(skb, DSR_PE_END, 0) < 0 ||
+	    bpf_skb_adjust_room(skb, -(__s32)DSR_OUTER_LEN, BPF_ADJ_ROOM_NET, 0) < 0)
+		return -1;
+	return 1;
 }
 
 /* The rewrite in three steps, each a function of its own with few values
@@ -501,7 +601,7 @@ static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, 
 		p->src_identity = SHUNT_ID_HOST;
 		return nodeport_to_node(skb, p, cfg, client->tunnel_ip4);
 	}
-	return nodeport_send_out(skb, p, cfg);
+	return nodeport_send_out(skb, p, cfg, SHUNT_REASON_NODEPORT_REPLY);
 }
 
 /* nodeport_snat records a new flow (client key ck) to a backend on
@@ -769,6 +869,26 @@ static __always_inline int nodeport_dsr_error(struct __sk_buff *skb, struct pkt 
 	return admit_to_local_pod(skb, p, cfg, identity_of(f->saddr), ep);
 }
 
+/* nodeport_dsr_path_error takes ICMP fragmentation needed a router
+ * between the nodes sent about one of this node's DSR packets: it goes to
+ * the client, from the service address, naming the MTU less DSR's 28
+ * bytes (dsr_path_error), counted and seen as frag-needed. Returns -1
+ * when the packet is no such error (it goes on as before), else the
+ * verdict. */
+static __always_inline int nodeport_dsr_path_error(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	int verdict;
+	int r = dsr_path_error(skb, cfg->nodeport_dsr_ip4);
+
+	if (r == 0)
+		return -1;
+	if (r < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+	if (!pkt_begin(skb, p, &verdict))
+		return verdict;
+	return nodeport_send_out(skb, p, cfg, SHUNT_REASON_FRAG_NEEDED);
+}
+
 /* nodeport_from_dsr takes a DSR packet another node sent for a backend
  * of this node (lib/dsr.h): decapsulated, its flow recorded as one whose
  * backend is here (so the backend's reply gets the frontend from the
@@ -778,20 +898,28 @@ static __always_inline int nodeport_dsr_error(struct __sk_buff *skb, struct pkt 
  * ingress policy as the client, whose address it keeps. An ICMP error
  * about such a flow's reply is translated for the backend
  * (nodeport_dsr_error). Returns -1 when
- * the packet is no DSR packet for this node, else the verdict. Only an
- * outside client's flow comes this way: an inner source that is a pod or
- * a node of the cluster is dropped as spoofed (the underlay is trusted as
- * with native routing, lib/native.h). */
+ * the packet is no DSR packet for this node, else the verdict. Only a
+ * node of the cluster sends DSR packets: another outer source is dropped
+ * as dsr-unknown-node (lib/dsr.h). Only an outside client's flow comes
+ * this way: an inner source that is a pod or a node of the cluster is
+ * dropped as spoofed. */
 static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volatile struct shunt_config *cfg)
 {
 	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK, .src_identity = SHUNT_ID_WORLD };
-	__u32 svc_addr = 0;
+	__u32 svc_addr = 0, outer_src = 0;
 	__u16 svc_port = 0;
 	int verdict;
-	int r = dsr_decap(skb, cfg, &svc_addr, &svc_port);
+	int r = dsr_decap(skb, cfg, &svc_addr, &svc_port, &outer_src);
 
 	if (r == 0)
-		return -1;
+		return nodeport_dsr_path_error(skb, &p, cfg);
+	if (r == DSR_DECAP_UNKNOWN_NODE) {
+		/* Seen as what arrived: the stranger's IPIP to this node. */
+		p.f.saddr = outer_src;
+		p.f.daddr = cfg->nodeport_dsr_ip4;
+		p.f.proto = IPPROTO_IPIP;
+		return drop(skb, &p, SHUNT_REASON_DSR_UNKNOWN_NODE);
+	}
 	if (r < 0)
 		return drop(skb, &p, r == DSR_DECAP_GSO_UNSUPPORTED ? SHUNT_REASON_DSR_GSO_DECAP : SHUNT_REASON_INVALID_PACKET);
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);

@@ -179,6 +179,8 @@ func summary(fl flows.Flow) string {
 		parts = append(parts, fmt.Sprintf("accelerated socket closed, sent %d bytes in %d messages", fl.Bytes, fl.Messages))
 	case "dsr-encap":
 		parts = append(parts, "DSR: IPIP to the backend's node, the reply leaves from there")
+	case "dsr-unknown-node":
+		parts = append(parts, "DSR's IPIP from a host that is no node of the cluster")
 	}
 	if fl.TCPFlags != "" {
 		parts = append(parts, fl.TCPFlags)

@@ -35,6 +35,7 @@ func (nullDatapath) SyncPolicy(policy.State, []datapath.Endpoint) error { return
 func (nullDatapath) SyncTunnelRoutes(netip.Addr, []datapath.TunnelRoute) error {
 	return nil
 }
+func (nullDatapath) SyncDSRNodes([]netip.Addr) error                        { return nil }
 func (nullDatapath) SyncServices([]services.Port) ([]netip.AddrPort, error) { return nil, nil }
 func (nullDatapath) UpdateServices([]services.Port, []services.Frontend) ([]netip.AddrPort, error) {
 	return nil, nil

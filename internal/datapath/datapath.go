@@ -124,6 +124,7 @@ type Datapath struct {
 	uplink   uplinktcObjects // masquerade on the node's uplink (loaded only with Config.Masquerade)
 
 	masqExclude mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue] // destinations never masqueraded
+	dsrNodes    mirroredMap[uplinktcDsrNodeKey, uplinktcDsrNodeValue]  // the nodes DSR packets are taken from (dsrnodes.go)
 
 	services    serviceTable  // in-memory mirror of the service maps
 	maglev      maglevState   // the Maglev tables (maglev.go)

@@ -28,7 +28,8 @@ import (
 // shunt_endpoints,
 // shunt_ipcache, shunt_cidr_identities, shunt_policy,
 // shunt_identity_endpoints, shunt_netns_pods, shunt_l7_redirect,
-// shunt_masq_exclude (with masquerade), shunt_accel_config and
+// shunt_masq_exclude (with masquerade), shunt_dsr_nodes (with NodePort),
+// shunt_accel_config and
 // shunt_flow_config. Not checked, because programs write them at run time
 // (their content is state, not a decision of the agent): conntrack
 // (shunt_ct, shunt_ct_new), NAT (shunt_tc_nat, shunt_masq_nat),
@@ -42,7 +43,7 @@ import (
 var DriftMaps = []string{
 	"shunt_backends", "shunt_services", "shunt_lb_source_ranges", "shunt_maglev",
 	"shunt_ipcache", "shunt_cidr_identities", "shunt_policy", "shunt_endpoints", "shunt_identity_endpoints", "shunt_netns_pods",
-	"shunt_l7_redirect", "shunt_masq_exclude", "shunt_accel_config", "shunt_flow_config",
+	"shunt_l7_redirect", "shunt_masq_exclude", "shunt_dsr_nodes", "shunt_accel_config", "shunt_flow_config",
 }
 
 // DriftEntry and DriftReport live in dpinfo, which the CLI reads without
@@ -272,7 +273,7 @@ func (d *Datapath) VerifyMaps(repair bool) (DriftReport, error) {
 	start := time.Now()
 	r := DriftReport{Time: start.UTC(), Checked: map[string]int{}, Repaired: map[string]int{}, Skipped: map[string]string{}}
 	var errs []error
-	for _, step := range []func(*DriftReport, bool) error{d.verifyServices, d.verifyMaglev, d.verifyPolicy, d.verifyL7, d.verifyMasq, d.verifyConfig} {
+	for _, step := range []func(*DriftReport, bool) error{d.verifyServices, d.verifyMaglev, d.verifyPolicy, d.verifyL7, d.verifyMasq, d.verifyDSRNodes, d.verifyConfig} {
 		if err := step(&r, repair); err != nil {
 			errs = append(errs, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -65,6 +66,10 @@ func dsrNodeRouted(t *testing.T, mode dpinfo.NodePortMode, fallbacks dpinfo.Fall
 	fromOutsideGSO func(pkt []byte, gsoSize uint32) (uint32, []byte), fromOutside, fromPod func([]byte) (uint32, []byte)) {
 	d, ns, uplink := nodePortTestNodeRouted(t, 0, mode, fallbacks, tunnel)
 	syncNodePortPods(t, d)
+	// The other node is a node of the cluster: its DSR packets are taken.
+	if err := d.SyncDSRNodes([]netip.Addr{npOtherNode}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := d.SyncServices(dsrTestPorts()); err != nil {
 		t.Fatal(err)
 	}
@@ -552,6 +557,193 @@ func TestNodePortDSRICMPErrorFromOutside(t *testing.T) {
 				t.Errorf("an error about no flow of this node: verdict %d, want drop", ret)
 			}
 			counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 2, "dsr-decap/from-uplink": 2})
+		})
+	}
+}
+
+// TestNodePortDSRUnknownNode: DSR's IPIP is taken only from a node of the
+// cluster (shunt_dsr_nodes). With native routing and with the overlay:
+// the other node's packet is decapsulated and delivered as before; the
+// same packet from a host of the underlay that is no node is dropped as
+// dsr-unknown-node, counted, its flow naming the stranger's IPIP to this
+// node, and nothing of it reaches the pod or shunt_nodeport_nat. A node
+// that leaves the cluster is a stranger from then on; the map is in `map
+// dump`, and the drift check finds and repairs an entry removed or added
+// behind the agent's back.
+func TestNodePortDSRUnknownNode(t *testing.T) {
+	stranger := netip.MustParseAddr("192.0.2.77")
+	for _, c := range []struct {
+		routing string
+		tunnel  bool
+	}{{"native", false}, {"overlay", true}} {
+		t.Run(c.routing, func(t *testing.T) {
+			d, _, fromOutside, _ := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, c.tunnel)
+			flows := flowReader(t, d)
+			before := counts(t, d)
+			syn := func(cport uint16) []byte {
+				return packet(npClient, npLocalPod, 6, tcpSegment(cport, 8080, tcpSYN))
+			}
+			in := dsrPacket(npOtherNode, npNode, npLB, 80, syn(40081))
+			if ret, out := fromOutside(in); ret != tcActRedirect || len(out) != len(in)-dsrOuterLen {
+				t.Fatalf("from node %s: verdict %d, %d bytes; want redirect into the pod, %d bytes", npOtherNode, ret, len(out), len(in)-dsrOuterLen)
+			}
+			replies, _ := nodePortEntries(t, d)
+			if ret, _ := fromOutside(dsrPacket(stranger, npNode, npLB, 80, syn(40082))); ret != tcActShot {
+				t.Errorf("from %s, no node: verdict %d, want drop", stranger, ret)
+			}
+			if r, _ := nodePortEntries(t, d); r != replies {
+				t.Errorf("the stranger's packet was recorded: %d reply entries, had %d", r, replies)
+			}
+			var saw bool
+			for _, f := range flows() {
+				if f.Reason == "dsr-unknown-node" {
+					saw = true
+					if f.Verdict != "DROPPED" || f.Src != stranger || f.Dst != npNode || f.Proto != 4 || f.Point != "from-uplink" {
+						t.Errorf("flow %+v: want DROPPED, IPIP from %s to %s at from-uplink", f, stranger, npNode)
+					}
+				}
+			}
+			if !saw {
+				t.Error("no flow names dsr-unknown-node")
+			}
+
+			rows, err := d.DumpMap("shunt_dsr_nodes", false)
+			if err != nil || len(rows) != 1 || rows[0]["node"] != npOtherNode.String() {
+				t.Errorf("map dump shunt_dsr_nodes: %v, %v; want one row, node %s", rows, err, npOtherNode)
+			}
+
+			// Drift: an entry deleted and one added behind the agent's
+			// back are found and repaired.
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(d.uplink.ShuntDsrNodes.Delete(uplinktcDsrNodeKey{Addr: be32(npOtherNode)}))
+			must(d.uplink.ShuntDsrNodes.Put(uplinktcDsrNodeKey{Addr: be32(stranger)}, uplinktcDsrNodeValue{}))
+			r, err := d.VerifyMaps(true)
+			must(err)
+			var found []string
+			for _, e := range r.Entries {
+				if e.Map == "shunt_dsr_nodes" {
+					found = append(found, e.Key+" | "+e.Expected+" | "+e.Found)
+				}
+			}
+			if want := []string{npOtherNode.String() + " | node | ", stranger.String() + " |  | node"}; !slices.Equal(found, want) ||
+				r.Checked["shunt_dsr_nodes"] != 1 || r.Repaired["shunt_dsr_nodes"] != 2 {
+				t.Errorf("drift of shunt_dsr_nodes: %q, checked %d, repaired %d; want %q, 1, 2", found, r.Checked["shunt_dsr_nodes"],
+					r.Repaired["shunt_dsr_nodes"], want)
+			}
+			if ret, _ := fromOutside(dsrPacket(stranger, npNode, npLB, 80, syn(40083))); ret != tcActShot {
+				t.Errorf("after the repair, from %s: verdict %d, want drop", stranger, ret)
+			}
+			if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, syn(40084))); ret != tcActRedirect {
+				t.Errorf("after the repair, from node %s: verdict %d, want redirect", npOtherNode, ret)
+			}
+
+			// The other node leaves the cluster.
+			must(d.SyncDSRNodes(nil))
+			if ret, _ := fromOutside(dsrPacket(npOtherNode, npNode, npLB, 80, syn(40085))); ret != tcActShot {
+				t.Errorf("from %s once it is no node: verdict %d, want drop", npOtherNode, ret)
+			}
+			counterDelta(t, d, before, map[string]uint64{"dsr-decap/from-uplink": 2, "dsr-unknown-node/from-uplink": 3})
+		})
+	}
+}
+
+// TestNodePortDSRPathError: a router between the nodes that cannot carry
+// one of the ingress node's DSR packets answers it with fragmentation
+// needed to the ingress node's underlay address, quoting the IPIP packet
+// (outer header with the option, then the client's packet as translated,
+// as a Linux router quotes: the whole packet up to 576 bytes). The
+// ingress node turns it into the error the client needs: from the
+// service address the client dialled to the client, the MTU less the 28
+// bytes of DSR's outer header, quoting the client's packet as it sent it
+// (to the service address and port, its own TTL), every checksum right,
+// routed to the client, counted and seen (every packet's flows) as
+// frag-needed. An error that
+// names no MTU, quotes too little to find the flow, or is about no flow
+// this node sends by DSR goes on as before (the node's stack). With
+// native routing and with the overlay.
+func TestNodePortDSRPathError(t *testing.T) {
+	router := netip.MustParseAddr("192.0.2.254")
+	for _, tunnel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "native", true: "overlay"}[tunnel], func(t *testing.T) {
+			d, _, fromOutside, _ := dsrNodeRouted(t, dpinfo.NodePortDSR, nil, tunnel)
+			// A load balancer address with its backend on the other
+			// node: the error's source is the service, not this node.
+			remoteLB := services.Port{Frontend: services.Frontend{VIP: npLB, Port: 81, Proto: 6}, Kind: services.KindLoadBalancer,
+				Name: "lb-remote", Backends: []services.Backend{{IP: npRemotePod, Port: 8080}}}
+			if _, err := d.SyncServices(append(dsrTestPorts(), remoteLB)); err != nil {
+				t.Fatal(err)
+			}
+			flows := flowReader(t, d)
+			// A translated error is a packet of its flow, seen when
+			// every packet is.
+			if err := d.SetFlowMode(FlowModeAll); err != nil {
+				t.Fatal(err)
+			}
+			before := counts(t, d)
+
+			syn := withChecksum(packet(npClient, npLB, 6, tcpSegment(40091, 81, tcpSYN)))
+			ret, ipip := fromOutside(bytes.Clone(syn))
+			if ret != tcActRedirect || ipip[14+9] != 4 {
+				t.Fatalf("the client's SYN: verdict %d, want IPIP to the other node", ret)
+			}
+			ipip = ipip[:len(syn)+dsrOuterLen]
+			errorAbout := func(quote []byte, mtu uint16) []byte {
+				return withChecksum(packet(router, npNode, 1, append([]byte{3, 4, 0, 0, 0, 0, byte(mtu >> 8), byte(mtu)}, quote...)))
+			}
+
+			ret, out := fromOutside(errorAbout(ipip[14:], 1400))
+			const want = 14 + 20 + 8 + 20 + 8
+			if ret != tcActRedirect || len(out) < want {
+				t.Fatalf("the router's error: verdict %d, %d bytes; want redirect, %d bytes", ret, len(out), want)
+			}
+			out = out[:want]
+			ip, icmp, quote := out[14:34], out[34:], out[42:62]
+			if ipChecksum(ip) != 0 || ipChecksum(icmp) != 0 || ipChecksum(quote) != 0 {
+				t.Errorf("a checksum is wrong: IPv4 %#x, ICMP %#x, quoted IPv4 %#x (want 0 each)", ipChecksum(ip), ipChecksum(icmp), ipChecksum(quote))
+			}
+			from, to := netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+			if from != npLB || to != npClient || ip[9] != 1 || binary.BigEndian.Uint16(ip[2:]) != want-14 {
+				t.Errorf("the error's header % x: want ICMP from %s to %s, %d bytes", ip, npLB, npClient, want-14)
+			}
+			if icmp[0] != 3 || icmp[1] != 4 || binary.BigEndian.Uint16(icmp[6:]) != 1400-dsrOuterLen {
+				t.Errorf("ICMP % x: want fragmentation needed, MTU %d", icmp[:8], 1400-dsrOuterLen)
+			}
+			if !bytes.Equal(quote, syn[14:34]) || !bytes.Equal(out[62:70], syn[34:42]) {
+				t.Errorf("the quote\n% x\nwant the client's SYN as it sent it\n% x", out[42:70], syn[14:42])
+			}
+			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
+				t.Errorf("the error to MAC %s, want the client's on the uplink", dst)
+			}
+			var saw bool
+			evs := flows()
+			for _, f := range evs {
+				saw = saw || (f.Reason == "frag-needed" && f.Src == npLB && f.Dst == npClient && f.Proto == 1)
+			}
+			if !saw {
+				t.Errorf("no flow names frag-needed from the service to the client: %+v", evs)
+			}
+
+			// Left as they were (the node's stack gets them).
+			otherFlow := bytes.Clone(ipip[14:])
+			binary.BigEndian.PutUint16(otherFlow[dsrOuterLen+20:], 40092) // another client port: no flow
+			for _, c := range []struct {
+				what string
+				in   []byte
+			}{
+				{"no MTU named (RFC 792)", errorAbout(ipip[14:], 0)},
+				{"only 8 bytes of the outer payload quoted", errorAbout(ipip[14:14+dsrOuterLen+8], 1400)},
+				{"about no flow of this node", errorAbout(otherFlow, 1400)},
+			} {
+				if ret, out := fromOutside(bytes.Clone(c.in)); ret != tcActOK || !bytes.Equal(out[:len(c.in)], c.in) {
+					t.Errorf("%s: verdict %d, want %d and the packet unchanged", c.what, ret, tcActOK)
+				}
+			}
+			counterDelta(t, d, before, map[string]uint64{"dsr-encap/from-uplink": 1, "frag-needed/from-uplink": 1})
 		})
 	}
 }

@@ -116,6 +116,7 @@ var (
 	_ = sameAsC{}[dpinfo.ReasonDSRTooBig^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG)]
 	_ = sameAsC{}[dpinfo.ReasonDSRGSODecap^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_GSO_DECAP)]
 	_ = sameAsC{}[dpinfo.ReasonProxyUpstreamReply^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY)]
+	_ = sameAsC{}[dpinfo.ReasonDSRUnknownNode^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_DSR_UNKNOWN_NODE)]
 	_ = sameAsC{}[dpinfo.ReasonMax^dpinfo.Reason(podtcShuntReasonSHUNT_REASON_MAX)]
 	_ = sameAsC{}[dpinfo.DirFromPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_FROM_POD)]
 	_ = sameAsC{}[dpinfo.DirToPod^dpinfo.Direction(podtcShuntDirectionSHUNT_DIR_TO_POD)]

@@ -170,6 +170,17 @@ var mapTable = []mapDesc{
 		refuse: "the previous exclusions stay in force",
 	},
 	{
+		name:  "shunt_dsr_nodes",
+		about: "DSR: the cluster's other nodes' underlay addresses, the only outer sources DSR's IPIP is taken from",
+		of:    func(d *Datapath) *ebpf.Map { return d.uplink.ShuntDsrNodes },
+		dump: func(d *Datapath) ([]Row, error) {
+			return dump(d.uplink.ShuntDsrNodes, func(k uplinktcDsrNodeKey, _ uplinktcDsrNodeValue) Row {
+				return Row{"node": dsrNodeKeyText(k)}
+			})
+		},
+		refuse: "the previous nodes stay in force",
+	},
+	{
 		name:  "shunt_services",
 		about: "service ports: (VIP, port, protocol, slot) -> slot 0: the service, slot n: its n-th backend",
 		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntServices },

@@ -43,6 +43,7 @@ const (
 	overlaytcMapShuntCidrIdentities    = "shunt_cidr_identities"
 	overlaytcMapShuntCt                = "shunt_ct"
 	overlaytcMapShuntCtNew             = "shunt_ct_new"
+	overlaytcMapShuntDsrNodes          = "shunt_dsr_nodes"
 	overlaytcMapShuntEndpoints         = "shunt_endpoints"
 	overlaytcMapShuntFlowConfig        = "shunt_flow_config"
 	overlaytcMapShuntFlowStats         = "shunt_flow_stats"
@@ -121,6 +122,7 @@ type overlaytcMapSpecs struct {
 	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
+	ShuntDsrNodes          *ebpf.MapSpec `ebpf:"shunt_dsr_nodes"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -173,6 +175,7 @@ type overlaytcMaps struct {
 	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
+	ShuntDsrNodes          *ebpf.Map `ebpf:"shunt_dsr_nodes"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -198,6 +201,7 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
 		m.ShuntCtNew,
+		m.ShuntDsrNodes,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

@@ -324,7 +324,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_DSR_TOO_BIG            podtcShuntReason = 51
 	podtcShuntReasonSHUNT_REASON_DSR_GSO_DECAP          podtcShuntReason = 52
 	podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY   podtcShuntReason = 53
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 54
+	podtcShuntReasonSHUNT_REASON_DSR_UNKNOWN_NODE       podtcShuntReason = 54
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 55
 )
 
 type podtcTcNatKey struct {
@@ -354,6 +355,7 @@ const (
 	podtcMapShuntCidrIdentities    = "shunt_cidr_identities"
 	podtcMapShuntCt                = "shunt_ct"
 	podtcMapShuntCtNew             = "shunt_ct_new"
+	podtcMapShuntDsrNodes          = "shunt_dsr_nodes"
 	podtcMapShuntEndpoints         = "shunt_endpoints"
 	podtcMapShuntFlowConfig        = "shunt_flow_config"
 	podtcMapShuntFlowStats         = "shunt_flow_stats"
@@ -445,6 +447,7 @@ type podtcMapSpecs struct {
 	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
+	ShuntDsrNodes          *ebpf.MapSpec `ebpf:"shunt_dsr_nodes"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -510,6 +513,7 @@ type podtcMaps struct {
 	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
+	ShuntDsrNodes          *ebpf.Map `ebpf:"shunt_dsr_nodes"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -535,6 +539,7 @@ func (m *podtcMaps) Close() error {
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
 		m.ShuntCtNew,
+		m.ShuntDsrNodes,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

@@ -143,6 +143,7 @@ func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOp
 		return err
 	}
 	d.masqExclude = mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue]{m: d.uplink.ShuntMasqExclude, name: "shunt_masq_exclude"}
+	d.dsrNodes = mirroredMap[uplinktcDsrNodeKey, uplinktcDsrNodeValue]{m: d.uplink.ShuntDsrNodes, name: "shunt_dsr_nodes"}
 	return nil
 }
 
@@ -214,14 +215,22 @@ func (d *Datapath) SyncMasqExclude(prefixes []netip.Prefix) error {
 		}
 		want[ipcacheKey(p)] = uplinktcMasqExcludeValue{}
 	}
-	if err := d.checkFits("shunt_masq_exclude", len(want)); err != nil {
+	return replaceMirrored(d, &d.masqExclude, want)
+}
+
+// replaceMirrored makes a mirrored map the agent alone writes hold exactly
+// want: refused before any write when it does not fit (checkFits), the
+// new and changed entries written before the stale ones go, so an entry
+// that stays is never missing.
+func replaceMirrored[K comparable, V comparable](d *Datapath, mm *mirroredMap[K, V], want map[K]V) error {
+	if err := d.checkFits(mm.name, len(want)); err != nil {
 		return err
 	}
-	stale, err := d.masqExclude.write(want, nil)
+	stale, err := mm.write(want, nil)
 	if err != nil {
 		return err
 	}
-	return d.masqExclude.prune(stale)
+	return mm.prune(stale)
 }
 
 // masqDirNames name enum masq_dir in dumps.

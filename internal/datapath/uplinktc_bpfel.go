@@ -13,6 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type uplinktcDsrNodeKey struct {
+	_    structs.HostLayout
+	Addr uint32
+}
+
+type uplinktcDsrNodeValue struct {
+	_        structs.HostLayout
+	Reserved uint32
+}
+
 type uplinktcLbSourceRangeKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -139,6 +149,7 @@ const (
 	uplinktcMapShuntCidrIdentities    = "shunt_cidr_identities"
 	uplinktcMapShuntCt                = "shunt_ct"
 	uplinktcMapShuntCtNew             = "shunt_ct_new"
+	uplinktcMapShuntDsrNodes          = "shunt_dsr_nodes"
 	uplinktcMapShuntEndpoints         = "shunt_endpoints"
 	uplinktcMapShuntFlowConfig        = "shunt_flow_config"
 	uplinktcMapShuntFlowStats         = "shunt_flow_stats"
@@ -224,6 +235,7 @@ type uplinktcMapSpecs struct {
 	ShuntCidrIdentities    *ebpf.MapSpec `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
+	ShuntDsrNodes          *ebpf.MapSpec `ebpf:"shunt_dsr_nodes"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -283,6 +295,7 @@ type uplinktcMaps struct {
 	ShuntCidrIdentities    *ebpf.Map `ebpf:"shunt_cidr_identities"`
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
+	ShuntDsrNodes          *ebpf.Map `ebpf:"shunt_dsr_nodes"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -310,6 +323,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntCidrIdentities,
 		m.ShuntCt,
 		m.ShuntCtNew,
+		m.ShuntDsrNodes,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

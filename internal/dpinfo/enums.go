@@ -62,6 +62,7 @@ const (
 	ReasonDSRTooBig
 	ReasonDSRGSODecap
 	ReasonProxyUpstreamReply
+	ReasonDSRUnknownNode
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -120,6 +121,7 @@ var reasonNames = [...]string{
 	ReasonDSRTooBig:            "dsr-too-big",
 	ReasonDSRGSODecap:          "dsr-gso-decap",
 	ReasonProxyUpstreamReply:   "proxy-upstream-reply",
+	ReasonDSRUnknownNode:       "dsr-unknown-node",
 }
 
 // String is the reason's name, or its number when it has none.

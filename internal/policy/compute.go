@@ -113,6 +113,10 @@ type Result struct {
 	// NodeRoutes: every other node's pod CIDR and underlay address, for
 	// routing this node's own traffic to their pods through the overlay.
 	NodeRoutes []NodeRoute
+	// OtherNodes: every other node's underlay address (NodeTunnel),
+	// sorted, those shared by two nodes included: the outer sources
+	// this node takes DSR packets from.
+	OtherNodes []netip.Addr
 
 	podIdentity map[string]uint32 // every pod by ns/name
 	hostAddrs   map[netip.Addr]bool
@@ -164,6 +168,7 @@ func Compute(in Input, prev Allocations) *Result {
 	c.applyShuntPolicies()
 	c.finish()
 	c.finishL7()
+	c.res.OtherNodes = otherNodeAddrs(in.Nodes, in.Node)
 	c.res.Alloc.Rules = c.rules.next
 	c.res.Problems = slices.Compact(c.res.Problems)
 	for _, p := range c.res.Problems {
@@ -232,6 +237,19 @@ func (c *computation) remoteNodeAddrs(tunnels map[string]netip.Addr) {
 		c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
 			Prefix: netip.PrefixFrom(a, 32), Identity: IdentityRemoteNode, Tunnel: tunnel})
 	}
+}
+
+// otherNodeAddrs is the underlay address (NodeTunnel) of every node but
+// self, sorted, each once.
+func otherNodeAddrs(nodes []*corev1.Node, self string) []netip.Addr {
+	var out []netip.Addr
+	for _, n := range nodes {
+		if ip := NodeTunnel(n); n.Name != self && ip.IsValid() {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // NodeTunnel is the address a node's pods are reached at through the

@@ -45,6 +45,9 @@ type Datapath interface {
 	// SyncTunnelRoutes routes the node's own traffic for other nodes'
 	// pods through the overlay, from src (a no-op without one).
 	SyncTunnelRoutes(src netip.Addr, routes []datapath.TunnelRoute) error
+	// SyncDSRNodes sets the other nodes' underlay addresses, the only
+	// outer sources DSR packets are taken from (a no-op without DSR).
+	SyncDSRNodes(addrs []netip.Addr) error
 	SyncServices(all []services.Port) (goneUDP []netip.AddrPort, err error)
 	UpdateServices(upsert []services.Port, remove []services.Frontend) (goneUDP []netip.AddrPort, err error)
 	DestroyUDPSockets(netnsPaths []string, gone []netip.AddrPort) (destroyed int, err error)
@@ -604,6 +607,9 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 		if err := r.dp.SyncTunnelRoutes(r.cfg.NodeAddrs[0], routes); err != nil {
 			return nil, err
 		}
+	}
+	if err := r.dp.SyncDSRNodes(pol.OtherNodes); err != nil {
+		return nil, err
 	}
 	cluster, err := r.clusterL7For(w, pol, in, w.checked == nil)
 	if err != nil {

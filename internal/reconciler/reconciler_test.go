@@ -31,6 +31,8 @@ type fakeDatapath struct {
 	redirects []datapath.L7Redirect
 	// tunnelRoutes: the last SyncTunnelRoutes
 	tunnelRoutes []datapath.TunnelRoute
+	// dsrNodes: the last SyncDSRNodes
+	dsrNodes []netip.Addr
 	// knobs
 	failServices error
 	maxEntries   int           // policy entries that fit (0: any)
@@ -73,6 +75,13 @@ func (f *fakeDatapath) SyncTunnelRoutes(src netip.Addr, routes []datapath.Tunnel
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tunnelRoutes = routes
+	return nil
+}
+
+func (f *fakeDatapath) SyncDSRNodes(addrs []netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dsrNodes = slices.Clone(addrs)
 	return nil
 }
 
@@ -355,7 +364,9 @@ func TestPolicyForLocalAndRemotePods(t *testing.T) {
 // TestRemotePodsGetTheirNodesTunnel: a pod of another node is reached
 // through that node's underlay address (its Node's InternalIP); a local pod
 // and a pod of a node without an address have none; a Node that changes
-// its address moves its pods' entries with it.
+// its address moves its pods' entries with it. The other nodes' addresses
+// are the ones DSR packets are taken from, kept in step as nodes change
+// and go.
 func TestRemotePodsGetTheirNodesTunnel(t *testing.T) {
 	f := newFake()
 	r := start(t, f)
@@ -421,9 +432,25 @@ status: {podIP: 10.244.9.9}
 		t.Errorf("a Node change that keeps its address recomputed policy (%d syncs, want %d)", f.syncs, syncs)
 	}
 	f.mu.Unlock()
-	apply(t, r, store, strings.Replace(nodes, "192.168.50.12", "192.168.50.22", 1))
+	dsrNodes := func() string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return fmt.Sprint(f.dsrNodes)
+	}
+	if got := dsrNodes(); got != "[192.168.50.12]" {
+		t.Errorf("DSR nodes %s, want node-2's underlay address only (node-1 is this node)", got)
+	}
+	store = apply(t, r, store, strings.Replace(nodes, "192.168.50.12", "192.168.50.22", 1))
 	if got := tunnels()["10.244.1.9"]; got != "192.168.50.22" {
 		t.Errorf("after node-2 moved: tunnel %s, want 192.168.50.22", got)
+	}
+	if got := dsrNodes(); got != "[192.168.50.22]" {
+		t.Errorf("after node-2 moved: DSR nodes %s, want [192.168.50.22]", got)
+	}
+	next, changes := store.Remove([]manifest.Key{{Kind: manifest.KindNode, Name: "node-2"}})
+	wait(t, r, r.Update(next, changes))
+	if got := dsrNodes(); got != "[]" {
+		t.Errorf("after node-2 went: DSR nodes %s, want none", got)
 	}
 }
 

@@ -46,7 +46,8 @@ func TestNodePortDSRLabOverlay(t *testing.T) {
 // TCP connection to a load balancer address keeps working when the
 // external host's route to it moves from node-1 to node-2 in its middle.
 // Flows name dsr-encap and dsr-decap; the status's services line names
-// the mode.
+// the mode. DSR's IPIP from the external host, which is no node, is
+// dropped (dsrFromStranger).
 func nodePortDSRLab(t *testing.T, routing string) {
 	l := newLabNodes(t, 2, []string{"--routing", routing, "--nodeport-mode", "hybrid", "--lb-pool", "192.168.124.0/28"}, "testdata/dsr.yaml")
 	ext := labExternal(t, l)
@@ -139,6 +140,7 @@ func nodePortDSRLab(t *testing.T, routing string) {
 	}
 
 	dsrFragNeededFromOutside(t, l, ext, node1)
+	dsrFromStranger(t, l, ext, node1, node2)
 
 	// The route to the load balancer address moves from node-1 to node-2
 	// in the middle of a connection: node-2 recorded the flow when it took
@@ -289,6 +291,77 @@ func dsrFragNeededFromOutside(t *testing.T, l *lab, ext externalHost, node1 stri
 		return strings.Contains(routeToClient(), fmt.Sprintf("mtu %d", mtu))
 	})
 	t.Logf("the backend pod's route to the client after the error: %s", strings.TrimSpace(routeToClient()))
+}
+
+// dsrFromStranger: node-2 takes DSR's IPIP from node-1 only (its
+// shunt_dsr_nodes holds node-1's underlay address, not its own nor the
+// external host's); the same IPIP from the external host, a host of the
+// underlay that is no node (to node-2's underlay address, the option
+// naming node-1's NodePort 30080, inside a SYN from an address of the
+// cluster's pod range, 10.244.0.0/16, to port 8080), is dropped there as
+// dsr-unknown-node, counted and seen in node-2's flows.
+func dsrFromStranger(t *testing.T, l *lab, ext externalHost, node1, node2 string) {
+	t.Helper()
+	n2 := l.node(2)
+	var rows []map[string]any
+	out := n2.mustShunt("map", "dump", "shunt_dsr_nodes", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["node"] != node1 {
+		t.Errorf("node-2's shunt_dsr_nodes: %v, want node-1's %s only (%v)\n%s", rows, node1, err, out)
+	}
+	before := n2.metric("shunt_datapath_packets_total", `reason="dsr-unknown-node"`)
+	pkt := dsrFrame(netip.MustParseAddr(ext.addr), netip.MustParseAddr(node2), netip.MustParseAddr(node1), 30080,
+		netip.MustParseAddr("10.244.0.10"), netip.MustParseAddr(node2), 40999, 8080)
+	err := netnsrun.Do("/run/netns/"+ext.netns, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			return fmt.Errorf("raw IP socket: %w", err)
+		}
+		defer unix.Close(fd)
+		return unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: netip.MustParseAddr(node2).As4()})
+	})
+	if err != nil {
+		t.Fatalf("the external host's IPIP to %s: %v", node2, err)
+	}
+	waitFor(t, 3*time.Second, "node-2 counting the external host's IPIP as dsr-unknown-node", func() bool {
+		return n2.metric("shunt_datapath_packets_total", `reason="dsr-unknown-node"`) > before
+	})
+	if flows := n2.mustShunt("observe", "--last", "5000", "-o", "json"); !strings.Contains(flows, `"dsr-unknown-node"`) {
+		t.Errorf("node-2's flows name no dsr-unknown-node (%d lines)", strings.Count(flows, "\n"))
+	}
+}
+
+// dsrFrame is an IPv4 packet in DSR's wire format (bpf/lib/dsr.h): an
+// outer header from outerSrc to outerDst, protocol IPIP, with the option
+// naming svc:svcPort (type 0x9a, length 8), around a TCP SYN from
+// src:sport to dst:dport.
+func dsrFrame(outerSrc, outerDst, svc netip.Addr, svcPort uint16, src, dst netip.Addr, sport, dport uint16) []byte {
+	inner := make([]byte, 40)
+	inner[0] = 0x45
+	binary.BigEndian.PutUint16(inner[2:], 40)
+	inner[8], inner[9] = 64, 6
+	s, d := src.As4(), dst.As4()
+	copy(inner[12:], s[:])
+	copy(inner[16:], d[:])
+	binary.BigEndian.PutUint16(inner[10:], inetChecksum(inner[:20]))
+	binary.BigEndian.PutUint16(inner[20:], sport)
+	binary.BigEndian.PutUint16(inner[22:], dport)
+	inner[32], inner[33] = 5<<4, 0x02 // data offset 5, SYN
+	binary.BigEndian.PutUint16(inner[34:], 64240)
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 6, 0, 20)
+	binary.BigEndian.PutUint16(inner[36:], inetChecksum(append(pseudo, inner[20:]...)))
+	outer := make([]byte, 28)
+	outer[0] = 0x47
+	binary.BigEndian.PutUint16(outer[2:], uint16(28+len(inner)))
+	binary.BigEndian.PutUint16(outer[6:], 0x4000)
+	outer[8], outer[9] = 64, 4
+	os, od, sv := outerSrc.As4(), outerDst.As4(), svc.As4()
+	copy(outer[12:], os[:])
+	copy(outer[16:], od[:])
+	outer[20], outer[21] = 0x9a, 8
+	binary.BigEndian.PutUint16(outer[22:], svcPort)
+	copy(outer[24:], sv[:])
+	binary.BigEndian.PutUint16(outer[10:], inetChecksum(outer))
+	return append(outer, inner...)
 }
 
 // tcpRecvQueue is TCP_RECV_QUEUE (linux/tcp.h), which x/sys/unix lacks:
