@@ -96,10 +96,19 @@ func nodePortDSRLab(t *testing.T, routing string) {
 	// packets no longer fit once encapsulated, and still arrive
 	// (fragmentation needed, or GSO packets cut smaller).
 	t.Logf("the download: %s", iperfSummary(out))
-	if out, code := l.shunt("lab", "exec", "--external", "--", "iperf3", "-c", node1, "-p", "30201", "-n", fmt.Sprint(2<<20)); code != 0 {
+	// 16 MB, more than the client's socket buffer holds (tcp_wmem's 4 MB
+	// at most): were the large packets lost (a PMTU black hole), the
+	// client's writes would stall and the server receive no more than
+	// what fit before. iperf3 counts the server's bytes until the
+	// client's end message, which may overtake up to a socket buffer still
+	// in flight (2 MB uploads showed 212 KB), hence not all 16.
+	const upload, inFlight = 16 << 20, 4 << 20
+	if out, code := l.shunt("lab", "exec", "--external", "--", "iperf3", "-J", "-c", node1, "-p", "30201", "-n", fmt.Sprint(upload)); code != 0 {
 		t.Errorf("iperf3 upload through node-1's NodePort: %s", out)
+	} else if got := iperfReceived(t, out); got < upload-inFlight {
+		t.Errorf("iperf3 upload through node-1's NodePort: the server received %d of %d bytes, want at least %d", got, upload, upload-inFlight)
 	} else {
-		t.Logf("the upload: %s", iperfSummary(out))
+		t.Logf("the upload: the server received %d bytes", got)
 	}
 
 	// The ingress node: no NodePort reply counted, no reply entry for a
@@ -196,6 +205,22 @@ func iperfSummary(out string) string {
 		}
 	}
 	return "(no receiver line)"
+}
+
+// iperfReceived is the bytes the server received, from iperf3 -J's output.
+func iperfReceived(t *testing.T, out string) uint64 {
+	t.Helper()
+	var r struct {
+		End struct {
+			SumReceived struct {
+				Bytes uint64 `json:"bytes"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if i := strings.Index(out, "{"); i < 0 || json.Unmarshal([]byte(out[i:]), &r) != nil {
+		t.Fatalf("iperf3 -J output is not JSON: %.300s", out)
+	}
+	return r.End.SumReceived.Bytes
 }
 
 // uplinkTxBytes is what the interface holding addr in netns ns sent.
