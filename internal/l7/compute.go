@@ -250,9 +250,11 @@ func filters(in []gatewayv1.HTTPRouteFilter, prefixOnly, backendRef bool) *proxy
 	out := &proxyapi.Filters{}
 	var unsupported []string
 	for _, f := range in {
+		if what := notImplemented(f, backendRef); what != "" {
+			unsupported = append(unsupported, what)
+			continue
+		}
 		switch {
-		case backendRef && (f.Type == gatewayv1.HTTPRouteFilterRequestRedirect || f.Type == gatewayv1.HTTPRouteFilterURLRewrite):
-			unsupported = append(unsupported, string(f.Type)+" (on a backendRef)")
 		case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil:
 			out.RequestHeaders = headerModifier(f.RequestHeaderModifier)
 		case f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil:
@@ -279,12 +281,43 @@ func filters(in []gatewayv1.HTTPRouteFilter, prefixOnly, backendRef bool) *proxy
 				r.Hostname = string(*f.URLRewrite.Hostname)
 			}
 			out.Rewrite = r
-		default:
-			unsupported = append(unsupported, string(f.Type))
 		}
 	}
 	if len(unsupported) > 0 {
 		out.Unsupported = "filter " + strings.Join(unsupported, ", ") + " is not implemented by shunt's proxy"
+	}
+	return out
+}
+
+// notImplemented names f when shunt's proxy does not implement it ("" when
+// it does): RequestMirror, CORS, ExtensionRef, ExternalAuth, a filter
+// without its settings, and on a backendRef (backendRef) a redirect or a
+// rewrite, which the Gateway API leaves to implementations there.
+func notImplemented(f gatewayv1.HTTPRouteFilter, backendRef bool) string {
+	switch {
+	case backendRef && (f.Type == gatewayv1.HTTPRouteFilterRequestRedirect || f.Type == gatewayv1.HTTPRouteFilterURLRewrite):
+		return string(f.Type) + " (on a backendRef)"
+	case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil,
+		f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil,
+		f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil,
+		f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
+		return ""
+	}
+	return string(f.Type)
+}
+
+// unimplementedFilters names the filters of in shunt's proxy does not
+// implement (notImplemented), as "filters[1] (RequestMirror): ...".
+func unimplementedFilters(in []gatewayv1.HTTPRouteFilter, backendRef bool) []string {
+	var out []string
+	for i, f := range in {
+		if notImplemented(f, backendRef) != "" {
+			where := ""
+			if backendRef {
+				where = " on a backendRef"
+			}
+			out = append(out, fmt.Sprintf("filters[%d] (%s): not implemented by shunt's proxy%s", i, f.Type, where))
+		}
 	}
 	return out
 }
@@ -350,8 +383,8 @@ func InvalidMatches(in []gatewayv1.HTTPRouteMatch) []string {
 // InvalidRules names the rules of rt (an HTTPRoute, or a GRPCRoute in
 // HTTPRoute form) the proxy cannot apply as written: a match it cannot
 // compile drops the rule (it matches nothing); a filter it will not apply
-// (InvalidFilters) makes its requests answered 500, a backendRef's its
-// share of them. rules are their indexes; problems one line each,
+// (InvalidFilters) or does not implement (RequestMirror, CORS, ...) makes
+// its requests answered 500, a backendRef's its share of them. rules are their indexes; problems one line each,
 // "rules[1].filters[0] (RequestHeaderModifier).set[0].value: ...". The
 // route's status and the agent's object problems report them.
 func InvalidRules(rt *gatewayv1.HTTPRoute) (rules []int, problems []string) {
@@ -361,11 +394,11 @@ func InvalidRules(rt *gatewayv1.HTTPRoute) (rules []int, problems []string) {
 			ps = append(ps, fmt.Sprintf("rules[%d].%s", i, p))
 		}
 		prefixOnly := proxyapi.RouteRule{Matches: matches(rule.Matches)}.PrefixOnly()
-		for _, p := range InvalidFilters(rule.Filters, prefixOnly) {
+		for _, p := range append(InvalidFilters(rule.Filters, prefixOnly), unimplementedFilters(rule.Filters, false)...) {
 			ps = append(ps, fmt.Sprintf("rules[%d].%s", i, p))
 		}
 		for j, b := range rule.BackendRefs {
-			for _, p := range InvalidFilters(b.Filters, prefixOnly) {
+			for _, p := range append(InvalidFilters(b.Filters, prefixOnly), unimplementedFilters(b.Filters, true)...) {
 				ps = append(ps, fmt.Sprintf("rules[%d].backendRefs[%d].%s", i, j, p))
 			}
 		}

@@ -389,8 +389,18 @@ func TestRouteValuesTheProxyRefuses(t *testing.T) {
 		}
 	}
 	rules, problems := InvalidRules(rt)
-	if !reflect.DeepEqual(rules, []int{0, 1, 2}) || len(problems) != 3 || !strings.HasPrefix(problems[0], "rules[0].matches[0].path.value:") ||
-		!strings.HasPrefix(problems[2], "rules[2].filters[0] (URLRewrite).path.replaceFullPath:") {
-		t.Errorf("InvalidRules: %v %q, want rules 0-2 named (a backendRef's redirect is not implemented, not invalid)", rules, problems)
+	if !reflect.DeepEqual(rules, []int{0, 1, 2, 3}) || len(problems) != 4 || !strings.HasPrefix(problems[0], "rules[0].matches[0].path.value:") ||
+		!strings.HasPrefix(problems[2], "rules[2].filters[0] (URLRewrite).path.replaceFullPath:") ||
+		problems[3] != "rules[3].backendRefs[0].filters[0] (RequestRedirect): not implemented by shunt's proxy on a backendRef" {
+		t.Errorf("InvalidRules: %v %q, want rules 0-3 named (rule 3: a filter not implemented)", rules, problems)
+	}
+	// A filter type the proxy does not implement is named too (its rule
+	// answers 500): the route's status says so, not only the flows.
+	mirror := &gatewayv1.HTTPRoute{Spec: gatewayv1.HTTPRouteSpec{Rules: []gatewayv1.HTTPRouteRule{{}, {Filters: []gatewayv1.HTTPRouteFilter{
+		{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{}},
+		{Type: gatewayv1.HTTPRouteFilterRequestMirror, RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{}}}}}}}
+	if rules, problems := InvalidRules(mirror); !reflect.DeepEqual(rules, []int{1}) ||
+		!reflect.DeepEqual(problems, []string{"rules[1].filters[1] (RequestMirror): not implemented by shunt's proxy"}) {
+		t.Errorf("InvalidRules of a RequestMirror: %v %q, want rule 1 naming it", rules, problems)
 	}
 }
