@@ -1368,21 +1368,43 @@ func (b *bench) measure(c string, n, rep int) error {
 }
 
 // connRate measures new connections/s from cn's client to target
-// (bench/cmd/connrate), then empties the nodes' conntrack tables.
+// (bench/cmd/connrate), then empties the nodes' conntrack tables (the
+// kernel's: shunt's own BPF tables are not emptied, they keep closed
+// connections' entries until their LRU evicts them, as on a real node).
+// Beside the rate it logs the connections that stalled (connrate's counts:
+// a connect of 900 ms or more waited for a retransmitted SYN, a
+// request/reply of 190 ms or more for a retransmitted segment) and the
+// client's TCP counters over the run, so that a rate that collapses with
+// no connection failed says where the time went.
 func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
+	before, cerr := tcpCounters(cn.client)
 	out, err := b.client(cn, filepath.Join(b.bin, "connrate"), "-target", target, "-workers", "4", "-duration", b.duration.String())
 	if err != nil {
 		return err
 	}
 	var cr struct {
-		Rate   float64
-		Failed int
+		Rate          float64
+		Failed        int
+		SlowConnects  int64   `json:"slow_connects"`
+		SlowExchanges int64   `json:"slow_exchanges"`
+		MaxConnectMs  float64 `json:"max_connect_ms"`
+		MaxExchangeMs float64 `json:"max_exchange_ms"`
 	}
 	if err := json.Unmarshal(out, &cr); err != nil {
 		return fmt.Errorf("connrate output %q: %w", out, err)
 	}
 	b.row(cn.name, metric, "conn/s", cr.Rate, rep, n)
-	log.Printf("  %-16s %s %.0f new connections/s (%d failed)", cn.name, metric, cr.Rate, cr.Failed)
+	log.Printf("  %-16s %s %.0f new connections/s (%d failed; stalled: %d connects >= 900 ms, %d requests >= 190 ms; longest %.0f ms, %.0f ms)",
+		cn.name, metric, cr.Rate, cr.Failed, cr.SlowConnects, cr.SlowExchanges, cr.MaxConnectMs, cr.MaxExchangeMs)
+	if after, err := tcpCounters(cn.client); err == nil && cerr == nil {
+		var moved []string
+		for _, name := range clientTCPCounters {
+			if d := after[name] - before[name]; d != 0 {
+				moved = append(moved, fmt.Sprintf("%s %d", name, d))
+			}
+		}
+		log.Printf("  %-16s %s: the client's TCP counters over the run: %s", cn.name, metric, strings.Join(moved, ", "))
+	}
 	// Closed connections stay in the NAT cases' conntrack tables (the node
 	// namespaces'): clear them so the next case and repetition start alike.
 	for _, ns := range cn.nodes {
@@ -1391,6 +1413,52 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 		exec.Command(argv[0], argv[1:]...).Run()
 	}
 	return nil
+}
+
+// clientTCPCounters are the client's counters connRate reports (nstat's
+// names): SYNs and segments retransmitted, timeouts, resets sent, and the
+// TIME_WAIT sockets reused (tcp_tw_reuse) or not made because the table
+// was full (net.ipv4.tcp_max_tw_buckets; the client of shunt-native is
+// shunt-vxlan's, so its table holds both cases' closed connections).
+var clientTCPCounters = []string{"TcpExtTCPSynRetrans", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutRsts",
+	"TcpExtTWRecycled", "TcpExtTCPTimeWaitOverflow"}
+
+// tcpCounters reads the TCP counters of the network namespace at path
+// (/proc/net/snmp and /proc/net/netstat as seen from it), by nstat's names
+// (the table's prefix and the counter: TcpRetransSegs, TcpExtTWRecycled).
+func tcpCounters(path string) (map[string]int64, error) {
+	raw, err := exec.Command("nsenter", "--net="+path, "cat", "/proc/net/snmp", "/proc/net/netstat").Output()
+	if err != nil {
+		return nil, fmt.Errorf("reading the TCP counters of %s: %w", path, err)
+	}
+	counters, err := parseCounters(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("the TCP counters of %s: %w", path, err)
+	}
+	return counters, nil
+}
+
+// parseCounters reads the tables of /proc/net/snmp and /proc/net/netstat:
+// each two lines, "Prefix: name name ..." then "Prefix: value value ...".
+func parseCounters(raw string) (map[string]int64, error) {
+	counters := map[string]int64{}
+	lines := strings.Split(strings.TrimSpace(raw), "\n")
+	if len(lines)%2 != 0 {
+		return nil, fmt.Errorf("%d lines: want a names line and a values line per table", len(lines))
+	}
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) != len(values) || len(names) == 0 || names[0] != values[0] {
+			return nil, fmt.Errorf("unexpected lines %q, %q", lines[i], lines[i+1])
+		}
+		prefix := strings.TrimSuffix(names[0], ":")
+		for j := 1; j < len(names); j++ {
+			if v, err := strconv.ParseInt(values[j], 10, 64); err == nil {
+				counters[prefix+names[j]] = v
+			}
+		}
+	}
+	return counters, nil
 }
 
 // throughput measures one iperf3 stream from cn's client to host:port.

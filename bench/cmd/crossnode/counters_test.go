@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+// TestParseCounters: the tables of /proc/net/snmp and /proc/net/netstat
+// by nstat's names, read from this process's own network namespace (the
+// kernel's real format), and a table whose values line is missing refused.
+func TestParseCounters(t *testing.T) {
+	snmp, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		t.Skip("no /proc/net/snmp:", err)
+	}
+	netstat, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		t.Skip("no /proc/net/netstat:", err)
+	}
+	c, err := parseCounters(string(snmp) + string(netstat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range clientTCPCounters {
+		if _, ok := c[name]; !ok {
+			t.Errorf("counter %s not found (have %d counters)", name, len(c))
+		}
+	}
+	c, err = parseCounters("Tcp: RtoAlgorithm RetransSegs\nTcp: 1 42\nTcpExt: TWRecycled\nTcpExt: 7\n")
+	if err != nil || c["TcpRetransSegs"] != 42 || c["TcpExtTWRecycled"] != 7 {
+		t.Errorf("two tables: %v, %v; want TcpRetransSegs 42, TcpExtTWRecycled 7", c, err)
+	}
+	if _, err := parseCounters("Tcp: RtoAlgorithm RetransSegs\nTcp: 1 42\nTcpExt: TWRecycled\n"); err == nil {
+		t.Error("a table without its values line was accepted")
+	}
+}
