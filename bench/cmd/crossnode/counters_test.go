@@ -21,7 +21,7 @@ func TestParseCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range clientTCPCounters {
+	for _, name := range append(clientTCPCounters, serverTCPCounters...) {
 		if _, ok := c[name]; !ok {
 			t.Errorf("counter %s not found (have %d counters)", name, len(c))
 		}

@@ -145,6 +145,9 @@ type caseNet struct {
 	// (every other case has shunt-vxlan's addresses: b.serverIP, b.vip).
 	serverIP []string
 	vip      string
+	// serverNetns are the netns paths of the case's server pods (for
+	// their TCP counters around each connection-rate run).
+	serverNetns []string
 }
 
 type bench struct {
@@ -678,6 +681,7 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 			return err
 		}
 		serverIP = append(serverIP, ip)
+		cn.serverNetns = append(cn.serverNetns, podnet.NetnsPath(instance.Instance{Name: insts[1]}.PodNetns("default", fmt.Sprintf("%sserver-%d", prefix, i))))
 	}
 	clientIP, err := b.runPod(ctx, prefix+"client", insts[0], map[string]string{"app": "client"},
 		[]corev1.Container{{Name: "c", Image: "lab", Command: []string{"sleep", "infinity"}}})
@@ -803,6 +807,7 @@ func (b *bench) setupFlannel(c string) error {
 		if err != nil {
 			return err
 		}
+		cn.serverNetns = append(cn.serverNetns, path)
 		pin := func(argv ...string) []string {
 			return inNetns(path, append([]string{"taskset", "-c", "1"}, argv...)...)
 		}
@@ -1378,6 +1383,7 @@ func (b *bench) measure(c string, n, rep int) error {
 // no connection failed says where the time went.
 func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 	before, cerr := tcpCounters(cn.client)
+	serversBefore, serr := b.serverCounters(cn)
 	out, err := b.client(cn, filepath.Join(b.bin, "connrate"), "-target", target, "-workers", "4", "-duration", b.duration.String())
 	if err != nil {
 		return err
@@ -1405,6 +1411,15 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 		}
 		log.Printf("  %-16s %s: the client's TCP counters over the run: %s", cn.name, metric, strings.Join(moved, ", "))
 	}
+	if after, err := b.serverCounters(cn); err == nil && serr == nil {
+		var moved []string
+		for _, name := range serverTCPCounters {
+			if d := after[name] - serversBefore[name]; d != 0 {
+				moved = append(moved, fmt.Sprintf("%s %d", name, d))
+			}
+		}
+		log.Printf("  %-16s %s: the server pods' TCP counters over the run (all of them): %s", cn.name, metric, strings.Join(moved, ", "))
+	}
 	// Closed connections stay in the NAT cases' conntrack tables (the node
 	// namespaces'): clear them so the next case and repetition start alike.
 	for _, ns := range cn.nodes {
@@ -1422,6 +1437,31 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 // shunt-vxlan's, so its table holds both cases' closed connections).
 var clientTCPCounters = []string{"TcpExtTCPSynRetrans", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutRsts",
 	"TcpExtTWRecycled", "TcpExtTCPTimeWaitOverflow"}
+
+// serverTCPCounters are the server pods' counters connRate reports: the
+// replies they retransmitted, the SYNs they dropped or challenged, the
+// old sockets (PAWS) new SYNs met.
+var serverTCPCounters = []string{"TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutRsts", "TcpExtListenOverflows",
+	"TcpExtListenDrops", "TcpExtTCPChallengeACK", "TcpExtTCPSYNChallenge", "TcpExtPAWSEstab", "TcpEstabResets"}
+
+// serverCounters sums the TCP counters of cn's server pods.
+func (b *bench) serverCounters(cn *caseNet) (map[string]int64, error) {
+	netns := cn.serverNetns
+	if len(netns) == 0 {
+		return nil, fmt.Errorf("%s: no server pods known", cn.name)
+	}
+	sum := map[string]int64{}
+	for _, path := range netns {
+		c, err := tcpCounters(path)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range c {
+			sum[k] += v
+		}
+	}
+	return sum, nil
+}
 
 // tcpCounters reads the TCP counters of the network namespace at path
 // (/proc/net/snmp and /proc/net/netstat as seen from it), by nstat's names
