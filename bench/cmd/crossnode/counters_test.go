@@ -34,3 +34,16 @@ func TestParseCounters(t *testing.T) {
 		t.Error("a table without its values line was accepted")
 	}
 }
+
+// TestCountersMoved: only the named counters that changed, in the order
+// named; "none moved" when none did.
+func TestCountersMoved(t *testing.T) {
+	before := map[string]int64{"TcpRetransSegs": 5, "TcpOutRsts": 1, "Other": 1}
+	after := map[string]int64{"TcpRetransSegs": 8, "TcpOutRsts": 1, "Other": 9, "TcpExtTWRecycled": 4}
+	if got, want := countersMoved(before, after, []string{"TcpExtTWRecycled", "TcpOutRsts", "TcpRetransSegs"}), "TcpExtTWRecycled 4, TcpRetransSegs 3"; got != want {
+		t.Errorf("countersMoved = %q, want %q", got, want)
+	}
+	if got := countersMoved(before, before, []string{"TcpRetransSegs"}); got != "none moved" {
+		t.Errorf("countersMoved of unchanged counters = %q, want \"none moved\"", got)
+	}
+}

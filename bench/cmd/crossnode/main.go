@@ -1403,22 +1403,11 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 	log.Printf("  %-16s %s %.0f new connections/s (%d failed; stalled: %d connects >= 900 ms, %d requests >= 190 ms; longest %.0f ms, %.0f ms)",
 		cn.name, metric, cr.Rate, cr.Failed, cr.SlowConnects, cr.SlowExchanges, cr.MaxConnectMs, cr.MaxExchangeMs)
 	if after, err := tcpCounters(cn.client); err == nil && cerr == nil {
-		var moved []string
-		for _, name := range clientTCPCounters {
-			if d := after[name] - before[name]; d != 0 {
-				moved = append(moved, fmt.Sprintf("%s %d", name, d))
-			}
-		}
-		log.Printf("  %-16s %s: the client's TCP counters over the run: %s", cn.name, metric, strings.Join(moved, ", "))
+		log.Printf("  %-16s %s: the client's TCP counters over the run: %s", cn.name, metric, countersMoved(before, after, clientTCPCounters))
 	}
 	if after, err := b.serverCounters(cn); err == nil && serr == nil {
-		var moved []string
-		for _, name := range serverTCPCounters {
-			if d := after[name] - serversBefore[name]; d != 0 {
-				moved = append(moved, fmt.Sprintf("%s %d", name, d))
-			}
-		}
-		log.Printf("  %-16s %s: the server pods' TCP counters over the run (all of them): %s", cn.name, metric, strings.Join(moved, ", "))
+		log.Printf("  %-16s %s: the server pods' TCP counters over the run (all of them): %s", cn.name, metric,
+			countersMoved(serversBefore, after, serverTCPCounters))
 	}
 	// Closed connections stay in the NAT cases' conntrack tables (the node
 	// namespaces'): clear them so the next case and repetition start alike.
@@ -1443,6 +1432,21 @@ var clientTCPCounters = []string{"TcpExtTCPSynRetrans", "TcpRetransSegs", "TcpEx
 // old sockets (PAWS) new SYNs met.
 var serverTCPCounters = []string{"TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutRsts", "TcpExtListenOverflows",
 	"TcpExtListenDrops", "TcpExtTCPChallengeACK", "TcpExtTCPSYNChallenge", "TcpExtPAWSEstab", "TcpEstabResets"}
+
+// countersMoved names the counters of names that changed from before to
+// after, with the change.
+func countersMoved(before, after map[string]int64, names []string) string {
+	var moved []string
+	for _, name := range names {
+		if d := after[name] - before[name]; d != 0 {
+			moved = append(moved, fmt.Sprintf("%s %d", name, d))
+		}
+	}
+	if len(moved) == 0 {
+		return "none moved"
+	}
+	return strings.Join(moved, ", ")
+}
 
 // serverCounters sums the TCP counters of cn's server pods.
 func (b *bench) serverCounters(cn *caseNet) (map[string]int64, error) {
