@@ -36,6 +36,7 @@ programs=(
 	"conntrack         conntrack        benchmarks: flush conntrack between cases"
 	"haproxy           haproxy          benchmarks: the sidecar proxies of the mesh baseline"
 	"bpftool           bpftool          debugging: inspect loaded programs and maps by hand"
+	"tcpdump           tcpdump          debugging: packet captures in a node's or pod's netns (e.g. a handshake the datapath lost)"
 	"curl              curl             debugging: the agent's /debug/pprof over its socket"
 	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"
 	"chromium          chromium         e2e, bench ui: drives the page of shunt ui headless (chromedp)"

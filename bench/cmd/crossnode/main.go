@@ -145,6 +145,9 @@ type caseNet struct {
 	// (every other case has shunt-vxlan's addresses: b.serverIP, b.vip).
 	serverIP []string
 	vip      string
+	// serverNetns are the netns paths of the case's server pods (for
+	// their TCP counters around each connection-rate run).
+	serverNetns []string
 }
 
 type bench struct {
@@ -678,6 +681,7 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 			return err
 		}
 		serverIP = append(serverIP, ip)
+		cn.serverNetns = append(cn.serverNetns, podnet.NetnsPath(instance.Instance{Name: insts[1]}.PodNetns("default", fmt.Sprintf("%sserver-%d", prefix, i))))
 	}
 	clientIP, err := b.runPod(ctx, prefix+"client", insts[0], map[string]string{"app": "client"},
 		[]corev1.Container{{Name: "c", Image: "lab", Command: []string{"sleep", "infinity"}}})
@@ -803,6 +807,7 @@ func (b *bench) setupFlannel(c string) error {
 		if err != nil {
 			return err
 		}
+		cn.serverNetns = append(cn.serverNetns, path)
 		pin := func(argv ...string) []string {
 			return inNetns(path, append([]string{"taskset", "-c", "1"}, argv...)...)
 		}
@@ -1368,21 +1373,42 @@ func (b *bench) measure(c string, n, rep int) error {
 }
 
 // connRate measures new connections/s from cn's client to target
-// (bench/cmd/connrate), then empties the nodes' conntrack tables.
+// (bench/cmd/connrate), then empties the nodes' conntrack tables (the
+// kernel's: shunt's own BPF tables are not emptied, they keep closed
+// connections' entries until their LRU evicts them, as on a real node).
+// Beside the rate it logs the connections that stalled (connrate's counts:
+// a connect of 900 ms or more waited for a retransmitted SYN, a
+// request/reply of 190 ms or more for a retransmitted segment) and the
+// client's TCP counters over the run, so that a rate that collapses with
+// no connection failed says where the time went.
 func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
+	before, cerr := tcpCounters(cn.client)
+	serversBefore, serr := b.serverCounters(cn)
 	out, err := b.client(cn, filepath.Join(b.bin, "connrate"), "-target", target, "-workers", "4", "-duration", b.duration.String())
 	if err != nil {
 		return err
 	}
 	var cr struct {
-		Rate   float64
-		Failed int
+		Rate          float64
+		Failed        int
+		SlowConnects  int64   `json:"slow_connects"`
+		SlowExchanges int64   `json:"slow_exchanges"`
+		MaxConnectMs  float64 `json:"max_connect_ms"`
+		MaxExchangeMs float64 `json:"max_exchange_ms"`
 	}
 	if err := json.Unmarshal(out, &cr); err != nil {
 		return fmt.Errorf("connrate output %q: %w", out, err)
 	}
 	b.row(cn.name, metric, "conn/s", cr.Rate, rep, n)
-	log.Printf("  %-16s %s %.0f new connections/s (%d failed)", cn.name, metric, cr.Rate, cr.Failed)
+	log.Printf("  %-16s %s %.0f new connections/s (%d failed; stalled: %d connects >= 900 ms, %d requests >= 190 ms; longest %.0f ms, %.0f ms)",
+		cn.name, metric, cr.Rate, cr.Failed, cr.SlowConnects, cr.SlowExchanges, cr.MaxConnectMs, cr.MaxExchangeMs)
+	if after, err := tcpCounters(cn.client); err == nil && cerr == nil {
+		log.Printf("  %-16s %s: the client's TCP counters over the run: %s", cn.name, metric, countersMoved(before, after, clientTCPCounters))
+	}
+	if after, err := b.serverCounters(cn); err == nil && serr == nil {
+		log.Printf("  %-16s %s: the server pods' TCP counters over the run (all of them): %s", cn.name, metric,
+			countersMoved(serversBefore, after, serverTCPCounters))
+	}
 	// Closed connections stay in the NAT cases' conntrack tables (the node
 	// namespaces'): clear them so the next case and repetition start alike.
 	for _, ns := range cn.nodes {
@@ -1391,6 +1417,92 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 		exec.Command(argv[0], argv[1:]...).Run()
 	}
 	return nil
+}
+
+// clientTCPCounters are the client's counters connRate reports (nstat's
+// names): SYNs and segments retransmitted, timeouts, resets sent, and the
+// TIME_WAIT sockets reused (tcp_tw_reuse) or not made because the table
+// was full (net.ipv4.tcp_max_tw_buckets; the client of shunt-native is
+// shunt-vxlan's, so its table holds both cases' closed connections).
+var clientTCPCounters = []string{"TcpExtTCPSynRetrans", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutRsts",
+	"TcpExtTWRecycled", "TcpExtTCPTimeWaitOverflow"}
+
+// serverTCPCounters are the server pods' counters connRate reports: the
+// replies they retransmitted, the SYNs they dropped or challenged, the
+// old sockets (PAWS) new SYNs met.
+var serverTCPCounters = []string{"TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutRsts", "TcpExtListenOverflows",
+	"TcpExtListenDrops", "TcpExtTCPChallengeACK", "TcpExtTCPSYNChallenge", "TcpExtPAWSEstab", "TcpEstabResets"}
+
+// countersMoved names the counters of names that changed from before to
+// after, with the change.
+func countersMoved(before, after map[string]int64, names []string) string {
+	var moved []string
+	for _, name := range names {
+		if d := after[name] - before[name]; d != 0 {
+			moved = append(moved, fmt.Sprintf("%s %d", name, d))
+		}
+	}
+	if len(moved) == 0 {
+		return "none moved"
+	}
+	return strings.Join(moved, ", ")
+}
+
+// serverCounters sums the TCP counters of cn's server pods.
+func (b *bench) serverCounters(cn *caseNet) (map[string]int64, error) {
+	netns := cn.serverNetns
+	if len(netns) == 0 {
+		return nil, fmt.Errorf("%s: no server pods known", cn.name)
+	}
+	sum := map[string]int64{}
+	for _, path := range netns {
+		c, err := tcpCounters(path)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range c {
+			sum[k] += v
+		}
+	}
+	return sum, nil
+}
+
+// tcpCounters reads the TCP counters of the network namespace at path
+// (/proc/net/snmp and /proc/net/netstat as seen from it), by nstat's names
+// (the table's prefix and the counter: TcpRetransSegs, TcpExtTWRecycled).
+func tcpCounters(path string) (map[string]int64, error) {
+	raw, err := exec.Command("nsenter", "--net="+path, "cat", "/proc/net/snmp", "/proc/net/netstat").Output()
+	if err != nil {
+		return nil, fmt.Errorf("reading the TCP counters of %s: %w", path, err)
+	}
+	counters, err := parseCounters(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("the TCP counters of %s: %w", path, err)
+	}
+	return counters, nil
+}
+
+// parseCounters reads the tables of /proc/net/snmp and /proc/net/netstat:
+// each two lines, "Prefix: name name ..." then "Prefix: value value ...".
+func parseCounters(raw string) (map[string]int64, error) {
+	counters := map[string]int64{}
+	lines := strings.Split(strings.TrimSpace(raw), "\n")
+	if len(lines)%2 != 0 {
+		return nil, fmt.Errorf("%d lines: want a names line and a values line per table", len(lines))
+	}
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) != len(values) || len(names) == 0 || names[0] != values[0] {
+			return nil, fmt.Errorf("unexpected lines %q, %q", lines[i], lines[i+1])
+		}
+		prefix := strings.TrimSuffix(names[0], ":")
+		for j := 1; j < len(names); j++ {
+			if v, err := strconv.ParseInt(values[j], 10, 64); err == nil {
+				counters[prefix+names[j]] = v
+			}
+		}
+	}
+	return counters, nil
 }
 
 // throughput measures one iperf3 stream from cn's client to host:port.
