@@ -45,6 +45,11 @@ func (a *Agent) problems() []policy.Problem {
 		out = append(out, policy.Problem{Kind: "Node", Name: a.nodeName, Reason: "PolicyNotProgrammed",
 			Message: err.Error() + "; the previous policy stays in force"})
 	}
+	for _, nr := range a.rec.UnreachableNodes() {
+		out = append(out, policy.Problem{Kind: "Node", Name: nr.Node, Reason: "NodeNotRoutable",
+			Message: fmt.Sprintf("native routing: node %s cannot route to its pods %s via %s, which is not on its underlay's network "+
+				"(a next hop it reaches directly); put the nodes on one network or use the overlay (--tunnel vxlan)", a.nodeName, nr.PodCIDR, nr.Tunnel)})
+	}
 	return out
 }
 

@@ -32,8 +32,8 @@ func (nullDatapath) AttachPod(string, int) error                        { return
 func (nullDatapath) DetachPod(string) error                             { return nil }
 func (nullDatapath) PolicyFits(policy.State, int) error                 { return nil }
 func (nullDatapath) SyncPolicy(policy.State, []datapath.Endpoint) error { return nil }
-func (nullDatapath) SyncTunnelRoutes(netip.Addr, []datapath.TunnelRoute) error {
-	return nil
+func (nullDatapath) SyncTunnelRoutes(netip.Addr, []datapath.TunnelRoute) ([]datapath.TunnelRoute, error) {
+	return nil, nil
 }
 func (nullDatapath) SyncDSRNodes([]netip.Addr) error                        { return nil }
 func (nullDatapath) SyncServices([]services.Port) ([]netip.AddrPort, error) { return nil, nil }

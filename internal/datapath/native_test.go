@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,14 +66,25 @@ func testNativeTwoNodes(t *testing.T, mode Mode) {
 	}
 	a.sync(t, policy.State{IPCache: ipcacheA})
 	b.sync(t, policy.State{IPCache: ipcacheB})
-	routesA := []TunnelRoute{{PodCIDR: bPods, Node: b.underlay}}
-	syncRoutes := func(n *ovNode, routes []TunnelRoute) {
+	// A node off the underlay's network (a next hop A cannot reach
+	// directly) gets no route and is named, not an error: the others are
+	// installed.
+	offNet := TunnelRoute{PodCIDR: netip.MustParsePrefix("10.99.7.0/24"), Node: netip.MustParseAddr("203.0.113.9")}
+	routesA := []TunnelRoute{{PodCIDR: bPods, Node: b.underlay}, offNet}
+	syncRoutes := func(n *ovNode, routes []TunnelRoute) []TunnelRoute {
 		t.Helper()
-		if err := netnsrun.Do(n.netns, func() error { return n.d.SyncTunnelRoutes(n.node.NodeIP, routes) }); err != nil {
+		var unreachable []TunnelRoute
+		if err := netnsrun.Do(n.netns, func() (err error) {
+			unreachable, err = n.d.SyncTunnelRoutes(n.node.NodeIP, routes)
+			return err
+		}); err != nil {
 			t.Fatalf("node %s: %v", n.name, err)
 		}
+		return unreachable
 	}
-	syncRoutes(a, routesA)
+	if got := syncRoutes(a, routesA); !slices.Equal(got, []TunnelRoute{offNet}) {
+		t.Errorf("node A: unreachable %v, want %v", got, offNet)
+	}
 	syncRoutes(b, []TunnelRoute{{PodCIDR: aPods, Node: a.underlay}})
 	out, err := exec.Command("ip", "-n", strings.TrimPrefix(a.netns, "/run/netns/"), "route", "show", "proto", "0x53").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "10.244.2.0/24 via 10.77.0.2 dev ul-a") {

@@ -797,7 +797,7 @@ func TestSyncTunnelRoutes(t *testing.T) {
 			}
 			return string(out)
 		}
-		if err := d.SyncTunnelRoutes(src, two); err != nil {
+		if _, err := d.SyncTunnelRoutes(src, two); err != nil {
 			return err
 		}
 		got := routes()
@@ -806,7 +806,7 @@ func TestSyncTunnelRoutes(t *testing.T) {
 				t.Errorf("routes on %s:\n%s\nwant %q", ovVXLAN, got, want)
 			}
 		}
-		if err := d.SyncTunnelRoutes(src, two[:1]); err != nil {
+		if _, err := d.SyncTunnelRoutes(src, two[:1]); err != nil {
 			return err
 		}
 		got = routes()

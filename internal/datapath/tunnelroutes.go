@@ -36,13 +36,20 @@ const tunnelRouteProtocol netlink.RouteProtocol = 0x53
 // The routes go when the node does: with the overlay device, or, on the
 // underlay, with src (the kernel removes the routes whose source address
 // is removed, and teardown removes the node interface holding it).
-func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error {
+//
+// With native routing, a node that is not a next hop this node reaches
+// directly (ENETUNREACH: not on the underlay interface's network) gets no
+// route and is returned in unreachable, not as an error: the rest is
+// programmed, and trying again cannot help until that Node's address or
+// the underlay changes (which brings another sync). The caller names it
+// as a problem of that Node.
+func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) (unreachable []TunnelRoute, err error) {
 	dev := d.cfg.TunnelIfindex
 	if d.cfg.NativeIfindex != 0 {
 		dev = d.cfg.NativeIfindex
 	}
 	if dev == 0 {
-		return nil
+		return nil, nil
 	}
 	want := map[netip.Prefix]bool{}
 	var errs []error
@@ -60,8 +67,8 @@ func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error 
 		if err := netlink.RouteReplace(rt); err != nil {
 			switch {
 			case d.cfg.NativeIfindex != 0 && errors.Is(err, unix.ENETUNREACH):
-				err = fmt.Errorf("%w (native routing: node %s must be on the underlay interface's network, "+
-					"a next hop this node reaches directly; otherwise use the overlay)", err, r.Node)
+				unreachable = append(unreachable, r)
+				continue
 			case d.cfg.NativeIfindex == 0 && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)):
 				err = fmt.Errorf("%w (the kernel needs lightweight tunnels, CONFIG_LWTUNNEL, Linux 4.3+)", err)
 			}
@@ -71,7 +78,7 @@ func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error 
 	have, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: dev, Protocol: tunnelRouteProtocol},
 		netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("listing the routes of shunt's on ifindex %d: %w", dev, err))...)
+		return unreachable, errors.Join(append(errs, fmt.Errorf("listing the routes of shunt's on ifindex %d: %w", dev, err))...)
 	}
 	for _, r := range have {
 		if r.Dst == nil {
@@ -86,7 +93,7 @@ func (d *Datapath) SyncTunnelRoutes(src netip.Addr, routes []TunnelRoute) error 
 			errs = append(errs, fmt.Errorf("removing the stale route to %s: %w", r.Dst, err))
 		}
 	}
-	return errors.Join(errs...)
+	return unreachable, errors.Join(errs...)
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {

@@ -212,6 +212,7 @@ func (c *computation) nodeTunnels() map[string]netip.Addr {
 // NodeRoute is another node's pod CIDR and the underlay address it is
 // reached at.
 type NodeRoute struct {
+	Node    string // the Node's name, for problems
 	PodCIDR netip.Prefix
 	Tunnel  netip.Addr
 }
@@ -232,7 +233,7 @@ func (c *computation) remoteNodeAddrs(tunnels map[string]netip.Addr) {
 		if _, isPod := c.res.podByIP[a]; isPod || c.res.hostAddrs[a] || c.res.remoteNodes[a] {
 			continue
 		}
-		c.res.NodeRoutes = append(c.res.NodeRoutes, NodeRoute{PodCIDR: cidr.Masked(), Tunnel: tunnel})
+		c.res.NodeRoutes = append(c.res.NodeRoutes, NodeRoute{Node: n.Name, PodCIDR: cidr.Masked(), Tunnel: tunnel})
 		c.res.remoteNodes[a] = true
 		c.res.State.IPCache = append(c.res.State.IPCache, PrefixIdentity{
 			Prefix: netip.PrefixFrom(a, 32), Identity: IdentityRemoteNode, Tunnel: tunnel})

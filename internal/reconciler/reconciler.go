@@ -43,8 +43,10 @@ type Datapath interface {
 	PolicyFits(state policy.State, endpoints int) error
 	SyncPolicy(state policy.State, endpoints []datapath.Endpoint) error
 	// SyncTunnelRoutes routes the node's own traffic for other nodes'
-	// pods through the overlay, from src (a no-op without one).
-	SyncTunnelRoutes(src netip.Addr, routes []datapath.TunnelRoute) error
+	// pods through the overlay or the underlay, from src (a no-op without
+	// either); with native routing it returns the routes whose node is
+	// not a next hop this node reaches directly, and installs the others.
+	SyncTunnelRoutes(src netip.Addr, routes []datapath.TunnelRoute) (unreachable []datapath.TunnelRoute, err error)
 	// SyncDSRNodes sets the other nodes' underlay addresses, the only
 	// outer sources DSR packets are taken from (a no-op without DSR).
 	SyncDSRNodes(addrs []netip.Addr) error
@@ -141,9 +143,10 @@ type Reconciler struct {
 	attach       map[string]model.Endpoint // interfaces to attach (by pod)
 	detach       map[string]string         // interfaces to detach (by pod)
 	checked      *checkedPolicy
-	synced       uint64 // the generation the last sync covered
-	syncErr      error  // and how it ended
-	policyErr    error  // why the last policy sync failed (nil: it did not)
+	synced       uint64             // the generation the last sync covered
+	syncErr      error              // and how it ended
+	policyErr    error              // why the last policy sync failed (nil: it did not)
+	unreachable  []policy.NodeRoute // other nodes native routing cannot reach from here (setUnreachable)
 	alloc        policy.Allocations
 	servicesSeen bool // a full service sync has succeeded
 	haveObjects  bool // an Update came (see Config.WaitForObjects)
@@ -604,9 +607,11 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 		for i, nr := range pol.NodeRoutes {
 			routes[i] = datapath.TunnelRoute{PodCIDR: nr.PodCIDR, Node: nr.Tunnel}
 		}
-		if err := r.dp.SyncTunnelRoutes(r.cfg.NodeAddrs[0], routes); err != nil {
+		unreachable, err := r.dp.SyncTunnelRoutes(r.cfg.NodeAddrs[0], routes)
+		if err != nil {
 			return nil, err
 		}
+		r.setUnreachable(pol.NodeRoutes, unreachable)
 	}
 	if err := r.dp.SyncDSRNodes(pol.OtherNodes); err != nil {
 		return nil, err
@@ -776,6 +781,36 @@ func (r *Reconciler) ServiceCount() (ports, backends int) {
 // PolicyError says why the policy the objects ask for is not programmed
 // (a map too small, cluster identities out of reach), nil when it is; the
 // previous policy stays in force meanwhile.
+// setUnreachable records which of routes' nodes SyncTunnelRoutes could
+// not route to (native routing, not a next hop on the underlay's
+// network), logging when that set changes: the sync goes on without
+// them, and the agent names each as a problem of its Node.
+func (r *Reconciler) setUnreachable(routes []policy.NodeRoute, unreachable []datapath.TunnelRoute) {
+	var out []policy.NodeRoute
+	for _, u := range unreachable {
+		for _, nr := range routes {
+			if nr.PodCIDR == u.PodCIDR.Masked() && nr.Tunnel == u.Node {
+				out = append(out, nr)
+			}
+		}
+	}
+	r.mu.Lock()
+	changed := !slices.Equal(out, r.unreachable)
+	r.unreachable = out
+	r.mu.Unlock()
+	if changed && len(out) > 0 {
+		r.cfg.Log.Warn("native routing: other nodes not on the underlay's network get no route to their pods", "nodes", out)
+	}
+}
+
+// UnreachableNodes are the other nodes native routing cannot reach from
+// this node, as of the last policy sync: their pods get no route.
+func (r *Reconciler) UnreachableNodes() []policy.NodeRoute {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.unreachable)
+}
+
 func (r *Reconciler) PolicyError() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -35,8 +35,9 @@ type fakeDatapath struct {
 	dsrNodes []netip.Addr
 	// knobs
 	failServices error
-	maxEntries   int           // policy entries that fit (0: any)
-	gate         chan struct{} // if set, SyncPolicy waits for it
+	unreachable  map[netip.Addr]bool // nodes SyncTunnelRoutes cannot route to (native routing)
+	maxEntries   int                 // policy entries that fit (0: any)
+	gate         chan struct{}       // if set, SyncPolicy waits for it
 	syncs        int
 }
 
@@ -71,11 +72,17 @@ func (f *fakeDatapath) PolicyFits(state policy.State, endpoints int) error {
 	return nil
 }
 
-func (f *fakeDatapath) SyncTunnelRoutes(src netip.Addr, routes []datapath.TunnelRoute) error {
+func (f *fakeDatapath) SyncTunnelRoutes(src netip.Addr, routes []datapath.TunnelRoute) ([]datapath.TunnelRoute, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tunnelRoutes = routes
-	return nil
+	var unreachable []datapath.TunnelRoute
+	for _, r := range routes {
+		if f.unreachable[r.Node] {
+			unreachable = append(unreachable, r)
+		}
+	}
+	return unreachable, nil
 }
 
 func (f *fakeDatapath) SyncDSRNodes(addrs []netip.Addr) error {
@@ -451,6 +458,53 @@ status: {podIP: 10.244.9.9}
 	wait(t, r, r.Update(next, changes))
 	if got := dsrNodes(); got != "[]" {
 		t.Errorf("after node-2 went: DSR nodes %s, want none", got)
+	}
+}
+
+// A node native routing cannot reach from here (not on the underlay's
+// network) is named, not a failed sync: before, the policy sync failed
+// at its route every second, and what comes after the routes (the DSR
+// node map, the node proxy's cluster view) was never programmed.
+func TestUnreachableNodeDoesNotFailTheSync(t *testing.T) {
+	f := newFake()
+	f.unreachable = map[netip.Addr]bool{netip.MustParseAddr("192.168.50.12"): true}
+	r := start(t, f)
+	wait(t, r, r.SetEndpoint(endpoint("default/web", "10.244.0.5", "lxc1", 7)))
+	const nodes = `
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+spec: {podCIDR: 10.244.0.0/24}
+status: {addresses: [{type: InternalIP, address: 192.168.50.11}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-2}
+spec: {podCIDR: 10.244.1.0/24}
+status: {addresses: [{type: InternalIP, address: 192.168.50.12}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-3}
+spec: {podCIDR: 10.244.2.0/24}
+status: {addresses: [{type: InternalIP, address: 192.168.50.13}]}
+`
+	store := apply(t, r, model.New(), policyDocs+"---"+nodes)
+	if err := r.PolicyError(); err != nil {
+		t.Errorf("policy error %v, want none", err)
+	}
+	want := []policy.NodeRoute{{Node: "node-2", PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Tunnel: netip.MustParseAddr("192.168.50.12")}}
+	if got := r.UnreachableNodes(); !slices.Equal(got, want) {
+		t.Errorf("unreachable nodes %v, want %v", got, want)
+	}
+	f.mu.Lock()
+	if got := fmt.Sprint(f.dsrNodes); got != "[192.168.50.12 192.168.50.13]" {
+		t.Errorf("DSR nodes %s, want both other nodes (the sync went on past the routes)", got)
+	}
+	f.mu.Unlock()
+	apply(t, r, store, strings.Replace(nodes, "192.168.50.12", "192.168.50.22", 1))
+	if got := r.UnreachableNodes(); len(got) != 0 {
+		t.Errorf("after node-2 moved onto a reachable address: unreachable %v, want none", got)
 	}
 }
 
