@@ -136,6 +136,18 @@ __noinline int service_l4_refusal(struct policy_side *src, struct flow *f, struc
 	return first;
 }
 
+/* ct_track is ct_find (the packet's conntrack lookup) as a global
+ * function, verified once on its own: inlined at its call sites, its
+ * branches would multiply the states of shunt_from_pod. Returns whether
+ * the packet belongs to a live connection. */
+__noinline int ct_track(struct flow *f, struct ct_found *found)
+{
+	if (!f || !found)
+		return 0;
+	ct_find(f, found);
+	return found->live;
+}
+
 /* to_tunnel sends a packet to the node hosting its destination: one hop,
  * then encapsulated with the sender's identity as the VNI; a packet too
  * big for the tunnel that must not be fragmented is answered with ICMP
@@ -194,10 +206,28 @@ int shunt_from_pod(struct __sk_buff *skb)
 		if ((void *)(ip + 1) > data_end)
 			return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
 	}
-	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
-	if (verdict >= 0)
-		return drop(skb, &p, reason);
-	p.failed = reason;
+	/* Conntrack first: a packet of a connection the service translation
+	 * left alone when it began (CT_F_NO_TC_NAT) skips its lookups, and
+	 * policy reuses this lookup unless the translation changes the
+	 * tuple (then the connection is the translated one's). A pod's
+	 * packets are mostly of such connections: the socket hooks
+	 * translated the service's. */
+	struct ct_found found = {};
+	ct_track(&p.f, &found);
+	if (!found.live || !(found.flags & CT_F_NO_TC_NAT)) {
+		bool translated;
+
+		verdict = tc_service_nat_said(skb, ip, &p.f, p.dir, &reason, &translated);
+		if (verdict >= 0)
+			return drop(skb, &p, reason);
+		p.failed = reason;
+		/* A reply is translated too, its tuple kept (the backend's
+		 * source): not a connection to mark either. */
+		if (!translated)
+			p.ct_new_flags = CT_F_NO_TC_NAT;
+		else if (p.f.daddr != p.orig_daddr || p.f.dport != p.orig_dport)
+			ct_track(&p.f, &found);
+	}
 
 	struct policy_side dst = { .addr = p.f.daddr };
 	struct proxy_origin *origin = proxy_origin_of(&p.f);
@@ -249,7 +279,7 @@ int shunt_from_pod(struct __sk_buff *skb)
 		}
 	}
 	p.dst_identity = dst.identity;
-	reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
+	reason = policy_admit_found(skb, &p, &CONFIG, &src, &dst, &found);
 	if (reason)
 		return drop(skb, &p, reason);
 	/* On the node proxy's connection from a client's address: to the
@@ -310,23 +340,39 @@ int shunt_to_pod(struct __sk_buff *skb)
 	};
 	struct policy_side src = { .addr = p.f.saddr };
 	__u32 client;
-	if (proxy_marked(&CONFIG, skb->mark, &client)) {
+	bool marked = proxy_marked(&CONFIG, skb->mark, &client);
+	/* Conntrack first: a packet of a known connection needs none of the
+	 * sender's lookups below (they serve policy, which judged its
+	 * connection when it began), only its identity when its flow is
+	 * reported. A connection recorded here is one the tc service
+	 * translation leaves alone (CT_F_NO_TC_NAT: the pod's answers skip
+	 * it): a connection that translation made was recorded by the
+	 * program that translated it, before its packets reach this one... */
+	struct ct_found found = {};
+	ct_track(&p.f, &found);
+	/* ...but a backend's reply that the tc translation gave a service
+	 * frontend as its source (with bpf_redirect, its way to the client
+	 * pod crosses this program) opens no record of its own there: the
+	 * client's next packets to the frontend must be translated. */
+	if (!found.live && !(p.f.has_ports && lookup_service(p.f.saddr, p.f.sport, p.f.proto)))
+		p.ct_new_flags = CT_F_NO_TC_NAT;
+	if (marked) {
 		/* The node proxy connecting for a client: policy judges the
 		 * connection as that client, its egress included (a local
 		 * endpoint of the same identity has the same rules). */
 		src.identity = client;
-		if (identity_of(p.f.saddr) != SHUNT_ID_HOST) {
+		if (!found.live && identity_of(p.f.saddr) != SHUNT_ID_HOST) {
 			/* A connection from the client's own address, not the
 			 * node's (original source: a client from off the node
 			 * that tc steered to the proxy, whose own node judged
 			 * its egress): judged by that address (its CIDR
 			 * identity) and identity as without the proxy; the pod's
 			 * answers go back to the proxy's socket. Asked of every
-			 * packet, not only SYNs: a connection whose record was
-			 * evicted is recorded again by its next packet, and must
-			 * be again the proxy's. */
-			p.ct_new_flags = CT_F_PROXY_UPSTREAM;
-		} else {
+			 * packet without a record, not only SYNs: a connection
+			 * whose record was evicted is recorded again by its next
+			 * packet, and must be again the proxy's. */
+			p.ct_new_flags |= CT_F_PROXY_UPSTREAM;
+		} else if (!found.live) {
 			struct identity_endpoint *ie = bpf_map_lookup_elem(&shunt_identity_endpoints, &client);
 
 			if (ie) {
@@ -335,14 +381,16 @@ int shunt_to_pod(struct __sk_buff *skb)
 				src.local = true;
 			}
 		}
-	} else {
+	} else if (!found.live) {
 		src.identity = identity_of(p.f.saddr);
 	}
 	p.src_identity = src.identity;
 	p.dst_identity = dst.identity;
-	__u32 reason = policy_admit(skb, &p, &CONFIG, &src, &dst);
+	__u32 reason = policy_admit_found(skb, &p, &CONFIG, &src, &dst, &found);
 	if (reason)
 		return drop(skb, &p, reason);
+	if (!marked && found.live && pkt_reported(&p, FLOW_FORWARDED))
+		p.src_identity = identity_of(p.f.saddr);
 	done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_FORWARDED);
 	return TC_ACT_OK;
 }

@@ -240,10 +240,11 @@ static __always_inline int nodeport_at_uplink(struct __sk_buff *skb)
 	if (!ip)
 		return verdict;
 	/* A reply, or an ICMP error about a packet on its way to a backend. */
-	verdict = nodeport_reply(skb, &p, &CONFIG);
+	struct nodeport_nat_value *own = NULL;
+	verdict = nodeport_reply_own(skb, &p, &CONFIG, &own);
 	if (verdict >= 0)
 		return verdict;
-	return nodeport_from_outside(skb, &p, ip, &CONFIG);
+	return nodeport_from_outside(skb, &p, ip, &CONFIG, own);
 }
 
 SEC("tc")

@@ -19,7 +19,7 @@ static __always_inline struct ct_value *accel_ct_lookup(struct flow *f)
 {
 	bool closing = false;
 	__u32 failed = 0;
-	struct ct_value *ct = ct_lookup(f, bpf_ktime_get_ns(), &closing, &failed);
+	struct ct_value *ct = ct_lookup(f, ct_now(), &closing, &failed);
 
 	if (failed)
 		count(failed, SHUNT_DIR_SOCKMSG, 0);

@@ -24,6 +24,10 @@ static __always_inline int arp_from_pod(struct __sk_buff *skb, struct pkt *p)
 	struct ethhdr eth;
 	struct arp_eth_ipv4 arp;
 
+	/* The frame's protocol, as the device read it (eth_type_trans): no
+	 * helper call for the packets that are not ARP, all but a few. */
+	if (skb->protocol != bpf_htons(ETH_P_ARP))
+		return -1;
 	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0 || eth.h_proto != bpf_htons(ETH_P_ARP))
 		return -1;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &arp, sizeof(arp)) < 0 ||

@@ -50,6 +50,24 @@ struct {
 #define CT_TIMEOUT_OTHER (60 * NSEC_PER_SEC)       /* UDP, ICMP, SCTP */
 #define CT_ASSURE_OTHER_AFTER (2 * NSEC_PER_SEC)   /* UDP, ICMP, SCTP: replied and in use this long */
 
+/* ct_now is the clock of every timestamp in shunt_ct and shunt_ct_new: the
+ * coarse monotonic clock (CLOCK_MONOTONIC_COARSE, advanced every tick),
+ * which is all that timeouts of seconds and a refresh at most once a second
+ * need, and is read from memory: bpf_ktime_get_ns reads the hardware clock,
+ * a sizable share of what a packet of a known connection costs. A stamp
+ * from another clock may be ahead of it: ct_elapsed reads that as no time. */
+static __always_inline __u64 ct_now(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
+
+/* ct_elapsed is the time from then to now, negative when then is later (a
+ * stamp of a finer clock, written by an older agent, up to a tick ahead). */
+static __always_inline __s64 ct_elapsed(__u64 now, __u64 then)
+{
+	return (__s64)(now - then);
+}
+
 /* ct_key_of orders the two ends so both directions build the same key;
  * *src_is_a says which end sent this packet. */
 static __always_inline void ct_key_of(__u32 saddr, __u32 daddr, __u16 sport, __u16 dport, __u8 proto,
@@ -95,7 +113,7 @@ static __always_inline bool tcp_syn_reopens(__u8 proto, __u8 tcp_flags, bool end
 static __always_inline bool ct_refresh(struct ct_value *ct, struct flow *f, bool src_is_a, __u64 now, bool *closing)
 {
 	__u32 flags = ct->flags;
-	if (now - ct->last_seen_ns > ct_timeout(flags, f->proto))
+	if (ct_elapsed(now, ct->last_seen_ns) > (__s64)ct_timeout(flags, f->proto))
 		return false;
 	if (tcp_syn_reopens(f->proto, f->tcp_flags, flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B)))
 		return false;
@@ -113,7 +131,7 @@ static __always_inline bool ct_refresh(struct ct_value *ct, struct flow *f, bool
 	 * second: most packets of a connection only read the entry. */
 	if (flags != ct->flags)
 		ct->flags = flags;
-	if (now - ct->last_seen_ns > NSEC_PER_SEC)
+	if (ct_elapsed(now, ct->last_seen_ns) > (__s64)NSEC_PER_SEC)
 		ct->last_seen_ns = now;
 	return true;
 }
@@ -129,7 +147,7 @@ static __always_inline bool ct_assured(const struct ct_value *ct, struct flow *f
 	if (!(flags & CT_F_REPLY_SEEN))
 		return false;
 	if (f->proto != IPPROTO_TCP)
-		return now - ct->created_ns >= CT_ASSURE_OTHER_AFTER;
+		return ct_elapsed(now, ct->created_ns) >= (__s64)CT_ASSURE_OTHER_AFTER;
 	bool from_originator = !!(flags & CT_F_ORIG_IS_A) == src_is_a;
 	__u8 handshake = SHUNT_TCPF_SYN | SHUNT_TCPF_ACK | SHUNT_TCPF_RST | SHUNT_TCPF_FIN;
 	return from_originator && (f->tcp_flags & handshake) == SHUNT_TCPF_ACK &&

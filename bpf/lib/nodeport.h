@@ -538,8 +538,12 @@ static __always_inline int nodeport_to_node(struct __sk_buff *skb, struct pkt *p
  * frontend's address and port back as its source (and the client's
  * address as destination), or translates an ICMP error about the flow's
  * way to the backend (nodeport_icmp_error). Returns -1 when the packet is no such reply (it
- * goes on as before), 0 when it is translated, else the drop verdict. */
-static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+ * goes on as before), 0 when it is translated, else the drop verdict.
+ * *own is the entry of the packet's own tuple when it is a TCP or UDP
+ * packet with ports (NULL: none), looked up here for nodeport_reply's
+ * caller: a client's packet of a known flow is found by that lookup. */
+static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					  struct nodeport_nat_value **own)
 {
 	struct flow *f = &p->f;
 	bool error = f->icmp_error;
@@ -558,6 +562,8 @@ static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, 
 		return -1;
 	}
 	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
+	if (!error)
+		*own = found;
 	if (!found || !found->reply)
 		return -1;
 	__u8 ihl;
@@ -582,12 +588,13 @@ static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, 
 	return 0;
 }
 
-/* nodeport_reply translates a backend's reply to a flow from outside and
- * sends it to the client. Returns -1 when the packet is no such reply (it
- * goes on as before), else the verdict. */
-static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+/* nodeport_reply_own translates a backend's reply to a flow from outside
+ * and sends it to the client. Returns -1 when the packet is no such reply
+ * (it goes on as before), else the verdict. *own: see nodeport_unnat. */
+static __always_inline int nodeport_reply_own(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					      struct nodeport_nat_value **own)
 {
-	int verdict = nodeport_unnat(skb, p, cfg);
+	int verdict = nodeport_unnat(skb, p, cfg, own);
 
 	if (verdict != 0)
 		return verdict;
@@ -602,6 +609,15 @@ static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, 
 		return nodeport_to_node(skb, p, cfg, client->tunnel_ip4);
 	}
 	return nodeport_send_out(skb, p, cfg, SHUNT_REASON_NODEPORT_REPLY);
+}
+
+/* nodeport_reply is nodeport_reply_own for a caller that has no use for
+ * the packet's own entry. */
+static __always_inline int nodeport_reply(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg)
+{
+	struct nodeport_nat_value *own = NULL;
+
+	return nodeport_reply_own(skb, p, cfg, &own);
 }
 
 /* nodeport_snat records a new flow (client key ck) to a backend on
@@ -765,10 +781,12 @@ static __always_inline int nodeport_dsr_forward(struct __sk_buff *skb, struct pk
 /* nodeport_from_outside translates a packet from outside to one of the
  * node's external frontends, or a client's later packet of such a flow,
  * or an ICMP error from outside about one of its replies,
- * and delivers it to the backend. Returns -1 when it is none of these (it
- * goes on as before), else the verdict. */
+ * and delivers it to the backend. own is the entry of the packet's tuple
+ * (nodeport_reply_own looked it up: NULL when there is none), the
+ * client's entry unless the packet is an error. Returns -1 when it is none
+ * of these (it goes on as before), else the verdict. */
 static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct pkt *p, struct iphdr *ip,
-						 const volatile struct shunt_config *cfg)
+						 const volatile struct shunt_config *cfg, struct nodeport_nat_value *own)
 {
 	bool error = p->f.icmp_error;
 
@@ -786,7 +804,7 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 		ck.dport = p->f.inner.sport, ck.proto = p->f.inner.proto;
 	}
 	struct nodeport_nat_value fwd = {};
-	struct nodeport_nat_value *known = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
+	struct nodeport_nat_value *known = error ? bpf_map_lookup_elem(&shunt_nodeport_nat, &ck) : own;
 	__u32 client = p->f.saddr;
 
 	if (error) {

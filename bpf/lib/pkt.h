@@ -27,6 +27,17 @@ struct pkt {
 	__u32 failed;      /* a record that could not be made on the way (enum shunt_reason), 0 if none */
 };
 
+/* pkt_reported says whether done_len reports a packet that ends with
+ * this verdict (a packet's event is sent in the sampling, or something
+ * failed on its way and flows are on). */
+static __always_inline bool pkt_reported(struct pkt *p, __u8 verdict)
+{
+	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
+	__u32 mode = flow_mode();
+
+	return flow_wanted(mode, event) || (p->failed && mode != FLOW_MODE_OFF);
+}
+
 /* done_len counts a packet's outcome and, when the sampling wants it,
  * reports it, the packet being len bytes long. A record that could not be
  * made on the way (counted where it failed) is news even when the packet
@@ -40,8 +51,7 @@ static __always_inline void done_len(struct __sk_buff *skb, struct pkt *p, __u8 
 	asm volatile("" : "+r"(skb));
 	count(reason, p->dir, len);
 	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
-	__u32 mode = flow_mode();
-	if (!flow_wanted(mode, event) && !(p->failed && mode != FLOW_MODE_OFF))
+	if (!pkt_reported(p, verdict))
 		return;
 	if (verdict != FLOW_DROPPED && p->failed)
 		reason = p->failed;

@@ -153,34 +153,56 @@ static __always_inline __u32 policy_judge(struct flow *f, struct policy_side *sr
 	return 0;
 }
 
-/* policy_admit decides a packet p between src and dst: a packet of a known
- * connection (or an ICMP error about one) passes; a new connection needs
- * the egress policy of src and the ingress policy of dst, and is recorded.
- * A direction with entries is looked up; a deny drops; no match drops only
- * when the pod is isolated for that direction (deny-only policies take
- * away without isolating). Returns 0 to pass, or the drop reason; sets
- * p->rule to the rule that decided, p->event to what the packet is to its
- * connection (new, end, or just a packet), p->ct_flags to its connection's
- * flags (a new one's: p->ct_new_flags), and p->failed when a conntrack
- * record could not be made on the way (counted here). */
-static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
-					  struct policy_side *src, struct policy_side *dst)
+/* What conntrack says about one packet (ct_find): looked up once, by
+ * whoever needs it first (shunt_from_pod: before the service
+ * translation), and handed to policy_admit_found. */
+struct ct_found {
+	__u8 flags;   /* its connection's flags (enum ct_flags, as pkt's ct_flags) */
+	__u8 live;    /* the packet belongs to a live connection */
+	__u8 closing; /* ct_lookup's *closing */
+	__u8 pad;
+	__u32 failed; /* ct_lookup's *failed */
+};
+
+/* ct_find looks up the connection of the packet f (ct_lookup) into found. */
+static __always_inline void ct_find(struct flow *f, struct ct_found *found)
+{
+	bool closing = false;
+	__u32 failed = 0;
+	struct ct_value *ct = ct_lookup(f, ct_now(), &closing, &failed);
+
+	found->live = ct != NULL;
+	found->flags = ct ? ct->flags : 0;
+	found->failed = failed;
+	found->closing = closing;
+}
+
+/* policy_admit_found decides a packet p between src and dst: a packet of a
+ * known connection (or an ICMP error about one) passes; a new connection
+ * needs the egress policy of src and the ingress policy of dst, and is
+ * recorded. A direction with entries is looked up; a deny drops; no match
+ * drops only when the pod is isolated for that direction (deny-only
+ * policies take away without isolating). Returns 0 to pass, or the drop
+ * reason; sets p->rule to the rule that decided, p->event to what the
+ * packet is to its connection (new, end, or just a packet), p->ct_flags to
+ * its connection's flags (a new one's: p->ct_new_flags), and p->failed
+ * when a conntrack record could not be made on the way (counted here).
+ * found is the packet's conntrack lookup (ct_find). */
+static __always_inline __u32 policy_admit_found(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+						struct policy_side *src, struct policy_side *dst, const struct ct_found *found)
 {
 	struct flow *f = &p->f;
-	__u64 now = bpf_ktime_get_ns();
-	__u32 rule = 0, failed = 0;
-	bool closing = false;
+	__u32 rule = 0;
 
 	p->rule = 0;
 	p->event = FLOW_EV_PACKET;
-	struct ct_value *ct = ct_lookup(f, now, &closing, &failed);
-	if (ct) {
-		p->ct_flags = ct->flags;
-		if (failed) {
-			count(failed, p->dir, skb->len);
-			p->failed = failed;
+	if (found->live) {
+		p->ct_flags = found->flags;
+		if (found->failed) {
+			count(found->failed, p->dir, skb->len);
+			p->failed = found->failed;
 		}
-		if (closing)
+		if (found->closing)
 			p->event = FLOW_EV_CONN_END;
 		return 0;
 	}
@@ -194,10 +216,20 @@ static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, 
 		if (reason)
 			return reason;
 	}
-	if (ct_create(f, rule, now, cfg->ct_single_table, p->ct_new_flags) < 0)
+	if (ct_create(f, rule, ct_now(), cfg->ct_single_table, p->ct_new_flags) < 0)
 		return SHUNT_REASON_CT_FULL;
 	p->ct_flags = p->ct_new_flags;
 	return 0;
+}
+
+/* policy_admit is policy_admit_found with the conntrack lookup made here. */
+static __always_inline __u32 policy_admit(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					  struct policy_side *src, struct policy_side *dst)
+{
+	struct ct_found found;
+
+	ct_find(&p->f, &found);
+	return policy_admit_found(skb, p, cfg, src, dst, &found);
 }
 
 #endif

@@ -44,7 +44,7 @@ static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 p
 	return 0;
 }
 
-/* tc_service_nat translates one packet a pod sent (from this node, or from
+/* tc_service_nat_said translates one packet a pod sent (from this node, or from
  * another through the overlay): towards a service VIP it picks (once per
  * flow) and writes a backend; a reply from a backend, wherever the backend
  * runs, gets the VIP back as its source on the client's node, which holds
@@ -53,11 +53,13 @@ static __always_inline int rewrite_l4(struct __sk_buff *skb, __u32 l4off, __u8 p
  * that could not be made on the way (counted here; the packet still goes
  * on). A translated destination is written back into f, so what follows
  * (policy, forwarding) sees the backend; a reply keeps the backend as its
- * source in f, which is what the connection was admitted with. */
-static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f, __u32 dir,
-					  __u32 *reason)
+ * source in f, which is what the connection was admitted with. *translated
+ * says whether the packet was translated (either way). */
+static __always_inline int tc_service_nat_said(struct __sk_buff *skb, struct iphdr *ip, struct flow *f, __u32 dir,
+					       __u32 *reason, bool *translated)
 {
 	*reason = 0;
+	*translated = false;
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
 	__u8 proto = f->proto;
 	struct tc_nat_value *nat;
@@ -86,6 +88,7 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 			f->daddr = v.addr;
 			f->dport = v.port;
 		}
+		*translated = true;
 		count(SHUNT_REASON_SERVICE_XLATE, dir, skb->len);
 		return -1;
 	}
@@ -126,8 +129,19 @@ static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *i
 	}
 	f->daddr = be_ip;
 	f->dport = be_port;
+	*translated = true;
 	count(SHUNT_REASON_SERVICE_XLATE, dir, skb->len);
 	return -1;
+}
+
+/* tc_service_nat is tc_service_nat_said for a caller that need not know
+ * whether the packet was translated. */
+static __always_inline int tc_service_nat(struct __sk_buff *skb, struct iphdr *ip, struct flow *f, __u32 dir,
+					  __u32 *reason)
+{
+	bool translated;
+
+	return tc_service_nat_said(skb, ip, f, dir, reason, &translated);
 }
 
 #endif

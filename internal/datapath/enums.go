@@ -149,6 +149,7 @@ var (
 		podtcCtFlagsCT_F_FIN_B:          "fin-b",
 		podtcCtFlagsCT_F_RST:            "rst",
 		podtcCtFlagsCT_F_PROXY_UPSTREAM: "proxy-upstream",
+		podtcCtFlagsCT_F_NO_TC_NAT:      "no-tc-nat",
 	}
 )
 

@@ -53,20 +53,21 @@ var helperSince = map[asm.BuiltinFunc]string{
 	// GPL-only; in sk_msg programs through the base helpers, for a loader
 	// with CAP_PERFMON, refused under lockdown=confidentiality (CheckKernel
 	// probes the pair on the running kernel).
-	asm.FnProbeReadKernel: "5.5",
-	asm.FnSkRelease:       "4.20",
-	asm.FnSkcLookupTcp:    "5.2",
-	asm.FnSkAssign:        "5.7", // tc programs (bpf/lib/steer.h)
-	asm.FnSkStorageGet:    "5.2",
-	asm.FnSkStorageDelete: "5.2",
-	asm.FnGetNetnsCookie:  "5.7",
-	asm.FnSeqWrite:        "5.7",
-	asm.FnRingbufOutput:   "5.8",
-	asm.FnRingbufQuery:    "5.8",
-	asm.FnRedirectNeigh:   "5.10",
-	asm.FnRedirectPeer:    "5.10",
-	asm.FnCheckMtu:        "5.12",
-	asm.FnSetRetval:       "5.18",
+	asm.FnProbeReadKernel:  "5.5",
+	asm.FnSkRelease:        "4.20",
+	asm.FnSkcLookupTcp:     "5.2",
+	asm.FnSkAssign:         "5.7", // tc programs (bpf/lib/steer.h)
+	asm.FnSkStorageGet:     "5.2",
+	asm.FnSkStorageDelete:  "5.2",
+	asm.FnGetNetnsCookie:   "5.7",
+	asm.FnSeqWrite:         "5.7",
+	asm.FnRingbufOutput:    "5.8",
+	asm.FnRingbufQuery:     "5.8",
+	asm.FnRedirectNeigh:    "5.10",
+	asm.FnRedirectPeer:     "5.10",
+	asm.FnKtimeGetCoarseNs: "5.11", // conntrack's clock (lib/conntrack.h, ct_now)
+	asm.FnCheckMtu:         "5.12",
+	asm.FnSetRetval:        "5.18",
 }
 
 // helperGuard is the fallback under which a helper newer than the floor

@@ -67,7 +67,7 @@ func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 // nodePortTestNodeRouted is nodePortTestNodeWith with the VXLAN overlay
 // (tunnel: a collect-metadata VXLAN device on the uplink's address, MTU
 // fragTunnelMTU, the pods' MTU) instead of native routing.
-func nodePortTestNodeRouted(t *testing.T, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks, tunnel bool) (d *Datapath, ns string, uplink int) {
+func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks, tunnel bool) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	var vx int
 	ns, peer := testNetns(t), testNetns(t)

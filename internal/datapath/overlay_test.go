@@ -380,7 +380,7 @@ func (n *ovNode) sync(t *testing.T, state policy.State) {
 }
 
 // veth joins two namespaces with a veth pair, an address on each end.
-func veth(t *testing.T, nsA, ifA string, addrA netip.Prefix, nsB, ifB string, addrB netip.Prefix) {
+func veth(t testing.TB, nsA, ifA string, addrA netip.Prefix, nsB, ifB string, addrB netip.Prefix) {
 	t.Helper()
 	peerNS, err := netns.GetFromPath(nsB)
 	if err != nil {

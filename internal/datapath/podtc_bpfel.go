@@ -22,6 +22,7 @@ const (
 	podtcCtFlagsCT_F_FIN_B          podtcCtFlags = 8
 	podtcCtFlagsCT_F_RST            podtcCtFlags = 16
 	podtcCtFlagsCT_F_PROXY_UPSTREAM podtcCtFlags = 32
+	podtcCtFlagsCT_F_NO_TC_NAT      podtcCtFlags = 64
 )
 
 type podtcCtKey struct {

@@ -227,7 +227,7 @@ func testCgroup(t *testing.T) string {
 // pods': /run/netns made a shared mount of itself first, as iproute2 does,
 // so that an `ip netns` run meanwhile cannot hide it (and make it
 // undeletable, EBUSY).
-func testNetns(t *testing.T) string {
+func testNetns(t testing.TB) string {
 	t.Helper()
 	name := testName("shunt-test-sd")
 	if err := podnet.CreateNetns(name, ""); err != nil {
