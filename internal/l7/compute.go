@@ -254,39 +254,47 @@ func filters(in []gatewayv1.HTTPRouteFilter, prefixOnly, backendRef bool) *proxy
 			unsupported = append(unsupported, what)
 			continue
 		}
-		switch {
-		case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil:
-			out.RequestHeaders = headerModifier(f.RequestHeaderModifier)
-		case f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil:
-			out.ResponseHeaders = headerModifier(f.ResponseHeaderModifier)
-		case f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil:
-			rr := f.RequestRedirect
-			r := &proxyapi.Redirect{Path: pathModifier(rr.Path)}
-			if rr.Scheme != nil {
-				r.Scheme = *rr.Scheme
-			}
-			if rr.Hostname != nil {
-				r.Hostname = string(*rr.Hostname)
-			}
-			if rr.Port != nil {
-				r.Port = uint16(*rr.Port)
-			}
-			if rr.StatusCode != nil {
-				r.StatusCode = *rr.StatusCode
-			}
-			out.Redirect = r
-		case f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
-			r := &proxyapi.Rewrite{Path: pathModifier(f.URLRewrite.Path)}
-			if f.URLRewrite.Hostname != nil {
-				r.Hostname = string(*f.URLRewrite.Hostname)
-			}
-			out.Rewrite = r
+		// A later filter of a type replaces an earlier one's settings.
+		one := proxyFilter(f)
+		if one.RequestHeaders != nil {
+			out.RequestHeaders = one.RequestHeaders
+		}
+		if one.ResponseHeaders != nil {
+			out.ResponseHeaders = one.ResponseHeaders
+		}
+		if one.Redirect != nil {
+			out.Redirect = one.Redirect
+		}
+		if one.Rewrite != nil {
+			out.Rewrite = one.Rewrite
 		}
 	}
 	if len(unsupported) > 0 {
 		out.Unsupported = "filter " + strings.Join(unsupported, ", ") + " is not implemented by shunt's proxy"
 	}
 	return out
+}
+
+// proxyFilter is f alone in the proxy's form: the one field of its type
+// set, none for a type the proxy does not implement (notImplemented).
+func proxyFilter(f gatewayv1.HTTPRouteFilter) proxyapi.Filters {
+	var one proxyapi.Filters
+	switch {
+	case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil:
+		one.RequestHeaders = headerModifier(f.RequestHeaderModifier)
+	case f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil:
+		one.ResponseHeaders = headerModifier(f.ResponseHeaderModifier)
+	case f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil:
+		rr := f.RequestRedirect
+		one.Redirect = &proxyapi.Redirect{Path: pathModifier(rr.Path), Scheme: deref(rr.Scheme), Hostname: string(deref(rr.Hostname)),
+			StatusCode: deref(rr.StatusCode)}
+		if rr.Port != nil {
+			one.Redirect.Port = uint16(*rr.Port)
+		}
+	case f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
+		one.Rewrite = &proxyapi.Rewrite{Path: pathModifier(f.URLRewrite.Path), Hostname: string(deref(f.URLRewrite.Hostname))}
+	}
+	return one
 }
 
 // notImplemented names f when shunt's proxy does not implement it ("" when
@@ -335,20 +343,13 @@ func unimplementedFilters(in []gatewayv1.HTTPRouteFilter, backendRef bool) []str
 func InvalidFilters(in []gatewayv1.HTTPRouteFilter, prefixOnly bool) []string {
 	var out []string
 	for i, f := range in {
-		var one proxyapi.Filters // this filter alone, in the proxy's form
+		one := proxyFilter(f)
 		var path *proxyapi.PathModifier
 		switch {
-		case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil:
-			one.RequestHeaders = headerModifier(f.RequestHeaderModifier)
-		case f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil:
-			one.ResponseHeaders = headerModifier(f.ResponseHeaderModifier)
-		case f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil:
-			path = pathModifier(f.RequestRedirect.Path)
-			one.Redirect = &proxyapi.Redirect{Path: path, Hostname: string(deref(f.RequestRedirect.Hostname)),
-				Scheme: deref(f.RequestRedirect.Scheme), StatusCode: deref(f.RequestRedirect.StatusCode)}
-		case f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
-			path = pathModifier(f.URLRewrite.Path)
-			one.Rewrite = &proxyapi.Rewrite{Path: path, Hostname: string(deref(f.URLRewrite.Hostname))}
+		case one.Redirect != nil:
+			path = one.Redirect.Path
+		case one.Rewrite != nil:
+			path = one.Rewrite.Path
 		}
 		for _, p := range one.Problems(prefixOnly, false) {
 			// The proxy's field less its first part ("requestHeaders",
