@@ -331,6 +331,9 @@ enum shunt_reason {
 	SHUNT_REASON_DSR_UNKNOWN_NODE = 54, /* dropped: an IPIP packet in DSR's format for this node whose outer
 					     * source is no node of the cluster (shunt_dsr_nodes): only nodes
 					     * may hand a backend a client's packet (lib/dsr.h) */
+	SHUNT_REASON_NAT_ENTRY_LOST = 55, /* counted: a flow's NAT entry written a moment before was gone when
+					   * checked (the LRU evicted it to make room for the flow's other
+					   * entry, lib/lru.h): written again, so its reply is still translated */
 	SHUNT_REASON_MAX,
 };
 

@@ -22,6 +22,7 @@
 
 #include "common.h"
 #include "flow_tuple.h"
+#include "lru.h"
 
 /* Assured connections. */
 struct {
@@ -179,7 +180,7 @@ static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, boo
 	if (!ct_assured(ct, f, src_is_a, now))
 		return ct;
 	struct ct_value assured = *ct;
-	if (bpf_map_update_elem(&shunt_ct, &k, &assured, BPF_ANY) < 0) {
+	if (lru_insert(&shunt_ct, &k, &assured, BPF_ANY) < 0) {
 		*failed = SHUNT_REASON_CT_PROMOTE_FAILED;
 		return ct;
 	}
@@ -234,8 +235,8 @@ static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now, b
 	if (f->proto == IPPROTO_TCP && (f->tcp_flags & SHUNT_TCPF_RST))
 		v.flags |= CT_F_RST;
 	if (single_table)
-		return bpf_map_update_elem(&shunt_ct, &k, &v, BPF_ANY);
-	return bpf_map_update_elem(&shunt_ct_new, &k, &v, BPF_ANY);
+		return lru_insert(&shunt_ct, &k, &v, BPF_ANY);
+	return lru_insert(&shunt_ct_new, &k, &v, BPF_ANY);
 }
 
 #endif

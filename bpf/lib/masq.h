@@ -15,6 +15,7 @@
 #define SHUNT_LIB_MASQ_H
 
 #include "common.h"
+#include "lru.h"
 #include "flow_tuple.h"
 #include "ipv4.h"
 #include "tc_nat.h"
@@ -140,7 +141,7 @@ static __always_inline void masq_refresh(const struct masq_key *k, struct masq_v
 	}
 	struct masq_value again = { .last_seen_ns = now, .created_ns = v->created_ns, .flags = flags };
 	masq_partner_value(k, &again);
-	bpf_map_update_elem(&shunt_masq_nat, &pk, &again, BPF_NOEXIST);
+	lru_insert(&shunt_masq_nat, &pk, &again, BPF_NOEXIST);
 }
 
 /* masq_forget removes the partner of an expired entry (k, v) when it still
@@ -177,18 +178,18 @@ static __always_inline struct masq_value *masq_lookup(const struct masq_key *k, 
  * gives its port up here. */
 static __always_inline int masq_claim(struct masq_key *in, struct masq_value *inv, __u64 now)
 {
-	if (bpf_map_update_elem(&shunt_masq_nat, in, inv, BPF_NOEXIST) == 0)
+	if (lru_insert(&shunt_masq_nat, in, inv, BPF_NOEXIST) == 0)
 		return 0;
 	struct masq_value *cur = bpf_map_lookup_elem(&shunt_masq_nat, in);
 	if (!cur)
 		/* Gone meanwhile (the LRU), or the insert failed outright. */
-		return bpf_map_update_elem(&shunt_masq_nat, in, inv, BPF_NOEXIST) == 0 ? 0 : -1;
+		return lru_insert(&shunt_masq_nat, in, inv, BPF_NOEXIST) == 0 ? 0 : -1;
 	if (cur->addr == inv->addr && cur->port == inv->port)
 		return 0; /* this flow's own: another CPU was first, or it is re-translated */
 	if (!masq_reusable(cur, in->proto, now))
 		return 1;
 	masq_forget(in, cur);
-	return bpf_map_update_elem(&shunt_masq_nat, in, inv, BPF_ANY) == 0 ? 0 : -1;
+	return lru_insert(&shunt_masq_nat, in, inv, BPF_ANY) == 0 ? 0 : -1;
 }
 
 /* masq_new translates a new flow, out being its tuple as the pod sent it:
@@ -218,12 +219,19 @@ static __always_inline __u32 masq_new(const volatile struct masq_config *cfg, co
 		if (r > 0)
 			continue;
 		struct masq_value outv = { .last_seen_ns = now, .created_ns = now, .addr = cfg->addr, .port = in.dport };
-		if (bpf_map_update_elem(&shunt_masq_nat, out, &outv, BPF_ANY) < 0) {
+		if (lru_insert(&shunt_masq_nat, out, &outv, BPF_ANY) < 0) {
 			/* Half a record would translate replies of a flow
 			 * whose packets go out untranslated. */
 			bpf_map_delete_elem(&shunt_masq_nat, &in);
 			return SHUNT_REASON_MASQ_INSERT_FAILED;
 		}
+		/* The reply entry, which that write may have evicted
+		 * (lib/lru.h). */
+		long kept = lru_restore(&shunt_masq_nat, &in, &inv);
+		if (kept < 0)
+			return SHUNT_REASON_MASQ_INSERT_FAILED;
+		if (kept > 0)
+			count(SHUNT_REASON_NAT_ENTRY_LOST, SHUNT_DIR_TO_UPLINK, 0);
 		*port = in.dport;
 		return 0;
 	}

@@ -39,6 +39,7 @@
 #include "ct_stack.h"
 #include "source_ranges.h"
 #include "dsr.h"
+#include "lru.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -149,7 +150,7 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
 		pv->last_seen_ns = now;
 		return;
 	}
-	bpf_map_update_elem(&shunt_nodeport_nat, &pk, &again, v->reply ? BPF_NOEXIST : BPF_ANY);
+	lru_insert(&shunt_nodeport_nat, &pk, &again, v->reply ? BPF_NOEXIST : BPF_ANY);
 }
 
 /* nodeport_claim makes the reply tuple rk (one candidate SNAT port) the
@@ -159,18 +160,32 @@ static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct 
  * it. */
 static __always_inline int nodeport_claim(const struct tc_nat_key *rk, const struct nodeport_nat_value *rev, __u64 now)
 {
-	if (bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0)
+	if (lru_insert(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0)
 		return 0;
 	struct nodeport_nat_value *cur = bpf_map_lookup_elem(&shunt_nodeport_nat, rk);
 	if (!cur)
-		return bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0 ? 0 : -1;
+		return lru_insert(&shunt_nodeport_nat, rk, rev, BPF_NOEXIST) == 0 ? 0 : -1;
 	if (!nodeport_reusable(cur, rk->proto, now))
 		return 1;
 	struct tc_nat_key pk = nodeport_partner(cur, rk->proto);
 	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
 	if (pv && pv->saddr == rk->daddr && pv->sport == rk->dport && pv->daddr == rk->saddr && pv->dport == rk->sport)
 		bpf_map_delete_elem(&shunt_nodeport_nat, &pk);
-	return bpf_map_update_elem(&shunt_nodeport_nat, rk, rev, BPF_ANY) == 0 ? 0 : -1;
+	return lru_insert(&shunt_nodeport_nat, rk, rev, BPF_ANY) == 0 ? 0 : -1;
+}
+
+/* nodeport_keep makes sure a new flow's reply entry (rk -> rev) outlived
+ * the write of its client entry, which may have evicted it (lib/lru.h):
+ * a reply without it would leave untranslated, and the client would
+ * reset it. Written again when gone (counted as nat-entry-lost). Returns
+ * 0, else the drop reason. */
+static __always_inline __u32 nodeport_keep(const struct tc_nat_key *rk, const struct nodeport_nat_value *rev)
+{
+	long r = lru_restore(&shunt_nodeport_nat, rk, rev);
+
+	if (r > 0)
+		count(SHUNT_REASON_NAT_ENTRY_LOST, SHUNT_DIR_FROM_UPLINK, 0);
+	return r < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
 }
 
 /* nodeport_send_out sends a reply to the client out of cfg's uplink: the
@@ -646,11 +661,11 @@ static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *c
 		if (r > 0)
 			continue;
 		fwd->saddr = cfg->nodeport_snat_ip4, fwd->sport = rk.dport, fwd->daddr = be_ip, fwd->dport = be_port;
-		if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
+		if (lru_insert(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
 			bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
 			return SHUNT_REASON_NAT_INSERT_FAILED;
 		}
-		return 0;
+		return nodeport_keep(&rk, &rev);
 	}
 	return SHUNT_REASON_MASQ_PORT_EXHAUSTED;
 }
@@ -671,13 +686,13 @@ static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 
 	fwd->last_seen_ns = now;
 	fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port;
 	fwd->dsr_in = dsr_in;
-	if (bpf_map_update_elem(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
+	if (lru_insert(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
 		return SHUNT_REASON_NAT_INSERT_FAILED;
-	if (bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
+	if (lru_insert(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
 		return SHUNT_REASON_NAT_INSERT_FAILED;
 	}
-	return 0;
+	return nodeport_keep(&rk, &rev);
 }
 
 /* nodeport_new picks the backend of a new flow to external frontend svc
@@ -708,7 +723,7 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 		 * reply's. */
 		fwd->last_seen_ns = bpf_ktime_get_ns();
 		fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port, fwd->dsr = 1;
-		return bpf_map_update_elem(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
+		return lru_insert(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
 	}
 	/* The backend is here: the client's address stays. */
 	return nodeport_direct(ck, be_ip, be_port, fwd, 0);

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "services.h"
 #include "metrics.h"
+#include "lru.h"
 #include "flow_tuple.h"
 #include "ipv4.h"
 
@@ -114,15 +115,24 @@ static __always_inline int tc_service_nat_said(struct __sk_buff *skb, struct iph
 	/* A flow whose translation cannot be recorded is dropped: its next
 	 * packets would pick another backend, its replies keep the backend's
 	 * address. Half a record is removed, so no packet uses it. */
-	if (bpf_map_update_elem(&shunt_tc_nat, &key, &fwd, BPF_ANY) < 0) {
+	if (lru_insert(&shunt_tc_nat, &key, &fwd, BPF_ANY) < 0) {
 		*reason = SHUNT_REASON_NAT_INSERT_FAILED;
 		return TC_ACT_SHOT;
 	}
-	if (bpf_map_update_elem(&shunt_tc_nat, &rkey, &rev, BPF_ANY) < 0) {
+	if (lru_insert(&shunt_tc_nat, &rkey, &rev, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&shunt_tc_nat, &key);
 		*reason = SHUNT_REASON_NAT_INSERT_FAILED;
 		return TC_ACT_SHOT;
 	}
+	/* The first entry, which the second's write may have evicted
+	 * (lib/lru.h). */
+	long kept = lru_restore(&shunt_tc_nat, &key, &fwd);
+	if (kept < 0) {
+		*reason = SHUNT_REASON_NAT_INSERT_FAILED;
+		return TC_ACT_SHOT;
+	}
+	if (kept > 0)
+		count(SHUNT_REASON_NAT_ENTRY_LOST, dir, skb->len);
 	if (rewrite_l4(skb, l4off, proto, true, vip, be_ip, f->dport, be_port) < 0) {
 		*reason = SHUNT_REASON_INVALID_PACKET;
 		return TC_ACT_SHOT;

@@ -326,7 +326,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_DSR_GSO_DECAP          podtcShuntReason = 52
 	podtcShuntReasonSHUNT_REASON_PROXY_UPSTREAM_REPLY   podtcShuntReason = 53
 	podtcShuntReasonSHUNT_REASON_DSR_UNKNOWN_NODE       podtcShuntReason = 54
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 55
+	podtcShuntReasonSHUNT_REASON_NAT_ENTRY_LOST         podtcShuntReason = 55
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 56
 )
 
 type podtcTcNatKey struct {

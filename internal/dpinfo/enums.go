@@ -63,6 +63,7 @@ const (
 	ReasonDSRGSODecap
 	ReasonProxyUpstreamReply
 	ReasonDSRUnknownNode
+	ReasonNATEntryLost
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -122,6 +123,7 @@ var reasonNames = [...]string{
 	ReasonDSRGSODecap:          "dsr-gso-decap",
 	ReasonProxyUpstreamReply:   "proxy-upstream-reply",
 	ReasonDSRUnknownNode:       "dsr-unknown-node",
+	ReasonNATEntryLost:         "nat-entry-lost",
 }
 
 // String is the reason's name, or its number when it has none.

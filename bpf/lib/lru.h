@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Writing into the LRU hashes that hold flows' state (NAT, conntrack).
+ *
+ * The kernel's LRU (kernel/bpf/bpf_lru_list.c) marks an entry used only
+ * when it is looked up, and evicts unmarked entries first. An entry just
+ * written for a new flow is unmarked until the flow's next packet: in a
+ * full table those are the first victims, and the write of a flow's second
+ * entry can evict its first (a NodePort flow's reply entry, written just
+ * before its client entry: its SYN-ACK then left untranslated, with the
+ * pod's address, which the client answers with a reset). lru_insert looks
+ * the entry up once written, which marks it used, so it ages like the
+ * entries of flows in use; lru_restore writes an entry again when the
+ * flow's other writes evicted it. */
+#ifndef SHUNT_LIB_LRU_H
+#define SHUNT_LIB_LRU_H
+
+#include "common.h"
+
+/* lru_insert writes key -> value into the LRU hash map (flags as
+ * bpf_map_update_elem's) and marks the entry used. Returns 0, or the
+ * update's error. */
+static __always_inline long lru_insert(void *map, const void *key, const void *value, __u64 flags)
+{
+	long err = bpf_map_update_elem(map, key, value, flags);
+
+	if (err == 0)
+		bpf_map_lookup_elem(map, key);
+	return err;
+}
+
+/* lru_restore makes sure key -> value, written for a flow a moment ago,
+ * is still in map after the flow's other writes: returns 0 when it is, 1
+ * when it was gone and is written again (the caller counts it as
+ * nat-entry-lost), negative when that write failed. */
+static __always_inline long lru_restore(void *map, const void *key, const void *value)
+{
+	if (bpf_map_lookup_elem(map, key))
+		return 0;
+	return lru_insert(map, key, value, BPF_ANY) < 0 ? -1 : 1;
+}
+
+#endif
