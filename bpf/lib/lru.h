@@ -2,15 +2,18 @@
 /* Writing into the LRU hashes that hold flows' state (NAT, conntrack).
  *
  * The kernel's LRU (kernel/bpf/bpf_lru_list.c) marks an entry used only
- * when it is looked up, and evicts unmarked entries first. An entry just
- * written for a new flow is unmarked until the flow's next packet: in a
- * full table those are the first victims, and the write of a flow's second
- * entry can evict its first (a NodePort flow's reply entry, written just
- * before its client entry: its SYN-ACK then left untranslated, with the
- * pod's address, which the client answers with a reset). lru_insert looks
- * the entry up once written, which marks it used, so it ages like the
- * entries of flows in use; lru_restore writes an entry again when the
- * flow's other writes evicted it. */
+ * when it is looked up, and evicts unmarked entries first: written and not
+ * yet looked up, an entry goes to the head of the inactive list when its
+ * CPU next refills its free nodes, and eviction scans that list from its
+ * tail. In a full table whose older inactive entries are used up, the
+ * entries just written for flows whose next packet has not come yet are
+ * the victims: a NodePort flow's reply entry, gone before its SYN-ACK,
+ * which then left with the pod's address and was reset by the client
+ * (bench/run nodeport's local collapse, about one connection in 150 once
+ * the table reached that state). lru_insert looks the entry up once
+ * written, which marks it used, so it ages like the entries of flows in
+ * use; lru_restore writes an entry again should the flow's own later
+ * writes have evicted it. */
 #ifndef SHUNT_LIB_LRU_H
 #define SHUNT_LIB_LRU_H
 
