@@ -11,6 +11,7 @@
  * shunt_metrics, the tc programs' counters, with the hook as its direction.
  */
 #include "lib/common.h"
+#include "lib/lru.h"
 #include "lib/services.h"
 #include "lib/metrics.h"
 #include "lib/flow_events.h"
@@ -164,7 +165,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct dest *dst
 
 		if (!connect && bpf_map_lookup_elem(&shunt_revnat, &key))
 			report = false;
-		if (bpf_map_update_elem(&shunt_revnat, &key, &rev, BPF_ANY) < 0) {
+		if (lru_insert(&shunt_revnat, &key, &rev, BPF_ANY) < 0) {
 			failed = SHUNT_REASON_REVNAT_INSERT_FAILED;
 			count(failed, hook, 0);
 			if (!recorded) {

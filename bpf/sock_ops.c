@@ -12,6 +12,7 @@
  *    the proxy is one the hook made, and the proxy can ask (bpf/sockopt.c).
  */
 #include "lib/common.h"
+#include "lib/lru.h"
 #include "lib/metrics.h"
 #include "lib/flow_events.h"
 #include "lib/proxy.h"
@@ -218,7 +219,7 @@ int shunt_sockops(struct bpf_sock_ops *ctx)
 		.client_ip = sk->src_ip4, .client_port = bpf_htons((__u16)sk->src_port),
 		.proxy_ip = sk->dst_ip4, .proxy_port = (__u16)sk->dst_port,
 	};
-	if (bpf_map_update_elem(&shunt_proxy_origins, &key, o, BPF_ANY) < 0)
+	if (lru_insert(&shunt_proxy_origins, &key, o, BPF_ANY) < 0)
 		count(SHUNT_REASON_PROXY_ORIGIN_FAILED, SHUNT_DIR_CONNECT, 0);
 	return 1;
 }

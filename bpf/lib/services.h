@@ -7,6 +7,7 @@
 #define SHUNT_LIB_SERVICES_H
 
 #include "common.h"
+#include "lru.h"
 
 #define SHUNT_MAX_SERVICE_ENTRIES 262144
 
@@ -100,7 +101,7 @@ select_backend(struct service_value *svc, __u32 vip, __u16 port, __u8 proto,
 	if (svc->flags & SERVICE_F_AFFINITY) {
 		struct affinity_value val = { .last_used_ns = now, .backend_id = id };
 
-		if (bpf_map_update_elem(&shunt_affinity, &akey, &val, BPF_ANY) < 0)
+		if (lru_insert(&shunt_affinity, &akey, &val, BPF_ANY) < 0)
 			*failed = SHUNT_REASON_AFFINITY_INSERT_FAILED;
 	}
 	return be;

@@ -24,6 +24,7 @@
 #define SHUNT_LIB_STEER_H
 
 #include "common.h"
+#include "lru.h"
 #include "pkt.h"
 #include "policy.h"
 #include "proxy.h"
@@ -149,7 +150,7 @@ static __always_inline __u32 pod_proxy_in(struct __sk_buff *skb, struct pkt *p)
 	if ((f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN) {
 		struct proxy_origin o = { .ip = f->daddr, .port = f->dport, .flags = PROXY_ORIGIN_F_TC };
 
-		if (bpf_map_update_elem(&shunt_proxy_origins, &k, &o, BPF_ANY) < 0)
+		if (lru_insert(&shunt_proxy_origins, &k, &o, BPF_ANY) < 0)
 			return SHUNT_REASON_PROXY_ORIGIN_FAILED;
 	} else {
 		struct proxy_origin *o = bpf_map_lookup_elem(&shunt_proxy_origins, &k);

@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -14,30 +13,30 @@ import (
 	"github.com/shuntnet/shunt/internal/services"
 )
 
-// TestNodePortFullTableKeepsNewReplies: a NodePort flow to a local backend
-// keeps its reply entry until its SYN-ACK in a full shunt_nodeport_nat,
-// as a busy node's table is: one outside client cycling through its
-// ports to three NodePorts in turn (as bench/run nodeport's client does,
-// ports reused within seconds), the client's packets on one CPU and the
-// backends' on the other, as on a node, a few handshakes in flight. An
-// entry the LRU takes anyway is written again and counted (lib/lru.h):
-// either way no SYN-ACK may leave with the pod's address.
+// TestNodePortFullTableKeepsNewReplies: in a shunt_nodeport_nat full of
+// flows in use (each of their entries looked up again since the LRU last
+// moved it), a new NodePort flow to a local backend keeps its reply entry
+// until its SYN-ACK, which comes after the next flow's SYN (one handshake
+// in flight). The kernel's LRU evicts entries nobody looked up first: with
+// every old entry in use, those were the entries just written for flows
+// not answered yet, and each refill of the CPU's free nodes (every 128
+// writes) took the reply entry of the flow in flight, whose SYN-ACK then
+// left with the pod's address (bench/run nodeport's local collapse).
+// lib/lru.h marks an entry used as it is written. One CPU, so that every
+// write goes through the same LRU lists.
 func TestNodePortFullTableKeepsNewReplies(t *testing.T) {
 	d, ns, uplink := nodePortTestNode(t, 0)
 	syncNodePortPods(t, d)
-	frontendPorts := []uint16{30080, 30081, 30082}
-	var svcs []services.Port
-	for _, fp := range frontendPorts {
-		svcs = append(svcs, services.Port{Frontend: services.Frontend{VIP: npNode, Port: fp, Proto: 6},
-			Kind: services.KindNodePort, Name: fmt.Sprintf("default/local-%d:http", fp), Backends: []services.Backend{{IP: npLocalPod, Port: 8080}}})
-	}
-	if _, err := d.SyncServices(svcs); err != nil {
+	if _, err := d.SyncServices([]services.Port{{Frontend: services.Frontend{VIP: npNode, Port: 30080, Proto: 6},
+		Kind: services.KindNodePort, Name: "default/local:http", Backends: []services.Backend{{IP: npLocalPod, Port: 8080}}}}); err != nil {
 		t.Fatal(err)
 	}
-	max := int(d.objs.ShuntNodeportNat.MaxEntries())
+	tableSize := int(d.objs.ShuntNodeportNat.MaxEntries())
 	fromUplink, fromPod := d.uplink.ShuntFromUplink, d.objs.ShuntFromPod
-	client := netip.MustParseAddr("198.18.0.1")
-	run := func(p *ebpf.Program, pkt []byte, ctx []byte) ([]byte, error) {
+	clientOf := func(i int) (netip.Addr, uint16) {
+		return netip.AddrFrom4([4]byte{198, 18, byte(i >> 14), byte(i >> 6)}), uint16(20000 + i&0x3f)
+	}
+	run := func(p *ebpf.Program, pkt, ctx []byte) ([]byte, error) {
 		out := make([]byte, len(pkt)+256)
 		opts := &ebpf.RunOptions{Data: pkt, DataOut: out}
 		if ctx != nil {
@@ -46,99 +45,77 @@ func TestNodePortFullTableKeepsNewReplies(t *testing.T) {
 		_, err := p.Run(opts)
 		return out, err
 	}
-	toFrontend := func(port, fp uint16, flags byte) error {
-		_, err := run(fromUplink, withChecksum(packet(client, npNode, 6, tcpSegment(port, fp, flags))), skbContext(uplink))
+	fromClient := func(i int, flags byte) error {
+		c, port := clientOf(i)
+		_, err := run(fromUplink, withChecksum(packet(c, npNode, 6, tcpSegment(port, 30080, flags))), skbContext(uplink))
 		return err
 	}
-	// reply reports whether the backend's packet left with the frontend
+	// fromBackend reports whether flow i's packet left with the frontend
 	// as its source.
-	reply := func(port, fp uint16, flags byte) (bool, error) {
-		out, err := run(fromPod, withChecksum(packet(npLocalPod, client, 6, tcpSegment(8080, port, flags))), nil)
+	fromBackend := func(i int, flags byte) (bool, error) {
+		c, port := clientOf(i)
+		out, err := run(fromPod, withChecksum(packet(npLocalPod, c, 6, tcpSegment(8080, port, flags))), nil)
 		if err != nil {
 			return false, err
 		}
 		src := netip.AddrFrom4([4]byte(out[14+12 : 14+16]))
-		return src == npNode && binary.BigEndian.Uint16(out[14+20:]) == fp, nil
+		return src == npNode && binary.BigEndian.Uint16(out[14+20:]) == 30080, nil
 	}
-	const clientPorts = 40000 // ports × (frontends + 1) entries: past the table's size
-	lost := map[uint16]int{}
-	flows := 0
-	pin := func(cpu int) error {
+	inUse := tableSize / 2 // two entries a flow: the table full
+	const measured = 6000  // new flows: under one turn of the LRU's active list
+	var lost []int
+	if err := netnsrun.Do(ns, func() error {
 		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		var one unix.CPUSet
-		one.Set(cpu)
-		return unix.SchedSetaffinity(0, &one)
-	}
-	type pending struct{ port, fp uint16 }
-	handshakes := make(chan pending, 4)
-	acks := make(chan pending, 1<<20)
-	errs := make(chan error, 2)
-	// CPU 1: the backends' answers, as the pods' side of the node.
-	go func() {
-		errs <- netnsrun.Do(ns, func() error {
-			defer runtime.UnlockOSThread()
-			if err := pin(1); err != nil {
-				return err
-			}
-			defer close(acks)
-			for h := range handshakes {
-				ok, err := reply(h.port, h.fp, tcpSYNACK)
-				if err != nil {
-					return err
-				}
-				flows++
-				if !ok {
-					lost[h.fp]++
-				}
-				if _, err := reply(h.port, h.fp, tcpACK|0x01); err != nil {
-					return err
-				}
-				acks <- h
-			}
-			return nil
-		})
-	}()
-	// CPU 0: the client's packets, as the uplink's side.
-	go func() {
-		errs <- netnsrun.Do(ns, func() error {
-			defer runtime.UnlockOSThread()
-			if err := pin(0); err != nil {
-				return err
-			}
-			defer close(handshakes)
-			for round := 0; round < 4; round++ {
-				fp := frontendPorts[round%len(frontendPorts)]
-				for i := 0; i < clientPorts; i++ {
-					port := uint16(1024 + i)
-					if err := toFrontend(port, fp, tcpSYN); err != nil {
-						return err
-					}
-					handshakes <- pending{port, fp}
-				drain:
-					for {
-						select {
-						case h := <-acks:
-							if err := toFrontend(h.port, h.fp, tcpACK); err != nil {
-								return err
-							}
-							if err := toFrontend(h.port, h.fp, tcpACK|0x01); err != nil {
-								return err
-							}
-						default:
-							break drain
-						}
-					}
-				}
-			}
-			return nil
-		})
-	}()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		one.Set(0)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			return err
 		}
+		for i := 0; i < inUse; i++ {
+			if err := fromClient(i, tcpSYN); err != nil {
+				return err
+			}
+			if _, err := fromBackend(i, tcpSYNACK); err != nil {
+				return err
+			}
+			if err := fromClient(i, tcpACK); err != nil {
+				return err
+			}
+		}
+		// A packet each way of every flow: all of them in use.
+		for i := 0; i < inUse; i++ {
+			if err := fromClient(i, tcpACK); err != nil {
+				return err
+			}
+			if _, err := fromBackend(i, tcpACK); err != nil {
+				return err
+			}
+		}
+		for i := inUse; i <= inUse+measured; i++ {
+			if err := fromClient(i, tcpSYN); err != nil {
+				return err
+			}
+			if i == inUse {
+				continue
+			}
+			ok, err := fromBackend(i-1, tcpSYNACK)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				lost = append(lost, i-1)
+			}
+			if err := fromClient(i-1, tcpACK); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if len(lost) > 0 {
-		t.Errorf("SYN-ACKs that left untranslated (their reply entry gone), by NodePort: %v, of %d flows (table of %d)", lost, flows, max)
+		t.Errorf("%d of %d new flows' SYN-ACKs left with the pod's address, their reply entry evicted (table of %d entries full of flows in use); first: flow %d",
+			len(lost), measured, tableSize, lost[0])
 	}
 }
