@@ -180,7 +180,8 @@ static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, boo
 	if (!ct_assured(ct, f, src_is_a, now))
 		return ct;
 	struct ct_value assured = *ct;
-	if (lru_insert(&shunt_ct, &k, &assured, BPF_ANY) < 0) {
+	/* Not lru_insert: the lookup below marks the entry used. */
+	if (bpf_map_update_elem(&shunt_ct, &k, &assured, BPF_ANY) < 0) {
 		*failed = SHUNT_REASON_CT_PROMOTE_FAILED;
 		return ct;
 	}

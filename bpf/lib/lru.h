@@ -19,6 +19,7 @@
 #define SHUNT_LIB_LRU_H
 
 #include "common.h"
+#include "metrics.h"
 
 /* lru_insert writes key -> value into the LRU hash map (flags as
  * bpf_map_update_elem's) and marks the entry used. Returns 0, or the
@@ -33,14 +34,15 @@ static __always_inline long lru_insert(void *map, const void *key, const void *v
 }
 
 /* lru_restore makes sure key -> value, written for a flow a moment ago,
- * is still in map after the flow's other writes: returns 0 when it is, 1
- * when it was gone and is written again (the caller counts it as
- * nat-entry-lost), negative when that write failed. */
-static __always_inline long lru_restore(void *map, const void *key, const void *value)
+ * is still in map after the flow's other writes, and writes it again when
+ * it is gone, counted as nat-entry-lost in direction dir (bytes: the
+ * packet's length, or 0). Returns 0, or negative when that write failed. */
+static __always_inline long lru_restore(void *map, const void *key, const void *value, __u32 dir, __u32 bytes)
 {
 	if (bpf_map_lookup_elem(map, key))
 		return 0;
-	return lru_insert(map, key, value, BPF_ANY) < 0 ? -1 : 1;
+	count(SHUNT_REASON_NAT_ENTRY_LOST, dir, bytes);
+	return lru_insert(map, key, value, BPF_ANY) < 0 ? -1 : 0;
 }
 
 #endif

@@ -227,11 +227,8 @@ static __always_inline __u32 masq_new(const volatile struct masq_config *cfg, co
 		}
 		/* The reply entry, which that write may have evicted
 		 * (lib/lru.h). */
-		long kept = lru_restore(&shunt_masq_nat, &in, &inv);
-		if (kept < 0)
+		if (lru_restore(&shunt_masq_nat, &in, &inv, SHUNT_DIR_TO_UPLINK, 0) < 0)
 			return SHUNT_REASON_MASQ_INSERT_FAILED;
-		if (kept > 0)
-			count(SHUNT_REASON_NAT_ENTRY_LOST, SHUNT_DIR_TO_UPLINK, 0);
 		*port = in.dport;
 		return 0;
 	}

@@ -181,11 +181,7 @@ static __always_inline int nodeport_claim(const struct tc_nat_key *rk, const str
  * 0, else the drop reason. */
 static __always_inline __u32 nodeport_keep(const struct tc_nat_key *rk, const struct nodeport_nat_value *rev)
 {
-	long r = lru_restore(&shunt_nodeport_nat, rk, rev);
-
-	if (r > 0)
-		count(SHUNT_REASON_NAT_ENTRY_LOST, SHUNT_DIR_FROM_UPLINK, 0);
-	return r < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
+	return lru_restore(&shunt_nodeport_nat, rk, rev, SHUNT_DIR_FROM_UPLINK, 0) < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
 }
 
 /* nodeport_send_out sends a reply to the client out of cfg's uplink: the

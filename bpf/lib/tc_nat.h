@@ -126,13 +126,10 @@ static __always_inline int tc_service_nat_said(struct __sk_buff *skb, struct iph
 	}
 	/* The first entry, which the second's write may have evicted
 	 * (lib/lru.h). */
-	long kept = lru_restore(&shunt_tc_nat, &key, &fwd);
-	if (kept < 0) {
+	if (lru_restore(&shunt_tc_nat, &key, &fwd, dir, skb->len) < 0) {
 		*reason = SHUNT_REASON_NAT_INSERT_FAILED;
 		return TC_ACT_SHOT;
 	}
-	if (kept > 0)
-		count(SHUNT_REASON_NAT_ENTRY_LOST, dir, skb->len);
 	if (rewrite_l4(skb, l4off, proto, true, vip, be_ip, f->dport, be_port) < 0) {
 		*reason = SHUNT_REASON_INVALID_PACKET;
 		return TC_ACT_SHOT;
