@@ -119,6 +119,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&agentFlags.flowBuffer, "flow-buffer-bytes", 0, "size of the flow ring buffer (default 4 MiB)")
 	cmd.Flags().StringVar(&agentFlags.metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9962)")
 	cmd.Flags().BoolVar(&agentFlags.socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg); 'shunt accel on|off' switches it at run time")
+	cmd.Flags().IntVar(&agentFlags.conntrackMax, "conntrack-max", 0, "entries of each connection table of every node (shuntd --conntrack-max; default 131072)")
 	cmd.Flags().BoolVar(&agentFlags.ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
@@ -174,6 +175,7 @@ type runFlags struct {
 	socketAccel               bool
 	accelNode                 bool
 	ctSingleTable             bool
+	conntrackMax              int
 	kubeconfig, nodeName      string
 	runPods                   bool
 	noSchedule                bool
@@ -210,6 +212,9 @@ func (f runFlags) args() []string {
 	}
 	if f.accelNode {
 		args = append(args, "--accelerate-node-processes")
+	}
+	if f.conntrackMax != 0 {
+		args = append(args, "--conntrack-max", fmt.Sprint(f.conntrackMax))
 	}
 	if f.ctSingleTable {
 		args = append(args, "--conntrack-single-table")

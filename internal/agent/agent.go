@@ -122,6 +122,9 @@ type Config struct {
 	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
 	// connections can evict established ones (datapath.Config).
 	ConntrackSingleTable bool
+	// ConntrackMax sizes the connection tables (datapath.Config): 0, the
+	// built-in datapath.DefaultConntrackMax entries.
+	ConntrackMax int
 
 	// A lab of several nodes (`shunt lab up --nodes N`, internal/lab
 	// cluster.go): LabControlPlane serves the other nodes (their Nodes,
@@ -331,6 +334,16 @@ func (a *Agent) start(s *startup) error {
 		a.log.Warn("first sync after start", "err", err)
 	}
 	a.proxy.Synced()
+	// The first sync attached this agent's programs on every interface
+	// and hook: a connection table resized at Open now takes what the
+	// previous agent's programs still wrote to the old one.
+	copied, err := a.dp.FinishResize()
+	for name, n := range copied {
+		a.log.Info("pinned maps", "resized", name, "entries written by the previous programs meanwhile", n)
+	}
+	if err != nil {
+		a.log.Warn("carrying entries over to resized connection tables", "err", err)
+	}
 	return nil
 }
 

@@ -58,7 +58,7 @@ func (a *Agent) openNode(s *startup) error {
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodePort: s.nodePort, MaglevSize: maglevSize(cfg.MaglevTableSize),
-		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable,
+		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable, ConntrackMax: cfg.ConntrackMax,
 		Fallbacks: s.fallbacks})
 	if err != nil {
 		return err
@@ -69,6 +69,9 @@ func (a *Agent) openNode(s *startup) error {
 	}
 	for _, w := range warnings {
 		a.log.Warn("pinned maps", "layout", w)
+	}
+	for _, n := range a.dp.ResizeNotes() {
+		a.log.Info("pinned maps", "resized", n)
 	}
 	return nil
 }

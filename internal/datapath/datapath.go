@@ -108,6 +108,12 @@ type Config struct {
 	// kernel lacks (ProbeKernel) or that were forced; nil: every newer
 	// path (Linux 6.10+).
 	Fallbacks dpinfo.Fallbacks
+	// ConntrackMax is the entries of each connection table (conntrack,
+	// the NodePort, masquerade and tc translations; shunt_ct_new a
+	// quarter of it): how many connections the node keeps at once, half
+	// as many translated ones (tablesize.go). 0: DefaultConntrackMax.
+	// Tables pinned at another size are replaced, entries kept.
+	ConntrackMax int
 }
 
 // Datapath holds the loaded programs and maps of one shunt instance.
@@ -136,6 +142,8 @@ type Datapath struct {
 	destroyer sockDestroyer // UDP socket iterator, loaded on first use (sockdestroy.go)
 
 	layouts *layoutCheck // how the pinned maps' layouts were checked
+
+	resized []resizedTable // connection tables found pinned at another size (tablesize.go)
 }
 
 // LayoutNotes says, for the log, how the layouts of the maps this datapath
@@ -170,6 +178,9 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 		mode = podtcShuntFwdModeSHUNT_FWD_REDIRECT
 	}
 	if err := cfg.ProxyMark.check(); err != nil {
+		return nil, err
+	}
+	if err := CheckConntrackMax(cfg.ConntrackMax); err != nil {
 		return nil, err
 	}
 	if err := checkMaglevSize(cfg.MaglevSize); err != nil {
@@ -227,6 +238,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 	if cfg.FlowBufferBytes > 0 {
 		spec.Maps["shunt_flows"].MaxEntries = flowBufferSize(cfg.FlowBufferBytes)
 	}
+	sizeConnTables(specs.list(true), cfg.ConntrackMax)
 	if change != nil {
 		for _, s := range specs.list(true) {
 			change(s)
@@ -254,6 +266,9 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 			d.Close()
 		}
 	}()
+	if d.resized, err = resizePinned(cfg.PinDir, specs.list(cfg.usesUplink())); err != nil {
+		return nil, err
+	}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		return nil, explainLoadError(err, cfg.PinDir)
@@ -452,6 +467,8 @@ func explainLoadError(err error, pinDir string) error {
 // Close releases this process's handles. Pinned maps and links stay, so the
 // datapath keeps forwarding while no agent runs.
 func (d *Datapath) Close() error {
+	closeResized(d.resized)
+	d.resized = nil
 	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.uplink.Close(),
 		d.sockAddr.Close(), d.sockOps.Close(), d.skMsg.Close(), d.sockopt.Close())
 }

@@ -345,6 +345,11 @@ func pinnedLayout(pin string, ms *ebpf.MapSpec, recorded mapLayouts) (pinnedMap,
 		return pinnedMap{}, 0, fmt.Errorf("opening pinned map %s: %w", pin, err)
 	}
 	defer m.Close()
+	if isConnTable(ms.Name) && m.MaxEntries() != ms.MaxEntries {
+		// Of another size: resized at Open (tablesize.go), entries kept.
+		ms = ms.Copy()
+		ms.MaxEntries = m.MaxEntries()
+	}
 	if err := ms.Compatible(m); err != nil {
 		return pinnedMap{mismatch: err}, pinIncompatible, nil
 	}

@@ -16,8 +16,10 @@ import (
 // TestAgentRestartUnderLoad: while a client pod opens new TCP connections
 // to a ClusterIP in a loop, talks over one long-lived TCP connection and
 // sends UDP requests through the ClusterIP, the agent is stopped and
-// started again several times: SIGTERM, SIGKILL, and SIGKILL in the middle
-// of a large apply (and of a large delete). Not one new connection may
+// started again several times: SIGTERM, SIGKILL, SIGTERM with the
+// connection tables resized (--conntrack-max, then back to the default at
+// the next start), and SIGKILL in the middle of a large apply (and of a
+// large delete). Not one new connection may
 // fail, the long connection may not break, no UDP reply may be lost; after
 // each crash the objects hold either the whole change or none of it, the
 // service map agrees with them, and the NetworkPolicy still keeps the
@@ -39,10 +41,10 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 	time.Sleep(time.Second)
 
 	// restart signals the agent (by the PID it reports), waits for it to
-	// exit and starts it again; during, if set, starts what the signal is
-	// to interrupt and returns what waits for it to end.
+	// exit and starts it again with the flags up; during, if set, starts
+	// what the signal is to interrupt and returns what waits for it to end.
 	restarts := 0
-	restart := func(sig syscall.Signal, during func() (wait func())) {
+	restart := func(sig syscall.Signal, during func() (wait func()), up ...string) {
 		t.Helper()
 		pid := l.status().PID
 		var wait func()
@@ -57,13 +59,20 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 			wait()
 		}
 		time.Sleep(300 * time.Millisecond) // the node runs without an agent for a moment
-		l.mustShunt("lab", "up")
+		l.mustShunt(append([]string{"lab", "up"}, up...)...)
 		restarts++
 		l.probe("other", "timeout", "--tcp", web+":80") // the policy still holds
 	}
 
 	restart(syscall.SIGTERM, nil)
 	restart(syscall.SIGKILL, nil)
+	// The connection tables pinned at the default size are replaced by
+	// smaller ones holding their entries; the next start (the default
+	// again) grows them back.
+	restart(syscall.SIGTERM, nil, "--conntrack-max", "8192")
+	if got := mapCapacity(t, l, "shunt_ct"); got != 8192 {
+		t.Errorf("shunt_ct holds %d entries after a restart with --conntrack-max 8192", got)
+	}
 
 	// A large change: 100 services (each with its EndpointSlice) and 1000
 	// NetworkPolicies in one apply. The agent is killed in the middle of
@@ -137,6 +146,9 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 	}
 	restart(syscall.SIGTERM, nil)
 	l.checkWholeOrNone("bulkb", nsvc, npol)
+	if got := mapCapacity(t, l, "shunt_ct"); got != 131072 {
+		t.Errorf("shunt_ct holds %d entries after restarts with the default --conntrack-max, want 131072", got)
+	}
 	time.Sleep(time.Second)
 
 	var failed []string
@@ -152,7 +164,7 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 	if locals := distinctLocals(longRs); locals != 1 {
 		t.Errorf("the long-lived connection was dialled again (%d local addresses): it broke", locals)
 	}
-	t.Logf("%d agent restarts (SIGTERM, SIGKILL, SIGKILL in the middle of 1200-object applies, SIGTERM; an uninterrupted apply took %v): "+
+	t.Logf("%d agent restarts (SIGTERM, SIGKILL, SIGTERM to resize the connection tables, SIGKILL in the middle of 1200-object applies, SIGTERM; an uninterrupted apply took %v): "+
 		"%d/%d new TCP connections, %d/%d requests on one long-lived TCP connection, %d/%d UDP replies (1 s timeout each); %v in all",
 		restarts, took.Round(time.Millisecond), conns, connsAll, reqs, reqsAll, udp, udpAll, time.Since(began).Round(time.Second))
 	if len(failed) > 0 {
@@ -161,6 +173,25 @@ func TestAgentRestartUnderLoad(t *testing.T) {
 	if conns < 100 || reqs < 100 || udp < 100 {
 		t.Errorf("too little load to tell: %d connections, %d requests, %d UDP replies", conns, reqs, udp)
 	}
+}
+
+// mapCapacity is the capacity of the datapath's map name (`shunt map list`).
+func mapCapacity(t *testing.T, l *lab, name string) int {
+	t.Helper()
+	var maps []struct {
+		Name     string `json:"name"`
+		Capacity int    `json:"capacity"`
+	}
+	if err := json.Unmarshal([]byte(l.mustShunt("map", "list", "-o", "json")), &maps); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if m.Name == name {
+			return m.Capacity
+		}
+	}
+	t.Fatalf("no map %s in `shunt map list`", name)
+	return 0
 }
 
 // load is a `lab probe --for` running in a pod until stop.

@@ -98,6 +98,10 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- with .Values.nodePort.addresses }}
 - --nodeport-addresses={{ join "," . }}
 {{- end }}
+{{- /* 131072 is shuntd's default: no flag, as for the other defaults */}}
+{{- if ne (int .Values.conntrackMax) 131072 }}
+- --conntrack-max={{ .Values.conntrackMax }}
+{{- end }}
 {{- if .Values.socketAcceleration }}
 - --socket-acceleration
 {{- end }}
