@@ -171,7 +171,7 @@ static __always_inline void accelerate(struct bpf_sock_ops *ctx)
 		__u8 yes = 1;
 		/* Loopback ends decide alike on their own: no marker. */
 		if (!(a.flags & ACCEL_SOCK_F_LOOPBACK))
-			bpf_map_update_elem(&shunt_accel_connecting, &key, &yes, BPF_ANY);
+			lru_insert(&shunt_accel_connecting, &key, &yes, BPF_ANY);
 		accel_event(ctx, &a, SHUNT_REASON_ACCEL_ADDED, FLOW_EV_SOCK);
 	}
 }
