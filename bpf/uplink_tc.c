@@ -113,7 +113,7 @@ static __always_inline int proxy_nodeport_reply(struct __sk_buff *skb)
 	struct nodeport_nat_value *found = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
 	if (!found || !found->reply)
 		return -1;
-	nodeport_refresh(&k, found, p.f.tcp_flags, bpf_ktime_get_ns());
+	nodeport_refresh(&k, found, p.f.tcp_flags, nat_now());
 	struct nodeport_nat_value v = *found;
 	if (nodeport_rewrite(skb, ETH_HLEN + ip->ihl * 4, &p.f, &v) < 0)
 		return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
@@ -151,7 +151,7 @@ int shunt_to_uplink(struct __sk_buff *skb)
 	if (!ip)
 		return verdict;
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = nat_now();
 	bool echo = false;
 
 	if (p.f.icmp_error)
@@ -282,7 +282,7 @@ int shunt_from_uplink(struct __sk_buff *skb)
 	if (!ip)
 		return verdict;
 	__u32 l4off = ETH_HLEN + ip->ihl * 4;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = nat_now();
 	bool error = p.f.icmp_error, echo = false;
 
 	/* The entry of the reply tuple: for an error, the quoted packet (the

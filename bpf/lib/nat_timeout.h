@@ -9,6 +9,16 @@
 #include "common.h"
 #include "conntrack.h"
 
+/* nat_now is the clock of the translated flows' stamps (masquerade,
+ * NodePort): conntrack's coarse clock (ct_now), read from memory where
+ * bpf_ktime_get_ns reads the hardware clock on every packet. Their ages are
+ * read as no time when a stamp is ahead (a finer stamp an older build
+ * wrote, up to a tick). */
+static __always_inline __u64 nat_now(void)
+{
+	return ct_now();
+}
+
 /* nat_closed: the TCP connection was reset, or FIN went both ways. */
 static __always_inline bool nat_closed(__u32 flags)
 {

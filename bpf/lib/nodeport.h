@@ -587,7 +587,7 @@ static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, 
 		/* An error is no sign of life of the flow. */
 		err = nodeport_error_xlate(skb, f, l4off, found);
 	} else {
-		nodeport_refresh(&k, found, f->tcp_flags, bpf_ktime_get_ns());
+		nodeport_refresh(&k, found, f->tcp_flags, nat_now());
 		struct nodeport_nat_value v = *found;
 
 		err = nodeport_rewrite(skb, l4off, f, &v);
@@ -640,7 +640,7 @@ static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *c
 {
 	__u16 lo = cfg->nodeport_port_min, hi = cfg->nodeport_port_max;
 	__u32 span = (__u32)hi - lo + 1;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = nat_now();
 	struct nodeport_nat_value rev = {
 		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
 	};
@@ -674,7 +674,7 @@ static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 
 					      __u8 dsr_in)
 {
 	struct tc_nat_key rk = { .saddr = be_ip, .sport = be_port, .daddr = ck->saddr, .dport = ck->sport, .proto = ck->proto };
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = nat_now();
 	struct nodeport_nat_value rev = {
 		.saddr = ck->daddr, .sport = ck->dport, .daddr = ck->saddr, .dport = ck->sport, .reply = 1, .last_seen_ns = now,
 		.dsr_in = dsr_in,
@@ -717,7 +717,7 @@ static __always_inline __u32 nodeport_new(const volatile struct shunt_config *cf
 		/* DSR (lib/dsr.h): the client's address stays, and only its
 		 * entry is recorded here; the backend's node records the
 		 * reply's. */
-		fwd->last_seen_ns = bpf_ktime_get_ns();
+		fwd->last_seen_ns = nat_now();
 		fwd->saddr = ck->saddr, fwd->sport = ck->sport, fwd->daddr = be_ip, fwd->dport = be_port, fwd->dsr = 1;
 		return lru_insert(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0 ? SHUNT_REASON_NAT_INSERT_FAILED : 0;
 	}
@@ -835,7 +835,7 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 	} else if (known) {
 		if (known->reply)
 			return -1; /* a backend's reply: nodeport_reply's */
-		nodeport_refresh(&ck, known, p->f.tcp_flags, bpf_ktime_get_ns());
+		nodeport_refresh(&ck, known, p->f.tcp_flags, nat_now());
 		fwd = *known;
 	} else {
 		struct service_value *svc = lookup_service(ck.daddr, ck.dport, ck.proto);
@@ -972,7 +972,7 @@ static __always_inline int nodeport_from_dsr(struct __sk_buff *skb, const volati
 	struct nodeport_nat_value fwd = {};
 	struct nodeport_nat_value *known = bpf_map_lookup_elem(&shunt_nodeport_nat, &ck);
 	if (known && !known->reply && known->daddr == p.f.daddr && known->dport == p.f.dport) {
-		nodeport_refresh(&ck, known, p.f.tcp_flags, bpf_ktime_get_ns());
+		nodeport_refresh(&ck, known, p.f.tcp_flags, nat_now());
 	} else {
 		__u32 reason = nodeport_direct(&ck, p.f.daddr, p.f.dport, &fwd, 1);
 		if (reason)

@@ -604,7 +604,9 @@ func macText(b []byte) string {
 func monotonicNow() time.Duration { return time.Since(monotonicZero()) }
 
 func secondsSince(now time.Duration, ns uint64) float64 {
-	return float64((now - time.Duration(ns)).Milliseconds()) / 1000
+	// The coarse clock's stamps (conntrack, NAT) trail CLOCK_MONOTONIC by
+	// up to a tick: a just-refreshed entry reads as idle for no time.
+	return float64(max(now-time.Duration(ns), 0).Milliseconds()) / 1000
 }
 
 // sockKeyRow shows a socket acceleration key: the socket's tuple, local end
