@@ -5,16 +5,22 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shuntnet/shunt/deploy"
 	"github.com/shuntnet/shunt/internal/kubecluster"
+	"github.com/shuntnet/shunt/internal/lbipam"
 )
 
 // defaultClusterDir has a dash, so no instance's state directory
@@ -33,13 +39,50 @@ func newDevCmd() *cobra.Command {
 	var dir string
 	cluster.PersistentFlags().StringVar(&dir, "dir", defaultClusterDir, "directory of the cluster: certificates, etcd data, logs, kubeconfig")
 	cluster.AddCommand(newDevClusterUpCmd(&dir), newDevClusterDownCmd(&dir), newDevClusterStatusCmd(&dir), newDevClusterEnvCmd(&dir), newDevClusterKubeconfigCmd(&dir))
-	cmd.AddCommand(cluster)
+	cmd.AddCommand(cluster, newDevLBIPAMCmd())
+	return cmd
+}
+
+// newDevLBIPAMCmd is the load balancer controller `dev cluster up
+// --lb-pool` runs as one of the cluster's processes (internal/lbipam).
+func newDevLBIPAMCmd() *cobra.Command {
+	var kubeconfig, pool string
+	cmd := &cobra.Command{
+		Use:   "lb-ipam --kubeconfig FILE --pool CIDR",
+		Short: "give LoadBalancer Services addresses from a pool, written into status.loadBalancer.ingress (as Cilium's LB-IPAM); `dev cluster up --lb-pool` runs it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := netip.ParsePrefix(pool)
+			if err != nil {
+				return fmt.Errorf("--pool %q: give an IPv4 CIDR, e.g. 192.168.124.0/28", pool)
+			}
+			if err := lbipam.CheckPool(p); err != nil {
+				return fmt.Errorf("--pool: %w", err)
+			}
+			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			if err != nil {
+				return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+			}
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return lbipam.Run(ctx, client, p, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "the cluster's kubeconfig (it writes Services' status)")
+	cmd.Flags().StringVar(&pool, "pool", "", "IPv4 CIDR the addresses come from (all but its network and broadcast addresses)")
+	cmd.MarkFlagRequired("kubeconfig")
+	cmd.MarkFlagRequired("pool")
 	return cmd
 }
 
 func newDevClusterUpCmd(dir *string) *cobra.Command {
 	var (
 		binDir, serviceCIDR, clusterCIDR   string
+		lbPool                             string
 		nodeLifecycle, scheduler, workload bool
 		dns                                bool
 		nodeGrace                          time.Duration
@@ -56,8 +99,22 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
+			var pool netip.Prefix
+			var controller []string
+			if lbPool != "" {
+				var err error
+				if pool, err = netip.ParsePrefix(lbPool); err != nil || lbipam.CheckPool(pool) != nil {
+					return fmt.Errorf("--lb-pool %q: give an IPv4 CIDR, e.g. 192.168.124.0/28", lbPool)
+				}
+				self, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--lb-pool: finding this program to run its load balancer controller: %w", err)
+				}
+				controller = []string{self, "dev", "lb-ipam"}
+			}
 			c, err := kubecluster.Up(ctx, kubecluster.Options{
 				Dir: *dir, BinDir: binDir, ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR, Detach: true,
+				LoadBalancerPool: pool, LoadBalancerController: controller,
 				NodeLifecycle: nodeLifecycle, NodeMonitorGracePeriod: nodeGrace, Scheduler: scheduler, WorkloadControllers: workload,
 				Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
 			})
@@ -87,6 +144,7 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 	cmd.Flags().BoolVar(&nodeLifecycle, "node-lifecycle", true, "run the node-lifecycle controller, taint eviction and the pod GC: a node whose heartbeat stops (a kubelet, or 'shunt lab up --kubeconfig', gives one) goes NotReady and its pods leave every Service; false when Nodes have no heartbeat (shuntd without --run-pods and no kubelet)")
 	cmd.Flags().BoolVar(&scheduler, "scheduler", false, "also run kube-scheduler (scripts/kube-build.sh kube-scheduler), which places pods by nodeSelector, affinity and resources; give the lab nodes --no-schedule")
 	cmd.Flags().BoolVar(&workload, "workload-controllers", false, "also run the controllers of ReplicationControllers, ReplicaSets, Deployments, DaemonSets, Jobs, StatefulSets, Endpoints and disruption budgets, as the Kubernetes e2e suites expect")
+	cmd.Flags().StringVar(&lbPool, "lb-pool", "", "IPv4 CIDR LoadBalancer Services get their address from, written into status.loadBalancer.ingress by a controller the cluster runs (`shunt dev lb-ipam`, as Cilium's LB-IPAM or MetalLB); default none: they stay pending")
 	cmd.Flags().BoolVar(&dns, "dns", false, "also run the cluster DNS: CoreDNS with its kubernetes plugin (scripts/kube-build.sh coredns) as Service kube-system/kube-dns at the service CIDR's .10, UDP and TCP 53; give the lab nodes --cluster-dns with that address")
 	cmd.Flags().DurationVar(&nodeGrace, "node-monitor-grace-period", 0, "with --node-lifecycle: how long a node may miss its heartbeat before it is NotReady (default: Kubernetes', 50s in "+kubecluster.KubeVersion+")")
 	return cmd

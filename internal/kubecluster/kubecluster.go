@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/shuntnet/shunt/internal/instance"
+	"github.com/shuntnet/shunt/internal/lbipam"
 )
 
 // DefaultClusterCIDR is the range node IPAM cuts one /24 per Node out of:
@@ -88,6 +90,15 @@ type Options struct {
 	// Deployments, DaemonSets, Jobs, StatefulSets) and the Endpoints
 	// controller, as the Kubernetes e2e suites expect of a cluster.
 	WorkloadControllers bool
+	// LoadBalancerPool, when valid, is where LoadBalancer Services get
+	// their address: LoadBalancerController (`shunt dev lb-ipam`, the
+	// program and its first arguments) runs as a component of the cluster,
+	// with --kubeconfig and --pool added, as Cilium's LB-IPAM or MetalLB
+	// in a real cluster (internal/lbipam). Without it, a LoadBalancer
+	// Service stays pending (shunt's agents serve whatever address a
+	// controller writes).
+	LoadBalancerPool       netip.Prefix
+	LoadBalancerController []string
 	// Detach lets the processes outlive the caller (a CLI); otherwise
 	// they die with it (tests).
 	Detach bool
@@ -159,6 +170,14 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
+	}
+	if o.LoadBalancerPool.IsValid() {
+		if err := lbipam.CheckPool(o.LoadBalancerPool); err != nil {
+			return nil, err
+		}
+		if len(o.LoadBalancerController) == 0 {
+			return nil, errors.New("kubecluster: a load balancer pool without a controller to run (Options.LoadBalancerController)")
+		}
 	}
 	if err := CheckBinaries(o.BinDir); err != nil {
 		return nil, err
@@ -390,6 +409,13 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if o.Scheduler {
 		if err := c.startScheduler(ctx, o, run); err != nil {
+			return nil, err
+		}
+	}
+	if o.LoadBalancerPool.IsValid() {
+		o.Logf("starting the load balancer controller: addresses from %s", o.LoadBalancerPool)
+		args := append(slices.Clone(o.LoadBalancerController[1:]), "--kubeconfig", c.Kubeconfig, "--pool", o.LoadBalancerPool.String())
+		if _, err := run("lb-ipam", o.LoadBalancerController[0], args); err != nil {
 			return nil, err
 		}
 	}

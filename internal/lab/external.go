@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/shuntnet/shunt/internal/lbipam"
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
 )
@@ -202,7 +203,8 @@ func assignService(source string, s *corev1.Service, owners *externalOwners, lbP
 	if !lbPool.IsValid() {
 		return problems // pending: no controller assigns an address
 	}
-	for a := firstHost(lbPool); lbPool.Contains(a) && a != lastHost(lbPool).Next(); a = a.Next() {
+	first, last := lbipam.HostRange(lbPool)
+	for a := first; lbPool.Contains(a) && a.Compare(last) <= 0; a = a.Next() {
 		if inUse(a) == "" {
 			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: a.String()}}
 			owners.lbAddrs[a] = append(owners.lbAddrs[a], self)
@@ -210,27 +212,6 @@ func assignService(source string, s *corev1.Service, owners *externalOwners, lbP
 		}
 	}
 	return append(problems, fmt.Sprintf("%sstatus.loadBalancer: the load balancer pool %s has no free address left", label, lbPool))
-}
-
-// firstHost and lastHost bound the addresses a pool hands out: all but
-// the network and broadcast addresses, unless the prefix is too small to
-// have them (/31, /32).
-func firstHost(p netip.Prefix) netip.Addr {
-	if p.Bits() >= 31 {
-		return p.Masked().Addr()
-	}
-	return p.Masked().Addr().Next()
-}
-
-func lastHost(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr().As4()
-	host := uint32(1)<<(32-p.Bits()) - 1
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
-	last := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-	if p.Bits() >= 31 {
-		return last
-	}
-	return last.Prev()
 }
 
 // keepExternal carries over to an update what the allocator assigned and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/kubetest"
 )
 
@@ -25,12 +27,16 @@ import (
 // server allocated them (nodePorts, health check port): the outside host
 // reaches the NodePort on the node's address and the backend sees its
 // address; the health check answers 200 with one local endpoint; the
-// LoadBalancer's source ranges refuse the outside host at the address a
-// controller wrote in its status until the host is added to them; an
+// LoadBalancer's source ranges refuse the outside host at the address the
+// cluster's load balancer controller (`shunt dev lb-ipam`, run by the
+// cluster as `dev cluster up --lb-pool` runs it) wrote in its status until
+// the host is added to them; an
 // internalTrafficPolicy Local ClusterIP reaches the node's endpoint; and
 // `shunt status` names none of them as left out.
 func TestKubernetesNodePort(t *testing.T) {
-	c := newKubeCluster(t)
+	const lbAddr = "192.0.2.200"
+	c := newKubeClusterWith(t, kubecluster.Options{LoadBalancerPool: netip.MustParsePrefix(lbAddr + "/32"),
+		LoadBalancerController: []string{filepath.Join(binDir, "shunt"), "dev", "lb-ipam"}})
 	netns, addrs, _ := newUnderlay(t, 2)
 	k := newCrossNode(t, c, netns[0], addrs[0], overlayRouting)
 	outside := netns[1]
@@ -72,15 +78,19 @@ func TestKubernetesNodePort(t *testing.T) {
 		t.Errorf("health check body %q (%v), want Service default/ranges with one local endpoint", body, err)
 	}
 
-	// The source ranges guard the load balancer address a controller
+	// The source ranges guard the load balancer address the controller
 	// writes in the status (routed to the node by the outside host): the
 	// outside host is not in them, then it is.
-	lbAddr := "192.0.2.200"
-	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbAddr}}
-	lb, err := k.cs.CoreV1().Services("default").UpdateStatus(k.ctx, lb, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var err error
+	eventually(t, "the controller's load balancer address", lbAddr, func() (string, string) {
+		if lb, err = k.cs.CoreV1().Services("default").Get(k.ctx, "ranges", metav1.GetOptions{}); err != nil {
+			return "", err.Error()
+		}
+		if ing := lb.Status.LoadBalancer.Ingress; len(ing) == 1 {
+			return ing[0].IP, ""
+		}
+		return "", fmt.Sprintf("status.loadBalancer %+v", lb.Status.LoadBalancer)
+	})
 	if out, err := exec.Command("ip", "-n", outside, "route", "replace", lbAddr+"/32", "via", addrs[0]).CombinedOutput(); err != nil {
 		t.Fatalf("routing the load balancer address: %v: %s", err, out)
 	}
