@@ -6,13 +6,19 @@ import (
 	"testing"
 )
 
-// TestNodePortThreeNodes: a lab of three nodes with native routing, a
-// NodePort whose backends are on node-2 and node-3: the external host
-// reaches both backends through node-1 (which has none: SNAT to each of
-// the other nodes), and through every node's address; through node-1 the
-// backends see node-1's address on the pod network.
+// TestNodePortThreeNodes: a lab of three nodes, with the overlay and with
+// native routing, a NodePort whose backends are on node-2 and node-3: the
+// external host reaches both backends through node-1 (which has none:
+// SNAT to each of the other nodes), and through every node's address;
+// through node-1 the backends see node-1's address on the pod network.
 func TestNodePortThreeNodes(t *testing.T) {
-	l := newLabNodes(t, 3, []string{"--routing", "native"}, "testdata/nodeport-3.yaml")
+	for _, routing := range []string{"tunnel", "native"} {
+		t.Run(routing, func(t *testing.T) { testNodePortThreeNodes(t, routing) })
+	}
+}
+
+func testNodePortThreeNodes(t *testing.T, routing string) {
+	l := newLabNodes(t, 3, []string{"--routing", routing}, "testdata/nodeport-3.yaml")
 	labExternal(t, l)
 	for k := 1; k <= 3; k++ {
 		url := fmt.Sprintf("http://192.168.123.%d:30080/", k)
