@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,9 @@ import (
 // native routing, a NodePort whose backends are on node-2 and node-3: the
 // external host reaches both backends through node-1 (which has none:
 // SNAT to each of the other nodes), and through every node's address;
-// through node-1 the backends see node-1's address on the pod network.
+// through node-1 the backends see node-1's address on the pod network. A
+// ClusterIP of trafficDistribution PreferSameNode keeps each backend's
+// node's pods' requests on their own node.
 func TestNodePortThreeNodes(t *testing.T) {
 	for _, routing := range []string{"tunnel", "native"} {
 		t.Run(routing, func(t *testing.T) { testNodePortThreeNodes(t, routing) })
@@ -42,5 +45,19 @@ func testNodePortThreeNodes(t *testing.T, routing string) {
 	_, body := httpFromOutside(l, "http://192.168.123.1:30080/remote")
 	if host, _, _ := strings.Cut(strings.TrimSpace(body), ":"); host != node1PodNet {
 		t.Errorf("through node-1 the backend saw %q, want node-1's pod-network address %s", body, node1PodNet)
+	}
+
+	// trafficDistribution PreferSameNode: each backend's own node keeps
+	// its pods' requests to the ClusterIP at home.
+	near := "http://" + l.clusterIP("near") + "/"
+	for _, pod := range []string{"web2", "web3"} {
+		seen := map[string]int{}
+		for range 12 {
+			out, _ := l.shunt("lab", "exec", pod, "--", filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s", near)
+			seen[strings.TrimSpace(strings.TrimPrefix(out, "200"))]++
+		}
+		if len(seen) != 1 || seen[pod] != 12 {
+			t.Errorf("12 requests from %s to a PreferSameNode ClusterIP reached %v; want its own node's backend, %s, every time", pod, seen, pod)
+		}
 	}
 }
