@@ -81,10 +81,18 @@ func newKubeNodeOn(t *testing.T, c *kubetest.Cluster) *kubeNode {
 // lab's kubelet runs it; it returns the pod's address.
 func (k *kubeNode) runPod(ns, name string, labels map[string]string, cmd ...string) string {
 	k.t.Helper()
-	pod := &corev1.Pod{
+	return k.runPodOf(&corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-		Spec:       corev1.PodSpec{NodeName: k.node, Containers: []corev1.Container{{Name: "c", Image: "lab", Command: cmd}}},
-	}
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "lab", Command: cmd}}},
+	})
+}
+
+// runPodOf is runPod of a Pod object of the caller's (ports, say), placed
+// on this node.
+func (k *kubeNode) runPodOf(pod *corev1.Pod) string {
+	k.t.Helper()
+	ns, name := pod.Namespace, pod.Name
+	pod.Spec.NodeName = k.node
 	if err := wait.PollUntilContextCancel(k.ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		_, err := k.cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "serviceaccount") {

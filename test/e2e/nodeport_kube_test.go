@@ -31,7 +31,8 @@ import (
 // cluster's load balancer controller (`shunt dev lb-ipam`, run by the
 // cluster as `dev cluster up --lb-pool` runs it) wrote in its status until
 // the host is added to them; an
-// internalTrafficPolicy Local ClusterIP reaches the node's endpoint; and
+// internalTrafficPolicy Local ClusterIP reaches the node's endpoint; a
+// pod's hostPort answers the outside host on the node's address; and
 // `shunt status` names none of them as left out.
 func TestKubernetesNodePort(t *testing.T) {
 	const lbAddr = "192.0.2.200"
@@ -121,6 +122,17 @@ func TestKubernetesNodePort(t *testing.T) {
 		status, body, _ := strings.Cut(string(out), "\n")
 		return status, body
 	})
+	// A hostPort of a pod the API server places on the node: the outside
+	// host reaches it on the node's address (no portmap plugin).
+	k.runPodOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hp", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "lab", Command: []string{"shunt", "lab", "serve", "--http", "8080"},
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 18080, Protocol: corev1.ProtocolTCP}}}}}})
+	if body := eventually(t, "hostPort from outside", "200", func() (string, string) {
+		return get(fmt.Sprintf("http://%s:18080/", addrs[0]))
+	}); strings.TrimSpace(body) != "hp" {
+		t.Errorf("the node's hostPort 18080 answered %q, want the pod hp", body)
+	}
+
 	if st := k.mustShunt("status"); strings.Contains(st, "loadBalancerSourceRanges") || strings.Contains(st, "internalTrafficPolicy") {
 		t.Errorf("shunt status names implemented fields as left out:\n%s", st)
 	}
