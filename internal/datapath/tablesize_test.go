@@ -161,3 +161,66 @@ func TestConntrackMaxRefusesOutOfBounds(t *testing.T) {
 		t.Errorf("a refused size left pins: %v", entries)
 	}
 }
+
+// TestCopyEntriesWhileTheTableChurns: a resize reads a table the running
+// programs keep changing; a full LRU evicts an entry at every new flow.
+// The copy reads it through once (batches walk it bucket by bucket) where
+// a key-by-key walk restarts at each evicted cursor and may give up,
+// which would stop the agent from starting.
+func TestCopyEntriesWhileTheTableChurns(t *testing.T) {
+	requireBPF(t)
+	const size = 8192
+	spec := &ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 16, ValueSize: 24, MaxEntries: size}
+	from, err := ebpf.NewMap(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	to, err := ebpf.NewMap(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer to.Close()
+	key, value := make([]byte, 16), make([]byte, 24)
+	put := func(i uint64) error {
+		binary.LittleEndian.PutUint64(key, i)
+		return from.Put(key, value)
+	}
+	for i := range uint64(size) {
+		if err := put(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop, done := make(chan struct{}), make(chan uint64)
+	go func() {
+		i := uint64(size)
+		for ; ; i++ {
+			select {
+			case <-stop:
+				done <- i - size
+				return
+			default:
+			}
+			if put(i) != nil {
+				done <- 0
+				return
+			}
+		}
+	}()
+	var copied int
+	for range 5 {
+		n, err := copyEntries(from, to, ebpf.UpdateAny)
+		if err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("copying a table that churns: %v", err)
+		}
+		copied = n
+	}
+	close(stop)
+	churned := <-done
+	if copied < size/2 {
+		t.Errorf("copied %d of %d entries while %d new ones churned the table: want most of them", copied, size, churned)
+	}
+	t.Logf("last copy took %d of %d entries while %d new entries went in", copied, size, churned)
+}
