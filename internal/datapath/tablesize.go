@@ -270,7 +270,10 @@ func (d *Datapath) ResizeNotes() []string {
 // opened until this agent's programs replaced them), then lets the old
 // tables go. Call it once this agent's programs are attached everywhere
 // (the agent: after its first sync). An entry the new table already holds
-// is newer and kept. It returns the entries copied, by table.
+// is newer and kept. One the new programs deleted meanwhile (a connection
+// promoted out of shunt_ct_new) comes back from the old table: a stale
+// copy that lookups reach only after the live one, and that ages out as
+// any. It returns the entries copied, by table.
 func (d *Datapath) FinishResize() (map[string]int, error) {
 	rs := d.resized
 	d.resized = nil
