@@ -3,10 +3,12 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -165,23 +167,49 @@ func diffEntries[K comparable, V comparable](want, have map[K]V) []entryDiff[K, 
 	return out
 }
 
-// driftBatch is how many entries one batch lookup reads.
-const driftBatch = 4096
-
-// readEntries calls fn with every entry of m: read in batches where the
-// kernel supports them (hash maps, arrays, LPM tries through the generic
-// batch), one lookup per key otherwise.
+// readEntries calls fn with every entry of m, decoded (walkBytes).
 func readEntries[K comparable, V any](m *ebpf.Map, fn func(K, V)) error {
-	n := max(min(int(m.MaxEntries()), driftBatch), 1)
-	keys, vals := make([]K, n), make([]V, n)
+	var k K
+	var v V
+	kb := unsafe.Slice((*byte)(unsafe.Pointer(&k)), unsafe.Sizeof(k))
+	vb := unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v))
+	if len(kb) != int(m.KeySize()) || len(vb) != int(m.ValueSize()) {
+		return fmt.Errorf("reading %s: key and value of %d and %d bytes, the map's are %d and %d", mapName(m), len(kb), len(vb), m.KeySize(), m.ValueSize())
+	}
+	return walkBytes(m, func(key, value []byte) error {
+		copy(kb, key)
+		copy(vb, value)
+		fn(k, v)
+		return nil
+	})
+}
+
+// readBatch is how many entries one batch lookup reads at most.
+const readBatch = 4096
+
+// walkBytes calls fn with every entry of m, key and value as bytes, until
+// fn fails. It reads in batches where the kernel supports them (hash maps,
+// arrays, LPM tries through the generic batch; Linux 5.6), which walk a
+// hash table bucket by bucket: a table the running programs change
+// meanwhile (a full LRU evicts at every new flow) is still read through
+// once. Otherwise it walks key by key, which restarts whenever its
+// cursor's key goes and gives up after as many steps as the table has
+// entries (ebpf.ErrIterationAborted, wrapped).
+func walkBytes(m *ebpf.Map, fn func(key, value []byte) error) error {
+	ks, vs := int(m.KeySize()), int(m.ValueSize())
+	n := max(min(int(m.MaxEntries()), readBatch), 1)
+	keys, keyBytes := byteRows(ks, n)
+	values, valueBytes := byteRows(vs, n)
 	var cursor ebpf.MapBatchCursor
 	for first := true; ; first = false {
-		got, err := m.BatchLookup(&cursor, keys, vals, nil)
+		got, err := m.BatchLookup(&cursor, keys, values, nil)
 		if first && errors.Is(err, ebpf.ErrNotSupported) {
 			break
 		}
 		for i := range got {
-			fn(keys[i], vals[i])
+			if ferr := fn(keyBytes[i*ks:(i+1)*ks], valueBytes[i*vs:(i+1)*vs]); ferr != nil {
+				return ferr
+			}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
@@ -190,16 +218,24 @@ func readEntries[K comparable, V any](m *ebpf.Map, fn func(K, V)) error {
 			return fmt.Errorf("reading %s: %w", mapName(m), err)
 		}
 	}
-	var k K
-	var v V
+	key, value := make([]byte, ks), make([]byte, vs)
 	it := m.Iterate()
-	for it.Next(&k, &v) {
-		fn(k, v)
+	for it.Next(&key, &value) {
+		if err := fn(key, value); err != nil {
+			return err
+		}
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading %s: %w", mapName(m), err)
 	}
 	return nil
+}
+
+// byteRows is a slice of n arrays of size bytes, as BatchLookup wants one
+// element per entry, and the same memory as bytes.
+func byteRows(size, n int) (any, []byte) {
+	rows := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(size, reflect.TypeFor[byte]())), n, n)
+	return rows.Interface(), unsafe.Slice((*byte)(rows.UnsafePointer()), size*n)
 }
 
 // mapFix is the repair of one map: the entries to write and to delete.

@@ -23,8 +23,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 )
@@ -169,7 +167,10 @@ func replacePinned(name, pin string, old *ebpf.Map, ms *ebpf.MapSpec) (resizedTa
 
 // copyEntries writes every entry of from into to with flags, and counts
 // those written. An entry to already holds (UpdateNoExist) is not counted.
-// A full LRU table takes every write.
+// A full LRU table takes every write. from is read with walkBytes: in
+// batches, through once even while the running programs churn it; a
+// key-by-key walk (a kernel without batches) that gives up keeps what it
+// copied.
 func copyEntries(from, to *ebpf.Map, flags ebpf.MapUpdateFlags) (int, error) {
 	n := 0
 	err := walkBytes(from, func(key, value []byte) error {
@@ -183,59 +184,10 @@ func copyEntries(from, to *ebpf.Map, flags ebpf.MapUpdateFlags) (int, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, ebpf.ErrIterationAborted) {
+		err = nil
+	}
 	return n, err
-}
-
-// copyBatch is how many entries one batch lookup reads.
-const copyBatch = 4096
-
-// walkBytes calls fn with every entry of m, key and value as bytes. It
-// reads in batches, which walk a hash table bucket by bucket: a table the
-// running programs change meanwhile (a full LRU evicts at every new flow)
-// is still read through once. A key-by-key walk restarts whenever its
-// cursor's key goes, and gives up after as many steps as the table has
-// entries: it is only the fallback for a kernel without batches (Linux
-// 5.6 has them), and a walk it abandons keeps what it read.
-func walkBytes(m *ebpf.Map, fn func(key, value []byte) error) error {
-	ks, vs := int(m.KeySize()), int(m.ValueSize())
-	keys, keyBytes := byteRows(ks, copyBatch)
-	values, valueBytes := byteRows(vs, copyBatch)
-	var cursor ebpf.MapBatchCursor
-	for first := true; ; first = false {
-		got, err := m.BatchLookup(&cursor, keys, values, nil)
-		if first && errors.Is(err, ebpf.ErrNotSupported) {
-			break
-		}
-		for i := range got {
-			if ferr := fn(keyBytes[i*ks:(i+1)*ks], valueBytes[i*vs:(i+1)*vs]); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading the old table: %w", err)
-		}
-	}
-	key, value := make([]byte, ks), make([]byte, vs)
-	it := m.Iterate()
-	for it.Next(&key, &value) {
-		if err := fn(key, value); err != nil {
-			return err
-		}
-	}
-	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrIterationAborted) {
-		return fmt.Errorf("walking the old table: %w", err)
-	}
-	return nil
-}
-
-// byteRows is a slice of n arrays of size bytes, as BatchLookup wants one
-// element per entry, and the same memory as bytes.
-func byteRows(size, n int) (any, []byte) {
-	rows := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(size, reflect.TypeFor[byte]())), n, n)
-	return rows.Interface(), unsafe.Slice((*byte)(rows.UnsafePointer()), size*n)
 }
 
 func specOf(specs []*ebpf.CollectionSpec, name string) *ebpf.MapSpec {
