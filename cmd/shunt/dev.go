@@ -52,12 +52,9 @@ func newDevLBIPAMCmd() *cobra.Command {
 		Short: "give LoadBalancer Services addresses from a pool, written into status.loadBalancer.ingress (as Cilium's LB-IPAM); `dev cluster up --lb-pool` runs it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := netip.ParsePrefix(pool)
+			p, err := lbipam.ParsePool("--pool", pool)
 			if err != nil {
-				return fmt.Errorf("--pool %q: give an IPv4 CIDR, e.g. 192.168.124.0/28", pool)
-			}
-			if err := lbipam.CheckPool(p); err != nil {
-				return fmt.Errorf("--pool: %w", err)
+				return err
 			}
 			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 			if err != nil {
@@ -103,8 +100,8 @@ func newDevClusterUpCmd(dir *string) *cobra.Command {
 			var controller []string
 			if lbPool != "" {
 				var err error
-				if pool, err = netip.ParsePrefix(lbPool); err != nil || lbipam.CheckPool(pool) != nil {
-					return fmt.Errorf("--lb-pool %q: give an IPv4 CIDR, e.g. 192.168.124.0/28", lbPool)
+				if pool, err = lbipam.ParsePool("--lb-pool", lbPool); err != nil {
+					return err
 				}
 				self, err := os.Executable()
 				if err != nil {

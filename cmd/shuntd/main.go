@@ -27,6 +27,7 @@ import (
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/lab"
+	"github.com/shuntnet/shunt/internal/lbipam"
 	"github.com/shuntnet/shunt/internal/maglev"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/services"
@@ -107,8 +108,8 @@ func newRootCmd() *cobra.Command {
 				return fmt.Errorf("--remove-kube-proxy-rules with --kube-proxy-replacement=false: the first removes the rules of the kube-proxy the second works beside; choose one (docs/install.md)")
 			}
 			if lbPool != "" {
-				if cfg.LoadBalancerPool, err = netip.ParsePrefix(lbPool); err != nil || !cfg.LoadBalancerPool.Addr().Is4() {
-					return fmt.Errorf("--lb-pool %q: give an IPv4 CIDR, e.g. 192.168.124.0/28", lbPool)
+				if cfg.LoadBalancerPool, err = lbipam.ParsePool("--lb-pool", lbPool); err != nil {
+					return err
 				}
 				if labJoin != "" || kubeconfig != "" || inCluster {
 					return fmt.Errorf("--lb-pool is the lab's load balancer pool, for the node serving the lab's objects: not with --lab-join (the first node assigns), nor with a Kubernetes API server (its load balancer controller does)")

@@ -156,10 +156,23 @@ func HostRange(p netip.Prefix) (first, last netip.Addr) {
 	return first.Next(), last.Prev()
 }
 
+// poolAdvice says what a load balancer pool must be.
+const poolAdvice = "give an IPv4 CIDR, e.g. 192.168.124.0/28"
+
 // CheckPool refuses a pool that is not an IPv4 CIDR, saying what to give.
 func CheckPool(p netip.Prefix) error {
 	if !p.IsValid() || !p.Addr().Is4() {
-		return fmt.Errorf("load balancer pool %s: give an IPv4 CIDR, e.g. 192.168.124.0/28", p)
+		return fmt.Errorf("load balancer pool %s: %s", p, poolAdvice)
 	}
 	return nil
+}
+
+// ParsePool reads the pool given to flag (the flag's name, for the
+// error), refusing what is not an IPv4 CIDR.
+func ParsePool(flag, s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil || CheckPool(p) != nil {
+		return netip.Prefix{}, fmt.Errorf("%s %q: %s", flag, s, poolAdvice)
+	}
+	return p, nil
 }

@@ -151,4 +151,12 @@ func TestHostRange(t *testing.T) {
 	if err := CheckPool(netip.MustParsePrefix("2001:db8::/64")); err == nil {
 		t.Error("an IPv6 pool was accepted")
 	}
+	for _, bad := range []string{"nope", "2001:db8::/64", "192.0.2.1"} {
+		if _, err := ParsePool("--lb-pool", bad); err == nil || !strings.Contains(err.Error(), `--lb-pool "`+bad+`": give an IPv4 CIDR`) {
+			t.Errorf("ParsePool(%q): %v; want a refusal naming the flag and value", bad, err)
+		}
+	}
+	if p, err := ParsePool("--lb-pool", "192.0.2.0/29"); err != nil || p != pool {
+		t.Errorf("ParsePool(192.0.2.0/29) = %v, %v", p, err)
+	}
 }
