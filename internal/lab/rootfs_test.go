@@ -176,7 +176,9 @@ func TestImageProcessVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(k.podDir(rec)) })
+	// The instance's whole state directory: the pod's is only its
+	// innermost (the pods/ directory above it was left behind).
+	t.Cleanup(func() { os.RemoveAll(k.cfg.Instance.StateDir()) })
 	if !slices.Equal(argv, []string{"/bin/sh", "-c", "true"}) || path != "/bin" {
 		t.Errorf("argv %q PATH %q", argv, path)
 	}
