@@ -254,6 +254,24 @@ func NetnsOwnedBy(namePrefix, owner string) []string {
 	return owned
 }
 
+// HalfMadeNetns are the paths under NetnsDir, with names that start with
+// prefix, that are files and not mounted namespaces: what a process killed
+// between creating a namespace's file and bind-mounting the namespace on it
+// leaves (netns.NewNamed and `ip netns add` create the file first), or
+// between unmounting one and removing its file (netns.DeleteNamed). Nothing
+// holds such a file and no namespace is behind it; `ip netns list` shows it
+// and fails on it ("Peer netns reference is invalid").
+func HalfMadeNetns(prefix string) []string {
+	var half []string
+	for _, path := range namedNetnsWithPrefix(prefix) {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(path, &fs); err == nil && fs.Type != unix.NSFS_MAGIC {
+			half = append(half, path)
+		}
+	}
+	return half
+}
+
 func netnsHoldsAlias(path, prefix string) bool {
 	ns, err := netns.GetFromPath(path)
 	if err != nil {

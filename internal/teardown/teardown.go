@@ -36,6 +36,14 @@ func Instance(inst instance.Instance) error {
 	for _, path := range podNetns {
 		errs = append(errs, podnet.TeardownPod(podnet.Pod{Netns: filepath.Base(path)}))
 	}
+	// A pod's namespace file without the namespace mounted on it: its
+	// creator (or remover) was killed half-way, an agent stopped in the
+	// middle of a pod's sandbox. No other instance's name starts so.
+	for _, path := range podnet.HalfMadeNetns(inst.Name + "-") {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
 	errs = append(errs,
 		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
 		podnet.DeleteLink(inst.TunnelIf()),

@@ -18,6 +18,8 @@ import (
 // instance's pods ("NAME-..."), teardown removes those the instance marked
 // (at creation, or through a pod veth's alias as older agents left them)
 // and leaves one someone else named alike, as a test or an admin might.
+// The file of a pod namespace whose creator was killed before it mounted
+// the namespace there goes too, and another instance's stays.
 func TestInstanceRemovesOnlyItsOwnNamespaces(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces")
@@ -31,6 +33,15 @@ func TestInstanceRemovesOnlyItsOwnNamespaces(t *testing.T) {
 	stranger := inst.Name + "-someone-elses"
 	for _, n := range []string{marked, legacy, stranger} {
 		t.Cleanup(func() { podnet.DeleteNetns(n) })
+	}
+	// As netns.NewNamed leaves it when killed between its create and its
+	// mount: an empty read-only file.
+	halfMade, othersHalfMade := inst.PodNetns("default", "half"), "x"+inst.PodNetns("default", "half")
+	for _, n := range []string{halfMade, othersHalfMade} {
+		t.Cleanup(func() { os.Remove(podnet.NetnsPath(n)) })
+		if err := os.WriteFile(podnet.NetnsPath(n), nil, 0o444); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := podnet.CreateNetns(marked, inst.PodLinkAlias("default", "marked")); err != nil {
 		t.Fatal(err)
@@ -73,13 +84,16 @@ func TestInstanceRemovesOnlyItsOwnNamespaces(t *testing.T) {
 	if err := Instance(inst); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{marked, legacy} {
+	for _, n := range []string{marked, legacy, halfMade} {
 		if _, err := os.Stat(podnet.NetnsPath(n)); err == nil {
 			t.Errorf("namespace %s of the instance outlived its teardown", n)
 		}
 	}
 	if _, err := os.Stat(podnet.NetnsPath(stranger)); err != nil {
 		t.Errorf("teardown of %s removed %s, which it did not create: %v", inst.Name, stranger, err)
+	}
+	if _, err := os.Stat(podnet.NetnsPath(othersHalfMade)); err != nil {
+		t.Errorf("teardown of %s removed %s, another instance's: %v", inst.Name, othersHalfMade, err)
 	}
 	if _, err := netlink.LinkByName(hostIf); err == nil {
 		t.Errorf("host veth %s outlived the teardown", hostIf)
