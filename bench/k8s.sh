@@ -30,13 +30,13 @@ CHANGES=20 POLICIES=1000 SETTLE=30s
 go build -o bin/ ./bench/cmd/k8sbench ./bench/cmd/connrate
 
 cat >"$OUT/commands.txt" <<EOT
-bin/k8sbench -n $(echo $SCALE_LIST | tr ' ' ,) -reps $REPS -duration ${DURATION}s -changes $CHANGES -policies $POLICIES -settle $SETTLE -bin bin -rows $ROWS
+bin/k8sbench -n $(echo $SCALE_LIST | tr ' ' ,) -reps $REPS -duration ${DURATION}s -changes $CHANGES -policies $POLICIES -settle $SETTLE -bin bin -rows $ROWS -out $OUT/logs
 # inside: the control plane (internal/kubecluster: etcd, kube-apiserver, kube-controller-manager), then
 bin/shunt lab up --kubeconfig KUBECONFIG --node-name shunt-node --service-cidr 10.96.0.0/16
 ip netns exec NS kube-proxy --kubeconfig KC --hostname-override kp-MODE --proxy-mode MODE --cluster-cidr 10.221.0.0/16   # MODE = iptables, nftables
 ip netns exec CLIENT_NS taskset -c 0 bin/connrate -target CLUSTER_IP:80 -workers 4 -duration ${DURATION}s
 EOT
-bin/k8sbench -n "$(echo $SCALE_LIST | tr ' ' ,)" -reps "$REPS" -duration "${DURATION}s" -changes "$CHANGES" -policies "$POLICIES" -settle "$SETTLE" -bin bin -rows "$ROWS" 2>&1 | tee "$OUT/k8sbench.log"
+bin/k8sbench -n "$(echo $SCALE_LIST | tr ' ' ,)" -reps "$REPS" -duration "${DURATION}s" -changes "$CHANGES" -policies "$POLICIES" -settle "$SETTLE" -bin bin -rows "$ROWS" -out "$OUT/logs" 2>&1 | tee "$OUT/k8sbench.log"
 
 NOTES=$OUT/notes.md
 cat >"$NOTES" <<'EOT'

@@ -85,6 +85,7 @@ type bench struct {
 	rateFor     time.Duration
 	heapProfile string
 	policies    int
+	out         string // where the logs of the processes it starts go
 	// kube-proxy modes measured beside shunt.
 	kubeProxyModes []string
 	settle         time.Duration
@@ -99,12 +100,14 @@ func main() {
 		policies          = flag.Int("policies", 0, "NetworkPolicies created before measuring (selecting no pod: they weigh on the agent's memory, not on the paths measured)")
 		duration          = flag.Duration("duration", 10*time.Second, "how long each new-connection rate runs")
 		rowsPath, bin, id string
+		out               string
 		heapProfile       string
 		kubeProxyModes    string
 		settle            = flag.Duration("settle", 30*time.Second, "quiet time after the cold sync before the settled resident memory is read")
 	)
 	flag.StringVar(&rowsPath, "rows", "", "append result rows (JSON lines) here")
 	flag.StringVar(&bin, "bin", "bin", "directory of shunt, shuntd, shunt-cni")
+	flag.StringVar(&out, "out", "", "directory for the logs of the processes it starts (default: a new one under $TMPDIR, named at the start)")
 	flag.StringVar(&heapProfile, "heap-profile", "", "after each cold sync, save shuntd's heap profile here (go tool pprof)")
 	flag.StringVar(&kubeProxyModes, "kube-proxy", "iptables,nftables", "kube-proxy modes run beside shunt, comma-separated (empty: shunt alone, e.g. to study its memory)")
 	flag.StringVar(&id, "id", strconv.Itoa(os.Getpid()), "suffix of every name this run creates")
@@ -118,6 +121,15 @@ func main() {
 	if b.bin, err = filepath.Abs(bin); err != nil {
 		log.Fatal(err)
 	}
+	if out == "" {
+		if out, err = os.MkdirTemp("", b.inst+"-logs"); err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("logs of the processes it starts: %s", out)
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	b.out = out
 	b.rateFor, b.heapProfile, b.policies, b.settle = *duration, heapProfile, *policies, *settle
 	if kubeProxyModes != "" {
 		b.kubeProxyModes = strings.Split(kubeProxyModes, ",")
@@ -152,7 +164,7 @@ func sh(name string, args ...string) error {
 
 // start runs a long-lived process; it is killed (by PID) at the end.
 func (b *bench) start(logName string, name string, args ...string) (*exec.Cmd, error) {
-	logf, err := os.Create(filepath.Join(os.TempDir(), b.inst+"-"+logName+".log"))
+	logf, err := os.Create(filepath.Join(b.out, b.inst+"-"+logName+".log"))
 	if err != nil {
 		return nil, err
 	}
