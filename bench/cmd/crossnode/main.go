@@ -194,7 +194,7 @@ func main() {
 		bin      = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
 		out      = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
 		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
-		measure  = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native, and with -nodeport shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
+		measure  = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
 		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
 	)
 	flag.Parse()
@@ -443,12 +443,21 @@ func (b *bench) run(scales []int, reps int) error {
 		return err
 	}
 	if len(b.measureOnly) > 0 {
-		var only []string
+		// A case is named as the report names it, or as the code does
+		// (with -nodeport, kube-proxy-nftables is nftables).
+		var only, names []string
+		for _, o := range order {
+			names = append(names, b.caseName(o))
+		}
 		for _, c := range b.measureOnly {
-			if !slices.Contains(order, c) {
-				return fmt.Errorf("-measure %s: no such case here (cases: %s)", c, strings.Join(order, ", "))
+			i := slices.Index(names, c)
+			if i < 0 {
+				i = slices.Index(order, c)
 			}
-			only = append(only, c)
+			if i < 0 {
+				return fmt.Errorf("-measure %s: no such case here (cases: %s)", c, strings.Join(names, ", "))
+			}
+			only = append(only, order[i])
 		}
 		order = only
 	}
