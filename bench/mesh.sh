@@ -30,7 +30,9 @@
 # /proc/PID/stat: the node proxy for (b), every pod's sidecar for (c)) and
 # their memory sampled in the middle of it (VmRSS summed, as sidecar
 # comparisons usually quote it, and PSS summed, which counts the pages the
-# HAProxies share once).
+# HAProxies share once). And how long the proxies' threads waited for a CPU
+# (run queue, /proc/PID/task/TID/schedstat) per request: what of their
+# added latency is waiting, not work.
 # Client pinned to CPU 0, server to CPU 1, proxies unpinned. Cases are
 # interleaved within a repetition and the first case rotates from one
 # repetition to the next. Every lab is removed on exit, also on failure or
@@ -270,6 +272,15 @@ cpu_ticks() {
 		awk '{ sub(/.*\) /, ""); s += $12 + $13 } END { print s + 0 }'
 }
 
+# run_delay_ns PID...: how long their threads have waited on a run queue,
+# runnable but not running, in ns (field 2 of /proc/PID/task/TID/schedstat,
+# summed): for a proxy, mostly the time from a wake-up to getting a CPU.
+run_delay_ns() {
+	local pid
+	for pid in "$@"; do cat /proc/"$pid"/task/*/schedstat 2>/dev/null || true; done |
+		awk '{ s += $2 } END { printf "%.0f\n", s }'
+}
+
 # mem_kib FIELD PID...: FIELD (VmRSS from status, Pss from smaps_rollup) summed.
 mem_kib() {
 	local field=$1 pid file
@@ -392,6 +403,7 @@ measure() {
 	shift 3
 	local json=$OUT/httpload-$c-$n-$rep.json cpu0 cpu1 rss=0 pss=0 peers out0 outside
 	cpu0=$(cpu_ticks "$@")
+	wait0=$(run_delay_ns "$@")
 	out0=$(outside_ms)
 	# A plain command in the background, so LOAD_PID is the lab exec process
 	# itself (cleanup stops it by that id; lab down kills what runs in pods).
@@ -413,6 +425,7 @@ measure() {
 	fi
 	LOAD_PID=
 	cpu1=$(cpu_ticks "$@")
+	wait1=$(run_delay_ns "$@")
 	outside=$(($(outside_ms) - out0))
 	[ "$outside" -ge 0 ] || outside=0
 	echo "n=$n rep $rep $c: server sockets: ${peers:-none}" >>"$OUT/path.txt"
@@ -425,9 +438,12 @@ measure() {
 		local cpu_ms
 		cpu_ms=$(awk -v t=$((cpu1 - cpu0)) -v hz="$HZ" 'BEGIN { printf "%.0f", t * 1000 / hz }')
 		row "$c" proxy_cpu ms "$cpu_ms" "$rep" "$n"
+		local wait_us
+		wait_us=$(awk -v d=$((wait1 - wait0)) -v r="$(jq .requests "$json")" 'BEGIN { printf "%.1f", (r > 0 ? d / 1000 / r : 0) }')
+		row "$c" proxy_wait us "$wait_us" "$rep" "$n"
 		row "$c" proxy_rss MiB "$(awk -v k="$rss" 'BEGIN { printf "%.1f", k / 1024 }')" "$rep" "$n"
 		row "$c" proxy_pss MiB "$(awk -v k="$pss" 'BEGIN { printf "%.1f", k / 1024 }')" "$rep" "$n"
-		extra=", $# proxies: CPU $cpu_ms ms, RSS $((rss / 1024)) MiB, PSS $((pss / 1024)) MiB"
+		extra=", $# proxies: CPU $cpu_ms ms, waiting for a CPU $wait_us µs/request, RSS $((rss / 1024)) MiB, PSS $((pss / 1024)) MiB"
 		echo "$c $n $rep $# $cpu_ms" >>"$OUT/proxies.txt"
 	fi
 	jq -r --arg c "$c" --arg n "$n" --arg rep "$rep" --arg o "$outside" \
@@ -577,7 +593,7 @@ LAST=${PODS[${#PODS[@]}-1]}
 Cases: **no-proxy** (a) = client pod → service ClusterIP → server pod, shunt's socket load balancing only (the baseline of the ratios); **node-proxy** (b) = the same with an HTTPRoute (parentRef: the service) so the socket hooks send the connections to shunt's node proxy, which forwards them; **sidecars** (c) = an HAProxy $(haproxy -v | awk 'NR == 1 { print $3 }') sidecar in every pod (HTTP mode, keep-alive both sides, \`http-reuse always\`, one thread, maxconn 1024), traffic captured by iptables REDIRECT in the pods' own namespaces: outbound in the client pod (to 127.0.0.1:15001, the sidecar's own uid excluded), inbound in the server pod (port $PORT to 15006). The outbound sidecar forwards to the original destination, read with SO_ORIGINAL_DST (\`server 0.0.0.0:0\`); shunt's connect hook has already translated the ClusterIP at that point, so that destination is the server pod's address and the sidecar does no load balancing of its own (an Envoy sidecar would pick the endpoint itself). HAProxy is a lean sidecar (≈ 14 MiB RSS, ≈ 3.5 MiB PSS idle, against tens of MiB for an Envoy sidecar): the memory baseline is a favourable one for the sidecar model.
 **node-proxy-accel** (d) = (b) with socket acceleration on (\`shunt accel on\`, the node proxy restarted first so that its upstream connections are opened accelerated): client → proxy and proxy → server both through sk_msg redirects; path.txt records the accel-added and accel-redirected counters of each run.
 Load: \`httpload\` (bench/cmd/httpload, fortio as a library) from the client pod, $QPS requests/s over $CONNS keep-alive connections, requests staggered evenly (fortio's uniform mode, no bursts), ${WARMUP} s warm-up left out, then $DURATION s measured; latencies are every successful request's, exactly (not fortio's histogram). Server: \`shunt lab serve --http $PORT\` (Go net/http), pinned to CPU 1; client pinned to CPU 0; proxies unpinned. One client/server pair carries all the load; n counts every pod of the lab (client, server and n-2 idle pods), each with its sidecar container (idle without capture rules).
-proxy_cpu: user + system CPU time of the proxies over the whole load run (warm-up included, $((DURATION + WARMUP)) s): the node proxy for (b) and (d), all n sidecars for (c) (idle ones use ~0). proxy_rss: VmRSS summed; proxy_pss: proportional set size summed (pages the HAProxy processes share, such as their libraries, counted once), both sampled mid-run. (a) runs no proxy: those cells are empty.
+proxy_cpu: user + system CPU time of the proxies over the whole load run (warm-up included, $((DURATION + WARMUP)) s): the node proxy for (b) and (d), all n sidecars for (c) (idle ones use ~0). proxy_rss: VmRSS summed; proxy_pss: proportional set size summed (pages the HAProxy processes share, such as their libraries, counted once), both sampled mid-run. proxy_wait: how long the proxies' threads waited on a run queue (runnable, not running: /proc/PID/task/TID/schedstat) over the load run, per request: the part of what a proxy adds to a request that is waiting for a CPU, not working. (a) runs no proxy: those cells are empty.
 EOT
 	if [ -n "$NODE_PROXY_SKIP" ]; then
 		echo
