@@ -86,8 +86,11 @@ func newBrowser(t *testing.T) context.Context {
 	if _, err := exec.LookPath("chromium"); err != nil {
 		t.Fatal("chromium is not installed: run scripts/setup.sh")
 	}
+	// Chromium's singleton directory (org.chromium.Chromium.*) goes to
+	// TMPDIR and stays when the browser is killed, as chromedp ends it:
+	// in the test's own directory, removed after the browser.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath("chromium"), chromedp.NoSandbox, chromedp.WindowSize(1500, 950))
+		chromedp.ExecPath("chromium"), chromedp.NoSandbox, chromedp.WindowSize(1500, 950), chromedp.Env("TMPDIR="+t.TempDir()))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })

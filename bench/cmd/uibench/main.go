@@ -99,7 +99,15 @@ func main() {
 		fail("chromium is not installed: run scripts/setup.sh")
 	}
 	// --no-sandbox: Chromium refuses its sandbox as root.
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath("chromium"), chromedp.NoSandbox, chromedp.WindowSize(1600, 1000))
+	// Chromium's singleton directory (org.chromium.Chromium.*) goes to
+	// TMPDIR and stays when the browser is killed, as chromedp ends it.
+	tmp, err := os.MkdirTemp("", "uibench-chromium")
+	if err != nil {
+		fail("%v", err)
+	}
+	defer os.RemoveAll(tmp)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath("chromium"), chromedp.NoSandbox, chromedp.WindowSize(1600, 1000),
+		chromedp.Env("TMPDIR="+tmp))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(alloc)
