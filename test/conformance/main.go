@@ -227,7 +227,13 @@ func listSpecs(ctx context.Context, kubeBin, focus, skip, dir string) ([]string,
 	if skip != "" {
 		args = append(args, "--ginkgo.skip="+skip)
 	}
-	out, err := exec.CommandContext(ctx, filepath.Join(kubeBin, "e2e.test"), args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, filepath.Join(kubeBin, "e2e.test"), args...)
+	tmp, err := e2eTempDir(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("e2e.test --ginkgo.dry-run: %w\n%s", err, out)
 	}
@@ -263,6 +269,21 @@ func shard(specs []string, n int) []string {
 	return out
 }
 
+// e2eTempDir gives e2e.test a TMPDIR of its own, which the caller removes
+// when it is done: the process leaves files there (kubectl's kuberc specs
+// leave two test-kuberc* directories at every start, dry runs included).
+func e2eTempDir(cmd *exec.Cmd) (string, error) {
+	tmp, err := os.MkdirTemp("", "shunt-e2e.test-tmp")
+	if err != nil {
+		return "", err
+	}
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	return tmp, nil
+}
+
 // runE2E runs e2e.test against the cluster, its output in reportDir/e2e.log.
 func (e *env) runE2E(ctx context.Context, kubeBin, focus, reportDir string, timeout time.Duration) error {
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {
@@ -295,6 +316,11 @@ func (e *env) runE2E(ctx context.Context, kubeBin, focus, reportDir string, time
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = reportDir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.cluster.Kubeconfig, "PATH="+kubeBin+":"+os.Getenv("PATH"))
+	tmp, err := e2eTempDir(cmd)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
 	// Ctrl-C: e2e.test is asked to stop (it reports what ran), then killed.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = time.Minute
