@@ -74,14 +74,19 @@ demo-down: build
 # test/e2e takes ~22 minutes on a quiet 2-core machine; its 45-minute
 # timeout leaves room for a busy one (at 30 it once ran out while other
 # builds shared the cores), well inside CI's 90.
+# At the end, scripts/leftovers.sh lists what the run left on the machine
+# (namespaces, interfaces, pins, cgroups, files in /tmp): a report, not a
+# failure.
 FALLBACK_E2E := ^(TestKernelFallbackTC|TestSkMsgAttachAcrossRestarts|TestPodToPodAllModes|TestServiceClusterIP|TestConnectedUDPSocketLeavesDeletedBackend|TestSocketAccelerationKeepsPolicy|TestL7ProxyPolicyRoutesAndFlows|TestCrossNodeOverlay|TestNetworkPolicyMatrix|TestUninstallAfterCrash)$$
 test: setup build check-generated kube image
+	scripts/leftovers.sh snapshot $(BIN)/leftovers.snapshot
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -vx 'github.com/shuntnet/shunt/bench')
 	SHUNT_KERNEL_FALLBACKS=all $(GO) test -count=1 -timeout 15m -run '$(FALLBACK_E2E)' ./test/e2e/
 	$(GO) test -count=1 -timeout 15m ./bench/
 	$(MAKE) test-tools
 	scripts/fuzz.sh 20000x
+	scripts/leftovers.sh report $(BIN)/leftovers.snapshot
 
 # The Kubernetes e2e suite against a shunt cluster with no kube-proxy
 # (scripts/conformance.sh): FOCUS (default: sig-network conformance; netpol:
