@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -255,7 +256,12 @@ func uninstallLab(inst instance.Instance, l *labnet.Layout) error {
 }
 
 // stopAgent asks a running agent to exit (and to tear down, with
-// uninstall), and waits until it has.
+// uninstall), and waits until it has: with uninstall as long as the
+// agent's own teardown may take (agent.Uninstall gives its pods two
+// minutes), so that the caller's sweep does not run beside a kubelet that
+// still builds and removes pods, and the caller does not exit (a benchmark
+// whose processes die with it) while the agent is half-way through a pod.
+// An agent still running after that is said, and the caller sweeps anyway.
 func stopAgent(c *api.Client, uninstall bool) error {
 	if !c.Alive() {
 		return nil
@@ -267,10 +273,34 @@ func stopAgent(c *api.Client, uninstall bool) error {
 	if err := c.Do("POST", "/v1/shutdown?uninstall="+strconv.FormatBool(uninstall), nil, nil); err != nil {
 		return err
 	}
-	for i := 0; i < 400 && syscall.Kill(st.PID, 0) == nil; i++ {
-		time.Sleep(50 * time.Millisecond)
+	wait := 20 * time.Second
+	if uninstall {
+		wait = 2*time.Minute + 10*time.Second
+	}
+	for deadline := time.Now().Add(wait); running(st.PID); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "shunt: the agent (PID %d) is still running %v after it was asked to stop; removing what it created anyway\n", st.PID, wait)
+			break
+		}
 	}
 	return nil
+}
+
+// running says whether process pid runs: it exists and has not exited. An
+// exited process stays a zombie until its parent reaps it (an init that
+// reaps lazily, a parent that has not waited yet), and signal 0 still
+// reaches a zombie.
+func running(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// "PID (COMMAND) STATE ...": the command may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // externalTarget is the lab's host outside the cluster.
