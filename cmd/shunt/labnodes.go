@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +17,7 @@ import (
 	"github.com/shuntnet/shunt/internal/labnet"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
+	"github.com/shuntnet/shunt/internal/procstat"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -277,30 +276,13 @@ func stopAgent(c *api.Client, uninstall bool) error {
 	if uninstall {
 		wait = 2*time.Minute + 10*time.Second
 	}
-	for deadline := time.Now().Add(wait); running(st.PID); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(wait); procstat.Running(st.PID); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			fmt.Fprintf(os.Stderr, "shunt: the agent (PID %d) is still running %v after it was asked to stop; removing what it created anyway\n", st.PID, wait)
 			break
 		}
 	}
 	return nil
-}
-
-// running says whether process pid runs: it exists and has not exited. An
-// exited process stays a zombie until its parent reaps it (an init that
-// reaps lazily, a parent that has not waited yet), and signal 0 still
-// reaches a zombie.
-func running(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// "PID (COMMAND) STATE ...": the command may hold spaces and parentheses.
-	i := bytes.LastIndexByte(stat, ')')
-	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // externalTarget is the lab's host outside the cluster.

@@ -1,7 +1,6 @@
 package kubecluster
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,13 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/shuntnet/shunt/internal/atomicfile"
+	"github.com/shuntnet/shunt/internal/procstat"
 )
 
 // stateFile records what Up started, written after each process starts, so
@@ -115,39 +114,21 @@ func start(name, bin string, args []string, logPath string, detach bool) (*proc,
 
 // startTime reads the start time of PID from /proc; "" when it is gone.
 func startTime(pid int) (string, error) {
-	f, err := procStat(pid)
+	f, err := procstat.Fields(pid)
 	if err != nil {
 		return "", err
 	}
 	return f[19], nil
 }
 
-// procStat returns the fields of /proc/PID/stat after the command name
-// (which may contain spaces): f[0] is the state, f[19] the start time.
-func procStat(pid int) ([]string, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil, err
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 20 {
-		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	return f, nil
-}
-
 // alive says whether the recorded process still runs: same PID, same start
 // time, not a zombie.
 func (c component) alive() bool {
-	f, err := procStat(c.PID)
+	f, err := procstat.Fields(c.PID)
 	if err != nil {
 		return false
 	}
-	return f[0] != "Z" && f[0] != "X" && (c.StartTime == "" || f[19] == c.StartTime)
+	return !procstat.Exited(f[0]) && (c.StartTime == "" || f[19] == c.StartTime)
 }
 
 // stop ends the recorded process by PID: SIGTERM, then SIGKILL after grace.

@@ -1,4 +1,4 @@
-package main
+package procstat
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 // TestRunningSeesZombiesAsExited: a process that exited and was not reaped
 // yet (a zombie, which signal 0 still reaches) is not running.
 func TestRunningSeesZombiesAsExited(t *testing.T) {
-	if !running(os.Getpid()) {
+	if !Running(os.Getpid()) {
 		t.Fatal("this process is not running")
 	}
 	cmd := exec.Command("true")
@@ -20,14 +20,14 @@ func TestRunningSeesZombiesAsExited(t *testing.T) {
 	defer cmd.Wait()
 	// Not waited for: it stays a zombie, a child of this process.
 	deadline := time.Now().Add(5 * time.Second)
-	for running(cmd.Process.Pid) {
+	for Running(cmd.Process.Pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("PID %d, exited and not reaped, still taken for running", cmd.Process.Pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	cmd.Wait()
-	if running(cmd.Process.Pid) {
+	if Running(cmd.Process.Pid) {
 		t.Fatalf("PID %d, reaped, taken for running", cmd.Process.Pid)
 	}
 }
