@@ -40,9 +40,7 @@ func Instance(inst instance.Instance) error {
 	// creator (or remover) was killed half-way, an agent stopped in the
 	// middle of a pod's sandbox. No other instance's name starts so.
 	for _, path := range podnet.HalfMadeNetns(inst.Name + "-") {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, podnet.DeleteNetns(filepath.Base(path)))
 	}
 	errs = append(errs,
 		podnet.TeardownNode(podnet.Node{HostIf: inst.NodeIf()}),
