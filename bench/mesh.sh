@@ -401,7 +401,7 @@ accel_off() { $SHUNT --instance "$INST" accel off >/dev/null 2>&1 || true; }
 measure() {
 	local c=$1 n=$2 rep=$3
 	shift 3
-	local json=$OUT/httpload-$c-$n-$rep.json cpu0 cpu1 rss=0 pss=0 peers out0 outside
+	local json=$OUT/httpload-$c-$n-$rep.json cpu0 cpu1 wait0 wait1 rss=0 pss=0 peers out0 outside
 	cpu0=$(cpu_ticks "$@")
 	wait0=$(run_delay_ns "$@")
 	out0=$(outside_ms)
