@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/shuntnet/shunt/internal/procstat"
 )
 
 // A container's log is the file its shim writes the container's stdout and
@@ -259,7 +261,7 @@ func containerEnded(c *ContainerRecord) bool {
 	if _, ok := readExitStatus(c.ExitFile); ok {
 		return true
 	}
-	return !processAlive(c.ShimPID)
+	return !procstat.Running(c.ShimPID)
 }
 
 // tailOffset is where the last n lines of f begin (a last line without

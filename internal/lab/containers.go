@@ -15,6 +15,7 @@ import (
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/podexec"
 	"github.com/shuntnet/shunt/internal/podnet"
+	"github.com/shuntnet/shunt/internal/procstat"
 )
 
 // Containers after they start, as kubelet keeps them: restarted after an
@@ -86,7 +87,7 @@ func exitOf(c *ContainerRecord) (*ExitStatus, string, bool) {
 		}
 		return es, "Error", true
 	}
-	if processAlive(c.ShimPID) {
+	if procstat.Running(c.ShimPID) {
 		return nil, "", false
 	}
 	return &ExitStatus{ExitCode: 137, Error: "the container's shim is gone without recording an exit status"}, "Unknown", true
@@ -178,14 +179,14 @@ func (k *kubelet) netnsOf(pod *corev1.Pod, rec *PodRecord) string {
 // restart: SIGTERM (its shim passes it on), then after the grace period
 // SIGKILL to what still runs under the shim, which records the exit.
 func killContainer(shimPID int, grace time.Duration) {
-	if !processAlive(shimPID) {
+	if !procstat.Running(shimPID) {
 		return
 	}
 	syscall.Kill(shimPID, syscall.SIGTERM)
 	go func() {
 		deadline := time.Now().Add(grace)
 		for time.Now().Before(deadline) {
-			if !processAlive(shimPID) {
+			if !procstat.Running(shimPID) {
 				return
 			}
 			time.Sleep(100 * time.Millisecond)

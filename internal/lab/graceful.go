@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shuntnet/shunt/internal/procstat"
 )
 
 // stopGracefully stops a deleted pod's containers as kubelet does before
@@ -17,7 +19,7 @@ import (
 func (k *kubelet) stopGracefully(pod *corev1.Pod, rec *PodRecord) bool {
 	alive := false
 	for _, c := range rec.Containers {
-		alive = alive || processAlive(c.ShimPID)
+		alive = alive || procstat.Running(c.ShimPID)
 	}
 	key := rec.key()
 	if !alive {

@@ -501,14 +501,6 @@ func imageOf(p *corev1.Pod, container string) string {
 	return ""
 }
 
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
 func ptr[T any](v T) *T { return &v }
 
 // containerSecurity is what a container runtime takes from a container's
