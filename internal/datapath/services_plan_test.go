@@ -559,7 +559,9 @@ func TestServicePlanRawEntries(t *testing.T) {
 // TestServicePlanFromCompute: the plan of what services.Ports makes of a
 // Service and its EndpointSlices: ready endpoints only, a terminating one
 // leaves the table (established connections keep it; new ones do not get
-// it), and with none ready the port stays with no backends.
+// it) while another is ready; with none ready, the terminating ones still
+// serving (as kube-proxy); with none serving, the port stays with no
+// backends.
 func TestServicePlanFromCompute(t *testing.T) {
 	svcObj := parseManifest[*corev1.Service](t, `apiVersion: v1
 kind: Service
@@ -585,6 +587,7 @@ endpoints:
 	}
 	vip := netip.MustParseAddr("10.96.0.10")
 	const ready, terminating, notReady = "{ready: true}", "{ready: false, serving: true, terminating: true}", "{ready: false}"
+	const notServing = "{ready: false, serving: false, terminating: true}"
 
 	table := newServiceTable()
 	m := newFakeServiceMaps()
@@ -604,13 +607,18 @@ endpoints:
 		ops: []string{"put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#2", "delete backend 1"},
 	}, {
 		slice: slice(terminating, notReady, terminating),
-		want:  planContents{services: planEntries(feWeb, 1, 600), backends: map[uint32]sockaddrBackendValue{}},
-		ops:   []string{"put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete backend 2"},
-	}, {
-		slice: slice(ready, notReady, ready),
 		want: planContents{services: planEntries(feWeb, 1, 600, 3, 4),
 			backends: map[uint32]sockaddrBackendValue{3: planBackendVal("10.0.0.2:8080", ipTCP), 4: planBackendVal("10.0.0.4:8080", ipTCP)}},
-		ops: []string{"put backend 3", "put backend 4", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
+		ops: []string{"put backend 3", "put backend 4", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0", "delete backend 2"},
+	}, {
+		slice: slice(notServing, notReady, notServing),
+		want:  planContents{services: planEntries(feWeb, 1, 600), backends: map[uint32]sockaddrBackendValue{}},
+		ops:   []string{"put 10.96.0.10:80/6#0", "delete 10.96.0.10:80/6#1", "delete 10.96.0.10:80/6#2", "delete backend 3", "delete backend 4"},
+	}, {
+		slice: slice(ready, notReady, ready),
+		want: planContents{services: planEntries(feWeb, 1, 600, 5, 6),
+			backends: map[uint32]sockaddrBackendValue{5: planBackendVal("10.0.0.2:8080", ipTCP), 6: planBackendVal("10.0.0.4:8080", ipTCP)}},
+		ops: []string{"put backend 5", "put backend 6", "put 10.96.0.10:80/6#1", "put 10.96.0.10:80/6#2", "put 10.96.0.10:80/6#0"},
 	}}
 	for i, s := range steps {
 		desired := services.Ports(svcObj, vip, []*discoveryv1.EndpointSlice{s.slice})

@@ -510,3 +510,56 @@ func TestForwardingIssues(t *testing.T) {
 		}
 	}
 }
+
+// TestPortsForClusterFallsBackToTerminating: with no ready endpoint
+// anywhere, the ClusterIP and the Cluster-policy frontends balance over
+// every endpoint that is terminating but still serving (Serving unset
+// counts as serving, as the API defines it), on any node, as kube-proxy
+// does (CategorizeEndpoints); one ready endpoint anywhere ends that.
+func TestPortsForClusterFallsBackToTerminating(t *testing.T) {
+	yes, no := true, false
+	allTerminating := webSlices()
+	eps := allTerminating[0].Endpoints
+	eps[0].Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes} // 10.0.0.1, node-1
+	eps[1].Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &no, Terminating: &yes}  // 10.0.0.2, node-2: no longer serving
+	// 10.0.0.3, node-1: terminating, Serving unset.
+	oneReady := webSlices()
+	oneReady[0].Endpoints[0].Conditions = eps[0].Conditions // 10.0.0.1 terminating; 10.0.0.2 stays ready
+	sameNode := corev1.ServiceTrafficDistributionPreferSameNode
+
+	for _, tc := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		node   Node
+		dist   *string
+		want   []string
+	}{
+		{"node-1, none ready", allTerminating, node1, nil, []string{"10.0.0.1:8080", "10.0.0.3:8080"}},
+		{"node-3, none ready", allTerminating, Node{Name: "node-3"}, nil, []string{"10.0.0.1:8080", "10.0.0.3:8080"}},
+		{"node-3, none ready, PreferSameNode", allTerminating, Node{Name: "node-3"}, &sameNode, []string{"10.0.0.1:8080", "10.0.0.3:8080"}},
+		{"node-1, one ready on node-2", oneReady, node1, nil, []string{"10.0.0.2:8080"}},
+	} {
+		svc := lbService(t, "Cluster")
+		svc.Spec.TrafficDistribution = tc.dist
+		got := map[Kind][]string{}
+		for _, r := range rows(PortsFor(svc, tc.slices, tc.node)) {
+			if strings.HasSuffix(r.frontend, "/tcp") {
+				if prev, ok := got[r.kind]; ok && !reflect.DeepEqual(prev, r.backends) {
+					t.Errorf("%s: %s frontends differ: %v and %v", tc.name, r.kind, prev, r.backends)
+				}
+				got[r.kind] = r.backends
+			}
+		}
+		for _, kind := range []Kind{KindClusterIP, KindNodePort, KindExternalIP, KindLoadBalancer} {
+			if _, ok := got[kind]; tc.node.Name == "node-1" && !ok {
+				t.Errorf("%s: no %s frontend", tc.name, kind)
+			}
+			if b, ok := got[kind]; ok && !reflect.DeepEqual(b, tc.want) {
+				t.Errorf("%s: %s backends %v, want %v", tc.name, kind, b, tc.want)
+			}
+		}
+		if b := rows(Ports(svc, netip.MustParseAddr("10.96.0.10"), tc.slices))[0].backends; !reflect.DeepEqual(b, tc.want) {
+			t.Errorf("%s: Ports (no node) backends %v, want %v", tc.name, b, tc.want)
+		}
+	}
+}

@@ -175,12 +175,12 @@ func clusterPorts(svc *corev1.Service, clusterIP netip.Addr, slices []*discovery
 		}
 		var backends []Backend
 		if node == nil {
-			backends, _, _ = portBackends(slices, sp, "")
+			backends = portEndpoints(slices, sp, "").cluster(nil)
 		} else {
-			all, onNode, terminating := portBackends(slices, sp, node.Name)
-			backends = preferred(svc, slices, sp, *node, all, onNode)
+			eps := portEndpoints(slices, sp, node.Name)
+			backends = eps.cluster(func(all []Backend) []Backend { return preferred(svc, slices, *node, all, eps.readyHere) })
 			if internalLocal(svc) {
-				backends = localBackends(all, onNode, terminating)
+				backends = eps.local()
 			}
 		}
 		out = append(out, servicePort(svc, sp, Frontend{VIP: clusterIP, Port: uint16(sp.Port), Proto: proto}, KindClusterIP, backends))
@@ -211,10 +211,10 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 		if !ok {
 			continue
 		}
-		all, onNode, terminating := portBackends(slices, sp, node.Name)
-		backends := preferred(svc, slices, sp, node, all, onNode)
+		eps := portEndpoints(slices, sp, node.Name)
+		backends := eps.cluster(func(all []Backend) []Backend { return preferred(svc, slices, node, all, eps.readyHere) })
 		if local {
-			backends = localBackends(all, onNode, terminating)
+			backends = eps.local()
 		}
 		add := func(addr netip.Addr, port uint16, kind Kind) {
 			if !addr.Is4() || port == 0 {
@@ -249,15 +249,38 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 	return dedupeFrontends(out)
 }
 
-// localBackends are the backends of a traffic policy Local from
-// portBackends' results: this node's ready endpoints, or, as kube-proxy,
-// with no ready endpoint here, the serving ones that are terminating
-// (they keep taking new connections rather than none).
-func localBackends(_, onNode, terminating []Backend) []Backend {
-	if len(onNode) == 0 {
-		return terminating
+// endpointSets are the endpoints of one service port, sorted, as
+// kube-proxy sorts them (CategorizeEndpoints): ready ones, and those that
+// are terminating but still serving, each of them all and those on the
+// node.
+type endpointSets struct {
+	ready, readyHere                    []Backend
+	servingTerminating, terminatingHere []Backend
+}
+
+// cluster are the backends of a traffic policy Cluster: the ready
+// endpoints that prefer (trafficDistribution; nil: all of them) keeps,
+// or, as kube-proxy, with no ready endpoint anywhere, every serving one
+// that is terminating: a Service whose pods all roll at once keeps
+// taking new connections on the pods that still serve rather than none.
+func (e endpointSets) cluster(prefer func(all []Backend) []Backend) []Backend {
+	if len(e.ready) == 0 {
+		return e.servingTerminating
 	}
-	return onNode
+	if prefer == nil {
+		return e.ready
+	}
+	return prefer(e.ready)
+}
+
+// local are the backends of a traffic policy Local: this node's ready
+// endpoints, or, as kube-proxy, with no ready endpoint here, its serving
+// ones that are terminating.
+func (e endpointSets) local() []Backend {
+	if len(e.readyHere) == 0 {
+		return e.terminatingHere
+	}
+	return e.readyHere
 }
 
 // ZoneLabel is the Node label naming its zone.
@@ -268,7 +291,7 @@ const ZoneLabel = "topology.kubernetes.io/zone"
 // here) those of its zone; PreferSameZone (or PreferClose, its old name)
 // those of its zone; with none of them, or no zone known, all. An
 // endpoint's zone is its own (the slice's) or else its node's label.
-func preferred(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node Node, all, onNode []Backend) []Backend {
+func preferred(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Node, all, onNode []Backend) []Backend {
 	d := svc.Spec.TrafficDistribution
 	if d == nil {
 		return all
@@ -348,55 +371,66 @@ func servicePort(svc *corev1.Service, sp corev1.ServicePort, fe Frontend, kind K
 		AffinityTimeout: timeout, Backends: backends}
 }
 
-// portBackends are the usable backends of service port sp in slices,
-// sorted, of them those whose endpoint is on node (none when node is ""),
-// and the endpoints on node that are terminating but still serving.
-func portBackends(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node string) (all, onNode, terminating []Backend) {
-	seen := map[Backend]bool{}
+// portEndpoints sorts the endpoints of service port sp in slices into
+// endpointSets (node "": none is on the node). An address is counted once,
+// ready if any endpoint naming it is (slices overlap while the controller
+// moves an endpoint from one to another), else as the first that names it.
+func portEndpoints(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, node string) endpointSets {
+	ready, fallback := map[Backend]bool{}, map[Backend]bool{} // address: on the node
 	for _, s := range slices {
 		num, ok := slicePort(s, sp)
 		if !ok {
 			continue
 		}
 		for _, ep := range s.Endpoints {
-			here := node != "" && ep.NodeName != nil && *ep.NodeName == node
-			ok := usable(ep)
-			if !ok && !(here && servingTerminating(ep)) {
+			into := ready
+			switch {
+			case usable(ep):
+			case servingTerminating(ep):
+				into = fallback
+			default:
 				continue
 			}
+			here := node != "" && ep.NodeName != nil && *ep.NodeName == node
 			for _, a := range ep.Addresses {
 				ip, err := netip.ParseAddr(a)
-				if err != nil || !ip.Is4() {
+				b := Backend{IP: ip, Port: uint16(num)}
+				if _, dup := into[b]; err != nil || !ip.Is4() || dup {
 					continue
 				}
-				b := Backend{IP: ip, Port: uint16(num)}
-				switch {
-				case seen[b]:
-				case !ok:
-					seen[b] = true
-					terminating = append(terminating, b)
-				default:
-					seen[b] = true
-					all = append(all, b)
-					if here {
-						onNode = append(onNode, b)
-					}
-				}
+				into[b] = here
 			}
 		}
 	}
-	sortBackends(all)
-	sortBackends(onNode)
-	sortBackends(terminating)
-	return all, onNode, terminating
+	var e endpointSets
+	for b, here := range ready {
+		e.ready = append(e.ready, b)
+		if here {
+			e.readyHere = append(e.readyHere, b)
+		}
+	}
+	for b, here := range fallback {
+		if _, isReady := ready[b]; isReady {
+			continue
+		}
+		e.servingTerminating = append(e.servingTerminating, b)
+		if here {
+			e.terminatingHere = append(e.terminatingHere, b)
+		}
+	}
+	for _, bs := range [][]Backend{e.ready, e.readyHere, e.servingTerminating, e.terminatingHere} {
+		sortBackends(bs)
+	}
+	return e
 }
 
 // servingTerminating: an endpoint going away that still serves (its
-// Serving condition), which kube-proxy keeps using when a Local Service
-// has nothing else on the node.
+// Serving condition; unset means serving, as the API defines it), which
+// kube-proxy keeps using when a Service has no ready endpoint for the
+// traffic's policy.
 func servingTerminating(ep discoveryv1.Endpoint) bool {
 	c := ep.Conditions
-	return c.Terminating != nil && *c.Terminating && c.Serving != nil && *c.Serving
+	return c.Terminating != nil && *c.Terminating && (c.Serving == nil || *c.Serving)
 }
 
 func sortBackends(bs []Backend) {
