@@ -334,6 +334,11 @@ enum shunt_reason {
 	SHUNT_REASON_NAT_ENTRY_LOST = 55, /* counted: a flow's NAT entry written a moment before was gone when
 					   * checked (the LRU evicted it to make room for the flow's other
 					   * entry, lib/lru.h): written again, so its reply is still translated */
+	SHUNT_REASON_NODEPORT_ENTRY_MISSING = 56, /* counted: a TCP segment other than a first SYN came from outside
+						   * to a NodePort, load balancer or external address for a flow
+						   * this node holds no entry of (nor the kernel's conntrack): its
+						   * entry was evicted from a full table (raise --conntrack-max), or
+						   * the flow is unknown (a scan). Taken as a new flow, as before */
 	SHUNT_REASON_MAX,
 };
 

@@ -845,10 +845,17 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 		/* A TCP segment other than a first SYN, of a flow shunt does
 		 * not know, that the kernel's conntrack holds: a connection
 		 * kube-proxy translated before this node moved to shunt (or
-		 * while its agent was beside it). The stack's NAT keeps it. */
-		if (p->f.proto == IPPROTO_TCP && (p->f.tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN &&
-		    stack_tracks_tcp(skb, &p->f))
-			return -1;
+		 * while its agent was beside it). The stack's NAT keeps it.
+		 * One the stack does not hold either is a flow whose entry a
+		 * full table evicted while it still ran: counted, the
+		 * operator's sign that --conntrack-max is too small (a table's
+		 * fill level cannot tell entries in use from idle ones), and
+		 * taken as a new flow. */
+		if (p->f.proto == IPPROTO_TCP && (p->f.tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN) {
+			if (stack_tracks_tcp(skb, &p->f))
+				return -1;
+			count(SHUNT_REASON_NODEPORT_ENTRY_MISSING, p->dir, skb->len);
+		}
 		if (!lb_source_allowed(svc->id, ck.saddr))
 			return drop(skb, p, SHUNT_REASON_LB_SOURCE_DENIED);
 		__u32 reason = nodeport_new(cfg, svc, &ck, &fwd);

@@ -423,7 +423,22 @@ func TestNodePort(t *testing.T) {
 		}
 	})
 
-	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 17, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 6, "nodeport-reply/from-pod": 5})
+	counterDelta(t, d, before, map[string]uint64{"nodeport-xlate/from-uplink": 17, "lb-source-denied/from-uplink": 1, "nodeport-reply/from-uplink": 6, "nodeport-reply/from-pod": 5,
+		"nodeport-entry-missing/from-uplink": 0})
+
+	t.Run("a segment of a flow without an entry (evicted by a full table): counted, taken as a new flow", func(t *testing.T) {
+		before := counts(t, d)
+		for i, flags := range []byte{tcpACK, tcpACK, tcpSYN, tcpACK} {
+			// 40020: no entry, then the first ACK's; 40021: a new flow.
+			sport := uint16(40020 + i/2)
+			ret, out := fromOutside(packet(npClient, npNode, 6, tcpSegment(sport, 30080, flags)))
+			if got, want := checkedTuple(t, out), (tuple{npClient, npLocalPod, sport, 8080}); ret != tcActRedirect || got != want {
+				t.Errorf("packet %d: verdict %d, %+v; want redirect to the pod, %+v", i, ret, got, want)
+			}
+		}
+		counterDelta(t, d, before, map[string]uint64{"nodeport-entry-missing/from-uplink": 1, "nodeport-xlate/from-uplink": 4})
+	})
+
 	var kinds []string
 	for _, e := range flows() {
 		if e.Reason == "nodeport-reply" || e.OrigDst == npNode || e.OrigDst == npLB {

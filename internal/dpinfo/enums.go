@@ -64,6 +64,7 @@ const (
 	ReasonProxyUpstreamReply
 	ReasonDSRUnknownNode
 	ReasonNATEntryLost
+	ReasonNodePortEntryMissing
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -124,6 +125,7 @@ var reasonNames = [...]string{
 	ReasonProxyUpstreamReply:   "proxy-upstream-reply",
 	ReasonDSRUnknownNode:       "dsr-unknown-node",
 	ReasonNATEntryLost:         "nat-entry-lost",
+	ReasonNodePortEntryMissing: "nodeport-entry-missing",
 }
 
 // String is the reason's name, or its number when it has none.
