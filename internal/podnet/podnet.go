@@ -212,19 +212,15 @@ func SetupPod(n Node, p Pod) (Links, error) {
 // is set as the alias of the namespace's loopback interface: the mark by
 // which NetnsOwnedBy finds it again, with or without the creator's state
 // (a name prefix alone would claim namespaces someone else named alike).
+// The mark is set before the namespace gets its name, so a creator killed
+// midway leaves no namespace that is named but unmarked (which no sweep
+// could claim): at worst a file with nothing mounted (HalfMadeNetns).
 func CreateNetns(name, owner string) error {
-	ns, err := newNamedNetns(name)
+	ns, err := newNamedNetns(name, owner)
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
-	if owner == "" {
-		return nil
-	}
-	if err := markNetns(ns, owner); err != nil {
-		return errors.Join(fmt.Errorf("marking network namespace %s as %q's: %w", name, owner, err), DeleteNetns(name))
-	}
-	return nil
+	return ns.Close()
 }
 
 func markNetns(ns netns.NsHandle, owner string) error {
@@ -359,32 +355,60 @@ func ensureNetnsDir() error {
 
 var netnsDirMu sync.Mutex
 
-// newNamedNetns creates a named namespace without moving the calling thread
-// into it for longer than the creation itself.
-func newNamedNetns(name string) (netns.NsHandle, error) {
+// newNamedNetns creates a named namespace, marked as owner's (CreateNetns;
+// "": unmarked), without moving the calling thread into it for longer than
+// the creation itself. It is netns.NewNamed with the mark set between the
+// namespace's creation and its bind mount on NetnsPath(name).
+func newNamedNetns(name, owner string) (netns.NsHandle, error) {
 	if err := ensureNetnsDir(); err != nil {
 		return 0, err
 	}
-	result := make(chan struct {
+	type created struct {
 		ns  netns.NsHandle
 		err error
-	}, 1)
-	// netns.NewNamed switches the thread it runs on; do it on a locked
-	// thread that is thrown away afterwards, so no goroutine of the process
-	// ever runs in the pod's namespace by accident.
+	}
+	result := make(chan created, 1)
+	// netns.New switches the thread it runs on; do it on a locked thread
+	// that is thrown away afterwards (it exits still locked), so no
+	// goroutine of the process ever runs in the pod's namespace by
+	// accident.
 	go func() {
 		runtime.LockOSThread()
-		ns, err := netns.NewNamed(name)
-		result <- struct {
-			ns  netns.NsHandle
-			err error
-		}{ns, err}
+		ns, err := netns.New()
+		if err == nil {
+			err = nameNetns(ns, name, owner)
+			if err != nil {
+				ns.Close()
+			}
+		}
+		result <- created{ns, err}
 	}()
 	r := <-result
 	if r.err != nil {
 		return 0, fmt.Errorf("creating network namespace %s: %w", name, r.err)
 	}
 	return r.ns, nil
+}
+
+// nameNetns marks ns (the calling thread's namespace) as owner's, then
+// bind-mounts it on NetnsPath(name), as `ip netns add` names one.
+func nameNetns(ns netns.NsHandle, name, owner string) error {
+	if owner != "" {
+		if err := markNetns(ns, owner); err != nil {
+			return fmt.Errorf("marking it as %q's: %w", owner, err)
+		}
+	}
+	path := NetnsPath(name)
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+	if err := unix.Mount(self, path, "bind", unix.MS_BIND, ""); err != nil {
+		return errors.Join(fmt.Errorf("bind-mounting it on %s: %w", path, err), os.Remove(path))
+	}
+	return nil
 }
 
 func setupVeth(n Node, p Pod, ns netns.NsHandle) (Links, error) {
