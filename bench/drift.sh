@@ -64,7 +64,9 @@ restart_agent() {
 	local pid
 	pid=$(agent_pid)
 	kill -TERM "$pid"
-	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	# Until it has exited: gone, or a zombie (state Z) init has not reaped
+	# yet, which kill -0 would still reach.
+	while [ "$(sed 's/.*) //; s/ .*//' "/proc/$pid/stat" 2>/dev/null || echo gone)" != Z ] && [ -e "/proc/$pid" ]; do sleep 0.1; done
 	$SHUNT --instance "$INST" lab up --drift-check-period "$1" >/dev/null 2>&1
 }
 

@@ -59,6 +59,7 @@ import (
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
 	"github.com/shuntnet/shunt/internal/netnsrun"
+	"github.com/shuntnet/shunt/internal/procstat"
 )
 
 const (
@@ -416,7 +417,9 @@ func (b *bench) setupKubeProxy(ctx context.Context, mode string) error {
 }
 
 // stopPID stops a process this benchmark started (SIGTERM, then waits for
-// it to be reaped, by b.start's Wait or, for an agent, by init).
+// it to exit: reaped by b.start's Wait or, for an agent, a zombie until
+// init reaps it, which on some machines takes seconds; a zombie holds
+// nothing any more).
 func (b *bench) stopPID(pid int) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stopping pid %d: %w", pid, err)
@@ -428,7 +431,7 @@ func (b *bench) stopPID(pid int) error {
 		<-exited
 		return nil
 	}
-	for syscall.Kill(pid, 0) == nil {
+	for procstat.Running(pid) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
