@@ -249,10 +249,10 @@ func PortsFor(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node Nod
 	return dedupeFrontends(out)
 }
 
-// endpointSets are the endpoints of one service port, sorted, as
-// kube-proxy sorts them (CategorizeEndpoints): ready ones, and those that
-// are terminating but still serving, each of them all and those on the
-// node.
+// endpointSets are the endpoints of one service port as kube-proxy's
+// CategorizeEndpoints tells them apart: ready ones, and those that are
+// terminating but still serving; of each, all and those on the node. Each
+// list is sorted.
 type endpointSets struct {
 	ready, readyHere                    []Backend
 	servingTerminating, terminatingHere []Backend
