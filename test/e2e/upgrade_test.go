@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/shuntnet/shunt/internal/cgroup"
+	"github.com/shuntnet/shunt/internal/procstat"
 )
 
 // buildBaseline builds the shunt binaries of the commit in
@@ -355,7 +355,7 @@ func TestUninstallAfterCrash(t *testing.T) {
 		t.Errorf("BPF objects of the instance left in the kernel after uninstall:\n%s", strings.Join(left, "\n"))
 	}
 	for _, p := range procs {
-		if running(p) {
+		if procstat.Running(p) { // a zombie, dead and not yet reaped, does not run
 			t.Errorf("process %d of the instance still runs after uninstall: %s", p, readFile(fmt.Sprintf("/proc/%d/cmdline", p)))
 		}
 	}
@@ -386,18 +386,4 @@ func (l *lab) processes() []int {
 		return nil
 	})
 	return pids
-}
-
-// running says whether pid runs (a zombie, dead and not yet reaped, does
-// not).
-func running(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	stat := readFile(fmt.Sprintf("/proc/%d/stat", pid))
-	// The state follows the command name in parentheses: "pid (comm) S ...".
-	if i := strings.LastIndex(stat, ") "); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z'
-	}
-	return stat != ""
 }
