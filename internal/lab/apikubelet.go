@@ -46,6 +46,10 @@ type APIKubelet struct {
 	mu      sync.Mutex
 	kubelet kubelet
 	kick    chan struct{}
+	// uninstalled: Uninstall removed every sandbox. A pass after it (a pod
+	// event, a probe) would build them again while the agent exits, and an
+	// exit in the middle of building one leaves it half made.
+	uninstalled bool
 }
 
 // podAPI is the API a kubelet takes its pods from and writes their status
@@ -221,6 +225,9 @@ func (k *APIKubelet) poke() {
 func (k *APIKubelet) Sync(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.uninstalled {
+		return nil
+	}
 	all := k.api.pods()
 	kl := &k.kubelet
 	var errs []error
@@ -345,10 +352,12 @@ func setCondition(conds []corev1.PodCondition, c corev1.PodCondition) []corev1.P
 }
 
 // Uninstall removes the sandboxes of every pod this kubelet ran (the pods
-// stay in the API server, as when a node is removed).
+// stay in the API server, as when a node is removed); no pass builds them
+// again.
 func (k *APIKubelet) Uninstall(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.uninstalled = true
 	return k.kubelet.removeAll(ctx)
 }
 

@@ -87,6 +87,9 @@ type ControlPlane struct {
 	journal    objectLog
 	clusterIPs clusterIPs
 	kubelet    kubelet
+	// uninstalled: Uninstall removed every sandbox; no pass builds them
+	// again while the agent exits (APIKubelet.uninstalled).
+	uninstalled bool
 	// notStarted says why pods wait to start (the datapath failed); they
 	// are retried by Resync.
 	notStarted string
@@ -311,6 +314,9 @@ func (cp *ControlPlane) commit(next *model.Store, changes []model.Change) error 
 // node has programmed their pod (identity, policy), so no process ever
 // runs unprotected by the policy that selects it. Called with mu held.
 func (cp *ControlPlane) syncPods(ctx context.Context) error {
+	if cp.uninstalled {
+		return nil
+	}
 	k := &cp.kubelet
 	local := map[string]*corev1.Pod{}
 	for _, p := range cp.store.Pods() {
@@ -408,6 +414,9 @@ func (cp *ControlPlane) writeStatus() error {
 func (cp *ControlPlane) Resync(ctx context.Context) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
+	if cp.uninstalled {
+		return nil
+	}
 	if cp.notStarted != "" {
 		return cp.syncPods(ctx)
 	}
@@ -418,5 +427,6 @@ func (cp *ControlPlane) Resync(ctx context.Context) error {
 func (cp *ControlPlane) Uninstall(ctx context.Context) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
+	cp.uninstalled = true
 	return cp.kubelet.removeAll(ctx)
 }
