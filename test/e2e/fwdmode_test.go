@@ -36,7 +36,7 @@ func TestForwardingModeLab(t *testing.T) {
 	const size = 4 << 20
 	download := func(nodePort int) (tx1, tx2 uint64) {
 		t.Helper()
-		b1, b2 := uplinkTxBytes(t, ns1, node1), uplinkTxBytes(t, ns2, node2)
+		b1, b2 := uplinkBytes(t, ns1, node1).TX.Bytes, uplinkBytes(t, ns2, node2).TX.Bytes
 		var out string
 		var code int
 		for i := 0; i < 20; i++ { // iperf3 needs a moment to listen, and takes one test at a time
@@ -49,7 +49,7 @@ func TestForwardingModeLab(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("iperf3 -R through node-1's nodePort %d: %s", nodePort, out)
 		}
-		return uplinkTxBytes(t, ns1, node1) - b1, uplinkTxBytes(t, ns2, node2) - b2
+		return uplinkBytes(t, ns1, node1).TX.Bytes - b1, uplinkBytes(t, ns2, node2).TX.Bytes - b2
 	}
 	encapBefore := l.metric("shunt_datapath_packets_total", `reason="dsr-encap"`)
 	d1, d2 := download(30202)
