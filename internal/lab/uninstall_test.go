@@ -2,12 +2,16 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shuntnet/shunt/internal/instance"
 )
 
 // listCountingPods is a pod API holding one pod of node n1, being
@@ -34,9 +38,16 @@ func (f *listCountingPods) updateStatus(context.Context, *corev1.Pod) error { re
 // leaves it half made. (The lab's control plane has the same guard; its
 // passes need a store and a datapath this test does not build.)
 func TestNoPassAfterUninstall(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the kubelet saves its pod records under /var/lib/shunt")
+	}
+	// Its own instance: Uninstall saves the (empty) pod records in the
+	// instance's state directory.
+	inst := instance.Instance{Name: fmt.Sprintf("tnpau%d", os.Getpid())}
+	t.Cleanup(func() { os.RemoveAll(inst.StateDir()) })
 	api := &listCountingPods{}
-	k := &APIKubelet{cfg: Config{NodeName: "n1", Log: slog.New(slog.DiscardHandler)}, api: api, kick: make(chan struct{}, 1),
-		kubelet: kubelet{pods: map[string]*PodRecord{}}}
+	cfg := Config{Instance: inst, NodeName: "n1", Log: slog.New(slog.DiscardHandler)}
+	k := &APIKubelet{cfg: cfg, api: api, kick: make(chan struct{}, 1), kubelet: kubelet{cfg: cfg, pods: map[string]*PodRecord{}}}
 	if err := k.Uninstall(context.Background()); err != nil {
 		t.Fatal(err)
 	}
