@@ -20,7 +20,9 @@ state() {
 	local d
 	for d in /tmp /run/netns /sys/fs/bpf /run/shunt /var/lib/shunt /sys/fs/cgroup/unified; do
 		[ -d "$d" ] || continue
-		find "$d" -mindepth 1 -maxdepth 1 \( -type d -o -path '/run/netns/*' -o -path '/tmp/*' \) -printf "$d/%f\n" 2>/dev/null || true
+		# Everything at the top of each, files too (a pin, a state file);
+		# in the cgroup root only the cgroups, not its interface files.
+		find "$d" -mindepth 1 -maxdepth 1 \( -type d -o ! -path '/sys/fs/cgroup/unified/*' \) -printf "$d/%f\n" 2>/dev/null || true
 	done
 	ip -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print "interface " $2 }' || true
 }
