@@ -157,6 +157,7 @@ var mapTable = []mapDesc{
 				return Row{"serviceID": id, "clients": p.String(), "admit": v.Allow == 1}
 			})
 		},
+		refuse: "remove loadBalancerSourceRanges (one entry per range of a load balancer frontend and one per such frontend); the previous ranges stay in force",
 	},
 	{
 		name:  "shunt_masq_exclude",

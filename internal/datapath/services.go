@@ -107,6 +107,10 @@ type serviceTable struct {
 	// strayRanges are source range entries of no port, found when the
 	// mirror was loaded: the next sync deletes them.
 	strayRanges []uplinktcLbSourceRangeKey
+	// rangesHeld are the source range entries the kernel holds (strays
+	// included), kept in step by each flush, so a sync's peak (new entries
+	// are written before stale ones go) is checked before any write.
+	rangesHeld map[uplinktcLbSourceRangeKey]bool
 	// slots counts the shunt_services entries ports hold (1 + backends
 	// each), kept in step so a partial update checks capacity in O(1).
 	slots int
@@ -117,7 +121,7 @@ type serviceTable struct {
 
 // newServiceTable is the mirror of empty maps.
 func newServiceTable() serviceTable {
-	return serviceTable{ports: map[services.Frontend]written{}, backends: map[backendKey]uint32{},
+	return serviceTable{ports: map[services.Frontend]written{}, backends: map[backendKey]uint32{}, rangesHeld: map[uplinktcLbSourceRangeKey]bool{},
 		keys: map[uint32]backendKey{}, refs: map[uint32]int{}, svcIDs: map[uint32]bool{}, nextBackend: 1, nextService: 1}
 }
 
@@ -202,7 +206,11 @@ func (d *Datapath) SyncServices(desired []services.Port) (goneUDP []netip.AddrPo
 	if err := d.checkMaglevFits(desired, nil, true); err != nil {
 		return nil, err
 	}
-	gone, err := d.flushServices(d.services.planSync(desired))
+	w := d.services.planSync(desired)
+	if err := d.checkRangesFit(w); err != nil {
+		return nil, err
+	}
+	gone, err := d.flushServices(w)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +272,11 @@ func (d *Datapath) UpdateServices(upsert []services.Port, remove []services.Fron
 	if err := d.checkMaglevFits(upsert, remove, false); err != nil {
 		return nil, err
 	}
-	gone, err := d.flushServices(d.services.planUpdate(upsert, remove))
+	w := d.services.planUpdate(upsert, remove)
+	if err := d.checkRangesFit(w); err != nil {
+		return nil, err
+	}
+	gone, err := d.flushServices(w)
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,7 @@ func (t *serviceTable) loadRanges(m *ebpf.Map) error {
 	var v uplinktcLbSourceRangeValue
 	it := m.Iterate()
 	for it.Next(&k, &v) {
+		t.rangesHeld[k] = true
 		id, p := rangeOfKey(k)
 		switch {
 		case !byID[id]:
@@ -117,4 +118,33 @@ func (k kernelServiceMaps) putRanges(keys []uplinktcLbSourceRangeKey, vals []upl
 
 func (k kernelServiceMaps) deleteRanges(keys []uplinktcLbSourceRangeKey) error {
 	return deleteAll(k.ranges, keys)
+}
+
+// checkRangesFit refuses, before any write, a plan whose source range
+// entries the trie cannot hold at their peak: the entries it holds and
+// the plan's new ones, which are written before the stale ones go. The
+// mirror was already planned, so it is reloaded at the next sync (the
+// callers' reloadServiceTableOnError), and nothing changed in the kernel.
+// A plan that fits is taken as the trie's content once flushed (a failed
+// flush reloads the mirror too).
+func (d *Datapath) checkRangesFit(w *serviceWrites) error {
+	held := d.services.rangesHeld
+	peak := len(held)
+	for _, k := range w.rangeKeys {
+		if !held[k] {
+			peak++
+		}
+	}
+	if peak > len(held) {
+		if err := d.checkFits("shunt_lb_source_ranges", peak); err != nil {
+			return err
+		}
+	}
+	for _, k := range w.rangeKeys {
+		held[k] = true
+	}
+	for _, k := range w.goneRanges {
+		delete(held, k)
+	}
+	return nil
 }

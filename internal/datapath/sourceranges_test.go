@@ -79,3 +79,75 @@ func TestServicePlanSourceRanges(t *testing.T) {
 	}
 	checkMirror(t, &table, m)
 }
+
+// TestSourceRangesRefusedWhenTheTrieIsFull: a sync or update whose source
+// range entries the trie cannot hold at their peak (the new ones are
+// written before the stale ones go) is refused before any write, naming
+// the map; what was there stays, and the next sync that fits goes through.
+func TestSourceRangesRefusedWhenTheTrieIsFull(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	max := int(d.objs.ShuntLbSourceRanges.MaxEntries())
+	backends := []services.Backend{{IP: netip.MustParseAddr("10.99.0.1"), Port: 8080}}
+	lb := func(vip string, ranges []netip.Prefix) services.Port {
+		return services.Port{Frontend: planFrontend(vip, 80, ipTCP), Kind: services.KindLoadBalancer, Name: "shop/" + vip + ":http",
+			Backends: backends, SourceRanges: ranges}
+	}
+	hosts := func(second byte, n int) []netip.Prefix {
+		out := make([]netip.Prefix, n)
+		for i := range out {
+			out[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, second, byte(i >> 8), byte(i)}), 32)
+		}
+		return out
+	}
+	entries := func() int {
+		t.Helper()
+		n, err := countKeys(d.objs.ShuntLbSourceRanges)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	keep := lb("192.0.2.1", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	if _, err := d.SyncServices([]services.Port{keep}); err != nil {
+		t.Fatal(err)
+	}
+	if n := entries(); n != 2 {
+		t.Fatalf("%d entries for one range, want 2 (the range and the frontend's catch-all)", n)
+	}
+
+	// More ranges than the trie holds: refused, nothing written.
+	_, err := d.SyncServices([]services.Port{keep, lb("192.0.2.2", hosts(18, max))})
+	if err == nil || !strings.Contains(err.Error(), "shunt_lb_source_ranges is full") {
+		t.Fatalf("%d ranges: err %v, want the map named full", max, err)
+	}
+	if n := entries(); n != 2 {
+		t.Errorf("after the refused sync the trie holds %d entries, want the 2 it had", n)
+	}
+
+	// Fits alone, but not while a change of all its ranges is written.
+	half := max/2 + 100
+	big := lb("192.0.2.2", hosts(18, half))
+	if _, err := d.SyncServices([]services.Port{keep, big}); err != nil {
+		t.Fatal(err)
+	}
+	if n := entries(); n != 2+half+1 {
+		t.Fatalf("%d entries, want %d", n, 2+half+1)
+	}
+	_, err = d.UpdateServices([]services.Port{lb("192.0.2.2", hosts(19, half))}, nil)
+	if err == nil || !strings.Contains(err.Error(), "shunt_lb_source_ranges is full") {
+		t.Fatalf("replacing %d ranges by %d others: err %v, want refused at the peak", half, half, err)
+	}
+	if n := entries(); n != 2+half+1 {
+		t.Errorf("after the refused update the trie holds %d entries, want the %d it had", n, 2+half+1)
+	}
+	// Removing the big frontend first, then adding the other: both fit.
+	if _, err := d.UpdateServices(nil, []services.Frontend{big.Frontend}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.UpdateServices([]services.Port{lb("192.0.2.3", hosts(19, half))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := entries(); n != 2+half+1 {
+		t.Errorf("after the two updates the trie holds %d entries, want %d", n, 2+half+1)
+	}
+}
