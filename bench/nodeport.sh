@@ -47,11 +47,24 @@ SETTLE=5s SMOKE_FLAG=
 # (NATIVE_MODE, shunt-native's node-wide --nodeport-mode, is gone: both
 # modes are measured in every run through the Services' annotation.)
 MEASURE=${MEASURE:-}
+# LINK_DELAY (environment): a one-way latency for every link to the
+# underlay bridge (the nodes' and the external host's), e.g. 200us: a
+# network where each hop costs time, which DSR's saved hop needs in order
+# to show (this kernel has no netem: bench/internal/delayline passes the
+# frames in user space). Unset: no delay.
+LINK_DELAY=${LINK_DELAY:-}
+# The smoke run goes through delay lines, so that make test proves them
+# with every case's traffic (bench/crossnode.sh's smoke proves the bridge
+# without them).
+[ -z "$SMOKE" ] || LINK_DELAY=${LINK_DELAY:-50us}
+if [ -n "$LINK_DELAY" ]; then
+	command -v ethtool >/dev/null || PATH=$PATH:/usr/sbin command -v ethtool >/dev/null || { echo "nodeport: ethtool is missing (LINK_DELAY): run scripts/setup.sh" >&2; exit 1; }
+fi
 [ -z "$SMOKE" ] || SETTLE=0s SMOKE_FLAG=-smoke
 
 cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/nodeport.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
-bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT${MEASURE:+ -measure $MEASURE}
+bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT${MEASURE:+ -measure $MEASURE}${LINK_DELAY:+ -link-delay $LINK_DELAY}
 # every command it ran, exactly and in order: commands-run.txt; in short, as bench/crossnode.sh without the floor and the policies, shunt's agents with --masquerade (pods get a default route), plus per case an external host:
 ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name ext netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.200/24 dev ul0   # on the case's underlay bridge (shunt-native: shunt-vxlan's)
 # measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202 (annotated shunt.io/forwarding-mode: snat), shunt-native-dsr: xbench-native-dsr 30082, 31113, xbench-native-dsr-iperf 30203 (shunt.io/forwarding-mode: dsr)
@@ -59,7 +72,7 @@ nsenter --net=EXT timeout T taskset -c 0 sockperf ping-pong --tcp -i 192.168.U.1
 nsenter --net=EXT timeout T taskset -c 0 bin/connrate -target 192.168.U.1|192.168.U.2:30080 -workers 4 -duration ${DURATION}s
 nsenter --net=EXT timeout T taskset -c 0 iperf3 -c 192.168.U.1 -p 30201 -t $DURATION -J
 EOT
-bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" ${MEASURE:+-measure "$MEASURE"} \
+bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" ${MEASURE:+-measure "$MEASURE"} ${LINK_DELAY:+-link-delay "$LINK_DELAY"} \
 	> >(tee "$OUT/crossnode.log") 2>&1 &
 XB=$!
 trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM
@@ -75,6 +88,12 @@ Two nodes on one machine, each a network namespace, joined by a bridge in a thir
 
 *_remote: through node 1's NodePort (every backend on node 2); *_local: through node 2's (every backend there). rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages, full round trip, avg/p50/p99 in µs, tps = received / measured time; softirq: machine-wide softirq time per transaction. conn_rate_*: connect, 4-byte request, reply, close; 4 workers. throughput_remote: iperf3, one TCP stream through node 1's NodePort to server-0.
 EOT
+if [ -n "$LINK_DELAY" ]; then
+	cat >>"$NOTES" <<EOT
+
+**Link delay $LINK_DELAY.** Every link to the underlay bridge (both nodes' and the external host's) crosses a delay line (bench/internal/delayline: AF_PACKET sockets in the underlay namespace, one thread per direction holding each frame until its kernel arrival time plus $LINK_DELAY), so every hop between two hosts costs 2 × $LINK_DELAY plus the line's own wake-ups (tens of µs per crossing on a small VM, and some CPU the hosts would not spend on a real wire). The nodes' uplinks segment tunnelled frames (VXLAN, DSR's IPIP) in software, as without a NIC's tunnel offload: a packet socket cannot carry them whole. Through node 1, SNAT's round trip crosses 8 links (client → node 1 → node 2 → node 1 → client), DSR's 6 (the reply goes from node 2 straight to the client): this is what the DSR/SNAT ratio shows. Connection rates and throughput here measure the delay and the line, not the dataplanes; DSR's throughput most of all: its IPIP frames cross the line as 1 500-byte packets (segmented before it) where SNAT's cross as 64 KiB GSO frames, and the line's cost is per frame.
+EOT
+fi
 if [ -f "$OUT/maglev.md" ]; then
 	echo >>"$NOTES"
 	cat "$OUT/maglev.md" >>"$NOTES"

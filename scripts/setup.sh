@@ -36,6 +36,7 @@ programs=(
 	"conntrack         conntrack        benchmarks: flush conntrack between cases"
 	"haproxy           haproxy          benchmarks: the sidecar proxies of the mesh baseline"
 	"bpftool           bpftool          debugging: inspect loaded programs and maps by hand"
+	"ethtool           ethtool          bench nodeport with LINK_DELAY: tunnel segmentation in software at a node's uplink, before a delay line (bench/internal/delayline)"
 	"tcpdump           tcpdump          debugging: packet captures in a node's or pod's netns (e.g. a handshake the datapath lost)"
 	"curl              curl             debugging: the agent's /debug/pprof over its socket"
 	"etcd              etcd-server      internal/kubecluster: the storage of the test control plane"

@@ -84,6 +84,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/shuntnet/shunt/bench/internal/benchrun"
+	"github.com/shuntnet/shunt/bench/internal/delayline"
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/kubecluster"
@@ -170,6 +171,10 @@ type bench struct {
 	// (backends on node 2) and node 2 (backends there); no floor, no
 	// policies, the kube-proxy cases without Calico's rules.
 	nodeport bool
+	// linkDelay (-link-delay): every link to an underlay bridge (the
+	// nodes' and the external host's) crosses a delay line
+	// (bench/internal/delayline) with this one-way latency; 0: none.
+	linkDelay time.Duration
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -196,6 +201,7 @@ func main() {
 		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
 		measure  = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
 		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
+		delay    = flag.Duration("link-delay", 0, "one-way latency of every link to an underlay bridge (nodes and external host), by a delay line in user space (this kernel has no netem): a network where a hop costs time, as DSR's saved hop needs to show; 0: none")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -209,7 +215,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, cases: map[string]*caseNet{}}
+	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -539,8 +545,19 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 		); err != nil {
 			return nil, err
 		}
-		if err := ipn(ul, []string{"link", "set", port, "master", "br0", "up"}); err != nil {
+		if err := b.joinBridge(ul, port); err != nil {
 			return nil, err
+		}
+		if b.linkDelay > 0 {
+			// A delay line's packet socket takes a GSO frame only with
+			// a virtio-net header, which has no tunnel types: the
+			// node's uplink segments VXLAN and IPIP (DSR) frames in
+			// software, as a NIC without tunnel offload makes the
+			// stack do, or the line would drop them.
+			if err := sh("ip", "netns", "exec", ns, "ethtool", "-K", "ul0", "tx-udp_tnl-segmentation", "off",
+				"tx-udp_tnl-csum-segmentation", "off", "tx-ipxip4-segmentation", "off"); err != nil {
+				return nil, err
+			}
 		}
 		// Agents and kube-proxy reach the API server on the machine's
 		// loopback through a relay on the node's own loopback.
@@ -564,7 +581,7 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 			); err != nil {
 				return nil, err
 			}
-			if err := ipn(ul, []string{"link", "set", "ext", "master", "br0", "up"}); err != nil {
+			if err := b.joinBridge(ul, "ext"); err != nil {
 				return nil, err
 			}
 			cn.ext = "/run/netns/" + ext
@@ -572,6 +589,35 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 	}
 	b.cases[c] = cn
 	return cn, nil
+}
+
+// joinBridge makes port (a link of underlay namespace ul) a port of its
+// bridge br0, or with -link-delay joins it through a delay line: port
+// and PORTd are the line's two ends, PORTd's peer PORTb the bridge's
+// port.
+func (b *bench) joinBridge(ul, port string) error {
+	if b.linkDelay <= 0 {
+		return ipn(ul, []string{"link", "set", port, "master", "br0", "up"})
+	}
+	if err := ipn(ul,
+		[]string{"link", "add", port + "d", "type", "veth", "peer", "name", port + "b"},
+		[]string{"link", "set", port + "b", "master", "br0", "up"},
+		[]string{"link", "set", port + "d", "up"},
+		[]string{"link", "set", port, "up"},
+	); err != nil {
+		return err
+	}
+	record("#delayline", "-netns", ul, port, port+"d", "-delay", b.linkDelay.String())
+	l, err := delayline.Start("/run/netns/"+ul, port, port+"d", b.linkDelay)
+	if err != nil {
+		return err
+	}
+	b.undo.Add(func() {
+		passed, dropped := l.Stats()
+		log.Printf("delay line %s %s: frames passed %v, dropped %v", ul, port, passed, dropped)
+		l.Close()
+	})
+	return nil
 }
 
 func (b *bench) underlayAddr(c string, i int) string {
