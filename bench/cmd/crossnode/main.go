@@ -61,6 +61,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -138,9 +139,10 @@ type caseNet struct {
 	name   string
 	nodes  [2]string // node (host side) network namespaces
 	client string    // netns path of the client pod
-	// ext (-nodeport) is the netns path of the case's external host, on
-	// its underlay (shunt-native shares shunt-vxlan's).
-	ext        string
+	// ext (-nodeport): the netns paths of the external hosts on the
+	// case's underlay, by measured case (shunt-native's nodes: one for
+	// shunt-native, one for shunt-native-dsr; on shunt-vxlan's underlay).
+	ext        map[string]string
 	hasService bool
 	// Only shunt-native's: its own server pods and measured ClusterIP
 	// (every other case has shunt-vxlan's addresses: b.serverIP, b.vip).
@@ -428,7 +430,7 @@ func (b *bench) run(scales []int, reps int) error {
 	// Thousands of short connections a second from one client: let it
 	// reuse TIME_WAIT ports, or every case after the first runs out.
 	for _, c := range b.cases {
-		for _, path := range []string{c.client, c.ext} {
+		for _, path := range append([]string{c.client}, slices.Collect(maps.Values(c.ext))...) {
 			if path == "" {
 				continue
 			}
@@ -567,24 +569,33 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 		cn.nodes[i] = ns
 	}
 	if b.nodeport {
-		if c == native {
-			cn.ext = b.cases[shunt].ext
-		} else {
-			ext, err := b.netns(fmt.Sprintf("xb%s-%s-ext", b.id, c))
+		// Every measured case has an external host of its own, as a
+		// client of its own: one holding the closed connections of
+		// another case (its TIME_WAIT sockets and their ports, for a
+		// minute) would start each run unlike the others. shunt-native's
+		// two (SNAT and DSR) are on shunt-vxlan's underlay beside its.
+		cn.ext = map[string]string{}
+		for _, name := range []string{c, nativeDSR} {
+			if nodesOf(name) != c {
+				continue
+			}
+			host := externalHost + externalOffset[name]
+			ext, err := b.netns(fmt.Sprintf("xb%s-%s-ext", b.id, name))
 			if err != nil {
 				return nil, err
 			}
+			port := fmt.Sprintf("e%d", host)
 			if err := ipn(ext,
-				[]string{"link", "add", "ul0", "type", "veth", "peer", "name", "ext", "netns", ul},
-				[]string{"addr", "add", fmt.Sprintf("192.168.%d.%d/24", underlayNet[c], externalHost), "dev", "ul0"},
+				[]string{"link", "add", "ul0", "type", "veth", "peer", "name", port, "netns", ul},
+				[]string{"addr", "add", fmt.Sprintf("192.168.%d.%d/24", underlayNet[c], host), "dev", "ul0"},
 				[]string{"link", "set", "ul0", "up"},
 			); err != nil {
 				return nil, err
 			}
-			if err := b.joinBridge(ul, "ext"); err != nil {
+			if err := b.joinBridge(ul, port); err != nil {
 				return nil, err
 			}
-			cn.ext = "/run/netns/" + ext
+			cn.ext[name] = "/run/netns/" + ext
 		}
 	}
 	b.cases[c] = cn
@@ -1032,8 +1043,10 @@ func nodesOf(c string) string {
 }
 
 // externalHost is the host number of a case's external host (-nodeport)
-// on its underlay.
+// on its underlay, plus externalOffset for the cases on shunt-vxlan's.
 const externalHost = 200
+
+var externalOffset = map[string]int{native: 1, nativeDSR: 2}
 
 // createService makes a selector-less Service and its slice of the server
 // pods at endpoints; a measured one (np not nil) also has sockperf's port,
@@ -1233,15 +1246,18 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 		if b.nodeport {
 			// The NodePorts from the external host, through both nodes
 			// (shunt-native: its SNAT and its DSR Services').
-			var addrs []string
+			type probe struct{ ext, addr string }
+			var probes []probe
 			for _, name := range []string{c.name, nativeDSR} {
 				if nodesOf(name) == c.name {
-					addrs = append(addrs, b.nodePortAddr(c, 0, b.ports(name).serve), b.nodePortAddr(c, 1, b.ports(name).serve))
+					probes = append(probes, probe{c.ext[name], b.nodePortAddr(c, 0, b.ports(name).serve)},
+						probe{c.ext[name], b.nodePortAddr(c, 1, b.ports(name).serve)})
 				}
 			}
-			for _, addr := range addrs {
+			for _, p := range probes {
+				addr := p.addr
 				deadline := time.Now().Add(5 * time.Minute)
-				for !answersAt(c.ext, addr) {
+				for !answersAt(p.ext, addr) {
 					if err := ctx.Err(); err != nil {
 						return err
 					}
@@ -1477,8 +1493,7 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 // clientTCPCounters are the client's counters connRate reports (nstat's
 // names): SYNs and segments retransmitted, timeouts, resets sent, and the
 // TIME_WAIT sockets reused (tcp_tw_reuse) or not made because the table
-// was full (net.ipv4.tcp_max_tw_buckets; the client of shunt-native is
-// shunt-vxlan's, so its table holds both cases' closed connections).
+// was full (net.ipv4.tcp_max_tw_buckets).
 var clientTCPCounters = []string{"TcpExtTCPSynRetrans", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpOutRsts",
 	"TcpExtTWRecycled", "TcpExtTCPTimeWaitOverflow"}
 
@@ -1614,7 +1629,7 @@ func (b *bench) nodePortAddr(c *caseNet, i int, port int32) string {
 func (b *bench) measureNodePort(c string, n, rep int) error {
 	cn := b.cases[nodesOf(c)]
 	ext := *cn
-	ext.client, ext.name = cn.ext, c // the rows are c's
+	ext.client, ext.name = cn.ext[c], c // the rows are c's
 	p := b.ports(c)
 	for i, where := range []string{"remote", "local"} {
 		if err := b.rrAt(&ext, b.underlayAddr(cn.name, i), int(p.sockperf), "rr_"+where, n, rep); err != nil {
