@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shunt() { bin/shunt "$@"; }
+# First lines of a command's output with `sed -n 1,Np`, never `head`: head
+# exits early, the writer dies of SIGPIPE if it writes after that, and
+# pipefail fails the demo (a flake: 1 run in 3 lost this race).
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "starting the lab (forwarding mode ${MODE:-redirect-peer}) with examples/demo"
@@ -73,9 +76,9 @@ shunt lab exec frontend -- shunt lab http-load --url "http://$reviews:9080/" -n 
 echo "the same with the canary header (the route's header match wins over the weights):"
 shunt lab exec frontend -- shunt lab http-load --url "http://$reviews:9080/" -n 20 -c 1 -H 'x-canary: true' | jq -c '{byPod}'
 echo "frontend may only GET /metrics on backend; monitoring may do anything:"
-shunt lab exec frontend -- shunt lab http-get "http://$backend:8080/metrics" | head -n 1
+shunt lab exec frontend -- shunt lab http-get "http://$backend:8080/metrics" | sed -n 1p
 shunt lab exec frontend -- shunt lab http-get "http://$backend:8080/admin"
-shunt lab exec monitoring -- shunt lab http-get "http://$backend:8080/admin" | head -n 1
+shunt lab exec monitoring -- shunt lab http-get "http://$backend:8080/admin" | sed -n 1p
 echo "the 403 as a flow, with the rule that decided:"
 shunt observe --protocol http --http-status 403 --last 1
 
@@ -137,7 +140,7 @@ nodes lab exec --external -- ss -tn state established '( sport = :7000 )'
 wait "$held" || true
 kill "$outside" 2>/dev/null || true
 wait "$outside" 2>/dev/null || true
-nodes map dump shunt_masq_nat | head -n 5
+nodes map dump shunt_masq_nat | sed -n 1,5p
 nodes status | grep -E '^(== |tunnel|peer|masquerade)'
 
 cat <<EOT
