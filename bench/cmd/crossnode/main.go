@@ -1255,14 +1255,13 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 				}
 			}
 			for _, p := range probes {
-				addr := p.addr
 				deadline := time.Now().Add(5 * time.Minute)
-				for !answersAt(p.ext, addr) {
+				for !answersAt(p.ext, p.addr) {
 					if err := ctx.Err(); err != nil {
 						return err
 					}
 					if time.Now().After(deadline) {
-						return fmt.Errorf("case %s: NodePort %s does not answer the external host after 5 minutes", c.name, addr)
+						return fmt.Errorf("case %s: NodePort %s does not answer the external host after 5 minutes", c.name, p.addr)
 					}
 					time.Sleep(100 * time.Millisecond)
 				}

@@ -51,31 +51,32 @@ func newWire(t *testing.T) wire {
 	return w
 }
 
-// listen opens a TCP listener in namespace ns.
-func listen(t *testing.T, ns, addr string) net.Listener {
+// inNetns returns what open makes (a socket) inside namespace ns, where
+// the socket stays; a failure ends the test.
+func inNetns[T any](t *testing.T, ns string, open func() (T, error)) T {
 	t.Helper()
-	var ln net.Listener
+	var v T
 	err := netnsrun.Do("/run/netns/"+ns, func() (err error) {
-		ln, err = net.Listen("tcp4", addr)
+		v, err = open()
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return v
+}
+
+// listen opens a TCP listener in namespace ns.
+func listen(t *testing.T, ns, addr string) net.Listener {
+	t.Helper()
+	ln := inNetns(t, ns, func() (net.Listener, error) { return net.Listen("tcp4", addr) })
 	t.Cleanup(func() { ln.Close() })
 	return ln
 }
 
 func dial(t *testing.T, ns, addr string) net.Conn {
 	t.Helper()
-	var c net.Conn
-	err := netnsrun.Do("/run/netns/"+ns, func() (err error) {
-		c, err = net.DialTimeout("tcp4", addr, 10*time.Second)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := inNetns(t, ns, func() (net.Conn, error) { return net.DialTimeout("tcp4", addr, 10*time.Second) })
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -203,20 +204,9 @@ func TestLineKeepsABurstsSpacing(t *testing.T) {
 	}
 	defer l.Close()
 
-	var rx, tx net.PacketConn
-	if err := netnsrun.Do("/run/netns/"+w.b, func() (err error) {
-		rx, err = net.ListenPacket("udp4", "10.250.0.2:7002")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rx := inNetns(t, w.b, func() (net.PacketConn, error) { return net.ListenPacket("udp4", "10.250.0.2:7002") })
 	defer rx.Close()
-	if err := netnsrun.Do("/run/netns/"+w.a, func() (err error) {
-		tx, err = net.ListenPacket("udp4", "10.250.0.1:0")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	tx := inNetns(t, w.a, func() (net.PacketConn, error) { return net.ListenPacket("udp4", "10.250.0.1:0") })
 	defer tx.Close()
 	to := &net.UDPAddr{IP: net.IPv4(10, 250, 0, 2), Port: 7002}
 	// The first datagram resolves the neighbour (ARP crosses the line
