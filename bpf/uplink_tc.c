@@ -33,7 +33,8 @@
  *
  * The uplink programs are one per hook: masquerade, native routing and
  * NodePort share them, each part off when its configuration is (MASQ.addr,
- * CONFIG.native_ifindex, CONFIG.uplink_ifindex).
+ * CONFIG.native_ifindex, CONFIG.uplink_ifindex). The overlay's own
+ * packets (VXLAN to the node) pass at the first look (overlay_arrival).
  */
 #include "lib/common.h"
 #include "lib/metrics.h"
@@ -247,6 +248,31 @@ static __always_inline int nodeport_at_uplink(struct __sk_buff *skb)
 	return nodeport_from_outside(skb, &p, ip, &CONFIG, own);
 }
 
+/* overlay_arrival says whether the packet is the overlay's: VXLAN to
+ * this node's tunnel endpoint (CONFIG.tunnel_local_ip4 and tunnel_port),
+ * which the node's VXLAN device takes and the overlay program judges once
+ * decapsulated. No part of this program is for it, and on a node of the
+ * overlay it is most of what arrives: the DSR, NodePort and masquerade
+ * parts would each parse it and miss in their tables, a cold bucket of a
+ * large hash each, which made up most of this program's cost per packet
+ * in the NodePort benchmark. A header with options is left to them (no
+ * VXLAN sender adds options), as is a fragment after the first (it
+ * carries no ports; the stack reassembles it for the device). Read in
+ * place, not copied: this program's stack is nearly all taken, and a
+ * header not in the linear part (never seen at an uplink) is simply left
+ * to the parts that follow. */
+static __always_inline bool overlay_arrival(struct __sk_buff *skb, __u32 daddr)
+{
+	void *end = skb_linear_end(skb);
+	struct iphdr *ip = skb_linear_data(skb) + ETH_HLEN;
+	__u16 *ports = (void *)(ip + 1);
+
+	if (!CONFIG.tunnel_port || daddr != CONFIG.tunnel_local_ip4 || (void *)(ports + 2) > end)
+		return false;
+	return ip->ihl == 5 && ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(IP_OFFSET)) &&
+	       ports[1] == CONFIG.tunnel_port;
+}
+
 SEC("tc")
 int shunt_from_uplink(struct __sk_buff *skb)
 {
@@ -254,7 +280,7 @@ int shunt_from_uplink(struct __sk_buff *skb)
 	__u32 addrs[2];
 	int verdict;
 
-	if (!uplink_addrs(skb, addrs))
+	if (!uplink_addrs(skb, addrs) || overlay_arrival(skb, addrs[1]))
 		return TC_ACT_OK;
 	if (CONFIG.nodeport_dsr_ip4 && addrs[1] == CONFIG.nodeport_dsr_ip4) {
 		verdict = nodeport_from_dsr(skb, &CONFIG);

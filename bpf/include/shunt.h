@@ -79,6 +79,13 @@ struct shunt_config {
 	 * SNAT (enum nodeport_mode). */
 	__u32 nodeport_dsr_ip4;
 	__u32 nodeport_mode;
+	/* The overlay's endpoint on this node (with tunnel_ifindex): the
+	 * node's underlay address and the VXLAN device's UDP port (network
+	 * byte order). What arrives there is the device's: the uplink program
+	 * hands it to the stack at its first look (0: it looks further). */
+	__u32 tunnel_local_ip4;
+	__u16 tunnel_port;
+	__u16 pad_tunnel;
 };
 
 /* How a flow from outside reaches a backend on another node

@@ -330,6 +330,14 @@ __noinline int dsr_clamp_mss(struct __sk_buff *skb, __u64 l4off, __u32 uplink_if
  * callee, so the packet is read and written in place. */
 __noinline int dsr_path_error(struct __sk_buff *skb, __u32 self)
 {
+	struct iphdr *hdr = skb_linear_data(skb) + ETH_HLEN;
+
+	/* Every packet to the node's address that is no DSR packet comes
+	 * here: the protocol first, read in place (no room on the stack: the
+	 * caller's frame leaves 32 bytes), which costs nothing like a pull.
+	 * A header not in the linear part goes on to the pull. */
+	if ((void *)(hdr + 1) <= skb_linear_end(skb) && hdr->protocol != IPPROTO_ICMP)
+		return 0;
 	if (bpf_skb_pull_data(skb, DSR_PE_END) < 0)
 		return 0;
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;

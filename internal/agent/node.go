@@ -56,7 +56,7 @@ func (a *Agent) openNode(s *startup) error {
 	}
 	mark := DefaultProxyMark
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, NativeIfindex: s.nativeIf, Masquerade: s.masq,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, TunnelEndpoint: tunnelEndpoint(cfg, s.tunnelIf), NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodePort: s.nodePort, MaglevSize: maglevSize(cfg.MaglevTableSize),
 		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable, ConntrackMax: cfg.ConntrackMax,
 		Fallbacks: s.fallbacks})
@@ -189,6 +189,15 @@ func ensureTunnel(cfg Config, mode datapath.Mode) (int, error) {
 		return 0, fmt.Errorf("--tunnel %s: give --underlay-addr, this node's address other nodes reach it at", cfg.Tunnel)
 	}
 	return datapath.EnsureVXLAN(cfg.Instance.TunnelIf(), cfg.Underlay, VXLANPort)
+}
+
+// tunnelEndpoint is where other nodes' VXLAN packets reach this node
+// (the zero value without the overlay): ensureTunnel's address and port.
+func tunnelEndpoint(cfg Config, tunnelIf int) netip.AddrPort {
+	if tunnelIf == 0 {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(cfg.Underlay, VXLANPort)
 }
 
 // maglevSize is the datapath's Maglev table size for the agent's setting

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -65,6 +66,14 @@ type Config struct {
 	// entries with a Tunnel) leave; 0: no overlay, they go to the host
 	// stack. It is a load-time constant: changing it means opening again.
 	TunnelIfindex int
+	// TunnelEndpoint is the overlay's endpoint on this node, the
+	// underlay address and UDP port given to EnsureVXLAN (only with
+	// TunnelIfindex): the uplink program hands the VXLAN packets that
+	// arrive there to the stack at its first look, instead of trying
+	// them against its DSR, NodePort and masquerade tables. The zero
+	// value: it tries them (what they do with them is the same). A
+	// load-time constant.
+	TunnelEndpoint netip.AddrPort
 	// NodeIP is the node's address on the pod network (pods' gateway):
 	// the source of the ICMP errors the programs answer themselves, as the
 	// host stack would (with the overlay: "fragmentation needed" for a
@@ -200,12 +209,20 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 		return nil, errors.New("the overlay (a tunnel interface index) needs the node's address on the pod network (Config.NodeIP, " +
 			"pods' gateway): it is the source of the ICMP \"fragmentation needed\" a packet too big for the tunnel is answered with")
 	}
+	if ep := cfg.TunnelEndpoint; ep.IsValid() {
+		if cfg.TunnelIfindex == 0 || !ep.Addr().Is4() || ep.Addr().IsUnspecified() || ep.Port() == 0 {
+			return nil, fmt.Errorf("tunnel endpoint %s: give the node's IPv4 underlay address and VXLAN port EnsureVXLAN was given, with the tunnel interface index", ep)
+		}
+	}
 	tcConfig := podtcShuntConfig{
 		FwdMode: mode, ProxyMarkMagic: cfg.ProxyMark.Magic, ProxyMarkMask: cfg.ProxyMark.Mask,
 		TunnelIfindex: uint32(cfg.TunnelIfindex), NativeIfindex: uint32(cfg.NativeIfindex),
 	}
 	if cfg.NodeIP.IsValid() {
 		tcConfig.NodeIp4 = be32(cfg.NodeIP)
+	}
+	if ep := cfg.TunnelEndpoint; ep.IsValid() {
+		tcConfig.TunnelLocalIp4, tcConfig.TunnelPort = be32(ep.Addr()), be16(ep.Port())
 	}
 	if ps := cfg.ProxySteer; ps != nil {
 		if err := ps.check(cfg.ProxyMark); err != nil {
@@ -408,16 +425,13 @@ func (d *Datapath) loadOverlay(spec *ebpf.CollectionSpec, opts *ebpf.CollectionO
 }
 
 // sideConfig is the pod programs' load-time configuration for the programs
-// beside them (overlay, uplink), whose generated types are their own.
+// beside them (overlay, uplink), whose generated types are their own: the
+// same C struct (struct shunt_config), so the bytes carry over whole
+// (TestSideConfigIsTheSameStruct checks the two types agree field by
+// field), and a field added to the struct reaches every program without
+// a copy here to forget it.
 func sideConfig(cfg podtcShuntConfig) overlaytcShuntConfig {
-	return overlaytcShuntConfig{
-		FwdMode: uint32(cfg.FwdMode), ProxyMarkMagic: cfg.ProxyMarkMagic, ProxyMarkMask: cfg.ProxyMarkMask,
-		TunnelIfindex: cfg.TunnelIfindex, NativeIfindex: cfg.NativeIfindex, CtSingleTable: cfg.CtSingleTable,
-		NodeIp4: cfg.NodeIp4, UplinkIfindex: cfg.UplinkIfindex, NodeportSnatIp4: cfg.NodeportSnatIp4,
-		NodeportPortMin: cfg.NodeportPortMin, NodeportPortMax: cfg.NodeportPortMax,
-		ProxySteerIp4: cfg.ProxySteerIp4, ProxySteerPort: cfg.ProxySteerPort, ProxySteerMark: cfg.ProxySteerMark,
-		NodeportDsrIp4: cfg.NodeportDsrIp4, NodeportMode: cfg.NodeportMode,
-	}
+	return *(*overlaytcShuntConfig)(unsafe.Pointer(&cfg))
 }
 
 // loadBeside loads an object of programs beside the pod programs into

@@ -65,8 +65,8 @@ func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 }
 
 // nodePortTestNodeRouted is nodePortTestNodeWith with the VXLAN overlay
-// (tunnel: a collect-metadata VXLAN device on the uplink's address, MTU
-// fragTunnelMTU, the pods' MTU) instead of native routing.
+// (tunnel: a collect-metadata VXLAN device on the uplink's address and
+// ovPort, MTU fragTunnelMTU, the pods' MTU) instead of native routing.
 func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks, tunnel bool) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	var vx int
@@ -101,6 +101,7 @@ func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMo
 		Fallbacks: fallbacks}
 	if tunnel {
 		cfg.NativeIfindex, cfg.TunnelIfindex, cfg.NodeIP = 0, vx, npSNAT
+		cfg.TunnelEndpoint = netip.AddrPortFrom(npNode, ovPort) // as the agent gives it
 	}
 	d = openConfiguredDatapath(t, cfg, nil)
 	return d, ns, uplink

@@ -32,6 +32,9 @@ type overlaytcShuntConfig struct {
 	ProxySteerMark  uint32
 	NodeportDsrIp4  uint32
 	NodeportMode    uint32
+	TunnelLocalIp4  uint32
+	TunnelPort      uint16
+	PadTunnel       uint16
 }
 
 // Names of all BPF objects in the ELF.

@@ -275,6 +275,12 @@ func BenchmarkPacketCost(b *testing.B) {
 				c := n.established(b, "from-uplink/nodeport-local-backend", fromUplink, fromPod, uplinkCtx, podCtx,
 					ap(npClient, 40003), ap(npNode, 30080), ap(npLocalPod, 8080), tcActRedirect, tcActRedirect)
 				cases = append(cases, c)
+			} else {
+				// Another node's VXLAN packet for a pod here, as it
+				// reaches the uplink before the VXLAN device: passed
+				// at the first look (overlay_arrival).
+				cases = append(cases, costCase{name: "from-uplink/overlay-arrival", prog: fromUplink, ctx: uplinkCtx, verdict: tcActOK,
+					pkt: packet(npOtherNode, npNode, 17, udpDatagram(50000, ovPort))})
 			}
 			syn := costCase{name: "from-pod/new-connection-syn", prog: fromPod, ctx: podCtx, verdict: tcActRedirect, newConn: true,
 				pkt: packet(costClientPod, npLocalPod, 6, tcpSegment(1024, 8080, tcpSYN))}

@@ -223,6 +223,9 @@ type podtcShuntConfig struct {
 	ProxySteerMark  uint32
 	NodeportDsrIp4  uint32
 	NodeportMode    uint32
+	TunnelLocalIp4  uint32
+	TunnelPort      uint16
+	PadTunnel       uint16
 }
 
 type podtcShuntDirection uint32

@@ -138,6 +138,9 @@ type uplinktcShuntConfig struct {
 	ProxySteerMark  uint32
 	NodeportDsrIp4  uint32
 	NodeportMode    uint32
+	TunnelLocalIp4  uint32
+	TunnelPort      uint16
+	PadTunnel       uint16
 }
 
 // Names of all BPF objects in the ELF.
