@@ -259,6 +259,16 @@ static __always_inline bool reverse(struct bpf_sock_addr *ctx, struct dest *src,
 		count(SHUNT_REASON_SOCK_RESTORED, hook, 0);
 		return true;
 	}
+	/* Only UDP has reverse entries (translate writes them for
+	 * unconnected sends). A TCP socket without a record was never
+	 * translated: its getpeername (Go's dial asks it after every
+	 * connect, and accept returning the peer's address runs this hook
+	 * too) need not pay the lookup, a miss in a large table whose
+	 * bucket is seldom in the cache. */
+	if (ctx->protocol != IPPROTO_UDP) {
+		count(SHUNT_REASON_SOCK_PASSED, hook, 0);
+		return false;
+	}
 	struct revnat_key key = {
 		.netns_cookie = bpf_get_netns_cookie(ctx),
 		.sock_cookie = bpf_get_socket_cookie(ctx),
