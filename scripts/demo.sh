@@ -3,14 +3,23 @@
 # traffic between them through shunt's BPF datapath, and what it counted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shunt() { bin/shunt "$@"; }
+# DEMO_INSTANCE and DEMO_NODES_INSTANCE (environment): the two labs'
+# instance names (default: the default instance, and "nodes");
+# DEMO_LAB_FLAGS: more `lab up` flags for the first (its pod CIDR, say);
+# DEMO_BIN: where the shunt binaries are (default: bin, make build's). The
+# test suite runs the demo under names and addresses of its own
+# (test/e2e's TestDemo), beside whatever labs the machine has.
+BIN=${DEMO_BIN:-bin}
+NODES=${DEMO_NODES_INSTANCE:-nodes}
+shunt() { "$BIN/shunt" ${DEMO_INSTANCE:+--instance "$DEMO_INSTANCE"} "$@"; }
 # First lines of a command's output with `sed -n 1,Np`, never `head`: head
 # exits early, the writer dies of SIGPIPE if it writes after that, and
 # pipefail fails the demo (a flake: 1 run in 3 lost this race).
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "starting the lab (forwarding mode ${MODE:-redirect-peer}) with examples/demo"
-shunt lab up -f examples/demo/ ${MODE:+--mode "$MODE"}
+# shellcheck disable=SC2086 # DEMO_LAB_FLAGS is a list of flags
+shunt lab up -f examples/demo/ ${MODE:+--mode "$MODE"} ${DEMO_LAB_FLAGS:-}
 
 step "pods"
 shunt get pods -A -o wide
@@ -42,7 +51,7 @@ shunt lab exec -n monitoring scraper -- ping -c 2 -W 1 "$v1" | tail -n 2
 
 step "pod -> node ($node) and node -> pod"
 shunt lab exec -n shop frontend -- ping -c 1 -W 1 "$node" | tail -n 2
-bin/shunt lab probe --http "http://$fe/"
+"$BIN/shunt" lab probe --http "http://$fe/"
 
 step "network policy (examples/policy): backends take their API only from the frontend"
 shunt apply -f examples/policy/
@@ -105,7 +114,7 @@ shunt status
 
 # A second lab, of two nodes: each node its own agent in a network
 # namespace of its own, joined by an underlay; a host outside the cluster.
-nodes() { bin/shunt --instance nodes "$@"; }
+nodes() { "$BIN/shunt" --instance "$NODES" "$@"; }
 step "two nodes (examples/nodes): an agent each in its own network namespace, joined by an underlay, VXLAN in tc between them"
 nodes lab up --nodes 2 -f examples/nodes/pods.yaml
 nodes get nodes -o wide
@@ -127,12 +136,13 @@ nodes observe --node node-2 --verdict DROPPED --last 1
 nodes lab exec client -- shunt lab probe --http "http://$web:8080/"
 
 step "masquerade in BPF: client -> a host outside the cluster, which sees node-1's address"
-# bin/shunt itself in the background (not the shell function `nodes`), so
-# $! is its PID: the kill below reaches it, and it passes SIGTERM on.
-bin/shunt --instance nodes lab exec --external -- shunt lab serve --tcp 7000 >/dev/null 2>&1 &
+# The shunt binary itself in the background (not the shell function
+# `nodes`), so $! is its PID: the kill below reaches it, and it passes
+# SIGTERM on.
+"$BIN/shunt" --instance "$NODES" lab exec --external -- shunt lab serve --tcp 7000 >/dev/null 2>&1 &
 outside=$!
 sleep 0.5
-bin/shunt --instance nodes lab exec client -- shunt lab probe --tcp 192.168.123.254:7000 --hold 1s >/dev/null &
+"$BIN/shunt" --instance "$NODES" lab exec client -- shunt lab probe --tcp 192.168.123.254:7000 --hold 1s >/dev/null &
 held=$!
 sleep 0.5
 echo "the outside host's connections (peer = node-1's underlay address, port from the masquerade range):"
@@ -151,7 +161,7 @@ The lab stays up. Try:
   bin/shunt lab logs -n shop backend-v1
   bin/shunt observe -f --namespace shop          (follow flows; --verdict DROPPED, -o json, ...)
   bin/shunt map list; bin/shunt map dump shunt_ct
-  bin/shunt --instance nodes observe -f               (the two-node lab's flows, every node's)
-  bin/shunt --instance nodes lab exec --external -- ping -c1 192.168.123.2
-Remove them with: make demo-down   (or bin/shunt lab down; bin/shunt --instance nodes lab down)
+  bin/shunt --instance $NODES observe -f               (the two-node lab's flows, every node's)
+  bin/shunt --instance $NODES lab exec --external -- ping -c1 192.168.123.2
+Remove them with: make demo-down   (or bin/shunt lab down; bin/shunt --instance $NODES lab down)
 EOT
