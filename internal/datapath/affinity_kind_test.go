@@ -5,9 +5,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
-	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 )
@@ -42,17 +39,8 @@ func TestAffinityClientKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		pkt := withChecksum(packet(npClient, npNode, 6, tcpSegment(uint16(41000+i), 30100, tcpSYN)))
-		out := make([]byte, len(pkt)+256)
-		var ret uint32
-		if err := netnsrun.Do(ns, func() error {
-			var err error
-			ret, err = d.uplink.ShuntFromUplink.Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbContext(uplink)})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if got := checkedTuple(t, out[:len(pkt)]); ret != tcActRedirect || got.dst != npLocalPod || got.dport != 8080 {
+		ret, out := runFromUplink(t, d, ns, uplink, withChecksum(packet(npClient, npNode, 6, tcpSegment(uint16(41000+i), 30100, tcpSYN))))
+		if got := checkedTuple(t, out); ret != tcActRedirect || got.dst != npLocalPod || got.dport != 8080 {
 			t.Errorf("flow %d: verdict %d, %+v; want the NodePort's backend %s:8080, not the netns entry's %s", i, ret, got, npLocalPod, foreign)
 		}
 	}

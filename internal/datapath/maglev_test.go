@@ -9,10 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/shuntnet/shunt/internal/maglev"
-	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/services"
 )
@@ -64,16 +61,8 @@ func TestNodePortMaglev(t *testing.T) {
 	}
 	run := func(pkt []byte) (uint32, tuple) {
 		t.Helper()
-		var ret uint32
-		out := make([]byte, len(pkt)+256)
-		if err := netnsrun.Do(ns, func() error {
-			var err error
-			ret, err = d.uplink.ShuntFromUplink.Run(&ebpf.RunOptions{Data: withChecksum(pkt), DataOut: out, Context: skbContext(uplink)})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return ret, checkedTuple(t, out[:len(pkt)])
+		ret, out := runFromUplink(t, d, ns, uplink, withChecksum(pkt))
+		return ret, checkedTuple(t, out)
 	}
 	seen := map[netip.Addr]int{}
 	chosen := map[uint16]netip.Addr{}

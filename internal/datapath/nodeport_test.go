@@ -107,6 +107,23 @@ func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMo
 	return d, ns, uplink
 }
 
+// runFromUplink runs the node's shunt_from_uplink on pkt (checksums as
+// given) as arriving on its uplink, inside its namespace ns, and returns
+// the verdict and the packet as the program left it.
+func runFromUplink(t *testing.T, d *Datapath, ns string, uplink int, pkt []byte) (uint32, []byte) {
+	t.Helper()
+	out := make([]byte, len(pkt)+256)
+	var ret uint32
+	if err := netnsrun.Do(ns, func() error {
+		var err error
+		ret, err = d.uplink.ShuntFromUplink.Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbContext(uplink)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ret, out[:len(pkt)]
+}
+
 // syncNodePortPods puts the test node's pod npLocalPod and the other
 // node's npRemotePod into d's ipcache (and the first into its endpoints).
 func syncNodePortPods(t *testing.T, d *Datapath) {

@@ -7,10 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/shuntnet/shunt/internal/dpinfo"
-	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
@@ -37,20 +34,7 @@ func TestOverlayArrivalPassesTheUplink(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// fromUplink runs the program on pkt (its checksums filled in).
-	fromUplink := func(pkt []byte) (uint32, []byte) {
-		t.Helper()
-		out := make([]byte, len(pkt)+256)
-		var ret uint32
-		if err := netnsrun.Do(ns, func() error {
-			var err error
-			ret, err = d.uplink.ShuntFromUplink.Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbContext(uplink)})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return ret, out[:len(pkt)]
-	}
+	fromUplink := func(pkt []byte) (uint32, []byte) { t.Helper(); return runFromUplink(t, d, ns, uplink, pkt) }
 	otherNode := netip.MustParseAddr("192.0.2.3")
 
 	vxlan := withChecksum(packet(otherNode, npNode, 17, udpDatagram(50123, ovPort)))
