@@ -177,6 +177,10 @@ type bench struct {
 	// nodes' and the external host's) crosses a delay line
 	// (bench/internal/delayline) with this one-way latency; 0: none.
 	linkDelay time.Duration
+	// profile (-profile): every measured new-connections run is also
+	// recorded by perf, machine-wide, and its CPU sorted by kind of work
+	// (profile.go).
+	profile bool
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -203,6 +207,7 @@ func main() {
 		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
 		measure  = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
 		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
+		profile  = flag.Bool("profile", false, "record each measured new-connections run with perf (whole machine, 1 s in to 1 s before its end) and log its CPU by kind of work: netfilter, bpf, vxlan, the underlay bridge's netfilter, idle, other (perf-*.data and profile-shares.tsv in -out)")
 		delay    = flag.Duration("link-delay", 0, "one-way latency of every link to an underlay bridge (nodes and external host), by a delay line in user space (this kernel has no netem): a network where a hop costs time, as DSR's saved hop needs to show; 0: none")
 	)
 	flag.Parse()
@@ -217,7 +222,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, cases: map[string]*caseNet{}}
+	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, profile: *profile, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -1454,7 +1459,21 @@ func (b *bench) measure(c string, n, rep int) error {
 func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 	before, cerr := tcpCounters(cn.client)
 	serversBefore, serr := b.serverCounters(cn)
+	var prof *profile
+	if b.profile {
+		prof = b.startProfile(fmt.Sprintf("%s-%s-n%d-%d", cn.name, metric, n, rep))
+	}
 	out, err := b.client(cn, filepath.Join(b.bin, "connrate"), "-target", target, "-workers", "4", "-duration", b.duration.String())
+	if prof != nil {
+		// Waited for even when the run failed: it ends within the run.
+		shares, perr := prof.wait()
+		if perr != nil && err == nil {
+			return perr
+		}
+		if perr == nil {
+			defer b.logProfile(cn.name, metric, n, rep, shares, prof.file)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,143 @@
+package main
+
+// -profile: a machine-wide CPU profile (perf record) of every measured
+// new-connections run, and where its time went by kind of work: what
+// tells the dataplanes apart (netfilter's hooks, conntrack and NAT in the
+// nodes; shunt's BPF programs and the map and packet helpers they call;
+// the kernel's VXLAN device) from what every case pays alike (the client,
+// the servers, the TCP stack, the underlay bridge). A connection rate
+// alone cannot say how much of a connection's cost a dataplane can still
+// take away; this can (bench/RESULTS.md, issue 27).
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// profileKinds sorts the kernel's and programs' symbols into kinds of
+// work, the first match winning; "other" is the rest.
+var profileKinds = []struct {
+	name string
+	re   *regexp.Regexp
+}{
+	// The underlay bridge's netfilter hooks (br_netfilter): the switch
+	// every case's packets cross alike.
+	{"bridge-netfilter", regexp.MustCompile(`^br_nf`)},
+	{"netfilter", regexp.MustCompile(`^(__)?(nf_|nft_|ipt_|ip6t_|xt_|nf_conntrack|nf_nat|nf_ct|hash_conntrack|init_conntrack|tcp_packet|ipv4_conntrack|iptable_)`)},
+	{"bpf", regexp.MustCompile(`^(__)?bpf_|^htab_|^__htab_|lookup_nulls_elem_raw|^trie_|^pcpu_freelist|^sk_psock|^sock_map|^sock_hash`)},
+	{"vxlan", regexp.MustCompile(`vxlan|^udp_tunnel|^iptunnel|^gro_cell`)},
+	{"idle", regexp.MustCompile(`^(pv_native_safe_halt|default_idle|cpu_idle|do_idle|intel_idle|acpi_idle|mwait_idle)`)},
+}
+
+// profileShares reads `perf report --stdio --no-children --sort sym`
+// output (lines "  5.15%  [k] symbol") into each kind's share in percent
+// of all samples.
+func profileShares(report []byte) (map[string]float64, error) {
+	shares := map[string]float64{}
+	total := 0.0
+	sc := bufio.NewScanner(bytes.NewReader(report))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 || strings.HasPrefix(f[0], "#") || !strings.HasSuffix(f[0], "%") || !strings.HasPrefix(f[1], "[") {
+			continue
+		}
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[0], "%"), 64)
+		if err != nil {
+			return nil, fmt.Errorf("perf report line %q: %w", sc.Text(), err)
+		}
+		kind := "other"
+		for _, k := range profileKinds {
+			if k.re.MatchString(f[2]) {
+				kind = k.name
+				break
+			}
+		}
+		shares[kind] += pct
+		total += pct
+	}
+	if total == 0 {
+		return nil, fmt.Errorf("perf report has no samples:\n%s", report)
+	}
+	return shares, nil
+}
+
+// profile records the whole machine while a run of length d goes on,
+// from 1 s into it to 1 s before its end (the steady part), into file.
+// wait ends the recording and returns where the time went.
+type profile struct {
+	file string
+	done chan error
+}
+
+func (b *bench) startProfile(name string) *profile {
+	p := &profile{file: filepath.Join(b.out, "perf-"+name+".data"), done: make(chan error, 1)}
+	length := b.duration - 2*time.Second
+	if length < time.Second {
+		length = time.Second
+	}
+	go func() {
+		select {
+		case <-time.After(time.Second):
+		case <-b.ctx.Done():
+			p.done <- b.ctx.Err()
+			return
+		}
+		argv := []string{"perf", "record", "-q", "-a", "-F", "999", "-o", p.file, "--", "sleep", strconv.FormatFloat(length.Seconds(), 'f', 1, 64)}
+		record(argv...)
+		out, err := exec.CommandContext(b.ctx, argv[0], argv[1:]...).CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("perf record: %v: %s", err, bytes.TrimSpace(out))
+		}
+		p.done <- err
+	}()
+	return p
+}
+
+func (p *profile) wait() (map[string]float64, error) {
+	if err := <-p.done; err != nil {
+		return nil, err
+	}
+	argv := []string{"perf", "report", "-i", p.file, "--stdio", "--no-children", "--sort", "sym"}
+	record(argv...)
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("perf report -i %s: %v", p.file, err)
+	}
+	return profileShares(out)
+}
+
+// logProfile writes where a run's time went to the log and to
+// profile-shares.tsv beside the perf data.
+func (b *bench) logProfile(caseName, metric string, n, rep int, shares map[string]float64, file string) {
+	var parts []string
+	var tsv strings.Builder
+	for _, kind := range append(profileKindNames(), "other") {
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", kind, shares[kind]))
+		fmt.Fprintf(&tsv, "%s\t%s\t%d\t%d\t%s\t%.2f\n", caseName, metric, n, rep, kind, shares[kind])
+	}
+	log.Printf("  %-16s %s: CPU by kind of work (perf, whole machine): %s (%s)", caseName, metric, strings.Join(parts, ", "), filepath.Base(file))
+	f, err := os.OpenFile(filepath.Join(b.out, "profile-shares.tsv"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		log.Printf("  profile-shares.tsv: %v", err)
+		return
+	}
+	defer f.Close()
+	f.WriteString(tsv.String())
+}
+
+func profileKindNames() []string {
+	var names []string
+	for _, k := range profileKinds {
+		names = append(names, k.name)
+	}
+	return names
+}
