@@ -77,10 +77,19 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
 
 	__u32 reason;
-	verdict = tc_service_nat(skb, ip, &p.f, p.dir, &reason);
+	bool translated;
+	verdict = tc_service_nat_said(skb, ip, &p.f, p.dir, &reason, &translated);
 	if (verdict >= 0)
 		return drop(skb, &p, reason);
 	p.failed = reason;
+	/* A connection another node's pod (or the node) opens to a pod here
+	 * that the translation left alone is recorded as such
+	 * (CT_F_NO_TC_NAT), as shunt_from_pod records its own: the pod's
+	 * answers skip the translation's lookups, which would miss (a
+	 * backend's answer gets its frontend back on the client's node,
+	 * never here). */
+	if (!translated)
+		p.ct_new_flags = CT_F_NO_TC_NAT;
 
 	ep = lookup_endpoint(p.f.daddr);
 	if (!ep) {

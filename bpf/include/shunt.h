@@ -220,8 +220,10 @@ enum ct_flags {
 	CT_F_PROXY_UPSTREAM = 32,
 	/* The tc service translation (lib/tc_nat.h) left the connection's
 	 * first packet alone at shunt_from_pod (a pod's connection to a pod
-	 * or an address, not to a service frontend), or the connection was
-	 * recorded by shunt_to_pod (the node's, or its proxy's, to a pod).
+	 * or an address, not to a service frontend) or where another node's
+	 * packets arrive (the overlay, native routing's uplink), or the
+	 * connection was recorded by shunt_to_pod (the node's, or its
+	 * proxy's, to a pod).
 	 * The pod's packets of it skip the translation's lookups (they would
 	 * miss): conntrack keeps a connection's translation decision, as the
 	 * kernel's NAT does, so a Service created later for its address and

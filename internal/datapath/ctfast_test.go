@@ -18,11 +18,34 @@ import (
 // table); ok is false when there is none.
 func (ct *ctTest) ctFlagsOf(k podtcCtKey) (flags uint32, ok bool) {
 	ct.t.Helper()
+	return connFlags(ct.d, k)
+}
+
+// connFlags reads the flags of a connection's entry in d's conntrack
+// tables (either); ok is false when there is none.
+func connFlags(d *Datapath, k podtcCtKey) (flags uint32, ok bool) {
 	var v podtcCtValue
-	if ct.d.objs.ShuntCt.Lookup(k, &v) == nil || ct.d.objs.ShuntCtNew.Lookup(k, &v) == nil {
+	if d.objs.ShuntCt.Lookup(k, &v) == nil || d.objs.ShuntCtNew.Lookup(k, &v) == nil {
 		return v.Flags, true
 	}
 	return 0, false
+}
+
+// TestConntrackRecordsUntranslatedFromOtherNodes: a connection another
+// node's pod opens to a pod here (native routing: shunt_from_uplink;
+// the overlay's: TestOverlayTwoNodes) is recorded as one the tc
+// translation left alone, so the pod's answers skip its lookups, as a
+// local pod's connection is (TestConntrackRecordsUntranslated).
+func TestConntrackRecordsUntranslatedFromOtherNodes(t *testing.T) {
+	d, ns, uplink := nodePortTestNode(t, 0)
+	syncNodePortPods(t, d)
+	ret, _ := runFromUplink(t, d, ns, uplink, withChecksum(packet(npRemotePod, npLocalPod, 6, tcpSegment(40000, 8080, tcpSYN))))
+	if ret != tcActRedirect {
+		t.Fatalf("SYN from the other node's pod: verdict %d, want redirect to the pod", ret)
+	}
+	if f, ok := connFlags(d, ctKeyOf(npRemotePod, 40000, npLocalPod, 8080, 6)); !ok || f&uint32(podtcCtFlagsCT_F_NO_TC_NAT) == 0 {
+		t.Errorf("the other node's pod -> the pod: conntrack flags %s (recorded: %v), want no-tc-nat", flagsText(f, ctFlagNames), ok)
+	}
 }
 
 // TestConntrackRecordsUntranslated: a pod's connection to a pod is

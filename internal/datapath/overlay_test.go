@@ -103,6 +103,12 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 		if ev.SrcIdentity != ovIdentityA || ev.DstIdentity != ovIdentityB || ev.Src != a.pod.PodIP || ev.Verdict != "FORWARDED" {
 			t.Errorf("new connection on B: %+v; want source identity %d (the VNI), destination %d", ev, ovIdentityA, ovIdentityB)
 		}
+		// B recorded it as one the tc translation left alone: B's pod's
+		// answers skip the translation's lookups.
+		k := ctKeyOf(ev.Src, ev.SrcPort, ev.Dst, ev.DstPort, 6)
+		if f, ok := connFlags(b.d, k); !ok || f&uint32(podtcCtFlagsCT_F_NO_TC_NAT) == 0 {
+			t.Errorf("the connection on B: conntrack flags %s (recorded: %v), want no-tc-nat", flagsText(f, ctFlagNames), ok)
+		}
 	})
 
 	t.Run("B's ingress denies A's identity: dropped on B", func(t *testing.T) {
