@@ -76,22 +76,41 @@ int shunt_from_overlay(struct __sk_buff *skb)
 	if (!tunnel_sender_ok(p.f.saddr, bpf_htonl(key.remote_ipv4), key.tunnel_id))
 		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
 
-	__u32 reason;
-	bool translated;
-	verdict = tc_service_nat_said(skb, ip, &p.f, p.dir, &reason, &translated);
-	if (verdict >= 0)
-		return drop(skb, &p, reason);
-	p.failed = reason;
-	/* A connection another node's pod (or the node) opens to a pod here
-	 * that the translation left alone is recorded as such
-	 * (CT_F_NO_TC_NAT), as shunt_from_pod records its own: the pod's
-	 * answers skip the translation's lookups, which would miss (a
-	 * backend's answer gets its frontend back on the client's node,
-	 * never here). */
-	if (!translated)
-		p.ct_new_flags = CT_F_NO_TC_NAT;
-
+	/* For a pod here, conntrack first, as shunt_from_pod does: a packet
+	 * of a connection the service translation left alone when it began
+	 * (CT_F_NO_TC_NAT) skips the translation's lookups, and policy
+	 * reuses this lookup unless the translation changes the tuple. */
+	struct ct_found found = {};
+	bool looked = false;
 	ep = lookup_endpoint(p.f.daddr);
+	if (ep) {
+		ct_find(&p.f, &found);
+		looked = true;
+	}
+	if (!looked || !found.live || !(found.flags & CT_F_NO_TC_NAT)) {
+		__u32 reason;
+		bool translated;
+
+		verdict = tc_service_nat_said(skb, ip, &p.f, p.dir, &reason, &translated);
+		if (verdict >= 0)
+			return drop(skb, &p, reason);
+		p.failed = reason;
+		/* A connection another node's pod (or the node) opens to a
+		 * pod here that the translation left alone is recorded as
+		 * such, as shunt_from_pod records its own: its packets, the
+		 * pod's answers too, skip the translation's lookups, which
+		 * would miss (a backend's answer gets its frontend back on the
+		 * client's node, never here). */
+		if (!translated)
+			p.ct_new_flags = CT_F_NO_TC_NAT;
+		/* A frontend translated to its backend (a reply keeps its
+		 * tuple: only its source was given back): another
+		 * destination, another connection. */
+		if (translated && (p.f.daddr != p.orig_daddr || p.f.dport != p.orig_dport)) {
+			ep = lookup_endpoint(p.f.daddr);
+			looked = false;
+		}
+	}
 	if (!ep) {
 		/* A backend's reply to a client outside that reached a Service
 		 * of this node (lib/nodeport.h). */
@@ -109,7 +128,9 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
-	return admit_to_local_pod(skb, &p, &CONFIG, key.tunnel_id, ep);
+	if (!looked)
+		ct_find(&p.f, &found);
+	return admit_to_local_pod_found(skb, &p, &CONFIG, key.tunnel_id, ep, &found);
 }
 
 /* steered_reply_identity: the identity of a packet the node's stack sends

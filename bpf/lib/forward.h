@@ -70,15 +70,15 @@ static __always_inline int to_local_pod(struct __sk_buff *skb, struct pkt *p, st
 	return TC_ACT_REDIRECT;
 }
 
-/* admit_to_local_pod judges a packet that came from off the node (another
+/* admit_to_local_pod_found judges a packet that came from off the node (another
  * node's pod or the node itself, outside) for the pod ep of this node: the
  * pod's ingress policy with src_identity for the sender, then, admitted
  * (and tracked: its replies pass back through shunt_from_pod), handed to
  * the pod as from a pod of this node, or to the node proxy when the pod's
  * port has HTTP rules, or to the pod's own proxy's port when it has one
  * for that port (lib/steer.h). Returns the program's verdict. */
-static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
-					      __u32 src_identity, struct endpoint_info *ep)
+static __always_inline int admit_to_local_pod_found(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+						    __u32 src_identity, struct endpoint_info *ep, const struct ct_found *found)
 {
 	struct policy_side src = { .addr = p->f.saddr, .identity = src_identity };
 	struct policy_side dst = {
@@ -87,7 +87,7 @@ static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt 
 	__u32 reason;
 
 	p->dst_identity = ep->identity;
-	reason = policy_admit(skb, p, cfg, &src, &dst);
+	reason = policy_admit_found(skb, p, cfg, &src, &dst, found);
 	if (reason)
 		return drop(skb, p, reason);
 	int verdict = steer_to_proxy(skb, p, cfg, src_identity);
@@ -99,6 +99,17 @@ static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt 
 			return drop(skb, p, reason);
 	}
 	return to_local_pod(skb, p, ep, cfg->fwd_mode);
+}
+
+/* admit_to_local_pod is admit_to_local_pod_found with the packet's
+ * conntrack lookup made here. */
+static __always_inline int admit_to_local_pod(struct __sk_buff *skb, struct pkt *p, const volatile struct shunt_config *cfg,
+					      __u32 src_identity, struct endpoint_info *ep)
+{
+	struct ct_found found;
+
+	ct_find(&p->f, &found);
+	return admit_to_local_pod_found(skb, p, cfg, src_identity, ep, &found);
 }
 
 #endif
