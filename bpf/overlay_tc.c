@@ -88,25 +88,18 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		looked = true;
 	}
 	if (!looked || !found.live || !(found.flags & CT_F_NO_TC_NAT)) {
-		__u32 reason;
-		bool translated;
+		bool retargeted;
 
-		verdict = tc_service_nat_said(skb, ip, &p.f, p.dir, &reason, &translated);
-		if (verdict >= 0)
-			return drop(skb, &p, reason);
-		p.failed = reason;
 		/* A connection another node's pod (or the node) opens to a
 		 * pod here that the translation left alone is recorded as
 		 * such, as shunt_from_pod records its own: its packets, the
 		 * pod's answers too, skip the translation's lookups, which
 		 * would miss (a backend's answer gets its frontend back on the
 		 * client's node, never here). */
-		if (!translated)
-			p.ct_new_flags = CT_F_NO_TC_NAT;
-		/* A frontend translated to its backend (a reply keeps its
-		 * tuple: only its source was given back): another
-		 * destination, another connection. */
-		if (translated && (p.f.daddr != p.orig_daddr || p.f.dport != p.orig_dport)) {
+		verdict = tc_service_nat_pkt(skb, ip, &p, &retargeted);
+		if (verdict >= 0)
+			return verdict;
+		if (retargeted) {
 			ep = lookup_endpoint(p.f.daddr);
 			looked = false;
 		}

@@ -215,17 +215,14 @@ int shunt_from_pod(struct __sk_buff *skb)
 	struct ct_found found = {};
 	ct_track(&p.f, &found);
 	if (!found.live || !(found.flags & CT_F_NO_TC_NAT)) {
-		bool translated;
+		bool retargeted;
 
-		verdict = tc_service_nat_said(skb, ip, &p.f, p.dir, &reason, &translated);
-		if (verdict >= 0)
-			return drop(skb, &p, reason);
-		p.failed = reason;
 		/* A reply is translated too, its tuple kept (the backend's
 		 * source): not a connection to mark either. */
-		if (!translated)
-			p.ct_new_flags = CT_F_NO_TC_NAT;
-		else if (p.f.daddr != p.orig_daddr || p.f.dport != p.orig_dport)
+		verdict = tc_service_nat_pkt(skb, ip, &p, &retargeted);
+		if (verdict >= 0)
+			return verdict;
+		if (retargeted)
 			ct_track(&p.f, &found);
 	}
 

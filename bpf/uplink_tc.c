@@ -215,20 +215,16 @@ static __always_inline int from_node_routed(struct __sk_buff *skb, struct endpoi
 {
 	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK, .src_identity = src_identity };
 	int verdict;
-	__u32 reason;
-	bool translated;
+	bool retargeted;
 
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
-	verdict = tc_service_nat_said(skb, ip, &p.f, p.dir, &reason, &translated);
-	if (verdict >= 0)
-		return drop(skb, &p, reason);
-	p.failed = reason;
 	/* As the overlay program records such a connection (CT_F_NO_TC_NAT):
 	 * the pod's answers skip the translation's lookups. */
-	if (!translated)
-		p.ct_new_flags = CT_F_NO_TC_NAT;
+	verdict = tc_service_nat_pkt(skb, ip, &p, &retargeted);
+	if (verdict >= 0)
+		return verdict;
 
 	return admit_to_local_pod(skb, &p, &CONFIG, src_identity, ep);
 }

@@ -13,31 +13,23 @@
 #define IP_TTL_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, ttl))
 #define IP_TOS_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, tos))
 
-/* skb_linear_end is skb->data_end read by an instruction of its own: a
- * plain read at the top of a program lets the compiler keep the field's
- * address (skb + 80) in a register and read through it again later, a
- * dereference of a modified context pointer the verifier refuses. For a
- * peek before the program's ipv4_header. */
-static __always_inline void *skb_linear_end(const struct __sk_buff *skb)
-{
-	void *end;
+/* skb_ctx_ptr reads a packet pointer of struct __sk_buff (data,
+ * data_end) by an instruction of its own: a plain read at the top of a
+ * program lets the compiler keep the field's address (skb + 80) in a
+ * register and read through it again later, a dereference of a modified
+ * context pointer the verifier refuses. For a peek before the program's
+ * ipv4_header. */
+#define skb_ctx_ptr(skb, field)                                                                            \
+	({                                                                                                 \
+		void *ptr_;                                                                                \
+		asm volatile("%[ptr] = *(u32 *)(%[ctx] + %[off])"                                          \
+			     : [ptr] "=r"(ptr_)                                                            \
+			     : [ctx] "r"(skb), [off] "i"(__builtin_offsetof(struct __sk_buff, field)));     \
+		ptr_;                                                                                      \
+	})
 
-	asm volatile("%[end] = *(u32 *)(%[skb] + %[off])"
-		     : [end] "=r"(end)
-		     : [skb] "r"(skb), [off] "i"(__builtin_offsetof(struct __sk_buff, data_end)));
-	return end;
-}
-
-/* skb_linear_data is skb->data read as skb_linear_end reads data_end. */
-static __always_inline void *skb_linear_data(const struct __sk_buff *skb)
-{
-	void *data;
-
-	asm volatile("%[data] = *(u32 *)(%[skb] + %[off])"
-		     : [data] "=r"(data)
-		     : [skb] "r"(skb), [off] "i"(__builtin_offsetof(struct __sk_buff, data)));
-	return data;
-}
+static __always_inline void *skb_linear_data(const struct __sk_buff *skb) { return skb_ctx_ptr(skb, data); }
+static __always_inline void *skb_linear_end(const struct __sk_buff *skb) { return skb_ctx_ptr(skb, data_end); }
 
 /* ipv4_header returns the IPv4 header of an Ethernet frame, or NULL with
  * *verdict set: TC_ACT_OK for what is not IPv4, TC_ACT_SHOT for malformed. */

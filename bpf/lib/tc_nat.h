@@ -12,6 +12,7 @@
 #include "lru.h"
 #include "flow_tuple.h"
 #include "ipv4.h"
+#include "pkt.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -138,6 +139,30 @@ static __always_inline int tc_service_nat_said(struct __sk_buff *skb, struct iph
 	f->dport = be_port;
 	*translated = true;
 	count(SHUNT_REASON_SERVICE_XLATE, dir, skb->len);
+	return -1;
+}
+
+/* tc_service_nat_pkt is tc_service_nat_said for a packet p on its way to
+ * be judged and tracked: one the translation cannot take is dropped (its
+ * verdict returned), a record it could not make is p->failed, and a
+ * connection the translation left alone is recorded as such when it opens
+ * (CT_F_NO_TC_NAT: its packets, either way, skip these lookups). Returns
+ * -1 to go on, *retargeted saying whether the destination changed (a
+ * frontend translated to its backend: another connection than the one
+ * the packet's tuple named; a reply keeps its tuple, only its source was
+ * given back). */
+static __always_inline int tc_service_nat_pkt(struct __sk_buff *skb, struct iphdr *ip, struct pkt *p, bool *retargeted)
+{
+	__u32 reason;
+	bool translated;
+	int verdict = tc_service_nat_said(skb, ip, &p->f, p->dir, &reason, &translated);
+
+	if (verdict >= 0)
+		return drop(skb, p, reason);
+	p->failed = reason;
+	if (!translated)
+		p->ct_new_flags = CT_F_NO_TC_NAT;
+	*retargeted = translated && (p->f.daddr != p->orig_daddr || p->f.dport != p->orig_dport);
 	return -1;
 }
 
