@@ -32,7 +32,7 @@ var profileKinds = []struct {
 	// The underlay bridge's netfilter hooks (br_netfilter): the switch
 	// every case's packets cross alike.
 	{"bridge-netfilter", regexp.MustCompile(`^br_nf`)},
-	{"netfilter", regexp.MustCompile(`^(__)?(nf_|nft_|ipt_|ip6t_|xt_|nf_conntrack|nf_nat|nf_ct|hash_conntrack|init_conntrack|tcp_packet|ipv4_conntrack|iptable_)`)},
+	{"netfilter", regexp.MustCompile(`^(__)?(nf_|nft_|ipt_|ip6t_|xt_|iptable_|hash_conntrack|init_conntrack|ipv4_conntrack|tcp_packet)`)},
 	{"bpf", regexp.MustCompile(`^(__)?bpf_|^htab_|^__htab_|lookup_nulls_elem_raw|^trie_|^pcpu_freelist|^sk_psock|^sock_map|^sock_hash`)},
 	{"vxlan", regexp.MustCompile(`vxlan|^udp_tunnel|^iptunnel|^gro_cell`)},
 	{"idle", regexp.MustCompile(`^(pv_native_safe_halt|default_idle|cpu_idle|do_idle|intel_idle|acpi_idle|mwait_idle)`)},
@@ -70,9 +70,10 @@ func profileShares(report []byte) (map[string]float64, error) {
 	return shares, nil
 }
 
-// profile records the whole machine while a run of length d goes on,
-// from 1 s into it to 1 s before its end (the steady part), into file.
-// wait ends the recording and returns where the time went.
+// profile is a recording of the whole machine while a run of
+// b.duration goes on, from 1 s into it to 1 s before its end (the steady
+// part), into file (startProfile); wait waits for it to end and returns
+// where the time went.
 type profile struct {
 	file string
 	done chan error
