@@ -37,8 +37,8 @@ func (a *Agent) problems() []policy.Problem {
 	if pol := a.rec.Policy(); pol != nil {
 		out = append(out, pol.Problems...)
 	}
-	out = append(out, a.serviceProblems.of(a.objects(), a.dsrUnavailable())...)
-	out = append(out, a.hostPortProblems.of(a.objects(), a.nodeName)...)
+	out = append(out, a.serviceProblems.of(a.objects(), a.serviceProblemNode())...)
+	out = append(out, a.hostPortProblems.of(a.objects(), a.nodeName, a.overlayEndpoint())...)
 	out = append(out, a.routeProblems.of(a.objects())...)
 	out = append(out, a.maglevProblems()...)
 	if err := a.rec.PolicyError(); err != nil {
@@ -62,18 +62,34 @@ type serviceProblemsCache struct {
 	out []policy.Problem
 }
 
-// of lists them; noDSR (dsrUnavailable, the node's, fixed for its life)
-// says why a Service asking for DSR is SNATed here.
-func (c *serviceProblemsCache) of(store *model.Store, noDSR string) []policy.Problem {
+// serviceProblemNode is what of the node, fixed for its life, makes a
+// Service's problems here: noDSR (dsrUnavailable) says why a Service
+// asking for DSR is SNATed here; tunnel (overlayEndpoint) and
+// nodePortAddrs (where the node serves NodePorts) which frontends the
+// overlay's endpoint hides.
+type serviceProblemNode struct {
+	noDSR         string
+	tunnel        netip.AddrPort
+	nodePortAddrs []netip.Addr
+}
+
+func (a *Agent) serviceProblemNode() serviceProblemNode {
+	node := services.Node{NodePortAddrs: a.nodePortAddrs(), NodePortAddresses: a.cfg.NodePortAddresses}
+	return serviceProblemNode{noDSR: a.dsrUnavailable(), tunnel: a.overlayEndpoint(), nodePortAddrs: node.NodePortFrontendAddrs()}
+}
+
+// of lists them as they are on node.
+func (c *serviceProblemsCache) of(store *model.Store, node serviceProblemNode) []policy.Problem {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gen := store.ServicesGeneration(); gen != c.gen {
 		c.gen, c.out = gen, nil
 		for _, svc := range store.Services() {
 			issues := services.Unsupported(svc)
-			if noDSR != "" {
-				issues = append(issues, services.ForwardingIssues(svc, noDSR)...)
+			if node.noDSR != "" {
+				issues = append(issues, services.ForwardingIssues(svc, node.noDSR)...)
 			}
+			issues = append(issues, services.TunnelPortIssues(svc, node.tunnel, node.nodePortAddrs)...)
 			for _, is := range issues {
 				c.out = append(c.out, policy.Problem{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name, Reason: is.Reason, Message: is.Message})
 			}
@@ -91,7 +107,8 @@ type hostPortProblemsCache struct {
 	out   []policy.Problem
 }
 
-func (c *hostPortProblemsCache) of(store *model.Store, node string) []policy.Problem {
+// of lists them for node, whose overlay endpoint is tunnel (zero: none).
+func (c *hostPortProblemsCache) of(store *model.Store, node string, tunnel netip.AddrPort) []policy.Problem {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if store != c.store {
@@ -100,7 +117,7 @@ func (c *hostPortProblemsCache) of(store *model.Store, node string) []policy.Pro
 			if p.Spec.NodeName != node {
 				continue
 			}
-			for _, is := range services.HostPortIssues(p) {
+			for _, is := range append(services.HostPortIssues(p), services.TunnelHostPortIssues(p, node, tunnel)...) {
 				c.out = append(c.out, policy.Problem{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, Reason: is.Reason, Message: is.Message})
 			}
 		}

@@ -133,8 +133,36 @@ func TestKubernetesNodePort(t *testing.T) {
 		t.Errorf("the node's hostPort 18080 answered %q, want the pod hp", body)
 	}
 
-	if st := k.mustShunt("status"); strings.Contains(st, "loadBalancerSourceRanges") || strings.Contains(st, "internalTrafficPolicy") {
+	st := k.mustShunt("status")
+	if strings.Contains(st, "loadBalancerSourceRanges") || strings.Contains(st, "internalTrafficPolicy") {
 		t.Errorf("shunt status names implemented fields as left out:\n%s", st)
+	}
+	if strings.Contains(st, "TunnelPortConflict") || strings.Contains(st, "overlay endpoint") {
+		t.Errorf("shunt status names a tunnel port conflict before any object asks for the overlay's port:\n%s", st)
+	}
+
+	// UDP frontends on the overlay's own endpoint (the node's underlay
+	// address, VXLAN's port), which the overlay takes before any
+	// frontend: an externalIP's port and a hostPort. Each is a problem of
+	// its object, not a silent hole.
+	vxlan := int32(4789) // agent.VXLANPort
+	create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "on-tunnel"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, ExternalIPs: []string{addrs[0]},
+			Ports: []corev1.ServicePort{{Name: "dns", Port: vxlan, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolUDP}}}})
+	k.runPodOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hp-tunnel", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "lab", Command: []string{"shunt", "lab", "serve", "--http", "8080"},
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080, HostPort: vxlan, Protocol: corev1.ProtocolUDP}}}}}})
+	if err := k.waitEvent("on-tunnel", "TunnelPortConflict", fmt.Sprintf("port 4789/UDP at external address %s", addrs[0])); err != nil {
+		t.Errorf("no TunnelPortConflict event on the Service with an externalIP's UDP port on the overlay's endpoint: %v", err)
+	}
+	st = k.mustShunt("status")
+	for _, want := range []string{
+		fmt.Sprintf("Service default/on-tunnel: port 4789/UDP at external address %s: %s:4789 is this node's overlay endpoint", addrs[0], addrs[0]),
+		"Pod default/hp-tunnel: container c: hostPort 4789/UDP: ",
+	} {
+		if !strings.Contains(st, want) {
+			t.Errorf("shunt status does not name %q:\n%s", want, st)
+		}
 	}
 }
 
