@@ -71,7 +71,7 @@ type HealthCheck struct {
 
 // HealthChecks lists the health checks of services on node: the Services
 // with externalTrafficPolicy Local and a healthCheckNodePort, each with
-// its endpoints on node that are ready and not terminating, counted once
+// its endpoints on node that are ready (usable), counted once
 // per address whatever the ports (kube-proxy counts endpoints).
 func HealthChecks(svcs []*corev1.Service, slicesOf func(namespace, name string) []*discoveryv1.EndpointSlice, node string) []HealthCheck {
 	var out []HealthCheck
@@ -104,8 +104,7 @@ func HealthChecks(svcs []*corev1.Service, slicesOf func(namespace, name string) 
 // are the node's already), without an IPv4 address yet, or finished.
 func HostPortsFor(pod *corev1.Pod, node Node) []Port {
 	podIP, err := netip.ParseAddr(pod.Status.PodIP)
-	if pod.Spec.NodeName != node.Name || pod.Spec.HostNetwork || err != nil || !podIP.Is4() ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if pod.Spec.NodeName != node.Name || pod.Spec.HostNetwork || err != nil || !podIP.Is4() || podFinished(pod) {
 		return nil
 	}
 	var out []Port

@@ -38,7 +38,13 @@ func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
 
 // DeriveSlices builds the EndpointSlices of a selector Service: one slice
 // per distinct set of resolved ports (a named targetPort may resolve to a
-// different number on each pod), endpoints sorted by address.
+// different number on each pod), endpoints sorted by address. The
+// conditions are the ones Kubernetes' EndpointSlice controller writes:
+// serving is the pod's readiness, terminating its deletion, and ready is
+// serving and not terminating, or always with publishNotReadyAddresses
+// (a headless StatefulSet's peers find each other before they are ready;
+// kube-proxy then balances to them too, and so does shunt). A pod that
+// has finished (Succeeded, Failed) or has no address yet is no endpoint.
 func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice {
 	if svc.Spec.Selector == nil {
 		return nil
@@ -46,7 +52,7 @@ func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice 
 	groups := map[string]*discoveryv1.EndpointSlice{}
 	var order []string
 	for _, p := range pods {
-		if p.IP == "" || !Selects(svc, p.Pod) {
+		if p.IP == "" || !Selects(svc, p.Pod) || podFinished(p.Pod) {
 			continue
 		}
 		ports := resolvePorts(svc, p.Pod)
@@ -68,7 +74,8 @@ func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice 
 			groups[sig] = slice
 			order = append(order, sig)
 		}
-		ready, serving, terminating := p.Ready && !p.Terminating, p.Ready, p.Terminating
+		serving, terminating := p.Ready, p.Terminating
+		ready := svc.Spec.PublishNotReadyAddresses || (serving && !terminating)
 		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
 			Addresses: []string{p.IP},
 			Conditions: discoveryv1.EndpointConditions{
@@ -89,6 +96,12 @@ func DeriveSlices(svc *corev1.Service, pods []Pod) []*discoveryv1.EndpointSlice 
 		out = append(out, s)
 	}
 	return out
+}
+
+// podFinished says whether the pod's containers have all ended for good
+// (phase Succeeded or Failed): its address may be reused.
+func podFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // nodeNameOf is the endpoint's nodeName, as the controller writes it
@@ -468,14 +481,18 @@ func slicePort(s *discoveryv1.EndpointSlice, sp corev1.ServicePort) (int32, bool
 	return 0, false
 }
 
-// usable: ready (unset counts as ready) and not terminating. Terminating
-// endpoints keep their established connections but get no new ones.
+// usable: ready. An explicit Ready is the controller's word, which is
+// true for a terminating endpoint only when its Service publishes
+// not-ready addresses; kube-proxy balances to such an endpoint, and so
+// does shunt. An unset Ready counts as ready unless the endpoint is
+// terminating. Other terminating endpoints keep their established
+// connections but get no new ones (servingTerminating is the fallback).
 func usable(ep discoveryv1.Endpoint) bool {
 	c := ep.Conditions
-	if c.Terminating != nil && *c.Terminating {
-		return false
+	if c.Ready != nil {
+		return *c.Ready
 	}
-	return c.Ready == nil || *c.Ready
+	return c.Terminating == nil || !*c.Terminating
 }
 
 // Issue is one thing of a Service that shunt does not load-balance.

@@ -128,3 +128,48 @@ func TestUnsupportedParts(t *testing.T) {
 		t.Errorf("an IPv6 Service got entries: %+v", ports)
 	}
 }
+
+// publishNotReadyAddresses: every selected pod with an address is a ready
+// endpoint (terminating ones too), as Kubernetes' EndpointSlice controller
+// writes them; without it only ready, non-terminating pods are. A
+// finished pod is no endpoint either way.
+func TestDeriveSlicesPublishNotReadyAddresses(t *testing.T) {
+	finished := pod(t, "done", "web", 8080)
+	finished.Status.Phase = corev1.PodSucceeded
+	pods := []Pod{
+		{Pod: pod(t, "a", "web", 8080), IP: "10.0.0.1", Ready: true},
+		{Pod: pod(t, "b", "web", 8080), IP: "10.0.0.2", Ready: false},
+		{Pod: pod(t, "c", "web", 8080), IP: "10.0.0.3", Ready: true, Terminating: true},
+		{Pod: finished, IP: "10.0.0.4", Ready: false},
+	}
+	for _, c := range []struct {
+		publish bool
+		want    string // address:ready/serving/terminating
+	}{
+		{false, "10.0.0.1:true/true/false 10.0.0.2:false/false/false 10.0.0.3:false/true/true"},
+		{true, "10.0.0.1:true/true/false 10.0.0.2:true/false/false 10.0.0.3:true/true/true"},
+	} {
+		svc := parse[*corev1.Service](t, svcDoc)
+		svc.Spec.PublishNotReadyAddresses = c.publish
+		slices := DeriveSlices(svc, pods)
+		if len(slices) != 1 {
+			t.Fatalf("publishNotReadyAddresses %v: %d slices, want 1", c.publish, len(slices))
+		}
+		var got []string
+		for _, e := range slices[0].Endpoints {
+			cd := e.Conditions
+			got = append(got, fmt.Sprintf("%s:%v/%v/%v", e.Addresses[0], *cd.Ready, *cd.Serving, *cd.Terminating))
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("publishNotReadyAddresses %v: endpoints %s, want %s", c.publish, g, c.want)
+		}
+		ports := Ports(svc, netip.MustParseAddr("10.96.0.10"), slices)
+		wantBackends := "[{10.0.0.1 8080}]"
+		if c.publish {
+			wantBackends = "[{10.0.0.1 8080} {10.0.0.2 8080} {10.0.0.3 8080}]"
+		}
+		if got := fmt.Sprint(ports[0].Backends); got != wantBackends {
+			t.Errorf("publishNotReadyAddresses %v: backends %s, want %s", c.publish, got, wantBackends)
+		}
+	}
+}
