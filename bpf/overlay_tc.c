@@ -17,6 +17,15 @@
  * tracked (its replies pass back through shunt_from_pod), and handed
  * straight to the pod as from a pod of this node. Anything else goes to the
  * host stack.
+ *
+ * shunt_from_overlay_wire does the same for a packet still on the wire:
+ * the uplink program hands it the overlay's VXLAN packets at its first
+ * look (a tail call, bpf/uplink_tc.c), and where the packet is plain (see
+ * wire_takes) it takes the outer headers off itself and judges the inner
+ * packet as above, so the node's stack never sees it: no outer IP and UDP
+ * receive, no VXLAN device, no per-packet tunnel metadata, no second pass
+ * through the receive path. Anything else it leaves as it is, for the
+ * VXLAN device and shunt_from_overlay.
  */
 #include "lib/common.h"
 #include "lib/metrics.h"
@@ -57,24 +66,18 @@ static __always_inline bool tunnel_sender_ok(__u32 saddr, __u32 outer_saddr, __u
 	return vni == SHUNT_ID_REMOTE_NODE && v->identity == SHUNT_ID_REMOTE_NODE;
 }
 
-SEC("tc")
-int shunt_from_overlay(struct __sk_buff *skb)
+/* from_overlay judges a packet another node sent through the overlay, once
+ * decapsulated (ip: its header, parsed into p): vni is the sender's
+ * identity and outer_saddr (network byte order) the sending node's
+ * underlay address, from the tunnel key or the outer headers. */
+static __always_inline int from_overlay(struct __sk_buff *skb, struct pkt *p, struct iphdr *ip, __u32 vni, __u32 outer_saddr)
 {
-	struct bpf_tunnel_key key = {};
 	struct endpoint_info *ep;
-	struct iphdr *ip;
-	struct pkt p = { .dir = SHUNT_DIR_FROM_OVERLAY, .point = FLOW_POINT_FROM_OVERLAY };
 	int verdict;
 
-	ip = pkt_begin(skb, &p, &verdict);
-	if (!ip)
-		return verdict;
-
-	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
-		return drop(skb, &p, SHUNT_REASON_TUNNEL_KEY_FAILED);
-	p.src_identity = key.tunnel_id;
-	if (!tunnel_sender_ok(p.f.saddr, bpf_htonl(key.remote_ipv4), key.tunnel_id))
-		return drop(skb, &p, SHUNT_REASON_TUNNEL_SPOOFED);
+	p->src_identity = vni;
+	if (!tunnel_sender_ok(p->f.saddr, outer_saddr, vni))
+		return drop(skb, p, SHUNT_REASON_TUNNEL_SPOOFED);
 
 	/* For a pod here, conntrack first, as shunt_from_pod does: a packet
 	 * of a connection the service translation left alone when it began
@@ -82,9 +85,9 @@ int shunt_from_overlay(struct __sk_buff *skb)
 	 * reuses this lookup unless the translation changes the tuple. */
 	struct ct_found found = {};
 	bool looked = false;
-	ep = lookup_endpoint(p.f.daddr);
+	ep = lookup_endpoint(p->f.daddr);
 	if (ep) {
-		ct_find(&p.f, &found);
+		ct_find(&p->f, &found);
 		looked = true;
 	}
 	if (!looked || !found.live || !(found.flags & CT_F_NO_TC_NAT)) {
@@ -96,18 +99,18 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		 * pod's answers too, skip the translation's lookups, which
 		 * would miss (a backend's answer gets its frontend back on the
 		 * client's node, never here). */
-		verdict = tc_service_nat_pkt(skb, ip, &p, &retargeted);
+		verdict = tc_service_nat_pkt(skb, ip, p, &retargeted);
 		if (verdict >= 0)
 			return verdict;
 		if (retargeted) {
-			ep = lookup_endpoint(p.f.daddr);
+			ep = lookup_endpoint(p->f.daddr);
 			looked = false;
 		}
 	}
 	if (!ep) {
 		/* A backend's reply to a client outside that reached a Service
 		 * of this node (lib/nodeport.h). */
-		verdict = nodeport_reply(skb, &p, &CONFIG);
+		verdict = nodeport_reply(skb, p, &CONFIG);
 		if (verdict >= 0)
 			return verdict;
 		/* The node itself, or nothing of ours: the stack decides. The
@@ -115,15 +118,126 @@ int shunt_from_overlay(struct __sk_buff *skb)
 		 * node, not this device's, so the device took the frame as for
 		 * another host, which the stack would drop unrouted: it is for
 		 * this node. */
-		p.dst_identity = identity_of(p.f.daddr);
+		p->dst_identity = identity_of(p->f.daddr);
 		if (bpf_skb_change_type(skb, PACKET_HOST) < 0)
-			return drop(skb, &p, SHUNT_REASON_INVALID_PACKET);
-		done(skb, &p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
+			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
+		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_STACK);
 		return TC_ACT_OK;
 	}
 	if (!looked)
-		ct_find(&p.f, &found);
-	return admit_to_local_pod_found(skb, &p, &CONFIG, key.tunnel_id, ep, &found);
+		ct_find(&p->f, &found);
+	return admit_to_local_pod_found(skb, p, &CONFIG, vni, ep, &found);
+}
+
+SEC("tc")
+int shunt_from_overlay(struct __sk_buff *skb)
+{
+	struct bpf_tunnel_key key = {};
+	struct iphdr *ip;
+	struct pkt p = { .dir = SHUNT_DIR_FROM_OVERLAY, .point = FLOW_POINT_FROM_OVERLAY };
+	int verdict;
+
+	ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+		return drop(skb, &p, SHUNT_REASON_TUNNEL_KEY_FAILED);
+	return from_overlay(skb, &p, ip, key.tunnel_id, bpf_htonl(key.remote_ipv4));
+}
+
+/* VXLAN as it arrives (RFC 7348), after the outer Ethernet header: what
+ * shunt_from_overlay_wire reads before it decides. */
+struct vxlan_wire {
+	struct iphdr outer;
+	struct udphdr udp;
+	__be32 flags; /* I (0x08) in the first byte, the rest reserved */
+	__be32 vni;   /* the VNI in the first 24 bits, 8 reserved */
+	struct ethhdr eth;
+	struct iphdr inner;
+	__be16 ports[2]; /* the inner packet's first four L4 bytes */
+} __attribute__((packed));
+
+/* What comes off: outer IPv4 (no options), UDP, VXLAN and the inner
+ * Ethernet header; the outer Ethernet header stays (it is the node's
+ * frame). VXLANOverhead in Go. */
+#define VXLAN_OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr) + 8 + sizeof(struct ethhdr))
+#define VXLAN_FLAGS_VNI bpf_htonl(0x08000000)
+
+/* wire_takes says whether shunt_from_overlay_wire decapsulates the VXLAN
+ * packet w (read from skb) itself, setting *vni. Only a plain one, whose
+ * inner packet goes straight to a pod of this node:
+ * - not GSO: a GSO packet's encapsulation (its GSO type, inner offsets)
+ *   stays for the kernel to undo, which GROs the inner packets as well;
+ * - the outer header as the uplink saw it, its checksum right, no
+ *   fragment, no ECN congestion mark (the kernel folds it into the inner
+ *   header), the lengths agreeing with the packet's. The outer UDP
+ *   checksum is not checked (Linux VXLAN sends one by default, and a
+ *   packet from a veth carries only its pseudo-header's): as Katran's
+ *   decapsulation, what the inner packet's own checksums cover is checked
+ *   by the pod's stack, and the outer addresses and VNI are judged below
+ *   (tunnel_sender_ok);
+ * - VXLAN with the I flag alone (no GBP or other extension) and an IPv4
+ *   inner packet with no options, no fragment, a TTL left;
+ * - for a pod of this node, on no port the node proxy takes (lib/steer.h:
+ *   a steered packet goes to the node's stack, which should see it come
+ *   in through the VXLAN device, as its routes and rp_filter expect).
+ * Everything else is left to the VXLAN device, as before. */
+static __always_inline bool wire_takes(struct __sk_buff *skb, struct vxlan_wire *w, __u32 *vni)
+{
+	if (skb->gso_size || bpf_skb_load_bytes(skb, ETH_HLEN, w, sizeof(*w)) < 0)
+		return false;
+	if (w->outer.ihl != 5 || (w->outer.frag_off & bpf_htons(IP_MF | IP_OFFSET)) ||
+	    (w->outer.tos & INET_ECN_MASK) == INET_ECN_CE ||
+	    csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)(void *)w, sizeof(w->outer), 0)) /* outer first */ ||
+	    bpf_ntohs(w->outer.tot_len) != skb->len - ETH_HLEN ||
+	    bpf_ntohs(w->udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr))
+		return false;
+	if (w->flags != VXLAN_FLAGS_VNI || (w->vni & bpf_htonl(0xff)) || w->eth.h_proto != bpf_htons(ETH_P_IP) ||
+	    w->inner.version != 4 || w->inner.ihl != 5 || (w->inner.frag_off & bpf_htons(IP_MF | IP_OFFSET)) ||
+	    w->inner.ttl <= 1)
+		return false;
+	if (!lookup_endpoint(w->inner.daddr))
+		return false;
+	if (w->inner.protocol == IPPROTO_TCP) {
+		struct l7_redirect_key key = { .ip = w->inner.daddr, .port = w->ports[1], .proto = IPPROTO_TCP };
+		struct l7_redirect_value *r = bpf_map_lookup_elem(&shunt_l7_redirect, &key);
+
+		if (r && r->proxy_ip != w->inner.daddr)
+			return false;
+	}
+	*vni = bpf_ntohl(w->vni) >> 8;
+	return true;
+}
+
+/* shunt_from_overlay_wire: the overlay's packets for this node's tunnel
+ * endpoint, from the uplink program (a tail call, bpf/uplink_tc.c), still
+ * encapsulated. A plain one (wire_takes) loses its outer headers here and
+ * is judged as shunt_from_overlay judges it, the VNI and the outer source
+ * read from the headers instead of a tunnel key; anything else goes on to
+ * the stack and the VXLAN device untouched. */
+SEC("tc")
+int shunt_from_overlay_wire(struct __sk_buff *skb)
+{
+	struct vxlan_wire w;
+	struct iphdr *ip;
+	struct pkt p = { .dir = SHUNT_DIR_FROM_OVERLAY, .point = FLOW_POINT_FROM_OVERLAY };
+	__u32 vni, outer_saddr;
+	int verdict;
+
+	if (!wire_takes(skb, &w, &vni))
+		return TC_ACT_OK;
+	outer_saddr = w.outer.saddr;
+	if (bpf_skb_adjust_room(skb, -(__s32)VXLAN_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0) {
+		count(SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_FROM_OVERLAY, skb->len);
+		return TC_ACT_SHOT;
+	}
+	/* The outer flow's hash, which the inner packet must not keep (the
+	 * kernel clears it when it decapsulates). */
+	bpf_set_hash_invalid(skb);
+	ip = pkt_begin(skb, &p, &verdict);
+	if (!ip)
+		return verdict;
+	return from_overlay(skb, &p, ip, vni, outer_saddr);
 }
 
 /* steered_reply_identity: the identity of a packet the node's stack sends

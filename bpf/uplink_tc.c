@@ -34,7 +34,8 @@
  * The uplink programs are one per hook: masquerade, native routing and
  * NodePort share them, each part off when its configuration is (MASQ.addr,
  * CONFIG.native_ifindex, CONFIG.uplink_ifindex). The overlay's own
- * packets (VXLAN to the node) pass at the first look (overlay_arrival).
+ * packets (VXLAN to the node) go to the overlay program at the first look
+ * (overlay_arrival, shunt_overlay_wire).
  */
 #include "lib/common.h"
 #include "lib/metrics.h"
@@ -50,6 +51,18 @@
 #include "lib/nodeport.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* Slot 0: the overlay program that takes VXLAN off the wire
+ * (bpf/overlay_tc.c, shunt_from_overlay_wire), which the agent puts here
+ * when it loads both. A tail call rather than code of this program, whose
+ * stack is nearly all taken: it runs with a stack of its own. Empty (no
+ * overlay), the call returns and the packet goes to the stack as before. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} shunt_overlay_wire SEC(".maps");
 
 volatile const struct shunt_config CONFIG = {};
 volatile const struct masq_config MASQ = {};
@@ -251,8 +264,8 @@ static __always_inline int nodeport_at_uplink(struct __sk_buff *skb)
 
 /* overlay_arrival says whether the packet is the overlay's: VXLAN to
  * this node's tunnel endpoint (CONFIG.tunnel_local_ip4 and tunnel_port),
- * which the node's VXLAN device takes and the overlay program judges once
- * decapsulated. No part of this program is for it, and on a node of the
+ * which the overlay program takes off the wire (shunt_overlay_wire) or the
+ * node's VXLAN device decapsulates for it. No part of this program is for it, and on a node of the
  * overlay it is most of what arrives: the DSR, NodePort and masquerade
  * parts would each parse it and miss in their tables, a cold bucket of a
  * large hash each, which made up most of this program's cost per packet
@@ -281,8 +294,12 @@ int shunt_from_uplink(struct __sk_buff *skb)
 	__u32 addrs[2];
 	int verdict;
 
-	if (!uplink_addrs(skb, addrs) || overlay_arrival(skb, addrs[1]))
+	if (!uplink_addrs(skb, addrs))
 		return TC_ACT_OK;
+	if (overlay_arrival(skb, addrs[1])) {
+		bpf_tail_call(skb, &shunt_overlay_wire, 0);
+		return TC_ACT_OK;
+	}
 	if (CONFIG.nodeport_dsr_ip4 && addrs[1] == CONFIG.nodeport_dsr_ip4) {
 		verdict = nodeport_from_dsr(skb, &CONFIG);
 		if (verdict >= 0)

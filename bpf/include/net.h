@@ -76,8 +76,11 @@ struct iphdr {
 };
 
 #define IP_DF 0x4000     /* iphdr.frag_off (host order): don't fragment */
+#define IP_MF 0x2000     /* iphdr.frag_off (host order): more fragments */
 #define IP_OFFSET 0x1fff /* iphdr.frag_off (host order): fragment offset */
 #define IPTOS_PREC_INTERNETCONTROL 0xc0 /* the TOS Linux gives the ICMP errors it sends */
+#define INET_ECN_MASK 3 /* net/inet_ecn.h: the ECN bits of the TOS */
+#define INET_ECN_CE 3
 
 /* linux/tcp.h (little-endian bitfield order) */
 struct tcphdr {

@@ -34,10 +34,12 @@ var helperSince = map[asm.BuiltinFunc]string{
 	asm.FnSkbStoreBytes:      "4.1",
 	asm.FnL3CsumReplace:      "4.1",
 	asm.FnL4CsumReplace:      "4.1",
+	asm.FnTailCall:           "4.2", // from a program with BPF-to-BPF calls: 5.10 on x86-64 (docs/kernels.md)
 	asm.FnSkbGetTunnelKey:    "4.3",
 	asm.FnSkbSetTunnelKey:    "4.3",
 	asm.FnRedirect:           "4.4",
 	asm.FnSkbLoadBytes:       "4.5",
+	asm.FnSetHashInvalid:     "4.9",
 	asm.FnCsumDiff:           "4.6",
 	asm.FnSkbChangeType:      "4.8",
 	asm.FnSkbChangeTail:      "4.9",
@@ -119,15 +121,16 @@ var programSince = map[ebpf.ProgramType]map[ebpf.AttachType]string{
 
 // mapSince is the first kernel of each map type.
 var mapSince = map[ebpf.MapType]string{
-	ebpf.Hash:        "3.19",
-	ebpf.Array:       "3.19",
-	ebpf.PerCPUArray: "4.6",
-	ebpf.LRUHash:     "4.10",
-	ebpf.LPMTrie:     "4.11",
-	ebpf.HashOfMaps:  "4.12", // shunt_maglev; its arrays' BPF_F_INNER_MAP is 5.10
-	ebpf.SockHash:    "4.18",
-	ebpf.SkStorage:   "5.2",
-	ebpf.RingBuf:     "5.8",
+	ebpf.Hash:         "3.19",
+	ebpf.Array:        "3.19",
+	ebpf.ProgramArray: "4.2",
+	ebpf.PerCPUArray:  "4.6",
+	ebpf.LRUHash:      "4.10",
+	ebpf.LPMTrie:      "4.11",
+	ebpf.HashOfMaps:   "4.12", // shunt_maglev; its arrays' BPF_F_INNER_MAP is 5.10
+	ebpf.SockHash:     "4.18",
+	ebpf.SkStorage:    "5.2",
+	ebpf.RingBuf:      "5.8",
 }
 
 // objectUse is what one compiled object asks of the kernel.

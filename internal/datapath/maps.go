@@ -182,6 +182,11 @@ var mapTable = []mapDesc{
 		refuse: "the previous nodes stay in force",
 	},
 	{
+		name:  "shunt_overlay_wire",
+		about: "the uplink program's tail call (slot 0) into the overlay program that takes VXLAN off the wire (not pinned, filled at load)",
+		of:    func(d *Datapath) *ebpf.Map { return d.uplink.ShuntOverlayWire },
+	},
+	{
 		name:  "shunt_services",
 		about: "service ports: (VIP, port, protocol, slot) -> slot 0: the service, slot n: its n-th backend",
 		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntServices },

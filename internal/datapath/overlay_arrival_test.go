@@ -2,12 +2,16 @@ package datapath
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"reflect"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/shuntnet/shunt/internal/dpinfo"
+	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/services"
 )
 
@@ -108,4 +112,106 @@ func TestUplinkLoadsWithEveryPartOn(t *testing.T) {
 			})
 		}
 	}
+}
+
+// vxlanFrame is the overlay's frame from node outer to the node at npNode
+// as a Linux VXLAN device sends it (no UDP checksum), its VNI vni,
+// carrying inner (an Ethernet frame).
+func vxlanFrame(outer netip.Addr, vni uint32, inner []byte) []byte {
+	vx := make([]byte, 8)
+	vx[0] = 0x08
+	binary.BigEndian.PutUint32(vx[4:], vni<<8)
+	l4 := append(udpDatagramLen(50123, ovPort, len(vx)+len(inner)), append(vx, inner...)...)
+	return packet(outer, npNode, 17, l4)
+}
+
+// runFromUplinkOut is runFromUplink for a packet that may change length:
+// the packet as the program left it, whatever its length.
+func runFromUplinkOut(t *testing.T, d *Datapath, ns string, uplink int, pkt []byte) (uint32, []byte) {
+	t.Helper()
+	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+256), Context: skbContext(uplink)}
+	var ret uint32
+	if err := netnsrun.Do(ns, func() error {
+		var err error
+		ret, err = d.uplink.ShuntFromUplink.Run(opts)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ret, opts.DataOut
+}
+
+// The uplink hands the overlay's VXLAN packets to the overlay program
+// (shunt_overlay_wire), which takes a plain one off the wire: the outer
+// headers go, the inner packet is judged as from the overlay (the VNI
+// the sender's identity, the outer source its node) and handed to the
+// pod, its MACs the pod's. Anything else is left whole for the VXLAN
+// device; a forged one is dropped as tunnel-spoofed, as the device's
+// path drops it.
+func TestOverlayWire(t *testing.T) {
+	d, ns, uplink := nodePortTestNodeRouted(t, 0, dpinfo.NodePortSNAT, nil, true)
+	syncNodePortPods(t, d) // npRemotePod (identity 301) behind npOtherNode, npLocalPod (300) here
+	fromUplink := func(pkt []byte) (uint32, []byte) { t.Helper(); return runFromUplinkOut(t, d, ns, uplink, pkt) }
+	syn := func(dst netip.Addr, port uint16) []byte {
+		return withChecksum(packet(npRemotePod, dst, 6, tcpSegment(40000, port, tcpSYN)))
+	}
+
+	inner := syn(npLocalPod, 8080)
+	// With and without a UDP checksum (Linux sends one by default; it is
+	// not checked here).
+	for i, pkt := range [][]byte{vxlanFrame(npOtherNode, 301, inner), withChecksum(vxlanFrame(npOtherNode, 301, inner))} {
+		before := counts(t, d)
+		ret, out := fromUplink(pkt)
+		if ret != tcActRedirect || len(out) != len(inner) {
+			t.Fatalf("packet %d, a plain VXLAN packet for the local pod: verdict %d, %d bytes out; want redirected to the pod, %d bytes (decapsulated)",
+				i, ret, len(out), len(inner))
+		}
+		if tp := checkedTuple(t, out); tp.src != npRemotePod || tp.dst != npLocalPod || tp.dport != 8080 || out[14+8] != 63 {
+			t.Errorf("packet %d decapsulated: %+v, TTL %d; want %s -> %s:8080, TTL 63 (one hop)", i, tp, out[14+8], npRemotePod, npLocalPod)
+		}
+		if want := []byte{2, 0, 0, 0, 0, 0x0b}; !bytes.Equal(out[0:6], want) {
+			t.Errorf("packet %d: destination MAC %x, want the pod's %x", i, out[0:6], want)
+		}
+		counterDelta(t, d, before, map[string]uint64{"forwarded/from-overlay": 1}, "forwarded/from-overlay")
+	}
+
+	flagsWith := func(pkt []byte, off int, b byte) []byte { pkt = bytes.Clone(pkt); pkt[off] = b; return pkt }
+	const udpOff, vxOff, innerIPOff = 14 + 20, 14 + 20 + 8, 14 + 20 + 8 + 8 + 14
+	plain := vxlanFrame(npOtherNode, 301, inner)
+	left := []struct {
+		what string
+		pkt  []byte
+	}{
+		{"a wrong outer header checksum", flagsWith(plain, 14+10, plain[14+10]^0xff)},
+		{"VXLAN-GBP flags", flagsWith(plain, vxOff, 0x88)},
+		{"ECN congestion on the outer header", flagsWith(plain, 14+1, 0x03)},
+		{"for no pod of the node", vxlanFrame(npOtherNode, 301, syn(npSNAT, 8080))},
+		{"inner TTL 1", vxlanFrame(npOtherNode, 301, flagsWith(inner, 14+8, 1))},
+		{"an inner fragment", vxlanFrame(npOtherNode, 301, flagsWith(inner, 14+6, 0x20))},
+	}
+	for _, c := range left {
+		ret, out := fromUplink(c.pkt)
+		if ret != tcActOK || !bytes.Equal(out, c.pkt) {
+			t.Errorf("%s: verdict %d, %d bytes (changed %v); want passed whole to the VXLAN device", c.what, ret, len(out), !bytes.Equal(out, c.pkt))
+		}
+	}
+
+	// A port the node proxy takes: the steered packet must reach the
+	// node's stack through the VXLAN device.
+	if err := d.SyncL7Redirects([]L7Redirect{{Dest: netip.AddrPortFrom(npLocalPod, 8080), Proxy: netip.AddrPortFrom(npSNAT, 15001)}}); err != nil {
+		t.Fatal(err)
+	}
+	if ret, out := fromUplink(plain); ret != tcActOK || !bytes.Equal(out, plain) {
+		t.Errorf("to a port the node proxy takes: verdict %d, changed %v; want passed whole to the VXLAN device", ret, !bytes.Equal(out, plain))
+	}
+	if err := d.SyncL7Redirects(nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Forged: the inner source's node is not the outer source.
+	before := counts(t, d)
+	if ret, _ := fromUplink(vxlanFrame(netip.MustParseAddr("192.0.2.99"), 301, syn(npLocalPod, 8081))); ret != tcActShot {
+		t.Errorf("from a node that does not host the inner source: verdict %d, want dropped", ret)
+	}
+	counterDelta(t, d, before, map[string]uint64{"tunnel-spoofed/from-overlay": 1}, "tunnel-spoofed/from-overlay")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
@@ -67,15 +68,44 @@ type ovNode struct {
 // egress isolation through the connection the inbound SYN opened; overlay
 // packets whose outer source is not the node hosting their inner source, or
 // whose VNI is no pod identity, are dropped as tunnel-spoofed.
+//
+// Each twice: with the VXLAN device decapsulating, and with the uplink
+// programs attached as on a node with an underlay address, where the
+// uplink hands the overlay's packets to shunt_from_overlay_wire, which
+// takes the plain ones off the wire itself (GSO ones still go through the
+// device): every case must hold either way.
 func TestOverlayTwoNodes(t *testing.T) {
 	requireBPF(t)
 	for _, mode := range []Mode{ModeRedirectPeer, ModeRedirect} {
-		t.Run(string(mode), func(t *testing.T) { testOverlayTwoNodes(t, mode) })
+		for _, wire := range []bool{false, true} {
+			name := string(mode)
+			if wire {
+				name += "/off-the-wire"
+			}
+			t.Run(name, func(t *testing.T) { testOverlayTwoNodes(t, mode, wire) })
+		}
 	}
 }
 
-func testOverlayTwoNodes(t *testing.T, mode Mode) {
-	a, b := newOvNodes(t, mode, false, 1450)
+// vxlanRxPackets is what node n's VXLAN device has received.
+func vxlanRxPackets(t *testing.T, n *ovNode) uint64 {
+	t.Helper()
+	var rx uint64
+	if err := netnsrun.Do(n.netns, func() error {
+		l, err := netlink.LinkByIndex(n.vxIfindex)
+		if err != nil {
+			return err
+		}
+		rx = l.Attrs().Statistics.RxPackets
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rx
+}
+
+func testOverlayTwoNodes(t *testing.T, mode Mode, wire bool) {
+	a, b := newOvNodesWith(t, mode, false, wire, 1450)
 	nsX := testNetns(t)
 	veth(t, nsX, "ul-x", netip.MustParsePrefix("10.78.0.3/24"), b.netns, "ul-xb", netip.MustParsePrefix("10.78.0.2/24"))
 	ipcache := ovIPCache
@@ -89,8 +119,12 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 
 	t.Run("ping and TCP across the overlay", func(t *testing.T) {
 		beforeA, beforeB := counts(t, a.d), counts(t, b.d)
+		rx := vxlanRxPackets(t, b)
 		if err := ping(a.pod, b.pod.PodIP); err != nil {
 			t.Fatalf("ping %s from pod A: %v", b.pod.PodIP, err)
+		}
+		if rx = vxlanRxPackets(t, b) - rx; (rx == 0) != wire {
+			t.Errorf("B's VXLAN device received %d packets for the ping; want none off the wire (B's uplink took it), some without", rx)
 		}
 		if err := tcpEcho(a.pod, netip.AddrPortFrom(b.pod.PodIP, ovEchoPort), 256<<10); err != nil {
 			t.Fatalf("TCP from pod A to pod B: %v", err)
@@ -247,14 +281,24 @@ func testOverlayTwoNodes(t *testing.T, mode Mode) {
 // (0: 1500); native: routed without encapsulation.
 func newOvNodes(t *testing.T, mode Mode, native bool, podMTU int) (a, b *ovNode) {
 	t.Helper()
+	return newOvNodesWith(t, mode, native, false, podMTU)
+}
+
+// newOvNodesWith is newOvNodes with, when wire, the uplink programs
+// attached beside the overlay's (for NodePort, as the agent attaches them
+// on a node with an underlay address) and the tunnel endpoint configured:
+// the overlay's packets are taken off the wire by the overlay program the
+// uplink program calls.
+func newOvNodesWith(t *testing.T, mode Mode, native, wire bool, podMTU int) (a, b *ovNode) {
+	t.Helper()
 	podCIDR := netip.MustParsePrefix("10.244.0.0/16") // the cluster's: both pods route it to their node
 	services := netip.MustParsePrefix("10.96.0.0/16")
 	nsA, nsB := testNetns(t), testNetns(t)
 	veth(t, nsA, "ul-a", netip.MustParsePrefix("10.77.0.1/24"), nsB, "ul-b", netip.MustParsePrefix("10.77.0.2/24"))
-	a = newOvNode(t, "a", nsA, mode, native, netip.MustParseAddr("10.77.0.1"),
+	a = newOvNode(t, "a", nsA, mode, native, wire, netip.MustParseAddr("10.77.0.1"),
 		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.1.1"), HostIf: "shunt_host", MTU: podMTU, ServiceCIDR: services},
 		netip.MustParseAddr("10.244.1.10"), ovIdentityA)
-	b = newOvNode(t, "b", nsB, mode, native, netip.MustParseAddr("10.77.0.2"),
+	b = newOvNode(t, "b", nsB, mode, native, wire, netip.MustParseAddr("10.77.0.2"),
 		podnet.Node{PodCIDR: podCIDR, NodeIP: netip.MustParseAddr("10.244.2.1"), HostIf: "shunt_host", MTU: podMTU, ServiceCIDR: services},
 		netip.MustParseAddr("10.244.2.10"), ovIdentityB)
 	return a, b
@@ -276,8 +320,8 @@ func ovIPCache(local, remote *ovNode) []policy.PrefixIdentity {
 // newOvNode builds a node inside its namespace: the node interface, the
 // VXLAN device (or, native, none: the underlay interface carries pods'
 // packets as they are), one pod, a datapath with its own pins, the pod and
-// overlay (native: uplink) programs attached.
-func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native bool, underlay netip.Addr, node podnet.Node, podIP netip.Addr, identity uint32) *ovNode {
+// overlay (native: uplink; wire: both) programs attached.
+func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native, wire bool, underlay netip.Addr, node podnet.Node, podIP netip.Addr, identity uint32) *ovNode {
 	t.Helper()
 	n := &ovNode{name: name, netns: nodeNetns, underlay: underlay, node: node}
 	pinDir := filepath.Join("/sys/fs/bpf", testName("shunt-test-overlay-"+name))
@@ -310,6 +354,14 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native bool, und
 				return fmt.Errorf("EnsureVXLAN again: ifindex %d, %v; want %d (adopted)", again, err, vx)
 			}
 			n.vxIfindex, cfg.TunnelIfindex, cfg.NodeIP = vx, vx, node.NodeIP
+			if wire {
+				var ulIndex int
+				if uplink, ulIndex, err = UplinkOf(underlay); err != nil {
+					return err
+				}
+				cfg.TunnelEndpoint = netip.AddrPortFrom(underlay, ovPort)
+				cfg.NodePort = &NodePort{UplinkIfindex: ulIndex, SNATAddr: node.NodeIP, Ports: npPorts, Mode: dpinfo.NodePortSNAT}
+			}
 		}
 		var err error
 		if n.d, err = Open(cfg); err != nil {
@@ -317,6 +369,11 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native bool, und
 		}
 		if native {
 			return n.d.AttachUplink(uplink, cfg.NativeIfindex)
+		}
+		if wire {
+			if err := n.d.AttachUplink(uplink, cfg.NodePort.UplinkIfindex); err != nil {
+				return err
+			}
 		}
 		return n.d.AttachOverlay(ovVXLAN, n.vxIfindex)
 	})

@@ -64,6 +64,7 @@ const (
 	overlaytcMapShuntServices          = "shunt_services"
 	overlaytcMapShuntTcNat             = "shunt_tc_nat"
 	overlaytcProgShuntFromOverlay      = "shunt_from_overlay"
+	overlaytcProgShuntFromOverlayWire  = "shunt_from_overlay_wire"
 	overlaytcProgShuntToOverlay        = "shunt_to_overlay"
 	overlaytcVarCONFIG                 = "CONFIG"
 	overlaytcVarDSR_NO_GSO_DECAP       = "DSR_NO_GSO_DECAP"
@@ -112,8 +113,9 @@ type overlaytcSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type overlaytcProgramSpecs struct {
-	ShuntFromOverlay *ebpf.ProgramSpec `ebpf:"shunt_from_overlay"`
-	ShuntToOverlay   *ebpf.ProgramSpec `ebpf:"shunt_to_overlay"`
+	ShuntFromOverlay     *ebpf.ProgramSpec `ebpf:"shunt_from_overlay"`
+	ShuntFromOverlayWire *ebpf.ProgramSpec `ebpf:"shunt_from_overlay_wire"`
+	ShuntToOverlay       *ebpf.ProgramSpec `ebpf:"shunt_to_overlay"`
 }
 
 // overlaytcMapSpecs contains maps before they are loaded into the kernel.
@@ -237,13 +239,15 @@ type overlaytcVariables struct {
 //
 // It can be passed to loadOverlaytcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type overlaytcPrograms struct {
-	ShuntFromOverlay *ebpf.Program `ebpf:"shunt_from_overlay"`
-	ShuntToOverlay   *ebpf.Program `ebpf:"shunt_to_overlay"`
+	ShuntFromOverlay     *ebpf.Program `ebpf:"shunt_from_overlay"`
+	ShuntFromOverlayWire *ebpf.Program `ebpf:"shunt_from_overlay_wire"`
+	ShuntToOverlay       *ebpf.Program `ebpf:"shunt_to_overlay"`
 }
 
 func (p *overlaytcPrograms) Close() error {
 	return _OverlaytcClose(
 		p.ShuntFromOverlay,
+		p.ShuntFromOverlayWire,
 		p.ShuntToOverlay,
 	)
 }

@@ -142,6 +142,14 @@ func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOp
 	if err := d.loadBeside(spec, opts, flowsSize, &d.uplink); err != nil {
 		return err
 	}
+	// The overlay program that takes VXLAN off the wire, for the uplink
+	// program's tail call (shunt_overlay_wire in bpf/uplink_tc.c): the
+	// overlay program is loaded with every datapath, and the uplink
+	// program calls it only for the overlay's packets (a tunnel endpoint
+	// configured).
+	if err := d.uplink.ShuntOverlayWire.Put(uint32(0), d.overlay.ShuntFromOverlayWire); err != nil {
+		return fmt.Errorf("giving the uplink program the overlay's program for VXLAN off the wire (shunt_overlay_wire): %w", err)
+	}
 	d.masqExclude = mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue]{m: d.uplink.ShuntMasqExclude, name: "shunt_masq_exclude"}
 	d.dsrNodes = mirroredMap[uplinktcDsrNodeKey, uplinktcDsrNodeValue]{m: d.uplink.ShuntDsrNodes, name: "shunt_dsr_nodes"}
 	return nil

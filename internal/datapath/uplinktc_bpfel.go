@@ -166,6 +166,7 @@ const (
 	uplinktcMapShuntMasqNat           = "shunt_masq_nat"
 	uplinktcMapShuntMetrics           = "shunt_metrics"
 	uplinktcMapShuntNodeportNat       = "shunt_nodeport_nat"
+	uplinktcMapShuntOverlayWire       = "shunt_overlay_wire"
 	uplinktcMapShuntPolicy            = "shunt_policy"
 	uplinktcMapShuntProxyOrigins      = "shunt_proxy_origins"
 	uplinktcMapShuntRevnat            = "shunt_revnat"
@@ -252,6 +253,7 @@ type uplinktcMapSpecs struct {
 	ShuntMasqNat           *ebpf.MapSpec `ebpf:"shunt_masq_nat"`
 	ShuntMetrics           *ebpf.MapSpec `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.MapSpec `ebpf:"shunt_nodeport_nat"`
+	ShuntOverlayWire       *ebpf.MapSpec `ebpf:"shunt_overlay_wire"`
 	ShuntPolicy            *ebpf.MapSpec `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.MapSpec `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.MapSpec `ebpf:"shunt_revnat"`
@@ -312,6 +314,7 @@ type uplinktcMaps struct {
 	ShuntMasqNat           *ebpf.Map `ebpf:"shunt_masq_nat"`
 	ShuntMetrics           *ebpf.Map `ebpf:"shunt_metrics"`
 	ShuntNodeportNat       *ebpf.Map `ebpf:"shunt_nodeport_nat"`
+	ShuntOverlayWire       *ebpf.Map `ebpf:"shunt_overlay_wire"`
 	ShuntPolicy            *ebpf.Map `ebpf:"shunt_policy"`
 	ShuntProxyOrigins      *ebpf.Map `ebpf:"shunt_proxy_origins"`
 	ShuntRevnat            *ebpf.Map `ebpf:"shunt_revnat"`
@@ -340,6 +343,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntMasqNat,
 		m.ShuntMetrics,
 		m.ShuntNodeportNat,
+		m.ShuntOverlayWire,
 		m.ShuntPolicy,
 		m.ShuntProxyOrigins,
 		m.ShuntRevnat,
