@@ -29,8 +29,9 @@ var profileKinds = []struct {
 	name string
 	re   *regexp.Regexp
 }{
-	// The underlay bridge's netfilter hooks (br_netfilter): the switch
-	// every case's packets cross alike.
+	// A bridge's netfilter hooks (br_netfilter): flannel's cni0 in the
+	// kube-proxy cases' nodes. The underlay's bridge, the switch every
+	// case crosses alike, runs none (switchWithoutNetfilter).
 	{"bridge-netfilter", regexp.MustCompile(`^br_nf`)},
 	{"netfilter", regexp.MustCompile(`^(__)?(nf_|nft_|ipt_|ip6t_|xt_|iptable_|hash_conntrack|init_conntrack|ipv4_conntrack|tcp_packet)`)},
 	{"bpf", regexp.MustCompile(`^(__)?bpf_|^htab_|^__htab_|lookup_nulls_elem_raw|^trie_|^pcpu_freelist|^sk_psock|^sock_map|^sock_hash`)},
