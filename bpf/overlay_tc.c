@@ -163,6 +163,21 @@ struct vxlan_wire {
 #define VXLAN_OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr) + 8 + sizeof(struct ethhdr))
 #define VXLAN_FLAGS_VNI bpf_htonl(0x08000000)
 
+/* wire_nodeport_reply says whether the inner packet of w is a backend's
+ * reply that this node SNATed (lib/nodeport.h): TCP or UDP to its SNAT
+ * address with a reply entry. */
+static __always_inline bool wire_nodeport_reply(const struct vxlan_wire *w)
+{
+	if (!CONFIG.nodeport_snat_ip4 || w->inner.daddr != CONFIG.nodeport_snat_ip4 ||
+	    (w->inner.protocol != IPPROTO_TCP && w->inner.protocol != IPPROTO_UDP))
+		return false;
+	struct tc_nat_key k = { .saddr = w->inner.saddr, .daddr = w->inner.daddr, .sport = w->ports[0], .dport = w->ports[1],
+				.proto = w->inner.protocol };
+	struct nodeport_nat_value *v = bpf_map_lookup_elem(&shunt_nodeport_nat, &k);
+
+	return v && v->reply;
+}
+
 /* wire_takes says whether shunt_from_overlay_wire decapsulates the VXLAN
  * packet w (read from skb) itself, setting *vni. Only a plain one, whose
  * inner packet goes straight to a pod of this node:
@@ -180,7 +195,10 @@ struct vxlan_wire {
  *   inner packet with no options, no fragment, a TTL left;
  * - for a pod of this node, on no port the node proxy takes (lib/steer.h:
  *   a steered packet goes to the node's stack, which should see it come
- *   in through the VXLAN device, as its routes and rp_filter expect).
+ *   in through the VXLAN device, as its routes and rp_filter expect); or
+ *   a backend's TCP or UDP reply to a client outside that this node SNATed
+ *   to it (its reply entry in shunt_nodeport_nat: nodeport_reply sends it
+ *   back out of the uplink).
  * Everything else is left to the VXLAN device, as before. */
 static __always_inline bool wire_takes(struct __sk_buff *skb, struct vxlan_wire *w, __u32 *vni)
 {
@@ -196,8 +214,9 @@ static __always_inline bool wire_takes(struct __sk_buff *skb, struct vxlan_wire 
 	    w->inner.version != 4 || w->inner.ihl != 5 || (w->inner.frag_off & bpf_htons(IP_MF | IP_OFFSET)) ||
 	    w->inner.ttl <= 1)
 		return false;
+	*vni = bpf_ntohl(w->vni) >> 8;
 	if (!lookup_endpoint(w->inner.daddr))
-		return false;
+		return wire_nodeport_reply(w);
 	if (w->inner.protocol == IPPROTO_TCP) {
 		struct l7_redirect_key key = { .ip = w->inner.daddr, .port = w->ports[1], .proto = IPPROTO_TCP };
 		struct l7_redirect_value *r = bpf_map_lookup_elem(&shunt_l7_redirect, &key);
@@ -205,7 +224,6 @@ static __always_inline bool wire_takes(struct __sk_buff *skb, struct vxlan_wire 
 		if (r && r->proxy_ip != w->inner.daddr)
 			return false;
 	}
-	*vni = bpf_ntohl(w->vni) >> 8;
 	return true;
 }
 

@@ -208,8 +208,36 @@ func TestOverlayWire(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Forged: the inner source's node is not the outer source.
+	// A NodePort flow this node SNATed to a backend on the other node:
+	// the backend's reply comes back through the overlay, is taken off
+	// the wire and sent back to the client as from the NodePort.
+	if _, err := d.SyncServices([]services.Port{{Frontend: services.Frontend{VIP: npNode, Port: 30081, Proto: 6},
+		Kind: services.KindNodePort, Name: "remote", Backends: []services.Backend{{IP: npRemotePod, Port: 8080}}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, out := fromUplink(withChecksum(packet(npClient, npNode, 6, tcpSegment(40001, 30081, tcpSYN))))
+	snat := checkedTuple(t, out)
+	if snat.src != npSNAT || snat.dst != npRemotePod {
+		t.Fatalf("the client's SYN to the NodePort left as %+v; want SNATed from %s to %s", snat, npSNAT, npRemotePod)
+	}
+	reply := withChecksum(packet(npRemotePod, npSNAT, 6, tcpSegment(8080, snat.sport, tcpSYNACK)))
 	before := counts(t, d)
+	ret, out := fromUplink(vxlanFrame(npOtherNode, 301, reply))
+	if ret != tcActRedirect || len(out) != len(reply) {
+		t.Fatalf("the backend's reply through the overlay: verdict %d, %d bytes; want redirected out, %d bytes (decapsulated)", ret, len(out), len(reply))
+	}
+	if got, want := checkedTuple(t, out), (tuple{npNode, npClient, 30081, 40001}); got != want {
+		t.Errorf("the backend's reply left as %+v, want %+v", got, want)
+	}
+	counterDelta(t, d, before, map[string]uint64{"nodeport-reply/from-overlay": 1}, "nodeport-reply/from-overlay")
+	// Not a reply this node SNATed: left to the VXLAN device.
+	stray := vxlanFrame(npOtherNode, 301, withChecksum(packet(npRemotePod, npSNAT, 6, tcpSegment(8080, snat.sport+7, tcpSYNACK))))
+	if ret, out := fromUplink(stray); ret != tcActOK || !bytes.Equal(out, stray) {
+		t.Errorf("to the node's SNAT address with no reply entry: verdict %d, changed %v; want passed whole", ret, !bytes.Equal(out, stray))
+	}
+
+	// Forged: the inner source's node is not the outer source.
+	before = counts(t, d)
 	if ret, _ := fromUplink(vxlanFrame(netip.MustParseAddr("192.0.2.99"), 301, syn(npLocalPod, 8081))); ret != tcActShot {
 		t.Errorf("from a node that does not host the inner source: verdict %d, want dropped", ret)
 	}
