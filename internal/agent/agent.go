@@ -122,6 +122,10 @@ type Config struct {
 	// ConntrackSingleTable: the baseline conntrack of benchmarks, where new
 	// connections can evict established ones (datapath.Config).
 	ConntrackSingleTable bool
+	// OverlayDecapInDevice: the overlay's packets are decapsulated by the
+	// node's VXLAN device only, not taken off the wire in BPF
+	// (datapath.Config).
+	OverlayDecapInDevice bool
 	// ConntrackMax sizes the connection tables (datapath.Config): 0, the
 	// built-in datapath.DefaultConntrackMax entries.
 	ConntrackMax int

@@ -59,7 +59,8 @@ func (a *Agent) openNode(s *startup) error {
 		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, TunnelEndpoint: tunnelEndpoint(cfg, s.tunnelIf), NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodePort: s.nodePort, MaglevSize: maglevSize(cfg.MaglevTableSize),
 		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable, ConntrackMax: cfg.ConntrackMax,
-		Fallbacks: s.fallbacks})
+		OverlayDecapInDevice: cfg.OverlayDecapInDevice,
+		Fallbacks:            s.fallbacks})
 	if err != nil {
 		return err
 	}

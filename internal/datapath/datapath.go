@@ -98,6 +98,11 @@ type Config struct {
 	// then evicts established ones. Only a baseline for benchmarks and
 	// tests; a load-time constant.
 	ConntrackSingleTable bool
+	// OverlayDecapInDevice leaves the overlay's packets to the node's
+	// VXLAN device alone: the uplink program does not take them off the
+	// wire (shunt_from_overlay_wire). The benchmarks' baseline for that
+	// path, and a way back should it misbehave on some host.
+	OverlayDecapInDevice bool
 	// Masquerade, when set, loads the uplink programs (AttachUplink) that
 	// give pods' traffic to outside the cluster the node's address; nil:
 	// pods' traffic leaves with their own addresses.

@@ -98,18 +98,28 @@ func TestSideConfigIsTheSameStruct(t *testing.T) {
 // judges only the code a configuration leaves alive, so this is where a
 // program too big for its stack together is caught (the first version of
 // overlay_arrival was: "combined stack size of 2 calls is 528").
+//
+// The overlay's program for VXLAN off the wire is in the uplink program's
+// slot, unless Config.OverlayDecapInDevice leaves the VXLAN device alone.
 func TestUplinkLoadsWithEveryPartOn(t *testing.T) {
 	for _, mode := range []dpinfo.NodePortMode{dpinfo.NodePortSNAT, dpinfo.NodePortDSR, dpinfo.NodePortHybrid} {
 		for _, fallbacks := range []dpinfo.Fallbacks{nil, {dpinfo.FallbackNoGSODecap: true}} {
-			t.Run(string(mode)+fmt.Sprintf("/fallbacks=%v", fallbacks.List()), func(t *testing.T) {
-				openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: npSNAT,
-					TunnelEndpoint: netip.AddrPortFrom(npNode, ovPort),
-					ProxyMark:      ProxyMark{Magic: 0x5e000000, Mask: 0xff000000},
-					ProxySteer:     &ProxySteer{Listen: netip.AddrPortFrom(npSNAT, 15006), Mark: 0x5f000000, Table: 0x5f, Priority: 95},
-					Masquerade:     &Masquerade{Addr: npNode, Ports: dpinfo.DefaultMasqPorts},
-					NodePort:       &NodePort{UplinkIfindex: 1, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
-					MaglevSize:     16381, Fallbacks: fallbacks}, nil)
-			})
+			for _, inDevice := range []bool{false, true} {
+				t.Run(string(mode)+fmt.Sprintf("/fallbacks=%v/decap-in-device=%v", fallbacks.List(), inDevice), func(t *testing.T) {
+					d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: npSNAT,
+						TunnelEndpoint: netip.AddrPortFrom(npNode, ovPort),
+						ProxyMark:      ProxyMark{Magic: 0x5e000000, Mask: 0xff000000},
+						ProxySteer:     &ProxySteer{Listen: netip.AddrPortFrom(npSNAT, 15006), Mark: 0x5f000000, Table: 0x5f, Priority: 95},
+						Masquerade:     &Masquerade{Addr: npNode, Ports: dpinfo.DefaultMasqPorts},
+						NodePort:       &NodePort{UplinkIfindex: 1, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
+						MaglevSize:     16381, Fallbacks: fallbacks, OverlayDecapInDevice: inDevice}, nil)
+					var id uint32
+					err := d.uplink.ShuntOverlayWire.Lookup(uint32(0), &id)
+					if filled := err == nil; filled == inDevice {
+						t.Errorf("the uplink's slot for the overlay's wire program filled %v (%v), want %v", filled, err, !inDevice)
+					}
+				})
+			}
 		}
 	}
 }

@@ -146,9 +146,12 @@ func (d *Datapath) loadUplink(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOp
 	// program's tail call (shunt_overlay_wire in bpf/uplink_tc.c): the
 	// overlay program is loaded with every datapath, and the uplink
 	// program calls it only for the overlay's packets (a tunnel endpoint
-	// configured).
-	if err := d.uplink.ShuntOverlayWire.Put(uint32(0), d.overlay.ShuntFromOverlayWire); err != nil {
-		return fmt.Errorf("giving the uplink program the overlay's program for VXLAN off the wire (shunt_overlay_wire): %w", err)
+	// configured). Left empty, the call returns and the VXLAN device
+	// decapsulates (Config.OverlayDecapInDevice).
+	if !d.cfg.OverlayDecapInDevice {
+		if err := d.uplink.ShuntOverlayWire.Put(uint32(0), d.overlay.ShuntFromOverlayWire); err != nil {
+			return fmt.Errorf("giving the uplink program the overlay's program for VXLAN off the wire (shunt_overlay_wire): %w", err)
+		}
 	}
 	d.masqExclude = mirroredMap[podtcIpcacheKey, uplinktcMasqExcludeValue]{m: d.uplink.ShuntMasqExclude, name: "shunt_masq_exclude"}
 	d.dsrNodes = mirroredMap[uplinktcDsrNodeKey, uplinktcDsrNodeValue]{m: d.uplink.ShuntDsrNodes, name: "shunt_dsr_nodes"}

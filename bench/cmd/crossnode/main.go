@@ -177,6 +177,9 @@ type bench struct {
 	// nodes' and the external host's) crosses a delay line
 	// (bench/internal/delayline) with this one-way latency; 0: none.
 	linkDelay time.Duration
+	// overlayDecapInDevice (-overlay-decap-in-device): shunt-vxlan's
+	// agents decapsulate in the VXLAN device only.
+	overlayDecapInDevice bool
 	// profile (-profile): every measured new-connections run is also
 	// recorded by perf, machine-wide, and its CPU sorted by kind of work
 	// (profile.go).
@@ -207,6 +210,7 @@ func main() {
 		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
 		measure  = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
 		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
+		inDevice = flag.Bool("overlay-decap-in-device", false, "shunt-vxlan's agents leave the overlay's packets to the VXLAN device (--overlay-decap-in-device): the baseline of the uplink's decapsulation in BPF")
 		profile  = flag.Bool("profile", false, "record each measured new-connections run with perf (whole machine, 1 s in to 1 s before its end) and log its CPU by kind of work: netfilter, bpf, vxlan, the underlay bridge's netfilter, idle, other (perf-*.data and profile-shares.tsv in -out)")
 		delay    = flag.Duration("link-delay", 0, "one-way latency of every link to an underlay bridge (nodes and external host), by a delay line in user space (this kernel has no netem): a network where a hop costs time, as DSR's saved hop needs to show; 0: none")
 	)
@@ -222,7 +226,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, profile: *profile, cases: map[string]*caseNet{}}
+	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, profile: *profile, overlayDecapInDevice: *inDevice, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -699,6 +703,8 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 	routing, letter, prefix := []string{"--tunnel", "vxlan"}, "s", ""
 	if c == native {
 		routing, letter, prefix = []string{"--routing", "native"}, "r", "native-"
+	} else if b.overlayDecapInDevice {
+		routing = append(routing, "--overlay-decap-in-device")
 	}
 	if b.nodeport {
 		// Pods route only the cluster's addresses unless the node
