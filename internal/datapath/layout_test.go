@@ -38,8 +38,11 @@ func TestLayoutOfThisBuild(t *testing.T) {
 			layouts[name] = l
 		}
 	}
+	// Not pinned: the flows' ring buffer (sized at start), the socket
+	// destroyer's run list, the uplink's tail call slot (filled at load).
+	unpinned := []string{"shunt_flows", "shunt_gone_backends", "shunt_overlay_wire"}
 	for _, md := range mapTable {
-		if _, ok := layouts[md.name]; !ok && md.name != "shunt_flows" && md.name != "shunt_gone_backends" {
+		if _, ok := layouts[md.name]; !ok && !slices.Contains(unpinned, md.name) {
 			t.Errorf("pinned map %s has no layout", md.name)
 		}
 	}
