@@ -10,9 +10,9 @@ import (
 
 // The overlay's own endpoint, the node's underlay address and the VXLAN
 // UDP port, belongs to the overlay: the uplink program hands every UDP
-// packet to it to the node's VXLAN device at its first look
-// (bpf/uplink_tc.c, overlay_arrival), before any Service frontend is
-// matched. A frontend there (UDP, that address, that port) is therefore
+// packet to it to the overlay at its first look (bpf/uplink_tc.c,
+// overlay_arrival: the overlay program off the wire, else the node's VXLAN
+// device), before any Service frontend is matched. A frontend there (UDP, that address, that port) is therefore
 // never served, and these issues say so for the object that asks for
 // one. The same frontend at the node's other addresses is served.
 
