@@ -209,12 +209,20 @@ func TestServiceAffinity(t *testing.T) {
 	})
 }
 
+// The first endpoint's conditions in the hand-written slices below: ready,
+// then terminating as the EndpointSlice controller writes a terminating
+// pod (not ready, still serving; kube-proxy, like shunt, goes by ready).
+const (
+	endpointReady       = "{ready: true, terminating: false}"
+	endpointTerminating = "{ready: false, serving: true, terminating: true}"
+)
+
 func TestServiceEndpointChangesKeepConnections(t *testing.T) {
 	inBothSources(t, func(t *testing.T, startLab labStarter) {
 		l := startLab(servicesManifest)
 		dir := t.TempDir()
 		ip1, ip2 := l.podIP("web-1"), l.podIP("web-2")
-		slice := func(name, terminating1 string, withSecond bool) string {
+		slice := func(name, conditions1 string, withSecond bool) string {
 			p := filepath.Join(dir, name)
 			doc := `apiVersion: v1
 kind: Service
@@ -229,7 +237,7 @@ addressType: IPv4
 ports: [{name: api, port: 8080}]
 endpoints:
 - addresses: [` + ip1 + `]
-  conditions: {ready: true, terminating: ` + terminating1 + `}
+  conditions: ` + conditions1 + `
 `
 			if withSecond {
 				doc += `---
@@ -245,7 +253,7 @@ endpoints:
 			os.WriteFile(p, []byte(doc), 0o644)
 			return p
 		}
-		l.apply(slice("one.yaml", "false", false))
+		l.apply(slice("one.yaml", endpointReady, false))
 		vip := l.clusterIP("manual")
 		if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-1"] != 10 {
 			t.Fatalf("one endpoint: %v", got)
@@ -256,11 +264,11 @@ endpoints:
 
 		// Scale up, then mark the first endpoint terminating: new connections
 		// go to web-2 only.
-		l.apply(slice("two.yaml", "false", true))
+		l.apply(slice("two.yaml", endpointReady, true))
 		if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "20")); got["web-1"] == 0 || got["web-2"] == 0 {
 			t.Errorf("scaled to two endpoints: %v", got)
 		}
-		l.apply(slice("term.yaml", "true", true))
+		l.apply(slice("term.yaml", endpointTerminating, true))
 		if got := peers(l.probeJSON("client", "--tcp", vip+":80", "--count", "10")); got["web-2"] != 10 {
 			t.Errorf("web-1 terminating: new connections %v, want all on web-2", got)
 		}
@@ -270,7 +278,7 @@ endpoints:
 
 		// A service deleted while a connection runs leaves the connection running.
 		held, heldOut = l.holdConnection("client", vip+":80", "2s")
-		l.delete(slice("term.yaml", "true", true))
+		l.delete(slice("term.yaml", endpointTerminating, true))
 		if err := held.Wait(); err != nil {
 			t.Errorf("held connection broke when its service was deleted: %v\n%s", err, heldOut)
 		}
