@@ -217,14 +217,7 @@ static __always_inline bool wire_takes(struct __sk_buff *skb, struct vxlan_wire 
 	*vni = bpf_ntohl(w->vni) >> 8;
 	if (!lookup_endpoint(w->inner.daddr))
 		return wire_nodeport_reply(w);
-	if (w->inner.protocol == IPPROTO_TCP) {
-		struct l7_redirect_key key = { .ip = w->inner.daddr, .port = w->ports[1], .proto = IPPROTO_TCP };
-		struct l7_redirect_value *r = bpf_map_lookup_elem(&shunt_l7_redirect, &key);
-
-		if (r && r->proxy_ip != w->inner.daddr)
-			return false;
-	}
-	return true;
+	return w->inner.protocol != IPPROTO_TCP || !steer_port(w->inner.daddr, w->ports[1]);
 }
 
 /* shunt_from_overlay_wire: the overlay's packets for this node's tunnel

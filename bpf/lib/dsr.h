@@ -256,7 +256,7 @@ static __always_inline int dsr_decap(struct __sk_buff *skb, const volatile struc
 	    bpf_skb_load_bytes(skb, ETH_HLEN, &o, sizeof(o)) < 0)
 		return 0;
 	if (o.ip.protocol != IPPROTO_IPIP || o.ip.daddr != cfg->nodeport_dsr_ip4 || o.ip.ihl != DSR_OUTER_LEN / 4 ||
-	    o.opt.type != DSR_OPT_TYPE || o.opt.len != sizeof(o.opt) || (o.ip.frag_off & bpf_htons(0x2000 | IP_OFFSET)))
+	    o.opt.type != DSR_OPT_TYPE || o.opt.len != sizeof(o.opt) || (o.ip.frag_off & bpf_htons(IP_MF | IP_OFFSET)))
 		return 0;
 	node.addr = o.ip.saddr;
 	if (!bpf_map_lookup_elem(&shunt_dsr_nodes, &node)) {

@@ -30,17 +30,22 @@
 #include "proxy.h"
 #include "tc_nat.h"
 
+/* steer_port says whether TCP to daddr:dport (network byte order) goes to
+ * a local pod's port the node proxy takes (steer_wanted). */
+static __always_inline bool steer_port(__u32 daddr, __u16 dport)
+{
+	struct l7_redirect_key key = { .ip = daddr, .port = dport, .proto = IPPROTO_TCP };
+	struct l7_redirect_value *r = bpf_map_lookup_elem(&shunt_l7_redirect, &key);
+
+	return r && r->proxy_ip != daddr;
+}
+
 /* steer_wanted says whether f goes to a local pod's port the node proxy
  * takes: an L7 redirect to a proxy that is not the pod's own (a pod's own
  * inbound proxy listens at the pod's address). */
 static __always_inline bool steer_wanted(struct flow *f)
 {
-	if (f->proto != IPPROTO_TCP || !f->has_ports)
-		return false;
-	struct l7_redirect_key key = { .ip = f->daddr, .port = f->dport, .proto = IPPROTO_TCP };
-	struct l7_redirect_value *r = bpf_map_lookup_elem(&shunt_l7_redirect, &key);
-
-	return r && r->proxy_ip != f->daddr;
+	return f->proto == IPPROTO_TCP && f->has_ports && steer_port(f->daddr, f->dport);
 }
 
 /* steer_socket finds the socket a steered packet goes to: the

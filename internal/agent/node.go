@@ -56,7 +56,7 @@ func (a *Agent) openNode(s *startup) error {
 	}
 	mark := DefaultProxyMark
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, TunnelEndpoint: tunnelEndpoint(cfg, s.tunnelIf), NativeIfindex: s.nativeIf, Masquerade: s.masq,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, TunnelEndpoint: tunnelEndpoint(cfg), NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodePort: s.nodePort, MaglevSize: maglevSize(cfg.MaglevTableSize),
 		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable, ConntrackMax: cfg.ConntrackMax,
 		OverlayDecapInDevice: cfg.OverlayDecapInDevice,
@@ -193,9 +193,10 @@ func ensureTunnel(cfg Config, mode datapath.Mode) (int, error) {
 }
 
 // tunnelEndpoint is where other nodes' VXLAN packets reach this node
-// (the zero value without the overlay): ensureTunnel's address and port.
-func tunnelEndpoint(cfg Config, tunnelIf int) netip.AddrPort {
-	if tunnelIf == 0 {
+// (the zero value without the overlay): ensureTunnel's address and port,
+// on a node it let start.
+func tunnelEndpoint(cfg Config) netip.AddrPort {
+	if cfg.Tunnel != TunnelVXLAN || !cfg.Underlay.IsValid() {
 		return netip.AddrPort{}
 	}
 	return netip.AddrPortFrom(cfg.Underlay, VXLANPort)

@@ -69,15 +69,15 @@ func (a *Agent) dsrUnavailable() string {
 	return "this node has no routing between nodes: DSR needs --routing native or --tunnel vxlan (it sends a flow to its backend's node)"
 }
 
-// overlayEndpoint is the node's overlay endpoint (ensureTunnel's address
-// and port), whose UDP is the overlay's, never a frontend's, where shunt
-// serves the frontends from outside (services.TunnelPortIssues); the
-// zero value otherwise.
+// overlayEndpoint is the node's overlay endpoint (tunnelEndpoint), whose
+// UDP is the overlay's, never a frontend's, where shunt serves the
+// frontends from outside (services.TunnelPortIssues); the zero value
+// otherwise.
 func (a *Agent) overlayEndpoint() netip.AddrPort {
-	if a.cfg.LeaveExternalToKubeProxy || a.cfg.Tunnel != TunnelVXLAN || !a.cfg.Underlay.IsValid() {
+	if a.cfg.LeaveExternalToKubeProxy {
 		return netip.AddrPort{}
 	}
-	return netip.AddrPortFrom(a.cfg.Underlay, VXLANPort)
+	return tunnelEndpoint(a.cfg)
 }
 
 // podsDefaultRoute says whether pods route everything through their node
