@@ -53,3 +53,26 @@ func TestNodeLifecycleArgs(t *testing.T) {
 		})
 	}
 }
+
+// A CRD created a moment before has no status yet: not established, and
+// no error (kubectl wait failed on exactly this).
+func TestCRDEstablished(t *testing.T) {
+	for name, tc := range map[string]struct {
+		crd  map[string]any
+		want bool
+	}{
+		"no status":     {map[string]any{"metadata": map[string]any{"name": "a"}}, false},
+		"no conditions": {map[string]any{"status": map[string]any{}}, false},
+		"names accepted only": {map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "NamesAccepted", "status": "True"}}}}, false},
+		"established false": {map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "Established", "status": "False"}}}}, false},
+		"established": {map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "NamesAccepted", "status": "True"},
+			map[string]any{"type": "Established", "status": "True"}}}}, true},
+	} {
+		if got := crdEstablished(tc.crd); got != tc.want {
+			t.Errorf("%s: crdEstablished = %v, want %v", name, got, tc.want)
+		}
+	}
+}

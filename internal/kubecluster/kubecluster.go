@@ -34,6 +34,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -590,7 +594,52 @@ func (c *Cluster) Apply(ctx context.Context, manifests io.Reader, paths ...strin
 			return err
 		}
 	}
-	return kubectl(nil, "wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+	return c.WaitCRDsEstablished(ctx)
+}
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// WaitCRDsEstablished waits (up to a minute) until every
+// CustomResourceDefinition of the cluster has condition Established=True.
+// Not `kubectl wait --for condition=established crd --all`: that fails at
+// once, instead of waiting, on a CRD created a moment before whose status
+// has no conditions yet (".status.conditions accessor error: <nil>").
+func (c *Cluster) WaitCRDsEstablished(ctx context.Context) error {
+	client, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	var waiting []string
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := client.Resource(crdResource).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil // the API server may be settling; the timeout says when to stop
+		}
+		waiting = waiting[:0]
+		for _, crd := range list.Items {
+			if !crdEstablished(crd.Object) {
+				waiting = append(waiting, crd.GetName())
+			}
+		}
+		return len(waiting) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("custom resource definitions not established after a minute: %s: %w", strings.Join(waiting, ", "), err)
+	}
+	return nil
+}
+
+// crdEstablished reads status.conditions[type=Established].status of a
+// CustomResourceDefinition; a missing status is not established yet.
+func crdEstablished(crd map[string]any) bool {
+	conditions, _, _ := unstructured.NestedSlice(crd, "status", "conditions")
+	for _, c := range conditions {
+		cond, _ := c.(map[string]any)
+		if cond["type"] == "Established" {
+			return cond["status"] == "True"
+		}
+	}
+	return false
 }
 
 // StopAPIServer stops the API server alone (etcd and the controller-manager

@@ -201,13 +201,8 @@ func (b *bench) run(scales []string, reps, changes int) error {
 		return err
 	}
 	// shunt's CRDs, as an operator installs them first.
-	for _, args := range [][]string{
-		{"apply", "-f", "deploy/crds/"},
-		{"wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"},
-	} {
-		if err := sh(b.kc.Kubectl(), append([]string{"--kubeconfig", b.kc.Kubeconfig}, args...)...); err != nil {
-			return err
-		}
+	if err := b.kc.Apply(ctx, nil, "deploy/crds/"); err != nil {
+		return err
 	}
 	if err := b.createPolicies(ctx); err != nil {
 		return err
