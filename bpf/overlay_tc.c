@@ -146,22 +146,14 @@ int shunt_from_overlay(struct __sk_buff *skb)
 }
 
 /* VXLAN as it arrives (RFC 7348), after the outer Ethernet header: what
- * shunt_from_overlay_wire reads before it decides. */
+ * shunt_from_overlay_wire reads before it decides. What comes off is
+ * lib/encap.h's struct vxlan_outer; the outer Ethernet header stays (it
+ * is the node's frame). */
 struct vxlan_wire {
-	struct iphdr outer;
-	struct udphdr udp;
-	__be32 flags; /* I (0x08) in the first byte, the rest reserved */
-	__be32 vni;   /* the VNI in the first 24 bits, 8 reserved */
-	struct ethhdr eth;
+	struct vxlan_outer h;
 	struct iphdr inner;
 	__be16 ports[2]; /* the inner packet's first four L4 bytes */
 } __attribute__((packed));
-
-/* What comes off: outer IPv4 (no options), UDP, VXLAN and the inner
- * Ethernet header; the outer Ethernet header stays (it is the node's
- * frame). VXLANOverhead in Go. */
-#define VXLAN_OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr) + 8 + sizeof(struct ethhdr))
-#define VXLAN_FLAGS_VNI bpf_htonl(0x08000000)
 
 /* wire_nodeport_reply says whether the inner packet of w is a backend's
  * reply that this node SNATed (lib/nodeport.h): TCP or UDP to its SNAT
@@ -204,17 +196,17 @@ static __always_inline bool wire_takes(struct __sk_buff *skb, struct vxlan_wire 
 {
 	if (skb->gso_size || bpf_skb_load_bytes(skb, ETH_HLEN, w, sizeof(*w)) < 0)
 		return false;
-	if (w->outer.ihl != 5 || (w->outer.frag_off & bpf_htons(IP_MF | IP_OFFSET)) ||
-	    (w->outer.tos & INET_ECN_MASK) == INET_ECN_CE ||
-	    csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)(void *)w, sizeof(w->outer), 0)) /* outer first */ ||
-	    bpf_ntohs(w->outer.tot_len) != skb->len - ETH_HLEN ||
-	    bpf_ntohs(w->udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr))
+	if (w->h.ip.ihl != 5 || (w->h.ip.frag_off & bpf_htons(IP_MF | IP_OFFSET)) ||
+	    (w->h.ip.tos & INET_ECN_MASK) == INET_ECN_CE ||
+	    csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)(void *)w, sizeof(w->h.ip), 0)) /* outer first */ ||
+	    bpf_ntohs(w->h.ip.tot_len) != skb->len - ETH_HLEN ||
+	    bpf_ntohs(w->h.udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr))
 		return false;
-	if (w->flags != VXLAN_FLAGS_VNI || (w->vni & bpf_htonl(0xff)) || w->eth.h_proto != bpf_htons(ETH_P_IP) ||
+	if (w->h.flags != VXLAN_FLAGS_VNI || (w->h.vni & bpf_htonl(0xff)) || w->h.eth.h_proto != bpf_htons(ETH_P_IP) ||
 	    w->inner.version != 4 || w->inner.ihl != 5 || (w->inner.frag_off & bpf_htons(IP_MF | IP_OFFSET)) ||
 	    w->inner.ttl <= 1)
 		return false;
-	*vni = bpf_ntohl(w->vni) >> 8;
+	*vni = bpf_ntohl(w->h.vni) >> 8;
 	if (!lookup_endpoint(w->inner.daddr))
 		return wire_nodeport_reply(w);
 	return w->inner.protocol != IPPROTO_TCP || !steer_port(w->inner.daddr, w->ports[1]);
@@ -237,7 +229,7 @@ int shunt_from_overlay_wire(struct __sk_buff *skb)
 
 	if (!wire_takes(skb, &w, &vni))
 		return TC_ACT_OK;
-	outer_saddr = w.outer.saddr;
+	outer_saddr = w.h.ip.saddr;
 	if (bpf_skb_adjust_room(skb, -(__s32)VXLAN_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0) {
 		count(SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_FROM_OVERLAY, skb->len);
 		return TC_ACT_SHOT;

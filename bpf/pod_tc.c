@@ -161,6 +161,8 @@ static __always_inline int to_tunnel(struct __sk_buff *skb, struct pkt *p, __u32
 	int verdict = forward_hop(skb, p);
 	if (verdict >= 0)
 		return verdict;
+	if (!tunnel_identity_ok(p->src_identity))
+		return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
 	__u32 reason = encap_to_node(skb, &CONFIG, tunnel_ip4, p->src_identity);
 	if (reason)
 		return drop(skb, p, reason);

@@ -86,6 +86,11 @@ struct shunt_config {
 	__u32 tunnel_local_ip4;
 	__u16 tunnel_port;
 	__u16 pad_tunnel;
+	/* The underlay interface, which holds tunnel_local_ip4: packets for
+	 * other nodes' pods are encapsulated in BPF and leave out of it
+	 * (lib/encap.h: encap_in_bpf). 0: the VXLAN device encapsulates
+	 * them. */
+	__u32 tunnel_uplink_ifindex;
 };
 
 /* How a flow from outside reaches a backend on another node

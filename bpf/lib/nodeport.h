@@ -532,19 +532,13 @@ static __always_inline int nodeport_to_node(struct __sk_buff *skb, struct pkt *p
 					    __u32 tunnel_ip4)
 {
 	if (cfg->tunnel_ifindex) {
-		struct bpf_tunnel_key key = {
-			.tunnel_id = SHUNT_ID_REMOTE_NODE,
-			.remote_ipv4 = bpf_ntohl(tunnel_ip4),
-			.tunnel_ttl = TUNNEL_TTL,
-		};
 		int verdict = forward_hop(skb, p);
 
 		if (verdict >= 0)
 			return verdict;
-		if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), 0) < 0)
-			return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
-		if (bpf_redirect(cfg->tunnel_ifindex, 0) != TC_ACT_REDIRECT)
-			return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
+		__u32 reason = encap_to_node(skb, cfg, tunnel_ip4, SHUNT_ID_REMOTE_NODE);
+		if (reason)
+			return drop(skb, p, reason);
 		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);
 		return TC_ACT_REDIRECT;
 	}

@@ -74,6 +74,14 @@ type Config struct {
 	// value: it tries them (what they do with them is the same). A
 	// load-time constant.
 	TunnelEndpoint netip.AddrPort
+	// TunnelUnderlayIfindex is the interface holding TunnelEndpoint's
+	// address (UplinkOf): packets for other nodes' pods are encapsulated
+	// in BPF, from the endpoint, and leave out of it
+	// (bpf/lib/encap.h, encap_in_bpf). 0: the VXLAN device encapsulates
+	// them (shuntd --overlay-encap-in-device: the benchmarks' baseline for
+	// that path, and a way back should it misbehave on some host). A
+	// load-time constant.
+	TunnelUnderlayIfindex int
 	// NodeIP is the node's address on the pod network (pods' gateway):
 	// the source of the ICMP errors the programs answer themselves, as the
 	// host stack would (with the overlay: "fragmentation needed" for a
@@ -214,6 +222,10 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 		return nil, errors.New("the overlay (a tunnel interface index) needs the node's address on the pod network (Config.NodeIP, " +
 			"pods' gateway): it is the source of the ICMP \"fragmentation needed\" a packet too big for the tunnel is answered with")
 	}
+	if cfg.TunnelUnderlayIfindex < 0 || (cfg.TunnelUnderlayIfindex != 0 && !cfg.TunnelEndpoint.IsValid()) {
+		return nil, fmt.Errorf("tunnel underlay interface index %d: give the ifindex of the interface holding the tunnel endpoint's address (UplinkOf), "+
+			"with the endpoint (Config.TunnelEndpoint), or 0 to leave the encapsulation to the VXLAN device", cfg.TunnelUnderlayIfindex)
+	}
 	if ep := cfg.TunnelEndpoint; ep.IsValid() {
 		if cfg.TunnelIfindex == 0 || !ep.Addr().Is4() || ep.Addr().IsUnspecified() || ep.Port() == 0 {
 			return nil, fmt.Errorf("tunnel endpoint %s: give the node's IPv4 underlay address and VXLAN port EnsureVXLAN was given, with the tunnel interface index", ep)
@@ -228,6 +240,7 @@ func open(cfg Config, change func(*ebpf.CollectionSpec)) (_ *Datapath, err error
 	}
 	if ep := cfg.TunnelEndpoint; ep.IsValid() {
 		tcConfig.TunnelLocalIp4, tcConfig.TunnelPort = be32(ep.Addr()), be16(ep.Port())
+		tcConfig.TunnelUplinkIfindex = uint32(cfg.TunnelUnderlayIfindex)
 	}
 	if ps := cfg.ProxySteer; ps != nil {
 		if err := ps.check(cfg.ProxyMark); err != nil {

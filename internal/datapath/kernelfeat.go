@@ -40,13 +40,14 @@ var helperSince = map[asm.BuiltinFunc]string{
 	asm.FnRedirect:           "4.4",
 	asm.FnSkbLoadBytes:       "4.5",
 	asm.FnSetHashInvalid:     "4.9",
+	asm.FnGetHashRecalc:      "4.8",
 	asm.FnCsumDiff:           "4.6",
 	asm.FnSkbChangeType:      "4.8",
 	asm.FnSkbChangeTail:      "4.9",
 	asm.FnSkbPullData:        "4.9",
 	asm.FnGetSocketCookie:    "4.12",
 	asm.FnSockOpsCbFlagsSet:  "4.16",
-	asm.FnSkbAdjustRoom:      "4.13", // DSR (lib/dsr.h); ENCAP_L3_IPV4 is 5.2, DECAP_L3_IPV4 6.3 (before, non-GSO packets only)
+	asm.FnSkbAdjustRoom:      "4.13", // DSR (lib/dsr.h); ENCAP_L3_IPV4 is 5.2, DECAP_L3_IPV4 6.3 (before, non-GSO packets only), ENCAP_L2_ETH 5.13 (the overlay's encapsulation; before, the device's)
 	asm.FnFibLookup:          "4.18",
 	asm.FnGetCurrentCgroupId: "4.18",
 	asm.FnSockHashUpdate:     "4.18",

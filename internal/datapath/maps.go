@@ -187,6 +187,11 @@ var mapTable = []mapDesc{
 		of:    func(d *Datapath) *ebpf.Map { return d.uplink.ShuntOverlayWire },
 	},
 	{
+		name:  "shunt_encap_scratch",
+		about: "per CPU room for the overlay's encapsulation in BPF: route lookup, headers, tunnel key (one per object that encapsulates, not pinned, no state between packets)",
+		of:    func(d *Datapath) *ebpf.Map { return d.objs.ShuntEncapScratch },
+	},
+	{
 		name:  "shunt_services",
 		about: "service ports: (VIP, port, protocol, slot) -> slot 0: the service, slot n: its n-th backend",
 		of:    func(d *Datapath) *ebpf.Map { return d.sockAddr.ShuntServices },

@@ -88,7 +88,7 @@ func TestMapTableMatchesKernel(t *testing.T) {
 		if mi.About != md.about || mi.Dumpable != (md.dump != nil) {
 			t.Errorf("%s listed as %+v", md.name, mi)
 		}
-		if want := md.name != "shunt_flows" && md.name != "shunt_gone_backends"; mi.Pinned != want {
+		if want := !slices.Contains(unpinnedMaps, md.name); mi.Pinned != want {
 			t.Errorf("%s: pinned %v, want %v", md.name, mi.Pinned, want)
 		}
 		if md.dump != nil {

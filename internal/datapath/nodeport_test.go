@@ -66,8 +66,10 @@ func nodePortTestNodeWith(t *testing.T, maglevSize int, mode dpinfo.NodePortMode
 
 // nodePortTestNodeRouted is nodePortTestNodeWith with the VXLAN overlay
 // (tunnel: a collect-metadata VXLAN device on the uplink's address and
-// ovPort, MTU fragTunnelMTU, the pods' MTU) instead of native routing.
-func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks, tunnel bool) (d *Datapath, ns string, uplink int) {
+// ovPort, MTU fragTunnelMTU, the pods' MTU) instead of native routing,
+// the configuration changed by adjust before the datapath opens.
+func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMode, fallbacks dpinfo.Fallbacks, tunnel bool,
+	adjust ...func(*Config)) (d *Datapath, ns string, uplink int) {
 	requireBPF(t)
 	var vx int
 	ns, peer := testNetns(t), testNetns(t)
@@ -102,6 +104,9 @@ func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMo
 	if tunnel {
 		cfg.NativeIfindex, cfg.TunnelIfindex, cfg.NodeIP = 0, vx, npSNAT
 		cfg.TunnelEndpoint = netip.AddrPortFrom(npNode, ovPort) // as the agent gives it
+	}
+	for _, f := range adjust {
+		f(&cfg)
 	}
 	d = openConfiguredDatapath(t, cfg, nil)
 	return d, ns, uplink

@@ -107,12 +107,12 @@ func TestUplinkLoadsWithEveryPartOn(t *testing.T) {
 			for _, inDevice := range []bool{false, true} {
 				t.Run(string(mode)+fmt.Sprintf("/fallbacks=%v/decap-in-device=%v", fallbacks.List(), inDevice), func(t *testing.T) {
 					d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: npSNAT,
-						TunnelEndpoint: netip.AddrPortFrom(npNode, ovPort),
-						ProxyMark:      ProxyMark{Magic: 0x5e000000, Mask: 0xff000000},
-						ProxySteer:     &ProxySteer{Listen: netip.AddrPortFrom(npSNAT, 15006), Mark: 0x5f000000, Table: 0x5f, Priority: 95},
-						Masquerade:     &Masquerade{Addr: npNode, Ports: dpinfo.DefaultMasqPorts},
-						NodePort:       &NodePort{UplinkIfindex: 1, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
-						MaglevSize:     16381, Fallbacks: fallbacks, OverlayDecapInDevice: inDevice}, nil)
+						TunnelEndpoint: netip.AddrPortFrom(npNode, ovPort), TunnelUnderlayIfindex: 1,
+						ProxyMark:  ProxyMark{Magic: 0x5e000000, Mask: 0xff000000},
+						ProxySteer: &ProxySteer{Listen: netip.AddrPortFrom(npSNAT, 15006), Mark: 0x5f000000, Table: 0x5f, Priority: 95},
+						Masquerade: &Masquerade{Addr: npNode, Ports: dpinfo.DefaultMasqPorts},
+						NodePort:   &NodePort{UplinkIfindex: 1, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
+						MaglevSize: 16381, Fallbacks: fallbacks, OverlayDecapInDevice: inDevice}, nil)
 					var id uint32
 					err := d.uplink.ShuntOverlayWire.Lookup(uint32(0), &id)
 					if filled := err == nil; filled == inDevice {

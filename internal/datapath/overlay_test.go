@@ -87,21 +87,20 @@ func TestOverlayTwoNodes(t *testing.T) {
 	}
 }
 
-// vxlanRxPackets is what node n's VXLAN device has received.
-func vxlanRxPackets(t *testing.T, n *ovNode) uint64 {
+// vxlanPackets is what node n's VXLAN device has received and sent.
+func vxlanPackets(t *testing.T, n *ovNode) (rx, tx uint64) {
 	t.Helper()
-	var rx uint64
 	if err := netnsrun.Do(n.netns, func() error {
 		l, err := netlink.LinkByIndex(n.vxIfindex)
 		if err != nil {
 			return err
 		}
-		rx = l.Attrs().Statistics.RxPackets
+		rx, tx = l.Attrs().Statistics.RxPackets, l.Attrs().Statistics.TxPackets
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return rx
+	return rx, tx
 }
 
 func testOverlayTwoNodes(t *testing.T, mode Mode, wire bool) {
@@ -119,11 +118,19 @@ func testOverlayTwoNodes(t *testing.T, mode Mode, wire bool) {
 
 	t.Run("ping and TCP across the overlay", func(t *testing.T) {
 		beforeA, beforeB := counts(t, a.d), counts(t, b.d)
-		rx := vxlanRxPackets(t, b)
+		_, txA := vxlanPackets(t, a)
+		rxB, _ := vxlanPackets(t, b)
 		if err := ping(a.pod, b.pod.PodIP); err != nil {
 			t.Fatalf("ping %s from pod A: %v", b.pod.PodIP, err)
 		}
-		if rx = vxlanRxPackets(t, b) - rx; (rx == 0) != wire {
+		// Off the wire, BPF builds and takes the encapsulation on both
+		// sides: neither device sees the ping.
+		_, txA2 := vxlanPackets(t, a)
+		rxB2, _ := vxlanPackets(t, b)
+		if tx := txA2 - txA; (tx == 0) != wire {
+			t.Errorf("A's VXLAN device sent %d packets for the ping; want none off the wire (A's pod program encapsulated it), some without", tx)
+		}
+		if rx := rxB2 - rxB; (rx == 0) != wire {
 			t.Errorf("B's VXLAN device received %d packets for the ping; want none off the wire (B's uplink took it), some without", rx)
 		}
 		if err := tcpEcho(a.pod, netip.AddrPortFrom(b.pod.PodIP, ovEchoPort), 256<<10); err != nil {
@@ -359,7 +366,12 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native, wire boo
 				if uplink, ulIndex, err = UplinkOf(underlay); err != nil {
 					return err
 				}
-				cfg.TunnelEndpoint = netip.AddrPortFrom(underlay, ovPort)
+				cfg.TunnelEndpoint, cfg.TunnelUnderlayIfindex = netip.AddrPortFrom(underlay, ovPort), ulIndex
+				// As the agent does (enableUplinkForwarding): bpf_fib_lookup
+				// routes nothing out of a device that does not forward.
+				if out, err := exec.Command("sysctl", "-qw", "net.ipv4.conf."+uplink+".forwarding=1").CombinedOutput(); err != nil {
+					return fmt.Errorf("enabling forwarding on %s: %v: %s", uplink, err, out)
+				}
 				cfg.NodePort = &NodePort{UplinkIfindex: ulIndex, SNATAddr: node.NodeIP, Ports: npPorts, Mode: dpinfo.NodePortSNAT}
 			}
 		}

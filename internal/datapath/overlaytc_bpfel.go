@@ -14,27 +14,28 @@ import (
 )
 
 type overlaytcShuntConfig struct {
-	_               structs.HostLayout
-	FwdMode         uint32
-	ProxyMarkMagic  uint32
-	ProxyMarkMask   uint32
-	TunnelIfindex   uint32
-	NativeIfindex   uint32
-	CtSingleTable   uint32
-	NodeIp4         uint32
-	UplinkIfindex   uint32
-	NodeportSnatIp4 uint32
-	NodeportPortMin uint16
-	NodeportPortMax uint16
-	ProxySteerIp4   uint32
-	ProxySteerPort  uint16
-	PadSteer        uint16
-	ProxySteerMark  uint32
-	NodeportDsrIp4  uint32
-	NodeportMode    uint32
-	TunnelLocalIp4  uint32
-	TunnelPort      uint16
-	PadTunnel       uint16
+	_                   structs.HostLayout
+	FwdMode             uint32
+	ProxyMarkMagic      uint32
+	ProxyMarkMask       uint32
+	TunnelIfindex       uint32
+	NativeIfindex       uint32
+	CtSingleTable       uint32
+	NodeIp4             uint32
+	UplinkIfindex       uint32
+	NodeportSnatIp4     uint32
+	NodeportPortMin     uint16
+	NodeportPortMax     uint16
+	ProxySteerIp4       uint32
+	ProxySteerPort      uint16
+	PadSteer            uint16
+	ProxySteerMark      uint32
+	NodeportDsrIp4      uint32
+	NodeportMode        uint32
+	TunnelLocalIp4      uint32
+	TunnelPort          uint16
+	PadTunnel           uint16
+	TunnelUplinkIfindex uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -47,6 +48,7 @@ const (
 	overlaytcMapShuntCt                = "shunt_ct"
 	overlaytcMapShuntCtNew             = "shunt_ct_new"
 	overlaytcMapShuntDsrNodes          = "shunt_dsr_nodes"
+	overlaytcMapShuntEncapScratch      = "shunt_encap_scratch"
 	overlaytcMapShuntEndpoints         = "shunt_endpoints"
 	overlaytcMapShuntFlowConfig        = "shunt_flow_config"
 	overlaytcMapShuntFlowStats         = "shunt_flow_stats"
@@ -128,6 +130,7 @@ type overlaytcMapSpecs struct {
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
 	ShuntDsrNodes          *ebpf.MapSpec `ebpf:"shunt_dsr_nodes"`
+	ShuntEncapScratch      *ebpf.MapSpec `ebpf:"shunt_encap_scratch"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -181,6 +184,7 @@ type overlaytcMaps struct {
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
 	ShuntDsrNodes          *ebpf.Map `ebpf:"shunt_dsr_nodes"`
+	ShuntEncapScratch      *ebpf.Map `ebpf:"shunt_encap_scratch"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -207,6 +211,7 @@ func (m *overlaytcMaps) Close() error {
 		m.ShuntCt,
 		m.ShuntCtNew,
 		m.ShuntDsrNodes,
+		m.ShuntEncapScratch,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

@@ -205,27 +205,28 @@ const (
 )
 
 type podtcShuntConfig struct {
-	_               structs.HostLayout
-	FwdMode         podtcShuntFwdMode
-	ProxyMarkMagic  uint32
-	ProxyMarkMask   uint32
-	TunnelIfindex   uint32
-	NativeIfindex   uint32
-	CtSingleTable   uint32
-	NodeIp4         uint32
-	UplinkIfindex   uint32
-	NodeportSnatIp4 uint32
-	NodeportPortMin uint16
-	NodeportPortMax uint16
-	ProxySteerIp4   uint32
-	ProxySteerPort  uint16
-	PadSteer        uint16
-	ProxySteerMark  uint32
-	NodeportDsrIp4  uint32
-	NodeportMode    uint32
-	TunnelLocalIp4  uint32
-	TunnelPort      uint16
-	PadTunnel       uint16
+	_                   structs.HostLayout
+	FwdMode             podtcShuntFwdMode
+	ProxyMarkMagic      uint32
+	ProxyMarkMask       uint32
+	TunnelIfindex       uint32
+	NativeIfindex       uint32
+	CtSingleTable       uint32
+	NodeIp4             uint32
+	UplinkIfindex       uint32
+	NodeportSnatIp4     uint32
+	NodeportPortMin     uint16
+	NodeportPortMax     uint16
+	ProxySteerIp4       uint32
+	ProxySteerPort      uint16
+	PadSteer            uint16
+	ProxySteerMark      uint32
+	NodeportDsrIp4      uint32
+	NodeportMode        uint32
+	TunnelLocalIp4      uint32
+	TunnelPort          uint16
+	PadTunnel           uint16
+	TunnelUplinkIfindex uint32
 }
 
 type podtcShuntDirection uint32
@@ -362,6 +363,7 @@ const (
 	podtcMapShuntCt                = "shunt_ct"
 	podtcMapShuntCtNew             = "shunt_ct_new"
 	podtcMapShuntDsrNodes          = "shunt_dsr_nodes"
+	podtcMapShuntEncapScratch      = "shunt_encap_scratch"
 	podtcMapShuntEndpoints         = "shunt_endpoints"
 	podtcMapShuntFlowConfig        = "shunt_flow_config"
 	podtcMapShuntFlowStats         = "shunt_flow_stats"
@@ -454,6 +456,7 @@ type podtcMapSpecs struct {
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
 	ShuntDsrNodes          *ebpf.MapSpec `ebpf:"shunt_dsr_nodes"`
+	ShuntEncapScratch      *ebpf.MapSpec `ebpf:"shunt_encap_scratch"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -520,6 +523,7 @@ type podtcMaps struct {
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
 	ShuntDsrNodes          *ebpf.Map `ebpf:"shunt_dsr_nodes"`
+	ShuntEncapScratch      *ebpf.Map `ebpf:"shunt_encap_scratch"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -546,6 +550,7 @@ func (m *podtcMaps) Close() error {
 		m.ShuntCt,
 		m.ShuntCtNew,
 		m.ShuntDsrNodes,
+		m.ShuntEncapScratch,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,

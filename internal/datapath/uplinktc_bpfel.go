@@ -120,27 +120,28 @@ const (
 )
 
 type uplinktcShuntConfig struct {
-	_               structs.HostLayout
-	FwdMode         uint32
-	ProxyMarkMagic  uint32
-	ProxyMarkMask   uint32
-	TunnelIfindex   uint32
-	NativeIfindex   uint32
-	CtSingleTable   uint32
-	NodeIp4         uint32
-	UplinkIfindex   uint32
-	NodeportSnatIp4 uint32
-	NodeportPortMin uint16
-	NodeportPortMax uint16
-	ProxySteerIp4   uint32
-	ProxySteerPort  uint16
-	PadSteer        uint16
-	ProxySteerMark  uint32
-	NodeportDsrIp4  uint32
-	NodeportMode    uint32
-	TunnelLocalIp4  uint32
-	TunnelPort      uint16
-	PadTunnel       uint16
+	_                   structs.HostLayout
+	FwdMode             uint32
+	ProxyMarkMagic      uint32
+	ProxyMarkMask       uint32
+	TunnelIfindex       uint32
+	NativeIfindex       uint32
+	CtSingleTable       uint32
+	NodeIp4             uint32
+	UplinkIfindex       uint32
+	NodeportSnatIp4     uint32
+	NodeportPortMin     uint16
+	NodeportPortMax     uint16
+	ProxySteerIp4       uint32
+	ProxySteerPort      uint16
+	PadSteer            uint16
+	ProxySteerMark      uint32
+	NodeportDsrIp4      uint32
+	NodeportMode        uint32
+	TunnelLocalIp4      uint32
+	TunnelPort          uint16
+	PadTunnel           uint16
+	TunnelUplinkIfindex uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -153,6 +154,7 @@ const (
 	uplinktcMapShuntCt                = "shunt_ct"
 	uplinktcMapShuntCtNew             = "shunt_ct_new"
 	uplinktcMapShuntDsrNodes          = "shunt_dsr_nodes"
+	uplinktcMapShuntEncapScratch      = "shunt_encap_scratch"
 	uplinktcMapShuntEndpoints         = "shunt_endpoints"
 	uplinktcMapShuntFlowConfig        = "shunt_flow_config"
 	uplinktcMapShuntFlowStats         = "shunt_flow_stats"
@@ -240,6 +242,7 @@ type uplinktcMapSpecs struct {
 	ShuntCt                *ebpf.MapSpec `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.MapSpec `ebpf:"shunt_ct_new"`
 	ShuntDsrNodes          *ebpf.MapSpec `ebpf:"shunt_dsr_nodes"`
+	ShuntEncapScratch      *ebpf.MapSpec `ebpf:"shunt_encap_scratch"`
 	ShuntEndpoints         *ebpf.MapSpec `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.MapSpec `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.MapSpec `ebpf:"shunt_flow_stats"`
@@ -301,6 +304,7 @@ type uplinktcMaps struct {
 	ShuntCt                *ebpf.Map `ebpf:"shunt_ct"`
 	ShuntCtNew             *ebpf.Map `ebpf:"shunt_ct_new"`
 	ShuntDsrNodes          *ebpf.Map `ebpf:"shunt_dsr_nodes"`
+	ShuntEncapScratch      *ebpf.Map `ebpf:"shunt_encap_scratch"`
 	ShuntEndpoints         *ebpf.Map `ebpf:"shunt_endpoints"`
 	ShuntFlowConfig        *ebpf.Map `ebpf:"shunt_flow_config"`
 	ShuntFlowStats         *ebpf.Map `ebpf:"shunt_flow_stats"`
@@ -330,6 +334,7 @@ func (m *uplinktcMaps) Close() error {
 		m.ShuntCt,
 		m.ShuntCtNew,
 		m.ShuntDsrNodes,
+		m.ShuntEncapScratch,
 		m.ShuntEndpoints,
 		m.ShuntFlowConfig,
 		m.ShuntFlowStats,
