@@ -121,6 +121,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg); 'shunt accel on|off' switches it at run time")
 	cmd.Flags().IntVar(&agentFlags.conntrackMax, "conntrack-max", 0, "entries of each connection table of every node (shuntd --conntrack-max; default 131072)")
 	cmd.Flags().BoolVar(&agentFlags.overlayDecapInDevice, "overlay-decap-in-device", false, "the overlay's packets are decapsulated by the node's VXLAN device only, not taken off the wire by the uplink's BPF (the benchmarks' baseline for that path)")
+	cmd.Flags().BoolVar(&agentFlags.overlayEncapInDevice, "overlay-encap-in-device", false, "packets for other nodes' pods are encapsulated by the node's VXLAN device only, not in BPF and sent out of the underlay interface (the benchmarks' baseline for that path)")
 	cmd.Flags().BoolVar(&agentFlags.ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
@@ -177,6 +178,7 @@ type runFlags struct {
 	accelNode                 bool
 	ctSingleTable             bool
 	overlayDecapInDevice      bool
+	overlayEncapInDevice      bool
 	conntrackMax              int
 	kubeconfig, nodeName      string
 	runPods                   bool
@@ -223,6 +225,9 @@ func (f runFlags) args() []string {
 	}
 	if f.overlayDecapInDevice {
 		args = append(args, "--overlay-decap-in-device")
+	}
+	if f.overlayEncapInDevice {
+		args = append(args, "--overlay-encap-in-device")
 	}
 	if f.kubeconfig != "" {
 		args = append(args, "--kubeconfig", f.kubeconfig)

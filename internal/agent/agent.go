@@ -126,6 +126,10 @@ type Config struct {
 	// node's VXLAN device only, not taken off the wire in BPF
 	// (datapath.Config).
 	OverlayDecapInDevice bool
+	// OverlayEncapInDevice: packets for other nodes' pods are
+	// encapsulated by the node's VXLAN device only, not in BPF
+	// (datapath.Config.TunnelUnderlayIfindex left 0).
+	OverlayEncapInDevice bool
 	// ConntrackMax sizes the connection tables (datapath.Config): 0, the
 	// built-in datapath.DefaultConntrackMax entries.
 	ConntrackMax int

@@ -54,9 +54,12 @@ func (a *Agent) openNode(s *startup) error {
 	if s.nativeIf, err = nativeUnderlay(cfg, state.Mode); err != nil {
 		return err
 	}
+	if s.tunnelUnderlay, err = tunnelUnderlay(cfg); err != nil {
+		return err
+	}
 	mark := DefaultProxyMark
 	a.dp, err = datapath.Open(datapath.Config{PinDir: inst.PinDir(), Mode: state.Mode, FlowBufferBytes: cfg.FlowBufferBytes,
-		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, TunnelEndpoint: tunnelEndpoint(cfg), NativeIfindex: s.nativeIf, Masquerade: s.masq,
+		ProxyMark: datapath.ProxyMark{Magic: mark.Magic, Mask: mark.Mask}, ProxySteer: proxySteer(a.podPool.NodeIP()), TunnelIfindex: s.tunnelIf, TunnelEndpoint: tunnelEndpoint(cfg), TunnelUnderlayIfindex: s.tunnelUnderlay, NativeIfindex: s.nativeIf, Masquerade: s.masq,
 		NodePort: s.nodePort, MaglevSize: maglevSize(cfg.MaglevTableSize),
 		NodeIP: a.podPool.NodeIP(), LayoutFile: inst.MapLayoutFile(), ConntrackSingleTable: cfg.ConntrackSingleTable, ConntrackMax: cfg.ConntrackMax,
 		OverlayDecapInDevice: cfg.OverlayDecapInDevice,
@@ -158,7 +161,7 @@ func (a *Agent) programRouting(s *startup) error {
 		}
 	}
 	if s.nodePort != nil {
-		if err := enableUplinkForwarding(a.uplink); err != nil {
+		if err := enableUplinkForwarding(a.uplink, "NodePort"); err != nil {
 			return err
 		}
 		if a.nodePortMode = s.nodePort.Mode; a.nodePortMode == "" {
@@ -200,6 +203,23 @@ func tunnelEndpoint(cfg Config) netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	return netip.AddrPortFrom(cfg.Underlay, VXLANPort)
+}
+
+// tunnelUnderlay is the interface holding the overlay's endpoint, out of
+// which the datapath sends what it encapsulates itself
+// (datapath.Config.TunnelUnderlayIfindex); 0 without the overlay, or
+// with --overlay-encap-in-device (the VXLAN device encapsulates). The
+// interface forwards (enableUplinkForwarding).
+func tunnelUnderlay(cfg Config) (int, error) {
+	ep := tunnelEndpoint(cfg)
+	if !ep.IsValid() || cfg.OverlayEncapInDevice {
+		return 0, nil
+	}
+	name, ifindex, err := datapath.UplinkOf(ep.Addr())
+	if err != nil {
+		return 0, fmt.Errorf("the overlay's underlay interface (--underlay %s): %w", ep.Addr(), err)
+	}
+	return ifindex, enableUplinkForwarding(name, "the overlay's encapsulation in BPF")
 }
 
 // maglevSize is the datapath's Maglev table size for the agent's setting

@@ -124,15 +124,18 @@ func (a *Agent) healthCheckAddrs() []netip.Addr {
 	return addrs
 }
 
-// enableUplinkForwarding turns IPv4 forwarding on for the uplink: the
-// replies of flows from outside (lib/nodeport.h) leave through a route
-// lookup on it, which bpf_fib_lookup refuses on a device that does not
-// forward (BPF_FIB_LKUP_RET_FWD_DISABLED), as pods' veths do. Only the
-// uplink: the machine's other interfaces are left as they are.
-func enableUplinkForwarding(uplink string) error {
+// enableUplinkForwarding turns IPv4 forwarding on for the uplink: what
+// the programs send out of it themselves (the replies of flows from
+// outside, lib/nodeport.h; what they encapsulate for other nodes,
+// lib/encap.h) leaves through a route lookup on it, which bpf_fib_lookup
+// refuses on a device that does not forward
+// (BPF_FIB_LKUP_RET_FWD_DISABLED), as pods' veths do. Only the uplink:
+// the machine's other interfaces are left as they are. why names the
+// part that needs it.
+func enableUplinkForwarding(uplink, why string) error {
 	fwd := filepath.Join("/proc/sys/net/ipv4/conf", uplink, "forwarding")
 	if err := os.WriteFile(fwd, []byte("1"), 0o644); err != nil {
-		return fmt.Errorf("NodePort: enabling forwarding on the uplink %s (its replies are routed by bpf_fib_lookup): %w", uplink, err)
+		return fmt.Errorf("%s: enabling forwarding on the uplink %s (bpf_fib_lookup routes what leaves there): %w", why, uplink, err)
 	}
 	return nil
 }

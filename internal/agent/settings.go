@@ -31,11 +31,12 @@ type startup struct {
 	nodePort *datapath.NodePort
 
 	// openNode's
-	root        string // the cgroup v2 root
-	alloc       policy.Allocations
-	proxyCgroup string
-	tunnelIf    int // the overlay device (0: none)
-	nativeIf    int // the underlay interface of native routing (0: none)
+	root           string // the cgroup v2 root
+	alloc          policy.Allocations
+	proxyCgroup    string
+	tunnelIf       int // the overlay device (0: none)
+	nativeIf       int // the underlay interface of native routing (0: none)
+	tunnelUnderlay int // the overlay's underlay interface, where BPF sends what it encapsulates (0: the device encapsulates)
 	// programNode's
 	proxyAddr netip.AddrPort
 	// wire's: what runs until the agent stops

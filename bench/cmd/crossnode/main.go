@@ -180,6 +180,9 @@ type bench struct {
 	// overlayDecapInDevice (-overlay-decap-in-device): shunt-vxlan's
 	// agents decapsulate in the VXLAN device only.
 	overlayDecapInDevice bool
+	// overlayEncapInDevice (-overlay-encap-in-device): shunt-vxlan's
+	// agents encapsulate in the VXLAN device only.
+	overlayEncapInDevice bool
 	// profile (-profile): every measured new-connections run is also
 	// recorded by perf, machine-wide, and its CPU sorted by kind of work
 	// (profile.go).
@@ -198,21 +201,22 @@ type bench struct {
 
 func main() {
 	var (
-		scales   = flag.String("n", "0,1000", "numbers of other Services, comma-separated")
-		reps     = flag.Int("reps", 3, "repetitions per scale")
-		duration = flag.Duration("duration", 10*time.Second, "length of each sockperf, iperf3 and connrate run")
-		settle   = flag.Duration("settle", 5*time.Second, "how long the dataplanes' syncs and the API burst get to die down after every scale's Services are programmed, before measuring")
-		smoke    = flag.Bool("smoke", false, "measure every case at once, not one after another: proves each case's path, and its numbers mean nothing (bench/run NAME --smoke)")
-		policies = flag.Int("policies", 100, "NetworkPolicies on the server pods (Calico-shaped iptables in calico-iptables, NetworkPolicies for shunt)")
-		rowsPath = flag.String("rows", "", "append result rows (JSON lines) here")
-		bin      = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
-		out      = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
-		id       = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
-		measure  = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
-		nodeport = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
-		inDevice = flag.Bool("overlay-decap-in-device", false, "shunt-vxlan's agents leave the overlay's packets to the VXLAN device (--overlay-decap-in-device): the baseline of the uplink's decapsulation in BPF")
-		profile  = flag.Bool("profile", false, "record each measured new-connections run with perf (whole machine, 1 s in to 1 s before its end) and log its CPU by kind of work: netfilter, bpf, vxlan, the underlay bridge's netfilter, idle, other (perf-*.data and profile-shares.tsv in -out)")
-		delay    = flag.Duration("link-delay", 0, "one-way latency of every link to an underlay bridge (nodes and external host), by a delay line in user space (this kernel has no netem): a network where a hop costs time, as DSR's saved hop needs to show; 0: none")
+		scales        = flag.String("n", "0,1000", "numbers of other Services, comma-separated")
+		reps          = flag.Int("reps", 3, "repetitions per scale")
+		duration      = flag.Duration("duration", 10*time.Second, "length of each sockperf, iperf3 and connrate run")
+		settle        = flag.Duration("settle", 5*time.Second, "how long the dataplanes' syncs and the API burst get to die down after every scale's Services are programmed, before measuring")
+		smoke         = flag.Bool("smoke", false, "measure every case at once, not one after another: proves each case's path, and its numbers mean nothing (bench/run NAME --smoke)")
+		policies      = flag.Int("policies", 100, "NetworkPolicies on the server pods (Calico-shaped iptables in calico-iptables, NetworkPolicies for shunt)")
+		rowsPath      = flag.String("rows", "", "append result rows (JSON lines) here")
+		bin           = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
+		out           = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
+		id            = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
+		measure       = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
+		nodeport      = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
+		inDevice      = flag.Bool("overlay-decap-in-device", false, "shunt-vxlan's agents leave the overlay's packets to the VXLAN device (--overlay-decap-in-device): the baseline of the uplink's decapsulation in BPF")
+		encapInDevice = flag.Bool("overlay-encap-in-device", false, "shunt-vxlan's agents leave the encapsulation to the VXLAN device (--overlay-encap-in-device): the baseline of the encapsulation in BPF")
+		profile       = flag.Bool("profile", false, "record each measured new-connections run with perf (whole machine, 1 s in to 1 s before its end) and log its CPU by kind of work: netfilter, bpf, vxlan, the underlay bridge's netfilter, idle, other (perf-*.data and profile-shares.tsv in -out)")
+		delay         = flag.Duration("link-delay", 0, "one-way latency of every link to an underlay bridge (nodes and external host), by a delay line in user space (this kernel has no netem): a network where a hop costs time, as DSR's saved hop needs to show; 0: none")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -226,7 +230,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, profile: *profile, overlayDecapInDevice: *inDevice, cases: map[string]*caseNet{}}
+	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, profile: *profile, overlayDecapInDevice: *inDevice, overlayEncapInDevice: *encapInDevice, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -698,8 +702,13 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 	routing, letter, prefix := []string{"--tunnel", "vxlan"}, "s", ""
 	if c == native {
 		routing, letter, prefix = []string{"--routing", "native"}, "r", "native-"
-	} else if b.overlayDecapInDevice {
-		routing = append(routing, "--overlay-decap-in-device")
+	} else {
+		if b.overlayDecapInDevice {
+			routing = append(routing, "--overlay-decap-in-device")
+		}
+		if b.overlayEncapInDevice {
+			routing = append(routing, "--overlay-encap-in-device")
+		}
 	}
 	if b.nodeport {
 		// Pods route only the cluster's addresses unless the node
