@@ -8,7 +8,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
 	"github.com/shuntnet/shunt/internal/dpinfo"
@@ -184,16 +183,7 @@ func TestNodePortEncapInBPF(t *testing.T) {
 	}
 	before := counts(t, d)
 	in := withChecksum(packet(npClient, npNode, 17, udpDatagram(40001, 30054)))
-	var ret uint32
-	opts := &ebpf.RunOptions{Data: in, DataOut: make([]byte, len(in)+256), Context: skbContext(uplink)}
-	if err := netnsrun.Do(ns, func() error {
-		var err error
-		ret, err = d.uplink.ShuntFromUplink.Run(opts)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	out := opts.DataOut
+	ret, out := runFromUplink(t, d, ns, uplink, in)
 	if ret != tcActRedirect || len(out) != len(in)+VXLANOverhead {
 		t.Fatalf("verdict %d, %d bytes out of %d; want redirected, %d bytes more (encapsulated)", ret, len(out), len(in), VXLANOverhead)
 	}

@@ -117,16 +117,16 @@ func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMo
 // the verdict and the packet as the program left it.
 func runFromUplink(t *testing.T, d *Datapath, ns string, uplink int, pkt []byte) (uint32, []byte) {
 	t.Helper()
-	out := make([]byte, len(pkt)+256)
+	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+256), Context: skbContext(uplink)}
 	var ret uint32
 	if err := netnsrun.Do(ns, func() error {
 		var err error
-		ret, err = d.uplink.ShuntFromUplink.Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbContext(uplink)})
+		ret, err = d.uplink.ShuntFromUplink.Run(opts)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return ret, out[:len(pkt)]
+	return ret, opts.DataOut // as long as the program left it
 }
 
 // syncNodePortPods puts the test node's pod npLocalPod and the other
