@@ -237,8 +237,14 @@ func TestLabNodeGoesAway(t *testing.T) {
 		out, _ := l.shunt("lab", "exec", "client", "--", filepath.Join(binDir, "shunt"), "lab", "probe", "--count", "30", "--tcp", vip+":80")
 		return out
 	}
-	if out := backends(); !strings.Contains(out, "server") || !strings.Contains(out, "backup") {
-		t.Fatalf("both backends should answer through the ClusterIP:\n%s", out)
+	// The lab waits for the pods' processes to run, not for their
+	// servers to listen: node-2's may refuse the first connections.
+	deadline := time.Now().Add(15 * time.Second)
+	for first := backends(); !strings.Contains(first, "server") || !strings.Contains(first, "backup"); first = backends() {
+		if time.Now().After(deadline) {
+			t.Fatalf("both backends should answer through the ClusterIP within 15s:\n%s", first)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	// Connections through the ClusterIP while node-2's agent restarts
