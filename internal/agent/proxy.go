@@ -28,6 +28,7 @@ import (
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/proxyapi"
+	"github.com/shuntnet/shunt/internal/steerroute"
 )
 
 // The node proxy (cmd/shunt-proxy) is its own process, so an agent restart
@@ -53,7 +54,8 @@ const DefaultProxySteerPort = 15006
 // the routing table and rule priority that deliver them locally.
 func proxySteer(nodeIP netip.Addr) *datapath.ProxySteer {
 	return &datapath.ProxySteer{
-		Listen: netip.AddrPortFrom(nodeIP, DefaultProxySteerPort), Mark: 0x5f000000, Table: 0x5f, Priority: 95,
+		Listen:  netip.AddrPortFrom(nodeIP, DefaultProxySteerPort),
+		Routing: steerroute.Routing{Mark: 0x5f000000, Table: 0x5f, Priority: 95},
 	}
 }
 

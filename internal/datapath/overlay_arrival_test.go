@@ -13,6 +13,7 @@ import (
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/services"
+	"github.com/shuntnet/shunt/internal/steerroute"
 )
 
 // On a node of the overlay, the VXLAN packets that arrive at the node's
@@ -109,7 +110,7 @@ func TestUplinkLoadsWithEveryPartOn(t *testing.T) {
 					d := openConfiguredDatapath(t, Config{Mode: ModeRedirectPeer, TunnelIfindex: 1, NodeIP: npSNAT,
 						TunnelEndpoint: netip.AddrPortFrom(npNode, ovPort), TunnelUnderlayIfindex: 1,
 						ProxyMark:  ProxyMark{Magic: 0x5e000000, Mask: 0xff000000},
-						ProxySteer: &ProxySteer{Listen: netip.AddrPortFrom(npSNAT, 15006), Mark: 0x5f000000, Table: 0x5f, Priority: 95},
+						ProxySteer: &ProxySteer{Listen: netip.AddrPortFrom(npSNAT, 15006), Routing: steerroute.Routing{Mark: 0x5f000000, Table: 0x5f, Priority: 95}},
 						Masquerade: &Masquerade{Addr: npNode, Ports: dpinfo.DefaultMasqPorts},
 						NodePort:   &NodePort{UplinkIfindex: 1, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
 						MaglevSize: 16381, Fallbacks: fallbacks, OverlayDecapInDevice: inDevice}, nil)

@@ -3,27 +3,25 @@ package datapath
 import (
 	"net"
 	"net/netip"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/steerroute"
 )
 
 // TestProxySteering: a SYN from another node's pod (native routing, the
 // uplink program) to a local pod's port the node proxy takes, with no
 // proxy listening, is dropped, counted and reported proxy-steer-failed,
 // never handed to the pod; a later packet of a connection the proxy does
-// not hold, and a port without HTTP rules, go to the pod as before; the
-// routing rule that delivers steered packets locally is installed. (The
+// not hold, and a port without HTTP rules, go to the pod as before. (The
 // assignment itself needs a packet at tc ingress, which BPF_PROG_TEST_RUN
 // is not: bpf_sk_assign refuses it there. test/e2e's TestProxySteering
 // covers it.)
 func TestProxySteering(t *testing.T) {
-	steer := &ProxySteer{Listen: netip.MustParseAddrPort("127.0.0.1:15006"), Mark: 0x5f000000, Table: 0x5f, Priority: 95}
+	steer := &ProxySteer{Listen: netip.MustParseAddrPort("127.0.0.1:15006"), Routing: steerroute.Routing{Mark: 0x5f000000, Table: 0x5f, Priority: 95}}
 	d, ns, uplink := nativeNode(t, "st", steer)
 	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
 	if err := d.SyncPolicy(policy.State{IPCache: []policy.PrefixIdentity{
@@ -34,13 +32,6 @@ func TestProxySteering(t *testing.T) {
 	}
 	if err := d.SyncL7Redirects([]L7Redirect{{Dest: netip.AddrPortFrom(npLocalPod, 8080), Proxy: netip.AddrPortFrom(npSNAT, 15001)}}); err != nil {
 		t.Fatal(err)
-	}
-	if err := netnsrun.Do(ns, d.EnsureProxySteerRouting); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("ip", "-n", nsName(ns), "rule", "show").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "fwmark 0x5f000000 lookup 95") {
-		t.Errorf("node's rules: %s %v; want fwmark 0x5f000000 lookup 95", out, err)
 	}
 	flows := flowReader(t, d)
 	run := func(pkt []byte) uint32 {
@@ -95,8 +86,6 @@ func nativeNode(t *testing.T, name string, steer *ProxySteer) (d *Datapath, ns s
 		ProxyMark: ProxyMark{Magic: 0x5e000000, Mask: 0xff000000}}, nil)
 	return d, ns, uplink
 }
-
-func nsName(path string) string { return path[strings.LastIndex(path, "/")+1:] }
 
 // TestPodOwnProxyRemoteClients: a pod with its own inbound proxy
 // (shunt.io/inbound-redirect 8080 -> 15010) gets the connections of

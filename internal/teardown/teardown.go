@@ -14,6 +14,7 @@ import (
 	"github.com/shuntnet/shunt/internal/instance"
 	"github.com/shuntnet/shunt/internal/mountpoint"
 	"github.com/shuntnet/shunt/internal/podnet"
+	"github.com/shuntnet/shunt/internal/steerroute"
 	"github.com/shuntnet/shunt/internal/tcfilter"
 )
 
@@ -49,6 +50,10 @@ func Instance(inst instance.Instance) error {
 		// instance (the uplink), in this network namespace: a lab's
 		// node namespaces go with the lab.
 		tcfilter.RemoveAll(tcfilter.OwnerOf(inst.PinDir())),
+		// The node proxy's steering routing, when no other instance in
+		// this namespace claims it; before the run directory, which
+		// holds the claim.
+		steerroute.Release(inst),
 		Pins(inst.PinDir()),
 		os.RemoveAll(inst.StateDir()),
 		os.RemoveAll(inst.RunDir()),
