@@ -25,6 +25,10 @@ state() {
 		find "$d" -mindepth 1 -maxdepth 1 \( -type d -o ! -path '/sys/fs/cgroup/unified/*' \) -printf "$d/%f\n" 2>/dev/null || true
 	done
 	ip -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print "interface " $2 }' || true
+	# Routing rules, and the routes shunt marks as its own (proto 83,
+	# 0x53): the node proxy's steering rule outlived every agent once.
+	ip -4 rule show 2>/dev/null | sed 's/^/rule /' || true
+	ip -4 route show table all proto 83 2>/dev/null | sed 's/^/route /' || true
 }
 
 case "${1:-}" in
