@@ -40,6 +40,7 @@ import (
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/reconciler"
 	"github.com/shuntnet/shunt/internal/services"
+	"github.com/shuntnet/shunt/internal/steerroute"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -207,10 +208,13 @@ type Agent struct {
 	hostPortProblems hostPortProblemsCache
 	routeProblems    routeProblemsCache
 
-	proxy    *nodeProxy     // the node L7 proxy
-	flows    *flows.History // the last flows, for observe
-	sampling atomic.Uint32  // current datapath.FlowMode
-	metrics  *metrics
+	proxy *nodeProxy // the node L7 proxy
+	// steerRouting is the node proxy's steering routing this agent
+	// claimed (nil before programNode): drift checks put it back.
+	steerRouting *steerroute.Routing
+	flows        *flows.History // the last flows, for observe
+	sampling     atomic.Uint32  // current datapath.FlowMode
+	metrics      *metrics
 	// metricsAddr is where /metrics is served over TCP, once it is.
 	metricsAddr atomic.Value
 	started     time.Time

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/shuntnet/shunt/internal/api"
 	"github.com/shuntnet/shunt/internal/datapath"
+	"github.com/shuntnet/shunt/internal/steerroute"
 )
 
 // DefaultDriftCheckPeriod is how often the agent compares the kernel's maps
@@ -42,7 +45,7 @@ func newDriftMetrics(reg prometheus.Registerer) *drift {
 	d := &drift{
 		repaired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shunt_drift_repaired_total",
-			Help: "Entries of a map the agent fully determines that differed from the desired state (missing, altered or not wanted) and were rewritten or deleted.",
+			Help: "Entries of a map the agent fully determines that differed from the desired state (missing, altered or not wanted) and were rewritten or deleted; proxy-steer-routing: the node proxy's steering rule or route, put back.",
 		}, []string{"map"}),
 		checks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shunt_drift_checks_total",
@@ -53,7 +56,7 @@ func newDriftMetrics(reg prometheus.Registerer) *drift {
 			Help: "How long the last comparison of the kernel's maps with the desired state took.",
 		}),
 	}
-	for _, m := range datapath.DriftMaps {
+	for _, m := range append(slices.Clone(datapath.DriftMaps), steerroute.DriftName) {
 		d.repaired.WithLabelValues(m)
 	}
 	reg.MustRegister(d.repaired, d.checks, d.took)
@@ -98,11 +101,33 @@ func (a *Agent) verifyDrift(repair bool) (datapath.DriftReport, error) {
 	var r datapath.DriftReport
 	var err error
 	a.rec.Exclusive(func() { r, err = a.dp.VerifyMaps(repair) })
+	err = errors.Join(err, a.verifySteerRouting(&r, repair))
 	a.metrics.drift.record(r, err)
 	if r.Differs() {
 		a.logDrift(r, repair)
 	}
 	return r, err
+}
+
+// verifySteerRouting adds the node proxy's steering routing (a rule and a
+// route, not map entries, but as much the agent's decision) to r, and puts
+// what is missing back with repair.
+func (a *Agent) verifySteerRouting(r *datapath.DriftReport, repair bool) error {
+	if a.steerRouting == nil {
+		return nil
+	}
+	missing, err := steerroute.Check(a.cfg.Instance, *a.steerRouting, repair)
+	if err != nil {
+		return err
+	}
+	r.Checked[steerroute.DriftName] = 2
+	for _, m := range missing {
+		r.Entries = append(r.Entries, datapath.DriftEntry{Map: steerroute.DriftName, Key: m, Expected: "present"})
+	}
+	if repair && len(missing) > 0 {
+		r.Repaired[steerroute.DriftName] += len(missing)
+	}
+	return nil
 }
 
 // logDrift names what differed: the maps with their counts, and the first

@@ -126,6 +126,7 @@ func (a *Agent) programNode(s *startup) error {
 	if err := steerroute.Claim(cfg.Instance, steer.Routing); err != nil {
 		return err
 	}
+	a.steerRouting = &steer.Routing
 	a.proxy.steer = steer.Listen
 	a.metrics.proxy = a.proxy
 	return nil

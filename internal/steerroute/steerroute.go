@@ -111,6 +111,55 @@ func Release(inst instance.Instance) error {
 	})
 }
 
+// DriftName is how drift checks name the routing (reports, metrics).
+const DriftName = "proxy-steer-routing"
+
+// Check says which of r's rule and route the calling thread's namespace
+// lacks, as `ip rule`/`ip route` would add them; with repair it claims r
+// again for inst, which installs what is missing. Something outside shunt
+// can remove them (a network manager that owns the machine's rules, as
+// systemd-networkd does with ManageForeignRoutingPolicyRules=yes, its
+// default; an admin's `ip rule flush`): steered packets would then be
+// forwarded to the pod instead of reaching the proxy, its HTTP rules
+// skipped.
+func Check(inst instance.Instance, r Routing, repair bool) ([]string, error) {
+	var missing []string
+	present, err := rulePresent(r)
+	if err != nil {
+		return nil, err
+	}
+	if !present {
+		missing = append(missing, fmt.Sprintf("rule fwmark %#x lookup %d pref %d", r.Mark, r.Table, r.Priority))
+	}
+	if present, err = routePresent(r); err != nil {
+		return nil, err
+	}
+	if !present {
+		missing = append(missing, fmt.Sprintf("route local 0.0.0.0/0 dev lo table %d", r.Table))
+	}
+	if repair && len(missing) > 0 {
+		return missing, Claim(inst, r)
+	}
+	return missing, nil
+}
+
+func routePresent(r Routing) (bool, error) {
+	want, err := r.route()
+	if err != nil {
+		return false, err
+	}
+	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: r.Table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("proxy steering: listing the routes of table %d: %w", r.Table, err)
+	}
+	for _, x := range routes {
+		if x.Type == unix.RTN_LOCAL && x.LinkIndex == want.LinkIndex && (x.Dst == nil || x.Dst.String() == "0.0.0.0/0") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // claimedByOthers says whether another instance's claim names the same
 // routing in the same namespace.
 func claimedByOthers(inst instance.Instance, own claim) (bool, error) {

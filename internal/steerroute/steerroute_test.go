@@ -88,6 +88,46 @@ func TestLastReleaseRemoves(t *testing.T) {
 	wantRouting(t, ns, 0)
 }
 
+// TestCheckRepairs: the rule or the route removed behind the agent's back
+// is named by Check, put back with repair, and left missing without.
+func TestCheckRepairs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces and routing rules")
+	}
+	tag := fmt.Sprintf("%06d", rand.IntN(1000000))
+	ns := newNetns(t, "srC"+tag)
+	inst, err := instance.New("src" + tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(inst.RunDir()) })
+	check := func(repair bool, want ...string) {
+		t.Helper()
+		var missing []string
+		if err := netnsrun.Do(ns, func() (err error) {
+			missing, err = Check(inst, testRouting, repair)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(missing, "; ") != strings.Join(want, "; ") {
+			t.Errorf("Check(repair %v) = %q, want %q", repair, missing, want)
+		}
+	}
+	if err := netnsrun.Do(ns, func() error { return Claim(inst, testRouting) }); err != nil {
+		t.Fatal(err)
+	}
+	check(true)
+	rule, route := "rule fwmark 0x5f000000 lookup 95 pref 95", "route local 0.0.0.0/0 dev lo table 95"
+	ip(t, ns, "rule", "del", "pref", "95")
+	check(false, rule)
+	check(false, rule) // a dry run leaves it missing
+	ip(t, ns, "route", "del", "local", "default", "dev", "lo", "table", "95")
+	check(true, rule, route)
+	check(false)
+	wantRouting(t, ns, 1)
+}
+
 // wantRouting checks the namespace holds n (0 or 1) copies of the rule
 // and of the local route.
 func wantRouting(t *testing.T, ns string, n int) {

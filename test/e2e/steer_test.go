@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -151,6 +152,40 @@ func TestProxySteeringOverlay(t *testing.T) {
 	if st := l.node(2).mustShunt("status", "-o", "json"); !strings.Contains(st, "proxy-steered") {
 		t.Errorf("node-2 counted no steered packet:\n%s", st)
 	}
+
+	// The steering routing removed behind the agent's back (a network
+	// manager that owns the node's rules, `ip rule flush`): a drift check
+	// names the rule and the route and puts them back, and the steering
+	// works again.
+	node2ns := "--net=/run/netns/" + l.instance + "-node2"
+	for _, del := range [][]string{{"rule", "del", "pref", "95"}, {"route", "del", "local", "default", "dev", "lo", "table", "95"}} {
+		if out, err := exec.Command("nsenter", append([]string{node2ns, "ip"}, del...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s in node-2: %v: %s", strings.Join(del, " "), err, out)
+		}
+	}
+	out, code := l.node(2).shunt("sync", "--verify")
+	if code != 1 || !strings.Contains(out, "proxy-steer-routing") || !strings.Contains(out, "rule fwmark 0x5f000000 lookup 95 pref 95") ||
+		!strings.Contains(out, "route local 0.0.0.0/0 dev lo table 95") {
+		t.Errorf("sync --verify on node-2 without the steering routing: exit %d (want 1), want both named:\n%s", code, out)
+	}
+	if out, code := l.node(2).shunt("sync", "--verify"); code != 0 {
+		t.Errorf("second sync --verify on node-2: exit %d (want 0):\n%s", code, out)
+	}
+	if m := l.node(2).mustShunt("metrics"); !strings.Contains(m, `shunt_drift_repaired_total{map="proxy-steer-routing"} 2`) {
+		t.Errorf("node-2's metrics do not count the routing's repair:\n%s", grepLines(m, "shunt_drift_repaired_total"))
+	}
+	checkSteeredFromNode1(t, l)
+}
+
+// grepLines keeps the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var keep []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 // TestProxySteeringCIDR: HTTP rules for peers named by address (ipBlock)
