@@ -121,6 +121,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg); 'shunt accel on|off' switches it at run time")
 	cmd.Flags().IntVar(&agentFlags.conntrackMax, "conntrack-max", 0, "entries of each connection table of every node (shuntd --conntrack-max; default 131072)")
 	cmd.Flags().BoolVar(&agentFlags.overlayDecapInDevice, "overlay-decap-in-device", false, "the overlay's packets are decapsulated by the node's VXLAN device only, not taken off the wire by the uplink's BPF (the benchmarks' baseline for that path)")
+	cmd.Flags().BoolVar(&agentFlags.bpfStats, "bpf-stats", false, "turn on the kernel's run-time statistics of BPF programs while the agent runs (Linux 5.8; tens of nanoseconds per program run): runs and time per hook in shunt status and the shunt_bpf_program_* metrics")
 	cmd.Flags().BoolVar(&agentFlags.overlayEncapInDevice, "overlay-encap-in-device", false, "packets for other nodes' pods are encapsulated by the node's VXLAN device only, not in BPF and sent out of the underlay interface (the benchmarks' baseline for that path)")
 	cmd.Flags().BoolVar(&agentFlags.ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
@@ -179,6 +180,7 @@ type runFlags struct {
 	ctSingleTable             bool
 	overlayDecapInDevice      bool
 	overlayEncapInDevice      bool
+	bpfStats                  bool
 	conntrackMax              int
 	kubeconfig, nodeName      string
 	runPods                   bool
@@ -228,6 +230,9 @@ func (f runFlags) args() []string {
 	}
 	if f.overlayEncapInDevice {
 		args = append(args, "--overlay-encap-in-device")
+	}
+	if f.bpfStats {
+		args = append(args, "--bpf-stats")
 	}
 	if f.kubeconfig != "" {
 		args = append(args, "--kubeconfig", f.kubeconfig)
@@ -785,6 +790,15 @@ func printStatus(st api.Status) {
 		hooks = append(hooks, fmt.Sprintf("%s x%d", h, st.Hooks[h]))
 	}
 	fmt.Printf("programs:  %s\n", strings.Join(hooks, ", "))
+	if st.ProgramStatsOn {
+		var times []string
+		for _, p := range st.ProgramStats {
+			if p.Runs > 0 {
+				times = append(times, fmt.Sprintf("%s %d runs %.0f ns/run", p.Hook, p.Runs, p.NsPerRun()))
+			}
+		}
+		fmt.Printf("run time:  %s\n", orNone(strings.Join(times, ", ")))
+	}
 	var pressure []string
 	for _, m := range st.Maps {
 		if m.Entries > 0 && m.Fills() {

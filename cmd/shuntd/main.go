@@ -51,6 +51,7 @@ func newRootCmd() *cobra.Command {
 		noSched                                                                           bool
 		ctSingleTable                                                                     bool
 		overlayDecapInDevice, overlayEncapInDevice                                        bool
+		bpfStats                                                                          bool
 		conntrackMax                                                                      int
 		kubeconfig, nodeName                                                              string
 		nodeLeaseSeconds                                                                  int
@@ -97,7 +98,7 @@ func newRootCmd() *cobra.Command {
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
 				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, FlowsAddr: flowsAddr, FlowsTLSDir: flowsTLSDir, SocketAccel: socketAccel, AccelNode: accelNode,
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods, NoSchedule: noSched,
-				ConntrackSingleTable: ctSingleTable, OverlayDecapInDevice: overlayDecapInDevice, OverlayEncapInDevice: overlayEncapInDevice, ConntrackMax: conntrackMax, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
+				ConntrackSingleTable: ctSingleTable, OverlayDecapInDevice: overlayDecapInDevice, OverlayEncapInDevice: overlayEncapInDevice, BPFStats: bpfStats, ConntrackMax: conntrackMax, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
 				DriftCheckPeriod: driftPeriod, RemoveKubeProxyRules: removeKubeProxy, LeaveExternalToKubeProxy: !kubeProxyReplacement}
 			if removeKubeProxy && !cfg.Kubernetes {
 				return fmt.Errorf("--remove-kube-proxy-rules is for a node of a Kubernetes cluster (with --kubeconfig or --in-cluster): the lab runs no kube-proxy")
@@ -257,6 +258,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&flowsTLSDir, "flows-tls-dir", "", "with --flows-addr: the agent's certificate and key and the CA a relay's client certificate must be signed by (ca.crt, tls.crt, tls.key)")
 	cmd.Flags().BoolVar(&socketAccel, "socket-acceleration", false, "accelerate TCP between local sockets (sockops + sk_msg + sockhash)")
 	cmd.Flags().BoolVar(&overlayDecapInDevice, "overlay-decap-in-device", false, "the overlay's packets are decapsulated by the node's VXLAN device only, not taken off the wire by the uplink's BPF (the benchmarks' baseline for that path)")
+	cmd.Flags().BoolVar(&bpfStats, "bpf-stats", false, "turn on the kernel's run-time statistics of BPF programs while the agent runs (Linux 5.8; tens of nanoseconds per program run): runs and time per hook in shunt status and the shunt_bpf_program_* metrics")
 	cmd.Flags().BoolVar(&overlayEncapInDevice, "overlay-encap-in-device", false, "packets for other nodes' pods are encapsulated by the node's VXLAN device only, not in BPF and sent out of the underlay interface (the benchmarks' baseline for that path)")
 	cmd.Flags().BoolVar(&ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().IntVar(&conntrackMax, "conntrack-max", datapath.DefaultConntrackMax, fmt.Sprintf("entries of each connection table (conntrack; the NodePort, masquerade and tc translations, two entries per translated flow; connections not yet assured get a quarter): full, a table evicts its least recently used entry; from %d to %d; a table pinned at another size is replaced at start, its entries kept (docs/nodeport.md)", datapath.MinConntrackMax, datapath.MaxConntrackMax))

@@ -42,7 +42,11 @@ var (
 	descMapEntries = prometheus.NewDesc("shunt_map_entries", "Entries in a BPF map.", []string{"map"}, nil)
 	descMapCap     = prometheus.NewDesc("shunt_map_capacity", "Maximum entries of a BPF map.", []string{"map"}, nil)
 	descPods       = prometheus.NewDesc("shunt_pods", "Pods of this node.", nil, nil)
-	descProblems   = prometheus.NewDesc("shunt_object_problems",
+	descProgRuns   = prometheus.NewDesc("shunt_bpf_program_runs_total",
+		"Runs of the BPF programs attached at a hook, counted while the kernel's run-time statistics are on (shuntd --bpf-stats); only then present.", []string{"hook"}, nil)
+	descProgTime = prometheus.NewDesc("shunt_bpf_program_run_seconds_total",
+		"Time the BPF programs attached at a hook ran, counted while the kernel's run-time statistics are on (shuntd --bpf-stats); only then present.", []string{"hook"}, nil)
+	descProblems = prometheus.NewDesc("shunt_object_problems",
 		"Things objects ask that shunt leaves out (e.g. IPv6 blocks), by kind and reason; the rest is programmed.", []string{"kind", "reason"}, nil)
 )
 
@@ -105,7 +109,7 @@ type datapathCollector struct{ a *Agent }
 
 func (datapathCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descFlows, descLost, descFollowerMissed,
-		descServices, descEndpoints, descMapEntries, descMapCap, descPods, descProblems} {
+		descServices, descEndpoints, descMapEntries, descMapCap, descPods, descProblems, descProgRuns, descProgTime} {
 		ch <- d
 	}
 }
@@ -137,6 +141,16 @@ func (c datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range n {
 		ch <- prometheus.MustNewConstMetric(descProblems, prometheus.GaugeValue, float64(v), k.kind, k.reason)
+	}
+	if a.dp.ProgramStatsOn() {
+		if stats, err := a.dp.ProgramStats(); err == nil {
+			for _, p := range stats {
+				ch <- prometheus.MustNewConstMetric(descProgRuns, prometheus.CounterValue, float64(p.Runs), p.Hook)
+				ch <- prometheus.MustNewConstMetric(descProgTime, prometheus.CounterValue, p.RunTime.Seconds(), p.Hook)
+			}
+		} else {
+			ch <- prometheus.NewInvalidMetric(descProgRuns, err)
+		}
 	}
 	if maps, err := a.dp.Maps(); err == nil {
 		for _, m := range maps {

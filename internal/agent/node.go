@@ -93,6 +93,11 @@ func (a *Agent) programNode(s *startup) error {
 	if err := a.dp.SetFlowMode(cfg.FlowSampling); err != nil {
 		return err
 	}
+	if cfg.BPFStats {
+		if err := a.dp.EnableProgramStats(); err != nil {
+			return err
+		}
+	}
 	a.sampling.Store(uint32(cfg.FlowSampling))
 	a.metrics = newMetrics(a)
 	if err := a.programRouting(s); err != nil {

@@ -267,6 +267,11 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if st.Hooks, err = a.dp.Hooks(); err != nil {
 		st.Health = append(st.Health, "cannot list attached programs: "+err.Error())
 	}
+	if st.ProgramStatsOn = a.dp.ProgramStatsOn(); st.ProgramStatsOn {
+		if st.ProgramStats, err = a.dp.ProgramStats(); err != nil {
+			st.Health = append(st.Health, "cannot read the programs' run-time statistics: "+err.Error())
+		}
+	}
 	if st.Maps, err = a.dp.Maps(); err != nil {
 		st.Health = append(st.Health, "cannot read maps: "+err.Error())
 	}

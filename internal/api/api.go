@@ -150,18 +150,23 @@ type Status struct {
 	Pods         int              `json:"pods"`
 	Counters     []dpinfo.Counter `json:"counters"`
 
-	Started      time.Time           `json:"started"`
-	Health       []string            `json:"health"` // "ok", or what needs attention
-	Features     []string            `json:"features"`
-	Kernel       dpinfo.KernelReport `json:"kernel"` // the kernel's release and the fallbacks taken
-	Hooks        map[string]int      `json:"hooks"`  // attached programs by hook
-	Maps         []dpinfo.MapInfo    `json:"maps"`
-	FlowSampling string              `json:"flowSampling"`
-	Flows        FlowStatus          `json:"flows"`
-	MetricsAddr  string              `json:"metricsAddr,omitempty"`
-	Proxy        *ProxyStatus        `json:"proxy,omitempty"`
-	Accel        AccelStatus         `json:"socketAcceleration"`
-	Drift        *DriftStatus        `json:"drift,omitempty"` // drift checks of the maps (drift.go)
+	Started  time.Time           `json:"started"`
+	Health   []string            `json:"health"` // "ok", or what needs attention
+	Features []string            `json:"features"`
+	Kernel   dpinfo.KernelReport `json:"kernel"` // the kernel's release and the fallbacks taken
+	Hooks    map[string]int      `json:"hooks"`  // attached programs by hook
+	// ProgramStats are the programs' runs and run time by hook, while the
+	// kernel counts them (ProgramStatsOn: shuntd --bpf-stats, or
+	// kernel.bpf_stats_enabled=1).
+	ProgramStats   []dpinfo.ProgramStat `json:"programStats,omitempty"`
+	ProgramStatsOn bool                 `json:"programStatsOn"`
+	Maps           []dpinfo.MapInfo     `json:"maps"`
+	FlowSampling   string               `json:"flowSampling"`
+	Flows          FlowStatus           `json:"flows"`
+	MetricsAddr    string               `json:"metricsAddr,omitempty"`
+	Proxy          *ProxyStatus         `json:"proxy,omitempty"`
+	Accel          AccelStatus          `json:"socketAcceleration"`
+	Drift          *DriftStatus         `json:"drift,omitempty"` // drift checks of the maps (drift.go)
 }
 
 // TunnelStatus is the node's overlay: how pods of other nodes are reached.

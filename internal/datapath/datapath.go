@@ -7,6 +7,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -166,6 +167,8 @@ type Datapath struct {
 	layouts *layoutCheck // how the pinned maps' layouts were checked
 
 	resized []resizedTable // connection tables found pinned at another size (tablesize.go)
+
+	stats io.Closer // the programs' run-time statistics, while on (progstats.go)
 }
 
 // LayoutNotes says, for the log, how the layouts of the maps this datapath
@@ -501,6 +504,10 @@ func explainLoadError(err error, pinDir string) error {
 func (d *Datapath) Close() error {
 	closeResized(d.resized)
 	d.resized = nil
+	if d.stats != nil {
+		d.stats.Close()
+		d.stats = nil
+	}
 	return errors.Join(d.destroyer.close(), d.objs.Close(), d.overlay.Close(), d.uplink.Close(),
 		d.sockAddr.Close(), d.sockOps.Close(), d.skMsg.Close(), d.sockopt.Close())
 }
@@ -634,20 +641,25 @@ func (d *Datapath) Hooks() (map[string]int, error) {
 	}
 	out := map[string]int{}
 	for _, p := range pins {
-		name := filepath.Base(p)
-		for _, h := range d.podHooks() {
-			if strings.HasPrefix(name, h.name+"-") {
-				name = h.name
-			}
-		}
-		for _, h := range []string{overlayHook, toOverlayHook, toUplinkHook, fromUplinkHook} {
-			if strings.HasPrefix(name, h+"-") {
-				name = h
-			}
-		}
-		out[name]++
+		out[d.hookOf(filepath.Base(p))]++
 	}
 	return out, nil
+}
+
+// hookOf names the hook of a link's pin: the pin's name, less the
+// interface of a hook on many (from-pod-IFNAME: from-pod).
+func (d *Datapath) hookOf(pin string) string {
+	for _, h := range d.podHooks() {
+		if strings.HasPrefix(pin, h.name+"-") {
+			return h.name
+		}
+	}
+	for _, h := range []string{overlayHook, toOverlayHook, toUplinkHook, fromUplinkHook} {
+		if strings.HasPrefix(pin, h+"-") {
+			return h
+		}
+	}
+	return pin
 }
 
 // Features are the kernel features this datapath uses, for status.

@@ -214,3 +214,35 @@ func TestFlowOverflowIsCountedAndForwardingGoesOn(t *testing.T) {
 	}
 	l.probe("client", "connected", "--tcp", l.podIP("server")+":7000")
 }
+
+// TestProgramRunTime: with --bpf-stats the agent has the kernel count its
+// programs' runs and time: after connections between two pods, `shunt
+// status` shows the runs and time per run of the pod program and the
+// connect hook, and the metrics count them per hook.
+func TestProgramRunTime(t *testing.T) {
+	l := newLabWith(t, []string{"--bpf-stats"}, twoPods)
+	server := l.podIP("server")
+	l.probe("client", "connected", "--count", "3", "--tcp", server+":7000")
+	status := l.mustShunt("status")
+	line := ""
+	for _, s := range strings.Split(status, "\n") {
+		if strings.HasPrefix(s, "run time:") {
+			line = s
+		}
+	}
+	// to-pod runs for no packet here: bpf_redirect_peer hands them to
+	// the pod past the host side's egress.
+	for _, want := range []string{"from-pod ", "sock-connect4 ", "ns/run"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("shunt status's run time line lacks %q:\n%s", want, status)
+		}
+	}
+	for _, hook := range []string{"from-pod", "sock-connect4"} {
+		if runs := l.metric("shunt_bpf_program_runs_total", `hook="`+hook+`"`); runs == 0 {
+			t.Errorf("shunt_bpf_program_runs_total{hook=%q} is 0 after traffic", hook)
+		}
+		if secs := l.metric("shunt_bpf_program_run_seconds_total", `hook="`+hook+`"`); secs <= 0 {
+			t.Errorf("shunt_bpf_program_run_seconds_total{hook=%q} is %v after traffic", hook, secs)
+		}
+	}
+}
