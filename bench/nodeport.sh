@@ -65,6 +65,12 @@ OVERLAY_DECAP_IN_DEVICE=${OVERLAY_DECAP_IN_DEVICE:-}
 # OVERLAY_ENCAP_IN_DEVICE=1: shunt-vxlan's agents leave the encapsulation
 # to the VXLAN device, the baseline of the encapsulation in BPF.
 OVERLAY_ENCAP_IN_DEVICE=${OVERLAY_ENCAP_IN_DEVICE:-}
+# BPF_STATS=1: shunt's agents run with --bpf-stats, and each measured
+# new-connections run of a shunt case logs its programs' runs per
+# connection and time per run, by node and hook (bpf-stats.tsv). The
+# statistics cost time per program run: such a run's rates are not the
+# benchmark's.
+BPF_STATS=${BPF_STATS:-}
 [ -z "$PROFILE" ] || command -v perf >/dev/null || { echo "nodeport: perf is missing (PROFILE): the machine image brings it (Debian: linux-perf)" >&2; exit 1; }
 # The smoke run goes through delay lines, so that make test proves them
 # with every case's traffic (bench/crossnode.sh's smoke proves the bridge
@@ -77,7 +83,7 @@ fi
 
 cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/nodeport.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
-bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT${MEASURE:+ -measure $MEASURE}${LINK_DELAY:+ -link-delay $LINK_DELAY}${PROFILE:+ -profile}${OVERLAY_DECAP_IN_DEVICE:+ -overlay-decap-in-device}${OVERLAY_ENCAP_IN_DEVICE:+ -overlay-encap-in-device}
+bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT${MEASURE:+ -measure $MEASURE}${LINK_DELAY:+ -link-delay $LINK_DELAY}${PROFILE:+ -profile}${BPF_STATS:+ -bpf-stats}${OVERLAY_DECAP_IN_DEVICE:+ -overlay-decap-in-device}${OVERLAY_ENCAP_IN_DEVICE:+ -overlay-encap-in-device}
 # every command it ran, exactly and in order: commands-run.txt; in short, as bench/crossnode.sh without the floor and the policies, shunt's agents with --masquerade (pods get a default route), plus per case an external host:
 ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name eH netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.H/24 dev ul0   # one per measured case, on its underlay bridge: H = 200; shunt-native 201 and shunt-native-dsr 202 on shunt-vxlan's
 # measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202 (annotated shunt.io/forwarding-mode: snat), shunt-native-dsr: xbench-native-dsr 30082, 31113, xbench-native-dsr-iperf 30203 (shunt.io/forwarding-mode: dsr)
@@ -85,7 +91,7 @@ nsenter --net=EXT timeout T taskset -c 0 sockperf ping-pong --tcp -i 192.168.U.1
 nsenter --net=EXT timeout T taskset -c 0 bin/connrate -target 192.168.U.1|192.168.U.2:30080 -workers 4 -duration ${DURATION}s
 nsenter --net=EXT timeout T taskset -c 0 iperf3 -c 192.168.U.1 -p 30201 -t $DURATION -J
 EOT
-bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" ${MEASURE:+-measure "$MEASURE"} ${LINK_DELAY:+-link-delay "$LINK_DELAY"} ${PROFILE:+-profile} ${OVERLAY_DECAP_IN_DEVICE:+-overlay-decap-in-device} ${OVERLAY_ENCAP_IN_DEVICE:+-overlay-encap-in-device} \
+bin/crossnode -nodeport -n "$SCALES" -reps "$REPS" -duration "${DURATION}s" -settle "$SETTLE" $SMOKE_FLAG -bin bin -rows "$ROWS" -out "$OUT" ${MEASURE:+-measure "$MEASURE"} ${LINK_DELAY:+-link-delay "$LINK_DELAY"} ${PROFILE:+-profile} ${BPF_STATS:+-bpf-stats} ${OVERLAY_DECAP_IN_DEVICE:+-overlay-decap-in-device} ${OVERLAY_ENCAP_IN_DEVICE:+-overlay-encap-in-device} \
 	> >(tee "$OUT/crossnode.log") 2>&1 &
 XB=$!
 trap 'kill -TERM $XB 2>/dev/null; wait $XB; exit 130' INT TERM

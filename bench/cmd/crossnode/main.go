@@ -151,6 +151,9 @@ type caseNet struct {
 	// serverNetns are the netns paths of the case's server pods (for
 	// their TCP counters around each connection-rate run).
 	serverNetns []string
+	// agents are the shunt agents' instances of nodes 1 and 2 ("": not
+	// a shunt case).
+	agents [2]string
 }
 
 type bench struct {
@@ -187,6 +190,9 @@ type bench struct {
 	// recorded by perf, machine-wide, and its CPU sorted by kind of work
 	// (profile.go).
 	profile bool
+	// bpfStats (-bpf-stats): shunt's agents count their programs' runs
+	// and time, logged per new-connections run (progstats.go).
+	bpfStats bool
 
 	mu   sync.Mutex
 	undo benchrun.Undo // what the run built
@@ -216,6 +222,7 @@ func main() {
 		inDevice      = flag.Bool("overlay-decap-in-device", false, "shunt-vxlan's agents leave the overlay's packets to the VXLAN device (--overlay-decap-in-device): the baseline of the uplink's decapsulation in BPF")
 		encapInDevice = flag.Bool("overlay-encap-in-device", false, "shunt-vxlan's agents leave the encapsulation to the VXLAN device (--overlay-encap-in-device): the baseline of the encapsulation in BPF")
 		profile       = flag.Bool("profile", false, "record each measured new-connections run with perf (whole machine, 1 s in to 1 s before its end) and log its CPU by kind of work: netfilter, bpf, vxlan, the underlay bridge's netfilter, idle, other (perf-*.data and profile-shares.tsv in -out)")
+		bpfStats      = flag.Bool("bpf-stats", false, "shunt's agents run with --bpf-stats, and each measured new-connections run of a shunt case logs its programs' runs per connection and time per run, by node and hook (bpf-stats.tsv in -out); the statistics cost time per program run, so such a run's rates are not the benchmark's")
 		delay         = flag.Duration("link-delay", 0, "one-way latency of every link to an underlay bridge (nodes and external host), by a delay line in user space (this kernel has no netem): a network where a hop costs time, as DSR's saved hop needs to show; 0: none")
 	)
 	flag.Parse()
@@ -230,7 +237,7 @@ func main() {
 	}
 	defer runLog.Close()
 	ran.w = runLog
-	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, profile: *profile, overlayDecapInDevice: *inDevice, overlayEncapInDevice: *encapInDevice, cases: map[string]*caseNet{}}
+	b := &bench{measureOnly: splitList(*measure), rows: rows, id: *id, out: *out, duration: *duration, settle: *settle, concurrent: *smoke, policies: *policies, nodeport: *nodeport, linkDelay: *delay, profile: *profile, bpfStats: *bpfStats, overlayDecapInDevice: *inDevice, overlayEncapInDevice: *encapInDevice, cases: map[string]*caseNet{}}
 	if b.nodeport {
 		// NetworkPolicies and Calico's rules judge pod-to-pod traffic;
 		// the NodePort benchmark measures the NodePort path alone.
@@ -710,6 +717,9 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 			routing = append(routing, "--overlay-encap-in-device")
 		}
 	}
+	if b.bpfStats {
+		routing = append(routing, "--bpf-stats")
+	}
 	if b.nodeport {
 		// Pods route only the cluster's addresses unless the node
 		// masquerades: a backend on the ingress node could not answer an
@@ -721,6 +731,7 @@ func (b *bench) setupShunt(ctx context.Context, c string) error {
 	for i := range 2 {
 		insts[i] = fmt.Sprintf("xb%s%s%d", b.id, letter, i+1)
 		inst := insts[i]
+		cn.agents[i] = inst
 		if err := b.node(ctx, inst, b.underlayAddr(c, i)); err != nil {
 			return err
 		}
@@ -1488,6 +1499,7 @@ func (b *bench) measure(c string, n, rep int) error {
 func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 	before, cerr := tcpCounters(cn.client)
 	serversBefore, serr := b.serverCounters(cn)
+	progBefore := b.programStats(cn)
 	var prof *profile
 	if b.profile {
 		prof = b.startProfile(fmt.Sprintf("%s-%s-n%d-%d", cn.name, metric, n, rep))
@@ -1518,6 +1530,7 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 		return fmt.Errorf("connrate output %q: %w", out, err)
 	}
 	b.row(cn.name, metric, "conn/s", cr.Rate, rep, n)
+	b.logProgramStats(cn.name, metric, n, rep, cr.Rate*b.duration.Seconds(), progBefore, b.programStats(cn))
 	log.Printf("  %-16s %s %.0f new connections/s (%d failed; stalled: %d connects >= 900 ms, %d requests >= 190 ms; longest %.0f ms, %.0f ms)",
 		cn.name, metric, cr.Rate, cr.Failed, cr.SlowConnects, cr.SlowExchanges, cr.MaxConnectMs, cr.MaxExchangeMs)
 	if after, err := tcpCounters(cn.client); err == nil && cerr == nil {
