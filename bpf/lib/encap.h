@@ -25,6 +25,7 @@
 #include "pkt.h"
 #include "forward.h"
 #include "icmp.h"
+#include "native.h"
 
 #define TUNNEL_TTL 64
 #define VNI_LIMIT (1U << 24) /* a VNI has 24 bits */
@@ -64,14 +65,14 @@ struct vxlan_outer {
 	 BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN))
 
 /* Per CPU room for what encapsulating needs beside the packet: the
- * route lookup, the headers encap_in_bpf builds, the device's tunnel key.
- * The programs that encapsulate have little stack left (the pod and
- * uplink programs' are nearly full). Every field is written before it is
- * read. */
+ * route lookup, the headers encap_in_bpf builds, fib_xmit's helper
+ * arguments, the device's tunnel key. The programs that encapsulate have
+ * little stack left (the pod and uplink programs' are nearly full). Every
+ * field is written before it is read. */
 struct encap_scratch {
 	struct bpf_fib_lookup fib;
 	struct bpf_tunnel_key key;
-	struct bpf_redir_neigh nh;
+	union fib_xmit_room xmit;
 	struct iphdr inner;
 	__u32 mtu;
 	struct vxlan_outer outer;
@@ -161,16 +162,9 @@ static __always_inline int encap_in_bpf(struct __sk_buff *skb, const volatile st
 		return ENCAP_TO_DEVICE;
 	if (bpf_skb_store_bytes(skb, ETH_HLEN, o, sizeof(*o), 0) < 0)
 		return ENCAP_FAILED;
-	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		s->nh = (struct bpf_redir_neigh){ .nh_family = AF_INET, .ipv4_nh = s->fib.ipv4_dst };
-		ret = bpf_redirect_neigh(s->fib.ifindex, &s->nh, sizeof(s->nh), 0);
-	} else {
-		if (bpf_skb_store_bytes(skb, 0, s->fib.dmac, ETH_ALEN, 0) < 0 ||
-		    bpf_skb_store_bytes(skb, ETH_ALEN, s->fib.smac, ETH_ALEN, 0) < 0)
-			return ENCAP_FAILED;
-		ret = bpf_redirect(s->fib.ifindex, 0);
-	}
-	return ret == TC_ACT_REDIRECT ? ENCAP_SENT : ENCAP_FAILED;
+	/* fib_send's last step; not fib_send, which reports through a
+	 * struct pkt, and its room in s: no stack left for it. */
+	return fib_xmit(skb, &s->fib, ret, &s->xmit) == TC_ACT_REDIRECT ? ENCAP_SENT : ENCAP_FAILED;
 }
 
 /* tunnel_identity_ok says whether an identity can be a pod's on the wire:

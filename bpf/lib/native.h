@@ -16,25 +16,52 @@
 #include "pkt.h"
 #include "forward.h"
 
-/* fib_send is fib_redirect without the hop: for a packet this node built
- * itself (an encapsulation's outer header). */
-static __always_inline int fib_send(struct __sk_buff *skb, struct pkt *p, struct bpf_fib_lookup *fib, long ret, __u32 reason)
+/* Room for fib_xmit's helper arguments, one or the other as the lookup
+ * went. Its caller gives it: on its stack, or, where the program's stack
+ * is full, in a map (lib/encap.h's shunt_encap_scratch). */
+union fib_xmit_room {
+	struct bpf_redir_neigh nh; /* bpf_redirect_neigh's next hop */
+	__u8 macs[2 * ETH_ALEN];   /* the Ethernet addresses, written in one store */
+};
+
+/* fib_xmit sends a packet with its Ethernet header at offset 0 to the next
+ * hop a successful route lookup (ret: SUCCESS or NO_NEIGH) found: the next
+ * hop's MAC written and the packet redirected (bpf_redirect), or, when the
+ * next hop's MAC is not known yet, handed to bpf_redirect_neigh, which
+ * resolves it as the stack does. Nothing counted: its callers report
+ * differently. Returns the redirect helper's result (TC_ACT_REDIRECT when
+ * set), or -1 when the MACs could not be written. */
+static __always_inline long fib_xmit(struct __sk_buff *skb, const struct bpf_fib_lookup *fib, long ret,
+				     union fib_xmit_room *room)
 {
 	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		/* The lookup left the next hop (the gateway, or the
 		 * destination on a shared link) in ipv4_dst. */
-		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib->ipv4_dst };
-
-		ret = bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
-	} else {
-		__u8 macs[12];
-
-		__builtin_memcpy(macs, fib->dmac, 6);
-		__builtin_memcpy(macs + 6, fib->smac, 6);
-		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
-			return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
-		ret = bpf_redirect(fib->ifindex, 0);
+		room->nh = (struct bpf_redir_neigh){ .nh_family = AF_INET, .ipv4_nh = fib->ipv4_dst };
+		return bpf_redirect_neigh(fib->ifindex, &room->nh, sizeof(room->nh), 0);
 	}
+	__builtin_memcpy(room->macs, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(room->macs + ETH_ALEN, fib->smac, ETH_ALEN);
+	if (bpf_skb_store_bytes(skb, 0, room->macs, sizeof(room->macs), 0) < 0)
+		return -1;
+	return bpf_redirect(fib->ifindex, 0);
+}
+
+/* fib_send is fib_redirect without the hop: for a packet this node built
+ * itself (an encapsulation's outer header). */
+static __always_inline int fib_send(struct __sk_buff *skb, struct pkt *p, struct bpf_fib_lookup *fib, long ret, __u32 reason)
+{
+	{
+		/* Scoped, so that its stack is free again for drop() and
+		 * done(): the pod and uplink programs have none to spare
+		 * (room for the whole function cost them 8 bytes, over the
+		 * limit). */
+		union fib_xmit_room room;
+
+		ret = fib_xmit(skb, fib, ret, &room);
+	}
+	if (ret < 0)
+		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	if (ret != TC_ACT_REDIRECT)
 		return drop(skb, p, SHUNT_REASON_REDIRECT_FAILED);
 	done(skb, p, FLOW_FORWARDED, reason);
