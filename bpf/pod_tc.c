@@ -155,15 +155,18 @@ __noinline int ct_track(struct flow *f, struct ct_found *found)
 static __always_inline int to_tunnel(struct __sk_buff *skb, struct pkt *p, __u32 tunnel_ip4)
 {
 	__u32 mtu;
+	int size = encap_too_big(skb, &CONFIG, &mtu);
 
-	if (encap_too_big(skb, &CONFIG, &mtu))
+	if (size == ENCAP_SIZE_TOO_BIG)
 		return encap_answer_too_big(skb, p, &CONFIG, mtu);
 	int verdict = forward_hop(skb, p);
 	if (verdict >= 0)
 		return verdict;
 	if (!tunnel_identity_ok(p->src_identity))
 		return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
-	__u32 reason = encap_to_node(skb, &CONFIG, tunnel_ip4, p->src_identity);
+	/* The hop leaves the length as it was: a packet found to fit still
+	 * fits, and encap_in_bpf need not check it again. */
+	__u32 reason = encap_to_node(skb, &CONFIG, tunnel_ip4, p->src_identity, size == ENCAP_SIZE_FITS);
 	if (reason)
 		return drop(skb, p, reason);
 	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);

@@ -59,7 +59,7 @@ struct vxlan_outer {
  * IPv4 with an inner Ethernet header, so that a GSO packet is cut into
  * VXLAN segments where it leaves and checksum offload finds the inner
  * header. FIXED_GSO: the segments keep their size, which fits once
- * encapsulated (encap_in_bpf checks it first). */
+ * encapsulated (checked first: by encap_in_bpf, or by its caller). */
 #define VXLAN_ADJ_ROOM_FLAGS                                                                                           \
 	(BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |                    \
 	 BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN))
@@ -85,6 +85,11 @@ struct {
 	__uint(max_entries, 1);
 } shunt_encap_scratch SEC(".maps");
 
+/* What encap_too_big found out about a packet's size. */
+#define ENCAP_SIZE_UNJUDGED 0 /* not found to fit: encap_in_bpf checks it itself */
+#define ENCAP_SIZE_FITS 1     /* fits the tunnel device's MTU, every segment of it */
+#define ENCAP_SIZE_TOO_BIG 2  /* to be answered (encap_answer_too_big), not sent */
+
 /* How encap_in_bpf ends. */
 #define ENCAP_SENT 0	  /* encapsulated, the redirect set */
 #define ENCAP_TO_DEVICE 1 /* left as it was, for the VXLAN device */
@@ -102,9 +107,11 @@ struct {
  * IPv6): the inner packet's own checksums cover what the pod receives, as
  * in Katran's encapsulation. Returns ENCAP_SENT, ENCAP_TO_DEVICE
  * (untouched: see the top of this file) or ENCAP_FAILED. s is the CPU's
- * shunt_encap_scratch. */
+ * shunt_encap_scratch. fits: the caller has found the packet fits the
+ * tunnel device's MTU, every segment of it (encap_too_big said
+ * ENCAP_SIZE_FITS), so it is not checked again. */
 static __always_inline int encap_in_bpf(struct __sk_buff *skb, const volatile struct shunt_config *cfg,
-					struct encap_scratch *s, __u32 tunnel_ip4, __u32 vni)
+					struct encap_scratch *s, __u32 tunnel_ip4, __u32 vni, bool fits)
 {
 	long ret;
 
@@ -120,10 +127,14 @@ static __always_inline int encap_in_bpf(struct __sk_buff *skb, const volatile st
 	/* It fits the tunnel device's MTU (the underlay's less the
 	 * encapsulation), every segment of a GSO packet too: so it fits the
 	 * underlay once encapsulated. A bigger one goes to the device, which
-	 * fragments the outer header. */
-	s->mtu = 0;
-	if (bpf_check_mtu(skb, cfg->tunnel_ifindex, &s->mtu, 0, BPF_MTU_CHK_SEGS) != BPF_MTU_CHK_RET_SUCCESS)
-		return ENCAP_TO_DEVICE;
+	 * fragments the outer header. Checked here unless the caller did (a
+	 * pod's DF packet, judged for fragmentation needed): the same check,
+	 * and nothing since has changed the packet's length. */
+	if (!fits) {
+		s->mtu = 0;
+		if (bpf_check_mtu(skb, cfg->tunnel_ifindex, &s->mtu, 0, BPF_MTU_CHK_SEGS) != BPF_MTU_CHK_RET_SUCCESS)
+			return ENCAP_TO_DEVICE;
+	}
 	s->fib = (struct bpf_fib_lookup){
 		.family = AF_INET, .l4_protocol = IPPROTO_UDP, .dport = cfg->tunnel_port,
 		.ifindex = cfg->tunnel_uplink_ifindex, .ipv4_src = cfg->tunnel_local_ip4, .ipv4_dst = tunnel_ip4,
@@ -178,18 +189,18 @@ static __always_inline bool tunnel_identity_ok(__u32 identity)
 /* encap_to_node sends the packet to the node whose underlay address is
  * tunnel_ip4 (network byte order), the VNI carrying vni (a pod's identity,
  * or the remote-node identity for the node's own traffic): encapsulated
- * here (encap_in_bpf), else through cfg's tunnel device. Returns 0 when
- * the redirect is set (the program returns TC_ACT_REDIRECT), else the drop
- * reason. */
+ * here (encap_in_bpf), else through cfg's tunnel device. fits: as
+ * encap_in_bpf's. Returns 0 when the redirect is set (the program returns
+ * TC_ACT_REDIRECT), else the drop reason. */
 static __always_inline __u32 encap_to_node(struct __sk_buff *skb, const volatile struct shunt_config *cfg,
-					   __u32 tunnel_ip4, __u32 vni)
+					   __u32 tunnel_ip4, __u32 vni, bool fits)
 {
 	__u32 zero = 0;
 	struct encap_scratch *s = bpf_map_lookup_elem(&shunt_encap_scratch, &zero);
 
 	if (!s)
 		return SHUNT_REASON_TUNNEL_KEY_FAILED;
-	int sent = encap_in_bpf(skb, cfg, s, tunnel_ip4, vni);
+	int sent = encap_in_bpf(skb, cfg, s, tunnel_ip4, vni, fits);
 	if (sent == ENCAP_SENT)
 		return 0;
 	if (sent == ENCAP_FAILED)
@@ -207,13 +218,14 @@ static __always_inline __u32 encap_to_node(struct __sk_buff *skb, const volatile
 }
 
 /* encap_too_big says whether the packet must not go into the tunnel but be
- * answered with ICMP fragmentation needed instead, as a router would answer
- * it (ip_forward): it has DF set and does not fit the tunnel device's MTU,
- * the underlay's less the encapsulation (EnsureVXLAN sets it), so that
- * encapsulated it would not fit the underlay either: fragmented outside
- * (the outer header has no DF), or, where the underlay drops fragments,
- * lost, and either way its sender would never learn the path's MTU. *mtu
- * is set to the device's MTU, the next-hop MTU the answer gives.
+ * answered with ICMP fragmentation needed instead (ENCAP_SIZE_TOO_BIG),
+ * as a router would answer it (ip_forward): it has DF set and does not fit
+ * the tunnel device's MTU, the underlay's less the encapsulation
+ * (EnsureVXLAN sets it), so that encapsulated it would not fit the
+ * underlay either: fragmented outside (the outer header has no DF), or,
+ * where the underlay drops fragments, lost, and either way its sender
+ * would never learn the path's MTU. *mtu is set to the device's MTU, the
+ * next-hop MTU the answer gives.
  * bpf_check_mtu rather than a length here: it judges a GSO packet (a pod's
  * TCP sends up to 64 KiB at once) by the segments it will be cut into, as
  * ip_forward does (skb_gso_validate_network_len), knowing their L4 header
@@ -222,8 +234,11 @@ static __always_inline __u32 encap_to_node(struct __sk_buff *skb, const volatile
  * holds at once. Never answered (they go on as before): a packet whose TTL
  * runs out here (the hop answers time exceeded first, as ip_forward does),
  * a non-first fragment, an ICMP error (RFC 1122 3.2.2: no error about an
- * error), and a packet the helper cannot judge (it failed). */
-static __always_inline bool encap_too_big(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 *mtu)
+ * error), and a packet the helper cannot judge (it failed). The check is
+ * encap_in_bpf's own: ENCAP_SIZE_FITS when it passed, so that a pod's DF
+ * packet is checked once, else ENCAP_SIZE_UNJUDGED (not checked, or not
+ * fitting but not answered), which encap_in_bpf checks again. */
+static __always_inline int encap_too_big(struct __sk_buff *skb, const volatile struct shunt_config *cfg, __u32 *mtu)
 {
 	struct iphdr ip;
 	__u32 dev_mtu = 0;
@@ -231,17 +246,19 @@ static __always_inline bool encap_too_big(struct __sk_buff *skb, const volatile 
 	long ret;
 
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
-		return false;
+		return ENCAP_SIZE_UNJUDGED;
 	if (!(ip.frag_off & bpf_htons(IP_DF)) || (ip.frag_off & bpf_htons(IP_OFFSET)) || ip.ttl <= 1)
-		return false;
+		return ENCAP_SIZE_UNJUDGED;
 	ret = bpf_check_mtu(skb, cfg->tunnel_ifindex, &dev_mtu, 0, BPF_MTU_CHK_SEGS);
+	if (ret == BPF_MTU_CHK_RET_SUCCESS)
+		return ENCAP_SIZE_FITS;
 	if (ret != BPF_MTU_CHK_RET_FRAG_NEEDED && ret != BPF_MTU_CHK_RET_SEGS_TOOBIG)
-		return false;
+		return ENCAP_SIZE_UNJUDGED;
 	if (ip.protocol == IPPROTO_ICMP &&
 	    (bpf_skb_load_bytes(skb, ETH_HLEN + ip.ihl * 4, &icmp_type, sizeof(icmp_type)) < 0 || icmp_is_error(icmp_type)))
-		return false;
+		return ENCAP_SIZE_UNJUDGED;
 	*mtu = dev_mtu;
-	return true;
+	return ENCAP_SIZE_TOO_BIG;
 }
 
 /* encap_answer_too_big answers a packet from a pod that encap_too_big kept

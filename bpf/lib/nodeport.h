@@ -536,7 +536,7 @@ static __always_inline int nodeport_to_node(struct __sk_buff *skb, struct pkt *p
 
 		if (verdict >= 0)
 			return verdict;
-		__u32 reason = encap_to_node(skb, cfg, tunnel_ip4, SHUNT_ID_REMOTE_NODE);
+		__u32 reason = encap_to_node(skb, cfg, tunnel_ip4, SHUNT_ID_REMOTE_NODE, false /* not checked yet */);
 		if (reason)
 			return drop(skb, p, reason);
 		done(skb, p, FLOW_FORWARDED, SHUNT_REASON_TO_TUNNEL);

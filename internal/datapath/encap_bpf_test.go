@@ -56,7 +56,9 @@ var encapNextHopMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x22}
 // after one hop). A next hop whose MAC is not known yet is still
 // encapsulated (bpf_redirect_neigh resolves it). What BPF does not build
 // goes to the device untouched: a packet bigger than the tunnel's MTU
-// (the device fragments the outer header), a node not reached through the
+// (the device fragments the outer header), without DF or an ICMP error
+// with DF (not answered with fragmentation needed, so the program's own
+// check must still see it does not fit), a node not reached through the
 // underlay interface.
 func TestFromPodEncapInBPF(t *testing.T) {
 	requireBPF(t)
@@ -159,6 +161,8 @@ func TestFromPodEncapInBPF(t *testing.T) {
 		pkt  []byte
 	}{
 		{"UDP, 1500 bytes, no DF: the device fragments it", sizedPacket(a, remote["10.77.0.2"], 17, udpDatagram(40005, 53), 1500, false)},
+		{"an ICMP error, 1500 bytes, DF: not answered, the device fragments it",
+			sizedPacket(a, remote["10.77.0.2"], 1, icmpUnreachable(packet(remote["10.77.0.2"], a, 17, udpDatagram(53, 40007))), 1500, true)},
 		{"a node not reached through the underlay interface", packet(a, remote["172.31.0.2"], 17, udpDatagram(40006, 53))},
 	} {
 		if out := run(c.name, c.pkt); len(out) != len(c.pkt) || out[14+8] != 63 {
@@ -166,7 +170,7 @@ func TestFromPodEncapInBPF(t *testing.T) {
 				c.name, len(out), out[14+8], len(c.pkt))
 		}
 	}
-	counterDelta(t, d, before, map[string]uint64{"to-tunnel/from-pod": 8})
+	counterDelta(t, d, before, map[string]uint64{"to-tunnel/from-pod": 9})
 }
 
 // TestNodePortEncapInBPF: a flow from outside to a NodePort whose backend
