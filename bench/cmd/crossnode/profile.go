@@ -12,6 +12,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -127,13 +128,20 @@ func (b *bench) logProfile(caseName, metric string, n, rep int, shares map[strin
 		fmt.Fprintf(&tsv, "%s\t%s\t%d\t%d\t%s\t%.2f\n", caseName, metric, n, rep, kind, shares[kind])
 	}
 	log.Printf("  %-16s %s: CPU by kind of work (perf, whole machine): %s (%s)", caseName, metric, strings.Join(parts, ", "), filepath.Base(file))
-	f, err := os.OpenFile(filepath.Join(b.out, "profile-shares.tsv"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		log.Printf("  profile-shares.tsv: %v", err)
-		return
+	b.appendOut("profile-shares.tsv", tsv.String())
+}
+
+// appendOut appends text to the file name in -out, which every run of the
+// benchmark adds its rows to; a failure is logged, not fatal.
+func (b *bench) appendOut(name, text string) {
+	f, err := os.OpenFile(filepath.Join(b.out, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = f.WriteString(text)
+		err = errors.Join(err, f.Close())
 	}
-	defer f.Close()
-	f.WriteString(tsv.String())
+	if err != nil {
+		log.Printf("  %s: %v", name, err)
+	}
 }
 
 func profileKindNames() []string {

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -80,11 +79,5 @@ func (b *bench) logProgramStats(caseName, metric string, n, rep int, conns float
 	}
 	log.Printf("  %-16s %s: BPF per connection (kernel statistics, both nodes): %.0f ns in all: %s", caseName, metric,
 		float64(total.Nanoseconds())/conns, strings.Join(parts, "; "))
-	f, err := os.OpenFile(filepath.Join(b.out, "bpf-stats.tsv"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		log.Printf("  bpf-stats.tsv: %v", err)
-		return
-	}
-	defer f.Close()
-	f.WriteString(tsv.String())
+	b.appendOut("bpf-stats.tsv", tsv.String())
 }
