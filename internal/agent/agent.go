@@ -40,7 +40,6 @@ import (
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/reconciler"
 	"github.com/shuntnet/shunt/internal/services"
-	"github.com/shuntnet/shunt/internal/steerroute"
 	"github.com/shuntnet/shunt/internal/teardown"
 )
 
@@ -213,12 +212,12 @@ type Agent struct {
 	routeProblems    routeProblemsCache
 
 	proxy *nodeProxy // the node L7 proxy
-	// steerRouting is the node proxy's steering routing this agent
-	// claimed (nil before programNode): drift checks put it back.
-	steerRouting *steerroute.Routing
-	flows        *flows.History // the last flows, for observe
-	sampling     atomic.Uint32  // current datapath.FlowMode
-	metrics      *metrics
+	// steer is the node proxy's steering routing (steer.go; nil before
+	// programNode).
+	steer    *steerRouting
+	flows    *flows.History // the last flows, for observe
+	sampling atomic.Uint32  // current datapath.FlowMode
+	metrics  *metrics
 	// metricsAddr is where /metrics is served over TCP, once it is.
 	metricsAddr atomic.Value
 	started     time.Time
@@ -293,7 +292,7 @@ func (a *Agent) wire(s *startup) error {
 		Allocations: s.alloc, SaveAllocations: func(al policy.Allocations) error { return saveAllocations(inst.StateDir(), al) },
 		Identities: identities,
 		Log:        a.log, ObserveSync: a.metrics.observeSync, UDPDestroyed: func(n int) { a.metrics.udpDestroyed.Add(float64(n)) },
-		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set, NativeRouting: s.nativeIf != 0,
+		ProxyAddr: s.proxyAddr, ProxyConfig: a.proxy.Set, SteerRouting: a.setSteerRouting, NativeRouting: s.nativeIf != 0,
 		// The source's first Update is complete: the lab hands over every
 		// persisted object at once (ControlPlane.Start), the Kubernetes
 		// source once its informers synced.

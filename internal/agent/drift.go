@@ -109,27 +109,6 @@ func (a *Agent) verifyDrift(repair bool) (datapath.DriftReport, error) {
 	return r, err
 }
 
-// verifySteerRouting adds the node proxy's steering routing (a rule and a
-// route, not map entries, but as much the agent's decision) to r, and puts
-// what is missing back with repair.
-func (a *Agent) verifySteerRouting(r *datapath.DriftReport, repair bool) error {
-	if a.steerRouting == nil {
-		return nil
-	}
-	missing, err := steerroute.Check(a.cfg.Instance, *a.steerRouting, repair)
-	if err != nil {
-		return err
-	}
-	r.Checked[steerroute.DriftName] = 2
-	for _, m := range missing {
-		r.Entries = append(r.Entries, datapath.DriftEntry{Map: steerroute.DriftName, Key: m, Expected: "present"})
-	}
-	if repair && len(missing) > 0 {
-		r.Repaired[steerroute.DriftName] += len(missing)
-	}
-	return nil
-}
-
 // logDrift names what differed: the maps with their counts, and the first
 // entries.
 func (a *Agent) logDrift(r datapath.DriftReport, repaired bool) {

@@ -12,7 +12,6 @@ import (
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/podnet"
-	"github.com/shuntnet/shunt/internal/steerroute"
 )
 
 // The second step of New: the node itself. openNode builds what the
@@ -124,14 +123,10 @@ func (a *Agent) programNode(s *startup) error {
 	a.proxy = newNodeProxy(a.log, filepath.Join(cfg.BinDir, "shunt-proxy"), cfg.Instance.RunDir(), s.proxyCgroup, s.proxyAddr, DefaultProxyMark, a.addProxyFlow)
 	// Connections from off the node to local pods' ports with HTTP rules
 	// reach the proxy in tc (bpf/lib/steer.h), through its transparent
-	// listener and the routing that delivers them to the node's stack:
-	// the namespace's, claimed by this instance and removed by the last
-	// one to go (teardown).
+	// listener and the routing that delivers them to the node's stack,
+	// claimed while some port's connections go to the proxy (steer.go).
 	steer := proxySteer(a.podPool.NodeIP())
-	if err := steerroute.Claim(cfg.Instance, steer.Routing); err != nil {
-		return err
-	}
-	a.steerRouting = &steer.Routing
+	a.steer = &steerRouting{routing: steer.Routing}
 	a.proxy.steer = steer.Listen
 	a.metrics.proxy = a.proxy
 	return nil

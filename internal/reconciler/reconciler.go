@@ -112,6 +112,11 @@ type Config struct {
 	// listener and mark); it must not block. nil: none is sent. A
 	// configuration computed before the first Update has Complete false.
 	ProxyConfig func(proxyapi.Config)
+	// SteerRouting, when set, is told whether connections go to the node
+	// proxy: true before redirections to it are written, false after the
+	// last one was removed. The routing that delivers the connections tc
+	// steers to the proxy is held only meanwhile (internal/steerroute).
+	SteerRouting func(needed bool) error
 	// Hooks for metrics; nil to ignore.
 	ObserveSync  func(step string, d time.Duration)
 	UDPDestroyed func(n int)
@@ -693,6 +698,12 @@ func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
 			want = append(want, datapath.L7Redirect{Dest: d, Proxy: r.cfg.ProxyAddr})
 		}
 	}
+	toNodeProxy := len(want) > 0
+	if toNodeProxy && r.cfg.SteerRouting != nil {
+		if err := r.cfg.SteerRouting(true); err != nil {
+			return fmt.Errorf("L7 redirects: %w", err)
+		}
+	}
 	// Pods' own proxies: SO_ORIGINAL_DST is answered in their cgroup
 	// before connections are sent there.
 	var errs []error
@@ -713,6 +724,9 @@ func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
 	}
 	if err := r.dp.SyncL7Redirects(want); err != nil {
 		return fmt.Errorf("L7 redirects: %w", err)
+	}
+	if !toNodeProxy && r.cfg.SteerRouting != nil {
+		errs = append(errs, r.cfg.SteerRouting(false))
 	}
 	for pod := range r.podProxies {
 		if !podProxies[pod] {

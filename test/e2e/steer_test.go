@@ -175,6 +175,19 @@ func TestProxySteeringOverlay(t *testing.T) {
 		t.Errorf("node-2's metrics do not count the routing's repair:\n%s", grepLines(m, "shunt_drift_repaired_total"))
 	}
 	checkSteeredFromNode1(t, l)
+
+	// Without HTTP rules no connection goes to the proxy: both nodes drop
+	// the routing (a rule makes every route lookup walk the rules).
+	l.mustShunt("delete", "shuntnetworkpolicy", "backend-http")
+	for k, ns := range []string{"-node1", "-node2"} {
+		waitFor(t, 10*time.Second, fmt.Sprintf("node-%d's steering rule removed with the last HTTP rule", k+1), func() bool {
+			out, _ := exec.Command("nsenter", "--net=/run/netns/"+l.instance+ns, "ip", "rule", "show").CombinedOutput()
+			return !strings.Contains(string(out), "0x5f000000")
+		})
+	}
+	if out, code := l.node(2).shunt("sync", "--verify"); code != 0 || strings.Contains(out, "proxy-steer-routing") {
+		t.Errorf("sync --verify on node-2 without HTTP rules: exit %d (want 0, the routing not checked):\n%s", code, out)
+	}
 }
 
 // grepLines keeps the lines of s that contain sub.
