@@ -20,11 +20,14 @@ type steerRouting struct {
 	known   bool // claimed says what is on record (false at start: an earlier agent's claim may be there)
 }
 
-// set claims the routing (needed) or releases it; the reconciler calls it
-// before it writes redirections to the proxy and after it removed the
-// last one.
+// setSteerRouting claims the routing (needed) or releases it; the
+// reconciler calls it before it writes redirections to the proxy and after
+// it removed the last one.
 func (a *Agent) setSteerRouting(needed bool) error {
 	s := a.steer
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.known && s.claimed == needed {
