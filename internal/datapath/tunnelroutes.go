@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/shuntnet/shunt/internal/steerroute"
 )
 
 // TunnelRoute is the route to another node's pods: its pod CIDR, reached
@@ -26,8 +28,9 @@ type TunnelRoute struct {
 
 // tunnelRouteProtocol marks the routes shunt owns on the overlay device or
 // the underlay interface (rtm_protocol), so a sync removes only its own
-// stale ones.
-const tunnelRouteProtocol netlink.RouteProtocol = 0x53
+// stale ones: shunt's one protocol number, which the proxy steering's
+// rule and route carry too.
+const tunnelRouteProtocol = netlink.RouteProtocol(steerroute.Protocol)
 
 // SyncTunnelRoutes makes the overlay device (or, with native routing, the
 // underlay interface) carry exactly routes of shunt's, with src (this

@@ -38,7 +38,8 @@ type Routing struct {
 }
 
 // Protocol marks the rule and the route as shunt's in `ip rule` and `ip
-// route` (proto 83, 0x53), as the datapath marks its tunnel routes.
+// route` (proto 83, 0x53); the datapath marks its tunnel routes with it
+// too (scripts/leftovers.sh looks for it).
 const Protocol = 0x53
 
 // claim is what an instance records: which namespace it installed the
@@ -284,17 +285,13 @@ func rulePresent(r Routing) (bool, error) {
 	return false, nil
 }
 
-// remove deletes the rule and the route; either already gone is fine. The
-// rule is matched without its protocol, so an older agent's (made before
-// rules carried one) goes too.
+// remove deletes the rule and the route; either already gone (ENOENT,
+// ESRCH) is fine. The rule is matched without its protocol, so an older
+// agent's (made before rules carried one) goes too.
 func remove(r Routing) error {
 	var errs []error
-	if present, err := rulePresent(r); err != nil {
-		errs = append(errs, err)
-	} else if present {
-		if err := netlink.RuleDel(r.rule()); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("proxy steering: removing the routing rule (`ip rule del fwmark %#x lookup %d pref %d`): %w", r.Mark, r.Table, r.Priority, err))
-		}
+	if err := netlink.RuleDel(r.rule()); err != nil && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("proxy steering: removing the routing rule (`ip rule del fwmark %#x lookup %d pref %d`): %w", r.Mark, r.Table, r.Priority, err))
 	}
 	route, err := r.route()
 	if err != nil {
