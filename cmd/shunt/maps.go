@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"maps"
 	"net/url"
 	"os"
@@ -117,7 +118,71 @@ func newMapCmd(g *globals) *cobra.Command {
 	dump.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
 	dump.Flags().BoolVar(&raw, "raw", false, "keys and values in hex, as the kernel holds them")
 	cmd.AddCommand(dump)
+	flush := &cobra.Command{
+		Use:   "flush conntrack|nat|affinity|MAP...",
+		Short: "empty maps of per-connection state (connection tracking, translations, affinity): the programs rebuild them from the next packets",
+		Long: `Flush deletes every entry a map holds now, as conntrack -F does for netfilter.
+What it does to the traffic, per group:
+  conntrack  shunt_ct, shunt_ct_new: every connection is recorded anew from its next
+             packet, judged as a new connection of that packet's sender: one policy
+             admits goes on, one it denies ends. Policy decides a connection at its
+             start, so a pod quarantined by a policy keeps the connections it had
+             open until this flush, which ends them (its policy denies them both
+             ways: either side may speak first). Connections accelerated between
+             local sockets (shunt accel) pass no tc program once established: a
+             flush does not reach them.
+  nat        shunt_tc_nat, shunt_masq_nat, shunt_nodeport_nat: connections translated
+             in tc (NodePort, load balancer, externalIPs, masquerade, the tc fallback)
+             lose their translation; most of them end. Connections the socket layer
+             translated (pods and the node to a ClusterIP) keep theirs.
+  affinity   shunt_affinity: ClientIP clients get a backend chosen anew.
+A map name flushes that map alone. The maps the agent writes from the desired
+state (services, endpoints, policy, ...) are refused: shunt sync repairs those.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var names []string
+			for _, a := range args {
+				if group, ok := dpinfo.FlushGroups[a]; ok {
+					names = append(names, group...)
+				} else {
+					names = append(names, a)
+				}
+			}
+			c, _, err := g.client()
+			if err != nil {
+				return err
+			}
+			var done []dpinfo.MapFlush
+			for _, name := range names {
+				var res dpinfo.MapFlush
+				if err := c.Do("POST", "/v1/maps/"+url.PathEscape(name)+"/flush", nil, &res); err != nil {
+					if len(done) > 0 {
+						printFlushed(os.Stdout, done)
+					}
+					return err
+				}
+				done = append(done, res)
+			}
+			if ok, err := printStructured(output, done, 0, nil); ok {
+				return err
+			}
+			printFlushed(os.Stdout, done)
+			return nil
+		},
+	}
+	flush.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
+	cmd.AddCommand(flush)
 	return cmd
+}
+
+// printFlushed says, per map, how many entries a flush removed.
+func printFlushed(out io.Writer, done []dpinfo.MapFlush) {
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	defer w.Flush()
+	fmt.Fprintln(w, "MAP\tREMOVED")
+	for _, f := range done {
+		fmt.Fprintf(w, "%s\t%d\n", f.Map, f.Removed)
+	}
 }
 
 // dumpRawMap prints any map: one row per entry, one column per field.

@@ -35,3 +35,15 @@ func (a *Agent) handleMapDump(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, rows)
 }
+
+// handleMapFlush empties one map of per-connection state (`shunt map
+// flush`); the log keeps who emptied what, as the traffic it cut is gone.
+func (a *Agent) handleMapFlush(w http.ResponseWriter, r *http.Request) {
+	res, err := a.dp.FlushMap(r.PathValue("name"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	a.log.Info("map flushed", "map", res.Map, "removed", res.Removed, "effect", res.Effect)
+	writeJSON(w, http.StatusOK, res)
+}

@@ -76,6 +76,7 @@ func (a *Agent) apiHandler() http.Handler {
 	mux.HandleFunc("POST /v1/proxy/restart", a.handleProxyRestart)
 	mux.HandleFunc("POST /v1/accel", a.handleAccel)
 	mux.HandleFunc("GET /v1/maps/{name}", a.handleMapDump)
+	mux.HandleFunc("POST /v1/maps/{name}/flush", a.handleMapFlush)
 	mux.HandleFunc("POST "+api.PathVerify, a.handleVerify)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	// Go profiles of the agent (root-only socket), e.g.

@@ -36,7 +36,19 @@ type mapDesc struct {
 	// insertFailed: a program inserts into the map, and an insert that
 	// fails is counted (and named in flows) under this reason.
 	insertFailed string
+	// flushed: the programs rebuild the map from the traffic, so `shunt
+	// map flush` may empty it; this says what that does to the traffic.
+	// Empty for the maps the agent writes, which are never flushed.
+	flushed string
 }
+
+// What emptying each kind of per-connection state does.
+const (
+	ctFlushed = "every connection is recorded anew from its next packet, judged as a new connection of that packet's sender: " +
+		"one policy admits goes on, one it denies ends (for certain only when policy denies it both ways: either side may speak first)"
+	natFlushed = "translated connections lose their translation: their next packets are translated as a new connection's " +
+		"(another source port, maybe another backend), so most of them end"
+)
 
 // The advice when a policy map is too small.
 const policyStays = "the previous policy stays in force"
@@ -101,6 +113,7 @@ var mapTable = []mapDesc{
 			return append(assured, unassured...), err
 		},
 		insertFailed: dpinfo.ReasonCTPromoteFailed.String(),
+		flushed:      ctFlushed,
 	},
 	{
 		name:         "shunt_ct_new",
@@ -108,6 +121,7 @@ var mapTable = []mapDesc{
 		of:           func(d *Datapath) *ebpf.Map { return d.objs.ShuntCtNew },
 		dump:         func(d *Datapath) ([]Row, error) { return ctRows(d.objs.ShuntCtNew, ctTableNew) },
 		insertFailed: dpinfo.ReasonCTFull.String(),
+		flushed:      ctFlushed,
 	},
 	{
 		name:  "shunt_tc_nat",
@@ -124,6 +138,7 @@ var mapTable = []mapDesc{
 			})
 		},
 		insertFailed: dpinfo.ReasonNATInsertFailed.String(),
+		flushed:      natFlushed,
 	},
 	{
 		name:         "shunt_masq_nat",
@@ -131,6 +146,7 @@ var mapTable = []mapDesc{
 		of:           func(d *Datapath) *ebpf.Map { return d.uplink.ShuntMasqNat },
 		dump:         func(d *Datapath) ([]Row, error) { return d.masqRows() },
 		insertFailed: dpinfo.ReasonMasqInsertFailed.String(),
+		flushed:      natFlushed,
 	},
 	{
 		name:         "shunt_nodeport_nat",
@@ -138,6 +154,7 @@ var mapTable = []mapDesc{
 		of:           func(d *Datapath) *ebpf.Map { return d.objs.ShuntNodeportNat },
 		dump:         func(d *Datapath) ([]Row, error) { return d.nodePortRows() },
 		insertFailed: dpinfo.ReasonNATInsertFailed.String(),
+		flushed:      natFlushed,
 	},
 	{
 		name: "shunt_maglev",
@@ -239,6 +256,7 @@ var mapTable = []mapDesc{
 			})
 		},
 		insertFailed: dpinfo.ReasonAffinityInsertFailed.String(),
+		flushed:      "clients with ClientIP affinity get a backend chosen anew at their next connection",
 	},
 	{
 		name:  "shunt_revnat",
@@ -521,6 +539,77 @@ func (d *Datapath) DumpMap(name string, raw bool) ([]Row, error) {
 		rows = append(rows, Row{"key": hex.EncodeToString(key), "value": hex.EncodeToString(val)})
 	}
 	return rows, it.Err()
+}
+
+// FlushMap deletes every entry the map holds now and says how many went:
+// only maps of per-connection state the programs rebuild (mapDesc.flushed).
+// Entries the programs add meanwhile stay. Keys are read first and deleted
+// after, as deleting while walking a hash map can skip keys.
+func (d *Datapath) FlushMap(name string) (dpinfo.MapFlush, error) {
+	md, ok := describe(name)
+	var m *ebpf.Map
+	if ok {
+		m = md.of(d)
+	}
+	if m == nil {
+		return dpinfo.MapFlush{}, fmt.Errorf("no map %q: `shunt map list` shows them", name)
+	}
+	if md.flushed == "" {
+		return dpinfo.MapFlush{}, fmt.Errorf("%s is not flushed: the agent writes it from the desired state (`shunt sync` compares and repairs it); "+
+			"the maps of per-connection state are flushed: %s", name, strings.Join(flushable(), ", "))
+	}
+	keys, err := allKeys(m)
+	if err != nil {
+		return dpinfo.MapFlush{}, fmt.Errorf("flushing %s: reading its keys: %w", name, err)
+	}
+	out := dpinfo.MapFlush{Map: name, Effect: md.flushed}
+	for _, k := range keys {
+		switch err := m.Delete(k); {
+		case err == nil:
+			out.Removed++
+		case errors.Is(err, ebpf.ErrKeyNotExist): // gone meanwhile (closed, evicted)
+		default:
+			return out, fmt.Errorf("flushing %s: %d entries deleted, then: %w", name, out.Removed, err)
+		}
+	}
+	return out, nil
+}
+
+// flushable lists the maps FlushMap empties.
+func flushable() []string {
+	var out []string
+	for _, md := range mapTable {
+		if md.flushed != "" {
+			out = append(out, md.name)
+		}
+	}
+	return out
+}
+
+// allKeys reads every key of m, each in a buffer of its own. A hash map
+// whose key the walk stands on is deleted meanwhile (a connection closed or
+// evicted) starts the walk over from its first key: a key seen twice ends
+// it, so that a busy map cannot keep it going.
+func allKeys(m *ebpf.Map) ([][]byte, error) {
+	var keys [][]byte
+	seen := map[string]bool{}
+	var prev any // nil: the first key
+	for {
+		next := make([]byte, max(int(m.KeySize()), 1))
+		err := m.NextKey(prev, next)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return keys, nil
+		}
+		if err != nil {
+			return keys, err
+		}
+		if seen[string(next)] {
+			return keys, nil
+		}
+		seen[string(next)] = true
+		keys = append(keys, next)
+		prev = next
+	}
 }
 
 func dump[K comparable, V any](m *ebpf.Map, row func(K, V) Row) ([]Row, error) {

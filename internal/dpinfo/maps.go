@@ -59,3 +59,21 @@ func ProtoName(p uint8) string {
 	}
 	return fmt.Sprint(p)
 }
+
+// FlushGroups are the sets of maps `shunt map flush` empties together,
+// by the name an operator gives: the state the programs keep per
+// connection or per client, which they rebuild from the next packets.
+// The maps the agent writes from the desired state are in none: emptying
+// one would only stop traffic until `shunt sync` wrote it again.
+var FlushGroups = map[string][]string{
+	"conntrack": {"shunt_ct", "shunt_ct_new"},
+	"nat":       {"shunt_tc_nat", "shunt_masq_nat", "shunt_nodeport_nat"},
+	"affinity":  {"shunt_affinity"},
+}
+
+// MapFlush is what one map's flush removed.
+type MapFlush struct {
+	Map     string `json:"map"`
+	Removed int    `json:"removed"` // entries deleted
+	Effect  string `json:"effect"`  // what it does to the traffic
+}
