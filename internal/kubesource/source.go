@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/shuntnet/shunt/internal/kubeclient"
 	"github.com/shuntnet/shunt/internal/manifest"
@@ -55,6 +56,9 @@ var (
 	ShuntPolicyGVR = schema.GroupVersionResource{Group: "shunt.io", Version: "v1alpha1", Resource: "shuntnetworkpolicies"}
 	HTTPRouteGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
 	GRPCRouteGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "grpcroutes"}
+	// ReferenceGrantGVR is watched at v1beta1, which every release of
+	// its CRD serves.
+	ReferenceGrantGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1beta1", Resource: "referencegrants"}
 )
 
 // Source is one connection to an API server.
@@ -156,6 +160,7 @@ func (s *Source) Run(ctx context.Context) error {
 		{ShuntPolicyGVR, convert[manifest.ShuntNetworkPolicy]},
 		{HTTPRouteGVR, convert[gatewayv1.HTTPRoute]},
 		{GRPCRouteGVR, convert[gatewayv1.GRPCRoute]},
+		{ReferenceGrantGVR, convert[gatewayv1beta1.ReferenceGrant]},
 	} {
 		if served, err := kc.Serves(ctx, c.gvr); !served {
 			if err != nil {

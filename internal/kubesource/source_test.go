@@ -76,6 +76,7 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Apply(t, "../../deploy/crds/gateway.networking.k8s.io_httproutes.yaml")
+	c.Apply(t, "../../deploy/crds/gateway.networking.k8s.io_referencegrants.yaml")
 
 	rec := &recorder{}
 	src, err := kubesource.New(kubesource.Config{REST: c.RESTConfig()}, rec)
@@ -157,7 +158,19 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, "the service, its EndpointSlice with the pod, the pod's address and the route", func() bool {
+	grant := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": manifest.ReferenceGrantVersion, "kind": "ReferenceGrant",
+		"metadata": map[string]any{"name": "routes-of-shop", "namespace": "default"},
+		"spec": map[string]any{
+			"from": []any{map[string]any{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}},
+			"to":   []any{map[string]any{"group": "", "kind": "Service", "name": "web"}},
+		},
+	}}
+	if _, err := dyn.Resource(kubesource.ReferenceGrantGVR).Namespace("default").Create(ctx, grant, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, "the service, its EndpointSlice with the pod, the pod's address, the route and the grant", func() bool {
 		s := rec.last()
 		got, ok := s.Service("default", "web")
 		if !ok || got.Spec.ClusterIP != svc.Spec.ClusterIP {
@@ -173,7 +186,7 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 		}
 		slices := s.EndpointSlicesFor("default", "web")
 		return len(slices) == 1 && len(slices[0].Endpoints) == 1 && slices[0].Endpoints[0].Addresses[0] == "10.244.0.10" &&
-			len(s.HTTPRoutesIn("default")) == 1
+			len(s.HTTPRoutesIn("default")) == 1 && len(s.ReferenceGrants()) == 1
 	})
 	s := rec.last()
 	p, _ := s.Pod("default", "web-0")
@@ -189,6 +202,9 @@ func TestSourceFollowsTheAPIServer(t *testing.T) {
 	rt := s.HTTPRoutesIn("default")[0]
 	if len(rt.Spec.ParentRefs) != 1 || string(rt.Spec.ParentRefs[0].Name) != "web" {
 		t.Errorf("HTTPRoute decoded as %+v", rt.Spec)
+	}
+	if g := s.ReferenceGrants()[0]; len(g.Spec.From) != 1 || g.Spec.From[0].Namespace != "shop" || g.Spec.To[0].Name == nil || *g.Spec.To[0].Name != "web" {
+		t.Errorf("ReferenceGrant decoded as %+v", g.Spec)
 	}
 	if ok, detail := src.Health(); !ok {
 		t.Errorf("health: %s", detail)

@@ -82,6 +82,7 @@ func Compute(in Input) Result {
 	var res Result
 	res.PodProxies, res.Warnings = podProxies(in)
 	routes := meshroute.Routes(in.Store.HTTPRoutes(), in.Store.GRPCRoutes())
+	grants := meshroute.NewGrants(in.Store.ReferenceGrants())
 	conflicts := meshroute.Conflicting(routes)
 	if len(routes) == 0 && (in.Policy == nil || len(in.Policy.L7) == 0) && (in.Cluster == nil || len(in.Cluster.L7) == 0) {
 		return res
@@ -98,7 +99,7 @@ func Compute(in Input) Result {
 	usedServices := map[string]bool{}
 
 	for _, rt := range routes {
-		r := route(rt, conflicts, byName)
+		r := route(rt, conflicts, grants, byName)
 		if len(r.Parents) == 0 {
 			continue
 		}
@@ -172,9 +173,9 @@ func Compute(in Input) Result {
 // route turns an HTTPRoute or a GRPCRoute (in HTTPRoute form) into the
 // proxy's form: parents that are services (but those a route of the other
 // kind holds), rules with their matches, backends (refs that name no
-// service port are kept with the reason, so their share gets 500),
-// timeouts and retries.
-func route(mr meshroute.Route, conflicts meshroute.Conflicts, byName map[string][]services.Port) proxyapi.Route {
+// service port, or one of another namespace no ReferenceGrant permits, are
+// kept with the reason, so their share gets 500), timeouts and retries.
+func route(mr meshroute.Route, conflicts meshroute.Conflicts, grants meshroute.Grants, byName map[string][]services.Port) proxyapi.Route {
 	rt := mr.HTTPRoute
 	r := proxyapi.Route{Name: rt.Namespace + "/" + rt.Name, Created: rt.CreationTimestamp.Time}
 	if mr.Kind != meshroute.KindHTTPRoute {
@@ -203,7 +204,7 @@ func route(mr meshroute.Route, conflicts meshroute.Conflicts, byName map[string]
 		prefixOnly := out.PrefixOnly()
 		out.Filters = filters(rule.Filters, prefixOnly, false)
 		for _, br := range rule.BackendRefs {
-			b := backend(rt.Namespace, br.BackendRef, byName)
+			b := backend(mr.Kind, rt, br.BackendRef, grants, byName)
 			b.Filters = filters(br.Filters, prefixOnly, true)
 			out.Backends = append(out.Backends, b)
 		}
@@ -441,7 +442,8 @@ func pathModifier(p *gatewayv1.HTTPPathModifier) *proxyapi.PathModifier {
 	return &proxyapi.PathModifier{Type: string(p.Type)} // the proxy refuses what it does not know
 }
 
-func backend(ns string, ref gatewayv1.BackendRef, byName map[string][]services.Port) proxyapi.RouteBackend {
+func backend(routeKind string, rt *gatewayv1.HTTPRoute, ref gatewayv1.BackendRef, grants meshroute.Grants, byName map[string][]services.Port) proxyapi.RouteBackend {
+	ns := rt.Namespace
 	if ref.Namespace != nil && *ref.Namespace != "" {
 		ns = string(*ref.Namespace)
 	}
@@ -459,6 +461,8 @@ func backend(ns string, ref gatewayv1.BackendRef, byName map[string][]services.P
 	switch {
 	case (ref.Group != nil && *ref.Group != "") || kind != "Service":
 		b.Unresolved = fmt.Sprintf("backendRef %s is not a core Service", b.Service)
+	case !grants.PermitsService(routeKind, rt, ns, string(ref.Name)):
+		b.Unresolved = fmt.Sprintf("backendRef %s: no ReferenceGrant of namespace %s permits %ss of %s to refer to it", b.Service, ns, routeKind, rt.Namespace)
 	case b.Port == 0:
 		b.Unresolved = fmt.Sprintf("backendRef %s names no port", b.Service)
 	case len(byName[b.Service]) == 0:

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/meshroute"
@@ -166,7 +167,7 @@ func TestRouteFiltersAndConsumers(t *testing.T) {
 			},
 		},
 	}
-	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, map[string][]services.Port{})
+	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, nil, map[string][]services.Port{})
 	wantParents := []proxyapi.ParentRef{{Service: "producer/echo", Consumer: "consumer"}, {Service: "consumer/local"}}
 	if !reflect.DeepEqual(got.Parents, wantParents) {
 		t.Errorf("parents %+v, want %+v", got.Parents, wantParents)
@@ -291,7 +292,7 @@ func TestRouteFilterControlBytes(t *testing.T) {
 			},
 		},
 	}
-	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, map[string][]services.Port{})
+	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, nil, map[string][]services.Port{})
 	for i, want := range []string{
 		`filters[0] (RequestHeaderModifier).set[1].value: "a\r\nX-Evil: 1" has a CR (0x0d) at byte 1`,
 		`filters[0] (URLRewrite).path.replaceFullPath: "/x\x00" has a NUL (0x00) at byte 2`,
@@ -348,7 +349,7 @@ func TestRouteValuesTheProxyRefuses(t *testing.T) {
 			},
 		},
 	}
-	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, map[string][]services.Port{})
+	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, nil, map[string][]services.Port{})
 	if len(got.Rules) != 5 {
 		t.Fatalf("%d rules, want 5 (a dropped rule keeps its place)", len(got.Rules))
 	}
@@ -402,5 +403,41 @@ func TestRouteValuesTheProxyRefuses(t *testing.T) {
 	if rules, problems := InvalidRules(mirror); !reflect.DeepEqual(rules, []int{1}) ||
 		!reflect.DeepEqual(problems, []string{"rules[1].filters[1] (RequestMirror): not implemented by shunt's proxy"}) {
 		t.Errorf("InvalidRules of a RequestMirror: %v %q, want rule 1 naming it", rules, problems)
+	}
+}
+
+// A backendRef to another namespace's Service that no ReferenceGrant
+// permits is kept unresolved (its share of requests answered 500), with
+// the reason; with a grant it resolves; the route's own parent Service
+// needs none (GAMMA's consumer routes).
+func TestCrossNamespaceBackendNeedsGrant(t *testing.T) {
+	port := gatewayv1.PortNumber(80)
+	shop, producer := gatewayv1.Namespace("shop"), gatewayv1.Namespace("producer")
+	kind := gatewayv1.Kind("Service")
+	rt := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{
+			ParentRefs: []gatewayv1.ParentReference{{Kind: &kind, Name: "echo", Namespace: &producer}}}}}
+	ref := func(ns *gatewayv1.Namespace, name string) gatewayv1.BackendRef {
+		return gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(name), Namespace: ns, Port: &port}}
+	}
+	byName := map[string][]services.Port{
+		"shop/web":      {{Frontend: services.Frontend{Port: 80}}},
+		"producer/echo": {{Frontend: services.Frontend{Port: 80}}},
+	}
+	if b := backend(meshroute.KindHTTPRoute, rt, ref(&shop, "web"), nil, byName); !strings.Contains(b.Unresolved, "no ReferenceGrant of namespace shop") {
+		t.Errorf("shop/web without a grant: %+v, want unresolved for want of a ReferenceGrant", b)
+	}
+	if b := backend(meshroute.KindHTTPRoute, rt, ref(&producer, "echo"), nil, byName); b.Unresolved != "" {
+		t.Errorf("the route's parent producer/echo: %+v, want resolved without a grant", b)
+	}
+	grants := meshroute.NewGrants([]*gatewayv1beta1.ReferenceGrant{{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "g"},
+		Spec: gatewayv1beta1.ReferenceGrantSpec{
+			From: []gatewayv1beta1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: "default"}},
+			To:   []gatewayv1beta1.ReferenceGrantTo{{Kind: "Service"}}}}})
+	if b := backend(meshroute.KindHTTPRoute, rt, ref(&shop, "web"), grants, byName); b.Unresolved != "" || b.Service != "shop/web" {
+		t.Errorf("shop/web with a grant: %+v, want resolved", b)
+	}
+	if b := backend(meshroute.KindGRPCRoute, rt, ref(&shop, "web"), grants, byName); b.Unresolved == "" {
+		t.Errorf("shop/web from a GRPCRoute, granted to HTTPRoutes only: %+v, want unresolved", b)
 	}
 }

@@ -19,9 +19,11 @@ import (
 // GRPCRoutes as a GAMMA implementation does, one RouteParentStatus per
 // parentRef with two conditions: Accepted (the parent Service exists, has a
 // ClusterIP and the port named, and no route of the other kind holds it)
-// and ResolvedRefs (every backendRef names a port of an existing Service).
-// A route's status is recomputed when a route of its namespace or a Service
-// it names changes, in the same transaction, so a Service applied after its
+// and ResolvedRefs (every backendRef names a port of an existing Service,
+// one of another namespace only where a ReferenceGrant permits it). A
+// route's status is recomputed when a route of its namespace, a Service it
+// names (of any namespace) or a ReferenceGrant changes, in the same
+// transaction, so a Service applied after its
 // route turns the route's conditions True, and deleting one turns them
 // False: routes never hold Services back.
 
@@ -32,8 +34,9 @@ const routeController gatewayv1.GatewayController = "shunt.io/lab"
 // their new status.
 func routeStatusChanges(next *model.Store, changes []model.Change) []manifest.Object {
 	touched := map[manifest.Key]bool{}
-	routesIn := map[string]bool{}                            // namespaces whose routes changed
-	servicesIn := map[string]map[gatewayv1.ObjectName]bool{} // namespace -> changed Services
+	routesIn := map[string]bool{} // namespaces whose routes changed
+	services := map[string]bool{} // changed Services, "namespace/name"
+	grantsChanged := false        // a ReferenceGrant came, changed or went
 	for _, c := range changes {
 		if !c.Changed() {
 			continue
@@ -42,36 +45,20 @@ func routeStatusChanges(next *model.Store, changes []model.Change) []manifest.Ob
 		case manifest.KindHTTPRoute, manifest.KindGRPCRoute:
 			// A route can take a Service port from a route of the other
 			// kind, or give it back: its namespace's routes are looked at
-			// again (a route names only Services of its own namespace).
+			// again.
 			routesIn[c.Key.Namespace] = true
 		case manifest.KindService:
-			if servicesIn[c.Key.Namespace] == nil {
-				servicesIn[c.Key.Namespace] = map[gatewayv1.ObjectName]bool{}
-			}
-			servicesIn[c.Key.Namespace][gatewayv1.ObjectName(c.Key.Name)] = true
+			services[c.Key.Namespace+"/"+c.Key.Name] = true
+		case manifest.KindReferenceGrant:
+			grantsChanged = true
 		}
 	}
-	for ns := range routesIn {
-		for _, rt := range next.HTTPRoutesIn(ns) {
-			touched[manifest.Key{Kind: manifest.KindHTTPRoute, Namespace: ns, Name: rt.Name}] = true
-		}
-		for _, g := range next.GRPCRoutesIn(ns) {
-			touched[manifest.Key{Kind: manifest.KindGRPCRoute, Namespace: ns, Name: g.Name}] = true
-		}
-	}
-	for ns, names := range servicesIn {
-		named := func(rt *gatewayv1.HTTPRoute) bool {
-			return slices.ContainsFunc(serviceNames(rt), func(n gatewayv1.ObjectName) bool { return names[n] })
-		}
-		for _, rt := range next.HTTPRoutesIn(ns) {
-			if named(rt) {
-				touched[manifest.Key{Kind: manifest.KindHTTPRoute, Namespace: ns, Name: rt.Name}] = true
-			}
-		}
-		for _, g := range next.GRPCRoutesIn(ns) {
-			if named(meshroute.HTTPForm(g)) {
-				touched[manifest.Key{Kind: manifest.KindGRPCRoute, Namespace: ns, Name: g.Name}] = true
-			}
+	routes := meshroute.Routes(next.HTTPRoutes(), next.GRPCRoutes())
+	for _, r := range routes {
+		key := manifest.Key{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+		named := func(ref string) bool { return services[ref] }
+		if grantsChanged || routesIn[r.Namespace] || slices.ContainsFunc(serviceRefs(r.HTTPRoute), named) {
+			touched[key] = true
 		}
 	}
 	now := metav1.Now()
@@ -103,16 +90,21 @@ func routeStatusChanges(next *model.Store, changes []model.Change) []manifest.Ob
 	return out
 }
 
-// serviceNames lists the Services a route names, parents and backends.
-func serviceNames(rt *gatewayv1.HTTPRoute) []gatewayv1.ObjectName {
-	var names []gatewayv1.ObjectName
+// serviceRefs lists the Services a route names, parents and backends, as
+// "namespace/name".
+func serviceRefs(rt *gatewayv1.HTTPRoute) []string {
+	var refs []string
 	for _, p := range rt.Spec.ParentRefs {
-		names = append(names, p.Name)
+		refs = append(refs, meshroute.ParentNamespace(rt, p)+"/"+string(p.Name))
 	}
 	for _, rule := range rt.Spec.Rules {
 		for _, b := range rule.BackendRefs {
-			names = append(names, b.Name)
+			ns := rt.Namespace
+			if b.Namespace != nil && *b.Namespace != "" {
+				ns = string(*b.Namespace)
+			}
+			refs = append(refs, ns+"/"+string(b.Name))
 		}
 	}
-	return names
+	return refs
 }

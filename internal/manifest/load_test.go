@@ -117,7 +117,7 @@ func TestLoadErrors(t *testing.T) {
 		// Parse and validation problems of all files come back together.
 		{"every problem in every file", []string{dir}, "",
 			[]string{
-				"DIR/b.yaml#2: Gadget (unnamed): kind: unknown kind \"Gadget\": supported kinds are discovery.k8s.io/v1 EndpointSlice, gateway.networking.k8s.io/v1 GRPCRoute, gateway.networking.k8s.io/v1 HTTPRoute, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Node, v1 Pod, v1 Service",
+				"DIR/b.yaml#2: Gadget (unnamed): kind: unknown kind \"Gadget\": supported kinds are discovery.k8s.io/v1 EndpointSlice, gateway.networking.k8s.io/v1 GRPCRoute, gateway.networking.k8s.io/v1 HTTPRoute, gateway.networking.k8s.io/v1beta1 ReferenceGrant, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Node, v1 Pod, v1 Service",
 				"DIR/b.yaml#1: Namespace dup: metadata.name: duplicate: Namespace dup is also defined in DIR/a.yaml#1",
 				"DIR/c.yaml#1: Pod default/p: spec.containers[0].command: must not be empty: the lab runs command + args as the container's process (the image is not run)",
 			}},

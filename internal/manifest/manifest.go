@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
 // Object is one parsed manifest document.
@@ -27,8 +28,8 @@ type Object struct {
 	Source string
 	// Obj is one of *corev1.Namespace, *corev1.Pod, *corev1.Service,
 	// *discoveryv1.EndpointSlice, *networkingv1.NetworkPolicy,
-	// *ShuntNetworkPolicy, *gatewayv1.HTTPRoute, *gatewayv1.GRPCRoute or
-	// *corev1.Node.
+	// *ShuntNetworkPolicy, *gatewayv1.HTTPRoute, *gatewayv1.GRPCRoute,
+	// *gatewayv1beta1.ReferenceGrant or *corev1.Node.
 	Obj runtime.Object
 }
 
@@ -64,12 +65,17 @@ const (
 	KindShuntNetworkPolicy = "ShuntNetworkPolicy"
 	KindHTTPRoute          = "HTTPRoute"
 	KindGRPCRoute          = "GRPCRoute"
+	KindReferenceGrant     = "ReferenceGrant"
 	KindNode               = "Node"
 )
 
 // GatewayAPIVersion is the apiVersion of the Gateway API kinds (HTTPRoute,
 // GRPCRoute).
 const GatewayAPIVersion = "gateway.networking.k8s.io/v1"
+
+// ReferenceGrantVersion is ReferenceGrant's apiVersion: v1beta1, which
+// every release of its CRD serves (and stores, up to v1.6 at least).
+const ReferenceGrantVersion = "gateway.networking.k8s.io/v1beta1"
 
 // Key identifies one object: its kind, namespace ("" for cluster-scoped
 // kinds) and name. It is the one key type of every object set (the store,
@@ -167,6 +173,7 @@ var kinds = []kindInfo{
 	register[ShuntNetworkPolicy]("ShuntNetworkPolicy", ShuntAPIVersion, true, validation.IsDNS1123Subdomain, defaultShuntPolicy, checkShuntPolicy),
 	register[gatewayv1.HTTPRoute]("HTTPRoute", GatewayAPIVersion, true, validation.IsDNS1123Subdomain, defaultHTTPRoute, checkHTTPRoute),
 	register[gatewayv1.GRPCRoute]("GRPCRoute", GatewayAPIVersion, true, validation.IsDNS1123Subdomain, defaultGRPCRoute, checkGRPCRoute),
+	register[gatewayv1beta1.ReferenceGrant]("ReferenceGrant", ReferenceGrantVersion, true, validation.IsDNS1123Subdomain, nil, checkReferenceGrant),
 	register[corev1.Node]("Node", "v1", false, validation.IsDNS1123Subdomain, nil, checkNode),
 }
 

@@ -307,7 +307,7 @@ func TestParseErrors(t *testing.T) {
 		want      FieldError // Message is matched as a substring
 	}{
 		{"unknown kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}",
-			FieldError{"x.yaml#1", "Deployment d", "kind", `unknown kind "Deployment": supported kinds are discovery.k8s.io/v1 EndpointSlice, gateway.networking.k8s.io/v1 GRPCRoute, gateway.networking.k8s.io/v1 HTTPRoute, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Node, v1 Pod, v1 Service`}},
+			FieldError{"x.yaml#1", "Deployment d", "kind", `unknown kind "Deployment": supported kinds are discovery.k8s.io/v1 EndpointSlice, gateway.networking.k8s.io/v1 GRPCRoute, gateway.networking.k8s.io/v1 HTTPRoute, gateway.networking.k8s.io/v1beta1 ReferenceGrant, networking.k8s.io/v1 NetworkPolicy, shunt.io/v1alpha1 ShuntNetworkPolicy, v1 Namespace, v1 Node, v1 Pod, v1 Service`}},
 		{"missing kind", "apiVersion: v1\nmetadata: {name: d}",
 			FieldError{"x.yaml#1", "", "kind", "required"}},
 		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: np, namespace: prod}",

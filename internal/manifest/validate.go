@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/meshroute"
@@ -847,6 +848,31 @@ var (
 // hostnames, header matches, filters, backendRefs, session persistence) as
 // the HTTPRoute form the proxy serves (meshroute.HTTPForm), whose fields
 // have the same names.
+// checkReferenceGrant asks what the CRD asks: at least one from and one to,
+// each from with its kind and namespace, each to with its kind.
+func checkReferenceGrant(c *checker, g *gatewayv1beta1.ReferenceGrant) {
+	spec := path("spec")
+	if len(g.Spec.From) == 0 {
+		c.errorf(spec.child("from"), "required: the kinds and namespaces of the objects that may refer to this namespace's")
+	}
+	for i, from := range g.Spec.From {
+		if from.Kind == "" {
+			c.errorf(spec.child("from").index(i).child("kind"), "required (e.g. HTTPRoute)")
+		}
+		if from.Namespace == "" {
+			c.errorf(spec.child("from").index(i).child("namespace"), "required: the namespace of the referring objects")
+		}
+	}
+	if len(g.Spec.To) == 0 {
+		c.errorf(spec.child("to"), "required: the kinds of this namespace's objects that may be referred to")
+	}
+	for i, to := range g.Spec.To {
+		if to.Kind == "" {
+			c.errorf(spec.child("to").index(i).child("kind"), "required (e.g. Service)")
+		}
+	}
+}
+
 func checkGRPCRoute(c *checker, r *gatewayv1.GRPCRoute) {
 	for i, rule := range r.Spec.Rules {
 		for j, m := range rule.Matches {
@@ -1176,9 +1202,9 @@ func checkBackendRef(c *checker, f path, ns string, b gatewayv1.HTTPBackendRef) 
 	case b.Group != nil && *b.Group != "":
 		c.errorf(f.child("group"), "%q is not supported: %s", *b.Group, coreService)
 	}
-	if b.Namespace != nil && string(*b.Namespace) != ns {
-		c.errorf(f.child("namespace"), "%q: cross-namespace backendRefs are not supported (the lab has no ReferenceGrant): use a Service of the route's namespace (%s)", *b.Namespace, ns)
-	}
+	// A backendRef to another namespace is resolved only where a
+	// ReferenceGrant of that namespace permits it (meshroute.Grants): not
+	// a fault of the route, which the grant may come after.
 	if b.Name == "" {
 		c.errorf(f.child("name"), "required")
 	} else {

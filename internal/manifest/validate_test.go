@@ -48,6 +48,11 @@ func ruleDoc(rule string) string {
 // backendDoc is a route on Service web with one backendRef.
 func backendDoc(ref string) string { return ruleDoc("{backendRefs: [" + ref + "]}") }
 
+// grantDoc is a ReferenceGrant in namespace shop with this spec.
+func grantDoc(spec string) string {
+	return "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {name: g, namespace: shop}\nspec: " + spec + "\n"
+}
+
 const svcLabel = "kubernetes.io/service-name: web"
 
 func TestValidateRejects(t *testing.T) {
@@ -254,7 +259,10 @@ func TestValidateRejects(t *testing.T) {
 		{"backend kind", backendDoc("{kind: ServiceImport, group: multicluster.x-k8s.io, name: web, port: 80}"), rt, "spec.rules[0].backendRefs[0].kind",
 			`"ServiceImport" is not supported: backendRefs must name a Service (group: "", kind: Service)`},
 		{"backend group", backendDoc("{group: example.com, name: web, port: 80}"), rt, "spec.rules[0].backendRefs[0].group", `"example.com" is not supported`},
-		{"backend in another namespace", backendDoc("{name: web, namespace: shop, port: 80}"), rt, "spec.rules[0].backendRefs[0].namespace", "cross-namespace backendRefs are not supported"},
+		{"grant without from", grantDoc(`{to: [{group: "", kind: Service}]}`), "ReferenceGrant shop/g", "spec.from", "required"},
+		{"grant from without namespace", grantDoc(`{from: [{group: gateway.networking.k8s.io, kind: HTTPRoute}], to: [{group: "", kind: Service}]}`),
+			"ReferenceGrant shop/g", "spec.from[0].namespace", "required"},
+		{"grant without to", grantDoc(`{from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}]}`), "ReferenceGrant shop/g", "spec.to", "required"},
 		{"backend without port", backendDoc("{name: web}"), rt, "spec.rules[0].backendRefs[0].port", "required: the port of the Service"},
 		{"backend port", backendDoc("{name: web, port: 65536}"), rt, "spec.rules[0].backendRefs[0].port", "65536 is out of range"},
 		{"backend without name", backendDoc("{port: 80}"), rt, "spec.rules[0].backendRefs[0].name", "required"},

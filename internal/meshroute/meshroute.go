@@ -18,6 +18,7 @@ import (
 	"slices"
 
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
 // Kinds of route, as the Gateway API names them.
@@ -224,4 +225,48 @@ func ParentNamespace(rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentReference) stri
 		return string(*pr.Namespace)
 	}
 	return rt.Namespace
+}
+
+// Grants are the cluster's ReferenceGrants, by the namespace they grant
+// references into. A route's backendRef to a Service of another namespace
+// resolves only when one of that namespace permits it (GEP-709); without
+// one the ref is RefNotPermitted and its share of requests is answered
+// 500, as for any ref that does not resolve.
+type Grants map[string][]*gatewayv1beta1.ReferenceGrant
+
+// NewGrants indexes grants by namespace.
+func NewGrants(grants []*gatewayv1beta1.ReferenceGrant) Grants {
+	g := Grants{}
+	for _, rg := range grants {
+		g[rg.Namespace] = append(g[rg.Namespace], rg)
+	}
+	return g
+}
+
+// PermitsService says whether route rt, of kind, may send to Service name
+// of namespace ns: always within its own namespace, and always to a
+// Service it is a parent of (a consumer route sending its clients where
+// they were going: GAMMA's consumer routes, which the mesh conformance
+// suite runs with no grant); otherwise when a grant of ns names the
+// route's group, kind and namespace as from, and core Services (all of
+// them, or this one) as to.
+func (g Grants) PermitsService(kind string, rt *gatewayv1.HTTPRoute, ns, name string) bool {
+	routeNS := rt.Namespace
+	if ns == routeNS || slices.ContainsFunc(rt.Spec.ParentRefs, func(pr gatewayv1.ParentReference) bool {
+		return IsService(pr.Group, pr.Kind) && ParentNamespace(rt, pr) == ns && string(pr.Name) == name
+	}) {
+		return true
+	}
+	for _, rg := range g[ns] {
+		from := slices.ContainsFunc(rg.Spec.From, func(f gatewayv1beta1.ReferenceGrantFrom) bool {
+			return f.Group == gatewayv1.GroupName && string(f.Kind) == kind && string(f.Namespace) == routeNS
+		})
+		to := slices.ContainsFunc(rg.Spec.To, func(t gatewayv1beta1.ReferenceGrantTo) bool {
+			return t.Group == "" && t.Kind == "Service" && (t.Name == nil || *t.Name == "" || string(*t.Name) == name)
+		})
+		if from && to {
+			return true
+		}
+	}
+	return false
 }

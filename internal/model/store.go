@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/google/btree"
 
@@ -329,6 +330,11 @@ func (s *Store) GRPCRoutes() []*gatewayv1.GRPCRoute {
 // GRPCRoutesIn returns the GRPCRoutes of one namespace, sorted by name.
 func (s *Store) GRPCRoutesIn(ns string) []*gatewayv1.GRPCRoute {
 	return ofKind[*gatewayv1.GRPCRoute](s, manifest.KindGRPCRoute, ns)
+}
+
+// ReferenceGrants lists the Gateway API ReferenceGrants of every namespace.
+func (s *Store) ReferenceGrants() []*gatewayv1beta1.ReferenceGrant {
+	return ofKind[*gatewayv1beta1.ReferenceGrant](s, manifest.KindReferenceGrant, "")
 }
 
 // HTTPRoutesIn returns the HTTPRoutes of one namespace, sorted by name.

@@ -208,7 +208,7 @@ func (r *Reconciler) Update(next *model.Store, changes []model.Change) uint64 {
 		r.policyDirty = true
 	}
 	if slices.ContainsFunc(changes, func(c model.Change) bool {
-		return c.Changed() && (c.Key.Kind == manifest.KindHTTPRoute || c.Key.Kind == manifest.KindGRPCRoute)
+		return c.Changed() && (c.Key.Kind == manifest.KindHTTPRoute || c.Key.Kind == manifest.KindGRPCRoute || c.Key.Kind == manifest.KindReferenceGrant)
 	}) {
 		r.l7Dirty = true
 	}

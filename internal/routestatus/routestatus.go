@@ -45,7 +45,7 @@ const ReasonRouteConflict = "RouteConflict"
 
 func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.RouteStatus {
 	rt := mr.HTTPRoute
-	resolved := resolvedRefs(s, rt, now)
+	resolved := resolvedRefs(s, mr.Kind, rt, now)
 	conflicts := meshroute.Conflicting(meshroute.Routes(s.HTTPRoutes(), s.GRPCRoutes()))
 	invalid, problems := l7.InvalidRules(rt)
 	var st gatewayv1.RouteStatus
@@ -109,16 +109,20 @@ func accepted(s *model.Store, rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentRefere
 	return c
 }
 
-// resolvedRefs is the ResolvedRefs condition of a route: False, naming
-// each backendRef that does not resolve, when any does not (its share of
-// requests is answered with 500).
-func resolvedRefs(s *model.Store, rt *gatewayv1.HTTPRoute, now metav1.Time) metav1.Condition {
+// resolvedRefs is the ResolvedRefs condition of a route of kind: False,
+// naming each backendRef that does not resolve, when any does not (its
+// share of requests is answered with 500). The reason is RefNotPermitted
+// when a ref to another namespace has no ReferenceGrant, else
+// BackendNotFound.
+func resolvedRefs(s *model.Store, kind string, rt *gatewayv1.HTTPRoute, now metav1.Time) metav1.Condition {
 	c := metav1.Condition{
 		Type: string(gatewayv1.RouteConditionResolvedRefs), Status: metav1.ConditionTrue,
 		Reason: string(gatewayv1.RouteReasonResolvedRefs), Message: "every backendRef names a Service port",
 		ObservedGeneration: rt.Generation, LastTransitionTime: now,
 	}
 	var missing []string
+	notPermitted := false
+	grants := meshroute.NewGrants(s.ReferenceGrants())
 	seen := map[string]bool{}
 	for _, rule := range rt.Spec.Rules {
 		for _, b := range rule.BackendRefs {
@@ -137,6 +141,9 @@ func resolvedRefs(s *model.Store, rt *gatewayv1.HTTPRoute, now metav1.Time) meta
 			seen[ref] = true
 			svc, ok := s.Service(ns, string(b.Name))
 			switch {
+			case !grants.PermitsService(kind, rt, ns, string(b.Name)):
+				notPermitted = true
+				missing = append(missing, fmt.Sprintf("%s: no ReferenceGrant of namespace %s permits %ss of %s to refer to its Services", ref, ns, kind, rt.Namespace))
 			case !ok:
 				missing = append(missing, fmt.Sprintf("%s: Service %s not found", ref, b.Name))
 			case svc.Spec.ClusterIP == corev1.ClusterIPNone:
@@ -148,6 +155,9 @@ func resolvedRefs(s *model.Store, rt *gatewayv1.HTTPRoute, now metav1.Time) meta
 	}
 	if len(missing) > 0 {
 		c.Status, c.Reason = metav1.ConditionFalse, string(gatewayv1.RouteReasonBackendNotFound)
+		if notPermitted {
+			c.Reason = string(gatewayv1.RouteReasonRefNotPermitted)
+		}
 		c.Message = "backendRefs not resolved: " + strings.Join(missing, "; ")
 	}
 	return c

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/shuntnet/shunt/internal/manifest"
 	"github.com/shuntnet/shunt/internal/model"
@@ -144,3 +145,60 @@ func TestInvalidFilterTextStatus(t *testing.T) {
 		t.Errorf("PartiallyInvalid once mended: %+v, want none", c)
 	}
 }
+
+// A backendRef to a Service of another namespace (not the route's parent)
+// resolves only where a ReferenceGrant of that namespace permits the
+// route's kind and namespace: without one ResolvedRefs is False,
+// RefNotPermitted; a grant for another namespace, another kind or another
+// Service changes nothing; a grant naming this one, or all Services, does.
+func TestCrossNamespaceBackendNeedsReferenceGrant(t *testing.T) {
+	objs := []manifest.Object{
+		{Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}},
+		{Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "front"},
+			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.11", Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}},
+	}
+	kind, shop, port := gatewayv1.Kind("Service"), gatewayv1.Namespace("shop"), gatewayv1.PortNumber(80)
+	rt := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &kind, Name: "front"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+				BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web", Namespace: &shop, Port: &port}}}}}},
+		}}
+	grant := func(fromNS, fromKind string, to *gatewayv1.ObjectName) manifest.Object {
+		return manifest.Object{Obj: &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "g"},
+			Spec: gatewayv1beta1.ReferenceGrantSpec{
+				From: []gatewayv1beta1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: gatewayv1.Kind(fromKind), Namespace: gatewayv1.Namespace(fromNS)}},
+				To:   []gatewayv1beta1.ReferenceGrantTo{{Group: "", Kind: "Service", Name: to}},
+			}}}
+	}
+	web, other := gatewayv1.ObjectName("web"), gatewayv1.ObjectName("other")
+	for _, c := range []struct {
+		name  string
+		grant *manifest.Object
+		want  metav1.ConditionStatus
+	}{
+		{"no grant", nil, metav1.ConditionFalse},
+		{"a grant to another namespace's routes", ptr(grant("elsewhere", "HTTPRoute", nil)), metav1.ConditionFalse},
+		{"a grant to GRPCRoutes", ptr(grant("default", "GRPCRoute", nil)), metav1.ConditionFalse},
+		{"a grant of another Service", ptr(grant("default", "HTTPRoute", &other)), metav1.ConditionFalse},
+		{"a grant of this Service", ptr(grant("default", "HTTPRoute", &web)), metav1.ConditionTrue},
+		{"a grant of every Service", ptr(grant("default", "HTTPRoute", nil)), metav1.ConditionTrue},
+	} {
+		in := objs
+		if c.grant != nil {
+			in = append(append([]manifest.Object{}, objs...), *c.grant)
+		}
+		conds := Compute(model.NewStore(in), rt, "shunt.io/mesh", metav1.Now()).Parents[0].Conditions
+		got := meta.FindStatusCondition(conds, string(gatewayv1.RouteConditionResolvedRefs))
+		if got == nil || got.Status != c.want {
+			t.Errorf("%s: ResolvedRefs %+v, want %s", c.name, got, c.want)
+			continue
+		}
+		if c.want == metav1.ConditionFalse && (got.Reason != string(gatewayv1.RouteReasonRefNotPermitted) || !strings.Contains(got.Message, "shop/web:80: no ReferenceGrant of namespace shop")) {
+			t.Errorf("%s: ResolvedRefs %s: %s; want RefNotPermitted naming shop/web:80", c.name, got.Reason, got.Message)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
