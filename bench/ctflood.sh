@@ -7,8 +7,9 @@
 # Per case and repetition, a fresh lab: the client pod opens HELD connections
 # to the server (ctflood.py serve: no keepalive probes, which would open a
 # lost connection again from the server's side) and exchanges a message on each; a policy then admits new
-# connections to the server from the flooder only (the held ones go on
-# through conntrack alone); the flooder sends SYNS SYNs from a raw socket
+# connections to the server from the flooder only, and none to the client
+# (the held ones go on through conntrack alone: refused both ways, one whose
+# entry is lost is not recorded again from its next packet); the flooder sends SYNS SYNs from a raw socket
 # per CPU to one open and seven closed ports of the server (every SYN a new
 # tuple); then every held connection exchanges a message again (3 s to
 # answer). Metrics: established connections kept (of HELD), SYNs sent per

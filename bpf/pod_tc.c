@@ -20,6 +20,9 @@
  * to connections that did not come through shunt_from_pod: from the node
  * and from outside.
  */
+/* shunt_from_pod has no stack to spare: policy's judgement of a new
+ * connection gets a frame of its own (lib/policy.h, policy_admit_new). */
+#define POLICY_JUDGE_OWN_FRAME
 #include "lib/common.h"
 #include "lib/metrics.h"
 #include "lib/endpoints.h"

@@ -234,6 +234,12 @@ enum ct_flags {
 	 * kernel's NAT does, so a Service created later for its address and
 	 * port leaves it alone. */
 	CT_F_NO_TC_NAT = 64,
+	/* Recorded from an answer: a TCP segment of a connection no table
+	 * held (its entry flushed, evicted or lost), which policy refused its
+	 * own way and admitted as the answer of a connection its destination
+	 * opened (lib/policy.h, policy_admit_found); that end is recorded as
+	 * the opener, and a reply as seen. */
+	CT_F_ANSWER = 128,
 };
 
 struct ct_value {

@@ -116,7 +116,13 @@ static __always_inline bool ct_refresh(struct ct_value *ct, struct flow *f, bool
 	__u32 flags = ct->flags;
 	if (ct_elapsed(now, ct->last_seen_ns) > (__s64)ct_timeout(flags, f->proto))
 		return false;
-	if (tcp_syn_reopens(f->proto, f->tcp_flags, flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B)))
+	/* A SYN without ACK reopens a tuple whose connection ended; from the
+	 * end that did not open the connection it belongs to none of this
+	 * entry's either, whose recorded opener it would otherwise ride on
+	 * (an entry recorded from an answer, CT_F_ANSWER: a peer's stray
+	 * segment must not let its SYN past the policy it was judged by). */
+	if (tcp_syn_reopens(f->proto, f->tcp_flags,
+			    (flags & (CT_F_RST | CT_F_FIN_A | CT_F_FIN_B)) || !!(flags & CT_F_ORIG_IS_A) != src_is_a))
 		return false;
 	if (f->proto == IPPROTO_TCP) {
 		if (f->tcp_flags & SHUNT_TCPF_FIN)
@@ -222,7 +228,10 @@ static __always_inline bool ct_is_reply(const struct flow *f)
 /* ct_create records a connection whose first packet policy admitted, with
  * the extra flags given: in shunt_ct_new until it is assured, or straight
  * in shunt_ct with single_table (the behaviour before shunt_ct_new, kept as
- * the baseline benchmarks compare with). */
+ * the baseline benchmarks compare with). With CT_F_ANSWER the packet is
+ * the answer of a connection its destination opened (a TCP segment of a
+ * connection whose entry was lost, policy_admit_found): the opener recorded
+ * is the destination, and a reply is seen. */
 static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now, bool single_table, __u32 flags)
 {
 	struct ct_key k;
@@ -231,7 +240,10 @@ static __always_inline int ct_create(struct flow *f, __u32 rule_id, __u64 now, b
 	ct_key_of(f->saddr, f->daddr, f->sport, f->dport, f->proto, &k, &src_is_a);
 	struct ct_value v = {
 		.last_seen_ns = now, .created_ns = now, .rule_id = rule_id,
-		.flags = flags | (src_is_a ? CT_F_ORIG_IS_A : 0),
+		/* Branch-free (the pod program has no stack for another live
+		 * value): CT_F_ANSWER (bit 7) flips the opener and sets
+		 * CT_F_REPLY_SEEN (bit 1). */
+		.flags = flags | ((src_is_a ^ (flags >> 7)) & CT_F_ORIG_IS_A) | ((flags >> 6) & CT_F_REPLY_SEEN),
 	};
 	if (f->proto == IPPROTO_TCP && (f->tcp_flags & SHUNT_TCPF_RST))
 		v.flags |= CT_F_RST;

@@ -177,6 +177,55 @@ static __always_inline void ct_find(struct flow *f, struct ct_found *found)
 	found->closing = closing;
 }
 
+/* policy_admit_new judges packet p of no known connection from src to dst
+ * and records its connection when admitted (policy_admit_found): returns 0
+ * or the drop reason, and sets p->rule (and p->ct_flags when admitted).
+ *
+ * A TCP segment that opens nothing (no SYN, or a SYN-ACK) of a connection
+ * no table holds (its entry flushed, evicted or lost) may be the answer of
+ * a connection its destination opened: when policy refuses it its own way
+ * and admits that way, it passes and is recorded as such (CT_F_ANSWER).
+ * Either end may speak first after the loss, so a connection policy admits
+ * one way goes on either way, and one it refuses both ways ends. A SYN
+ * always needs its own way (and may not ride on an entry recorded from an
+ * answer: ct_refresh).
+ *
+ * A program whose stack is full defines POLICY_JUDGE_OWN_FRAME before its
+ * includes (bpf/pod_tc.c): this is then a subprogram, policy's lookups in a
+ * frame of their own; elsewhere it is inlined. */
+#ifdef POLICY_JUDGE_OWN_FRAME
+static __noinline
+#else
+static __always_inline
+#endif
+__u32 policy_admit_new(struct pkt *p, const volatile struct shunt_config *cfg, struct policy_side *src, struct policy_side *dst)
+{
+	struct flow *f = &p->f;
+	__u32 rule = 0;
+
+	if (!dst->proxy) {
+		__u32 reason = policy_judge(f, src, dst, dst->judged_dport ? dst->judged_dport : f->dport, &rule);
+
+		if (reason && f->proto == IPPROTO_TCP &&
+		    (f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN) {
+			__u32 answer_rule = 0;
+
+			if (!policy_judge(f, dst, src, f->sport, &answer_rule)) {
+				reason = 0;
+				rule = answer_rule;
+				p->ct_new_flags |= CT_F_ANSWER;
+			}
+		}
+		p->rule = rule;
+		if (reason)
+			return reason;
+	}
+	if (ct_create(f, rule, ct_now(), cfg->ct_single_table, p->ct_new_flags) < 0)
+		return SHUNT_REASON_CT_FULL;
+	p->ct_flags = p->ct_new_flags;
+	return 0;
+}
+
 /* policy_admit_found decides a packet p between src and dst: a packet of a
  * known connection (or an ICMP error about one) passes; a new connection
  * needs the egress policy of src and the ingress policy of dst, and is
@@ -192,7 +241,6 @@ static __always_inline __u32 policy_admit_found(struct __sk_buff *skb, struct pk
 						struct policy_side *src, struct policy_side *dst, const struct ct_found *found)
 {
 	struct flow *f = &p->f;
-	__u32 rule = 0;
 
 	p->rule = 0;
 	p->event = FLOW_EV_PACKET;
@@ -209,17 +257,7 @@ static __always_inline __u32 policy_admit_found(struct __sk_buff *skb, struct pk
 	if (ct_related(f))
 		return 0;
 	p->event = FLOW_EV_CONN_NEW;
-	if (!dst->proxy) {
-		__u32 reason = policy_judge(f, src, dst, dst->judged_dport ? dst->judged_dport : f->dport, &rule);
-
-		p->rule = rule;
-		if (reason)
-			return reason;
-	}
-	if (ct_create(f, rule, ct_now(), cfg->ct_single_table, p->ct_new_flags) < 0)
-		return SHUNT_REASON_CT_FULL;
-	p->ct_flags = p->ct_new_flags;
-	return 0;
+	return policy_admit_new(p, cfg, src, dst);
 }
 
 /* policy_admit is policy_admit_found with the conntrack lookup made here. */

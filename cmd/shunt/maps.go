@@ -124,13 +124,12 @@ func newMapCmd(g *globals) *cobra.Command {
 		Long: `Flush deletes every entry a map holds now, as conntrack -F does for netfilter.
 What it does to the traffic, per group:
   conntrack  shunt_ct, shunt_ct_new: every connection is recorded anew from its next
-             packet, judged as a new connection of that packet's sender: one policy
-             admits goes on, one it denies ends. Policy decides a connection at its
+             packet, whichever end sends it: one policy admits either way goes on,
+             one it refuses both ways ends. Policy decides a connection at its
              start, so a pod quarantined by a policy keeps the connections it had
-             open until this flush, which ends them (its policy denies them both
-             ways: either side may speak first). Connections accelerated between
-             local sockets (shunt accel) pass no tc program once established: a
-             flush does not reach them.
+             open until this flush, which ends them. Connections accelerated
+             between local sockets (shunt accel) pass no tc program once
+             established: a flush does not reach them.
   nat        shunt_tc_nat, shunt_masq_nat, shunt_nodeport_nat: connections translated
              in tc (NodePort, load balancer, externalIPs, masquerade, the tc fallback)
              lose their translation; most of them end. Connections the socket layer

@@ -201,7 +201,7 @@ func TestConntrackAssured(t *testing.T) {
 // TestConntrackFloodKeepsEstablished: a flood of new connections that
 // overflows shunt_ct_new many times over (shrunk to floodTable entries
 // here) leaves an assured connection in shunt_ct, where it passes although
-// policy no longer admits it as new. With the single table of before
+// policy no longer admits it as new (either way). With the single table of before
 // (ConntrackSingleTable, shunt_ct shrunk alike) the same flood evicts it
 // and its next packet is dropped: what the second table is for.
 func TestConntrackFloodKeepsEstablished(t *testing.T) {
@@ -223,7 +223,12 @@ func TestConntrackFloodKeepsEstablished(t *testing.T) {
 			ct.tcp(a, 40000, b, 80, tcpSYN)
 			ct.tcp(b, 80, a, 40000, tcpSYNACK)
 			ct.tcp(a, 40000, b, 80, tcpACK)
-			ct.allowIntoB(302) // a's new connections to b are denied from now on
+			// From now on policy refuses the connection both ways: a's
+			// new connections to b, and b's to a (a isolated, admitting
+			// nothing), so that a lost entry cannot be picked up again
+			// from an answer either (TestConntrackPicksUpAnswers).
+			ct.eps[0].IngressIsolated = true
+			ct.allowIntoB(302)
 
 			// c floods b: SYNs to an open port (SYN-ACK, then c's RST) and to a
 			// closed one (RST), 10 times the table.
@@ -251,5 +256,85 @@ func TestConntrackFloodKeepsEstablished(t *testing.T) {
 					"(evicted, and policy denies it as new); the test shows nothing", verdict)
 			}
 		})
+	}
+}
+
+// TestConntrackPicksUpAnswers: a TCP connection whose entry was lost (a
+// flush, an eviction) is recorded again from its next segment, whichever
+// end sends it: a segment policy refuses its own way is admitted as the
+// answer of a connection its destination opened when policy admits that
+// way, and recorded so (the opener, a reply seen). A stray segment picked
+// up that way does not open the door: its sender's SYN on the same tuple
+// is judged as a new connection of its own and dropped, as is a SYN that
+// no entry holds.
+func TestConntrackPicksUpAnswers(t *testing.T) {
+	ct := newCtTest(t, Config{}, nil)
+	b := ct.b
+	d := netip.MustParseAddr("10.99.0.13") // not admitted into b
+	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
+	ct.eps = append(ct.eps, Endpoint{IP: d, Ifindex: 1, PodMAC: mac, NodeMAC: mac, Identity: 303})
+	ct.allowIntoB(300, 302)
+	flush := func() {
+		t.Helper()
+		for _, m := range []string{"shunt_ct", "shunt_ct_new"} {
+			if _, err := ct.d.FlushMap(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// b opens a connection to d (b's egress and d's ingress are open).
+	for _, s := range []struct {
+		src, dst     netip.Addr
+		sport, dport uint16
+		flags        byte
+	}{{b, d, 40010, 80, tcpSYN}, {d, b, 80, 40010, tcpSYNACK}, {b, d, 40010, 80, tcpACK}} {
+		if v := ct.tcp(s.src, s.sport, s.dst, s.dport, s.flags); v != tcActRedirect {
+			t.Fatalf("handshake of b to d: verdict %d", v)
+		}
+	}
+	conn := ctKeyOf(b, 40010, d, 80, 6)
+	flush()
+	// d answers first: its own way (d into b) policy refuses; as b's
+	// connection's answer it passes, recorded with b as the opener.
+	if v := ct.tcp(d, 80, b, 40010, tcpACK); v != tcActRedirect {
+		t.Errorf("d's answer after the flush: verdict %d, want %d (picked up as b's connection)", v, tcActRedirect)
+	}
+	var v podtcCtValue
+	if err := ct.d.objs.ShuntCtNew.Lookup(conn, &v); err != nil {
+		t.Fatalf("the picked-up connection: %v", err)
+	}
+	bIsA := conn.AddrA == be32(b)
+	if opener := v.Flags&1 != 0 == bIsA; !opener || v.Flags&2 == 0 {
+		t.Errorf("picked-up entry flags %#x: want b as the opener and a reply seen", v.Flags)
+	}
+	// b's next ACK (from the opener) assures it, as after a handshake.
+	if v := ct.tcp(b, 40010, d, 80, tcpACK); v != tcActRedirect || ct.table(conn) != ctTableAssured {
+		t.Errorf("b's ACK after the pick-up: verdict %d, the connection in %s; want it passed and assured", v, ct.table(conn))
+	}
+
+	// A stray ACK from d to b's port 22 is picked up the same way (it
+	// reaches b, whose kernel resets it), but d's SYN on that tuple is
+	// d's own new connection, which b's ingress refuses.
+	if v := ct.tcp(d, 40020, b, 22, tcpACK); v != tcActRedirect {
+		t.Errorf("d's stray ACK: verdict %d, want %d", v, tcActRedirect)
+	}
+	if v := ct.tcp(d, 40020, b, 22, tcpSYN); v != tcActShot {
+		t.Errorf("d's SYN after its stray ACK: verdict %d, want %d (dropped: policy refuses d into b)", v, tcActShot)
+	}
+	if v := ct.tcp(d, 40021, b, 22, tcpSYN); v != tcActShot {
+		t.Errorf("d's SYN: verdict %d, want %d", v, tcActShot)
+	}
+	// A connection policy refuses both ways ends: with d isolated for
+	// ingress (admitting nothing), b's connection to d, its entry lost,
+	// is refused whichever end speaks first.
+	ct.eps[3].IngressIsolated = true
+	ct.allowIntoB(300, 302)
+	flush()
+	if v := ct.tcp(d, 80, b, 40010, tcpACK); v != tcActShot {
+		t.Errorf("d's segment, policy refusing the connection both ways: verdict %d, want %d", v, tcActShot)
+	}
+	if v := ct.tcp(b, 40010, d, 80, tcpACK); v != tcActShot {
+		t.Errorf("b's segment, policy refusing the connection both ways: verdict %d, want %d", v, tcActShot)
 	}
 }

@@ -150,6 +150,7 @@ var (
 		podtcCtFlagsCT_F_RST:            "rst",
 		podtcCtFlagsCT_F_PROXY_UPSTREAM: "proxy-upstream",
 		podtcCtFlagsCT_F_NO_TC_NAT:      "no-tc-nat",
+		podtcCtFlagsCT_F_ANSWER:         "recorded-from-answer",
 	}
 )
 

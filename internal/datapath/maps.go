@@ -44,8 +44,8 @@ type mapDesc struct {
 
 // What emptying each kind of per-connection state does.
 const (
-	ctFlushed = "every connection is recorded anew from its next packet, judged as a new connection of that packet's sender: " +
-		"one policy admits goes on, one it denies ends (for certain only when policy denies it both ways: either side may speak first)"
+	ctFlushed = "every connection is recorded anew from its next packet, whichever end sends it: one policy admits either way goes on, " +
+		"one it refuses both ways ends"
 	natFlushed = "translated connections lose their translation: their next packets are translated as a new connection's " +
 		"(another source port, maybe another backend), so most of them end"
 )

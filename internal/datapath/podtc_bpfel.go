@@ -23,6 +23,7 @@ const (
 	podtcCtFlagsCT_F_RST            podtcCtFlags = 16
 	podtcCtFlagsCT_F_PROXY_UPSTREAM podtcCtFlags = 32
 	podtcCtFlagsCT_F_NO_TC_NAT      podtcCtFlags = 64
+	podtcCtFlagsCT_F_ANSWER         podtcCtFlags = 128
 )
 
 type podtcCtKey struct {

@@ -35,7 +35,8 @@ const (
 )
 
 // TestSYNFloodKeepsEstablished: a pod holds idle established connections
-// to a server whose policy then stops admitting it as new; another pod
+// to a server whose policy then stops admitting it as new (nor the server
+// to the pod: refused both ways, a connection whose entry is lost ends); another pod
 // SYN-floods the server (open and closed ports, from every CPU) with more
 // SYNs than conntrack holds. Every held connection still exchanges data
 // afterwards (the flood only churned shunt_ct_new), nothing was refused as

@@ -12,11 +12,10 @@ import (
 // TestConntrackFlush: a pod quarantined by a NetworkPolicy while its
 // connection is open keeps it (connection tracking admitted it at its
 // start); `shunt map flush conntrack` has every connection recorded anew
-// from its next packet, judged as a new connection of that packet's
-// sender: the quarantined pod's connection ends (policy denies it both
-// ways, so whichever side speaks first), the client's goes on over the
-// same connection without one failed attempt. The maps the agent writes
-// are refused.
+// from its next packet, whichever end sends it: the quarantined pod's
+// connection, which policy now refuses both ways, ends; the client's, which
+// policy admits, goes on over the same connection without one failed
+// attempt. The maps the agent writes are refused.
 func TestConntrackFlush(t *testing.T) {
 	l := newLab(t, "redirect-peer", servicesManifest, "testdata/other-pod.yaml")
 	l.waitWebServes()

@@ -5,8 +5,10 @@ Used by the e2e test TestSYNFloodKeepsEstablished and by bench/run ctflood.
   ctflood.py pods
       prints the lab pods: server (ctflood.py serve 7000), client, flooder.
   ctflood.py policy
-      prints a NetworkPolicy that admits new connections to the server
-      from the flooder only.
+      prints NetworkPolicies that admit new connections to the server
+      from the flooder only, and none to the client: a held connection
+      whose conntrack entry is lost is refused both ways (one admitted
+      either way would be recorded again from its next packet).
   ctflood.py serve PORT
       a TCP server that answers every read with "ok" and sends nothing
       else: no keepalive probes (Go's, as in `shunt lab serve`, come every
@@ -110,6 +112,13 @@ spec:
   policyTypes: [Ingress]
   ingress:
   - from: [{podSelector: {matchLabels: {app: flooder}}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: nothing-into-client}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Ingress]
 """
 
 
