@@ -443,10 +443,7 @@ func pathModifier(p *gatewayv1.HTTPPathModifier) *proxyapi.PathModifier {
 }
 
 func backend(routeKind string, rt *gatewayv1.HTTPRoute, ref gatewayv1.BackendRef, grants meshroute.Grants, byName map[string][]services.Port) proxyapi.RouteBackend {
-	ns := rt.Namespace
-	if ref.Namespace != nil && *ref.Namespace != "" {
-		ns = string(*ref.Namespace)
-	}
+	ns := meshroute.RefNamespace(rt, ref.Namespace)
 	b := proxyapi.RouteBackend{Service: ns + "/" + string(ref.Name), Weight: 1}
 	if ref.Weight != nil {
 		b.Weight = *ref.Weight

@@ -53,12 +53,10 @@ func routeStatusChanges(next *model.Store, changes []model.Change) []manifest.Ob
 			grantsChanged = true
 		}
 	}
-	routes := meshroute.Routes(next.HTTPRoutes(), next.GRPCRoutes())
-	for _, r := range routes {
-		key := manifest.Key{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
-		named := func(ref string) bool { return services[ref] }
+	named := func(ref string) bool { return services[ref] }
+	for _, r := range meshroute.Routes(next.HTTPRoutes(), next.GRPCRoutes()) {
 		if grantsChanged || routesIn[r.Namespace] || slices.ContainsFunc(serviceRefs(r.HTTPRoute), named) {
-			touched[key] = true
+			touched[manifest.Key{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}] = true
 		}
 	}
 	now := metav1.Now()
@@ -99,11 +97,7 @@ func serviceRefs(rt *gatewayv1.HTTPRoute) []string {
 	}
 	for _, rule := range rt.Spec.Rules {
 		for _, b := range rule.BackendRefs {
-			ns := rt.Namespace
-			if b.Namespace != nil && *b.Namespace != "" {
-				ns = string(*b.Namespace)
-			}
-			refs = append(refs, ns+"/"+string(b.Name))
+			refs = append(refs, meshroute.RefNamespace(rt, b.Namespace)+"/"+string(b.Name))
 		}
 	}
 	return refs

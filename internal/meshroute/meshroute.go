@@ -227,6 +227,15 @@ func ParentNamespace(rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentReference) stri
 	return rt.Namespace
 }
 
+// RefNamespace is the namespace a reference of rt names (a backendRef's),
+// the route's when it names none.
+func RefNamespace(rt *gatewayv1.HTTPRoute, ns *gatewayv1.Namespace) string {
+	if ns != nil && *ns != "" {
+		return string(*ns)
+	}
+	return rt.Namespace
+}
+
 // Grants are the cluster's ReferenceGrants, by the namespace they grant
 // references into. A route's backendRef to a Service of another namespace
 // resolves only when one of that namespace permits it (GEP-709); without

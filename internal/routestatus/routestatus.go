@@ -130,7 +130,7 @@ func resolvedRefs(s *model.Store, kind string, rt *gatewayv1.HTTPRoute, now meta
 			if b.Port != nil {
 				port = *b.Port
 			}
-			ns := refNamespace(rt, b.Namespace)
+			ns := meshroute.RefNamespace(rt, b.Namespace)
 			ref := fmt.Sprintf("%s:%d", b.Name, port)
 			if ns != rt.Namespace {
 				ref = ns + "/" + ref
@@ -167,15 +167,6 @@ func hasTCPPort(svc *corev1.Service, port gatewayv1.PortNumber) bool {
 	return slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
 		return p.Port == port && p.Protocol == corev1.ProtocolTCP
 	})
-}
-
-// refNamespace is the namespace a reference names, the route's when it
-// names none.
-func refNamespace(rt *gatewayv1.HTTPRoute, ns *gatewayv1.Namespace) string {
-	if ns != nil && *ns != "" {
-		return string(*ns)
-	}
-	return rt.Namespace
 }
 
 func joinInts(ns []int) string {
