@@ -63,7 +63,7 @@ const volatile enum proxy_origin_flags _btf_proxy_origin_flags = 0;
  * a proxy (the node's, or a pod's own), NULL for any other packet. */
 static __always_inline struct proxy_origin *proxy_origin_of(struct flow *f)
 {
-	if (f->proto != IPPROTO_TCP || (f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN)
+	if (!tcp_opens(f->proto, f->tcp_flags))
 		return NULL;
 	struct proxy_origin_key key = {
 		.client_ip = f->saddr, .client_port = f->sport, .proxy_ip = f->daddr, .proxy_port = f->dport,

@@ -614,6 +614,9 @@ enum flow_event_type {
 	FLOW_EV_CONN_END = 2,  /* TCP FIN or RST */
 	FLOW_EV_DROP = 3,
 	FLOW_EV_SOCK = 4,      /* a socket hook's decision (connect, sendmsg) */
+	FLOW_EV_CONN_ANSWER = 5, /* first packet of a connection whose entry was
+				  * lost, sent by its destination: the answer of a
+				  * connection opened the other way (CT_F_ANSWER) */
 	FLOW_EV_MAX,
 };
 

@@ -103,7 +103,7 @@ static __always_inline __u64 ct_timeout(__u32 flags, __u8 proto)
  * connection does not inherit the old one's closing timeout. */
 static __always_inline bool tcp_syn_reopens(__u8 proto, __u8 tcp_flags, bool ended)
 {
-	return ended && proto == IPPROTO_TCP && (tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
+	return ended && tcp_opens(proto, tcp_flags);
 }
 
 /* ct_refresh notes in entry ct what the packet says about its connection;

@@ -27,6 +27,15 @@ struct flow {
 	} inner;
 };
 
+/* tcp_opens says whether a packet of protocol proto with tcp_flags opens a
+ * TCP connection: a SYN without ACK (a SYN-ACK answers one). Only such a
+ * segment starts a connection anywhere: conntrack, the NAT tables, the
+ * proxy's origins; any other may be a lost entry's connection going on. */
+static __always_inline bool tcp_opens(__u8 proto, __u8 tcp_flags)
+{
+	return proto == IPPROTO_TCP && (tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
+}
+
 static __always_inline bool proto_has_ports(__u8 proto)
 {
 	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_SCTP;

@@ -113,7 +113,7 @@ static __always_inline bool nodeport_reusable(const struct nodeport_nat_value *v
  * an ended connection starts its flags over (nat_reopened). */
 static __always_inline void nodeport_refresh(const struct tc_nat_key *k, struct nodeport_nat_value *v, __u8 tcp_flags, __u64 now)
 {
-	bool syn = k->proto == IPPROTO_TCP && (tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
+	bool syn = tcp_opens(k->proto, tcp_flags);
 	bool reopened = nat_reopened(v->flags, k->proto, tcp_flags);
 	__u32 flags = reopened ? 0 : v->flags;
 
@@ -853,7 +853,7 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 		 * operator's sign that --conntrack-max is too small (a table's
 		 * fill level cannot tell entries in use from idle ones), and
 		 * taken as a new flow. */
-		if (p->f.proto == IPPROTO_TCP && (p->f.tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN) {
+		if (p->f.proto == IPPROTO_TCP && !tcp_opens(p->f.proto, p->f.tcp_flags)) {
 			if (stack_tracks_tcp(skb, &p->f))
 				return -1;
 			count(SHUNT_REASON_NODEPORT_ENTRY_MISSING, p->dir, skb->len);

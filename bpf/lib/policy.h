@@ -206,14 +206,14 @@ __u32 policy_admit_new(struct pkt *p, const volatile struct shunt_config *cfg, s
 	if (!dst->proxy) {
 		__u32 reason = policy_judge(f, src, dst, dst->judged_dport ? dst->judged_dport : f->dport, &rule);
 
-		if (reason && f->proto == IPPROTO_TCP &&
-		    (f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN) {
+		if (reason && f->proto == IPPROTO_TCP && !tcp_opens(f->proto, f->tcp_flags)) {
 			__u32 answer_rule = 0;
 
 			if (!policy_judge(f, dst, src, f->sport, &answer_rule)) {
 				reason = 0;
 				rule = answer_rule;
 				p->ct_new_flags |= CT_F_ANSWER;
+				p->event = FLOW_EV_CONN_ANSWER;
 			}
 		}
 		p->rule = rule;

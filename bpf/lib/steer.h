@@ -97,7 +97,7 @@ static __always_inline int steer_to_proxy(struct __sk_buff *skb, struct pkt *p, 
 {
 	if (!steer_wanted(&p->f) || identity_of(p->f.saddr) != src_identity)
 		return -1;
-	bool syn = (p->f.tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN;
+	bool syn = tcp_opens(p->f.proto, p->f.tcp_flags);
 	struct bpf_sock *sk = steer_socket(skb, &p->f, cfg, syn);
 
 	if (!sk)
@@ -152,7 +152,7 @@ static __always_inline __u32 pod_proxy_in(struct __sk_buff *skb, struct pkt *p)
 	struct proxy_origin_key k = {
 		.client_ip = f->saddr, .client_port = f->sport, .proxy_ip = f->daddr, .proxy_port = proxy_port,
 	};
-	if ((f->tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) == SHUNT_TCPF_SYN) {
+	if (tcp_opens(f->proto, f->tcp_flags)) {
 		struct proxy_origin o = { .ip = f->daddr, .port = f->dport, .flags = PROXY_ORIGIN_F_TC };
 
 		if (lru_insert(&shunt_proxy_origins, &k, &o, BPF_ANY) < 0)

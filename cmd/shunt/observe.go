@@ -169,6 +169,10 @@ func summary(fl flows.Flow) string {
 	switch fl.Event {
 	case "new":
 		parts = append(parts, "new connection")
+	case "answer":
+		// Source and destination are this packet's: the connection was
+		// opened the other way, before its entry was lost.
+		parts = append(parts, "connection recorded again from its answer (opened by the destination)")
 	case "end":
 		parts = append(parts, "connection end")
 	}

@@ -295,10 +295,23 @@ func TestConntrackPicksUpAnswers(t *testing.T) {
 	}
 	conn := ctKeyOf(b, 40010, d, 80, 6)
 	flush()
+	if err := ct.d.SetFlowMode(FlowModeDefault); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := ct.d.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.Close()
 	// d answers first: its own way (d into b) policy refuses; as b's
-	// connection's answer it passes, recorded with b as the opener.
+	// connection's answer it passes, recorded with b as the opener, and
+	// its flow says so (event answer: not a connection d opened).
 	if v := ct.tcp(d, 80, b, 40010, tcpACK); v != tcActRedirect {
 		t.Errorf("d's answer after the flush: verdict %d, want %d (picked up as b's connection)", v, tcActRedirect)
+	}
+	ev := findFlow(t, fr, func(e FlowEvent) bool { return e.Src == d && e.SrcPort == 80 })
+	if ev.Event != "answer" || ev.Verdict != "FORWARDED" {
+		t.Errorf("flow of d's answer: %+v; want event answer, forwarded", ev)
 	}
 	var v podtcCtValue
 	if err := ct.d.objs.ShuntCtNew.Lookup(conn, &v); err != nil {

@@ -32,11 +32,12 @@ var (
 		podtcFlowVerdictFLOW_REDIRECTED_PROXY: "REDIRECTED",
 	}
 	flowEventNames = [...]string{
-		podtcFlowEventTypeFLOW_EV_PACKET:   "packet",
-		podtcFlowEventTypeFLOW_EV_CONN_NEW: "new",
-		podtcFlowEventTypeFLOW_EV_CONN_END: "end",
-		podtcFlowEventTypeFLOW_EV_DROP:     "drop",
-		podtcFlowEventTypeFLOW_EV_SOCK:     "socket",
+		podtcFlowEventTypeFLOW_EV_PACKET:      "packet",
+		podtcFlowEventTypeFLOW_EV_CONN_NEW:    "new",
+		podtcFlowEventTypeFLOW_EV_CONN_END:    "end",
+		podtcFlowEventTypeFLOW_EV_DROP:        "drop",
+		podtcFlowEventTypeFLOW_EV_SOCK:        "socket",
+		podtcFlowEventTypeFLOW_EV_CONN_ANSWER: "answer",
 	}
 	flowPointNames = [...]string{
 		podtcFlowPointFLOW_POINT_FROM_POD:     "from-pod",

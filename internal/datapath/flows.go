@@ -59,7 +59,7 @@ type FlowEvent struct {
 	Verdict     string // FORWARDED, DROPPED, TRANSLATED, REDIRECTED
 	Reason      string // as the counters name it
 	Point       string // from-pod, to-pod, from-overlay, socket
-	Event       string // packet, new, end, drop, socket
+	Event       string // packet, new, answer, end, drop, socket
 	Ifindex     uint32
 	SrcIdentity uint32
 	DstIdentity uint32

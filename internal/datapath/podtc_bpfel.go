@@ -105,12 +105,13 @@ type podtcFlowEvent struct {
 type podtcFlowEventType uint32
 
 const (
-	podtcFlowEventTypeFLOW_EV_PACKET   podtcFlowEventType = 0
-	podtcFlowEventTypeFLOW_EV_CONN_NEW podtcFlowEventType = 1
-	podtcFlowEventTypeFLOW_EV_CONN_END podtcFlowEventType = 2
-	podtcFlowEventTypeFLOW_EV_DROP     podtcFlowEventType = 3
-	podtcFlowEventTypeFLOW_EV_SOCK     podtcFlowEventType = 4
-	podtcFlowEventTypeFLOW_EV_MAX      podtcFlowEventType = 5
+	podtcFlowEventTypeFLOW_EV_PACKET      podtcFlowEventType = 0
+	podtcFlowEventTypeFLOW_EV_CONN_NEW    podtcFlowEventType = 1
+	podtcFlowEventTypeFLOW_EV_CONN_END    podtcFlowEventType = 2
+	podtcFlowEventTypeFLOW_EV_DROP        podtcFlowEventType = 3
+	podtcFlowEventTypeFLOW_EV_SOCK        podtcFlowEventType = 4
+	podtcFlowEventTypeFLOW_EV_CONN_ANSWER podtcFlowEventType = 5
+	podtcFlowEventTypeFLOW_EV_MAX         podtcFlowEventType = 6
 )
 
 type podtcFlowMode uint32

@@ -42,7 +42,7 @@ type Flow struct {
 	Verdict     string    `json:"verdict"`              // FORWARDED, DROPPED, TRANSLATED, REDIRECTED
 	DropReason  string    `json:"dropReason,omitempty"` // set when DROPPED: policy-denied, policy-not-allowed, ...
 	Reason      string    `json:"reason"`               // the datapath's reason (counters use the same names)
-	Event       string    `json:"event"`                // new, end, packet, drop, socket
+	Event       string    `json:"event"`                // new, answer, end, packet, drop, socket
 	Point       string    `json:"point"`                // from-pod, to-pod, from-overlay, socket
 	Source      Endpoint  `json:"source"`
 	Destination Endpoint  `json:"destination"`

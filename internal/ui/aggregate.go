@@ -150,7 +150,9 @@ func (a *Aggregate) Add(fl *flows.Flow) {
 	}
 	// A connection's end is reported for the packet that ended it, often
 	// the server's FIN: it belongs to the edge of the connection's start.
-	if fl.Event == "end" && a.edges[edgeID(src, dst)] == nil && a.edges[edgeID(dst, src)] != nil {
+	// A connection recorded again from its answer (its entry lost) was
+	// opened by the answer's destination: always that edge.
+	if fl.Event == "answer" || (fl.Event == "end" && a.edges[edgeID(src, dst)] == nil && a.edges[edgeID(dst, src)] != nil) {
 		src, dst = dst, src
 	}
 	a.addEdge(src, dst, fl)

@@ -126,6 +126,18 @@ func TestAggregateConnectionEndJoinsItsStart(t *testing.T) {
 	}
 }
 
+// A connection recorded again from its answer (its conntrack entry lost)
+// was opened by the answer's destination: its edge, even when the
+// aggregate never saw the connection's start.
+func TestAggregateAnswerJoinsItsOpener(t *testing.T) {
+	a := NewAggregate(Limits{})
+	client, server := pod("a", "client", "app=client"), pod("a", "server", "app=server")
+	a.Add(&flows.Flow{Time: t0, Verdict: "FORWARDED", Event: "answer", TCPFlags: "ACK", Protocol: "TCP", Source: server, Destination: client})
+	if s := a.Snapshot(t0); len(s.Edges) != 1 || s.Edges[0].ID != "w:a/client > w:a/server" {
+		t.Errorf("edges %+v, want client > server", s.Edges)
+	}
+}
+
 func TestAggregateBounded(t *testing.T) {
 	a := NewAggregate(Limits{MaxNodes: 50, MaxEdges: 20, RingSize: 5})
 	for i := range 10000 {
