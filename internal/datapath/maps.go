@@ -492,7 +492,13 @@ func (d *Datapath) Maps() ([]dpinfo.MapInfo, error) {
 // 100 000 keys at 10 000 Services: the two key buffers are reused and passed
 // as unsafe.Pointer, which cilium/ebpf hands to the kernel as they are,
 // where a []byte in an interface would cost an allocation per key.
+// A hash map whose key the walk stands on is deleted meanwhile starts the
+// walk over from its first key (allKeys remembers keys to stop there; this
+// would cost the allocations it avoids), so on a busy table the count may
+// take some keys twice: it stops at the map's capacity, which bounds both
+// the answer and the walk.
 func countKeys(m *ebpf.Map) (int, error) {
+	limit := int(m.MaxEntries())
 	size := max(int(m.KeySize()), 1)
 	buf := make([]byte, 2*size)
 	cur, next := unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[size])
@@ -507,6 +513,9 @@ func countKeys(m *ebpf.Map) (int, error) {
 			return n, err
 		}
 		n++
+		if limit > 0 && n >= limit {
+			return n, nil
+		}
 		cur, next = next, cur
 		prev = cur
 	}
