@@ -45,16 +45,17 @@ func (w *routeStatus) write(ctx context.Context) {
 		return
 	}
 	store := w.objects()
+	view := routestatus.Of(store)
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	for _, rt := range store.HTTPRoutes() {
-		if parents, changed := withParents(rt.Status.Parents, routestatus.Compute(store, rt, meshController, now).Parents); changed {
+		if parents, changed := withParents(rt.Status.Parents, view.Compute(rt, meshController, now).Parents); changed {
 			next := rt.DeepCopy()
 			next.Status.Parents = parents
 			w.update(ctx, kubesource.HTTPRouteGVR, manifest.KindHTTPRoute, next)
 		}
 	}
 	for _, g := range store.GRPCRoutes() {
-		if parents, changed := withParents(g.Status.Parents, routestatus.ComputeGRPC(store, g, meshController, now).Parents); changed {
+		if parents, changed := withParents(g.Status.Parents, view.ComputeGRPC(g, meshController, now).Parents); changed {
 			next := g.DeepCopy()
 			next.Status.Parents = parents
 			w.update(ctx, kubesource.GRPCRouteGVR, manifest.KindGRPCRoute, next)

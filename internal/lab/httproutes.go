@@ -60,6 +60,7 @@ func routeStatusChanges(next *model.Store, changes []model.Change) []manifest.Ob
 		}
 	}
 	now := metav1.Now()
+	view := routestatus.Of(next)
 	var out []manifest.Object
 	for _, key := range slices.SortedFunc(maps.Keys(touched), manifest.Key.Compare) {
 		o, ok := next.Get(key)
@@ -72,11 +73,11 @@ func routeStatusChanges(next *model.Store, changes []model.Change) []manifest.Ob
 		switch rt := o.Obj.(type) {
 		case *gatewayv1.HTTPRoute:
 			cp := rt.DeepCopy()
-			st, was, updated = routestatus.Compute(next, rt, routeController, now).RouteStatus, rt.Status.RouteStatus, cp
+			st, was, updated = view.Compute(rt, routeController, now).RouteStatus, rt.Status.RouteStatus, cp
 			cp.Status.RouteStatus = st
 		case *gatewayv1.GRPCRoute:
 			cp := rt.DeepCopy()
-			st, was, updated = routestatus.ComputeGRPC(next, rt, routeController, now).RouteStatus, rt.Status.RouteStatus, cp
+			st, was, updated = view.ComputeGRPC(rt, routeController, now).RouteStatus, rt.Status.RouteStatus, cp
 			cp.Status.RouteStatus = st
 		}
 		if updated == nil || reflect.DeepEqual(st, was) {

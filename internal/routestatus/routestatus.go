@@ -25,17 +25,46 @@ import (
 	"github.com/shuntnet/shunt/internal/model"
 )
 
-// Compute is the route's status as of s, for the parents controller
-// implements. Conditions whose status stays
-// keep their lastTransitionTime; those that change get now.
-func Compute(s *model.Store, rt *gatewayv1.HTTPRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.HTTPRouteStatus {
-	return gatewayv1.HTTPRouteStatus{RouteStatus: compute(s, meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, controller, now)}
+// A View computes routes' statuses as of one state of the cluster. What
+// every route's status depends on, the ReferenceGrants and the conflicts
+// between routes of both kinds (a walk of every route), is worked out once
+// for all the routes of a pass, not once per route.
+type View struct {
+	s         *model.Store
+	grants    meshroute.Grants
+	conflicts meshroute.Conflicts
+}
+
+// Of is the view of s.
+func Of(s *model.Store) *View {
+	return &View{
+		s:         s,
+		grants:    meshroute.NewGrants(s.ReferenceGrants()),
+		conflicts: meshroute.Conflicting(meshroute.Routes(s.HTTPRoutes(), s.GRPCRoutes())),
+	}
+}
+
+// Compute is the route's status, for the parents controller implements.
+// Conditions whose status stays keep their lastTransitionTime; those that
+// change get now.
+func (v *View) Compute(rt *gatewayv1.HTTPRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.HTTPRouteStatus {
+	return gatewayv1.HTTPRouteStatus{RouteStatus: v.compute(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, controller, now)}
 }
 
 // ComputeGRPC is a GRPCRoute's status: the same conditions, of its HTTPRoute
 // form (meshroute.HTTPForm).
+func (v *View) ComputeGRPC(g *gatewayv1.GRPCRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.GRPCRouteStatus {
+	return gatewayv1.GRPCRouteStatus{RouteStatus: v.compute(meshroute.Route{Kind: meshroute.KindGRPCRoute, HTTPRoute: meshroute.HTTPForm(g)}, controller, now)}
+}
+
+// Compute is one HTTPRoute's status as of s (Of(s).Compute).
+func Compute(s *model.Store, rt *gatewayv1.HTTPRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.HTTPRouteStatus {
+	return Of(s).Compute(rt, controller, now)
+}
+
+// ComputeGRPC is one GRPCRoute's status as of s (Of(s).ComputeGRPC).
 func ComputeGRPC(s *model.Store, g *gatewayv1.GRPCRoute, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.GRPCRouteStatus {
-	return gatewayv1.GRPCRouteStatus{RouteStatus: compute(s, meshroute.Route{Kind: meshroute.KindGRPCRoute, HTTPRoute: meshroute.HTTPForm(g)}, controller, now)}
+	return Of(s).ComputeGRPC(g, controller, now)
 }
 
 // ReasonRouteConflict is the reason of Accepted False on a parent that a
@@ -43,10 +72,9 @@ func ComputeGRPC(s *model.Store, g *gatewayv1.GRPCRoute, controller gatewayv1.Ga
 // names none for routes, and this is the one its listeners use.
 const ReasonRouteConflict = "RouteConflict"
 
-func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.RouteStatus {
+func (v *View) compute(mr meshroute.Route, controller gatewayv1.GatewayController, now metav1.Time) gatewayv1.RouteStatus {
 	rt := mr.HTTPRoute
-	resolved := resolvedRefs(s, mr.Kind, rt, now)
-	conflicts := meshroute.Conflicting(meshroute.Routes(s.HTTPRoutes(), s.GRPCRoutes()))
+	resolved := v.resolvedRefs(mr.Kind, rt, now)
 	invalid, problems := l7.InvalidRules(rt)
 	var st gatewayv1.RouteStatus
 	for i, pr := range rt.Spec.ParentRefs {
@@ -56,8 +84,8 @@ func compute(s *model.Store, mr meshroute.Route, controller gatewayv1.GatewayCon
 				conds = slices.Clone(prev.Conditions) // the old route keeps its own
 			}
 		}
-		acc := accepted(s, rt, pr, now)
-		if why := conflicts.Rejected(mr, i); why != "" && acc.Status == metav1.ConditionTrue {
+		acc := accepted(v.s, rt, pr, now)
+		if why := v.conflicts.Rejected(mr, i); why != "" && acc.Status == metav1.ConditionTrue {
 			acc.Status, acc.Reason, acc.Message = metav1.ConditionFalse, ReasonRouteConflict, why
 		}
 		partly := acc.Status == metav1.ConditionTrue && len(invalid) > 0 && len(invalid) < len(rt.Spec.Rules)
@@ -114,7 +142,7 @@ func accepted(s *model.Store, rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentRefere
 // share of requests is answered with 500). The reason is RefNotPermitted
 // when a ref to another namespace has no ReferenceGrant, else
 // BackendNotFound.
-func resolvedRefs(s *model.Store, kind string, rt *gatewayv1.HTTPRoute, now metav1.Time) metav1.Condition {
+func (v *View) resolvedRefs(kind string, rt *gatewayv1.HTTPRoute, now metav1.Time) metav1.Condition {
 	c := metav1.Condition{
 		Type: string(gatewayv1.RouteConditionResolvedRefs), Status: metav1.ConditionTrue,
 		Reason: string(gatewayv1.RouteReasonResolvedRefs), Message: "every backendRef names a Service port",
@@ -122,7 +150,6 @@ func resolvedRefs(s *model.Store, kind string, rt *gatewayv1.HTTPRoute, now meta
 	}
 	var missing []string
 	notPermitted := false
-	grants := meshroute.NewGrants(s.ReferenceGrants())
 	seen := map[string]bool{}
 	for _, rule := range rt.Spec.Rules {
 		for _, b := range rule.BackendRefs {
@@ -139,9 +166,9 @@ func resolvedRefs(s *model.Store, kind string, rt *gatewayv1.HTTPRoute, now meta
 				continue
 			}
 			seen[ref] = true
-			svc, ok := s.Service(ns, string(b.Name))
+			svc, ok := v.s.Service(ns, string(b.Name))
 			switch {
-			case !grants.PermitsService(kind, rt, ns, string(b.Name)):
+			case !v.grants.PermitsService(kind, rt, ns, string(b.Name)):
 				notPermitted = true
 				missing = append(missing, fmt.Sprintf("%s: no ReferenceGrant of namespace %s permits %ss of %s to refer to its Services", ref, ns, kind, rt.Namespace))
 			case !ok:
