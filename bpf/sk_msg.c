@@ -37,16 +37,26 @@ int shunt_sk_msg(struct sk_msg_md *msg)
 		return SK_PASS;
 	}
 	/* On the stack for good: tc keeps its conntrack entry fresh now. */
-	if (a->flags & ACCEL_SOCK_F_CONGESTED) {
+	if (a->flags & (ACCEL_SOCK_F_CONGESTED | ACCEL_SOCK_F_UNTRACKED)) {
 		bpf_msg_apply_bytes(msg, ACCEL_PASS_BYTES);
 		return SK_PASS;
 	}
+	/* A connection whose entry is gone (`shunt map flush conntrack`, an
+	 * eviction, expiry while idle) takes the stack, where tc judges its
+	 * next packet as it judges any connection's whose entry was lost:
+	 * admitted again (its own way or as an answer) or refused. Redirecting
+	 * on would keep a connection policy now refuses out of every check. */
 	if (!(a->flags & ACCEL_SOCK_F_LOOPBACK)) {
 		struct flow f = {
 			.saddr = a->peer.remote_ip, .daddr = a->peer.local_ip, .sport = a->peer.remote_port,
 			.dport = a->peer.local_port, .proto = IPPROTO_TCP, .tcp_flags = SHUNT_TCPF_ACK, .has_ports = 1,
 		};
-		accel_ct_lookup(&f);
+		if (!accel_ct_lookup(&f)) {
+			a->flags |= ACCEL_SOCK_F_UNTRACKED;
+			count(SHUNT_REASON_ACCEL_UNTRACKED, SHUNT_DIR_SOCKMSG, msg->size);
+			bpf_msg_apply_bytes(msg, ACCEL_PASS_BYTES);
+			return SK_PASS;
+		}
 	}
 	__u32 size = msg->size;
 	struct sock_key peer = a->peer;

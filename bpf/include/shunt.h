@@ -359,6 +359,10 @@ enum shunt_reason {
 						   * this node holds no entry of (nor the kernel's conntrack): its
 						   * entry was evicted from a full table (raise --conntrack-max), or
 						   * the flow is unknown (a scan). Taken as a new flow, as before */
+	SHUNT_REASON_ACCEL_UNTRACKED = 57, /* sk_msg: an accelerated socket's connection has no conntrack entry any
+					    * more (flushed, evicted, expired while idle): its sends take the stack
+					    * from now on, where tc judges them as any connection whose entry was
+					    * lost; counted once per socket */
 	SHUNT_REASON_MAX,
 };
 
@@ -743,6 +747,7 @@ enum accel_sock_flags {
 	ACCEL_SOCK_F_LOOPBACK = 1, /* inside one namespace: no conntrack entry to keep fresh */
 	ACCEL_SOCK_F_ACTIVE = 2,   /* the connecting end */
 	ACCEL_SOCK_F_CONGESTED = 4, /* its peer's queue filled once: its sends take the stack for good */
+	ACCEL_SOCK_F_UNTRACKED = 8, /* its conntrack entry was gone once: its sends take the stack for good */
 };
 
 /* Socket storage of an accelerated socket: the key of its peer, found once

@@ -128,8 +128,9 @@ What it does to the traffic, per group:
              one it refuses both ways ends. Policy decides a connection at its
              start, so a pod quarantined by a policy keeps the connections it had
              open until this flush, which ends them. Connections accelerated
-             between local sockets (shunt accel) pass no tc program once
-             established: a flush does not reach them.
+             between local sockets (shunt accel) leave the redirect at their
+             next send and take the stack, where they are judged the same way
+             (counted accel-untracked).
   nat        shunt_tc_nat, shunt_masq_nat, shunt_nodeport_nat: connections translated
              in tc (NodePort, load balancer, externalIPs, masquerade, the tc fallback)
              lose their translation; most of them end. Connections the socket layer

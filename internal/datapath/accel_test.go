@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/dpinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,13 +56,21 @@ func withFD(t *testing.T, c *net.TCPConn, fn func(fd int)) {
 // from user space).
 func accelerateByHand(t *testing.T, d *Datapath, client, server *net.TCPConn, netns uint64) (ck, sk sockopsSockKey) {
 	t.Helper()
+	return accelerateByHandAs(t, d, client, server, netns, 1) // ACCEL_SOCK_F_LOOPBACK
+}
+
+// accelerateByHandAs is accelerateByHand with the sockets' storage flags
+// (enum accel_sock_flags); without ACCEL_SOCK_F_LOOPBACK sk_msg keeps the
+// connection's conntrack entry fresh, and needs one.
+func accelerateByHandAs(t *testing.T, d *Datapath, client, server *net.TCPConn, netns uint64, flags uint32) (ck, sk sockopsSockKey) {
+	t.Helper()
 	ck, sk = sockKeyOf(client, netns), sockKeyOf(server, netns)
 	for _, e := range []struct {
 		c         *net.TCPConn
 		own, peer sockopsSockKey
 	}{{client, ck, sk}, {server, sk, ck}} {
 		withFD(t, e.c, func(fd int) {
-			if err := d.sockOps.ShuntAccelSocks.Put(int32(fd), sockopsAccelSock{Peer: e.peer, Flags: 1}); err != nil {
+			if err := d.sockOps.ShuntAccelSocks.Put(int32(fd), sockopsAccelSock{Peer: e.peer, Flags: flags}); err != nil {
 				t.Fatalf("socket storage: %v", err)
 			}
 			if err := d.sockOps.ShuntSockhash.Put(e.own, uint64(fd)); err != nil {
@@ -98,6 +107,22 @@ func exchangeChecked(t *testing.T, from, to *net.TCPConn, msg []byte, what strin
 	if n := inq(t, to); n != len(msg) {
 		t.Errorf("%s: FIONREAD %d, want %d", what, n, len(msg))
 	}
+	readChecked(t, to, msg, what)
+}
+
+// exchangeUnchecked sends msg from one end and reads it at the other. FIONREAD is
+// not checked: a socket still in the sockhash reports only what was
+// redirected to it (tcp_bpf_ioctl), 0 for what the stack delivers.
+func exchangeUnchecked(t *testing.T, from, to *net.TCPConn, msg []byte, what string) {
+	t.Helper()
+	if _, err := from.Write(msg); err != nil {
+		t.Fatalf("%s: write: %v", what, err)
+	}
+	readChecked(t, to, msg, what)
+}
+
+func readChecked(t *testing.T, to *net.TCPConn, msg []byte, what string) {
+	t.Helper()
 	got := make([]byte, len(msg))
 	to.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := readFull(to, got); err != nil || !bytes.Equal(got, msg) {
@@ -158,4 +183,74 @@ func TestAccelRemovedMidStream(t *testing.T) {
 	if n, err := server.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Errorf("after the client's FIN: read %d bytes, %v; want EOF", n, err)
 	}
+}
+
+// TestAccelUntrackedTakesTheStack: an accelerated connection between two
+// namespaces' sockets (no ACCEL_SOCK_F_LOOPBACK) is redirected while its
+// conntrack entry lives; once the entry is gone (`shunt map flush
+// conntrack`), each socket's next send takes the stack for good, counted
+// once per socket as accel-untracked, where tc judges it as any connection
+// whose entry was lost. No byte is lost or reordered: what was redirected
+// before and not read yet comes first.
+func TestAccelUntrackedTakesTheStack(t *testing.T) {
+	d := openTestDatapath(t, ModeRedirectPeer)
+	if err := d.AttachSocketAccel(); err != nil {
+		t.Fatal(err)
+	}
+	netns, err := currentNetnsCookie()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, server := tcpPair(t)
+	accelerateByHandAs(t, d, client, server, netns, 0)
+	ca, sa := client.LocalAddr().(*net.TCPAddr).AddrPort(), server.LocalAddr().(*net.TCPAddr).AddrPort()
+	conn := ctKeyOf(ca.Addr(), ca.Port(), sa.Addr(), sa.Port(), 6)
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	// Established (a reply seen), the client the opener; stamped with the
+	// fine clock, ahead of the programs' coarse one: fresh.
+	opener := uint32(0)
+	if conn.AddrA == be32(ca.Addr()) && conn.PortA == be16(ca.Port()) {
+		opener = 1 // CT_F_ORIG_IS_A
+	}
+	entry := podtcCtValue{LastSeenNs: uint64(ts.Nano()), CreatedNs: uint64(ts.Nano()), Flags: opener | 2}
+	if err := d.objs.ShuntCt.Put(conn, entry); err != nil {
+		t.Fatal(err)
+	}
+
+	before := counts(t, d)
+	exchangeChecked(t, client, server, []byte("request-1"), "tracked, client -> server")
+	exchangeChecked(t, server, client, []byte("reply-1"), "tracked, server -> client")
+	counterDelta(t, d, before, map[string]uint64{"accel-redirected/sockmsg": 2, "accel-untracked/sockmsg": 0})
+
+	// Redirected and left unread, then the entry flushed.
+	if _, err := client.Write([]byte("part-1|")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range dpinfo.FlushGroups["conntrack"] {
+		if _, err := d.FlushMap(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = counts(t, d)
+	for _, part := range []string{"part-2|", "part-3"} {
+		if _, err := client.Write([]byte(part)); err != nil {
+			t.Fatalf("write %s after the flush: %v", part, err)
+		}
+	}
+	got := make([]byte, len("part-1|part-2|part-3"))
+	server.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := readFull(server, got); err != nil || string(got) != "part-1|part-2|part-3" {
+		t.Fatalf("across the flush the server read %q (%v), want the redirected part first, then the stack's", got, err)
+	}
+	counterDelta(t, d, before, map[string]uint64{"accel-redirected/sockmsg": 0, "accel-untracked/sockmsg": 1})
+	exchangeUnchecked(t, server, client, []byte("reply-2"), "untracked, server -> client")
+	for i := range 3 {
+		exchangeUnchecked(t, client, server, bytes.Repeat([]byte{'a' + byte(i)}, 1000), "untracked, client -> server")
+		exchangeUnchecked(t, server, client, bytes.Repeat([]byte{'A' + byte(i)}, 1000), "untracked, server -> client")
+	}
+	// Once per socket, and nothing redirected after.
+	counterDelta(t, d, before, map[string]uint64{"accel-redirected/sockmsg": 0, "accel-untracked/sockmsg": 2})
 }

@@ -334,7 +334,8 @@ const (
 	podtcShuntReasonSHUNT_REASON_DSR_UNKNOWN_NODE       podtcShuntReason = 54
 	podtcShuntReasonSHUNT_REASON_NAT_ENTRY_LOST         podtcShuntReason = 55
 	podtcShuntReasonSHUNT_REASON_NODEPORT_ENTRY_MISSING podtcShuntReason = 56
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 57
+	podtcShuntReasonSHUNT_REASON_ACCEL_UNTRACKED        podtcShuntReason = 57
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 58
 )
 
 type podtcTcNatKey struct {

@@ -65,6 +65,7 @@ const (
 	ReasonDSRUnknownNode
 	ReasonNATEntryLost
 	ReasonNodePortEntryMissing
+	ReasonAccelUntracked
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -126,6 +127,7 @@ var reasonNames = [...]string{
 	ReasonDSRUnknownNode:       "dsr-unknown-node",
 	ReasonNATEntryLost:         "nat-entry-lost",
 	ReasonNodePortEntryMissing: "nodeport-entry-missing",
+	ReasonAccelUntracked:       "accel-untracked",
 }
 
 // String is the reason's name, or its number when it has none.

@@ -132,7 +132,8 @@ func parsePeer(t *testing.T, out string) peerResult {
 
 // accelerated checks that the case's connections went through sk_msg:
 // at least minAdded ends joined the sockhash, sends were redirected to the
-// peer socket, and no insert failed.
+// peer socket, no insert failed, and no socket found its connection's
+// conntrack entry gone (accel-untracked: it would have left the redirect).
 func (c *accelCases) accelerated(t *testing.T, before status, minAdded uint64) {
 	t.Helper()
 	after := c.status()
@@ -147,6 +148,9 @@ func (c *accelCases) accelerated(t *testing.T, before status, minAdded uint64) {
 	}
 	if n := delta("accel-insert-failed"); n != 0 {
 		t.Errorf("accel-insert-failed went up by %d", n)
+	}
+	if n := delta("accel-untracked"); n != 0 {
+		t.Errorf("accel-untracked went up by %d: an accelerated connection's conntrack entry was missing", n)
 	}
 }
 

@@ -15,11 +15,22 @@ import (
 // from its next packet, whichever end sends it: the quarantined pod's
 // connection, which policy now refuses both ways, ends; the client's, which
 // policy admits, goes on over the same connection without one failed
-// attempt. The maps the agent writes are refused.
+// attempt. The same with socket acceleration on: both connections are
+// accelerated, and after the flush their sockets take the stack, where tc
+// judges them (accel-untracked). The maps the agent writes are refused.
 func TestConntrackFlush(t *testing.T) {
+	t.Run("tc", func(t *testing.T) { testConntrackFlush(t, false) })
+	t.Run("accelerated", func(t *testing.T) { testConntrackFlush(t, true) })
+}
+
+func testConntrackFlush(t *testing.T, accel bool) {
 	l := newLab(t, "redirect-peer", servicesManifest, "testdata/other-pod.yaml")
 	l.waitWebServes()
 	web := l.clusterIP("web")
+	if accel {
+		l.mustShunt("accel", "on")
+	}
+	start := l.status()
 	client := l.startLoad("client", "--persistent", "--tcp", web+":80")
 	quarantined := l.startLoad("other", "--persistent", "--tcp", web+":80")
 	time.Sleep(time.Second)
@@ -27,6 +38,7 @@ func TestConntrackFlush(t *testing.T) {
 	l.mustShunt("apply", "-f", "testdata/quarantine-other.yaml")
 	l.probe("other", "timeout", "--tcp", web+":80") // a new connection is refused
 	time.Sleep(2 * time.Second)                     // the open one is not: tracked
+	preFlush := l.status()
 	flushed := time.Now()
 	out := l.mustShunt("map", "flush", "conntrack", "-o", "json")
 	var res []dpinfo.MapFlush
@@ -44,6 +56,26 @@ func TestConntrackFlush(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	clientRuns, quarantinedRuns := client.stop(), quarantined.stop()
+	if accel {
+		end := l.status()
+		delta := func(from, to status, reason string) uint64 {
+			return to.counter(reason, "sockmsg") - from.counter(reason, "sockmsg")
+		}
+		added, redirected := delta(start, preFlush, "accel-added"), delta(start, preFlush, "accel-redirected")
+		untrackedBefore, untracked := delta(start, preFlush, "accel-untracked"), delta(preFlush, end, "accel-untracked")
+		t.Logf("before the flush: accel-added +%d, accel-redirected +%d, accel-untracked +%d; after it: accel-untracked +%d",
+			added, redirected, untrackedBefore, untracked)
+		if added < 4 || redirected == 0 || untrackedBefore != 0 {
+			t.Errorf("before the flush: accel-added +%d, accel-redirected +%d, accel-untracked +%d; "+
+				"want both connections' four sockets accelerated, none leaving the redirect", added, redirected, untrackedBefore)
+		}
+		// Each connection's sending end at least: the client's and the
+		// quarantined pod's (the server's answers to the client find the
+		// entry the client's next segment recorded again).
+		if untracked < 2 {
+			t.Errorf("after the flush: accel-untracked +%d; want the two connections' sending sockets at least", untracked)
+		}
+	}
 
 	if ok, all, failed := tally(clientRuns, "tcp"); ok != all || all == 0 || distinctLocals(clientRuns) != 1 {
 		t.Errorf("the admitted client's connection: %d of %d attempts connected over %d connections; want all over one; failures: %v",
