@@ -1,6 +1,7 @@
 // Package routestatus computes the status a GAMMA (service mesh)
 // implementation writes on an HTTPRoute or a GRPCRoute attached to Services: one
-// RouteParentStatus per parentRef with two conditions, Accepted (the parent
+// RouteParentStatus per Service parentRef (a Gateway parent gets none from
+// shunt: its implementation writes it) with two conditions, Accepted (the parent
 // Service exists, has a ClusterIP and the port named) and ResolvedRefs
 // (every backendRef names a port of an existing Service), and
 // PartiallyInvalid while some rules hold a match or a filter the proxy
@@ -78,6 +79,12 @@ func (v *View) compute(mr meshroute.Route, controller gatewayv1.GatewayControlle
 	invalid, problems := l7.InvalidRules(rt)
 	var st gatewayv1.RouteStatus
 	for i, pr := range rt.Spec.ParentRefs {
+		// A Gateway parent (north-south) is another implementation's to
+		// answer for: the Gateway API has each write status only for the
+		// parents it is responsible for, and shunt's are Services.
+		if !meshroute.IsService(pr.Group, pr.Kind) {
+			continue
+		}
 		var conds []metav1.Condition
 		for _, prev := range rt.Status.Parents {
 			if prev.ControllerName == controller && reflect.DeepEqual(prev.ParentRef, pr) {

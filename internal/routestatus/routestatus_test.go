@@ -202,3 +202,34 @@ func TestCrossNamespaceBackendNeedsReferenceGrant(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A route attached to a Gateway (north-south, another implementation's)
+// as well as to a Service gets a status entry for the Service only; one
+// attached to Gateways only gets none, so shunt never answers for another
+// controller's parents (and its writer removes an entry it wrote before).
+func TestGatewayParentsAreNotShunts(t *testing.T) {
+	s := model.NewStore([]manifest.Object{{Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.20", Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}}})
+	gwGroup, gwKind := gatewayv1.Group(gatewayv1.GroupName), gatewayv1.Kind("Gateway")
+	svcKind, core := gatewayv1.Kind("Service"), gatewayv1.Group("")
+	gateway := gatewayv1.ParentReference{Group: &gwGroup, Kind: &gwKind, Name: "public"}
+	service := gatewayv1.ParentReference{Group: &core, Kind: &svcKind, Name: "cart"}
+	rt := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{gateway, service}}}}
+	st := Compute(s, rt, "shunt.io/mesh", metav1.Now())
+	if len(st.Parents) != 1 || st.Parents[0].ParentRef.Name != "cart" {
+		t.Fatalf("parents %+v; want the Service cart's alone", st.Parents)
+	}
+	if c := meta.FindStatusCondition(st.Parents[0].Conditions, string(gatewayv1.RouteConditionAccepted)); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Accepted for cart: %+v, want True", c)
+	}
+	rt.Spec.ParentRefs = rt.Spec.ParentRefs[:1]
+	if st := Compute(s, rt, "shunt.io/mesh", metav1.Now()); len(st.Parents) != 0 {
+		t.Errorf("a route attached to a Gateway only: parents %+v; want none of shunt's", st.Parents)
+	}
+	// With the defaults (group and kind omitted) a parentRef is a Gateway too.
+	rt.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "public"}}
+	if st := Compute(s, rt, "shunt.io/mesh", metav1.Now()); len(st.Parents) != 0 {
+		t.Errorf("a parentRef with no kind (a Gateway): parents %+v; want none", st.Parents)
+	}
+}

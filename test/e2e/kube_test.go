@@ -429,7 +429,8 @@ func TestKubernetesAPIServerOutage(t *testing.T) {
 // ShuntNetworkPolicy's status: enforced at the policy's generation, with
 // the parts it cannot program as problems (an IPv6 block), which go when
 // the policy no longer has them. An HTTPRoute attached to a Service gets
-// the mesh's Accepted and ResolvedRefs conditions.
+// the mesh's Accepted and ResolvedRefs conditions, for that parent only:
+// its other parent, a Gateway, is another implementation's to answer for.
 func TestKubernetesObjectStatus(t *testing.T) {
 	l := newKubeLab(t, twoPods)
 	dir := t.TempDir()
@@ -501,12 +502,13 @@ apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: split, namespace: default}
 spec:
-  parentRefs: [{group: "", kind: Service, name: web, port: 80}]
+  parentRefs: [{group: "", kind: Service, name: web, port: 80}, {name: public}]
   rules:
   - backendRefs: [{name: web, port: 80, weight: 90}, {name: absent, port: 80, weight: 10}]
 `)
 	l.apply(route)
 	var conds map[string]string
+	var shuntParents []string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
 		out, err := l.kubectl(nil, "get", "httproute", "split", "-n", "default", "-o", "json")
 		if err != nil {
@@ -515,6 +517,7 @@ spec:
 		var rt struct {
 			Status struct {
 				Parents []struct {
+					ParentRef      struct{ Kind, Name string }
 					ControllerName string
 					Conditions     []struct{ Type, Status string }
 				}
@@ -523,9 +526,10 @@ spec:
 		if err := json.Unmarshal(out, &rt); err != nil {
 			return false, err
 		}
-		conds = map[string]string{}
+		conds, shuntParents = map[string]string{}, nil
 		for _, p := range rt.Status.Parents {
 			if p.ControllerName == "shunt.io/mesh" {
+				shuntParents = append(shuntParents, p.ParentRef.Kind+"/"+p.ParentRef.Name)
 				for _, c := range p.Conditions {
 					conds[c.Type] = c.Status
 				}
@@ -535,5 +539,8 @@ spec:
 	})
 	if err != nil {
 		t.Errorf("HTTPRoute conditions of shunt.io/mesh: %v (%v), want Accepted True and ResolvedRefs False (a backend is missing)", conds, err)
+	}
+	if len(shuntParents) != 1 || shuntParents[0] != "Service/web" {
+		t.Errorf("shunt.io/mesh wrote status for parents %v; want Service/web alone (the Gateway is not shunt's)", shuntParents)
 	}
 }
