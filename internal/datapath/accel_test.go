@@ -81,6 +81,21 @@ func accelerateByHandAs(t *testing.T, d *Datapath, client, server *net.TCPConn, 
 	return ck, sk
 }
 
+// accelTestDatapath is a datapath with sk_msg attached to its sockhash, and
+// the cookie of this network namespace (the sockets' keys carry it).
+func accelTestDatapath(t *testing.T) (*Datapath, uint64) {
+	t.Helper()
+	d := openTestDatapath(t, ModeRedirectPeer)
+	if err := d.AttachSocketAccel(); err != nil {
+		t.Fatal(err)
+	}
+	netns, err := currentNetnsCookie()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, netns
+}
+
 // inq is FIONREAD: the bytes the socket says are ready to read.
 func inq(t *testing.T, c *net.TCPConn) int {
 	var n int
@@ -151,14 +166,7 @@ func readFull(c *net.TCPConn, b []byte) (int, error) {
 // the map by hand (sockops needs a handshake through the cgroup hooks):
 // the sockhash accepts established TCP sockets from user space.
 func TestAccelRemovedMidStream(t *testing.T) {
-	d := openTestDatapath(t, ModeRedirectPeer)
-	if err := d.AttachSocketAccel(); err != nil {
-		t.Fatal(err)
-	}
-	netns, err := currentNetnsCookie()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, netns := accelTestDatapath(t)
 	client, server := tcpPair(t)
 	ck, sk := accelerateByHand(t, d, client, server, netns)
 	before := counts(t, d)
@@ -193,14 +201,7 @@ func TestAccelRemovedMidStream(t *testing.T) {
 // whose entry was lost. No byte is lost or reordered: what was redirected
 // before and not read yet comes first.
 func TestAccelUntrackedTakesTheStack(t *testing.T) {
-	d := openTestDatapath(t, ModeRedirectPeer)
-	if err := d.AttachSocketAccel(); err != nil {
-		t.Fatal(err)
-	}
-	netns, err := currentNetnsCookie()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, netns := accelTestDatapath(t)
 	client, server := tcpPair(t)
 	accelerateByHandAs(t, d, client, server, netns, 0)
 	ca, sa := client.LocalAddr().(*net.TCPAddr).AddrPort(), server.LocalAddr().(*net.TCPAddr).AddrPort()
