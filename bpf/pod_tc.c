@@ -50,6 +50,7 @@ const volatile enum policy_verdict _btf_verdict = 0;
 const volatile enum endpoint_flags _btf_endpoint_flags = 0;
 const volatile enum shunt_reason _btf_reason = 0;
 const volatile enum shunt_direction _btf_direction = 0;
+const volatile enum flow_icmp_error _btf_flow_icmp_error = 0;
 const volatile enum shunt_metrics_layout _btf_metrics_layout = 0;
 const volatile enum flow_mode _btf_flow_mode = 0;
 const volatile enum flow_verdict _btf_flow_verdict = 0;

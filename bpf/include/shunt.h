@@ -621,7 +621,20 @@ enum flow_event_type {
 	FLOW_EV_CONN_ANSWER = 5, /* first packet of a connection whose entry was
 				  * lost, sent by its destination: the answer of a
 				  * connection opened the other way (CT_F_ANSWER) */
+	FLOW_EV_ICMP_ERROR = 6,  /* an ICMP error about a tracked connection; its
+				  * tcp_flags hold the error (enum flow_icmp_error) */
 	FLOW_EV_MAX,
+};
+
+/* An ICMP error event's type and code, in the byte of flow_event that TCP
+ * flags take (an ICMP packet has none): the kind in bits 7-6, the code in
+ * bits 3-0 (destination unreachable's go up to 15). */
+enum flow_icmp_error {
+	FLOW_ICMP_DEST_UNREACH = 0x40,
+	FLOW_ICMP_TIME_EXCEEDED = 0x80,
+	FLOW_ICMP_PARAMETER_PROBLEM = 0xc0,
+	FLOW_ICMP_KIND_MASK = 0xc0,
+	FLOW_ICMP_CODE_MASK = 0x0f,
 };
 
 enum flow_point {

@@ -38,6 +38,24 @@ static __always_inline bool pkt_reported(struct pkt *p, __u8 verdict)
 	return flow_wanted(mode, event) || (p->failed && mode != FLOW_MODE_OFF);
 }
 
+/* icmp_error_of is the ICMP error the packet carries, as an event's
+ * tcp_flags hold it (enum flow_icmp_error), or 0 when its IPv4 header
+ * (read again: it may have been rewritten) is not an ICMP error's. Read
+ * only for the event, which ICMP errors seldom need. */
+static __always_inline __u8 icmp_error_of(struct __sk_buff *skb)
+{
+	__u8 vihl, proto, tc[2];
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &vihl, 1) < 0 ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + __builtin_offsetof(struct iphdr, protocol), &proto, 1) < 0 || proto != IPPROTO_ICMP ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + (vihl & 0x0f) * 4, tc, sizeof(tc)) < 0)
+		return 0;
+	__u8 kind = tc[0] == ICMP_DEST_UNREACH ? FLOW_ICMP_DEST_UNREACH :
+		    tc[0] == ICMP_TIME_EXCEEDED ? FLOW_ICMP_TIME_EXCEEDED :
+		    tc[0] == ICMP_PARAMETERPROB ? FLOW_ICMP_PARAMETER_PROBLEM : 0;
+	return kind ? kind | (tc[1] & FLOW_ICMP_CODE_MASK) : 0;
+}
+
 /* done_len counts a packet's outcome and, when the sampling wants it,
  * reports it, the packet being len bytes long. A record that could not be
  * made on the way (counted where it failed) is news even when the packet
@@ -65,6 +83,8 @@ static __always_inline void done_len(struct __sk_buff *skb, struct pkt *p, __u8 
 		e.orig_daddr = p->orig_daddr;
 		e.orig_dport = p->orig_dport;
 	}
+	if (event == FLOW_EV_ICMP_ERROR)
+		e.tcp_flags = icmp_error_of(skb);
 	flow_emit(&e);
 }
 

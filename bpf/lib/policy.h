@@ -254,8 +254,10 @@ static __always_inline __u32 policy_admit_found(struct __sk_buff *skb, struct pk
 			p->event = FLOW_EV_CONN_END;
 		return 0;
 	}
-	if (ct_related(f))
+	if (ct_related(f)) {
+		p->event = FLOW_EV_ICMP_ERROR;
 		return 0;
+	}
 	p->event = FLOW_EV_CONN_NEW;
 	return policy_admit_new(p, cfg, src, dst);
 }

@@ -175,6 +175,8 @@ func summary(fl flows.Flow) string {
 		parts = append(parts, "connection recorded again from its answer (opened by the destination)")
 	case "end":
 		parts = append(parts, "connection end")
+	case "icmp-error":
+		parts = append(parts, "ICMP error "+fl.ICMPError+" about a tracked connection")
 	}
 	switch fl.Reason {
 	case "accel-added":

@@ -351,3 +351,52 @@ func TestConntrackPicksUpAnswers(t *testing.T) {
 		t.Errorf("b's segment, policy refusing the connection both ways: verdict %d, want %d", v, tcActShot)
 	}
 }
+
+// TestICMPErrorFlows: an ICMP error about a tracked connection passes (it
+// relates to the connection) and is reported as event icmp-error naming
+// the error, where before it was only a packet, seen when tracing every
+// packet. One about no connection is judged as a packet of its own.
+func TestICMPErrorFlows(t *testing.T) {
+	ct := newCtTest(t, Config{}, nil)
+	a, b := ct.a, ct.b
+	if err := ct.d.SetFlowMode(FlowModeDefault); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := ct.d.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.Close()
+	query := packet(a, b, 17, udpDatagram(40000, 53))
+	if v := ct.send(query); v != tcActRedirect {
+		t.Fatalf("a's datagram to b: verdict %d", v)
+	}
+	for _, c := range []struct {
+		message []byte
+		want    string
+	}{
+		{icmpUnreachable(query), "port-unreachable"},
+		{icmpFragNeeded(query, 1400), "fragmentation-needed"},
+		{append([]byte{11, 0, 0, 0, 0, 0, 0, 0}, query[14:14+28]...), "ttl-exceeded"},
+	} {
+		if v := ct.send(withChecksum(packet(b, a, 1, c.message))); v != tcActRedirect {
+			t.Errorf("%s from b about a's datagram: verdict %d, want it passed (related)", c.want, v)
+		}
+		ev := findFlow(t, fr, func(e FlowEvent) bool { return e.Proto == 1 && e.Src == b })
+		if ev.Event != "icmp-error" || ev.ICMPError != c.want || ev.Verdict != "FORWARDED" || ev.TCPFlags != 0 {
+			t.Errorf("flow of b's ICMP error: %+v; want event icmp-error, %s, forwarded", ev, c.want)
+		}
+	}
+}
+
+func TestICMPErrorNames(t *testing.T) {
+	for b, want := range map[uint8]string{
+		0x43: "port-unreachable", 0x44: "fragmentation-needed", 0x4d: "administratively-prohibited",
+		0x80: "ttl-exceeded", 0x81: "reassembly-time-exceeded", 0x8f: "ttl-exceeded-code-15",
+		0xc2: "bad-length", 0x05: "icmp-error-0x5",
+	} {
+		if got := icmpErrorName(b); got != want {
+			t.Errorf("icmpErrorName(%#x) = %q, want %q", b, got, want)
+		}
+	}
+}

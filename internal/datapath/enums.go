@@ -38,6 +38,17 @@ var (
 		podtcFlowEventTypeFLOW_EV_DROP:        "drop",
 		podtcFlowEventTypeFLOW_EV_SOCK:        "socket",
 		podtcFlowEventTypeFLOW_EV_CONN_ANSWER: "answer",
+		podtcFlowEventTypeFLOW_EV_ICMP_ERROR:  "icmp-error",
+	}
+	// An ICMP error event's codes (enum flow_icmp_error), by kind: RFC
+	// 792's and RFC 1812's names.
+	icmpErrorCodeNames = map[podtcFlowIcmpError][]string{
+		podtcFlowIcmpErrorFLOW_ICMP_DEST_UNREACH: {"net-unreachable", "host-unreachable", "protocol-unreachable",
+			"port-unreachable", "fragmentation-needed", "source-route-failed", "net-unknown", "host-unknown",
+			"source-host-isolated", "net-prohibited", "host-prohibited", "net-unreachable-for-tos",
+			"host-unreachable-for-tos", "administratively-prohibited", "host-precedence-violation", "precedence-cutoff"},
+		podtcFlowIcmpErrorFLOW_ICMP_TIME_EXCEEDED:     {"ttl-exceeded", "reassembly-time-exceeded"},
+		podtcFlowIcmpErrorFLOW_ICMP_PARAMETER_PROBLEM: {"parameter-problem", "missing-option", "bad-length"},
 	}
 	flowPointNames = [...]string{
 		podtcFlowPointFLOW_POINT_FROM_POD:     "from-pod",
@@ -48,6 +59,23 @@ var (
 		podtcFlowPointFLOW_POINT_FROM_UPLINK:  "from-uplink",
 	}
 )
+
+// icmpErrorName names the ICMP error an icmp-error event's byte holds
+// (enum flow_icmp_error): its code's name, or the kind and number of a
+// code without one.
+func icmpErrorName(b uint8) string {
+	kind := podtcFlowIcmpError(b) & podtcFlowIcmpErrorFLOW_ICMP_KIND_MASK
+	code := int(podtcFlowIcmpError(b) & podtcFlowIcmpErrorFLOW_ICMP_CODE_MASK)
+	names, ok := icmpErrorCodeNames[kind]
+	switch {
+	case !ok:
+		return fmt.Sprintf("icmp-error-%#x", b)
+	case code < len(names):
+		return names[code]
+	default:
+		return fmt.Sprintf("%s-code-%d", names[0], code)
+	}
+}
 
 // Each table covers its enum exactly (the _MAX value is one past the last):
 // a value added in C without a name here, or a stale name, fails to compile.

@@ -41,6 +41,7 @@ var notPrinted = map[string]string{
 	"accel_sock_flags":     "bits of socket storage, which user space cannot list",
 	"affinity_client_kind": "map dump shows the client as an address or a netns cookie, by the kind",
 	"proxy_origin_flags":   "one bit, PROXY_ORIGIN_F_TC, which map dump shows as redirectedBy tc (proxyOriginByTC)",
+	"flow_icmp_error":      "a kind and a code packed in an icmp-error event's byte: icmpErrorName names the code (TestICMPErrorNames)",
 }
 
 func table(names []string) func([]uint64) map[uint64]string {

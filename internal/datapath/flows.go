@@ -59,7 +59,10 @@ type FlowEvent struct {
 	Verdict     string // FORWARDED, DROPPED, TRANSLATED, REDIRECTED
 	Reason      string // as the counters name it
 	Point       string // from-pod, to-pod, from-overlay, socket
-	Event       string // packet, new, answer, end, drop, socket
+	Event       string // packet, new, answer, end, drop, socket, icmp-error
+	// An icmp-error event's error, e.g. port-unreachable,
+	// fragmentation-needed, ttl-exceeded (icmpErrorName).
+	ICMPError   string
 	Ifindex     uint32
 	SrcIdentity uint32
 	DstIdentity uint32
@@ -84,6 +87,9 @@ func decodeFlow(raw []byte, boot time.Time) (FlowEvent, error) {
 	}
 	if e.OrigDaddr != 0 {
 		f.OrigDst, f.OrigDstPort = fromBe32(e.OrigDaddr), fromBe16(e.OrigDport)
+	}
+	if e.Event == uint8(podtcFlowEventTypeFLOW_EV_ICMP_ERROR) {
+		f.ICMPError, f.TCPFlags = icmpErrorName(e.TcpFlags), 0 // the byte holds the error there
 	}
 	if e.Reason == uint8(podtcShuntReasonSHUNT_REASON_ACCEL_ENDED) {
 		f.Bytes, f.Messages, f.Length = e.Bytes, uint64(e.Len), 0 // len holds the sends there

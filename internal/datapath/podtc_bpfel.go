@@ -111,7 +111,18 @@ const (
 	podtcFlowEventTypeFLOW_EV_DROP        podtcFlowEventType = 3
 	podtcFlowEventTypeFLOW_EV_SOCK        podtcFlowEventType = 4
 	podtcFlowEventTypeFLOW_EV_CONN_ANSWER podtcFlowEventType = 5
-	podtcFlowEventTypeFLOW_EV_MAX         podtcFlowEventType = 6
+	podtcFlowEventTypeFLOW_EV_ICMP_ERROR  podtcFlowEventType = 6
+	podtcFlowEventTypeFLOW_EV_MAX         podtcFlowEventType = 7
+)
+
+type podtcFlowIcmpError uint32
+
+const (
+	podtcFlowIcmpErrorFLOW_ICMP_DEST_UNREACH      podtcFlowIcmpError = 64
+	podtcFlowIcmpErrorFLOW_ICMP_TIME_EXCEEDED     podtcFlowIcmpError = 128
+	podtcFlowIcmpErrorFLOW_ICMP_PARAMETER_PROBLEM podtcFlowIcmpError = 192
+	podtcFlowIcmpErrorFLOW_ICMP_KIND_MASK         podtcFlowIcmpError = 192
+	podtcFlowIcmpErrorFLOW_ICMP_CODE_MASK         podtcFlowIcmpError = 15
 )
 
 type podtcFlowMode uint32
@@ -393,6 +404,7 @@ const (
 	podtcVarBtfEndpointFlags       = "_btf_endpoint_flags"
 	podtcVarBtfFlowEvent           = "_btf_flow_event"
 	podtcVarBtfFlowEventStruct     = "_btf_flow_event_struct"
+	podtcVarBtfFlowIcmpError       = "_btf_flow_icmp_error"
 	podtcVarBtfFlowMode            = "_btf_flow_mode"
 	podtcVarBtfFlowPoint           = "_btf_flow_point"
 	podtcVarBtfFlowVerdict         = "_btf_flow_verdict"
@@ -490,6 +502,7 @@ type podtcVariableSpecs struct {
 	BtfEndpointFlags    *ebpf.VariableSpec `ebpf:"_btf_endpoint_flags"`
 	BtfFlowEvent        *ebpf.VariableSpec `ebpf:"_btf_flow_event"`
 	BtfFlowEventStruct  *ebpf.VariableSpec `ebpf:"_btf_flow_event_struct"`
+	BtfFlowIcmpError    *ebpf.VariableSpec `ebpf:"_btf_flow_icmp_error"`
 	BtfFlowMode         *ebpf.VariableSpec `ebpf:"_btf_flow_mode"`
 	BtfFlowPoint        *ebpf.VariableSpec `ebpf:"_btf_flow_point"`
 	BtfFlowVerdict      *ebpf.VariableSpec `ebpf:"_btf_flow_verdict"`
@@ -585,6 +598,7 @@ type podtcVariables struct {
 	BtfEndpointFlags    *ebpf.Variable `ebpf:"_btf_endpoint_flags"`
 	BtfFlowEvent        *ebpf.Variable `ebpf:"_btf_flow_event"`
 	BtfFlowEventStruct  *ebpf.Variable `ebpf:"_btf_flow_event_struct"`
+	BtfFlowIcmpError    *ebpf.Variable `ebpf:"_btf_flow_icmp_error"`
 	BtfFlowMode         *ebpf.Variable `ebpf:"_btf_flow_mode"`
 	BtfFlowPoint        *ebpf.Variable `ebpf:"_btf_flow_point"`
 	BtfFlowVerdict      *ebpf.Variable `ebpf:"_btf_flow_verdict"`

@@ -42,13 +42,14 @@ type Flow struct {
 	Verdict     string    `json:"verdict"`              // FORWARDED, DROPPED, TRANSLATED, REDIRECTED
 	DropReason  string    `json:"dropReason,omitempty"` // set when DROPPED: policy-denied, policy-not-allowed, ...
 	Reason      string    `json:"reason"`               // the datapath's reason (counters use the same names)
-	Event       string    `json:"event"`                // new, answer, end, packet, drop, socket
+	Event       string    `json:"event"`                // new, answer, end, packet, drop, socket, icmp-error
 	Point       string    `json:"point"`                // from-pod, to-pod, from-overlay, socket
 	Source      Endpoint  `json:"source"`
 	Destination Endpoint  `json:"destination"`
-	Protocol    string    `json:"protocol"`           // TCP, UDP, ICMP, SCTP or the number
-	TCPFlags    string    `json:"tcpFlags,omitempty"` // e.g. SYN, SYN|ACK
-	Service     *Service  `json:"service,omitempty"`  // translated from this service address
+	Protocol    string    `json:"protocol"`            // TCP, UDP, ICMP, SCTP or the number
+	TCPFlags    string    `json:"tcpFlags,omitempty"`  // e.g. SYN, SYN|ACK
+	ICMPError   string    `json:"icmpError,omitempty"` // event icmp-error: e.g. port-unreachable, fragmentation-needed
+	Service     *Service  `json:"service,omitempty"`   // translated from this service address
 	Interface   string    `json:"interface,omitempty"`
 	Policy      string    `json:"policy,omitempty"` // the rule that decided, e.g. NetworkPolicy ns/name ingress[0] (allow)
 	RuleID      uint32    `json:"ruleID,omitempty"`

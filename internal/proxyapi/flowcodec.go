@@ -97,6 +97,7 @@ func (e *FlowEncoder) appendFlow(b []byte, f *flows.Flow) []byte {
 	b = e.endpoint(b, &f.Destination)
 	b = e.str(b, f.Protocol)
 	b = e.str(b, f.TCPFlags)
+	b = e.str(b, f.ICMPError)
 	b = appendBool(b, f.Service != nil)
 	if s := f.Service; s != nil {
 		b = e.str(b, s.Name)
@@ -247,7 +248,7 @@ func (d *FlowDecoder) flow() flows.Flow {
 	f.Node, f.Verdict, f.DropReason, f.Reason, f.Event, f.Point = d.str(), d.str(), d.str(), d.str(), d.str(), d.str()
 	d.endpoint(&f.Source)
 	d.endpoint(&f.Destination)
-	f.Protocol, f.TCPFlags = d.str(), d.str()
+	f.Protocol, f.TCPFlags, f.ICMPError = d.str(), d.str(), d.str()
 	if d.bool() {
 		f.Service = &flows.Service{Name: d.str(), IP: d.str()}
 		f.Service.Port = uint16(d.uvarint())

@@ -14,7 +14,7 @@ import (
 func TestFlowBatchesRoundTrip(t *testing.T) {
 	full := flows.Flow{
 		Time: time.Unix(1700000000, 123456789), Node: "n1", Verdict: "DROPPED", DropReason: "policy-denied", Reason: "policy-denied",
-		Event: "http", Point: "proxy", Protocol: "HTTP", TCPFlags: "SYN", Interface: "eth0", Policy: "rule", RuleID: 7, Length: 60,
+		Event: "http", Point: "proxy", Protocol: "HTTP", TCPFlags: "SYN", ICMPError: "port-unreachable", Interface: "eth0", Policy: "rule", RuleID: 7, Length: 60,
 		Bytes: 1 << 40, Messages: 3,
 		Source:      flows.Endpoint{Pod: "default/a", Namespace: "default", IP: "10.0.0.1", Port: 40000, Identity: 1001, Labels: []string{"app=a", "x=y"}},
 		Destination: flows.Endpoint{IP: "10.0.0.2", Port: 80, Labels: []string{}},

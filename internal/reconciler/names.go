@@ -130,6 +130,7 @@ func (n *Names) Enrich(e datapath.FlowEvent) flows.Flow {
 	if e.Proto == 6 && e.Point != "socket" {
 		fl.TCPFlags = tcpFlagsText(e.TCPFlags)
 	}
+	fl.ICMPError = e.ICMPError
 	side := func(ip netip.Addr, port uint16, identity uint32) flows.Endpoint {
 		ep := flows.Endpoint{Port: port, Identity: identity, Labels: n.Identities[identity]}
 		if ps, ok := n.PodSides[ip]; ok {

@@ -150,9 +150,11 @@ func (a *Aggregate) Add(fl *flows.Flow) {
 	}
 	// A connection's end is reported for the packet that ended it, often
 	// the server's FIN: it belongs to the edge of the connection's start.
-	// A connection recorded again from its answer (its entry lost) was
+	// So does an ICMP error about a connection, sent back to its sender. A
+	// connection recorded again from its answer (its entry lost) was
 	// opened by the answer's destination: always that edge.
-	if fl.Event == "answer" || (fl.Event == "end" && a.edges[edgeID(src, dst)] == nil && a.edges[edgeID(dst, src)] != nil) {
+	backwards := (fl.Event == "end" || fl.Event == "icmp-error") && a.edges[edgeID(src, dst)] == nil && a.edges[edgeID(dst, src)] != nil
+	if fl.Event == "answer" || backwards {
 		src, dst = dst, src
 	}
 	a.addEdge(src, dst, fl)
