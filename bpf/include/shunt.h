@@ -595,7 +595,7 @@ struct masq_exclude_value {
  */
 enum flow_mode {
 	FLOW_MODE_OFF = 0,
-	FLOW_MODE_DEFAULT = 1, /* drops, connection start/end, translations */
+	FLOW_MODE_DEFAULT = 1, /* drops, connection start/end, translations, ICMP errors about connections */
 	FLOW_MODE_ALL = 2,     /* every packet */
 };
 

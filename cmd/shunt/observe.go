@@ -29,7 +29,8 @@ func newObserveCmd(g *globals) *cobra.Command {
 		Long: "Prints the flows the agent keeps (the last 20 unless --last says otherwise) and, with -f,\n" +
 			"follows new ones. Pods are NAMESPACE/NAME, or NAME in --namespace (default: default).\n" +
 			"What the datapath reports is set with `shunt flow-sampling` (default: drops, connection\n" +
-			"starts and ends, service translations). -o json prints one flow per line, stable fields:\n" +
+			"starts and ends, service translations, ICMP errors about connections). -o json prints one\n" +
+			"flow per line, stable fields:\n" +
 			flows.JSONFields() + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
