@@ -177,7 +177,7 @@ func summary(fl flows.Flow) string {
 	case "end":
 		parts = append(parts, "connection end")
 	case "icmp-error":
-		parts = append(parts, "ICMP error "+fl.ICMPError+" about a tracked connection")
+		parts = append(parts, strings.Join(strings.Fields("ICMP error "+fl.ICMPError+" about a tracked connection"), " "))
 	}
 	switch fl.Reason {
 	case "accel-added":

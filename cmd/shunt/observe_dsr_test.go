@@ -17,3 +17,20 @@ func TestSummaryNamesDSR(t *testing.T) {
 		t.Errorf("summary of a forwarded flow %q names DSR", got)
 	}
 }
+
+// Events a packet's direction could mislead on say what they are: an
+// answer picked up after a lost entry, an ICMP error about a connection.
+func TestSummaryNamesAnswersAndICMPErrors(t *testing.T) {
+	for _, c := range []struct {
+		fl   flows.Flow
+		want string
+	}{
+		{flows.Flow{Event: "answer", TCPFlags: "ACK"}, "connection recorded again from its answer (opened by the destination), ACK"},
+		{flows.Flow{Event: "icmp-error", ICMPError: "port-unreachable"}, "ICMP error port-unreachable about a tracked connection"},
+		{flows.Flow{Event: "icmp-error"}, "ICMP error about a tracked connection"},
+	} {
+		if got := summary(c.fl); got != c.want {
+			t.Errorf("summary(%+v) = %q, want %q", c.fl, got, c.want)
+		}
+	}
+}

@@ -393,7 +393,7 @@ func TestICMPErrorNames(t *testing.T) {
 	for b, want := range map[uint8]string{
 		0x43: "port-unreachable", 0x44: "fragmentation-needed", 0x4d: "administratively-prohibited",
 		0x80: "ttl-exceeded", 0x81: "reassembly-time-exceeded", 0x8f: "ttl-exceeded-code-15",
-		0xc2: "bad-length", 0x05: "icmp-error-0x5",
+		0xc2: "bad-length", 0x05: "icmp-error-0x5", 0: "",
 	} {
 		if got := icmpErrorName(b); got != want {
 			t.Errorf("icmpErrorName(%#x) = %q, want %q", b, got, want)

@@ -62,8 +62,12 @@ var (
 
 // icmpErrorName names the ICMP error an icmp-error event's byte holds
 // (enum flow_icmp_error): its code's name, or the kind and number of a
-// code without one.
+// code without one; "" for 0, an event whose packet no longer showed its
+// ICMP header where the program read it (encapsulated meanwhile).
 func icmpErrorName(b uint8) string {
+	if b == 0 {
+		return ""
+	}
 	kind := podtcFlowIcmpError(b) & podtcFlowIcmpErrorFLOW_ICMP_KIND_MASK
 	code := int(podtcFlowIcmpError(b) & podtcFlowIcmpErrorFLOW_ICMP_CODE_MASK)
 	names, ok := icmpErrorCodeNames[kind]
