@@ -251,7 +251,7 @@ func compact(fl flows.Flow) string {
 func newFlowSamplingCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "flow-sampling [off|default|all]",
-		Short: "show or set what the datapath reports as flows (default: drops, connection starts/ends, translations)",
+		Short: "show or set what the datapath reports as flows (default: drops, connection starts/ends, translations, ICMP errors)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()
