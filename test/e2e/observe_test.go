@@ -60,6 +60,21 @@ func TestObserveFlowsAndMetrics(t *testing.T) {
 		l.probe("client", "connected", "--tcp", server+":7000", "--udp", server+":7000")
 		forwarded := l.metric("shunt_datapath_packets_total", `reason="forwarded"`)
 
+		// A datagram to a port nothing listens on: the server's kernel
+		// answers port unreachable, a flow of its own naming the error.
+		l.probe("client", "refused", "--udp-connected", "--udp", server+":7009")
+		var icmpErr *flows.Flow
+		for deadline := time.Now().Add(2 * time.Second); icmpErr == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			for _, f := range l.observe("--protocol", "ICMP", "--from-pod", "server") {
+				if f.Event == "icmp-error" {
+					icmpErr = &f
+				}
+			}
+		}
+		if icmpErr == nil || icmpErr.ICMPError != "port-unreachable" || icmpErr.Destination.Pod != "default/client" || icmpErr.Verdict != "FORWARDED" {
+			t.Errorf("the server's port unreachable: flow %+v; want event icmp-error, port-unreachable, to the client, forwarded", icmpErr)
+		}
+
 		// A drop shows up within a second, with its reason and the pods: a
 		// follower started before the traffic sees it arrive.
 		l.apply("testdata/policy-server-http-only.yaml")
