@@ -102,6 +102,7 @@ static __always_inline int error_out(struct __sk_buff *skb, struct pkt *p, __u32
 	struct masq_value *v = masq_lookup(&k, now);
 	if (!v)
 		return TC_ACT_OK;
+	p->event = FLOW_EV_ICMP_ERROR;
 	if (masq_icmp_error(skb, l4off, false, p->f.saddr, v->addr, p->f.inner.dport, v->port) < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);
 	done(skb, p, FLOW_FORWARDED, SHUNT_REASON_MASQUERADED);
@@ -356,6 +357,7 @@ int shunt_from_uplink(struct __sk_buff *skb)
 
 	int err;
 	if (error) {
+		p.event = FLOW_EV_ICMP_ERROR;
 		err = masq_icmp_error(skb, l4off, true, MASQ.addr, pod, k.dport, pod_port);
 		p.f.inner.saddr = pod;
 		p.f.inner.sport = pod_port;

@@ -587,6 +587,7 @@ static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, 
 	int err;
 	if (error) {
 		/* An error is no sign of life of the flow. */
+		p->event = FLOW_EV_ICMP_ERROR;
 		err = nodeport_error_xlate(skb, f, l4off, found);
 	} else {
 		nodeport_refresh(&k, found, f->tcp_flags, nat_now());
@@ -830,6 +831,7 @@ static __always_inline int nodeport_from_outside(struct __sk_buff *skb, struct p
 		 * sign of life of the flow. */
 		if (!known || known->reply)
 			return -1;
+		p->event = FLOW_EV_ICMP_ERROR;
 		if (known->dsr)
 			fwd = *known;
 		else if (nodeport_error_xlate(skb, &p->f, l4off, known) < 0)

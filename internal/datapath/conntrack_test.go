@@ -295,14 +295,7 @@ func TestConntrackPicksUpAnswers(t *testing.T) {
 	}
 	conn := ctKeyOf(b, 40010, d, 80, 6)
 	flush()
-	if err := ct.d.SetFlowMode(FlowModeDefault); err != nil {
-		t.Fatal(err)
-	}
-	fr, err := ct.d.Flows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fr.Close()
+	fr := defaultFlows(t, ct.d)
 	// d answers first: its own way (d into b) policy refuses; as b's
 	// connection's answer it passes, recorded with b as the opener, and
 	// its flow says so (event answer: not a connection d opened).
@@ -359,14 +352,7 @@ func TestConntrackPicksUpAnswers(t *testing.T) {
 func TestICMPErrorFlows(t *testing.T) {
 	ct := newCtTest(t, Config{}, nil)
 	a, b := ct.a, ct.b
-	if err := ct.d.SetFlowMode(FlowModeDefault); err != nil {
-		t.Fatal(err)
-	}
-	fr, err := ct.d.Flows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fr.Close()
+	fr := defaultFlows(t, ct.d)
 	query := packet(a, b, 17, udpDatagram(40000, 53))
 	if v := ct.send(query); v != tcActRedirect {
 		t.Fatalf("a's datagram to b: verdict %d", v)

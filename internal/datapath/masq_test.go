@@ -203,6 +203,12 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode, fallbacks dpinfo.Fallback
 	if ev.Reason != "masqueraded" || ev.Src != mxPodIP || ev.Dst != mxOutside || ev.DstPort != mxTCPPort || ev.SrcIdentity != 300 {
 		t.Errorf("new masqueraded connection: %+v; want from the pod (identity 300) to %s:%d, reason masqueraded", ev, mxOutside, mxTCPPort)
 	}
+	// The port unreachable given back to the pod is a flow of its own, at
+	// the uplink (after the connection above: the reader goes forward).
+	ev = findFlow(t, fr, func(e FlowEvent) bool { return e.Point == "from-uplink" && e.Event == "icmp-error" })
+	if ev.ICMPError != "port-unreachable" || ev.Src != mxOutside || ev.Dst != mxPodIP {
+		t.Errorf("the unmasqueraded port unreachable: %+v; want icmp-error port-unreachable from %s to the pod", ev, mxOutside)
+	}
 	rows, err := d.DumpMap("shunt_masq_nat", false)
 	if err != nil {
 		t.Fatal(err)

@@ -345,6 +345,7 @@ func TestNodePort(t *testing.T) {
 	})
 
 	t.Run("ICMP errors about the way to a backend reach the client about the frontend", func(t *testing.T) {
+		fr := defaultFlows(t, d)
 		ret, toRemote := fromOutside(packet(npClient, npNode, 17, udpDatagram(40012, 30054)))
 		if sent := checkedTuple(t, toRemote); ret != tcActRedirect || sent.src != npSNAT {
 			t.Fatalf("to another node: verdict %d, %+v; want SNAT from %s", ret, sent, npSNAT)
@@ -360,6 +361,7 @@ func TestNodePort(t *testing.T) {
 				continue
 			}
 			checkTranslatedError(t, tc.what, out, tc.message, []any{tc.src, npClient, npClient, uint16(40012), npNode, uint16(30054)})
+			checkICMPErrorFlow(t, fr, tc)
 			if dst := net.HardwareAddr(out[0:6]).String(); dst != "02:00:00:00:00:09" {
 				t.Errorf("%s: to MAC %s, want the client's", tc.what, dst)
 			}
@@ -385,6 +387,7 @@ func TestNodePort(t *testing.T) {
 	})
 
 	t.Run("ICMP errors from outside about a reply reach the backend about what it sent", func(t *testing.T) {
+		fr := defaultFlows(t, d)
 		router := netip.MustParseAddr("203.0.113.1")
 		// A flow to the backend on the other node (SNAT) and its reply
 		// as it leaves for the client.
@@ -408,6 +411,7 @@ func TestNodePort(t *testing.T) {
 				continue
 			}
 			checkTranslatedError(t, tc.what, out, tc.message, []any{tc.src, npRemotePod, npRemotePod, uint16(5354), npSNAT, sent.sport})
+			checkICMPErrorFlow(t, fr, tc)
 		}
 		// A backend on this node: the client's address stays, the
 		// frontend becomes the backend, and its policy admits the error
@@ -470,5 +474,20 @@ func TestNodePort(t *testing.T) {
 	}
 	if len(kinds) == 0 {
 		t.Errorf("no flow event names the NodePort translations")
+	}
+}
+
+// checkICMPErrorFlow: the translated error of tc was reported as an
+// icmp-error flow naming it (the first byte of its message is the type,
+// the second the code). Earlier events of other errors are skipped: the
+// flow's source is tc's, before or after the translation.
+func checkICMPErrorFlow(t *testing.T, fr *FlowReader, tc icmpErrorCase) {
+	t.Helper()
+	ev := findFlow(t, fr, func(e FlowEvent) bool {
+		return e.Proto == 1 && e.Event == "icmp-error" && (e.Src == tc.src || e.Src == tc.from)
+	})
+	want := map[[2]byte]string{{3, 3}: "port-unreachable", {3, 4}: "fragmentation-needed"}[[2]byte{tc.message[0], tc.message[1]}]
+	if ev.ICMPError != want || ev.Verdict != "FORWARDED" {
+		t.Errorf("%s: flow %+v; want icmp-error %s, forwarded", tc.what, ev, want)
 	}
 }

@@ -436,10 +436,17 @@ func (n *ovNode) addPod(t *testing.T, name string, podIP netip.Addr, identity ui
 // test ends.
 func (n *ovNode) flows(t *testing.T) *FlowReader {
 	t.Helper()
-	if err := n.d.SetFlowMode(FlowModeDefault); err != nil {
+	return defaultFlows(t, n.d)
+}
+
+// defaultFlows turns d's default flow events on and reads them until the
+// test ends.
+func defaultFlows(t *testing.T, d *Datapath) *FlowReader {
+	t.Helper()
+	if err := d.SetFlowMode(FlowModeDefault); err != nil {
 		t.Fatal(err)
 	}
-	fr, err := n.d.Flows()
+	fr, err := d.Flows()
 	if err != nil {
 		t.Fatal(err)
 	}
