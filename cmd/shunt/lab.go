@@ -114,7 +114,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default "+instance.DefaultPodCIDR+")")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default "+instance.DefaultServiceCIDR+")")
 	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the pods' containers to run (0: don't)")
-	cmd.Flags().StringVar(&agentFlags.flowSampling, "flow-sampling", "", "flow events: default (drops, connection starts/ends, translations, ICMP errors), all (every packet) or off")
+	cmd.Flags().StringVar(&agentFlags.flowSampling, "flow-sampling", "", "flow events: "+dpinfo.FlowModeChoices)
 	cmd.Flags().IntVar(&agentFlags.flowHistory, "flow-history", 0, "flows the agent keeps for 'shunt observe' (default 8192)")
 	cmd.Flags().IntVar(&agentFlags.flowBuffer, "flow-buffer-bytes", 0, "size of the flow ring buffer (default 4 MiB)")
 	cmd.Flags().StringVar(&agentFlags.metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (e.g. 127.0.0.1:9962)")

@@ -28,9 +28,9 @@ func newObserveCmd(g *globals) *cobra.Command {
 		Short: "show the datapath's flows: who talked to whom, what was dropped and why",
 		Long: "Prints the flows the agent keeps (the last 20 unless --last says otherwise) and, with -f,\n" +
 			"follows new ones. Pods are NAMESPACE/NAME, or NAME in --namespace (default: default).\n" +
-			"What the datapath reports is set with `shunt flow-sampling` (default: drops, connection\n" +
-			"starts and ends, service translations, ICMP errors about connections). -o json prints one\n" +
-			"flow per line, stable fields:\n" +
+			"What the datapath reports is set with `shunt flow-sampling`\n" +
+			"(default: " + dpinfo.FlowModeDefaultReports + ").\n" +
+			"-o json prints one flow per line, stable fields:\n" +
 			flows.JSONFields() + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -177,7 +177,11 @@ func summary(fl flows.Flow) string {
 	case "end":
 		parts = append(parts, "connection end")
 	case "icmp-error":
-		parts = append(parts, strings.Join(strings.Fields("ICMP error "+fl.ICMPError+" about a tracked connection"), " "))
+		if fl.ICMPError != "" {
+			parts = append(parts, "ICMP error "+fl.ICMPError+" about a tracked connection")
+		} else {
+			parts = append(parts, "ICMP error about a tracked connection")
+		}
 	}
 	switch fl.Reason {
 	case "accel-added":
@@ -251,7 +255,7 @@ func compact(fl flows.Flow) string {
 func newFlowSamplingCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "flow-sampling [off|default|all]",
-		Short: "show or set what the datapath reports as flows (default: drops, connection starts/ends, translations, ICMP errors)",
+		Short: "show or set what the datapath reports as flows (default: " + dpinfo.FlowModeDefaultReports + ")",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()

@@ -250,7 +250,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "IPv4 CIDR for pod addresses (default: as persisted, else "+instance.DefaultPodCIDR+")")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "IPv4 CIDR for ClusterIPs (default: as persisted, else "+instance.DefaultServiceCIDR+")")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	cmd.Flags().StringVar(&flowSampling, "flow-sampling", "default", "flow events: default (drops, connection starts/ends, translations, ICMP errors), all (every packet) or off")
+	cmd.Flags().StringVar(&flowSampling, "flow-sampling", "default", "flow events: "+dpinfo.FlowModeChoices)
 	cmd.Flags().IntVar(&flowHistory, "flow-history", 8192, "flows kept in memory for 'shunt observe'")
 	cmd.Flags().IntVar(&flowBuffer, "flow-buffer-bytes", 4<<20, "size of the flow ring buffer (a power of two, at least a page)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "also serve Prometheus /metrics on this TCP address (it is always on the agent's socket)")

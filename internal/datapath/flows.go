@@ -18,7 +18,7 @@ type FlowMode uint32
 
 const (
 	FlowModeOff     = FlowMode(podtcFlowModeFLOW_MODE_OFF)
-	FlowModeDefault = FlowMode(podtcFlowModeFLOW_MODE_DEFAULT) // drops, connection starts and ends, translations, ICMP errors
+	FlowModeDefault = FlowMode(podtcFlowModeFLOW_MODE_DEFAULT) // dpinfo.FlowModeDefaultReports
 	FlowModeAll     = FlowMode(podtcFlowModeFLOW_MODE_ALL)     // every packet
 )
 
@@ -32,7 +32,7 @@ func ParseFlowMode(s string) (FlowMode, error) {
 	case "all":
 		return FlowModeAll, nil
 	}
-	return 0, fmt.Errorf("unknown flow sampling %q: use off, default (drops, connection starts and ends, translations, ICMP errors about connections) or all (every packet)", s)
+	return 0, fmt.Errorf("unknown flow sampling %q: use %s", s, dpinfo.FlowModeChoices)
 }
 
 func (m FlowMode) String() string {

@@ -10,3 +10,11 @@
 // the value bpf2go generated from the C enum (internal/datapath/enums.go),
 // and TestEnumNames that every value of the enums has a name.
 package dpinfo
+
+// FlowModeDefaultReports says what the default flow sampling reports, for
+// every help text and error that names it. bpf/lib/flow_events.h's
+// flow_wanted decides: every event but FLOW_EV_PACKET.
+const FlowModeDefaultReports = "drops, connection starts and ends, service translations, ICMP errors about connections"
+
+// FlowModeChoices names the --flow-sampling values and what each reports.
+const FlowModeChoices = "off, default (" + FlowModeDefaultReports + ") or all (every packet)"
