@@ -71,6 +71,8 @@ var resources = []resource{
 		aliases: []string{"shuntnetworkpolicies.shunt.io"}, namespaced: true, list: getShuntPolicies},
 	{name: "httproutes", singular: "httproute", kind: manifest.KindHTTPRoute, short: []string{"hr"},
 		aliases: []string{"httproutes.gateway.networking.k8s.io"}, namespaced: true, list: getHTTPRoutes},
+	{name: "grpcroutes", singular: "grpcroute", kind: manifest.KindGRPCRoute,
+		aliases: []string{"grpcroutes.gateway.networking.k8s.io"}, namespaced: true, list: getGRPCRoutes},
 	{name: "identities", singular: "identity", showsLabel: true, list: getIdentities},
 }
 
@@ -103,7 +105,7 @@ func newGetCmd(g *globals) *cobra.Command {
 	o := &getOptions{}
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME] [-n NS|-A] [-l SELECTOR] [--show-labels] [-o wide|json|yaml|name]",
-		Short: "list objects with their status (pods, services, endpointslices, namespaces, policies, httproutes, identities)",
+		Short: "list objects with their status (pods, services, endpointslices, namespaces, policies, httproutes, grpcroutes, identities)",
 		Long: "List objects as kubectl does: a table, or with -o json|yaml Kubernetes-shaped objects\n" +
 			"(a List with items; a named object as itself).\n\n" +
 			"KIND is one of (short names in parentheses): " + knownResources() + ".\n\n" +
@@ -517,30 +519,64 @@ func ruleSummary(rules []manifest.ShuntRule) string {
 // parent; -o wide adds the messages of the conditions that are not True.
 func getHTTPRoutes(c *api.Client, o *getOptions, r *resource, name string) error {
 	return getObjects(c, o, r, name, "/v1/httproutes", columns[*gatewayv1.HTTPRoute]{
-		header: []string{"NAME", "PARENTS", "BACKENDS", "ACCEPTED", "RESOLVED", "AGE"},
-		wide:   []string{"MESSAGE"},
+		header: routeHeader, wide: routeWide,
 		row: func(rt *gatewayv1.HTTPRoute) ([]string, []string) {
-			var parents, rules []string
-			for _, p := range rt.Spec.ParentRefs {
-				parents = append(parents, refText(p.Name, p.Port))
-			}
-			for _, rule := range rt.Spec.Rules {
-				var backends []string
+			rules := make([][]gatewayv1.BackendRef, len(rt.Spec.Rules))
+			for i, rule := range rt.Spec.Rules {
 				for _, b := range rule.BackendRefs {
-					weight := int32(1)
-					if b.Weight != nil {
-						weight = *b.Weight
-					}
-					backends = append(backends, fmt.Sprintf("%s=%d", refText(b.Name, b.Port), weight))
+					rules[i] = append(rules[i], b.BackendRef)
 				}
-				rules = append(rules, orNone(strings.Join(backends, ",")))
 			}
-			return []string{rt.Name, orNone(strings.Join(parents, ",")), orNone(strings.Join(rules, ";")),
-					routeCondition(rt, gatewayv1.RouteConditionAccepted), routeCondition(rt, gatewayv1.RouteConditionResolvedRefs),
-					age(rt.CreationTimestamp.Time)},
-				[]string{orNone(routeProblems(rt))}
+			return routeRow(&rt.ObjectMeta, &rt.Spec.CommonRouteSpec, rules, &rt.Status.RouteStatus)
 		},
 	})
+}
+
+// getGRPCRoutes prints GRPCRoutes with getHTTPRoutes' columns.
+func getGRPCRoutes(c *api.Client, o *getOptions, r *resource, name string) error {
+	return getObjects(c, o, r, name, "/v1/grpcroutes", columns[*gatewayv1.GRPCRoute]{
+		header: routeHeader, wide: routeWide,
+		row: func(rt *gatewayv1.GRPCRoute) ([]string, []string) {
+			rules := make([][]gatewayv1.BackendRef, len(rt.Spec.Rules))
+			for i, rule := range rt.Spec.Rules {
+				for _, b := range rule.BackendRefs {
+					rules[i] = append(rules[i], b.BackendRef)
+				}
+			}
+			return routeRow(&rt.ObjectMeta, &rt.Spec.CommonRouteSpec, rules, &rt.Status.RouteStatus)
+		},
+	})
+}
+
+var (
+	routeHeader = []string{"NAME", "PARENTS", "BACKENDS", "ACCEPTED", "RESOLVED", "AGE"}
+	routeWide   = []string{"MESSAGE"}
+)
+
+// routeRow is a route's row of either kind: its parents, its rules'
+// backends (weight 1 where none is given, as the Gateway API defaults it),
+// its conditions summed up, and -o wide's messages.
+func routeRow(meta *metav1.ObjectMeta, spec *gatewayv1.CommonRouteSpec, rules [][]gatewayv1.BackendRef,
+	status *gatewayv1.RouteStatus) ([]string, []string) {
+	var parents, ruleTexts []string
+	for _, p := range spec.ParentRefs {
+		parents = append(parents, refText(p.Name, p.Port))
+	}
+	for _, refs := range rules {
+		var backends []string
+		for _, b := range refs {
+			weight := int32(1)
+			if b.Weight != nil {
+				weight = *b.Weight
+			}
+			backends = append(backends, fmt.Sprintf("%s=%d", refText(b.Name, b.Port), weight))
+		}
+		ruleTexts = append(ruleTexts, orNone(strings.Join(backends, ",")))
+	}
+	return []string{meta.Name, orNone(strings.Join(parents, ",")), orNone(strings.Join(ruleTexts, ";")),
+			routeCondition(status, gatewayv1.RouteConditionAccepted), routeCondition(status, gatewayv1.RouteConditionResolvedRefs),
+			age(meta.CreationTimestamp.Time)},
+		[]string{orNone(routeProblems(status))}
 }
 
 // refText is "name:port", or "name" for a reference without port.
@@ -554,12 +590,12 @@ func refText(name gatewayv1.ObjectName, port *gatewayv1.PortNumber) string {
 // routeCondition sums up one condition over a route's parents: False when
 // it is False for one, True when it is True for every one, Unknown
 // otherwise (no status written yet).
-func routeCondition(rt *gatewayv1.HTTPRoute, typ gatewayv1.RouteConditionType) string {
+func routeCondition(status *gatewayv1.RouteStatus, typ gatewayv1.RouteConditionType) string {
 	sum := metav1.ConditionTrue
-	if len(rt.Status.Parents) == 0 {
+	if len(status.Parents) == 0 {
 		sum = metav1.ConditionUnknown
 	}
-	for _, p := range rt.Status.Parents {
+	for _, p := range status.Parents {
 		switch c := meta.FindStatusCondition(p.Conditions, string(typ)); {
 		case c != nil && c.Status == metav1.ConditionFalse:
 			return string(metav1.ConditionFalse)
@@ -572,9 +608,9 @@ func routeCondition(rt *gatewayv1.HTTPRoute, typ gatewayv1.RouteConditionType) s
 
 // routeProblems lists the messages of a route's conditions that are not
 // True, each once (ResolvedRefs is the same for every parent).
-func routeProblems(rt *gatewayv1.HTTPRoute) string {
+func routeProblems(status *gatewayv1.RouteStatus) string {
 	var msgs []string
-	for _, p := range rt.Status.Parents {
+	for _, p := range status.Parents {
 		for _, c := range p.Conditions {
 			if c.Status != metav1.ConditionTrue && !slices.Contains(msgs, c.Message) {
 				msgs = append(msgs, c.Message)

@@ -67,6 +67,14 @@ var agentLists = map[string]string{
 				{"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "every backendRef names a Service port", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}]}},
 		{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "new", "namespace": "shop"},
 		 "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "api"}], "rules": [{"backendRefs": [{"name": "api", "port": 80}]}]}}]}`,
+	"/v1/grpcroutes": `{"apiVersion": "v1", "kind": "List", "items": [
+		{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute", "metadata": {"name": "greeter", "namespace": "default"},
+		 "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "greeter", "port": 9090}], "rules": [
+			{"matches": [{"method": {"service": "grpc.health.v1.Health"}}], "backendRefs": [{"name": "greeter-v1", "port": 9090, "weight": 3}, {"name": "greeter-v2", "port": 9090}]},
+			{}]},
+		 "status": {"parents": [{"parentRef": {"group": "", "kind": "Service", "name": "greeter", "port": 9090}, "controllerName": "shunt.io/lab", "conditions": [
+			{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "attached to Service greeter", "lastTransitionTime": "2026-01-02T03:04:05Z"},
+			{"type": "ResolvedRefs", "status": "False", "reason": "BackendNotFound", "message": "Service greeter-v2 not found", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}]}}]}`,
 	"/v1/identities": `[{"id": 1, "reserved": "host"},
 		{"id": 256, "namespace": "default", "labels": {"app": "web"}, "pods": ["default/web-1"]},
 		{"id": 257, "namespace": "default", "labels": {"app": "client"}, "pods": ["default/client"]}]`,
@@ -135,7 +143,9 @@ func TestGetKindNames(t *testing.T) {
 		"ShuntNetworkPolicy": "shuntnetworkpolicies", "shuntnetworkpolicies.shunt.io": "shuntnetworkpolicies",
 		"httproutes": "httproutes", "httproute": "httproutes", "hr": "httproutes",
 		"HTTPRoute": "httproutes", "httproutes.gateway.networking.k8s.io": "httproutes",
-		"identities": "identities", "identity": "identities",
+		"grpcroutes": "grpcroutes", "grpcroute": "grpcroutes", "GRPCRoute": "grpcroutes",
+		"grpcroutes.gateway.networking.k8s.io": "grpcroutes",
+		"identities":                           "identities", "identity": "identities",
 	} {
 		if r, err := lookupResource(name); err != nil || r.name != want {
 			t.Errorf("%q: got %v, %v; want %s", name, r, err, want)
@@ -148,7 +158,7 @@ func TestGetKindNames(t *testing.T) {
 	}
 	want := `the server doesn't have a resource type "foo"` + "\n" +
 		"known resource types (short names): pods (po), services (svc), endpointslices, namespaces (ns), nodes (no), " +
-		"networkpolicies (netpol), shuntnetworkpolicies (snp), httproutes (hr), identities"
+		"networkpolicies (netpol), shuntnetworkpolicies (snp), httproutes (hr), grpcroutes, identities"
 	if err.Error() != want {
 		t.Errorf("got:\n%v\nwant:\n%s", err, want)
 	}
@@ -391,6 +401,26 @@ func TestGetHTTPRoutes(t *testing.T) {
 	}
 }
 
+// GRPCRoutes print as HTTPRoutes do; a backend without a weight has 1 and
+// a rule without backends shows <none>.
+func TestGetGRPCRoutes(t *testing.T) {
+	sock := fakeAgent(t)
+	out, _, err := get(sock, "grpcroutes", "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLines(t, out, "NAME PARENTS BACKENDS ACCEPTED RESOLVED AGE MESSAGE",
+		"greeter greeter:9090 greeter-v1:9090=3,greeter-v2:9090=1;<none> True False <unknown> Service greeter-v2 not found")
+	out, _, err = get(sock, "grpcroute", "greeter", "-o", "yaml")
+	if err != nil || !strings.HasPrefix(out, "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata:\n") ||
+		!strings.Contains(out, "service: grpc.health.v1.Health") || !strings.Contains(out, "reason: BackendNotFound") {
+		t.Errorf("-o yaml NAME: %v\n%s", err, out)
+	}
+	if _, _, err := get(sock, "grpcroutes", "nope"); err == nil || err.Error() != `grpcroutes "nope" not found in namespace "default"` {
+		t.Errorf("missing route: %v", err)
+	}
+}
+
 // `delete KIND NAME` sends what a three-line manifest would: apiVersion,
 // kind and metadata of each object named.
 func TestDeleteKindName(t *testing.T) {
@@ -443,6 +473,12 @@ func TestDeleteKindName(t *testing.T) {
 		t.Fatal(err)
 	}
 	if b, _ := json.Marshal(got); string(b) != `[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"prod"}}]` {
+		t.Errorf("sent %s", b)
+	}
+	if err := del("grpcroute", "greeter"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(got); string(b) != `[{"apiVersion":"gateway.networking.k8s.io/v1","kind":"GRPCRoute","metadata":{"name":"greeter","namespace":"default"}}]` {
 		t.Errorf("sent %s", b)
 	}
 	for _, tc := range []struct {

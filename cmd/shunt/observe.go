@@ -255,7 +255,8 @@ func compact(fl flows.Flow) string {
 func newFlowSamplingCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "flow-sampling [off|default|all]",
-		Short: "show or set what the datapath reports as flows (default: " + dpinfo.FlowModeDefaultReports + ")",
+		Short: "show or set what the datapath reports as flows",
+		Long:  "Without an argument prints the agent's flow sampling; with one sets it: " + dpinfo.FlowModeChoices + ".",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()

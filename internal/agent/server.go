@@ -65,6 +65,7 @@ func (a *Agent) apiHandler() http.Handler {
 	mux.HandleFunc("GET /v1/networkpolicies", a.handleNetworkPolicies)
 	mux.HandleFunc("GET /v1/shuntnetworkpolicies", a.handleShuntPolicies)
 	mux.HandleFunc("GET /v1/httproutes", a.handleHTTPRoutes)
+	mux.HandleFunc("GET /v1/grpcroutes", a.handleGRPCRoutes)
 	mux.HandleFunc("GET /v1/maps/services", a.handleServiceMap)
 	mux.HandleFunc("GET /v1/maps/policy", a.handlePolicyMap)
 	mux.HandleFunc("GET /v1/identities", a.handleIdentities)

@@ -21,3 +21,17 @@ func (a *Agent) handleHTTPRoutes(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, list)
 }
+
+// handleGRPCRoutes lists every GRPCRoute as handleHTTPRoutes lists
+// HTTPRoutes, with the status the lab's mesh controller (or, from an API
+// server, the agent's route-status writer) gave it.
+func (a *Agent) handleGRPCRoutes(w http.ResponseWriter, r *http.Request) {
+	list := gatewayv1.GRPCRouteList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"},
+		Items: []gatewayv1.GRPCRoute{}}
+	for _, rt := range a.objects().GRPCRoutes() {
+		route := *rt.DeepCopy()
+		route.APIVersion, route.Kind = manifest.GatewayAPIVersion, manifest.KindGRPCRoute
+		list.Items = append(list.Items, route)
+	}
+	writeJSON(w, http.StatusOK, list)
+}

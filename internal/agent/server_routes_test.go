@@ -44,3 +44,36 @@ status:
 		t.Errorf("empty list: %s, want items []", rec.Body)
 	}
 }
+
+// GRPCRoutes are listed as HTTPRoutes are.
+func TestGRPCRouteListing(t *testing.T) {
+	a := &Agent{objects: storeOf(t, `
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: greeter, namespace: mesh}
+spec:
+  parentRefs: [{group: "", kind: Service, name: greeter, port: 9090}]
+  rules: [{matches: [{method: {service: grpc.health.v1.Health}}], backendRefs: [{name: greeter, port: 9090}]}]
+`)}
+	rec := httptest.NewRecorder()
+	a.handleGRPCRoutes(rec, httptest.NewRequest("GET", "/v1/grpcroutes", nil))
+	var l gatewayv1.GRPCRouteList
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &l) != nil {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if l.APIVersion != "v1" || l.Kind != "List" || len(l.Items) != 1 {
+		t.Fatalf("list %+v", l)
+	}
+	if rt := l.Items[0]; rt.APIVersion != "gateway.networking.k8s.io/v1" || rt.Kind != "GRPCRoute" || rt.Namespace != "mesh" ||
+		len(rt.Spec.Rules) != 1 || *rt.Spec.Rules[0].Matches[0].Method.Service != "grpc.health.v1.Health" {
+		t.Errorf("route %+v", rt)
+	}
+
+	empty := &Agent{objects: storeOf(t, "")}
+	rec = httptest.NewRecorder()
+	empty.handleGRPCRoutes(rec, httptest.NewRequest("GET", "/v1/grpcroutes", nil))
+	var raw struct{ Items json.RawMessage }
+	if json.Unmarshal(rec.Body.Bytes(), &raw) != nil || string(raw.Items) != "[]" {
+		t.Errorf("empty list: %s, want items []", rec.Body)
+	}
+}

@@ -234,6 +234,12 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		// `shunt get` shows the route with the status the mesh controller
+		// gave it.
+		out = l.mustShunt("get", "grpcroutes", "greeter-grpc")
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), "greeter-grpc greeter-grpc:9090 greeter:9090=1 True True") {
+			t.Errorf("shunt get grpcroutes greeter-grpc:\n%s", out)
+		}
 	})
 	t.Run("connections without L7 rules never reach the proxy", func(t *testing.T) {
 		// Not the proxy's request counter: the kubelet's readiness probe
