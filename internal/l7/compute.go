@@ -115,6 +115,11 @@ func Compute(in Input) Result {
 			for _, b := range rule.Backends {
 				usedServices[b.Service] = true
 			}
+			if rule.Filters != nil {
+				for _, m := range rule.Filters.Mirrors {
+					usedServices[m.Service] = true
+				}
+			}
 		}
 		res.Config.Routes = append(res.Config.Routes, r)
 	}
@@ -202,10 +207,13 @@ func route(mr meshroute.Route, conflicts meshroute.Conflicts, grants meshroute.G
 		}
 		out := proxyapi.RouteRule{Matches: matches(rule.Matches)}
 		prefixOnly := out.PrefixOnly()
-		out.Filters = filters(rule.Filters, prefixOnly, false)
+		out.Filters = filters(rule.Filters, prefixOnly, false, func(mf *gatewayv1.HTTPRequestMirrorFilter) (proxyapi.Mirror, bool) {
+			b := backend(mr.Kind, rt, gatewayv1.BackendRef{BackendObjectReference: mf.BackendRef}, grants, byName)
+			return proxyapi.Mirror{Service: b.Service, Port: b.Port, Percent: mirrorPercent(mf)}, b.Unresolved == ""
+		})
 		for _, br := range rule.BackendRefs {
 			b := backend(mr.Kind, rt, br.BackendRef, grants, byName)
-			b.Filters = filters(br.Filters, prefixOnly, true)
+			b.Filters = filters(br.Filters, prefixOnly, true, nil)
 			out.Backends = append(out.Backends, b)
 		}
 		if rule.Timeouts != nil && rule.Timeouts.Request != nil {
@@ -240,8 +248,12 @@ func route(mr meshroute.Route, conflicts meshroute.Conflicts, grants meshroute.G
 // is named there too, with nothing of the filters kept: the rule (or the
 // backendRef's share) is answered 500, rather than the proxy refusing the
 // node's whole configuration. prefixOnly: every match of the rule is a
-// PathPrefix (ReplacePrefixMatch needs it).
-func filters(in []gatewayv1.HTTPRouteFilter, prefixOnly, backendRef bool) *proxyapi.Filters {
+// PathPrefix (ReplacePrefixMatch needs it). mirror resolves a rule's
+// RequestMirror; one whose ref does not resolve is dropped, as the Gateway
+// API asks (the route's ResolvedRefs condition names it), and so is one
+// with a share of 0.
+func filters(in []gatewayv1.HTTPRouteFilter, prefixOnly, backendRef bool,
+	mirror func(*gatewayv1.HTTPRequestMirrorFilter) (proxyapi.Mirror, bool)) *proxyapi.Filters {
 	if len(in) == 0 {
 		return nil
 	}
@@ -268,6 +280,12 @@ func filters(in []gatewayv1.HTTPRouteFilter, prefixOnly, backendRef bool) *proxy
 		}
 		if one.Rewrite != nil {
 			out.Rewrite = one.Rewrite
+		}
+		// Mirrors add up (the Gateway API's HTTPRouteRequestMultipleMirrors).
+		if f.Type == gatewayv1.HTTPRouteFilterRequestMirror && f.RequestMirror != nil && mirror != nil {
+			if m, ok := mirror(f.RequestMirror); ok && m.Percent > 0 {
+				out.Mirrors = append(out.Mirrors, m)
+			}
 		}
 	}
 	if len(unsupported) > 0 {
@@ -299,24 +317,26 @@ func proxyFilter(f gatewayv1.HTTPRouteFilter) proxyapi.Filters {
 }
 
 // notImplemented names f when shunt's proxy does not implement it ("" when
-// it does): RequestMirror, CORS, ExtensionRef, ExternalAuth, a filter
-// without its settings, and on a backendRef (backendRef) a redirect or a
-// rewrite, which the Gateway API leaves to implementations there.
+// it does): CORS, ExtensionRef, ExternalAuth, a filter without its
+// settings, and on a backendRef (backendRef) a redirect, a rewrite or a
+// mirror, which the Gateway API leaves to implementations there.
 func notImplemented(f gatewayv1.HTTPRouteFilter, backendRef bool) string {
 	switch {
-	case backendRef && (f.Type == gatewayv1.HTTPRouteFilterRequestRedirect || f.Type == gatewayv1.HTTPRouteFilterURLRewrite):
+	case backendRef && (f.Type == gatewayv1.HTTPRouteFilterRequestRedirect || f.Type == gatewayv1.HTTPRouteFilterURLRewrite ||
+		f.Type == gatewayv1.HTTPRouteFilterRequestMirror):
 		return string(f.Type) + " (on a backendRef)"
 	case f.Type == gatewayv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil,
 		f.Type == gatewayv1.HTTPRouteFilterResponseHeaderModifier && f.ResponseHeaderModifier != nil,
 		f.Type == gatewayv1.HTTPRouteFilterRequestRedirect && f.RequestRedirect != nil,
-		f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil:
+		f.Type == gatewayv1.HTTPRouteFilterURLRewrite && f.URLRewrite != nil,
+		f.Type == gatewayv1.HTTPRouteFilterRequestMirror && f.RequestMirror != nil:
 		return ""
 	}
 	return string(f.Type)
 }
 
 // unimplementedFilters names the filters of in shunt's proxy does not
-// implement (notImplemented), as "filters[1] (RequestMirror): ...".
+// implement (notImplemented), as "filters[1] (CORS): ...".
 func unimplementedFilters(in []gatewayv1.HTTPRouteFilter, backendRef bool) []string {
 	var out []string
 	for i, f := range in {
@@ -385,7 +405,7 @@ func InvalidMatches(in []gatewayv1.HTTPRouteMatch) []string {
 // InvalidRules names the rules of rt (an HTTPRoute, or a GRPCRoute in
 // HTTPRoute form) the proxy cannot apply as written: a match it cannot
 // compile drops the rule (it matches nothing); a filter it will not apply
-// (InvalidFilters) or does not implement (RequestMirror, CORS, ...) makes
+// (InvalidFilters) or does not implement (CORS, ExtensionRef, ...) makes
 // its requests answered 500, a backendRef's its share of them. rules are their indexes; problems one line each,
 // "rules[1].filters[0] (RequestHeaderModifier).set[0].value: ...". The
 // route's status and the agent's object problems report them.
@@ -409,6 +429,25 @@ func InvalidRules(rt *gatewayv1.HTTPRoute) (rules []int, problems []string) {
 		}
 	}
 	return rules, problems
+}
+
+// mirrorPercent is the share of requests a RequestMirror copies, 0-100:
+// Percent, or Fraction (denominator 100 when not given), or every request.
+func mirrorPercent(mf *gatewayv1.HTTPRequestMirrorFilter) float64 {
+	switch {
+	case mf.Percent != nil:
+		return min(max(float64(*mf.Percent), 0), 100)
+	case mf.Fraction != nil:
+		den := int32(100)
+		if mf.Fraction.Denominator != nil {
+			den = *mf.Fraction.Denominator
+		}
+		if den <= 0 {
+			return 0
+		}
+		return min(max(100*float64(mf.Fraction.Numerator)/float64(den), 0), 100)
+	}
+	return 100
 }
 
 func deref[T any](p *T) T {

@@ -163,7 +163,7 @@ func TestRouteFiltersAndConsumers(t *testing.T) {
 				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect, RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{
 					Scheme: ptr("https"), Hostname: &host, Port: &port, StatusCode: &code,
 					Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: ptr("/x")}}}}},
-				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestMirror, RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{}}}},
+				{Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterCORS, CORS: &gatewayv1.HTTPCORSFilter{}}}},
 			},
 		},
 	}
@@ -177,7 +177,7 @@ func TestRouteFiltersAndConsumers(t *testing.T) {
 			Rewrite: &proxyapi.Rewrite{Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/new"}}},
 		{Redirect: &proxyapi.Redirect{Scheme: "https", Hostname: "example.org", Port: 8083, StatusCode: 301,
 			Path: &proxyapi.PathModifier{Type: proxyapi.ReplaceFullPath, Value: "/x"}}},
-		{Unsupported: "filter RequestMirror is not implemented by shunt's proxy"},
+		{Unsupported: "filter CORS is not implemented by shunt's proxy"},
 	}
 	for i, w := range want {
 		if !reflect.DeepEqual(got.Rules[i].Filters, w) {
@@ -397,12 +397,70 @@ func TestRouteValuesTheProxyRefuses(t *testing.T) {
 	}
 	// A filter type the proxy does not implement is named too (its rule
 	// answers 500): the route's status says so, not only the flows.
-	mirror := &gatewayv1.HTTPRoute{Spec: gatewayv1.HTTPRouteSpec{Rules: []gatewayv1.HTTPRouteRule{{}, {Filters: []gatewayv1.HTTPRouteFilter{
+	cors := &gatewayv1.HTTPRoute{Spec: gatewayv1.HTTPRouteSpec{Rules: []gatewayv1.HTTPRouteRule{{}, {Filters: []gatewayv1.HTTPRouteFilter{
 		{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{}},
-		{Type: gatewayv1.HTTPRouteFilterRequestMirror, RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{}}}}}}}
-	if rules, problems := InvalidRules(mirror); !reflect.DeepEqual(rules, []int{1}) ||
-		!reflect.DeepEqual(problems, []string{"rules[1].filters[1] (RequestMirror): not implemented by shunt's proxy"}) {
-		t.Errorf("InvalidRules of a RequestMirror: %v %q, want rule 1 naming it", rules, problems)
+		{Type: gatewayv1.HTTPRouteFilterCORS, CORS: &gatewayv1.HTTPCORSFilter{}}}}}}}
+	if rules, problems := InvalidRules(cors); !reflect.DeepEqual(rules, []int{1}) ||
+		!reflect.DeepEqual(problems, []string{"rules[1].filters[1] (CORS): not implemented by shunt's proxy"}) {
+		t.Errorf("InvalidRules of a CORS filter: %v %q, want rule 1 naming it", rules, problems)
+	}
+}
+
+// RequestMirror filters: each resolved one is listed with its share
+// (Percent, Fraction, or every request), its Service among the proxy's
+// services; one whose ref does not resolve or whose share is 0 is dropped
+// (the rule still forwards); on a backendRef it is not implemented.
+func TestRouteMirrors(t *testing.T) {
+	port, pct := gatewayv1.PortNumber(8080), int32(25)
+	den := int32(1000)
+	other := gatewayv1.Namespace("elsewhere")
+	mirrorTo := func(name gatewayv1.ObjectName, ns *gatewayv1.Namespace) gatewayv1.BackendObjectReference {
+		return gatewayv1.BackendObjectReference{Name: name, Namespace: ns, Port: &port}
+	}
+	filter := func(mf gatewayv1.HTTPRequestMirrorFilter) gatewayv1.HTTPRouteFilter {
+		return gatewayv1.HTTPRouteFilter{Type: gatewayv1.HTTPRouteFilterRequestMirror, RequestMirror: &mf}
+	}
+	zero := int32(0)
+	rt := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "shadow"},
+		Spec: gatewayv1.HTTPRouteSpec{Rules: []gatewayv1.HTTPRouteRule{{
+			Filters: []gatewayv1.HTTPRouteFilter{
+				filter(gatewayv1.HTTPRequestMirrorFilter{BackendRef: mirrorTo("shadow-all", nil)}),
+				filter(gatewayv1.HTTPRequestMirrorFilter{BackendRef: mirrorTo("shadow-some", nil), Percent: &pct}),
+				filter(gatewayv1.HTTPRequestMirrorFilter{BackendRef: mirrorTo("shadow-few", nil), Fraction: &gatewayv1.Fraction{Numerator: 5, Denominator: &den}}),
+				filter(gatewayv1.HTTPRequestMirrorFilter{BackendRef: mirrorTo("missing", nil)}),
+				filter(gatewayv1.HTTPRequestMirrorFilter{BackendRef: mirrorTo("shadow-all", &other)}), // no ReferenceGrant
+				filter(gatewayv1.HTTPRequestMirrorFilter{BackendRef: mirrorTo("shadow-all", nil), Percent: &zero}),
+			},
+			BackendRefs: []gatewayv1.HTTPBackendRef{
+				{BackendRef: gatewayv1.BackendRef{BackendObjectReference: mirrorTo("web", nil)}},
+				{BackendRef: gatewayv1.BackendRef{BackendObjectReference: mirrorTo("web", nil)},
+					Filters: []gatewayv1.HTTPRouteFilter{filter(gatewayv1.HTTPRequestMirrorFilter{BackendRef: mirrorTo("shadow-all", nil)})}},
+			},
+		}}},
+	}
+	byName := map[string][]services.Port{}
+	for _, name := range []string{"shop/web", "shop/shadow-all", "shop/shadow-some", "shop/shadow-few", "elsewhere/shadow-all"} {
+		byName[name] = []services.Port{{Name: name + ":8080", Frontend: services.Frontend{Port: 8080, Proto: tcp}}}
+	}
+	got := route(meshroute.Route{Kind: meshroute.KindHTTPRoute, HTTPRoute: rt}, nil, meshroute.NewGrants(nil), byName)
+	want := &proxyapi.Filters{Mirrors: []proxyapi.Mirror{
+		{Service: "shop/shadow-all", Port: 8080, Percent: 100},
+		{Service: "shop/shadow-some", Port: 8080, Percent: 25},
+		{Service: "shop/shadow-few", Port: 8080, Percent: 0.5},
+	}}
+	if f := got.Rules[0].Filters; !reflect.DeepEqual(f, want) {
+		t.Errorf("rule filters %+v, want %+v", f, want)
+	}
+	if f := got.Rules[0].Filters; len(f.Problems(false, false)) > 0 {
+		t.Errorf("the proxy would refuse the mirrors: %v", f.Problems(false, false))
+	}
+	if f := got.Rules[0].Backends[1].Filters; f == nil || f.Unsupported != "filter RequestMirror (on a backendRef) is not implemented by shunt's proxy" {
+		t.Errorf("a backendRef's RequestMirror: %+v, want it named unsupported", f)
+	}
+	if rules, problems := InvalidRules(rt); !reflect.DeepEqual(rules, []int{0}) ||
+		!reflect.DeepEqual(problems, []string{"rules[0].backendRefs[1].filters[0] (RequestMirror): not implemented by shunt's proxy on a backendRef"}) {
+		t.Errorf("InvalidRules: %v %q, want only the backendRef's mirror", rules, problems)
 	}
 }
 

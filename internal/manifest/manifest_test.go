@@ -466,7 +466,7 @@ spec:
 		{"method: {service: echo.Echo, method: Echo}", "method: {service: echo/Echo}", "spec.rules[0].matches[0].method.service", `"echo/Echo": a service must match`},
 		{`method: "Ec.*"`, `method: "Ec("`, "spec.rules[0].matches[1].method.method", "not a valid RE2 regular expression"},
 		{"name: x-version", `name: "x version"`, "spec.rules[0].matches[0].headers[0].name", "not a valid header name"},
-		{"type: RequestHeaderModifier\n      requestHeaderModifier: {set: [{name: x-a, value: b}]}", "type: RequestMirror\n      requestMirror: {backendRef: {name: m, port: 1}}", "spec.rules[0].filters[0].type", "RequestMirror"},
+		{"type: RequestHeaderModifier\n      requestHeaderModifier: {set: [{name: x-a, value: b}]}", "type: ExtensionRef\n      extensionRef: {group: example.com, kind: Limit, name: x}", "spec.rules[0].filters[0].type", "ExtensionRef"},
 		{"kind: Service, name: echo", "kind: Gateway, name: echo", "spec.parentRefs[0].kind", "GAMMA"},
 		{"  rules:", "  hostnames: [echo.example]\n  rules:", "spec.hostnames", "not supported"},
 	} {

@@ -766,7 +766,7 @@ const gammaOnly = `shunt supports the GAMMA mesh pattern: parentRefs must name a
 // filtersImplemented names the filters shunt's proxy applies; others are
 // refused: silently ignoring one (a mirror, CORS) would serve requests
 // other than the route says.
-const filtersImplemented = "shunt's proxy implements RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite"
+const filtersImplemented = "shunt's proxy implements RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite and RequestMirror"
 
 // maxHeaderModifications is the CRD's limit on each of set, add and remove.
 const maxHeaderModifications = 16
@@ -1070,7 +1070,7 @@ func checkFilters(c *checker, f path, filters []gatewayv1.HTTPRouteFilter, rule 
 	seen := map[gatewayv1.HTTPRouteFilterType]bool{}
 	for i, x := range filters {
 		xf := f.index(i)
-		if seen[x.Type] {
+		if seen[x.Type] && x.Type != gatewayv1.HTTPRouteFilterRequestMirror { // mirrors add up, as the CRD allows
 			c.errorf(xf.child("type"), "%s filter cannot be repeated", x.Type)
 		}
 		seen[x.Type] = true
@@ -1083,6 +1083,7 @@ func checkFilters(c *checker, f path, filters []gatewayv1.HTTPRouteFilter, rule 
 			gatewayv1.HTTPRouteFilterResponseHeaderModifier: {"responseHeaderModifier", x.ResponseHeaderModifier != nil},
 			gatewayv1.HTTPRouteFilterRequestRedirect:        {"requestRedirect", x.RequestRedirect != nil},
 			gatewayv1.HTTPRouteFilterURLRewrite:             {"urlRewrite", x.URLRewrite != nil},
+			gatewayv1.HTTPRouteFilterRequestMirror:          {"requestMirror", x.RequestMirror != nil},
 		}
 		if g, known := given[x.Type]; known && !g.set {
 			c.errorf(xf.child(g.field), "required for type %s", x.Type)
@@ -1093,6 +1094,12 @@ func checkFilters(c *checker, f path, filters []gatewayv1.HTTPRouteFilter, rule 
 			checkHeaderFilter(c, xf.child("requestHeaderModifier"), x.RequestHeaderModifier)
 		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
 			checkHeaderFilter(c, xf.child("responseHeaderModifier"), x.ResponseHeaderModifier)
+		case gatewayv1.HTTPRouteFilterRequestMirror:
+			if backendRef {
+				c.errorf(xf.child("type"), "%s is not supported on a backendRef: shunt's proxy applies it as a rule's filter: move it to the rule", x.Type)
+				continue
+			}
+			checkMirror(c, xf.child("requestMirror"), x.RequestMirror)
 		case gatewayv1.HTTPRouteFilterRequestRedirect, gatewayv1.HTTPRouteFilterURLRewrite:
 			if backendRef {
 				c.errorf(xf.child("type"), "%s is not supported on a backendRef: shunt's proxy applies it as a rule's filter: move it to the rule", x.Type)
@@ -1119,6 +1126,31 @@ func checkFilters(c *checker, f path, filters []gatewayv1.HTTPRouteFilter, rule 
 	}
 	if seen[gatewayv1.HTTPRouteFilterRequestRedirect] && seen[gatewayv1.HTTPRouteFilterURLRewrite] {
 		c.errorf(f, "may specify either a RequestRedirect or a URLRewrite filter, not both")
+	}
+}
+
+// checkMirror checks a RequestMirror as the CRD does: a Service with a
+// port, and at most one of percent (0-100) and fraction (numerator 0 to
+// denominator, denominator above 0).
+func checkMirror(c *checker, f path, m *gatewayv1.HTTPRequestMirrorFilter) {
+	checkBackendRef(c, f.child("backendRef"), "", gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: m.BackendRef}})
+	if m.Percent != nil && m.Fraction != nil {
+		c.errorf(f, "only one of percent or fraction may be specified")
+	}
+	if p := m.Percent; p != nil && (*p < 0 || *p > 100) {
+		c.errorf(f.child("percent"), "%d is out of range 0-100", *p)
+	}
+	if fr := m.Fraction; fr != nil {
+		den := int32(100)
+		if fr.Denominator != nil {
+			den = *fr.Denominator
+			if den < 1 {
+				c.errorf(f.child("fraction").child("denominator"), "%d: must be at least 1", den)
+			}
+		}
+		if fr.Numerator < 0 || fr.Numerator > den {
+			c.errorf(f.child("fraction").child("numerator"), "%d is out of range 0-%d (the denominator)", fr.Numerator, den)
+		}
 	}
 }
 

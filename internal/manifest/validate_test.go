@@ -221,8 +221,22 @@ func TestValidateRejects(t *testing.T) {
 		{"header regexp", ruleDoc("{matches: [{headers: [{type: RegularExpression, name: x, value: '[a'}]}]}"), rt, "spec.rules[0].matches[0].headers[0].value", "not a valid RE2 regular expression"},
 		{"query param regexp", ruleDoc("{matches: [{queryParams: [{type: RegularExpression, name: q, value: '*'}]}]}"), rt, "spec.rules[0].matches[0].queryParams[0].value", "not a valid RE2 regular expression"},
 		{"method", ruleDoc("{matches: [{method: get}]}"), rt, "spec.rules[0].matches[0].method", `"get": use GET, HEAD, POST`},
-		{"mirror filter", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: web, port: 80}}}]}"), rt, "spec.rules[0].filters[0].type",
-			`"RequestMirror" is not supported: shunt's proxy implements RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite`},
+		{"CORS filter", ruleDoc("{filters: [{type: CORS, cors: {allowOrigins: ['https://a.example']}}]}"), rt, "spec.rules[0].filters[0].type",
+			`"CORS" is not supported: shunt's proxy implements RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite and RequestMirror`},
+		{"mirror without port", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: web}}}]}"), rt,
+			"spec.rules[0].filters[0].requestMirror.backendRef.port", "required"},
+		{"mirror to a Gateway", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {kind: Gateway, name: web, port: 80}}}]}"), rt,
+			"spec.rules[0].filters[0].requestMirror.backendRef.kind", `"Gateway" is not supported`},
+		{"mirror percent", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: web, port: 80}, percent: 101}}]}"), rt,
+			"spec.rules[0].filters[0].requestMirror.percent", "101 is out of range 0-100"},
+		{"mirror percent and fraction", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: web, port: 80}, percent: 5, fraction: {numerator: 1}}}]}"), rt,
+			"spec.rules[0].filters[0].requestMirror", "only one of percent or fraction"},
+		{"mirror fraction", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: web, port: 80}, fraction: {numerator: 3, denominator: 2}}}]}"), rt,
+			"spec.rules[0].filters[0].requestMirror.fraction.numerator", "3 is out of range 0-2"},
+		{"mirror fraction denominator", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: web, port: 80}, fraction: {numerator: 0, denominator: 0}}}]}"), rt,
+			"spec.rules[0].filters[0].requestMirror.fraction.denominator", "0: must be at least 1"},
+		{"backend mirror", backendDoc("{name: web, port: 80, filters: [{type: RequestMirror, requestMirror: {backendRef: {name: web, port: 80}}}]}"), rt,
+			"spec.rules[0].backendRefs[0].filters[0].type", "RequestMirror is not supported on a backendRef"},
 		{"backend rewrite", backendDoc("{name: web, port: 80, filters: [{type: URLRewrite, urlRewrite: {hostname: a}}]}"), rt, "spec.rules[0].backendRefs[0].filters[0].type",
 			"URLRewrite is not supported on a backendRef"},
 		{"filter without its field", ruleDoc("{filters: [{type: URLRewrite}]}"), rt, "spec.rules[0].filters[0].urlRewrite", "required for type URLRewrite"},
@@ -323,6 +337,10 @@ func TestValidateAccepts(t *testing.T) {
 			"{type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: X-Resp, value: v}]}}, " +
 			"{type: URLRewrite, urlRewrite: {hostname: new.example, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}}], " +
 			"backendRefs: [{name: web, port: 80, filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Backend, value: b}]}}]}]}")},
+		{"route mirrors, repeated", ruleDoc("{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: shadow, port: 80}}}, " +
+			"{type: RequestMirror, requestMirror: {backendRef: {name: canary, namespace: other, port: 8080}, percent: 0}}, " +
+			"{type: RequestMirror, requestMirror: {backendRef: {name: audit, port: 80}, fraction: {numerator: 1, denominator: 1000}}}], " +
+			"backendRefs: [{name: web, port: 80}]}")},
 		{"route redirect", ruleDoc("{filters: [{type: RequestRedirect, requestRedirect: {scheme: https, hostname: example.org, port: 8443, statusCode: 308, " +
 			"path: {type: ReplacePrefixMatch, replacePrefixMatch: /moved}}}]}")},
 		{"pod without image", podDoc("", "{containers: [{name: c, command: [sleep, '1']}]}")},

@@ -65,7 +65,7 @@ func filtersHarness(t *testing.T) *harness {
 				{Matches: prefix("/scheme"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Scheme: "https"}}},
 				{Matches: prefix("/port"), Filters: &proxyapi.Filters{Redirect: &proxyapi.Redirect{Port: 8083,
 					Path: &proxyapi.PathModifier{Type: proxyapi.ReplacePrefixMatch, Value: "/moved"}}}},
-				{Matches: prefix("/mirror"), Backends: to, Filters: &proxyapi.Filters{Unsupported: "filter RequestMirror is not implemented"}},
+				{Matches: prefix("/cors"), Backends: to, Filters: &proxyapi.Filters{Unsupported: "filter CORS is not implemented"}},
 				{Matches: prefix("/backend-rewrite"), Backends: []proxyapi.RouteBackend{{Service: "default/echo-v1", Port: 8080, Weight: 1,
 					Filters: &proxyapi.Filters{Unsupported: "filter URLRewrite (on a backendRef) is not implemented"}}}},
 				{Backends: to},
@@ -166,7 +166,7 @@ func testRouteFilters(t *testing.T) {
 					t.Errorf("GET %s: X-Redirected %q: the rule's response header modifier is not applied to its redirect alone", path, redirected)
 				}
 			}
-			if resp, body := do("/mirror"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "RequestMirror") {
+			if resp, body := do("/cors"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "CORS") {
 				t.Errorf("a rule with an unsupported filter: %d %q, want 500 naming it", resp.StatusCode, body)
 			}
 			if resp, body := do("/backend-rewrite"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "URLRewrite (on a backendRef)") {

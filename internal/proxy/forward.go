@@ -68,9 +68,16 @@ func (p *Proxy) roundTrip(out *http.Request) (*http.Response, error) {
 		tr = x.up.h2
 	}
 	retries, codes, backoff := x.target.rule.retryPolicy()
-	body, replayable, err := replayableBody(out, retries > 0)
+	mirrors := x.target.rule != nil && len(x.target.rule.mirrors) > 0
+	body, replayable, err := replayableBody(out, retries > 0 || mirrors)
 	if err != nil {
 		return nil, err
+	}
+	if mirrors {
+		if !replayable {
+			body = nil
+		}
+		p.mirror(x, out, body)
 	}
 	for attempt := 0; ; attempt++ {
 		req := out

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +93,12 @@ func TestHandoffMetrics(t *testing.T) {
 // gatherHandoffs reads shunt_proxy_handoffs_total from the proxy's
 // registry, keyed "path/reason".
 func gatherHandoffs(t *testing.T, h *harness) map[string]float64 {
+	return gatherCounter(t, h, "shunt_proxy_handoffs_total", "path", "reason")
+}
+
+// gatherCounter reads a counter vector from the proxy's registry, keyed by
+// the values of labels joined by "/".
+func gatherCounter(t *testing.T, h *harness, name string, labels ...string) map[string]float64 {
 	t.Helper()
 	families, err := h.p.metrics.reg.Gather()
 	if err != nil {
@@ -101,15 +106,19 @@ func gatherHandoffs(t *testing.T, h *harness) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "shunt_proxy_handoffs_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
+			values := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				values[l.GetName()] = l.GetValue()
 			}
-			out[fmt.Sprintf("%s/%s", labels["path"], labels["reason"])] = m.GetCounter().GetValue()
+			key := make([]string, len(labels))
+			for i, l := range labels {
+				key[i] = values[l]
+			}
+			out[strings.Join(key, "/")] = m.GetCounter().GetValue()
 		}
 	}
 	return out

@@ -13,6 +13,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	denied   *prometheus.CounterVec
+	mirrored *prometheus.CounterVec
 
 	// children keeps the request counter and duration histogram of each
 	// route, backend and status seen: WithLabelValues hashes and checks
@@ -65,6 +66,11 @@ func newMetrics(p *Proxy) *metrics {
 			Name: "shunt_proxy_http_denied_total",
 			Help: "HTTP requests answered 403, by reason (policy-denied, policy-not-allowed, identity-not-carried) and deciding rule.",
 		}, []string{"reason", "rule"}),
+		mirrored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shunt_proxy_mirrored_requests_total",
+			Help: "Copies of requests for a route's RequestMirror filters, by route, mirror (service port) and outcome " +
+				"(answered, failed, body-not-kept, busy, no-endpoints, policy-denied).",
+		}, []string{"route", "mirror", "outcome"}),
 	}
 	counter := func(name, help string, v func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
@@ -72,7 +78,7 @@ func newMetrics(p *Proxy) *metrics {
 	gauge := func(name, help string, v func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v)
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.denied,
+	m.reg.MustRegister(m.requests, m.duration, m.denied, m.mirrored,
 		counter("shunt_proxy_connections_total", "Connections accepted.", p.stats.conns.Load),
 		gauge("shunt_proxy_active_connections", "Client connections open.", func() float64 { return float64(p.stats.active.Load()) }),
 		newHandoffCollector(&p.stats.handoffs),

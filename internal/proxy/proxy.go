@@ -73,6 +73,8 @@ type Proxy struct {
 	handoff   *handoffListener // to srv: connections the fast path does not take
 	draining  atomic.Bool
 	stopSweep chan struct{} // ends the sweep of idle upstream connections
+	// mirrorSlots holds one token per request copy on its way (mirror.go).
+	mirrorSlots chan struct{}
 
 	mu      sync.Mutex // serializes configuration changes and shutdown
 	ln      net.Listener
@@ -93,6 +95,7 @@ func New(opts Options) *Proxy {
 	p := &Proxy{
 		log: opts.Log, configFile: opts.ConfigFile, originalDst: opts.OriginalDst, started: time.Now(),
 		flows: newFlowHub(), fastPath: !opts.NetHTTPOnly, handoff: newHandoffListener(),
+		mirrorSlots: make(chan struct{}, maxMirrorsInFlight),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)

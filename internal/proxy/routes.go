@@ -27,8 +27,10 @@ type rule struct {
 	// redirect's answer); each backendRef has its own with them.
 	edits *headEdits
 	// slowFilters: the rule or one of its backendRefs has filters the fast
-	// paths do not apply (foldFilters), which only net/http's path does.
+	// paths do not apply (foldFilters, mirrors), which only net/http's
+	// path does.
 	slowFilters bool
+	mirrors     []ruleMirror // mirror.go
 }
 
 type ruleBackend struct {
@@ -152,6 +154,18 @@ func (t *table) compileRule(errs *problems, field, route string, index int, rr p
 				ok = false
 			}
 		}
+	}
+	if rr.Filters != nil {
+		for k, m := range rr.Filters.Mirrors {
+			svc := t.byName[serviceKey{m.Service, m.Port}]
+			if svc == nil {
+				errs.add(fmt.Sprintf("%s.filters.mirrors[%d]", field, k), "service %s port %d is not among services: list it", m.Service, m.Port)
+				ok = false
+				continue
+			}
+			rl.mirrors = append(rl.mirrors, ruleMirror{svc: svc, label: fmt.Sprintf("%s:%d", m.Service, m.Port), percent: m.Percent})
+		}
+		rl.slowFilters = rl.slowFilters || len(rl.mirrors) > 0
 	}
 	var weights []int32
 	for k, b := range rr.Backends {

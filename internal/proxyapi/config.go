@@ -161,6 +161,9 @@ type Filters struct {
 	Redirect *Redirect `json:"redirect,omitempty"`
 	// Rewrite changes the request's path and Host on their way upstream.
 	Rewrite *Rewrite `json:"rewrite,omitempty"`
+	// Mirrors each get a copy of the rule's requests (HTTPRequestMirrorFilter;
+	// a rule's only, never a backendRef's).
+	Mirrors []Mirror `json:"mirrors,omitempty"`
 	// Unsupported names a filter the proxy does not implement: the
 	// requests of its rule are answered 500 rather than forwarded without
 	// it, as the Gateway API asks of a filter that cannot be applied.
@@ -192,6 +195,17 @@ type Redirect struct {
 	Path       *PathModifier `json:"path,omitempty"`
 	Port       uint16        `json:"port,omitempty"`
 	StatusCode int           `json:"statusCode,omitempty"` // default 302
+}
+
+// Mirror is HTTPRequestMirrorFilter: a copy of Percent of the rule's
+// requests, chosen at random, goes to a backend of the service port, and
+// its response is read and thrown away; the client's answer never waits
+// for it. A mirror whose backendRef does not resolve is not listed (the
+// Gateway API drops it; the route's ResolvedRefs condition says why).
+type Mirror struct {
+	Service string  `json:"service"` // namespace/name
+	Port    uint16  `json:"port"`
+	Percent float64 `json:"percent"` // 0-100
 }
 
 // Rewrite is HTTPURLRewriteFilter.

@@ -11,11 +11,12 @@ import (
 var RedirectCodes = []int{301, 302, 303, 307, 308}
 
 // Problems lists every field of f the proxy will not apply: its text
-// (TextProblems), a redirect or rewrite on a backendRef (backendRef), a
-// path that is not absolute, ReplacePrefixMatch in a rule with a match
-// that is not a PathPrefix (prefixOnly false), an unknown path type, a
-// redirect's scheme other than http or https, a status no redirect
-// takes. The agent answers such a rule 500 (internal/l7); the proxy
+// (TextProblems), a redirect, rewrite or mirror on a backendRef
+// (backendRef), a mirror without a service port or with a share outside
+// 0-100, a path that is not absolute, ReplacePrefixMatch in a rule with a
+// match that is not a PathPrefix (prefixOnly false), an unknown path
+// type, a redirect's scheme other than http or https, a status no
+// redirect takes. The agent answers such a rule 500 (internal/l7); the proxy
 // refuses a configuration holding one, so both ask here, and a value the
 // Gateway API's CRD lets through cannot freeze a node's configuration.
 // Nil f: none.
@@ -33,6 +34,17 @@ func (f *Filters) Problems(prefixOnly, backendRef bool) []FieldProblem {
 		}
 		if f.Rewrite != nil {
 			bad("rewrite", "a backendRef takes header modifiers only")
+		}
+		if len(f.Mirrors) > 0 {
+			bad("mirrors", "a backendRef takes header modifiers only")
+		}
+	}
+	for i, m := range f.Mirrors {
+		if m.Service == "" || m.Port == 0 {
+			bad(fmt.Sprintf("mirrors[%d]", i), "names no service port (service %q, port %d)", m.Service, m.Port)
+		}
+		if !(m.Percent >= 0 && m.Percent <= 100) {
+			bad(fmt.Sprintf("mirrors[%d].percent", i), "%v is not within 0-100", m.Percent)
 		}
 	}
 	path := func(field string, p *PathModifier) {

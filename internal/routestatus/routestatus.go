@@ -145,8 +145,9 @@ func accepted(s *model.Store, rt *gatewayv1.HTTPRoute, pr gatewayv1.ParentRefere
 }
 
 // resolvedRefs is the ResolvedRefs condition of a route of kind: False,
-// naming each backendRef that does not resolve, when any does not (its
-// share of requests is answered with 500). The reason is RefNotPermitted
+// naming each backendRef (or mirror's) that does not resolve, when any
+// does not (its share of requests is answered with 500; a mirror is
+// dropped). The reason is RefNotPermitted
 // when a ref to another namespace has no ReferenceGrant, else
 // BackendNotFound.
 func (v *View) resolvedRefs(kind string, rt *gatewayv1.HTTPRoute, now metav1.Time) metav1.Condition {
@@ -159,7 +160,7 @@ func (v *View) resolvedRefs(kind string, rt *gatewayv1.HTTPRoute, now metav1.Tim
 	notPermitted := false
 	seen := map[string]bool{}
 	for _, rule := range rt.Spec.Rules {
-		for _, b := range rule.BackendRefs {
+		for _, b := range refsOf(rule) {
 			var port gatewayv1.PortNumber
 			if b.Port != nil {
 				port = *b.Port
@@ -195,6 +196,22 @@ func (v *View) resolvedRefs(kind string, rt *gatewayv1.HTTPRoute, now metav1.Tim
 		c.Message = "backendRefs not resolved: " + strings.Join(missing, "; ")
 	}
 	return c
+}
+
+// refsOf lists the Services a rule sends requests to: its backendRefs
+// and its RequestMirror filters' (a mirror that does not resolve is
+// dropped, and ResolvedRefs says so as for a backendRef).
+func refsOf(rule gatewayv1.HTTPRouteRule) []gatewayv1.BackendObjectReference {
+	var refs []gatewayv1.BackendObjectReference
+	for _, b := range rule.BackendRefs {
+		refs = append(refs, b.BackendObjectReference)
+	}
+	for _, f := range rule.Filters {
+		if f.Type == gatewayv1.HTTPRouteFilterRequestMirror && f.RequestMirror != nil {
+			refs = append(refs, f.RequestMirror.BackendRef)
+		}
+	}
+	return refs
 }
 
 func hasTCPPort(svc *corev1.Service, port gatewayv1.PortNumber) bool {

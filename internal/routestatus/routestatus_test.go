@@ -233,3 +233,33 @@ func TestGatewayParentsAreNotShunts(t *testing.T) {
 		t.Errorf("a parentRef with no kind (a Gateway): parents %+v; want none", st.Parents)
 	}
 }
+
+// A RequestMirror's Service is resolved as a backendRef's: one that does
+// not exist makes ResolvedRefs False and is named.
+func TestMirrorRefsResolve(t *testing.T) {
+	s := model.NewStore([]manifest.Object{{Obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}}})
+	kind, port := gatewayv1.Kind("Service"), gatewayv1.PortNumber(80)
+	ref := gatewayv1.BackendObjectReference{Name: "web", Port: &port}
+	mirror := func(name gatewayv1.ObjectName) gatewayv1.HTTPRouteFilter {
+		return gatewayv1.HTTPRouteFilter{Type: gatewayv1.HTTPRouteFilterRequestMirror,
+			RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{BackendRef: gatewayv1.BackendObjectReference{Name: name, Port: &port}}}
+	}
+	rt := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Kind: &kind, Name: "web"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{Filters: []gatewayv1.HTTPRouteFilter{mirror("web")},
+				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: ref}}}}},
+		}}
+	resolved := func() *metav1.Condition {
+		return meta.FindStatusCondition(Compute(s, rt, "shunt.io/mesh", metav1.Now()).Parents[0].Conditions, string(gatewayv1.RouteConditionResolvedRefs))
+	}
+	if c := resolved(); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("ResolvedRefs with a mirror to an existing Service: %+v, want True", c)
+	}
+	rt.Spec.Rules[0].Filters = append(rt.Spec.Rules[0].Filters, mirror("shadow"))
+	if c := resolved(); c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(gatewayv1.RouteReasonBackendNotFound) ||
+		!strings.Contains(c.Message, "shadow:80: Service shadow not found") {
+		t.Errorf("ResolvedRefs with a mirror to a missing Service: %+v, want False naming shadow:80", c)
+	}
+}

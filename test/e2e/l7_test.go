@@ -111,6 +111,23 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 			t.Errorf("shunt_proxy_http_requests_total for the route: %v, want >= 2000", n)
 		}
 	})
+	t.Run("RequestMirror: the backend answers, the mirror gets a copy", func(t *testing.T) {
+		answered := func() float64 {
+			return l.metric("shunt_proxy_mirrored_requests_total", `route="default/reviews-mirrored"`, `outcome="answered"`)
+		}
+		before := answered()
+		r := l.httpLoad("frontend", "http://"+l.clusterIP("reviews-mirrored")+":9080/", 50, 1)
+		if r.Errors != 0 || r.ByStatus["200"] != 50 || r.ByPod["reviews-v1"] != 50 {
+			t.Errorf("50 requests to reviews-mirrored: %+v, want all 200 from reviews-v1 (the mirror's answers are thrown away)", r)
+		}
+		// The copies go on their own: wait for reviews-v2's answers.
+		for deadline := time.Now().Add(5 * time.Second); answered()-before != 50; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("copies answered by the mirror reviews-v2: %v, want 50 (metrics: %v)", answered()-before,
+					l.metric("shunt_proxy_mirrored_requests_total", `route="default/reviews-mirrored"`))
+			}
+		}
+	})
 	t.Run("header match overrides the weights", func(t *testing.T) {
 		r := l.httpLoad("frontend", "http://"+reviews+":9080/", 50, 1, "-H", "x-canary: true")
 		if r.ByPod["reviews-v2"] != 50 {
