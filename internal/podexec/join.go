@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Joined is a running container as an exec enters it (kubectl exec,
@@ -49,9 +50,9 @@ func Join(pid int, cgroupRoot string) (Joined, error) {
 	if cgPath == "" {
 		return Joined{}, fmt.Errorf("process %d is in no cgroup v2 (%s/cgroup: %q)", pid, proc, cg)
 	}
-	environ, err := os.ReadFile(proc + "/environ")
+	environ, err := readEnviron(proc)
 	if err != nil {
-		return Joined{}, fmt.Errorf("reading the container's environment: %w", err)
+		return Joined{}, err
 	}
 	var env []string
 	for _, kv := range bytes.Split(environ, []byte{0}) {
@@ -155,6 +156,30 @@ func lookPath(root, name, pathEnv string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("executable %q not found in the container's PATH (%s)", name, pathEnv)
+}
+
+// environWait is how long readEnviron waits for an exec in progress.
+const environWait = 100 * time.Millisecond
+
+// readEnviron reads a process's environment. It is empty for a moment
+// after the process's exec passed its point of no return (when the
+// parent's exec.Cmd.Start returns) and before the kernel has set up the
+// new program's stack (create_elf_tables sets env_start and env_end): an
+// exec joining a container that has just started would get no environment.
+// So an empty one is read again for up to environWait; a process whose
+// environment really is empty costs its exec that wait.
+func readEnviron(proc string) ([]byte, error) {
+	deadline := time.Now().Add(environWait)
+	for {
+		environ, err := os.ReadFile(proc + "/environ")
+		if err != nil {
+			return nil, fmt.Errorf("reading the container's environment: %w", err)
+		}
+		if len(environ) > 0 || time.Now().After(deadline) {
+			return environ, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func readStatus(proc string) (map[string]string, error) {
