@@ -59,6 +59,7 @@ const volatile enum flow_point _btf_flow_point = 0;
 const volatile struct flow_event _btf_flow_event_struct = {};
 const volatile enum ct_flags _btf_ct_flags = 0;
 const volatile enum proxy_origin_flags _btf_proxy_origin_flags = 0;
+const volatile enum shunt_tcp_option _btf_tcp_option = 0;
 
 /* proxy_origin_of: the original destination of a SYN a socket hook sent to
  * a proxy (the node's, or a pod's own), NULL for any other packet. */

@@ -9,7 +9,9 @@
  *    proxy (bpf/sock_addr.c) has its original destination filed under its
  *    tuple as soon as the kernel has chosen the source port
  *    (TCP_CONNECT_CB, before the SYN leaves), so tc knows the connection to
- *    the proxy is one the hook made, and the proxy can ask (bpf/sockopt.c).
+ *    the proxy is one the hook made, and the proxy can ask (bpf/sockopt.c);
+ *  - with native routing, the node proxy's SYN to another node's pod
+ *    carries its client's identity in a TCP option (lib/carried_identity.h).
  */
 #include "lib/common.h"
 #include "lib/lru.h"
@@ -22,6 +24,7 @@
 #include "lib/accel_ct.h"
 #include "lib/accel_peer.h"
 #include "lib/sock_proxied.h"
+#include "lib/carried_identity.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -196,6 +199,62 @@ static __always_inline void accel_closed(struct bpf_sock_ops *ctx)
 	accel_event(ctx, a, SHUNT_REASON_ACCEL_ENDED, FLOW_EV_CONN_END);
 }
 
+/* identity_to_carry is the client identity the node proxy's socket sk
+ * connects for, when its SYN must carry it (lib/carried_identity.h): with
+ * native routing, to another node's pod, for a pod. 0 otherwise. */
+static __always_inline __u32 identity_to_carry(struct bpf_sock_ops *ctx, struct bpf_sock *sk)
+{
+	__u32 identity;
+
+	if (!CONFIG.native_ifindex || ctx->family != AF_INET || !proxy_marked(&CONFIG, sk->mark, &identity) ||
+	    !identity_carriable(identity) || lookup_endpoint(sk->dst_ip4))
+		return 0;
+	struct ipcache_value *v = ipcache_lookup(sk->dst_ip4);
+	return v && v->tunnel_ip4 ? identity : 0;
+}
+
+/* carry_identity writes the option in the SYN of a socket connect_started
+ * asked room for: the kernel calls back for the room (HDR_OPT_LEN_CB, also
+ * when it computes the MSS, with no packet: nothing then, as only SYNs
+ * carry it) and for the writing (WRITE_HDR_OPT_CB), for the SYN and its
+ * retransmissions. */
+static __always_inline void carry_identity(struct bpf_sock_ops *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+
+	if ((ctx->skb_tcp_flags & (SHUNT_TCPF_SYN | SHUNT_TCPF_ACK)) != SHUNT_TCPF_SYN || !sk)
+		return;
+	if (ctx->op == BPF_SOCK_OPS_HDR_OPT_LEN_CB) {
+		bpf_reserve_hdr_opt(ctx, SHUNT_TCPOPT_IDENTITY_LEN, 0);
+		return;
+	}
+	__u32 identity = identity_to_carry(ctx, sk);
+	if (!identity)
+		return;
+	struct identity_tcp_option o = {
+		.kind = SHUNT_TCPOPT_IDENTITY_KIND, .len = SHUNT_TCPOPT_IDENTITY_LEN,
+		.exid = bpf_htons(SHUNT_TCPOPT_IDENTITY_EXID), .identity = bpf_htonl(identity),
+	};
+	/* A retransmitted SYN is written again; -EEXIST (another program of
+	 * the cgroup tree wrote it first) is fine. */
+	if (bpf_store_hdr_opt(ctx, &o, sizeof(o), 0) == 0)
+		count(SHUNT_REASON_IDENTITY_CARRIED, SHUNT_DIR_CONNECT, 0);
+}
+
+/* carry_identity_flag sets (connecting) or clears (established) the
+ * callbacks carry_identity runs in, for a socket whose SYN carries its
+ * client's identity: only the SYN needs them, and each costs a call per
+ * packet sent. */
+static __always_inline void carry_identity_flag(struct bpf_sock_ops *ctx, bool on)
+{
+	__u32 flags = ctx->bpf_sock_ops_cb_flags;
+
+	if (on)
+		bpf_sock_ops_cb_flags_set(ctx, flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+	else if (flags & BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG)
+		bpf_sock_ops_cb_flags_set(ctx, flags & ~BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+}
+
 SEC("sockops")
 int shunt_sockops(struct bpf_sock_ops *ctx)
 {
@@ -203,6 +262,8 @@ int shunt_sockops(struct bpf_sock_ops *ctx)
 	struct proxy_origin *o;
 
 	if (ctx->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || ctx->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		if (ctx->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB)
+			carry_identity_flag(ctx, false);
 		accelerate(ctx);
 		return 1;
 	}
@@ -210,8 +271,14 @@ int shunt_sockops(struct bpf_sock_ops *ctx)
 		accel_closed(ctx);
 		return 1;
 	}
+	if (ctx->op == BPF_SOCK_OPS_HDR_OPT_LEN_CB || ctx->op == BPF_SOCK_OPS_WRITE_HDR_OPT_CB) {
+		carry_identity(ctx);
+		return 1;
+	}
 	if (ctx->op != BPF_SOCK_OPS_TCP_CONNECT_CB || !sk)
 		return 1;
+	if (identity_to_carry(ctx, sk))
+		carry_identity_flag(ctx, true);
 	o = bpf_sk_storage_get(&shunt_sock_proxied, sk, 0, 0);
 	if (!o)
 		return 1;

@@ -49,6 +49,7 @@
 #include "lib/flow_events.h"
 #include "lib/masq.h"
 #include "lib/nodeport.h"
+#include "lib/carried_identity.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -234,12 +235,24 @@ static __always_inline int from_node_routed(struct __sk_buff *skb, struct endpoi
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
+	__u32 l4off = ETH_HLEN + ip->ihl * 4;
 	/* As the overlay program records such a connection (CT_F_NO_TC_NAT):
 	 * the pod's answers skip the translation's lookups. */
 	verdict = tc_service_nat_pkt(skb, ip, &p, &retargeted);
 	if (verdict >= 0)
 		return verdict;
+	/* Another node's proxy connecting for its client from the node's
+	 * address: its SYN may carry the client's identity. Then the
+	 * client's node decided its requests, and this one does not steer it
+	 * to its own proxy (steer_to_proxy). */
+	if (src_identity == SHUNT_ID_REMOTE_NODE && tcp_opens(p.f.proto, p.f.tcp_flags)) {
+		__u32 carried = carried_identity(skb, l4off);
 
+		if (carried) {
+			src_identity = p.src_identity = carried;
+			count(SHUNT_REASON_IDENTITY_CARRIED, p.dir, 0);
+		}
+	}
 	return admit_to_local_pod(skb, &p, &CONFIG, src_identity, ep);
 }
 

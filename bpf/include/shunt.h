@@ -142,6 +142,16 @@ enum shunt_identity {
 	SHUNT_ID_FIRST_CIDR = 16777216, /* 1 << 24 */
 };
 
+/* The TCP option in which the node proxy's SYN to another node's pod
+ * carries its client's identity with native routing, where no VNI does
+ * (lib/carried_identity.h): an experimental option (RFC 6994: kind 253 and
+ * a 16-bit ExID, here "SH"), then the identity, 4 bytes in network order. */
+enum shunt_tcp_option {
+	SHUNT_TCPOPT_IDENTITY_KIND = 253,
+	SHUNT_TCPOPT_IDENTITY_LEN = 8,
+	SHUNT_TCPOPT_IDENTITY_EXID = 0x5348,
+};
+
 /* shunt_ipcache and shunt_cidr_identities are LPM tries: address/prefix ->
  * identity. The first holds pods and node addresses, and for pods of other
  * nodes the node that hosts them (the tunnel endpoint); the second the
@@ -363,6 +373,10 @@ enum shunt_reason {
 					    * more (flushed, evicted, expired while idle): its sends take the stack
 					    * from now on, where tc judges them as any connection whose entry was
 					    * lost; counted once per socket */
+	SHUNT_REASON_IDENTITY_CARRIED = 58, /* native routing: the node proxy's SYN to another node's pod carries
+					     * its client's identity in a TCP option (sockops, counted at connect),
+					     * and a SYN from another node's address with that option is judged
+					     * as that identity (counted at from-uplink; lib/carried_identity.h) */
 	SHUNT_REASON_MAX,
 };
 

@@ -130,7 +130,9 @@ What it does to the traffic, per group:
              open until this flush, which ends them. Connections accelerated
              between local sockets (shunt accel) leave the redirect at their
              next send and take the stack, where they are judged the same way
-             (counted accel-untracked).
+             (counted accel-untracked). With native routing, another node's
+             proxy connecting for its client is judged as remote-node then:
+             the client's identity rode only its SYN (identity-carried).
   nat        shunt_tc_nat, shunt_masq_nat, shunt_nodeport_nat: connections translated
              in tc (NodePort, load balancer, externalIPs, masquerade, the tc fallback)
              lose their translation; most of them end. Connections the socket layer

@@ -393,8 +393,11 @@ func loadSpecs() (*datapathSpecs, error) {
 // out alone), all of them on one copy of every map.
 func (d *Datapath) loadSocket(s *datapathSpecs, opts *ebpf.CollectionOptions, flowsSize uint32) error {
 	// Of the load-time configuration the socket programs read only the
-	// proxy's mark.
-	cfg := podtcShuntConfig{ProxyMarkMagic: d.cfg.ProxyMark.Magic, ProxyMarkMask: d.cfg.ProxyMark.Mask}
+	// proxy's mark and whether routing is native (sockops then has the
+	// proxy's SYNs to other nodes' pods carry their client's identity,
+	// bpf/lib/carried_identity.h).
+	cfg := podtcShuntConfig{ProxyMarkMagic: d.cfg.ProxyMark.Magic, ProxyMarkMask: d.cfg.ProxyMark.Mask,
+		NativeIfindex: uint32(d.cfg.NativeIfindex)}
 	for _, v := range []*ebpf.VariableSpec{s.sockAddr.Variables[sockaddrVarCONFIG], s.sockOps.Variables[sockopsVarCONFIG]} {
 		if err := v.Set(cfg); err != nil {
 			return fmt.Errorf("setting the socket programs' load-time config: %w", err)

@@ -42,6 +42,7 @@ var notPrinted = map[string]string{
 	"affinity_client_kind": "map dump shows the client as an address or a netns cookie, by the kind",
 	"proxy_origin_flags":   "one bit, PROXY_ORIGIN_F_TC, which map dump shows as redirectedBy tc (proxyOriginByTC)",
 	"flow_icmp_error":      "a kind and a code packed in an icmp-error event's byte: icmpErrorName names the code (TestICMPErrorNames)",
+	"shunt_tcp_option":     "the layout of the TCP option carrying an identity, which only the programs write and read (TestCarriedIdentity builds it)",
 }
 
 func table(names []string) func([]uint64) map[uint64]string {

@@ -66,6 +66,8 @@ var helperSince = map[asm.BuiltinFunc]string{
 	asm.FnSeqWrite:         "5.7",
 	asm.FnRingbufOutput:    "5.8",
 	asm.FnRingbufQuery:     "5.8",
+	asm.FnReserveHdrOpt:    "5.10", // sockops: the proxy's SYN carries its client's identity (bpf/lib/carried_identity.h)
+	asm.FnStoreHdrOpt:      "5.10",
 	asm.FnRedirectNeigh:    "5.10",
 	asm.FnRedirectPeer:     "5.10",
 	asm.FnKtimeGetCoarseNs: "5.11", // conntrack's clock (lib/conntrack.h, ct_now)

@@ -12,6 +12,7 @@ import (
 	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/podnet"
 	"github.com/shuntnet/shunt/internal/policy"
+	"github.com/shuntnet/shunt/internal/proxyapi"
 )
 
 // The two-node native routing test: the nodes of TestOverlayTwoNodes
@@ -167,6 +168,63 @@ func testNativeTwoNodes(t *testing.T, mode Mode) {
 		}
 		if err := tcpEcho(a.pod, netip.AddrPortFrom(b.pod.PodIP, ovEchoPort), 1<<10); err != nil {
 			t.Errorf("TCP from A, whose identity B admits: %v", err)
+		}
+	})
+
+	t.Run("the node proxy's connection carries its client's identity to B", func(t *testing.T) {
+		b.ep.IngressIsolated = true
+		b.sync(t, policy.State{IPCache: ipcacheB, Entries: []policy.Entry{{
+			Key:     policy.Key{Endpoint: b.pod.PodIP, Identity: ovIdentityA, Proto: 6, Port: ovEchoPort, PortBits: 16},
+			Verdict: policy.VerdictAllow, RuleID: ovDenyRule,
+		}}})
+		defer func() {
+			b.ep.IngressIsolated = false
+			b.sync(t, policy.State{IPCache: ipcacheB})
+		}()
+		// A process of node A in a cgroup with A's socket hooks, dialling
+		// as the node proxy does: its socket marked with the client's
+		// identity (the sockops program writes the option into the SYN).
+		cg := testCgroup(t)
+		if err := a.d.AttachSocketLB(cg); err != nil {
+			t.Fatal(err)
+		}
+		proxy := startSockClient(t, cg, a.netns)
+		echo := netip.AddrPortFrom(b.pod.PodIP, ovEchoPort)
+		markOf := func(identity uint32) uint32 {
+			m, ok := proxyapi.Mark{Magic: testProxyMark.Magic, Mask: testProxyMark.Mask}.For(identity)
+			if !ok {
+				t.Fatalf("identity %d does not fit the mark", identity)
+			}
+			return m
+		}
+		beforeA, beforeB := counts(t, a.d), counts(t, b.d)
+		if ans := proxy.do("tcpline %s %d", echo, markOf(ovIdentityA)); !strings.HasPrefix(ans, "ok ") {
+			t.Errorf("node A's proxy for pod A's identity to pod B, which admits it: %q, want connected", ans)
+		}
+		if ans := proxy.do("tcpline %s %d", echo, markOf(nrIdentityX)); strings.HasPrefix(ans, "ok ") {
+			t.Errorf("node A's proxy for X's identity to pod B, which admits only A's: %q, want refused", ans)
+		}
+		if ans := proxy.do("tcpline %s 0", echo); strings.HasPrefix(ans, "ok ") {
+			t.Errorf("node A's process without the mark to pod B: %q, want refused (remote-node)", ans)
+		}
+		// X's SYN is retransmitted until the dial gives up: each carries it.
+		if d := counts(t, a.d)["identity-carried/connect"] - beforeA["identity-carried/connect"]; d < 2 {
+			t.Errorf("node A counted %d SYNs carrying an identity, want at least 2", d)
+		}
+		if d := counts(t, b.d)["identity-carried/from-uplink"] - beforeB["identity-carried/from-uplink"]; d < 2 {
+			t.Errorf("node B took %d carried identities, want at least 2", d)
+		}
+		ev := findFlow(t, frB, func(e FlowEvent) bool {
+			return e.Event == "new" && e.Point == "from-uplink" && e.Src == a.node.NodeIP && e.SrcIdentity == ovIdentityA
+		})
+		if ev.Verdict != "FORWARDED" || ev.Dst != b.pod.PodIP {
+			t.Errorf("the proxy's connection on B: %+v; want forwarded to pod B as A's identity", ev)
+		}
+		ev = findFlow(t, frB, func(e FlowEvent) bool {
+			return e.Verdict == "DROPPED" && e.Src == a.node.NodeIP && e.SrcIdentity == nrIdentityX
+		})
+		if ev.Reason != "policy-not-allowed" {
+			t.Errorf("the proxy's connection for X on B: %+v; want policy-not-allowed as X's identity", ev)
 		}
 	})
 

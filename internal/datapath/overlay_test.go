@@ -344,7 +344,7 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native, wire boo
 		if err := podnet.SetupNode(node); err != nil {
 			return err
 		}
-		cfg := Config{PinDir: pinDir, Mode: mode}
+		cfg := Config{PinDir: pinDir, Mode: mode, ProxyMark: testProxyMark}
 		var uplink string
 		if native {
 			var err error

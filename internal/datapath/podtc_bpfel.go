@@ -346,7 +346,16 @@ const (
 	podtcShuntReasonSHUNT_REASON_NAT_ENTRY_LOST         podtcShuntReason = 55
 	podtcShuntReasonSHUNT_REASON_NODEPORT_ENTRY_MISSING podtcShuntReason = 56
 	podtcShuntReasonSHUNT_REASON_ACCEL_UNTRACKED        podtcShuntReason = 57
-	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 58
+	podtcShuntReasonSHUNT_REASON_IDENTITY_CARRIED       podtcShuntReason = 58
+	podtcShuntReasonSHUNT_REASON_MAX                    podtcShuntReason = 59
+)
+
+type podtcShuntTcpOption uint32
+
+const (
+	podtcShuntTcpOptionSHUNT_TCPOPT_IDENTITY_KIND podtcShuntTcpOption = 253
+	podtcShuntTcpOptionSHUNT_TCPOPT_IDENTITY_LEN  podtcShuntTcpOption = 8
+	podtcShuntTcpOptionSHUNT_TCPOPT_IDENTITY_EXID podtcShuntTcpOption = 21320
 )
 
 type podtcTcNatKey struct {
@@ -412,6 +421,7 @@ const (
 	podtcVarBtfMetricsLayout       = "_btf_metrics_layout"
 	podtcVarBtfProxyOriginFlags    = "_btf_proxy_origin_flags"
 	podtcVarBtfReason              = "_btf_reason"
+	podtcVarBtfTcpOption           = "_btf_tcp_option"
 	podtcVarBtfVerdict             = "_btf_verdict"
 )
 
@@ -510,6 +520,7 @@ type podtcVariableSpecs struct {
 	BtfMetricsLayout    *ebpf.VariableSpec `ebpf:"_btf_metrics_layout"`
 	BtfProxyOriginFlags *ebpf.VariableSpec `ebpf:"_btf_proxy_origin_flags"`
 	BtfReason           *ebpf.VariableSpec `ebpf:"_btf_reason"`
+	BtfTcpOption        *ebpf.VariableSpec `ebpf:"_btf_tcp_option"`
 	BtfVerdict          *ebpf.VariableSpec `ebpf:"_btf_verdict"`
 }
 
@@ -606,6 +617,7 @@ type podtcVariables struct {
 	BtfMetricsLayout    *ebpf.Variable `ebpf:"_btf_metrics_layout"`
 	BtfProxyOriginFlags *ebpf.Variable `ebpf:"_btf_proxy_origin_flags"`
 	BtfReason           *ebpf.Variable `ebpf:"_btf_reason"`
+	BtfTcpOption        *ebpf.Variable `ebpf:"_btf_tcp_option"`
 	BtfVerdict          *ebpf.Variable `ebpf:"_btf_verdict"`
 }
 

@@ -66,6 +66,7 @@ const (
 	ReasonNATEntryLost
 	ReasonNodePortEntryMissing
 	ReasonAccelUntracked
+	ReasonIdentityCarried
 	ReasonMax // one past the last, SHUNT_REASON_MAX
 )
 
@@ -128,6 +129,7 @@ var reasonNames = [...]string{
 	ReasonNATEntryLost:         "nat-entry-lost",
 	ReasonNodePortEntryMissing: "nodeport-entry-missing",
 	ReasonAccelUntracked:       "accel-untracked",
+	ReasonIdentityCarried:      "identity-carried",
 }
 
 // String is the reason's name, or its number when it has none.

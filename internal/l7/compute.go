@@ -41,6 +41,13 @@ type Input struct {
 	// Cluster is policy.ClusterL7: the L7 ports of other nodes' pods (nil:
 	// none).
 	Cluster *policy.Result
+	// NativeRouting: other nodes' pods' L7 ports are not redirected to
+	// this node's proxy (their node steers their clients' connections to
+	// its own, bpf/lib/steer.h); the proxy still judges the requests it
+	// sends there for a route or a service with a local L7 backend, as
+	// Cluster's rules read, since its connection carries the client's
+	// identity (bpf/lib/carried_identity.h) and is not steered again.
+	NativeRouting bool
 	// Endpoints are the local pods with their addresses; NodeAddrs the
 	// node's own (clients with the host identity).
 	Endpoints []model.Endpoint
@@ -140,9 +147,12 @@ func Compute(in Input) Result {
 			if l7Ports[ap] || (in.Policy != nil && in.Policy.Endpoint(lp.Pod).IP.IsValid()) {
 				continue // a local pod's: its node's own computation has it
 			}
+			res.Config.Policies = append(res.Config.Policies, PortPolicy(lp, in.Cluster))
+			if in.NativeRouting {
+				continue
+			}
 			l7Ports[ap] = true
 			redirect[ap] = true
-			res.Config.Policies = append(res.Config.Policies, PortPolicy(lp, in.Cluster))
 		}
 	}
 	for name, ports := range byName {

@@ -158,8 +158,11 @@ status: {podIP: 10.244.1.5}
 // TestL7RemotePortsByRouting: with the overlay, another node's pod port
 // with HTTP rules is sent to this node's proxy (the VNI carries the
 // client's identity on); with native routing it is not (the server's node
-// steers the client's own connection in tc), and the proxy's endpoints
-// name that node's pods by address either way, for the connections tc
+// steers the client's own connection in tc). Either way the proxy has
+// that port's rules, for the requests it sends there itself (a route, a
+// service with a local L7 backend; with native routing its SYN carries
+// the client's identity in a TCP option and is not steered again), and
+// its endpoints name that node's pods by address, for the connections tc
 // steers to it.
 func TestL7RemotePortsByRouting(t *testing.T) {
 	for _, native := range []bool{false, true} {
@@ -177,6 +180,9 @@ func TestL7RemotePortsByRouting(t *testing.T) {
 			t.Errorf("native routing %v: redirects %v, want the other node's HTTP port only with the overlay", native, got)
 		}
 		mu.Lock()
+		if !slices.ContainsFunc(last.Policies, func(p proxyapi.PortPolicy) bool { return p.Endpoint == "10.244.1.5" && p.Port == 8080 }) {
+			t.Errorf("native routing %v: proxy policies %+v, want the other node's HTTP port's rules", native, last.Policies)
+		}
 		var named bool
 		for _, ep := range last.Endpoints {
 			named = named || (ep.IP == "10.244.1.5" && ep.Pod == "default/far" && ep.Identity != 0)

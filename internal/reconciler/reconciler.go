@@ -102,11 +102,12 @@ type Config struct {
 	ProxyAddr netip.AddrPort
 	// NativeRouting: other nodes' pods are routed to without the overlay.
 	// The client's node then leaves other nodes' pods' ports with HTTP
-	// rules alone (policy.ClusterL7 is not computed): its proxy's
-	// connection would reach the server's node from this node's address,
-	// the client's identity lost with no VNI to carry it, so the server's
-	// node gives the client's own connection to its proxy in tc
-	// (bpf/lib/steer.h), where the client's address names it.
+	// rules alone (l7.Input.NativeRouting): the server's node gives the
+	// client's own connection to its proxy in tc (bpf/lib/steer.h), where
+	// the client's address names it. Its proxy still judges by their
+	// rules the requests it sends there itself (a route, a service with a
+	// local L7 backend): its SYN carries the client's identity in a TCP
+	// option (bpf/lib/carried_identity.h), and that node does not steer it.
 	NativeRouting bool
 	// ProxyConfig receives every new proxy configuration (without version,
 	// listener and mark); it must not block. nil: none is sent. A
@@ -633,7 +634,7 @@ func (r *Reconciler) syncPolicy(w work) (*policy.Result, error) {
 // somewhere does it need the input, which it builds again (the machine's
 // addresses, every pod) when Admit computed the policy (haveInput false).
 func (r *Reconciler) clusterL7For(w work, pol *policy.Result, in policy.Input, haveInput bool) (*policy.Result, error) {
-	if r.cfg.NativeRouting || !policy.HasHTTPRules(w.store.ShuntPolicies()) {
+	if !policy.HasHTTPRules(w.store.ShuntPolicies()) {
 		return nil, nil
 	}
 	if !haveInput {
@@ -682,7 +683,8 @@ func (r *Reconciler) syncL7(w work, pol *policy.Result) error {
 		ports = r.svc.Ports()
 		r.mu.Unlock()
 	}
-	res := l7.Compute(l7.Input{Store: w.store, Ports: ports, Policy: pol, Cluster: cluster, Endpoints: w.endpoints, NodeAddrs: r.cfg.NodeAddrs})
+	res := l7.Compute(l7.Input{Store: w.store, Ports: ports, Policy: pol, Cluster: cluster, NativeRouting: r.cfg.NativeRouting,
+		Endpoints: w.endpoints, NodeAddrs: r.cfg.NodeAddrs})
 	// Before the source's first Update the store is empty: a proxy that
 	// kept a configuration across an agent restart must not take this one.
 	res.Config.Complete = w.complete

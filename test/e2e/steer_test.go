@@ -104,6 +104,60 @@ func TestProxySteering(t *testing.T) {
 			break
 		}
 	}
+
+	// (4) Through a route, which node-1's proxy serves: it decides the
+	// requests by the backend's rules and connects to node-2 from node-1's
+	// address, its SYN carrying the client's identity (a TCP option,
+	// bpf/lib/carried_identity.h). node-2 admits the connection as that
+	// client and does not steer it again. As remote-node, which the rules
+	// allow /public only, /metrics would be refused.
+	checkRoutedIdentity(t, l, backend, true)
+}
+
+// checkRoutedIdentity: frontend and monitoring of node-1 reach node-2's
+// backend through backend-routed, whose HTTPRoute node-1's proxy serves;
+// each gets what the backend's rules give its own identity, and node-2's
+// flows show the proxy's connection from node-1's address admitted as
+// frontend's identity (native: counted identity-carried; the overlay's VNI
+// carries it otherwise).
+func checkRoutedIdentity(t *testing.T, l *lab, backend string, native bool) {
+	t.Helper()
+	routed := "http://" + l.clusterIP("backend-routed") + ":8080"
+	get := func(pod string, args ...string) string {
+		out, _ := l.shunt(append([]string{"lab", "exec", pod, "--", filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s"}, args...)...)
+		return out
+	}
+	var last string
+	waitFor(t, 15*time.Second, "frontend GET /metrics through the route", func() bool {
+		last = get("frontend", routed+"/metrics")
+		return strings.HasPrefix(last, "200")
+	})
+	if !strings.HasPrefix(last, "200") {
+		t.Errorf("frontend GET /metrics through the route: %q, want 200 (as frontend, not remote-node)", last)
+	}
+	if out := get("frontend", routed+"/admin"); !strings.HasPrefix(out, "403") || !strings.Contains(out, "ShuntNetworkPolicy default/backend-http") {
+		t.Errorf("frontend GET /admin through the route: %q, want 403 naming the policy", out)
+	}
+	if out := get("monitoring", "-X", "POST", routed+"/admin"); !strings.HasPrefix(out, "200") {
+		t.Errorf("monitoring POST /admin through the route: %q, want 200", out)
+	}
+	frontend := l.podIP("frontend")
+	var admitted bool
+	var fs []flows.Flow
+	for deadline := time.Now().Add(10 * time.Second); !admitted && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		get("frontend", routed+"/metrics")
+		fs = l.observe("--last", "5000", "--node", "node-2")
+		for _, f := range fs {
+			admitted = admitted || (f.Event == "new" && f.Verdict == "FORWARDED" && f.Destination.IP == backend &&
+				f.Source.IP != frontend && hasLabel(f.Source, "app=frontend"))
+		}
+	}
+	if !admitted {
+		t.Errorf("node-2's flows: no connection from node-1's address admitted as frontend's identity:\n%s", flowLines(fs))
+	}
+	if st := l.node(2).mustShunt("status", "-o", "json"); native && !strings.Contains(st, "identity-carried") {
+		t.Errorf("node-2 counted no carried identity:\n%s", st)
+	}
 }
 
 func hasLabel(e flows.Endpoint, label string) bool {
@@ -175,10 +229,13 @@ func TestProxySteeringOverlay(t *testing.T) {
 		t.Errorf("node-2's metrics do not count the routing's repair:\n%s", grepLines(m, "shunt_drift_repaired_total"))
 	}
 	checkSteeredFromNode1(t, l)
+	checkRoutedIdentity(t, l, l.podIP("backend"), false)
 
-	// Without HTTP rules no connection goes to the proxy: both nodes drop
-	// the routing (a rule makes every route lookup walk the rules).
+	// Without HTTP rules and routes no connection goes to the proxy: both
+	// nodes drop the routing (a rule makes every route lookup walk the
+	// rules).
 	l.mustShunt("delete", "shuntnetworkpolicy", "backend-http")
+	l.mustShunt("delete", "httproute", "backend-routed")
 	for k, ns := range []string{"-node1", "-node2"} {
 		waitFor(t, 10*time.Second, fmt.Sprintf("node-%d's steering rule removed with the last HTTP rule", k+1), func() bool {
 			out, _ := exec.Command("nsenter", "--net=/run/netns/"+l.instance+ns, "ip", "rule", "show").CombinedOutput()
