@@ -6,9 +6,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
-	"github.com/shuntnet/shunt/internal/netnsrun"
 	"github.com/shuntnet/shunt/internal/policy"
 	"github.com/shuntnet/shunt/internal/steerroute"
 )
@@ -70,18 +67,6 @@ func TestCarriedIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	flows := flowReader(t, d)
-	run := func(pkt []byte) uint32 {
-		t.Helper()
-		var ret uint32
-		if err := netnsrun.Do(ns, func() error {
-			var err error
-			ret, err = d.uplink.ShuntFromUplink.Run(&ebpf.RunOptions{Data: withChecksum(pkt), Context: skbContext(uplink)})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return ret
-	}
 	// The options of a Linux SYN (MSS, SACK permitted with a timestamp,
 	// NOP, window scale), then the identity: where the kernel puts the
 	// option a sockops program writes.
@@ -129,7 +114,7 @@ func TestCarriedIdentity(t *testing.T) {
 			tcpSegmentWithOptions(41012, 8080, tcpSYN, 0, identityOption(idOther, exid)), verdictWant{tcActShot, idClient, "proxy-steer-failed"}},
 	} {
 		before := counts(t, d)
-		if ret := run(packet(c.src, npLocalPod, 6, c.tcp)); ret != c.want.ret {
+		if ret, _ := runFromUplink(t, d, ns, uplink, withChecksum(packet(c.src, npLocalPod, 6, c.tcp))); ret != c.want.ret {
 			t.Errorf("case %d, %s: verdict %d, want %d", i, c.name, ret, c.want.ret)
 			continue
 		}

@@ -146,16 +146,22 @@ func testNativeTwoNodes(t *testing.T, mode Mode) {
 		}
 	})
 
-	t.Run("B admits only A's identity: the intruder X is dropped on B", func(t *testing.T) {
+	// admitOnlyA isolates pod B, admitting only A's identity to its echo
+	// port; the function it returns undoes it.
+	admitOnlyA := func(t *testing.T) func() {
 		b.ep.IngressIsolated = true
 		b.sync(t, policy.State{IPCache: ipcacheB, Entries: []policy.Entry{{
 			Key:     policy.Key{Endpoint: b.pod.PodIP, Identity: ovIdentityA, Proto: 6, Port: ovEchoPort, PortBits: 16},
 			Verdict: policy.VerdictAllow, RuleID: ovDenyRule,
 		}}})
-		defer func() {
+		return func() {
 			b.ep.IngressIsolated = false
 			b.sync(t, policy.State{IPCache: ipcacheB})
-		}()
+		}
+	}
+
+	t.Run("B admits only A's identity: the intruder X is dropped on B", func(t *testing.T) {
+		defer admitOnlyA(t)()
 		beforeB := counts(t, b.d)
 		if err := dialOnly(x, netip.AddrPortFrom(b.pod.PodIP, ovEchoPort), time.Second); err == nil {
 			t.Fatalf("the intruder X connected to pod B, which admits only A's identity")
@@ -172,15 +178,7 @@ func testNativeTwoNodes(t *testing.T, mode Mode) {
 	})
 
 	t.Run("the node proxy's connection carries its client's identity to B", func(t *testing.T) {
-		b.ep.IngressIsolated = true
-		b.sync(t, policy.State{IPCache: ipcacheB, Entries: []policy.Entry{{
-			Key:     policy.Key{Endpoint: b.pod.PodIP, Identity: ovIdentityA, Proto: 6, Port: ovEchoPort, PortBits: 16},
-			Verdict: policy.VerdictAllow, RuleID: ovDenyRule,
-		}}})
-		defer func() {
-			b.ep.IngressIsolated = false
-			b.sync(t, policy.State{IPCache: ipcacheB})
-		}()
+		defer admitOnlyA(t)()
 		// A process of node A in a cgroup with A's socket hooks, dialling
 		// as the node proxy does: its socket marked with the client's
 		// identity (the sockops program writes the option into the SYN).

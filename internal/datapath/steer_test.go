@@ -36,14 +36,7 @@ func TestProxySteering(t *testing.T) {
 	flows := flowReader(t, d)
 	run := func(pkt []byte) uint32 {
 		t.Helper()
-		var ret uint32
-		if err := netnsrun.Do(ns, func() error {
-			var err error
-			ret, err = d.uplink.ShuntFromUplink.Run(&ebpf.RunOptions{Data: withChecksum(pkt), Context: skbContext(uplink)})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		ret, _ := runFromUplink(t, d, ns, uplink, withChecksum(pkt))
 		return ret
 	}
 
