@@ -74,10 +74,20 @@ func (p *Proxy) roundTrip(out *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if mirrors {
-		if !replayable {
-			body = nil
+		if replayable {
+			p.mirror(x, out, body)
+		} else {
+			// Streamed: the copies get what the request's transport
+			// reads (mirror.go). A request refused below never reads
+			// it: closing the tee ends its copies.
+			tee := teeRequestBody(out)
+			p.mirror(x, out, tee.copy)
+			defer func() {
+				if x.refused != nil {
+					tee.Close()
+				}
+			}()
 		}
-		p.mirror(x, out, body)
 	}
 	for attempt := 0; ; attempt++ {
 		req := out

@@ -69,7 +69,7 @@ func newMetrics(p *Proxy) *metrics {
 		mirrored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shunt_proxy_mirrored_requests_total",
 			Help: "Copies of requests for a route's RequestMirror filters, by route, mirror (service port) and outcome " +
-				"(answered, failed, body-not-kept, busy, no-endpoints, policy-denied).",
+				"(answered, failed, fell-behind, busy, no-endpoints, policy-denied).",
 		}, []string{"route", "mirror", "outcome"}),
 	}
 	counter := func(name, help string, v func() uint64) prometheus.Collector {

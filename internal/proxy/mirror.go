@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -16,9 +18,15 @@ import (
 // take net/http's path (rule.slowFilters), which holds the request as a
 // Request: the copy is the upstream request as the rule's filters made it.
 //
-// A copy needs the request's body twice, so only bodies the proxy keeps
-// anyway for a retry are copied: none, or a known length up to maxReplay.
-// Streamed bodies (chunked uploads, gRPC) are not mirrored, and counted.
+// A copy needs the request's body twice. A body the proxy keeps anyway
+// for a retry (none, or a known length up to maxReplay) is sent again
+// from memory. Any other (a streamed upload, every gRPC call) is teed: as
+// the upstream request reads it, each copy's pipe gets what was read
+// (teeBody), and the copy's transport reads it from there. The client's
+// request never waits for a copy: a pipe that falls more than
+// maxMirrorLag behind (a mirror slower than the backend) is cut, its copy
+// ended with an error (counted "fell-behind"), and a copy whose request
+// ends before its body was read through (refused, failed) is ended too.
 // The copy carries the client's identity in its mark, as the request
 // does, so L3/L4 policy judges it as the client, and the mirror port's
 // HTTP rules are asked first.
@@ -33,6 +41,9 @@ const (
 	// maxMirrorDrain is the most of a copy's response read (so its
 	// connection can be reused); a longer one closes its connection.
 	maxMirrorDrain = 256 << 10
+	// maxMirrorLag is the most of a streamed body a copy may hold unsent
+	// (what the backend has read and the mirror not yet).
+	maxMirrorLag = 256 << 10
 )
 
 // ruleMirror is one mirror of a rule: a service port and the share of
@@ -48,7 +59,7 @@ type ruleMirror struct {
 const (
 	mirrorAnswered    = "answered"      // the mirror answered (any status)
 	mirrorFailed      = "failed"        // no answer: connect error, reset, timeout
-	mirrorBodyNotKept = "body-not-kept" // a streamed body, or one over maxReplay
+	mirrorFellBehind  = "fell-behind"   // a streamed body's copy cut: the mirror read it too slowly
 	mirrorBusy        = "busy"          // maxMirrorsInFlight copies already on their way
 	mirrorNoEndpoints = "no-endpoints"  // the mirror Service has no ready endpoint
 	mirrorDenied      = "policy-denied" // the mirror port's HTTP rules refuse the client
@@ -56,7 +67,8 @@ const (
 
 // mirror sends copies of out, the upstream request (URL and Host as the
 // rule's filters made them), to the rule's mirrors the dice choose. body
-// gives the request's body again (nil: it was not kept).
+// gives the request's body again for each copy: from memory, or a pipe of
+// out's teed body (teeBody.copy).
 func (p *Proxy) mirror(x *exchange, out *http.Request, body func() io.ReadCloser) {
 	rl := x.target.rule
 	mark, _ := x.t.cfg.Mark.For(x.peer.Identity) // decide made sure it fits
@@ -66,10 +78,6 @@ func (p *Proxy) mirror(x *exchange, out *http.Request, body func() io.ReadCloser
 			continue
 		}
 		outcome := func(o string) { p.metrics.mirrored.WithLabelValues(rl.route, m.label, o).Inc() }
-		if body == nil {
-			outcome(mirrorBodyNotKept)
-			continue
-		}
 		b, ok := m.svc.pick()
 		if !ok {
 			outcome(mirrorNoEndpoints)
@@ -95,13 +103,18 @@ func (p *Proxy) mirror(x *exchange, out *http.Request, body func() io.ReadCloser
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
 		req := out.Clone(ctx)
-		req.Body = body()
+		reqBody := body()
+		req.Body = reqBody
 		req.URL.Host = b.addr.String()
 		go func() {
 			defer func() { cancel(); <-p.mirrorSlots }()
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
-				outcome(mirrorFailed)
+				if pipe, ok := reqBody.(*mirrorPipe); ok && pipe.fellBehind() {
+					outcome(mirrorFellBehind)
+				} else {
+					outcome(mirrorFailed)
+				}
 				return
 			}
 			io.Copy(io.Discard, io.LimitReader(resp.Body, maxMirrorDrain))
@@ -109,4 +122,157 @@ func (p *Proxy) mirror(x *exchange, out *http.Request, body func() io.ReadCloser
 			outcome(mirrorAnswered)
 		}()
 	}
+}
+
+// errMirrorFellBehind ends a copy whose mirror read its body too slowly.
+var errMirrorFellBehind = errors.New("the mirror fell more than 256 KiB behind the request's body: copy cut")
+
+// errRequestEnded ends a copy whose request ended before its body was
+// read through (refused, failed, the client gone).
+var errRequestEnded = errors.New("the mirrored request ended before its body was read through")
+
+// teeBody is a request body that hands what is read from it to copies'
+// pipes as well, without ever waiting for them.
+type teeBody struct {
+	src    io.ReadCloser
+	mu     sync.Mutex
+	copies []*mirrorPipe
+	ended  bool
+}
+
+// teeRequestBody replaces out's body with a teeBody and returns it.
+func teeRequestBody(out *http.Request) *teeBody {
+	t := &teeBody{src: out.Body}
+	out.Body = t
+	return t
+}
+
+// copy is a new copy's body: what is read from the tee from now on
+// (before the request's transport reads anything, as mirror calls it).
+func (t *teeBody) copy() io.ReadCloser {
+	c := &mirrorPipe{}
+	c.cond.L = &c.mu
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		c.end(errRequestEnded)
+	}
+	t.copies = append(t.copies, c)
+	return c
+}
+
+func (t *teeBody) Read(b []byte) (int, error) {
+	n, err := t.src.Read(b)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.copies {
+		c.write(b[:n])
+	}
+	if err != nil {
+		t.endCopies(err)
+	}
+	return n, err
+}
+
+// Close ends the copies that did not see the body's end: a request's
+// transport closes its body when it is done with it, read through or not.
+func (t *teeBody) Close() error {
+	t.mu.Lock()
+	t.endCopies(errRequestEnded)
+	t.mu.Unlock()
+	return t.src.Close()
+}
+
+// endCopies ends every copy once: at the body's end (io.EOF: the copies
+// end as well) or with err. Called with t.mu held.
+func (t *teeBody) endCopies(err error) {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	if err == io.EOF {
+		err = nil
+	}
+	for _, c := range t.copies {
+		c.end(err)
+	}
+}
+
+// mirrorPipe is one copy's body: what the tee wrote, read by the copy's
+// transport, at most maxMirrorLag unread.
+type mirrorPipe struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	buf    []byte
+	ended  bool  // no more writes
+	err    error // after buf: nil for the body's end
+	closed bool  // the copy's transport is done with it
+	behind bool  // cut for falling behind
+}
+
+func (c *mirrorPipe) write(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended || c.closed || len(b) == 0 {
+		return
+	}
+	if len(c.buf)+len(b) > maxMirrorLag {
+		c.behind = true
+		c.buf = nil
+		c.endLocked(errMirrorFellBehind)
+		return
+	}
+	c.buf = append(c.buf, b...)
+	c.cond.Broadcast()
+}
+
+func (c *mirrorPipe) end(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endLocked(err)
+}
+
+func (c *mirrorPipe) endLocked(err error) {
+	if !c.ended {
+		c.ended, c.err = true, err
+		c.cond.Broadcast()
+	}
+}
+
+func (c *mirrorPipe) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.buf) == 0 && !c.ended && !c.closed {
+		c.cond.Wait()
+	}
+	switch {
+	case c.closed:
+		return 0, io.ErrClosedPipe
+	case len(c.buf) > 0:
+		n := copy(b, c.buf)
+		c.buf = c.buf[n:]
+		if len(c.buf) == 0 {
+			c.buf = nil // the next write starts a fresh array, not one that grows on
+		}
+		return n, nil
+	case c.err != nil:
+		return 0, c.err
+	}
+	return 0, io.EOF
+}
+
+// Close is the copy's transport's: done with the body (sent, or given up
+// on); what the tee writes from now on is dropped.
+func (c *mirrorPipe) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed, c.buf = true, nil
+	c.cond.Broadcast()
+	return nil
+}
+
+func (c *mirrorPipe) fellBehind() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.behind
 }

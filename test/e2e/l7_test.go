@@ -253,6 +253,11 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 		}
 		// `shunt get` shows the route with the status the mesh controller
 		// gave it.
+		// The rule's RequestMirror copied the call, its streamed body
+		// teed, and the copy was answered.
+		waitFor(t, 5*time.Second, "the gRPC call's copy answered", func() bool {
+			return l.metric("shunt_proxy_mirrored_requests_total", `route="default/greeter-grpc"`, `outcome="answered"`) >= 1
+		})
 		out = l.mustShunt("get", "grpcroutes", "greeter-grpc")
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), "greeter-grpc greeter-grpc:9090 greeter:9090=1 True True") {
 			t.Errorf("shunt get grpcroutes greeter-grpc:\n%s", out)
