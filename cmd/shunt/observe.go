@@ -212,6 +212,9 @@ func summary(fl flows.Flow) string {
 		}
 		parts = append(parts, svc)
 	}
+	if fl.Reason == flows.ReasonMirrored {
+		parts = append(parts, "a copy (RequestMirror), its answer thrown away")
+	}
 	if h := fl.HTTP; h != nil {
 		req := fmt.Sprintf("%s %s %s", h.Method, h.Path, h.Protocol)
 		if h.Status != 0 {

@@ -28,6 +28,9 @@ func TestSummaryNamesAnswersAndICMPErrors(t *testing.T) {
 		{flows.Flow{Event: "answer", TCPFlags: "ACK"}, "connection recorded again from its answer (opened by the destination), ACK"},
 		{flows.Flow{Event: "icmp-error", ICMPError: "port-unreachable"}, "ICMP error port-unreachable about a tracked connection"},
 		{flows.Flow{Event: "icmp-error"}, "ICMP error about a tracked connection"},
+		{flows.Flow{Event: "http", Reason: flows.ReasonMirrored, HTTP: &flows.HTTP{Method: "GET", Path: "/a", Protocol: "HTTP/1.1", Status: 200,
+			Route: "default/r", BackendPod: "default/shadow"}},
+			"a copy (RequestMirror), its answer thrown away, GET /a HTTP/1.1 -> 200 in 0s, route default/r, backend default/shadow"},
 	} {
 		if got := summary(c.fl); got != c.want {
 			t.Errorf("summary(%+v) = %q, want %q", c.fl, got, c.want)

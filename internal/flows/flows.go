@@ -35,6 +35,11 @@ type Service struct {
 	Kind string `json:"kind,omitempty"`
 }
 
+// ReasonMirrored is the reason of a node proxy's flow for a copy of a
+// request (a route's RequestMirror): from the client to the mirror's
+// backend, the copy's answer (thrown away) in its HTTP status.
+const ReasonMirrored = "mirrored"
+
 // Flow is one flow event, enriched with names. Fields are stable.
 type Flow struct {
 	Time        time.Time `json:"time"`

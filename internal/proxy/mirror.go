@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/shuntnet/shunt/internal/flows"
 )
 
 // Request mirroring (the Gateway API's HTTPRequestMirrorFilter): a copy of
@@ -106,6 +108,7 @@ func (p *Proxy) mirror(x *exchange, out *http.Request, body func() io.ReadCloser
 		reqBody := body()
 		req.Body = reqBody
 		req.URL.Host = b.addr.String()
+		fl := x.copyFlow(out, b)
 		go func() {
 			defer func() { cancel(); <-p.mirrorSlots }()
 			resp, err := tr.RoundTrip(req)
@@ -115,13 +118,40 @@ func (p *Proxy) mirror(x *exchange, out *http.Request, body func() io.ReadCloser
 				} else {
 					outcome(mirrorFailed)
 				}
-				return
+				fl.HTTP.Error = err.Error()
+			} else {
+				io.Copy(io.Discard, io.LimitReader(resp.Body, maxMirrorDrain))
+				resp.Body.Close()
+				outcome(mirrorAnswered)
+				fl.HTTP.Status = resp.StatusCode
 			}
-			io.Copy(io.Discard, io.LimitReader(resp.Body, maxMirrorDrain))
-			resp.Body.Close()
-			outcome(mirrorAnswered)
+			fl.HTTP.LatencyMicros = time.Since(fl.Time).Microseconds()
+			p.flows.publish(fl)
 		}()
 	}
+}
+
+// copyFlow is the flow record of a copy of out sent to b: the request's,
+// from the client to the mirror's backend, its reason flows.ReasonMirrored.
+// Made before the copy leaves, as x is the request's and may be reused
+// once it is answered; the copy's goroutine fills in the outcome.
+func (x *exchange) copyFlow(out *http.Request, b backend) flows.Flow {
+	fl := flows.Flow{
+		Time: time.Now(), Verdict: "FORWARDED", Reason: flows.ReasonMirrored, Event: "http", Point: "proxy", Protocol: "HTTP",
+		Source: x.endpoint(x.conn.remote), Destination: x.endpoint(b.addr),
+		HTTP: &flows.HTTP{
+			Method: out.Method, Path: out.URL.Path, Host: out.Host, Protocol: httpProtocol(x.req),
+			Route: x.target.rule.route, Backend: b.addrText(), BackendPod: b.pod,
+		},
+	}
+	fl.Source.Identity = x.peer.Identity
+	if fl.Destination.Pod == "" {
+		fl.Destination.Pod, fl.Destination.Namespace = b.pod, namespace(b.pod)
+	}
+	if svc := x.t.byVIP[x.conn.orig]; svc != nil {
+		fl.Service = &flows.Service{Name: svc.label, IP: svc.vipText, Port: svc.vip.Port()}
+	}
+	return fl
 }
 
 // errMirrorFellBehind ends a copy whose mirror read its body too slowly.

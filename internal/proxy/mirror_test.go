@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shuntnet/shunt/internal/flows"
 	"github.com/shuntnet/shunt/internal/proxyapi"
 )
 
@@ -89,6 +90,8 @@ func testRequestMirror(t *testing.T) {
 	})
 	h.dials(frontend, "10.96.0.10:80")
 	c := h.client(frontend, false)
+	copies, stop := h.p.flows.subscribe(flows.Filter{}, 64)
+	defer stop()
 	const route, toShadow, toUnused, toLaggard = "default/echo", "default/shadow:8080", "default/unused:8080", "default/laggard:8080"
 
 	// The mirror holds its answer: the client's comes first all the same.
@@ -114,6 +117,24 @@ func testRequestMirror(t *testing.T) {
 	}
 	close(shadow.hold)
 	waitOutcome(t, h, route+"/"+toShadow+"/"+mirrorAnswered, 1)
+	// The copy has a flow record of its own: from the client to the
+	// mirror's backend, the mirror's answer in it.
+	for deadline := time.After(5 * time.Second); ; {
+		var fl flows.Flow
+		select {
+		case fl = <-copies:
+		case <-deadline:
+			t.Fatal("no flow record of the copy")
+		}
+		if fl.Reason != flows.ReasonMirrored {
+			continue
+		}
+		if fl.HTTP == nil || fl.HTTP.Status != http.StatusOK || fl.HTTP.Path != "/mirrored/a" || fl.HTTP.Route != route ||
+			fl.HTTP.BackendPod != "default/shadow" || fl.Source.Identity != frontend.identity || fl.Verdict != "FORWARDED" {
+			t.Errorf("the copy's flow: %+v %+v; want FORWARDED, /mirrored/a answered 200 by default/shadow, from the client's identity", fl, fl.HTTP)
+		}
+		break
+	}
 
 	// A streamed (chunked) body is teed to the copy as the backend's
 	// request reads it.

@@ -127,6 +127,17 @@ func TestL7ProxyPolicyRoutesAndFlows(t *testing.T) {
 					l.metric("shunt_proxy_mirrored_requests_total", `route="default/reviews-mirrored"`))
 			}
 		}
+		// Each copy has a flow of its own (the proxy's flows reach the
+		// agent's history a moment later).
+		waitFor(t, 5*time.Second, "a flow of a copy to reviews-v2", func() bool {
+			for _, f := range l.observe("--last", "2000", "--protocol", "http") {
+				if f.Reason == "mirrored" && f.HTTP != nil && f.HTTP.Route == "default/reviews-mirrored" &&
+					f.HTTP.Status == 200 && strings.HasSuffix(f.HTTP.BackendPod, "/reviews-v2") && f.Source.Pod == "default/frontend" {
+					return true
+				}
+			}
+			return false
+		})
 	})
 	t.Run("header match overrides the weights", func(t *testing.T) {
 		r := l.httpLoad("frontend", "http://"+reviews+":9080/", 50, 1, "-H", "x-canary: true")
