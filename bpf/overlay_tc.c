@@ -61,7 +61,7 @@ static __always_inline bool tunnel_sender_ok(__u32 saddr, __u32 outer_saddr, __u
 
 	if (!v || !v->tunnel_ip4 || v->tunnel_ip4 != outer_saddr)
 		return false;
-	if (tunnel_identity_ok(vni))
+	if (pod_identity(vni))
 		return true;
 	return vni == SHUNT_ID_REMOTE_NODE && v->identity == SHUNT_ID_REMOTE_NODE;
 }
@@ -279,7 +279,7 @@ int shunt_to_overlay(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!proxy_marked(&CONFIG, skb->mark, &identity))
 		identity = steered_reply_identity(skb);
-	if (!identity || !tunnel_identity_ok(identity))
+	if (!identity || !pod_identity(identity))
 		return TC_ACT_OK;
 	/* The node the route sends it to is the one the ipcache says hosts
 	 * the destination (the key the route set cannot be read back as it

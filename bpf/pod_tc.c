@@ -167,7 +167,7 @@ static __always_inline int to_tunnel(struct __sk_buff *skb, struct pkt *p, __u32
 	int verdict = forward_hop(skb, p);
 	if (verdict >= 0)
 		return verdict;
-	if (!tunnel_identity_ok(p->src_identity))
+	if (!pod_identity(p->src_identity))
 		return drop(skb, p, SHUNT_REASON_TUNNEL_KEY_FAILED);
 	/* The hop leaves the length as it was: a packet found to fit still
 	 * fits, and encap_in_bpf need not check it again. */

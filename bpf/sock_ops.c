@@ -207,7 +207,7 @@ static __always_inline __u32 identity_to_carry(struct bpf_sock_ops *ctx, struct 
 	__u32 identity;
 
 	if (!CONFIG.native_ifindex || ctx->family != AF_INET || !proxy_marked(&CONFIG, sk->mark, &identity) ||
-	    !identity_carriable(identity) || lookup_endpoint(sk->dst_ip4))
+	    !pod_identity(identity) || lookup_endpoint(sk->dst_ip4))
 		return 0;
 	struct ipcache_value *v = ipcache_lookup(sk->dst_ip4);
 	return v && v->tunnel_ip4 ? identity : 0;

@@ -28,21 +28,13 @@
 
 #include "common.h"
 #include "metrics.h"
+#include "policy.h"
 
 #define TCPOPT_EOL 0
 #define TCPOPT_NOP 1
 /* The options of a TCP header fill at most 40 bytes, so at most 40 of them
  * (each at least one byte). */
 #define TCP_OPTIONS_MAX 40
-
-/* identity_carriable says whether an identity may travel in the option: a
- * pod's. The node's own (host) is remote-node on the other node, a CIDR
- * identity names an address, not a sender, and neither fits 24 bits of
- * mark anyway. */
-static __always_inline bool identity_carriable(__u32 identity)
-{
-	return identity >= SHUNT_ID_FIRST_POD && identity < SHUNT_ID_FIRST_CIDR;
-}
 
 /* The option as it is written: kind, length, ExID, identity. */
 struct identity_tcp_option {
@@ -92,7 +84,7 @@ static __noinline __attribute__((unused)) __u32 carried_identity(struct __sk_buf
 			if (o.exid == bpf_htons(SHUNT_TCPOPT_IDENTITY_EXID)) {
 				__u32 identity = bpf_ntohl(o.identity);
 
-				return identity_carriable(identity) ? identity : 0;
+				return pod_identity(identity) ? identity : 0;
 			}
 		}
 		off += kind_len[1];

@@ -178,13 +178,9 @@ static __always_inline int encap_in_bpf(struct __sk_buff *skb, const volatile st
 	return fib_xmit(skb, &s->fib, ret, &s->xmit) == TC_ACT_REDIRECT ? ENCAP_SENT : ENCAP_FAILED;
 }
 
-/* tunnel_identity_ok says whether an identity can be a pod's on the wire:
- * it fits a VNI (so every pod identity does) and is a pod's, not a reserved
- * or CIDR identity, which no node would send. */
-static __always_inline bool tunnel_identity_ok(__u32 identity)
-{
-	return identity >= SHUNT_ID_FIRST_POD && identity < VNI_LIMIT;
-}
+/* A pod's identity is what a VNI carries (pod_identity: a reserved or CIDR
+ * identity no node sends), and every one fits. */
+_Static_assert(SHUNT_ID_FIRST_CIDR <= VNI_LIMIT, "every pod identity fits a VNI");
 
 /* encap_to_node sends the packet to the node whose underlay address is
  * tunnel_ip4 (network byte order), the VNI carrying vni (a pod's identity,

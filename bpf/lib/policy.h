@@ -57,6 +57,15 @@ static __always_inline __u32 identity_of(__u32 addr)
 	return v ? v->identity : SHUNT_ID_WORLD;
 }
 
+/* pod_identity says whether an identity is a pod's: not a reserved one
+ * (host, world, remote-node) nor a policy prefix's (CIDR). Only a pod's
+ * travels between nodes as its sender's: in the VNI (lib/encap.h) and in
+ * the node proxy's SYN option (lib/carried_identity.h). */
+static __always_inline bool pod_identity(__u32 identity)
+{
+	return identity >= SHUNT_ID_FIRST_POD && identity < SHUNT_ID_FIRST_CIDR;
+}
+
 /* cidr_identity_of: the identity of the longest policy prefix holding addr,
  * 0 when no policy names one. */
 static __always_inline __u32 cidr_identity_of(__u32 addr)
