@@ -73,29 +73,12 @@ func (t *table) marks() map[uint32]bool {
 
 // flow is the exchange's flow record.
 func (x *exchange) flow(latency time.Duration) flows.Flow {
-	r := x.req
-	fl := flows.Flow{
-		Time: x.start, Verdict: "FORWARDED", Reason: "forwarded", Event: "http", Point: "proxy", Protocol: "HTTP",
-		Source: x.endpoint(x.conn.remote), Policy: x.policyRule,
-		HTTP: &flows.HTTP{
-			Method: r.Method, Path: r.URL.Path, Host: r.Host, Protocol: httpProtocol(r), Status: x.status,
-			LatencyMicros: latency.Microseconds(), Error: x.err,
-		},
-	}
-	fl.Source.Identity = x.peer.Identity
-	if x.target.rule != nil {
-		fl.HTTP.Route = x.target.rule.route
-	}
-	if svc := x.t.byVIP[x.conn.orig]; svc != nil {
-		fl.Service = &flows.Service{Name: svc.label, IP: svc.vipText, Port: svc.vip.Port()}
-	}
+	fl := x.httpFlow(x.req, "forwarded")
+	fl.Time, fl.Policy = x.start, x.policyRule
+	fl.HTTP.Status, fl.HTTP.LatencyMicros, fl.HTTP.Error = x.status, latency.Microseconds(), x.err
 	switch {
 	case x.backend.addr.IsValid():
-		fl.Destination = x.endpoint(x.backend.addr)
-		fl.HTTP.Backend, fl.HTTP.BackendPod = x.backend.addrText(), x.backend.pod
-		if fl.Destination.Pod == "" {
-			fl.Destination.Pod, fl.Destination.Namespace = x.backend.pod, namespace(x.backend.pod)
-		}
+		x.toBackend(&fl, x.backend)
 	case !x.t.vips[x.conn.orig.Addr()]:
 		fl.Destination = x.endpoint(x.conn.orig) // a pod, refused before the attempt
 	}
@@ -107,6 +90,35 @@ func (x *exchange) flow(latency time.Duration) flows.Flow {
 		fl.Reason = x.reason
 	}
 	return fl
+}
+
+// httpFlow is what the exchange's flow records share, the request's and
+// its mirror copies' (copyFlow): the client, the Service it dialled, the
+// route, and r's method, path and host, forwarded for reason.
+func (x *exchange) httpFlow(r *http.Request, reason string) flows.Flow {
+	fl := flows.Flow{
+		Verdict: "FORWARDED", Reason: reason, Event: "http", Point: "proxy", Protocol: "HTTP",
+		Source: x.endpoint(x.conn.remote),
+		HTTP:   &flows.HTTP{Method: r.Method, Path: r.URL.Path, Host: r.Host, Protocol: httpProtocol(x.req)},
+	}
+	fl.Source.Identity = x.peer.Identity
+	if x.target.rule != nil {
+		fl.HTTP.Route = x.target.rule.route
+	}
+	if svc := x.t.byVIP[x.conn.orig]; svc != nil {
+		fl.Service = &flows.Service{Name: svc.label, IP: svc.vipText, Port: svc.vip.Port()}
+	}
+	return fl
+}
+
+// toBackend names b as fl's destination, as the configured endpoints or
+// the service's backend list know it.
+func (x *exchange) toBackend(fl *flows.Flow, b backend) {
+	fl.Destination = x.endpoint(b.addr)
+	fl.HTTP.Backend, fl.HTTP.BackendPod = b.addrText(), b.pod
+	if fl.Destination.Pod == "" {
+		fl.Destination.Pod, fl.Destination.Namespace = b.pod, namespace(b.pod)
+	}
 }
 
 // endpoint names an address from the configured endpoints.

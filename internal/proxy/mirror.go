@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -136,26 +137,14 @@ func (p *Proxy) mirror(x *exchange, out *http.Request, body func() io.ReadCloser
 // Made before the copy leaves, as x is the request's and may be reused
 // once it is answered; the copy's goroutine fills in the outcome.
 func (x *exchange) copyFlow(out *http.Request, b backend) flows.Flow {
-	fl := flows.Flow{
-		Time: time.Now(), Verdict: "FORWARDED", Reason: flows.ReasonMirrored, Event: "http", Point: "proxy", Protocol: "HTTP",
-		Source: x.endpoint(x.conn.remote), Destination: x.endpoint(b.addr),
-		HTTP: &flows.HTTP{
-			Method: out.Method, Path: out.URL.Path, Host: out.Host, Protocol: httpProtocol(x.req),
-			Route: x.target.rule.route, Backend: b.addrText(), BackendPod: b.pod,
-		},
-	}
-	fl.Source.Identity = x.peer.Identity
-	if fl.Destination.Pod == "" {
-		fl.Destination.Pod, fl.Destination.Namespace = b.pod, namespace(b.pod)
-	}
-	if svc := x.t.byVIP[x.conn.orig]; svc != nil {
-		fl.Service = &flows.Service{Name: svc.label, IP: svc.vipText, Port: svc.vip.Port()}
-	}
+	fl := x.httpFlow(out, flows.ReasonMirrored)
+	fl.Time = time.Now()
+	x.toBackend(&fl, b)
 	return fl
 }
 
 // errMirrorFellBehind ends a copy whose mirror read its body too slowly.
-var errMirrorFellBehind = errors.New("the mirror fell more than 256 KiB behind the request's body: copy cut")
+var errMirrorFellBehind = fmt.Errorf("the mirror fell more than %d KiB behind the request's body: copy cut", maxMirrorLag>>10)
 
 // errRequestEnded ends a copy whose request ended before its body was
 // read through (refused, failed, the client gone).
