@@ -138,14 +138,7 @@ func testRequestMirror(t *testing.T) {
 
 	// A streamed (chunked) body is teed to the copy as the backend's
 	// request reads it.
-	pr, pw := io.Pipe()
-	go func() { pw.Write([]byte("stre")); pw.Write([]byte("amed")); pw.Close() }()
-	resp, err = c.Post("http://echo/mirrored/stream", "text/plain", pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp = postDrained(t, c, "http://echo/mirrored/stream", "text/plain", streamed("stre", "amed"))
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("POST /mirrored/stream (chunked): %d, want 200", resp.StatusCode)
 	}
@@ -156,15 +149,8 @@ func testRequestMirror(t *testing.T) {
 
 	// So is an HTTP/2 request's (every gRPC call's): the copy goes on
 	// the client identity's HTTP/2 transport.
-	pr, pw = io.Pipe()
-	go func() { pw.Write([]byte("h2 ")); pw.Write([]byte("stream")); pw.Close() }()
 	c2 := h.client(frontend, true)
-	resp, err = c2.Post("http://echo/mirrored/h2", "application/grpc", pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp = postDrained(t, c2, "http://echo/mirrored/h2", "application/grpc", streamed("h2 ", "stream"))
 	c2.CloseIdleConnections()
 	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
 		t.Errorf("POST /mirrored/h2 over HTTP/2: %d %s, want 200 over HTTP/2", resp.StatusCode, resp.Proto)
@@ -181,12 +167,7 @@ func testRequestMirror(t *testing.T) {
 	// (here: not at all, until released) never holds the client's
 	// request: its copy is cut once it falls maxMirrorLag behind.
 	big := strings.Repeat("x", 16<<20)
-	resp, err = c.Post("http://echo/laggard", "text/plain", io.MultiReader(strings.NewReader(big))) // no length: chunked
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp = postDrained(t, c, "http://echo/laggard", "text/plain", io.MultiReader(strings.NewReader(big))) // no length: chunked
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("POST /laggard, 16 MiB chunked: %d, want 200 while the mirror holds", resp.StatusCode)
 	}
@@ -209,6 +190,31 @@ func testRequestMirror(t *testing.T) {
 			t.Errorf("a mirror with a share of 0 was counted: %s", key)
 		}
 	}
+}
+
+// postDrained posts body with c and returns the response, its body read
+// and closed.
+func postDrained(t *testing.T, c *http.Client, url, contentType string, body io.Reader) *http.Response {
+	t.Helper()
+	resp, err := c.Post(url, contentType, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// streamed is a body of unknown length, written in these parts.
+func streamed(parts ...string) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		for _, p := range parts {
+			pw.Write([]byte(p))
+		}
+		pw.Close()
+	}()
+	return pr
 }
 
 // waitOutcome waits until the mirror outcome key counts want.

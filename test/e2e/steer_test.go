@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +22,7 @@ func TestProxySteering(t *testing.T) {
 	l := newLabNodes(t, 2, []string{"--routing", "native"}, "testdata/steer.yaml")
 	backend := l.podIP("backend")
 	node2 := "192.168.123.2"
-	get := func(pod string, args ...string) string {
-		t.Helper()
-		out, _ := l.shunt(append([]string{"lab", "exec", pod, "--", filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s"}, args...)...)
-		return out
-	}
+	get := l.httpGetIn
 
 	// (1) Another node's pods, native routing.
 	waitFor(t, 15*time.Second, "frontend on node-1 GET /metrics of the backend on node-2", func() bool {
@@ -123,10 +118,7 @@ func TestProxySteering(t *testing.T) {
 func checkRoutedIdentity(t *testing.T, l *lab, backend string, native bool) {
 	t.Helper()
 	routed := "http://" + l.clusterIP("backend-routed") + ":8080"
-	get := func(pod string, args ...string) string {
-		out, _ := l.shunt(append([]string{"lab", "exec", pod, "--", filepath.Join(binDir, "shunt"), "lab", "http-get", "--timeout", "2s"}, args...)...)
-		return out
-	}
+	get := l.httpGetIn
 	var last string
 	waitFor(t, 15*time.Second, "frontend GET /metrics through the route", func() bool {
 		last = get("frontend", routed+"/metrics")
@@ -158,6 +150,14 @@ func checkRoutedIdentity(t *testing.T, l *lab, backend string, native bool) {
 	if st := l.node(2).mustShunt("status", "-o", "json"); native && !strings.Contains(st, "identity-carried") {
 		t.Errorf("node-2 counted no carried identity:\n%s", st)
 	}
+}
+
+// httpGetIn runs `shunt lab http-get --timeout 2s ARGS` in pod and returns
+// what it printed (the status line first, or the error).
+func (l *lab) httpGetIn(pod string, args ...string) string {
+	l.t.Helper()
+	out, _ := l.shuntInPod(pod, append([]string{"lab", "http-get", "--timeout", "2s"}, args...)...)
+	return out
 }
 
 func hasLabel(e flows.Endpoint, label string) bool {
