@@ -24,7 +24,6 @@
 #include "lib/accel_ct.h"
 #include "lib/accel_peer.h"
 #include "lib/sock_proxied.h"
-#include "lib/carried_identity.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 

@@ -152,6 +152,16 @@ enum shunt_tcp_option {
 	SHUNT_TCPOPT_IDENTITY_EXID = 0x5348,
 };
 
+/* The option as it is written: kind, length, ExID, identity. */
+struct identity_tcp_option {
+	__u8 kind;
+	__u8 len;
+	__u16 exid;     /* network byte order */
+	__u32 identity; /* network byte order */
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct identity_tcp_option) == SHUNT_TCPOPT_IDENTITY_LEN, "the identity option's size");
+
 /* shunt_ipcache and shunt_cidr_identities are LPM tries: address/prefix ->
  * identity. The first holds pods and node addresses, and for pods of other
  * nodes the node that hosts them (the tunnel endpoint); the second the

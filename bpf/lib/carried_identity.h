@@ -29,67 +29,23 @@
 #include "common.h"
 #include "metrics.h"
 #include "policy.h"
+#include "tcp_options.h"
 
-#define TCPOPT_EOL 0
-#define TCPOPT_NOP 1
-/* The options of a TCP header fill at most 40 bytes, so at most 40 of them
- * (each at least one byte). */
-#define TCP_OPTIONS_MAX 40
-
-/* The option as it is written: kind, length, ExID, identity. */
-struct identity_tcp_option {
-	__u8 kind;
-	__u8 len;
-	__u16 exid;     /* network byte order */
-	__u32 identity; /* network byte order */
-} __attribute__((packed));
-
-_Static_assert(sizeof(struct identity_tcp_option) == SHUNT_TCPOPT_IDENTITY_LEN, "the identity option's size");
-
-/* carried_identity reads the identity option of the TCP header at l4off,
- * 0 when there is none (or it is malformed, or not a pod's identity). A
- * function of its own, not inlined: its few bytes of stack are not added
- * to the uplink program's, which has little left. The offsets are read with
- * bpf_skb_load_bytes, whose offset the verifier need not know, so the
- * states of the loop's paths compare equal and the loop is verified once
- * per option, not once per path through the options before it. (Unused
- * in the sockops object, which writes the option.) */
-static __noinline __attribute__((unused)) __u32 carried_identity(struct __sk_buff *skb, __u32 l4off)
+/* carried_identity reads the identity option (struct identity_tcp_option)
+ * of the TCP header at l4off, 0 when there is none (or it is malformed,
+ * or not a pod's identity). */
+static __always_inline __u32 carried_identity(struct __sk_buff *skb, __u32 l4off)
 {
-	__u8 doff;
+	__u32 off = tcp_option(skb, l4off,
+			       TCP_OPTION(SHUNT_TCPOPT_IDENTITY_KIND, SHUNT_TCPOPT_IDENTITY_LEN,
+					  bpf_htons(SHUNT_TCPOPT_IDENTITY_EXID)));
+	__u32 identity;
 
-	if (bpf_skb_load_bytes(skb, l4off + 12, &doff, 1) < 0)
+	if (!off || bpf_skb_load_bytes(skb, off + __builtin_offsetof(struct identity_tcp_option, identity), &identity,
+				       sizeof(identity)) < 0)
 		return 0;
-	__u32 end = l4off + (doff >> 4) * 4;
-	__u32 off = l4off + 20;
-
-	for (int i = 0; i < TCP_OPTIONS_MAX; i++) {
-		__u8 kind_len[2];
-
-		if (off >= end || bpf_skb_load_bytes(skb, off, kind_len, 1) < 0 || kind_len[0] == TCPOPT_EOL)
-			return 0;
-		if (kind_len[0] == TCPOPT_NOP) {
-			off++;
-			continue;
-		}
-		if (off + 2 > end || bpf_skb_load_bytes(skb, off, kind_len, 2) < 0 || kind_len[1] < 2 ||
-		    off + kind_len[1] > end)
-			return 0;
-		if (kind_len[0] == SHUNT_TCPOPT_IDENTITY_KIND && kind_len[1] == SHUNT_TCPOPT_IDENTITY_LEN) {
-			struct identity_tcp_option o;
-
-			if (bpf_skb_load_bytes(skb, off, &o, sizeof(o)) < 0)
-				return 0;
-			/* Another experiment's option of this kind is skipped. */
-			if (o.exid == bpf_htons(SHUNT_TCPOPT_IDENTITY_EXID)) {
-				__u32 identity = bpf_ntohl(o.identity);
-
-				return pod_identity(identity) ? identity : 0;
-			}
-		}
-		off += kind_len[1];
-	}
-	return 0;
+	identity = bpf_ntohl(identity);
+	return pod_identity(identity) ? identity : 0;
 }
 
 #endif

@@ -40,6 +40,7 @@
 #include "source_ranges.h"
 #include "dsr.h"
 #include "lru.h"
+#include "tcp_options.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -202,23 +203,6 @@ static __always_inline int nodeport_send_out(struct __sk_buff *skb, struct pkt *
 	return fib_redirect(skb, p, &fib, ret, reason);
 }
 
-/* nodeport_icmp_error translates an ICMP error about a packet of a flow
- * from outside on its way to the backend (sent by the backend, or by a
- * router between: fragmentation needed, port unreachable, ...), whose
- * reply entry v (frontend -> client) was found, to reach the client about
- * the address it used: the quote's source (the node's SNAT address and
- * port, or the client's own) becomes the client's, as does the outer
- * destination; the quote's destination (the backend) becomes the
- * frontend, and so does the outer source when the backend sent the error
- * (a router's address stays, as Linux's NAT leaves it). Every checksum is
- * fixed: the quoted IPv4 header's, the quoted TCP/UDP checksum when the
- * quote holds it, the ICMP checksum (no pseudo-header: every changed
- * byte of the quote is a term of it) and the outer header's. f is not
- * changed. Returns -1 when a rewrite failed.
- *
- * A function of its own, with the new values read from v and the old ones
- * from f rather than copied: the uplink and pod programs' stacks have
- * room for few more bytes. */
 /* pkt_read reads size (1 or 2) bytes at off of skb's linear data, without
  * the stack bpf_skb_load_bytes needs (nodeport_icmp_error has none to
  * spare); -1 when they are not there. */
@@ -239,20 +223,19 @@ static __always_inline int pkt_read(struct __sk_buff *skb, __u32 off, __u32 size
  * leaves (dsr_room: the uplink's MTU less DSR's outer header, and with the
  * overlay no more than the tunnel device's MTU, the pods'): the client's
  * segments reach this node in IPIP with an IP option, 28 bytes more than
- * the client sent. Clamping,
+ * the client sent. mss_off is the MSS option's offset (tcp_option), 0 when
+ * the SYN-ACK has none. Clamping,
  * as routers do for tunnels, saves each connection the first full-sized
  * segment lost and the ICMP fragmentation needed the ingress node
  * answers it with (dsr_too_big), and works where the client's path drops
  * ICMP. Returns 0 (clamped, or nothing to clamp), -1 when a rewrite
  * failed. A function of its own: few values live, a small frame. */
-#define DSR_MSS_OPTIONS 8
-
-__noinline int dsr_clamp_mss(struct __sk_buff *skb, __u64 l4off, __u32 uplink_ifindex, __u32 tunnel_ifindex)
+__noinline int dsr_clamp_mss(struct __sk_buff *skb, __u64 l4off, __u32 mss_off, __u32 uplink_ifindex, __u32 tunnel_ifindex)
 {
 	/* A global function, verified once on its own (inlined in each
 	 * program's paths it took the pod program past the verifier's million
-	 * instructions): l4off is any number here, so it is bounded first for
-	 * every packet offset below to be. */
+	 * instructions): l4off is any number here, a TCP header's offset in
+	 * no packet past this bound. */
 	if (l4off > 0xff)
 		return 0;
 	__u32 mtu = dsr_room(skb, uplink_ifindex, tunnel_ifindex);
@@ -260,39 +243,14 @@ __noinline int dsr_clamp_mss(struct __sk_buff *skb, __u64 l4off, __u32 uplink_if
 	if (mtu <= sizeof(struct iphdr) + sizeof(struct tcphdr))
 		return 0;
 	__u16 max = mtu - sizeof(struct iphdr) - sizeof(struct tcphdr);
-	int doff = pkt_read(skb, l4off + 12, 1);
-	if (doff < 0)
-		return 0;
-	__u32 end = l4off + ((doff >> 4) & 0xf) * 4, off = l4off + sizeof(struct tcphdr);
+	__u16 old;
 
-	/* The options: kind, length, data. The first DSR_MSS_OPTIONS are
-	 * looked at (every NOP one of them): stacks put MSS first in a SYN-ACK
-	 * (Linux, the BSDs, Windows), and each option more doubles the paths
-	 * the verifier walks. A SYN-ACK whose MSS comes later keeps it (the
-	 * ingress node's fragmentation needed still covers its flow). */
-	for (int i = 0; i < DSR_MSS_OPTIONS && off + 4 <= end; i++) {
-		int kind = pkt_read(skb, off, 1);
-		if (kind <= 0) /* end of options, or not in the linear data */
-			return 0;
-		if (kind == 1) { /* no-operation */
-			off++;
-			continue;
-		}
-		int len = pkt_read(skb, off + 1, 1);
-		if (len < 2)
-			return 0;
-		if (kind == 2 && len == 4) {
-			int old = pkt_read(skb, off + 2, 2);
-			if (old < 0 || bpf_ntohs(old) <= max)
-				return 0;
-			__u16 clamped = bpf_htons(max);
-			if (bpf_l4_csum_replace(skb, l4off + __builtin_offsetof(struct tcphdr, check), old, clamped, sizeof(clamped)) < 0 ||
-			    bpf_skb_store_bytes(skb, off + 2, &clamped, sizeof(clamped), 0) < 0)
-				return -1;
-			return 0;
-		}
-		off += len;
-	}
+	if (!mss_off || bpf_skb_load_bytes(skb, mss_off + 2, &old, sizeof(old)) < 0 || bpf_ntohs(old) <= max)
+		return 0;
+	__u16 clamped = bpf_htons(max);
+	if (bpf_l4_csum_replace(skb, l4off + __builtin_offsetof(struct tcphdr, check), old, clamped, sizeof(clamped)) < 0 ||
+	    bpf_skb_store_bytes(skb, mss_off + 2, &clamped, sizeof(clamped), 0) < 0)
+		return -1;
 	return 0;
 }
 
@@ -480,6 +438,24 @@ static __noinline int icmp_quote_rewrite(struct __sk_buff *skb, const struct flo
 	return 0;
 }
 
+/* nodeport_icmp_error translates an ICMP error about a packet of a flow
+ * from outside on its way to the backend (sent by the backend, or by a
+ * router between: fragmentation needed, port unreachable, ...), whose
+ * reply entry v (frontend -> client) was found, to reach the client about
+ * the address it used: the quote's source (the node's SNAT address and
+ * port, or the client's own) becomes the client's, as does the outer
+ * destination; the quote's destination (the backend) becomes the
+ * frontend, and so does the outer source when the backend sent the error
+ * (a router's address stays, as Linux's NAT leaves it). Every checksum is
+ * fixed: the quoted IPv4 header's, the quoted TCP/UDP checksum when the
+ * quote holds it, the ICMP checksum (no pseudo-header: every changed
+ * byte of the quote is a term of it) and the outer header's. f is not
+ * changed. Returns -1 when a rewrite failed.
+ *
+ * Its rewrites are functions of their own (icmp_quote_ip, icmp_quote_l4,
+ * icmp_quote_rewrite), with the new values read from v and the old ones
+ * from f rather than copied: the uplink and pod programs' stacks have
+ * room for few more bytes. */
 static __always_inline int nodeport_icmp_error(struct __sk_buff *skb, const struct flow *f, __u32 l4off,
 					       const struct nodeport_nat_value *v)
 {
@@ -595,7 +571,11 @@ static __always_inline int nodeport_unnat(struct __sk_buff *skb, struct pkt *p, 
 
 		err = nodeport_rewrite(skb, l4off, f, &v);
 		if (err == 0 && v.dsr_in && f->proto == IPPROTO_TCP && (f->tcp_flags & SHUNT_TCPF_SYN))
-			err = dsr_clamp_mss(skb, l4off, cfg->uplink_ifindex, cfg->tunnel_ifindex);
+			/* Found here, not in dsr_clamp_mss: each function's stack adds
+			 * to its callers', and the pod program has room for one more
+			 * frame, not two. */
+			err = dsr_clamp_mss(skb, l4off, tcp_option(skb, l4off, TCP_OPTION(TCPOPT_MSS, TCPOLEN_MSS, 0)),
+					    cfg->uplink_ifindex, cfg->tunnel_ifindex);
 	}
 	if (err < 0)
 		return drop(skb, p, SHUNT_REASON_INVALID_PACKET);

@@ -321,17 +321,24 @@ func TestNodePortDSRNoGSODecap(t *testing.T) {
 
 // tcpWithMSS is a TCP header with options NOP×4 and MSS mss.
 func tcpWithMSS(sport, dport uint16, flags byte, mss uint16) []byte {
-	tcp := append(tcpSegment(sport, dport, flags), 1, 1, 1, 1, 2, 4, byte(mss>>8), byte(mss))
-	tcp[12] = 7 << 4
+	return tcpWithMSSAfter(sport, dport, flags, mss, []byte{1, 1, 1, 1})
+}
+
+// tcpWithMSSAfter is a TCP header with options before (a multiple of 4
+// bytes long), then MSS mss.
+func tcpWithMSSAfter(sport, dport uint16, flags byte, mss uint16, before []byte) []byte {
+	tcp := append(append(tcpSegment(sport, dport, flags), before...), 2, 4, byte(mss>>8), byte(mss))
+	tcp[12] = byte(len(tcp)/4) << 4
 	return tcp
 }
 
-// mssOf reads the MSS option of a packet tcpWithMSS built, checking the
-// TCP checksum.
+// mssOf reads the MSS option of a packet tcpWithMSSAfter built (the
+// last option), checking the TCP checksum.
 func mssOf(t *testing.T, pkt []byte) uint16 {
 	t.Helper()
-	checkedTuple(t, pkt[:14+20+28])
-	return binary.BigEndian.Uint16(pkt[14+20+20+6:])
+	tcpLen := int(pkt[14+20+12]>>4) * 4
+	checkedTuple(t, pkt[:14+20+tcpLen])
+	return binary.BigEndian.Uint16(pkt[14+20+tcpLen-2:])
 }
 
 // TestNodePortDSRClampMSS: the backend's SYN-ACK to a flow that arrived
@@ -341,15 +348,25 @@ func mssOf(t *testing.T, pkt []byte) uint16 {
 // MSS of a flow that came straight to this node (no DSR).
 func TestNodePortDSRClampMSS(t *testing.T) {
 	_, fromOutside, fromPod := dsrNode(t, dpinfo.NodePortDSR)
+	nops := []byte{1, 1, 1, 1}
+	// SACK permitted, a timestamp, a window scale and 17 NOPs: the MSS
+	// is the 21st option, in the header's last 4 bytes (the walk stopped
+	// at the 8th before).
+	late := append([]byte{4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 3, 3, 7, 1}, bytes.Repeat([]byte{1}, 16)...)
+	// An option whose length runs past the header's end hides the MSS.
+	malformed := []byte{1, 1, 8, 40}
 	for _, c := range []struct {
 		what       string
 		viaDSR     bool
 		cport, mss uint16
+		before     []byte
 		want       uint16
 	}{
-		{"by DSR, MSS 1460", true, 40021, 1460, 1432},
-		{"by DSR, MSS 1200", true, 40022, 1200, 1200},
-		{"straight to this node, MSS 1460", false, 40023, 1460, 1460},
+		{"by DSR, MSS 1460", true, 40021, 1460, nops, 1432},
+		{"by DSR, MSS 1200", true, 40022, 1200, nops, 1200},
+		{"straight to this node, MSS 1460", false, 40023, 1460, nops, 1460},
+		{"by DSR, MSS 1460 after 20 other options", true, 40024, 1460, late, 1432},
+		{"by DSR, MSS 1460 after a malformed option", true, 40025, 1460, malformed, 1460},
 	} {
 		syn := packet(npClient, npLocalPod, 6, tcpSegment(c.cport, 8080, tcpSYN))
 		var ret uint32
@@ -361,7 +378,7 @@ func TestNodePortDSRClampMSS(t *testing.T) {
 		if ret != tcActRedirect {
 			t.Fatalf("%s: the client's SYN: verdict %d, want redirect into the pod", c.what, ret)
 		}
-		in := packet(npLocalPod, npClient, 6, tcpWithMSS(8080, c.cport, tcpSYNACK, c.mss))
+		in := packet(npLocalPod, npClient, 6, tcpWithMSSAfter(8080, c.cport, tcpSYNACK, c.mss, c.before))
 		ret, out := fromPod(in)
 		if got := checkedTuple(t, out[:len(in)]); ret != tcActRedirect || got != (tuple{npLB, npClient, 80, c.cport}) {
 			t.Fatalf("%s: the SYN-ACK: verdict %d, %+v", c.what, ret, got)
