@@ -77,33 +77,28 @@ static __always_inline struct proxy_origin *proxy_origin_of(struct flow *f)
  * a bounded loop the verifier walks through once per backend. */
 #define PROXY_L4_MAX_BACKENDS 16
 
-/* The service port a SYN to the proxy was dialled at, and what decided
- * service_l4_refusal's answer. */
-struct l4_question {
-	__u32 vip;      /* network order */
-	__u32 vport;    /* network order, in the low 16 bits */
-	__u32 rule;     /* out: the first refusing backend's rule */
-	__u32 identity; /* out: and its identity */
-};
-
 /* service_l4_refusal: the L3/L4 verdict the client src (a pod of this
- * node; f its SYN) would meet dialling the service port of q without the
- * proxy. The proxy picks the backend itself, so the client is refused only
+ * node; p its SYN) would meet dialling the service port vip:vport (network
+ * order) without the proxy. The proxy picks the backend itself, so the client is refused only
  * when every backend refuses it (its egress toward the backend, and the
  * backend's ingress where the backend is a pod of this node: another
  * node's pods judge the proxy's upstream connection, as this client,
- * themselves). Returns 0 to admit, else the first backend's drop reason,
- * its rule and identity in q. A service that cannot be read, or has more
+ * themselves). Returns 0 to admit, else the last backend's drop reason,
+ * its rule and identity in p's rule and dst_identity (any refusing
+ * backend's explains the drop; the last one's needs no copy of them: a
+ * frame no larger than Linux < 6.9 takes after shunt_from_pod's, see
+ * TestStackFitsOlderVerifiers). A service that cannot be read, or has more
  * backends than are judged here, is admitted: the proxy's upstream
  * connection is judged as the client. A global function, verified once on
  * its own: inlined, its loop would multiply the states of shunt_from_pod
  * past the verifier's limit. */
-__noinline int service_l4_refusal(struct policy_side *src, struct flow *f, struct l4_question *q)
+__noinline int service_l4_refusal(struct policy_side *src, struct pkt *p, __u32 vip, __u32 vport)
 {
-	if (!src || !f || !q)
+	if (!src || !p)
 		return 0;
-	struct service_key key = { .vip = q->vip, .port = (__u16)q->vport, .proto = IPPROTO_TCP };
-	int first = 0;
+	struct flow *f = &p->f;
+	struct service_key key = { .vip = vip, .port = (__u16)vport, .proto = IPPROTO_TCP };
+	int refused = 0;
 
 	struct service_value *svc = bpf_map_lookup_elem(&shunt_services, &key);
 	if (!svc || svc->backend_count == 0 || svc->backend_count > PROXY_L4_MAX_BACKENDS)
@@ -128,17 +123,13 @@ __noinline int service_l4_refusal(struct policy_side *src, struct flow *f, struc
 		} else {
 			dst.identity = identity_of(be->ip);
 		}
-		__u32 rule = 0;
-		__u32 reason = policy_judge(f, src, &dst, be->port, &rule);
+		__u32 reason = policy_judge(f, src, &dst, be->port, &p->rule);
 		if (!reason)
 			return 0;
-		if (!first) {
-			first = reason;
-			q->rule = rule;
-			q->identity = dst.identity;
-		}
+		refused = reason;
+		p->dst_identity = dst.identity;
 	}
-	return first;
+	return refused;
 }
 
 /* ct_track is ct_find (the packet's conntrack lookup) as a global
@@ -273,11 +264,8 @@ int shunt_from_pod(struct __sk_buff *skb)
 			 * as it would be without the proxy: no handshake with the
 			 * proxy, and the flow names the service it dialled. */
 			dst.proxy = true;
-			struct l4_question q = { .vip = origin->ip, .vport = origin->port };
-			reason = service_l4_refusal(&src, &p.f, &q);
+			reason = service_l4_refusal(&src, &p, origin->ip, origin->port);
 			if (reason) {
-				p.rule = q.rule;
-				p.dst_identity = q.identity;
 				p.event = FLOW_EV_CONN_NEW;
 				p.orig_daddr = origin->ip;
 				p.orig_dport = origin->port;

@@ -35,6 +35,28 @@ static __always_inline __u16 csum_fold(__u32 sum)
  * none did). Both checksums are computed; the packet is cut to the error's
  * length. Returns 0, or -1 when a helper failed (the packet may be cut
  * already: drop it). */
+/* quote_len gives ip_len (already checked: a header's 20 to
+ * ICMP_QUOTE_IP_MAX bytes) to a helper as a size its verifier can prove in
+ * range. Older verifiers (Linux 6.1's) keep no link between a register
+ * and its copy spilled to the stack before a check: the copy reloaded for
+ * the call has the bounds it had before the check, 0 among them, and the
+ * program is refused ("invalid zero-sized read"). Checked again
+ * here, after the compiler forgot what it knew of the value, so the check
+ * cannot be left out. */
+static __always_inline __u64 quote_len(__u32 ip_len)
+{
+	/* 64 bits: a 32-bit value is compared on a zero-extended copy of
+	 * its register, which those verifiers do not link to it either. */
+	__u64 len = ip_len;
+
+	asm volatile("" : "+r"(len));
+	if (len < sizeof(struct iphdr))
+		len = sizeof(struct iphdr);
+	if (len > ICMP_QUOTE_IP_MAX)
+		len = ICMP_QUOTE_IP_MAX;
+	return len;
+}
+
 static __always_inline int icmp4_frag_needed(struct __sk_buff *skb, __u32 from, __u32 mtu, __u32 sent_daddr, __u16 sent_dport)
 {
 	struct ethhdr eth;
@@ -56,7 +78,7 @@ static __always_inline int icmp4_frag_needed(struct __sk_buff *skb, __u32 from, 
 	ip_len = orig->ihl * 4;
 	if (ip_len < sizeof(*orig) || ip_len > sizeof(quote_ip))
 		return -1;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, quote_ip, ip_len) < 0 ||
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, quote_ip, quote_len(ip_len)) < 0 ||
 	    bpf_skb_load_bytes(skb, ETH_HLEN + ip_len, quote_l4, sizeof(quote_l4)) < 0)
 		return -1;
 	if (orig->daddr != sent_daddr) {
@@ -87,7 +109,7 @@ static __always_inline int icmp4_frag_needed(struct __sk_buff *skb, __u32 from, 
 	hdr.icmp.un.frag.mtu = bpf_htons(mtu);
 	sum = bpf_csum_diff(NULL, 0, (__be32 *)&hdr.icmp, sizeof(hdr.icmp), 0);
 	if (sum >= 0)
-		sum = bpf_csum_diff(NULL, 0, quote_ip, ip_len, sum);
+		sum = bpf_csum_diff(NULL, 0, quote_ip, quote_len(ip_len), sum);
 	if (sum >= 0)
 		sum = bpf_csum_diff(NULL, 0, (__be32 *)quote_l4, sizeof(quote_l4), sum);
 	if (sum < 0)
@@ -100,7 +122,7 @@ static __always_inline int icmp4_frag_needed(struct __sk_buff *skb, __u32 from, 
 	if (bpf_skb_change_tail(skb, ETH_HLEN + sizeof(hdr) + ip_len + sizeof(quote_l4), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN, &hdr, sizeof(hdr), 0) < 0 ||
-	    bpf_skb_store_bytes(skb, ETH_HLEN + sizeof(hdr), quote_ip, ip_len, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + sizeof(hdr), quote_ip, quote_len(ip_len), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN + sizeof(hdr) + ip_len, quote_l4, sizeof(quote_l4), 0) < 0)
 		return -1;
 	return 0;
