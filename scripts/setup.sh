@@ -43,6 +43,9 @@ programs=(
 	"chromium          chromium         e2e, bench ui: drives the page of shunt ui headless (chromedp)"
 	"busybox           busybox-static   lab kubelet: the program of busybox images (internal/lab/images.go), as the conformance suites run them"
 	"nc                netcat-openbsd   lab kubelet: agnhost's nc (its image installs netcat-openbsd); the Services conformance specs exec nc -u/-t/-v in its pods"
+	"qemu-system-x86_64 qemu-system-x86 scripts/kernel-vm.sh: boots Debian 12's Linux 6.1 (apt-get download, not installed) to run shunt's programs on its verifier"
+	"depmod            kmod             scripts/kernel-vm.sh: the module index of that kernel's modules"
+	"cpio              cpio             scripts/kernel-vm.sh: the VM's initramfs"
 )
 
 # Not here: kube-apiserver, kube-controller-manager, kube-proxy and kubectl.
