@@ -142,31 +142,33 @@ mount -t overlay overlay -o lowerdir=/host,upperdir=/layer/upper,workdir=/layer/
 mkdir -p /newroot/kernel-vm /newroot/kernel-vm-modules
 mount --bind "/host$(cat /modules/dir)" /newroot/kernel-vm-modules
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out /newroot/kernel-vm
-# The kernel loads modules on demand (veth, vxlan, sch_ingress, ...) by
-# running its modprobe helper from this root, not the command's: one that
-# runs the machine's modprobe in the command's root, where this kernel's
-# modules are.
-printf '#!/bin/busybox sh\nexec chroot /newroot /sbin/modprobe "$@"\n' >/bin/modprobe-in-root
-chmod +x /bin/modprobe-in-root
-echo /bin/modprobe-in-root >/proc/sys/kernel/modprobe
 for d in proc sys dev; do mount --move /$d /newroot/$d; done
-chroot /newroot /bin/bash -c '
-	mount -t tmpfs tmpfs /run
-	# This kernel'"'"'s modules where modprobe looks for them (veth, vxlan,
-	# sch_ingress and the like load on demand).
-	mkdir -p /lib/modules/$(uname -r) && mount --bind /kernel-vm-modules /lib/modules/$(uname -r)
-	mount -t devpts devpts /dev/pts 2>/dev/null
-	mount -t bpf bpf /sys/fs/bpf
-	mount -t tmpfs cgroup /sys/fs/cgroup && mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
-	mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
-	ip link set lo up
-	echo "kernel-vm: $(uname -r), $(nproc) CPUs, running: $(tail -1 /kernel-vm/command.sh)"
-	bash /kernel-vm/command.sh
-	echo $? >/kernel-vm/status
-'
-sync
-poweroff -f
+# The command's root becomes the root of everything (switch_root, not
+# chroot): setns into a pod's mount namespace resets a process's root to
+# the namespace's, which under a chroot would be this initramfs; and the
+# kernel runs its module helper (modprobe) from init's root.
+exec switch_root /newroot /bin/bash /kernel-vm/stage2.sh
 INIT
+cat >"$work/out/stage2.sh" <<'STAGE2'
+mount -t tmpfs tmpfs /run
+# This kernel's modules where modprobe looks for them (veth, vxlan,
+# sch_ingress and the like load on demand).
+mkdir -p /lib/modules/$(uname -r) && mount --bind /kernel-vm-modules /lib/modules/$(uname -r)
+echo /sbin/modprobe >/proc/sys/kernel/modprobe
+mount -t devpts devpts /dev/pts 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf
+mount -t tmpfs cgroup /sys/fs/cgroup && mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+ip link set lo up
+echo "kernel-vm: $(uname -r), $(nproc) CPUs, running: $(tail -1 /kernel-vm/command.sh)"
+bash /kernel-vm/command.sh
+echo $? >/kernel-vm/status
+sync
+# Power off (this shell is init: its end would be a panic, which
+# panic=-1 and -no-reboot turn into qemu's exit too).
+echo o >/proc/sysrq-trigger
+sleep 10
+STAGE2
 chmod +x "$work/initrd/init"
 (cd "$work/initrd" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
 
