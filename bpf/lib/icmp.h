@@ -24,25 +24,16 @@ static __always_inline __u16 csum_fold(__u32 sum)
 	return (__u16)~sum;
 }
 
-/* icmp4_frag_needed turns the IPv4 packet of an Ethernet frame into ICMP
- * "fragmentation needed" (type 3, code 4, RFC 1191: next-hop MTU mtu) for
- * its sender, from the address from (network byte order): the frame's MACs
- * swapped, a new IPv4 header (DF, TTL 64, Linux's TOS for ICMP errors), the
- * ICMP header, then the quote: the packet's IPv4 header and the 8 bytes
- * after it, as the sender sent them: sent_daddr and sent_dport (network
- * byte order) give back the destination a translation here replaced (the
- * quoted header's checksum patched with it; equal to the packet's when
- * none did). Both checksums are computed; the packet is cut to the error's
- * length. Returns 0, or -1 when a helper failed (the packet may be cut
- * already: drop it). */
 /* quote_len gives ip_len (already checked: a header's 20 to
- * ICMP_QUOTE_IP_MAX bytes) to a helper as a size its verifier can prove in
- * range. Older verifiers (Linux 6.1's) keep no link between a register
- * and its copy spilled to the stack before a check: the copy reloaded for
- * the call has the bounds it had before the check, 0 among them, and the
- * program is refused ("invalid zero-sized read"). Checked again
- * here, after the compiler forgot what it knew of the value, so the check
- * cannot be left out. */
+ * ICMP_QUOTE_IP_MAX bytes) as the size of the helpers that read and write
+ * the quote, one its verifier can prove in range. Older verifiers (Linux
+ * 6.1's) keep no link between a register and its copy spilled to the stack
+ * before a check: the copy reloaded for a call has the bounds it had
+ * before the check, 0 among them, and the program is refused ("invalid
+ * zero-sized read"). Checked again here, after the compiler forgot what it
+ * knew of the value, so the check cannot be left out. Called at each of
+ * the three helpers, not once for all: a size clamped once and kept for
+ * them was refused by 6.1 the same way. */
 static __always_inline __u64 quote_len(__u32 ip_len)
 {
 	/* 64 bits: a 32-bit value is compared on a zero-extended copy of
@@ -57,6 +48,17 @@ static __always_inline __u64 quote_len(__u32 ip_len)
 	return len;
 }
 
+/* icmp4_frag_needed turns the IPv4 packet of an Ethernet frame into ICMP
+ * "fragmentation needed" (type 3, code 4, RFC 1191: next-hop MTU mtu) for
+ * its sender, from the address from (network byte order): the frame's MACs
+ * swapped, a new IPv4 header (DF, TTL 64, Linux's TOS for ICMP errors), the
+ * ICMP header, then the quote: the packet's IPv4 header and the 8 bytes
+ * after it, as the sender sent them: sent_daddr and sent_dport (network
+ * byte order) give back the destination a translation here replaced (the
+ * quoted header's checksum patched with it; equal to the packet's when
+ * none did). Both checksums are computed; the packet is cut to the error's
+ * length. Returns 0, or -1 when a helper failed (the packet may be cut
+ * already: drop it). */
 static __always_inline int icmp4_frag_needed(struct __sk_buff *skb, __u32 from, __u32 mtu, __u32 sent_daddr, __u16 sent_dport)
 {
 	struct ethhdr eth;

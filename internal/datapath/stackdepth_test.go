@@ -70,16 +70,16 @@ func stackFrames(insns asm.Instructions) (frames map[string]int, calls map[strin
 	frames, calls = map[string]int{}, map[string][]string{}
 	fn := ""
 	fromFP := map[asm.Register]bool{} // registers holding r10 plus nothing yet
+	deepen := func(off int) {
+		if off < 0 && -off > frames[fn] {
+			frames[fn] = -off
+		}
+	}
 	for _, ins := range insns {
 		if sym := ins.Symbol(); sym != "" {
 			fn = sym
 			frames[fn] = 0
 			clear(fromFP)
-		}
-		deepen := func(off int) {
-			if off < 0 && -off > frames[fn] {
-				frames[fn] = -off
-			}
 		}
 		op := ins.OpCode
 		switch {
