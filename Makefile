@@ -92,7 +92,7 @@ test: setup build check-generated kube image
 # Debian 12's Linux 6.1 (scripts/kernel-vm.sh boots it, emulated, with
 # this machine's files): every program of the objects loads on its verifier
 # with every part of the uplink program on, and a BPF_PROG_TEST_RUN test
-# runs there (~2 minutes). The 6.18 verifier took programs 6.1's refused
+# runs there (about a minute). The 6.18 verifier took programs 6.1's refused
 # (its stack counted in 16-byte frames, not 32; bounds of spilled copies
 # kept): TestStackFitsOlderVerifiers checks the first on this machine.
 test-kernel-6.1: setup
