@@ -91,7 +91,7 @@ static __always_inline bool accel_peer(struct bpf_sock_ops *ctx, struct bpf_sock
 	}
 	if (ctx->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
 		/* Consumed: the marker is only the connecting end's word. */
-		if (bpf_map_delete_elem(&shunt_accel_connecting, &a->peer) < 0)
+		if (map_delete(&shunt_accel_connecting, &a->peer) < 0)
 			return false;
 	} else if (!c->node_processes) {
 		/* Of the node's namespace only the node proxy: its upstream
@@ -160,10 +160,10 @@ static __always_inline void accelerate(struct bpf_sock_ops *ctx)
 	 * has). */
 	__u64 addr = (__u64)(unsigned long)sk;
 	if (!bpf_sk_storage_get(&shunt_accel_socks, sk, &a, BPF_SK_STORAGE_GET_F_CREATE) ||
-	    bpf_map_update_elem(&shunt_accel_sk_addrs, &key, &addr, BPF_ANY) < 0 ||
+	    map_update(&shunt_accel_sk_addrs, &key, &addr, BPF_ANY) < 0 ||
 	    bpf_sock_hash_update(ctx, &shunt_sockhash, &key, BPF_NOEXIST) < 0) {
 		bpf_sk_storage_delete(&shunt_accel_socks, sk);
-		bpf_map_delete_elem(&shunt_accel_sk_addrs, &key);
+		map_delete(&shunt_accel_sk_addrs, &key);
 		count(SHUNT_REASON_ACCEL_INSERT_FAILED, SHUNT_DIR_SOCKMSG, 0);
 		return;
 	}
@@ -193,7 +193,7 @@ static __always_inline void accel_closed(struct bpf_sock_ops *ctx)
 		.netns_cookie = bpf_get_netns_cookie(ctx), .local_ip = a->peer.remote_ip, .remote_ip = a->peer.local_ip,
 		.local_port = a->peer.remote_port, .remote_port = a->peer.local_port,
 	};
-	bpf_map_delete_elem(&shunt_accel_sk_addrs, &key);
+	map_delete(&shunt_accel_sk_addrs, &key);
 	count(SHUNT_REASON_ACCEL_ENDED, SHUNT_DIR_SOCKMSG, 0);
 	accel_event(ctx, a, SHUNT_REASON_ACCEL_ENDED, FLOW_EV_CONN_END);
 }

@@ -178,7 +178,7 @@ static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, boo
 	if (ct) {
 		if (ct_refresh(ct, f, src_is_a, now, closing))
 			return ct;
-		bpf_map_delete_elem(&shunt_ct, &k);
+		map_delete(&shunt_ct, &k);
 	}
 	ct = bpf_map_lookup_elem(&shunt_ct_new, &k);
 	if (!ct || !ct_refresh(ct, f, src_is_a, now, closing))
@@ -187,11 +187,11 @@ static __always_inline struct ct_value *ct_lookup(struct flow *f, __u64 now, boo
 		return ct;
 	struct ct_value assured = *ct;
 	/* Not lru_insert: the lookup below marks the entry used. */
-	if (bpf_map_update_elem(&shunt_ct, &k, &assured, BPF_ANY) < 0) {
+	if (map_update(&shunt_ct, &k, &assured, BPF_ANY) < 0) {
 		*failed = SHUNT_REASON_CT_PROMOTE_FAILED;
 		return ct;
 	}
-	bpf_map_delete_elem(&shunt_ct_new, &k);
+	map_delete(&shunt_ct_new, &k);
 	/* Another CPU may have moved and closed it meanwhile: the copy in
 	 * shunt_ct_new is gone, the packet was admitted all the same. */
 	ct = bpf_map_lookup_elem(&shunt_ct, &k);

@@ -23,10 +23,10 @@
 
 /* lru_insert writes key -> value into the LRU hash map (flags as
  * bpf_map_update_elem's) and marks the entry used. Returns 0, or the
- * update's error. */
-static __always_inline long lru_insert(void *map, const void *key, const void *value, __u64 flags)
+ * update's error (negative on every kernel: map_update, lib/common.h). */
+static __always_inline int lru_insert(void *map, const void *key, const void *value, __u64 flags)
 {
-	long err = bpf_map_update_elem(map, key, value, flags);
+	int err = map_update(map, key, value, flags);
 
 	if (err == 0)
 		bpf_map_lookup_elem(map, key);
@@ -37,7 +37,7 @@ static __always_inline long lru_insert(void *map, const void *key, const void *v
  * is still in map after the flow's other writes, and writes it again when
  * it is gone, counted as nat-entry-lost in direction dir (bytes: the
  * packet's length, or 0). Returns 0, or negative when that write failed. */
-static __always_inline long lru_restore(void *map, const void *key, const void *value, __u32 dir, __u32 bytes)
+static __always_inline int lru_restore(void *map, const void *key, const void *value, __u32 dir, __u32 bytes)
 {
 	if (bpf_map_lookup_elem(map, key))
 		return 0;

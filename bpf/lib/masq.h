@@ -155,7 +155,7 @@ static __always_inline void masq_forget(const struct masq_key *k, const struct m
 	masq_partner_value(k, &want);
 	struct masq_value *pv = bpf_map_lookup_elem(&shunt_masq_nat, &pk);
 	if (pv && pv->addr == want.addr && pv->port == want.port)
-		bpf_map_delete_elem(&shunt_masq_nat, &pk);
+		map_delete(&shunt_masq_nat, &pk);
 }
 
 /* masq_lookup finds the live entry of key k, NULL when there is none; an
@@ -167,7 +167,7 @@ static __always_inline struct masq_value *masq_lookup(const struct masq_key *k, 
 	if (!v || !masq_expired(v, k->proto, now))
 		return v;
 	masq_forget(k, v);
-	bpf_map_delete_elem(&shunt_masq_nat, k);
+	map_delete(&shunt_masq_nat, k);
 	return NULL;
 }
 
@@ -222,7 +222,7 @@ static __always_inline __u32 masq_new(const volatile struct masq_config *cfg, co
 		if (lru_insert(&shunt_masq_nat, out, &outv, BPF_ANY) < 0) {
 			/* Half a record would translate replies of a flow
 			 * whose packets go out untranslated. */
-			bpf_map_delete_elem(&shunt_masq_nat, &in);
+			map_delete(&shunt_masq_nat, &in);
 			return SHUNT_REASON_MASQ_INSERT_FAILED;
 		}
 		/* The reply entry, which that write may have evicted

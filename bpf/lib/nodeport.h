@@ -171,7 +171,7 @@ static __always_inline int nodeport_claim(const struct tc_nat_key *rk, const str
 	struct tc_nat_key pk = nodeport_partner(cur, rk->proto);
 	struct nodeport_nat_value *pv = bpf_map_lookup_elem(&shunt_nodeport_nat, &pk);
 	if (pv && pv->saddr == rk->daddr && pv->sport == rk->dport && pv->daddr == rk->saddr && pv->dport == rk->sport)
-		bpf_map_delete_elem(&shunt_nodeport_nat, &pk);
+		map_delete(&shunt_nodeport_nat, &pk);
 	return lru_insert(&shunt_nodeport_nat, rk, rev, BPF_ANY) == 0 ? 0 : -1;
 }
 
@@ -641,7 +641,7 @@ static __always_inline __u32 nodeport_snat(const volatile struct shunt_config *c
 			continue;
 		fwd->saddr = cfg->nodeport_snat_ip4, fwd->sport = rk.dport, fwd->daddr = be_ip, fwd->dport = be_port;
 		if (lru_insert(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
-			bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
+			map_delete(&shunt_nodeport_nat, &rk);
 			return SHUNT_REASON_NAT_INSERT_FAILED;
 		}
 		return nodeport_keep(&rk, &rev);
@@ -668,7 +668,7 @@ static __always_inline __u32 nodeport_direct(const struct tc_nat_key *ck, __u32 
 	if (lru_insert(&shunt_nodeport_nat, &rk, &rev, BPF_ANY) < 0)
 		return SHUNT_REASON_NAT_INSERT_FAILED;
 	if (lru_insert(&shunt_nodeport_nat, ck, fwd, BPF_ANY) < 0) {
-		bpf_map_delete_elem(&shunt_nodeport_nat, &rk);
+		map_delete(&shunt_nodeport_nat, &rk);
 		return SHUNT_REASON_NAT_INSERT_FAILED;
 	}
 	return nodeport_keep(&rk, &rev);

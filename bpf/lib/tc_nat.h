@@ -121,7 +121,7 @@ static __always_inline int tc_service_nat_said(struct __sk_buff *skb, struct iph
 		return TC_ACT_SHOT;
 	}
 	if (lru_insert(&shunt_tc_nat, &rkey, &rev, BPF_ANY) < 0) {
-		bpf_map_delete_elem(&shunt_tc_nat, &key);
+		map_delete(&shunt_tc_nat, &key);
 		*reason = SHUNT_REASON_NAT_INSERT_FAILED;
 		return TC_ACT_SHOT;
 	}
