@@ -456,7 +456,7 @@ func testOpenReplacesOldCounters(t *testing.T, oldEntries uint32) {
 	if err := old.Pin(filepath.Join(pinDir, "shunt_metrics")); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer})
+	d, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer}))
 	if err != nil {
 		t.Fatalf("opening over an old counters map: %v", err)
 	}
@@ -467,7 +467,7 @@ func testOpenReplacesOldCounters(t *testing.T, oldEntries uint32) {
 		t.Fatal(err)
 	}
 	d.Close()
-	d, err = Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer})
+	d, err = Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // packet.
 func TestFlowEvents(t *testing.T) {
 	requireBPF(t)
-	d, err := Open(Config{PinDir: testPinDir(t), Mode: ModeRedirectPeer, FlowBufferBytes: 4096})
+	d, err := Open(thisKernel(t, Config{PinDir: testPinDir(t), Mode: ModeRedirectPeer, FlowBufferBytes: 4096}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func (s pinnedState) equal(o pinnedState) bool {
 // closes it (the pins stay, as when an agent stops) and returns its notes.
 func openAndClose(t *testing.T, pinDir, layoutFile string) (notes, warnings []string) {
 	t.Helper()
-	d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, LayoutFile: layoutFile})
+	d, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, LayoutFile: layoutFile}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestOpenRefusesIncompatibleLayout(t *testing.T) {
 	}
 	before := readPinnedState(t, pinDir, layoutFile)
 
-	_, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, LayoutFile: layoutFile})
+	_, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, LayoutFile: layoutFile}))
 	if err == nil {
 		t.Fatal("opened pins of an incompatible layout")
 	}
@@ -363,7 +363,7 @@ func TestOpenWithoutLayoutFile(t *testing.T) {
 	swapped.Value = &btf.Struct{Name: "backend_value", Size: 8, Members: []btf.Member{
 		{Name: "ip", Type: u32}, {Name: "proto", Type: u8, Offset: 32}, {Name: "pad", Type: u8, Offset: 40}, {Name: "port", Type: u16, Offset: 48}}}
 	repin(swapped)
-	_, err = Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, LayoutFile: layoutFile})
+	_, err = Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, LayoutFile: layoutFile}))
 	if err == nil || !strings.Contains(err.Error(), "shunt_backends value field port: pinned at offset 6 size 2, this build has it at offset 4 size 2") {
 		t.Fatalf("pins whose BTF differs: %v, want a refusal naming shunt_backends' port", err)
 	}

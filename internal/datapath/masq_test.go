@@ -85,8 +85,8 @@ func testMasqueradeNamespaces(t *testing.T, mode Mode, fallbacks dpinfo.Fallback
 			return err
 		}
 		ep = Endpoint{IP: mxPodIP, Ifindex: links.HostIfindex, PodMAC: links.PodMAC, NodeMAC: links.HostMAC, Identity: 300}
-		if d, err = Open(Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: dpinfo.DefaultMasqPorts},
-			Fallbacks: fallbacks}); err != nil {
+		if d, err = Open(thisKernel(t, Config{PinDir: pinDir, Mode: mode, Masquerade: &Masquerade{Addr: mxNodeAddr, Ports: dpinfo.DefaultMasqPorts},
+			Fallbacks: fallbacks})); err != nil {
 			return err
 		}
 		if err := d.AttachPod(pod.HostIf, links.HostIfindex); err != nil {

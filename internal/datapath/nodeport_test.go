@@ -101,6 +101,7 @@ func nodePortTestNodeRouted(t testing.TB, maglevSize int, mode dpinfo.NodePortMo
 	cfg := Config{Mode: ModeRedirectPeer, NativeIfindex: uplink, MaglevSize: maglevSize,
 		NodePort:  &NodePort{UplinkIfindex: uplink, SNATAddr: npSNAT, Ports: npPorts, Mode: mode, DSRAddr: npNode},
 		Fallbacks: fallbacks}
+	cfg = thisKernel(t, cfg)
 	if tunnel {
 		cfg.NativeIfindex, cfg.TunnelIfindex, cfg.NodeIP = 0, vx, npSNAT
 		cfg.TunnelEndpoint = netip.AddrPortFrom(npNode, ovPort) // as the agent gives it

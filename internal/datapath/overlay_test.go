@@ -376,7 +376,7 @@ func newOvNode(t *testing.T, name, nodeNetns string, mode Mode, native, wire boo
 			}
 		}
 		var err error
-		if n.d, err = Open(cfg); err != nil {
+		if n.d, err = Open(thisKernel(t, cfg)); err != nil {
 			return err
 		}
 		if native {
@@ -774,9 +774,10 @@ func TestEnsureVXLANRefuses(t *testing.T) {
 
 // TestAttachOverlayAdopts: a restarted agent (a second Open on the same
 // pins) adopts the pinned overlay link and switches it to its program,
-// leaving one attachment; DetachOverlay removes it.
+// leaving one attachment; DetachOverlay removes it. The tc fallback's
+// restart (a filter replaced in place) is TestClsBPFFallback's.
 func TestAttachOverlayAdopts(t *testing.T) {
-	requireBPF(t)
+	requireKernelFeature(t, dpinfo.FallbackTC)
 	ns := testNetns(t)
 	pinDir := overlayPins(t, "adopt")
 	ul := netip.MustParseAddr("10.77.0.1")
@@ -790,7 +791,7 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		}
 		var progIDs []ebpf.ProgramID
 		for range 2 {
-			d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
+			d, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP}))
 			if err != nil {
 				return err
 			}
@@ -824,7 +825,7 @@ func TestAttachOverlayAdopts(t *testing.T) {
 		if len(tcx.Programs) != 1 {
 			t.Errorf("%d programs at tcx ingress of %s, want 1", len(tcx.Programs), ovVXLAN)
 		}
-		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
+		d, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP}))
 		if err != nil {
 			return err
 		}
@@ -859,7 +860,7 @@ func TestSyncTunnelRoutes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP})
+		d, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, TunnelIfindex: vx, NodeIP: testNodeIP}))
 		if err != nil {
 			return err
 		}

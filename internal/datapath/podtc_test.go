@@ -41,6 +41,7 @@ func openChangedDatapath(t *testing.T, mode Mode, change func(*ebpf.CollectionSp
 func openConfiguredDatapath(t testing.TB, cfg Config, change func(*ebpf.CollectionSpec)) *Datapath {
 	t.Helper()
 	requireBPF(t)
+	cfg = thisKernel(t, cfg)
 	cfg.PinDir = testPinDir(t)
 	d, err := open(cfg, change)
 	if err != nil {

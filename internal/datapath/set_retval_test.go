@@ -39,7 +39,7 @@ func TestNoSetRetvalOnKernelsWithoutIt(t *testing.T) {
 	t.Logf("%d calls of bpf_set_retval, none walked by the verifier with the fallback", calls)
 
 	cfg.Fallbacks, cfg.PinDir = nil, testPinDir(t)
-	d, err := open(cfg, unknownSetRetval)
+	d, err := open(thisKernel(t, cfg), unknownSetRetval)
 	if err == nil {
 		d.Close()
 		t.Fatal("without the fallback, objects calling an unknown helper were loaded: the guard checks nothing")

@@ -149,7 +149,12 @@ func forEachSockDestroyMode(t *testing.T, test func(*testing.T, dpinfo.Fallbacks
 		{"bpf_sock_destroy", nil},
 		{"sock-diag", dpinfo.Fallbacks{dpinfo.FallbackSockDiag: true}},
 	} {
-		t.Run(m.name, func(t *testing.T) { test(t, m.fallbacks) })
+		t.Run(m.name, func(t *testing.T) {
+			if m.fallbacks == nil {
+				requireKernelFeature(t, dpinfo.FallbackSockDiag)
+			}
+			test(t, m.fallbacks)
+		})
 	}
 }
 

@@ -22,7 +22,7 @@ func TestConntrackMaxResizesPinnedTables(t *testing.T) {
 	pinDir := testPinDir(t)
 	open := func(max int) *Datapath {
 		t.Helper()
-		d, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, ConntrackMax: max})
+		d, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, ConntrackMax: max}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestConntrackMaxRefusesOutOfBounds(t *testing.T) {
 	requireBPF(t)
 	pinDir := testPinDir(t)
 	for _, n := range []int{100, -1, MaxConntrackMax + 1} {
-		_, err := Open(Config{PinDir: pinDir, Mode: ModeRedirectPeer, ConntrackMax: n})
+		_, err := Open(thisKernel(t, Config{PinDir: pinDir, Mode: ModeRedirectPeer, ConntrackMax: n}))
 		if err == nil || !strings.Contains(err.Error(), "--conntrack-max") || !strings.Contains(err.Error(), "4096") {
 			t.Errorf("ConntrackMax %d: %v; want a refusal naming --conntrack-max and its bounds", n, err)
 		}

@@ -74,7 +74,7 @@ func (n *tcNode) do(f func() error) {
 // without the tc fallback, and attaches the pod's programs.
 func (n *tcNode) open(fallbacks dpinfo.Fallbacks) *Datapath {
 	n.t.Helper()
-	d, err := Open(Config{PinDir: n.pinDir, Mode: ModeRedirectPeer, Fallbacks: fallbacks})
+	d, err := Open(thisKernel(n.t, Config{PinDir: n.pinDir, Mode: ModeRedirectPeer, Fallbacks: fallbacks}))
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -303,6 +303,7 @@ func TestClsBPFFallback(t *testing.T) {
 // back across restarts has one attachment per hook at each step, and the
 // clsact qdisc shunt added goes with its last filter.
 func TestTCXAndClsBPFSwitch(t *testing.T) {
+	requireKernelFeature(t, dpinfo.FallbackTC)
 	n := newTCNode(t)
 	check := func(when string, tcx, filters int, pinWant string) {
 		t.Helper()
