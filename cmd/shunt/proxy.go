@@ -110,5 +110,9 @@ func accelLine(a api.AccelStatus) string {
 	if a.NodeProcesses {
 		who = "pods, the node proxy and node processes"
 	}
-	return fmt.Sprintf("on for %s, %d sockets accelerated", who, a.Sockets)
+	line := fmt.Sprintf("on for %s, %d sockets accelerated", who, a.Sockets)
+	if a.Caveat != "" {
+		line += "; " + a.Caveat
+	}
+	return line
 }

@@ -222,6 +222,7 @@ type Agent struct {
 	metricsAddr atomic.Value
 	started     time.Time
 	kernel      dpinfo.KernelReport // the kernel's features and the fallbacks taken
+	accelCaveat string              // what acceleration does differently on this kernel ("": nothing)
 
 	podMTU       int                    // pod interfaces' MTU (0: the default, 1500)
 	uplink       string                 // the interface the uplink programs are on ("": none)

@@ -109,6 +109,14 @@ func (a *Agent) programNode(s *startup) error {
 	if err := a.dp.AttachSocketAccel(); err != nil {
 		return err
 	}
+	if counts, err := datapath.AccelFIONREADCounts(); err != nil {
+		a.log.Warn("socket acceleration", "fionread", err)
+	} else if !counts {
+		a.accelCaveat = "on this kernel FIONREAD reads 0 for data redirected to an accelerated socket (no tcp_bpf_ioctl: Linux 6.1 lacks it, 6.18 has it); reads return every byte"
+	}
+	if cfg.SocketAccel && a.accelCaveat != "" {
+		a.log.Warn("socket acceleration", "caveat", a.accelCaveat)
+	}
 	if err := a.dp.SetAccel(datapath.AccelConfig{On: cfg.SocketAccel, NodeProcesses: cfg.AccelNode}); err != nil {
 		return err
 	}

@@ -482,12 +482,15 @@ func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.log.Info("socket acceleration", "enabled", c.On, "nodeProcesses", c.NodeProcesses)
+	if c.On && a.accelCaveat != "" {
+		a.log.Warn("socket acceleration", "caveat", a.accelCaveat)
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 
 func (a *Agent) accelStatus() (api.AccelStatus, error) {
 	c, n, err := a.dp.AccelStatus()
-	return api.AccelStatus{Enabled: c.On, NodeProcesses: c.NodeProcesses, Sockets: n}, err
+	return api.AccelStatus{Enabled: c.On, NodeProcesses: c.NodeProcesses, Sockets: n, Caveat: a.accelCaveat}, err
 }
 
 // handleWait answers once this node's datapath reflects the objects given

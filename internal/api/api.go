@@ -214,6 +214,9 @@ type AccelStatus struct {
 	// and the node proxy.
 	NodeProcesses bool `json:"nodeProcesses"`
 	Sockets       int  `json:"sockets"`
+	// Caveat is what acceleration does differently on this node's kernel
+	// (FIONREAD before tcp_bpf_ioctl), "" when nothing.
+	Caveat string `json:"caveat,omitempty"`
 }
 
 // ProxyStatus is the node L7 proxy as the agent sees it.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 
@@ -27,6 +28,25 @@ func probeAccel() error {
 		return fmt.Errorf("socket acceleration needs sk_msg programs (Linux 4.17+): %w", err)
 	}
 	return nil
+}
+
+// AccelFIONREADCounts says whether this kernel's FIONREAD (SIOCINQ) counts
+// the bytes sk_msg redirected to an accelerated socket: the kernel counts
+// them in tcp_bpf_ioctl, which its BTF lists where it exists (6.18 has it;
+// Debian 12's 6.1 has not, and there FIONREAD reads 0 while redirected
+// data waits, though reads return it: TestAccelRemovedMidStream on 6.1
+// in scripts/kernel-vm.sh).
+func AccelFIONREADCounts() (bool, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false, fmt.Errorf("reading the kernel's BTF for tcp_bpf_ioctl: %w", err)
+	}
+	var fn *btf.Func
+	err = spec.TypeByName("tcp_bpf_ioctl", &fn)
+	if errors.Is(err, btf.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // AttachSocketAccel attaches the sk_msg program to the sockhash (a
