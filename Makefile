@@ -6,7 +6,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-unit fuzz bench clean conformance
+.PHONY: all setup build generate check-generated kube image chart test-tools demo demo-down test test-kernel-6.1 test-kernel-6.1-all test-unit fuzz bench clean conformance
 
 all: build
 
@@ -91,13 +91,24 @@ test: setup build check-generated kube image
 
 # Debian 12's Linux 6.1 (scripts/kernel-vm.sh boots it, emulated, with
 # this machine's files): every program of the objects loads on its verifier
-# with every part of the uplink program on, and a BPF_PROG_TEST_RUN test
-# runs there (about a minute). The 6.18 verifier took programs 6.1's refused
-# (its stack counted in 16-byte frames, not 32; bounds of spilled copies
-# kept): TestStackFitsOlderVerifiers checks the first on this machine.
+# with every part of the uplink program on, and BPF_PROG_TEST_RUN and
+# socket tests run there (about two minutes): the ones that found what
+# 6.18 hides (docs/kernels.md). The 6.18 verifier took programs 6.1's
+# refused (its stack counted in 16-byte frames, not 32; bounds of spilled
+# copies kept): TestStackFitsOlderVerifiers checks the first on this
+# machine. A map update's error reached 6.1's programs as a positive
+# number (TestTCInsertFailures, TestSocketHookInsertFailures); FIONREAD
+# does not count redirected bytes there (TestAccelFIONREADProbe).
+# test-kernel-6.1-all runs the whole datapath package there (about 30
+# minutes; not part of make test).
+KERNEL_61_TESTS := ^(TestCarriedIdentity|TestTCInsertFailures|TestSocketHookInsertFailures|TestAccelFIONREADProbe)$$
 test-kernel-6.1: setup
 	$(GO) test -c -o $(BIN)/datapath.test ./internal/datapath/
-	scripts/kernel-vm.sh --timeout 900 -- sh -c "$(BIN)/datapath.test -test.v -test.run '^TestUplinkLoadsWithEveryPartOn$$/^(snat|hybrid)$$/dsr-no-gso-decap/decap-in-device=false' && $(BIN)/datapath.test -test.v -test.run '^TestCarriedIdentity$$'"
+	cd internal/datapath && ../../scripts/kernel-vm.sh --timeout 900 -- sh -c "$(abspath $(BIN))/datapath.test -test.v -test.run '^TestUplinkLoadsWithEveryPartOn$$/^(snat|hybrid)$$/dsr-no-gso-decap/decap-in-device=false' && $(abspath $(BIN))/datapath.test -test.v -test.run '$(KERNEL_61_TESTS)'"
+
+test-kernel-6.1-all: setup
+	$(GO) test -c -o $(BIN)/datapath.test ./internal/datapath/
+	cd internal/datapath && ../../scripts/kernel-vm.sh --timeout 3600 -- $(abspath $(BIN))/datapath.test -test.v -test.timeout 3500s
 
 # The Kubernetes e2e suite against a shunt cluster with no kube-proxy
 # (scripts/conformance.sh): FOCUS (default: sig-network conformance; netpol:
