@@ -346,18 +346,37 @@ func ensureAgentIn(netnsPath string, c *api.Client, inst instance.Instance, mode
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- agentCmd.Wait() }()
-	deadline := time.After(20 * time.Second)
+	wait, err := agentStartTimeout()
+	if err != nil {
+		return err
+	}
+	deadline := time.After(wait)
 	for !c.Alive() {
 		select {
 		case err := <-exited:
 			return fmt.Errorf("shuntd exited (%v):\n%s", err, tail(logPath, 15))
 		case <-deadline:
-			return fmt.Errorf("shuntd did not answer within 20s; its log %s ends with:\n%s", logPath, tail(logPath, 15))
+			return fmt.Errorf("shuntd did not answer within %v (SHUNT_AGENT_START_TIMEOUT sets the limit); its log %s ends with:\n%s", wait, logPath, tail(logPath, 15))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	fmt.Fprintf(os.Stderr, "shuntd started for lab %q (pid %d, log %s)\n", inst.Name, agentCmd.Process.Pid, logPath)
 	return nil
+}
+
+// agentStartTimeout is how long a lab waits for its agent's first answer:
+// 20 s, or SHUNT_AGENT_START_TIMEOUT (a Go duration) where loading the
+// programs takes longer, as in an emulated VM (scripts/kernel-vm.sh).
+func agentStartTimeout() (time.Duration, error) {
+	v := os.Getenv("SHUNT_AGENT_START_TIMEOUT")
+	if v == "" {
+		return 20 * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("SHUNT_AGENT_START_TIMEOUT=%q: want a positive duration such as 2m", v)
+	}
+	return d, nil
 }
 
 // siblingExecutable finds another shunt binary next to this one, else on PATH.
