@@ -2,15 +2,16 @@ package agent
 
 import (
 	"fmt"
-	"github.com/shuntnet/shunt/internal/maglev"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/shuntnet/shunt/internal/cgroup"
 	"github.com/shuntnet/shunt/internal/datapath"
 	"github.com/shuntnet/shunt/internal/dpinfo"
 	"github.com/shuntnet/shunt/internal/flows"
+	"github.com/shuntnet/shunt/internal/maglev"
 	"github.com/shuntnet/shunt/internal/podnet"
 )
 
@@ -109,10 +110,10 @@ func (a *Agent) programNode(s *startup) error {
 	if err := a.dp.AttachSocketAccel(); err != nil {
 		return err
 	}
-	if counts, err := datapath.AccelFIONREADCounts(); err != nil {
-		a.log.Warn("socket acceleration", "fionread", err)
-	} else if !counts {
-		a.accelCaveat = "on this kernel FIONREAD reads 0 for data redirected to an accelerated socket (no tcp_bpf_ioctl: Linux 6.1 lacks it, 6.18 has it); reads return every byte"
+	if caveats, err := datapath.AccelCaveats(); err != nil {
+		a.log.Warn("socket acceleration", "caveats", err)
+	} else if len(caveats) > 0 {
+		a.accelCaveat = "on this kernel " + strings.Join(caveats, "; ")
 	}
 	if cfg.SocketAccel && a.accelCaveat != "" {
 		a.log.Warn("socket acceleration", "caveat", a.accelCaveat)

@@ -49,6 +49,46 @@ func AccelFIONREADCounts() (bool, error) {
 	return err == nil, err
 }
 
+// AccelBackpressure says whether the sk_msg program can hold a fast writer
+// back on this kernel: it reads how much the peer has not read from the
+// psock's msg_tot_len (bpf/lib/accel_peer.h), and a kernel whose struct
+// sk_psock has no such field loads the program with the check off, so a
+// writer faster than its reader can get ENOMEM there (issue 31).
+func AccelBackpressure() (bool, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false, fmt.Errorf("reading the kernel's BTF for struct sk_psock: %w", err)
+	}
+	var psock *btf.Struct
+	if err := spec.TypeByName("sk_psock", &psock); err != nil {
+		return false, fmt.Errorf("finding struct sk_psock in the kernel's BTF: %w", err)
+	}
+	for _, m := range psock.Members {
+		if m.Name == "msg_tot_len" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// AccelCaveats says what socket acceleration does differently on this
+// kernel than on 6.18, one sentence each; none where it does nothing
+// differently.
+func AccelCaveats() ([]string, error) {
+	var caveats []string
+	if counts, err := AccelFIONREADCounts(); err != nil {
+		return nil, err
+	} else if !counts {
+		caveats = append(caveats, "FIONREAD reads 0 for data redirected to an accelerated socket (no tcp_bpf_ioctl: Linux 6.1 lacks it, 6.18 has it); reads return every byte")
+	}
+	if held, err := AccelBackpressure(); err != nil {
+		return nil, err
+	} else if !held {
+		caveats = append(caveats, "no backpressure (struct sk_psock has no msg_tot_len): a writer faster than its reader can get ENOMEM; do not accelerate bulk transfers here (docs/kernels.md)")
+	}
+	return caveats, nil
+}
+
 // AttachSocketAccel attaches the sk_msg program to the sockhash (a
 // sockmap link, Linux 6.10+), adopting the link an earlier agent pinned;
 // with the skmsg-attach fallback, with BPF_PROG_ATTACH (skmsg_attach.go).
