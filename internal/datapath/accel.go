@@ -41,12 +41,13 @@ func AccelFIONREADCounts() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading the kernel's BTF for tcp_bpf_ioctl: %w", err)
 	}
-	var fn *btf.Func
-	err = spec.TypeByName("tcp_bpf_ioctl", &fn)
-	if errors.Is(err, btf.ErrNotFound) {
-		return false, nil
-	}
-	return err == nil, err
+	return fionreadCountsRedirected(spec)
+}
+
+// fionreadCountsRedirected says whether the kernel (its BTF, spec) has
+// tcp_bpf_ioctl.
+func fionreadCountsRedirected(spec *btf.Spec) (bool, error) {
+	return kernelHasFunc(spec, "tcp_bpf_ioctl")
 }
 
 // AccelBackpressure says whether the sk_msg program can hold a fast writer
@@ -59,6 +60,12 @@ func AccelBackpressure() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading the kernel's BTF for struct sk_psock: %w", err)
 	}
+	return psockHasQueueLength(spec)
+}
+
+// psockHasQueueLength says whether the kernel's struct sk_psock (in spec)
+// has msg_tot_len.
+func psockHasQueueLength(spec *btf.Spec) (bool, error) {
 	var psock *btf.Struct
 	if err := spec.TypeByName("sk_psock", &psock); err != nil {
 		return false, fmt.Errorf("finding struct sk_psock in the kernel's BTF: %w", err)
@@ -73,15 +80,19 @@ func AccelBackpressure() (bool, error) {
 
 // AccelCaveats says what socket acceleration does differently on this
 // kernel than on 6.18, one sentence each; none where it does nothing
-// differently.
+// differently. The kernel's BTF is read once for both.
 func AccelCaveats() ([]string, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kernel's BTF for what socket acceleration can do: %w", err)
+	}
 	var caveats []string
-	if counts, err := AccelFIONREADCounts(); err != nil {
+	if counts, err := fionreadCountsRedirected(spec); err != nil {
 		return nil, err
 	} else if !counts {
 		caveats = append(caveats, "FIONREAD reads 0 for data redirected to an accelerated socket (no tcp_bpf_ioctl: Linux 6.1 lacks it, 6.18 has it); reads return every byte")
 	}
-	if held, err := AccelBackpressure(); err != nil {
+	if held, err := psockHasQueueLength(spec); err != nil {
 		return nil, err
 	} else if !held {
 		caveats = append(caveats, "no backpressure (struct sk_psock has no msg_tot_len): a writer faster than its reader can get ENOMEM; do not accelerate bulk transfers here (docs/kernels.md)")

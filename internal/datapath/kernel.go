@@ -132,14 +132,25 @@ func probeSockDestroy() error {
 	if err != nil {
 		return fmt.Errorf("reading the kernel's BTF: %w", err)
 	}
-	var fn *btf.Func
-	if err := spec.TypeByName("bpf_sock_destroy", &fn); err != nil {
-		if errors.Is(err, btf.ErrNotFound) {
-			return ebpf.ErrNotSupported
-		}
+	has, err := kernelHasFunc(spec, "bpf_sock_destroy")
+	if err != nil {
 		return err
 	}
+	if !has {
+		return ebpf.ErrNotSupported
+	}
 	return nil
+}
+
+// kernelHasFunc says whether the kernel's BTF (spec) lists the function
+// name: a kfunc, or a kernel function a feature comes with.
+func kernelHasFunc(spec *btf.Spec, name string) (bool, error) {
+	var fn *btf.Func
+	err := spec.TypeByName(name, &fn)
+	if errors.Is(err, btf.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // adjRoomDecapL3IPv4 is bpf_skb_adjust_room's BPF_F_ADJ_ROOM_DECAP_L3_IPV4
