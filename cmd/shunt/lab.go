@@ -125,6 +125,7 @@ func newLabUpCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&agentFlags.overlayEncapInDevice, "overlay-encap-in-device", false, "packets for other nodes' pods are encapsulated by the node's VXLAN device only, not in BPF and sent out of the underlay interface (the benchmarks' baseline for that path)")
 	cmd.Flags().BoolVar(&agentFlags.ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().BoolVar(&agentFlags.accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
+	cmd.Flags().BoolVar(&agentFlags.accelUnsafe, "accelerate-without-backpressure", false, "with --socket-acceleration: on a kernel without backpressure for accelerated sockets too (shuntd --accelerate-without-backpressure; a fast writer can get ENOMEM there)")
 	cmd.Flags().StringVar(&agentFlags.kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server instead of the lab's (the node is --node-name's Node; pods are plumbed through shunt-cni)")
 	cmd.Flags().StringVar(&agentFlags.nodeName, "node-name", "", "with --kubeconfig: this node's Node object (default: the instance name)")
 	cmd.Flags().StringVar(&agentFlags.clusterCIDR, "cluster-cidr", "", "IPv4 range of every node's pod CIDR: pods route it through their node (pods of other nodes)")
@@ -177,6 +178,7 @@ type runFlags struct {
 	flowHistory, flowBuffer   int
 	socketAccel               bool
 	accelNode                 bool
+	accelUnsafe               bool
 	ctSingleTable             bool
 	overlayDecapInDevice      bool
 	overlayEncapInDevice      bool
@@ -218,6 +220,9 @@ func (f runFlags) args() []string {
 	}
 	if f.accelNode {
 		args = append(args, "--accelerate-node-processes")
+	}
+	if f.accelUnsafe {
+		args = append(args, "--accelerate-without-backpressure")
 	}
 	if f.conntrackMax != 0 {
 		args = append(args, "--conntrack-max", fmt.Sprint(f.conntrackMax))

@@ -68,7 +68,7 @@ func runningFlags(inst instance.Instance) (map[string]string, error) {
 
 // liveSettings can be changed while the agent runs: `lab up` changes them
 // through the agent's API, as the commands named do.
-var liveSettings = []string{"flow-sampling", "socket-acceleration", "accelerate-node-processes"}
+var liveSettings = []string{"flow-sampling", "socket-acceleration", "accelerate-node-processes", "accelerate-without-backpressure"}
 
 // startSettingConflicts lists the settings asked that differ from the
 // running agent's flags and take effect only when the agent starts, as
@@ -164,7 +164,9 @@ func reconcileRunningAgent(c *api.Client, inst instance.Instance, st api.Status,
 	// Node processes take part only with acceleration on (shuntd's flag).
 	if on != st.Accel.Enabled || on && nodeProcs != st.Accel.NodeProcesses {
 		var now api.AccelStatus
-		if err := c.Do("POST", fmt.Sprintf("/v1/accel?on=%t&nodeProcesses=%t", on, on && nodeProcs), nil, &now); err != nil {
+		unsafe, _ := strconv.ParseBool(asked["accelerate-without-backpressure"])
+		q := fmt.Sprintf("/v1/accel?on=%t&nodeProcesses=%t&withoutBackpressure=%t", on, on && nodeProcs, unsafe)
+		if err := c.Do("POST", q, nil, &now); err != nil {
 			return fmt.Errorf("switching socket acceleration: %w", err)
 		}
 		cmd := map[bool]string{true: "on", false: "off"}[on]

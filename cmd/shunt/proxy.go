@@ -67,7 +67,7 @@ func proxyLine(p *api.ProxyStatus) string {
 
 // newAccelCmd shows or switches socket acceleration.
 func newAccelCmd(g *globals) *cobra.Command {
-	var nodeProcesses bool
+	var nodeProcesses, withoutBackpressure bool
 	cmd := &cobra.Command{
 		Use:   "accel [on|off]",
 		Short: "show or switch socket acceleration (sockops + sk_msg) for new local TCP connections",
@@ -89,7 +89,7 @@ func newAccelCmd(g *globals) *cobra.Command {
 				if on == "" {
 					return usageError{fmt.Errorf("accel %q: want on or off", args[0])}
 				}
-				q := fmt.Sprintf("/v1/accel?on=%s&nodeProcesses=%t", on, nodeProcesses)
+				q := fmt.Sprintf("/v1/accel?on=%s&nodeProcesses=%t&withoutBackpressure=%t", on, nodeProcesses, withoutBackpressure)
 				if err := c.Do("POST", q, nil, &st); err != nil {
 					return err
 				}
@@ -99,12 +99,17 @@ func newAccelCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&nodeProcesses, "node-processes", false, "with on: also the node's own processes (host network namespace), not only pods and the node proxy")
+	cmd.Flags().BoolVar(&withoutBackpressure, "without-backpressure", false, "with on: also on a kernel that cannot hold a fast writer back (no msg_tot_len in struct sk_psock, e.g. Linux 6.1), where a writer faster than its reader gets ENOMEM; refused there without it")
 	return cmd
 }
 
 func accelLine(a api.AccelStatus) string {
 	if !a.Enabled {
-		return fmt.Sprintf("off (%d sockets still accelerated)", a.Sockets)
+		line := fmt.Sprintf("off (%d sockets still accelerated)", a.Sockets)
+		if a.Refused != "" {
+			line += "; asked for at start but refused: " + a.Refused
+		}
+		return line
 	}
 	who := "pods and the node proxy"
 	if a.NodeProcesses {

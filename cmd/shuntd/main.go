@@ -42,35 +42,35 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	var (
-		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost                               string
-		clusterDomain                                                                     string
-		clusterDNS                                                                        []string
-		flowSampling, metricsAddr, flowsAddr, flowsTLSDir                                 string
-		flowHistory, flowBuffer                                                           int
-		socketAccel, accelNode, inCluster, runPods, removeKubeProxy, kubeProxyReplacement bool
-		noSched                                                                           bool
-		ctSingleTable                                                                     bool
-		overlayDecapInDevice, overlayEncapInDevice                                        bool
-		bpfStats                                                                          bool
-		conntrackMax                                                                      int
-		kubeconfig, nodeName                                                              string
-		nodeLeaseSeconds                                                                  int
-		crashLoopBackOff                                                                  time.Duration
-		routing, tunnel, underlay, clusterCIDR                                            string
-		masquerade                                                                        bool
-		masqExclude                                                                       []string
-		masqPorts                                                                         string
-		nodePortMode                                                                      string
-		labControlPlane                                                                   bool
-		labJoin                                                                           string
-		nodeGrace                                                                         time.Duration
-		driftPeriod                                                                       time.Duration
-		kernelFallbacks                                                                   string
-		lbPool                                                                            string
-		maglevSize                                                                        int
-		nodePortAddrs                                                                     []string
-		uninstallWhenRemoved                                                              bool
-		cniFiles                                                                          []string
+		inst, mode, podCIDR, serviceCIDR, logLevel, agnhost                                            string
+		clusterDomain                                                                                  string
+		clusterDNS                                                                                     []string
+		flowSampling, metricsAddr, flowsAddr, flowsTLSDir                                              string
+		flowHistory, flowBuffer                                                                        int
+		socketAccel, accelNode, accelUnsafe, inCluster, runPods, removeKubeProxy, kubeProxyReplacement bool
+		noSched                                                                                        bool
+		ctSingleTable                                                                                  bool
+		overlayDecapInDevice, overlayEncapInDevice                                                     bool
+		bpfStats                                                                                       bool
+		conntrackMax                                                                                   int
+		kubeconfig, nodeName                                                                           string
+		nodeLeaseSeconds                                                                               int
+		crashLoopBackOff                                                                               time.Duration
+		routing, tunnel, underlay, clusterCIDR                                                         string
+		masquerade                                                                                     bool
+		masqExclude                                                                                    []string
+		masqPorts                                                                                      string
+		nodePortMode                                                                                   string
+		labControlPlane                                                                                bool
+		labJoin                                                                                        string
+		nodeGrace                                                                                      time.Duration
+		driftPeriod                                                                                    time.Duration
+		kernelFallbacks                                                                                string
+		lbPool                                                                                         string
+		maglevSize                                                                                     int
+		nodePortAddrs                                                                                  []string
+		uninstallWhenRemoved                                                                           bool
+		cniFiles                                                                                       []string
 	)
 	cmd := &cobra.Command{
 		Use:           "shuntd",
@@ -96,7 +96,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			cfg := agent.Config{Instance: i, PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
-				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, FlowsAddr: flowsAddr, FlowsTLSDir: flowsTLSDir, SocketAccel: socketAccel, AccelNode: accelNode,
+				FlowHistory: flowHistory, FlowBufferBytes: flowBuffer, MetricsAddr: metricsAddr, FlowsAddr: flowsAddr, FlowsTLSDir: flowsTLSDir, SocketAccel: socketAccel, AccelNode: accelNode, AccelWithoutBackpressure: accelUnsafe,
 				Kubernetes: kubeconfig != "" || inCluster, Kubeconfig: kubeconfig, NodeName: nodeName, RunPods: runPods, NoSchedule: noSched,
 				ConntrackSingleTable: ctSingleTable, OverlayDecapInDevice: overlayDecapInDevice, OverlayEncapInDevice: overlayEncapInDevice, BPFStats: bpfStats, ConntrackMax: conntrackMax, LabControlPlane: labControlPlane, LabJoin: labJoin, NodeGrace: nodeGrace,
 				DriftCheckPeriod: driftPeriod, RemoveKubeProxyRules: removeKubeProxy, LeaveExternalToKubeProxy: !kubeProxyReplacement}
@@ -263,6 +263,7 @@ func newRootCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&ctSingleTable, "conntrack-single-table", false, "baseline for benchmarks: new connections enter the established conntrack table at once, so a SYN flood evicts established connections")
 	cmd.Flags().IntVar(&conntrackMax, "conntrack-max", datapath.DefaultConntrackMax, fmt.Sprintf("entries of each connection table (conntrack; the NodePort, masquerade and tc translations, two entries per translated flow; connections not yet assured get a quarter): full, a table evicts its least recently used entry; from %d to %d; a table pinned at another size is replaced at start, its entries kept (docs/nodeport.md)", datapath.MinConntrackMax, datapath.MaxConntrackMax))
 	cmd.Flags().BoolVar(&accelNode, "accelerate-node-processes", false, "with --socket-acceleration: the node's own processes too, not only pods and the node proxy")
+	cmd.Flags().BoolVar(&accelUnsafe, "accelerate-without-backpressure", false, "allow socket acceleration on a kernel that cannot hold a fast writer back (no msg_tot_len in struct sk_psock, e.g. Linux 6.1), where a writer faster than its reader gets ENOMEM; without it acceleration is refused there")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "take objects from this Kubernetes API server (pods are plumbed through shunt-cni) instead of the lab")
 	cmd.Flags().BoolVar(&inCluster, "in-cluster", false, "take objects from the API server of the cluster this runs in (a DaemonSet pod's service account)")
 	cmd.Flags().StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node: with --kubeconfig/--in-cluster the Node object, in a multi-node lab its name (env NODE_NAME; default: the instance name)")

@@ -66,6 +66,10 @@ type Config struct {
 	ProxyPort   int  // the node proxy's port on the node address (0: DefaultProxyPort)
 	SocketAccel bool // accelerate TCP between local sockets from the start
 	AccelNode   bool // with SocketAccel: the node's own processes too
+	// AccelWithoutBackpressure lets acceleration on where the kernel cannot
+	// hold a fast writer back (datapath.AccelKernel.Backpressure), where a
+	// writer faster than its reader gets ENOMEM: refused without it.
+	AccelWithoutBackpressure bool
 
 	// Kubernetes takes objects from an API server instead of the lab:
 	// Kubeconfig names it ("" is the in-cluster configuration), NodeName is
@@ -223,6 +227,12 @@ type Agent struct {
 	started     time.Time
 	kernel      dpinfo.KernelReport // the kernel's features and the fallbacks taken
 	accelCaveat string              // what acceleration does differently on this kernel ("": nothing)
+	// accelUnsafe is why turning acceleration on is refused here without
+	// an override ("": it is not; see Config.AccelWithoutBackpressure).
+	accelUnsafe string
+	// accelRefused is why acceleration asked for at start is off ("": it
+	// was not refused, or has been switched since).
+	accelRefused atomic.Value
 
 	podMTU       int                    // pod interfaces' MTU (0: the default, 1500)
 	uplink       string                 // the interface the uplink programs are on ("": none)

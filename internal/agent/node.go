@@ -110,15 +110,24 @@ func (a *Agent) programNode(s *startup) error {
 	if err := a.dp.AttachSocketAccel(); err != nil {
 		return err
 	}
-	if caveats, err := datapath.AccelCaveats(); err != nil {
-		a.log.Warn("socket acceleration", "caveats", err)
-	} else if len(caveats) > 0 {
-		a.accelCaveat = "on this kernel " + strings.Join(caveats, "; ")
+	if k, err := datapath.ProbeAccelKernel(); err != nil {
+		// Unknown is treated as absent: refused unless overridden.
+		a.accelCaveat = err.Error()
+		a.accelUnsafe = fmt.Sprintf("cannot tell whether this kernel gives accelerated sockets backpressure (%v)", err)
+	} else {
+		if caveats := k.Caveats(); len(caveats) > 0 {
+			a.accelCaveat = "on this kernel " + strings.Join(caveats, "; ")
+		}
+		a.accelUnsafe = k.NoBackpressure()
 	}
-	if cfg.SocketAccel && a.accelCaveat != "" {
+	accel, refused := accelAtStart(*cfg, a.accelUnsafe)
+	if refused != "" {
+		a.log.Error("socket acceleration stays off", "reason", refused)
+		a.accelRefused.Store(refused)
+	} else if accel.On && a.accelCaveat != "" {
 		a.log.Warn("socket acceleration", "caveat", a.accelCaveat)
 	}
-	if err := a.dp.SetAccel(datapath.AccelConfig{On: cfg.SocketAccel, NodeProcesses: cfg.AccelNode}); err != nil {
+	if err := a.dp.SetAccel(accel); err != nil {
 		return err
 	}
 	// SO_ORIGINAL_DST is answered only to the node proxy's cgroup.
@@ -246,4 +255,19 @@ func maglevSize(configured int) int {
 		return 0
 	}
 	return configured
+}
+
+// accelAtStart is the acceleration the agent starts with: what cfg asks,
+// unless the kernel cannot hold a fast writer back (unsafe says why) and
+// cfg does not accept that. Then acceleration stays off, refused says why
+// and what turns it on: issue 31 wants a writer to block, never to get
+// ENOMEM, and every connection keeps the normal path. The node runs
+// either way, so a DaemonSet over nodes of mixed kernels does not fail on
+// the older ones.
+func accelAtStart(cfg Config, unsafe string) (accel datapath.AccelConfig, refused string) {
+	accel = datapath.AccelConfig{On: cfg.SocketAccel, NodeProcesses: cfg.AccelNode}
+	if accel.On && unsafe != "" && !cfg.AccelWithoutBackpressure {
+		return datapath.AccelConfig{}, unsafe + "; shuntd --accelerate-without-backpressure turns it on anyway"
+	}
+	return accel, ""
 }

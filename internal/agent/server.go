@@ -454,13 +454,16 @@ func (a *Agent) handleServiceMap(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleAccel switches socket acceleration for new connections
-// (?on=true[&nodeProcesses=true]).
+// (?on=true[&nodeProcesses=true][&withoutBackpressure=true]). Turning it
+// on where the kernel has no backpressure for accelerated sockets is
+// refused (409) unless withoutBackpressure or the agent's flag says so.
 func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
 	var c datapath.AccelConfig
+	var withoutBackpressure bool
 	for _, p := range []struct {
 		name string
 		to   *bool
-	}{{"on", &c.On}, {"nodeProcesses", &c.NodeProcesses}} {
+	}{{"on", &c.On}, {"nodeProcesses", &c.NodeProcesses}, {"withoutBackpressure", &withoutBackpressure}} {
 		v := r.URL.Query().Get(p.name)
 		if v == "" && p.name != "on" {
 			continue
@@ -472,10 +475,15 @@ func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
 		}
 		*p.to = b
 	}
+	if c.On && a.accelUnsafe != "" && !withoutBackpressure && !a.cfg.AccelWithoutBackpressure {
+		writeError(w, http.StatusConflict, fmt.Errorf("refusing socket acceleration: %s; `shunt accel on --without-backpressure` turns it on anyway", a.accelUnsafe))
+		return
+	}
 	if err := a.dp.SetAccel(c); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
+	a.accelRefused.Store("")
 	st, err := a.accelStatus()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
@@ -490,7 +498,8 @@ func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) accelStatus() (api.AccelStatus, error) {
 	c, n, err := a.dp.AccelStatus()
-	return api.AccelStatus{Enabled: c.On, NodeProcesses: c.NodeProcesses, Sockets: n, Caveat: a.accelCaveat}, err
+	refused, _ := a.accelRefused.Load().(string)
+	return api.AccelStatus{Enabled: c.On, NodeProcesses: c.NodeProcesses, Sockets: n, Caveat: a.accelCaveat, Refused: refused}, err
 }
 
 // handleWait answers once this node's datapath reflects the objects given

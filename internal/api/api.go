@@ -215,8 +215,11 @@ type AccelStatus struct {
 	NodeProcesses bool `json:"nodeProcesses"`
 	Sockets       int  `json:"sockets"`
 	// Caveat is what acceleration does differently on this node's kernel
-	// (FIONREAD before tcp_bpf_ioctl), "" when nothing.
+	// (FIONREAD before tcp_bpf_ioctl, no backpressure), "" when nothing.
 	Caveat string `json:"caveat,omitempty"`
+	// Refused is why acceleration the agent was started with is off (a
+	// kernel without backpressure), "" when it was not refused.
+	Refused string `json:"refused,omitempty"`
 }
 
 // ProxyStatus is the node L7 proxy as the agent sees it.

@@ -30,37 +30,37 @@ func probeAccel() error {
 	return nil
 }
 
-// AccelFIONREADCounts says whether this kernel's FIONREAD (SIOCINQ) counts
-// the bytes sk_msg redirected to an accelerated socket: the kernel counts
-// them in tcp_bpf_ioctl, which its BTF lists where it exists (6.18 has it;
-// Debian 12's 6.1 has not, and there FIONREAD reads 0 while redirected
-// data waits, though reads return it: TestAccelRemovedMidStream on 6.1
-// in scripts/kernel-vm.sh).
-func AccelFIONREADCounts() (bool, error) {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return false, fmt.Errorf("reading the kernel's BTF for tcp_bpf_ioctl: %w", err)
-	}
-	return fionreadCountsRedirected(spec)
+// AccelKernel is what socket acceleration does on this kernel where
+// kernels differ; ProbeAccelKernel reads it from the kernel's BTF.
+type AccelKernel struct {
+	// FIONREADCounts: FIONREAD (SIOCINQ) counts the bytes sk_msg redirected
+	// to an accelerated socket. The kernel counts them in tcp_bpf_ioctl
+	// (6.18 has it; Debian 12's 6.1 has not, and there FIONREAD reads 0
+	// while redirected data waits, though reads return it:
+	// TestAccelRemovedMidStream on 6.1 in scripts/kernel-vm.sh).
+	FIONREADCounts bool
+	// Backpressure: the sk_msg program can hold a fast writer back. It reads
+	// how much the peer has not read from the psock's msg_tot_len
+	// (bpf/lib/accel_peer.h); a kernel whose struct sk_psock has no such
+	// field (6.1) loads the program with the check off, so a writer faster
+	// than its reader can get ENOMEM there (issue 31).
+	Backpressure bool
 }
 
-// fionreadCountsRedirected says whether the kernel (its BTF, spec) has
-// tcp_bpf_ioctl.
-func fionreadCountsRedirected(spec *btf.Spec) (bool, error) {
-	return kernelHasFunc(spec, "tcp_bpf_ioctl")
-}
-
-// AccelBackpressure says whether the sk_msg program can hold a fast writer
-// back on this kernel: it reads how much the peer has not read from the
-// psock's msg_tot_len (bpf/lib/accel_peer.h), and a kernel whose struct
-// sk_psock has no such field loads the program with the check off, so a
-// writer faster than its reader can get ENOMEM there (issue 31).
-func AccelBackpressure() (bool, error) {
+// ProbeAccelKernel reads the kernel's BTF once for every AccelKernel fact.
+func ProbeAccelKernel() (AccelKernel, error) {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
-		return false, fmt.Errorf("reading the kernel's BTF for struct sk_psock: %w", err)
+		return AccelKernel{}, fmt.Errorf("reading the kernel's BTF for what socket acceleration can do: %w", err)
 	}
-	return psockHasQueueLength(spec)
+	var k AccelKernel
+	if k.FIONREADCounts, err = kernelHasFunc(spec, "tcp_bpf_ioctl"); err != nil {
+		return AccelKernel{}, err
+	}
+	if k.Backpressure, err = psockHasQueueLength(spec); err != nil {
+		return AccelKernel{}, err
+	}
+	return k, nil
 }
 
 // psockHasQueueLength says whether the kernel's struct sk_psock (in spec)
@@ -78,26 +78,29 @@ func psockHasQueueLength(spec *btf.Spec) (bool, error) {
 	return false, nil
 }
 
-// AccelCaveats says what socket acceleration does differently on this
-// kernel than on 6.18, one sentence each; none where it does nothing
-// differently. The kernel's BTF is read once for both.
-func AccelCaveats() ([]string, error) {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return nil, fmt.Errorf("reading the kernel's BTF for what socket acceleration can do: %w", err)
+// noBackpressure is the sentence for a kernel without msg_tot_len.
+const noBackpressure = "no backpressure for accelerated sockets on this kernel (struct sk_psock has no msg_tot_len: Linux 6.1 lacks it, 6.18 has it): a writer faster than its reader would get ENOMEM instead of blocking"
+
+// NoBackpressure says why acceleration cannot hold a fast writer back on
+// this kernel ("" where it can).
+func (k AccelKernel) NoBackpressure() string {
+	if k.Backpressure {
+		return ""
 	}
+	return noBackpressure
+}
+
+// Caveats says what socket acceleration does differently on this kernel
+// than on 6.18, one sentence each; none where it does nothing differently.
+func (k AccelKernel) Caveats() []string {
 	var caveats []string
-	if counts, err := fionreadCountsRedirected(spec); err != nil {
-		return nil, err
-	} else if !counts {
+	if !k.FIONREADCounts {
 		caveats = append(caveats, "FIONREAD reads 0 for data redirected to an accelerated socket (no tcp_bpf_ioctl: Linux 6.1 lacks it, 6.18 has it); reads return every byte")
 	}
-	if held, err := psockHasQueueLength(spec); err != nil {
-		return nil, err
-	} else if !held {
-		caveats = append(caveats, "no backpressure (struct sk_psock has no msg_tot_len): a writer faster than its reader can get ENOMEM; do not accelerate bulk transfers here (docs/kernels.md)")
+	if !k.Backpressure {
+		caveats = append(caveats, noBackpressure)
 	}
-	return caveats, nil
+	return caveats
 }
 
 // AttachSocketAccel attaches the sk_msg program to the sockhash (a

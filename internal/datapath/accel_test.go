@@ -121,14 +121,14 @@ func exchangeChecked(t *testing.T, from, to *net.TCPConn, msg []byte, what strin
 
 // exchangeRedirected is exchangeChecked for sockets sk_msg redirects
 // between: FIONREAD is checked where the kernel counts redirected bytes
-// (AccelFIONREADCounts; 6.1 does not), the bytes read everywhere.
+// (AccelKernel.FIONREADCounts; 6.1 does not), the bytes read everywhere.
 func exchangeRedirected(t *testing.T, from, to *net.TCPConn, msg []byte, what string) {
 	t.Helper()
-	counts, err := AccelFIONREADCounts()
+	k, err := ProbeAccelKernel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts {
+	if k.FIONREADCounts {
 		exchangeChecked(t, from, to, msg, what)
 	} else {
 		exchangeUnchecked(t, from, to, msg, what)
@@ -279,7 +279,7 @@ func TestAccelUntrackedTakesTheStack(t *testing.T) {
 	counterDelta(t, d, before, map[string]uint64{"accel-redirected/sockmsg": 0, "accel-untracked/sockmsg": 2})
 }
 
-// TestAccelFIONREADProbe: AccelFIONREADCounts agrees with what FIONREAD
+// TestAccelFIONREADProbe: AccelKernel.FIONREADCounts agrees with what FIONREAD
 // says of bytes redirected to an accelerated socket on this kernel (6.18:
 // counted; 6.1 in scripts/kernel-vm.sh: 0), so the caveat `shunt accel`
 // shows is the kernel's behaviour, not a guess from its version.
@@ -287,10 +287,11 @@ func TestAccelFIONREADProbe(t *testing.T) {
 	d, netns := accelTestDatapath(t)
 	client, server := tcpPair(t)
 	accelerateByHand(t, d, client, server, netns)
-	probed, err := AccelFIONREADCounts()
+	k, err := ProbeAccelKernel()
 	if err != nil {
 		t.Fatal(err)
 	}
+	probed := k.FIONREADCounts
 	msg := []byte("request-1")
 	before := counts(t, d)
 	// sk_msg redirects within the send: once Write returns, the bytes wait
@@ -302,7 +303,7 @@ func TestAccelFIONREADProbe(t *testing.T) {
 	readChecked(t, server, msg, "redirected")
 	counterDelta(t, d, before, map[string]uint64{"accel-redirected/sockmsg": 1})
 	if measured := n == len(msg); measured != probed {
-		t.Errorf("FIONREAD %d for %d redirected bytes, but AccelFIONREADCounts says %v (kernel %s)", n, len(msg), probed, KernelRelease())
+		t.Errorf("FIONREAD %d for %d redirected bytes, but ProbeAccelKernel says %v (kernel %s)", n, len(msg), probed, KernelRelease())
 	}
 	t.Logf("kernel %s: FIONREAD counts redirected bytes: %v", KernelRelease(), probed)
 }

@@ -221,6 +221,7 @@ type status struct {
 	Accel struct {
 		Enabled bool
 		Sockets int
+		Refused string
 	} `json:"socketAcceleration"`
 	FlowSampling string `json:"flowSampling"`
 	Kernel       struct {

@@ -232,11 +232,11 @@ func TestValuesMapToFlags(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("0f", 32)
 	_, agent, _ := daemonSet(t, DefaultRelease,
 		"routingMode=native", "masquerade=true", "masqueradeExclude={10.0.0.0/8,192.168.0.0/16}", "loadBalancer.mode=hybrid", "nodePort.addresses={primary,127.0.0.0/8}", "conntrackMax=524288", "socketAcceleration=true",
-		"kernelFallbacks=all", "removeKubeProxyRules=true", "serviceCIDR=10.96.0.0/12", "clusterCIDR=10.32.0.0/12", "logLevel=debug", "prometheus.port=9100",
+		"socketAccelerationWithoutBackpressure=true", "kernelFallbacks=all", "removeKubeProxyRules=true", "serviceCIDR=10.96.0.0/12", "clusterCIDR=10.32.0.0/12", "logLevel=debug", "prometheus.port=9100",
 		"image.repository=registry.example/shunt", "image.digest="+digest, "k8sServiceHost=192.0.2.10", "k8sServicePort=6443",
 		"extraArgs={--drift-check-period=1m}")
 	want := []string{"--in-cluster", "--log-level=debug", "--uninstall-when-removed", "--cni-files=/host/etc/cni/net.d/10-shunt.conflist,/host/opt/cni/bin/shunt-cni", "--routing=native", "--cluster-cidr=10.32.0.0/12", "--service-cidr=10.96.0.0/12",
-		"--masquerade", "--masquerade-exclude=10.0.0.0/8,192.168.0.0/16", "--nodeport-mode=hybrid", "--nodeport-addresses=primary,127.0.0.0/8", "--conntrack-max=524288", "--socket-acceleration", "--kernel-fallbacks=all",
+		"--masquerade", "--masquerade-exclude=10.0.0.0/8,192.168.0.0/16", "--nodeport-mode=hybrid", "--nodeport-addresses=primary,127.0.0.0/8", "--conntrack-max=524288", "--socket-acceleration", "--accelerate-without-backpressure", "--kernel-fallbacks=all",
 		"--remove-kube-proxy-rules", "--metrics-addr=:9100", "--drift-check-period=1m"}
 	if !slices.Equal(agent.Args, want) {
 		t.Errorf("args\n %q\nwant\n %q", agent.Args, want)

@@ -105,6 +105,9 @@ app.kubernetes.io/name: {{ include "shunt.name" . }}
 {{- if .Values.socketAcceleration }}
 - --socket-acceleration
 {{- end }}
+{{- if .Values.socketAccelerationWithoutBackpressure }}
+- --accelerate-without-backpressure
+{{- end }}
 {{- with .Values.kernelFallbacks }}
 - --kernel-fallbacks={{ . }}
 {{- end }}
