@@ -47,12 +47,13 @@ static __always_inline void sock_flow(struct dest *svc, __u32 be_ip, __u16 be_po
 {
 	if (!flow_wanted(flow_mode(), FLOW_EV_SOCK))
 		return;
-	struct flow_event e = {
-		.cgroup_id = bpf_get_current_cgroup_id(), .daddr = be_ip, .dport = be_port,
-		.orig_daddr = svc->ip, .orig_dport = svc->port, .proto = proto, .verdict = verdict,
-		.reason = reason, .point = FLOW_POINT_SOCK, .event = FLOW_EV_SOCK,
-	};
-	flow_emit(&e);
+	struct flow_event *e = flow_reserve();
+	if (!e)
+		return;
+	e->cgroup_id = bpf_get_current_cgroup_id(), e->daddr = be_ip, e->dport = be_port;
+	e->orig_daddr = svc->ip, e->orig_dport = svc->port, e->proto = proto, e->verdict = verdict;
+	e->reason = reason, e->point = FLOW_POINT_SOCK, e->event = FLOW_EV_SOCK;
+	flow_submit(e);
 }
 
 /* translate picks the backend for a service destination. Returns

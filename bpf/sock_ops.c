@@ -120,12 +120,13 @@ static __always_inline void accel_event(struct bpf_sock_ops *ctx, const struct a
 {
 	if (!flow_wanted(flow_mode(), event))
 		return;
-	struct flow_event e = {
-		.saddr = a->peer.remote_ip, .daddr = a->peer.local_ip, .sport = a->peer.remote_port,
-		.dport = a->peer.local_port, .proto = IPPROTO_TCP, .verdict = FLOW_FORWARDED, .reason = reason,
-		.point = FLOW_POINT_SOCK, .event = event, .len = (__u32)a->msgs, .bytes = a->bytes,
-	};
-	flow_emit(&e);
+	struct flow_event *e = flow_reserve();
+	if (!e)
+		return;
+	e->saddr = a->peer.remote_ip, e->daddr = a->peer.local_ip, e->sport = a->peer.remote_port;
+	e->dport = a->peer.local_port, e->proto = IPPROTO_TCP, e->verdict = FLOW_FORWARDED, e->reason = reason;
+	e->point = FLOW_POINT_SOCK, e->event = event, e->len = (__u32)a->msgs, e->bytes = a->bytes;
+	flow_submit(e);
 }
 
 /* accelerate puts an established socket into the sockhash (see

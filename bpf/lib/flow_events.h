@@ -46,10 +46,34 @@ static __always_inline bool flow_wanted(__u32 mode, __u8 event)
 	return mode == FLOW_MODE_ALL || event != FLOW_EV_PACKET;
 }
 
-/* flow_emit sends one event. Waking the agent for every event would cost
- * more than the event (a wakeup per packet on a busy node): the agent
- * polls, and is woken only for drops or when the buffer is a quarter full. */
-static __always_inline void flow_emit(struct flow_event *e)
+/* flow_reserve takes room for one event in the ring buffer and zeroes
+ * it, or counts the event as lost and returns NULL when the buffer is
+ * full. The event is written in place, not built on the stack and copied:
+ * a program's 512 bytes of stack (counted in 32-byte frames before Linux
+ * 6.9) keep no room for it in the programs with the deepest paths (the
+ * pod's and the uplink's, TestStackFitsOlderVerifiers). Every path from
+ * here goes through flow_submit. */
+static __always_inline struct flow_event *flow_reserve(void)
+{
+	struct flow_event *e = bpf_ringbuf_reserve(&shunt_flows, sizeof(*e), 0);
+
+	if (!e) {
+		__u32 zero = 0;
+		struct flow_stats *st = bpf_map_lookup_elem(&shunt_flow_stats, &zero);
+
+		if (st)
+			st->lost++;
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	return e;
+}
+
+/* flow_submit sends an event flow_reserve gave. Waking the agent for
+ * every event would cost more than the event (a wakeup per packet on a
+ * busy node): the agent polls, and is woken only for drops or when the
+ * buffer is a quarter full. */
+static __always_inline void flow_submit(struct flow_event *e)
 {
 	__u32 zero = 0;
 	struct flow_stats *st = bpf_map_lookup_elem(&shunt_flow_stats, &zero);
@@ -59,11 +83,7 @@ static __always_inline void flow_emit(struct flow_event *e)
 	    bpf_ringbuf_query(&shunt_flows, BPF_RB_AVAIL_DATA) * 4 > bpf_ringbuf_query(&shunt_flows, BPF_RB_RING_SIZE))
 		wake = BPF_RB_FORCE_WAKEUP;
 	e->ts_ns = bpf_ktime_get_ns();
-	if (bpf_ringbuf_output(&shunt_flows, e, sizeof(*e), wake) < 0) {
-		if (st)
-			st->lost++;
-		return;
-	}
+	bpf_ringbuf_submit(e, wake);
 	if (st)
 		st->emitted++;
 }

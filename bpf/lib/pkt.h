@@ -56,6 +56,37 @@ static __always_inline __u8 icmp_error_of(struct __sk_buff *skb)
 	return kind ? kind | (tc[1] & FLOW_ICMP_CODE_MASK) : 0;
 }
 
+/* pkt_report sends the flow event of a packet done_len reports, built in
+ * the ring buffer (flow_reserve), outcome being its verdict | reason << 8.
+ * A subprogram: one copy of the event's code however many places a
+ * program ends a packet, in a frame of its own of at most 32 bytes
+ * (TestStackFitsOlderVerifiers). Why outcome packs two values: the four
+ * arguments still needed after the ring buffer's helper call fit the four
+ * registers such a call keeps (r6-r9); a fifth would be spilled to this
+ * frame. Called only for an event that is sent. */
+_Static_assert(SHUNT_REASON_MAX <= 0x100, "pkt_report: a reason no longer fits the 8 bits of outcome (and flow_event.reason)");
+
+static __noinline void pkt_report(struct __sk_buff *skb, struct pkt *p, __u32 outcome, __u32 len)
+{
+	struct flow_event *e = flow_reserve();
+
+	if (!e)
+		return;
+	__u8 verdict = outcome & 0xff;
+	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
+	e->saddr = p->f.saddr, e->daddr = p->f.daddr, e->sport = p->f.sport, e->dport = p->f.dport;
+	e->proto = p->f.proto, e->tcp_flags = p->f.tcp_flags, e->verdict = verdict, e->reason = outcome >> 8;
+	e->point = p->point, e->event = event, e->ifindex = skb->ifindex, e->src_identity = p->src_identity;
+	e->dst_identity = p->dst_identity, e->rule_id = p->rule, e->len = len;
+	if (p->orig_daddr != p->f.daddr || p->orig_dport != p->f.dport) {
+		e->orig_daddr = p->orig_daddr;
+		e->orig_dport = p->orig_dport;
+	}
+	if (event == FLOW_EV_ICMP_ERROR)
+		e->tcp_flags = icmp_error_of(skb);
+	flow_submit(e);
+}
+
 /* done_len counts a packet's outcome and, when the sampling wants it,
  * reports it, the packet being len bytes long. A record that could not be
  * made on the way (counted where it failed) is news even when the packet
@@ -63,29 +94,12 @@ static __always_inline __u8 icmp_error_of(struct __sk_buff *skb)
  * on. */
 static __always_inline void done_len(struct __sk_buff *skb, struct pkt *p, __u8 verdict, __u32 reason, __u32 len)
 {
-	/* Hidden from the compiler: inlined many times, this function's
-	 * skb->ifindex is otherwise read through one &skb->ifindex kept for
-	 * all of them, a moved context pointer the verifier refuses. */
-	asm volatile("" : "+r"(skb));
 	count(reason, p->dir, len);
-	__u8 event = verdict == FLOW_DROPPED ? FLOW_EV_DROP : p->event;
 	if (!pkt_reported(p, verdict))
 		return;
 	if (verdict != FLOW_DROPPED && p->failed)
 		reason = p->failed;
-	struct flow_event e = {
-		.saddr = p->f.saddr, .daddr = p->f.daddr, .sport = p->f.sport, .dport = p->f.dport,
-		.proto = p->f.proto, .tcp_flags = p->f.tcp_flags, .verdict = verdict, .reason = reason,
-		.point = p->point, .event = event, .ifindex = skb->ifindex, .src_identity = p->src_identity,
-		.dst_identity = p->dst_identity, .rule_id = p->rule, .len = len,
-	};
-	if (p->orig_daddr != p->f.daddr || p->orig_dport != p->f.dport) {
-		e.orig_daddr = p->orig_daddr;
-		e.orig_dport = p->orig_dport;
-	}
-	if (event == FLOW_EV_ICMP_ERROR)
-		e.tcp_flags = icmp_error_of(skb);
-	flow_emit(&e);
+	pkt_report(skb, p, verdict | (reason & 0xff) << 8, len);
 }
 
 /* done counts and reports a packet's outcome (done_len) at its length now. */

@@ -140,7 +140,7 @@ func (d *Datapath) Flows() (*FlowReader, error) {
 
 // FlowPollInterval is how long events may wait in the ring buffer before
 // the reader collects them: the programs wake the reader only for drops or
-// a quarter-full buffer (see flow_emit), so the rest is polled.
+// a quarter-full buffer (see flow_submit), so the rest is polled.
 const FlowPollInterval = 100 * time.Millisecond
 
 // Read blocks for the next event; after Close it returns os.ErrClosed.

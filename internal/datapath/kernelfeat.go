@@ -64,7 +64,8 @@ var helperSince = map[asm.BuiltinFunc]string{
 	asm.FnSkStorageDelete:  "5.2",
 	asm.FnGetNetnsCookie:   "5.7",
 	asm.FnSeqWrite:         "5.7",
-	asm.FnRingbufOutput:    "5.8",
+	asm.FnRingbufReserve:   "5.8",
+	asm.FnRingbufSubmit:    "5.8",
 	asm.FnRingbufQuery:     "5.8",
 	asm.FnReserveHdrOpt:    "5.10", // sockops: the proxy's SYN carries its client's identity (bpf/lib/carried_identity.h)
 	asm.FnStoreHdrOpt:      "5.10",
