@@ -105,11 +105,10 @@ KERNEL_61_TESTS := ^(TestCarriedIdentity|TestTCInsertFailures|TestSocketHookInse
 # ... and an agent's lab (the e2e test binary with make build's binaries):
 # what the agent decides from the kernel it runs on.
 KERNEL_61_E2E := ^TestAccelAsTheKernelAllows$$
-test-kernel-6.1: setup
+test-kernel-6.1: setup build
 	$(GO) test -c -o $(BIN)/datapath.test ./internal/datapath/
 	cd internal/datapath && ../../scripts/kernel-vm.sh --timeout 900 -- sh -c "$(abspath $(BIN))/datapath.test -test.v -test.run '^TestUplinkLoadsWithEveryPartOn$$/^(snat|hybrid)$$/dsr-no-gso-decap/decap-in-device=false' && $(abspath $(BIN))/datapath.test -test.v -test.run '$(KERNEL_61_TESTS)'"
 	$(GO) test -c -o $(BIN)/e2e.test ./test/e2e/
-	$(GO) build -o $(BIN)/ ./cmd/shunt ./cmd/shuntd ./cmd/shunt-proxy ./cmd/shunt-cni
 	cd test/e2e && SHUNT_E2E_BIN=$(abspath $(BIN)) SHUNT_AGENT_START_TIMEOUT=300s KERNEL_VM_ENV="SHUNT_E2E_BIN SHUNT_AGENT_START_TIMEOUT" \
 		../../scripts/kernel-vm.sh --timeout 600 -- $(abspath $(BIN))/e2e.test -test.v -test.run '$(KERNEL_61_E2E)'
 

@@ -266,8 +266,16 @@ func maglevSize(configured int) int {
 // the older ones.
 func accelAtStart(cfg Config, unsafe string) (accel datapath.AccelConfig, refused string) {
 	accel = datapath.AccelConfig{On: cfg.SocketAccel, NodeProcesses: cfg.AccelNode}
-	if accel.On && unsafe != "" && !cfg.AccelWithoutBackpressure {
+	if accelRefusedHere(accel.On, unsafe, cfg.AccelWithoutBackpressure) {
 		return datapath.AccelConfig{}, unsafe + "; shuntd --accelerate-without-backpressure turns it on anyway"
 	}
 	return accel, ""
+}
+
+// accelRefusedHere says whether acceleration asked for (on) is refused:
+// the kernel cannot hold a fast writer back (unsafe says why, "" where it
+// can) and nobody accepted ENOMEM (accepted). At start and at `shunt accel
+// on` alike.
+func accelRefusedHere(on bool, unsafe string, accepted bool) bool {
+	return on && unsafe != "" && !accepted
 }

@@ -475,7 +475,7 @@ func (a *Agent) handleAccel(w http.ResponseWriter, r *http.Request) {
 		}
 		*p.to = b
 	}
-	if c.On && a.accelUnsafe != "" && !withoutBackpressure && !a.cfg.AccelWithoutBackpressure {
+	if accelRefusedHere(c.On, a.accelUnsafe, withoutBackpressure || a.cfg.AccelWithoutBackpressure) {
 		writeError(w, http.StatusConflict, fmt.Errorf("refusing socket acceleration: %s; `shunt accel on --without-backpressure` turns it on anyway", a.accelUnsafe))
 		return
 	}
