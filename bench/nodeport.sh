@@ -16,9 +16,14 @@
 #                        Services annotated shunt.io/forwarding-mode: dsr:
 #                        the client's address kept, IPIP to node 2, the
 #                        replies from node 2 straight to the external host
+#   shunt-vxlan-dsr      shunt-vxlan's nodes through Services annotated
+#                        dsr: IPIP between the nodes' underlay addresses
+#                        beside the overlay (Cilium's DSR needs native
+#                        routing)
 # shunt's SNAT and DSR are measured in every run, on the same nodes (the
 # node-wide --nodeport-mode stays snat; the annotation picks the mode per
-# Service), and the report compares them (shunt-native-dsr / shunt-native).
+# Service), and the report compares them (shunt-native-dsr / shunt-native,
+# shunt-vxlan-dsr / shunt-vxlan).
 # Ten server pods on node 2. From the external host: through node 1's
 # NodePort (every backend on the other node: SNAT to node 1) and node 2's
 # (every backend on the ingress node): sockperf TCP ping-pong (avg, p50,
@@ -85,8 +90,8 @@ cat >"$OUT/commands.txt" <<EOT
 # ${BENCH_INVOCATION:-bench/nodeport.sh} (reps $REPS, duration $DURATION s, N = $SCALES)
 bin/crossnode -nodeport -n $SCALES -reps $REPS -duration ${DURATION}s -settle $SETTLE $SMOKE_FLAG -bin bin -rows $ROWS -out $OUT${MEASURE:+ -measure $MEASURE}${LINK_DELAY:+ -link-delay $LINK_DELAY}${PROFILE:+ -profile}${BPF_STATS:+ -bpf-stats}${OVERLAY_DECAP_IN_DEVICE:+ -overlay-decap-in-device}${OVERLAY_ENCAP_IN_DEVICE:+ -overlay-encap-in-device}
 # every command it ran, exactly and in order: commands-run.txt; in short, as bench/crossnode.sh without the floor and the policies, shunt's agents with --masquerade (pods get a default route), plus per case an external host:
-ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name eH netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.H/24 dev ul0   # one per measured case, on its underlay bridge: H = 200; shunt-native 201 and shunt-native-dsr 202 on shunt-vxlan's
-# measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202 (annotated shunt.io/forwarding-mode: snat), shunt-native-dsr: xbench-native-dsr 30082, 31113, xbench-native-dsr-iperf 30203 (shunt.io/forwarding-mode: dsr)
+ip netns add xbID-CASE-ext; ip -n xbID-CASE-ext link add ul0 type veth peer name eH netns xbID-CASE-ul; ip -n xbID-CASE-ext addr add 192.168.U.H/24 dev ul0   # one per measured case, on its underlay bridge: H = 200; shunt-native 201, shunt-native-dsr 202 and shunt-vxlan-dsr 203 on shunt-vxlan's
+# measured Services: xbench (NodePort 30080 -> lab serve, 31111 -> sockperf; xbench-iperf 30201 -> server-0's iperf3), shunt-native: xbench-native 30081, 31112, xbench-native-iperf 30202 (annotated shunt.io/forwarding-mode: snat), shunt-native-dsr: xbench-native-dsr 30082, 31113, xbench-native-dsr-iperf 30203 (shunt.io/forwarding-mode: dsr), shunt-vxlan-dsr: xbench-vxlan-dsr 30083, 31114, xbench-vxlan-dsr-iperf 30204 (dsr; xbench's server pods)
 nsenter --net=EXT timeout T taskset -c 0 sockperf ping-pong --tcp -i 192.168.U.1|192.168.U.2 -p 31111 -t $DURATION --msg-size 14 --full-rtt   # node 1 (remote backends), node 2 (local backends)
 nsenter --net=EXT timeout T taskset -c 0 bin/connrate -target 192.168.U.1|192.168.U.2:30080 -workers 4 -duration ${DURATION}s
 nsenter --net=EXT timeout T taskset -c 0 iperf3 -c 192.168.U.1 -p 30201 -t $DURATION -J
@@ -100,10 +105,10 @@ trap - INT TERM
 
 NOTES=$OUT/notes.md
 cat >"$NOTES" <<'EOT'
-Two nodes on one machine, each a network namespace, joined by a bridge in a third (the underlay), and an external host (192.168.U.200) on that bridge; every case has its own namespaces (shunt-native's nodes are on shunt-vxlan's underlay, with an external host for shunt-native, .201, and one for shunt-native-dsr, .202: each measured case's client holds only its own closed connections). Ten server pods on node 2 (CPU 1), the client tools in the external host (CPU 0). `n` = Services besides the measured ones (ClusterIP, the ten servers as endpoints each: NodePorts are at most 2768 per cluster).
+Two nodes on one machine, each a network namespace, joined by a bridge in a third (the underlay), and an external host (192.168.U.200) on that bridge; every case has its own namespaces (shunt-native's nodes are on shunt-vxlan's underlay, with an external host for shunt-native, .201, one for shunt-native-dsr, .202, and one for shunt-vxlan-dsr, .203: each measured case's client holds only its own closed connections). Ten server pods on node 2 (CPU 1), the client tools in the external host (CPU 0). `n` = Services besides the measured ones (ClusterIP, the ten servers as endpoints each: NodePorts are at most 2768 per cluster).
 
 - kube-proxy-iptables / kube-proxy-nftables: the real kube-proxy (scripts/kube-build.sh) in both node namespaces, flannel's vxlan backend by hand between them (bench/crossnode.sh's floor); a NodePort flow is DNATed to a backend and, its backend on the other node, masqueraded to node 1's flannel address.
-- shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2 (shunt-native's Services say so by their annotation `shunt.io/forwarding-mode: snat`); shunt-native-dsr: the same nodes and server pods through Services annotated `shunt.io/forwarding-mode: dsr` (the agents' `--nodeport-mode` is snat): the client's address kept, IPIP to node 2, the replies from node 2 straight to the external host. Through node 2 (`*_local`) both go the same way (the backends are there): the difference between them there is the noise.
+- shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2 (shunt-native's Services say so by their annotation `shunt.io/forwarding-mode: snat`); shunt-native-dsr: the same nodes and server pods through Services annotated `shunt.io/forwarding-mode: dsr` (the agents' `--nodeport-mode` is snat): the client's address kept, IPIP to node 2, the replies from node 2 straight to the external host; shunt-vxlan-dsr: the same through shunt-vxlan's nodes and server pods (Services annotated dsr; the IPIP goes between the nodes' underlay addresses beside the overlay, the replies leave node 2's uplink to the external host). Through node 2 (`*_local`) both go the same way (the backends are there): the difference between them there is the noise.
 
 *_remote: through node 1's NodePort (every backend on node 2); *_local: through node 2's (every backend there). rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages, full round trip, avg/p50/p99 in µs, tps = received / measured time; softirq: machine-wide softirq time per transaction. conn_rate_*: connect, 4-byte request, reply, close; 4 workers. throughput_remote: iperf3, one TCP stream through node 1's NodePort to server-0.
 EOT
@@ -123,7 +128,9 @@ BASELINE=kube-proxy-iptables
 # shunt's DSR beside its own SNAT, metric by metric (the issue's target:
 # DSR RR avg <= 0.9x SNAT), when both were measured.
 COMPARE=
-if [ -z "$MEASURE" ] || { [[ ",$MEASURE," == *,shunt-native,* ]] && [[ ",$MEASURE," == *,shunt-native-dsr,* ]]; }; then
-	COMPARE=shunt-native-dsr/shunt-native
-fi
-finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing (SNAT and DSR)" "$BASELINE" ${COMPARE:+-compare "$COMPARE"}
+for pair in shunt-native-dsr/shunt-native shunt-vxlan-dsr/shunt-vxlan; do
+	if [ -z "$MEASURE" ] || { [[ ",$MEASURE," == *,${pair#*/},* ]] && [[ ",$MEASURE," == *,${pair%/*},* ]]; }; then
+		COMPARE=${COMPARE:+$COMPARE,}$pair
+	fi
+done
+finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing, each SNAT and DSR" "$BASELINE" ${COMPARE:+-compare "$COMPARE"}

@@ -32,7 +32,9 @@
 //	                 their own, "xbench-native"; with -nodeport annotated
 //	                 shunt.io/forwarding-mode: snat, and beside it
 //	                 "xbench-native-dsr" annotated dsr, measured as
-//	                 shunt-native-dsr (both modes in every run)
+//	                 shunt-native-dsr (both modes in every run); and
+//	                 shunt-vxlan's nodes through "xbench-vxlan-dsr"
+//	                 (annotated dsr), measured as shunt-vxlan-dsr
 //
 // Services are selector-less, each with a hand-written EndpointSlice of the
 // ten server pods; the measured one ("xbench") exists at every scale N, the
@@ -123,7 +125,16 @@ const (
 	// snat), so shunt's two modes are measured in every run, beside each
 	// other and kube-proxy.
 	nativeDSR = "shunt-native-dsr"
+	// vxlanDSR (-nodeport) is shunt-vxlan's nodes through Services
+	// annotated dsr: the client's address and the Service's travel in IPIP
+	// between the nodes' underlay addresses beside the overlay, which
+	// Cilium's DSR does not do (it needs native routing).
+	vxlanDSR = "shunt-vxlan-dsr"
 )
+
+// dsrCases are the measured cases that are another case's nodes through
+// Services annotated dsr.
+var dsrCases = []string{nativeDSR, vxlanDSR}
 
 // underlay third octet per case: each case has its own underlay, and the
 // kube-proxy and shunt Nodes carry distinct InternalIPs. shunt-native's
@@ -217,7 +228,7 @@ func main() {
 		bin           = flag.String("bin", "bin", "directory of shunt, shuntd, shunt-cni, connrate")
 		out           = flag.String("out", "bench/out/crossnode", "where the tools' logs go")
 		id            = flag.String("id", strconv.Itoa(os.Getpid()%100000), "suffix of every name this run creates")
-		measure       = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
+		measure       = flag.String("measure", "", "measure only these cases, comma-separated (floor, calico-iptables, nftables, shunt-vxlan, shunt-native; with -nodeport kube-proxy-iptables, kube-proxy-nftables, shunt-vxlan, shunt-native, shunt-native-dsr, shunt-vxlan-dsr): every case is still built; e.g. shunt-native,shunt-native-dsr to compare shunt's NodePort modes alone")
 		nodeport      = flag.Bool("nodeport", false, "measure NodePorts from an external host on each case's underlay instead of pod-to-pod and ClusterIP traffic (bench/nodeport.sh): no floor, no policies")
 		inDevice      = flag.Bool("overlay-decap-in-device", false, "shunt-vxlan's agents leave the overlay's packets to the VXLAN device (--overlay-decap-in-device): the baseline of the uplink's decapsulation in BPF")
 		encapInDevice = flag.Bool("overlay-encap-in-device", false, "shunt-vxlan's agents leave the encapsulation to the VXLAN device (--overlay-encap-in-device): the baseline of the encapsulation in BPF")
@@ -449,13 +460,20 @@ func (b *bench) run(scales []int, reps int) error {
 		if _, err := b.createService(ctx, "xbench-native-iperf", &nodePorts{iperf: np.iperf, forwarding: np.forwarding}, nc.serverIP[:1]); err != nil {
 			return err
 		}
-		// shunt-native's DSR Services: the same server pods.
-		dsr := measuredPorts[nativeDSR]
-		if _, err := b.createService(ctx, "xbench-native-dsr", dsr, nc.serverIP); err != nil {
-			return fmt.Errorf("the measured Service of %s: %w", nativeDSR, err)
-		}
-		if _, err := b.createService(ctx, "xbench-native-dsr-iperf", &nodePorts{iperf: dsr.iperf, forwarding: dsr.forwarding}, nc.serverIP[:1]); err != nil {
-			return err
+		// The DSR Services of shunt-native and shunt-vxlan: the same
+		// server pods as their SNAT ones.
+		for _, c := range dsrCases {
+			name, servers := "xbench-native-dsr", nc.serverIP
+			if nodesOf(c) == shunt {
+				name, servers = "xbench-vxlan-dsr", b.serverIP
+			}
+			dsr := measuredPorts[c]
+			if _, err := b.createService(ctx, name, dsr, servers); err != nil {
+				return fmt.Errorf("the measured Service of %s: %w", c, err)
+			}
+			if _, err := b.createService(ctx, name+"-iperf", &nodePorts{iperf: dsr.iperf, forwarding: dsr.forwarding}, servers[:1]); err != nil {
+				return err
+			}
 		}
 	}
 	// Thousands of short connections a second from one client: let it
@@ -477,7 +495,7 @@ func (b *bench) run(scales []int, reps int) error {
 	// (the last policy's), not around them.
 	order := []string{floor, calico, nftables, shunt, native}
 	if b.nodeport {
-		order = append(order[1:], nativeDSR)
+		order = append(order[1:], dsrCases...)
 	} else if err := b.checkCalicoPath(); err != nil {
 		return err
 	}
@@ -607,9 +625,10 @@ func (b *bench) underlay(c string) (*caseNet, error) {
 		// client of its own: one holding the closed connections of
 		// another case (its TIME_WAIT sockets and their ports, for a
 		// minute) would start each run unlike the others. shunt-native's
-		// two (SNAT and DSR) are on shunt-vxlan's underlay beside its.
+		// two (SNAT and DSR) are on shunt-vxlan's underlay beside its
+		// two (SNAT and shunt-vxlan-dsr).
 		cn.ext = map[string]string{}
-		for _, name := range []string{c, nativeDSR} {
+		for _, name := range append([]string{c}, dsrCases...) {
 			if nodesOf(name) != c {
 				continue
 			}
@@ -1075,14 +1094,18 @@ type nodePorts struct {
 }
 
 // measuredPorts are the nodePorts of the measured Services: xbench (every
-// case but shunt-native), xbench-native (SNAT) and xbench-native-dsr.
+// case but shunt-native and the DSR ones), xbench-native (SNAT),
+// xbench-native-dsr and xbench-vxlan-dsr.
 var measuredPorts = map[string]*nodePorts{shunt: {30080, 31111, 30201, ""}, native: {30081, 31112, 30202, "snat"},
-	nativeDSR: {30082, 31113, 30203, "dsr"}}
+	nativeDSR: {30082, 31113, 30203, "dsr"}, vxlanDSR: {30083, 31114, 30204, "dsr"}}
 
 // nodesOf is the case whose nodes measured name c measures.
 func nodesOf(c string) string {
-	if c == nativeDSR {
+	switch c {
+	case nativeDSR:
 		return native
+	case vxlanDSR:
+		return shunt
 	}
 	return c
 }
@@ -1091,7 +1114,7 @@ func nodesOf(c string) string {
 // on its underlay, plus externalOffset for the cases on shunt-vxlan's.
 const externalHost = 200
 
-var externalOffset = map[string]int{native: 1, nativeDSR: 2}
+var externalOffset = map[string]int{native: 1, nativeDSR: 2, vxlanDSR: 3}
 
 // createService makes a selector-less Service and its slice of the server
 // pods at endpoints; a measured one (np not nil) also has sockperf's port,
@@ -1293,7 +1316,7 @@ func (b *bench) scaleTo(ctx context.Context, n int) error {
 			// (shunt-native: its SNAT and its DSR Services').
 			type probe struct{ ext, addr string }
 			var probes []probe
-			for _, name := range []string{c.name, nativeDSR} {
+			for _, name := range append([]string{c.name}, dsrCases...) {
 				if nodesOf(name) == c.name {
 					probes = append(probes, probe{c.ext[name], b.nodePortAddr(c, 0, b.ports(name).serve)},
 						probe{c.ext[name], b.nodePortAddr(c, 1, b.ports(name).serve)})
@@ -1666,7 +1689,7 @@ func (b *bench) throughput(cn *caseNet, host string, port int, metric string, n,
 }
 
 // ports are the nodePorts measured name c measures (every case but
-// shunt-native's two: xbench's).
+// shunt-native's two and shunt-vxlan-dsr: xbench's).
 func (b *bench) ports(c string) *nodePorts {
 	if p, ok := measuredPorts[c]; ok {
 		return p
@@ -1683,9 +1706,10 @@ func (b *bench) nodePortAddr(c *caseNet, i int, port int32) string {
 // host: through node 1's NodePort (every backend on node 2: kube-proxy
 // and shunt SNAT to the node) and node 2's (every backend there).
 //
-// shunt-native-dsr is shunt-native's nodes through its DSR Services
-// (rows of that name): through node 1 DSR, through node 2 the same path
-// as shunt-native's (the backends are there).
+// shunt-native-dsr and shunt-vxlan-dsr are shunt-native's and
+// shunt-vxlan's nodes through their DSR Services (rows of that name):
+// through node 1 DSR, through node 2 the same path as SNAT's (the
+// backends are there).
 func (b *bench) measureNodePort(c string, n, rep int) error {
 	cn := b.cases[nodesOf(c)]
 	ext := *cn
@@ -1695,11 +1719,52 @@ func (b *bench) measureNodePort(c string, n, rep int) error {
 		if err := b.rrAt(&ext, b.underlayAddr(cn.name, i), int(p.sockperf), "rr_"+where, n, rep); err != nil {
 			return err
 		}
+		var encapsBefore uint64
+		if i == 0 && slices.Contains(dsrCases, c) {
+			var err error
+			if encapsBefore, err = b.dsrEncaps(cn); err != nil {
+				return err
+			}
+		}
 		if err := b.connRate(&ext, b.nodePortAddr(cn, i, p.serve), "conn_rate_"+where, n, rep); err != nil {
 			return err
 		}
+		if i == 0 && slices.Contains(dsrCases, c) {
+			// A DSR row must measure DSR: a Service the agent SNATs
+			// instead (DSR unavailable, a mode not taken) would be
+			// measured under the wrong name.
+			after, err := b.dsrEncaps(cn)
+			if err != nil {
+				return err
+			}
+			if after == encapsBefore {
+				return fmt.Errorf("case %s: node 1 encapsulated no packet for DSR during %s (its dsr-encap/from-uplink counter did not move): the Service was not taken by DSR; see `shunt --instance %s status` and its log", c, "conn_rate_"+where, cn.agents[0])
+			}
+			log.Printf("  %-16s conn_rate_%s: node 1 encapsulated %d packets for DSR", c, where, after-encapsBefore)
+		}
 	}
 	return b.throughput(&ext, b.underlayAddr(cn.name, 0), int(p.iperf), "throughput_remote", n, rep)
+}
+
+// dsrEncaps is node 1's (the ingress node's) count of packets its uplink
+// program sent to another node by DSR.
+func (b *bench) dsrEncaps(cn *caseNet) (uint64, error) {
+	raw, err := exec.Command(filepath.Join(b.bin, "shunt"), "--instance", cn.agents[0], "status", "-o", "json").Output()
+	if err != nil {
+		return 0, fmt.Errorf("case %s: status of %s: %w", cn.name, cn.agents[0], err)
+	}
+	var st struct {
+		Counters []dpinfo.Counter `json:"counters"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return 0, fmt.Errorf("case %s: status of %s: %w", cn.name, cn.agents[0], err)
+	}
+	for _, c := range st.Counters {
+		if c.Reason == "dsr-encap" && c.Direction == "from-uplink" {
+			return c.Packets, nil
+		}
+	}
+	return 0, nil
 }
 
 // maglevDisruption writes maglev.md: the share of the flows on the other
