@@ -39,6 +39,11 @@
 # SIGTERM; the iptables rules live only in the lab pods' namespaces.
 #
 # usage: bench/mesh.sh [--reps N] [--duration S] [--quick] [--pods "10 50 150"] [--conns 32] [--qps 1000]
+# REQUESTS=1 (environment): httpload also writes every measured request
+# (start, latency, connection) to requests-CASE-N-REP.txt, to see whether a
+# case's slow requests come in stalls or one by one. Every run's line says
+# it in short either way: how many requests were above p99 and in how many
+# 100 ms windows they fell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -408,7 +413,8 @@ measure() {
 	# A plain command in the background, so LOAD_PID is the lab exec process
 	# itself (cleanup stops it by that id; lab down kills what runs in pods).
 	$SHUNT --instance "$INST" lab exec client -- timeout $((DURATION + WARMUP + 30)) taskset -c 0 \
-		httpload -url "$URL" -qps "$QPS" -c "$CONNS" -duration "${DURATION}s" -warmup "${WARMUP}s" >"$json" 2>"$json.err" &
+		httpload -url "$URL" -qps "$QPS" -c "$CONNS" -duration "${DURATION}s" -warmup "${WARMUP}s" \
+		${REQUESTS:+-requests "$OUT/requests-$c-$n-$rep.txt"} >"$json" 2>"$json.err" &
 	LOAD_PID=$!
 	# Memory and the path in the middle of the measured window, while every
 	# connection is open.
@@ -448,8 +454,9 @@ measure() {
 	fi
 	jq -r --arg c "$c" --arg n "$n" --arg rep "$rep" --arg o "$outside" \
 		'"\($c) \($n) \($rep) \(.requests) \(.errors) \(.qps) \($o)"' "$json" >>"$OUT/load.txt"
-	printf 'n=%s rep %s %-10s p50 %8s µs  p99 %8s µs  p99.9 %8s µs  %s req/s, %s errors%s; CPU outside the lab %s ms\n' "$n" "$rep" "$c" \
-		"$(jq .p50_us "$json")" "$(jq .p99_us "$json")" "$(jq .p999_us "$json")" "$(jq .qps "$json")" "$(jq .errors "$json")" "$extra" "$outside"
+	printf 'n=%s rep %s %-10s p50 %8s µs  p99 %8s µs  p99.9 %8s µs  %s req/s, %s errors%s; CPU outside the lab %s ms; above p99: %s in %s windows of 100 ms, %s in the worst\n' "$n" "$rep" "$c" \
+		"$(jq .p50_us "$json")" "$(jq .p99_us "$json")" "$(jq .p999_us "$json")" "$(jq .qps "$json")" "$(jq .errors "$json")" "$extra" "$outside" \
+		"$(jq .slow "$json")" "$(jq .slow_windows "$json")" "$(jq .slow_in_worst_window "$json")"
 }
 
 run_case() {

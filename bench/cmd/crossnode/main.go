@@ -524,9 +524,9 @@ func (b *bench) run(scales []int, reps int) error {
 		}
 		for rep := 1; rep <= reps; rep++ {
 			if b.concurrent {
-				// Measured names sharing one case's nodes (shunt-native's
-				// two modes) go one after the other: its iperf3 server
-				// takes one test at a time.
+				// Measured names sharing one case's nodes (a case and
+				// its DSR Services) go one after the other: its iperf3
+				// server takes one test at a time.
 				lanes := map[string][]string{}
 				for _, c := range order {
 					lanes[nodesOf(c)] = append(lanes[nodesOf(c)], c)

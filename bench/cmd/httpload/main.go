@@ -15,10 +15,19 @@
 // max_us, mean_us over the measured requests, requests, qps (achieved),
 // errors (socket errors and non-2xx answers), codes (count per status,
 // -1 = socket error), sockets (connections fortio opened; 32 with perfect
-// keep-alive). It exits 1 when no request succeeded.
+// keep-alive), and where the requests above p99 (slow) fall in time:
+// slow_windows, the 100 ms windows (by start) holding them, and
+// slow_in_worst_window, how many of them the densest window holds (a few
+// windows holding most: the path stalled; many windows with one or two
+// each: single requests waited). It exits 1 when no request succeeded.
+//
+// -requests FILE writes every measured request as a line "start_s
+// latency_us connection" (start in seconds from the measured window's
+// beginning), for a closer look at the tail than percentiles give.
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -27,6 +36,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,9 +54,10 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured time at the same rate before it")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Second, "per-request timeout")
 	flag.BoolVar(&o.uniform, "uniform", true, "stagger the connections' requests evenly over each period instead of sending them in bursts")
+	flag.StringVar(&o.requests, "requests", "", "write every measured request's start (s from the window's beginning), latency (µs) and connection to this file")
 	flag.Parse()
 	if o.url == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: httpload -url URL [-qps 1000] [-c 32] [-duration 10s] [-warmup 1s]")
+		fmt.Fprintln(os.Stderr, "usage: httpload -url URL [-qps 1000] [-c 32] [-duration 10s] [-warmup 1s] [-requests FILE]")
 		os.Exit(2)
 	}
 	res, err := run(o)
@@ -58,7 +69,7 @@ func main() {
 }
 
 type options struct {
-	url                       string
+	url, requests             string
 	qps                       float64
 	conns                     int
 	duration, warmup, timeout time.Duration
@@ -83,7 +94,13 @@ type Result struct {
 	Max         float64        `json:"max_us"`
 	Mean        float64        `json:"mean_us"`
 	FortioP99   float64        `json:"fortio_p99_us"` // fortio's histogram estimate, a cross-check
-	Warmup      warmupCounts   `json:"warmup"`
+	// Slow is how many requests were slower than P99, SlowWindows how
+	// many 100 ms windows (by start) hold them, SlowInWorstWindow how many
+	// of them the densest one holds.
+	Slow              int          `json:"slow"`
+	SlowWindows       int          `json:"slow_windows"`
+	SlowInWorstWindow int          `json:"slow_in_worst_window"`
+	Warmup            warmupCounts `json:"warmup"`
 }
 
 type warmupCounts struct {
@@ -118,8 +135,12 @@ func run(o options) (*Result, error) {
 		Codes:   map[string]int{}, Sockets: res.SocketCount,
 	}
 	var lat []float64
-	for _, t := range rec.threads {
+	var reqs []request
+	for id, t := range rec.threads {
 		lat = append(lat, t.lat...)
+		for i, l := range t.lat {
+			reqs = append(reqs, request{start: t.start[i], latency: l, conn: id})
+		}
 		out.Errors += t.errors
 		out.Warmup.Requests += t.warmup
 		out.Warmup.Errors += t.warmupErrors
@@ -135,6 +156,12 @@ func run(o options) (*Result, error) {
 	out.QPS = round(float64(out.Requests) / out.Seconds)
 	slices.Sort(lat)
 	out.P50, out.P90, out.P99, out.P999 = pct(lat, 50), pct(lat, 90), pct(lat, 99), pct(lat, 99.9)
+	out.Slow, out.SlowWindows, out.SlowInWorstWindow = slowWindows(reqs, out.P99)
+	if o.requests != "" {
+		if err := writeRequests(o.requests, reqs); err != nil {
+			return nil, err
+		}
+	}
 	out.Max = lat[len(lat)-1]
 	var sum float64
 	for _, v := range lat {
@@ -161,6 +188,7 @@ type recorder struct {
 
 type threadRecord struct {
 	lat                  []float64
+	start                []float64 // s from measureFrom, one per lat
 	errors               int
 	codes                map[string]int
 	warmup, warmupErrors int
@@ -198,6 +226,44 @@ func (r *recorder) Report(_ context.Context, id periodic.ThreadID, _ int64, star
 		return
 	}
 	t.lat = append(t.lat, latency*1e6)
+	t.start = append(t.start, start.Sub(r.measureFrom).Seconds())
+}
+
+// request is one measured request: its start (s from the measured window's
+// beginning), latency (µs) and connection.
+type request struct {
+	start, latency float64
+	conn           int
+}
+
+// slowWindows counts the requests slower than threshold, the 100 ms
+// windows (by start) holding them, and the most of them one window holds.
+func slowWindows(reqs []request, threshold float64) (slow, windows, worst int) {
+	per := map[int]int{}
+	for _, r := range reqs {
+		if r.latency > threshold {
+			per[int(r.start*10)]++
+			slow++
+		}
+	}
+	for _, n := range per {
+		worst = max(worst, n)
+	}
+	return slow, len(per), worst
+}
+
+// writeRequests writes reqs in start order, one "start_s latency_us
+// connection" line each.
+func writeRequests(path string, reqs []request) error {
+	slices.SortFunc(reqs, func(a, b request) int { return cmp.Compare(a.start, b.start) })
+	var b strings.Builder
+	for _, r := range reqs {
+		fmt.Fprintf(&b, "%.6f %.1f %d\n", r.start, r.latency, r.conn)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("-requests: %w", err)
+	}
+	return nil
 }
 
 func (r *recorder) Info() string { return "httpload latency recorder" }

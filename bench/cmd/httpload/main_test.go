@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,5 +49,34 @@ func TestRecorderWarmupAndErrors(t *testing.T) {
 	}
 	if r.threads[1].errors != 1 || r.threads[1].codes["503"] != 1 || r.threads[0].codes["200"] != 1 {
 		t.Errorf("errors/codes: thread 0 %+v, thread 1 %+v", r.threads[0], r.threads[1])
+	}
+}
+
+// slowWindows tells a stall (the slow requests in one window) from
+// scattered waits (one per window), and the requests file holds every
+// request in start order.
+func TestSlowWindowsAndRequestsFile(t *testing.T) {
+	reqs := []request{
+		{start: 0.31, latency: 900, conn: 1}, {start: 0.01, latency: 100, conn: 0},
+		{start: 0.32, latency: 950, conn: 2}, {start: 0.35, latency: 990, conn: 3},
+		{start: 1.25, latency: 800, conn: 0}, {start: 1.26, latency: 90, conn: 1},
+	}
+	if slow, w, worst := slowWindows(reqs, 500); slow != 4 || w != 2 || worst != 3 {
+		t.Errorf("slowWindows = %d slow in %d windows, %d in the worst; want 4, 2 and 3", slow, w, worst)
+	}
+	if slow, w, worst := slowWindows(reqs, 1000); slow != 0 || w != 0 || worst != 0 {
+		t.Errorf("nothing above the threshold: slowWindows = %d, %d, %d; want 0, 0, 0", slow, w, worst)
+	}
+	path := filepath.Join(t.TempDir(), "requests")
+	if err := writeRequests(path, reqs); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != len(reqs) || lines[0] != "0.010000 100.0 0" || lines[5] != "1.260000 90.0 1" {
+		t.Errorf("requests file:\n%s", raw)
 	}
 }
