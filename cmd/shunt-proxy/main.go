@@ -69,6 +69,12 @@ func run(o options) error {
 	if err := proxy.SetProcs(); err != nil {
 		return err
 	}
+	// A short scheduling slice, so a request's wake-up does not queue
+	// behind busy pods (see SetSlice; bench/RESULTS.md, Mesh).
+	slice, err := proxy.SetSlice(proxy.DefaultSlice)
+	if err != nil {
+		log.Warn("scheduling slice left at the kernel's default", "err", err)
+	}
 
 	// SHUNT_PROXY_NET_HTTP_ONLY=1 turns the HTTP/1.1 fast path off: every
 	// request through net/http's reverse proxy, as before it existed.
@@ -95,7 +101,7 @@ func run(o options) error {
 	}()
 	st := p.Status()
 	log.Info("proxy started", "pid", st.PID, "control", o.control, "version", st.Version, "listen", st.Listen,
-		"gomaxprocs", runtime.GOMAXPROCS(0), "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1", "event loops", p.EventLoops())
+		"gomaxprocs", runtime.GOMAXPROCS(0), "fast path", os.Getenv("SHUNT_PROXY_NET_HTTP_ONLY") != "1", "event loops", p.EventLoops(), "slice", slice)
 
 	<-ctx.Done()
 	stop()
