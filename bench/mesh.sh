@@ -316,6 +316,15 @@ outside_ms() {
 	echo $((busy - $(lab_ms)))
 }
 
+# steal_ms: CPU time (ms, all CPUs) the hypervisor has taken from this
+# virtual machine (/proc/stat's steal). outside_ms cannot show it: a task
+# whose virtual CPU the host stops counts that time as its own run time in
+# the lab's cgroup too. A run's steal is other guests' work on the host,
+# invisible from here except as this number and as stalls in the tail.
+steal_ms() {
+	awk -v hz="$HZ" '$1 == "cpu" { printf "%.0f", $9 * 1000 / hz }' /proc/stat
+}
+
 # settle: wait (at most 60 s) until the lab is idle, i.e. uses less than 5%
 # of a core over a second: after the lab grows, the new pods' containers
 # start and the agent programs them, and that work would land in the first
@@ -406,15 +415,16 @@ accel_off() { $SHUNT --instance "$INST" accel off >/dev/null 2>&1 || true; }
 measure() {
 	local c=$1 n=$2 rep=$3
 	shift 3
-	local json=$OUT/httpload-$c-$n-$rep.json cpu0 cpu1 wait0 wait1 rss=0 pss=0 peers out0 outside
+	local json=$OUT/httpload-$c-$n-$rep.json cpu0 cpu1 wait0 wait1 rss=0 pss=0 peers out0 outside steal0 steal
 	cpu0=$(cpu_ticks "$@")
 	wait0=$(run_delay_ns "$@")
 	out0=$(outside_ms)
+	steal0=$(steal_ms)
 	# A plain command in the background, so LOAD_PID is the lab exec process
 	# itself (cleanup stops it by that id; lab down kills what runs in pods).
 	$SHUNT --instance "$INST" lab exec client -- timeout $((DURATION + WARMUP + 30)) taskset -c 0 \
 		httpload -url "$URL" -qps "$QPS" -c "$CONNS" -duration "${DURATION}s" -warmup "${WARMUP}s" \
-		${REQUESTS:+-requests "$OUT/requests-$c-$n-$rep.txt"} >"$json" 2>"$json.err" &
+		${REQUESTS:+-requests "$(realpath "$OUT")/requests-$c-$n-$rep.txt"} >"$json" 2>"$json.err" &
 	LOAD_PID=$!
 	# Memory and the path in the middle of the measured window, while every
 	# connection is open.
@@ -433,12 +443,14 @@ measure() {
 	cpu1=$(cpu_ticks "$@")
 	wait1=$(run_delay_ns "$@")
 	outside=$(($(outside_ms) - out0))
+	steal=$(($(steal_ms) - steal0))
 	[ "$outside" -ge 0 ] || outside=0
 	echo "n=$n rep $rep $c: server sockets: ${peers:-none}" >>"$OUT/path.txt"
 	row "$c" p50 us "$(jq .p50_us "$json")" "$rep" "$n"
 	row "$c" p90 us "$(jq .p90_us "$json")" "$rep" "$n"
 	row "$c" p99 us "$(jq .p99_us "$json")" "$rep" "$n"
 	row "$c" p99.9 us "$(jq .p999_us "$json")" "$rep" "$n"
+	row "$c" steal ms "$steal" "$rep" "$n"
 	local extra=""
 	if [ $# -gt 0 ]; then
 		local cpu_ms
@@ -454,8 +466,8 @@ measure() {
 	fi
 	jq -r --arg c "$c" --arg n "$n" --arg rep "$rep" --arg o "$outside" \
 		'"\($c) \($n) \($rep) \(.requests) \(.errors) \(.qps) \($o)"' "$json" >>"$OUT/load.txt"
-	printf 'n=%s rep %s %-10s p50 %8s µs  p99 %8s µs  p99.9 %8s µs  %s req/s, %s errors%s; CPU outside the lab %s ms; above p99: %s in %s windows of 100 ms, %s in the worst\n' "$n" "$rep" "$c" \
-		"$(jq .p50_us "$json")" "$(jq .p99_us "$json")" "$(jq .p999_us "$json")" "$(jq .qps "$json")" "$(jq .errors "$json")" "$extra" "$outside" \
+	printf 'n=%s rep %s %-10s p50 %8s µs  p99 %8s µs  p99.9 %8s µs  %s req/s, %s errors%s; CPU outside the lab %s ms, stolen by the hypervisor %s ms; above p99: %s in %s windows of 100 ms, %s in the worst\n' "$n" "$rep" "$c" \
+		"$(jq .p50_us "$json")" "$(jq .p99_us "$json")" "$(jq .p999_us "$json")" "$(jq .qps "$json")" "$(jq .errors "$json")" "$extra" "$outside" "$steal" \
 		"$(jq .slow "$json")" "$(jq .slow_windows "$json")" "$(jq .slow_in_worst_window "$json")"
 }
 
