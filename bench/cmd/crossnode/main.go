@@ -1719,8 +1719,10 @@ func (b *bench) measureNodePort(c string, n, rep int) error {
 		if err := b.rrAt(&ext, b.underlayAddr(cn.name, i), int(p.sockperf), "rr_"+where, n, rep); err != nil {
 			return err
 		}
+		// Through node 1 a DSR case's packets must leave by DSR.
+		checkDSR := i == 0 && slices.Contains(dsrCases, c)
 		var encapsBefore uint64
-		if i == 0 && slices.Contains(dsrCases, c) {
+		if checkDSR {
 			var err error
 			if encapsBefore, err = b.dsrEncaps(cn); err != nil {
 				return err
@@ -1729,7 +1731,7 @@ func (b *bench) measureNodePort(c string, n, rep int) error {
 		if err := b.connRate(&ext, b.nodePortAddr(cn, i, p.serve), "conn_rate_"+where, n, rep); err != nil {
 			return err
 		}
-		if i == 0 && slices.Contains(dsrCases, c) {
+		if checkDSR {
 			// A DSR row must measure DSR: a Service the agent SNATs
 			// instead (DSR unavailable, a mode not taken) would be
 			// measured under the wrong name.
@@ -1749,15 +1751,11 @@ func (b *bench) measureNodePort(c string, n, rep int) error {
 // dsrEncaps is node 1's (the ingress node's) count of packets its uplink
 // program sent to another node by DSR.
 func (b *bench) dsrEncaps(cn *caseNet) (uint64, error) {
-	raw, err := exec.Command(filepath.Join(b.bin, "shunt"), "--instance", cn.agents[0], "status", "-o", "json").Output()
-	if err != nil {
-		return 0, fmt.Errorf("case %s: status of %s: %w", cn.name, cn.agents[0], err)
-	}
 	var st struct {
 		Counters []dpinfo.Counter `json:"counters"`
 	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return 0, fmt.Errorf("case %s: status of %s: %w", cn.name, cn.agents[0], err)
+	if err := b.agentStatus(cn.agents[0], &st); err != nil {
+		return 0, fmt.Errorf("case %s: %w", cn.name, err)
 	}
 	for _, c := range st.Counters {
 		if c.Reason == "dsr-encap" && c.Direction == "from-uplink" {

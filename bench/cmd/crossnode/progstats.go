@@ -29,16 +29,11 @@ func (b *bench) programStats(cn *caseNet) map[string]dpinfo.ProgramStat {
 	}
 	out := map[string]dpinfo.ProgramStat{}
 	for i, inst := range cn.agents {
-		raw, err := exec.Command(filepath.Join(b.bin, "shunt"), "--instance", inst, "status", "-o", "json").Output()
-		if err != nil {
-			log.Printf("  %s: status of %s: %v", cn.name, inst, err)
-			return nil
-		}
 		var st struct {
 			ProgramStats []dpinfo.ProgramStat `json:"programStats"`
 		}
-		if err := json.Unmarshal(raw, &st); err != nil {
-			log.Printf("  %s: status of %s: %v", cn.name, inst, err)
+		if err := b.agentStatus(inst, &st); err != nil {
+			log.Printf("  %s: %v", cn.name, err)
 			return nil
 		}
 		for _, p := range st.ProgramStats {
@@ -46,6 +41,18 @@ func (b *bench) programStats(cn *caseNet) map[string]dpinfo.ProgramStat {
 		}
 	}
 	return out
+}
+
+// agentStatus decodes agent inst's `shunt status -o json` into st.
+func (b *bench) agentStatus(inst string, st any) error {
+	raw, err := exec.Command(filepath.Join(b.bin, "shunt"), "--instance", inst, "status", "-o", "json").Output()
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", inst, err)
+	}
+	if err := json.Unmarshal(raw, st); err != nil {
+		return fmt.Errorf("status of %s: %w", inst, err)
+	}
+	return nil
 }
 
 // logProgramStats logs what the programs did between before and after, a

@@ -136,11 +136,11 @@ func run(o options) (*Result, error) {
 	}
 	var lat []float64
 	var reqs []request
-	for id, t := range rec.threads {
-		lat = append(lat, t.lat...)
-		for i, l := range t.lat {
-			reqs = append(reqs, request{start: t.start[i], latency: l, conn: id})
+	for _, t := range rec.threads {
+		for _, r := range t.reqs {
+			lat = append(lat, r.latency)
 		}
+		reqs = append(reqs, t.reqs...)
 		out.Errors += t.errors
 		out.Warmup.Requests += t.warmup
 		out.Warmup.Errors += t.warmupErrors
@@ -187,8 +187,7 @@ type recorder struct {
 }
 
 type threadRecord struct {
-	lat                  []float64
-	start                []float64 // s from measureFrom, one per lat
+	reqs                 []request // the measured ones that succeeded
 	errors               int
 	codes                map[string]int
 	warmup, warmupErrors int
@@ -225,8 +224,7 @@ func (r *recorder) Report(_ context.Context, id periodic.ThreadID, _ int64, star
 		t.errors++
 		return
 	}
-	t.lat = append(t.lat, latency*1e6)
-	t.start = append(t.start, start.Sub(r.measureFrom).Seconds())
+	t.reqs = append(t.reqs, request{start: start.Sub(r.measureFrom).Seconds(), latency: latency * 1e6, conn: int(id)})
 }
 
 // request is one measured request: its start (s from the measured window's

@@ -43,7 +43,12 @@ func TestRecorderWarmupAndErrors(t *testing.T) {
 	if e := r.threads[1].warmupErrors; e != 1 {
 		t.Errorf("warm-up errors = %d, want 1", e)
 	}
-	lat := append(append([]float64(nil), r.threads[0].lat...), r.threads[1].lat...)
+	var lat []float64
+	for _, t := range r.threads {
+		for _, req := range t.reqs {
+			lat = append(lat, req.latency)
+		}
+	}
 	if len(lat) != 2 || round(lat[0]) != 200 || round(lat[1]) != 300 {
 		t.Errorf("measured latencies = %v µs, want [200 300]", lat)
 	}
