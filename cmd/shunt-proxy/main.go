@@ -71,8 +71,11 @@ func run(o options) error {
 	}
 	// A short scheduling slice, so a request's wake-up does not queue
 	// behind busy pods (see SetSlice; bench/RESULTS.md, Mesh).
-	slice, err := proxy.SetSlice(proxy.DefaultSlice)
+	slice, err := proxy.SliceSetting(proxy.DefaultSlice)
 	if err != nil {
+		return err
+	}
+	if slice, err = proxy.SetSlice(slice); err != nil {
 		log.Warn("scheduling slice left at the kernel's default", "err", err)
 	}
 

@@ -24,22 +24,14 @@ const DefaultSlice = 100 * time.Microsecond
 // change: the slice moves when the thread runs, not how much (its weight,
 // the nice value, stays).
 //
-// SHUNT_PROXY_SLICE overrides d (a Go duration; 0 leaves the kernel's
-// default). The kernel clamps the slice to 100 µs-100 ms. Threads made
-// later inherit it (clone copies the slice); the threads that exist are
-// set one by one, twice, so that one cloned during the first pass from a
-// thread not yet set is caught by the second. It returns the slice in force
-// (0: none), and an error when the kernel refused or ignored it: older
+// The kernel clamps the slice to 100 µs-100 ms. Threads made later
+// inherit it (clone copies the slice); the threads that exist are set one
+// by one, twice, so that one cloned during the first pass from a thread not
+// yet set is caught by the second. It returns the slice in force (0: none,
+// d being 0), and an error when the kernel refused or ignored it: older
 // kernels accept the call and keep their default, which sched_getattr
 // then shows.
 func SetSlice(d time.Duration) (time.Duration, error) {
-	if v, ok := os.LookupEnv("SHUNT_PROXY_SLICE"); ok {
-		parsed, err := time.ParseDuration(v)
-		if err != nil || parsed < 0 {
-			return 0, fmt.Errorf("SHUNT_PROXY_SLICE=%q: want a duration such as 100us, or 0 for the kernel's default", v)
-		}
-		d = parsed
-	}
 	if d == 0 {
 		return 0, nil
 	}
@@ -62,6 +54,22 @@ func SetSlice(d time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("the kernel kept its own scheduling slice (%s, asked for %s): a slice per thread needs Linux 6.12 or later (EEVDF's sched_attr.sched_runtime)", got, d)
 	}
 	return clampSlice(d), nil
+}
+
+// SliceSetting is the slice the proxy asks for: SHUNT_PROXY_SLICE when set
+// (a Go duration; 0 leaves the kernel's default), else d. A malformed value
+// is an error, as a malformed SHUNT_PROXY_GOMAXPROCS is: a setting someone
+// typed must not be dropped with a warning few read.
+func SliceSetting(d time.Duration) (time.Duration, error) {
+	v, ok := os.LookupEnv("SHUNT_PROXY_SLICE")
+	if !ok {
+		return d, nil
+	}
+	parsed, err := time.ParseDuration(v)
+	if err != nil || parsed < 0 {
+		return 0, fmt.Errorf("SHUNT_PROXY_SLICE=%q: want a duration such as 100us, or 0 for the kernel's default", v)
+	}
+	return parsed, nil
 }
 
 // clampSlice is d as the kernel takes it (100 µs to 100 ms).

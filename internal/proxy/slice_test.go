@@ -8,18 +8,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// SliceSetting reads SHUNT_PROXY_SLICE: unset, the default; 0, none; a
+// malformed value, an error naming the variable.
+func TestSliceSetting(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+		ok   bool
+	}{{"0", 0, true}, {"150us", 150 * time.Microsecond, true}, {"soon", 0, false}, {"-1ms", 0, false}} {
+		t.Setenv("SHUNT_PROXY_SLICE", c.env)
+		got, err := SliceSetting(DefaultSlice)
+		if got != c.want || (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "SHUNT_PROXY_SLICE")) {
+			t.Errorf("SHUNT_PROXY_SLICE=%q: SliceSetting = %s, %v; want %s (ok %v)", c.env, got, err, c.want, c.ok)
+		}
+	}
+}
+
 // SetSlice gives every thread of the process the slice, or says why the
-// kernel would not; SHUNT_PROXY_SLICE overrides it, 0 leaves the default.
+// kernel would not; 0 leaves the default.
 func TestSetSlice(t *testing.T) {
-	t.Setenv("SHUNT_PROXY_SLICE", "0")
-	if got, err := SetSlice(DefaultSlice); got != 0 || err != nil {
-		t.Errorf("SHUNT_PROXY_SLICE=0: SetSlice = %s, %v; want 0, nil", got, err)
+	if got, err := SetSlice(0); got != 0 || err != nil {
+		t.Errorf("SetSlice(0) = %s, %v; want 0, nil", got, err)
 	}
-	t.Setenv("SHUNT_PROXY_SLICE", "soon")
-	if _, err := SetSlice(DefaultSlice); err == nil || !strings.Contains(err.Error(), "SHUNT_PROXY_SLICE") {
-		t.Errorf("SHUNT_PROXY_SLICE=soon: err = %v, want one naming the variable", err)
-	}
-	t.Setenv("SHUNT_PROXY_SLICE", "150us")
 	before, err := unix.SchedGetAttr(0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +41,7 @@ func TestSetSlice(t *testing.T) {
 			setThreadSlice(tid, time.Duration(before.Runtime))
 		}
 	}()
-	got, err := SetSlice(DefaultSlice)
+	got, err := SetSlice(150 * time.Microsecond)
 	if err != nil {
 		var uts unix.Utsname
 		unix.Uname(&uts)
