@@ -221,15 +221,20 @@ static __always_inline bool wire_takes(struct __sk_buff *skb, struct vxlan_wire 
 SEC("tc")
 int shunt_from_overlay_wire(struct __sk_buff *skb)
 {
-	struct vxlan_wire w;
-	struct iphdr *ip;
-	struct pkt p = { .dir = SHUNT_DIR_FROM_OVERLAY, .point = FLOW_POINT_FROM_OVERLAY };
 	__u32 vni, outer_saddr;
 	int verdict;
 
-	if (!wire_takes(skb, &w, &vni))
-		return TC_ACT_OK;
-	outer_saddr = w.h.ip.saddr;
+	/* w in a block of its own and p declared after it: their lifetimes do
+	 * not overlap, so the compiler can give them the same stack slots
+	 * (this program, tail-called from the uplink's, has a stack of its
+	 * own, but 6.1's verifier counts it in 32-byte frames). */
+	{
+		struct vxlan_wire w;
+
+		if (!wire_takes(skb, &w, &vni))
+			return TC_ACT_OK;
+		outer_saddr = w.h.ip.saddr;
+	}
 	if (bpf_skb_adjust_room(skb, -(__s32)VXLAN_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0) {
 		count(SHUNT_REASON_INVALID_PACKET, SHUNT_DIR_FROM_OVERLAY, skb->len);
 		return TC_ACT_SHOT;
@@ -237,7 +242,8 @@ int shunt_from_overlay_wire(struct __sk_buff *skb)
 	/* The outer flow's hash, which the inner packet must not keep (the
 	 * kernel clears it when it decapsulates). */
 	bpf_set_hash_invalid(skb);
-	ip = pkt_begin(skb, &p, &verdict);
+	struct pkt p = { .dir = SHUNT_DIR_FROM_OVERLAY, .point = FLOW_POINT_FROM_OVERLAY };
+	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
 	return from_overlay(skb, &p, ip, vni, outer_saddr);

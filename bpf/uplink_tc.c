@@ -55,8 +55,9 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 /* Slot 0: the overlay program that takes VXLAN off the wire
  * (bpf/overlay_tc.c, shunt_from_overlay_wire), which the agent puts here
- * when it loads both. A tail call rather than code of this program, whose
- * stack is nearly all taken: it runs with a stack of its own. Empty (no
+ * when it loads both. A tail call rather than code of this program: it
+ * runs with a stack of its own (both programs' frames together would pass
+ * the 512 bytes older verifiers count in 32-byte frames). Empty (no
  * overlay), the call returns and the packet goes to the stack as before. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
@@ -286,7 +287,7 @@ static __always_inline int nodeport_at_uplink(struct __sk_buff *skb)
  * in the NodePort benchmark. A header with options is left to them (no
  * VXLAN sender adds options), as is a fragment after the first (it
  * carries no ports; the stack reassembles it for the device). Read in
- * place, not copied: this program's stack is nearly all taken, and a
+ * place, not copied: a copy would cost stack, and a
  * header not in the linear part (never seen at an uplink) is simply left
  * to the parts that follow. */
 static __always_inline bool overlay_arrival(struct __sk_buff *skb, __u32 daddr)
@@ -304,7 +305,6 @@ static __always_inline bool overlay_arrival(struct __sk_buff *skb, __u32 daddr)
 SEC("tc")
 int shunt_from_uplink(struct __sk_buff *skb)
 {
-	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK };
 	__u32 addrs[2];
 	int verdict;
 
@@ -336,6 +336,10 @@ int shunt_from_uplink(struct __sk_buff *skb)
 	}
 	if (!MASQ.addr || addrs[1] != MASQ.addr)
 		return TC_ACT_OK;
+	/* Declared here, not at the top: its lifetime then starts after the
+	 * NodePort part, and the compiler can give the two the same stack
+	 * slots (the program sits near the 512 bytes older verifiers allow). */
+	struct pkt p = { .dir = SHUNT_DIR_FROM_UPLINK, .point = FLOW_POINT_FROM_UPLINK };
 	struct iphdr *ip = pkt_begin(skb, &p, &verdict);
 	if (!ip)
 		return verdict;
