@@ -215,19 +215,22 @@ percentile() {
 
 # measure CASE REP: one sockperf and one iperf3 run, three rows.
 measure() {
-	local c=$1 rep=$2 t=${TARGET[$1]} log json p50 p99 gbps try
+	local c=$1 rep=$2 t=${TARGET[$1]} log json p50 p99 gbps try steal0 rr_steal
 	local limit=$((DURATION + 30))
 	log=$OUT/sockperf-$c-$rep.log
+	steal0=$(steal_ms)
 	client_exec "$c" timeout "$limit" taskset -c 0 sockperf ping-pong --tcp -i "$t" -p "$SOCKPERF_PORT" \
 		-t "$DURATION" --msg-size 64 --full-rtt >"$log" 2>&1 ||
 		{ tail -5 "$log" >&2; die "sockperf failed for case $c, repetition $rep (log: $log)"; }
 	p50=$(percentile "$log" 50.000)
 	p99=$(percentile "$log" 99.000)
+	rr_steal=$(($(steal_ms) - steal0))
 
 	json=$OUT/iperf3-$c-$rep.json
 	# The iperf3 server takes one test at a time and needs a moment after
 	# the previous one: retry a refused start, not a failed measurement.
 	for try in 1 2 3; do
+		steal0=$(steal_ms)
 		client_exec "$c" timeout "$limit" taskset -c 0 iperf3 -c "$t" -p "$IPERF_PORT" -t "$DURATION" -J >"$json" 2>"$json.err" && break
 		[ "$try" = 3 ] && die "iperf3 failed for case $c, repetition $rep: $(jq -r '.error // empty' "$json" 2>/dev/null) $(cat "$json.err")"
 		sleep 1
@@ -239,6 +242,8 @@ measure() {
 	row "$c" tcp_rr_p50 us "$p50" "$rep"
 	row "$c" tcp_rr_p99 us "$p99" "$rep"
 	row "$c" throughput Gbit/s "$gbps" "$rep"
+	row "$c" tcp_rr_steal ms "$rr_steal" "$rep"
+	row "$c" throughput_steal ms $(($(steal_ms) - steal0)) "$rep"
 	printf 'rep %s %-14s p50 %8s µs  p99 %8s µs  %6.2f Gbit/s\n' "$rep" "$c" "$p50" "$p99" "$gbps"
 }
 
@@ -295,4 +300,5 @@ Cases: loopback = client and server inside one pod over 127.0.0.1 (the floor); b
 done | sed 's/; $//').
 Per-repetition raw values: results.json; min and max per median: medians.json; tool output: sockperf-CASE-REP.log, iperf3-CASE-REP.json.
 EOT
-finish "Pod-to-pod forwarding" "$baseline" -verdict auto "${floor[@]+"${floor[@]}"}"
+finish "Pod-to-pod forwarding" "$baseline" -verdict auto "${floor[@]+"${floor[@]}"}" \
+	-paired tcp_rr_p50,tcp_rr_p99,throughput -quiet-steal $((DURATION * 10 * $(nproc)))

@@ -97,6 +97,16 @@ in_pod() {
 	$SHUNT --instance "$inst" lab exec "$pod" -- "$@"
 }
 
+# steal_ms: CPU time (ms, all CPUs) the hypervisor has taken from this
+# virtual machine so far (/proc/stat's steal): other guests' work on the
+# host, invisible from inside except as this number and as stalls in the
+# tails (a task whose virtual CPU the host stops counts that time as its
+# own run time). A measurement records its growth as METRIC_steal (ms), the
+# row benchreport's -paired table reads a repetition against.
+steal_ms() {
+	awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%.0f", $9 * 1000 / hz }' /proc/stat
+}
+
 # row CASE METRIC UNIT VALUE REP [N]: append one raw result row.
 row() {
 	local n=${6:-0}

@@ -316,15 +316,6 @@ outside_ms() {
 	echo $((busy - $(lab_ms)))
 }
 
-# steal_ms: CPU time (ms, all CPUs) the hypervisor has taken from this
-# virtual machine (/proc/stat's steal). outside_ms cannot show it: a task
-# whose virtual CPU the host stops counts that time as its own run time in
-# the lab's cgroup too. A run's steal is other guests' work on the host,
-# invisible from here except as this number and as stalls in the tail.
-steal_ms() {
-	awk -v hz="$HZ" '$1 == "cpu" { printf "%.0f", $9 * 1000 / hz }' /proc/stat
-}
-
 # settle: wait (at most 60 s) until the lab is idle, i.e. uses less than 5%
 # of a core over a second: after the lab grows, the new pods' containers
 # start and the agent programs them, and that work would land in the first
@@ -681,7 +672,10 @@ if [ -n "$b" ]; then
 else
 	verdict="node-proxy (b) $NODE_PROXY_SKIP; at n=$LAST the sidecars add $(minus "$c" "$a") µs to p99 ($(ratio "$c" "$a")× no-proxy) and $(minus "$(med sidecars "$LAST" p50)" "$(med no-proxy "$LAST" p50)") µs to p50; $LAST sidecars: CPU $(med sidecars "$LAST" proxy_cpu) ms over the run, RSS $(med sidecars "$LAST" proxy_rss) MiB, PSS $(med sidecars "$LAST" proxy_pss) MiB."
 fi
-finish "HTTP through a node proxy vs a sidecar mesh" no-proxy -verdict "$verdict"
+# p50 and p99 per repetition against (a) beside both runs' steal (each
+# case's "steal" row); quiet: the host took at most 1% of the CPU.
+finish "HTTP through a node proxy vs a sidecar mesh" no-proxy -verdict "$verdict" \
+	-paired p50,p99 -quiet-steal $((DURATION * 10 * $(nproc)))
 
 # The node proxy was there but did not measure: the run failed.
 if [ -n "$NODE_PROXY_EXPECTED" ] && { [ -n "$NODE_PROXY_SKIP" ] || grep -q "NOT THROUGH THE PROXY" "$OUT/path.txt"; }; then

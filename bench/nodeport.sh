@@ -110,7 +110,7 @@ Two nodes on one machine, each a network namespace, joined by a bridge in a thir
 - kube-proxy-iptables / kube-proxy-nftables: the real kube-proxy (scripts/kube-build.sh) in both node namespaces, flannel's vxlan backend by hand between them (bench/crossnode.sh's floor); a NodePort flow is DNATed to a backend and, its backend on the other node, masqueraded to node 1's flannel address.
 - shunt-vxlan / shunt-native: shunt's agent per node (`lab up --kubeconfig ... --tunnel vxlan` or `--routing native`, with `--masquerade`: without it pods route only the cluster's addresses, and a backend on the ingress node could not answer the outside client whose address it sees): the uplink program translates the flow in tc, the backend from the Service's Maglev table (16381 slots), SNAT to node 1's pod-network address when the backend is on node 2 (shunt-native's Services say so by their annotation `shunt.io/forwarding-mode: snat`); shunt-native-dsr: the same nodes and server pods through Services annotated `shunt.io/forwarding-mode: dsr` (the agents' `--nodeport-mode` is snat): the client's address kept, IPIP to node 2, the replies from node 2 straight to the external host; shunt-vxlan-dsr: the same through shunt-vxlan's nodes and server pods (Services annotated dsr; the IPIP goes between the nodes' underlay addresses beside the overlay, the replies leave node 2's uplink to the external host). Through node 2 (`*_local`) both go the same way (the backends are there): the difference between them there is the noise.
 
-*_remote: through node 1's NodePort (every backend on node 2); *_local: through node 2's (every backend there). rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages, full round trip, avg/p50/p99 in µs, tps = received / measured time; softirq: machine-wide softirq time per transaction. conn_rate_*: connect, 4-byte request, reply, close; 4 workers. throughput_remote: iperf3, one TCP stream through node 1's NodePort to server-0.
+*_remote: through node 1's NodePort (every backend on node 2); *_local: through node 2's (every backend there). rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages, full round trip, avg/p50/p99 in µs, tps = received / measured time; softirq: machine-wide softirq time per transaction. conn_rate_*: connect, 4-byte request, reply, close; 4 workers. throughput_remote: iperf3, one TCP stream through node 1's NodePort to server-0. *_steal: the CPU time (ms, all CPUs) the hypervisor took from this machine during that measurement (/proc/stat): a rate or tail that stands out in one repetition is read against it.
 EOT
 if [ -n "$LINK_DELAY" ]; then
 	cat >>"$NOTES" <<EOT
@@ -122,9 +122,15 @@ if [ -f "$OUT/maglev.md" ]; then
 	echo >>"$NOTES"
 	cat "$OUT/maglev.md" >>"$NOTES"
 fi
-# With MEASURE, kube-proxy-iptables may not be measured: no baseline.
-BASELINE=kube-proxy-iptables
-[ -z "$MEASURE" ] || BASELINE=
+# The baseline: kube-proxy in iptables mode, or with MEASURE the first of
+# the kube-proxy modes it measured (none: no ratio column).
+BASELINE=
+for c in kube-proxy-iptables kube-proxy-nftables; do
+	if [ -z "$MEASURE" ] || [[ ",$MEASURE," == *,$c,* ]]; then
+		BASELINE=$c
+		break
+	fi
+done
 # shunt's DSR beside its own SNAT, metric by metric (the issue's target:
 # DSR RR avg <= 0.9x SNAT), when both were measured.
 COMPARE=
@@ -133,4 +139,8 @@ for pair in shunt-native-dsr/shunt-native shunt-vxlan-dsr/shunt-vxlan; do
 		COMPARE=${COMPARE:+$COMPARE,}$pair
 	fi
 done
-finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing, each SNAT and DSR" "$BASELINE" ${COMPARE:+-compare "$COMPARE"}
+# The targets' metrics per repetition against the baseline beside the
+# steal of both runs; a repetition is quiet when the host took at most 1%
+# of the machine's CPU from either.
+finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing, each SNAT and DSR" "$BASELINE" ${COMPARE:+-compare "$COMPARE"} \
+	-paired conn_rate_remote,conn_rate_local,rr_remote_p50 -quiet-steal $((DURATION * 10 * $(nproc)))

@@ -80,13 +80,17 @@ shunt_apply() {
 
 # measure CASE N REP IP [CONNECT TARGETS]
 measure() {
-	local c=$1 n=$2 rep=$3 ip=$4 targets=${5:-$4:8080} log
+	local c=$1 n=$2 rep=$3 ip=$4 targets=${5:-$4:8080} log steal0
 	log=$OUT/sockperf-$c-$n-$rep.log
+	steal0=$(steal_ms)
 	in_pod "$INST" client taskset -c 0 sockperf ping-pong --tcp -i "$ip" -p 11111 -t "$DURATION" --msg-size 64 --full-rtt >"$log" 2>&1
 	row "$c" tcp_rr_p50 us "$(awk '/percentile 50.000 =/ {print $NF}' "$log")" "$rep" "$n"
 	row "$c" tcp_rr_p99 us "$(awk '/percentile 99.000 =/ {print $NF}' "$log")" "$rep" "$n"
+	row "$c" tcp_rr_steal ms $(($(steal_ms) - steal0)) "$rep" "$n"
 	local rate
+	steal0=$(steal_ms)
 	rate=$(in_pod "$INST" client connrate -target "$targets" -workers 4 -duration "${DURATION}s" | jq .rate)
+	row "$c" conn_rate_steal ms $(($(steal_ms) - steal0)) "$rep" "$n"
 	# Start every case with an empty connection-tracking table in the client
 	# (the NAT baselines fill it; a full table would drop their packets).
 	inns conntrack -F >/dev/null 2>&1 || true
@@ -147,4 +151,5 @@ cat >"$NOTES" <<'EOT'
 N counts the filler services; the measured service (two ports, ten real endpoints) comes after them.
 load_time and update_time are wall-clock times of the commands shown (for shunt: `shunt apply` end to end: process start, YAML parsing, the request, the agent's work). *_agent is the time the agent reports for the same request (`shunt apply --timing`: decoding and validating, programming the maps, persisting), i.e. the programming time without the client. cli_start_ms is `shunt --help`: what starting the CLI process costs on this machine.
 EOT
-finish "Service load balancing at N services" direct
+finish "Service load balancing at N services" direct \
+	-paired tcp_rr_p50,tcp_rr_p99,conn_rate -quiet-steal $((DURATION * 10 * $(nproc)))

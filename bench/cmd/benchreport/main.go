@@ -43,9 +43,11 @@ func main() {
 	flag.StringVar(&o.notes, "notes", "", "markdown file appended after the table")
 	flag.StringVar(&o.verdict, "verdict", "", `one-line verdict for the header; "auto": computed (best case per metric vs the baseline)`)
 	flag.StringVar(&o.floor, "floor", "", "comma-separated cases the auto verdict leaves out (references such as loopback)")
+	flag.StringVar(&o.paired, "paired", "", "comma-separated metrics shown per repetition against the baseline beside the steal rows that cover them (METRIC_steal, PREFIX_steal or steal)")
+	flag.Float64Var(&o.quietSteal, "quiet-steal", 100, "steal (ms) both runs of a pair stay within for the -paired table to count their repetition as quiet")
 	flag.StringVar(&o.compare, "compare", "", "comma-separated pairs A/B of cases compared metric by metric after the table (A's median / B's, same n): two modes of one dataplane measured in the same run")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: benchreport -in results.json [-title T] [-baseline CASE] [-commands FILE] [-notes FILE] [-verdict auto|TEXT] [-floor CASES] [-compare A/B,...]")
+		fmt.Fprintln(os.Stderr, "usage: benchreport -in results.json [-title T] [-baseline CASE] [-commands FILE] [-notes FILE] [-verdict auto|TEXT] [-floor CASES] [-compare A/B,...] [-paired METRICS [-quiet-steal MS]]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -60,7 +62,8 @@ func main() {
 }
 
 type options struct {
-	in, title, baseline, commands, notes, verdict, floor, compare string
+	in, title, baseline, commands, notes, verdict, floor, compare, paired string
+	quietSteal                                                            float64
 }
 
 func run(o options) error {
@@ -92,7 +95,16 @@ func run(o options) error {
 	if err := os.WriteFile(filepath.Join(dir, "medians.json"), append(out, '\n'), 0o644); err != nil {
 		return err
 	}
-	r := Report{Title: o.title, Baseline: o.baseline, Header: header(rows)}
+	r := Report{Title: o.title, Baseline: o.baseline, Header: header(rows), Rows: rows, QuietStealMs: o.quietSteal}
+	for _, m := range strings.Split(o.paired, ",") {
+		if m = strings.TrimSpace(m); m == "" {
+			continue
+		}
+		if !slices.ContainsFunc(meds, func(x Median) bool { return x.Metric == m }) {
+			return fmt.Errorf("-paired: %q is not a metric in %s", m, o.in)
+		}
+		r.Paired = append(r.Paired, m)
+	}
 	for _, pair := range strings.Split(o.compare, ",") {
 		if pair = strings.TrimSpace(pair); pair == "" {
 			continue

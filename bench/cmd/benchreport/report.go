@@ -153,6 +153,12 @@ type Report struct {
 	// Compare: pairs of cases (A, B) shown side by side per metric with
 	// A / B, e.g. one dataplane's two modes measured in the same run.
 	Compare [][2]string
+	// Rows: the raw rows, for the per-repetition table of the metrics in
+	// Paired that have steal rows (steal.go); QuietStealMs: the steal a
+	// quiet repetition stays within.
+	Rows         []Row
+	Paired       []string
+	QuietStealMs float64
 }
 
 // Markdown renders one table row per (case, n) with every metric's median
@@ -176,7 +182,7 @@ func Markdown(r Report, meds []Median) string {
 	}
 	for _, m := range t.metrics {
 		cols = append(cols, fmt.Sprintf("%s (%s)", m, displayUnit(t.units[m])))
-		if r.Baseline != "" {
+		if r.Baseline != "" && !isSteal(m) {
 			cols = append(cols, "× "+r.Baseline)
 		}
 	}
@@ -197,7 +203,7 @@ func Markdown(r Report, meds []Median) string {
 				} else {
 					cells = append(cells, format(v.Value))
 				}
-				if r.Baseline != "" {
+				if r.Baseline != "" && !isSteal(m) {
 					if q, qok := Ratio(meds, r.Baseline, v); ok && qok {
 						cells = append(cells, fmt.Sprintf("%.2f", q))
 					} else {
@@ -215,6 +221,7 @@ func Markdown(r Report, meds []Median) string {
 		}
 		fmt.Fprintf(&b, "\nMedians over the repetitions; `× %s` is the ratio to `%s`%s, measured in the same run. Latencies, times and memory: lower is better; throughputs and rates: higher is better. medians.json also holds each median's min and max.\n", r.Baseline, r.Baseline, scale)
 	}
+	b.WriteString(stealPairs(r.Rows, r.Baseline, r.Paired, r.QuietStealMs))
 	for _, pair := range r.Compare {
 		b.WriteString(comparison(t, pair[0], pair[1]))
 	}
@@ -251,7 +258,7 @@ func comparison(t table, a, b string) string {
 				cells = append(cells, fmt.Sprint(n))
 			}
 			ratio := "—"
-			if vb.Value != 0 {
+			if vb.Value != 0 && !isSteal(m) {
 				ratio = fmt.Sprintf("%.2f", va.Value/vb.Value)
 			}
 			cells = append(cells, format(va.Value), format(vb.Value), ratio)
@@ -292,6 +299,9 @@ func Verdict(meds []Median, baseline string, floors []string) string {
 	var winners []string
 	clauses := map[string][]string{}
 	for _, m := range t.metrics {
+		if isSteal(m) {
+			continue
+		}
 		var cands []Median
 		for _, c := range t.cases {
 			if v, ok := t.get(c, n, m); ok && !slices.Contains(floors, c) && !math.IsNaN(v.Value) {

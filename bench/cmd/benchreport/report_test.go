@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -289,5 +290,71 @@ func TestCompare(t *testing.T) {
 	}
 	if out, _ := os.ReadFile(filepath.Join(dir, "results.md")); !strings.Contains(string(out), "dsr / snat") {
 		t.Errorf("results.md has no comparison:\n%s", out)
+	}
+}
+
+// TestStealPairs: a -paired metric with steal rows gets, per repetition,
+// its ratio to the baseline beside both runs' steal; the quiet median
+// keeps only the repetitions where neither run lost more than the
+// threshold. Steal has no ratio column and no winner.
+func TestStealPairs(t *testing.T) {
+	var rows []Row
+	add := func(c string, rep int, rate, steal float64) {
+		rows = append(rows,
+			Row{Case: c, Metric: "conn_rate", Unit: "conn/s", Value: rate, N: 10, Rep: rep},
+			Row{Case: c, Metric: "conn_rate_steal", Unit: "ms", Value: steal, N: 10, Rep: rep})
+	}
+	add("nft", 1, 4000, 10)
+	add("shunt", 1, 6000, 20) // 1.50, quiet
+	add("nft", 2, 4000, 900)
+	add("shunt", 2, 4400, 30) // 1.10, the baseline's run was interrupted
+	add("nft", 3, 5000, 50)
+	add("shunt", 3, 7000, 40) // 1.40, quiet
+	rows = append(rows, Row{Case: "shunt", Metric: "rr_avg", Unit: "us", Value: 50, N: 10, Rep: 1},
+		Row{Case: "nft", Metric: "rr_avg", Unit: "us", Value: 60, N: 10, Rep: 1})
+	meds := Medians(rows)
+	md := Markdown(Report{Title: "T", Baseline: "nft", Rows: rows, Paired: []string{"conn_rate", "rr_avg"}, QuietStealMs: 100}, meds)
+	for _, s := range []string{
+		"| case | n | metric | rep 1 | rep 2 | rep 3 | median | quiet reps | quiet median |\n",
+		"| shunt | 10 | conn_rate (higher is better) | 1.50* (20 / 10) | 1.10 (30 / 900) | 1.40* (40 / 50) | 1.40 | 2 of 3 | 1.45 |\n",
+		// Steal has no ratio column.
+		"| × nft | conn_rate_steal (ms) | rr_avg (µs) | × nft |\n",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md)
+		}
+	}
+	if strings.Contains(md, "| nft | 10 | conn_rate") || strings.Contains(md, "| rr_avg (lower") {
+		t.Errorf("the baseline, or a metric without steal rows, is in the per-repetition table:\n%s", md)
+	}
+	if v := Verdict(meds, "nft", nil); strings.Contains(v, "steal") {
+		t.Errorf("the verdict ranks steal: %s", v)
+	}
+	if Markdown(Report{Title: "T", Rows: rows, Paired: []string{"conn_rate"}, QuietStealMs: 100}, meds) != Markdown(Report{Title: "T"}, meds) {
+		t.Error("without a baseline the report has a per-repetition table")
+	}
+}
+
+// TestStealOf: a metric's steal is its own, its measurement's (a prefix),
+// or its case's.
+func TestStealOf(t *testing.T) {
+	has := func(names ...string) func(string) bool {
+		return func(m string) bool { return slices.Contains(names, m) }
+	}
+	for _, c := range []struct {
+		metric string
+		has    func(string) bool
+		want   string
+		ok     bool
+	}{
+		{"conn_rate_remote", has("conn_rate_remote_steal", "conn_rate_steal"), "conn_rate_remote_steal", true},
+		{"rr_remote_p50", has("rr_remote_steal", "rr_local_steal"), "rr_remote_steal", true},
+		{"p99", has("steal"), "steal", true},
+		{"rr_remote_p50", has("rr_local_steal"), "steal", false},
+	} {
+		got, ok := stealOf(c.metric, c.has)
+		if got != c.want || ok != c.ok {
+			t.Errorf("stealOf(%q) = %q, %v; want %q, %v", c.metric, got, ok, c.want, c.ok)
+		}
 	}
 }

@@ -1358,23 +1358,22 @@ func (b *bench) client(c *caseNet, argv ...string) ([]byte, error) {
 	return out, nil
 }
 
-// softirqJiffies is the machine's softirq time so far (/proc/stat, all
-// CPUs, in USER_HZ ticks).
-func softirqJiffies() (float64, error) {
-	raw, err := os.ReadFile("/proc/stat")
+// stolen records the CPU time the hypervisor took from this machine during
+// one measurement of case c, as METRIC_steal (ms, all CPUs), and logs it
+// when it is large. Rates and tails follow it on a shared host: a
+// repetition whose numbers stand out is read against this row.
+func (b *bench) stolen(c, metric string, before benchrun.CPUTimes, n, rep int) {
+	now, err := benchrun.ReadCPUTimes()
 	if err != nil {
-		return 0, err
+		log.Printf("  %-16s %s: steal not recorded: %v", c, metric, err)
+		return
 	}
-	f := strings.Fields(strings.SplitN(string(raw), "\n", 2)[0])
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", f)
+	steal := now.Sub(before).Steal
+	b.row(c, metric+"_steal", "ms", float64(steal.Milliseconds()), rep, n)
+	if steal > b.duration/20 {
+		log.Printf("  %-16s %s: the host took %v of this machine's CPU during the run (steal)", c, metric, steal)
 	}
-	return strconv.ParseFloat(f[7], 64)
 }
-
-// userHZ: /proc/stat counts in USER_HZ, 100 on every Linux architecture
-// the agent supports.
-const userHZ = 100
 
 // rr runs sockperf ping-pong from c's client to target and records
 // average, p50, p99, transactions/s and softirq per transaction as
@@ -1385,20 +1384,20 @@ func (b *bench) rr(c *caseNet, target, metric string, n, rep int) error {
 
 // rrAt is rr to another port than sockperf's own (a NodePort).
 func (b *bench) rrAt(c *caseNet, target string, port int, metric string, n, rep int) error {
-	s0, err := softirqJiffies()
+	t0, err := benchrun.ReadCPUTimes()
 	if err != nil {
 		return err
 	}
 	out, err := b.client(c, "sockperf", "ping-pong", "--tcp", "-i", target, "-p", strconv.Itoa(port),
 		"-t", strconv.Itoa(int(b.duration.Seconds())), "--msg-size", strconv.Itoa(msgSize), "--full-rtt")
-	s1, serr := softirqJiffies()
+	t1, terr := benchrun.ReadCPUTimes()
 	logPath := filepath.Join(b.out, fmt.Sprintf("sockperf-%s-%s-n%d-%d.log", c.name, metric, n, rep))
 	os.WriteFile(logPath, out, 0o644)
 	if err != nil {
 		return fmt.Errorf("sockperf (log %s): %w", logPath, err)
 	}
-	if serr != nil {
-		return serr
+	if terr != nil {
+		return terr
 	}
 	r, err := parseSockperf(out)
 	if err != nil {
@@ -1408,8 +1407,9 @@ func (b *bench) rrAt(c *caseNet, target string, port int, metric string, n, rep 
 	b.row(c.name, metric+"_p50", "us", r.p50, rep, n)
 	b.row(c.name, metric+"_p99", "us", r.p99, rep, n)
 	b.row(c.name, metric+"_tps", "trans/s", r.tps, rep, n)
-	softirq := (s1 - s0) * 1e6 / userHZ / r.received
+	softirq := float64(t1.Sub(t0).Softirq.Microseconds()) / r.received
 	b.row(c.name, metric+"_softirq", "us", softirq, rep, n)
+	b.stolen(c.name, metric, t0, n, rep)
 	log.Printf("  %-16s %-6s avg %.1f µs p50 %.1f p99 %.1f, %.0f trans/s, softirq %.2f µs/trans (machine-wide)",
 		c.name, metric, r.avg, r.p50, r.p99, r.tps, softirq)
 	return nil
@@ -1523,6 +1523,10 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 	before, cerr := tcpCounters(cn.client)
 	serversBefore, serr := b.serverCounters(cn)
 	progBefore := b.programStats(cn)
+	cpu0, terr := benchrun.ReadCPUTimes()
+	if terr != nil {
+		return terr
+	}
 	var prof *profile
 	if b.profile {
 		prof = b.startProfile(fmt.Sprintf("%s-%s-n%d-%d", cn.name, metric, n, rep))
@@ -1553,6 +1557,7 @@ func (b *bench) connRate(cn *caseNet, target, metric string, n, rep int) error {
 		return fmt.Errorf("connrate output %q: %w", out, err)
 	}
 	b.row(cn.name, metric, "conn/s", cr.Rate, rep, n)
+	b.stolen(cn.name, metric, cpu0, n, rep)
 	b.logProgramStats(cn.name, metric, n, rep, cr.Rate*b.duration.Seconds(), progBefore, b.programStats(cn))
 	log.Printf("  %-16s %s %.0f new connections/s (%d failed; stalled: %d connects >= 900 ms, %d requests >= 190 ms; longest %.0f ms, %.0f ms)",
 		cn.name, metric, cr.Rate, cr.Failed, cr.SlowConnects, cr.SlowExchanges, cr.MaxConnectMs, cr.MaxExchangeMs)
@@ -1664,7 +1669,12 @@ func (b *bench) throughput(cn *caseNet, host string, port int, metric string, n,
 	// the previous one: retry.
 	var gbps float64
 	jsonPath := filepath.Join(b.out, fmt.Sprintf("iperf3-%s-%s-n%d-%d.json", cn.name, metric, n, rep))
+	var cpu0 benchrun.CPUTimes
 	for try := 1; ; try++ {
+		var err error
+		if cpu0, err = benchrun.ReadCPUTimes(); err != nil {
+			return err
+		}
 		out, err := b.client(cn, "iperf3", "-c", host, "-p", strconv.Itoa(port), "-t", strconv.Itoa(int(b.duration.Seconds())), "-J")
 		os.WriteFile(jsonPath, out, 0o644)
 		var r struct {
@@ -1684,6 +1694,7 @@ func (b *bench) throughput(cn *caseNet, host string, port int, metric string, n,
 		time.Sleep(time.Second)
 	}
 	b.row(cn.name, metric, "Gbit/s", gbps, rep, n)
+	b.stolen(cn.name, metric, cpu0, n, rep)
 	log.Printf("  %-16s %s %.2f Gbit/s", cn.name, metric, gbps)
 	return nil
 }
