@@ -81,6 +81,23 @@ func stealPairs(rows []Row, baseline string, paired []string, quietMs float64) s
 	if len(groups) == 0 {
 		return ""
 	}
+	// By n, then metric as -paired lists them, then case as the main
+	// table orders them (first seen).
+	var cases []string
+	for _, r := range rows {
+		if !slices.Contains(cases, r.Case) {
+			cases = append(cases, r.Case)
+		}
+	}
+	slices.SortStableFunc(groups, func(a, b group) int {
+		if a.N != b.N {
+			return a.N - b.N
+		}
+		if d := slices.Index(paired, a.Metric) - slices.Index(paired, b.Metric); d != 0 {
+			return d
+		}
+		return slices.Index(cases, a.Case) - slices.Index(cases, b.Case)
+	})
 	var w strings.Builder
 	fmt.Fprintf(&w, "\nPer repetition, each case over `%s` measured in the same repetition, with the CPU the host took from this machine during each of the two runs (steal, ms: case / %s). A quiet repetition is one where both runs lost at most %.0f ms; on a shared host the quiet median is the one to trust, the other repetitions measure the neighbours too.\n\n", baseline, baseline, quietMs)
 	scaled := slices.ContainsFunc(groups, func(g group) bool { return g.N != 0 })
