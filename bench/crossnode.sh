@@ -77,4 +77,4 @@ Two nodes on one machine: each node is a network namespace, joined by a bridge i
 rr_*: sockperf ping-pong over one persistent TCP connection, 14-byte messages (sockperf's smallest), full round trip; avg/p50/p99 in µs; tps = received messages / the measured part of the run. rr_*_softirq: softirq time of the whole machine (/proc/stat, all CPUs) over the sockperf run divided by its round trips, in µs per transaction: machine-wide, so other work on the machine lands in it too. conn_rate: connect, 4-byte request, reply, close; 4 workers. throughput: iperf3, one TCP stream, end.sum_received. *_steal: the CPU time (ms, all CPUs) the hypervisor took from this machine during that measurement (/proc/stat): a rate or tail that stands out in one repetition is read against it.
 EOT
 finish "Cross-node pod to pod: flannel-style VXLAN, + kube-proxy/Calico iptables, + kube-proxy nftables, shunt VXLAN, shunt native routing" floor \
-	-paired conn_rate,rr_svc_p50 -quiet-steal $((DURATION * 10 * $(nproc)))
+	-paired conn_rate,rr_svc_p50

@@ -301,4 +301,4 @@ done | sed 's/; $//').
 Per-repetition raw values: results.json; min and max per median: medians.json; tool output: sockperf-CASE-REP.log, iperf3-CASE-REP.json.
 EOT
 finish "Pod-to-pod forwarding" "$baseline" -verdict auto "${floor[@]+"${floor[@]}"}" \
-	-paired tcp_rr_p50,tcp_rr_p99,throughput -quiet-steal $((DURATION * 10 * $(nproc)))
+	-paired tcp_rr_p50,tcp_rr_p99,throughput

@@ -115,12 +115,15 @@ row() {
 
 # finish TITLE BASELINE [BENCHREPORT FLAGS...]: write results.json and the
 # report (extra flags, e.g. -verdict auto -floor loopback, go to benchreport).
+# With -paired METRICS, a repetition counts as quiet when the host took at
+# most 1% of the machine's CPU over a run of DURATION from either run of a
+# pair (-quiet-steal, the same rule for every benchmark).
 finish() {
 	local title=$1 baseline=$2
 	shift 2
 	jq -s . "$ROWS" >"$OUT/results.json"
 	go run ./bench/cmd/benchreport -in "$OUT/results.json" -title "$title" -baseline "$baseline" \
-		-commands "$OUT/commands.txt" ${NOTES:+-notes "$NOTES"} "$@"
+		-commands "$OUT/commands.txt" ${NOTES:+-notes "$NOTES"} -quiet-steal $((DURATION * 10 * $(nproc))) "$@"
 	echo "wrote $OUT/results.md, $OUT/results.json, $OUT/medians.json, $OUT/chart.svg"
 	cat "$OUT/results.md"
 }

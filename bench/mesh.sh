@@ -673,9 +673,9 @@ else
 	verdict="node-proxy (b) $NODE_PROXY_SKIP; at n=$LAST the sidecars add $(minus "$c" "$a") µs to p99 ($(ratio "$c" "$a")× no-proxy) and $(minus "$(med sidecars "$LAST" p50)" "$(med no-proxy "$LAST" p50)") µs to p50; $LAST sidecars: CPU $(med sidecars "$LAST" proxy_cpu) ms over the run, RSS $(med sidecars "$LAST" proxy_rss) MiB, PSS $(med sidecars "$LAST" proxy_pss) MiB."
 fi
 # p50 and p99 per repetition against (a) beside both runs' steal (each
-# case's "steal" row); quiet: the host took at most 1% of the CPU.
+# case's "steal" row).
 finish "HTTP through a node proxy vs a sidecar mesh" no-proxy -verdict "$verdict" \
-	-paired p50,p99 -quiet-steal $((DURATION * 10 * $(nproc)))
+	-paired p50,p99
 
 # The node proxy was there but did not measure: the run failed.
 if [ -n "$NODE_PROXY_EXPECTED" ] && { [ -n "$NODE_PROXY_SKIP" ] || grep -q "NOT THROUGH THE PROXY" "$OUT/path.txt"; }; then

@@ -140,7 +140,6 @@ for pair in shunt-native-dsr/shunt-native shunt-vxlan-dsr/shunt-vxlan; do
 	fi
 done
 # The targets' metrics per repetition against the baseline beside the
-# steal of both runs; a repetition is quiet when the host took at most 1%
-# of the machine's CPU from either.
+# steal of both runs.
 finish "NodePort from outside: kube-proxy iptables and nftables, shunt VXLAN and native routing, each SNAT and DSR" "$BASELINE" ${COMPARE:+-compare "$COMPARE"} \
-	-paired conn_rate_remote,conn_rate_local,rr_remote_p50 -quiet-steal $((DURATION * 10 * $(nproc)))
+	-paired conn_rate_remote,conn_rate_local,rr_remote_p50

@@ -152,4 +152,4 @@ N counts the filler services; the measured service (two ports, ten real endpoint
 load_time and update_time are wall-clock times of the commands shown (for shunt: `shunt apply` end to end: process start, YAML parsing, the request, the agent's work). *_agent is the time the agent reports for the same request (`shunt apply --timing`: decoding and validating, programming the maps, persisting), i.e. the programming time without the client. cli_start_ms is `shunt --help`: what starting the CLI process costs on this machine.
 EOT
 finish "Service load balancing at N services" direct \
-	-paired tcp_rr_p50,tcp_rr_p99,conn_rate -quiet-steal $((DURATION * 10 * $(nproc)))
+	-paired tcp_rr_p50,tcp_rr_p99,conn_rate

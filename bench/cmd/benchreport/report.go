@@ -221,7 +221,7 @@ func Markdown(r Report, meds []Median) string {
 		}
 		fmt.Fprintf(&b, "\nMedians over the repetitions; `× %s` is the ratio to `%s`%s, measured in the same run. Latencies, times and memory: lower is better; throughputs and rates: higher is better. medians.json also holds each median's min and max.\n", r.Baseline, r.Baseline, scale)
 	}
-	b.WriteString(stealPairs(r.Rows, r.Baseline, r.Paired, r.QuietStealMs))
+	b.WriteString(stealPairs(r.Rows, t.cases, r.Baseline, r.Paired, r.QuietStealMs))
 	for _, pair := range r.Compare {
 		b.WriteString(comparison(t, pair[0], pair[1]))
 	}

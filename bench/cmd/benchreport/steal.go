@@ -9,8 +9,8 @@ import (
 // Steal rows. A metric named P_steal (ms) is the CPU time the hypervisor
 // took from the machine while the metrics P and P_* were measured in that
 // repetition (/proc/stat's steal; "steal" alone covers every metric of its
-// case). On a
-// shared host it moves rates and tails more than most code changes do, so
+// case). On a shared host it moves rates and tails more than most code
+// changes do, so
 // the report reads ratios against it: a ratio to the baseline is a median
 // over repetitions some of which the host interrupted, and the paired
 // table below says which.
@@ -46,7 +46,7 @@ func stealOf(m string, has func(string) bool) (string, bool) {
 // of paired that has steal rows, beside both runs' steal, and the median
 // ratio over all repetitions and over the quiet ones: those in which the
 // host took at most quietMs from either run.
-func stealPairs(rows []Row, baseline string, paired []string, quietMs float64) string {
+func stealPairs(rows []Row, cases []string, baseline string, paired []string, quietMs float64) string {
 	if baseline == "" || len(paired) == 0 {
 		return ""
 	}
@@ -82,13 +82,7 @@ func stealPairs(rows []Row, baseline string, paired []string, quietMs float64) s
 		return ""
 	}
 	// By n, then metric as -paired lists them, then case as the main
-	// table orders them (first seen).
-	var cases []string
-	for _, r := range rows {
-		if !slices.Contains(cases, r.Case) {
-			cases = append(cases, r.Case)
-		}
-	}
+	// table orders them (cases).
 	slices.SortStableFunc(groups, func(a, b group) int {
 		if a.N != b.N {
 			return a.N - b.N
@@ -101,20 +95,22 @@ func stealPairs(rows []Row, baseline string, paired []string, quietMs float64) s
 	var w strings.Builder
 	fmt.Fprintf(&w, "\nPer repetition, each case over `%s` measured in the same repetition, with the CPU the host took from this machine during each of the two runs (steal, ms: case / %s). A quiet repetition is one where both runs lost at most %.0f ms; on a shared host the quiet median is the one to trust, the other repetitions measure the neighbours too.\n\n", baseline, baseline, quietMs)
 	scaled := slices.ContainsFunc(groups, func(g group) bool { return g.N != 0 })
-	cols := []string{"case", "n", "metric"}
-	if !scaled {
-		cols = []string{"case", "metric"}
+	cols := []string{"case"}
+	if scaled {
+		cols = append(cols, "n")
 	}
+	cols = append(cols, "metric")
 	for _, rep := range reps {
 		cols = append(cols, fmt.Sprintf("rep %d", rep))
 	}
 	cols = append(cols, "median", "quiet reps", "quiet median")
 	fmt.Fprintf(&w, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 	for _, g := range groups {
-		cells := []string{g.Case, fmt.Sprint(g.N), fmt.Sprintf("%s (%s)", g.Metric, direction(units[g.Metric]))}
-		if !scaled {
-			cells = slices.Delete(cells, 1, 2)
+		cells := []string{g.Case}
+		if scaled {
+			cells = append(cells, fmt.Sprint(g.N))
 		}
+		cells = append(cells, fmt.Sprintf("%s (%s)", g.Metric, direction(units[g.Metric])))
 		var all, quiet []float64
 		for _, rep := range reps {
 			v, okV := at[repKey{g.Case, g.Metric, g.N, rep}]
